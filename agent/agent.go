@@ -1,0 +1,239 @@
+// Package agent owns the aperio-client process: it turns the client's
+// configuration into tunnels to every configured server, forwards the
+// requests they carry to the local targets, probes the targets' health,
+// and drains gracefully on shutdown or after idle_timeout.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// Options are the parts of an Agent that are not configuration.
+type Options struct {
+	// Logger receives the client's logs; nil discards them.
+	Logger *slog.Logger
+	// DialServer dials the server's TCP connection (tests inject pipes);
+	// nil uses net.Dialer.
+	DialServer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TLSConfig is used for https server URLs; nil uses the defaults.
+	TLSConfig *tls.Config
+}
+
+// Agent runs one client process. Create it with New and start it with Run.
+type Agent struct {
+	cfg        config.Client
+	log        *slog.Logger
+	instanceID string
+	services   []*service
+	tunnels    []*tunnel.Client
+
+	draining     atomic.Bool
+	served       atomic.Int64 // requests answered since start
+	lastRequest  atomic.Int64 // unix nanoseconds of the last request's end
+	healthChange chan struct{}
+}
+
+// service is one configured target.
+type service struct {
+	id        string
+	cfg       config.Service
+	target    *url.URL
+	transport http.RoundTripper
+	healthy   atomic.Bool
+}
+
+// New checks cfg and builds the agent.
+func New(cfg config.Client, opts Options) (*Agent, error) {
+	if len(cfg.Services) == 0 {
+		return nil, errors.New("agent: no services configured")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{
+		cfg:          cfg,
+		log:          log,
+		instanceID:   newInstanceID(),
+		healthChange: make(chan struct{}, 1),
+	}
+	for i, sc := range cfg.Services {
+		svc, err := newService(strconv.Itoa(i), sc)
+		if err != nil {
+			return nil, err
+		}
+		a.services = append(a.services, svc)
+	}
+	urls := append([]string{cfg.ServerURL}, cfg.ServerURLs...)
+	seen := map[string]bool{}
+	for _, u := range urls {
+		if u == "" || seen[u] {
+			continue
+		}
+		seen[u] = true
+		tc, err := tunnel.NewClient(tunnel.ClientConfig{
+			URL:         u,
+			Token:       cfg.Token,
+			Announce:    a.announcement,
+			Forwarder:   a,
+			Logger:      log,
+			DialContext: opts.DialServer,
+			TLSConfig:   opts.TLSConfig,
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.tunnels = append(a.tunnels, tc)
+	}
+	if len(a.tunnels) == 0 {
+		return nil, errors.New("agent: no server url configured")
+	}
+	return a, nil
+}
+
+func newService(id string, sc config.Service) (*service, error) {
+	u, err := url.Parse(sc.Target)
+	if err != nil {
+		return nil, fmt.Errorf("agent: service %s target: %w", id, err)
+	}
+	svc := &service{id: id, cfg: sc, target: u}
+	switch u.Scheme {
+	case "http":
+		svc.transport = newTransport(false, false)
+	case "https":
+		svc.transport = newTransport(true, false)
+	case "h2c":
+		svc.transport = newTransport(false, true)
+	default:
+		return nil, fmt.Errorf("agent: service %s target %q: scheme must be http, https or h2c", id, sc.Target)
+	}
+	// Without a probe a service is healthy once connected; with one it
+	// starts unhealthy until the first probe passes (contract §3).
+	svc.healthy.Store(sc.Health.Endpoint == "")
+	return svc, nil
+}
+
+// newTransport builds the backend transport of one service. Backends are
+// local: no proxy from the environment, generous keep-alive pools, no
+// compression negotiated on the visitor's behalf.
+func newTransport(tlsOn, h2c bool) *http.Transport {
+	t := &http.Transport{
+		Proxy: nil,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   tlsOn,
+	}
+	if h2c {
+		p := new(http.Protocols)
+		p.SetUnencryptedHTTP2(true)
+		t.Protocols = p
+	}
+	return t
+}
+
+func newInstanceID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// announcement is the current state as the server should see it.
+func (a *Agent) announcement() tunnel.Announcement {
+	ann := tunnel.Announcement{
+		Name:       a.cfg.Name,
+		InstanceID: a.instanceID,
+		Draining:   a.draining.Load(),
+		Services:   make([]tunnel.Service, len(a.services)),
+	}
+	for i, svc := range a.services {
+		mc := svc.cfg.MaxConcurrent
+		if mc <= 0 {
+			mc = a.cfg.MaxConcurrent
+		}
+		prio := svc.cfg.Priority
+		if prio == 0 {
+			prio = a.cfg.Priority
+		}
+		ann.Services[i] = tunnel.Service{
+			ID:            svc.id,
+			Hostnames:     svc.cfg.Hostnames,
+			Path:          svc.cfg.Path,
+			MaxConcurrent: mc,
+			Priority:      prio,
+			Healthy:       svc.healthy.Load(),
+			Resilience:    svc.cfg.Resilience,
+		}
+	}
+	if s := a.cfg.Scaling; s != nil {
+		ann.Scaling = &tunnel.Scaling{
+			URL:               s.URL,
+			Secret:            s.Secret,
+			Min:               s.Min,
+			Max:               s.Max,
+			ColdStartMS:       s.ColdStart.Milliseconds(),
+			TargetUtilization: s.TargetUtilization,
+			WindowMS:          s.Window.Milliseconds(),
+			CooldownMS:        s.Cooldown.Milliseconds(),
+		}
+	}
+	return ann
+}
+
+// Forward implements tunnel.Forwarder: it sends req to the service's
+// target, keeping the visitor's Host.
+func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request) (*http.Response, error) {
+	svc := a.service(serviceID)
+	if svc == nil {
+		return nil, fmt.Errorf("agent: unknown service %q", serviceID)
+	}
+	defer a.lastRequest.Store(time.Now().UnixNano())
+	a.served.Add(1)
+	req.RequestURI = ""
+	req.URL.Scheme = svc.target.Scheme
+	if req.URL.Scheme == "h2c" {
+		req.URL.Scheme = "http"
+	}
+	req.URL.Host = svc.target.Host
+	if p := svc.target.Path; p != "" && p != "/" {
+		req.URL.Path = strings.TrimSuffix(p, "/") + req.URL.Path
+		if req.URL.RawPath != "" {
+			req.URL.RawPath = strings.TrimSuffix(svc.target.EscapedPath(), "/") + req.URL.RawPath
+		}
+	}
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = nil // keep Go's default User-Agent out
+	}
+	return svc.transport.RoundTrip(req)
+}
+
+func (a *Agent) service(id string) *service {
+	// ids are indexes; a linear scan over a handful of services beats a map.
+	for _, s := range a.services {
+		if s.id == id {
+			return s
+		}
+	}
+	return nil
+}

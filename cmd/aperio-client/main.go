@@ -1,0 +1,156 @@
+// Command aperio-client runs beside a local app and publishes it through an
+// aperio-server: it dials out, announces its services and forwards the
+// requests it receives. `aperio-client api …` drives the admin API.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/aperio-dev/aperio/agent"
+	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/logging"
+)
+
+// Exit codes (contract §3): 0 ok, 1 runtime or API failure, 2 usage or
+// bad configuration.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitError carries an exit code through cobra.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.Execute(); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		fmt.Fprintln(stderr, "aperio-client:", err)
+		return exitUsage
+	}
+	return 0
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		file        string
+		checkConfig bool
+		printConfig bool
+	)
+	cmd := &cobra.Command{
+		Use:   "aperio-client [TARGET]",
+		Short: "Publish a local app through an aperio-server",
+		Long: "TARGET is a port (3000), host:port, or a URL (http://, https://, h2c://).\n" +
+			"Without TARGET the services come from ./aperio.yaml (or --config FILE).",
+		Version:       buildinfo.Version(),
+		Args:          cobra.MaximumNArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	keyFlags := registerKeyFlags(cmd.Flags())
+	cmd.Flags().StringVar(&file, "config", "", "configuration file (default ./aperio.yaml)")
+	cmd.Flags().BoolVar(&checkConfig, "check-config", false, "validate the configuration, print every problem, and exit 0 or 2")
+	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration with the source of each value")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		opts := config.ClientOptions{
+			File:          file,
+			FileMustExist: file != "",
+			Flags:         keyFlags.changed(cmd.Flags()),
+			Env:           os.LookupEnv,
+			Hostname:      os.Hostname,
+		}
+		if opts.File == "" {
+			opts.File = "aperio.yaml"
+		}
+		if home, err := os.UserHomeDir(); err == nil {
+			opts.HomeFile = filepath.Join(home, ".aperio.yaml")
+		}
+		if len(args) == 1 {
+			opts.Target = args[0]
+		}
+		cfg, src, err := config.LoadClient(opts)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitError{exitUsage}
+		}
+		if checkConfig {
+			fmt.Fprintln(stdout, "configuration OK")
+			return nil
+		}
+		if printConfig {
+			return config.PrintClient(stdout, cfg, src)
+		}
+		log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitError{exitUsage}
+		}
+		a, err := agent.New(cfg, agent.Options{Logger: log})
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitError{exitUsage}
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err = a.Run(ctx)
+		if err != nil && !errors.Is(err, agent.ErrIdle) {
+			log.Error("client failed", "err", err)
+			return exitError{exitFailure}
+		}
+		return nil
+	}
+	return cmd
+}
+
+// keyFlagSet maps the flags registered for config keys back to their keys.
+type keyFlagSet map[string]string // flag name → canonical key
+
+// registerKeyFlags adds one --flag per client config key.
+func registerKeyFlags(fs *pflag.FlagSet) keyFlagSet {
+	out := keyFlagSet{}
+	for _, k := range config.ClientKeys() {
+		if k.Flag == "" {
+			continue
+		}
+		fs.String(k.Flag, "", k.Usage)
+		if k.Bool {
+			fs.Lookup(k.Flag).NoOptDefVal = "true"
+		}
+		out[k.Flag] = k.Name
+	}
+	return out
+}
+
+// changed returns the values of the key flags the user set, by key.
+func (kf keyFlagSet) changed(fs *pflag.FlagSet) map[string]string {
+	out := map[string]string{}
+	fs.Visit(func(f *pflag.Flag) {
+		if key, ok := kf[f.Name]; ok {
+			out[key] = f.Value.String()
+		}
+	})
+	return out
+}

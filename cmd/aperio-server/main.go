@@ -1,0 +1,105 @@
+// Command aperio-server is Aperio's public server: visitors, tunnels and
+// the admin API on one port. See docs/ and the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/logging"
+)
+
+// Exit codes (contract §1): 0 ok, 1 runtime failure, 2 bad configuration
+// or usage.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitError carries an exit code through cobra.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var (
+		file        string
+		checkConfig bool
+		printConfig bool
+	)
+	cmd := &cobra.Command{
+		Use:           "aperio-server",
+		Short:         "Aperio's public server: visitors, tunnels and the admin API on one port",
+		Version:       buildinfo.Version(),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				file = os.Getenv("APERIO_SERVER_CONFIG")
+			}
+			opts := config.ServerOptions{File: file, FileMustExist: file != "", Env: os.LookupEnv}
+			if opts.File == "" {
+				opts.File = "aperio-server.yaml"
+			}
+			cfg, src, err := config.LoadServer(opts)
+			if err != nil {
+				fmt.Fprintln(stderr, err)
+				return exitError{exitUsage}
+			}
+			if checkConfig {
+				fmt.Fprintln(stdout, "configuration OK")
+				return nil
+			}
+			if printConfig {
+				return config.PrintServer(stdout, cfg, src)
+			}
+			log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat)
+			if err != nil {
+				fmt.Fprintln(stderr, err)
+				return exitError{exitUsage}
+			}
+			g, err := gateway.New(cfg, gateway.Options{Logger: log})
+			if err != nil {
+				fmt.Fprintln(stderr, err)
+				return exitError{exitUsage}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if err := g.ListenAndServe(ctx); err != nil {
+				log.Error("server failed", "err", err)
+				return exitError{exitFailure}
+			}
+			return nil
+		},
+	}
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.Flags().StringVar(&file, "config", "", "configuration file (default ./aperio-server.yaml; env APERIO_SERVER_CONFIG)")
+	cmd.Flags().BoolVar(&checkConfig, "check-config", false, "validate the configuration, print every problem, and exit 0 or 2")
+	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration with the source of each value")
+	if err := cmd.Execute(); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		fmt.Fprintln(stderr, "aperio-server:", err)
+		return exitUsage
+	}
+	return 0
+}

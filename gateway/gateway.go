@@ -1,0 +1,189 @@
+// Package gateway owns aperio-server's public port: one listener that
+// serves visitors, accepts tunnels and answers the /aperio endpoints, over
+// HTTP/1.1 and HTTP/2 (h2c in plain text, h2 with TLS), and the order in
+// which all of it shuts down.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// Options are the parts of a Gateway that are not configuration.
+type Options struct {
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Gateway is a running aperio-server. Create it with New, run it with
+// Serve or ListenAndServe.
+type Gateway struct {
+	cfg     config.Server
+	log     *slog.Logger
+	router  *router.Router
+	tunnels *tunnel.Server
+	srv     *http.Server
+	started time.Time
+
+	stopping atomic.Bool // readyz answers 503 once set
+}
+
+// New validates cfg and assembles the server.
+func New(cfg config.Server, opts Options) (*Gateway, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("gateway: server.token is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{cfg: cfg, log: log, started: time.Now()}
+	g.router = router.New(router.Config{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	ts, err := tunnel.NewServer(tunnel.ServerConfig{
+		Auth:                  masterToken(cfg.Token),
+		Registry:              g.router,
+		DownThreshold:         cfg.ClientDownThreshold,
+		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
+		Logger:                log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.tunnels = ts
+	g.srv = &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	if cfg.TLSCert == "" {
+		p := new(http.Protocols)
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		g.srv.Protocols = p
+	}
+	return g, nil
+}
+
+// masterToken authenticates the server.token only; scoped client tokens
+// come from the store.
+type masterToken string
+
+func (m masterToken) Authenticate(_ context.Context, token string) (tunnel.Identity, error) {
+	if subtle.ConstantTimeCompare([]byte(token), []byte(m)) == 1 {
+		return tunnel.Identity{Name: "master"}, nil
+	}
+	return tunnel.Identity{}, errors.New("invalid token")
+}
+
+// Handler returns the handler of the public port.
+func (g *Gateway) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if !strings.HasPrefix(p, "/aperio/") {
+			g.router.ServeHTTP(w, r)
+			return
+		}
+		switch p {
+		case tunnel.Path:
+			g.tunnels.ServeHTTP(w, r)
+		case "/aperio/health":
+			g.health(w, r)
+		case "/aperio/healthz":
+			w.WriteHeader(http.StatusOK)
+		case "/aperio/readyz":
+			if g.stopping.Load() {
+				http.Error(w, "shutting down", http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		default:
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + p})
+		}
+	})
+}
+
+func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"status":            "healthy",
+		"version":           buildinfo.Version(),
+		"connected_clients": g.router.ConnectedClients(),
+		"uptime_seconds":    int64(time.Since(g.started).Seconds()),
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// ListenAndServe listens on host:port and serves until ctx ends.
+func (g *Gateway) ListenAndServe(ctx context.Context) error {
+	addr := net.JoinHostPort(g.cfg.Host, strconv.Itoa(g.cfg.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen %s: %w", addr, err)
+	}
+	return g.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully: readyz
+// turns 503, the listener closes, in-flight visitor requests finish (up to
+// shutdown_timeout), and the tunnels close last so those requests can
+// complete through them. It returns nil after a clean shutdown.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	g.log.Info("server listening", "addr", ln.Addr().String(), "tls", g.cfg.TLSCert != "", "version", buildinfo.Version())
+	errc := make(chan error, 1)
+	go func() {
+		var err error
+		if g.cfg.TLSCert != "" {
+			err = g.srv.ServeTLS(ln, g.cfg.TLSCert, g.cfg.TLSKey)
+		} else {
+			err = g.srv.Serve(ln)
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: serve: %w", err)
+	case <-ctx.Done():
+	}
+	g.stopping.Store(true)
+	timeout := g.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	g.log.Info("shutting down", "timeout", timeout)
+	err := g.srv.Shutdown(sctx)
+	if err != nil {
+		g.log.Warn("shutdown timeout reached; closing remaining connections")
+		g.srv.Close()
+	}
+	if terr := g.tunnels.Shutdown(sctx); terr != nil {
+		g.log.Warn("tunnels did not close in time", "err", terr)
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("gateway: serve: %w", serr)
+	}
+	g.log.Info("server stopped")
+	return nil
+}

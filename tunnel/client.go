@@ -1,0 +1,437 @@
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/hashicorp/yamux"
+)
+
+// Forwarder answers the requests a client receives. Forward is called
+// concurrently, once per request, with ctx cancelled when the server
+// abandons the request. The returned response's body is read to the end or
+// until the exchange is abandoned, then closed. A 101 response must have a
+// Body that is an io.ReadWriteCloser connected to the backend.
+type Forwarder interface {
+	Forward(ctx context.Context, service string, req *http.Request) (*http.Response, error)
+}
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// URL is the server to dial: http, https, ws or wss, optionally with a
+	// path prefix in front of Path. Required.
+	URL string
+	// Token authenticates the client. Required.
+	Token string
+	// Announce returns the announcement to send; it is called for the
+	// hello and for every heartbeat. Required.
+	Announce func() Announcement
+	// Forwarder answers requests. Required.
+	Forwarder Forwarder
+	// Logger receives connection lifecycle logs; nil discards them.
+	Logger *slog.Logger
+	// DialContext dials the server's TCP connection; nil uses net.Dialer.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TLSConfig is used for https and wss URLs; nil uses the defaults.
+	TLSConfig *tls.Config
+	// Jitter returns a number in [0,1) for reconnect backoff; nil uses
+	// math/rand/v2. Tests script it.
+	Jitter func() float64
+	// OnConnect and OnDisconnect, when set, are called as sessions begin and
+	// end (notices from the welcome are logged regardless).
+	OnConnect    func(sessionID string)
+	OnDisconnect func(err error)
+}
+
+// Reconnect backoff (contract §3): 1 s doubling to 60 s, full jitter, reset
+// once a session has been up for 30 s.
+const (
+	backoffMin   = time.Second
+	backoffMax   = 60 * time.Second
+	backoffReset = 30 * time.Second
+)
+
+// RefusedError is a server's refusal of a tunnel: a wrong token, an
+// unsupported version, an invalid announcement.
+type RefusedError struct {
+	Status int    // HTTP status of the upgrade answer; 0 after the upgrade
+	Reason string // the server's words
+}
+
+func (e *RefusedError) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("tunnel: server refused the tunnel (%d): %s", e.Status, e.Reason)
+	}
+	return "tunnel: server refused the tunnel: " + e.Reason
+}
+
+// Client holds one tunnel to one server, reconnecting forever.
+type Client struct {
+	cfg     ClientConfig
+	log     *slog.Logger
+	wsURL   string
+	httpc   *http.Client
+	jitter  func() float64
+	nudge   chan chan error // announce now; the reply arrives with the ack
+	poke    chan struct{}   // announce soon; nobody waits (capacity 1)
+	streams sync.WaitGroup  // request goroutines of every session
+	active  atomic.Int64    // requests being served now
+	// connected is set while a session's control loop runs, the only
+	// receiver of nudge.
+	connected atomic.Bool
+}
+
+// NewClient checks cfg and returns a Client; Run starts it.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.URL == "" || cfg.Token == "" || cfg.Announce == nil || cfg.Forwarder == nil {
+		return nil, errors.New("tunnel: client needs URL, Token, Announce and Forwarder")
+	}
+	wsURL, err := tunnelURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dial := cfg.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	tr := &http.Transport{
+		Proxy:               nil, // ambient HTTP_PROXY must not capture the tunnel
+		DialContext:         dial,
+		TLSClientConfig:     cfg.TLSConfig,
+		TLSHandshakeTimeout: 10 * time.Second,
+		// The upgrade needs HTTP/1.1; an empty map turns HTTP/2 off.
+		TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{},
+		DisableKeepAlives: true,
+	}
+	jitter := cfg.Jitter
+	if jitter == nil {
+		jitter = rand.Float64
+	}
+	return &Client{
+		cfg:    cfg,
+		log:    log.With("server_url", cfg.URL),
+		wsURL:  wsURL,
+		httpc:  &http.Client{Transport: tr},
+		jitter: jitter,
+		nudge:  make(chan chan error),
+		poke:   make(chan struct{}, 1),
+	}, nil
+}
+
+// tunnelURL maps server.url onto the WebSocket URL of the tunnel endpoint.
+func tunnelURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("tunnel: server url: %w", err)
+	}
+	switch u.Scheme {
+	case "http", "ws":
+		u.Scheme = "http"
+	case "https", "wss":
+		u.Scheme = "https"
+	default:
+		return "", fmt.Errorf("tunnel: server url %q: scheme must be http, https, ws or wss", raw)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("tunnel: server url %q has no host", raw)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + Path
+	u.RawQuery, u.Fragment = "", ""
+	return u.String(), nil
+}
+
+// Active returns the number of requests the client is serving now.
+func (c *Client) Active() int64 { return c.active.Load() }
+
+// Run connects and keeps the tunnel up until ctx is done, then closes the
+// session and waits for the requests it was serving. It returns nil when
+// ctx ends it.
+func (c *Client) Run(ctx context.Context) error {
+	defer c.streams.Wait()
+	backoff := backoffMin
+	for {
+		start := time.Now()
+		err := c.runSession(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) >= backoffReset {
+			backoff = backoffMin
+		}
+		wait := time.Duration(c.jitter() * float64(backoff))
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			c.log.Error("tunnel refused", "reason", refused.Reason, "status", refused.Status, "retry_in", wait.Round(time.Millisecond))
+		} else {
+			c.log.Warn("tunnel down", "err", errString(err), "retry_in", wait.Round(time.Millisecond))
+		}
+		if c.cfg.OnDisconnect != nil {
+			c.cfg.OnDisconnect(err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, backoffMax)
+	}
+}
+
+// AnnounceNow sends the current announcement at once and waits until the
+// server has acknowledged it (so a draining flag is in force), or ctx ends.
+// While disconnected it returns ErrSessionClosed at once: no server routes
+// anything here then, and the next hello carries the current state anyway.
+func (c *Client) AnnounceNow(ctx context.Context) error {
+	if !c.connected.Load() {
+		return ErrSessionClosed
+	}
+	reply := make(chan error, 1)
+	select {
+	case c.nudge <- reply:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Nudge asks for the announcement to go out at once instead of at the next
+// heartbeat. It never blocks; while disconnected it is a no-op beyond the
+// next hello, which carries the current state anyway.
+func (c *Client) Nudge() {
+	select {
+	case c.poke <- struct{}{}:
+	default:
+	}
+}
+
+// dial performs the upgrade and returns the yamux session.
+func (c *Client) dial(ctx context.Context) (*yamux.Session, error) {
+	dctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+	defer cancel()
+	wsc, resp, err := websocket.Dial(dctx, c.wsURL, &websocket.DialOptions{
+		HTTPClient:      c.httpc,
+		HTTPHeader:      http.Header{"Authorization": {"Bearer " + c.cfg.Token}},
+		Subprotocols:    []string{Subprotocol},
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, refusal(resp)
+		}
+		return nil, fmt.Errorf("tunnel: dial %s: %w", c.wsURL, err)
+	}
+	// The session's lifetime is governed by runSession, not by the dial
+	// deadline, so the net.Conn gets ctx, not dctx.
+	conn := &coalescingConn{Conn: websocket.NetConn(ctx, wsc, websocket.MessageBinary)}
+	return yamux.Client(conn, yamuxConfig())
+}
+
+// refusal reads the server's JSON reason from a failed upgrade.
+func refusal(resp *http.Response) error {
+	var body struct {
+		Error string `json:"error"`
+	}
+	reason := http.StatusText(resp.StatusCode)
+	if resp.Body != nil {
+		if json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body) == nil && body.Error != "" {
+			reason = body.Error
+		}
+		resp.Body.Close()
+	}
+	return &RefusedError{Status: resp.StatusCode, Reason: reason}
+}
+
+// runSession holds one session from dial to its end.
+func (c *Client) runSession(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mux, err := c.dial(sctx)
+	if err != nil {
+		return err
+	}
+	defer mux.Close()
+	ctrl, err := mux.OpenStream()
+	if err != nil {
+		return fmt.Errorf("tunnel: open control stream: %w", err)
+	}
+	ann := c.cfg.Announce()
+	ctrl.SetDeadline(time.Now().Add(HandshakeTimeout))
+	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
+		return fmt.Errorf("tunnel: send hello: %w", err)
+	}
+	welcome, err := readMessage(ctrl)
+	if err != nil {
+		return fmt.Errorf("tunnel: read welcome: %w", err)
+	}
+	if welcome.Type == msgRefused {
+		return &RefusedError{Reason: welcome.Reason}
+	}
+	if welcome.Type != msgWelcome {
+		return fmt.Errorf("tunnel: expected welcome, got %s", welcome.Type)
+	}
+	ctrl.SetDeadline(time.Time{})
+	interval := time.Duration(welcome.HeartbeatMS) * time.Millisecond
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	log := c.log.With("session_id", welcome.SessionID)
+	log.Info("tunnel connected", "heartbeat", interval)
+	for _, n := range welcome.Notices {
+		log.Warn("server notice", "notice", n)
+	}
+	if c.cfg.OnConnect != nil {
+		c.cfg.OnConnect(welcome.SessionID)
+	}
+
+	go c.acceptLoop(sctx, mux)
+	c.connected.Store(true)
+	defer c.connected.Store(false)
+	return c.controlLoop(sctx, log, mux, ctrl, interval)
+}
+
+// acceptLoop serves every data stream the server opens.
+func (c *Client) acceptLoop(ctx context.Context, mux *yamux.Session) {
+	for {
+		st, err := mux.AcceptStream()
+		if err != nil {
+			return
+		}
+		c.streams.Add(1)
+		go func() {
+			defer c.streams.Done()
+			c.serveStream(ctx, st)
+		}()
+	}
+}
+
+// controlLoop sends heartbeats and reads acks until the session ends. The
+// server must ack within three heartbeat intervals or the session is
+// considered dead.
+func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration) error {
+	type ackMsg struct {
+		m   *message
+		err error
+	}
+	acks := make(chan ackMsg, 1)
+	go func() {
+		for {
+			m, err := readMessage(ctrl)
+			select {
+			case acks <- ackMsg{m, err}:
+			case <-mux.CloseChan():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	var seq uint64
+	waiting := make(map[uint64]chan error) // nudges awaiting their ack
+	defer func() {
+		for _, r := range waiting {
+			r <- ErrSessionClosed
+		}
+	}()
+	send := func() error {
+		seq++
+		ann := c.cfg.Announce()
+		ctrl.SetWriteDeadline(time.Now().Add(interval))
+		return writeMessage(ctrl, &message{Type: msgHeartbeat, Announcement: &ann, Seq: seq})
+	}
+	beat := time.NewTicker(interval)
+	defer beat.Stop()
+	lastAck := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-mux.CloseChan():
+			return ErrSessionClosed
+		case reply := <-c.nudge:
+			if err := send(); err != nil {
+				reply <- err
+				return fmt.Errorf("tunnel: send heartbeat: %w", err)
+			}
+			waiting[seq] = reply
+		case <-c.poke:
+			if err := send(); err != nil {
+				return fmt.Errorf("tunnel: send heartbeat: %w", err)
+			}
+		case <-beat.C:
+			if time.Since(lastAck) > 3*interval {
+				return errors.New("tunnel: server stopped acknowledging heartbeats")
+			}
+			if err := send(); err != nil {
+				return fmt.Errorf("tunnel: send heartbeat: %w", err)
+			}
+		case a := <-acks:
+			if a.err != nil {
+				return fmt.Errorf("tunnel: control stream: %w", a.err)
+			}
+			switch a.m.Type {
+			case msgAck:
+				lastAck = time.Now()
+				for _, n := range a.m.Notices {
+					log.Debug("server notice", "notice", n)
+				}
+				for s, r := range waiting {
+					if s <= a.m.Seq {
+						r <- nil
+						delete(waiting, s)
+					}
+				}
+			case msgGoAway:
+				return fmt.Errorf("tunnel: server said goaway: %s", a.m.Reason)
+			default:
+				return fmt.Errorf("tunnel: unexpected %s frame", a.m.Type)
+			}
+		}
+	}
+}
+
+// serveStream answers the requests of one data stream in turn.
+func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
+	defer st.Close()
+	br := bufio.NewReaderSize(st, 4096)
+	bw := bufio.NewWriterSize(st, 4096)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, yamux.ErrStreamClosed) {
+				c.log.Debug("tunnel stream ended", "err", err)
+			}
+			return
+		}
+		if !c.serveOne(ctx, st, br, bw, req) {
+			return
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/bufpool"
+	"github.com/hashicorp/yamux"
+)
+
+// serveOne answers one request read from a data stream and reports whether
+// the stream can carry the next one.
+func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reader, bw *bufio.Writer, req *http.Request) bool {
+	// The request counts as in flight until its response is written, not
+	// while the stream then waits for its next request: a pooled stream
+	// can wait indefinitely, and counting it would hold every drain until
+	// drain_timeout and keep idle_timeout from ever firing.
+	c.active.Add(1)
+	counted := true
+	defer func() {
+		if counted {
+			c.active.Add(-1)
+		}
+	}()
+
+	service := req.Header.Get(ServiceHeader)
+	delete(req.Header, ServiceHeader)
+	upgrade := IsUpgrade(req.Header)
+	hasBody := req.Body != http.NoBody
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var body *requestBody
+	if hasBody {
+		body = &requestBody{r: req.Body, closed: make(chan struct{}), eof: make(chan struct{})}
+		req.Body = body
+	}
+	// Once the request (and its body, if any) has been read, the server
+	// sends nothing on the stream until the response is complete; reading
+	// EOF (or anything) early means it abandoned the request. Before the
+	// body's end, a failing body read tells the same; after it, only this
+	// peek does (a POST whose backend is slow to answer, a gRPC stream).
+	var next chan error
+	if !upgrade {
+		next = make(chan error, 1)
+		go func() {
+			if body != nil {
+				select {
+				case <-body.eof: // the body's reader is done with br
+				case <-rctx.Done():
+					next <- rctx.Err()
+					return
+				}
+			}
+			_, err := br.Peek(1)
+			if err != nil {
+				cancel()
+			}
+			next <- err
+		}()
+	}
+	req = req.WithContext(rctx)
+	resp, err := c.cfg.Forwarder.Forward(rctx, service, req)
+	if err != nil {
+		if rctx.Err() != nil {
+			return false // the server abandoned it; nobody reads an answer
+		}
+		c.log.Debug("backend request failed", "service", service, "err", err)
+		resp = errorResponse(http.StatusBadGateway, "aperio-client: backend unreachable: "+err.Error())
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return c.serveUpgrade(st, br, bw, resp)
+	}
+	if err := writeResponse(bw, req, resp); err != nil {
+		resp.Body.Close()
+		return false
+	}
+	resp.Body.Close()
+
+	if hasBody {
+		// Reuse needs the request body read to its end; the backend may
+		// have answered without reading it. The server reuses the stream
+		// only after it wrote the whole body, so what is left is bounded by
+		// the stream window; if it gave up instead, the read ends in EOF.
+		// The transport may still be writing the body after the response
+		// arrived; it closes the body when done, and only then is it ours.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-body.closed:
+		case <-t.C:
+			return false
+		}
+		if _, err := bufpool.Copy(io.Discard, body); err != nil {
+			return false
+		}
+	}
+	c.active.Add(-1)
+	counted = false
+	return <-next == nil
+}
+
+// writeResponse writes resp onto the stream: fixed-length bodies are
+// buffered and flushed once, bodies of unknown length are chunked and
+// flushed as they arrive (SSE, gRPC), with trailers after the last chunk.
+func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response) error {
+	RemoveHopHeaders(resp.Header, false)
+	hasBody := bodyAllowed(resp.StatusCode) && req.Method != http.MethodHead
+	chunked := hasBody && resp.ContentLength < 0
+	if err := writeResponseHead(bw, resp, chunked, bodyAllowed(resp.StatusCode)); err != nil {
+		return err
+	}
+	if !hasBody {
+		return bw.Flush()
+	}
+	bc := &bodyCopier{bw: bw, src: resp.Body, length: resp.ContentLength, flushEach: chunked}
+	if chunked {
+		bc.trailer = func() http.Header { return resp.Trailer }
+	}
+	return bc.copy()
+}
+
+// serveUpgrade relays a switched protocol until either side closes. The
+// stream is never reused afterwards.
+func (c *Client) serveUpgrade(st *yamux.Stream, br *bufio.Reader, bw *bufio.Writer, resp *http.Response) bool {
+	backend, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		resp.Body.Close()
+		return false
+	}
+	defer backend.Close()
+	if err := writeResponseHead(bw, resp, false, false); err != nil {
+		return false
+	}
+	if err := bw.Flush(); err != nil {
+		return false
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bufpool.Copy(backend, br) // visitor → backend
+		if cw, ok := backend.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+	}()
+	bufpool.Copy(st, backend) // backend → visitor
+	st.Close()
+	<-done
+	return false
+}
+
+// errorResponse is the answer when the backend cannot be reached. It
+// carries a header so the server can tell it apart from the app's own 502.
+func errorResponse(status int, msg string) *http.Response {
+	body := msg + "\n"
+	return &http.Response{
+		StatusCode:    status,
+		Header:        http.Header{"Content-Type": {"text/plain; charset=utf-8"}, "X-Aperio-Error": {"backend"}, "Content-Length": {strconv.Itoa(len(body))}},
+		ContentLength: int64(len(body)),
+		Body:          io.NopCloser(strings.NewReader(body)),
+	}
+}
+
+// requestBody lets the backend transport close the request body without
+// closing the stream's reader: the rest of the body must still be drained
+// before the stream can carry the next request. It reports its end on eof.
+type requestBody struct {
+	r       io.Reader
+	once    sync.Once
+	closed  chan struct{}
+	eofOnce sync.Once
+	eof     chan struct{} // closed once a read returned io.EOF
+}
+
+func (b *requestBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		b.eofOnce.Do(func() { close(b.eof) })
+	}
+	return n, err
+}
+
+func (b *requestBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}

@@ -1,0 +1,197 @@
+package tunnel
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/hostname"
+)
+
+// Wire constants. Changing any of them is a protocol change: bump Version.
+const (
+	// Path is the HTTP path of the tunnel endpoint on the public port.
+	Path = "/aperio/tunnel"
+	// Subprotocol is the WebSocket subprotocol both ends must agree on.
+	Subprotocol = "aperio-tunnel.v1"
+	// Version is the handshake version this build speaks.
+	Version = 1
+	// MaxFrameSize bounds one control-stream frame (an announcement with
+	// hundreds of hostnames fits in a few KiB; 1 MiB is generous).
+	MaxFrameSize = 1 << 20
+	// ServiceHeader names the header that tells the client which of its
+	// announced services a request is for. The server sets it on every
+	// request it sends; the client removes it before forwarding.
+	ServiceHeader = "X-Aperio-Service"
+	// HandshakeTimeout bounds the time from upgrade to welcome.
+	HandshakeTimeout = 10 * time.Second
+)
+
+// Message types on the control stream.
+const (
+	msgHello     = "hello"     // client → server: version and first announcement
+	msgWelcome   = "welcome"   // server → client: accepted, session id, heartbeat interval
+	msgRefused   = "refused"   // server → client: handshake refused, reason; then close
+	msgHeartbeat = "heartbeat" // client → server: the full announcement again
+	msgAck       = "ack"       // server → client: heartbeat applied, notices
+	msgGoAway    = "goaway"    // server → client: close and reconnect (shutdown, revoke)
+)
+
+// Announcement is everything a client declares about itself. It is sent in
+// the hello and again on every heartbeat; the server applies it
+// idempotently, so a heartbeat that repeats the last one changes nothing.
+type Announcement struct {
+	// Name is the client's display name (config `name`).
+	Name string `json:"name"`
+	// InstanceID identifies the client process across reconnects; the
+	// server treats two sessions with one InstanceID as the same instance.
+	InstanceID string `json:"instance_id"`
+	// Draining is set once the client stops taking new requests.
+	Draining bool `json:"draining,omitempty"`
+	// Services lists what the client publishes.
+	Services []Service `json:"services"`
+	// Scaling is the client's scaling declaration, nil when none.
+	Scaling *Scaling `json:"scaling,omitempty"`
+}
+
+// Service is one published target as announced.
+type Service struct {
+	// ID names the service within its client; the server echoes it in
+	// ServiceHeader. The client uses the service's index.
+	ID            string   `json:"id"`
+	Hostnames     []string `json:"hostnames"`
+	Path          string   `json:"path,omitempty"`
+	MaxConcurrent int      `json:"max_concurrent,omitempty"` // 0 = not announced
+	Priority      int      `json:"priority,omitempty"`       // >0 = standby tier
+	Healthy       bool     `json:"healthy"`
+	Resilience    bool     `json:"resilience,omitempty"`
+}
+
+// Scaling is the announced scaling block. Durations travel as milliseconds.
+type Scaling struct {
+	URL               string  `json:"url"`
+	Secret            string  `json:"secret,omitempty"`
+	Min               int     `json:"min"`
+	Max               int     `json:"max"`
+	ColdStartMS       int64   `json:"cold_start_ms"`
+	TargetUtilization float64 `json:"target_utilization"`
+	WindowMS          int64   `json:"window_ms"`
+	CooldownMS        int64   `json:"cooldown_ms"`
+}
+
+// message is the envelope of every control-stream frame.
+type message struct {
+	Type         string        `json:"type"`
+	Version      int           `json:"version,omitempty"`
+	Announcement *Announcement `json:"announcement,omitempty"`
+	SessionID    string        `json:"session_id,omitempty"`
+	HeartbeatMS  int64         `json:"heartbeat_ms,omitempty"`
+	Reason       string        `json:"reason,omitempty"`
+	Notices      []string      `json:"notices,omitempty"`
+	// Seq numbers heartbeats; the ack carries the heartbeat's Seq.
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+// ErrFrameTooLarge reports a control frame above MaxFrameSize.
+var ErrFrameTooLarge = errors.New("tunnel: control frame too large")
+
+// writeMessage writes one frame: a 4-byte big-endian length, then JSON.
+func writeMessage(w io.Writer, m *message) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("tunnel: encode %s: %w", m.Type, err)
+	}
+	if len(body) > MaxFrameSize {
+		return fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, len(body))
+	}
+	buf := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	copy(buf[4:], body)
+	_, err = w.Write(buf)
+	return err
+}
+
+// readMessage reads one frame. It never allocates more than MaxFrameSize,
+// whatever the length prefix claims.
+func readMessage(r io.Reader) (*message, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxFrameSize {
+		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, fmt.Errorf("tunnel: read frame: %w", err)
+	}
+	return decodeMessage(body)
+}
+
+// decodeMessage parses and checks one frame's JSON body.
+func decodeMessage(body []byte) (*message, error) {
+	m := new(message)
+	if err := json.Unmarshal(body, m); err != nil {
+		return nil, fmt.Errorf("tunnel: decode frame: %w", err)
+	}
+	switch m.Type {
+	case msgHello, msgHeartbeat:
+		if m.Announcement == nil {
+			return nil, fmt.Errorf("tunnel: %s without announcement", m.Type)
+		}
+	case msgWelcome, msgRefused, msgAck, msgGoAway:
+	default:
+		return nil, fmt.Errorf("tunnel: unknown frame type %q", m.Type)
+	}
+	return m, nil
+}
+
+// Bounds on one announcement, so that a hostile client cannot make the
+// server hold or index an unbounded route table.
+const (
+	maxServices  = 256
+	maxHostnames = 1024 // over all services
+)
+
+// Validate checks an announcement's syntax: hostnames, paths and numbers.
+// Whether the token may bind the hostnames is the registry's decision.
+func (a *Announcement) Validate() error {
+	if len(a.Services) > maxServices {
+		return fmt.Errorf("announcement: %d services, at most %d", len(a.Services), maxServices)
+	}
+	if len(a.Name) > 256 || len(a.InstanceID) > 256 {
+		return errors.New("announcement: name or instance_id longer than 256 bytes")
+	}
+	total := 0
+	seen := make(map[string]bool, len(a.Services))
+	var errs []error
+	for i, svc := range a.Services {
+		if svc.ID == "" || seen[svc.ID] {
+			errs = append(errs, fmt.Errorf("announcement: service %d: empty or duplicate id %q", i, svc.ID))
+		}
+		seen[svc.ID] = true
+		if len(svc.Hostnames) == 0 {
+			errs = append(errs, fmt.Errorf("announcement: service %s: no hostname", svc.ID))
+		}
+		total += len(svc.Hostnames)
+		for _, h := range svc.Hostnames {
+			if err := hostname.Validate(h); err != nil {
+				errs = append(errs, fmt.Errorf("announcement: service %s: %w", svc.ID, err))
+			}
+		}
+		if svc.Path != "" && (svc.Path[0] != '/' || len(svc.Path) > 1024) {
+			errs = append(errs, fmt.Errorf("announcement: service %s: path %q must start with '/'", svc.ID, svc.Path))
+		}
+		if svc.MaxConcurrent < 0 || svc.Priority < 0 {
+			errs = append(errs, fmt.Errorf("announcement: service %s: negative max_concurrent or priority", svc.ID))
+		}
+	}
+	if total > maxHostnames {
+		errs = append(errs, fmt.Errorf("announcement: %d hostnames, at most %d", total, maxHostnames))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,357 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/hashicorp/yamux"
+)
+
+// Authenticator checks the token a client presents.
+type Authenticator interface {
+	// Authenticate returns the identity of token, or an error (refused)
+	// whose text is safe to show to the client.
+	Authenticate(ctx context.Context, token string) (Identity, error)
+}
+
+// Registry receives sessions as they come and go. The server calls it from
+// each session's goroutine; implementations must be safe for concurrent use.
+type Registry interface {
+	// Attach is called once per session after its hello; an error refuses
+	// the session and its text is sent to the client.
+	Attach(s *Session) error
+	// Update is called after each heartbeat with the session's new
+	// announcement in place. It returns notices for the client (binds it
+	// refused, for example), which the client logs.
+	Update(s *Session) []string
+	// Detach is called once when an attached session ends.
+	Detach(s *Session)
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Auth checks tokens. Required.
+	Auth Authenticator
+	// Registry receives sessions. Required.
+	Registry Registry
+	// DownThreshold is how long a session may go without a heartbeat
+	// before it is dropped (client_down_threshold). Default 15s.
+	DownThreshold time.Duration
+	// ResponseHeaderTimeout bounds the wait for a response head after a
+	// request was sent (gateway_response_timeout). Zero means no bound.
+	ResponseHeaderTimeout time.Duration
+	// Logger receives session lifecycle logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server accepts tunnels on Path. It is an http.Handler; the handler blocks
+// for the life of the session it accepted.
+type Server struct {
+	cfg ServerConfig
+	log *slog.Logger
+
+	mu       sync.Mutex // guards the following fields
+	sessions map[*Session]struct{}
+	closing  bool
+
+	wg sync.WaitGroup // one per running session handler
+}
+
+// NewServer returns a Server, or an error if cfg is incomplete.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Auth == nil || cfg.Registry == nil {
+		return nil, errors.New("tunnel: server needs Auth and Registry")
+	}
+	if cfg.DownThreshold <= 0 {
+		cfg.DownThreshold = 15 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, log: log, sessions: make(map[*Session]struct{})}, nil
+}
+
+// heartbeatInterval is what the server asks clients to use: three beats
+// fit in the down threshold, so one lost beat never drops a client.
+func (s *Server) heartbeatInterval() time.Duration { return s.cfg.DownThreshold / 3 }
+
+// refuse answers a request that cannot become a tunnel.
+func refuse(w http.ResponseWriter, status int, reason string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]string{"error": reason})
+}
+
+// ServeHTTP upgrades an authenticated request to a tunnel session and runs
+// it until it ends.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || !IsUpgrade(r.Header) || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		refuse(w, http.StatusBadRequest, "the tunnel endpoint expects a WebSocket upgrade (use aperio-client)")
+		return
+	}
+	if !offersSubprotocol(r.Header) {
+		refuse(w, http.StatusUpgradeRequired, "unsupported tunnel protocol: this server speaks "+Subprotocol)
+		return
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		refuse(w, http.StatusUnauthorized, "missing token: send Authorization: Bearer <token>")
+		return
+	}
+	ident, err := s.cfg.Auth.Authenticate(r.Context(), token)
+	if err != nil {
+		s.log.Warn("tunnel refused", "remote_addr", r.RemoteAddr, "reason", err.Error())
+		refuse(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	s.mu.Lock()
+	closing := s.closing
+	if !closing {
+		s.wg.Add(1)
+	}
+	s.mu.Unlock()
+	if closing {
+		refuse(w, http.StatusServiceUnavailable, "server is shutting down")
+		return
+	}
+	defer s.wg.Done()
+
+	wsc, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:    []string{Subprotocol},
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		s.log.Debug("tunnel upgrade failed", "remote_addr", r.RemoteAddr, "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	conn := &coalescingConn{Conn: websocket.NetConn(ctx, wsc, websocket.MessageBinary)}
+	mux, err := yamux.Server(conn, yamuxConfig())
+	if err != nil {
+		conn.Close()
+		return
+	}
+	defer mux.Close()
+	sess := &Session{
+		id:          newID(),
+		ident:       ident,
+		remoteAddr:  r.RemoteAddr,
+		mux:         mux,
+		headTimeout: s.cfg.ResponseHeaderTimeout,
+	}
+	s.run(ctx, sess)
+}
+
+func offersSubprotocol(h http.Header) bool {
+	for _, v := range h["Sec-Websocket-Protocol"] {
+		for _, p := range splitComma(v) {
+			if p == Subprotocol {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// run performs the handshake and then serves the control stream until the
+// session ends.
+func (s *Server) run(ctx context.Context, sess *Session) {
+	log := s.log.With("session_id", sess.id, "remote_addr", sess.remoteAddr)
+	hctx, hcancel := context.WithTimeout(ctx, HandshakeTimeout)
+	ctrl, err := sess.mux.AcceptStreamWithContext(hctx)
+	hcancel()
+	if err != nil {
+		log.Info("tunnel handshake failed", "reason", "no control stream", "err", err)
+		return
+	}
+	sess.ctrlMu.Lock()
+	sess.ctrl = ctrl
+	sess.ctrlMu.Unlock()
+	refuseHello := func(reason string) {
+		sess.writeControl(&message{Type: msgRefused, Reason: reason}, time.Second)
+	}
+	ctrl.SetReadDeadline(time.Now().Add(HandshakeTimeout))
+	hello, err := readMessage(ctrl)
+	if err != nil {
+		log.Info("tunnel handshake failed", "err", err)
+		refuseHello("bad hello: " + err.Error())
+		return
+	}
+	if hello.Type != msgHello {
+		log.Info("tunnel handshake failed", "err", "first frame is "+hello.Type)
+		refuseHello("expected hello")
+		return
+	}
+	if hello.Version != Version {
+		reason := fmt.Sprintf("unsupported protocol version %d: this server speaks version %d", hello.Version, Version)
+		log.Info("tunnel handshake failed", "err", reason)
+		refuseHello(reason)
+		return
+	}
+	if err := hello.Announcement.Validate(); err != nil {
+		log.Info("tunnel handshake failed", "err", err)
+		refuseHello(err.Error())
+		return
+	}
+	sess.ann.Store(hello.Announcement)
+	sess.connectedAt = time.Now()
+	sess.lastSeen.Store(sess.connectedAt.UnixNano())
+
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		refuseHello("server is shutting down")
+		return
+	}
+	s.sessions[sess] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.sessions, sess)
+		s.mu.Unlock()
+	}()
+
+	if err := s.cfg.Registry.Attach(sess); err != nil {
+		log.Info("tunnel refused", "reason", err.Error())
+		refuseHello(err.Error())
+		return
+	}
+	defer s.cfg.Registry.Detach(sess)
+	notices := s.cfg.Registry.Update(sess)
+	err = sess.writeControl(&message{
+		Type:        msgWelcome,
+		Version:     Version,
+		SessionID:   sess.id,
+		HeartbeatMS: s.heartbeatInterval().Milliseconds(),
+		Notices:     notices,
+	}, HandshakeTimeout)
+	if err != nil {
+		log.Info("tunnel handshake failed", "err", err)
+		return
+	}
+	log.Info("client connected", "client_name", hello.Announcement.Name, "services", len(hello.Announcement.Services))
+
+	// The client never opens streams of its own after the control stream;
+	// close any it does so they cannot pile up buffered data.
+	go refuseStreams(sess.mux)
+
+	err = s.serveControl(sess, ctrl)
+	sess.close(err)
+	log.Info("client disconnected", "client_name", sess.Announcement().Name, "reason", errString(err))
+}
+
+// refuseStreams closes every stream the client opens until the session ends.
+func refuseStreams(mux *yamux.Session) {
+	for {
+		st, err := mux.AcceptStream()
+		if err != nil {
+			return
+		}
+		st.Close()
+	}
+}
+
+// errHeartbeatMissed ends a session whose client went quiet.
+var errHeartbeatMissed = errors.New("tunnel: heartbeat missed")
+
+// serveControl reads heartbeats until the session ends or misses one.
+func (s *Server) serveControl(sess *Session, ctrl *yamux.Stream) error {
+	for {
+		ctrl.SetReadDeadline(time.Now().Add(s.cfg.DownThreshold))
+		m, err := readMessage(ctrl)
+		if err != nil {
+			if errors.Is(err, yamux.ErrTimeout) {
+				return errHeartbeatMissed
+			}
+			return err
+		}
+		if m.Type != msgHeartbeat {
+			return fmt.Errorf("tunnel: unexpected %s frame", m.Type)
+		}
+		if err := m.Announcement.Validate(); err != nil {
+			sess.writeControl(&message{Type: msgGoAway, Reason: err.Error()}, time.Second)
+			return err
+		}
+		sess.ann.Store(m.Announcement)
+		sess.lastSeen.Store(time.Now().UnixNano())
+		notices := s.cfg.Registry.Update(sess)
+		if err := sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq}, s.cfg.DownThreshold); err != nil {
+			return err
+		}
+	}
+}
+
+// Shutdown tells every client to go away, closes their sessions and waits
+// for the session handlers to return or ctx to end. New tunnels are refused
+// from the first call on. It is safe to call more than once.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	sessions := make([]*Session, 0, len(s.sessions))
+	for sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
+	s.mu.Unlock()
+	for _, sess := range sessions {
+		sess.goAway("server shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Sessions returns the sessions connected now.
+func (s *Server) Sessions() []*Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Session, 0, len(s.sessions))
+	for sess := range s.sessions {
+		out = append(out, sess)
+	}
+	return out
+}
+
+// goAway closes the session. The client reconnects after its backoff; a
+// shutting-down server refuses it, so it finds another server or waits.
+func (sess *Session) goAway(reason string) {
+	sess.writeControl(&message{Type: msgGoAway, Reason: reason}, time.Second)
+	sess.close(errors.New("tunnel: " + reason))
+}
+
+// GoAway tells the client why it is being disconnected and closes the
+// session (a revoked token, for example).
+func (sess *Session) GoAway(reason string) { sess.goAway(reason) }
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
