@@ -1,0 +1,497 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ClientFile is the file aperio-client reads from its working directory when
+// --config names no other.
+const ClientFile = "aperio.yaml"
+
+// ClientHomeFile is the name of the client's per-user file in the home
+// directory; cmd joins it to the home directory for ClientOptions.HomeFile.
+const ClientHomeFile = ".aperio.yaml"
+
+// maxColdStart bounds scaling.cold_start: a visitor is not held longer.
+const maxColdStart = 5 * time.Minute
+
+// DefaultClient returns the client configuration with every default of the
+// contract and nothing else: no server, token or service, so it does not
+// validate, and no Name, which LoadClient fills from the machine's hostname.
+func DefaultClient() Client {
+	return Client{
+		Health: Health{
+			Interval:  10 * time.Second,
+			Timeout:   5 * time.Second,
+			Threshold: 2,
+		},
+		DrainTimeout: 30 * time.Second,
+		LogLevel:     "info",
+		LogFormat:    "text",
+	}
+}
+
+// DefaultScaling returns the defaults of a scaling declaration, which apply
+// field by field to the fields a declaration leaves unset. URL is empty.
+func DefaultScaling() Scaling {
+	return Scaling{
+		ColdStart:         45 * time.Second,
+		TargetUtilization: 0.8,
+		Window:            15 * time.Second,
+		Cooldown:          60 * time.Second,
+	}
+}
+
+// clientSettings is the client's table of top-level keys, in --print-config
+// order; services, the single-service keys and scaling have their own.
+func clientSettings() []setting[Client] {
+	type C = Client
+	return []setting[C]{
+		stringSetting("server.url", "URL of the server (https://, wss://)", func(c *C) *string { return &c.ServerURL }),
+		listSetting("server.urls", "more servers to hold tunnels to (comma list)", func(c *C) *[]string { return &c.ServerURLs }, nil),
+		stringSetting("server.token", "client token (apr_...)", func(c *C) *string { return &c.Token }).secret(),
+		stringSetting("server.api_key", "admin key for `aperio-client api`", func(c *C) *string { return &c.APIKey }).secret().alias("APERIO_API_KEY"),
+		stringSetting("name", "name shown in the API (default: the machine's hostname)", func(c *C) *string { return &c.Name }),
+		intSetting("max_concurrent", "concurrency limit of every service (0 = none announced)", func(c *C) *int { return &c.MaxConcurrent }),
+		intSetting("priority", "tier of every service: 0 primary, >0 standby", func(c *C) *int { return &c.Priority }),
+		stringSetting("health.endpoint", "path every service is probed on", func(c *C) *string { return &c.Health.Endpoint }),
+		durationSetting("health.interval", "time between health probes", func(c *C) *time.Duration { return &c.Health.Interval }),
+		durationSetting("health.timeout", "timeout of one health probe", func(c *C) *time.Duration { return &c.Health.Timeout }),
+		intSetting("health.threshold", "failed probes before a service is unhealthy", func(c *C) *int { return &c.Health.Threshold }),
+		durationSetting("idle_timeout", "retire after this long without a request (0 = never)", func(c *C) *time.Duration { return &c.IdleTimeout }),
+		durationSetting("drain_timeout", "how long a graceful drain may take", func(c *C) *time.Duration { return &c.DrainTimeout }),
+		enumSetting("log_level", "debug, info, warn or error", func(c *C) *string { return &c.LogLevel }).alias("LOG_LEVEL"),
+		enumSetting("log_format", "text or json", func(c *C) *string { return &c.LogFormat }),
+	}
+}
+
+// scalingSettings is the table of the client's scaling block.
+func scalingSettings() []setting[Scaling] {
+	type S = Scaling
+	return []setting[S]{
+		stringSetting("scaling.url", "endpoint the server calls to scale", func(c *S) *string { return &c.URL }),
+		stringSetting("scaling.secret", "bearer token sent to scaling.url", func(c *S) *string { return &c.Secret }).secret(),
+		intSetting("scaling.min", "lowest capacity asked for (0 = scale to zero)", func(c *S) *int { return &c.Min }),
+		intSetting("scaling.max", "highest capacity asked for (0 = cold starts only)", func(c *S) *int { return &c.Max }),
+		durationSetting("scaling.cold_start", "how long a visitor may be held during a cold start", func(c *S) *time.Duration { return &c.ColdStart }),
+		floatSetting("scaling.target_utilization", "utilization above which to scale out, in (0,1]", func(c *S) *float64 { return &c.TargetUtilization }),
+		durationSetting("scaling.window", "how long utilization must stay high", func(c *S) *time.Duration { return &c.Window }),
+		durationSetting("scaling.cooldown", "minimum gap between two scaling calls", func(c *S) *time.Duration { return &c.Cooldown }),
+	}
+}
+
+// serviceSettings is the table of the keys of one entry of services:. They
+// have no environment or flag spelling of their own; see singleSettings.
+func serviceSettings() []setting[Service] {
+	type S = Service
+	tab := []setting[S]{
+		scalarSetting("target", "URL of the local app", func(c *S) *string { return &c.Target }, normalizeTarget, identity),
+		listSetting("hostname", "public hostnames", func(c *S) *[]string { return &c.Hostnames }, strings.ToLower),
+		stringSetting("path", "prefix bind", func(c *S) *string { return &c.Path }),
+		intSetting("max_concurrent", "concurrency limit", func(c *S) *int { return &c.MaxConcurrent }),
+		intSetting("priority", "tier: 0 primary, >0 standby", func(c *S) *int { return &c.Priority }),
+		stringSetting("health.endpoint", "path probed on the target", func(c *S) *string { return &c.Health.Endpoint }),
+		durationSetting("health.interval", "time between probes", func(c *S) *time.Duration { return &c.Health.Interval }),
+		durationSetting("health.timeout", "timeout of one probe", func(c *S) *time.Duration { return &c.Health.Timeout }),
+		intSetting("health.threshold", "failed probes before unhealthy", func(c *S) *int { return &c.Health.Threshold }),
+		boolSetting("resilience", "allow serve-stale", func(c *S) *bool { return &c.Resilience }),
+	}
+	for i := range tab {
+		tab[i].Env, tab[i].Flag = "", ""
+	}
+	return tab
+}
+
+// singleFields maps each single-service key to the key of services[0] it
+// fills.
+var singleFields = map[string]string{
+	"target":        "target",
+	"hostname":      "hostname",
+	"path":          "path",
+	"target_health": "health_endpoint",
+}
+
+// singleSettings is the table of the single-service keys: environment and
+// flag spellings of fields of services[0]. Only their Key is used; values go
+// through serviceSettings.
+func singleSettings() []setting[Service] {
+	type S = Service
+	none := func(*S, value) error { return nil }
+	empty := func(*S) string { return "" }
+	return []setting[S]{
+		newSetting("target", "local app: a port, host:port or URL (also the TARGET argument)", none, empty),
+		newSetting("hostname", "public hostnames of the single service (comma list)", none, empty),
+		newSetting("path", "prefix bind of the single service", none, empty),
+		newSetting("target_health", "health endpoint path of the single service", none, empty),
+	}
+}
+
+// ClientKeys returns every key of aperio-client that has an environment or
+// flag spelling: the top-level keys, the single-service keys (target,
+// hostname, path, target_health) and the scaling block. services is
+// file-only and not listed.
+func ClientKeys() []Key {
+	keys := keysOf(clientSettings())
+	keys = append(keys, keysOf(singleSettings())...)
+	return append(keys, keysOf(scalingSettings())...)
+}
+
+// ClientOptions says where LoadClient finds its surfaces.
+type ClientOptions struct {
+	// File is the yaml file to read; empty means ClientFile if it exists.
+	File string
+	// FileMustExist makes a missing File an error (--config FILE).
+	FileMustExist bool
+	// HomeFile is the per-user file (~/.aperio.yaml), read if it exists.
+	// Empty means none.
+	HomeFile string
+	// Flags holds the flags the user set: key (any spelling of a Key's Name
+	// or Flag) → raw value, lists comma-separated.
+	Flags map[string]string
+	// Target is the positional TARGET, or "" when none was given.
+	Target string
+	// Env is the environment; main passes os.LookupEnv. Nil is empty.
+	Env Env
+	// Hostname names the machine for the default name; nil means
+	// os.Hostname.
+	Hostname func() (string, error)
+	// ReadFile reads a file; nil means os.ReadFile.
+	ReadFile func(name string) ([]byte, error)
+}
+
+// LoadClient builds the client configuration, field by field: a flag (or
+// the TARGET argument) wins over the file, which wins over the environment,
+// which wins over the home file, which wins over the defaults. ${VAR} and
+// ${VAR:-default} in the files' values expand from o.Env.
+//
+// services comes whole from the file, or else from the home file. The
+// single-service keys (TARGET, APERIO_TARGET, APERIO_HOSTNAME,
+// APERIO_TARGET_HEALTH, --hostname, --path) fill services[0] field by field,
+// creating it when no file declares services; they are an error when the
+// declaration has several services. Each service's health starts from the
+// top-level health. Scaling stays nil unless some surface sets a scaling
+// field.
+//
+// The error joins every problem, loading and validation alike, each an
+// *Error. The configuration and sources are returned even then, with the
+// defaults in place of values that did not load.
+func LoadClient(o ClientOptions) (Client, *Sources, error) {
+	file := o.File
+	if file == "" {
+		file = ClientFile
+	}
+	l := newLoader()
+	top, sc, svc, single := clientSettings(), scalingSettings(), serviceSettings(), singleSettings()
+
+	sch := newSchema()
+	addSettings(sch, top)
+	addSettings(sch, sc)
+	sch.add("services", true)
+	sch.hint = func(norm string) string {
+		if _, ok := singleFields[norm]; ok || norm == "resilience" {
+			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
+		}
+		return ""
+	}
+	svcSch := newSchema()
+	addSettings(svcSch, svc)
+
+	local, localFile := l.readYAML(o.ReadFile, file, o.FileMustExist, o.Env, sch)
+	home, homeFile := layer{}, (*yamlFile)(nil)
+	if o.HomeFile != "" {
+		home, homeFile = l.readYAML(o.ReadFile, o.HomeFile, false, o.Env, sch)
+	}
+	env := layer{}
+	envLayer(env, top, o.Env, nil)
+	envLayer(env, sc, o.Env, nil)
+	singleEnv := layer{}
+	envLayer(singleEnv, single, o.Env, func(norm string) string { return singleFields[norm] })
+	flags, singleFlags := l.flagLayers(o, top, sc, single)
+	layers := []layer{flags, local, env, home}
+
+	cfg := DefaultClient()
+	apply(l, &cfg, top, layers, func() *Client {
+		c := DefaultClient()
+		return &c
+	}, "")
+	if l.src.Of("name").Kind == SourceDefault {
+		hostname := o.Hostname
+		if hostname == nil {
+			hostname = os.Hostname
+		}
+		if h, err := hostname(); err == nil {
+			cfg.Name = h
+		}
+	}
+	if present(sc, layers...) {
+		s := DefaultScaling()
+		cfg.Scaling = &s
+		apply(l, cfg.Scaling, sc, layers, func() *Scaling {
+			s := DefaultScaling()
+			return &s
+		}, "")
+	}
+
+	d := serviceDecl{svc: svc, singleFlags: singleFlags, singleEnv: singleEnv}
+	if v, ok := local["services"]; ok {
+		d.items, d.from = l.serviceItems(v, localFile, svcSch), localFile
+		if hv, ok := home["services"]; ok {
+			// Shadowed by the file's services, but bad input is still
+			// reported. The sources go to a throwaway.
+			shadow := &loader{src: newSources(), failed: l.failed}
+			for i, it := range l.serviceItems(hv, homeFile, svcSch) {
+				var scratch Service
+				apply(shadow, &scratch, svc, []layer{it}, nil, fmt.Sprintf("services[%d].", i))
+			}
+			l.errs = append(l.errs, shadow.errs...)
+		}
+	} else if v, ok := home["services"]; ok {
+		d.items, d.from = l.serviceItems(v, homeFile, svcSch), homeFile
+	}
+	cfg.Services = l.services(&cfg, d, localFile)
+	return cfg, l.src, l.result(cfg.problems(l.src))
+}
+
+// flagLayers sorts o.Flags and o.Target into the flag layer of the
+// top-level and scaling keys and the flag layer of services[0].
+func (l *loader) flagLayers(o ClientOptions, top []setting[Client], sc []setting[Scaling], single []setting[Service]) (layer, layer) {
+	known := make(map[string]string) // normalized key → flag name
+	for _, k := range ClientKeys() {
+		known[normalize(k.Name)] = k.Flag
+	}
+	flags, singles := layer{}, layer{}
+	for _, k := range slices.Sorted(maps.Keys(o.Flags)) {
+		norm := normalize(strings.TrimLeft(k, "-"))
+		name, ok := known[norm]
+		if !ok {
+			src := Source{Kind: SourceFlag, Name: strings.ReplaceAll(norm, "_", "-")}
+			msg := "unknown flag"
+			if s := clientFlagSchema(top, sc, single).suggest(norm); s != "" {
+				msg += ", did you mean --" + strings.ReplaceAll(normalize(s), "_", "-") + "?"
+			}
+			l.fail(k, src, msg)
+			continue
+		}
+		v := value{src: Source{Kind: SourceFlag, Name: name}, text: o.Flags[k]}
+		if field, ok := singleFields[norm]; ok {
+			singles[field] = v
+		} else {
+			flags[norm] = v
+		}
+	}
+	if o.Target != "" {
+		v := value{src: Source{Kind: SourceArg, Name: "TARGET"}, text: o.Target}
+		if prev, ok := singles["target"]; ok {
+			l.fail("services[0].target", v.src, "TARGET and --"+prev.src.Name+" are both set")
+		} else {
+			singles["target"] = v
+		}
+	}
+	return flags, singles
+}
+
+func clientFlagSchema(top []setting[Client], sc []setting[Scaling], single []setting[Service]) *schema {
+	sch := newSchema()
+	addSettings(sch, top)
+	addSettings(sch, single)
+	addSettings(sch, sc)
+	return sch
+}
+
+// serviceDecl is what the surfaces say about services.
+type serviceDecl struct {
+	svc   []setting[Service]
+	items []layer   // one layer per declared service
+	from  *yamlFile // the file that declared items; nil when none did
+	// singleFlags and singleEnv hold the single-service values, keyed by
+	// the service key they fill.
+	singleFlags, singleEnv layer
+}
+
+// serviceItems flattens a services: list into one layer per entry.
+func (l *loader) serviceItems(v value, f *yamlFile, sch *schema) []layer {
+	n := deref(v.node)
+	if n.Kind != yaml.SequenceNode {
+		l.fail("services", v.src, "expected a list of services")
+		return nil
+	}
+	items := make([]layer, 0, len(n.Content))
+	for i, it := range n.Content {
+		it = deref(it)
+		item := layer{}
+		prefix := fmt.Sprintf("services[%d].", i)
+		if it.Kind != yaml.MappingNode {
+			l.fail(strings.TrimSuffix(prefix, "."), f.source(it), "expected a mapping of service settings (target, hostname, ...)")
+		} else {
+			f.walk(it, "", nil, prefix, sch, item, 1)
+		}
+		items = append(items, item)
+	}
+	return items
+}
+
+// services builds the services of c from d; see LoadClient for the rules.
+func (l *loader) services(c *Client, d serviceDecl, localFile *yamlFile) []Service {
+	singles := len(d.singleFlags)+len(d.singleEnv) > 0
+	if singles && len(d.items) > 1 {
+		for _, s := range singleSettings() {
+			for _, lay := range []layer{d.singleFlags, d.singleEnv} {
+				if v, ok := lay[singleFields[s.norm]]; ok {
+					l.fail(s.Name, v.src, fmt.Sprintf("sets a field of the single service, but %s declares %d services: set it in one of them instead", d.from.path, len(d.items)))
+				}
+			}
+		}
+		singles = false
+	}
+	if singles && len(d.items) == 0 {
+		d.items = []layer{{}}
+	}
+	if len(d.items) == 0 {
+		return nil
+	}
+	out := make([]Service, len(d.items))
+	for i, item := range d.items {
+		prefix := fmt.Sprintf("services[%d].", i)
+		s := Service{Health: c.Health}
+		for _, k := range []string{"health.endpoint", "health.interval", "health.timeout", "health.threshold"} {
+			l.src.set(prefix+k, l.src.Of(k))
+		}
+		layers := []layer{item}
+		if i == 0 && singles {
+			switch {
+			case d.from == nil:
+				layers = []layer{d.singleFlags, d.singleEnv}
+			case d.from == localFile:
+				layers = []layer{d.singleFlags, item, d.singleEnv}
+			default: // the home file ranks below the environment
+				layers = []layer{d.singleFlags, d.singleEnv, item}
+			}
+		}
+		apply(l, &s, d.svc, layers, func() *Service { return &Service{} }, prefix)
+		out[i] = s
+	}
+	return out
+}
+
+// Validate reports every problem of c, each an *Error, joined with
+// errors.Join; nil when there is none. Errors name no source: LoadClient
+// returns the same problems with their sources.
+func (c Client) Validate() error {
+	return joinProblems(c.problems(nil))
+}
+
+func (c Client) problems(src *Sources) []*Error {
+	v := &checker{src: src}
+	if c.ServerURL == "" {
+		v.add("server.url", "required: set server.url in %s, APERIO_SERVER_URL or --server-url", ClientFile)
+	} else if msg := checkURL(c.ServerURL, serverURLSchemes...); msg != "" {
+		v.add("server.url", "%s", msg)
+	}
+	for _, u := range c.ServerURLs {
+		if msg := checkURL(u, serverURLSchemes...); msg != "" {
+			v.add("server.urls", "%s", msg)
+		}
+	}
+	if c.Token == "" {
+		v.add("server.token", "required: set server.token in %s, APERIO_SERVER_TOKEN or --server-token", ClientFile)
+	}
+	v.nonNegative("max_concurrent", int64(c.MaxConcurrent))
+	v.nonNegative("priority", int64(c.Priority))
+	v.health("", c.Health, nil)
+	v.nonNegativeDuration("idle_timeout", c.IdleTimeout)
+	v.nonNegativeDuration("drain_timeout", c.DrainTimeout)
+
+	if len(c.Services) == 0 {
+		v.add("services", "no service: declare services: in %s, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)", ClientFile)
+	}
+	bound := make(map[string]int) // hostname and path → index of the service serving it
+	for i, s := range c.Services {
+		p := fmt.Sprintf("services[%d].", i)
+		if s.Target == "" {
+			v.add(p+"target", "required: the URL of the local app (a port, host:port or URL)")
+		} else if msg := checkURL(s.Target, targetSchemes...); msg != "" {
+			v.add(p+"target", "%s", msg)
+		}
+		if len(s.Hostnames) == 0 {
+			v.add(p+"hostname", "required: the public hostname to serve")
+		}
+		for _, h := range s.Hostnames {
+			if !validHostname(h) {
+				v.add(p+"hostname", "%q is not a valid DNS name or *. wildcard", h)
+				continue
+			}
+			bind := strings.ToLower(h) + s.Path
+			if j, dup := bound[bind]; dup && j != i {
+				v.add(p+"hostname", "%s is already served by services[%d]", bind, j)
+			}
+			bound[bind] = i
+		}
+		if s.Path != "" && !strings.HasPrefix(s.Path, "/") {
+			v.add(p+"path", "%q does not start with /", s.Path)
+		}
+		v.nonNegative(p+"max_concurrent", int64(s.MaxConcurrent))
+		v.nonNegative(p+"priority", int64(s.Priority))
+		v.health(p, s.Health, &c.Health)
+	}
+
+	if sc := c.Scaling; sc != nil {
+		if sc.URL == "" {
+			v.add("scaling.url", "required when the scaling block is declared")
+		} else if msg := checkURL(sc.URL, hookSchemes...); msg != "" {
+			v.add("scaling.url", "%s", msg)
+		}
+		v.nonNegative("scaling.min", int64(sc.Min))
+		v.nonNegative("scaling.max", int64(sc.Max))
+		if sc.Max > 0 && sc.Max < sc.Min {
+			v.add("scaling.max", "%d is below scaling.min %d", sc.Max, sc.Min)
+		}
+		v.nonNegativeDuration("scaling.cold_start", sc.ColdStart)
+		if sc.ColdStart > maxColdStart {
+			v.add("scaling.cold_start", "%s is above the maximum of %s", formatDuration(sc.ColdStart), formatDuration(maxColdStart))
+		}
+		if !(sc.TargetUtilization > 0 && sc.TargetUtilization <= 1) {
+			v.add("scaling.target_utilization", "%g is outside (0, 1]", sc.TargetUtilization)
+		}
+		v.atLeastSecond("scaling.window", sc.Window)
+		v.atLeastSecond("scaling.cooldown", sc.Cooldown)
+	}
+	v.oneOf("log_level", c.LogLevel, logLevels)
+	v.oneOf("log_format", c.LogFormat, logFormats)
+	return v.errs
+}
+
+// health checks the probe settings under prefix. For a service, parent is
+// the client's health: fields equal to it were checked there and are not
+// reported again once per service.
+func (v *checker) health(prefix string, h Health, parent *Health) {
+	var p Health
+	if parent != nil {
+		p = *parent
+	}
+	own := func(same bool) bool { return parent == nil || !same }
+	if own(h.Endpoint == p.Endpoint) && h.Endpoint != "" && !strings.HasPrefix(h.Endpoint, "/") {
+		v.add(prefix+"health.endpoint", "%q does not start with /", h.Endpoint)
+	}
+	if own(h.Interval == p.Interval) {
+		v.positive(prefix+"health.interval", h.Interval)
+	}
+	if own(h.Timeout == p.Timeout) {
+		v.positive(prefix+"health.timeout", h.Timeout)
+	}
+	if own(h.Threshold == p.Threshold) && h.Threshold < 1 {
+		v.add(prefix+"health.threshold", "must be at least 1, got %d", h.Threshold)
+	}
+}
+
+func (v *checker) atLeastSecond(key string, d time.Duration) {
+	if d < time.Second {
+		v.add(key, "%s is below the minimum of 1s", formatDuration(d))
+	}
+}

@@ -1,0 +1,66 @@
+package config
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func FuzzParseDuration(f *testing.F) {
+	for _, tc := range durationCases {
+		f.Add(tc.in)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDuration(s)
+		if err != nil {
+			return
+		}
+		if d < 0 {
+			t.Fatalf("ParseDuration(%q) = %v, want a non-negative duration", s, d)
+		}
+		// What ParseDuration accepts, formatDuration spells back.
+		back, err := ParseDuration(formatDuration(d))
+		if err != nil || back != d {
+			t.Fatalf("ParseDuration(formatDuration(%v)) = %v, %v, want %v", d, back, err, d)
+		}
+		// Go syntax keeps its meaning.
+		if std, err := time.ParseDuration(s); err == nil && std != d && !strings.HasPrefix(s, "-") {
+			t.Fatalf("ParseDuration(%q) = %v, want %v as time.ParseDuration", s, d, std)
+		}
+	})
+}
+
+func FuzzLoadServerYAML(f *testing.F) {
+	for _, tc := range serverLoadCases {
+		f.Add(tc.file)
+	}
+	for _, tc := range serverErrorCases {
+		f.Add(tc.file)
+	}
+	f.Add(printServerFile)
+	env := envOf(map[string]string{"TOKEN": "t", "PORT_NUMBER": "80", "APERIO_PORT": "81"})
+	f.Fuzz(func(t *testing.T, data string) {
+		read := func(string) ([]byte, error) { return []byte(data), nil }
+		cfg, src, err := LoadServer(ServerOptions{Env: env, ReadFile: read})
+		var errs []error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		} else if err != nil {
+			errs = []error{err}
+		}
+		for _, e := range errs {
+			var ce *Error
+			if !errors.As(e, &ce) {
+				t.Fatalf("LoadServer() problem %q is a %T, want *Error", e, e)
+			}
+			if strings.ContainsAny(ce.Error(), "\r\n") {
+				t.Fatalf("LoadServer() problem %q spans several lines", ce.Error())
+			}
+		}
+		if err := PrintServer(io.Discard, cfg, src); err != nil {
+			t.Fatalf("PrintServer() = %v", err)
+		}
+	})
+}

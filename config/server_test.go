@@ -1,0 +1,689 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serverLoadCases is shared by TestLoadServer and FuzzLoadServerYAML's
+// seeds. Each case loads File (when not empty) as aperio-server.yaml with
+// Env, and checks the --print-config line of every key in want.
+var serverLoadCases = []struct {
+	name string
+	file string
+	env  map[string]string
+	want []string
+}{
+	{
+		name: "defaults",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
+		want: []string{
+			"host = 0.0.0.0  # default",
+			"port = 8080  # default",
+			"data_dir = ./data  # default",
+			"database_url = <unset>  # default",
+			"gateway_timeout = 10s  # default",
+			"gateway_response_timeout = 30s  # default",
+			"max_concurrent_requests = 100  # default",
+			"max_body_size = 10MiB  # default",
+			"ip_limit_max = 100  # default",
+			"ip_limit_refill = 5  # default",
+			"client_down_threshold = 15s  # default",
+			"shutdown_timeout = 10s  # default",
+			"lb_strategy = round-robin  # default",
+			"failover = fail  # default",
+			"failover_max_jumps = 2  # default",
+			"failover_window = 15s  # default",
+			"cache = false  # default",
+			"cache_max_bytes = 64MiB  # default",
+			"cache_max_stale = 1h  # default",
+			"scaling = false  # default",
+			"scaling_record_ttl = 30d  # default",
+			"scaling_max_held = 1000  # default",
+			"scaling_max_calls_per_minute = 60  # default",
+			"metrics_token = <unset>  # default",
+			"log_level = info  # default",
+			"log_format = text  # default",
+		},
+	},
+	{
+		name: "bare env",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "PORT": "9000", "HOST": "127.0.0.1", "LOG_LEVEL": "debug"},
+		want: []string{
+			"port = 9000  # env PORT",
+			"host = 127.0.0.1  # env HOST",
+			"log_level = debug  # env LOG_LEVEL",
+		},
+	},
+	{
+		name: "APERIO_ spelling wins over the bare one",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "PORT": "9000", "APERIO_PORT": "9001", "LOG_LEVEL": "debug", "APERIO_LOG_LEVEL": "WARN"},
+		want: []string{
+			"port = 9001  # env APERIO_PORT",
+			"log_level = warn  # env APERIO_LOG_LEVEL",
+		},
+	},
+	{
+		name: "empty env var counts as unset",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_PORT": "", "PORT": "9000"},
+		want: []string{"port = 9000  # env PORT"},
+	},
+	{
+		name: "file wins over env",
+		file: "server:\n  token: from-file\nport: 7000\n",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "from-env", "APERIO_PORT": "9001", "PORT": "9000"},
+		want: []string{
+			"server.token = <set>  # file:aperio-server.yaml:2",
+			"port = 7000  # file:aperio-server.yaml:3",
+		},
+	},
+	{
+		name: "env fills the fields the file leaves unset",
+		file: "port: 7000\n",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_HOST": "::", "APERIO_GATEWAY_TIMEOUT": "20"},
+		want: []string{
+			"port = 7000  # file:aperio-server.yaml:1",
+			"host = ::  # env APERIO_HOST",
+			"gateway_timeout = 20s  # env APERIO_GATEWAY_TIMEOUT",
+			"server.token = <set>  # env APERIO_SERVER_TOKEN",
+		},
+	},
+	{
+		name: "env fills one field of a block the file declares",
+		file: "server.token: t\nscaling:\n  enabled: true\n  allow_http: true\n",
+		env: map[string]string{
+			"APERIO_SCALING":               "0",
+			"APERIO_SCALING_ALLOW_HTTP":    "0",
+			"APERIO_SCALING_ALLOW_PRIVATE": "1",
+			"APERIO_SCALING_RECORD_TTL":    "2d",
+		},
+		want: []string{
+			"scaling = true  # file:aperio-server.yaml:3",
+			"scaling_allow_http = true  # file:aperio-server.yaml:4",
+			"scaling_allow_private = true  # env APERIO_SCALING_ALLOW_PRIVATE",
+			"scaling_record_ttl = 2d  # env APERIO_SCALING_RECORD_TTL",
+		},
+	},
+	{
+		name: "group switch as a plain value",
+		file: "server.token: t\nscaling: true\nscaling_allow_private: TRUE\ncache: 1\n",
+		want: []string{
+			"scaling = true  # file:aperio-server.yaml:2",
+			"scaling_allow_private = true  # file:aperio-server.yaml:3",
+			"cache = true  # file:aperio-server.yaml:4",
+		},
+	},
+	{
+		name: "nested and dashed spellings",
+		file: "server: {token: t}\ncache:\n  enabled: true\n  max-bytes: 1GiB\n  max_stale: 2h\nLog-Level: DEBUG\noutbound:\n  allowlist: [hooks.example.com, 10.0.0.0/8]\n",
+		env:  map[string]string{"APERIO_OUTBOUND_BLOCK_PRIVATE": "true"},
+		want: []string{
+			"cache = true  # file:aperio-server.yaml:3",
+			"cache_max_bytes = 1GiB  # file:aperio-server.yaml:4",
+			"cache_max_stale = 2h  # file:aperio-server.yaml:5",
+			"log_level = debug  # file:aperio-server.yaml:6",
+			"outbound_allowlist = hooks.example.com,10.0.0.0/8  # file:aperio-server.yaml:8",
+			"outbound_block_private = true  # env APERIO_OUTBOUND_BLOCK_PRIVATE",
+		},
+	},
+	{
+		name: "env lists and maps",
+		env: map[string]string{
+			"APERIO_SERVER_TOKEN":       "t",
+			"APERIO_OUTBOUND_ALLOWLIST": "a.example.com, *.b.example.com,,192.0.2.0/24",
+			"APERIO_FALLBACKS":          "App.example.com=https://status.example.com,www.example.com=https://example.org/down",
+		},
+		want: []string{
+			"outbound_allowlist = a.example.com,*.b.example.com,192.0.2.0/24  # env APERIO_OUTBOUND_ALLOWLIST",
+			"fallbacks = app.example.com=https://status.example.com,www.example.com=https://example.org/down  # env APERIO_FALLBACKS",
+		},
+	},
+	{
+		name: "fallbacks map in the file",
+		file: "server.token: t\nfallbacks:\n  app.example.com: https://status.example.com\n  API.example.com: http://backup.example.com\n",
+		env:  map[string]string{"APERIO_FALLBACKS": "x.example.com=https://x.example.com"},
+		want: []string{
+			"fallbacks = api.example.com=http://backup.example.com,app.example.com=https://status.example.com  # file:aperio-server.yaml:2",
+		},
+	},
+	{
+		name: "variables expand in file values",
+		file: "server:\n  token: ${TOKEN}\ndata_dir: ${DATA:-/var/lib/aperio}\ntls_cert: ${CERT_DIR}/cert.pem\nhost: ${NOPE}\nmetrics_token: $${TOKEN}\nport: ${PORT_NUMBER}\ntls_key: '${CERT_DIR}/$$key.pem'\n",
+		env:  map[string]string{"TOKEN": "abc", "CERT_DIR": "/etc/aperio", "PORT_NUMBER": "8443"},
+		want: []string{
+			"server.token = <set>  # file:aperio-server.yaml:2",
+			"data_dir = /var/lib/aperio  # file:aperio-server.yaml:3",
+			"tls_cert = /etc/aperio/cert.pem  # file:aperio-server.yaml:4",
+			`host = ""  # file:aperio-server.yaml:5`,
+			"metrics_token = <set>  # file:aperio-server.yaml:6",
+			"port = 8443  # file:aperio-server.yaml:7",
+			"tls_key = /etc/aperio/$key.pem  # file:aperio-server.yaml:8",
+		},
+	},
+	{
+		name: "null values count as unset",
+		file: "server.token: t\nport:\nhost: ~\nscaling:\n",
+		env:  map[string]string{"APERIO_PORT": "9001", "APERIO_SCALING": "1"},
+		want: []string{
+			"port = 9001  # env APERIO_PORT",
+			"host = 0.0.0.0  # default",
+			"scaling = true  # env APERIO_SCALING",
+		},
+	},
+	{
+		name: "durations and sizes in every spelling",
+		file: "server.token: t\ngateway_timeout: 1.5\nfailover_window: 1d\nmax_body_size: 512KiB\ncache_max_bytes: 100000000\nscaling_record_ttl: 36h\n",
+		want: []string{
+			"gateway_timeout = 1.5s  # file:aperio-server.yaml:2",
+			"failover_window = 1d  # file:aperio-server.yaml:3",
+			"max_body_size = 512KiB  # file:aperio-server.yaml:4",
+			"cache_max_bytes = 100000000  # file:aperio-server.yaml:5",
+			"scaling_record_ttl = 1d12h  # file:aperio-server.yaml:6",
+		},
+	},
+	{
+		name: "empty file",
+		file: "",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
+		want: []string{"port = 8080  # default"},
+	},
+	{
+		name: "aliases",
+		file: "server.token: t\ncache: &on {enabled: true}\nscaling: *on\ndata_dir: &d /srv/aperio\nmetrics_token: *d\n",
+		want: []string{
+			"cache = true  # file:aperio-server.yaml:2",
+			"scaling = true  # file:aperio-server.yaml:2",
+			"data_dir = /srv/aperio  # file:aperio-server.yaml:4",
+			"metrics_token = <set>  # file:aperio-server.yaml:5",
+		},
+	},
+	{
+		name: "comment-only file",
+		file: "# nothing here\n",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
+		want: []string{"port = 8080  # default"},
+	},
+}
+
+func TestLoadServer(t *testing.T) {
+	for _, tc := range serverLoadCases {
+		t.Run(tc.name, func(t *testing.T) {
+			files := map[string]string{}
+			if tc.file != "" || tc.name == "empty file" {
+				files[ServerFile] = tc.file
+			}
+			cfg, src, err := LoadServer(ServerOptions{Env: envOf(tc.env), ReadFile: filesOf(files)})
+			if err != nil {
+				t.Fatalf("LoadServer() error = %v, want nil", err)
+			}
+			lines := printedServer(t, cfg, src)
+			for _, want := range tc.want {
+				key, _, _ := strings.Cut(want, " = ")
+				if got := lines[key]; got != want {
+					t.Errorf("LoadServer() %s = %q, want %q", key, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadServerValues(t *testing.T) {
+	files := filesOf(map[string]string{
+		ServerFile: `
+server: {token: master}
+port: 8443
+tls_cert: /c.pem
+tls_key: /k.pem
+ip_limit_refill: 2.5
+failover: retry-wait
+failover_all_methods: true
+fallbacks: {app.example.com: "https://status.example.com"}
+outbound.allowlist: [hooks.example.com]
+`,
+	})
+	env := envOf(map[string]string{"APERIO_DATABASE_URL": "postgres://u:p@db/aperio", "APERIO_SCALING_MAX_HELD": "10"})
+	got, _, err := LoadServer(ServerOptions{Env: env, ReadFile: files})
+	if err != nil {
+		t.Fatalf("LoadServer() error = %v", err)
+	}
+	want := DefaultServer()
+	want.Token = "master"
+	want.Port = 8443
+	want.TLSCert, want.TLSKey = "/c.pem", "/k.pem"
+	want.IPLimitRefill = 2.5
+	want.Failover = "retry-wait"
+	want.FailoverAllMethods = true
+	want.Fallbacks = map[string]string{"app.example.com": "https://status.example.com"}
+	want.OutboundAllowlist = []string{"hooks.example.com"}
+	want.DatabaseURL = "postgres://u:p@db/aperio"
+	want.ScalingMaxHeld = 10
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("LoadServer() = %+v, want %+v", got, want)
+	}
+}
+
+func TestLoadServerFileChoice(t *testing.T) {
+	files := filesOf(map[string]string{
+		ServerFile:          "server.token: default-file\n",
+		"/etc/aperio/s.yml": "server.token: env-file\n",
+		"explicit.yaml":     "server.token: explicit\n",
+	})
+	tests := []struct {
+		name    string
+		opts    ServerOptions
+		want    string // token
+		wantSrc string
+		wantErr []string
+	}{
+		{
+			name:    "working directory file",
+			opts:    ServerOptions{},
+			want:    "default-file",
+			wantSrc: "file:aperio-server.yaml:1",
+		},
+		{
+			name:    "APERIO_SERVER_CONFIG",
+			opts:    ServerOptions{Env: envOf(map[string]string{ServerConfigEnv: "/etc/aperio/s.yml"})},
+			want:    "env-file",
+			wantSrc: "file:/etc/aperio/s.yml:1",
+		},
+		{
+			name:    "explicit file wins over APERIO_SERVER_CONFIG",
+			opts:    ServerOptions{File: "explicit.yaml", FileMustExist: true, Env: envOf(map[string]string{ServerConfigEnv: "/etc/aperio/s.yml"})},
+			want:    "explicit",
+			wantSrc: "file:explicit.yaml:1",
+		},
+		{
+			name:    "missing APERIO_SERVER_CONFIG file",
+			opts:    ServerOptions{Env: envOf(map[string]string{ServerConfigEnv: "/nope.yaml", "APERIO_SERVER_TOKEN": "t"})},
+			want:    "t",
+			wantSrc: "env APERIO_SERVER_TOKEN",
+			wantErr: []string{"config: /nope.yaml: file does not exist"},
+		},
+		{
+			name:    "missing explicit file",
+			opts:    ServerOptions{File: "missing.yaml", FileMustExist: true, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "t"})},
+			want:    "t",
+			wantSrc: "env APERIO_SERVER_TOKEN",
+			wantErr: []string{"config: missing.yaml: file does not exist"},
+		},
+		{
+			name:    "missing optional file",
+			opts:    ServerOptions{File: "missing.yaml", Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "t"})},
+			want:    "t",
+			wantSrc: "env APERIO_SERVER_TOKEN",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.ReadFile = files
+			cfg, src, err := LoadServer(tc.opts)
+			diffLines(t, "LoadServer() errors", problems(t, err), tc.wantErr)
+			if cfg.Token != tc.want {
+				t.Errorf("LoadServer() token = %q, want %q", cfg.Token, tc.want)
+			}
+			if got := src.Of("server.token").String(); got != tc.wantSrc {
+				t.Errorf("Sources.Of(server.token) = %q, want %q", got, tc.wantSrc)
+			}
+		})
+	}
+}
+
+func TestLoadServerReadError(t *testing.T) {
+	read := func(string) ([]byte, error) { return nil, errors.New("permission denied") }
+	_, _, err := LoadServer(ServerOptions{ReadFile: read, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "t"})})
+	diffLines(t, "LoadServer() errors", problems(t, err), []string{"config: aperio-server.yaml: cannot read file"})
+}
+
+// serverErrorCases is shared by TestLoadServerErrors and FuzzLoadServerYAML's
+// seeds.
+var serverErrorCases = []struct {
+	name string
+	file string
+	env  map[string]string
+	want []string
+}{
+	{
+		name: "missing token",
+		want: []string{"config: server.token: required: set server.token in aperio-server.yaml or APERIO_SERVER_TOKEN"},
+	},
+	{
+		name: "unknown key with did you mean",
+		file: "server.token: t\nprot: 80\n",
+		want: []string{"config: prot (aperio-server.yaml:2): unknown key, did you mean port?"},
+	},
+	{
+		name: "unknown nested key with did you mean",
+		file: "server.token: t\nscaling:\n  enabled: true\n  alow_http: true\n",
+		want: []string{"config: scaling.alow_http (aperio-server.yaml:4): unknown key, did you mean scaling_allow_http?"},
+	},
+	{
+		name: "unknown key without a suggestion",
+		file: "server.token: t\nfrobnicate: yes\n",
+		want: []string{"config: frobnicate (aperio-server.yaml:2): unknown key"},
+	},
+	{
+		name: "suffix suggestion",
+		file: "token: t\n",
+		want: []string{
+			"config: token (aperio-server.yaml:1): unknown key, did you mean server.token?",
+			"config: server.token: required: set server.token in aperio-server.yaml or APERIO_SERVER_TOKEN",
+		},
+	},
+	{
+		name: "client key in the server file",
+		file: "server:\n  token: t\n  url: https://x\n",
+		want: []string{"config: server.url (aperio-server.yaml:3): unknown key"},
+	},
+	{
+		name: "malformed file value",
+		file: "server.token: t\nport: eighty\n",
+		want: []string{`config: port (aperio-server.yaml:2): invalid integer "eighty"`},
+	},
+	{
+		name: "unparseable env var",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_GATEWAY_TIMEOUT": "soon"},
+		want: []string{`config: gateway_timeout (env APERIO_GATEWAY_TIMEOUT): invalid duration "soon" (want e.g. 45s, 15m, 2d, or a number of seconds)`},
+	},
+	{
+		name: "unparseable env var under a file value",
+		file: "server.token: t\nscaling: true\n",
+		env:  map[string]string{"APERIO_SCALING": "maybe"},
+		want: []string{`config: scaling (env APERIO_SCALING): invalid boolean "maybe" (want true, false, 1 or 0)`},
+	},
+	{
+		name: "unparseable bare env var",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "PORT": "x"},
+		want: []string{`config: port (env PORT): invalid integer "x"`},
+	},
+	{
+		name: "negative duration",
+		file: "server.token: t\nshutdown_timeout: -1s\n",
+		want: []string{`config: shutdown_timeout (aperio-server.yaml:2): duration "-1s" is negative`},
+	},
+	{
+		name: "negative size",
+		file: "server.token: t\nmax_body_size: -1\n",
+		want: []string{`config: max_body_size (aperio-server.yaml:2): size "-1" is negative`},
+	},
+	{
+		name: "negative counts",
+		file: "server.token: t\nip_limit_max: -1\nfailover_max_jumps: -2\nscaling_max_held: -3\n",
+		env:  map[string]string{"APERIO_IP_LIMIT_REFILL": "-0.5"},
+		want: []string{
+			"config: ip_limit_max (aperio-server.yaml:2): must not be negative, got -1",
+			"config: ip_limit_refill (env APERIO_IP_LIMIT_REFILL): must not be negative, got -0.5",
+			"config: failover_max_jumps (aperio-server.yaml:3): must not be negative, got -2",
+			"config: scaling_max_held (aperio-server.yaml:4): must not be negative, got -3",
+		},
+	},
+	{
+		name: "zero where it cannot work",
+		file: "server.token: t\ngateway_timeout: 0\nmax_concurrent_requests: 0\n",
+		want: []string{
+			"config: gateway_timeout (aperio-server.yaml:2): must be positive, got 0s",
+			"config: max_concurrent_requests (aperio-server.yaml:3): must be at least 1, got 0",
+		},
+	},
+	{
+		name: "port out of range",
+		file: "server.token: t\nport: 70000\n",
+		want: []string{"config: port (aperio-server.yaml:2): 70000 is not a port (0 to 65535)"},
+	},
+	{
+		name: "values outside their sets",
+		file: "server.token: t\nlb_strategy: random\nfailover: sometimes\nlog_level: trace\n",
+		env:  map[string]string{"APERIO_LOG_FORMAT": "xml"},
+		want: []string{
+			`config: lb_strategy (aperio-server.yaml:2): "random" is not round-robin, least-inflight or primary-standby`,
+			`config: failover (aperio-server.yaml:3): "sometimes" is not fail, retry, wait or retry-wait`,
+			`config: log_level (aperio-server.yaml:4): "trace" is not debug, info, warn or error`,
+			`config: log_format (env APERIO_LOG_FORMAT): "xml" is not text or json`,
+		},
+	},
+	{
+		name: "tls cert without key",
+		file: "server.token: t\ntls_cert: /c.pem\n",
+		want: []string{"config: tls_key: required when tls_cert is set"},
+	},
+	{
+		name: "database url is checked but never echoed",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_DATABASE_URL": "mysql://root:hunter2@db"},
+		want: []string{"config: database_url (env APERIO_DATABASE_URL): must be a postgres:// or postgresql:// URL"},
+	},
+	{
+		name: "bad fallbacks",
+		file: "server.token: t\nfallbacks:\n  bad_host: https://x.example.com\n  ok.example.com: ftp://x\n",
+		want: []string{
+			`config: fallbacks (aperio-server.yaml:2): "bad_host" is not a valid hostname`,
+			`config: fallbacks (aperio-server.yaml:2): ok.example.com: "ftp://x": scheme must be http or https`,
+		},
+	},
+	{
+		name: "fallbacks env without equals",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_FALLBACKS": "app.example.com"},
+		want: []string{`config: fallbacks (env APERIO_FALLBACKS): invalid entry "app.example.com" (want host=url)`},
+	},
+	{
+		name: "bad outbound pattern",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_OUTBOUND_ALLOWLIST": "ok.example.com,not a host"},
+		want: []string{`config: outbound_allowlist (env APERIO_OUTBOUND_ALLOWLIST): "not a host" is not a hostname, *.domain, IP address or CIDR prefix`},
+	},
+	{
+		name: "list where a value belongs",
+		file: "server.token: t\nport: [1, 2]\n",
+		want: []string{"config: port (aperio-server.yaml:2): expected a single value, got a list"},
+	},
+	{
+		name: "mapping where a value belongs",
+		file: "server.token: t\nport: {a: 1}\n",
+		want: []string{"config: port (aperio-server.yaml:2): expected a single value, got a mapping"},
+	},
+	{
+		name: "value where a block belongs",
+		file: "server: t\n",
+		want: []string{
+			"config: server (aperio-server.yaml:1): expected a block of settings, got a single value",
+			"config: server.token: required: set server.token in aperio-server.yaml or APERIO_SERVER_TOKEN",
+		},
+	},
+	{
+		name: "set twice",
+		file: "server.token: t\nscaling_allow_http: true\nscaling:\n  allow-http: false\n",
+		want: []string{"config: scaling_allow_http (aperio-server.yaml:4): set twice in this file (also at line 2)"},
+	},
+	{
+		name: "bad variable reference",
+		file: "server.token: ${TOKEN\n",
+		want: []string{`config: server.token (aperio-server.yaml:1): unterminated "${" in "${TOKEN"`},
+	},
+	{
+		name: "yaml syntax error",
+		file: "server.token: t\nport: 80\n  x: 1\n",
+		env:  map[string]string{"APERIO_PORT": "x"},
+		want: []string{
+			"config: aperio-server.yaml:3: mapping values are not allowed in this context",
+			`config: port (env APERIO_PORT): invalid integer "x"`,
+		},
+	},
+	{
+		name: "top level is not a mapping",
+		file: "- port: 80\n",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
+		want: []string{"config: aperio-server.yaml:1: the top level must be a mapping of settings"},
+	},
+	{
+		name: "two documents",
+		file: "server.token: t\n---\nport: 80\n",
+		want: []string{"config: aperio-server.yaml:2: only one yaml document is allowed"},
+	},
+	{
+		name: "merge keys",
+		file: "base: &b {port: 80}\n<<: *b\nserver.token: t\n",
+		want: []string{
+			"config: base (aperio-server.yaml:1): unknown key",
+			"config: aperio-server.yaml:2: keys must be plain names (yaml merge keys are not supported)",
+		},
+	},
+	{
+		name: "self-referencing alias",
+		file: "server.token: t\nscaling: &s {enabled: true, allow: *s}\n",
+		want: []string{
+			"config: scaling.allow.enabled (aperio-server.yaml:2): unknown key",
+			"config: scaling.allow.allow (aperio-server.yaml:2): unknown key",
+		},
+	},
+	{
+		name: "every problem at once",
+		file: "prot: 80\nlb_strategy: random\nmax_body_size: lots\n",
+		env:  map[string]string{"APERIO_FAILOVER_WINDOW": "forever"},
+		want: []string{
+			"config: prot (aperio-server.yaml:1): unknown key, did you mean port?",
+			`config: max_body_size (aperio-server.yaml:3): invalid size "lots" (want e.g. 10MiB, 64MB, 512KiB or a number of bytes)`,
+			`config: failover_window (env APERIO_FAILOVER_WINDOW): invalid duration "forever" (want e.g. 45s, 15m, 2d, or a number of seconds)`,
+			"config: server.token: required: set server.token in aperio-server.yaml or APERIO_SERVER_TOKEN",
+			`config: lb_strategy (aperio-server.yaml:2): "random" is not round-robin, least-inflight or primary-standby`,
+		},
+	},
+}
+
+func TestLoadServerErrors(t *testing.T) {
+	for _, tc := range serverErrorCases {
+		t.Run(tc.name, func(t *testing.T) {
+			files := map[string]string{}
+			if tc.file != "" {
+				files[ServerFile] = tc.file
+			}
+			_, _, err := LoadServer(ServerOptions{Env: envOf(tc.env), ReadFile: filesOf(files)})
+			diffLines(t, "LoadServer() errors", problems(t, err), tc.want)
+		})
+	}
+}
+
+func TestLoadServerBudget(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("server.token: t\nscaling: &s {allow_http: true, allow_private: true, record_ttl: 1d}\n")
+	for range maxSteps {
+		b.WriteString("scaling: *s\n")
+	}
+	_, _, err := LoadServer(ServerOptions{ReadFile: filesOf(map[string]string{ServerFile: b.String()})})
+	got := problems(t, err)
+	if len(got) == 0 || len(got) > maxSteps+1 {
+		t.Fatalf("LoadServer(%d aliases) = %d problems, want 1 to %d", maxSteps, len(got), maxSteps+1)
+	}
+	want := "config: aperio-server.yaml: document nests too deeply or expands too far (yaml aliases?)"
+	if last := got[len(got)-1]; last != want {
+		t.Errorf("LoadServer(%d aliases) last problem = %q, want %q", maxSteps, last, want)
+	}
+}
+
+func TestErrorAs(t *testing.T) {
+	files := filesOf(map[string]string{ServerFile: "server.token: t\nscaling:\n  record_ttl: soon\n"})
+	_, _, err := LoadServer(ServerOptions{ReadFile: files})
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("errors.As(%v, *Error) = false, want true", err)
+	}
+	want := &Error{
+		Key:    "scaling_record_ttl",
+		Source: Source{Kind: SourceFile, Name: ServerFile, Line: 3},
+		Msg:    `invalid duration "soon" (want e.g. 45s, 15m, 2d, or a number of seconds)`,
+	}
+	if !reflect.DeepEqual(ce, want) {
+		t.Errorf("errors.As(LoadServer()) = %+v, want %+v", ce, want)
+	}
+}
+
+func TestServerValidate(t *testing.T) {
+	ok := DefaultServer()
+	ok.Token = "t"
+	tests := []struct {
+		name string
+		cfg  func() Server
+		want []string
+	}{
+		{"valid", func() Server { return ok }, nil},
+		{"default lacks token", DefaultServer, []string{
+			"config: server.token: required: set server.token in aperio-server.yaml or APERIO_SERVER_TOKEN",
+		}},
+		{"zero value", func() Server { return Server{Token: "t"} }, []string{
+			"config: gateway_timeout: must be positive, got 0s",
+			"config: gateway_response_timeout: must be positive, got 0s",
+			"config: max_concurrent_requests: must be at least 1, got 0",
+			"config: client_down_threshold: must be positive, got 0s",
+			`config: lb_strategy: "" is not round-robin, least-inflight or primary-standby`,
+			`config: failover: "" is not fail, retry, wait or retry-wait`,
+			`config: log_level: "" is not debug, info, warn or error`,
+			`config: log_format: "" is not text or json`,
+		}},
+		{"negative durations and sizes", func() Server {
+			s := ok
+			s.CacheMaxBytes = -1
+			s.CacheMaxStale = -time.Second
+			return s
+		}, []string{
+			"config: cache_max_bytes: must not be negative, got -1",
+			"config: cache_max_stale: must not be negative, got -1s",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			diffLines(t, "Validate()", problems(t, tc.cfg().Validate()), tc.want)
+		})
+	}
+}
+
+func TestServerKeys(t *testing.T) {
+	keys := ServerKeys()
+	byName := make(map[string]Key)
+	for _, k := range keys {
+		if k.Flag != "" {
+			t.Errorf("ServerKeys() %s.Flag = %q, want empty", k.Name, k.Flag)
+		}
+		byName[k.Name] = k
+	}
+	tests := []struct {
+		name    string
+		env     string
+		aliases []string
+		secret  bool
+	}{
+		{"port", "APERIO_PORT", []string{"PORT"}, false},
+		{"host", "APERIO_HOST", []string{"HOST"}, false},
+		{"log_level", "APERIO_LOG_LEVEL", []string{"LOG_LEVEL"}, false},
+		{"server.token", "APERIO_SERVER_TOKEN", nil, true},
+		{"database_url", "APERIO_DATABASE_URL", nil, true},
+		{"metrics_token", "APERIO_METRICS_TOKEN", nil, true},
+		{"scaling", "APERIO_SCALING", nil, false},
+		{"scaling_allow_http", "APERIO_SCALING_ALLOW_HTTP", nil, false},
+		{"scaling_record_ttl", "APERIO_SCALING_RECORD_TTL", nil, false},
+		{"outbound_allowlist", "APERIO_OUTBOUND_ALLOWLIST", nil, false},
+		{"outbound_block_private", "APERIO_OUTBOUND_BLOCK_PRIVATE", nil, false},
+		{"max_body_size", "APERIO_MAX_BODY_SIZE", nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			k, ok := byName[tc.name]
+			if !ok {
+				t.Fatalf("ServerKeys() has no %s", tc.name)
+			}
+			if k.Env != tc.env || !slices.Equal(k.EnvAliases, tc.aliases) || k.Secret != tc.secret {
+				t.Errorf("ServerKeys() %s = %+v, want Env %s, EnvAliases %v, Secret %v", tc.name, k, tc.env, tc.aliases, tc.secret)
+			}
+			if k.Usage == "" {
+				t.Errorf("ServerKeys() %s.Usage is empty", tc.name)
+			}
+		})
+	}
+	if !byName["scaling"].Bool || !byName["outbound_block_private"].Bool || byName["port"].Bool {
+		t.Errorf("ServerKeys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
+			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
+	}
+	if len(keys) != 35 {
+		t.Errorf("len(ServerKeys()) = %d, want 35", len(keys))
+	}
+}

@@ -1,0 +1,250 @@
+package config
+
+import "time"
+
+// Server is the effective configuration of aperio-server. Each field names
+// its canonical key; DefaultServer holds every default. A Server built by hand
+// (tests) should start from DefaultServer(), since several zero values are
+// rejected by Validate.
+type Server struct {
+	// Host is the listen address of the public port (host, also HOST).
+	// Default 0.0.0.0; empty listens on every address.
+	Host string
+	// Port is the public port for visitors, tunnels, /aperio and /metrics
+	// (port, also PORT). Default 8080; 0 lets the kernel pick one.
+	Port int
+	// Token is the master token (server.token). Required: it authorizes
+	// tunnels and the admin API. Secret.
+	Token string
+
+	// DataDir is the directory of the embedded store and other state
+	// (data_dir). Default ./data.
+	DataDir string
+	// DatabaseURL, when set, is a postgres:// URL that switches the store to
+	// PostgreSQL (database_url). Empty uses the embedded store in DataDir.
+	// Secret.
+	DatabaseURL string
+
+	// TLSCert is a PEM certificate file (tls_cert). With TLSKey the server
+	// speaks HTTPS and HTTP/2; with both empty it speaks plain HTTP and h2c.
+	TLSCert string
+	// TLSKey is the PEM key file of TLSCert (tls_key).
+	TLSKey string
+
+	// GatewayTimeout is how long a request may wait for a client or for a
+	// client's concurrency permit (gateway_timeout). Default 10s; must be
+	// positive.
+	GatewayTimeout time.Duration
+	// GatewayResponseTimeout is how long a dispatched request may wait for its
+	// response head (gateway_response_timeout). Default 30s; must be positive.
+	GatewayResponseTimeout time.Duration
+	// MaxConcurrentRequests bounds the proxied requests in flight on the whole
+	// server (max_concurrent_requests). Default 100; must be positive.
+	MaxConcurrentRequests int
+	// MaxBodyBytes is the request body ceiling in bytes; larger bodies get
+	// 413 (max_body_size, accepts sizes like 10MiB). Default 10 MiB; 0 refuses
+	// every body.
+	MaxBodyBytes int64
+	// IPLimitMax is the size of each visitor's token bucket (ip_limit_max).
+	// Default 100.
+	IPLimitMax int
+	// IPLimitRefill is the refill rate of each visitor's bucket in tokens per
+	// second (ip_limit_refill). Default 5.
+	IPLimitRefill float64
+	// ClientDownThreshold is the heartbeat age after which a client is dropped
+	// (client_down_threshold). Default 15s; must be positive.
+	ClientDownThreshold time.Duration
+	// ShutdownTimeout bounds how long SIGTERM waits for in-flight requests
+	// (shutdown_timeout). Default 10s; 0 stops at once.
+	ShutdownTimeout time.Duration
+
+	// LBStrategy picks among a hostname's clients (lb_strategy): round-robin,
+	// least-inflight or primary-standby. Default round-robin.
+	LBStrategy string
+	// Failover says what a failed dispatch does (failover): fail, retry, wait
+	// or retry-wait. Default fail.
+	Failover string
+	// FailoverAllMethods lets failover re-dispatch non-idempotent methods too
+	// (failover_all_methods). Default false: only idempotent methods.
+	FailoverAllMethods bool
+	// FailoverMaxJumps bounds re-dispatches of one request
+	// (failover_max_jumps). Default 2; 0 never re-dispatches.
+	FailoverMaxJumps int
+	// FailoverWindow bounds the time one request may spend failing over
+	// (failover_window). Default 15s.
+	FailoverWindow time.Duration
+	// Fallbacks maps a hostname to the URL visitors are redirected to (302)
+	// when no client can serve it (fallbacks). Nil means no fallbacks. The
+	// loader lowercases the hostnames.
+	Fallbacks map[string]string
+
+	// Cache is the switch of the serve-stale cache block (cache). Default off.
+	Cache bool
+	// CacheMaxBytes bounds the cache in bytes (cache_max_bytes). Default 64 MiB.
+	CacheMaxBytes int64
+	// CacheMaxStale is how old a cached answer may be and still be served
+	// (cache_max_stale). Default 1h.
+	CacheMaxStale time.Duration
+
+	// Scaling is the switch that honors client scaling declarations
+	// (scaling). Default off.
+	Scaling bool
+	// ScalingAllowHTTP permits plain-http scaling endpoints
+	// (scaling_allow_http). Default off: https only.
+	ScalingAllowHTTP bool
+	// ScalingAllowPrivate permits scaling endpoints that resolve to private,
+	// loopback or link-local addresses (scaling_allow_private). Default off.
+	ScalingAllowPrivate bool
+	// ScalingRecordTTL drops scaling records nothing has re-announced for this
+	// long (scaling_record_ttl). Default 30d; 0 keeps them forever.
+	ScalingRecordTTL time.Duration
+	// ScalingMaxHeld bounds the requests held across all cold starts
+	// (scaling_max_held). Default 1000.
+	ScalingMaxHeld int
+	// ScalingMaxCallsPerMinute bounds the scaling hook calls the server makes
+	// per minute (scaling_max_calls_per_minute). Default 60.
+	ScalingMaxCallsPerMinute int
+
+	// OutboundAllowlist holds the host, wildcard (*.example.com) and CIDR
+	// patterns the server may call for scaling hooks and webhooks
+	// (outbound_allowlist, also outbound.allowlist). Empty means no
+	// restriction.
+	OutboundAllowlist []string
+	// OutboundBlockPrivate refuses outbound destinations that resolve to
+	// internal addresses when OutboundAllowlist is empty
+	// (outbound_block_private). Default off.
+	OutboundBlockPrivate bool
+
+	// MetricsToken is the bearer token of /metrics (metrics_token). Empty
+	// means /metrics answers 404. Secret.
+	MetricsToken string
+
+	// LogLevel is debug, info, warn or error (log_level, also LOG_LEVEL).
+	// Default info.
+	LogLevel string
+	// LogFormat is text or json (log_format). Default text.
+	LogFormat string
+}
+
+// Client is the effective configuration of aperio-client. Each field names
+// its canonical key; DefaultClient holds every default.
+type Client struct {
+	// ServerURL is the http, https, ws or wss URL of the server to hold a
+	// tunnel to (server.url). Required.
+	ServerURL string
+	// ServerURLs lists more servers to hold tunnels to, for HA (server.urls).
+	// Nil means only ServerURL.
+	ServerURLs []string
+	// Token is the client token, apr_… or the master token (server.token).
+	// Required. Secret.
+	Token string
+	// APIKey is the admin key used by `aperio-client api` (server.api_key,
+	// also APERIO_API_KEY). Secret.
+	APIKey string
+
+	// Name is shown in the admin API (name). The loader defaults it to the
+	// machine's hostname; empty when that is unknown.
+	Name string
+	// MaxConcurrent is the concurrency limit announced for every service that
+	// sets none, per connection (max_concurrent). 0 announces no limit, which
+	// also makes utilization unmeasurable for autoscaling.
+	MaxConcurrent int
+	// Priority is the default tier of every service (priority): 0 is primary,
+	// greater than 0 is standby.
+	Priority int
+	// Health holds the probe defaults of every service (health.*); each
+	// Service.Health starts from it.
+	Health Health
+	// IdleTimeout retires the client after this long without a request, once
+	// it has served one (idle_timeout). 0 never retires.
+	IdleTimeout time.Duration
+	// DrainTimeout bounds the graceful drain on SIGTERM or SIGINT
+	// (drain_timeout). Default 30s; 0 stops at once.
+	DrainTimeout time.Duration
+
+	// Services lists what this client publishes (services). The loader
+	// builds one from APERIO_TARGET or the TARGET argument in single-service
+	// mode. Validate requires at least one.
+	Services []Service
+	// Scaling is the scaling declaration (scaling.*). Nil when no surface sets
+	// any scaling field; otherwise DefaultScaling fills the fields left unset.
+	Scaling *Scaling
+
+	// LogLevel is debug, info, warn or error (log_level, also LOG_LEVEL).
+	// Default info.
+	LogLevel string
+	// LogFormat is text or json (log_format). Default text.
+	LogFormat string
+}
+
+// Health configures a service's backend probe. DefaultClient().Health holds
+// the defaults.
+type Health struct {
+	// Endpoint is the path probed on the target, starting with "/"
+	// (health.endpoint; APERIO_TARGET_HEALTH in single-service mode). Empty
+	// means no probe: the service is healthy once connected.
+	Endpoint string
+	// Interval is the time between probes (health.interval). Default 10s;
+	// must be positive.
+	Interval time.Duration
+	// Timeout bounds one probe (health.timeout). Default 5s; must be positive.
+	Timeout time.Duration
+	// Threshold is the number of consecutive failures before the service is
+	// unhealthy (health.threshold). Default 2; at least 1.
+	Threshold int
+}
+
+// Service is one local target published under one or more hostnames.
+type Service struct {
+	// Target is the URL of the local app, with scheme http, https or h2c
+	// (target). The loader turns a bare port (3000) into
+	// http://localhost:3000 and host:port into http://host:port. Required.
+	Target string
+	// Hostnames are the public names served, DNS names or *. wildcards
+	// (hostname: a string or a list). The loader lowercases them. At least one
+	// is required.
+	Hostnames []string
+	// Path is an optional prefix bind starting with "/" (path). Empty binds
+	// the whole hostname.
+	Path string
+	// MaxConcurrent overrides Client.MaxConcurrent when greater than 0
+	// (max_concurrent).
+	MaxConcurrent int
+	// Priority overrides Client.Priority when greater than 0 (priority).
+	Priority int
+	// Health is the probe of this service (health.*): Client.Health with the
+	// service's own fields laid over it by the loader.
+	Health Health
+	// Resilience lets the server serve stale cached answers for this service
+	// (resilience). Default false.
+	Resilience bool
+}
+
+// Scaling is a client's scaling declaration (autoscaling.md). DefaultScaling
+// holds the defaults of the fields a declaration leaves unset.
+type Scaling struct {
+	// URL is the http or https endpoint the server calls (scaling.url).
+	// Required when the block is declared.
+	URL string
+	// Secret is sent as Authorization: Bearer when set (scaling.secret).
+	// Secret.
+	Secret string
+	// Min is the lowest capacity asked for (scaling.min). Default 0: scale to
+	// zero, so a request can cold start the service.
+	Min int
+	// Max is the ceiling the server never asks to exceed (scaling.max).
+	// Default 0: cold starts only. When greater than 0 it is at least Min.
+	Max int
+	// ColdStart is how long a visitor may be held while the service starts
+	// (scaling.cold_start). Default 45s, at most 5m.
+	ColdStart time.Duration
+	// TargetUtilization is the utilization above which the server scales out
+	// (scaling.target_utilization). Default 0.8, in (0, 1].
+	TargetUtilization float64
+	// Window is how long utilization must stay above target before a scale
+	// out (scaling.window). Default 15s, at least 1s.
+	Window time.Duration
+	// Cooldown is the minimum gap between two calls for one bind
+	// (scaling.cooldown). Default 60s, at least 1s.
+	Cooldown time.Duration
+}
