@@ -142,6 +142,13 @@ func startPair(t testing.TB, kind string, fwd Forwarder, mutate func(*ServerConf
 		Logger:    testLogger(t),
 		Jitter:    func() float64 { return 0 },
 	}
+	connected := make(chan struct{}, 1)
+	ccfg.OnConnect = func(string) {
+		select {
+		case connected <- struct{}{}:
+		default:
+		}
+	}
 	if mutate != nil {
 		mutate(&scfg, &ccfg)
 	}
@@ -174,6 +181,11 @@ func startPair(t testing.TB, kind string, fwd Forwarder, mutate func(*ServerConf
 	case p.session = <-reg.attached:
 	case <-time.After(10 * time.Second):
 		t.Fatal("client did not attach within 10s")
+	}
+	select {
+	case <-connected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("client did not see the welcome within 10s")
 	}
 	return p
 }

@@ -26,7 +26,8 @@ const (
 	// announced services a request is for. The server sets it on every
 	// request it sends; the client removes it before forwarding.
 	ServiceHeader = "X-Aperio-Service"
-	// HandshakeTimeout bounds the time from upgrade to welcome.
+	// HandshakeTimeout is the default bound on the time from the upgrade
+	// to the welcome (ServerConfig.HandshakeTimeout).
 	HandshakeTimeout = 10 * time.Second
 )
 

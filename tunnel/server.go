@@ -50,6 +50,9 @@ type ServerConfig struct {
 	// ResponseHeaderTimeout bounds the wait for a response head after a
 	// request was sent (gateway_response_timeout). Zero means no bound.
 	ResponseHeaderTimeout time.Duration
+	// HandshakeTimeout bounds the time from the upgrade to the welcome;
+	// zero means the protocol default, HandshakeTimeout.
+	HandshakeTimeout time.Duration
 	// Logger receives session lifecycle logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -74,6 +77,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.DownThreshold <= 0 {
 		cfg.DownThreshold = 15 * time.Second
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = HandshakeTimeout
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -170,7 +176,7 @@ func offersSubprotocol(h http.Header) bool {
 // session ends.
 func (s *Server) run(ctx context.Context, sess *Session) {
 	log := s.log.With("session_id", sess.id, "remote_addr", sess.remoteAddr)
-	hctx, hcancel := context.WithTimeout(ctx, HandshakeTimeout)
+	hctx, hcancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
 	ctrl, err := sess.mux.AcceptStreamWithContext(hctx)
 	hcancel()
 	if err != nil {
@@ -183,7 +189,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	refuseHello := func(reason string) {
 		sess.writeControl(&message{Type: msgRefused, Reason: reason}, time.Second)
 	}
-	ctrl.SetReadDeadline(time.Now().Add(HandshakeTimeout))
+	ctrl.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	hello, err := readMessage(ctrl)
 	if err != nil {
 		log.Info("tunnel handshake failed", "err", err)
@@ -237,7 +243,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		SessionID:   sess.id,
 		HeartbeatMS: s.heartbeatInterval().Milliseconds(),
 		Notices:     notices,
-	}, HandshakeTimeout)
+	}, s.cfg.HandshakeTimeout)
 	if err != nil {
 		log.Info("tunnel handshake failed", "err", err)
 		return

@@ -1,0 +1,682 @@
+#!/usr/bin/env bash
+# bench/run.sh: the `make bench` harness. It builds aperio-demo, aperio-server,
+# aperio-client and frp, then measures in one run on this machine:
+#
+#   (a) wrk straight to aperio-demo
+#   (b) wrk through one nginx reverse-proxy hop
+#   (c) wrk through aperio-server + aperio-client
+#   (d) wrk through frps + frpc (HTTP vhost mode)
+#
+# each with 1 and 64 connections, then a 1 GiB download and upload through
+# Aperio (throughput and peak RSS growth) and Aperio's idle RSS. It prints one
+# table on stdout and progress on stderr, and takes about 2-3 minutes once the
+# binaries are cached.
+#
+# Everything listens on free random ports on 127.0.0.1 and lives in a mktemp
+# directory; an EXIT trap stops every process the script started. A row whose
+# proxy cannot be built or never becomes ready prints "skipped: <reason>" and
+# the script still exits 0. Only a broken aperio-demo, which every row needs,
+# or a missing wrk/nginx/curl makes it exit non-zero.
+#
+# Knobs, for quick iterations only (the defaults are the published numbers):
+#   BENCH_DURATION=10s        length of each measured wrk run
+#   BENCH_WARMUP=2s           length of the warm-up run before each row
+#   BENCH_STREAM_BYTES=1073741824  size of the streamed download and upload
+#   BENCH_KEEP_TMP=1          keep the work dir (configs and logs) and print it
+set -euo pipefail
+
+readonly FRP_VERSION=v0.65.0
+readonly VHOST=bench.local
+readonly DURATION=${BENCH_DURATION:-10s}
+readonly WARMUP=${BENCH_WARMUP:-2s}
+readonly STREAM_BYTES=${BENCH_STREAM_BYTES:-1073741824}
+readonly READY_TIMEOUT=20 # seconds to wait for a proxy to answer 200
+readonly STREAM_MAX_TIME=180 # seconds curl may spend on one streamed transfer
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+readonly ROOT
+cd "$ROOT"
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/aperio-bench.XXXXXX")
+readonly TMP BIN="$TMP/bin" LOG="$TMP/log"
+mkdir -p "$BIN" "$LOG"
+
+FRP_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/aperio-bench/frp-$FRP_VERSION"
+readonly FRP_CACHE
+
+# ---------------------------------------------------------------------------
+# Process bookkeeping.
+
+PIDS=() # every background process this script started, oldest first
+
+# cleanup stops what start_bg started: SIGTERM, up to 5 s of grace, then
+# SIGKILL. It runs on every exit path through the EXIT trap.
+cleanup() {
+	local pid i alive
+	trap - EXIT INT TERM
+	for pid in "${PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for ((i = 0; i < 50; i++)); do
+		alive=0
+		for pid in "${PIDS[@]}"; do
+			kill -0 "$pid" 2>/dev/null && alive=1
+		done
+		((alive)) || break
+		sleep 0.1
+	done
+	for pid in "${PIDS[@]}"; do
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	if [[ ${BENCH_KEEP_TMP:-} == 1 ]]; then
+		echo "bench: work dir kept in $TMP" >&2
+	else
+		rm -rf "$TMP"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+log() { echo "bench: $*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+# start_bg NAME CMD... runs CMD in the background with stdout and stderr in
+# $LOG/NAME.log, records its PID in PIDS and sets BG_PID to it.
+start_bg() {
+	local name=$1
+	shift
+	"$@" </dev/null >"$LOG/$name.log" 2>&1 &
+	BG_PID=$!
+	PIDS+=("$BG_PID")
+}
+
+# stop_bg PID... stops processes started by start_bg early (to keep idle
+# proxies from competing for the two cores).
+stop_bg() {
+	local pid i
+	for pid in "$@"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "$@"; do
+		for ((i = 0; i < 50; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	forget_pids "$@"
+}
+
+# forget_pids PID... drops reaped PIDs from PIDS, so that cleanup never
+# signals a recycled PID.
+forget_pids() {
+	local pid keep=()
+	for pid in "${PIDS[@]}"; do
+		[[ " $* " == *" $pid "* ]] || keep+=("$pid")
+	done
+	PIDS=("${keep[@]}")
+}
+
+# run_wait CMD... runs CMD to completion and returns its status. CMD runs in
+# the background with a wait, because bash defers INT and TERM traps until a
+# foreground command ends, and wrk runs or 1 GiB transfers should not delay a
+# Ctrl-C; cleanup then stops CMD like any other process.
+run_wait() {
+	local pid rc=0
+	"$@" &
+	pid=$!
+	PIDS+=("$pid")
+	wait "$pid" || rc=$?
+	forget_pids "$pid"
+	return "$rc"
+}
+
+# last_log NAME prints the last non-empty line of $LOG/NAME.log, for skip reasons.
+last_log() {
+	local line
+	line=$(sed 's/\x1b\[[0-9;]*m//g' "$LOG/$1.log" 2>/dev/null | grep -v '^[[:space:]]*$' | tail -n 1) || true
+	echo "${line:-<empty log>}" | cut -c1-160
+}
+
+# ---------------------------------------------------------------------------
+# Ports.
+
+USED_PORTS=" "
+
+# free_port VAR sets VAR to a TCP port on 127.0.0.1 that no socket uses now.
+# Ports come from 20000-32767, below Linux's ephemeral range (32768-60999), so
+# the outgoing connections of wrk and the proxies never collide with them, and
+# never repeat within one run.
+free_port() {
+	local p i
+	for ((i = 0; i < 200; i++)); do
+		p=$((20000 + RANDOM % 12768))
+		[[ $USED_PORTS == *" $p "* ]] && continue
+		if [[ -n $(ss -Htan "( sport = :$p )" 2>/dev/null) ]]; then
+			continue
+		fi
+		USED_PORTS+="$p "
+		printf -v "$1" '%s' "$p"
+		return 0
+	done
+	die "no free port found"
+}
+
+# wait_ready URL TIMEOUT PID... polls URL with Host: $VHOST until it answers
+# 200, for at most TIMEOUT seconds. It fails early when one of the PIDs exits,
+# and sets READY_ERR to the reason on failure.
+wait_ready() {
+	local url=$1 timeout=$2 code deadline pid
+	shift 2
+	READY_ERR=
+	deadline=$((SECONDS + timeout))
+	while ((SECONDS < deadline)); do
+		for pid in "$@"; do
+			if ! kill -0 "$pid" 2>/dev/null; then
+				READY_ERR="process $pid exited"
+				return 1
+			fi
+		done
+		code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' -H "Host: $VHOST" "$url" 2>/dev/null) || true
+		[[ $code == 200 ]] && return 0
+		sleep 0.2
+	done
+	READY_ERR="no 200 from $url within ${timeout}s (last status ${code:-none})"
+	return 1
+}
+
+# wait_listen PORT TIMEOUT PID waits until something accepts TCP connections
+# on 127.0.0.1:PORT, for at most TIMEOUT seconds or until PID exits.
+wait_listen() {
+	local port=$1 timeout=$2 pid=$3 deadline
+	READY_ERR=
+	deadline=$((SECONDS + timeout))
+	while ((SECONDS < deadline)); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			READY_ERR="process $pid exited"
+			return 1
+		fi
+		if [[ -n $(ss -Htln "( sport = :$port )" 2>/dev/null) ]]; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	READY_ERR="nothing listening on 127.0.0.1:$port within ${timeout}s"
+	return 1
+}
+
+# ---------------------------------------------------------------------------
+# Memory.
+
+# rss_kb PID prints the VmRSS of PID in KiB, or 0 if it is gone.
+rss_kb() {
+	local k v rest kib=0
+	if [[ -r /proc/$1/status ]]; then
+		while read -r k v rest; do
+			if [[ $k == VmRSS: ]]; then
+				kib=$v
+				break
+			fi
+		done <"/proc/$1/status" 2>/dev/null || true
+	fi
+	echo "$kib"
+}
+
+# rss_sampler PID FILE writes the highest VmRSS of PID seen so far (KiB) to
+# FILE, sampling every 100 ms until killed or PID exits.
+rss_sampler() {
+	local pid=$1 out=$2 max v
+	max=$(rss_kb "$pid")
+	echo "$max" >"$out"
+	while [[ -e /proc/$pid ]]; do
+		v=$(rss_kb "$pid")
+		if ((v > max)); then
+			max=$v
+			echo "$max" >"$out"
+		fi
+		sleep 0.1
+	done
+}
+
+kib_to_mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+
+# ---------------------------------------------------------------------------
+# Builds.
+
+build_demo_and_aperio() {
+	log "building aperio-demo"
+	if ! CGO_ENABLED=0 go build -o "$BIN/" ./cmd/aperio-demo >"$LOG/build-demo.log" 2>&1; then
+		cat "$LOG/build-demo.log" >&2
+		die "aperio-demo does not build"
+	fi
+	log "building aperio-server and aperio-client"
+	APERIO_SKIP=
+	if ! CGO_ENABLED=0 go build -o "$BIN/" ./cmd/aperio-server ./cmd/aperio-client ./cmd/aperio-demo >"$LOG/build-aperio.log" 2>&1; then
+		APERIO_SKIP="build failed: $(grep -v '^#' "$LOG/build-aperio.log" | head -n 1 | cut -c1-120)"
+		log "aperio rows will be skipped: $APERIO_SKIP"
+	fi
+}
+
+# build_frp leaves frps and frpc in $FRP_CACHE/bin, reusing them when a
+# previous run built them. On failure it sets FRP_SKIP.
+build_frp() {
+	FRP_SKIP=
+	FRPS=$FRP_CACHE/bin/frps
+	FRPC=$FRP_CACHE/bin/frpc
+	if [[ -x $FRPS && -x $FRPC ]] && "$FRPS" --version >/dev/null 2>&1; then
+		log "using cached frp $FRP_VERSION from $FRP_CACHE/bin"
+		return 0
+	fi
+	log "building frp $FRP_VERSION (once; cached in $FRP_CACHE)"
+	local dir src goflags
+	# Outside any module, so that the download cannot touch this repo's go.mod or go.sum.
+	if ! dir=$(cd "$TMP" && GO111MODULE=on go mod download -json "github.com/fatedier/frp@$FRP_VERSION" 2>"$LOG/frp-download.log"); then
+		FRP_SKIP="go mod download failed: $(last_log frp-download)"
+		return 0
+	fi
+	src=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p' <<<"$dir")
+	if [[ -z $src || ! -d $src ]]; then
+		FRP_SKIP="go mod download gave no module Dir"
+		return 0
+	fi
+	rm -rf "$FRP_CACHE"
+	mkdir -p "$(dirname "$FRP_CACHE")"
+	cp -R "$src" "$FRP_CACHE"
+	chmod -R u+w "$FRP_CACHE"
+	mkdir -p "$FRP_CACHE/bin"
+	# frp's go.mod has a replace directive, so `go install pkg@version`
+	# refuses it; building in a copy with -mod=mod works.
+	goflags="$(go env GOFLAGS) -mod=mod"
+	if ! (cd "$FRP_CACHE" &&
+		GOFLAGS=$goflags CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -tags frps,noweb -o bin/frps.tmp ./cmd/frps &&
+		GOFLAGS=$goflags CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -tags frpc,noweb -o bin/frpc.tmp ./cmd/frpc) >"$LOG/frp-build.log" 2>&1; then
+		FRP_SKIP="build failed: $(grep -v '^go: downloading' "$LOG/frp-build.log" | head -n 1 | cut -c1-120)"
+		return 0
+	fi
+	mv "$FRP_CACHE/bin/frps.tmp" "$FRPS"
+	mv "$FRP_CACHE/bin/frpc.tmp" "$FRPC"
+}
+
+# ---------------------------------------------------------------------------
+# wrk.
+
+declare -A RPS P50 P99 NON2XX ERRS FAIL SKIP
+
+# parse_wrk FILE prints "req/s p50_ms p99_ms non2xx socket_errors", or nothing
+# when FILE has no Requests/sec line. wrk prints latencies as us, ms, s, m or h.
+parse_wrk() {
+	awk '
+	function ms(v,   n, u) {
+		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+		if (u == "us") return n / 1000
+		if (u == "ms") return n
+		if (u == "s") return n * 1000
+		if (u == "m") return n * 60000
+		if (u == "h") return n * 3600000
+		return -1
+	}
+	$1 == "50%" { p50 = ms($2) }
+	$1 == "99%" { p99 = ms($2) }
+	/^Requests\/sec:/ { rps = $2; seen = 1 }
+	/Non-2xx or 3xx responses:/ { non = $NF }
+	/Socket errors:/ { gsub(/,/, ""); errs = $4 + $6 + $8 + $10 }
+	END { if (seen) printf "%.0f %.3f %.3f %d %d\n", rps, p50, p99, non, errs }
+	' "$1"
+}
+
+# bench_row ROW URL runs the warm-up and the measured wrk runs for ROW.
+bench_row() {
+	local row=$1 url=$2 conns threads out parsed
+	log "$row: warm-up ${WARMUP}"
+	run_wait wrk -t2 -c64 -d"$WARMUP" -H "Host: $VHOST" "$url" >"$LOG/wrk-$row-warmup.log" 2>&1 || true
+	for conns in 1 64; do
+		# wrk needs at least as many connections as threads.
+		threads=$((conns < 2 ? conns : 2))
+		out="$LOG/wrk-$row-c$conns.log"
+		log "$row: wrk -t$threads -c$conns -d$DURATION"
+		run_wait wrk -t"$threads" -c"$conns" -d"$DURATION" --latency -H "Host: $VHOST" "$url" >"$out" 2>&1 || true
+		parsed=$(parse_wrk "$out")
+		if [[ -z $parsed ]]; then
+			FAIL[$row,$conns]="wrk: $(last_log "wrk-$row-c$conns")"
+			continue
+		fi
+		read -r "RPS[$row,$conns]" "P50[$row,$conns]" "P99[$row,$conns]" "NON2XX[$row,$conns]" "ERRS[$row,$conns]" <<<"$parsed"
+	done
+}
+
+# ---------------------------------------------------------------------------
+# The rows.
+
+start_demo() {
+	free_port DEMO_PORT
+	start_bg demo "$BIN/aperio-demo" --listen "127.0.0.1:$DEMO_PORT" --log-level warn
+	DEMO_PID=$BG_PID
+	wait_ready "http://127.0.0.1:$DEMO_PORT/healthz" "$READY_TIMEOUT" "$DEMO_PID" ||
+		die "aperio-demo not ready: $READY_ERR; log: $(last_log demo)"
+}
+
+row_direct() {
+	bench_row direct "http://127.0.0.1:$DEMO_PORT/"
+}
+
+row_nginx() {
+	local port dir user=
+	free_port port
+	dir=$TMP/nginx
+	mkdir -p "$dir"
+	# As root, nginx would run its workers as nobody, who cannot enter the
+	# 0700 temp dir.
+	[[ $(id -u) == 0 ]] && user="user root;"
+	cat >"$dir/nginx.conf" <<-EOF
+		$user
+		daemon off;
+		worker_processes auto;
+		pid $dir/nginx.pid;
+		error_log $dir/error.log warn;
+		events { worker_connections 4096; }
+		http {
+		    access_log off;
+		    client_body_temp_path $dir/client_body;
+		    proxy_temp_path $dir/proxy;
+		    fastcgi_temp_path $dir/fastcgi;
+		    uwsgi_temp_path $dir/uwsgi;
+		    scgi_temp_path $dir/scgi;
+		    keepalive_requests 1000000;
+		    upstream demo {
+		        server 127.0.0.1:$DEMO_PORT;
+		        keepalive 64;
+		        keepalive_requests 1000000;
+		    }
+		    server {
+		        listen 127.0.0.1:$port;
+		        location / {
+		            proxy_pass http://demo;
+		            proxy_http_version 1.1;
+		            proxy_set_header Connection "";
+		            proxy_set_header Host \$host;
+		        }
+		    }
+		}
+	EOF
+	start_bg nginx nginx -p "$dir/" -c "$dir/nginx.conf" -e "$dir/error.log"
+	local pid=$BG_PID
+	if ! wait_ready "http://127.0.0.1:$port/" "$READY_TIMEOUT" "$pid"; then
+		SKIP[nginx]="not ready: $READY_ERR; $(tail -n 1 "$dir/error.log" 2>/dev/null || last_log nginx)"
+		stop_bg "$pid"
+		return 0
+	fi
+	bench_row nginx "http://127.0.0.1:$port/"
+	stop_bg "$pid"
+}
+
+row_frp() {
+	if [[ -n $FRP_SKIP ]]; then
+		SKIP[frp]=$FRP_SKIP
+		return 0
+	fi
+	local bind vhost dir spid cpid
+	free_port bind
+	free_port vhost
+	dir=$TMP/frp
+	mkdir -p "$dir"
+	cat >"$dir/frps.toml" <<-EOF
+		bindAddr = "127.0.0.1"
+		bindPort = $bind
+		vhostHTTPPort = $vhost
+		log.to = "console"
+		log.level = "warn"
+		log.disablePrintColor = true
+	EOF
+	cat >"$dir/frpc.toml" <<-EOF
+		serverAddr = "127.0.0.1"
+		serverPort = $bind
+		transport.protocol = "tcp"
+		log.to = "console"
+		log.level = "warn"
+		log.disablePrintColor = true
+
+		[[proxies]]
+		name = "bench"
+		type = "http"
+		localIP = "127.0.0.1"
+		localPort = $DEMO_PORT
+		customDomains = ["$VHOST"]
+	EOF
+	start_bg frps "$FRPS" -c "$dir/frps.toml"
+	spid=$BG_PID
+	# frpc gives up for good when its first login fails, so frps must be up first.
+	if ! wait_listen "$bind" "$READY_TIMEOUT" "$spid"; then
+		SKIP[frp]="frps not ready: $READY_ERR; $(last_log frps)"
+		stop_bg "$spid"
+		return 0
+	fi
+	start_bg frpc "$FRPC" -c "$dir/frpc.toml"
+	cpid=$BG_PID
+	if ! wait_ready "http://127.0.0.1:$vhost/" "$READY_TIMEOUT" "$spid" "$cpid"; then
+		SKIP[frp]="not ready: $READY_ERR; frps: $(last_log frps); frpc: $(last_log frpc)"
+		stop_bg "$cpid" "$spid"
+		return 0
+	fi
+	bench_row frp "http://127.0.0.1:$vhost/"
+	stop_bg "$cpid" "$spid"
+}
+
+# row_aperio starts aperio-server and aperio-client, records their idle RSS,
+# runs the wrk row, then the streamed transfers. They stay up until cleanup.
+row_aperio() {
+	if [[ -n $APERIO_SKIP ]]; then
+		SKIP[aperio]=$APERIO_SKIP
+		return 0
+	fi
+	local sport
+	free_port sport
+	mkdir -p "$TMP/data"
+	start_bg aperio-server env \
+		APERIO_SERVER_TOKEN=benchtoken \
+		APERIO_HOST=127.0.0.1 \
+		APERIO_PORT="$sport" \
+		APERIO_DATA_DIR="$TMP/data" \
+		APERIO_LOG_LEVEL=warn \
+		APERIO_MAX_CONCURRENT_REQUESTS=1000 \
+		APERIO_IP_LIMIT_MAX=100000000 \
+		APERIO_IP_LIMIT_REFILL=100000000 \
+		APERIO_MAX_BODY_SIZE=2GiB \
+		"$BIN/aperio-server"
+	APERIO_SERVER_PID=$BG_PID
+	start_bg aperio-client "$BIN/aperio-client" "127.0.0.1:$DEMO_PORT" \
+		--hostname "$VHOST" \
+		--server-url "http://127.0.0.1:$sport" \
+		--server-token benchtoken \
+		--max-concurrent 256 \
+		--log-level warn
+	APERIO_CLIENT_PID=$BG_PID
+	if ! wait_ready "http://127.0.0.1:$sport/" "$READY_TIMEOUT" "$APERIO_SERVER_PID" "$APERIO_CLIENT_PID"; then
+		SKIP[aperio]="not ready: $READY_ERR; server: $(last_log aperio-server); client: $(last_log aperio-client)"
+		return 0
+	fi
+
+	# Idle RSS: after startup plus one request and a 2 s settle.
+	curl -s -o /dev/null -m 5 -H "Host: $VHOST" "http://127.0.0.1:$sport/" || true
+	sleep 2
+	IDLE_SERVER_KIB=$(rss_kb "$APERIO_SERVER_PID")
+	IDLE_CLIENT_KIB=$(rss_kb "$APERIO_CLIENT_PID")
+
+	bench_row aperio "http://127.0.0.1:$sport/"
+	stream_aperio "$sport"
+}
+
+declare -A STREAM_MBPS STREAM_SRV STREAM_CLI STREAM_FAIL
+
+# stream_transfer KIND CMD... runs CMD (which prints "http_code size speed")
+# while sampling the RSS of aperio-server and aperio-client, and records
+# throughput and peak RSS growth for KIND. CHECK_BODY, when set, names a
+# file whose content must be {"bytes":STREAM_BYTES}; otherwise size must be
+# STREAM_BYTES.
+stream_transfer() {
+	local kind=$1 out code size speed sbefore cbefore ssamp csamp smax cmax
+	shift
+	sbefore=$(rss_kb "$APERIO_SERVER_PID")
+	cbefore=$(rss_kb "$APERIO_CLIENT_PID")
+	rss_sampler "$APERIO_SERVER_PID" "$TMP/rss-$kind-server" &
+	ssamp=$!
+	rss_sampler "$APERIO_CLIENT_PID" "$TMP/rss-$kind-client" &
+	csamp=$!
+	PIDS+=("$ssamp" "$csamp")
+	log "aperio: streaming $kind of $STREAM_BYTES bytes"
+	run_wait "$@" >"$LOG/stream-$kind.out" 2>"$LOG/stream-$kind.err" || true
+	stop_bg "$ssamp" "$csamp"
+	out=$(cat "$LOG/stream-$kind.out")
+	smax=$(cat "$TMP/rss-$kind-server" 2>/dev/null || echo 0)
+	cmax=$(cat "$TMP/rss-$kind-client" 2>/dev/null || echo 0)
+	read -r code size speed <<<"$out" || true
+	if [[ $code != 200 ]]; then
+		STREAM_FAIL[$kind]="status ${code:-none} after $size bytes; $(head -c 120 "$LOG/stream-$kind.err" 2>/dev/null)"
+		return 0
+	fi
+	if [[ -n ${CHECK_BODY:-} ]]; then
+		# curl's size_upload counts chunked framing, so trust the origin's count.
+		if [[ $(tr -d ' \n' <"$CHECK_BODY" 2>/dev/null) != "{\"bytes\":$STREAM_BYTES}" ]]; then
+			STREAM_FAIL[$kind]="origin answered $(head -c 80 "$CHECK_BODY" 2>/dev/null)"
+			return 0
+		fi
+	elif [[ $size != "$STREAM_BYTES" ]]; then
+		STREAM_FAIL[$kind]="got $size of $STREAM_BYTES bytes"
+		return 0
+	fi
+	STREAM_MBPS[$kind]=$(awk -v s="$speed" 'BEGIN { printf "%.1f", s / 1e6 }')
+	STREAM_SRV[$kind]=$(kib_to_mib $((smax - sbefore)))
+	STREAM_CLI[$kind]=$(kib_to_mib $((cmax - cbefore)))
+}
+
+# stream_download and stream_upload exec curl, so that run_wait's PID is
+# curl itself and cleanup can stop a transfer midway.
+stream_download() {
+	exec curl -s -o /dev/null -m "$STREAM_MAX_TIME" -w '%{http_code} %{size_download} %{speed_download}' \
+		-H "Host: $VHOST" "http://127.0.0.1:$1/bytes?n=$STREAM_BYTES"
+}
+
+stream_upload() {
+	exec curl -s -T - -o "$TMP/upload.json" -m "$STREAM_MAX_TIME" -w '%{http_code} %{size_upload} %{speed_upload}' \
+		-H "Host: $VHOST" "http://127.0.0.1:$1/upload" < <(head -c "$STREAM_BYTES" /dev/zero)
+}
+
+stream_aperio() {
+	local sport=$1
+	CHECK_BODY='' stream_transfer download stream_download "$sport"
+	CHECK_BODY=$TMP/upload.json stream_transfer upload stream_upload "$sport"
+}
+
+# ---------------------------------------------------------------------------
+# Report.
+
+ratio() { # ratio NUM DEN prints NUM/DEN as "1.23x", or "-"
+	if [[ -z $1 || -z $2 || $2 == 0 ]]; then
+		echo "-"
+	else
+		awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'
+	fi
+}
+
+print_report() {
+	local row label conns key
+	local -A labels=([direct]="(a) direct" [nginx]="(b) nginx" [aperio]="(c) aperio" [frp]="(d) frp")
+	echo
+	echo "== HTTP GET / (19-byte body), wrk ${DURATION} per run after a ${WARMUP} warm-up at 64 conns"
+	printf '%-12s %5s %11s %9s %9s %8s %7s %7s %9s\n' row conns req/s p50_ms p99_ms non-2xx errors vs_frp vs_direct
+	for row in direct nginx aperio frp; do
+		label=${labels[$row]}
+		if [[ -n ${SKIP[$row]:-} ]]; then
+			printf '%-12s skipped: %s\n' "$label" "${SKIP[$row]}"
+			continue
+		fi
+		for conns in 1 64; do
+			key=$row,$conns
+			if [[ -n ${FAIL[$key]:-} ]]; then
+				printf '%-12s %5s failed: %s\n' "$label" "$conns" "${FAIL[$key]}"
+				continue
+			fi
+			printf '%-12s %5s %11s %9s %9s %8s %7s %7s %9s\n' "$label" "$conns" \
+				"${RPS[$key]}" "${P50[$key]}" "${P99[$key]}" "${NON2XX[$key]}" "${ERRS[$key]}" \
+				"$(ratio "${RPS[$key]}" "${RPS[frp,$conns]:-}")" \
+				"$(ratio "${RPS[$key]}" "${RPS[direct,$conns]:-}")"
+		done
+	done
+	echo "(c1 runs use wrk -t1: wrk needs connections >= threads; c64 runs use -t2)"
+
+	echo
+	echo "== Aperio streaming, $STREAM_BYTES bytes each way via curl (MB/s = 10^6 bytes/s; RSS growth = peak VmRSS sampled every 100 ms minus VmRSS before)"
+	if [[ -n ${SKIP[aperio]:-} ]]; then
+		echo "skipped: ${SKIP[aperio]}"
+	else
+		printf '%-10s %9s %18s %18s\n' direction MB/s server_rss_+MiB client_rss_+MiB
+		for kind in download upload; do
+			if [[ -n ${STREAM_FAIL[$kind]:-} ]]; then
+				printf '%-10s failed: %s\n' "$kind" "${STREAM_FAIL[$kind]}"
+				continue
+			fi
+			printf '%-10s %9s %18s %18s\n' "$kind" "${STREAM_MBPS[$kind]}" "${STREAM_SRV[$kind]}" "${STREAM_CLI[$kind]}"
+		done
+	fi
+
+	echo
+	echo "== Aperio idle RSS (after startup, one request, 2 s settle)"
+	if [[ -n ${SKIP[aperio]:-} ]]; then
+		echo "skipped: ${SKIP[aperio]}"
+	else
+		printf 'aperio-server %6s MiB\naperio-client %6s MiB\n' \
+			"$(kib_to_mib "$IDLE_SERVER_KIB")" "$(kib_to_mib "$IDLE_CLIENT_KIB")"
+	fi
+}
+
+# ---------------------------------------------------------------------------
+
+print_header() {
+	local frp_version="not built ($FRP_SKIP)"
+	if [[ -z $FRP_SKIP ]]; then
+		frp_version="$("$FRPS" --version 2>&1 | head -n 1 || true) (frps+frpc $FRP_VERSION)"
+	fi
+	echo "== aperio bench, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "nproc:  $(nproc)"
+	echo "load:   $LOADAVG_START (1/5/15 min load average when the script started; other work on the machine skews every figure)"
+	echo "cpu:    $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1 || true)"
+	echo "go:     $(go version)"
+	echo "wrk:    $(wrk --version 2>&1 | head -n 1 | sed 's/ Copyright.*//' || true)"
+	echo "nginx:  $(nginx -v 2>&1 | head -n 1 || true) (worker_processes auto)"
+	echo "frp:    $frp_version"
+	echo "curl:   $(curl --version | head -n 1 | cut -d' ' -f1-2 || true)"
+}
+
+main() {
+	local tool report=$TMP/report.txt
+	LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
+	for tool in go wrk nginx curl ss awk; do
+		command -v "$tool" >/dev/null || die "$tool not found in PATH"
+	done
+
+	build_demo_and_aperio
+	build_frp
+	if [[ -n $FRP_SKIP ]]; then
+		log "frp rows will be skipped: $FRP_SKIP"
+	fi
+	print_header | tee "$report"
+
+	start_demo
+	row_direct
+	row_nginx
+	row_frp
+	row_aperio
+	print_report | tee -a "$report"
+
+	# A copy for comparing runs; bench/out/ is git-ignored.
+	mkdir -p "$ROOT/bench/out"
+	cp "$report" "$ROOT/bench/out/latest.txt"
+	log "report saved to bench/out/latest.txt"
+}
+
+main "$@"
