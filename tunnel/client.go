@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 )
 
@@ -85,7 +85,7 @@ type Client struct {
 	cfg     ClientConfig
 	log     *slog.Logger
 	wsURL   string
-	httpc   *http.Client
+	dialer  *websocket.Dialer
 	jitter  func() float64
 	nudge   chan chan error // announce now; the reply arrives with the ack
 	poke    chan struct{}   // announce soon; nobody waits (capacity 1)
@@ -113,14 +113,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
-	tr := &http.Transport{
-		Proxy:               nil, // ambient HTTP_PROXY must not capture the tunnel
-		DialContext:         dial,
-		TLSClientConfig:     cfg.TLSConfig,
-		TLSHandshakeTimeout: 10 * time.Second,
-		// The upgrade needs HTTP/1.1; an empty map turns HTTP/2 off.
-		TLSNextProto:      map[string]func(string, *tls.Conn) http.RoundTripper{},
-		DisableKeepAlives: true,
+	dialer := &websocket.Dialer{
+		NetDialContext:   dial,
+		TLSClientConfig:  cfg.TLSConfig,
+		Proxy:            nil, // ambient HTTP_PROXY must not capture the tunnel
+		HandshakeTimeout: HandshakeTimeout,
+		ReadBufferSize:   wsBufferSize,
+		WriteBufferSize:  wsBufferSize,
+		Subprotocols:     []string{Subprotocol},
 	}
 	jitter := cfg.Jitter
 	if jitter == nil {
@@ -130,7 +130,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg:    cfg,
 		log:    log.With("server_url", cfg.URL),
 		wsURL:  wsURL,
-		httpc:  &http.Client{Transport: tr},
+		dialer: dialer,
 		jitter: jitter,
 		nudge:  make(chan chan error),
 		poke:   make(chan struct{}, 1),
@@ -145,9 +145,9 @@ func tunnelURL(raw string) (string, error) {
 	}
 	switch u.Scheme {
 	case "http", "ws":
-		u.Scheme = "http"
+		u.Scheme = "ws"
 	case "https", "wss":
-		u.Scheme = "https"
+		u.Scheme = "wss"
 	default:
 		return "", fmt.Errorf("tunnel: server url %q: scheme must be http, https, ws or wss", raw)
 	}
@@ -234,22 +234,18 @@ func (c *Client) Nudge() {
 func (c *Client) dial(ctx context.Context) (*yamux.Session, error) {
 	dctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
-	wsc, resp, err := websocket.Dial(dctx, c.wsURL, &websocket.DialOptions{
-		HTTPClient:      c.httpc,
-		HTTPHeader:      http.Header{"Authorization": {"Bearer " + c.cfg.Token}},
-		Subprotocols:    []string{Subprotocol},
-		CompressionMode: websocket.CompressionDisabled,
-	})
+	ws, resp, err := c.dialer.DialContext(dctx, c.wsURL, http.Header{"Authorization": {"Bearer " + c.cfg.Token}})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, refusal(resp)
 		}
 		return nil, fmt.Errorf("tunnel: dial %s: %w", c.wsURL, err)
 	}
-	// The session's lifetime is governed by runSession, not by the dial
-	// deadline, so the net.Conn gets ctx, not dctx.
-	conn := &coalescingConn{Conn: websocket.NetConn(ctx, wsc, websocket.MessageBinary)}
-	return yamux.Client(conn, yamuxConfig())
+	if ws.Subprotocol() != Subprotocol {
+		ws.Close()
+		return nil, &RefusedError{Status: resp.StatusCode, Reason: "server did not accept subprotocol " + Subprotocol}
+	}
+	return yamux.Client(newWSConn(ws), yamuxConfig())
 }
 
 // refusal reads the server's JSON reason from a failed upgrade.

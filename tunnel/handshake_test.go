@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 
 	"github.com/aperio-dev/aperio/internal/memnet"
@@ -44,17 +44,12 @@ func dialRaw(t *testing.T, srv *Server) *rawClient {
 	hs := &http.Server{Handler: srv}
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close(); ln.Close() })
-	httpc := &http.Client{Transport: &http.Transport{DialContext: ln.Dial}}
-	wsc, _, err := websocket.Dial(context.Background(), "http://memnet"+Path, &websocket.DialOptions{
-		HTTPClient:   httpc,
-		HTTPHeader:   http.Header{"Authorization": {"Bearer " + testToken}},
-		Subprotocols: []string{Subprotocol},
-	})
+	d := &websocket.Dialer{NetDialContext: ln.Dial, Subprotocols: []string{Subprotocol}}
+	ws, _, err := d.DialContext(context.Background(), "ws://memnet"+Path, http.Header{"Authorization": {"Bearer " + testToken}})
 	if err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
-	conn := websocket.NetConn(context.Background(), wsc, websocket.MessageBinary)
-	mux, err := yamux.Client(conn, yamuxConfig())
+	mux, err := yamux.Client(newWSConn(ws), yamuxConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

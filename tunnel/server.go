@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/hashicorp/yamux"
 )
 
@@ -134,17 +133,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.wg.Done()
 
-	wsc, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		Subprotocols:    []string{Subprotocol},
-		CompressionMode: websocket.CompressionDisabled,
-	})
+	ws, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		s.log.Debug("tunnel upgrade failed", "remote_addr", r.RemoteAddr, "err", err)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	defer cancel()
-	conn := &coalescingConn{Conn: websocket.NetConn(ctx, wsc, websocket.MessageBinary)}
+	ctx := context.WithoutCancel(r.Context())
+	conn := newWSConn(ws)
 	mux, err := yamux.Server(conn, yamuxConfig())
 	if err != nil {
 		conn.Close()

@@ -310,10 +310,10 @@ func TestFrameLimits(t *testing.T) {
 
 func TestTunnelURL(t *testing.T) {
 	tests := []struct{ in, want string }{
-		{"http://example.com", "http://example.com/aperio/tunnel"},
-		{"https://example.com/", "https://example.com/aperio/tunnel"},
-		{"ws://example.com:8080/base", "http://example.com:8080/base/aperio/tunnel"},
-		{"wss://example.com", "https://example.com/aperio/tunnel"},
+		{"http://example.com", "ws://example.com/aperio/tunnel"},
+		{"https://example.com/", "wss://example.com/aperio/tunnel"},
+		{"ws://example.com:8080/base", "ws://example.com:8080/base/aperio/tunnel"},
+		{"wss://example.com", "wss://example.com/aperio/tunnel"},
 	}
 	for _, tt := range tests {
 		got, err := tunnelURL(tt.in)
