@@ -27,4 +27,3 @@ func yamuxConfig() *yamux.Config {
 	c.LogOutput = io.Discard
 	return c
 }
-
