@@ -417,7 +417,6 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
 	defer st.Close()
 	br := bufio.NewReaderSize(st, 4096)
-	bw := bufio.NewWriterSize(st, 4096)
 	for {
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -426,7 +425,7 @@ func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
 			}
 			return
 		}
-		if !c.serveOne(ctx, st, br, bw, req) {
+		if !c.serveOne(ctx, st, br, req) {
 			return
 		}
 	}

@@ -16,7 +16,7 @@ import (
 
 // serveOne answers one request read from a data stream and reports whether
 // the stream can carry the next one.
-func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reader, bw *bufio.Writer, req *http.Request) bool {
+func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reader, req *http.Request) bool {
 	// The request counts as in flight until its response is written, not
 	// while the stream then waits for its next request: a pooled stream
 	// can wait indefinitely, and counting it would hold every drain until
@@ -74,6 +74,8 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 		c.log.Debug("backend request failed", "service", service, "err", err)
 		resp = errorResponse(http.StatusBadGateway, "aperio-client: backend unreachable: "+err.Error())
 	}
+	bw := getWriter(st)
+	defer putWriter(bw)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return c.serveUpgrade(st, br, bw, resp)
 	}

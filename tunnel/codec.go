@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"sync"
 
 	"github.com/aperio-dev/aperio/internal/bufpool"
 )
@@ -17,6 +18,28 @@ import (
 // directions; the writers below exist because Request.Write and
 // Response.Write add headers of their own (User-Agent) and cannot stream
 // trailers that were not declared up front, which gRPC needs.
+
+// writerSize sizes the buffered writer of one exchange: a 32 KiB copy
+// buffer plus chunk framing fits, so each chunk leaves as one yamux frame
+// (one WebSocket message), and fixed-length bodies go out in 64 KiB frames.
+const writerSize = 64<<10 + 512
+
+// writerPool holds exchange writers. A writer is taken for one exchange
+// and returned after it, so idle pooled streams hold no write buffer.
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, writerSize) }}
+
+// getWriter returns a pooled writer writing to w.
+func getWriter(w io.Writer) *bufio.Writer {
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(w)
+	return bw
+}
+
+// putWriter returns bw to the pool; bw must not be used afterwards.
+func putWriter(bw *bufio.Writer) {
+	bw.Reset(nil)
+	writerPool.Put(bw)
+}
 
 // framingHeaders are computed by the writers, never copied.
 var framingHeaders = map[string]bool{

@@ -64,11 +64,11 @@ type Session struct {
 	closeErr  error
 }
 
-// dataStream is a data stream with its buffered reader and writer.
+// dataStream is a data stream with its buffered reader; writers come from
+// a pool for the length of one exchange.
 type dataStream struct {
 	st *yamux.Stream
 	br *bufio.Reader
-	bw *bufio.Writer
 }
 
 // ID returns the session id the server assigned.
@@ -154,6 +154,10 @@ func (s *Session) RoundTrip(req *http.Request, service string) (*http.Response, 
 	return resp, err
 }
 
+// smallBody is the largest known-length request body that is sent together
+// with its head.
+const smallBody = 16 << 10
+
 // errStaleStream means a reused stream was found closed before anything was
 // sent back; a request without a body can safely go again on a fresh one.
 var errStaleStream = errors.New("tunnel: stale stream")
@@ -185,11 +189,17 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 	if service != "" {
 		req.Header[ServiceHeader] = []string{service}
 	}
-	if err := writeRequestHead(ds.bw, req, uri, chunked); err != nil {
-		ds.st.Close()
-		return nil, fmt.Errorf("%w: write request: %w", ErrSessionClosed, err)
+	bw := getWriter(ds.st)
+	err = writeRequestHead(bw, req, uri, chunked)
+	// A small body of known length leaves with its head in one frame; the
+	// head of anything else goes first so the backend can start on it.
+	if err == nil && !(hasBody && !chunked && !upgrade && req.ContentLength <= smallBody) {
+		err = bw.Flush()
 	}
-	if err := ds.bw.Flush(); err != nil {
+	if err != nil || !hasBody || upgrade {
+		putWriter(bw)
+	}
+	if err != nil {
 		ds.st.Close()
 		return nil, fmt.Errorf("%w: write request: %w", ErrSessionClosed, err)
 	}
@@ -210,12 +220,13 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 	var bodyDone chan error
 	if hasBody && !upgrade {
 		bodyDone = make(chan error, 1)
-		bc := &bodyCopier{bw: ds.bw, src: req.Body, length: req.ContentLength, flushEach: chunked}
+		bc := &bodyCopier{bw: bw, src: req.Body, length: req.ContentLength, flushEach: chunked}
 		if chunked {
 			bc.trailer = func() http.Header { return req.Trailer }
 		}
 		go func() {
 			err := bc.copy()
+			putWriter(bw)
 			if err != nil {
 				abort(fmt.Errorf("request body: %w", err))
 			}
@@ -270,7 +281,7 @@ func (s *Session) getFreshStream() (*dataStream, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: open stream: %w", ErrSessionClosed, err)
 	}
-	return &dataStream{st: st, br: bufio.NewReaderSize(st, 4096), bw: bufio.NewWriterSize(st, 4096)}, false, nil
+	return &dataStream{st: st, br: bufio.NewReaderSize(st, 4096)}, false, nil
 }
 
 // responseBody returns its stream to the pool when the exchange completed
