@@ -37,7 +37,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	upgrade := tunnel.IsUpgrade(r.Header)
 	prepareOutbound(r, upgrade)
 
-	resp, err := m.sess.RoundTrip(r, m.service)
+	resp, err := m.conn.RoundTrip(r, m.service)
 	if err != nil {
 		rt.writeError(w, r, host, err)
 		return

@@ -29,8 +29,8 @@ type Router struct {
 	table atomic.Pointer[table] // read lock-free on every request
 
 	mu       sync.Mutex // guards the following fields and table swaps
-	sessions map[*tunnel.Session][]memberBind
-	lastAnn  map[*tunnel.Session]*tunnel.Announcement
+	sessions map[Conn][]memberBind
+	lastAnn  map[Conn]*tunnel.Announcement
 }
 
 // New returns a Router with no clients.
@@ -42,8 +42,8 @@ func New(cfg Config) *Router {
 	rt := &Router{
 		cfg:      cfg,
 		log:      log,
-		sessions: make(map[*tunnel.Session][]memberBind),
-		lastAnn:  make(map[*tunnel.Session]*tunnel.Announcement),
+		sessions: make(map[Conn][]memberBind),
+		lastAnn:  make(map[Conn]*tunnel.Announcement),
 	}
 	rt.table.Store(buildTable(nil, nil))
 	return rt
@@ -55,7 +55,11 @@ func (rt *Router) Attach(s *tunnel.Session) error { return nil }
 // Update implements tunnel.Registry: it re-indexes the session's binds when
 // its announcement changed and does nothing otherwise.
 func (rt *Router) Update(s *tunnel.Session) []string {
-	ann := s.Announcement()
+	return rt.update(s, s.Announcement())
+}
+
+// update applies ann as conn's announcement.
+func (rt *Router) update(s Conn, ann *tunnel.Announcement) []string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if prev := rt.lastAnn[s]; prev != nil && sameRouting(prev, ann) {
@@ -69,7 +73,9 @@ func (rt *Router) Update(s *tunnel.Session) []string {
 }
 
 // Detach implements tunnel.Registry.
-func (rt *Router) Detach(s *tunnel.Session) {
+func (rt *Router) Detach(s *tunnel.Session) { rt.detach(s) }
+
+func (rt *Router) detach(s Conn) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	delete(rt.sessions, s)
@@ -89,11 +95,11 @@ func (rt *Router) ConnectedClients() int {
 }
 
 // membersOf turns an announcement into binds.
-func membersOf(s *tunnel.Session, ann *tunnel.Announcement) []memberBind {
+func membersOf(s Conn, ann *tunnel.Announcement) []memberBind {
 	var out []memberBind
 	for _, svc := range ann.Services {
 		m := &member{
-			sess:          s,
+			conn:          s,
 			service:       svc.ID,
 			maxConcurrent: svc.MaxConcurrent,
 			priority:      svc.Priority,

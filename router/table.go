@@ -1,16 +1,24 @@
 package router
 
 import (
+	"net/http"
 	"sort"
 	"strings"
 	"sync/atomic"
-
-	"github.com/aperio-dev/aperio/tunnel"
+	"time"
 )
+
+// Conn is what the router needs of a connected client: *tunnel.Session in
+// production, fakes in tests.
+type Conn interface {
+	ID() string
+	ConnectedAt() time.Time
+	RoundTrip(req *http.Request, service string) (*http.Response, error)
+}
 
 // member is one client's service in a pool.
 type member struct {
-	sess          *tunnel.Session
+	conn          Conn
 	service       string // the service id within its client
 	maxConcurrent int
 	priority      int
@@ -82,7 +90,7 @@ func (bs hostBinds) match(path string) *bind {
 
 // buildTable indexes the members of every attached session. prev supplies
 // round-robin cursors to carry over.
-func buildTable(members map[*tunnel.Session][]memberBind, prev *table) *table {
+func buildTable(members map[Conn][]memberBind, prev *table) *table {
 	type key struct{ pattern, path string }
 	binds := make(map[key]*bind)
 	for _, ms := range members {
@@ -105,10 +113,10 @@ func buildTable(members map[*tunnel.Session][]memberBind, prev *table) *table {
 		// A stable member order keeps round-robin fair across rebuilds.
 		sort.Slice(b.members, func(i, j int) bool {
 			a, c := b.members[i], b.members[j]
-			if a.sess.ConnectedAt() != c.sess.ConnectedAt() {
-				return a.sess.ConnectedAt().Before(c.sess.ConnectedAt())
+			if !a.conn.ConnectedAt().Equal(c.conn.ConnectedAt()) {
+				return a.conn.ConnectedAt().Before(c.conn.ConnectedAt())
 			}
-			return a.sess.ID() < c.sess.ID()
+			return a.conn.ID() < c.conn.ID()
 		})
 		if suffix, ok := strings.CutPrefix(k.pattern, "*"); ok {
 			wild[suffix] = append(wild[suffix], b)
@@ -171,9 +179,10 @@ func (b *bind) pick() *member {
 	if n == 0 {
 		return nil
 	}
-	start := b.next.Add(1)
-	for i := 0; i < n; i++ {
-		m := b.members[(start+uint64(i))%uint64(n)]
+	// Each attempt advances the shared cursor, so members that are skipped
+	// (draining, unhealthy) do not hand their turns to their neighbour.
+	for range n {
+		m := b.members[b.next.Add(1)%uint64(n)]
 		if m.routable() {
 			return m
 		}

@@ -94,6 +94,7 @@ type Client struct {
 	// connected is set while a session's control loop runs, the only
 	// receiver of nudge.
 	connected atomic.Bool
+	upSince   atomic.Int64 // unix nanoseconds of the last welcome
 }
 
 // NewClient checks cfg and returns a Client; Run starts it.
@@ -167,17 +168,18 @@ func (c *Client) Active() int64 { return c.active.Load() }
 // ctx ends it.
 func (c *Client) Run(ctx context.Context) error {
 	defer c.streams.Wait()
-	backoff := backoffMin
+	b := reconnectBackoff{jitter: c.jitter}
 	for {
 		start := time.Now()
 		err := c.runSession(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if time.Since(start) >= backoffReset {
-			backoff = backoffMin
+		var up time.Duration
+		if at := c.upSince.Load(); at > start.UnixNano() {
+			up = time.Since(time.Unix(0, at))
 		}
-		wait := time.Duration(c.jitter() * float64(backoff))
+		wait := b.next(up)
 		var refused *RefusedError
 		if errors.As(err, &refused) {
 			c.log.Error("tunnel refused", "reason", refused.Reason, "status", refused.Status, "retry_in", wait.Round(time.Millisecond))
@@ -194,8 +196,27 @@ func (c *Client) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		backoff = min(backoff*2, backoffMax)
 	}
+}
+
+// reconnectBackoff spaces reconnect attempts: 1 s doubling to 60 s, each
+// wait drawn uniformly from [0, backoff) (full jitter, so a fleet of clients
+// that lost one server does not reconnect in lockstep), and back to 1 s
+// after a session that stayed up for 30 s.
+type reconnectBackoff struct {
+	cur    time.Duration
+	jitter func() float64 // in [0,1)
+}
+
+// next returns the wait before the next attempt, given how long the last
+// session was up (0 if it never connected).
+func (b *reconnectBackoff) next(up time.Duration) time.Duration {
+	if b.cur == 0 || up >= backoffReset {
+		b.cur = backoffMin
+	}
+	wait := time.Duration(b.jitter() * float64(b.cur))
+	b.cur = min(b.cur*2, backoffMax)
+	return wait
 }
 
 // AnnounceNow sends the current announcement at once and waits until the
@@ -308,6 +329,7 @@ func (c *Client) runSession(ctx context.Context) error {
 	go c.acceptLoop(sctx, mux)
 	c.connected.Store(true)
 	defer c.connected.Store(false)
+	c.upSince.Store(time.Now().UnixNano())
 	return c.controlLoop(sctx, log, mux, ctrl, interval)
 }
 

@@ -327,3 +327,31 @@ func TestTunnelURL(t *testing.T) {
 		}
 	}
 }
+
+func TestReconnectBackoff(t *testing.T) {
+	full := func() float64 { return 0.999999 }
+	b := reconnectBackoff{jitter: full}
+	var got []time.Duration
+	for range 9 {
+		got = append(got, b.next(0).Round(time.Second))
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("backoff waits = %v, want %v seconds", got, want)
+		}
+	}
+	// A session that stayed up 30 s resets the backoff; a shorter one does not.
+	if w := b.next(29 * time.Second).Round(time.Second); w != 60*time.Second {
+		t.Fatalf("next(29s) = %v, want 60s (no reset before 30s up)", w)
+	}
+	if w := b.next(30 * time.Second).Round(time.Second); w != time.Second {
+		t.Fatalf("next(30s) = %v, want 1s (reset after 30s up)", w)
+	}
+	// Full jitter: the wait is the jitter fraction of the backoff.
+	half := reconnectBackoff{jitter: func() float64 { return 0.5 }}
+	half.next(0)
+	if w := half.next(0); w != time.Second {
+		t.Fatalf("second wait with jitter 0.5 = %v, want 1s (half of 2s)", w)
+	}
+}

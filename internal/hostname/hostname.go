@@ -67,11 +67,11 @@ func Validate(pattern string) error {
 	return nil
 }
 
-// Match reports whether the normalized name matches pattern. "*.example.com"
+// Match reports whether name matches pattern, ignoring case. "*.example.com"
 // matches "a.example.com" and "a.b.example.com" but not "example.com".
 func Match(pattern, name string) bool {
 	if suffix, ok := strings.CutPrefix(pattern, "*"); ok {
-		return len(name) > len(suffix) && strings.HasSuffix(name, suffix)
+		return len(name) > len(suffix) && strings.EqualFold(name[len(name)-len(suffix):], suffix)
 	}
 	return strings.EqualFold(pattern, name)
 }

@@ -1,0 +1,225 @@
+package router
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeConn is a client that answers every request with its own name.
+type fakeConn struct {
+	id  string
+	at  time.Time
+	err error // returned by RoundTrip when set
+	got []*http.Request
+}
+
+func (f *fakeConn) ID() string             { return f.id }
+func (f *fakeConn) ConnectedAt() time.Time { return f.at }
+func (f *fakeConn) RoundTrip(req *http.Request, service string) (*http.Response, error) {
+	f.got = append(f.got, req)
+	if f.err != nil {
+		return nil, f.err
+	}
+	body := f.id + "/" + service
+	return &http.Response{
+		StatusCode:    200,
+		Header:        http.Header{"Content-Type": {"text/plain"}},
+		ContentLength: int64(len(body)),
+		Body:          io.NopCloser(strings.NewReader(body)),
+	}, nil
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newConn(id string, order int) *fakeConn {
+	return &fakeConn{id: id, at: epoch.Add(time.Duration(order) * time.Second)}
+}
+
+// ann builds an announcement with one service per (hostnames, path) pair.
+func ann(services ...tunnel.Service) *tunnel.Announcement {
+	for i := range services {
+		if services[i].ID == "" {
+			services[i].ID = fmt.Sprint(i)
+		}
+		services[i].Healthy = true
+	}
+	return &tunnel.Announcement{Name: "t", Services: services}
+}
+
+func svc(path string, hosts ...string) tunnel.Service {
+	return tunnel.Service{Hostnames: hosts, Path: path}
+}
+
+func TestMatch(t *testing.T) {
+	rt := New(Config{})
+	rt.update(newConn("exact", 1), ann(svc("", "app.example.com")))
+	rt.update(newConn("api", 2), ann(svc("/api", "app.example.com")))
+	rt.update(newConn("apiv2", 3), ann(svc("/api/v2", "app.example.com")))
+	rt.update(newConn("wild", 4), ann(svc("", "*.example.com")))
+	rt.update(newConn("deepwild", 5), ann(svc("", "*.eu.example.com")))
+	tests := []struct {
+		host, path, want string
+	}{
+		{"app.example.com", "/", "exact"},
+		{"app.example.com", "/api", "api"},
+		{"app.example.com", "/api/users", "api"},
+		{"app.example.com", "/apiary", "exact"}, // prefixes match whole segments
+		{"app.example.com", "/api/v2/x", "apiv2"},
+		{"other.example.com", "/", "wild"},
+		{"a.b.example.com", "/", "wild"},
+		{"x.eu.example.com", "/", "deepwild"}, // the longest wildcard wins
+		{"example.com", "/", ""},              // a wildcard needs a label in front
+		{"nope.test", "/", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.host+tt.path, func(t *testing.T) {
+			b := rt.table.Load().match(tt.host, tt.path)
+			got := ""
+			if b != nil {
+				got = b.pick().conn.ID()
+			}
+			if got != tt.want {
+				t.Fatalf("match(%q, %q) = %q, want %q", tt.host, tt.path, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRoundRobinSkipsUnroutable(t *testing.T) {
+	rt := New(Config{})
+	a, b, c := newConn("a", 1), newConn("b", 2), newConn("c", 3)
+	rt.update(a, ann(svc("", "app.test")))
+	rt.update(b, ann(svc("", "app.test")))
+	draining := ann(svc("", "app.test"))
+	draining.Draining = true
+	rt.update(c, draining)
+
+	counts := map[string]int{}
+	bind := rt.table.Load().match("app.test", "/")
+	for range 10 {
+		counts[bind.pick().conn.ID()]++
+	}
+	if counts["a"] != 5 || counts["b"] != 5 || counts["c"] != 0 {
+		t.Fatalf("10 picks = %v, want a:5 b:5 and none for draining c", counts)
+	}
+
+	unhealthy := ann(svc("", "app.test"))
+	unhealthy.Services[0].Healthy = false
+	rt.update(a, unhealthy)
+	rt.update(b, unhealthy)
+	if m := rt.table.Load().match("app.test", "/").pick(); m != nil {
+		t.Fatalf("pick() with every member unhealthy or draining = %s, want nil", m.conn.ID())
+	}
+}
+
+func TestUpdateIsIdempotent(t *testing.T) {
+	rt := New(Config{})
+	c := newConn("a", 1)
+	rt.update(c, ann(svc("", "app.test")))
+	before := rt.table.Load()
+	rt.update(c, ann(svc("", "app.test")))
+	if rt.table.Load() != before {
+		t.Fatal("an unchanged announcement rebuilt the table, want the same snapshot")
+	}
+	rt.update(c, ann(svc("", "app.test", "www.app.test")))
+	if rt.table.Load() == before {
+		t.Fatal("a changed announcement kept the old table, want a rebuild")
+	}
+	if rt.table.Load().match("www.app.test", "/") == nil {
+		t.Fatal("new hostname not routable after update")
+	}
+	rt.detach(c)
+	if rt.table.Load().match("app.test", "/") != nil || rt.ConnectedClients() != 0 {
+		t.Fatal("detached client still routable")
+	}
+}
+
+func TestServeHTTP(t *testing.T) {
+	rt := New(Config{MaxBodyBytes: 10})
+	ok := newConn("ok", 1)
+	rt.update(ok, ann(svc("", "App.Test")))
+	broken := newConn("broken", 2)
+	broken.err = fmt.Errorf("wrapped: %w", tunnel.ErrSessionClosed)
+	rt.update(broken, ann(svc("", "broken.test")))
+	slow := newConn("slow", 3)
+	slow.err = tunnel.ErrResponseTimeout
+	rt.update(slow, ann(svc("", "slow.test")))
+
+	tests := []struct {
+		name, host, body string
+		status           int
+		contains         string
+	}{
+		{"routes by host, case-insensitive, port ignored", "app.test:8080", "", 200, "ok/0"},
+		{"unknown host names it", "nobody.test", "", 502, "nobody.test"},
+		{"client gone", "broken.test", "", 502, "disconnected"},
+		{"response timeout", "slow.test", "", 504, "gateway_response_timeout"},
+		{"declared body too large", "app.test", "01234567890", 413, "max_body_size"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var body io.Reader
+			if tt.body != "" {
+				body = strings.NewReader(tt.body)
+			}
+			req := httptest.NewRequest("POST", "/", body)
+			req.Host = tt.host
+			rec := httptest.NewRecorder()
+			rt.ServeHTTP(rec, req)
+			if rec.Code != tt.status || !strings.Contains(rec.Body.String(), tt.contains) {
+				t.Fatalf("ServeHTTP(%s) = %d %q, want %d containing %q", tt.host, rec.Code, rec.Body.String(), tt.status, tt.contains)
+			}
+		})
+	}
+}
+
+func TestOutboundHeaders(t *testing.T) {
+	rt := New(Config{})
+	c := newConn("a", 1)
+	rt.update(c, ann(svc("", "app.test")))
+	req := httptest.NewRequest("GET", "/x", nil)
+	req.Host = "app.test"
+	req.RemoteAddr = "203.0.113.7:5555"
+	req.Header.Set("X-Forwarded-For", "198.51.100.1")
+	req.Header.Set("Connection", "keep-alive, X-Hop")
+	req.Header.Set("X-Hop", "secret")
+	req.Header.Set("Keep-Alive", "timeout=5")
+	req.Header.Set("TE", "trailers, deflate")
+	req.Header.Set(tunnel.ServiceHeader, "spoofed")
+	rt.ServeHTTP(httptest.NewRecorder(), req)
+	if len(c.got) != 1 {
+		t.Fatalf("backend saw %d requests, want 1", len(c.got))
+	}
+	h := c.got[0].Header
+	checks := []struct{ key, want string }{
+		{"X-Forwarded-For", "198.51.100.1, 203.0.113.7"},
+		{"X-Forwarded-Proto", "http"},
+		{"X-Forwarded-Host", "app.test"},
+		{"Connection", ""},
+		{"X-Hop", ""},
+		{"Keep-Alive", ""},
+		{"Te", "trailers"},
+		{tunnel.ServiceHeader, ""},
+	}
+	for _, ck := range checks {
+		if got := h.Get(ck.key); got != ck.want {
+			t.Errorf("outbound %s = %q, want %q", ck.key, got, ck.want)
+		}
+	}
+	if c.got[0].Host != "app.test" {
+		t.Errorf("outbound Host = %q, want app.test", c.got[0].Host)
+	}
+}
