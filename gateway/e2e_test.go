@@ -650,7 +650,9 @@ func TestDrainOnShutdown(t *testing.T) {
 		}
 		io.WriteString(w, "done "+r.URL.Path)
 	})
-	st := startStack(t, slow, nil)
+	// A short gateway_timeout: while its only client drains, a new request
+	// waits that long for another client, then gets 504.
+	st := startStack(t, slow, func(c *config.Server) { c.GatewayTimeout = 200 * time.Millisecond })
 	// One request first, so the drain also has to cope with a pooled,
 	// idle stream.
 	if status, body := get(t, st.visitor, st.server, appHost, "/warm"); status != http.StatusOK || body != "done /warm" {
@@ -672,10 +674,11 @@ func TestDrainOnShutdown(t *testing.T) {
 
 	runErr := make(chan error, 1)
 	go func() { runErr <- st.agent.stop() }()
-	// Draining is in force once new requests are turned away.
+	// Draining is in force once new requests no longer reach the client:
+	// they wait for another one and time out.
 	poll(t, waitFor, func() (bool, string) {
 		status, body := get(t, st.visitor, st.server, appHost, "/new")
-		return status == http.StatusBadGateway, fmt.Sprintf("GET /new while draining = %d %q, want 502", status, body)
+		return status == http.StatusGatewayTimeout, fmt.Sprintf("GET /new while draining = %d %q, want 504", status, body)
 	})
 	select {
 	case err := <-runErr:
@@ -692,8 +695,10 @@ func TestDrainOnShutdown(t *testing.T) {
 		t.Fatalf("Run() = %v, want nil", err)
 	}
 	waitClients(t, st.visitor, st.server, 0)
-	if status, body := get(t, st.visitor, st.server, appHost, "/after"); status != http.StatusBadGateway || !strings.Contains(body, appHost) {
-		t.Fatalf("GET /after the client left = %d %q, want 502 naming %s", status, body, appHost)
+	// Within client_down_threshold of its client leaving, the hostname
+	// waits for it to come back (here: gateway_timeout, then 504).
+	if status, body := get(t, st.visitor, st.server, appHost, "/after"); status != http.StatusGatewayTimeout || !strings.Contains(body, appHost) {
+		t.Fatalf("GET /after the client left = %d %q, want 504 naming %s", status, body, appHost)
 	}
 }
 
@@ -710,16 +715,17 @@ func TestHealthProbes(t *testing.T) {
 	})
 	svc := service(startBackend(t, h).URL)
 	svc.Health = config.Health{Endpoint: "/healthz", Interval: 50 * time.Millisecond, Timeout: time.Second, Threshold: 1}
-	st := startStackFor(t, svc, nil, false)
+	// With no healthy client, a request waits gateway_timeout for one.
+	st := startStackFor(t, svc, func(c *config.Server) { c.GatewayTimeout = 200 * time.Millisecond }, false)
 
 	steps := []struct {
 		name    string
 		healthy bool
 		want    int
 	}{
-		{name: "probe failing from the start", healthy: false, want: http.StatusBadGateway},
+		{name: "probe failing from the start", healthy: false, want: http.StatusGatewayTimeout},
 		{name: "probe passing", healthy: true, want: http.StatusOK},
-		{name: "probe failing again", healthy: false, want: http.StatusBadGateway},
+		{name: "probe failing again", healthy: false, want: http.StatusGatewayTimeout},
 	}
 	for _, step := range steps {
 		healthy.Store(step.healthy)

@@ -53,7 +53,25 @@ func New(cfg config.Server, opts Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{cfg: cfg, log: log, started: time.Now()}
-	g.router = router.New(router.Config{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	rt, err := router.New(router.Config{
+		MaxBodyBytes:          cfg.MaxBodyBytes,
+		GatewayTimeout:        cfg.GatewayTimeout,
+		DownThreshold:         cfg.ClientDownThreshold,
+		Strategy:              cfg.LBStrategy,
+		MaxConcurrentRequests: cfg.MaxConcurrentRequests,
+		IPLimitMax:            cfg.IPLimitMax,
+		IPLimitRefill:         cfg.IPLimitRefill,
+		Failover:              cfg.Failover,
+		FailoverAllMethods:    cfg.FailoverAllMethods,
+		FailoverMaxJumps:      cfg.FailoverMaxJumps,
+		FailoverWindow:        cfg.FailoverWindow,
+		Fallbacks:             cfg.Fallbacks,
+		Logger:                log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.router = rt
 	ts, err := tunnel.NewServer(tunnel.ServerConfig{
 		Auth:                  masterToken(cfg.Token),
 		Registry:              g.router,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aperio-dev/aperio/internal/bufpool"
 	"github.com/aperio-dev/aperio/internal/hostname"
@@ -15,39 +16,164 @@ import (
 )
 
 // ServeHTTP proxies a visitor's request to a client serving its hostname.
+//
+// The chain: the visitor's token bucket (429 ip); maintenance (503); the
+// route (502 when nobody serves the hostname); a permit on a client of the
+// pool, waiting in the pool's FIFO queue up to gateway_timeout when all are
+// busy (429 client-concurrency) or none is routable (504); a global slot,
+// taken only once a client is chosen (429 server-concurrency); then the
+// exchange, with failover when the client vanishes before answering.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	host := hostname.Normalize(r.Host)
-	b := rt.table.Load().match(host, r.URL.Path)
-	if b == nil {
-		rt.writeError(w, r, host, errNoRoute)
+	ip := remoteIP(r.RemoteAddr)
+	if rt.ips != nil && !rt.ips.allow(ip, time.Now()) {
+		rt.refuse(w, limitIP)
 		return
 	}
-	m := b.pick()
-	if m == nil {
-		rt.writeError(w, r, host, errNoRoutable)
+	host := hostname.Normalize(r.Host)
+	if _, ok := (*rt.maintenance.Load())[host]; ok {
+		w.Header().Set("Retry-After", "60")
+		http.Error(w, "aperio: "+host+" is down for maintenance", http.StatusServiceUnavailable)
+		return
+	}
+	p := rt.table.Load().match(host, r.URL.Path)
+	if p == nil || !rt.live(p) {
+		rt.nothingCanServe(w, r, host, errNoRoute)
 		return
 	}
 	if rt.cfg.MaxBodyBytes > 0 && r.ContentLength > rt.cfg.MaxBodyBytes {
 		rt.writeError(w, r, host, &http.MaxBytesError{Limit: rt.cfg.MaxBodyBytes})
 		return
 	}
-	if rt.cfg.MaxBodyBytes > 0 && r.Body != nil && r.Body != http.NoBody {
-		r.Body = http.MaxBytesReader(w, r.Body, rt.cfg.MaxBodyBytes)
+	var body *countingBody
+	if r.Body != nil && r.Body != http.NoBody {
+		rc := r.Body
+		if rt.cfg.MaxBodyBytes > 0 {
+			rc = http.MaxBytesReader(w, rc, rt.cfg.MaxBodyBytes)
+		}
+		body = &countingBody{ReadCloser: rc}
+		r.Body = body
 	}
-	upgrade := tunnel.IsUpgrade(r.Header)
-	prepareOutbound(r, upgrade)
+	prepareOutbound(r, tunnel.IsUpgrade(r.Header))
+	rt.dispatch(w, r, host, p, body)
+}
 
-	resp, err := m.conn.RoundTrip(r, m.service)
-	if err != nil {
-		rt.writeError(w, r, host, err)
+// live reports whether p may still serve: it has members, or lost its last
+// one less than DownThreshold ago (requests then wait for its return).
+func (rt *Router) live(p *pool) bool {
+	if len(*p.members.Load()) > 0 {
+		return true
+	}
+	at := p.emptiedAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < rt.cfg.DownThreshold
+}
+
+// dispatch acquires a client and performs the exchange, re-dispatching per
+// the failover policy.
+func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, p *pool, body *countingBody) {
+	ctx := r.Context()
+	start := time.Now()
+	wt := &waiter{}
+	wait := true
+	timeout := rt.cfg.GatewayTimeout
+	for jumps := 0; ; jumps++ {
+		s, err := p.acquire(ctx, rt.strategy, timeout, wait, wt)
+		if err != nil {
+			switch {
+			case errors.Is(err, errQueueFull), errors.Is(err, errAllAtLimit):
+				rt.refuse(w, limitClientConcurrency)
+			case errors.Is(err, errQueueTimeout):
+				var arr [16]*service
+				if len(p.candidates(arr[:0])) > 0 {
+					rt.refuse(w, limitClientConcurrency) // clients were there, all busy
+				} else {
+					rt.nothingCanServe(w, r, host, errQueueTimeout)
+				}
+			case errors.Is(err, errNoRoutable):
+				rt.nothingCanServe(w, r, host, errNoRoutable)
+			default:
+				rt.writeError(w, r, host, err)
+			}
+			return
+		}
+		if !rt.takeGlobal() {
+			s.release()
+			rt.refuse(w, limitServerConcurrency)
+			return
+		}
+		resp, err := s.conn.RoundTrip(r, s.id)
+		if err != nil {
+			rt.releaseGlobal()
+			s.release()
+			if !rt.mayFailover(r, err, body, jumps, start) {
+				rt.writeError(w, r, host, err)
+				return
+			}
+			rt.log.Debug("failing over", "host", host, "from", s.conn.ID(), "err", err)
+			// The next attempt must not go back to the connection that failed.
+			remaining := rt.cfg.FailoverWindow - time.Since(start)
+			switch rt.failover {
+			case failoverRetry:
+				wt = &waiter{exclude: s.conn}
+				wait, timeout = false, remaining
+			case failoverWait:
+				wt = &waiter{instance: s.instance, exclude: s.conn}
+				wait, timeout = true, remaining
+			case failoverRetryWait:
+				wt = &waiter{exclude: s.conn}
+				wait, timeout = true, remaining
+			}
+			continue
+		}
+		rt.respond(w, r, resp)
+		rt.releaseGlobal()
+		s.release()
 		return
 	}
+}
+
+// mayFailover reports whether a failed exchange may be re-dispatched: the
+// client vanished before any response byte, the method is idempotent (or
+// failover_all_methods is set), no request body byte was sent, and the
+// jump and time budgets allow it.
+func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, jumps int, start time.Time) bool {
+	if rt.failover == failoverFail || !errors.Is(err, tunnel.ErrSessionClosed) || r.Context().Err() != nil {
+		return false
+	}
+	if !rt.cfg.FailoverAllMethods && !idempotent(r.Method) {
+		return false
+	}
+	if body != nil && body.read.Load() {
+		return false
+	}
+	return jumps < rt.cfg.FailoverMaxJumps && time.Since(start) < rt.cfg.FailoverWindow
+}
+
+// respond writes the client's response to the visitor.
+func (rt *Router) respond(w http.ResponseWriter, r *http.Request, resp *http.Response) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		rt.relayUpgrade(w, r, resp)
 		return
 	}
 	defer resp.Body.Close()
 	copyResponse(w, resp)
+}
+
+// nothingCanServe answers when no client can take the request: a fallback
+// redirect when one is configured, else 502 for a hostname nobody serves
+// and 504 for one whose wait ran out.
+func (rt *Router) nothingCanServe(w http.ResponseWriter, r *http.Request, host string, cause error) {
+	if u, ok := rt.cfg.Fallbacks[host]; ok {
+		http.Redirect(w, r, u, http.StatusFound)
+		return
+	}
+	rt.writeError(w, r, host, cause)
+}
+
+func remoteIP(addr string) string {
+	if ip, _, err := net.SplitHostPort(addr); err == nil {
+		return ip
+	}
+	return addr
 }
 
 // prepareOutbound turns the visitor's request into the one the backend
@@ -147,12 +273,14 @@ func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *htt
 func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, host string, err error) {
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
 		return // the visitor left; nobody reads an answer
 	case errors.Is(err, errNoRoute):
 		http.Error(w, "aperio: no client is serving "+host, http.StatusBadGateway)
 	case errors.Is(err, errNoRoutable):
 		http.Error(w, "aperio: no client of "+host+" can take requests now", http.StatusBadGateway)
+	case errors.Is(err, errQueueTimeout):
+		http.Error(w, "aperio: no client of "+host+" became available within gateway_timeout", http.StatusGatewayTimeout)
 	case errors.As(err, &mbe):
 		http.Error(w, "aperio: request body larger than max_body_size ("+strconv.FormatInt(mbe.Limit, 10)+" bytes)", http.StatusRequestEntityTooLarge)
 	case errors.Is(err, tunnel.ErrResponseTimeout):

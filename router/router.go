@@ -2,19 +2,51 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
-// Config configures a Router.
+// Config configures a Router. The zero value routes with round-robin, no
+// limits and no waiting; gateway.New fills it from the server's settings.
 type Config struct {
 	// MaxBodyBytes bounds a request body (max_body_size); larger bodies get
 	// 413. Zero means no bound.
 	MaxBodyBytes int64
+	// GatewayTimeout is how long a request may wait for a client or for a
+	// client's permit (gateway_timeout). Zero means no waiting.
+	GatewayTimeout time.Duration
+	// DownThreshold is how long after its last client left a hostname
+	// still waits for one to return instead of answering 502 at once
+	// (client_down_threshold).
+	DownThreshold time.Duration
+	// Strategy is lb_strategy: "round-robin" (default), "least-inflight"
+	// or "primary-standby".
+	Strategy string
+	// MaxConcurrentRequests bounds proxied requests in flight across the
+	// server (max_concurrent_requests). Zero means unbounded.
+	MaxConcurrentRequests int
+	// IPLimitMax and IPLimitRefill are the per-visitor token bucket
+	// (ip_limit_max burst, ip_limit_refill tokens per second). A zero
+	// IPLimitMax disables it.
+	IPLimitMax    int
+	IPLimitRefill float64
+	// Failover is "fail" (default), "retry", "wait" or "retry-wait";
+	// FailoverAllMethods lifts the idempotent-methods rule; FailoverMaxJumps
+	// and FailoverWindow bound re-dispatch.
+	Failover           string
+	FailoverAllMethods bool
+	FailoverMaxJumps   int
+	FailoverWindow     time.Duration
+	// Fallbacks maps a hostname to a URL visitors are redirected to (302)
+	// when no client can serve it.
+	Fallbacks map[string]string
 	// Logger receives routing diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -23,99 +55,259 @@ type Config struct {
 // http.Handler for visitors and tunnel.Registry for the tunnel server, and
 // is safe for concurrent use.
 type Router struct {
-	cfg Config
-	log *slog.Logger
+	cfg      Config
+	log      *slog.Logger
+	strategy strategy
+	failover failoverPolicy
+	ips      *ipLimiter
+	global   atomic.Int64 // proxied requests in flight
 
-	table atomic.Pointer[table] // read lock-free on every request
+	table       atomic.Pointer[table]               // read lock-free on every request
+	maintenance atomic.Pointer[map[string]struct{}] // hostnames in maintenance
 
-	mu       sync.Mutex // guards the following fields and table swaps
-	sessions map[Conn][]memberBind
-	lastAnn  map[Conn]*tunnel.Announcement
+	limited [numLimitKinds]atomic.Int64 // 429s by kind
+
+	mu      sync.Mutex // guards the following fields and table swaps
+	clients map[Conn]*clientEntry
+	pools   map[bindKey]*pool
+	members map[bindKey]map[*clientEntry][]*service // who serves each pool
+	poolSeq uint64
 }
 
-// New returns a Router with no clients.
-func New(cfg Config) *Router {
+// clientEntry is the control-plane record of one connected client.
+type clientEntry struct {
+	ann      *tunnel.Announcement
+	services map[string]*service
+	keys     map[bindKey]bool // the pools its services are in
+}
+
+// bindKey names a pool.
+type bindKey struct{ pattern, path string }
+
+// New returns a Router with no clients, or an error naming a bad setting.
+func New(cfg Config) (*Router, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rt := &Router{
-		cfg:      cfg,
-		log:      log,
-		sessions: make(map[Conn][]memberBind),
-		lastAnn:  make(map[Conn]*tunnel.Announcement),
+		cfg:     cfg,
+		log:     log,
+		clients: make(map[Conn]*clientEntry),
+		pools:   make(map[bindKey]*pool),
+		members: make(map[bindKey]map[*clientEntry][]*service),
 	}
-	rt.table.Store(buildTable(nil, nil))
-	return rt
+	switch cfg.Strategy {
+	case "", "round-robin":
+		rt.strategy = roundRobin
+	case "least-inflight":
+		rt.strategy = leastInflight
+	case "primary-standby":
+		rt.strategy = primaryStandby
+	default:
+		return nil, fmt.Errorf("router: unknown lb_strategy %q", cfg.Strategy)
+	}
+	fp, err := parseFailover(cfg.Failover)
+	if err != nil {
+		return nil, err
+	}
+	rt.failover = fp
+	if cfg.IPLimitMax > 0 {
+		rt.ips = newIPLimiter(cfg.IPLimitMax, cfg.IPLimitRefill)
+	}
+	rt.table.Store(buildTable(nil))
+	empty := map[string]struct{}{}
+	rt.maintenance.Store(&empty)
+	return rt, nil
 }
 
 // Attach implements tunnel.Registry.
 func (rt *Router) Attach(s *tunnel.Session) error { return nil }
 
-// Update implements tunnel.Registry: it re-indexes the session's binds when
-// its announcement changed and does nothing otherwise.
+// Update implements tunnel.Registry: it applies the session's announcement
+// when it changed anything routing depends on, and does nothing otherwise.
 func (rt *Router) Update(s *tunnel.Session) []string {
 	return rt.update(s, s.Announcement())
-}
-
-// update applies ann as conn's announcement.
-func (rt *Router) update(s Conn, ann *tunnel.Announcement) []string {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if prev := rt.lastAnn[s]; prev != nil && sameRouting(prev, ann) {
-		rt.lastAnn[s] = ann
-		return nil
-	}
-	rt.lastAnn[s] = ann
-	rt.sessions[s] = membersOf(s, ann)
-	rt.rebuildLocked()
-	return nil
 }
 
 // Detach implements tunnel.Registry.
 func (rt *Router) Detach(s *tunnel.Session) { rt.detach(s) }
 
-func (rt *Router) detach(s Conn) {
+// update applies ann as conn's announcement. Only the pools conn joins or
+// leaves are touched, so a server with many clients pays per change for
+// the pools of one client, not for all of them.
+func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	delete(rt.sessions, s)
-	delete(rt.lastAnn, s)
-	rt.rebuildLocked()
+	e := rt.clients[conn]
+	if e != nil && sameRouting(e.ann, ann) {
+		e.ann = ann
+		rt.mu.Unlock()
+		return nil
+	}
+	if e == nil {
+		e = &clientEntry{services: make(map[string]*service)}
+		rt.clients[conn] = e
+	}
+	e.ann = ann
+	seen := make(map[string]bool, len(ann.Services))
+	keys := make(map[bindKey][]*service)
+	for _, sa := range ann.Services {
+		seen[sa.ID] = true
+		s := e.services[sa.ID]
+		if s == nil {
+			s = &service{conn: conn, id: sa.ID, instance: ann.InstanceID}
+			e.services[sa.ID] = s
+		}
+		s.limit.Store(int64(sa.MaxConcurrent))
+		s.priority.Store(int64(sa.Priority))
+		s.healthy.Store(sa.Healthy)
+		s.draining.Store(ann.Draining)
+		for _, h := range sa.Hostnames {
+			k := bindKey{hostname.Normalize(h), sa.Path}
+			keys[k] = append(keys[k], s)
+		}
+	}
+	for id, s := range e.services {
+		if !seen[id] {
+			s.gone.Store(true)
+			delete(e.services, id)
+		}
+	}
+	touched := rt.rebindLocked(e, keys)
+	rt.mu.Unlock()
+	for _, p := range touched {
+		p.wake(rt.strategy)
+	}
+	return nil
 }
 
-func (rt *Router) rebuildLocked() {
-	rt.table.Store(buildTable(rt.sessions, rt.table.Load()))
+// detach forgets conn; its in-flight requests release their permits into
+// services nobody routes to any more.
+func (rt *Router) detach(conn Conn) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	e := rt.clients[conn]
+	if e == nil {
+		return
+	}
+	for _, s := range e.services {
+		s.gone.Store(true)
+	}
+	rt.rebindLocked(e, nil)
+	delete(rt.clients, conn)
+}
+
+// rebindLocked moves e's services from the pools they were in to the pools
+// in keys, refreshes those pools' member lists and, when a pool appeared
+// or may go, the table. It returns the pools e's services are in now.
+func (rt *Router) rebindLocked(e *clientEntry, keys map[bindKey][]*service) []*pool {
+	now := time.Now()
+	affected := make(map[bindKey]bool, len(e.keys)+len(keys))
+	for k := range e.keys {
+		affected[k] = true
+		delete(rt.members[k], e)
+	}
+	tableDirty := false
+	servicePools := make(map[*service][]*pool)
+	var touched []*pool
+	for k, ss := range keys {
+		affected[k] = true
+		if rt.members[k] == nil {
+			rt.members[k] = make(map[*clientEntry][]*service)
+		}
+		rt.members[k][e] = ss
+		p := rt.pools[k]
+		if p == nil {
+			rt.poolSeq++
+			p = &pool{seq: rt.poolSeq, pattern: k.pattern, path: k.path}
+			rt.pools[k] = p
+			tableDirty = true
+		}
+		for _, s := range ss {
+			servicePools[s] = append(servicePools[s], p)
+		}
+		touched = append(touched, p)
+	}
+	e.keys = make(map[bindKey]bool, len(keys))
+	for k := range keys {
+		e.keys[k] = true
+	}
+	for k := range affected {
+		p := rt.pools[k]
+		var ms []*service
+		for _, ss := range rt.members[k] {
+			ms = append(ms, ss...)
+		}
+		sortServices(ms)
+		if len(ms) == 0 {
+			delete(rt.members, k)
+			if p.emptiedAt.Load() == 0 {
+				p.emptiedAt.Store(now.UnixNano())
+			}
+			tableDirty = true // a candidate for removal once DownThreshold has passed
+		} else {
+			p.emptiedAt.Store(0)
+		}
+		p.members.Store(&ms)
+	}
+	for s, ps := range servicePools {
+		sort.Slice(ps, func(i, j int) bool { return ps[i].seq < ps[j].seq })
+		s.pools.Store(&ps)
+	}
+	if tableDirty {
+		rt.rebuildTableLocked(now)
+	}
+	return touched
+}
+
+// rebuildTableLocked swaps in a table of every pool that may still serve,
+// dropping pools emptied longer than DownThreshold ago with nobody waiting.
+func (rt *Router) rebuildTableLocked(now time.Time) {
+	live := make([]*pool, 0, len(rt.pools))
+	for k, p := range rt.pools {
+		if at := p.emptiedAt.Load(); at != 0 && now.Sub(time.Unix(0, at)) >= rt.cfg.DownThreshold && p.queued() == 0 {
+			delete(rt.pools, k)
+			continue
+		}
+		live = append(live, p)
+	}
+	rt.table.Store(buildTable(live))
+}
+
+// sortServices orders a pool's members oldest connection first, so
+// round-robin and primary-standby see a stable order.
+func sortServices(ms []*service) {
+	sort.Slice(ms, func(i, j int) bool {
+		a, b := ms[i].conn.ConnectedAt(), ms[j].conn.ConnectedAt()
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		if ms[i].conn.ID() != ms[j].conn.ID() {
+			return ms[i].conn.ID() < ms[j].conn.ID()
+		}
+		return ms[i].id < ms[j].id
+	})
+}
+
+// SetMaintenance replaces the set of hostnames in maintenance mode.
+func (rt *Router) SetMaintenance(hosts []string) {
+	m := make(map[string]struct{}, len(hosts))
+	for _, h := range hosts {
+		m[hostname.Normalize(h)] = struct{}{}
+	}
+	rt.maintenance.Store(&m)
 }
 
 // ConnectedClients returns the number of attached sessions.
 func (rt *Router) ConnectedClients() int {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return len(rt.sessions)
-}
-
-// membersOf turns an announcement into binds.
-func membersOf(s Conn, ann *tunnel.Announcement) []memberBind {
-	var out []memberBind
-	for _, svc := range ann.Services {
-		m := &member{
-			conn:          s,
-			service:       svc.ID,
-			maxConcurrent: svc.MaxConcurrent,
-			priority:      svc.Priority,
-			healthy:       svc.Healthy,
-			draining:      ann.Draining,
-		}
-		for _, h := range svc.Hostnames {
-			out = append(out, memberBind{pattern: hostname.Normalize(h), path: svc.Path, m: m})
-		}
-	}
-	return out
+	return len(rt.clients)
 }
 
 // sameRouting reports whether two announcements route identically.
 func sameRouting(a, b *tunnel.Announcement) bool {
-	if a.Draining != b.Draining || len(a.Services) != len(b.Services) {
+	if a.Draining != b.Draining || a.InstanceID != b.InstanceID || len(a.Services) != len(b.Services) {
 		return false
 	}
 	for i := range a.Services {
@@ -134,8 +326,7 @@ func sameRouting(a, b *tunnel.Announcement) bool {
 	return true
 }
 
-// errNoRoute and friends are the visitor-facing failures; writeError maps
-// them to statuses in one place.
+// Errors of routing; writeError maps them to answers in one place.
 var (
 	errNoRoute    = errors.New("router: no client serves this hostname")
 	errNoRoutable = errors.New("router: no client can take the request")

@@ -63,8 +63,33 @@ func svc(path string, hosts ...string) tunnel.Service {
 	return tunnel.Service{Hostnames: hosts, Path: path}
 }
 
+// newRouter returns a Router for tests; it fails the test on a bad config.
+func newRouter(t testing.TB, cfg Config) *Router {
+	t.Helper()
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// pickID takes and returns a permit on the next member of host's pool.
+func pickID(t testing.TB, rt *Router, host string) string {
+	t.Helper()
+	p := rt.table.Load().match(host, "/")
+	if p == nil {
+		return ""
+	}
+	s, _ := p.tryAcquire(rt.strategy, nil)
+	if s == nil {
+		return ""
+	}
+	s.release()
+	return s.conn.ID()
+}
+
 func TestMatch(t *testing.T) {
-	rt := New(Config{})
+	rt := newRouter(t, Config{})
 	rt.update(newConn("exact", 1), ann(svc("", "app.example.com")))
 	rt.update(newConn("api", 2), ann(svc("/api", "app.example.com")))
 	rt.update(newConn("apiv2", 3), ann(svc("/api/v2", "app.example.com")))
@@ -86,10 +111,10 @@ func TestMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.host+tt.path, func(t *testing.T) {
-			b := rt.table.Load().match(tt.host, tt.path)
+			p := rt.table.Load().match(tt.host, tt.path)
 			got := ""
-			if b != nil {
-				got = b.pick().conn.ID()
+			if p != nil {
+				got = (*p.members.Load())[0].conn.ID()
 			}
 			if got != tt.want {
 				t.Fatalf("match(%q, %q) = %q, want %q", tt.host, tt.path, got, tt.want)
@@ -99,7 +124,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestRoundRobinSkipsUnroutable(t *testing.T) {
-	rt := New(Config{})
+	rt := newRouter(t, Config{})
 	a, b, c := newConn("a", 1), newConn("b", 2), newConn("c", 3)
 	rt.update(a, ann(svc("", "app.test")))
 	rt.update(b, ann(svc("", "app.test")))
@@ -108,9 +133,8 @@ func TestRoundRobinSkipsUnroutable(t *testing.T) {
 	rt.update(c, draining)
 
 	counts := map[string]int{}
-	bind := rt.table.Load().match("app.test", "/")
 	for range 10 {
-		counts[bind.pick().conn.ID()]++
+		counts[pickID(t, rt, "app.test")]++
 	}
 	if counts["a"] != 5 || counts["b"] != 5 || counts["c"] != 0 {
 		t.Fatalf("10 picks = %v, want a:5 b:5 and none for draining c", counts)
@@ -120,13 +144,13 @@ func TestRoundRobinSkipsUnroutable(t *testing.T) {
 	unhealthy.Services[0].Healthy = false
 	rt.update(a, unhealthy)
 	rt.update(b, unhealthy)
-	if m := rt.table.Load().match("app.test", "/").pick(); m != nil {
-		t.Fatalf("pick() with every member unhealthy or draining = %s, want nil", m.conn.ID())
+	if id := pickID(t, rt, "app.test"); id != "" {
+		t.Fatalf("pick with every member unhealthy or draining = %s, want none", id)
 	}
 }
 
 func TestUpdateIsIdempotent(t *testing.T) {
-	rt := New(Config{})
+	rt := newRouter(t, Config{})
 	c := newConn("a", 1)
 	rt.update(c, ann(svc("", "app.test")))
 	before := rt.table.Load()
@@ -142,13 +166,13 @@ func TestUpdateIsIdempotent(t *testing.T) {
 		t.Fatal("new hostname not routable after update")
 	}
 	rt.detach(c)
-	if rt.table.Load().match("app.test", "/") != nil || rt.ConnectedClients() != 0 {
+	if pickID(t, rt, "app.test") != "" || rt.ConnectedClients() != 0 {
 		t.Fatal("detached client still routable")
 	}
 }
 
 func TestServeHTTP(t *testing.T) {
-	rt := New(Config{MaxBodyBytes: 10})
+	rt := newRouter(t, Config{MaxBodyBytes: 10})
 	ok := newConn("ok", 1)
 	rt.update(ok, ann(svc("", "App.Test")))
 	broken := newConn("broken", 2)
@@ -187,7 +211,7 @@ func TestServeHTTP(t *testing.T) {
 }
 
 func TestOutboundHeaders(t *testing.T) {
-	rt := New(Config{})
+	rt := newRouter(t, Config{})
 	c := newConn("a", 1)
 	rt.update(c, ann(svc("", "app.test")))
 	req := httptest.NewRequest("GET", "/x", nil)

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -16,176 +15,85 @@ type Conn interface {
 	RoundTrip(req *http.Request, service string) (*http.Response, error)
 }
 
-// member is one client's service in a pool.
-type member struct {
-	conn          Conn
-	service       string // the service id within its client
-	maxConcurrent int
-	priority      int
-	healthy       bool
-	draining      bool
-}
+// hostPools are the pools of one hostname pattern, longest path first.
+type hostPools []*pool
 
-// routable reports whether the member may take new requests.
-func (m *member) routable() bool { return m.healthy && !m.draining }
-
-// bind is one hostname pattern + path prefix and the clients serving it.
-type bind struct {
-	pattern string // exact name or "*.suffix"
-	path    string // "" or a prefix starting with '/'
-	members []*member
-	next    atomic.Uint64 // round-robin cursor
-}
-
-// hostBinds are the binds of one hostname pattern, longest path first.
-type hostBinds []*bind
-
-// table is an immutable snapshot of every bind. Readers load it through an
-// atomic pointer and never lock; writers build a new one and swap it.
+// table is an immutable snapshot of every pool by hostname. Readers load it
+// through an atomic pointer and never lock; the router builds a new one
+// and swaps it when binds change. Pools themselves are shared between
+// snapshots.
 type table struct {
-	exact    map[string]hostBinds
-	wildcard []wildcardEntry // longest suffix first
+	exact    map[string]hostPools
+	wildcard map[string]hostPools // by suffix: "*.example.com" is ".example.com"
 }
 
-type wildcardEntry struct {
-	suffix string // ".example.com"
-	binds  hostBinds
-}
-
-// match returns the bind serving host and path, or nil.
-func (t *table) match(host, path string) *bind {
+// match returns the pool serving host (normalized) and path, or nil.
+func (t *table) match(host, path string) *pool {
 	if t == nil {
 		return nil
 	}
-	if bs, ok := t.exact[host]; ok {
-		if b := bs.match(path); b != nil {
-			return b
+	if ps, ok := t.exact[host]; ok {
+		if p := ps.match(path); p != nil {
+			return p
 		}
 	}
-	for i := range t.wildcard {
-		w := &t.wildcard[i]
-		if len(host) > len(w.suffix) && strings.HasSuffix(host, w.suffix) {
-			if b := w.binds.match(path); b != nil {
-				return b
+	if len(t.wildcard) == 0 {
+		return nil
+	}
+	// Try every suffix that starts at a dot, longest first, so the most
+	// specific wildcard wins; a wildcard needs a label in front of it.
+	for i := 1; i < len(host); i++ {
+		if host[i] != '.' {
+			continue
+		}
+		if ps, ok := t.wildcard[host[i:]]; ok {
+			if p := ps.match(path); p != nil {
+				return p
 			}
 		}
 	}
 	return nil
 }
 
-// match returns the bind with the longest path prefix that matches path.
+// match returns the pool with the longest path prefix that matches path.
 // A prefix matches at a segment boundary: "/api" matches "/api" and
 // "/api/x" but not "/apix".
-func (bs hostBinds) match(path string) *bind {
-	for _, b := range bs {
-		if b.path == "" || b.path == "/" {
-			return b
-		}
-		if strings.HasPrefix(path, b.path) && (len(path) == len(b.path) || path[len(b.path)] == '/' || b.path[len(b.path)-1] == '/') {
-			return b
+func (ps hostPools) match(path string) *pool {
+	for _, p := range ps {
+		if pathMatch(p.path, path) {
+			return p
 		}
 	}
 	return nil
 }
 
-// buildTable indexes the members of every attached session. prev supplies
-// round-robin cursors to carry over.
-func buildTable(members map[Conn][]memberBind, prev *table) *table {
-	type key struct{ pattern, path string }
-	binds := make(map[key]*bind)
-	for _, ms := range members {
-		for _, mb := range ms {
-			k := key{mb.pattern, mb.path}
-			b := binds[k]
-			if b == nil {
-				b = &bind{pattern: mb.pattern, path: mb.path}
-				if old := prev.find(mb.pattern, mb.path); old != nil {
-					b.next.Store(old.next.Load())
-				}
-				binds[k] = b
-			}
-			b.members = append(b.members, mb.m)
-		}
+func pathMatch(prefix, path string) bool {
+	if prefix == "" || prefix == "/" {
+		return true
 	}
-	t := &table{exact: make(map[string]hostBinds)}
-	wild := make(map[string]hostBinds)
-	for k, b := range binds {
-		// A stable member order keeps round-robin fair across rebuilds.
-		sort.Slice(b.members, func(i, j int) bool {
-			a, c := b.members[i], b.members[j]
-			if !a.conn.ConnectedAt().Equal(c.conn.ConnectedAt()) {
-				return a.conn.ConnectedAt().Before(c.conn.ConnectedAt())
-			}
-			return a.conn.ID() < c.conn.ID()
-		})
-		if suffix, ok := strings.CutPrefix(k.pattern, "*"); ok {
-			wild[suffix] = append(wild[suffix], b)
+	return strings.HasPrefix(path, prefix) &&
+		(len(path) == len(prefix) || path[len(prefix)] == '/' || prefix[len(prefix)-1] == '/')
+}
+
+// buildTable indexes pools by hostname pattern.
+func buildTable(pools []*pool) *table {
+	t := &table{exact: make(map[string]hostPools), wildcard: make(map[string]hostPools)}
+	for _, p := range pools {
+		if suffix, ok := strings.CutPrefix(p.pattern, "*"); ok {
+			t.wildcard[suffix] = append(t.wildcard[suffix], p)
 		} else {
-			t.exact[k.pattern] = append(t.exact[k.pattern], b)
+			t.exact[p.pattern] = append(t.exact[p.pattern], p)
 		}
 	}
-	for _, bs := range t.exact {
-		sortBinds(bs)
+	for _, ps := range t.exact {
+		sortPools(ps)
 	}
-	for suffix, bs := range wild {
-		sortBinds(bs)
-		t.wildcard = append(t.wildcard, wildcardEntry{suffix: suffix, binds: bs})
+	for _, ps := range t.wildcard {
+		sortPools(ps)
 	}
-	sort.Slice(t.wildcard, func(i, j int) bool {
-		if len(t.wildcard[i].suffix) != len(t.wildcard[j].suffix) {
-			return len(t.wildcard[i].suffix) > len(t.wildcard[j].suffix)
-		}
-		return t.wildcard[i].suffix < t.wildcard[j].suffix
-	})
 	return t
 }
 
-func sortBinds(bs hostBinds) {
-	sort.Slice(bs, func(i, j int) bool { return len(bs[i].path) > len(bs[j].path) })
-}
-
-// find returns the bind with exactly this pattern and path.
-func (t *table) find(pattern, path string) *bind {
-	if t == nil {
-		return nil
-	}
-	var bs hostBinds
-	if suffix, ok := strings.CutPrefix(pattern, "*"); ok {
-		for _, w := range t.wildcard {
-			if w.suffix == suffix {
-				bs = w.binds
-			}
-		}
-	} else {
-		bs = t.exact[pattern]
-	}
-	for _, b := range bs {
-		if b.path == path {
-			return b
-		}
-	}
-	return nil
-}
-
-// memberBind places a member under one pattern and path.
-type memberBind struct {
-	pattern, path string
-	m             *member
-}
-
-// pick returns the next routable member in round-robin order, or nil.
-func (b *bind) pick() *member {
-	n := len(b.members)
-	if n == 0 {
-		return nil
-	}
-	// Each attempt advances the shared cursor, so members that are skipped
-	// (draining, unhealthy) do not hand their turns to their neighbour.
-	for range n {
-		m := b.members[b.next.Add(1)%uint64(n)]
-		if m.routable() {
-			return m
-		}
-	}
-	return nil
+func sortPools(ps hostPools) {
+	sort.Slice(ps, func(i, j int) bool { return len(ps[i].path) > len(ps[j].path) })
 }

@@ -1,0 +1,53 @@
+package router
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkAdmission measures route selection and admission, the work the
+// router does per request before the tunnel: match the hostname among 1,000
+// (half exact, half wildcard), pick one of 10 clients (10,000 in all) with a
+// free permit, and release it.
+func BenchmarkAdmission(b *testing.B) {
+	rt := newRouter(b, Config{})
+	hosts := make([]string, 1000)
+	for h := range hosts {
+		pattern := fmt.Sprintf("app%d.example.com", h)
+		hosts[h] = pattern
+		if h%2 == 1 {
+			pattern = fmt.Sprintf("*.tenant%d.example.com", h)
+			hosts[h] = fmt.Sprintf("www.tenant%d.example.com", h)
+		}
+		for c := range 10 {
+			rt.update(newConn(fmt.Sprintf("c%d-%d", h, c), h*10+c), limited(100, pattern))
+		}
+	}
+	if n := rt.ConnectedClients(); n != 10000 {
+		b.Fatalf("ConnectedClients() = %d, want 10000", n)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		p := rt.table.Load().match(hosts[i%len(hosts)], "/index.html")
+		s, _ := p.tryAcquire(rt.strategy, nil)
+		if s == nil {
+			b.Fatal("no permit")
+		}
+		s.release()
+	}
+}
+
+func TestAdmissionAllocatesNothing(t *testing.T) {
+	rt := newRouter(t, Config{})
+	rt.update(newConn("a", 1), limited(10, "*.example.com"))
+	rt.update(newConn("b", 2), limited(10, "*.example.com"))
+	allocs := testing.AllocsPerRun(1000, func() {
+		p := rt.table.Load().match("www.example.com", "/")
+		s, _ := p.tryAcquire(rt.strategy, nil)
+		s.release()
+	})
+	if allocs != 0 {
+		t.Fatalf("match+acquire+release allocates %v times per request, want 0", allocs)
+	}
+}

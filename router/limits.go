@@ -1,0 +1,134 @@
+package router
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// limitKind names a 429's cause in x-aperio-limit and in metrics.
+type limitKind int
+
+const (
+	limitIP limitKind = iota
+	limitServerConcurrency
+	limitClientConcurrency
+	limitTokenRate
+	numLimitKinds
+)
+
+// limitInfo is what a 429 of each kind says: its name, the setting to
+// raise, and whether it refills (then Retry-After: 1 is sent).
+var limitInfo = [numLimitKinds]struct {
+	kind, setting string
+	refills       bool
+}{
+	limitIP:                {"ip", "ip_limit_max", true},
+	limitServerConcurrency: {"server-concurrency", "max_concurrent_requests", false},
+	limitClientConcurrency: {"client-concurrency", "max_concurrent", false},
+	limitTokenRate:         {"token-rate", "token_rate", true},
+}
+
+// limitHeader holds the precomputed x-aperio-limit values.
+var limitHeader = func() (h [numLimitKinds][]string) {
+	for k, li := range limitInfo {
+		h[k] = []string{li.kind + "; setting=" + li.setting}
+	}
+	return h
+}()
+
+var retryAfterOne = []string{"1"}
+
+// refuse answers 429 for kind and counts it.
+func (rt *Router) refuse(w http.ResponseWriter, kind limitKind) {
+	rt.limited[kind].Add(1)
+	h := w.Header()
+	h["X-Aperio-Limit"] = limitHeader[kind]
+	if limitInfo[kind].refills {
+		h["Retry-After"] = retryAfterOne
+	}
+	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+	w.WriteHeader(http.StatusTooManyRequests)
+	fmt.Fprintf(w, "aperio: too many requests (%s limit; raise %s)\n", limitInfo[kind].kind, limitInfo[kind].setting)
+}
+
+// RateLimited returns the number of 429 answers by kind, every kind
+// present (zeros included), for metrics.
+func (rt *Router) RateLimited() map[string]int64 {
+	out := make(map[string]int64, numLimitKinds)
+	for k := range numLimitKinds {
+		out[limitInfo[k].kind] = rt.limited[k].Load()
+	}
+	return out
+}
+
+// takeGlobal takes a server-wide slot, or reports that none is free.
+func (rt *Router) takeGlobal() bool {
+	max := int64(rt.cfg.MaxConcurrentRequests)
+	if max <= 0 {
+		rt.global.Add(1)
+		return true
+	}
+	for {
+		cur := rt.global.Load()
+		if cur >= max {
+			return false
+		}
+		if rt.global.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
+}
+
+func (rt *Router) releaseGlobal() { rt.global.Add(-1) }
+
+// InFlight returns the proxied requests in flight now.
+func (rt *Router) InFlight() int64 { return rt.global.Load() }
+
+// ipLimiter is the per-visitor token bucket. Its table is bounded: past
+// maxIPs entries, buckets that have refilled completely (visitors that went
+// quiet, and so carry no state worth keeping) are dropped; if none has, the
+// whole table is reset rather than grow without bound, which at worst gives
+// some visitors a fresh burst.
+type ipLimiter struct {
+	burst  int
+	refill rate.Limit
+
+	mu      sync.Mutex // guards buckets
+	buckets map[string]*rate.Limiter
+}
+
+const maxIPs = 100_000
+
+func newIPLimiter(burst int, refill float64) *ipLimiter {
+	return &ipLimiter{burst: burst, refill: rate.Limit(refill), buckets: make(map[string]*rate.Limiter)}
+}
+
+// allow takes a token for ip.
+func (l *ipLimiter) allow(ip string, now time.Time) bool {
+	l.mu.Lock()
+	b := l.buckets[ip]
+	if b == nil {
+		if len(l.buckets) >= maxIPs {
+			l.sweepLocked(now)
+		}
+		b = rate.NewLimiter(l.refill, l.burst)
+		l.buckets[ip] = b
+	}
+	l.mu.Unlock()
+	return b.AllowN(now, 1)
+}
+
+func (l *ipLimiter) sweepLocked(now time.Time) {
+	for ip, b := range l.buckets {
+		if b.TokensAt(now) >= float64(l.burst) {
+			delete(l.buckets, ip)
+		}
+	}
+	if len(l.buckets) >= maxIPs {
+		l.buckets = make(map[string]*rate.Limiter)
+	}
+}

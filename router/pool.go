@@ -1,0 +1,320 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// service is one client's service: the unit that owns a concurrency
+// limiter. It outlives announcements (a health flip or a new limit updates
+// it in place), so permits taken before a change are returned to the same
+// counter after it. Hot-path fields are atomics; the rest is written only
+// under Router.mu.
+type service struct {
+	conn     Conn
+	id       string // service id within its client
+	instance string // the client process (Announcement.InstanceID)
+
+	limit    atomic.Int64 // announced max_concurrent; 0 = unbounded
+	inflight atomic.Int64 // permits held
+	priority atomic.Int64 // 0 = primary tier, >0 = standby
+	healthy  atomic.Bool
+	draining atomic.Bool
+	gone     atomic.Bool // the session ended
+
+	pools atomic.Pointer[[]*pool] // pools this service serves, for permit hand-off
+}
+
+// routable reports whether the service may take new requests.
+func (s *service) routable() bool {
+	return s.healthy.Load() && !s.draining.Load() && !s.gone.Load()
+}
+
+// tryTake takes a permit if one is free.
+func (s *service) tryTake() bool {
+	limit := s.limit.Load()
+	for {
+		cur := s.inflight.Load()
+		if limit > 0 && cur >= limit {
+			return false
+		}
+		if s.inflight.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
+}
+
+// pool is the set of services behind one bind (hostname pattern + path
+// prefix), with the FIFO queue of requests waiting for a permit. Pools are
+// stable across route-table rebuilds, so waiters survive them.
+type pool struct {
+	seq     uint64 // creation order; pools are locked in seq order
+	pattern string
+	path    string
+
+	members atomic.Pointer[[]*service] // sorted oldest first; swapped on change
+	next    atomic.Uint64              // round-robin cursor
+
+	// emptiedAt is when the last member left (unix ns), 0 while it has
+	// members. A pool emptied within client_down_threshold still holds
+	// requests for its client's return.
+	emptiedAt atomic.Int64
+
+	mu      sync.Mutex // guards the following fields
+	waiters []*waiter  // oldest first
+}
+
+// waiter is a request waiting for a permit.
+type waiter struct {
+	enq      time.Time
+	instance string        // when set, only this client instance may serve it
+	exclude  Conn          // when set, never this connection (a failed one)
+	ch       chan *service // receives the service whose permit it now holds
+}
+
+// accepts reports whether s may serve w.
+func (w *waiter) accepts(s *service) bool {
+	return (w.instance == "" || s.instance == w.instance) && (w.exclude == nil || s.conn != w.exclude)
+}
+
+// maxWaiters bounds each pool's queue. A request that finds it full is
+// answered 429 client-concurrency at once.
+const maxWaiters = 1000
+
+// Errors of admission; writeError maps them to answers.
+var (
+	errQueueFull    = errors.New("router: wait queue full")
+	errQueueTimeout = errors.New("router: no permit within gateway_timeout")
+	errAllAtLimit   = errors.New("router: every client at its limit")
+)
+
+// strategy picks among candidates; see Config.Strategy.
+type strategy int
+
+const (
+	roundRobin strategy = iota
+	leastInflight
+	primaryStandby
+)
+
+// candidates returns the routable members of the first tier that has any:
+// standby clients (priority > 0) serve only while no primary is routable,
+// whether or not the primaries have free permits.
+func (p *pool) candidates(buf []*service) []*service {
+	ms := *p.members.Load()
+	best := int64(-1)
+	for _, s := range ms {
+		if !s.routable() {
+			continue
+		}
+		pr := s.priority.Load()
+		switch {
+		case best < 0 || pr < best:
+			best = pr
+			buf = append(buf[:0], s)
+		case pr == best:
+			buf = append(buf, s)
+		}
+	}
+	return buf
+}
+
+// tryAcquire takes a permit on a candidate by strategy. It reports whether
+// any candidate was routable at all.
+func (p *pool) tryAcquire(st strategy, w *waiter) (s *service, routable bool) {
+	var arr [16]*service
+	cands := p.candidates(arr[:0])
+	n := len(cands)
+	if n == 0 {
+		return nil, false
+	}
+	usable := 0
+	for _, c := range cands {
+		if w == nil || w.accepts(c) {
+			usable++
+		}
+	}
+	if usable == 0 {
+		return nil, false
+	}
+	switch st {
+	case leastInflight:
+		var best *service
+		for _, c := range cands {
+			if w != nil && !w.accepts(c) {
+				continue
+			}
+			if best == nil || c.inflight.Load() < best.inflight.Load() {
+				best = c
+			}
+		}
+		// The least loaded may fill between the look and the take; then
+		// fall back to any free permit in order.
+		if best != nil && best.tryTake() {
+			return best, true
+		}
+		fallthrough
+	case primaryStandby:
+		for _, c := range cands {
+			if (w == nil || w.accepts(c)) && c.tryTake() {
+				return c, true
+			}
+		}
+		return nil, true
+	default:
+		// Each attempt advances the shared cursor, so members that are
+		// skipped do not hand their turns to their neighbour.
+		for range n {
+			c := cands[p.next.Add(1)%uint64(n)]
+			if (w == nil || w.accepts(c)) && c.tryTake() {
+				return c, true
+			}
+		}
+		return nil, true
+	}
+}
+
+// acquire returns a service holding a permit for the request, waiting in
+// the pool's FIFO queue up to timeout when every candidate is at its
+// limit, or when wait is set, also while no candidate is routable (a client
+// that just dropped, an instance to come back). It never holds a global
+// slot while it waits.
+func (p *pool) acquire(ctx context.Context, st strategy, timeout time.Duration, wait bool, w *waiter) (*service, error) {
+	if s, routable := p.tryAcquire(st, w); s != nil {
+		return s, nil
+	} else if !routable && !wait {
+		return nil, errNoRoutable
+	}
+	if timeout <= 0 {
+		return nil, errAllAtLimit
+	}
+	if w == nil {
+		w = &waiter{}
+	}
+	w.ch = make(chan *service, 1)
+	p.mu.Lock()
+	// Check again under the lock: release decrements under it too, so a
+	// permit freed since the first look is not missed.
+	if s, routable := p.tryAcquire(st, w); s != nil {
+		p.mu.Unlock()
+		return s, nil
+	} else if !routable && !wait {
+		p.mu.Unlock()
+		return nil, errNoRoutable
+	}
+	if len(p.waiters) >= maxWaiters {
+		p.mu.Unlock()
+		return nil, errQueueFull
+	}
+	w.enq = time.Now()
+	p.waiters = append(p.waiters, w)
+	p.mu.Unlock()
+
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case s := <-w.ch:
+		return s, nil
+	case <-ctx.Done():
+		p.abandon(w)
+		return nil, context.Cause(ctx)
+	case <-t.C:
+		p.abandon(w)
+		return nil, errQueueTimeout
+	}
+}
+
+// abandon removes w from the queue; a permit granted meanwhile is passed on.
+func (p *pool) abandon(w *waiter) {
+	p.mu.Lock()
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+	select {
+	case s := <-w.ch:
+		s.release()
+	default:
+	}
+}
+
+// release returns a permit. If a waiter of one of the service's pools can
+// use it, the permit passes to the oldest such waiter directly, so a
+// service never has more in flight than its limit, even while a backlog
+// drains.
+func (s *service) release() {
+	pools := s.pools.Load()
+	if pools == nil || !s.routable() {
+		s.inflight.Add(-1)
+		return
+	}
+	ps := *pools
+	for _, p := range ps {
+		p.mu.Lock()
+	}
+	var best *pool
+	bestIdx := -1
+	for _, p := range ps {
+		for i, w := range p.waiters {
+			if w.accepts(s) {
+				if best == nil || w.enq.Before(best.waiters[bestIdx].enq) {
+					best, bestIdx = p, i
+				}
+				break
+			}
+		}
+	}
+	var w *waiter
+	if best != nil && s.limitAllowsHandoff() {
+		w = best.waiters[bestIdx]
+		best.waiters = append(best.waiters[:bestIdx], best.waiters[bestIdx+1:]...)
+	} else {
+		s.inflight.Add(-1)
+	}
+	for _, p := range ps {
+		p.mu.Unlock()
+	}
+	if w != nil {
+		w.ch <- s // buffered; the permit moves with it
+	}
+}
+
+// limitAllowsHandoff reports whether the permit being released may go to a
+// waiter: not when the limit was lowered below what is in flight.
+func (s *service) limitAllowsHandoff() bool {
+	limit := s.limit.Load()
+	return limit <= 0 || s.inflight.Load() <= limit
+}
+
+// wake hands free permits to waiters after capacity appeared (a client
+// joined, became healthy, or raised its limit), oldest waiter first.
+func (p *pool) wake(st strategy) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := 0; i < len(p.waiters); {
+		w := p.waiters[i]
+		s, _ := p.tryAcquire(st, w)
+		if s == nil {
+			if w.instance == "" && w.exclude == nil {
+				break // no permit for anyone; later waiters fare no better
+			}
+			i++
+			continue
+		}
+		p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+		w.ch <- s
+	}
+}
+
+// queued returns the number of waiting requests.
+func (p *pool) queued() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.waiters)
+}
