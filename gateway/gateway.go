@@ -21,6 +21,7 @@ import (
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -39,6 +40,11 @@ type Gateway struct {
 	tunnels *tunnel.Server
 	srv     *http.Server
 	started time.Time
+
+	metrics  *telemetry.Metrics
+	// metricsHandler serves /metrics on every hostname (contract §2: 404
+	// unless metrics_token is set), so apps cannot serve that path.
+	metricsHandler http.Handler
 
 	stopping atomic.Bool // readyz answers 503 once set
 }
@@ -83,6 +89,13 @@ func New(cfg config.Server, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.tunnels = ts
+	if g.metrics, err = telemetry.NewMetrics(); err != nil {
+		return nil, err
+	}
+	if err := g.registerMetrics(); err != nil {
+		return nil, err
+	}
+	g.metricsHandler = g.metrics.Handler(cfg.MetricsToken)
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -114,6 +127,10 @@ func (m masterToken) Authenticate(_ context.Context, token string) (tunnel.Ident
 func (g *Gateway) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
+		if p == "/metrics" {
+			g.metricsHandler.ServeHTTP(w, r)
+			return
+		}
 		if !strings.HasPrefix(p, "/aperio/") {
 			g.router.ServeHTTP(w, r)
 			return

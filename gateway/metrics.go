@@ -1,0 +1,39 @@
+package gateway
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// registerMetrics exposes the router's and tunnels' live figures as
+// observable instruments, read at collection time: the hot path pays
+// nothing for them.
+func (g *Gateway) registerMetrics() error {
+	m := g.metrics.Meter()
+	limited, err := m.Int64ObservableCounter("aperio.rate_limited",
+		metric.WithDescription("Requests refused with 429, by the limit that refused them."))
+	if err != nil {
+		return err
+	}
+	clients, err := m.Int64ObservableGauge("aperio.connected_clients",
+		metric.WithDescription("Clients with a live tunnel."))
+	if err != nil {
+		return err
+	}
+	inflight, err := m.Int64ObservableGauge("aperio.requests_in_flight",
+		metric.WithDescription("Proxied requests holding a global slot."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for kind, n := range g.router.RateLimited() {
+			o.ObserveInt64(limited, n, metric.WithAttributes(attribute.String("limit", kind)))
+		}
+		o.ObserveInt64(clients, int64(g.router.ConnectedClients()))
+		o.ObserveInt64(inflight, g.router.InFlight())
+		return nil
+	}, limited, clients, inflight)
+	return err
+}
