@@ -41,7 +41,7 @@ type Gateway struct {
 	srv     *http.Server
 	started time.Time
 
-	metrics  *telemetry.Metrics
+	metrics *telemetry.Metrics
 	// metricsHandler serves /metrics on every hostname (contract §2: 404
 	// unless metrics_token is set), so apps cannot serve that path.
 	metricsHandler http.Handler
