@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/router"
@@ -59,7 +60,15 @@ func New(cfg config.Server, opts Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{cfg: cfg, log: log, started: time.Now()}
+	var stale *cache.Cache
+	if cfg.Cache {
+		var err error
+		if stale, err = cache.New(cache.Config{MaxBytes: cfg.CacheMaxBytes, MaxStale: cfg.CacheMaxStale, Now: time.Now}); err != nil {
+			return nil, err
+		}
+	}
 	rt, err := router.New(router.Config{
+		Cache:                 stale,
 		MaxBodyBytes:          cfg.MaxBodyBytes,
 		GatewayTimeout:        cfg.GatewayTimeout,
 		DownThreshold:         cfg.ClientDownThreshold,

@@ -24,6 +24,8 @@ type service struct {
 	healthy  atomic.Bool
 	draining atomic.Bool
 	gone     atomic.Bool // the session ended
+	// resilience is set when the service allows serve-stale copies.
+	resilience atomic.Bool
 
 	pools atomic.Pointer[[]*pool] // pools this service serves, for permit hand-off
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/internal/bufpool"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -105,7 +106,9 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 			rt.releaseGlobal()
 			s.release()
 			if !rt.mayFailover(r, err, body, jumps, start) {
-				rt.writeError(w, r, host, err)
+				if !rt.serveStale(w, r) {
+					rt.writeError(w, r, host, err)
+				}
 				return
 			}
 			rt.log.Debug("failing over", "host", host, "from", s.conn.ID(), "err", err)
@@ -124,7 +127,7 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 			}
 			continue
 		}
-		rt.respond(w, r, resp)
+		rt.respond(w, r, s, resp)
 		rt.releaseGlobal()
 		s.release()
 		return
@@ -148,20 +151,47 @@ func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, ju
 	return jumps < rt.cfg.FailoverMaxJumps && time.Since(start) < rt.cfg.FailoverWindow
 }
 
-// respond writes the client's response to the visitor.
-func (rt *Router) respond(w http.ResponseWriter, r *http.Request, resp *http.Response) {
+// respond writes the client's response to the visitor. For a service with
+// resilience, a cacheable response is recorded on its way through, and a
+// client's own "backend unreachable" answer is replaced by a stale copy
+// when there is one.
+func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, resp *http.Response) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		rt.relayUpgrade(w, r, resp)
 		return
 	}
 	defer resp.Body.Close()
-	copyResponse(w, resp)
+	var rec *cache.Recording
+	if rt.cfg.Cache != nil && s.resilience.Load() {
+		if resp.Header.Get("X-Aperio-Error") == "backend" && rt.serveStale(w, r) {
+			return
+		}
+		rec = rt.cfg.Cache.Record(r, resp)
+	}
+	complete := copyResponse(w, resp, rec)
+	rec.Finish(complete)
 }
 
-// nothingCanServe answers when no client can take the request: a fallback
-// redirect when one is configured, else 502 for a hostname nobody serves
-// and 504 for one whose wait ran out.
+// serveStale answers with a stale copy, if the cache has one.
+func (rt *Router) serveStale(w http.ResponseWriter, r *http.Request) bool {
+	if rt.cfg.Cache == nil {
+		return false
+	}
+	hit, ok := rt.cfg.Cache.Lookup(r)
+	if !ok {
+		return false
+	}
+	hit.ServeHTTP(w, r)
+	return true
+}
+
+// nothingCanServe answers when no client can take the request, in this
+// order: a stale copy (services with resilience), a fallback redirect,
+// else 502 for a hostname nobody serves and 504 for one whose wait ran out.
 func (rt *Router) nothingCanServe(w http.ResponseWriter, r *http.Request, host string, cause error) {
+	if r.Context().Err() == nil && rt.serveStale(w, r) {
+		return
+	}
 	if u, ok := rt.cfg.Fallbacks[host]; ok {
 		http.Redirect(w, r, u, http.StatusFound)
 		return
@@ -204,9 +234,11 @@ var (
 	protoHTTPS = []string{"https"}
 )
 
-// copyResponse writes resp to the visitor. A body of unknown length (SSE,
-// gRPC, chunked) is flushed after every read; trailers follow the body.
-func copyResponse(w http.ResponseWriter, resp *http.Response) {
+// copyResponse writes resp to the visitor, and every body byte also to rec
+// (nil-safe). A body of unknown length (SSE, gRPC, chunked) is flushed after
+// every read; trailers follow the body. It reports whether the whole body
+// reached the visitor.
+func copyResponse(w http.ResponseWriter, resp *http.Response, rec *cache.Recording) bool {
 	dst := w.Header()
 	for k, vv := range resp.Header {
 		dst[k] = vv
@@ -219,17 +251,20 @@ func copyResponse(w http.ResponseWriter, resp *http.Response) {
 	bp := bufpool.Get()
 	buf := *bp
 	flusher, _ := w.(http.Flusher)
+	complete := false
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				break
 			}
+			rec.Write(buf[:n])
 			if streaming && flusher != nil {
 				flusher.Flush()
 			}
 		}
 		if err != nil {
+			complete = err == io.EOF
 			break
 		}
 	}
@@ -237,6 +272,7 @@ func copyResponse(w http.ResponseWriter, resp *http.Response) {
 	for k, vv := range resp.Trailer {
 		dst[http.TrailerPrefix+k] = vv
 	}
+	return complete
 }
 
 // relayUpgrade hands a switched-protocol connection (WebSocket) to the

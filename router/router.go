@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -47,6 +48,9 @@ type Config struct {
 	// Fallbacks maps a hostname to a URL visitors are redirected to (302)
 	// when no client can serve it.
 	Fallbacks map[string]string
+	// Cache, when set, keeps the last good GET responses of services that
+	// announce resilience and serves them stale when nothing can serve.
+	Cache *cache.Cache
 	// Logger receives routing diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -162,6 +166,7 @@ func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
 		s.priority.Store(int64(sa.Priority))
 		s.healthy.Store(sa.Healthy)
 		s.draining.Store(ann.Draining)
+		s.resilience.Store(sa.Resilience)
 		for _, h := range sa.Hostnames {
 			k := bindKey{hostname.Normalize(h), sa.Path}
 			keys[k] = append(keys[k], s)
