@@ -1,0 +1,81 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// backend is one dialect. Each implementation holds all of its SQL, maps
+// its driver's errors onto ErrNotFound, ErrConflict and ErrUnavailable, and
+// announces the changes it commits (SQLite to the hub after commit,
+// PostgreSQL with NOTIFY inside the transaction). DB validates input and
+// assigns IDs and times before calling it, so a backend only stores and
+// loads.
+type backend interface {
+	name() string
+	ping(ctx context.Context) error
+	// close stops any goroutine the backend owns, then closes connections.
+	close() error
+
+	ensureOrg(ctx context.Context, o Org) (Org, error)
+	insertOrg(ctx context.Context, o Org) error
+	org(ctx context.Context, id string) (Org, error)
+	listOrgs(ctx context.Context) ([]Org, error)
+
+	insertToken(ctx context.Context, t Token) error
+	tokenByHash(ctx context.Context, hash []byte) (Token, error)
+	token(ctx context.Context, orgID, id string) (Token, error)
+	listTokens(ctx context.Context, orgID string) ([]Token, error)
+	revokeToken(ctx context.Context, orgID, id string, at time.Time) (Token, error)
+
+	insertAdminKey(ctx context.Context, k AdminKey) error
+	adminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error)
+	listAdminKeys(ctx context.Context, orgID string) ([]AdminKey, error)
+	deleteAdminKey(ctx context.Context, orgID, id string) error
+
+	setMaintenance(ctx context.Context, m Maintenance) error
+	clearMaintenance(ctx context.Context, orgID, hostname string) error
+	listMaintenance(ctx context.Context) ([]Maintenance, error)
+
+	appendAudit(ctx context.Context, e AuditEntry) (int64, error)
+	listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error)
+
+	// execForTest runs raw SQL, bypassing the store's API.
+	execForTest(ctx context.Context, query string) error
+}
+
+// migrationLockID is the PostgreSQL advisory lock taken around migrations
+// (pg_try_advisory_lock), distinct from goose's default so that another
+// goose user of the same database does not wait on Aperio or the reverse.
+const migrationLockID int64 = 0x61706572696f // "aperio"
+
+// migrate applies the pending migrations of fsys to db. With a non-nil
+// locker the whole run holds it, so concurrent servers take turns and each
+// migration is applied once.
+func migrate(ctx context.Context, log *slog.Logger, dialect goose.Dialect, db *sql.DB, fsys fs.FS, locker lock.SessionLocker) error {
+	opts := []goose.ProviderOption{goose.WithLogger(goose.NopLogger())}
+	if locker != nil {
+		opts = append(opts, goose.WithSessionLocker(locker))
+	}
+	p, err := goose.NewProvider(dialect, db, fsys, opts...)
+	if err != nil {
+		return fmt.Errorf("load migrations: %w", err)
+	}
+	res, err := p.Up(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	version, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	log.Info("store migrated", logKeyVersion, version, logKeyApplied, len(res))
+	return nil
+}

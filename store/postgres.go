@@ -1,0 +1,564 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/aperio-dev/aperio/migrations"
+)
+
+// This file holds every PostgreSQL query of the store, and the change
+// listener.
+//
+// Conventions (see migrations/postgres): times are timestamptz, lists are
+// text[]; every change is announced with pg_notify on pgChannel inside the
+// transaction that makes it, so a rolled-back change is never announced and
+// a committed one always is (to the listeners connected at commit).
+
+const (
+	// pgChannel is the LISTEN/NOTIFY channel of Change payloads (JSON).
+	pgChannel = "aperio_changes"
+	// pgConnectTimeout bounds one connection attempt unless the URL sets
+	// connect_timeout: an unreachable server fails calls with
+	// ErrUnavailable after this long instead of hanging.
+	pgConnectTimeout = 5 * time.Second
+	// TCP keepalive on every connection, so that a dead peer (no FIN) is
+	// noticed in about Idle + Interval×Count = 30 s, the listener's
+	// connection included.
+	pgKeepAliveIdle     = 15 * time.Second
+	pgKeepAliveInterval = 5 * time.Second
+	pgKeepAliveCount    = 3
+	// The listener reconnects with jittered exponential backoff between
+	// these bounds.
+	pgListenBackoffMin = 100 * time.Millisecond
+	pgListenBackoffMax = 5 * time.Second
+	// pgMigrationLockPoll is how often a server waiting for another's
+	// migrations retries the advisory lock, and pgMigrationLockTries how
+	// many times (goose's units: whole seconds, a count).
+	pgMigrationLockPoll  = 1
+	pgMigrationLockTries = 300
+)
+
+// pgBackend is a pgx pool for queries plus one dedicated connection that
+// LISTENs for changes.
+type pgBackend struct {
+	pool   *pgxpool.Pool
+	listen *pgx.ConnConfig // the listener's connection settings
+	hub    *hub
+	log    *slog.Logger
+
+	stop context.CancelFunc // ends the listener's lifetime context
+	wg   sync.WaitGroup     // the listener goroutine
+}
+
+func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
+	pc, err := parsePostgresURL(cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = pgConnectTimeout
+	}
+	dialer := &net.Dialer{
+		Timeout: pc.ConnConfig.ConnectTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable:   true,
+			Idle:     pgKeepAliveIdle,
+			Interval: pgKeepAliveInterval,
+			Count:    pgKeepAliveCount,
+		},
+	}
+	pc.ConnConfig.DialFunc = dialer.DialContext
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("store: open postgres: %w", pgErr(err))
+	}
+	b := &pgBackend{
+		pool:   pool,
+		listen: pc.ConnConfig.Copy(),
+		hub:    h,
+		log:    cfg.Logger,
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: open postgres: %w", pgErr(err))
+	}
+
+	sqlDB := stdlib.OpenDBFromPool(pool) // closing it leaves the pool open
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockID(migrationLockID),
+		lock.WithLockTimeout(pgMigrationLockPoll, pgMigrationLockTries))
+	if err != nil {
+		panic("store: migration locker: " + err.Error()) // impossible: constant options
+	}
+	err = migrate(ctx, cfg.Logger, goose.DialectPostgres, sqlDB, migrations.Postgres(), locker)
+	if cerr := sqlDB.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		pool.Close()
+		if errors.Is(pgErr(err), ErrUnavailable) {
+			return nil, fmt.Errorf("store: %w: %w", ErrUnavailable, err)
+		}
+		return nil, fmt.Errorf("store: %w", err) // a broken migration is no conflict or missing record
+	}
+
+	// Listen before returning, so that a change committed after Open
+	// returns reaches this DB's subscribers.
+	conn, err := b.connectListener(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: listen for changes: %w", pgErr(err))
+	}
+	lctx, stop := context.WithCancel(context.Background()) // the listener's own lifetime, ended by close
+	b.stop = stop
+	b.wg.Add(1)
+	go b.listenLoop(lctx, conn)
+	cfg.Logger.Info("store opened", logKeyBackend, BackendPostgres)
+	return b, nil
+}
+
+// parsePostgresURL parses a DatabaseURL into a pool configuration.
+func parsePostgresURL(u string) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		// pgx's message, and the errors it wraps, quote the URL, where
+		// redacting the password is best effort: say nothing of it.
+		return nil, errors.New("store: database url: not a valid postgres:// URL or key=value DSN")
+	}
+	return pc, nil
+}
+
+func (b *pgBackend) name() string { return BackendPostgres }
+
+func (b *pgBackend) ping(ctx context.Context) error { return pgErr(b.pool.Ping(ctx)) }
+
+func (b *pgBackend) close() error {
+	b.stop()
+	b.wg.Wait()
+	b.pool.Close()
+	return nil
+}
+
+// pgErr maps driver errors onto the store's sentinels, keeping the
+// driver's error in the chain. Anything that says the server could not be
+// reached or the connection broke is ErrUnavailable; a cancelled or expired
+// ctx stays the caller's own error.
+func pgErr(err error) error {
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	unavailable := func() error { return fmt.Errorf("%w: %w", ErrUnavailable, err) }
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "23505": // unique_violation
+			return fmt.Errorf("%w: %w", ErrConflict, err)
+		case pe.Code == "23503": // foreign_key_violation
+			return fmt.Errorf("org %w: %w", ErrNotFound, err)
+		case strings.HasPrefix(pe.Code, "08"), // connection_exception
+			strings.HasPrefix(pe.Code, "53"), // insufficient_resources (too many connections, disk full)
+			pe.Code == "57P01",               // admin_shutdown
+			pe.Code == "57P02",               // crash_shutdown
+			pe.Code == "57P03":               // cannot_connect_now (starting up, shutting down)
+			return unavailable()
+		}
+		return err
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return unavailable()
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) {
+		return unavailable()
+	}
+	return err
+}
+
+// write runs fn in a transaction and commits it.
+func (b *pgBackend) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgErr(pgx.BeginFunc(ctx, b.pool, fn))
+}
+
+// pgPayload is a Change as a NOTIFY payload carries it (JSON, short keys:
+// a payload is limited to 8000 bytes).
+type pgPayload struct {
+	Kind     string `json:"k"`
+	ID       string `json:"i,omitempty"`
+	OrgID    string `json:"o,omitempty"`
+	Hostname string `json:"h,omitempty"`
+}
+
+// notify announces c to every listener when tx commits.
+func notify(ctx context.Context, tx pgx.Tx, c Change) error {
+	payload, err := json.Marshal(pgPayload(c))
+	if err != nil {
+		panic("store: marshal change: " + err.Error()) // impossible for a struct of strings
+	}
+	_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, pgChannel, string(payload))
+	return err
+}
+
+// pgCollect scans every row and closes rows. The result is never nil.
+func pgCollect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, pgErr(err)
+	}
+	return out, nil
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// Orgs.
+
+const pgOrgCols = `id, name, created_at`
+
+func pgScanOrg(r pgx.Row) (Org, error) {
+	var o Org
+	if err := r.Scan(&o.ID, &o.Name, &o.CreatedAt); err != nil {
+		return Org{}, pgErr(err)
+	}
+	o.CreatedAt = o.CreatedAt.UTC()
+	return o, nil
+}
+
+func (b *pgBackend) ensureOrg(ctx context.Context, o Org) (Org, error) {
+	_, err := b.pool.Exec(ctx,
+		`INSERT INTO orgs (id, name, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`,
+		o.ID, o.Name, o.CreatedAt)
+	if err != nil {
+		return Org{}, pgErr(err)
+	}
+	return pgScanOrg(b.pool.QueryRow(ctx, `SELECT `+pgOrgCols+` FROM orgs WHERE name = $1`, o.Name))
+}
+
+func (b *pgBackend) insertOrg(ctx context.Context, o Org) error {
+	_, err := b.pool.Exec(ctx, `INSERT INTO orgs (id, name, created_at) VALUES ($1, $2, $3)`,
+		o.ID, o.Name, o.CreatedAt)
+	return pgErr(err)
+}
+
+func (b *pgBackend) org(ctx context.Context, id string) (Org, error) {
+	return pgScanOrg(b.pool.QueryRow(ctx, `SELECT `+pgOrgCols+` FROM orgs WHERE id = $1`, id))
+}
+
+func (b *pgBackend) listOrgs(ctx context.Context) ([]Org, error) {
+	rows, err := b.pool.Query(ctx, `SELECT `+pgOrgCols+` FROM orgs ORDER BY created_at DESC, seq DESC`)
+	return pgCollect(rows, err, pgScanOrg)
+}
+
+// Tokens.
+
+const pgTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by`
+
+func pgScanToken(r pgx.Row) (Token, error) {
+	var t Token
+	if err := r.Scan(&t.ID, &t.OrgID, &t.Name, &t.Prefix, &t.Hash, &t.Hostnames, &t.AllowedIPs,
+		&t.ExpiresAt, &t.RevokedAt, &t.CreatedAt, &t.CreatedBy); err != nil {
+		return Token{}, pgErr(err)
+	}
+	t.Hostnames = list(t.Hostnames)
+	t.AllowedIPs = list(t.AllowedIPs)
+	t.ExpiresAt = utcPtr(t.ExpiresAt)
+	t.RevokedAt = utcPtr(t.RevokedAt)
+	t.CreatedAt = t.CreatedAt.UTC()
+	return t, nil
+}
+
+func (b *pgBackend) insertToken(ctx context.Context, t Token) error {
+	_, err := b.pool.Exec(ctx,
+		`INSERT INTO tokens (`+pgTokenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, list(t.Hostnames), list(t.AllowedIPs),
+		t.ExpiresAt, t.RevokedAt, t.CreatedAt, t.CreatedBy)
+	return pgErr(err)
+}
+
+func (b *pgBackend) tokenByHash(ctx context.Context, hash []byte) (Token, error) {
+	return pgScanToken(b.pool.QueryRow(ctx, `SELECT `+pgTokenCols+` FROM tokens WHERE hash = $1`, hash))
+}
+
+func (b *pgBackend) token(ctx context.Context, orgID, id string) (Token, error) {
+	return pgScanToken(b.pool.QueryRow(ctx,
+		`SELECT `+pgTokenCols+` FROM tokens WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID))
+}
+
+func (b *pgBackend) listTokens(ctx context.Context, orgID string) ([]Token, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT `+pgTokenCols+` FROM tokens WHERE ($1 = '' OR org_id = $1) ORDER BY created_at DESC, seq DESC`, orgID)
+	return pgCollect(rows, err, pgScanToken)
+}
+
+func (b *pgBackend) revokeToken(ctx context.Context, orgID, id string, at time.Time) (Token, error) {
+	var t Token
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		// A concurrent revoke blocks on the row lock, then finds
+		// revoked_at set and changes nothing: the first time wins.
+		var err error
+		t, err = pgScanToken(tx.QueryRow(ctx,
+			`UPDATE tokens SET revoked_at = $3 WHERE id = $1 AND ($2 = '' OR org_id = $2) AND revoked_at IS NULL
+			RETURNING `+pgTokenCols, id, orgID, at))
+		switch {
+		case err == nil:
+			return notify(ctx, tx, Change{Kind: ChangeTokenRevoked, ID: t.ID, OrgID: t.OrgID})
+		case errors.Is(err, ErrNotFound): // absent, in another org, or already revoked
+			t, err = pgScanToken(tx.QueryRow(ctx,
+				`SELECT `+pgTokenCols+` FROM tokens WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID))
+			return err
+		}
+		return err
+	})
+	if err != nil {
+		return Token{}, err
+	}
+	return t, nil
+}
+
+// Admin keys.
+
+const pgAdminKeyCols = `id, org_id, name, role, prefix, hash, created_at, created_by`
+
+func pgScanAdminKey(r pgx.Row) (AdminKey, error) {
+	var k AdminKey
+	if err := r.Scan(&k.ID, &k.OrgID, &k.Name, &k.Role, &k.Prefix, &k.Hash, &k.CreatedAt, &k.CreatedBy); err != nil {
+		return AdminKey{}, pgErr(err)
+	}
+	k.CreatedAt = k.CreatedAt.UTC()
+	return k, nil
+}
+
+func (b *pgBackend) insertAdminKey(ctx context.Context, k AdminKey) error {
+	_, err := b.pool.Exec(ctx,
+		`INSERT INTO admin_keys (`+pgAdminKeyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		k.ID, k.OrgID, k.Name, k.Role, k.Prefix, k.Hash, k.CreatedAt, k.CreatedBy)
+	return pgErr(err)
+}
+
+func (b *pgBackend) adminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error) {
+	return pgScanAdminKey(b.pool.QueryRow(ctx, `SELECT `+pgAdminKeyCols+` FROM admin_keys WHERE hash = $1`, hash))
+}
+
+func (b *pgBackend) listAdminKeys(ctx context.Context, orgID string) ([]AdminKey, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT `+pgAdminKeyCols+` FROM admin_keys WHERE ($1 = '' OR org_id = $1) ORDER BY created_at DESC, seq DESC`, orgID)
+	return pgCollect(rows, err, pgScanAdminKey)
+}
+
+func (b *pgBackend) deleteAdminKey(ctx context.Context, orgID, id string) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		var keyOrg string
+		err := tx.QueryRow(ctx,
+			`DELETE FROM admin_keys WHERE id = $1 AND ($2 = '' OR org_id = $2) RETURNING org_id`, id, orgID).Scan(&keyOrg)
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx, Change{Kind: ChangeAdminKeyDeleted, ID: id, OrgID: keyOrg})
+	})
+}
+
+// Maintenance.
+
+func (b *pgBackend) setMaintenance(ctx context.Context, m Maintenance) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		// The WHERE makes the upsert a no-op when another org holds the
+		// hostname; no row changed then means conflict.
+		tag, err := tx.Exec(ctx,
+			`INSERT INTO maintenance (hostname, org_id, set_by, since) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (hostname) DO UPDATE SET set_by = excluded.set_by, since = excluded.since
+			WHERE maintenance.org_id = excluded.org_id`,
+			m.Hostname, m.OrgID, m.By, m.Since)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("hostname in maintenance for another org: %w", ErrConflict)
+		}
+		return notify(ctx, tx, Change{Kind: ChangeMaintenanceSet, OrgID: m.OrgID, Hostname: m.Hostname})
+	})
+}
+
+func (b *pgBackend) clearMaintenance(ctx context.Context, orgID, hostname string) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		var org string
+		err := tx.QueryRow(ctx,
+			`DELETE FROM maintenance WHERE hostname = $1 AND ($2 = '' OR org_id = $2) RETURNING org_id`,
+			hostname, orgID).Scan(&org)
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx, Change{Kind: ChangeMaintenanceCleared, OrgID: org, Hostname: hostname})
+	})
+}
+
+func (b *pgBackend) listMaintenance(ctx context.Context) ([]Maintenance, error) {
+	rows, err := b.pool.Query(ctx, `SELECT hostname, org_id, set_by, since FROM maintenance ORDER BY since DESC, hostname`)
+	return pgCollect(rows, err, func(r pgx.Row) (Maintenance, error) {
+		var m Maintenance
+		if err := r.Scan(&m.Hostname, &m.OrgID, &m.By, &m.Since); err != nil {
+			return Maintenance{}, pgErr(err)
+		}
+		m.Since = m.Since.UTC()
+		return m, nil
+	})
+}
+
+// Audit.
+
+func (b *pgBackend) appendAudit(ctx context.Context, e AuditEntry) (int64, error) {
+	var id int64
+	err := b.pool.QueryRow(ctx,
+		`INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+		e.At, e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail).Scan(&id)
+	return id, pgErr(err)
+}
+
+func (b *pgBackend) listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT id, at, org_id, event, actor, hostname, detail FROM audit
+		WHERE ($1 = '' OR org_id = $1) ORDER BY at DESC, id DESC LIMIT $2`, orgID, limit)
+	return pgCollect(rows, err, func(r pgx.Row) (AuditEntry, error) {
+		var e AuditEntry
+		if err := r.Scan(&e.ID, &e.At, &e.OrgID, &e.Event, &e.Actor, &e.Hostname, &e.Detail); err != nil {
+			return AuditEntry{}, pgErr(err)
+		}
+		e.At = e.At.UTC()
+		return e, nil
+	})
+}
+
+func (b *pgBackend) execForTest(ctx context.Context, query string) error {
+	_, err := b.pool.Exec(ctx, query)
+	return pgErr(err)
+}
+
+// The change listener.
+
+// connectListener opens the listener's connection and LISTENs on it.
+func (b *pgBackend) connectListener(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, b.listen)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+pgChannel); err != nil {
+		return nil, errors.Join(err, conn.Close(ctx))
+	}
+	return conn, nil
+}
+
+// listenLoop hands every notification to the hub until ctx ends. When the
+// connection breaks it reconnects with backoff and then publishes
+// ChangeResync, since notifications sent in the gap are lost.
+func (b *pgBackend) listenLoop(ctx context.Context, conn *pgx.Conn) {
+	defer b.wg.Done()
+	for {
+		err := b.receive(ctx, conn)
+		b.closeListener(ctx, conn)
+		if ctx.Err() != nil {
+			return
+		}
+		b.log.Warn("change listener lost", logKeyErr, err)
+		if conn = b.reconnect(ctx); conn == nil {
+			return
+		}
+		b.log.Info("change listener restored")
+		b.hub.publish(Change{Kind: ChangeResync})
+	}
+}
+
+// receive publishes notifications until the connection fails or ctx ends.
+func (b *pgBackend) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		var p pgPayload
+		if err := json.Unmarshal([]byte(n.Payload), &p); err != nil || p.Kind == "" {
+			b.log.Warn("change notification unreadable", logKeyErr, err)
+			continue
+		}
+		b.hub.publish(Change(p))
+	}
+}
+
+// closeListener closes conn, bounded even when ctx is already done.
+func (b *pgBackend) closeListener(ctx context.Context, conn *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := conn.Close(cctx); err != nil {
+		b.log.Debug("change listener close", logKeyErr, err)
+	}
+}
+
+// reconnect retries connectListener with jittered exponential backoff. It
+// returns nil when ctx ends first.
+func (b *pgBackend) reconnect(ctx context.Context) *pgx.Conn {
+	delay := pgListenBackoffMin
+	timer := time.NewTimer(jitter(delay))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		conn, err := b.connectListener(ctx)
+		if err == nil {
+			return conn
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		delay = min(delay*2, pgListenBackoffMax)
+		wait := jitter(delay)
+		b.log.Debug("change listener reconnect failed", logKeyErr, err, logKeyRetryIn, wait)
+		timer.Reset(wait)
+	}
+}
+
+// jitter returns a duration in [d/2, d], so that servers that lost the
+// database together do not reconnect in step.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,475 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/aperio-dev/aperio/migrations"
+)
+
+// This file holds every SQLite query of the store.
+//
+// Conventions (see migrations/sqlite): times are TEXT in sqliteTime; lists
+// are JSON arrays; positional parameters are ?N so that the org filter can
+// reuse one.
+
+const (
+	// sqliteTime is how times are stored: UTC, fixed width so that text
+	// order is time order, microseconds like PostgreSQL.
+	sqliteTime = "2006-01-02T15:04:05.000000Z"
+	// sqliteBusyTimeout is how long a statement waits for another
+	// process's lock before failing with SQLITE_BUSY (ErrUnavailable).
+	// Within one DB writes never contend: they share one connection.
+	sqliteBusyTimeout = 10 * time.Second
+	// sqliteReaders is the size of the read-only connection pool; WAL
+	// lets readers run beside the writer.
+	sqliteReaders = 4
+)
+
+// sqliteBackend keeps one writer connection, so that this process's writes
+// queue in Go instead of failing with SQLITE_BUSY, and a pool of read-only
+// connections.
+type sqliteBackend struct {
+	w       *sql.DB // one connection; every write and every transaction
+	r       *sql.DB // query_only connections for reads
+	publish func(Change)
+}
+
+func openSQLite(ctx context.Context, cfg Config, h *hub) (*sqliteBackend, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: create data dir: %w", err)
+	}
+	path, err := filepath.Abs(filepath.Join(cfg.DataDir, DBFile))
+	if err != nil {
+		return nil, fmt.Errorf("store: data dir: %w", err)
+	}
+	// A file: URI, so that any byte of the path survives (a plain name
+	// would be cut at the first '?').
+	name := "file:" + (&url.URL{Path: path}).EscapedPath()
+	busy := strconv.FormatInt(sqliteBusyTimeout.Milliseconds(), 10)
+
+	w, err := sql.Open("sqlite", name+"?_txlock=immediate&_busy_timeout="+busy+
+		"&_foreign_keys=1&_journal_mode=WAL&_synchronous=NORMAL")
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetConnMaxIdleTime(0) // keep it: it holds the pragmas and the WAL open
+	b := &sqliteBackend{w: w, publish: h.publish}
+	if err := w.PingContext(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("store: open %s: %w", path, sqliteErr(err)), w.Close())
+	}
+	if err := migrate(ctx, cfg.Logger, goose.DialectSQLite3, w, migrations.SQLite(), nil); err != nil {
+		if errors.Is(sqliteErr(err), ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		} // a broken migration is no conflict or missing record
+		return nil, errors.Join(fmt.Errorf("store: %s: %w", path, err), w.Close())
+	}
+
+	r, err := sql.Open("sqlite", name+"?_busy_timeout="+busy+"&_foreign_keys=1&_query_only=1")
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("store: open %s: %w", path, err), w.Close())
+	}
+	r.SetMaxOpenConns(sqliteReaders)
+	r.SetMaxIdleConns(sqliteReaders)
+	b.r = r
+	cfg.Logger.Info("store opened", logKeyBackend, BackendSQLite, logKeyPath, path)
+	return b, nil
+}
+
+func (b *sqliteBackend) name() string { return BackendSQLite }
+
+func (b *sqliteBackend) ping(ctx context.Context) error {
+	return sqliteErr(b.r.PingContext(ctx))
+}
+
+func (b *sqliteBackend) close() error {
+	return errors.Join(b.r.Close(), b.w.Close())
+}
+
+// sqliteErr maps driver errors onto the store's sentinels, keeping the
+// driver's error in the chain.
+func sqliteErr(err error) error {
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+		return fmt.Errorf("org %w: %w", ErrNotFound, err)
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR,
+		sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL,
+		sqlite3.SQLITE_NOTADB:
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+// write runs fn in a write transaction (BEGIN IMMEDIATE, on the writer
+// connection) and commits it.
+func (b *sqliteBackend) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := b.w.BeginTx(ctx, nil)
+	if err != nil {
+		return sqliteErr(err)
+	}
+	if err := fn(tx); err != nil {
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+			err = errors.Join(err, rbErr)
+		}
+		return sqliteErr(err)
+	}
+	return sqliteErr(tx.Commit())
+}
+
+func sqliteFormat(t time.Time) string { return t.UTC().Format(sqliteTime) }
+
+func sqliteFormatPtr(t *time.Time) sql.NullString {
+	if t == nil {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: sqliteFormat(*t), Valid: true}
+}
+
+func sqliteParse(s string) (time.Time, error) {
+	t, err := time.Parse(sqliteTime, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
+	}
+	return t, nil
+}
+
+func sqliteParsePtr(s sql.NullString) (*time.Time, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	t, err := sqliteParse(s.String)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func sqliteList(l []string) string {
+	b, err := json.Marshal(list(l))
+	if err != nil {
+		panic("store: marshal string list: " + err.Error()) // impossible for []string
+	}
+	return string(b)
+}
+
+func sqliteParseList(s string) ([]string, error) {
+	l := []string{}
+	if err := json.Unmarshal([]byte(s), &l); err != nil {
+		return nil, fmt.Errorf("stored list %q: %w", s, err)
+	}
+	return l, nil
+}
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// Orgs.
+
+const sqliteOrgCols = `id, name, created_at`
+
+func sqliteScanOrg(s scanner) (Org, error) {
+	var o Org
+	var created string
+	if err := s.Scan(&o.ID, &o.Name, &created); err != nil {
+		return Org{}, sqliteErr(err)
+	}
+	var err error
+	o.CreatedAt, err = sqliteParse(created)
+	return o, err
+}
+
+func (b *sqliteBackend) ensureOrg(ctx context.Context, o Org) (Org, error) {
+	_, err := b.w.ExecContext(ctx,
+		`INSERT INTO orgs (id, name, created_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING`,
+		o.ID, o.Name, sqliteFormat(o.CreatedAt))
+	if err != nil {
+		return Org{}, sqliteErr(err)
+	}
+	return sqliteScanOrg(b.r.QueryRowContext(ctx, `SELECT `+sqliteOrgCols+` FROM orgs WHERE name = ?1`, o.Name))
+}
+
+func (b *sqliteBackend) insertOrg(ctx context.Context, o Org) error {
+	_, err := b.w.ExecContext(ctx,
+		`INSERT INTO orgs (id, name, created_at) VALUES (?1, ?2, ?3)`,
+		o.ID, o.Name, sqliteFormat(o.CreatedAt))
+	return sqliteErr(err)
+}
+
+func (b *sqliteBackend) org(ctx context.Context, id string) (Org, error) {
+	return sqliteScanOrg(b.r.QueryRowContext(ctx, `SELECT `+sqliteOrgCols+` FROM orgs WHERE id = ?1`, id))
+}
+
+func (b *sqliteBackend) listOrgs(ctx context.Context) ([]Org, error) {
+	rows, err := b.r.QueryContext(ctx, `SELECT `+sqliteOrgCols+` FROM orgs ORDER BY created_at DESC, seq DESC`)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanOrg)
+}
+
+// sqliteCollect scans every row and closes rows. The result is never nil.
+func sqliteCollect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, sqliteErr(err)
+	}
+	return out, nil
+}
+
+// Tokens.
+
+const sqliteTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by`
+
+func sqliteScanToken(s scanner) (Token, error) {
+	var (
+		t                     Token
+		hostnames, allowedIPs string
+		expires, revoked      sql.NullString
+		created               string
+	)
+	if err := s.Scan(&t.ID, &t.OrgID, &t.Name, &t.Prefix, &t.Hash, &hostnames, &allowedIPs,
+		&expires, &revoked, &created, &t.CreatedBy); err != nil {
+		return Token{}, sqliteErr(err)
+	}
+	var errs [5]error
+	t.Hostnames, errs[0] = sqliteParseList(hostnames)
+	t.AllowedIPs, errs[1] = sqliteParseList(allowedIPs)
+	t.ExpiresAt, errs[2] = sqliteParsePtr(expires)
+	t.RevokedAt, errs[3] = sqliteParsePtr(revoked)
+	t.CreatedAt, errs[4] = sqliteParse(created)
+	if err := errors.Join(errs[:]...); err != nil {
+		return Token{}, fmt.Errorf("token %s: %w", t.ID, err)
+	}
+	return t, nil
+}
+
+func (b *sqliteBackend) insertToken(ctx context.Context, t Token) error {
+	_, err := b.w.ExecContext(ctx,
+		`INSERT INTO tokens (`+sqliteTokenCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)`,
+		t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, sqliteList(t.Hostnames), sqliteList(t.AllowedIPs),
+		sqliteFormatPtr(t.ExpiresAt), sqliteFormatPtr(t.RevokedAt), sqliteFormat(t.CreatedAt), t.CreatedBy)
+	return sqliteErr(err)
+}
+
+func (b *sqliteBackend) tokenByHash(ctx context.Context, hash []byte) (Token, error) {
+	return sqliteScanToken(b.r.QueryRowContext(ctx, `SELECT `+sqliteTokenCols+` FROM tokens WHERE hash = ?1`, hash))
+}
+
+func (b *sqliteBackend) token(ctx context.Context, orgID, id string) (Token, error) {
+	return sqliteScanToken(b.r.QueryRowContext(ctx,
+		`SELECT `+sqliteTokenCols+` FROM tokens WHERE id = ?1 AND (?2 = '' OR org_id = ?2)`, id, orgID))
+}
+
+func (b *sqliteBackend) listTokens(ctx context.Context, orgID string) ([]Token, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT `+sqliteTokenCols+` FROM tokens WHERE (?1 = '' OR org_id = ?1) ORDER BY created_at DESC, seq DESC`, orgID)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanToken)
+}
+
+func (b *sqliteBackend) revokeToken(ctx context.Context, orgID, id string, at time.Time) (Token, error) {
+	var (
+		t       Token
+		changed bool
+	)
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			`UPDATE tokens SET revoked_at = ?3 WHERE id = ?1 AND (?2 = '' OR org_id = ?2) AND revoked_at IS NULL`,
+			id, orgID, sqliteFormat(at))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		changed = n == 1
+		t, err = sqliteScanToken(tx.QueryRowContext(ctx,
+			`SELECT `+sqliteTokenCols+` FROM tokens WHERE id = ?1 AND (?2 = '' OR org_id = ?2)`, id, orgID))
+		return err
+	})
+	if err != nil {
+		return Token{}, err
+	}
+	if changed {
+		b.publish(Change{Kind: ChangeTokenRevoked, ID: t.ID, OrgID: t.OrgID})
+	}
+	return t, nil
+}
+
+// Admin keys.
+
+const sqliteAdminKeyCols = `id, org_id, name, role, prefix, hash, created_at, created_by`
+
+func sqliteScanAdminKey(s scanner) (AdminKey, error) {
+	var (
+		k       AdminKey
+		created string
+	)
+	if err := s.Scan(&k.ID, &k.OrgID, &k.Name, &k.Role, &k.Prefix, &k.Hash, &created, &k.CreatedBy); err != nil {
+		return AdminKey{}, sqliteErr(err)
+	}
+	var err error
+	k.CreatedAt, err = sqliteParse(created)
+	return k, err
+}
+
+func (b *sqliteBackend) insertAdminKey(ctx context.Context, k AdminKey) error {
+	_, err := b.w.ExecContext(ctx,
+		`INSERT INTO admin_keys (`+sqliteAdminKeyCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`,
+		k.ID, k.OrgID, k.Name, k.Role, k.Prefix, k.Hash, sqliteFormat(k.CreatedAt), k.CreatedBy)
+	return sqliteErr(err)
+}
+
+func (b *sqliteBackend) adminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error) {
+	return sqliteScanAdminKey(b.r.QueryRowContext(ctx, `SELECT `+sqliteAdminKeyCols+` FROM admin_keys WHERE hash = ?1`, hash))
+}
+
+func (b *sqliteBackend) listAdminKeys(ctx context.Context, orgID string) ([]AdminKey, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT `+sqliteAdminKeyCols+` FROM admin_keys WHERE (?1 = '' OR org_id = ?1) ORDER BY created_at DESC, seq DESC`, orgID)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanAdminKey)
+}
+
+func (b *sqliteBackend) deleteAdminKey(ctx context.Context, orgID, id string) error {
+	var keyOrg string
+	err := b.w.QueryRowContext(ctx,
+		`DELETE FROM admin_keys WHERE id = ?1 AND (?2 = '' OR org_id = ?2) RETURNING org_id`, id, orgID).Scan(&keyOrg)
+	if err != nil {
+		return sqliteErr(err)
+	}
+	b.publish(Change{Kind: ChangeAdminKeyDeleted, ID: id, OrgID: keyOrg})
+	return nil
+}
+
+// Maintenance.
+
+func (b *sqliteBackend) setMaintenance(ctx context.Context, m Maintenance) error {
+	// The WHERE makes the upsert a no-op when another org holds the
+	// hostname; no row changed then means conflict.
+	res, err := b.w.ExecContext(ctx,
+		`INSERT INTO maintenance (hostname, org_id, set_by, since) VALUES (?1, ?2, ?3, ?4)
+		ON CONFLICT (hostname) DO UPDATE SET set_by = excluded.set_by, since = excluded.since
+		WHERE maintenance.org_id = excluded.org_id`,
+		m.Hostname, m.OrgID, m.By, sqliteFormat(m.Since))
+	if err != nil {
+		return sqliteErr(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return sqliteErr(err)
+	}
+	if n == 0 {
+		return fmt.Errorf("hostname in maintenance for another org: %w", ErrConflict)
+	}
+	b.publish(Change{Kind: ChangeMaintenanceSet, OrgID: m.OrgID, Hostname: m.Hostname})
+	return nil
+}
+
+func (b *sqliteBackend) clearMaintenance(ctx context.Context, orgID, hostname string) error {
+	var org string
+	err := b.w.QueryRowContext(ctx,
+		`DELETE FROM maintenance WHERE hostname = ?1 AND (?2 = '' OR org_id = ?2) RETURNING org_id`,
+		hostname, orgID).Scan(&org)
+	if err != nil {
+		return sqliteErr(err)
+	}
+	b.publish(Change{Kind: ChangeMaintenanceCleared, OrgID: org, Hostname: hostname})
+	return nil
+}
+
+func (b *sqliteBackend) listMaintenance(ctx context.Context) ([]Maintenance, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT hostname, org_id, set_by, since FROM maintenance ORDER BY since DESC, hostname`)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, func(s scanner) (Maintenance, error) {
+		var (
+			m     Maintenance
+			since string
+		)
+		if err := s.Scan(&m.Hostname, &m.OrgID, &m.By, &since); err != nil {
+			return Maintenance{}, sqliteErr(err)
+		}
+		var err error
+		m.Since, err = sqliteParse(since)
+		return m, err
+	})
+}
+
+// Audit.
+
+func (b *sqliteBackend) appendAudit(ctx context.Context, e AuditEntry) (int64, error) {
+	var id int64
+	err := b.w.QueryRowContext(ctx,
+		`INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id`,
+		sqliteFormat(e.At), e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail).Scan(&id)
+	return id, sqliteErr(err)
+}
+
+func (b *sqliteBackend) listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT id, at, org_id, event, actor, hostname, detail FROM audit
+		WHERE (?1 = '' OR org_id = ?1) ORDER BY at DESC, id DESC LIMIT ?2`, orgID, limit)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, func(s scanner) (AuditEntry, error) {
+		var (
+			e  AuditEntry
+			at string
+		)
+		if err := s.Scan(&e.ID, &at, &e.OrgID, &e.Event, &e.Actor, &e.Hostname, &e.Detail); err != nil {
+			return AuditEntry{}, sqliteErr(err)
+		}
+		var err error
+		e.At, err = sqliteParse(at)
+		return e, err
+	})
+}
+
+func (b *sqliteBackend) execForTest(ctx context.Context, query string) error {
+	_, err := b.w.ExecContext(ctx, query)
+	return sqliteErr(err)
+}

@@ -1,0 +1,632 @@
+// Package store owns Aperio's persistent state: organizations, client
+// tokens (as hashes), admin keys (as hashes), maintenance mode and the
+// append-only audit log, and the change feed that tells every server sharing
+// the database when a token is revoked, a key deleted or maintenance toggled.
+//
+// One API, two backends with identical behaviour: SQLite (the default, one
+// file in the data directory, owned by one server) and PostgreSQL (shared by
+// several servers). Each backend keeps all of its SQL in one file
+// (sqlite.go, postgres.go); the schema lives in the migrations package and is
+// applied by Open. A single conformance suite proves the backends agree.
+//
+// Every method is safe for concurrent use. Times go in and come out in UTC,
+// truncated to the microsecond, on both backends. Errors wrap ErrNotFound,
+// ErrConflict or ErrUnavailable where a caller may branch on them.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sentinel errors. Callers test for them with errors.Is; the store wraps
+// them with the operation and, where there is one, the driver's error.
+var (
+	// ErrNotFound means the record does not exist, or exists in another
+	// organization than the one the call is scoped to.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means the write would break a uniqueness rule: an org
+	// name or a token or key hash already taken, or a hostname already in
+	// maintenance for another organization.
+	ErrConflict = errors.New("conflict")
+	// ErrUnavailable means the database cannot be reached (refused or lost
+	// connection, server shutting down, SQLite file locked or unreadable) or
+	// the DB is closed. Callers answer 503. The store recovers on its own
+	// when the database comes back; nothing needs reopening.
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// errClosed is returned by every call made after Close.
+var errClosed = fmt.Errorf("store: closed: %w", ErrUnavailable)
+
+// Backend names, as Backend reports them.
+const (
+	BackendSQLite   = "sqlite"
+	BackendPostgres = "postgres"
+)
+
+// DBFile is the name of the SQLite database file inside Config.DataDir.
+const DBFile = "aperio.db"
+
+// Log attribute keys.
+const (
+	logKeyBackend = "backend"
+	logKeyErr     = "err"
+	logKeyVersion = "version"
+	logKeyApplied = "applied"
+	logKeyPath    = "path"
+	logKeyDropped = "dropped"
+	logKeyRetryIn = "retry_in"
+)
+
+// Config says which database to open. The zero value is invalid: set
+// DataDir or DatabaseURL.
+type Config struct {
+	// DataDir is the directory of the SQLite database (DBFile inside it),
+	// created with mode 0700 if missing. Used only when DatabaseURL is
+	// empty.
+	DataDir string
+	// DatabaseURL selects PostgreSQL when set: a pgx connection string
+	// ("postgres://user@host:5432/db?sslmode=disable" or key=value form).
+	// Empty means SQLite in DataDir. A connect_timeout in it wins over the
+	// store's default of 5 s.
+	DatabaseURL string
+	// Logger receives lifecycle events (opened, migrated, change listener
+	// lost and restored, a slow subscriber). Nil discards them.
+	Logger *slog.Logger
+	// Now is the clock for the times the store assigns (CreatedAt, audit
+	// At, maintenance Since). Nil means time.Now.
+	Now func() time.Time
+}
+
+// Validate reports every problem with cfg without touching the disk or
+// the network: neither DataDir nor DatabaseURL set, or a DatabaseURL that
+// does not parse. Open calls it.
+func (cfg Config) Validate() error {
+	var errs []error
+	if cfg.DataDir == "" && cfg.DatabaseURL == "" {
+		errs = append(errs, errors.New("store: no data dir and no database url: set one"))
+	}
+	if cfg.DatabaseURL != "" {
+		if _, err := parsePostgresURL(cfg.DatabaseURL); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills the zero fields that have a default.
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
+}
+
+// DB is an open store. It is safe for concurrent use by any number of
+// goroutines. Close it when done: Close stops the change listener and every
+// subscription and closes the connections.
+type DB struct {
+	b   backend
+	hub *hub
+	log *slog.Logger
+	now func() time.Time
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the store cfg names, applies pending migrations and returns it
+// ready for use. For SQLite it creates DataDir if needed. For PostgreSQL it
+// takes an advisory lock around the migrations, so servers starting at once
+// against one database apply each migration exactly once, and it starts the
+// change listener before returning. An unreachable PostgreSQL gives an
+// error wrapping ErrUnavailable. Open blocks until done or ctx ends.
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	db := &DB{
+		hub: newHub(cfg.Logger),
+		log: cfg.Logger,
+		now: cfg.Now,
+	}
+	var err error
+	if cfg.DatabaseURL == "" {
+		db.b, err = openSQLite(ctx, cfg, db.hub)
+	} else {
+		db.b, err = openPostgres(ctx, cfg, db.hub)
+	}
+	if err != nil {
+		db.hub.close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close stops the change listener, closes every subscription channel, waits
+// for the store's goroutines to exit and closes the database connections.
+// Calls in flight may fail with ErrUnavailable; later calls always do. Close
+// is idempotent: later calls return the first call's result.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		db.closed.Store(true)
+		db.closeErr = db.b.close() // stops the listener first: nothing publishes after this
+		db.hub.close()
+	})
+	return db.closeErr
+}
+
+// Backend reports which backend db uses: BackendSQLite or BackendPostgres.
+func (db *DB) Backend() string { return db.b.name() }
+
+// Ping checks that the database answers. The error wraps ErrUnavailable
+// when it does not.
+func (db *DB) Ping(ctx context.Context) error {
+	if db.closed.Load() {
+		return errClosed
+	}
+	if err := db.b.ping(ctx); err != nil {
+		return db.fail("ping", err)
+	}
+	return nil
+}
+
+// DroppedChanges counts changes that subscribers were too slow to take,
+// since Open. Each overflow is replaced by one ChangeResync; export the
+// count as a metric.
+func (db *DB) DroppedChanges() uint64 { return db.hub.dropped.Load() }
+
+// fail wraps err with the operation. A failure caused by a concurrent Close
+// reads as errClosed rather than as the driver's own "closed" error.
+func (db *DB) fail(op string, err error) error {
+	if db.closed.Load() && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
+		return fmt.Errorf("store: %s: %w", op, errClosed)
+	}
+	return fmt.Errorf("store: %s: %w", op, err)
+}
+
+// stamp returns t as the store keeps times: UTC, truncated to the
+// microsecond (PostgreSQL's precision; SQLite keeps the same digits).
+func stamp(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// stampPtr is stamp for optional times.
+func stampPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	s := stamp(*t)
+	return &s
+}
+
+// newID returns a random identifier with a kind prefix ("tok_…"), 128 bits
+// of entropy.
+func newID(kind string) string {
+	return kind + "_" + strings.ToLower(rand.Text())
+}
+
+// list returns a copy of l, never nil, so that JSON renders an empty list
+// as [] and callers may not alias the store's copy.
+func list(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return slices.Clone(l)
+}
+
+// Org is an organization: every token, admin key, maintenance record and
+// audit entry belongs to one.
+type Org struct {
+	// ID is assigned by the store ("org_…").
+	ID string
+	// Name is unique across the store.
+	Name string
+	// CreatedAt is assigned by the store.
+	CreatedAt time.Time
+}
+
+// EnsureOrg returns the organization called name, creating it first if
+// there is none. It is idempotent and safe against concurrent callers on
+// every server sharing the database; the server calls it for "default" at
+// startup.
+func (db *DB) EnsureOrg(ctx context.Context, name string) (Org, error) {
+	if db.closed.Load() {
+		return Org{}, errClosed
+	}
+	if name == "" {
+		return Org{}, errors.New("store: ensure org: empty name")
+	}
+	o, err := db.b.ensureOrg(ctx, Org{ID: newID("org"), Name: name, CreatedAt: stamp(db.now())})
+	if err != nil {
+		return Org{}, db.fail(fmt.Sprintf("ensure org %q", name), err)
+	}
+	return o, nil
+}
+
+// CreateOrg creates an organization. The error wraps ErrConflict when the
+// name is taken.
+func (db *DB) CreateOrg(ctx context.Context, name string) (Org, error) {
+	if db.closed.Load() {
+		return Org{}, errClosed
+	}
+	if name == "" {
+		return Org{}, errors.New("store: create org: empty name")
+	}
+	o := Org{ID: newID("org"), Name: name, CreatedAt: stamp(db.now())}
+	if err := db.b.insertOrg(ctx, o); err != nil {
+		return Org{}, db.fail(fmt.Sprintf("create org %q", name), err)
+	}
+	return o, nil
+}
+
+// Org returns the organization with the given ID, or an error wrapping
+// ErrNotFound.
+func (db *DB) Org(ctx context.Context, id string) (Org, error) {
+	if db.closed.Load() {
+		return Org{}, errClosed
+	}
+	o, err := db.b.org(ctx, id)
+	if err != nil {
+		return Org{}, db.fail("org "+id, err)
+	}
+	return o, nil
+}
+
+// ListOrgs returns every organization, newest first.
+func (db *DB) ListOrgs(ctx context.Context) ([]Org, error) {
+	if db.closed.Load() {
+		return nil, errClosed
+	}
+	orgs, err := db.b.listOrgs(ctx)
+	if err != nil {
+		return nil, db.fail("list orgs", err)
+	}
+	return orgs, nil
+}
+
+// Token is a client token: what it may publish and whether it still may.
+// The secret itself is never stored.
+type Token struct {
+	// ID is assigned by the store ("tok_…").
+	ID string
+	// OrgID is the owning organization; it must exist.
+	OrgID string
+	// Name is free text for people.
+	Name string
+	// Prefix is the first characters of the secret, for display.
+	Prefix string
+	// Hash is the SHA-256 of the secret, computed by the caller. Unique.
+	Hash []byte
+	// Hostnames are the hostnames the token may bind, exact or wildcard,
+	// as the caller normalized them. Never nil once stored; empty means
+	// none.
+	Hostnames []string
+	// AllowedIPs are CIDRs of the visitors allowed on routes the token
+	// publishes. Never nil once stored; empty means no restriction (the
+	// caller decides).
+	AllowedIPs []string
+	// ExpiresAt is when the token stops working; nil means never. The
+	// store records it; the caller enforces it.
+	ExpiresAt *time.Time
+	// RevokedAt is when the token was revoked; nil means it is not.
+	RevokedAt *time.Time
+	// CreatedAt is assigned by the store.
+	CreatedAt time.Time
+	// CreatedBy names the actor that minted the token (free text).
+	CreatedBy string
+}
+
+// CreateToken stores t with a new ID and CreatedAt and returns it as stored
+// (times in UTC to the microsecond, lists copied and never nil). ID,
+// CreatedAt and RevokedAt in t are ignored. The error wraps ErrConflict when
+// the hash is taken and ErrNotFound when the organization does not exist.
+func (db *DB) CreateToken(ctx context.Context, t Token) (Token, error) {
+	if db.closed.Load() {
+		return Token{}, errClosed
+	}
+	if err := checkOwned("token", t.OrgID, t.Hash); err != nil {
+		return Token{}, err
+	}
+	t.ID = newID("tok")
+	t.Hash = slices.Clone(t.Hash)
+	t.Hostnames = list(t.Hostnames)
+	t.AllowedIPs = list(t.AllowedIPs)
+	t.ExpiresAt = stampPtr(t.ExpiresAt)
+	t.RevokedAt = nil
+	t.CreatedAt = stamp(db.now())
+	if err := db.b.insertToken(ctx, t); err != nil {
+		return Token{}, db.fail(fmt.Sprintf("create token in org %s", t.OrgID), err)
+	}
+	return t, nil
+}
+
+// TokenByHash returns the token whose secret hashes to hash, revoked and
+// expired ones included (the caller decides what they may do), or an error
+// wrapping ErrNotFound.
+func (db *DB) TokenByHash(ctx context.Context, hash []byte) (Token, error) {
+	if db.closed.Load() {
+		return Token{}, errClosed
+	}
+	t, err := db.b.tokenByHash(ctx, hash)
+	if err != nil {
+		return Token{}, db.fail("token by hash", err)
+	}
+	return t, nil
+}
+
+// Token returns the token with the given ID in organization orgID (""
+// means any organization), or an error wrapping ErrNotFound.
+func (db *DB) Token(ctx context.Context, orgID, id string) (Token, error) {
+	if db.closed.Load() {
+		return Token{}, errClosed
+	}
+	t, err := db.b.token(ctx, orgID, id)
+	if err != nil {
+		return Token{}, db.fail("token "+id, err)
+	}
+	return t, nil
+}
+
+// ListTokens returns the tokens of organization orgID ("" means all),
+// newest first, revoked and expired ones included.
+func (db *DB) ListTokens(ctx context.Context, orgID string) ([]Token, error) {
+	if db.closed.Load() {
+		return nil, errClosed
+	}
+	ts, err := db.b.listTokens(ctx, orgID)
+	if err != nil {
+		return nil, db.fail("list tokens", err)
+	}
+	return ts, nil
+}
+
+// RevokeToken marks the token revoked at time at and returns it. Revoking
+// is done once: revoking a revoked token changes nothing and returns it
+// with its first RevokedAt. The first revoke publishes ChangeTokenRevoked.
+// The error wraps ErrNotFound when no such token is in orgID ("" means any
+// organization).
+func (db *DB) RevokeToken(ctx context.Context, orgID, id string, at time.Time) (Token, error) {
+	if db.closed.Load() {
+		return Token{}, errClosed
+	}
+	t, err := db.b.revokeToken(ctx, orgID, id, stamp(at))
+	if err != nil {
+		return Token{}, db.fail("revoke token "+id, err)
+	}
+	return t, nil
+}
+
+// AdminKey is a key for the admin API. The secret itself is never stored.
+type AdminKey struct {
+	// ID is assigned by the store ("key_…").
+	ID string
+	// OrgID is the owning organization; it must exist.
+	OrgID string
+	// Name is free text for people.
+	Name string
+	// Role is what the key may do ("viewer", "operator", "admin"); the
+	// store keeps it as given and the admin API enforces it.
+	Role string
+	// Prefix is the first characters of the secret, for display.
+	Prefix string
+	// Hash is the SHA-256 of the secret, computed by the caller. Unique.
+	Hash []byte
+	// CreatedAt is assigned by the store.
+	CreatedAt time.Time
+	// CreatedBy names the actor that created the key (free text).
+	CreatedBy string
+}
+
+// CreateAdminKey stores k with a new ID and CreatedAt and returns it as
+// stored. The error wraps ErrConflict when the hash is taken and
+// ErrNotFound when the organization does not exist.
+func (db *DB) CreateAdminKey(ctx context.Context, k AdminKey) (AdminKey, error) {
+	if db.closed.Load() {
+		return AdminKey{}, errClosed
+	}
+	if err := checkOwned("admin key", k.OrgID, k.Hash); err != nil {
+		return AdminKey{}, err
+	}
+	if k.Role == "" {
+		return AdminKey{}, errors.New("store: create admin key: empty role")
+	}
+	k.ID = newID("key")
+	k.Hash = slices.Clone(k.Hash)
+	k.CreatedAt = stamp(db.now())
+	if err := db.b.insertAdminKey(ctx, k); err != nil {
+		return AdminKey{}, db.fail(fmt.Sprintf("create admin key in org %s", k.OrgID), err)
+	}
+	return k, nil
+}
+
+// AdminKeyByHash returns the admin key whose secret hashes to hash, or an
+// error wrapping ErrNotFound.
+func (db *DB) AdminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error) {
+	if db.closed.Load() {
+		return AdminKey{}, errClosed
+	}
+	k, err := db.b.adminKeyByHash(ctx, hash)
+	if err != nil {
+		return AdminKey{}, db.fail("admin key by hash", err)
+	}
+	return k, nil
+}
+
+// ListAdminKeys returns the admin keys of organization orgID ("" means
+// all), newest first.
+func (db *DB) ListAdminKeys(ctx context.Context, orgID string) ([]AdminKey, error) {
+	if db.closed.Load() {
+		return nil, errClosed
+	}
+	ks, err := db.b.listAdminKeys(ctx, orgID)
+	if err != nil {
+		return nil, db.fail("list admin keys", err)
+	}
+	return ks, nil
+}
+
+// DeleteAdminKey deletes the admin key and publishes ChangeAdminKeyDeleted.
+// The error wraps ErrNotFound when no such key is in orgID ("" means any
+// organization).
+func (db *DB) DeleteAdminKey(ctx context.Context, orgID, id string) error {
+	if db.closed.Load() {
+		return errClosed
+	}
+	if err := db.b.deleteAdminKey(ctx, orgID, id); err != nil {
+		return db.fail("delete admin key "+id, err)
+	}
+	return nil
+}
+
+// Maintenance is a hostname in maintenance mode: visitors get 503.
+type Maintenance struct {
+	// Hostname is the key: one record per hostname, as the caller
+	// normalized it.
+	Hostname string
+	// OrgID is the owning organization; it must exist.
+	OrgID string
+	// By names the actor that turned maintenance on (free text).
+	By string
+	// Since is when maintenance began; zero means now.
+	Since time.Time
+}
+
+// SetMaintenance puts m.Hostname in maintenance, or updates By and Since
+// when it already is (an upsert by hostname: idempotent), and publishes
+// ChangeMaintenanceSet. The error wraps ErrConflict when the hostname is in
+// maintenance for another organization and ErrNotFound when m.OrgID does
+// not exist.
+func (db *DB) SetMaintenance(ctx context.Context, m Maintenance) error {
+	if db.closed.Load() {
+		return errClosed
+	}
+	if m.Hostname == "" || m.OrgID == "" {
+		return errors.New("store: set maintenance: empty hostname or org")
+	}
+	if m.Since.IsZero() {
+		m.Since = db.now()
+	}
+	m.Since = stamp(m.Since)
+	if err := db.b.setMaintenance(ctx, m); err != nil {
+		return db.fail("set maintenance "+m.Hostname, err)
+	}
+	return nil
+}
+
+// ClearMaintenance takes hostname out of maintenance and publishes
+// ChangeMaintenanceCleared. The error wraps ErrNotFound when hostname is not
+// in maintenance for orgID ("" means any organization).
+func (db *DB) ClearMaintenance(ctx context.Context, orgID, hostname string) error {
+	if db.closed.Load() {
+		return errClosed
+	}
+	if err := db.b.clearMaintenance(ctx, orgID, hostname); err != nil {
+		return db.fail("clear maintenance "+hostname, err)
+	}
+	return nil
+}
+
+// ListMaintenance returns every hostname in maintenance, across all
+// organizations, the most recently set first.
+func (db *DB) ListMaintenance(ctx context.Context) ([]Maintenance, error) {
+	if db.closed.Load() {
+		return nil, errClosed
+	}
+	ms, err := db.b.listMaintenance(ctx)
+	if err != nil {
+		return nil, db.fail("list maintenance", err)
+	}
+	return ms, nil
+}
+
+// AuditEntry is one line of the audit log. Entries are never changed or
+// removed: the store has no method for it and the database refuses it (a
+// trigger on the table).
+type AuditEntry struct {
+	// ID is assigned by the store, increasing.
+	ID int64
+	// At is when it happened; zero means now.
+	At time.Time
+	// OrgID is the organization concerned; "" for events outside any
+	// (the master token, a failed login).
+	OrgID string
+	// Event names what happened ("token_minted", "login_failed", …).
+	Event string
+	// Actor names who did it (free text: an admin key ID, "master").
+	Actor string
+	// Hostname is the hostname concerned, if any.
+	Hostname string
+	// Detail is free text.
+	Detail string
+}
+
+// Audit list limits: ListAudit's default and ceiling.
+const (
+	DefaultAuditLimit = 100
+	MaxAuditLimit     = 1000
+)
+
+// AppendAudit appends e to the audit log and returns it with its ID and
+// At (now when e.At is zero).
+func (db *DB) AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
+	if db.closed.Load() {
+		return AuditEntry{}, errClosed
+	}
+	if e.Event == "" {
+		return AuditEntry{}, errors.New("store: append audit: empty event")
+	}
+	if e.At.IsZero() {
+		e.At = db.now()
+	}
+	e.At = stamp(e.At)
+	id, err := db.b.appendAudit(ctx, e)
+	if err != nil {
+		return AuditEntry{}, db.fail("append audit "+e.Event, err)
+	}
+	e.ID = id
+	return e, nil
+}
+
+// ListAudit returns the newest entries of organization orgID ("" means
+// all), newest first: at most limit, where limit <= 0 means
+// DefaultAuditLimit and anything above MaxAuditLimit means MaxAuditLimit.
+func (db *DB) ListAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error) {
+	if db.closed.Load() {
+		return nil, errClosed
+	}
+	if limit <= 0 {
+		limit = DefaultAuditLimit
+	}
+	limit = min(limit, MaxAuditLimit)
+	es, err := db.b.listAudit(ctx, orgID, limit)
+	if err != nil {
+		return nil, db.fail("list audit", err)
+	}
+	return es, nil
+}
+
+// checkOwned validates what every secret-backed record needs.
+func checkOwned(what, orgID string, hash []byte) error {
+	var errs []error
+	if orgID == "" {
+		errs = append(errs, fmt.Errorf("store: create %s: empty org", what))
+	}
+	if len(hash) != sha256.Size {
+		errs = append(errs, fmt.Errorf("store: create %s: hash is %d bytes, want %d (SHA-256)", what, len(hash), sha256.Size))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,129 @@
+// Package storetest opens throwaway stores for tests: SQLite in the test's
+// temp dir, always available, and PostgreSQL as a fresh database per test
+// on the server that APERIO_TEST_POSTGRES_DSN names, skipped with a visible
+// reason when the variable is unset. scripts/postgres-test.sh starts such a
+// server.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// DSNEnv names the environment variable holding a superuser DSN (URL form)
+// of a throwaway PostgreSQL server. Tests create and drop databases on it.
+const DSNEnv = "APERIO_TEST_POSTGRES_DSN"
+
+// SkipReason is the message of a PostgreSQL test skipped for want of a
+// server.
+const SkipReason = DSNEnv + " is not set: skipping the PostgreSQL half. " +
+	`Start a throwaway server with: eval "$(bash scripts/postgres-test.sh start)"`
+
+// adminTimeout bounds each CREATE or DROP DATABASE.
+const adminTimeout = 30 * time.Second
+
+// SQLite returns a Config for a new SQLite store in a directory of its own
+// under t.TempDir().
+func SQLite(t testing.TB) store.Config {
+	t.Helper()
+	return store.Config{DataDir: t.TempDir(), Logger: Logger()}
+}
+
+// Postgres returns a Config for a new, empty PostgreSQL database that is
+// dropped when t ends. It skips t when DSNEnv is unset.
+func Postgres(t testing.TB) store.Config {
+	t.Helper()
+	return store.Config{DatabaseURL: PostgresDSN(t), Logger: Logger()}
+}
+
+// PostgresDSN creates an empty database with a random name on the server
+// DSNEnv names and returns its DSN; the database is dropped (sessions still
+// on it are terminated) when t ends. It skips t when DSNEnv is unset and
+// fails it when the server cannot be reached.
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	admin := os.Getenv(DSNEnv)
+	if admin == "" {
+		t.Skip(SkipReason)
+	}
+	return CreateDatabase(t, admin)
+}
+
+// CreateDatabase creates an empty database with a random name on the
+// server of admin (a superuser DSN in URL form), returns the DSN of the
+// new database, and drops the database when t ends.
+func CreateDatabase(t testing.TB, admin string) string {
+	t.Helper()
+	u, err := url.Parse(admin)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		t.Fatalf("%s is not a postgres:// URL", DSNEnv)
+	}
+	name := "aperio_test_" + strings.ToLower(rand.Text())
+	adminExec(t, admin, `CREATE DATABASE `+name)
+	t.Cleanup(func() { adminExec(t, admin, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`) })
+	u.Path = "/" + name
+	return u.String()
+}
+
+// adminExec runs one statement on its own connection to dsn.
+func adminExec(t testing.TB, dsn, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", DSNEnv, err)
+	}
+	defer func() {
+		if err := conn.Close(ctx); err != nil {
+			t.Errorf("close admin connection: %v", err)
+		}
+	}()
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// Open opens cfg and closes the store when t ends, failing t if either
+// fails.
+func Open(t testing.TB, cfg store.Config) *store.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("store.Open(%s) = %v", describe(cfg), err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+	})
+	return db
+}
+
+// Logger shows the store's logs on stderr under go test -v and discards
+// them otherwise.
+func Logger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return nil
+}
+
+func describe(cfg store.Config) string {
+	if cfg.DatabaseURL != "" {
+		return "postgres"
+	}
+	return "sqlite in " + cfg.DataDir
+}
