@@ -1,0 +1,249 @@
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// Prefix is the path under which Handler serves the API. The handler routes
+// on the full request path: mount it at Prefix+"/" and do not strip the
+// prefix.
+const Prefix = "/aperio/api"
+
+// MaxBodyBytes is the largest request body the API reads, in bytes. A larger
+// body is answered 413.
+const MaxBodyBytes = 1 << 20
+
+// DefaultOrg is the name of the organization the master token acts in when
+// a request names none. It is created on first use.
+const DefaultOrg = "default"
+
+// Store is the persistence the API needs: the subset of *store.DB it calls.
+// Errors must wrap store.ErrNotFound, store.ErrConflict and
+// store.ErrUnavailable as *store.DB documents.
+type Store interface {
+	EnsureOrg(ctx context.Context, name string) (store.Org, error)
+	CreateOrg(ctx context.Context, name string) (store.Org, error)
+	Org(ctx context.Context, id string) (store.Org, error)
+	ListOrgs(ctx context.Context) ([]store.Org, error)
+
+	CreateToken(ctx context.Context, t store.Token) (store.Token, error)
+	Token(ctx context.Context, orgID, id string) (store.Token, error)
+	ListTokens(ctx context.Context, orgID string) ([]store.Token, error)
+	RevokeToken(ctx context.Context, orgID, id string, at time.Time) (store.Token, error)
+
+	CreateAdminKey(ctx context.Context, k store.AdminKey) (store.AdminKey, error)
+	AdminKeyByHash(ctx context.Context, hash []byte) (store.AdminKey, error)
+	ListAdminKeys(ctx context.Context, orgID string) ([]store.AdminKey, error)
+	DeleteAdminKey(ctx context.Context, orgID, id string) error
+
+	SetMaintenance(ctx context.Context, m store.Maintenance) error
+	ClearMaintenance(ctx context.Context, orgID, hostname string) error
+	ListMaintenance(ctx context.Context) ([]store.Maintenance, error)
+
+	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
+	ListAudit(ctx context.Context, orgID string, limit int) ([]store.AuditEntry, error)
+}
+
+// ClientLister reports the clients connected to this server, for GET
+// /clients. Clients is called once per request, from the request's
+// goroutine, and must be safe for concurrent use; the API neither keeps nor
+// modifies the slice.
+type ClientLister interface {
+	Clients() []ClientInfo
+}
+
+// ClientInfo is one connected client as GET /clients shows it: one entry per
+// client connection and service.
+type ClientInfo struct {
+	// ID identifies the connection.
+	ID string `json:"id"`
+	// Name is the client's name setting.
+	Name string `json:"name"`
+	// OrgID is the organization of the token the client connected with.
+	// Keys see only the clients of their own organization; the master
+	// token sees all. Clients with no organization are visible to the
+	// master token only.
+	OrgID string `json:"org_id"`
+	// Hostnames are the hostnames the service is bound to.
+	Hostnames []string `json:"hostnames"`
+	// Path is the prefix bind, "" for none.
+	Path string `json:"path"`
+	// Priority is the tier: 0 primary, above 0 standby.
+	Priority int `json:"priority"`
+	// MaxConcurrent is the effective concurrency limit; 0 means none.
+	MaxConcurrent int `json:"max_concurrent"`
+	// Inflight counts the requests being served now.
+	Inflight int `json:"inflight"`
+	// Healthy reports the last health state the client announced.
+	Healthy bool `json:"healthy"`
+	// Draining is set once the client stopped taking new requests.
+	Draining bool `json:"draining"`
+	// ConnectedAt is when the connection was established.
+	ConnectedAt time.Time `json:"connected_at"`
+	// RemoteAddr is the client's address as the server sees it.
+	RemoteAddr string `json:"remote_addr"`
+}
+
+// Config is what New needs.
+type Config struct {
+	// MasterToken is server.token: it may do everything, in every
+	// organization, and alone may create organizations. Required.
+	MasterToken string
+	// Store persists organizations, tokens, admin keys, maintenance and the
+	// audit log. Required.
+	Store Store
+	// Clients lists the connected clients. Nil means none: GET /clients
+	// answers an empty list.
+	Clients ClientLister
+	// Logger receives store outages, internal errors and suppressed
+	// failed-login audits. Nil discards. Secrets are never logged.
+	Logger *slog.Logger
+	// Now is the clock used for token expiry, revocation and maintenance
+	// times and the failed-login budget. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Validate reports every problem with cfg, joined.
+func (cfg Config) Validate() error {
+	var errs []error
+	if cfg.MasterToken == "" {
+		errs = append(errs, errors.New("admin: no master token"))
+	}
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("admin: no store"))
+	}
+	return errors.Join(errs...)
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.Clients == nil {
+		cfg.Clients = noClients{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg
+}
+
+type noClients struct{}
+
+func (noClients) Clients() []ClientInfo { return nil }
+
+// API is the admin API. It is safe for concurrent use; it owns no goroutine
+// and needs no closing (the store belongs to the caller).
+type API struct {
+	store   Store
+	clients ClientLister
+	log     *slog.Logger
+	now     func() time.Time
+	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
+	logins  loginBudget
+	router  *chi.Mux
+}
+
+// New returns the admin API cfg describes, or the problems of cfg.
+func New(cfg Config) (*API, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	a := &API{
+		store:   cfg.Store,
+		clients: cfg.Clients,
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		master:  sha256.Sum256([]byte(cfg.MasterToken)),
+	}
+	a.router = a.routes()
+	return a, nil
+}
+
+// Handler returns the handler of every route under Prefix. It routes on the
+// full request path, whatever router it is mounted in: serve it for
+// Prefix+"/" without stripping the prefix.
+func (a *API) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A chi router higher up leaves its routing context in the request;
+		// clearing it makes this router match r.URL.Path from the root.
+		ctx := context.WithValue(r.Context(), chi.RouteCtxKey, nil)
+		a.router.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// route is one endpoint: who may call it and what it does.
+type route struct {
+	method  string
+	pattern string // relative to Prefix
+	min     role
+	h       handlerFunc
+}
+
+// routeTable lists every endpoint. The OpenAPI document must describe
+// exactly these, with the same minimum role (see openapi_test.go).
+func (a *API) routeTable() []route {
+	return []route{
+		{http.MethodGet, "/orgs", roleViewer, a.listOrgs},
+		{http.MethodPost, "/orgs", roleMaster, a.createOrg},
+		{http.MethodGet, "/admin-keys", roleViewer, a.listKeys},
+		{http.MethodPost, "/admin-keys", roleAdmin, a.createKey},
+		{http.MethodDelete, "/admin-keys/{id}", roleAdmin, a.deleteKey},
+		{http.MethodGet, "/tokens", roleViewer, a.listTokens},
+		{http.MethodPost, "/tokens", roleAdmin, a.createToken},
+		{http.MethodDelete, "/tokens/{id}", roleAdmin, a.revokeToken},
+		{http.MethodGet, "/clients", roleViewer, a.listClients},
+		{http.MethodGet, "/maintenance", roleViewer, a.listMaintenance},
+		{http.MethodPut, "/maintenance/{hostname}", roleOperator, a.setMaintenance},
+		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},
+		{http.MethodGet, "/audit", roleViewer, a.listAudit},
+		{http.MethodGet, "/openapi.json", roleNone, a.openAPI},
+	}
+}
+
+func (a *API) routes() *chi.Mux {
+	r := chi.NewRouter()
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		a.fail(w, r, errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		a.fail(w, r, errorf(http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path))
+	})
+	r.Route(Prefix, func(r chi.Router) {
+		for _, rt := range a.routeTable() {
+			r.Method(rt.method, rt.pattern, a.serve(rt))
+		}
+	})
+	return r
+}
+
+// serve wraps h with authentication, the role check and the translation of
+// its error into a response.
+func (a *API) serve(rt route) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var c caller
+		var err error
+		if rt.min != roleNone {
+			c, err = a.authenticate(r)
+			if err == nil {
+				err = c.allow(rt.min)
+			}
+		}
+		if err == nil {
+			err = rt.h(w, r, c)
+		}
+		if err != nil {
+			a.fail(w, r, err)
+		}
+	}
+}

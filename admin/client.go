@@ -1,0 +1,213 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// maxResponseBytes bounds the response bodies Client reads.
+const maxResponseBytes = 32 << 20
+
+// Client calls the admin API of one server, one method per route. Set URL
+// and Key; the zero HTTPClient is fine. A Client is safe for concurrent use
+// as long as its fields are not changed.
+type Client struct {
+	// URL is the server's base URL, as in server.url
+	// (https://tunnel.example.com); Client appends Prefix. ws:// and wss://
+	// stand for http:// and https://.
+	URL string
+	// Key is the bearer credential: an apk_ admin key or the master token.
+	Key string
+	// HTTPClient sends the requests. Nil means a client with no timeout of
+	// its own: bound the calls with their context.
+	HTTPClient *http.Client
+}
+
+// ResponseError is an answer of the API other than success.
+type ResponseError struct {
+	// StatusCode is the HTTP status.
+	StatusCode int
+	// Message is the server's "error" text, or the status text when the
+	// body had none.
+	Message string
+}
+
+func (e *ResponseError) Error() string {
+	return fmt.Sprintf("admin: %s (%d %s)", e.Message, e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// Orgs calls GET /orgs.
+func (c *Client) Orgs(ctx context.Context) ([]Org, error) {
+	var out []Org
+	return out, c.Do(ctx, http.MethodGet, "/orgs", nil, &out)
+}
+
+// CreateOrg calls POST /orgs.
+func (c *Client) CreateOrg(ctx context.Context, name string) (Org, error) {
+	var out Org
+	return out, c.Do(ctx, http.MethodPost, "/orgs", CreateOrgRequest{Name: name}, &out)
+}
+
+// Keys calls GET /admin-keys.
+func (c *Client) Keys(ctx context.Context) ([]Key, error) {
+	var out []Key
+	return out, c.Do(ctx, http.MethodGet, "/admin-keys", nil, &out)
+}
+
+// CreateKey calls POST /admin-keys.
+func (c *Client) CreateKey(ctx context.Context, req CreateKeyRequest) (MintedKey, error) {
+	var out MintedKey
+	return out, c.Do(ctx, http.MethodPost, "/admin-keys", req, &out)
+}
+
+// DeleteKey calls DELETE /admin-keys/{id}.
+func (c *Client) DeleteKey(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, "/admin-keys/"+url.PathEscape(id), nil, nil)
+}
+
+// Tokens calls GET /tokens.
+func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
+	var out []Token
+	return out, c.Do(ctx, http.MethodGet, "/tokens", nil, &out)
+}
+
+// CreateToken calls POST /tokens.
+func (c *Client) CreateToken(ctx context.Context, req CreateTokenRequest) (MintedToken, error) {
+	var out MintedToken
+	return out, c.Do(ctx, http.MethodPost, "/tokens", req, &out)
+}
+
+// RevokeToken calls DELETE /tokens/{id} and returns the revoked token.
+func (c *Client) RevokeToken(ctx context.Context, id string) (Token, error) {
+	var out Token
+	return out, c.Do(ctx, http.MethodDelete, "/tokens/"+url.PathEscape(id), nil, &out)
+}
+
+// Clients calls GET /clients.
+func (c *Client) Clients(ctx context.Context) ([]ClientInfo, error) {
+	var out []ClientInfo
+	return out, c.Do(ctx, http.MethodGet, "/clients", nil, &out)
+}
+
+// Maintenance calls GET /maintenance.
+func (c *Client) Maintenance(ctx context.Context) ([]Maintenance, error) {
+	var out []Maintenance
+	return out, c.Do(ctx, http.MethodGet, "/maintenance", nil, &out)
+}
+
+// SetMaintenance calls PUT /maintenance/{hostname}. orgID is for the
+// master token only; "" means the default.
+func (c *Client) SetMaintenance(ctx context.Context, hostname, orgID string) error {
+	var in any
+	if orgID != "" {
+		in = MaintenanceRequest{OrgID: orgID}
+	}
+	return c.Do(ctx, http.MethodPut, "/maintenance/"+url.PathEscape(hostname), in, nil)
+}
+
+// ClearMaintenance calls DELETE /maintenance/{hostname}.
+func (c *Client) ClearMaintenance(ctx context.Context, hostname string) error {
+	return c.Do(ctx, http.MethodDelete, "/maintenance/"+url.PathEscape(hostname), nil, nil)
+}
+
+// Audit calls GET /audit. limit 0 means the server's default.
+func (c *Client) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
+	path := "/audit"
+	if limit != 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	var out []AuditEntry
+	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// Do sends one request to path (relative to Prefix, with its query) with
+// in as the JSON body (nil for none) and decodes the JSON answer into out
+// (nil to discard it). An answer other than 2xx is a *ResponseError.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	base, err := c.base()
+	if err != nil {
+		return err
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("admin: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+	if err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Key)
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return fmt.Errorf("admin: read answer to %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return responseError(resp.StatusCode, data)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("admin: decode answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// base returns the URL requests are relative to.
+func (c *Client) base() (string, error) {
+	if c.URL == "" {
+		return "", errors.New("admin: no server URL")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		return "", fmt.Errorf("admin: server URL: %w", err)
+	}
+	switch u.Scheme {
+	case "ws":
+		u.Scheme = "http"
+	case "wss":
+		u.Scheme = "https"
+	case "http", "https":
+	default:
+		return "", fmt.Errorf("admin: server URL %q: scheme must be http, https, ws or wss", c.URL)
+	}
+	u.RawQuery, u.Fragment = "", ""
+	return strings.TrimSuffix(u.String(), "/") + Prefix, nil
+}
+
+// responseError builds the error of a failed answer from its body.
+func responseError(status int, body []byte) error {
+	var eb errorBody
+	msg := http.StatusText(status)
+	if json.Unmarshal(body, &eb) == nil && eb.Error != "" {
+		msg = eb.Error
+	} else if s := strings.TrimSpace(string(body)); s != "" && len(s) <= 200 {
+		msg = s
+	}
+	return &ResponseError{StatusCode: status, Message: msg}
+}

@@ -1,0 +1,145 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/admin"
+)
+
+// TestClient drives every method of Client against a real server.
+func TestClient(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	master := &admin.Client{URL: f.url, Key: masterToken}
+
+	org, err := master.CreateOrg(ctx, "acme")
+	if err != nil || org.Name != "acme" {
+		t.Fatalf("CreateOrg(acme) = %+v, %v", org, err)
+	}
+	k, err := master.CreateKey(ctx, admin.CreateKeyRequest{Name: "ops", Role: admin.RoleAdmin, OrgID: org.ID})
+	if err != nil || !strings.HasPrefix(k.Secret, "apk_") || k.OrgID != org.ID {
+		t.Fatalf("CreateKey = %+v, %v, want an apk_ key in %s", k, err, org.ID)
+	}
+	// A key given as a ws:// URL with a trailing slash still reaches the API.
+	c := &admin.Client{URL: strings.Replace(f.url, "http://", "ws://", 1) + "/", Key: k.Secret}
+
+	expires := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	tok, err := c.CreateToken(ctx, admin.CreateTokenRequest{
+		Name: "web", Hostnames: []string{"app.example.com"}, AllowedIPs: []string{"10.0.0.0/8"}, ExpiresAt: &expires,
+	})
+	if err != nil || !strings.HasPrefix(tok.Secret, "apr_") || !tok.ExpiresAt.Equal(expires) {
+		t.Fatalf("CreateToken = %+v, %v", tok, err)
+	}
+	toks, err := c.Tokens(ctx)
+	if err != nil || len(toks) != 1 || toks[0].ID != tok.ID {
+		t.Errorf("Tokens = %+v, %v, want %s", toks, err, tok.ID)
+	}
+	revoked, err := c.RevokeToken(ctx, tok.ID)
+	if err != nil || revoked.Status != admin.TokenRevoked {
+		t.Errorf("RevokeToken = %+v, %v, want revoked", revoked, err)
+	}
+	keys, err := c.Keys(ctx)
+	if err != nil || len(keys) != 1 || keys[0].ID != k.ID {
+		t.Errorf("Keys = %+v, %v, want %s", keys, err, k.ID)
+	}
+	if err := c.SetMaintenance(ctx, "app.example.com", ""); err != nil {
+		t.Errorf("SetMaintenance: %v", err)
+	}
+	if err := master.SetMaintenance(ctx, "other.example.com", org.ID); err != nil {
+		t.Errorf("SetMaintenance as master with org: %v", err)
+	}
+	ms, err := c.Maintenance(ctx)
+	if err != nil || len(ms) != 2 || ms[0].Hostname != "other.example.com" {
+		t.Errorf("Maintenance = %+v, %v, want other.example.com then app.example.com", ms, err)
+	}
+	if err := c.ClearMaintenance(ctx, "app.example.com"); err != nil {
+		t.Errorf("ClearMaintenance: %v", err)
+	}
+	f.clients.set(admin.ClientInfo{ID: "c1", OrgID: org.ID}, admin.ClientInfo{ID: "c2"})
+	cs, err := c.Clients(ctx)
+	if err != nil || len(cs) != 1 || cs[0].ID != "c1" {
+		t.Errorf("Clients = %+v, %v, want c1 alone", cs, err)
+	}
+	orgs, err := c.Orgs(ctx)
+	if err != nil || len(orgs) != 1 || orgs[0].ID != org.ID {
+		t.Errorf("Orgs = %+v, %v, want acme", orgs, err)
+	}
+	es, err := c.Audit(ctx, 3)
+	if err != nil || len(es) != 3 || es[0].Event != admin.EventMaintenanceOff {
+		t.Errorf("Audit(3) = %+v, %v, want 3 entries, maintenance_off first", es, err)
+	}
+	other, err := c.CreateKey(ctx, admin.CreateKeyRequest{Name: "tmp", Role: admin.RoleViewer})
+	if err != nil {
+		t.Fatalf("CreateKey: %v", err)
+	}
+	if err := c.DeleteKey(ctx, other.ID); err != nil {
+		t.Errorf("DeleteKey: %v", err)
+	}
+}
+
+func TestClientErrors(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		c       *admin.Client
+		call    func(*admin.Client) error
+		status  int // 0: not a ResponseError
+		message string
+	}{
+		{"wrong key", &admin.Client{URL: f.url, Key: "apk_x"},
+			func(c *admin.Client) error { _, err := c.Tokens(ctx); return err },
+			401, "missing or invalid credentials"},
+		{"bad input", &admin.Client{URL: f.url, Key: masterToken},
+			func(c *admin.Client) error {
+				_, err := c.CreateToken(ctx, admin.CreateTokenRequest{Name: "x", Hostnames: []string{"bad host"}})
+				return err
+			},
+			400, `hostnames[0]: invalid hostname "bad host"`},
+		{"not found", &admin.Client{URL: f.url, Key: masterToken},
+			func(c *admin.Client) error { return c.DeleteKey(ctx, "key_nope") },
+			404, `admin key "key_nope" not found`},
+		{"no URL", &admin.Client{Key: masterToken},
+			func(c *admin.Client) error { _, err := c.Orgs(ctx); return err },
+			0, "admin: no server URL"},
+		{"bad scheme", &admin.Client{URL: "ftp://x", Key: masterToken},
+			func(c *admin.Client) error { _, err := c.Orgs(ctx); return err },
+			0, "scheme must be http, https, ws or wss"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call(tt.c)
+			var re *admin.ResponseError
+			switch {
+			case err == nil:
+				t.Fatalf("call = nil error, want %q", tt.message)
+			case tt.status == 0 && errors.As(err, &re):
+				t.Fatalf("call = %v, want an error before any request", err)
+			case tt.status == 0:
+				if !strings.Contains(err.Error(), tt.message) {
+					t.Errorf("call = %q, want %q", err, tt.message)
+				}
+			case !errors.As(err, &re):
+				t.Fatalf("call = %v (%T), want a *ResponseError", err, err)
+			case re.StatusCode != tt.status || re.Message != tt.message && !strings.HasPrefix(re.Message, tt.message):
+				t.Errorf("call = %d %q, want %d %q", re.StatusCode, re.Message, tt.status, tt.message)
+			}
+		})
+	}
+}
+
+func TestResponseErrorWithoutJSON(t *testing.T) {
+	f := newFixture(t)
+	// Outside the API the server's mux answers in plain text.
+	c := &admin.Client{URL: f.url + "/elsewhere", Key: masterToken}
+	_, err := c.Orgs(context.Background())
+	var re *admin.ResponseError
+	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound || re.Message != "404 page not found" {
+		t.Fatalf("Orgs at a wrong base = %v, want 404 with the plain-text body", err)
+	}
+}

@@ -1,0 +1,17 @@
+package admin
+
+import "github.com/go-chi/chi/v5"
+
+// RoutesForTest returns the router, for chi.Walk.
+func (a *API) RoutesForTest() chi.Routes { return a.router }
+
+// RolesForTest returns the minimum role of every route by "METHOD
+// /pattern", the pattern relative to Prefix: "viewer", "operator", "admin",
+// "master" or "none".
+func (a *API) RolesForTest() map[string]string {
+	out := make(map[string]string)
+	for _, rt := range a.routeTable() {
+		out[rt.method+" "+rt.pattern] = rt.min.String()
+	}
+	return out
+}

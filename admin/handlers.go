@@ -1,0 +1,513 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/store"
+)
+
+// maxNameLen bounds the names of organizations, tokens and keys, in bytes.
+const maxNameLen = 200
+
+// Audit listing bounds: GET /audit's default and largest limit.
+const (
+	defaultAuditLimit = 100
+	maxAuditLimit     = 1000
+)
+
+func (a *API) listOrgs(w http.ResponseWriter, r *http.Request, c caller) error {
+	if c.master {
+		orgs, err := a.store.ListOrgs(r.Context())
+		if err != nil {
+			return err
+		}
+		a.writeJSON(w, r, http.StatusOK, mapList(orgs, orgOf))
+		return nil
+	}
+	o, err := a.store.Org(r.Context(), c.key.OrgID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		a.writeJSON(w, r, http.StatusOK, []Org{})
+		return nil
+	case err != nil:
+		return err
+	}
+	a.writeJSON(w, r, http.StatusOK, []Org{orgOf(o)})
+	return nil
+}
+
+func (a *API) createOrg(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req CreateOrgRequest
+	if err := decode(w, r, &req, false); err != nil {
+		return err
+	}
+	name, err := validName("name", req.Name)
+	if err != nil {
+		return err
+	}
+	o, err := a.store.CreateOrg(r.Context(), name)
+	if errors.Is(err, store.ErrConflict) {
+		return errorf(http.StatusConflict, "an organization named %q already exists", name)
+	}
+	if err != nil {
+		return err
+	}
+	a.audit(r, store.AuditEntry{
+		Event:  EventOrgCreated,
+		Actor:  c.actor(),
+		OrgID:  o.ID,
+		Detail: fmt.Sprintf("org %s name=%q", o.ID, o.Name),
+	})
+	a.writeJSON(w, r, http.StatusCreated, orgOf(o))
+	return nil
+}
+
+func (a *API) listKeys(w http.ResponseWriter, r *http.Request, c caller) error {
+	keys, err := a.store.ListAdminKeys(r.Context(), c.scope())
+	if err != nil {
+		return err
+	}
+	a.writeJSON(w, r, http.StatusOK, mapList(keys, keyOf))
+	return nil
+}
+
+func (a *API) createKey(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req CreateKeyRequest
+	if err := decode(w, r, &req, false); err != nil {
+		return err
+	}
+	var problems []string
+	name, err := validName("name", req.Name)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if parseRole(req.Role) == roleNone {
+		problems = append(problems, fmt.Sprintf("role %q is not one of %s", req.Role, strings.Join(Roles(), ", ")))
+	}
+	if len(problems) > 0 {
+		return errorf(http.StatusBadRequest, "%s", strings.Join(problems, "; "))
+	}
+	orgID, err := a.targetOrg(r.Context(), c, req.OrgID)
+	if err != nil {
+		return err
+	}
+	m := mint(keyPrefix)
+	k, err := a.store.CreateAdminKey(r.Context(), store.AdminKey{
+		OrgID:     orgID,
+		Name:      name,
+		Role:      req.Role,
+		Prefix:    m.prefix,
+		Hash:      m.hash,
+		CreatedBy: c.actor(),
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, "organization %q not found", orgID)
+	}
+	if err != nil {
+		return err
+	}
+	a.audit(r, store.AuditEntry{
+		Event:  EventAdminKeyCreated,
+		Actor:  c.actor(),
+		OrgID:  k.OrgID,
+		Detail: fmt.Sprintf("key %s name=%q role=%s", k.ID, k.Name, k.Role),
+	})
+	a.writeJSON(w, r, http.StatusCreated, MintedKey{Key: keyOf(k), Secret: m.secret})
+	return nil
+}
+
+func (a *API) deleteKey(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := pathParam(r, "id")
+	// The store deletes by ID alone; look the key up first for the
+	// organization and name the audit entry records.
+	keys, err := a.store.ListAdminKeys(r.Context(), c.scope())
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(keys, func(k store.AdminKey) bool { return k.ID == id })
+	if i < 0 {
+		return errorf(http.StatusNotFound, "admin key %q not found", id)
+	}
+	k := keys[i]
+	err = a.store.DeleteAdminKey(r.Context(), k.OrgID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, "admin key %q not found", id)
+	}
+	if err != nil {
+		return err
+	}
+	a.audit(r, store.AuditEntry{
+		Event:  EventAdminKeyDeleted,
+		Actor:  c.actor(),
+		OrgID:  k.OrgID,
+		Detail: fmt.Sprintf("key %s name=%q role=%s", k.ID, k.Name, k.Role),
+	})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *API) listTokens(w http.ResponseWriter, r *http.Request, c caller) error {
+	tokens, err := a.store.ListTokens(r.Context(), c.scope())
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	a.writeJSON(w, r, http.StatusOK, mapList(tokens, func(t store.Token) Token { return tokenOf(t, now) }))
+	return nil
+}
+
+// createTokenBody is CreateTokenRequest as the server decodes it:
+// expires_at stays text so that a bad time gets a clear message.
+type createTokenBody struct {
+	Name       string   `json:"name"`
+	Hostnames  []string `json:"hostnames"`
+	AllowedIPs []string `json:"allowed_ips"`
+	ExpiresAt  string   `json:"expires_at"`
+	OrgID      string   `json:"org_id"`
+}
+
+func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req createTokenBody
+	if err := decode(w, r, &req, false); err != nil {
+		return err
+	}
+	now := a.now()
+	var problems []string
+	name, err := validName("name", req.Name)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	hosts, hostProblems := validHostnames(req.Hostnames)
+	problems = append(problems, hostProblems...)
+	ips, ipProblems := validAllowedIPs(req.AllowedIPs)
+	problems = append(problems, ipProblems...)
+	var expires *time.Time
+	if req.ExpiresAt != "" {
+		t, err := time.Parse(time.RFC3339, req.ExpiresAt)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("expires_at %q is not an RFC 3339 time (like 2030-01-02T15:04:05Z)", req.ExpiresAt))
+		case !t.After(now):
+			problems = append(problems, fmt.Sprintf("expires_at %s is not in the future", req.ExpiresAt))
+		default:
+			expires = &t
+		}
+	}
+	if len(problems) > 0 {
+		return errorf(http.StatusBadRequest, "%s", strings.Join(problems, "; "))
+	}
+	orgID, err := a.targetOrg(r.Context(), c, req.OrgID)
+	if err != nil {
+		return err
+	}
+	m := mint(tokenPrefix)
+	t, err := a.store.CreateToken(r.Context(), store.Token{
+		OrgID:      orgID,
+		Name:       name,
+		Prefix:     m.prefix,
+		Hash:       m.hash,
+		Hostnames:  hosts,
+		AllowedIPs: ips,
+		ExpiresAt:  expires,
+		CreatedBy:  c.actor(),
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, "organization %q not found", orgID)
+	}
+	if err != nil {
+		return err
+	}
+	e := store.AuditEntry{
+		Event:  EventTokenMinted,
+		Actor:  c.actor(),
+		OrgID:  t.OrgID,
+		Detail: fmt.Sprintf("token %s name=%q hostnames=%s", t.ID, t.Name, strings.Join(t.Hostnames, ",")),
+	}
+	if len(t.Hostnames) == 1 {
+		e.Hostname = t.Hostnames[0]
+	}
+	a.audit(r, e)
+	a.writeJSON(w, r, http.StatusCreated, MintedToken{Token: tokenOf(t, now), Secret: m.secret})
+	return nil
+}
+
+func (a *API) revokeToken(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := pathParam(r, "id")
+	t, err := a.store.Token(r.Context(), c.scope(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, "token %q not found", id)
+	}
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	if t.RevokedAt != nil {
+		// Revoking is done once; a repeat changes nothing and is not
+		// audited again.
+		a.writeJSON(w, r, http.StatusOK, tokenOf(t, now))
+		return nil
+	}
+	t, err = a.store.RevokeToken(r.Context(), t.OrgID, id, now)
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, "token %q not found", id)
+	}
+	if err != nil {
+		return err
+	}
+	a.audit(r, store.AuditEntry{
+		Event:  EventTokenRevoked,
+		Actor:  c.actor(),
+		OrgID:  t.OrgID,
+		Detail: fmt.Sprintf("token %s name=%q", t.ID, t.Name),
+	})
+	a.writeJSON(w, r, http.StatusOK, tokenOf(t, now))
+	return nil
+}
+
+func (a *API) listClients(w http.ResponseWriter, r *http.Request, c caller) error {
+	var out []ClientInfo
+	for _, ci := range a.clients.Clients() {
+		if c.sees(ci.OrgID) {
+			ci.Hostnames = nonNil(ci.Hostnames)
+			out = append(out, ci)
+		}
+	}
+	slices.SortStableFunc(out, func(x, y ClientInfo) int {
+		return cmp.Or(y.ConnectedAt.Compare(x.ConnectedAt), cmp.Compare(x.ID, y.ID))
+	})
+	a.writeJSON(w, r, http.StatusOK, nonNil(out))
+	return nil
+}
+
+func (a *API) listMaintenance(w http.ResponseWriter, r *http.Request, c caller) error {
+	ms, err := a.store.ListMaintenance(r.Context())
+	if err != nil {
+		return err
+	}
+	ms = slices.DeleteFunc(ms, func(m store.Maintenance) bool { return !c.sees(m.OrgID) })
+	a.writeJSON(w, r, http.StatusOK, mapList(ms, maintenanceOf))
+	return nil
+}
+
+func (a *API) setMaintenance(w http.ResponseWriter, r *http.Request, c caller) error {
+	host, err := hostParam(r)
+	if err != nil {
+		return err
+	}
+	var req MaintenanceRequest
+	if err := decode(w, r, &req, true); err != nil {
+		return err
+	}
+	orgID, err := a.targetOrg(r.Context(), c, req.OrgID)
+	if err != nil {
+		return err
+	}
+	err = a.store.SetMaintenance(r.Context(), store.Maintenance{
+		Hostname: host,
+		OrgID:    orgID,
+		By:       c.actor(),
+		Since:    a.now(),
+	})
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		return errorf(http.StatusConflict, "%s is in maintenance for another organization", host)
+	case errors.Is(err, store.ErrNotFound):
+		return errorf(http.StatusNotFound, "organization %q not found", orgID)
+	case err != nil:
+		return err
+	}
+	a.audit(r, store.AuditEntry{
+		Event:    EventMaintenanceOn,
+		Actor:    c.actor(),
+		OrgID:    orgID,
+		Hostname: host,
+	})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *API) clearMaintenance(w http.ResponseWriter, r *http.Request, c caller) error {
+	host, err := hostParam(r)
+	if err != nil {
+		return err
+	}
+	// Find the record first: the master token clears it in whichever
+	// organization holds it, and the audit entry names that organization.
+	ms, err := a.store.ListMaintenance(r.Context())
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(ms, func(m store.Maintenance) bool { return m.Hostname == host && c.sees(m.OrgID) })
+	if i < 0 {
+		return errorf(http.StatusNotFound, "%s is not in maintenance", host)
+	}
+	orgID := ms[i].OrgID
+	err = a.store.ClearMaintenance(r.Context(), orgID, host)
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, "%s is not in maintenance", host)
+	}
+	if err != nil {
+		return err
+	}
+	a.audit(r, store.AuditEntry{
+		Event:    EventMaintenanceOff,
+		Actor:    c.actor(),
+		OrgID:    orgID,
+		Hostname: host,
+	})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *API) listAudit(w http.ResponseWriter, r *http.Request, c caller) error {
+	limit := defaultAuditLimit
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxAuditLimit {
+			return errorf(http.StatusBadRequest, "limit %q is not a number from 1 to %d", s, maxAuditLimit)
+		}
+		limit = n
+	}
+	es, err := a.store.ListAudit(r.Context(), c.scope(), limit)
+	if err != nil {
+		return err
+	}
+	a.writeJSON(w, r, http.StatusOK, mapList(es, auditOf))
+	return nil
+}
+
+func (a *API) openAPI(w http.ResponseWriter, r *http.Request, _ caller) error {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.Write(openAPIDoc) // a failed write means the client went away
+	return nil
+}
+
+// targetOrg returns the organization a create acts in: a key's own (it may
+// not name one), or for the master token the one requested, DefaultOrg when
+// none is.
+func (a *API) targetOrg(ctx context.Context, c caller, requested string) (string, error) {
+	if !c.master {
+		if requested != "" {
+			return "", errorf(http.StatusBadRequest, "org_id may only be set with the master token: an admin key acts in its own organization")
+		}
+		return c.key.OrgID, nil
+	}
+	if requested != "" {
+		return requested, nil
+	}
+	o, err := a.store.EnsureOrg(ctx, DefaultOrg)
+	if err != nil {
+		return "", fmt.Errorf("ensure org %q: %w", DefaultOrg, err)
+	}
+	return o.ID, nil
+}
+
+// validName returns the trimmed name, or a 400 naming field.
+func validName(field, s string) (string, error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return "", errorf(http.StatusBadRequest, "%s is required", field)
+	case len(s) > maxNameLen:
+		return "", errorf(http.StatusBadRequest, "%s is longer than %d bytes", field, maxNameLen)
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return "", errorf(http.StatusBadRequest, "%s contains control characters", field)
+	}
+	return s, nil
+}
+
+// validHostnames lowercases and deduplicates hosts, and reports every
+// invalid one. At least one is required.
+func validHostnames(hosts []string) ([]string, []string) {
+	if len(hosts) == 0 {
+		return nil, []string{"hostnames: at least one hostname is required"}
+	}
+	var out, problems []string
+	for i, h := range hosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if err := hostname.Validate(h); err != nil {
+			problems = append(problems, fmt.Sprintf("hostnames[%d]: %v", i, err))
+			continue
+		}
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out, problems
+}
+
+// validAllowedIPs normalizes CIDRs and bare addresses (as /32 or /128) and
+// reports every invalid one.
+func validAllowedIPs(ips []string) ([]string, []string) {
+	var out, problems []string
+	for i, s := range ips {
+		p, err := parseAllowedIP(s)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("allowed_ips[%d]: %v", i, err))
+			continue
+		}
+		if !slices.Contains(out, p.String()) {
+			out = append(out, p.String())
+		}
+	}
+	return out, problems
+}
+
+// parseAllowedIP parses a CIDR, or a bare address as the prefix holding it
+// alone. A CIDR with bits set past its length is refused rather than
+// guessed at.
+func parseAllowedIP(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a valid CIDR", s)
+		}
+		if m := p.Masked(); m != p {
+			return netip.Prefix{}, fmt.Errorf("%q has bits set past its prefix length: did you mean %s?", s, m)
+		}
+		return p, nil
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil || addr.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q is not a valid IP address or CIDR", s)
+	}
+	addr = addr.Unmap()
+	return netip.PrefixFrom(addr, addr.BitLen()), nil
+}
+
+// hostParam returns the normalized {hostname} of the path, or a 400.
+func hostParam(r *http.Request) (string, error) {
+	h := strings.ToLower(pathParam(r, "hostname"))
+	if err := hostname.Validate(h); err != nil {
+		return "", errorf(http.StatusBadRequest, "%v", err)
+	}
+	return h, nil
+}
+
+// pathParam returns the named parameter of the route, unescaped: chi
+// matches on the escaped path when the client escaped more than it had to
+// ("%2A.example.com").
+func pathParam(r *http.Request, name string) string {
+	p := chi.URLParam(r, name)
+	if u, err := url.PathUnescape(p); err == nil {
+		return u
+	}
+	return p
+}

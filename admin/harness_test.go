@@ -1,0 +1,236 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/store"
+)
+
+// masterToken is the master token of every fixture.
+const masterToken = "test-master-token"
+
+// clock is a fake clock. Every reading moves it on by a millisecond, so
+// that records made one after another have distinct, increasing times and
+// newest-first order is deterministic.
+type clock struct {
+	mu sync.Mutex // guards t
+	t  time.Time
+}
+
+func newClock() *clock {
+	return &clock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Millisecond)
+	return c.t
+}
+
+// Advance moves the clock on by d.
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// fakeClients is a ClientLister with a fixed list.
+type fakeClients struct {
+	mu   sync.Mutex // guards list
+	list []admin.ClientInfo
+}
+
+func (f *fakeClients) Clients() []admin.ClientInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]admin.ClientInfo(nil), f.list...)
+}
+
+func (f *fakeClients) set(l ...admin.ClientInfo) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.list = l
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// fixture is an admin API on a real SQLite store in a temporary directory,
+// served by an httptest server.
+type fixture struct {
+	url     string // base URL of the server, without Prefix
+	db      *store.DB
+	clock   *clock
+	clients *fakeClients
+	logs    *syncBuffer
+}
+
+func newFixture(tb testing.TB) *fixture {
+	tb.Helper()
+	f := &fixture{clock: newClock(), clients: &fakeClients{}, logs: &syncBuffer{}}
+	db, err := store.Open(context.Background(), store.Config{DataDir: tb.TempDir(), Now: f.clock.Now})
+	if err != nil {
+		tb.Fatalf("store.Open: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			tb.Errorf("store Close: %v", err)
+		}
+	})
+	f.db = db
+	api, err := admin.New(admin.Config{
+		MasterToken: masterToken,
+		Store:       db,
+		Clients:     f.clients,
+		Logger:      slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Now:         f.clock.Now,
+	})
+	if err != nil {
+		tb.Fatalf("admin.New: %v", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(admin.Prefix+"/", api.Handler())
+	srv := httptest.NewServer(mux)
+	tb.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+// call sends method to Prefix+path with body as the raw JSON body ("" for
+// none) and cred as the bearer credential ("" for no Authorization
+// header), and returns the answer's status and body.
+func (f *fixture) call(tb testing.TB, method, path, cred, body string) (int, []byte) {
+	tb.Helper()
+	resp := f.send(tb, method, path, cred, body)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp.StatusCode, data
+}
+
+func (f *fixture) send(tb testing.TB, method, path, cred, body string) *http.Response {
+	tb.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, f.url+admin.Prefix+path, rd)
+	if err != nil {
+		tb.Fatalf("NewRequest: %v", err)
+	}
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// expect calls like call, fails the test unless the status is want, and
+// decodes a 2xx body into out when out is not nil.
+func (f *fixture) expect(tb testing.TB, method, path, cred, body string, want int, out any) {
+	tb.Helper()
+	status, data := f.call(tb, method, path, cred, body)
+	if status != want {
+		tb.Fatalf("%s %s = %d %s, want %d", method, path, status, data, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			tb.Fatalf("%s %s: decode %s: %v", method, path, data, err)
+		}
+	}
+}
+
+// expectError calls like call and fails the test unless the answer is a
+// JSON error body with status want whose message contains msg.
+func (f *fixture) expectError(tb testing.TB, method, path, cred, body string, want int, msg string) {
+	tb.Helper()
+	status, data := f.call(tb, method, path, cred, body)
+	var eb struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(data, &eb); err != nil || eb.Error == "" {
+		tb.Fatalf("%s %s = %d %q, want a JSON error body", method, path, status, data)
+	}
+	if status != want || !strings.Contains(eb.Error, msg) {
+		tb.Fatalf("%s %s = %d %q, want %d with %q", method, path, status, eb.Error, want, msg)
+	}
+}
+
+// org creates an organization with the master token and returns its ID.
+func (f *fixture) org(tb testing.TB, name string) string {
+	tb.Helper()
+	var o admin.Org
+	f.expect(tb, "POST", "/orgs", masterToken, jsonOf(tb, admin.CreateOrgRequest{Name: name}), http.StatusCreated, &o)
+	return o.ID
+}
+
+// key creates an admin key with role in orgID ("" for the default
+// organization) with the master token.
+func (f *fixture) key(tb testing.TB, orgID, role string) admin.MintedKey {
+	tb.Helper()
+	var k admin.MintedKey
+	body := jsonOf(tb, admin.CreateKeyRequest{Name: role + " key", Role: role, OrgID: orgID})
+	f.expect(tb, "POST", "/admin-keys", masterToken, body, http.StatusCreated, &k)
+	return k
+}
+
+// token mints a token for hostname with cred.
+func (f *fixture) token(tb testing.TB, cred, hostname string) admin.MintedToken {
+	tb.Helper()
+	var t admin.MintedToken
+	body := jsonOf(tb, admin.CreateTokenRequest{Name: "t " + hostname, Hostnames: []string{hostname}})
+	f.expect(tb, "POST", "/tokens", cred, body, http.StatusCreated, &t)
+	return t
+}
+
+// audit returns the newest audit entries the master token sees.
+func (f *fixture) audit(tb testing.TB) []admin.AuditEntry {
+	tb.Helper()
+	var es []admin.AuditEntry
+	f.expect(tb, "GET", "/audit?limit=1000", masterToken, "", http.StatusOK, &es)
+	return es
+}
+
+func jsonOf(tb testing.TB, v any) string {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("json.Marshal: %v", err)
+	}
+	return string(b)
+}

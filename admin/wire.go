@@ -1,0 +1,205 @@
+package admin
+
+import (
+	"time"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// Org is an organization as the API shows it.
+type Org struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateOrgRequest is the body of POST /orgs.
+type CreateOrgRequest struct {
+	// Name must be unique across the server.
+	Name string `json:"name"`
+}
+
+// Key is an admin key as listings show it: never its secret or hash.
+type Key struct {
+	ID     string `json:"id"`
+	OrgID  string `json:"org_id"`
+	Name   string `json:"name"`
+	Role   string `json:"role"`
+	Prefix string `json:"prefix"`
+	// CreatedBy is the actor that created the key: "master" or "key:<id>".
+	CreatedBy string    `json:"created_by"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// MintedKey is the answer to POST /admin-keys: the new key and, this once,
+// its secret.
+type MintedKey struct {
+	Key
+	// Secret is the apk_ key to send as a bearer credential. The server
+	// keeps only its hash: it is shown here and never again.
+	Secret string `json:"key"`
+}
+
+// CreateKeyRequest is the body of POST /admin-keys.
+type CreateKeyRequest struct {
+	Name string `json:"name"`
+	// Role is RoleViewer, RoleOperator or RoleAdmin.
+	Role string `json:"role"`
+	// OrgID is the organization of the new key. Only the master token may
+	// set it; empty means the caller's organization, or DefaultOrg for the
+	// master token.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// The statuses of a token.
+const (
+	TokenActive  = "active"
+	TokenRevoked = "revoked"
+	TokenExpired = "expired"
+)
+
+// Token is a client token as listings show it: never its secret or hash.
+type Token struct {
+	ID         string     `json:"id"`
+	OrgID      string     `json:"org_id"`
+	Name       string     `json:"name"`
+	Prefix     string     `json:"prefix"`
+	Hostnames  []string   `json:"hostnames"`
+	AllowedIPs []string   `json:"allowed_ips"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+	CreatedBy  string     `json:"created_by"`
+	CreatedAt  time.Time  `json:"created_at"`
+	// Status is TokenActive, TokenRevoked or TokenExpired, as of the
+	// answer.
+	Status string `json:"status"`
+}
+
+// MintedToken is the answer to POST /tokens: the new token and, this
+// once, its secret.
+type MintedToken struct {
+	Token
+	// Secret is the apr_ token a client connects with. The server keeps
+	// only its hash: it is shown here and never again.
+	Secret string `json:"token"`
+}
+
+// CreateTokenRequest is the body of POST /tokens.
+type CreateTokenRequest struct {
+	Name string `json:"name"`
+	// Hostnames are the hostnames the token may bind, exact or "*."
+	// wildcards. At least one.
+	Hostnames []string `json:"hostnames"`
+	// AllowedIPs are the CIDRs (or bare addresses) of the visitors allowed
+	// on the routes the token publishes. Empty means any visitor.
+	AllowedIPs []string `json:"allowed_ips,omitempty"`
+	// ExpiresAt is when the token stops working; nil means never. It must
+	// be in the future.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// Maintenance is a hostname in maintenance mode.
+type Maintenance struct {
+	Hostname string `json:"hostname"`
+	OrgID    string `json:"org_id"`
+	// By is the actor that turned maintenance on.
+	By    string    `json:"by"`
+	Since time.Time `json:"since"`
+}
+
+// MaintenanceRequest is the optional body of PUT /maintenance/{hostname}.
+type MaintenanceRequest struct {
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// AuditEntry is one line of the audit log.
+type AuditEntry struct {
+	ID int64     `json:"id"`
+	At time.Time `json:"at"`
+	// OrgID is the organization concerned; "" for events outside any (a
+	// failed login), which only the master token sees.
+	OrgID string `json:"org_id"`
+	// Event is one of the Event constants.
+	Event string `json:"event"`
+	// Actor is "master", "key:<id>", or "anonymous" for a failed login.
+	Actor    string `json:"actor"`
+	Hostname string `json:"hostname"`
+	Detail   string `json:"detail"`
+}
+
+func orgOf(o store.Org) Org {
+	return Org{ID: o.ID, Name: o.Name, CreatedAt: o.CreatedAt}
+}
+
+func keyOf(k store.AdminKey) Key {
+	return Key{
+		ID:        k.ID,
+		OrgID:     k.OrgID,
+		Name:      k.Name,
+		Role:      k.Role,
+		Prefix:    k.Prefix,
+		CreatedBy: k.CreatedBy,
+		CreatedAt: k.CreatedAt,
+	}
+}
+
+// tokenOf shows t with its status at now.
+func tokenOf(t store.Token, now time.Time) Token {
+	status := TokenActive
+	switch {
+	case t.RevokedAt != nil:
+		status = TokenRevoked
+	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
+		status = TokenExpired
+	}
+	return Token{
+		ID:         t.ID,
+		OrgID:      t.OrgID,
+		Name:       t.Name,
+		Prefix:     t.Prefix,
+		Hostnames:  nonNil(t.Hostnames),
+		AllowedIPs: nonNil(t.AllowedIPs),
+		ExpiresAt:  t.ExpiresAt,
+		RevokedAt:  t.RevokedAt,
+		CreatedBy:  t.CreatedBy,
+		CreatedAt:  t.CreatedAt,
+		Status:     status,
+	}
+}
+
+func maintenanceOf(m store.Maintenance) Maintenance {
+	return Maintenance{Hostname: m.Hostname, OrgID: m.OrgID, By: m.By, Since: m.Since}
+}
+
+func auditOf(e store.AuditEntry) AuditEntry {
+	return AuditEntry{
+		ID:       e.ID,
+		At:       e.At,
+		OrgID:    e.OrgID,
+		Event:    e.Event,
+		Actor:    e.Actor,
+		Hostname: e.Hostname,
+		Detail:   e.Detail,
+	}
+}
+
+// nonNil returns l, or an empty list for nil, so that JSON shows [].
+func nonNil[T any](l []T) []T {
+	if l == nil {
+		return []T{}
+	}
+	return l
+}
+
+// mapList converts every element of in, and answers [] rather than null
+// for none.
+func mapList[S, T any](in []S, f func(S) T) []T {
+	out := make([]T, 0, len(in))
+	for _, s := range in {
+		out = append(out, f(s))
+	}
+	return out
+}

@@ -1,0 +1,448 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/config"
+)
+
+// apiCLI is what every `aperio-client api` command shares: its flags and
+// where it writes.
+type apiCLI struct {
+	stdout, stderr io.Writer
+	file           string // --config
+	json           bool
+	timeout        time.Duration
+}
+
+// newAPICommand returns `aperio-client api` and its subcommands (contract
+// §3). Each prints a table, or the API's JSON with --json, and fails with
+// exit code 1 when the API refuses and 2 on bad usage or configuration.
+func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
+	a := &apiCLI{stdout: stdout, stderr: stderr}
+	cmd := group("api", "Drive the server's admin API")
+	cmd.Long = "Drive the server's admin API with an admin key (apk_…) or the master token.\n" +
+		"The server and key come from --server-url and --api-key, then ./aperio.yaml (or --config),\n" +
+		"then APERIO_SERVER_URL and APERIO_SERVER_API_KEY (or APERIO_API_KEY), then ~/.aperio.yaml."
+	pf := cmd.PersistentFlags()
+	pf.String("server-url", "", "URL of the server (server.url)")
+	pf.String("api-key", "", "admin key or master token (server.api_key)")
+	pf.StringVar(&a.file, "config", "", "configuration file (default ./aperio.yaml)")
+	pf.BoolVar(&a.json, "json", false, "print the API's JSON instead of a table")
+	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one API call may take")
+	cmd.AddCommand(
+		a.clientsCommand(),
+		a.tokensCommand(),
+		a.adminKeysCommand(),
+		a.maintenanceCommand(),
+		a.auditCommand(),
+		a.orgsCommand(),
+	)
+	return cmd
+}
+
+func (a *apiCLI) clientsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "clients",
+		Short: "List the clients connected to the server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, (*admin.Client).Clients, clientsTable)
+		},
+	}
+}
+
+func (a *apiCLI) tokensCommand() *cobra.Command {
+	cmd := group("tokens", "Mint, list and revoke client tokens")
+
+	var (
+		req                  admin.CreateTokenRequest
+		expiresIn, expiresAt string
+	)
+	create := &cobra.Command{
+		Use:   "create --name NAME --hostname HOST [--hostname HOST…] [--allowed-ip CIDR…] [--expires-in 30d | --expires-at TIME]",
+		Short: "Mint a client token; its secret is shown once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case expiresIn != "":
+				d, err := config.ParseDuration(expiresIn)
+				if err != nil {
+					return fmt.Errorf("--expires-in: %w", err)
+				}
+				t := time.Now().Add(d)
+				req.ExpiresAt = &t
+			case expiresAt != "":
+				t, err := time.Parse(time.RFC3339, expiresAt)
+				if err != nil {
+					return fmt.Errorf("--expires-at %q is not an RFC 3339 time (like 2030-01-02T15:04:05Z)", expiresAt)
+				}
+				req.ExpiresAt = &t
+			}
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.MintedToken, error) {
+				return c.CreateToken(ctx, req)
+			}, func(w io.Writer, t admin.MintedToken) {
+				fmt.Fprintln(a.stderr, "The token is shown once: store it now.")
+				tokenFields(w, t.Token)
+				fmt.Fprintf(w, "token\t%s\n", t.Secret)
+			})
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&req.Name, "name", "", "name of the token, for people")
+	f.StringSliceVar(&req.Hostnames, "hostname", nil, "hostname the token may bind, exact or *.wildcard (repeatable)")
+	f.StringSliceVar(&req.AllowedIPs, "allowed-ip", nil, "CIDR or address of the visitors allowed (repeatable; default any)")
+	f.StringVar(&expiresIn, "expires-in", "", "expire after this long (45m, 12h, 30d)")
+	f.StringVar(&expiresAt, "expires-at", "", "expire at this RFC 3339 time")
+	f.StringVar(&req.OrgID, "org-id", "", "organization of the token (master token only; default: default)")
+	create.MarkFlagsMutuallyExclusive("expires-in", "expires-at")
+	mustRequire(create, "name", "hostname")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List client tokens, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, (*admin.Client).Tokens, tokensTable)
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a client token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.Token, error) {
+				return c.RevokeToken(ctx, args[0])
+			}, func(w io.Writer, t admin.Token) { tokensTable(w, []admin.Token{t}) })
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+func (a *apiCLI) adminKeysCommand() *cobra.Command {
+	cmd := group("admin-keys", "Create, list and delete admin keys")
+
+	var req admin.CreateKeyRequest
+	create := &cobra.Command{
+		Use:   "create --name NAME --role viewer|operator|admin",
+		Short: "Create an admin key; its secret is shown once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !slices.Contains(admin.Roles(), req.Role) {
+				return fmt.Errorf("--role %q is not one of %s", req.Role, strings.Join(admin.Roles(), ", "))
+			}
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.MintedKey, error) {
+				return c.CreateKey(ctx, req)
+			}, func(w io.Writer, k admin.MintedKey) {
+				fmt.Fprintln(a.stderr, "The key is shown once: store it now.")
+				keyFields(w, k.Key)
+				fmt.Fprintf(w, "key\t%s\n", k.Secret)
+			})
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&req.Name, "name", "", "name of the key, for people")
+	f.StringVar(&req.Role, "role", "", "viewer (reads), operator (also maintenance) or admin (also tokens and keys)")
+	f.StringVar(&req.OrgID, "org-id", "", "organization of the key (master token only; default: default)")
+	mustRequire(create, "name", "role")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List admin keys, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, (*admin.Client).Keys, keysTable)
+		},
+	}
+	del := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete an admin key",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+				return done("admin key " + args[0] + " deleted"), c.DeleteKey(ctx, args[0])
+			}, printDone)
+		},
+	}
+	cmd.AddCommand(create, list, del)
+	return cmd
+}
+
+func (a *apiCLI) maintenanceCommand() *cobra.Command {
+	cmd := group("maintenance", "Turn maintenance mode on or off, or list it")
+	var orgID string
+	on := &cobra.Command{
+		Use:   "on HOSTNAME",
+		Short: "Answer 503 to the visitors of HOSTNAME",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+				return done("maintenance on for " + args[0]), c.SetMaintenance(ctx, args[0], orgID)
+			}, printDone)
+		},
+	}
+	on.Flags().StringVar(&orgID, "org-id", "", "organization the hostname belongs to (master token only; default: default)")
+	off := &cobra.Command{
+		Use:   "off HOSTNAME",
+		Short: "Serve the visitors of HOSTNAME again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+				return done("maintenance off for " + args[0]), c.ClearMaintenance(ctx, args[0])
+			}, printDone)
+		},
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the hostnames in maintenance",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, (*admin.Client).Maintenance, maintenanceTable)
+		},
+	}
+	cmd.AddCommand(on, off, list)
+	return cmd
+}
+
+func (a *apiCLI) auditCommand() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "audit [--limit N]",
+		Short: "Show the audit log, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) ([]admin.AuditEntry, error) {
+				return c.Audit(ctx, limit)
+			}, auditTable)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "how many entries, 1 to 1000 (default 100)")
+	return cmd
+}
+
+func (a *apiCLI) orgsCommand() *cobra.Command {
+	cmd := group("orgs", "Create and list organizations")
+	var name string
+	create := &cobra.Command{
+		Use:   "create --name NAME",
+		Short: "Create an organization (master token only)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.Org, error) {
+				return c.CreateOrg(ctx, name)
+			}, func(w io.Writer, o admin.Org) { orgsTable(w, []admin.Org{o}) })
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "name of the organization, unique")
+	mustRequire(create, "name")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List organizations",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, (*admin.Client).Orgs, orgsTable)
+		},
+	}
+	cmd.AddCommand(create, list)
+	return cmd
+}
+
+// group returns a command that only holds subcommands. Alone it prints its
+// help; with an argument that is no subcommand it is a usage error (cobra
+// checks that only for the root command).
+func group(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+		},
+	}
+}
+
+// done is the outcome of a call whose answer has no body: a line for
+// people, nothing with --json.
+type done string
+
+func printDone(w io.Writer, d done) { fmt.Fprintln(w, string(d)) }
+
+// callAPI loads the configuration, makes one call and prints its result with
+// render, or as indented JSON with --json. A configuration problem exits 2
+// and a failed call 1, each after printing why.
+func callAPI[T any](a *apiCLI, cmd *cobra.Command, call func(*admin.Client, context.Context) (T, error), render func(io.Writer, T)) error {
+	c, err := a.client(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+	defer cancel()
+	v, err := call(c, ctx)
+	if err != nil {
+		var re *admin.ResponseError
+		if errors.As(err, &re) {
+			fmt.Fprintln(a.stderr, "aperio-client:", re.Message)
+		} else {
+			fmt.Fprintln(a.stderr, "aperio-client:", err)
+		}
+		return exitError{exitFailure}
+	}
+	if d, ok := any(v).(done); ok {
+		if !a.json {
+			printDone(a.stdout, d)
+		}
+		return nil
+	}
+	if a.json {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	render(tw, v)
+	return tw.Flush()
+}
+
+// client returns the API client the configuration describes.
+func (a *apiCLI) client(cmd *cobra.Command) (*admin.Client, error) {
+	opts := config.ClientOptions{
+		File:          a.file,
+		FileMustExist: a.file != "",
+		Flags:         map[string]string{},
+		Env:           os.LookupEnv,
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		opts.HomeFile = filepath.Join(home, config.ClientHomeFile)
+	}
+	for _, name := range []string{"server-url", "api-key"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			opts.Flags[name] = f.Value.String()
+		}
+	}
+	cfg, _, err := config.LoadAPIClient(opts)
+	if err != nil {
+		fmt.Fprintln(a.stderr, err)
+		return nil, exitError{exitUsage}
+	}
+	return &admin.Client{URL: cfg.ServerURL, Key: cfg.APIKey}, nil
+}
+
+// mustRequire marks flags of cmd required; the names are this file's own.
+func mustRequire(cmd *cobra.Command, names ...string) {
+	for _, n := range names {
+		if err := cmd.MarkFlagRequired(n); err != nil {
+			panic("aperio-client: " + err.Error())
+		}
+	}
+}
+
+func clientsTable(w io.Writer, cs []admin.ClientInfo) {
+	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tHEALTHY\tDRAINING\tCONNECTED\tREMOTE")
+	for _, c := range cs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n",
+			c.ID, cell(c.Name), cell(c.OrgID), joined(c.Hostnames), cell(c.Path), c.Priority, c.Inflight,
+			orNone(c.MaxConcurrent), yesNo(c.Healthy), yesNo(c.Draining), when(&c.ConnectedAt), cell(c.RemoteAddr))
+	}
+}
+
+func tokensTable(w io.Writer, ts []admin.Token) {
+	fmt.Fprintln(w, "ID\tNAME\tSTATUS\tPREFIX\tHOSTNAMES\tALLOWED IPS\tEXPIRES\tORG\tCREATED")
+	for _, t := range ts {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			t.ID, cell(t.Name), t.Status, t.Prefix, joined(t.Hostnames), joined(t.AllowedIPs), when(t.ExpiresAt), t.OrgID, when(&t.CreatedAt))
+	}
+}
+
+// tokenFields prints one token as name/value lines.
+func tokenFields(w io.Writer, t admin.Token) {
+	fmt.Fprintf(w, "id\t%s\nname\t%s\norg_id\t%s\nstatus\t%s\nhostnames\t%s\nallowed_ips\t%s\nexpires_at\t%s\n",
+		t.ID, cell(t.Name), t.OrgID, t.Status, joined(t.Hostnames), joined(t.AllowedIPs), when(t.ExpiresAt))
+}
+
+func keysTable(w io.Writer, ks []admin.Key) {
+	fmt.Fprintln(w, "ID\tNAME\tROLE\tPREFIX\tORG\tCREATED BY\tCREATED")
+	for _, k := range ks {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, cell(k.Name), k.Role, k.Prefix, k.OrgID, cell(k.CreatedBy), when(&k.CreatedAt))
+	}
+}
+
+// keyFields prints one admin key as name/value lines.
+func keyFields(w io.Writer, k admin.Key) {
+	fmt.Fprintf(w, "id\t%s\nname\t%s\nrole\t%s\norg_id\t%s\n", k.ID, cell(k.Name), k.Role, k.OrgID)
+}
+
+func maintenanceTable(w io.Writer, ms []admin.Maintenance) {
+	fmt.Fprintln(w, "HOSTNAME\tORG\tBY\tSINCE")
+	for _, m := range ms {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.Hostname, m.OrgID, cell(m.By), when(&m.Since))
+	}
+}
+
+func auditTable(w io.Writer, es []admin.AuditEntry) {
+	fmt.Fprintln(w, "AT\tEVENT\tACTOR\tORG\tHOSTNAME\tDETAIL")
+	for _, e := range es {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", when(&e.At), e.Event, cell(e.Actor), cell(e.OrgID), cell(e.Hostname), cell(e.Detail))
+	}
+}
+
+func orgsTable(w io.Writer, orgs []admin.Org) {
+	fmt.Fprintln(w, "ID\tNAME\tCREATED")
+	for _, o := range orgs {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", o.ID, cell(o.Name), when(&o.CreatedAt))
+	}
+}
+
+// cell shows s in a table: "-" when empty, and never a tab or newline that
+// would break the columns.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return strings.Map(func(r rune) rune {
+		if r == '\t' || r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+func joined(l []string) string { return cell(strings.Join(l, ",")) }
+
+func when(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orNone(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}

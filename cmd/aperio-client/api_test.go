@@ -1,0 +1,376 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/store"
+)
+
+const testMaster = "cli-test-master-token"
+
+// apiServer serves the admin API on a real SQLite store in a temporary
+// directory, and isolates the test from the environment, the working
+// directory and the home directory of whoever runs it.
+type apiServer struct {
+	url     string
+	clients *staticClients
+}
+
+type staticClients struct{ list []admin.ClientInfo }
+
+func (s *staticClients) Clients() []admin.ClientInfo { return s.list }
+
+func newAPIServer(t *testing.T) *apiServer {
+	t.Helper()
+	for _, v := range []string{"APERIO_SERVER_URL", "APERIO_SERVER_API_KEY", "APERIO_API_KEY"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("HOME", t.TempDir())
+	t.Chdir(t.TempDir())
+	db, err := store.Open(context.Background(), store.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("store.Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("store Close: %v", err)
+		}
+	})
+	s := &apiServer{clients: &staticClients{}}
+	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients})
+	if err != nil {
+		t.Fatalf("admin.New: %v", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(admin.Prefix+"/", api.Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+// cli runs aperio-client with args and returns its exit code and output.
+func cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// ok runs aperio-client with args, fails the test unless it exits 0, and
+// returns its standard output.
+func ok(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := cli(t, args...)
+	if code != 0 {
+		t.Fatalf("aperio-client %s = exit %d, stderr %q, want 0", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// okJSON runs like ok and decodes the output into v.
+func okJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	out := ok(t, args...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("aperio-client %s: output %q is not JSON: %v", strings.Join(args, " "), out, err)
+	}
+}
+
+var columnSep = regexp.MustCompile(`\S+( \S+)*`)
+
+// table parses a table as tabwriter prints it: the header's words (a name
+// may hold single spaces) fix where each column starts, and every row must
+// have its cells at those columns. It fails the test when the header is not
+// want or a row is not aligned.
+func table(t *testing.T, out string, want ...string) []map[string]string {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	header := columnSep.FindAllStringIndex(lines[0], -1)
+	var names []string
+	for _, h := range header {
+		names = append(names, lines[0][h[0]:h[1]])
+	}
+	if strings.Join(names, "|") != strings.Join(want, "|") {
+		t.Fatalf("table header = %q, want %q", names, want)
+	}
+	var rows []map[string]string
+	for _, line := range lines[1:] {
+		row := map[string]string{}
+		for i, h := range header {
+			end := len(line)
+			if i+1 < len(header) {
+				end = min(header[i+1][0], len(line))
+			}
+			if h[0] > 0 && line[h[0]-1] != ' ' {
+				t.Fatalf("row %q is not aligned with header %q", line, lines[0])
+			}
+			row[names[i]] = strings.TrimSpace(line[h[0]:end])
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func TestAPICommands(t *testing.T) {
+	s := newAPIServer(t)
+	t.Setenv("APERIO_SERVER_URL", s.url)
+	t.Setenv("APERIO_API_KEY", testMaster)
+
+	var org admin.Org
+	okJSON(t, &org, "api", "orgs", "create", "--name", "acme", "--json")
+	if org.Name != "acme" || !strings.HasPrefix(org.ID, "org_") {
+		t.Fatalf("orgs create --json = %+v", org)
+	}
+	rows := table(t, ok(t, "api", "orgs", "list"), "ID", "NAME", "CREATED")
+	if len(rows) != 1 || rows[0]["ID"] != org.ID || rows[0]["NAME"] != "acme" {
+		t.Errorf("orgs list = %v, want acme", rows)
+	}
+
+	code, out, errOut := cli(t, "api", "admin-keys", "create", "--name", "ops", "--role", "admin", "--org-id", org.ID)
+	if code != 0 || !strings.Contains(errOut, "shown once") {
+		t.Fatalf("admin-keys create = %d %q %q", code, out, errOut)
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		fields[k] = strings.TrimSpace(v)
+	}
+	key := fields["key"]
+	if !strings.HasPrefix(key, "apk_") || fields["role"] != "admin" || fields["org_id"] != org.ID || fields["name"] != "ops" {
+		t.Fatalf("admin-keys create printed %q, want id, name, role, org_id and an apk_ key", out)
+	}
+	// From here on, the admin key of acme.
+	t.Setenv("APERIO_API_KEY", key)
+
+	before := time.Now()
+	var tok admin.MintedToken
+	okJSON(t, &tok, "api", "tokens", "create", "--name", "web", "--hostname", "app.example.com",
+		"--hostname", "*.app.example.com", "--allowed-ip", "10.0.0.0/8", "--allowed-ip", "192.0.2.1", "--expires-in", "30d", "--json")
+	after := time.Now()
+	if !strings.HasPrefix(tok.Secret, "apr_") || strings.Join(tok.AllowedIPs, ",") != "10.0.0.0/8,192.0.2.1/32" ||
+		strings.Join(tok.Hostnames, ",") != "app.example.com,*.app.example.com" {
+		t.Errorf("tokens create --json = %+v", tok)
+	}
+	if e := tok.ExpiresAt; e == nil || e.Before(before.Add(30*24*time.Hour).Truncate(time.Microsecond)) || e.After(after.Add(30*24*time.Hour)) {
+		t.Errorf("expires_at with --expires-in 30d = %v, want 30 days after the call", e)
+	}
+	out = ok(t, "api", "tokens", "create", "--name", "api", "--hostname", "api.example.com", "--expires-at", "2099-01-01T00:00:00Z")
+	if !regexp.MustCompile(`(?m)^token +apr_[a-z2-7]{52}$`).MatchString(out) || !regexp.MustCompile(`(?m)^expires_at +2099-01-01T00:00:00Z$`).MatchString(out) {
+		t.Errorf("tokens create printed %q, want the token and its expiry", out)
+	}
+
+	rows = table(t, ok(t, "api", "tokens", "list"), "ID", "NAME", "STATUS", "PREFIX", "HOSTNAMES", "ALLOWED IPS", "EXPIRES", "ORG", "CREATED")
+	if len(rows) != 2 || rows[1]["ID"] != tok.ID || rows[1]["HOSTNAMES"] != "app.example.com,*.app.example.com" ||
+		rows[1]["ALLOWED IPS"] != "10.0.0.0/8,192.0.2.1/32" || rows[1]["STATUS"] != "active" || rows[1]["PREFIX"] != tok.Secret[:8] ||
+		rows[0]["ALLOWED IPS"] != "-" {
+		t.Errorf("tokens list = %v", rows)
+	}
+	listed := ok(t, "api", "tokens", "list", "--json")
+	var toks []admin.Token
+	if err := json.Unmarshal([]byte(listed), &toks); err != nil || len(toks) != 2 {
+		t.Errorf("tokens list --json = %q, %v", listed, err)
+	}
+	if strings.Contains(listed, tok.Secret) {
+		t.Errorf("tokens list --json shows the secret")
+	}
+	rows = table(t, ok(t, "api", "tokens", "revoke", tok.ID), "ID", "NAME", "STATUS", "PREFIX", "HOSTNAMES", "ALLOWED IPS", "EXPIRES", "ORG", "CREATED")
+	if len(rows) != 1 || rows[0]["STATUS"] != "revoked" {
+		t.Errorf("tokens revoke = %v, want the token, revoked", rows)
+	}
+
+	if out := ok(t, "api", "maintenance", "on", "app.example.com"); out != "maintenance on for app.example.com\n" {
+		t.Errorf("maintenance on printed %q", out)
+	}
+	if out := ok(t, "api", "maintenance", "on", "api.example.com", "--json"); out != "" {
+		t.Errorf("maintenance on --json printed %q, want nothing", out)
+	}
+	rows = table(t, ok(t, "api", "maintenance", "list"), "HOSTNAME", "ORG", "BY", "SINCE")
+	if len(rows) != 2 || rows[0]["HOSTNAME"] != "api.example.com" || rows[1]["ORG"] != org.ID || !strings.HasPrefix(rows[1]["BY"], "key:") {
+		t.Errorf("maintenance list = %v", rows)
+	}
+	if out := ok(t, "api", "maintenance", "off", "app.example.com"); out != "maintenance off for app.example.com\n" {
+		t.Errorf("maintenance off printed %q", out)
+	}
+
+	var viewer admin.MintedKey
+	okJSON(t, &viewer, "api", "admin-keys", "create", "--name", "ro", "--role", "viewer", "--json")
+	rows = table(t, ok(t, "api", "admin-keys", "list"), "ID", "NAME", "ROLE", "PREFIX", "ORG", "CREATED BY", "CREATED")
+	if len(rows) != 2 || rows[0]["ID"] != viewer.ID || rows[0]["CREATED BY"] != "key:"+rows[1]["ID"] {
+		t.Errorf("admin-keys list = %v", rows)
+	}
+	if out := ok(t, "api", "admin-keys", "delete", viewer.ID); out != "admin key "+viewer.ID+" deleted\n" {
+		t.Errorf("admin-keys delete printed %q", out)
+	}
+
+	rows = table(t, ok(t, "api", "audit", "--limit", "3"), "AT", "EVENT", "ACTOR", "ORG", "HOSTNAME", "DETAIL")
+	var events []string
+	for _, r := range rows {
+		events = append(events, r["EVENT"])
+	}
+	if got, want := strings.Join(events, " "), "admin_key_deleted admin_key_created maintenance_off"; got != want {
+		t.Errorf("audit --limit 3 events = %s, want %s", got, want)
+	}
+
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	s.clients.list = []admin.ClientInfo{
+		{ID: "c1", Name: "web-1", OrgID: org.ID, Hostnames: []string{"app.example.com"}, MaxConcurrent: 10, Inflight: 2, Healthy: true, ConnectedAt: at, RemoteAddr: "192.0.2.9:4000"},
+		{ID: "c2", Name: "elsewhere", OrgID: "org_other"},
+	}
+	rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "HEALTHY", "DRAINING", "CONNECTED", "REMOTE")
+	want := map[string]string{
+		"ID": "c1", "NAME": "web-1", "ORG": org.ID, "HOSTNAMES": "app.example.com", "PATH": "-", "PRIORITY": "0", "INFLIGHT": "2",
+		"MAX": "10", "HEALTHY": "yes", "DRAINING": "no", "CONNECTED": "2030-01-02T03:04:05Z", "REMOTE": "192.0.2.9:4000",
+	}
+	if len(rows) != 1 || !equalMaps(rows[0], want) {
+		t.Errorf("clients = %v, want one row %v", rows, want)
+	}
+	var cs []admin.ClientInfo
+	okJSON(t, &cs, "api", "clients", "--json")
+	if len(cs) != 1 || cs[0].RemoteAddr != "192.0.2.9:4000" {
+		t.Errorf("clients --json = %+v", cs)
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestAPIExitCodes(t *testing.T) {
+	s := newAPIServer(t)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	t.Setenv("APERIO_SERVER_URL", s.url)
+	t.Setenv("APERIO_API_KEY", testMaster)
+	var viewer admin.MintedKey
+	okJSON(t, &viewer, "api", "admin-keys", "create", "--name", "ro", "--role", "viewer", "--json")
+
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"help", []string{"api"}, 0, ""},
+		{"unknown command", []string{"api", "nope"}, 2, `unknown command "nope" for "aperio-client api"`},
+		{"unknown subcommand", []string{"api", "tokens", "mint"}, 2, `unknown command "mint" for "aperio-client api tokens"`},
+		{"group alone", []string{"api", "tokens"}, 0, ""},
+		{"unknown flag", []string{"api", "tokens", "list", "--nope"}, 2, "unknown flag: --nope"},
+		{"missing argument", []string{"api", "tokens", "revoke"}, 2, "accepts 1 arg(s), received 0"},
+		{"missing required flag", []string{"api", "tokens", "create", "--hostname", "a.example.com"}, 2, `required flag(s) "name" not set`},
+		{"bad --expires-in", []string{"api", "tokens", "create", "--name", "x", "--hostname", "a.example.com", "--expires-in", "soon"}, 2, "--expires-in: invalid duration"},
+		{"bad --expires-at", []string{"api", "tokens", "create", "--name", "x", "--hostname", "a.example.com", "--expires-at", "tomorrow"}, 2, "is not an RFC 3339 time"},
+		{"both expiries", []string{"api", "tokens", "create", "--name", "x", "--hostname", "a.example.com", "--expires-in", "1d", "--expires-at", "2099-01-01T00:00:00Z"}, 2, "if any flags in the group [expires-in expires-at] are set none of the others can be"},
+		{"bad --role", []string{"api", "admin-keys", "create", "--name", "x", "--role", "root"}, 2, `--role "root" is not one of viewer, operator, admin`},
+		{"bad --limit", []string{"api", "audit", "--limit", "many"}, 2, `invalid argument "many" for "--limit"`},
+		{"no server", []string{"api", "clients", "--server-url", ""}, 2, "server.url (flag --server-url): required"},
+		{"bad server url", []string{"api", "clients", "--server-url", "ftp://x"}, 2, "scheme must be http, https, ws or wss"},
+		{"wrong key", []string{"api", "clients", "--api-key", "apk_wrong"}, 1, "aperio-client: missing or invalid credentials"},
+		{"invalid hostname", []string{"api", "tokens", "create", "--name", "x", "--hostname", "bad_host!"}, 1, `aperio-client: hostnames[0]: invalid hostname "bad_host!"`},
+		{"role too low", []string{"api", "tokens", "create", "--name", "x", "--hostname", "a.example.com", "--api-key", viewer.Secret}, 1, "aperio-client: an admin key with role viewer may not do this"},
+		{"not found", []string{"api", "tokens", "revoke", "tok_nope"}, 1, `aperio-client: token "tok_nope" not found`},
+		{"limit out of range", []string{"api", "audit", "--limit", "5000"}, 1, `aperio-client: limit "5000" is not a number from 1 to 1000`},
+		{"server down", []string{"api", "clients", "--server-url", closed.URL}, 1, "connection refused"},
+		{"duplicate org", []string{"api", "orgs", "create", "--name", "default"}, 1, `aperio-client: an organization named "default" already exists`},
+	}
+	// The default organization exists once a token is minted without org_id.
+	ok(t, "api", "tokens", "create", "--name", "x", "--hostname", "a.example.com")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := cli(t, tt.args...)
+			if code != tt.code || !strings.Contains(errOut, tt.stderr) {
+				t.Errorf("aperio-client %s = exit %d, stderr %q; want %d, %q", strings.Join(tt.args, " "), code, errOut, tt.code, tt.stderr)
+			}
+		})
+	}
+}
+
+// TestAPIKeyPrecedence checks the client precedence of server.api_key:
+// --api-key > ./aperio.yaml (or --config) > environment > ~/.aperio.yaml.
+func TestAPIKeyPrecedence(t *testing.T) {
+	s := newAPIServer(t)
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(t *testing.T, path, key string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("server:\n  url: "+s.url+"\n  api_key: "+key+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := os.Remove(path); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	const bad = "apk_wrong"
+	other := filepath.Join(t.TempDir(), "other.yaml")
+	tests := []struct {
+		name               string
+		flag, file, config string // "" = not given
+		env, homeFile      string
+		want               int
+	}{
+		{name: "flag over environment", flag: testMaster, env: bad, want: 0},
+		{name: "environment alone", env: bad, homeFile: testMaster, want: 1},
+		{name: "flag over a bad environment and file", flag: testMaster, env: bad, file: bad, want: 0},
+		{name: "file over environment", file: testMaster, env: bad, want: 0},
+		{name: "environment over home file", env: bad, homeFile: testMaster, want: 1},
+		{name: "home file alone", homeFile: testMaster, want: 0},
+		{name: "--config over environment", config: testMaster, env: bad, want: 0},
+		{name: "--config replaces ./aperio.yaml", config: bad, file: testMaster, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("APERIO_SERVER_URL", s.url)
+			t.Setenv("APERIO_API_KEY", tt.env)
+			args := []string{"api", "orgs", "list"}
+			if tt.flag != "" {
+				args = append(args, "--api-key", tt.flag)
+			}
+			if tt.file != "" {
+				write(t, "aperio.yaml", tt.file)
+			}
+			if tt.homeFile != "" {
+				write(t, filepath.Join(home, ".aperio.yaml"), tt.homeFile)
+			}
+			if tt.config != "" {
+				write(t, other, tt.config)
+				args = append(args, "--config", other)
+			}
+			if code, _, errOut := cli(t, args...); code != tt.want {
+				t.Errorf("aperio-client %s = exit %d (%q), want %d", strings.Join(args, " "), code, errOut, tt.want)
+			}
+		})
+	}
+}
+
+// TestRootStillRuns checks that the api subcommand leaves the root
+// command's own flags and TARGET argument alone.
+func TestRootStillRuns(t *testing.T) {
+	newAPIServer(t)
+	code, out, errOut := cli(t, "3000", "--hostname", "app.example.com", "--server-url", "https://t.example.com", "--server-token", "apr_x", "--check-config")
+	if code != 0 || out != "configuration OK\n" {
+		t.Errorf("aperio-client 3000 … --check-config = exit %d, %q %q; want 0, configuration OK", code, out, errOut)
+	}
+}
