@@ -6,7 +6,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,10 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -30,6 +31,9 @@ import (
 type Options struct {
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
+	// Store, when set, is used instead of opening the one the
+	// configuration names; its caller closes it.
+	Store *store.DB
 }
 
 // Gateway is a running aperio-server. Create it with New, run it with
@@ -42,7 +46,10 @@ type Gateway struct {
 	srv     *http.Server
 	started time.Time
 
-	metrics *telemetry.Metrics
+	metrics  *telemetry.Metrics
+	api      http.Handler // the admin API under /aperio/api
+	db       *store.DB
+	ownStore bool // New opened db, so Serve closes it
 	// metricsHandler serves /metrics on every hostname (contract §2: 404
 	// unless metrics_token is set), so apps cannot serve that path.
 	metricsHandler http.Handler
@@ -50,8 +57,9 @@ type Gateway struct {
 	stopping atomic.Bool // readyz answers 503 once set
 }
 
-// New validates cfg and assembles the server.
-func New(cfg config.Server, opts Options) (*Gateway, error) {
+// New validates cfg, opens the store (migrating it) unless opts has one,
+// and assembles the server. Serve runs it and closes what New opened.
+func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("gateway: server.token is required")
 	}
@@ -59,7 +67,24 @@ func New(cfg config.Server, opts Options) (*Gateway, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g := &Gateway{cfg: cfg, log: log, started: time.Now()}
+	g := &Gateway{cfg: cfg, log: log, started: time.Now(), db: opts.Store}
+	if g.db == nil {
+		db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		g.db, g.ownStore = db, true
+	}
+	ok := false
+	defer func() {
+		if !ok && g.ownStore {
+			g.db.Close()
+		}
+	}()
+	org, err := g.db.EnsureOrg(ctx, "default")
+	if err != nil {
+		return nil, fmt.Errorf("gateway: default organization: %w", err)
+	}
 	var stale *cache.Cache
 	if cfg.Cache {
 		var err error
@@ -88,8 +113,8 @@ func New(cfg config.Server, opts Options) (*Gateway, error) {
 	}
 	g.router = rt
 	ts, err := tunnel.NewServer(tunnel.ServerConfig{
-		Auth:                  masterToken(cfg.Token),
-		Registry:              g.router,
+		Auth:                  &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now},
+		Registry:              auditingRegistry{Registry: g.router, db: g.db, log: log},
 		DownThreshold:         cfg.ClientDownThreshold,
 		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
 		Logger:                log,
@@ -105,6 +130,14 @@ func New(cfg config.Server, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.metricsHandler = g.metrics.Handler(cfg.MetricsToken)
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	g.api = api.Handler()
+	if err := g.loadMaintenance(ctx); err != nil {
+		return nil, err
+	}
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -118,18 +151,8 @@ func New(cfg config.Server, opts Options) (*Gateway, error) {
 		p.SetUnencryptedHTTP2(true)
 		g.srv.Protocols = p
 	}
+	ok = true
 	return g, nil
-}
-
-// masterToken authenticates the server.token only; scoped client tokens
-// come from the store.
-type masterToken string
-
-func (m masterToken) Authenticate(_ context.Context, token string) (tunnel.Identity, error) {
-	if subtle.ConstantTimeCompare([]byte(token), []byte(m)) == 1 {
-		return tunnel.Identity{Name: "master"}, nil
-	}
-	return tunnel.Identity{}, errors.New("invalid token")
 }
 
 // Handler returns the handler of the public port.
@@ -142,6 +165,10 @@ func (g *Gateway) Handler() http.Handler {
 		}
 		if !strings.HasPrefix(p, "/aperio/") {
 			g.router.ServeHTTP(w, r)
+			return
+		}
+		if p == admin.Prefix || strings.HasPrefix(p, admin.Prefix+"/") {
+			g.api.ServeHTTP(w, r)
 			return
 		}
 		switch p {
@@ -193,7 +220,20 @@ func (g *Gateway) ListenAndServe(ctx context.Context) error {
 // shutdown_timeout), and the tunnels close last so those requests can
 // complete through them. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	g.log.Info("server listening", "addr", ln.Addr().String(), "tls", g.cfg.TLSCert != "", "version", buildinfo.Version())
+	g.log.Info("server listening", "addr", ln.Addr().String(), "tls", g.cfg.TLSCert != "", "version", buildinfo.Version(), "store", g.db.Backend())
+	wctx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		g.watchChanges(wctx)
+	}()
+	defer func() {
+		stopWatch()
+		<-watched
+		if g.ownStore {
+			g.db.Close()
+		}
+	}()
 	errc := make(chan error, 1)
 	go func() {
 		var err error

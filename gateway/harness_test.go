@@ -96,7 +96,7 @@ func startServer(t testing.TB, cfg config.Server, ln net.Listener, roots *x509.C
 			t.Fatalf("net.Listen(tcp, 127.0.0.1:0) = %v", err)
 		}
 	}
-	gw, err := gateway.New(cfg, gateway.Options{Logger: testLogger()})
+	gw, err := gateway.New(context.Background(), cfg, gateway.Options{Logger: testLogger()})
 	if err != nil {
 		ln.Close()
 		t.Fatalf("gateway.New() = %v, want nil", err)

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,9 @@ type service struct {
 	gone     atomic.Bool // the session ended
 	// resilience is set when the service allows serve-stale copies.
 	resilience atomic.Bool
+	// allowedIPs are the visitors its token admits; empty admits all. Set
+	// under Router.mu before the service is published in a pool.
+	allowedIPs []netip.Prefix
 
 	pools atomic.Pointer[[]*pool] // pools this service serves, for permit hand-off
 }
@@ -58,7 +62,10 @@ type pool struct {
 	path    string
 
 	members atomic.Pointer[[]*service] // sorted oldest first; swapped on change
-	next    atomic.Uint64              // round-robin cursor
+	// restricted is set when some member's token limits its visitors
+	// (allowed_ips), so unrestricted pools skip the check.
+	restricted atomic.Bool
+	next       atomic.Uint64 // round-robin cursor
 
 	// emptiedAt is when the last member left (unix ns), 0 while it has
 	// members. A pool emptied within client_down_threshold still holds
@@ -69,8 +76,43 @@ type pool struct {
 	waiters []*waiter  // oldest first
 }
 
+// admits reports whether the service's token admits the visitor ip (an
+// invalid ip, from a test or a pipe, is admitted only when nothing is
+// restricted).
+func (s *service) admits(ip netip.Addr) bool {
+	if len(s.allowedIPs) == 0 {
+		return true
+	}
+	for _, p := range s.allowedIPs {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// admitsAny reports whether some member's token admits the visitor. A
+// pool without members (its client just left) admits everyone: there is
+// nothing to check against yet.
+func (p *pool) admitsAny(ip netip.Addr) bool {
+	if !p.restricted.Load() {
+		return true
+	}
+	ms := *p.members.Load()
+	if len(ms) == 0 {
+		return true
+	}
+	for _, s := range ms {
+		if s.admits(ip) {
+			return true
+		}
+	}
+	return false
+}
+
 // waiter is a request waiting for a permit.
 type waiter struct {
+	ip       netip.Addr // the visitor, checked against allowed_ips
 	enq      time.Time
 	instance string        // when set, only this client instance may serve it
 	exclude  Conn          // when set, never this connection (a failed one)
@@ -79,7 +121,7 @@ type waiter struct {
 
 // accepts reports whether s may serve w.
 func (w *waiter) accepts(s *service) bool {
-	return (w.instance == "" || s.instance == w.instance) && (w.exclude == nil || s.conn != w.exclude)
+	return (w.instance == "" || s.instance == w.instance) && (w.exclude == nil || s.conn != w.exclude) && s.admits(w.ip)
 }
 
 // maxWaiters bounds each pool's queue. A request that finds it full is

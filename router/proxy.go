@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -54,8 +55,16 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body = &countingBody{ReadCloser: rc}
 		r.Body = body
 	}
+	visitor, _ := netip.ParseAddr(ip)
+	visitor = visitor.Unmap()
+	if !p.admitsAny(visitor) {
+		// Every client's token refuses this visitor: answer as if the
+		// route did not exist, so a blocked address learns nothing.
+		rt.nothingCanServe(w, r, host, errNoRoute)
+		return
+	}
 	prepareOutbound(r, tunnel.IsUpgrade(r.Header))
-	rt.dispatch(w, r, host, p, body)
+	rt.dispatch(w, r, host, p, body, visitor)
 }
 
 // live reports whether p may still serve: it has members, or lost its last
@@ -70,10 +79,10 @@ func (rt *Router) live(p *pool) bool {
 
 // dispatch acquires a client and performs the exchange, re-dispatching per
 // the failover policy.
-func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, p *pool, body *countingBody) {
+func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, p *pool, body *countingBody, visitor netip.Addr) {
 	ctx := r.Context()
 	start := time.Now()
-	wt := &waiter{}
+	wt := &waiter{ip: visitor}
 	wait := true
 	timeout := rt.cfg.GatewayTimeout
 	for jumps := 0; ; jumps++ {
@@ -116,13 +125,13 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 			remaining := rt.cfg.FailoverWindow - time.Since(start)
 			switch rt.failover {
 			case failoverRetry:
-				wt = &waiter{exclude: s.conn}
+				wt = &waiter{ip: visitor, exclude: s.conn}
 				wait, timeout = false, remaining
 			case failoverWait:
-				wt = &waiter{instance: s.instance, exclude: s.conn}
+				wt = &waiter{ip: visitor, instance: s.instance, exclude: s.conn}
 				wait, timeout = true, remaining
 			case failoverRetryWait:
-				wt = &waiter{exclude: s.conn}
+				wt = &waiter{ip: visitor, exclude: s.conn}
 				wait, timeout = true, remaining
 			}
 			continue

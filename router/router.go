@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +85,7 @@ type clientEntry struct {
 	ann      *tunnel.Announcement
 	services map[string]*service
 	keys     map[bindKey]bool // the pools its services are in
+	notices  []string         // repeated to the client on every heartbeat
 }
 
 // bindKey names a pool.
@@ -125,28 +128,81 @@ func New(cfg Config) (*Router, error) {
 	return rt, nil
 }
 
-// Attach implements tunnel.Registry.
-func (rt *Router) Attach(s *tunnel.Session) error { return nil }
+// Attach implements tunnel.Registry: a session whose token may not bind a
+// hostname it announces is refused, with the hostnames named.
+func (rt *Router) Attach(s *tunnel.Session) error {
+	if bad := disallowed(s.Identity(), s.Announcement()); len(bad) > 0 {
+		return fmt.Errorf("token %q may not bind %s", s.Identity().Name, strings.Join(bad, ", "))
+	}
+	return nil
+}
 
 // Update implements tunnel.Registry: it applies the session's announcement
 // when it changed anything routing depends on, and does nothing otherwise.
+// Hostnames the token may not bind (added after the handshake) are left
+// out, and the client is told.
 func (rt *Router) Update(s *tunnel.Session) []string {
-	return rt.update(s, s.Announcement())
+	id := s.Identity()
+	return rt.updateAs(s, s.Announcement(), id.Hostnames, id.AllowedIPs, id.TokenID == "")
 }
 
-// Detach implements tunnel.Registry.
-func (rt *Router) Detach(s *tunnel.Session) { rt.detach(s) }
+// disallowed returns the announced hostnames id may not bind.
+func disallowed(id tunnel.Identity, ann *tunnel.Announcement) []string {
+	if id.TokenID == "" {
+		return nil
+	}
+	var bad []string
+	for _, svc := range ann.Services {
+		for _, h := range svc.Hostnames {
+			if !mayBind(id.Hostnames, h) {
+				bad = append(bad, h)
+			}
+		}
+	}
+	return bad
+}
 
-// update applies ann as conn's announcement. Only the pools conn joins or
-// leaves are touched, so a server with many clients pays per change for
-// the pools of one client, not for all of them.
+// mayBind reports whether a token with patterns may bind host. An exact
+// pattern allows that name; "*.example.com" allows every name below
+// example.com (not example.com itself) and every wildcard at or below it.
+func mayBind(patterns []string, host string) bool {
+	host = hostname.Normalize(host)
+	for _, p := range patterns {
+		p = hostname.Normalize(p)
+		if p == host {
+			return true
+		}
+		suffix, ok := strings.CutPrefix(p, "*") // ".example.com"
+		if !ok {
+			continue
+		}
+		name := strings.TrimPrefix(host, "*") // "a.example.com" or ".a.example.com"
+		if len(name) > len(suffix) && strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// update applies ann as the announcement of a client with every right
+// (the master token).
 func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
+	return rt.updateAs(conn, ann, nil, nil, true)
+}
+
+// updateAs applies ann as conn's announcement, binding only the hostnames
+// allowed (all when master) and admitting only visitors in allowedIPs
+// (all when empty). Only the pools conn joins or leaves are touched, so a
+// server with many clients pays per change for the pools of one client,
+// not for all of them.
+func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, allowed []string, allowedIPs []netip.Prefix, master bool) []string {
 	rt.mu.Lock()
 	e := rt.clients[conn]
 	if e != nil && sameRouting(e.ann, ann) {
 		e.ann = ann
+		notices := e.notices
 		rt.mu.Unlock()
-		return nil
+		return notices
 	}
 	if e == nil {
 		e = &clientEntry{services: make(map[string]*service)}
@@ -155,11 +211,15 @@ func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
 	e.ann = ann
 	seen := make(map[string]bool, len(ann.Services))
 	keys := make(map[bindKey][]*service)
+	var notices []string
 	for _, sa := range ann.Services {
 		seen[sa.ID] = true
 		s := e.services[sa.ID]
 		if s == nil {
-			s = &service{conn: conn, id: sa.ID, instance: ann.InstanceID}
+			// allowedIPs is the session's token's, fixed for its life: it is
+			// set once, before the service is published, because the hot
+			// path reads it without a lock.
+			s = &service{conn: conn, id: sa.ID, instance: ann.InstanceID, allowedIPs: allowedIPs}
 			e.services[sa.ID] = s
 		}
 		s.limit.Store(int64(sa.MaxConcurrent))
@@ -168,6 +228,10 @@ func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
 		s.draining.Store(ann.Draining)
 		s.resilience.Store(sa.Resilience)
 		for _, h := range sa.Hostnames {
+			if !master && !mayBind(allowed, h) {
+				notices = append(notices, "hostname "+h+" is not allowed for this token; not routed")
+				continue
+			}
 			k := bindKey{hostname.Normalize(h), sa.Path}
 			keys[k] = append(keys[k], s)
 		}
@@ -178,13 +242,17 @@ func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
 			delete(e.services, id)
 		}
 	}
+	e.notices = notices
 	touched := rt.rebindLocked(e, keys)
 	rt.mu.Unlock()
 	for _, p := range touched {
 		p.wake(rt.strategy)
 	}
-	return nil
+	return notices
 }
+
+// Detach implements tunnel.Registry.
+func (rt *Router) Detach(s *tunnel.Session) { rt.detach(s) }
 
 // detach forgets conn; its in-flight requests release their permits into
 // services nobody routes to any more.
@@ -244,6 +312,11 @@ func (rt *Router) rebindLocked(e *clientEntry, keys map[bindKey][]*service) []*p
 			ms = append(ms, ss...)
 		}
 		sortServices(ms)
+		restricted := false
+		for _, s := range ms {
+			restricted = restricted || len(s.allowedIPs) > 0
+		}
+		p.restricted.Store(restricted)
 		if len(ms) == 0 {
 			delete(rt.members, k)
 			if p.emptiedAt.Load() == 0 {
@@ -336,3 +409,15 @@ var (
 	errNoRoute    = errors.New("router: no client serves this hostname")
 	errNoRoutable = errors.New("router: no client can take the request")
 )
+
+// Inflight returns the requests in flight on one client's service.
+func (rt *Router) Inflight(conn Conn, serviceID string) int64 {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if e := rt.clients[conn]; e != nil {
+		if s := e.services[serviceID]; s != nil {
+			return s.inflight.Load()
+		}
+	}
+	return 0
+}

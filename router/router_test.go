@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,56 @@ func TestOutboundHeaders(t *testing.T) {
 	}
 	if c.got[0].Host != "app.test" {
 		t.Errorf("outbound Host = %q, want app.test", c.got[0].Host)
+	}
+}
+
+func TestMayBind(t *testing.T) {
+	tests := []struct {
+		patterns []string
+		host     string
+		want     bool
+	}{
+		{[]string{"app.example.com"}, "app.example.com", true},
+		{[]string{"app.example.com"}, "APP.example.com", true},
+		{[]string{"app.example.com"}, "www.app.example.com", false},
+		{[]string{"*.example.com"}, "a.example.com", true},
+		{[]string{"*.example.com"}, "a.b.example.com", true},
+		{[]string{"*.example.com"}, "*.example.com", true},
+		{[]string{"*.example.com"}, "*.b.example.com", true},
+		{[]string{"*.example.com"}, "example.com", false},
+		{[]string{"*.example.com"}, "*.com", false},
+		{[]string{"*.example.com"}, "aexample.com", false},
+		{nil, "a.example.com", false},
+	}
+	for _, tt := range tests {
+		if got := mayBind(tt.patterns, tt.host); got != tt.want {
+			t.Errorf("mayBind(%v, %q) = %v, want %v", tt.patterns, tt.host, got, tt.want)
+		}
+	}
+}
+
+func TestTokenScopes(t *testing.T) {
+	rt := newRouter(t, Config{})
+	allowed := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
+	notices := rt.updateAs(newConn("scoped", 1), ann(svc("", "app.test", "other.test")), []string{"app.test"}, allowed, false)
+	if len(notices) != 1 || !strings.Contains(notices[0], "other.test") {
+		t.Fatalf("notices for a hostname the token may not bind = %v, want one naming other.test", notices)
+	}
+	get := func(host, ip string) int {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Host = host
+		req.RemoteAddr = ip + ":1234"
+		rec := httptest.NewRecorder()
+		rt.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := get("other.test", "203.0.113.5"); code != 502 {
+		t.Fatalf("GET other.test (not allowed for the token) = %d, want 502", code)
+	}
+	if code := get("app.test", "203.0.113.5"); code != 200 {
+		t.Fatalf("GET app.test from an allowed visitor = %d, want 200", code)
+	}
+	if code := get("app.test", "198.51.100.1"); code != 502 {
+		t.Fatalf("GET app.test from a visitor outside allowed_ips = %d, want 502 (as if no route)", code)
 	}
 }

@@ -18,10 +18,16 @@ import (
 
 // Authenticator checks the token a client presents.
 type Authenticator interface {
-	// Authenticate returns the identity of token, or an error (refused)
-	// whose text is safe to show to the client.
+	// Authenticate returns the identity of token, or an error whose text is
+	// safe to show to the client: a refusal, or one wrapping ErrUnavailable
+	// when the token could not be checked (the store is down), which the
+	// client is told to retry.
 	Authenticate(ctx context.Context, token string) (Identity, error)
 }
+
+// ErrUnavailable is wrapped by an Authenticator's error when the check
+// itself failed; the upgrade is answered 503 instead of 401.
+var ErrUnavailable = errors.New("tunnel: token check unavailable")
 
 // Registry receives sessions as they come and go. The server calls it from
 // each session's goroutine; implementations must be safe for concurrent use.
@@ -116,6 +122,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ident, err := s.cfg.Auth.Authenticate(r.Context(), token)
+	if errors.Is(err, ErrUnavailable) {
+		s.log.Error("tunnel token check failed", "remote_addr", r.RemoteAddr, "err", err)
+		refuse(w, http.StatusServiceUnavailable, "tokens cannot be checked right now; retry later")
+		return
+	}
 	if err != nil {
 		s.log.Warn("tunnel refused", "remote_addr", r.RemoteAddr, "reason", err.Error())
 		refuse(w, http.StatusUnauthorized, err.Error())
@@ -265,6 +276,10 @@ func refuseStreams(mux *yamux.Session) {
 	}
 }
 
+// errTokenExpired ends a session at the first heartbeat after its token's
+// expiry.
+var errTokenExpired = errors.New("tunnel: token expired")
+
 // errHeartbeatMissed ends a session whose client went quiet.
 var errHeartbeatMissed = errors.New("tunnel: heartbeat missed")
 
@@ -281,6 +296,10 @@ func (s *Server) serveControl(sess *Session, ctrl *yamux.Stream) error {
 		}
 		if m.Type != msgHeartbeat {
 			return fmt.Errorf("tunnel: unexpected %s frame", m.Type)
+		}
+		if exp := sess.ident.ExpiresAt; !exp.IsZero() && time.Now().After(exp) {
+			sess.writeControl(&message{Type: msgGoAway, Reason: "token expired"}, time.Second)
+			return errTokenExpired
 		}
 		if err := m.Announcement.Validate(); err != nil {
 			sess.writeControl(&message{Type: msgGoAway, Reason: err.Error()}, time.Second)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,12 +33,20 @@ var (
 // client; more than this many concurrent requests open fresh streams.
 const maxIdleStreams = 512
 
-// Identity is what an authenticated token grants. The zero value is the
-// master token, which may do everything.
+// Identity is what an authenticated token grants. A zero TokenID is the
+// master token, which may bind every hostname.
 type Identity struct {
 	TokenID string // "" for the master token
 	OrgID   string
 	Name    string
+	// Hostnames are the patterns the token may bind (exact or "*."); empty
+	// for the master token.
+	Hostnames []string
+	// AllowedIPs are the visitors allowed on the routes the token publishes;
+	// empty means every visitor.
+	AllowedIPs []netip.Prefix
+	// ExpiresAt ends the sessions of the token; zero means never.
+	ExpiresAt time.Time
 }
 
 // Session is one connected client as the server sees it. It is safe for

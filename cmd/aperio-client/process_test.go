@@ -41,7 +41,10 @@ func TestProcessesDrainOnSIGTERM(t *testing.T) {
 	server := exec.Command(filepath.Join(bin, "aperio-server"))
 	server.Dir = t.TempDir()
 	server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN=proc-token", "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
-		"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=info")
+		"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=info",
+		// While the only client drains, a new request waits this long for
+		// another client, then gets 504.
+		"APERIO_GATEWAY_TIMEOUT=200ms")
 	addr := startAndFind(t, server, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
 	base := "http://" + addr
 
@@ -83,8 +86,9 @@ func TestProcessesDrainOnSIGTERM(t *testing.T) {
 	if err := client.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	// While it drains, new requests are not sent to it.
-	waitFor(t, "new requests stop reaching the draining client", func() bool { code, _ := get("/"); return code == 502 })
+	// While it drains, new requests are not sent to it: they wait for
+	// another client and time out.
+	waitFor(t, "new requests stop reaching the draining client", func() bool { code, _ := get("/"); return code == 504 })
 	close(release)
 	if r := <-slow; r.code != 200 || r.body != "done /slow" {
 		t.Fatalf("in-flight request during drain = %d %q, want 200 %q", r.code, r.body, "done /slow")

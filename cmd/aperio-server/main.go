@@ -73,13 +73,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, err)
 				return exitError{exitUsage}
 			}
-			g, err := gateway.New(cfg, gateway.Options{Logger: log})
-			if err != nil {
-				fmt.Fprintln(stderr, err)
-				return exitError{exitUsage}
-			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			g, err := gateway.New(ctx, cfg, gateway.Options{Logger: log})
+			if err != nil {
+				log.Error("server failed to start", "err", err)
+				return exitError{exitFailure}
+			}
 			if err := g.ListenAndServe(ctx); err != nil {
 				log.Error("server failed", "err", err)
 				return exitError{exitFailure}

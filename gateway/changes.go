@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/store"
+)
+
+// watchChanges applies the store's changes, whichever server made them:
+// a revoked token's clients are disconnected at once, and maintenance
+// follows the records. It returns when ctx ends.
+func (g *Gateway) watchChanges(ctx context.Context) {
+	for ch := range g.db.Subscribe(ctx) {
+		switch ch.Kind {
+		case store.ChangeTokenRevoked:
+			g.disconnectToken(ch.ID, "token revoked")
+		case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
+			g.reloadMaintenance(ctx)
+		case store.ChangeResync:
+			// Changes may have been missed: re-check everything cached.
+			g.reloadMaintenance(ctx)
+			g.recheckTokens(ctx)
+		}
+	}
+}
+
+// disconnectToken ends every session of the token.
+func (g *Gateway) disconnectToken(tokenID, reason string) {
+	for _, s := range g.tunnels.Sessions() {
+		if s.Identity().TokenID == tokenID {
+			g.log.Info("disconnecting client", "session_id", s.ID(), "token_id", tokenID, "reason", reason)
+			s.GoAway(reason)
+		}
+	}
+}
+
+// recheckTokens disconnects sessions whose token was revoked while this
+// server was not listening.
+func (g *Gateway) recheckTokens(ctx context.Context) {
+	for _, s := range g.tunnels.Sessions() {
+		id := s.Identity().TokenID
+		if id == "" {
+			continue
+		}
+		t, err := g.db.Token(ctx, "", id)
+		if err != nil {
+			continue // unreachable store: keep the client; the next resync checks again
+		}
+		if t.RevokedAt != nil {
+			g.disconnectToken(id, "token revoked")
+		}
+	}
+}
+
+func (g *Gateway) reloadMaintenance(ctx context.Context) {
+	if err := g.loadMaintenance(ctx); err != nil {
+		g.log.Error("maintenance reload failed", "err", err)
+	}
+}
+
+// loadMaintenance makes the router's maintenance set match the store.
+func (g *Gateway) loadMaintenance(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ms, err := g.db.ListMaintenance(ctx)
+	if err != nil {
+		return err
+	}
+	hosts := make([]string, len(ms))
+	for i, m := range ms {
+		hosts[i] = m.Hostname
+	}
+	g.router.SetMaintenance(hosts)
+	return nil
+}
+
+// Clients implements admin.ClientLister: one entry per connected client
+// and announced service.
+func (g *Gateway) Clients() []admin.ClientInfo {
+	var out []admin.ClientInfo
+	for _, s := range g.tunnels.Sessions() {
+		ann := s.Announcement()
+		for _, svc := range ann.Services {
+			out = append(out, admin.ClientInfo{
+				ID:            s.ID(),
+				Name:          ann.Name,
+				OrgID:         s.Identity().OrgID,
+				Hostnames:     svc.Hostnames,
+				Path:          svc.Path,
+				Priority:      svc.Priority,
+				MaxConcurrent: svc.MaxConcurrent,
+				Inflight:      int(g.router.Inflight(s, svc.ID)),
+				Healthy:       svc.Healthy,
+				Draining:      ann.Draining,
+				ConnectedAt:   s.ConnectedAt(),
+				RemoteAddr:    s.RemoteAddr(),
+			})
+		}
+	}
+	return out
+}
