@@ -114,7 +114,14 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 		if err != nil {
 			rt.releaseGlobal()
 			s.release()
-			if !rt.mayFailover(r, err, body, jumps, start) {
+			// A draining client closes its tunnel once nothing is in flight
+			// on its side; a request dispatched to it just before its
+			// draining announcement took effect can arrive after that, and
+			// it never serves it. Drain promises visitors no failure, so such
+			// a request goes to another client whatever the failover policy,
+			// under the same rules (idempotent, no body byte sent, budgets).
+			drained := s.draining.Load()
+			if !rt.mayFailover(r, err, body, jumps, start, drained) {
 				if !rt.serveStale(w, r) {
 					rt.writeError(w, r, host, err)
 				}
@@ -123,7 +130,13 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 			rt.log.Debug("failing over", "host", host, "from", s.conn.ID(), "err", err)
 			// The next attempt must not go back to the connection that failed.
 			remaining := rt.cfg.FailoverWindow - time.Since(start)
-			switch rt.failover {
+			policy := rt.failover
+			if drained {
+				// It will not come back: any other client, waiting for one
+				// as a request arriving now would.
+				policy = failoverRetryWait
+			}
+			switch policy {
 			case failoverRetry:
 				wt = &waiter{ip: visitor, exclude: s.conn}
 				wait, timeout = false, remaining
@@ -144,11 +157,12 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 }
 
 // mayFailover reports whether a failed exchange may be re-dispatched: the
-// client vanished before any response byte, the method is idempotent (or
+// failover policy allows it or the client was draining, the client
+// vanished before any response byte, the method is idempotent (or
 // failover_all_methods is set), no request body byte was sent, and the
 // jump and time budgets allow it.
-func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, jumps int, start time.Time) bool {
-	if rt.failover == failoverFail || !errors.Is(err, tunnel.ErrSessionClosed) || r.Context().Err() != nil {
+func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, jumps int, start time.Time, drained bool) bool {
+	if (rt.failover == failoverFail && !drained) || !errors.Is(err, tunnel.ErrSessionClosed) || r.Context().Err() != nil {
 		return false
 	}
 	if !rt.cfg.FailoverAllMethods && !idempotent(r.Method) {
