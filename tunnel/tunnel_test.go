@@ -355,3 +355,58 @@ func TestReconnectBackoff(t *testing.T) {
 		t.Fatalf("second wait with jitter 0.5 = %v, want 1s (half of 2s)", w)
 	}
 }
+
+// funcAuth authenticates with a function.
+type funcAuth func(token string) (Identity, error)
+
+func (f funcAuth) Authenticate(_ context.Context, token string) (Identity, error) { return f(token) }
+
+func TestUnavailableTokenCheckAnswers503(t *testing.T) {
+	down := funcAuth(func(string) (Identity, error) {
+		return Identity{}, fmt.Errorf("lookup: %w", ErrUnavailable)
+	})
+	srv, err := NewServer(ServerConfig{Auth: down, Registry: newFakeRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, dial, _ := startServer(t, "pipe", srv)
+	c, err := NewClient(ClientConfig{URL: url, Token: testToken, DialContext: dial,
+		Announce: testAnnouncement, Forwarder: newHandlerForwarder(t, echoHandler())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.runSession(context.Background())
+	var refused *RefusedError
+	if !errors.As(err, &refused) || refused.Status != 503 || !strings.Contains(refused.Reason, "retry") {
+		t.Fatalf("runSession while tokens cannot be checked = %v, want RefusedError 503 asking to retry", err)
+	}
+}
+
+func TestExpiredTokenEndsSessionAtHeartbeat(t *testing.T) {
+	expires := time.Now().Add(300 * time.Millisecond)
+	auth := funcAuth(func(token string) (Identity, error) {
+		return Identity{TokenID: "tok_1", Name: "short", ExpiresAt: expires}, nil
+	})
+	disconnected := make(chan error, 4)
+	p := startPair(t, "pipe", newHandlerForwarder(t, echoHandler()), func(s *ServerConfig, c *ClientConfig) {
+		s.Auth = auth
+		s.DownThreshold = 300 * time.Millisecond // heartbeat every 100 ms
+		c.OnDisconnect = func(err error) { disconnected <- err }
+	})
+	select {
+	case <-p.registry.detached:
+	case <-time.After(10 * time.Second):
+		t.Fatal("session of an expired token still attached after 10s")
+	}
+	if time.Now().Before(expires) {
+		t.Fatal("session ended before its token expired")
+	}
+	select {
+	case err := <-disconnected:
+		if err == nil || !strings.Contains(err.Error(), "token expired") {
+			t.Fatalf("client disconnect reason = %v, want one naming the expired token", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("client did not report the disconnect")
+	}
+}
