@@ -58,47 +58,43 @@ func dialRaw(t *testing.T, srv *Server) *rawClient {
 }
 
 func TestClientSilentAfterUpgradeIsDropped(t *testing.T) {
-	{
-		reg := newFakeRegistry()
-		srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg, HandshakeTimeout: testHandshake})
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		rc := dialRaw(t, srv)
-		<-rc.mux.CloseChan() // the client never opens the control stream
-		within(t, "silent client dropped", time.Since(start), testHandshake)
-		if n := len(srv.Sessions()); n != 0 {
-			t.Fatalf("Sessions() = %d, want 0", n)
-		}
+	reg := newFakeRegistry()
+	srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg, HandshakeTimeout: testHandshake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rc := dialRaw(t, srv)
+	<-rc.mux.CloseChan() // the client never opens the control stream
+	within(t, "silent client dropped", time.Since(start), testHandshake)
+	if n := len(srv.Sessions()); n != 0 {
+		t.Fatalf("Sessions() = %d, want 0", n)
 	}
 }
 
 func TestClientStopsMidHello(t *testing.T) {
-	{
-		reg := newFakeRegistry()
-		srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg, HandshakeTimeout: testHandshake})
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		rc := dialRaw(t, srv)
-		ctrl, err := rc.mux.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Half a frame: a length prefix promising 100 bytes, then 10.
-		var hdr [4]byte
-		binary.BigEndian.PutUint32(hdr[:], 100)
-		ctrl.Write(hdr[:])
-		ctrl.Write(bytes.Repeat([]byte("{"), 10))
-		<-rc.mux.CloseChan()
-		within(t, "client stuck mid-hello dropped", time.Since(start), testHandshake)
-		select {
-		case s := <-reg.attached:
-			t.Fatalf("registry attached session %s, want none", s.ID())
-		default:
-		}
+	reg := newFakeRegistry()
+	srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg, HandshakeTimeout: testHandshake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rc := dialRaw(t, srv)
+	ctrl, err := rc.mux.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half a frame: a length prefix promising 100 bytes, then 10.
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], 100)
+	ctrl.Write(hdr[:])
+	ctrl.Write(bytes.Repeat([]byte("{"), 10))
+	<-rc.mux.CloseChan()
+	within(t, "client stuck mid-hello dropped", time.Since(start), testHandshake)
+	select {
+	case s := <-reg.attached:
+		t.Fatalf("registry attached session %s, want none", s.ID())
+	default:
 	}
 }
 
@@ -115,29 +111,27 @@ func TestGarbageHelloRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			{
-				srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: newFakeRegistry()})
-				if err != nil {
-					t.Fatal(err)
-				}
-				rc := dialRaw(t, srv)
-				ctrl, err := rc.mux.OpenStream()
-				if err != nil {
-					t.Fatal(err)
-				}
-				ctrl.Write(tt.frame)
-				m, err := readMessage(ctrl)
-				if err != nil {
-					t.Fatalf("read answer to %s: %v", tt.name, err)
-				}
-				if m.Type != msgRefused || m.Reason == "" {
-					t.Fatalf("answer to %s = %+v, want refused with a reason", tt.name, m)
-				}
-				start := time.Now()
-				<-rc.mux.CloseChan()
-				if d := time.Since(start); d > time.Second {
-					t.Fatalf("session closed %v after the refusal, want at once", d)
-				}
+			srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: newFakeRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc := dialRaw(t, srv)
+			ctrl, err := rc.mux.OpenStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctrl.Write(tt.frame)
+			m, err := readMessage(ctrl)
+			if err != nil {
+				t.Fatalf("read answer to %s: %v", tt.name, err)
+			}
+			if m.Type != msgRefused || m.Reason == "" {
+				t.Fatalf("answer to %s = %+v, want refused with a reason", tt.name, m)
+			}
+			start := time.Now()
+			<-rc.mux.CloseChan()
+			if d := time.Since(start); d > time.Second {
+				t.Fatalf("session closed %v after the refusal, want at once", d)
 			}
 		})
 	}
@@ -153,41 +147,39 @@ func frame(t *testing.T, m *message) []byte {
 }
 
 func TestMissedHeartbeatsDropClient(t *testing.T) {
-	{
-		const threshold = 600 * time.Millisecond
-		reg := newFakeRegistry()
-		srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg, DownThreshold: threshold})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc := dialRaw(t, srv)
-		ctrl, err := rc.mux.OpenStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ann := testAnnouncement()
-		if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
-			t.Fatal(err)
-		}
-		welcome, err := readMessage(ctrl)
-		if err != nil || welcome.Type != msgWelcome {
-			t.Fatalf("welcome = %+v, %v, want welcome", welcome, err)
-		}
-		if got := time.Duration(welcome.HeartbeatMS) * time.Millisecond; got != threshold/3 {
-			t.Fatalf("heartbeat interval = %v, want %v (a third of the down threshold)", got, threshold/3)
-		}
-		<-reg.attached
-		// One heartbeat keeps it; then silence.
-		if err := writeMessage(ctrl, &message{Type: msgHeartbeat, Announcement: &ann, Seq: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if ack, err := readMessage(ctrl); err != nil || ack.Type != msgAck || ack.Seq != 1 {
-			t.Fatalf("ack = %+v, %v, want ack 1", ack, err)
-		}
-		beat := time.Now()
-		<-reg.detached
-		within(t, "client dropped after its last heartbeat", time.Since(beat), threshold)
+	const threshold = 600 * time.Millisecond
+	reg := newFakeRegistry()
+	srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg, DownThreshold: threshold})
+	if err != nil {
+		t.Fatal(err)
 	}
+	rc := dialRaw(t, srv)
+	ctrl, err := rc.mux.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := testAnnouncement()
+	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
+		t.Fatal(err)
+	}
+	welcome, err := readMessage(ctrl)
+	if err != nil || welcome.Type != msgWelcome {
+		t.Fatalf("welcome = %+v, %v, want welcome", welcome, err)
+	}
+	if got := time.Duration(welcome.HeartbeatMS) * time.Millisecond; got != threshold/3 {
+		t.Fatalf("heartbeat interval = %v, want %v (a third of the down threshold)", got, threshold/3)
+	}
+	<-reg.attached
+	// One heartbeat keeps it; then silence.
+	if err := writeMessage(ctrl, &message{Type: msgHeartbeat, Announcement: &ann, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := readMessage(ctrl); err != nil || ack.Type != msgAck || ack.Seq != 1 {
+		t.Fatalf("ack = %+v, %v, want ack 1", ack, err)
+	}
+	beat := time.Now()
+	<-reg.detached
+	within(t, "client dropped after its last heartbeat", time.Since(beat), threshold)
 }
 
 func FuzzDecodeMessage(f *testing.F) {

@@ -225,19 +225,28 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func TestWrongTokenClientSeesReason(t *testing.T) {
-	reg := newFakeRegistry()
-	srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg})
+// sessionOnce runs one client session against a fresh server built from
+// scfg and returns how it ended.
+func sessionOnce(t *testing.T, scfg ServerConfig, token string, announce func() Announcement) error {
+	t.Helper()
+	if scfg.Registry == nil {
+		scfg.Registry = newFakeRegistry()
+	}
+	srv, err := NewServer(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	url, dial, _ := startServer(t, "pipe", srv)
-	c, err := NewClient(ClientConfig{URL: url, Token: "wrong", DialContext: dial,
-		Announce: testAnnouncement, Forwarder: newHandlerForwarder(t, echoHandler())})
+	c, err := NewClient(ClientConfig{URL: url, Token: token, DialContext: dial,
+		Announce: announce, Forwarder: newHandlerForwarder(t, echoHandler())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.runSession(context.Background())
+	return c.runSession(context.Background())
+}
+
+func TestWrongTokenClientSeesReason(t *testing.T) {
+	err := sessionOnce(t, ServerConfig{Auth: tokenAuth{}}, "wrong", testAnnouncement)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || refused.Status != 401 || refused.Reason != "invalid token" {
 		t.Fatalf("runSession with a wrong token = %v, want RefusedError 401 %q", err, "invalid token")
@@ -247,17 +256,7 @@ func TestWrongTokenClientSeesReason(t *testing.T) {
 func TestRegistryRefusalReachesClient(t *testing.T) {
 	reg := newFakeRegistry()
 	reg.refuse = errors.New("hostname app.test is not allowed for this token")
-	srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, dial, _ := startServer(t, "pipe", srv)
-	c, err := NewClient(ClientConfig{URL: url, Token: testToken, DialContext: dial,
-		Announce: testAnnouncement, Forwarder: newHandlerForwarder(t, echoHandler())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.runSession(context.Background())
+	err := sessionOnce(t, ServerConfig{Auth: tokenAuth{}, Registry: reg}, testToken, testAnnouncement)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || refused.Reason != reg.refuse.Error() {
 		t.Fatalf("runSession refused by registry = %v, want RefusedError %q", err, reg.refuse)
@@ -270,18 +269,7 @@ func TestInvalidAnnouncementRefused(t *testing.T) {
 		a.Services[0].Hostnames = []string{"bad host!"}
 		return a
 	}
-	reg := newFakeRegistry()
-	srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, dial, _ := startServer(t, "pipe", srv)
-	c, err := NewClient(ClientConfig{URL: url, Token: testToken, DialContext: dial,
-		Announce: p, Forwarder: newHandlerForwarder(t, echoHandler())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.runSession(context.Background())
+	err := sessionOnce(t, ServerConfig{Auth: tokenAuth{}}, testToken, p)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "invalid hostname") {
 		t.Fatalf("runSession with a bad hostname = %v, want RefusedError naming the hostname", err)
@@ -365,17 +353,7 @@ func TestUnavailableTokenCheckAnswers503(t *testing.T) {
 	down := funcAuth(func(string) (Identity, error) {
 		return Identity{}, fmt.Errorf("lookup: %w", ErrUnavailable)
 	})
-	srv, err := NewServer(ServerConfig{Auth: down, Registry: newFakeRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, dial, _ := startServer(t, "pipe", srv)
-	c, err := NewClient(ClientConfig{URL: url, Token: testToken, DialContext: dial,
-		Announce: testAnnouncement, Forwarder: newHandlerForwarder(t, echoHandler())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.runSession(context.Background())
+	err := sessionOnce(t, ServerConfig{Auth: down}, testToken, testAnnouncement)
 	var refused *RefusedError
 	if !errors.As(err, &refused) || refused.Status != 503 || !strings.Contains(refused.Reason, "retry") {
 		t.Fatalf("runSession while tokens cannot be checked = %v, want RefusedError 503 asking to retry", err)
