@@ -421,3 +421,43 @@ func (rt *Router) Inflight(conn Conn, serviceID string) int64 {
 	}
 	return 0
 }
+
+// PoolStats are the live figures autoscaling reads for one bind.
+type PoolStats struct {
+	// Instances counts client processes (distinct instance ids) with a
+	// routable primary-tier service in the pool.
+	Instances int
+	// Capacity sums those services' max_concurrent; 0 when none announces
+	// one (utilization is then not measurable).
+	Capacity int
+	// Inflight sums the permits those services hold: exactly the work the
+	// pool is doing, the numerator of utilization.
+	Inflight int
+	// Held counts requests waiting in the pool's queue.
+	Held int
+}
+
+// Stats returns the figures of the pool bound to pattern (a hostname or
+// "*." wildcard) and path. Standby (priority > 0), draining, unhealthy and
+// disconnected services are not capacity.
+func (rt *Router) Stats(pattern, path string) PoolStats {
+	rt.mu.Lock()
+	p := rt.pools[bindKey{hostname.Normalize(pattern), path}]
+	rt.mu.Unlock()
+	var st PoolStats
+	if p == nil {
+		return st
+	}
+	instances := map[string]bool{}
+	for _, s := range *p.members.Load() {
+		if !s.routable() || s.priority.Load() > 0 {
+			continue
+		}
+		instances[s.instance] = true
+		st.Capacity += int(s.limit.Load())
+		st.Inflight += int(s.inflight.Load())
+	}
+	st.Instances = len(instances)
+	st.Held = p.queued()
+	return st
+}

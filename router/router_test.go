@@ -299,3 +299,31 @@ func TestTokenScopes(t *testing.T) {
 		t.Fatalf("GET app.test from a visitor outside allowed_ips = %d, want 502 (as if no route)", code)
 	}
 }
+
+func TestStatsCountOnlyRoutablePrimaries(t *testing.T) {
+	rt := newRouter(t, Config{})
+	add := func(id, instance string, limit, priority int, healthy, draining bool) *fakeConn {
+		c := newConn(id, len(id))
+		a := limited(limit, "app.test")
+		a.InstanceID = instance
+		a.Services[0].Priority = priority
+		a.Services[0].Healthy = healthy
+		a.Draining = draining
+		rt.update(c, a)
+		return c
+	}
+	add("a", "i-a", 10, 0, true, false)
+	add("b", "i-b", 10, 0, true, false)
+	add("b2", "i-b", 5, 0, true, false) // a second connection of instance b
+	add("standby", "i-s", 10, 1, true, false)
+	add("sick", "i-x", 10, 0, false, false)
+	add("leaving", "i-y", 10, 0, true, true)
+	p := rt.table.Load().match("app.test", "/")
+	s, _ := p.tryAcquire(rt.strategy, nil)
+	got := rt.Stats("App.Test", "")
+	want := PoolStats{Instances: 2, Capacity: 25, Inflight: 1}
+	if got != want {
+		t.Fatalf("Stats() = %+v, want %+v (standby, unhealthy and draining are not capacity)", got, want)
+	}
+	s.release()
+}
