@@ -44,6 +44,21 @@ type backend interface {
 	clearMaintenance(ctx context.Context, orgID, hostname string) error
 	listMaintenance(ctx context.Context) ([]Maintenance, error)
 
+	// declareScaling stores fresh (a complete new record) when its bind
+	// has none, or else the mergeScaling of the stored record and fresh,
+	// under a lock on the bind.
+	declareScaling(ctx context.Context, fresh ScalingRecord, armer string, rearm bool) (ScalingRecord, bool, error)
+	scalingRecord(ctx context.Context, orgID, id string) (ScalingRecord, error)
+	scalingRecordByBind(ctx context.Context, orgID, hostname, path string) (ScalingRecord, error)
+	listScalingRecords(ctx context.Context, orgID string) ([]ScalingRecord, error)
+	recordScalingCall(ctx context.Context, id string, c scalingCall) (ScalingRecord, error)
+	deleteScalingRecord(ctx context.Context, orgID, id string) error
+	// releaseScalingArmer and deleteStaleScalingRecords announce their
+	// changes in record ID order and return the deleted records' IDs in
+	// that order, never nil.
+	releaseScalingArmer(ctx context.Context, armer string) ([]string, error)
+	deleteStaleScalingRecords(ctx context.Context, cutoff time.Time) ([]string, error)
+
 	appendAudit(ctx context.Context, e AuditEntry) (int64, error)
 	listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error)
 

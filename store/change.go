@@ -17,6 +17,13 @@ const (
 	ChangeMaintenanceSet = "maintenance_set"
 	// ChangeMaintenanceCleared: Hostname and OrgID name the record.
 	ChangeMaintenanceCleared = "maintenance_cleared"
+	// ChangeScalingUpdated: ID, OrgID and Hostname name the scaling
+	// record, which was declared, had a call recorded, or lost an armer.
+	ChangeScalingUpdated = "scaling_updated"
+	// ChangeScalingDeleted: ID, OrgID and Hostname name the scaling
+	// record, which was deleted (disarmed through the API, its last armer
+	// released, or unrefreshed past the TTL).
+	ChangeScalingDeleted = "scaling_deleted"
 	// ChangeResync carries no record: changes may have been missed (this
 	// subscriber fell behind, or the PostgreSQL listener lost its
 	// connection and has just reconnected). A subscriber that caches
@@ -34,11 +41,13 @@ const subscriberQueue = 256
 type Change struct {
 	// Kind is one of the Change* constants.
 	Kind string
-	// ID is the token or admin key ID; empty for other kinds.
+	// ID is the token, admin key or scaling record ID; empty for other
+	// kinds.
 	ID string
 	// OrgID is the record's organization; empty for ChangeResync.
 	OrgID string
-	// Hostname is the hostname of a maintenance change; empty otherwise.
+	// Hostname is the hostname of a maintenance or scaling change; empty
+	// otherwise.
 	Hostname string
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -54,6 +55,15 @@ func testStore(t *testing.T, b backend) {
 		{"Audit", testAudit},
 		{"AuditLimits", testAuditLimits},
 		{"AuditAppendOnly", testAuditAppendOnly},
+		{"ScalingDeclare", testScalingDeclare},
+		{"ScalingRearm", testScalingRearm},
+		{"ScalingCall", testScalingCall},
+		{"ScalingScopeAndOrder", testScalingScopeAndOrder},
+		{"ScalingRelease", testScalingRelease},
+		{"ScalingTTL", testScalingTTL},
+		{"ScalingChanges", testScalingChanges},
+		{"ScalingChangesAcrossDBs", testScalingChangesAcrossDBs},
+		{"ScalingDeclareConcurrent", testScalingDeclareConcurrent},
 		{"Subscribe", testSubscribe},
 		{"SubscribeAcrossDBs", testSubscribeAcrossDBs},
 		{"SubscribeEnds", testSubscribeEnds},
@@ -923,10 +933,11 @@ func testClosed(t *testing.T, b backend) {
 
 // fixtures are records every method of the store can be called on.
 type fixtures struct {
-	org   store.Org
-	token store.Token
-	key   store.AdminKey
-	host  string
+	org     store.Org
+	token   store.Token
+	key     store.AdminKey
+	host    string
+	scaling store.ScalingRecord
 }
 
 func seed(t testing.TB, db *store.DB) fixtures {
@@ -941,6 +952,7 @@ func seed(t testing.TB, db *store.DB) fixtures {
 	if err := db.SetMaintenance(context.Background(), store.Maintenance{Hostname: f.host, OrgID: org.ID}); err != nil {
 		t.Fatalf("SetMaintenance(seed) = %v", err)
 	}
+	f.scaling, _ = mustDeclare(t, db, declaration(org.ID, f.host, ""), f.token.ID, true)
 	return f
 }
 
@@ -982,5 +994,711 @@ func calls(db *store.DB, f fixtures) []call {
 			return ignore1(db.AppendAudit(ctx, store.AuditEntry{Event: "call"}))
 		}},
 		{"ListAudit", func(ctx context.Context) error { return ignore1(db.ListAudit(ctx, "", 0)) }},
+		{"DeclareScaling", func(ctx context.Context) error {
+			_, _, err := db.DeclareScaling(ctx, declaration(f.org.ID, "call.example.com", ""), "tok_call", true)
+			return err
+		}},
+		{"ScalingRecord", func(ctx context.Context) error { return ignore1(db.ScalingRecord(ctx, f.org.ID, f.scaling.ID)) }},
+		{"ScalingRecordByBind", func(ctx context.Context) error {
+			return ignore1(db.ScalingRecordByBind(ctx, f.org.ID, f.scaling.Hostname, f.scaling.Path))
+		}},
+		{"ListScalingRecords", func(ctx context.Context) error { return ignore1(db.ListScalingRecords(ctx, "")) }},
+		{"RecordScalingCall", func(ctx context.Context) error {
+			return ignore1(db.RecordScalingCall(ctx, f.scaling.ID, time.Now(), "cold_start", 200, 0, false))
+		}},
+		{"ReleaseScalingArmer", func(ctx context.Context) error { return ignore1(db.ReleaseScalingArmer(ctx, "tok_call")) }},
+		{"DeleteStaleScalingRecords", func(ctx context.Context) error {
+			return ignore1(db.DeleteStaleScalingRecords(ctx, time.Time{}))
+		}},
+		{"DeleteScalingRecord", func(ctx context.Context) error { return db.DeleteScalingRecord(ctx, "", f.scaling.ID) }},
+	}
+}
+
+// declaration is a valid scaling declaration for a bind.
+func declaration(orgID, hostname, path string) store.ScalingRecord {
+	return store.ScalingRecord{
+		OrgID:             orgID,
+		Hostname:          hostname,
+		Path:              path,
+		URL:               "https://api.provider.example/apps/web/scale",
+		Secret:            "s3cret",
+		Min:               0,
+		Max:               8,
+		ColdStart:         45 * time.Second,
+		Window:            15 * time.Second,
+		Cooldown:          time.Minute,
+		TargetUtilization: 0.8,
+	}
+}
+
+// declared is d as DeclareScaling stores it for a new record.
+func declared(d store.ScalingRecord, id string, at time.Time, armedBy ...string) store.ScalingRecord {
+	d.ID = id
+	d.ArmedBy = armedBy
+	d.CreatedAt = stored(at)
+	d.UpdatedAt = stored(at)
+	return d
+}
+
+func mustDeclare(t testing.TB, db *store.DB, d store.ScalingRecord, armer string, rearm bool) (store.ScalingRecord, bool) {
+	t.Helper()
+	rec, changed, err := db.DeclareScaling(context.Background(), d, armer, rearm)
+	if err != nil {
+		t.Fatalf("DeclareScaling(%s%s, %s, %v) = %v", d.Hostname, d.Path, armer, rearm, err)
+	}
+	return rec, changed
+}
+
+// wantScaling fails t unless every read of want's record returns want.
+func wantScaling(t testing.TB, db *store.DB, want store.ScalingRecord) {
+	t.Helper()
+	ctx := context.Background()
+	reads := []struct {
+		name string
+		read func() (store.ScalingRecord, error)
+	}{
+		{"ScalingRecord(org)", func() (store.ScalingRecord, error) { return db.ScalingRecord(ctx, want.OrgID, want.ID) }},
+		{"ScalingRecord(any org)", func() (store.ScalingRecord, error) { return db.ScalingRecord(ctx, "", want.ID) }},
+		{"ScalingRecordByBind(org)", func() (store.ScalingRecord, error) {
+			return db.ScalingRecordByBind(ctx, want.OrgID, want.Hostname, want.Path)
+		}},
+	}
+	for _, r := range reads {
+		got, err := r.read()
+		if err != nil {
+			t.Errorf("%s = %v", r.name, err)
+			continue
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s mismatch (-want +got):\n%s", r.name, diff)
+		}
+		if got.CreatedAt.Location() != time.UTC || got.UpdatedAt.Location() != time.UTC ||
+			(got.LastCallAt != nil && got.LastCallAt.Location() != time.UTC) {
+			t.Errorf("%s times not in UTC: %+v", r.name, got)
+		}
+	}
+}
+
+func testScalingDeclare(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	org := mustOrg(t, db, "acme")
+	base := declaration(org.ID, "app.example.com", "")
+
+	// Sub-millisecond parts are dropped; the fields the store owns are
+	// ignored.
+	in := base
+	in.ColdStart += 999 * time.Microsecond
+	in.Window += 1500 * time.Nanosecond
+	in.ID = "scl_forged"
+	in.ArmedBy = []string{"tok_forged"}
+	in.Disarmed = true
+	in.ConsecutiveFailures = 3
+	in.LastCallAt = new(time.Now())
+	in.LastReason = "scale_out"
+	in.LastStatus = 500
+	in.CreatedAt = time.Now()
+	in.UpdatedAt = time.Now()
+	rec, changed := mustDeclare(t, db, in, "tok_a", false)
+	want := declared(base, rec.ID, clk.Now(), "tok_a")
+	if diff := cmp.Diff(want, rec); diff != "" {
+		t.Errorf("DeclareScaling(new) mismatch (-want +got):\n%s", diff)
+	}
+	if !changed {
+		t.Error("DeclareScaling(new) changed = false, want true")
+	}
+	if !strings.HasPrefix(rec.ID, "scl_") {
+		t.Errorf("DeclareScaling(new).ID = %q, want scl_…", rec.ID)
+	}
+	wantScaling(t, db, want)
+
+	// A refresh by another armer adds it and moves UpdatedAt, nothing
+	// else; the same armer again is not added twice.
+	clk.Advance(time.Minute)
+	rec, changed = mustDeclare(t, db, base, "tok_b", false)
+	want.ArmedBy = []string{"tok_a", "tok_b"}
+	want.UpdatedAt = stored(clk.Now())
+	if diff := cmp.Diff(want, rec); diff != "" || changed {
+		t.Errorf("DeclareScaling(refresh, tok_b) = changed %v, want false; mismatch (-want +got):\n%s", changed, diff)
+	}
+	clk.Advance(time.Minute)
+	rec, changed = mustDeclare(t, db, base, "tok_a", false)
+	want.UpdatedAt = stored(clk.Now())
+	if diff := cmp.Diff(want, rec); diff != "" || changed {
+		t.Errorf("DeclareScaling(refresh, tok_a again) = changed %v, want false; mismatch (-want +got):\n%s", changed, diff)
+	}
+	wantScaling(t, db, want)
+
+	// Each declaration field is a change; declaring it twice is not.
+	edits := []struct {
+		name string
+		edit func(r *store.ScalingRecord)
+	}{
+		{"url", func(r *store.ScalingRecord) { r.URL = "https://other.example/scale" }},
+		{"secret", func(r *store.ScalingRecord) { r.Secret = "rotated" }},
+		{"no secret", func(r *store.ScalingRecord) { r.Secret = "" }},
+		{"min", func(r *store.ScalingRecord) { r.Min = 1 }},
+		{"max", func(r *store.ScalingRecord) { r.Max = 0 }},
+		{"cold start", func(r *store.ScalingRecord) { r.ColdStart = 5 * time.Minute }},
+		{"window", func(r *store.ScalingRecord) { r.Window = time.Second }},
+		{"cooldown", func(r *store.ScalingRecord) { r.Cooldown = 90 * time.Second }},
+		{"target utilization", func(r *store.ScalingRecord) { r.TargetUtilization = 0.55 }},
+		{"back to base", func(*store.ScalingRecord) {}},
+	}
+	for _, e := range edits {
+		d := base
+		e.edit(&d)
+		clk.Advance(time.Second)
+		rec, changed := mustDeclare(t, db, d, "tok_a", false)
+		want = declared(d, want.ID, want.CreatedAt, "tok_a", "tok_b")
+		want.UpdatedAt = stored(clk.Now())
+		if diff := cmp.Diff(want, rec); diff != "" || !changed {
+			t.Errorf("DeclareScaling(%s) = changed %v, want true; mismatch (-want +got):\n%s", e.name, changed, diff)
+		}
+		wantScaling(t, db, want)
+		if _, changed := mustDeclare(t, db, d, "tok_a", false); changed {
+			t.Errorf("DeclareScaling(%s) again = changed true, want false", e.name)
+		}
+		want.UpdatedAt = stored(clk.Now())
+	}
+
+	// Below the millisecond is no change; Conflict is stored but is the
+	// caller's verdict, not a change of declaration.
+	d := base
+	d.Cooldown += 999 * time.Microsecond
+	if rec, changed := mustDeclare(t, db, d, "tok_a", false); changed || rec.Cooldown != base.Cooldown {
+		t.Errorf("DeclareScaling(cooldown +999µs) = changed %v, Cooldown %v; want false, %v", changed, rec.Cooldown, base.Cooldown)
+	}
+	d = base
+	d.Conflict = true
+	if rec, changed := mustDeclare(t, db, d, "tok_b", false); changed || !rec.Conflict {
+		t.Errorf("DeclareScaling(conflict) = changed %v, Conflict %v; want false, true", changed, rec.Conflict)
+	}
+	if got, err := db.ScalingRecord(ctx, "", want.ID); err != nil || !got.Conflict {
+		t.Errorf("ScalingRecord() after a conflict = Conflict %v, %v; want true", got.Conflict, err)
+	}
+	if rec, changed := mustDeclare(t, db, base, "tok_b", false); changed || rec.Conflict {
+		t.Errorf("DeclareScaling(no conflict) = changed %v, Conflict %v; want false, false", changed, rec.Conflict)
+	}
+
+	// The path is part of the bind.
+	api, changed := mustDeclare(t, db, declaration(org.ID, "app.example.com", "/api"), "tok_a", false)
+	if api.ID == want.ID || !changed || api.Path != "/api" {
+		t.Errorf("DeclareScaling(/api) = %s, changed %v, path %q; want a new record", api.ID, changed, api.Path)
+	}
+
+	refused := []struct {
+		name  string
+		edit  func(r *store.ScalingRecord)
+		armer string
+		want  error // nil: any error
+	}{
+		{"no org", func(r *store.ScalingRecord) { r.OrgID = "" }, "tok_a", nil},
+		{"no hostname", func(r *store.ScalingRecord) { r.Hostname = "" }, "tok_a", nil},
+		{"no url", func(r *store.ScalingRecord) { r.URL = "" }, "tok_a", nil},
+		{"no armer", func(*store.ScalingRecord) {}, "", nil},
+		{"NaN utilization", func(r *store.ScalingRecord) { r.TargetUtilization = math.NaN() }, "tok_a", nil},
+		{"infinite utilization", func(r *store.ScalingRecord) { r.TargetUtilization = math.Inf(1) }, "tok_a", nil},
+		{"missing org", func(r *store.ScalingRecord) { r.OrgID = "org_missing" }, "tok_a", store.ErrNotFound},
+	}
+	for _, tt := range refused {
+		d := declaration(org.ID, "refused.example.com", "")
+		tt.edit(&d)
+		_, _, err := db.DeclareScaling(ctx, d, tt.armer, true)
+		switch {
+		case err == nil:
+			t.Errorf("DeclareScaling(%s) = nil, want an error", tt.name)
+		case tt.want != nil && !errors.Is(err, tt.want):
+			t.Errorf("DeclareScaling(%s) = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	rs, err := db.ListScalingRecords(ctx, "")
+	if err != nil || len(rs) != 2 {
+		t.Errorf("ListScalingRecords() after refused declarations = %d records, %v; want 2", len(rs), err)
+	}
+}
+
+func testScalingRearm(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	org := mustOrg(t, db, "acme")
+	base := declaration(org.ID, "app.example.com", "")
+	rec, _ := mustDeclare(t, db, base, "tok_a", true)
+
+	at := clk.Advance(time.Minute)
+	tripped, err := db.RecordScalingCall(ctx, rec.ID, at, "cold_start", 502, 5, true)
+	if err != nil {
+		t.Fatalf("RecordScalingCall(trip) = %v", err)
+	}
+	if !tripped.Disarmed || tripped.ConsecutiveFailures != 5 {
+		t.Fatalf("RecordScalingCall(trip) = Disarmed %v, failures %d; want true, 5", tripped.Disarmed, tripped.ConsecutiveFailures)
+	}
+
+	// A heartbeat that does not re-arm leaves the breaker alone, even
+	// with a changed declaration (the caller decides).
+	for _, d := range []store.ScalingRecord{base, func() store.ScalingRecord { d := base; d.Max = 3; return d }()} {
+		clk.Advance(time.Second)
+		got, _ := mustDeclare(t, db, d, "tok_a", false)
+		want := tripped
+		want.Max = d.Max
+		want.UpdatedAt = stored(clk.Now())
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("DeclareScaling(max %d, rearm false) mismatch, want the breaker kept (-want +got):\n%s", d.Max, diff)
+		}
+		wantScaling(t, db, want)
+	}
+
+	// Re-arming clears the breaker and keeps the last call.
+	clk.Advance(time.Second)
+	got, changed := mustDeclare(t, db, base, "tok_a", true)
+	want := tripped
+	want.Disarmed = false
+	want.ConsecutiveFailures = 0
+	want.UpdatedAt = stored(clk.Now())
+	if diff := cmp.Diff(want, got); diff != "" || !changed {
+		t.Errorf("DeclareScaling(rearm) = changed %v, want true (max 3 → 8); mismatch (-want +got):\n%s", changed, diff)
+	}
+	wantScaling(t, db, want)
+}
+
+func testScalingCall(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	org := mustOrg(t, db, "acme")
+	rec, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	if rec.LastCallAt != nil || rec.LastReason != "" || rec.LastStatus != 0 || rec.ConsecutiveFailures != 0 || rec.Disarmed {
+		t.Errorf("DeclareScaling(new) = %+v, want no call and an armed breaker", rec)
+	}
+	wantScaling(t, db, rec) // a nil LastCallAt round-trips
+
+	clk.Advance(time.Hour)
+	at := time.Date(2031, 3, 4, 6, 0, 0, 123456789, time.FixedZone("V", -2*3600))
+	got, err := db.RecordScalingCall(ctx, rec.ID, at, "scale_out", 202, 0, false)
+	if err != nil {
+		t.Fatalf("RecordScalingCall() = %v", err)
+	}
+	want := rec
+	want.LastCallAt = new(stored(at))
+	want.LastReason = "scale_out"
+	want.LastStatus = 202
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("RecordScalingCall() mismatch, want UpdatedAt unchanged (-want +got):\n%s", diff)
+	}
+	wantScaling(t, db, want)
+
+	// A transport failure at a zero time: status 0, now.
+	clk.Advance(time.Minute)
+	got, err = db.RecordScalingCall(ctx, rec.ID, time.Time{}, "scale_in", 0, 1, false)
+	if err != nil {
+		t.Fatalf("RecordScalingCall(transport failure) = %v", err)
+	}
+	want.LastCallAt = new(stored(clk.Now()))
+	want.LastReason = "scale_in"
+	want.LastStatus = 0
+	want.ConsecutiveFailures = 1
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("RecordScalingCall(transport failure) mismatch (-want +got):\n%s", diff)
+	}
+	wantScaling(t, db, want)
+
+	_, err = db.RecordScalingCall(ctx, "scl_missing", at, "cold_start", 200, 0, false)
+	wantErr(t, "RecordScalingCall(scl_missing)", err, store.ErrNotFound)
+}
+
+func testScalingScopeAndOrder(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	a := mustOrg(t, db, "a")
+	bo := mustOrg(t, db, "b")
+
+	a1, _ := mustDeclare(t, db, declaration(a.ID, "one.example.com", ""), "tok_a", true)
+	clk.Advance(time.Second)
+	// The same bind in another organization is another record.
+	b1, _ := mustDeclare(t, db, declaration(bo.ID, "one.example.com", ""), "tok_b", true)
+	clk.Advance(time.Second)
+	// Same instant: creation order decides.
+	a2, _ := mustDeclare(t, db, declaration(a.ID, "two.example.com", "/api"), "tok_a", true)
+	a3, _ := mustDeclare(t, db, declaration(a.ID, "two.example.com", ""), "tok_a", true)
+
+	lists := func(step string, tests []struct {
+		org  string
+		want []store.ScalingRecord
+	}) {
+		t.Helper()
+		for _, tt := range tests {
+			got, err := db.ListScalingRecords(ctx, tt.org)
+			if err != nil {
+				t.Errorf("%s: ListScalingRecords(%q) = %v", step, tt.org, err)
+				continue
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("%s: ListScalingRecords(%q) mismatch, want newest declaration first (-want +got):\n%s", step, tt.org, diff)
+			}
+		}
+	}
+	lists("created", []struct {
+		org  string
+		want []store.ScalingRecord
+	}{
+		{a.ID, []store.ScalingRecord{a3, a2, a1}},
+		{bo.ID, []store.ScalingRecord{b1}},
+		{"", []store.ScalingRecord{a3, a2, b1, a1}},
+		{"org_missing", []store.ScalingRecord{}},
+	})
+
+	// A refresh moves a record first.
+	clk.Advance(time.Second)
+	a1, _ = mustDeclare(t, db, declaration(a.ID, "one.example.com", ""), "tok_a", false)
+	lists("refreshed", []struct {
+		org  string
+		want []store.ScalingRecord
+	}{
+		{a.ID, []store.ScalingRecord{a1, a3, a2}},
+		{"", []store.ScalingRecord{a1, a3, a2, b1}},
+	})
+
+	_, err := db.ScalingRecord(ctx, bo.ID, a1.ID)
+	wantErr(t, "ScalingRecord(other org)", err, store.ErrNotFound)
+	_, err = db.ScalingRecord(ctx, "", "scl_missing")
+	wantErr(t, "ScalingRecord(scl_missing)", err, store.ErrNotFound)
+
+	binds := []struct {
+		org, hostname, path string
+		want                store.ScalingRecord // zero: ErrNotFound
+	}{
+		{a.ID, "one.example.com", "", a1},
+		{bo.ID, "one.example.com", "", b1},
+		{"", "one.example.com", "", a1}, // any org: the newest declaration
+		{a.ID, "two.example.com", "/api", a2},
+		{"", "two.example.com", "", a3},
+		{a.ID, "two.example.com", "/other", store.ScalingRecord{}},
+		{bo.ID, "two.example.com", "", store.ScalingRecord{}},
+		{"", "three.example.com", "", store.ScalingRecord{}},
+	}
+	for _, tt := range binds {
+		got, err := db.ScalingRecordByBind(ctx, tt.org, tt.hostname, tt.path)
+		if tt.want.ID == "" {
+			wantErr(t, fmt.Sprintf("ScalingRecordByBind(%q, %s%s)", tt.org, tt.hostname, tt.path), err, store.ErrNotFound)
+			continue
+		}
+		if err != nil {
+			t.Errorf("ScalingRecordByBind(%q, %s%s) = %v", tt.org, tt.hostname, tt.path, err)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("ScalingRecordByBind(%q, %s%s) mismatch (-want +got):\n%s", tt.org, tt.hostname, tt.path, diff)
+		}
+	}
+
+	wantErr(t, "DeleteScalingRecord(other org)", db.DeleteScalingRecord(ctx, bo.ID, a1.ID), store.ErrNotFound)
+	wantErr(t, "DeleteScalingRecord(org)", db.DeleteScalingRecord(ctx, a.ID, a1.ID), nil)
+	wantErr(t, "DeleteScalingRecord(again)", db.DeleteScalingRecord(ctx, "", a1.ID), store.ErrNotFound)
+	wantErr(t, "DeleteScalingRecord(any org)", db.DeleteScalingRecord(ctx, "", b1.ID), nil)
+	_, err = db.ScalingRecordByBind(ctx, "", "one.example.com", "")
+	wantErr(t, "ScalingRecordByBind(deleted)", err, store.ErrNotFound)
+	lists("deleted", []struct {
+		org  string
+		want []store.ScalingRecord
+	}{
+		{"", []store.ScalingRecord{a3, a2}},
+	})
+
+	// Declaring a deleted bind again creates a new record.
+	again, changed := mustDeclare(t, db, declaration(a.ID, "one.example.com", ""), "tok_a", false)
+	if again.ID == a1.ID || !changed || !again.CreatedAt.Equal(stored(clk.Now())) {
+		t.Errorf("DeclareScaling(deleted bind) = %s, changed %v, created %v; want a new record", again.ID, changed, again.CreatedAt)
+	}
+}
+
+func testScalingRelease(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	org := mustOrg(t, db, "acme")
+
+	onlyA, _ := mustDeclare(t, db, declaration(org.ID, "a.example.com", ""), "tok_a", true)
+	both, _ := mustDeclare(t, db, declaration(org.ID, "ab.example.com", ""), "tok_a", true)
+	both, _ = mustDeclare(t, db, declaration(org.ID, "ab.example.com", ""), "tok_b", false)
+	onlyB, _ := mustDeclare(t, db, declaration(org.ID, "b.example.com", ""), "tok_b", true)
+	master, _ := mustDeclare(t, db, declaration(org.ID, "m.example.com", ""), "master", true)
+	clk.Advance(time.Hour)
+
+	release := func(armer string, want ...string) {
+		t.Helper()
+		if want == nil {
+			want = []string{}
+		}
+		slices.Sort(want)
+		got, err := db.ReleaseScalingArmer(ctx, armer)
+		if err != nil {
+			t.Fatalf("ReleaseScalingArmer(%s) = %v", armer, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("ReleaseScalingArmer(%s) mismatch, want the deleted IDs sorted (-want +got):\n%s", armer, diff)
+		}
+	}
+
+	// Only the record tok_a alone armed goes; the shared one loses tok_a
+	// and keeps its UpdatedAt.
+	release("tok_a", onlyA.ID)
+	_, err := db.ScalingRecord(ctx, "", onlyA.ID)
+	wantErr(t, "ScalingRecord(released)", err, store.ErrNotFound)
+	both.ArmedBy = []string{"tok_b"}
+	wantScaling(t, db, both)
+	wantScaling(t, db, onlyB)
+	release("tok_a")
+	release("tok_unknown")
+
+	release("tok_b", both.ID, onlyB.ID)
+	got, err := db.ListScalingRecords(ctx, "")
+	if err != nil {
+		t.Fatalf("ListScalingRecords() = %v", err)
+	}
+	if diff := cmp.Diff([]store.ScalingRecord{master}, got); diff != "" {
+		t.Errorf("ListScalingRecords() after releases mismatch (-want +got):\n%s", diff)
+	}
+	if _, err := db.ReleaseScalingArmer(ctx, ""); err == nil {
+		t.Error(`ReleaseScalingArmer("") = nil, want an error`)
+	}
+}
+
+func testScalingTTL(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	a := mustOrg(t, db, "a")
+	bo := mustOrg(t, db, "b")
+
+	t0 := clk.Now()
+	old, _ := mustDeclare(t, db, declaration(a.ID, "old.example.com", ""), "tok_a", true)
+	mustDeclare(t, db, declaration(bo.ID, "refreshed.example.com", ""), "tok_b", true)
+	t1 := clk.Advance(time.Hour)
+	mid, _ := mustDeclare(t, db, declaration(bo.ID, "mid.example.com", ""), "tok_b", true)
+	clk.Advance(time.Hour)
+	refreshed, _ := mustDeclare(t, db, declaration(bo.ID, "refreshed.example.com", ""), "tok_b", false)
+	fresh, _ := mustDeclare(t, db, declaration(a.ID, "fresh.example.com", ""), "tok_a", true)
+	// A recorded call is no re-announcement: it does not keep a record.
+	if _, err := db.RecordScalingCall(ctx, old.ID, clk.Now(), "cold_start", 200, 0, false); err != nil {
+		t.Fatalf("RecordScalingCall(old) = %v", err)
+	}
+
+	sweep := func(cutoff time.Time, want ...string) {
+		t.Helper()
+		if want == nil {
+			want = []string{}
+		}
+		slices.Sort(want)
+		got, err := db.DeleteStaleScalingRecords(ctx, cutoff)
+		if err != nil {
+			t.Fatalf("DeleteStaleScalingRecords(%v) = %v", cutoff, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("DeleteStaleScalingRecords(%v) mismatch, want the deleted IDs sorted (-want +got):\n%s", cutoff, diff)
+		}
+	}
+	sweep(t0.Add(-time.Hour))
+	// Strictly before: a record declared at the cutoff stays, one
+	// declared a nanosecond before it goes.
+	sweep(stored(t1), old.ID)
+	sweep(stored(t1))
+	sweep(stored(t1).Add(time.Nanosecond), mid.ID)
+	_, err := db.ScalingRecord(ctx, "", mid.ID)
+	wantErr(t, "ScalingRecord(swept)", err, store.ErrNotFound)
+
+	got, err := db.ListScalingRecords(ctx, "")
+	if err != nil {
+		t.Fatalf("ListScalingRecords() = %v", err)
+	}
+	if diff := cmp.Diff([]store.ScalingRecord{fresh, refreshed}, got); diff != "" {
+		t.Errorf("ListScalingRecords() after sweeps mismatch (-want +got):\n%s", diff)
+	}
+	sweep(clk.Advance(time.Second), fresh.ID, refreshed.ID)
+}
+
+// scalingChange is the change that names r.
+func scalingChange(kind string, r store.ScalingRecord) store.Change {
+	return store.Change{Kind: kind, ID: r.ID, OrgID: r.OrgID, Hostname: r.Hostname}
+}
+
+// byID orders records by ID, the order multi-record calls announce them in.
+func byID(rs ...store.ScalingRecord) []store.ScalingRecord {
+	slices.SortFunc(rs, func(x, y store.ScalingRecord) int { return strings.Compare(x.ID, y.ID) })
+	return rs
+}
+
+func testScalingChanges(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	org := mustOrg(t, db, "acme")
+	sub := db.Subscribe(ctx)
+	updated := func(r store.ScalingRecord) store.Change { return scalingChange(store.ChangeScalingUpdated, r) }
+	deleted := func(r store.ScalingRecord) store.Change { return scalingChange(store.ChangeScalingDeleted, r) }
+
+	app, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	wantChange(t, sub, updated(app))
+	mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", false) // an unchanged heartbeat
+	wantChange(t, sub, updated(app))
+	if _, err := db.RecordScalingCall(ctx, app.ID, time.Time{}, "cold_start", 200, 0, false); err != nil {
+		t.Fatalf("RecordScalingCall() = %v", err)
+	}
+	wantChange(t, sub, updated(app))
+
+	// Calls that change nothing announce nothing: the next change is
+	// api's.
+	_, _, err := db.DeclareScaling(ctx, declaration(org.ID, "app.example.com", ""), "", true)
+	if err == nil {
+		t.Error(`DeclareScaling(armer "") = nil, want an error`)
+	}
+	_, err = db.RecordScalingCall(ctx, "scl_missing", time.Time{}, "cold_start", 200, 0, false)
+	wantErr(t, "RecordScalingCall(scl_missing)", err, store.ErrNotFound)
+	wantErr(t, "DeleteScalingRecord(scl_missing)", db.DeleteScalingRecord(ctx, "", "scl_missing"), store.ErrNotFound)
+	if ids, err := db.ReleaseScalingArmer(ctx, "tok_unknown"); err != nil || len(ids) != 0 {
+		t.Errorf("ReleaseScalingArmer(tok_unknown) = %v, %v; want none", ids, err)
+	}
+	if ids, err := db.DeleteStaleScalingRecords(ctx, time.Time{}); err != nil || len(ids) != 0 {
+		t.Errorf("DeleteStaleScalingRecords(zero) = %v, %v; want none", ids, err)
+	}
+	api, _ := mustDeclare(t, db, declaration(org.ID, "api.example.com", ""), "tok_a", true)
+	wantChange(t, sub, updated(api))
+	mustDeclare(t, db, declaration(org.ID, "api.example.com", ""), "tok_b", false)
+	wantChange(t, sub, updated(api))
+	web, _ := mustDeclare(t, db, declaration(org.ID, "web.example.com", ""), "tok_c", true)
+	wantChange(t, sub, updated(web))
+
+	// Release: app goes, api loses tok_a, in ID order.
+	if _, err := db.ReleaseScalingArmer(ctx, "tok_a"); err != nil {
+		t.Fatalf("ReleaseScalingArmer(tok_a) = %v", err)
+	}
+	for _, r := range byID(app, api) {
+		want := updated(r)
+		if r.ID == app.ID {
+			want = deleted(r)
+		}
+		wantChange(t, sub, want)
+	}
+
+	wantErr(t, "DeleteScalingRecord(api)", db.DeleteScalingRecord(ctx, org.ID, api.ID), nil)
+	wantChange(t, sub, deleted(api))
+
+	clk.Advance(time.Hour)
+	if _, err := db.DeleteStaleScalingRecords(ctx, clk.Now()); err != nil {
+		t.Fatalf("DeleteStaleScalingRecords() = %v", err)
+	}
+	wantChange(t, sub, deleted(web))
+}
+
+func testScalingChangesAcrossDBs(t *testing.T, b backend) {
+	if !b.shared {
+		t.Skipf("%s: one server owns the database file; changes reach the subscribers of the DB that made them only", b.name)
+	}
+	ctx := t.Context()
+	cfg := b.fresh(t)
+	db1 := storetest.Open(t, cfg)
+	db2 := storetest.Open(t, cfg)
+	org := mustOrg(t, db1, "acme")
+	sub1 := db1.Subscribe(ctx)
+	sub2 := db2.Subscribe(ctx)
+	both := func(want store.Change) {
+		t.Helper()
+		wantChange(t, sub1, want)
+		wantChange(t, sub2, want)
+	}
+
+	// Declared on one server, seen on the other at once.
+	app, _ := mustDeclare(t, db2, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	both(scalingChange(store.ChangeScalingUpdated, app))
+	wantScaling(t, db1, app)
+
+	// A breaker tripped on one is seen by all.
+	tripped, err := db1.RecordScalingCall(ctx, app.ID, time.Now(), "cold_start", 500, 5, true)
+	if err != nil {
+		t.Fatalf("db1.RecordScalingCall() = %v", err)
+	}
+	both(scalingChange(store.ChangeScalingUpdated, app))
+	wantScaling(t, db2, tripped)
+
+	api, _ := mustDeclare(t, db1, declaration(org.ID, "api.example.com", ""), "tok_b", true)
+	both(scalingChange(store.ChangeScalingUpdated, api))
+	wantErr(t, "db2.DeleteScalingRecord(app)", db2.DeleteScalingRecord(ctx, org.ID, app.ID), nil)
+	both(scalingChange(store.ChangeScalingDeleted, app))
+	if _, err := db2.ReleaseScalingArmer(ctx, "tok_b"); err != nil {
+		t.Fatalf("db2.ReleaseScalingArmer() = %v", err)
+	}
+	both(scalingChange(store.ChangeScalingDeleted, api))
+
+	web, _ := mustDeclare(t, db2, declaration(org.ID, "web.example.com", ""), "tok_c", true)
+	both(scalingChange(store.ChangeScalingUpdated, web))
+	if _, err := db1.DeleteStaleScalingRecords(ctx, web.UpdatedAt.Add(time.Microsecond)); err != nil {
+		t.Fatalf("db1.DeleteStaleScalingRecords() = %v", err)
+	}
+	both(scalingChange(store.ChangeScalingDeleted, web))
+}
+
+func testScalingDeclareConcurrent(t *testing.T, b backend) {
+	ctx := t.Context()
+	cfg := b.fresh(t)
+	dbs := []*store.DB{storetest.Open(t, cfg), storetest.Open(t, cfg)}
+	org := mustOrg(t, dbs[0], "acme")
+	// Two binds: one nobody has declared yet, so that the declarers race
+	// to create it, and one armed by "old" alone, released while the
+	// others declare it. Whichever way they interleave, no declaration is
+	// lost.
+	binds := []store.ScalingRecord{
+		declaration(org.ID, "new.example.com", ""),
+		declaration(org.ID, "old.example.com", ""),
+	}
+	mustDeclare(t, dbs[0], binds[1], "old", true)
+
+	const declarers = 16
+	var (
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+		errs   = make(chan error, declarers*len(binds)+1)
+		armers []string
+	)
+	for i := range declarers {
+		armer := fmt.Sprintf("tok_%02d", i)
+		armers = append(armers, armer)
+		for _, d := range binds {
+			wg.Go(func() {
+				<-start
+				if _, _, err := dbs[i%len(dbs)].DeclareScaling(ctx, d, armer, i%2 == 0); err != nil {
+					errs <- fmt.Errorf("db%d.DeclareScaling(%s, %s) = %w", i%len(dbs), d.Hostname, armer, err)
+				}
+			})
+		}
+	}
+	wg.Go(func() {
+		<-start
+		if _, err := dbs[1].ReleaseScalingArmer(ctx, "old"); err != nil {
+			errs <- fmt.Errorf("db1.ReleaseScalingArmer(old) = %w", err)
+		}
+	})
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	for i, db := range dbs {
+		rs, err := db.ListScalingRecords(ctx, "")
+		if err != nil {
+			t.Fatalf("db%d.ListScalingRecords() = %v", i, err)
+		}
+		if len(rs) != len(binds) {
+			t.Fatalf("db%d.ListScalingRecords() = %d records, want %d", i, len(rs), len(binds))
+		}
+		for _, r := range rs {
+			got := slices.Sorted(slices.Values(r.ArmedBy))
+			if diff := cmp.Diff(armers, got); diff != "" {
+				t.Errorf("db%d: %s ArmedBy mismatch, want every declarer once and not old (-want +got):\n%s", i, r.Hostname, diff)
+			}
+		}
 	}
 }

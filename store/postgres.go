@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -441,6 +442,217 @@ func (b *pgBackend) listMaintenance(ctx context.Context) ([]Maintenance, error) 
 		m.Since = m.Since.UTC()
 		return m, nil
 	})
+}
+
+// Scaling records.
+
+const pgScalingCols = `id, org_id, hostname, path, url, secret, min_instances, max_instances,
+	cold_start_ms, window_ms, cooldown_ms, target_utilization, armed_by, conflict, disarmed,
+	consecutive_failures, last_call_at, last_reason, last_status, created_at, updated_at`
+
+// pgDeclareTries bounds how often declareScaling finds its bind inserted by
+// another transaction and then deleted by a third before it could lock it.
+const pgDeclareTries = 5
+
+func pgScanScaling(r pgx.Row) (ScalingRecord, error) {
+	var (
+		s                           ScalingRecord
+		coldStart, window, cooldown int64
+	)
+	if err := r.Scan(&s.ID, &s.OrgID, &s.Hostname, &s.Path, &s.URL, &s.Secret, &s.Min, &s.Max,
+		&coldStart, &window, &cooldown, &s.TargetUtilization, &s.ArmedBy, &s.Conflict, &s.Disarmed,
+		&s.ConsecutiveFailures, &s.LastCallAt, &s.LastReason, &s.LastStatus, &s.CreatedAt, &s.UpdatedAt); err != nil {
+		return ScalingRecord{}, pgErr(err)
+	}
+	s.ColdStart = time.Duration(coldStart) * time.Millisecond
+	s.Window = time.Duration(window) * time.Millisecond
+	s.Cooldown = time.Duration(cooldown) * time.Millisecond
+	s.ArmedBy = list(s.ArmedBy)
+	s.LastCallAt = utcPtr(s.LastCallAt)
+	s.CreatedAt = s.CreatedAt.UTC()
+	s.UpdatedAt = s.UpdatedAt.UTC()
+	return s, nil
+}
+
+// pgScanScalingRef scans the columns that name a record in a change: id,
+// org_id, hostname.
+func pgScanScalingRef(r pgx.Row) (ScalingRecord, error) {
+	var s ScalingRecord
+	return s, pgErr(r.Scan(&s.ID, &s.OrgID, &s.Hostname))
+}
+
+func (b *pgBackend) declareScaling(ctx context.Context, fresh ScalingRecord, armer string, rearm bool) (ScalingRecord, bool, error) {
+	var (
+		rec     ScalingRecord
+		changed bool
+	)
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		// Lock the bind's row, or insert it. Each statement sees what was
+		// committed before it began (READ COMMITTED): an insert that finds
+		// the bind taken has waited for the inserting transaction to
+		// commit, so the next lock attempt sees its row. Another server
+		// declaring the bind at once therefore either merges into this
+		// record or this one merges into its, and no armer is lost.
+		for range pgDeclareTries {
+			old, err := pgScanScaling(tx.QueryRow(ctx,
+				`SELECT `+pgScalingCols+` FROM scaling_records WHERE org_id = $1 AND hostname = $2 AND path = $3 FOR UPDATE`,
+				fresh.OrgID, fresh.Hostname, fresh.Path))
+			if err == nil {
+				rec, changed = mergeScaling(old, fresh, armer, rearm)
+				_, err = tx.Exec(ctx, `UPDATE scaling_records SET url = $2, secret = $3,
+					min_instances = $4, max_instances = $5, cold_start_ms = $6, window_ms = $7, cooldown_ms = $8,
+					target_utilization = $9, armed_by = $10, conflict = $11, disarmed = $12,
+					consecutive_failures = $13, updated_at = $14
+					WHERE id = $1`,
+					rec.ID, rec.URL, rec.Secret, rec.Min, rec.Max,
+					rec.ColdStart.Milliseconds(), rec.Window.Milliseconds(), rec.Cooldown.Milliseconds(),
+					rec.TargetUtilization, rec.ArmedBy, rec.Conflict, rec.Disarmed,
+					rec.ConsecutiveFailures, rec.UpdatedAt)
+				if err != nil {
+					return err
+				}
+				return notify(ctx, tx, scalingChange(ChangeScalingUpdated, rec))
+			}
+			if !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			r := fresh
+			tag, err := tx.Exec(ctx, `INSERT INTO scaling_records (`+pgScalingCols+`)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+				ON CONFLICT (org_id, hostname, path) DO NOTHING`,
+				r.ID, r.OrgID, r.Hostname, r.Path, r.URL, r.Secret, r.Min, r.Max,
+				r.ColdStart.Milliseconds(), r.Window.Milliseconds(), r.Cooldown.Milliseconds(), r.TargetUtilization,
+				r.ArmedBy, r.Conflict, r.Disarmed,
+				r.ConsecutiveFailures, r.LastCallAt, r.LastReason, r.LastStatus, r.CreatedAt, r.UpdatedAt)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 1 {
+				rec, changed = r, true
+				return notify(ctx, tx, scalingChange(ChangeScalingUpdated, rec))
+			}
+			// Another transaction inserted the bind first: lock its row.
+		}
+		return fmt.Errorf("bind inserted and deleted by others %d times in a row", pgDeclareTries)
+	})
+	if err != nil {
+		return ScalingRecord{}, false, err
+	}
+	return rec, changed, nil
+}
+
+func (b *pgBackend) scalingRecord(ctx context.Context, orgID, id string) (ScalingRecord, error) {
+	return pgScanScaling(b.pool.QueryRow(ctx,
+		`SELECT `+pgScalingCols+` FROM scaling_records WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID))
+}
+
+func (b *pgBackend) scalingRecordByBind(ctx context.Context, orgID, hostname, path string) (ScalingRecord, error) {
+	return pgScanScaling(b.pool.QueryRow(ctx,
+		`SELECT `+pgScalingCols+` FROM scaling_records WHERE hostname = $2 AND path = $3 AND ($1 = '' OR org_id = $1)
+		ORDER BY updated_at DESC, seq DESC LIMIT 1`, orgID, hostname, path))
+}
+
+func (b *pgBackend) listScalingRecords(ctx context.Context, orgID string) ([]ScalingRecord, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT `+pgScalingCols+` FROM scaling_records WHERE ($1 = '' OR org_id = $1) ORDER BY updated_at DESC, seq DESC`, orgID)
+	return pgCollect(rows, err, pgScanScaling)
+}
+
+func (b *pgBackend) recordScalingCall(ctx context.Context, id string, c scalingCall) (ScalingRecord, error) {
+	var rec ScalingRecord
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		var err error
+		rec, err = pgScanScaling(tx.QueryRow(ctx,
+			`UPDATE scaling_records SET last_call_at = $2, last_reason = $3, last_status = $4,
+			consecutive_failures = $5, disarmed = $6 WHERE id = $1 RETURNING `+pgScalingCols,
+			id, c.at, c.reason, c.status, c.failures, c.disarmed))
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx, scalingChange(ChangeScalingUpdated, rec))
+	})
+	if err != nil {
+		return ScalingRecord{}, err
+	}
+	return rec, nil
+}
+
+func (b *pgBackend) deleteScalingRecord(ctx context.Context, orgID, id string) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		r, err := pgScanScalingRef(tx.QueryRow(ctx,
+			`DELETE FROM scaling_records WHERE id = $1 AND ($2 = '' OR org_id = $2) RETURNING id, org_id, hostname`, id, orgID))
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx, scalingChange(ChangeScalingDeleted, r))
+	})
+}
+
+func (b *pgBackend) releaseScalingArmer(ctx context.Context, armer string) ([]string, error) {
+	ids := []string{}
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		ids = ids[:0]
+		// Lock every record armer armed, in ID order so that concurrent
+		// releases and sweeps cannot deadlock. A declaration holding one
+		// of them finishes first and is then seen: its armer is kept.
+		rows, err := tx.Query(ctx,
+			`SELECT `+pgScalingCols+` FROM scaling_records WHERE $1 = ANY (armed_by) ORDER BY id FOR UPDATE`, armer)
+		armed, err := pgCollect(rows, err, pgScanScaling)
+		if err != nil {
+			return err
+		}
+		for _, r := range armed {
+			r.ArmedBy = releaseArmer(r.ArmedBy, armer)
+			kind := ChangeScalingUpdated
+			if len(r.ArmedBy) == 0 {
+				kind = ChangeScalingDeleted
+				_, err = tx.Exec(ctx, `DELETE FROM scaling_records WHERE id = $1`, r.ID)
+				ids = append(ids, r.ID)
+			} else {
+				_, err = tx.Exec(ctx, `UPDATE scaling_records SET armed_by = $2 WHERE id = $1`, r.ID, r.ArmedBy)
+			}
+			if err != nil {
+				return err
+			}
+			if err := notify(ctx, tx, scalingChange(kind, r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+func (b *pgBackend) deleteStaleScalingRecords(ctx context.Context, cutoff time.Time) ([]string, error) {
+	ids := []string{}
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		// Lock in ID order, as releaseScalingArmer does. A record being
+		// refreshed is rechecked once the refresh commits, and survives.
+		rows, err := tx.Query(ctx, `DELETE FROM scaling_records WHERE id IN (
+			SELECT id FROM scaling_records WHERE updated_at < $1 ORDER BY id FOR UPDATE
+		) RETURNING id, org_id, hostname`, cutoff)
+		deleted, err := pgCollect(rows, err, pgScanScalingRef)
+		if err != nil {
+			return err
+		}
+		// RETURNING gives no order: announce in ID order.
+		slices.SortFunc(deleted, func(x, y ScalingRecord) int { return strings.Compare(x.ID, y.ID) })
+		ids = ids[:0]
+		for _, r := range deleted {
+			ids = append(ids, r.ID)
+			if err := notify(ctx, tx, scalingChange(ChangeScalingDeleted, r)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
 }
 
 // Audit.

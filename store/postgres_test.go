@@ -212,6 +212,7 @@ func TestPostgresUnavailable(t *testing.T) {
 	sub := db.Subscribe(ctx)
 	f := seed(t, db)
 	wantChange(t, sub, store.Change{Kind: store.ChangeMaintenanceSet, OrgID: f.org.ID, Hostname: f.host})
+	wantChange(t, sub, scalingChange(store.ChangeScalingUpdated, f.scaling))
 
 	pg.run(t, "down")
 	for _, c := range calls(db, f) {

@@ -9,7 +9,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -436,6 +438,206 @@ func (b *sqliteBackend) listMaintenance(ctx context.Context) ([]Maintenance, err
 		m.Since, err = sqliteParse(since)
 		return m, err
 	})
+}
+
+// Scaling records.
+
+const sqliteScalingCols = `id, org_id, hostname, path, url, secret, min_instances, max_instances,
+	cold_start_ms, window_ms, cooldown_ms, target_utilization, armed_by, conflict, disarmed,
+	consecutive_failures, last_call_at, last_reason, last_status, created_at, updated_at`
+
+// sqliteScalingArgs are r's values in sqliteScalingCols order, as ?1…?21.
+func sqliteScalingArgs(r ScalingRecord) []any {
+	return []any{r.ID, r.OrgID, r.Hostname, r.Path, r.URL, r.Secret, r.Min, r.Max,
+		r.ColdStart.Milliseconds(), r.Window.Milliseconds(), r.Cooldown.Milliseconds(), r.TargetUtilization,
+		sqliteList(r.ArmedBy), r.Conflict, r.Disarmed,
+		r.ConsecutiveFailures, sqliteFormatPtr(r.LastCallAt), r.LastReason, r.LastStatus,
+		sqliteFormat(r.CreatedAt), sqliteFormat(r.UpdatedAt)}
+}
+
+func sqliteScanScaling(s scanner) (ScalingRecord, error) {
+	var (
+		r                           ScalingRecord
+		coldStart, window, cooldown int64
+		armedBy, created, updated   string
+		lastCall                    sql.NullString
+	)
+	if err := s.Scan(&r.ID, &r.OrgID, &r.Hostname, &r.Path, &r.URL, &r.Secret, &r.Min, &r.Max,
+		&coldStart, &window, &cooldown, &r.TargetUtilization, &armedBy, &r.Conflict, &r.Disarmed,
+		&r.ConsecutiveFailures, &lastCall, &r.LastReason, &r.LastStatus, &created, &updated); err != nil {
+		return ScalingRecord{}, sqliteErr(err)
+	}
+	r.ColdStart = time.Duration(coldStart) * time.Millisecond
+	r.Window = time.Duration(window) * time.Millisecond
+	r.Cooldown = time.Duration(cooldown) * time.Millisecond
+	var errs [4]error
+	r.ArmedBy, errs[0] = sqliteParseList(armedBy)
+	r.LastCallAt, errs[1] = sqliteParsePtr(lastCall)
+	r.CreatedAt, errs[2] = sqliteParse(created)
+	r.UpdatedAt, errs[3] = sqliteParse(updated)
+	if err := errors.Join(errs[:]...); err != nil {
+		return ScalingRecord{}, fmt.Errorf("scaling record %s: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+func (b *sqliteBackend) declareScaling(ctx context.Context, fresh ScalingRecord, armer string, rearm bool) (ScalingRecord, bool, error) {
+	var (
+		rec     ScalingRecord
+		changed bool
+	)
+	// The write transaction (BEGIN IMMEDIATE) holds the database's write
+	// lock from the read to the write, so another DB on the same file
+	// declaring the same bind waits for this one and then merges into it.
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		old, err := sqliteScanScaling(tx.QueryRowContext(ctx,
+			`SELECT `+sqliteScalingCols+` FROM scaling_records WHERE org_id = ?1 AND hostname = ?2 AND path = ?3`,
+			fresh.OrgID, fresh.Hostname, fresh.Path))
+		switch {
+		case errors.Is(err, ErrNotFound):
+			rec, changed = fresh, true
+			_, err = tx.ExecContext(ctx, `INSERT INTO scaling_records (`+sqliteScalingCols+`)
+				VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)`,
+				sqliteScalingArgs(rec)...)
+			return err
+		case err != nil:
+			return err
+		}
+		rec, changed = mergeScaling(old, fresh, armer, rearm)
+		// Every column but the key and created_at; ?2…?4 and ?20 go unused.
+		_, err = tx.ExecContext(ctx, `UPDATE scaling_records SET url = ?5, secret = ?6,
+			min_instances = ?7, max_instances = ?8, cold_start_ms = ?9, window_ms = ?10, cooldown_ms = ?11,
+			target_utilization = ?12, armed_by = ?13, conflict = ?14, disarmed = ?15,
+			consecutive_failures = ?16, last_call_at = ?17, last_reason = ?18, last_status = ?19,
+			updated_at = ?21
+			WHERE id = ?1`, sqliteScalingArgs(rec)...)
+		return err
+	})
+	if err != nil {
+		return ScalingRecord{}, false, err
+	}
+	b.publish(scalingChange(ChangeScalingUpdated, rec))
+	return rec, changed, nil
+}
+
+func (b *sqliteBackend) scalingRecord(ctx context.Context, orgID, id string) (ScalingRecord, error) {
+	return sqliteScanScaling(b.r.QueryRowContext(ctx,
+		`SELECT `+sqliteScalingCols+` FROM scaling_records WHERE id = ?1 AND (?2 = '' OR org_id = ?2)`, id, orgID))
+}
+
+func (b *sqliteBackend) scalingRecordByBind(ctx context.Context, orgID, hostname, path string) (ScalingRecord, error) {
+	return sqliteScanScaling(b.r.QueryRowContext(ctx,
+		`SELECT `+sqliteScalingCols+` FROM scaling_records WHERE hostname = ?2 AND path = ?3 AND (?1 = '' OR org_id = ?1)
+		ORDER BY updated_at DESC, seq DESC LIMIT 1`, orgID, hostname, path))
+}
+
+func (b *sqliteBackend) listScalingRecords(ctx context.Context, orgID string) ([]ScalingRecord, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT `+sqliteScalingCols+` FROM scaling_records WHERE (?1 = '' OR org_id = ?1) ORDER BY updated_at DESC, seq DESC`, orgID)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanScaling)
+}
+
+func (b *sqliteBackend) recordScalingCall(ctx context.Context, id string, c scalingCall) (ScalingRecord, error) {
+	var rec ScalingRecord
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		rec, err = sqliteScanScaling(tx.QueryRowContext(ctx,
+			`UPDATE scaling_records SET last_call_at = ?2, last_reason = ?3, last_status = ?4,
+			consecutive_failures = ?5, disarmed = ?6 WHERE id = ?1 RETURNING `+sqliteScalingCols,
+			id, sqliteFormat(c.at), c.reason, c.status, c.failures, c.disarmed))
+		return err
+	})
+	if err != nil {
+		return ScalingRecord{}, err
+	}
+	b.publish(scalingChange(ChangeScalingUpdated, rec))
+	return rec, nil
+}
+
+func (b *sqliteBackend) deleteScalingRecord(ctx context.Context, orgID, id string) error {
+	r := ScalingRecord{ID: id}
+	err := b.w.QueryRowContext(ctx,
+		`DELETE FROM scaling_records WHERE id = ?1 AND (?2 = '' OR org_id = ?2) RETURNING org_id, hostname`,
+		id, orgID).Scan(&r.OrgID, &r.Hostname)
+	if err != nil {
+		return sqliteErr(err)
+	}
+	b.publish(scalingChange(ChangeScalingDeleted, r))
+	return nil
+}
+
+func (b *sqliteBackend) releaseScalingArmer(ctx context.Context, armer string) ([]string, error) {
+	var (
+		ids     []string
+		changes []Change
+	)
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		ids, changes = []string{}, nil
+		// In ID order, the order PostgreSQL locks and announces them in.
+		rows, err := tx.QueryContext(ctx, `SELECT `+sqliteScalingCols+` FROM scaling_records
+			WHERE EXISTS (SELECT 1 FROM json_each(armed_by) WHERE value = ?1) ORDER BY id`, armer)
+		if err != nil {
+			return err
+		}
+		armed, err := sqliteCollect(rows, sqliteScanScaling)
+		if err != nil {
+			return err
+		}
+		for _, r := range armed {
+			r.ArmedBy = releaseArmer(r.ArmedBy, armer)
+			kind := ChangeScalingUpdated
+			if len(r.ArmedBy) == 0 {
+				kind = ChangeScalingDeleted
+				_, err = tx.ExecContext(ctx, `DELETE FROM scaling_records WHERE id = ?1`, r.ID)
+				ids = append(ids, r.ID)
+			} else {
+				_, err = tx.ExecContext(ctx, `UPDATE scaling_records SET armed_by = ?2 WHERE id = ?1`, r.ID, sqliteList(r.ArmedBy))
+			}
+			if err != nil {
+				return err
+			}
+			changes = append(changes, scalingChange(kind, r))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range changes {
+		b.publish(c)
+	}
+	return ids, nil
+}
+
+func (b *sqliteBackend) deleteStaleScalingRecords(ctx context.Context, cutoff time.Time) ([]string, error) {
+	var deleted []ScalingRecord
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		// RETURNING gives no order: sort to announce in ID order, as
+		// PostgreSQL does.
+		rows, err := tx.QueryContext(ctx,
+			`DELETE FROM scaling_records WHERE updated_at < ?1 RETURNING id, org_id, hostname`, sqliteFormat(cutoff))
+		if err != nil {
+			return err
+		}
+		deleted, err = sqliteCollect(rows, func(s scanner) (ScalingRecord, error) {
+			var r ScalingRecord
+			return r, sqliteErr(s.Scan(&r.ID, &r.OrgID, &r.Hostname))
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(deleted, func(x, y ScalingRecord) int { return strings.Compare(x.ID, y.ID) })
+	ids := []string{}
+	for _, r := range deleted {
+		ids = append(ids, r.ID)
+		b.publish(scalingChange(ChangeScalingDeleted, r))
+	}
+	return ids, nil
 }
 
 // Audit.

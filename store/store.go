@@ -1,7 +1,8 @@
 // Package store owns Aperio's persistent state: organizations, client
-// tokens (as hashes), admin keys (as hashes), maintenance mode and the
-// append-only audit log, and the change feed that tells every server sharing
-// the database when a token is revoked, a key deleted or maintenance toggled.
+// tokens (as hashes), admin keys (as hashes), maintenance mode, autoscaling
+// records and the append-only audit log, and the change feed that tells
+// every server sharing the database when a token is revoked, a key deleted,
+// maintenance toggled or a scaling record declared, called or deleted.
 //
 // One API, two backends with identical behaviour: SQLite (the default, one
 // file in the data directory, owned by one server) and PostgreSQL (shared by
@@ -84,7 +85,8 @@ type Config struct {
 	// lost and restored, a slow subscriber). Nil discards them.
 	Logger *slog.Logger
 	// Now is the clock for the times the store assigns (CreatedAt, audit
-	// At, maintenance Since). Nil means time.Now.
+	// At, maintenance Since, scaling UpdatedAt and a zero call time). Nil
+	// means time.Now.
 	Now func() time.Time
 }
 
