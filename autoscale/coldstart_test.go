@@ -1,0 +1,246 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestColdStartSingleFlight proves that a burst of 10,000 concurrent
+// requests on an empty pool makes exactly one call and that every request
+// shares the same flight.
+func TestColdStartSingleFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.caller.hold = make(chan struct{})
+		const burst = 10_000
+		starts := make([]*Start, burst)
+		errs := make([]error, burst)
+		var wg sync.WaitGroup
+		for i := range burst {
+			wg.Go(func() {
+				starts[i], errs[i] = h.c.ColdStart(context.Background(), testOrg, "app.example.com", "")
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		for i := range burst {
+			if errs[i] != nil || starts[i] != starts[0] {
+				t.Fatalf("ColdStart #%d = %p, %v, want the shared flight %p", i, starts[i], errs[i], starts[0])
+			}
+		}
+		close(h.caller.hold)
+		synctest.Wait()
+		select {
+		case <-starts[0].Done():
+		default:
+			t.Fatal("flight not done after the call was accepted")
+		}
+		if err := starts[0].Err(); err != nil {
+			t.Errorf("Err() = %v, want nil", err)
+		}
+		// Later requests inside the cooldown join the accepted flight.
+		advance(30 * time.Second)
+		if s, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil || s != starts[0] {
+			t.Errorf("ColdStart within the cooldown = %p, %v, want the accepted flight", s, err)
+		}
+		synctest.Wait()
+		expectCall(t, h, 1, 0, ReasonColdStart, 0, 1)
+	})
+}
+
+// TestColdStartFailureReleasesHeldRequestsAtOnce proves that a failed
+// call closes Failed at once, with the reason in Err, and that requests
+// arriving during the backoff get the failed flight rather than waiting.
+func TestColdStartFailureReleasesHeldRequestsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.caller.answerAll(503)
+		s, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case <-s.Failed():
+		default:
+			t.Fatal("Failed not closed after the call failed")
+		}
+		var ce *CallError
+		if !errors.As(s.Err(), &ce) || ce.Status != 503 {
+			t.Errorf("Err() = %v, want a CallError with status 503", s.Err())
+		}
+		advance(time.Minute)
+		s2, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", "")
+		if err != nil || s2 != s {
+			t.Errorf("ColdStart during the backoff = %p, %v, want the failed flight", s2, err)
+		}
+		if n := len(h.caller.made()); n != 1 {
+			t.Errorf("%d calls, want 1", n)
+		}
+	})
+}
+
+// TestColdStartRefusedWithoutArmedRecord proves that there is no cold
+// start for a missing or a disarmed record.
+func TestColdStartRefusedWithoutArmedRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{disarmedRecord("off.example.com")})
+		ctx := context.Background()
+		if _, err := h.c.ColdStart(ctx, testOrg, "none.example.com", ""); !errors.Is(err, ErrNoRecord) {
+			t.Errorf("ColdStart(no record) error = %v, want ErrNoRecord", err)
+		}
+		if _, err := h.c.ColdStart(ctx, testOrg, "off.example.com", ""); !errors.Is(err, ErrDisarmed) {
+			t.Errorf("ColdStart(disarmed) error = %v, want ErrDisarmed", err)
+		}
+		if _, err := h.c.ColdStart(ctx, "org_other", "off.example.com", ""); !errors.Is(err, ErrNoRecord) {
+			t.Errorf("ColdStart(other org) error = %v, want ErrNoRecord", err)
+		}
+		synctest.Wait()
+		if n := len(h.caller.made()); n != 0 {
+			t.Errorf("%d calls, want none", n)
+		}
+	})
+}
+
+// TestColdStartSurvivesRestart proves that a record persisted by an
+// earlier run, with no client left, is cold started: the router, knowing
+// only the hostname, passes no organization.
+func TestColdStartSurvivesRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rec("app.example.com")
+		r.Path = "/api"
+		h := newHarness(t, []Record{r})
+		if _, err := h.c.ColdStart(context.Background(), "", "app.example.com", "/api"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		calls := h.caller.made()
+		if len(calls) != 1 || calls[0].Body.OrgID != testOrg || calls[0].Body.Path != "/api" || calls[0].Secret != r.Secret {
+			t.Errorf("calls = %+v, want one for %s/api of %s with the secret", calls, r.Hostname, testOrg)
+		}
+	})
+}
+
+// longCalls lets held calls wait past the default call timeout.
+var longCalls = withConfig(func(c *Config) { c.CallTimeout = time.Hour })
+
+// fillSlots starts MaxInFlight held cold starts on hosts busy-*, so that
+// further decisions queue. The harness needs longCalls.
+func fillSlots(t *testing.T, h *harness) {
+	t.Helper()
+	h.caller.hold = make(chan struct{})
+	for i := range MaxInFlight {
+		host := hostN("busy", i)
+		h.store.put(rec(host))
+	}
+	h.c.refresh(context.Background())
+	for i := range MaxInFlight {
+		if _, err := h.c.ColdStart(context.Background(), testOrg, hostN("busy", i), ""); err != nil {
+			t.Fatal(err)
+		}
+		advance(time.Millisecond) // the start budget refills a token every 100µs
+	}
+	if n := h.c.Metrics().InFlight; n != MaxInFlight {
+		t.Fatalf("InFlight = %d, want %d", n, MaxInFlight)
+	}
+}
+
+func hostN(prefix string, i int) string {
+	return prefix + "-" + string(rune('a'+i%26)) + string(rune('a'+i/26)) + ".example.com"
+}
+
+// TestQueuedColdStartDroppedWhenPoolBecomesRoutable proves that a cold
+// start still queued when an instance announces is not made, and its
+// flight ends without failing.
+func TestQueuedColdStartDroppedWhenPoolBecomesRoutable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")}, longCalls)
+		fillSlots(t, h)
+		s, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.pool.steady("app.example.com", pool(1, 0))
+		close(h.caller.hold)
+		synctest.Wait()
+		select {
+		case <-s.Done():
+		default:
+			t.Fatal("flight not done")
+		}
+		if s.Err() != nil {
+			t.Errorf("Err() = %v, want nil", s.Err())
+		}
+		for _, c := range h.caller.made() {
+			if c.Body.Hostname == "app.example.com" {
+				t.Errorf("cold start called for a routable pool: %+v", c)
+			}
+		}
+		if m := h.c.Metrics(); m.Dropped != 1 {
+			t.Errorf("Metrics().Dropped = %d, want 1", m.Dropped)
+		}
+	})
+}
+
+// TestQueuedDecisionReevaluatedWhenRecordDeleted proves that a queued call
+// whose record is deleted meanwhile is not made, and its held requests are
+// told why at once.
+func TestQueuedDecisionReevaluatedWhenRecordDeleted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")}, longCalls)
+		fillSlots(t, h)
+		s, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := h.store.get("app.example.com")
+		if err := h.c.Disarm(context.Background(), testOrg, r.ID); err != nil {
+			t.Fatal(err)
+		}
+		close(h.caller.hold)
+		synctest.Wait()
+		if !errors.Is(s.Err(), ErrNoRecord) {
+			t.Errorf("Err() = %v, want ErrNoRecord", s.Err())
+		}
+		if n := len(h.caller.made()); n != MaxInFlight {
+			t.Errorf("%d calls, want only the %d already in flight", n, MaxInFlight)
+		}
+	})
+}
+
+// TestQueuedScaleOutReevaluatedWhenPoolChanges proves that a sampled
+// decision still queued when the pool's instances change is dropped, and
+// the sampler decides afresh.
+func TestQueuedScaleOutReevaluatedWhenPoolChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")}, longCalls)
+		fillSlots(t, h)
+		h.pool.steady("app.example.com", pool(2, 20))
+		advance(16 * time.Second) // the decision (current 2) is queued at 16s
+		if m := h.c.Metrics(); m.Queued != 1 {
+			t.Fatalf("Queued = %d, want 1", m.Queued)
+		}
+		h.pool.steady("app.example.com", pool(3, 30)) // another instance came up
+		close(h.caller.hold)
+		synctest.Wait()
+		if m := h.c.Metrics(); m.Dropped != 1 {
+			t.Errorf("Dropped = %d, want 1", m.Dropped)
+		}
+		for _, c := range h.caller.made() {
+			if c.Body.Hostname == "app.example.com" {
+				t.Errorf("stale decision called: %+v", c.Body)
+			}
+		}
+		// Still saturated: decided afresh after a whole window, current 3.
+		advance(16 * time.Second)
+		calls := h.caller.made()
+		last := calls[len(calls)-1]
+		if last.Body.Hostname != "app.example.com" || last.Body.Current != 3 || last.Body.Desired != 4 {
+			t.Errorf("last call %+v, want app.example.com 3 → 4", last.Body)
+		}
+	})
+}

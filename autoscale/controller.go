@@ -1,0 +1,636 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// Rules of calling a provider (issue 5, decisions 6 and 7; issue 6,
+// decisions 7 and 8).
+const (
+	// SampleInterval is how often each armed record's pool is sampled.
+	SampleInterval = time.Second
+	// IdleWindows is how many windows utilization must stay below half the
+	// target before a scale-in.
+	IdleWindows = 4
+	// MaxBackoff caps the wait after a failed call (cooldown × 2^failures).
+	MaxBackoff = 15 * time.Minute
+	// MaxFailures consecutive failed calls disarm a record.
+	MaxFailures = 5
+	// MaxInFlight is the most calls in flight at once, across all records.
+	MaxInFlight = 8
+	// DefaultMaxQueued bounds the decisions waiting for a call slot. Each
+	// bind has at most one waiting, so this is the number of binds that
+	// can be waiting at once; beyond it a decision is refused
+	// (ErrQueueFull, counted in Metrics.QueueRejected and logged).
+	DefaultMaxQueued = 4096
+	// DefaultMaxCallsPerMinute is scaling_max_calls_per_minute's default.
+	DefaultMaxCallsPerMinute = 60
+	// MaxCallsPerMinuteLimit is the largest MaxCallsPerMinute accepted.
+	MaxCallsPerMinuteLimit = 1_000_000
+	// DefaultCallTimeout bounds one call.
+	DefaultCallTimeout = 10 * time.Second
+	// DefaultRefreshInterval is how often records are reloaded from the
+	// store, to see other servers' changes.
+	DefaultRefreshInterval = 30 * time.Second
+	// PenaltyBase is a provider host's wait after its first 429 answer; it
+	// doubles with each further 429, up to MaxPenalty.
+	PenaltyBase = time.Second
+	// MaxPenalty caps one 429 penalty.
+	MaxPenalty = 5 * time.Minute
+	// MaxRecordedSamples bounds the utilization samples kept with a
+	// decision for its audit entry and event: the latest ones.
+	MaxRecordedSamples = 64
+)
+
+// Errors callers may branch on.
+var (
+	// ErrNoRecord means the bind has no scaling record.
+	ErrNoRecord = errors.New("autoscale: no scaling record")
+	// ErrDisarmed means the breaker disarmed the record: no call is made
+	// until it is re-armed.
+	ErrDisarmed = errors.New("autoscale: scaling record disarmed")
+	// ErrQueueFull means the decision could not be queued: too many binds
+	// are already waiting for a call slot.
+	ErrQueueFull = errors.New("autoscale: call queue full")
+	// ErrClosed means Run has returned.
+	ErrClosed = errors.New("autoscale: controller stopped")
+)
+
+// Log attribute keys.
+const (
+	logKeyOrg      = "org_id"
+	logKeyHostname = "hostname"
+	logKeyPath     = "path"
+	logKeySession  = "session"
+	logKeyRecord   = "record_id"
+	logKeyReason   = "reason"
+	logKeyCurrent  = "current"
+	logKeyDesired  = "desired"
+	logKeyStatus   = "status"
+	logKeyFailures = "consecutive_failures"
+	logKeyWhy      = "why"
+	logKeyQueued   = "queued"
+	logKeyEvent    = "event"
+	logKeyErr      = "err"
+)
+
+// auditActor is the audit log's actor for the controller's entries.
+const auditActor = "autoscale"
+
+// Config configures a Controller. Store, Pool and Caller are required;
+// every other zero field means its default.
+type Config struct {
+	// Store persists records, calls and audit entries.
+	Store Store
+	// Pool reports each bind's live pool.
+	Pool PoolView
+	// Caller makes the hook calls.
+	Caller Caller
+	// Events receives each call and disarm for webhook delivery; nil
+	// discards them.
+	Events Events
+	// Logger receives state changes (armed, disarmed, conflicts, dropped
+	// decisions, store failures); nil discards them.
+	Logger *slog.Logger
+	// MaxCallsPerMinute is scaling_max_calls_per_minute: a global token
+	// bucket on calls started, of that capacity, starting with one token
+	// and refilling MaxCallsPerMinute/60 tokens a second. 0 means
+	// DefaultMaxCallsPerMinute; at most MaxCallsPerMinuteLimit.
+	MaxCallsPerMinute int
+	// MaxQueued bounds the decisions waiting for a call slot; 0 means
+	// DefaultMaxQueued.
+	MaxQueued int
+	// CallTimeout bounds one call; 0 means DefaultCallTimeout. A call that
+	// runs out of it has failed.
+	CallTimeout time.Duration
+	// RefreshInterval is how often records are reloaded from the store, so
+	// that records created, disarmed or deleted by another server are
+	// seen; 0 means DefaultRefreshInterval. A store that offers a change
+	// feed (Subscribe, as *store.DB does) also triggers a reload when a
+	// record this controller does not know appears or one is deleted.
+	RefreshInterval time.Duration
+}
+
+// withDefaults fills the zero fields that have a default.
+func (cfg Config) withDefaults() Config {
+	if cfg.Events == nil {
+		cfg.Events = noEvents{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxCallsPerMinute == 0 {
+		cfg.MaxCallsPerMinute = DefaultMaxCallsPerMinute
+	}
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = DefaultMaxQueued
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.RefreshInterval == 0 {
+		cfg.RefreshInterval = DefaultRefreshInterval
+	}
+	return cfg
+}
+
+// Validate reports every problem with cfg. New calls it.
+func (cfg Config) Validate() error {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("autoscale: no store"))
+	}
+	if cfg.Pool == nil {
+		errs = append(errs, errors.New("autoscale: no pool view"))
+	}
+	if cfg.Caller == nil {
+		errs = append(errs, errors.New("autoscale: no caller"))
+	}
+	if cfg.MaxCallsPerMinute < 0 || cfg.MaxCallsPerMinute > MaxCallsPerMinuteLimit {
+		errs = append(errs, fmt.Errorf("autoscale: max calls per minute %d is not in [0,%d]", cfg.MaxCallsPerMinute, MaxCallsPerMinuteLimit))
+	}
+	if cfg.MaxQueued < 0 {
+		errs = append(errs, fmt.Errorf("autoscale: max queued %d is negative", cfg.MaxQueued))
+	}
+	if cfg.CallTimeout < 0 {
+		errs = append(errs, fmt.Errorf("autoscale: call timeout %v is negative", cfg.CallTimeout))
+	}
+	if cfg.RefreshInterval < 0 {
+		errs = append(errs, fmt.Errorf("autoscale: refresh interval %v is negative", cfg.RefreshInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// Controller makes the autoscaling decisions for every record. Declare,
+// Leave, ColdStart, List, Disarm and Metrics are safe for concurrent use;
+// sampling and calls happen only while Run runs.
+//
+// All decision state (the records it knows, each bind's samples, cooldown
+// and breaker, the call queue, host penalties, the token bucket) is guarded
+// by one mutex, never held across a store, pool or caller call.
+type Controller struct {
+	cfg    Config
+	store  Store
+	pool   PoolView
+	caller Caller
+	events Events
+	log    *slog.Logger
+
+	started atomic.Bool
+	loaded  chan struct{} // closed once Run's first load of records is done
+	done    chan struct{} // closed when Run returns
+	wake    chan struct{} // 1-buffered: the dispatcher has work
+	reload  chan struct{} // 1-buffered: reload records soon
+	wg      sync.WaitGroup
+
+	mu           sync.Mutex // guards the following fields
+	binds        map[bindKey]*bind
+	byBind       map[hostPath][]*bind  // the binds of every organization for a hostname and path
+	byID         map[string]*bind      // binds with a record, by record ID
+	sessionBinds map[string][]bindKey  // live session → the binds it announced
+	queue        []*item               // decisions waiting for a call slot, oldest first
+	inflight     int                   // calls in flight
+	hosts        map[string]*hostState // provider hosts with a penalty or a Retry-After
+	hostCalls    map[string]int        // calls in flight by provider host
+	bucket       bucket
+	seq          uint64 // orders sessions and queue items
+	closed       bool
+	metrics      Metrics
+}
+
+// bindKey names a bind.
+type bindKey struct{ org, host, path string }
+
+// hostPath names a bind across organizations.
+type hostPath struct{ host, path string }
+
+// bind is everything the controller knows about one bind. All fields but
+// declMu are guarded by Controller.mu.
+type bind struct {
+	key    bindKey
+	declMu sync.Mutex // serializes Declare for the bind (held across the store)
+
+	rec       *Record // the record as last known; nil when there is none
+	host      string  // the provider host of rec.URL, for politeness
+	sessions  map[string]*announcer
+	declaring int // Declare calls in progress
+
+	busy, idle  run       // the current busy and idle stretches
+	nextAllowed time.Time // no call before: cooldown, or backoff after a failure
+	lastCallEnd time.Time
+	retry       *decision // the last failed decision: its retry reuses the key
+	queued      *item     // the decision waiting for a slot
+	running     *item     // the call in flight
+	start       *Start    // the latest cold start flight
+
+	// seq moves on every write this controller begins or ends for the
+	// record, and persisting counts writes in progress; a reload from the
+	// store skips a bind whose seq moved while it read, so it never
+	// overwrites a newer state with an older one.
+	seq        uint64
+	persisting int
+}
+
+// New returns a controller. It does no I/O; Run loads the records.
+func New(cfg Config) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Controller{
+		cfg:          cfg,
+		store:        cfg.Store,
+		pool:         cfg.Pool,
+		caller:       cfg.Caller,
+		events:       cfg.Events,
+		log:          cfg.Logger,
+		loaded:       make(chan struct{}),
+		done:         make(chan struct{}),
+		wake:         make(chan struct{}, 1),
+		reload:       make(chan struct{}, 1),
+		binds:        map[bindKey]*bind{},
+		byBind:       map[hostPath][]*bind{},
+		byID:         map[string]*bind{},
+		sessionBinds: map[string][]bindKey{},
+		hosts:        map[string]*hostState{},
+		hostCalls:    map[string]int{},
+		bucket:       newBucket(cfg.MaxCallsPerMinute, time.Now()),
+	}, nil
+}
+
+// Run loads the records, then samples pools, makes calls and reloads
+// records until ctx ends. It returns nil after ctx ends, once every
+// goroutine it started has exited; calls in flight are cancelled (their
+// outcome is not recorded) and pending cold starts fail with ErrClosed. A
+// second Run returns an error at once.
+func (c *Controller) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("autoscale: Run called twice")
+	}
+	defer close(c.done)
+	// The first load is a best effort: if the store is down, cold starts
+	// answer ErrNoRecord until the next reload rather than holding
+	// visitors on a database outage.
+	c.refresh(ctx)
+	close(c.loaded)
+
+	c.wg.Go(func() { c.sampleLoop(ctx) })
+	c.wg.Go(func() { c.refreshLoop(ctx) })
+	c.wg.Go(func() { c.dispatchLoop(ctx) })
+	if src, ok := c.store.(changeSource); ok {
+		changes := src.Subscribe(ctx)
+		c.wg.Go(func() { c.changeLoop(ctx, changes) })
+	}
+	<-ctx.Done()
+	c.wg.Wait()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for len(c.queue) > 0 {
+		c.dropLocked(c.queue[0], ErrClosed, "controller stopped")
+	}
+	return nil
+}
+
+// newBindLocked creates and indexes the bind k.
+func (c *Controller) newBindLocked(k bindKey) *bind {
+	b := &bind{key: k, sessions: map[string]*announcer{}}
+	c.binds[k] = b
+	hp := hostPath{k.host, k.path}
+	c.byBind[hp] = append(c.byBind[hp], b)
+	return b
+}
+
+// gcLocked forgets b once nothing refers to it.
+func (c *Controller) gcLocked(b *bind) {
+	if b.rec != nil || len(b.sessions) > 0 || b.declaring > 0 || b.queued != nil || b.running != nil || b.persisting > 0 {
+		return
+	}
+	if c.binds[b.key] != b {
+		return
+	}
+	delete(c.binds, b.key)
+	hp := hostPath{b.key.host, b.key.path}
+	bs := c.byBind[hp]
+	for i, x := range bs {
+		if x == b {
+			bs = append(bs[:i], bs[i+1:]...)
+			break
+		}
+	}
+	if len(bs) == 0 {
+		delete(c.byBind, hp)
+	} else {
+		c.byBind[hp] = bs
+	}
+}
+
+// lookupLocked returns the bind of a record for hostname and path in
+// orgID, or, when orgID is "", in whichever organization declared it most
+// recently (an empty pool has no client left to say whose it is).
+func (c *Controller) lookupLocked(orgID, hostname, path string) *bind {
+	if orgID != "" {
+		if b := c.binds[bindKey{orgID, hostname, path}]; b != nil && b.rec != nil {
+			return b
+		}
+		return nil
+	}
+	var best *bind
+	for _, b := range c.byBind[hostPath{hostname, path}] {
+		if b.rec != nil && (best == nil || b.rec.UpdatedAt.After(best.rec.UpdatedAt)) {
+			best = b
+		}
+	}
+	return best
+}
+
+// setRecLocked sets b's record (nil: none) and keeps the ID index.
+// It may forget b (gcLocked) when r is nil.
+func (c *Controller) setRecLocked(b *bind, r *Record) {
+	if b.rec != nil && c.byID[b.rec.ID] == b {
+		delete(c.byID, b.rec.ID)
+	}
+	b.rec = r
+	if r != nil {
+		c.byID[r.ID] = b
+		b.host = hostOf(r.URL)
+	}
+	// A decision queued for a record that is gone or disarmed is dropped
+	// now, so that the visitors held on it take the fallback chain at
+	// once rather than when its slot would have come.
+	if q := b.queued; q != nil {
+		switch {
+		case r == nil:
+			c.dropLocked(q, ErrNoRecord, "record deleted")
+		case r.Disarmed:
+			c.dropLocked(q, ErrDisarmed, "record disarmed")
+		}
+	}
+}
+
+// applyLocked takes r as b's record, from the store. rearm says the write
+// re-armed it; a record found re-armed by someone else counts too. Either
+// way the backoff of past failures is forgotten (the cooldown since the
+// last call still holds) and a failed cold start is no longer answered.
+func (c *Controller) applyLocked(b *bind, r Record, rearm bool) {
+	old := b.rec
+	c.setRecLocked(b, &r)
+	if rearm || (old != nil && old.Disarmed && !r.Disarmed) {
+		b.retry = nil
+		b.nextAllowed = time.Time{}
+		if !b.lastCallEnd.IsZero() {
+			b.nextAllowed = b.lastCallEnd.Add(r.Cooldown)
+		}
+		if b.start != nil && b.start.resolved && b.start.err != nil {
+			b.start = nil
+		}
+	}
+}
+
+// hostOf returns the provider host (host[:port], lowercased) of a hook URL.
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return strings.ToLower(u.Host)
+}
+
+// signal wakes the dispatcher.
+func (c *Controller) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start is one cold start flight: every request that finds the same empty
+// pool while it is pending shares it. It is safe for concurrent use.
+type Start struct {
+	done   chan struct{}
+	failed chan struct{}
+	err    error // written once, before failed is closed
+
+	resolved bool // guarded by Controller.mu
+}
+
+func newStart() *Start {
+	return &Start{done: make(chan struct{}), failed: make(chan struct{})}
+}
+
+// Done is closed once the flight is over: the provider accepted the call,
+// the call failed (Failed is closed too), or the pool became routable
+// before the call was made. Held requests are released by the router when
+// an instance announces, not by Done.
+func (s *Start) Done() <-chan struct{} { return s.done }
+
+// Failed is closed if the flight failed: the call failed, or the record
+// was disarmed or deleted, or the controller stopped, before it was made.
+// Held requests then take the fallback chain at once.
+func (s *Start) Failed() <-chan struct{} { return s.failed }
+
+// Err returns why the flight failed (a *CallError, ErrDisarmed,
+// ErrNoRecord, ErrQueueFull or ErrClosed), or nil while it has not.
+func (s *Start) Err() error {
+	select {
+	case <-s.failed:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// resolveLocked ends the flight: a success when err is nil.
+func (s *Start) resolveLocked(err error) {
+	if s.resolved {
+		return
+	}
+	s.resolved = true
+	if err != nil {
+		s.err = err
+		close(s.failed)
+	}
+	close(s.done)
+}
+
+// ColdStart is called by the router when a request finds the pool of
+// (orgID, hostname, path) empty; orgID "" means the organization that
+// declared the bind most recently. The router checks maintenance mode and
+// the visitor's allowed_ips first: ColdStart does not.
+//
+// It returns the bind's flight, starting one (a cold_start call queued for
+// a slot at once) unless one is pending, or the last one is still inside
+// its cooldown (success) or backoff (failure, so Failed is already
+// closed). A burst of any size therefore makes one call. It returns
+// ErrNoRecord without a record, ErrDisarmed for a disarmed one, ErrQueueFull
+// when no decision can be queued, and ErrClosed after Run returned. It
+// blocks only until Run's first load of records is done, or ctx ends.
+func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string) (*Start, error) {
+	select {
+	case <-c.loaded:
+	case <-c.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	b := c.lookupLocked(orgID, hostname, path)
+	switch {
+	case b == nil:
+		return nil, ErrNoRecord
+	case b.rec.Disarmed:
+		return nil, ErrDisarmed
+	}
+	if s := b.start; s != nil && (!s.resolved || time.Now().Before(b.nextAllowed)) {
+		return s, nil
+	}
+	s := newStart()
+	d := b.decisionLocked(ReasonColdStart, 0, coldStartDesired(b.rec), samples{})
+	if q := b.queued; q != nil {
+		// A sampled decision is waiting; the empty pool makes it moot.
+		q.d, q.start = d, s
+	} else if err := c.enqueueLocked(b, d, s); err != nil {
+		return nil, err
+	}
+	b.start = s
+	return s, nil
+}
+
+// Metrics are the controller's counters and gauges, for the metrics
+// endpoint.
+type Metrics struct {
+	// InFlight is the number of calls in flight now (at most MaxInFlight).
+	InFlight int
+	// Queued is the number of decisions waiting for a call slot now.
+	Queued int
+	// Calls counts calls made; Failures those that failed.
+	Calls, Failures uint64
+	// Disarms counts records the breaker disarmed.
+	Disarms uint64
+	// QueueRejected counts decisions refused because the queue was full.
+	QueueRejected uint64
+	// Dropped counts queued decisions dropped on re-evaluation (the pool
+	// or the record changed while they waited) or at shutdown.
+	Dropped uint64
+}
+
+// Metrics returns the current figures. It does not block.
+func (c *Controller) Metrics() Metrics {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.metrics
+	m.InFlight = c.inflight
+	m.Queued = len(c.queue)
+	return m
+}
+
+// refreshLoop reloads the records periodically and on request.
+func (c *Controller) refreshLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.reload:
+		}
+		c.refresh(ctx)
+	}
+}
+
+// changeLoop asks for a reload when another server creates a record this
+// controller does not know, or deletes one. Updates of known records (every
+// heartbeat moves one) wait for the periodic reload.
+func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change) {
+	for {
+		var ch store.Change
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return
+		case ch, ok = <-changes:
+			if !ok {
+				return
+			}
+		}
+		switch ch.Kind {
+		case store.ChangeScalingUpdated:
+			c.mu.Lock()
+			known := c.byID[ch.ID] != nil
+			c.mu.Unlock()
+			if known {
+				continue
+			}
+		case store.ChangeScalingDeleted, store.ChangeResync:
+		default:
+			continue
+		}
+		select {
+		case c.reload <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// refresh reloads every record from the store.
+func (c *Controller) refresh(ctx context.Context) {
+	c.mu.Lock()
+	before := make(map[*bind]uint64, len(c.binds))
+	for _, b := range c.binds {
+		before[b] = b.seq
+	}
+	c.mu.Unlock()
+
+	recs, err := c.store.ListScalingRecords(ctx, "")
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("scaling records not reloaded", logKeyErr, err)
+		}
+		return
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// untouched reports whether nothing wrote b's record while the list
+	// was read, so the list is not older than what b holds.
+	untouched := func(b *bind) bool {
+		seq, ok := before[b]
+		return ok && seq == b.seq && b.persisting == 0 && b.running == nil
+	}
+	seen := make(map[*bind]bool, len(recs))
+	for _, r := range recs {
+		k := bindKey{r.OrgID, r.Hostname, r.Path}
+		b := c.binds[k]
+		switch {
+		case b == nil:
+			b = c.newBindLocked(k)
+		case !untouched(b):
+			seen[b] = true
+			continue
+		}
+		seen[b] = true
+		c.applyLocked(b, r, false)
+	}
+	for b := range before {
+		if !seen[b] && b.rec != nil && untouched(b) {
+			c.setRecLocked(b, nil)
+			c.gcLocked(b)
+		}
+	}
+}

@@ -1,0 +1,349 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// Defaults and bounds of a scaling block (issue 5, decision 1).
+const (
+	// DefaultColdStart is how long a visitor may be held while a cold
+	// start runs, when the block does not say.
+	DefaultColdStart = 45 * time.Second
+	// MaxColdStart caps cold_start; a longer one is cut to it.
+	MaxColdStart = 5 * time.Minute
+	// DefaultTargetUtilization is the scale-out threshold when the block
+	// does not say.
+	DefaultTargetUtilization = 0.8
+	// DefaultWindow is how long utilization must stay at or above target
+	// before a scale-out, when the block does not say.
+	DefaultWindow = 15 * time.Second
+	// DefaultCooldown is the minimum gap between two calls for one bind,
+	// when the block does not say.
+	DefaultCooldown = 60 * time.Second
+	// MinWindow is the smallest window and cooldown accepted.
+	MinWindow = time.Second
+
+	maxURLBytes    = 2048
+	maxSecretBytes = 4096
+)
+
+// ErrInvalid is matched (errors.Is) by every error reporting a scaling
+// block that breaks the rules; see DeclarationError.
+var ErrInvalid = errors.New("autoscale: invalid scaling block")
+
+// DeclarationError reports every problem of a refused scaling block. Its
+// text is meant for the announcing client, which logs it; it never
+// contains the secret or the URL.
+type DeclarationError struct {
+	// Hostname is the service hostname the block was declared for; ""
+	// when the block was checked on its own (Normalize).
+	Hostname string
+	// Problems lists each broken rule, in field order.
+	Problems []string
+}
+
+func (e *DeclarationError) Error() string {
+	var sb strings.Builder
+	sb.WriteString("autoscale: invalid scaling block")
+	if e.Hostname != "" {
+		sb.WriteString(" for ")
+		sb.WriteString(e.Hostname)
+	}
+	sb.WriteString(": ")
+	sb.WriteString(strings.Join(e.Problems, "; "))
+	return sb.String()
+}
+
+// Is makes errors.Is(err, ErrInvalid) hold.
+func (e *DeclarationError) Is(target error) bool { return target == ErrInvalid }
+
+// Declaration is a client's scaling block as announced. A zero field means
+// the default: Min 0 (scale to zero), Max 0 (cold starts only: never scaled
+// out or in), ColdStart DefaultColdStart, TargetUtilization
+// DefaultTargetUtilization, Window DefaultWindow, Cooldown DefaultCooldown.
+type Declaration struct {
+	// URL is the provider's hook: absolute, http or https (the fence
+	// decides at call time whether plain http is allowed), without
+	// user info.
+	URL string
+	// Secret is sent as "Authorization: Bearer"; "" sends none.
+	Secret string
+	// Min is the floor of a scale-in's desired capacity.
+	Min int
+	// Max is the ceiling the server never asks above; 0 means cold starts
+	// only.
+	Max int
+	// ColdStart is how long a visitor may be held; at most MaxColdStart.
+	ColdStart time.Duration
+	// TargetUtilization is in (0,1]: scale out at or above it, scale in
+	// below half of it.
+	TargetUtilization float64
+	// Window is how long utilization must stay at or above target before a
+	// scale-out (four of them below half the target before a scale-in);
+	// at least MinWindow.
+	Window time.Duration
+	// Cooldown is the minimum gap between two calls for one bind; at least
+	// MinWindow.
+	Cooldown time.Duration
+}
+
+// Normalize applies the defaults, cuts ColdStart to MaxColdStart, drops
+// sub-millisecond parts of durations (the store keeps milliseconds), and
+// checks the rules. The error is a *DeclarationError listing every
+// problem.
+func (d Declaration) Normalize() (Declaration, error) {
+	n, problems := d.normalize()
+	if len(problems) > 0 {
+		return Declaration{}, &DeclarationError{Problems: problems}
+	}
+	return n, nil
+}
+
+// normalize is Normalize, returning the problems as text.
+func (d Declaration) normalize() (Declaration, []string) {
+	var problems []string
+	if d.ColdStart == 0 {
+		d.ColdStart = DefaultColdStart
+	}
+	if d.TargetUtilization == 0 {
+		d.TargetUtilization = DefaultTargetUtilization
+	}
+	if d.Window == 0 {
+		d.Window = DefaultWindow
+	}
+	if d.Cooldown == 0 {
+		d.Cooldown = DefaultCooldown
+	}
+	d.ColdStart = min(d.ColdStart, MaxColdStart).Truncate(time.Millisecond)
+	d.Window = d.Window.Truncate(time.Millisecond)
+	d.Cooldown = d.Cooldown.Truncate(time.Millisecond)
+
+	switch u, err := url.Parse(d.URL); {
+	case d.URL == "":
+		problems = append(problems, "url is required")
+	case len(d.URL) > maxURLBytes:
+		problems = append(problems, fmt.Sprintf("url is longer than %d bytes", maxURLBytes))
+	case err != nil:
+		problems = append(problems, "url does not parse")
+	case u.Scheme != "https" && u.Scheme != "http":
+		problems = append(problems, "url must be https (or http where the server allows it)")
+	case u.Host == "":
+		problems = append(problems, "url has no host")
+	case u.User != nil:
+		problems = append(problems, "url must not carry credentials: set secret instead")
+	}
+	if len(d.Secret) > maxSecretBytes {
+		problems = append(problems, fmt.Sprintf("secret is longer than %d bytes", maxSecretBytes))
+	}
+	if d.Min < 0 {
+		problems = append(problems, fmt.Sprintf("min %d is negative", d.Min))
+	}
+	if d.Max < 0 {
+		problems = append(problems, fmt.Sprintf("max %d is negative", d.Max))
+	}
+	if d.Max > 0 && d.Min > d.Max {
+		problems = append(problems, fmt.Sprintf("max %d is below min %d", d.Max, d.Min))
+	}
+	if d.ColdStart < 0 {
+		problems = append(problems, fmt.Sprintf("cold_start %v is negative", d.ColdStart))
+	}
+	if t := d.TargetUtilization; math.IsNaN(t) || t <= 0 || t > 1 {
+		problems = append(problems, fmt.Sprintf("target_utilization %v is not in (0,1]", t))
+	}
+	if d.Window < MinWindow {
+		problems = append(problems, fmt.Sprintf("window %v is below %v", d.Window, MinWindow))
+	}
+	if d.Cooldown < MinWindow {
+		problems = append(problems, fmt.Sprintf("cooldown %v is below %v", d.Cooldown, MinWindow))
+	}
+	return d, problems
+}
+
+// declares reports whether r holds exactly declaration d.
+func declares(r *Record, d Declaration) bool {
+	return r.URL == d.URL && r.Secret == d.Secret && r.Min == d.Min && r.Max == d.Max &&
+		r.ColdStart == d.ColdStart && r.TargetUtilization == d.TargetUtilization &&
+		r.Window == d.Window && r.Cooldown == d.Cooldown
+}
+
+// Announcement is one client session announcing a scaling block for one
+// service hostname (a client with several services or hostnames announces
+// each separately).
+type Announcement struct {
+	// OrgID, Hostname and Path name the bind, normalized exactly as the
+	// router names its pools (Path "" means none).
+	OrgID, Hostname, Path string
+	// Session identifies the announcing client session (one per client
+	// process connection). The first announcement of a session re-arms the
+	// record; see Controller.Declare.
+	Session string
+	// Armer is the ID of the token that announced it ("master" for the
+	// master token); the record goes when its last armer is revoked.
+	Armer string
+	// Block is the announced block, before defaults.
+	Block Declaration
+}
+
+// announcer is one live session's declaration for a bind.
+type announcer struct {
+	order    uint64 // when the session first announced; newest wins
+	decl     Declaration
+	declared bool // a DeclareScaling for this session has succeeded
+}
+
+// Declare records a client's announcement of a's block. It is called on
+// every announcement (each heartbeat included) and blocks on the store.
+//
+// An invalid block returns a *DeclarationError (errors.Is ErrInvalid)
+// whose text the server sends back to the client; the rest of the client's
+// announcement is unaffected.
+//
+// The record is re-armed (breaker and failure count cleared, backoff
+// forgotten) when a new session announces it, when the declaration differs
+// from the stored one, or when a conflict has just resolved; unchanged
+// heartbeats of a session already announced never re-arm. When live
+// sessions declare different blocks for one bind, the newest session's
+// block is stored, flagged Conflict, and nothing is re-armed or reset:
+// neither the cooldown nor the failure count. Declare is safe for
+// concurrent use; announcements for one bind are serialized.
+func (c *Controller) Declare(ctx context.Context, a Announcement) error {
+	d, problems := a.Block.normalize()
+	if a.Hostname == "" {
+		problems = append(problems, "hostname is empty")
+	}
+	if len(problems) > 0 {
+		return &DeclarationError{Hostname: a.Hostname, Problems: problems}
+	}
+	if a.Session == "" || a.Armer == "" {
+		return errors.New("autoscale: declare: empty session or armer")
+	}
+	k := bindKey{a.OrgID, a.Hostname, a.Path}
+
+	c.mu.Lock()
+	b := c.binds[k]
+	if b == nil {
+		b = c.newBindLocked(k)
+	}
+	b.declaring++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		b.declaring--
+		c.gcLocked(b)
+		c.mu.Unlock()
+	}()
+
+	b.declMu.Lock()
+	defer b.declMu.Unlock()
+
+	c.mu.Lock()
+	s := b.sessions[a.Session]
+	if s == nil {
+		c.seq++
+		s = &announcer{order: c.seq}
+		b.sessions[a.Session] = s
+		c.sessionBinds[a.Session] = append(c.sessionBinds[a.Session], k)
+	}
+	s.decl = d
+	newSession := !s.declared
+	eff, conflict := b.effectiveLocked()
+	var stored *Record
+	if b.rec != nil {
+		r := *b.rec
+		stored = &r
+	}
+	c.mu.Unlock()
+
+	if stored == nil {
+		r, err := c.store.ScalingRecordByBind(ctx, a.OrgID, a.Hostname, a.Path)
+		switch {
+		case err == nil && r.OrgID == a.OrgID:
+			stored = &r
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
+		}
+	}
+	changed := stored == nil || !declares(stored, eff)
+	resolved := stored != nil && stored.Conflict && !conflict
+	rearm := (newSession || changed || resolved) && !conflict
+
+	rec := Record{
+		OrgID: a.OrgID, Hostname: a.Hostname, Path: a.Path,
+		URL: eff.URL, Secret: eff.Secret, Min: eff.Min, Max: eff.Max,
+		ColdStart: eff.ColdStart, Window: eff.Window, Cooldown: eff.Cooldown,
+		TargetUtilization: eff.TargetUtilization,
+		Conflict:          conflict,
+	}
+	c.mu.Lock()
+	b.seq++
+	b.persisting++
+	c.mu.Unlock()
+	got, _, err := c.store.DeclareScaling(ctx, rec, a.Armer, rearm)
+	c.mu.Lock()
+	b.seq++
+	b.persisting--
+	wasDisarmed := stored != nil && stored.Disarmed
+	if err == nil {
+		s.declared = true
+		c.applyLocked(b, got, rearm)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
+	}
+
+	log := c.log.With(logKeyOrg, a.OrgID, logKeyHostname, a.Hostname, logKeyPath, a.Path, logKeySession, a.Session)
+	switch {
+	case conflict && (newSession || changed):
+		log.Warn("scaling declaration conflict", logKeyRecord, got.ID)
+	case stored == nil:
+		log.Info("scaling record armed", logKeyRecord, got.ID)
+	case rearm && wasDisarmed:
+		log.Info("scaling record re-armed", logKeyRecord, got.ID)
+	case changed:
+		log.Info("scaling declaration changed", logKeyRecord, got.ID)
+	}
+	return nil
+}
+
+// effectiveLocked returns the declaration that wins for b (the newest live
+// session's) and whether another live session declares something else.
+func (b *bind) effectiveLocked() (Declaration, bool) {
+	var newest *announcer
+	for _, s := range b.sessions {
+		if newest == nil || s.order > newest.order {
+			newest = s
+		}
+	}
+	conflict := false
+	for _, s := range b.sessions {
+		if s.decl != newest.decl {
+			conflict = true
+		}
+	}
+	return newest.decl, conflict
+}
+
+// Leave forgets a client session: it no longer counts for conflicts, and
+// if it announces again it is a new session. Call it when the session
+// ends. The records it armed stay. Leave is safe for concurrent use and
+// does not block.
+func (c *Controller) Leave(session string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range c.sessionBinds[session] {
+		if b := c.binds[k]; b != nil {
+			delete(b.sessions, session)
+			c.gcLocked(b)
+		}
+	}
+	delete(c.sessionBinds, session)
+}

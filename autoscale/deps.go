@@ -1,0 +1,154 @@
+package autoscale
+
+import (
+	"context"
+	"time"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// Record is a persisted scaling declaration for one bind, with its breaker
+// and last call. It is an alias of the store's type, so *store.DB satisfies
+// Store as it is; the controller never hands the Secret beyond Caller.
+type Record = store.ScalingRecord
+
+// Store is the persistence the controller uses: exactly the methods of
+// *store.DB it calls. Implementations must be safe for concurrent use and
+// follow the store's contract:
+//
+//   - DeclareScaling upserts the record of r's bind (r.OrgID, r.Hostname,
+//     r.Path) with r's declaration fields and Conflict, adds armer to
+//     ArmedBy, and with rearm clears Disarmed and ConsecutiveFailures; it
+//     leaves the last call alone.
+//   - ScalingRecordByBind and DeleteScalingRecord wrap store.ErrNotFound
+//     when there is no such record; ListScalingRecords with orgID ""
+//     lists every organization.
+//   - RecordScalingCall stores a call's outcome and the breaker state as
+//     given, and wraps store.ErrNotFound when the record is gone.
+type Store interface {
+	DeclareScaling(ctx context.Context, r Record, armer string, rearm bool) (Record, bool, error)
+	ScalingRecordByBind(ctx context.Context, orgID, hostname, path string) (Record, error)
+	ListScalingRecords(ctx context.Context, orgID string) ([]Record, error)
+	RecordScalingCall(ctx context.Context, id string, at time.Time, reason string, status, consecutiveFailures int, disarmed bool) (Record, error)
+	DeleteScalingRecord(ctx context.Context, orgID, id string) error
+	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
+}
+
+// changeSource is what a Store may also offer (*store.DB does): a feed of
+// committed changes from every server sharing the database. With it, a
+// record created or deleted elsewhere is picked up at once instead of at
+// the next periodic refresh.
+type changeSource interface {
+	Subscribe(ctx context.Context) <-chan store.Change
+}
+
+// PoolStats are the live figures of one bind's pool.
+//
+// The router must count only clients that are capacity: primary tier
+// (priority 0), routable, not draining, not disabled and passing their
+// backend probe. Standby clients exist to be idle, and counting them, or a
+// draining or unhealthy client, would mask the saturation of the rest.
+// The controller trusts these figures as given.
+type PoolStats struct {
+	// Instances counts client processes (distinct instance IDs, not
+	// connections) with a routable primary-tier service in the pool. It
+	// is "current" in every call.
+	Instances int
+	// Capacity sums those services' effective max_concurrent. 0 means
+	// utilization is not measurable (no max_concurrent announced, or an
+	// unbounded instance among them): the pool is then never scaled out or
+	// in, and only cold starts apply.
+	Capacity int
+	// Inflight sums the permits those services hold right now.
+	Inflight int
+	// Routable counts the clients, of any tier, that could take a request
+	// right now. A cold start still queued when it turns positive is not
+	// made: the pool is no longer empty.
+	Routable int
+}
+
+// PoolView is the router's live view of each bind's pool. Pool must not
+// block and must be safe for concurrent use; the controller calls it once a
+// second per armed record, and never while holding its own lock, so the
+// router may call into the controller while holding its own.
+type PoolView interface {
+	Pool(orgID, hostname, path string) PoolStats
+}
+
+// HookCall is one call to a provider's scaling hook.
+type HookCall struct {
+	// URL is the record's hook URL, not yet checked against the fence.
+	URL string
+	// Secret goes out as "Authorization: Bearer" when not empty. It must
+	// never be logged.
+	Secret string
+	// IdempotencyKey goes out as the Idempotency-Key header. It is the
+	// same for every attempt of one decision.
+	IdempotencyKey string
+	// Body is the JSON body; encode it with MarshalBody.
+	Body HookBody
+}
+
+// Caller makes the outbound hook call: POST, the fence, User-Agent,
+// Authorization, Idempotency-Key, no redirects, the response body never
+// read. Call returns the HTTP status (0 when there was no response), the
+// Retry-After the response carried (see ParseRetryAfter; 0 when none) and
+// an error for anything that is not a response: a fence refusal, a
+// transport failure or ctx ending. Any 2xx status counts as accepted.
+// Call must honor ctx; the controller also bounds it with
+// Config.CallTimeout. It must be safe for concurrent use.
+type Caller interface {
+	Call(ctx context.Context, c HookCall) (status int, retryAfter time.Duration, err error)
+}
+
+// Event types, also used as the audit log's event names.
+const (
+	// EventRequested is a call the provider accepted (2xx).
+	EventRequested = "scaling_requested"
+	// EventFailed is a call that failed: a non-2xx answer, a timeout, a
+	// fence refusal or a transport error.
+	EventFailed = "scaling_failed"
+	// EventDisarmed is the breaker tripping after MaxFailures consecutive
+	// failures; the record is not called again until re-armed.
+	EventDisarmed = "scaling_disarmed"
+)
+
+// Event is what the controller reports for webhook delivery: each call,
+// and each disarm.
+type Event struct {
+	// Type is EventRequested, EventFailed or EventDisarmed.
+	Type string
+	// At is when the call ended.
+	At time.Time
+	// RecordID, OrgID, Hostname and Path name the record and its bind.
+	RecordID, OrgID, Hostname, Path string
+	// Reason, Current, Desired, Min and Max are the call's body.
+	Reason           Reason
+	Current, Desired int
+	Min, Max         int
+	// Status is the HTTP status; 0 when there was no response.
+	Status int
+	// ConsecutiveFailures is the breaker count after the call.
+	ConsecutiveFailures int
+	// Utilization holds the samples that caused the decision, oldest
+	// first: at most MaxRecordedSamples, the latest ones. Empty for a
+	// cold start.
+	Utilization []float64
+	// IdempotencyKey is the decision's key.
+	IdempotencyKey string
+	// Err says why a call failed; "" on success.
+	Err string
+}
+
+// Events receives the controller's events, for webhook delivery. Emit is
+// called from the goroutine that made the call, after the audit entry is
+// written; it must not block for long (queue the delivery) and must be safe
+// for concurrent use. A nil Config.Events discards them.
+type Events interface {
+	Emit(ctx context.Context, e Event)
+}
+
+// noEvents is the default Events.
+type noEvents struct{}
+
+func (noEvents) Emit(context.Context, Event) {}

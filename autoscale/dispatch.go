@@ -1,0 +1,591 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// item is a decision waiting for, or holding, a call slot.
+type item struct {
+	b     *bind
+	d     decision
+	start *Start // the cold start flight it serves; nil for a sampled decision
+	seq   uint64 // queue order
+
+	// Set when the call starts, from the record at that moment.
+	call     HookCall
+	host     string // provider host
+	recordID string
+	cooldown time.Duration
+}
+
+// enqueueLocked queues decision d for b (with its cold start flight s, or
+// nil). A full queue refuses it loudly: counted, logged, and reported to
+// the caller; a sampled decision is then made again on the next sample.
+func (c *Controller) enqueueLocked(b *bind, d decision, s *Start) error {
+	if len(c.queue) >= c.cfg.MaxQueued {
+		c.metrics.QueueRejected++
+		c.log.Warn("scaling decision refused: call queue full",
+			logKeyOrg, b.key.org, logKeyHostname, b.key.host, logKeyPath, b.key.path,
+			logKeyReason, d.reason, logKeyQueued, len(c.queue))
+		return ErrQueueFull
+	}
+	c.seq++
+	it := &item{b: b, d: d, start: s, seq: c.seq}
+	c.queue = append(c.queue, it)
+	b.queued = it
+	c.signal()
+	return nil
+}
+
+// removeLocked takes it out of the queue.
+func (c *Controller) removeLocked(it *item) {
+	for i, x := range c.queue {
+		if x == it {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			break
+		}
+	}
+	if it.b.queued == it {
+		it.b.queued = nil
+	}
+}
+
+// dropLocked removes a queued decision without calling: its flight ends
+// with err (nil: the pool no longer needs it). It is counted and logged,
+// never silent.
+func (c *Controller) dropLocked(it *item, err error, why string) {
+	c.removeLocked(it)
+	c.metrics.Dropped++
+	if it.start != nil {
+		it.start.resolveLocked(err)
+	}
+	c.log.Info("scaling decision dropped",
+		logKeyOrg, it.b.key.org, logKeyHostname, it.b.key.host, logKeyPath, it.b.key.path,
+		logKeyReason, it.d.reason, logKeyWhy, why)
+	c.gcLocked(it.b)
+}
+
+// hostState is the politeness owed to one provider host.
+type hostState struct {
+	strikes      int       // consecutive 429 answers
+	penaltyUntil time.Time // no call before, because of the 429s
+	retryUntil   time.Time // no call before, because of Retry-After
+}
+
+// until is when the host may be called again.
+func (h *hostState) until() time.Time {
+	if h.penaltyUntil.After(h.retryUntil) {
+		return h.penaltyUntil
+	}
+	return h.retryUntil
+}
+
+// penalty is the wait after the nth consecutive 429 from a host:
+// PenaltyBase doubling with each, at most MaxPenalty.
+func penalty(strikes int) time.Duration {
+	d := PenaltyBase
+	for i := 1; i < strikes && d < MaxPenalty; i++ {
+		d *= 2
+	}
+	return min(d, MaxPenalty)
+}
+
+// politeLocked records a host's answer: a 429 adds a penalty, any other
+// answer clears it (a transport error, status 0, does neither), and a
+// Retry-After, trusted up to MaxRetryAfter, pushes the next call back.
+func (c *Controller) politeLocked(host string, status int, retryAfter time.Duration, now time.Time) {
+	h := c.hosts[host]
+	if h == nil {
+		h = &hostState{}
+		c.hosts[host] = h
+	}
+	switch {
+	case status == 429:
+		h.strikes++
+		h.penaltyUntil = now.Add(penalty(h.strikes))
+	case status != 0:
+		h.strikes = 0
+		h.penaltyUntil = time.Time{}
+	}
+	if retryAfter > 0 {
+		if t := now.Add(min(retryAfter, MaxRetryAfter)); t.After(h.retryUntil) {
+			h.retryUntil = t
+		}
+	}
+	if h.strikes == 0 && !h.until().After(now) {
+		delete(c.hosts, host)
+	}
+}
+
+// hostUntilLocked is when host may be called again (zero: now).
+func (c *Controller) hostUntilLocked(host string, now time.Time) time.Time {
+	h := c.hosts[host]
+	if h == nil {
+		return time.Time{}
+	}
+	t := h.until()
+	if h.strikes == 0 && !t.After(now) {
+		delete(c.hosts, host)
+	}
+	return t
+}
+
+// bucket is the global start budget (scaling_max_calls_per_minute): a
+// token bucket of capacity perMinute that starts with one token and
+// refills perMinute/60 tokens a second. It counts in integer units of
+// 1/time.Minute token, so refill is exact: perMinute units a nanosecond.
+type bucket struct {
+	perMinute int64
+	units     int64
+	last      time.Time
+}
+
+const unitsPerToken = int64(time.Minute)
+
+// newBucket returns a bucket holding one token at now; perMinute below one
+// means one.
+func newBucket(perMinute int, now time.Time) bucket {
+	return bucket{perMinute: int64(max(1, perMinute)), units: unitsPerToken, last: now}
+}
+
+func (b *bucket) refill(now time.Time) {
+	el := now.Sub(b.last)
+	if el <= 0 {
+		return
+	}
+	b.last = now
+	full := b.perMinute * unitsPerToken
+	if el >= time.Minute {
+		b.units = full
+		return
+	}
+	b.units = min(full, b.units+int64(el)*b.perMinute)
+}
+
+// wait is how long until a token is there (0: one is).
+func (b *bucket) wait(now time.Time) time.Duration {
+	b.refill(now)
+	if b.units >= unitsPerToken {
+		return 0
+	}
+	need := unitsPerToken - b.units
+	return time.Duration((need + b.perMinute - 1) / b.perMinute)
+}
+
+// take takes a token if one is there.
+func (b *bucket) take(now time.Time) bool {
+	b.refill(now)
+	if b.units < unitsPerToken {
+		return false
+	}
+	b.units -= unitsPerToken
+	return true
+}
+
+// dispatchLoop starts calls as slots, cooldowns, politeness and the start
+// budget allow.
+func (c *Controller) dispatchLoop(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		if wait := c.dispatch(ctx); wait > 0 {
+			t.Reset(wait)
+		} else {
+			t.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// dispatch starts every call it can, oldest decision first, and returns
+// how long until a deferred one may start (0: nothing to wait for; a call
+// ending or a new decision wakes the loop).
+//
+// A decision is deferred while its bind is in cooldown or backoff or has a
+// call in flight, or its provider host owes a penalty or a Retry-After;
+// deferred decisions hold no slot and keep their place, and younger ones
+// behind them may start. The start budget is checked last, right before a
+// call starts, so deferred decisions spend no token.
+func (c *Controller) dispatch(ctx context.Context) time.Duration {
+	for {
+		now := time.Now()
+		c.mu.Lock()
+		if c.inflight >= MaxInFlight {
+			c.mu.Unlock()
+			return 0
+		}
+		it, next := c.pickLocked(now)
+		if it == nil {
+			c.mu.Unlock()
+			if next.IsZero() {
+				return 0
+			}
+			return next.Sub(now)
+		}
+		if w := c.bucket.wait(now); w > 0 {
+			c.mu.Unlock()
+			return w
+		}
+		k := it.b.key
+		c.mu.Unlock()
+
+		// Re-evaluate against the pool as it is now, read without the lock.
+		st := c.pool.Pool(k.org, k.host, k.path)
+
+		c.mu.Lock()
+		now = time.Now()
+		if it.b.queued != it || !c.eligibleLocked(it, now) {
+			c.mu.Unlock()
+			continue
+		}
+		if !c.reevaluateLocked(it, st) || !c.bucket.take(now) {
+			c.mu.Unlock()
+			continue
+		}
+		c.startLocked(it)
+		c.mu.Unlock()
+		c.wg.Go(func() { c.callHook(ctx, it) })
+	}
+}
+
+// pickLocked returns the oldest decision that may start now, or else the
+// earliest time a deferred one may (zero when none is waiting on time).
+func (c *Controller) pickLocked(now time.Time) (*item, time.Time) {
+	var next time.Time
+	for _, it := range c.queue {
+		if it.b.running != nil || c.probingLocked(it.b.host) {
+			continue // the call's end wakes the dispatcher
+		}
+		t := c.notBeforeLocked(it, now)
+		if !now.Before(t) {
+			return it, time.Time{}
+		}
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return nil, next
+}
+
+// notBeforeLocked is the earliest time it may start.
+func (c *Controller) notBeforeLocked(it *item, now time.Time) time.Time {
+	t := it.b.nextAllowed
+	if h := c.hostUntilLocked(it.b.host, now); h.After(t) {
+		t = h
+	}
+	return t
+}
+
+// probingLocked reports whether host owes a 429 penalty and already has a
+// call in flight: once its penalty has passed, a penalized host gets one
+// call at a time until it answers something other than 429, rather than
+// every deferred decision at once.
+func (c *Controller) probingLocked(host string) bool {
+	h := c.hosts[host]
+	return h != nil && h.strikes > 0 && c.hostCalls[host] > 0
+}
+
+// eligibleLocked reports whether it may start now.
+func (c *Controller) eligibleLocked(it *item, now time.Time) bool {
+	return c.inflight < MaxInFlight && it.b.running == nil && !c.probingLocked(it.b.host) &&
+		!now.Before(c.notBeforeLocked(it, now))
+}
+
+// reevaluateLocked checks a queued decision against the record and the
+// pool st as they are now, and drops it or brings it up to date. A
+// sampled decision is dropped if the pool's instances changed while it
+// waited (the sampler decides afresh); a cold start is dropped, as a
+// success, once the pool is routable. A new current or desired is a new
+// decision, with a new key.
+func (c *Controller) reevaluateLocked(it *item, st PoolStats) bool {
+	b, r := it.b, it.b.rec
+	switch {
+	case r == nil:
+		c.dropLocked(it, ErrNoRecord, "record deleted")
+		return false
+	case r.Disarmed:
+		c.dropLocked(it, ErrDisarmed, "record disarmed")
+		return false
+	}
+	var want int
+	var ok bool
+	switch it.d.reason {
+	case ReasonColdStart:
+		if st.Routable > 0 {
+			c.dropLocked(it, nil, "pool became routable")
+			return false
+		}
+		want, ok = coldStartDesired(r), true
+	case ReasonScaleOut:
+		want, ok = scaleOutDesired(st.Instances, r)
+	case ReasonScaleIn:
+		want, ok = scaleInDesired(st.Instances, r)
+	}
+	if it.d.reason != ReasonColdStart && (st.Instances != it.d.current || st.Capacity <= 0) {
+		c.dropLocked(it, nil, "pool changed while queued")
+		return false
+	}
+	if !ok {
+		c.dropLocked(it, nil, "nothing to ask within min and max")
+		return false
+	}
+	if st.Instances != it.d.current || want != it.d.desired {
+		it.d.current, it.d.desired = st.Instances, want
+		b.rekeyLocked(&it.d)
+	}
+	return true
+}
+
+// startLocked moves it from the queue to a call slot.
+func (c *Controller) startLocked(it *item) {
+	b, r := it.b, it.b.rec
+	c.removeLocked(it)
+	b.running = it
+	c.inflight++
+	it.host = b.host
+	c.hostCalls[it.host]++
+	it.recordID, it.cooldown = r.ID, r.Cooldown
+	it.call = HookCall{
+		URL:            r.URL,
+		Secret:         r.Secret,
+		IdempotencyKey: it.d.key,
+		Body: HookBody{
+			Reason: it.d.reason, Hostname: r.Hostname, Path: r.Path, OrgID: r.OrgID,
+			Current: it.d.current, Desired: it.d.desired, Min: r.Min, Max: r.Max,
+		},
+	}
+}
+
+// endCallLocked frees the call slot of it.
+func (c *Controller) endCallLocked(it *item) {
+	c.inflight--
+	it.b.running = nil
+	if c.hostCalls[it.host]--; c.hostCalls[it.host] <= 0 {
+		delete(c.hostCalls, it.host)
+	}
+}
+
+// backoff is the wait after a call: cooldown after a success; after the
+// nth consecutive failure cooldown × 2^n, at most MaxBackoff (but never
+// less than the cooldown).
+func backoff(cooldown time.Duration, failures int) time.Duration {
+	d := cooldown
+	for i := 0; i < failures && d < MaxBackoff; i++ {
+		d *= 2
+	}
+	if failures > 0 {
+		d = min(d, MaxBackoff)
+	}
+	return max(d, cooldown)
+}
+
+// outcome is what one call did, for the store, the audit log and events.
+type outcome struct {
+	at       time.Time
+	rec      Record // the record after the call, breaker included
+	d        decision
+	status   int
+	err      error
+	disarmed bool // this call tripped the breaker
+	persist  bool // the record still exists: write the outcome
+}
+
+// callHook makes one call and records its outcome.
+func (c *Controller) callHook(ctx context.Context, it *item) {
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	status, retryAfter, err := c.caller.Call(cctx, it.call)
+	cancel()
+	now := time.Now()
+
+	c.mu.Lock()
+	if ctx.Err() != nil {
+		// Shutting down: the call's fate is unknown, so it counts neither
+		// as a success nor as a failure.
+		c.endCallLocked(it)
+		if it.start != nil {
+			it.start.resolveLocked(ErrClosed)
+		}
+		c.gcLocked(it.b)
+		c.mu.Unlock()
+		return
+	}
+	o := c.finishLocked(it, status, retryAfter, err, now)
+	c.mu.Unlock()
+	c.signal()
+
+	c.record(ctx, o)
+
+	c.mu.Lock()
+	it.b.seq++
+	it.b.persisting--
+	c.gcLocked(it.b)
+	c.mu.Unlock()
+}
+
+// finishLocked applies a call's answer: politeness, breaker, cooldown or
+// backoff, and the cold start flight.
+func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration, err error, now time.Time) outcome {
+	b := it.b
+	c.endCallLocked(it)
+	c.politeLocked(it.host, status, retryAfter, now)
+	c.metrics.Calls++
+
+	ok := err == nil && status >= 200 && status <= 299
+	if !ok {
+		err = &CallError{Status: status, Err: err}
+		c.metrics.Failures++
+	}
+	o := outcome{at: now, d: it.d, status: status, err: err}
+	failures := 0
+	if r := b.rec; r != nil && r.ID == it.recordID {
+		if !ok {
+			failures = r.ConsecutiveFailures + 1
+		}
+		o.disarmed = failures >= MaxFailures && !r.Disarmed
+		at := now
+		r.ConsecutiveFailures = failures
+		r.Disarmed = r.Disarmed || o.disarmed
+		r.LastCallAt, r.LastReason, r.LastStatus = &at, string(it.d.reason), status
+		o.rec, o.persist = *r, true
+	} else {
+		// Deleted (or deleted and declared again) while the call was in
+		// flight: the outcome is audited, but there is no record to keep
+		// it on.
+		o.rec = Record{ID: it.recordID, OrgID: b.key.org, Hostname: b.key.host, Path: b.key.path, Min: it.call.Body.Min, Max: it.call.Body.Max}
+		if !ok {
+			failures = 1
+		}
+		o.rec.ConsecutiveFailures = failures
+	}
+	if o.disarmed {
+		c.metrics.Disarms++
+	}
+
+	b.lastCallEnd = now
+	b.nextAllowed = now.Add(backoff(it.cooldown, failures))
+	if ok {
+		b.retry = nil
+	} else {
+		d := it.d
+		b.retry = &d
+	}
+	if it.start != nil {
+		it.start.resolveLocked(errOrNil(ok, err))
+	}
+	if !ok {
+		// A cold start queued behind this call would only wait out the
+		// backoff: its visitors take the fallback chain now.
+		if q := b.queued; q != nil && q.start != nil {
+			c.dropLocked(q, err, "call failed")
+		}
+	}
+	b.seq++
+	b.persisting++
+	return o
+}
+
+func errOrNil(ok bool, err error) error {
+	if ok {
+		return nil
+	}
+	return err
+}
+
+// record writes a call's outcome to the store and the audit log, and emits
+// its events. It uses a context detached from shutdown, briefly bounded, so
+// that a call that did happen is not lost from the audit log.
+func (c *Controller) record(ctx context.Context, o outcome) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	log := c.log.With(logKeyOrg, o.rec.OrgID, logKeyHostname, o.rec.Hostname, logKeyPath, o.rec.Path, logKeyRecord, o.rec.ID)
+
+	if o.persist {
+		_, err := c.store.RecordScalingCall(ctx, o.rec.ID, o.at, string(o.d.reason), o.status, o.rec.ConsecutiveFailures, o.rec.Disarmed)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			c.forgetRecord(o.rec.ID)
+		case err != nil:
+			log.Error("scaling call not recorded", logKeyErr, err)
+		}
+	}
+
+	typ := EventRequested
+	if o.err != nil {
+		typ = EventFailed
+		log.Warn("scaling call failed", logKeyReason, o.d.reason, logKeyCurrent, o.d.current,
+			logKeyDesired, o.d.desired, logKeyStatus, o.status, logKeyFailures, o.rec.ConsecutiveFailures, logKeyErr, o.err)
+	} else {
+		log.Info("scaling call accepted", logKeyReason, o.d.reason, logKeyCurrent, o.d.current,
+			logKeyDesired, o.d.desired, logKeyStatus, o.status)
+	}
+	c.audit(ctx, log, typ, o)
+	c.events.Emit(ctx, o.event(typ))
+	if o.disarmed {
+		log.Error("scaling record disarmed", logKeyFailures, o.rec.ConsecutiveFailures)
+		c.audit(ctx, log, EventDisarmed, o)
+		c.events.Emit(ctx, o.event(EventDisarmed))
+	}
+}
+
+// audit appends one entry about o.
+func (c *Controller) audit(ctx context.Context, log *slog.Logger, event string, o outcome) {
+	_, err := c.store.AppendAudit(ctx, store.AuditEntry{
+		At: o.at, OrgID: o.rec.OrgID, Event: event, Actor: auditActor,
+		Hostname: o.rec.Hostname, Detail: o.detail(),
+	})
+	if err != nil {
+		log.Error("scaling audit entry lost", logKeyEvent, event, logKeyErr, err)
+	}
+}
+
+// detail is the audit text of o: why the call was made, what it asked,
+// how it went, and the utilization samples behind it.
+func (o outcome) detail() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "reason=%s current=%d desired=%d min=%d max=%d status=%d consecutive_failures=%d key=%s",
+		o.d.reason, o.d.current, o.d.desired, o.rec.Min, o.rec.Max, o.status, o.rec.ConsecutiveFailures, o.d.key)
+	if o.rec.Path != "" {
+		fmt.Fprintf(&sb, " path=%s", o.rec.Path)
+	}
+	if s := o.d.samples; s.n > 0 {
+		fmt.Fprintf(&sb, " samples=%d min_utilization=%.2f max_utilization=%.2f utilization=", s.n, s.min, s.max)
+		for i, u := range s.recent {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			fmt.Fprintf(&sb, "%.2f", u)
+		}
+	}
+	if o.err != nil {
+		fmt.Fprintf(&sb, " error=%q", o.err.Error())
+	}
+	return sb.String()
+}
+
+// event is o as an event of type typ.
+func (o outcome) event(typ string) Event {
+	e := Event{
+		Type: typ, At: o.at,
+		RecordID: o.rec.ID, OrgID: o.rec.OrgID, Hostname: o.rec.Hostname, Path: o.rec.Path,
+		Reason: o.d.reason, Current: o.d.current, Desired: o.d.desired, Min: o.rec.Min, Max: o.rec.Max,
+		Status: o.status, ConsecutiveFailures: o.rec.ConsecutiveFailures,
+		Utilization: o.d.samples.recent, IdempotencyKey: o.d.key,
+	}
+	if o.err != nil {
+		e.Err = o.err.Error()
+	}
+	return e
+}

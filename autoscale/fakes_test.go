@@ -1,0 +1,459 @@
+package autoscale
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// testOrg is the organization of the tests' records.
+const testOrg = "org_1"
+
+// fakeStore is an in-memory Store with the store's contract.
+type fakeStore struct {
+	mu       sync.Mutex
+	recs     map[string]*Record // by ID
+	nextID   int
+	audit    []store.AuditEntry
+	declares []declareCall
+	fail     error // when set, every method returns it
+	changes  chan store.Change
+}
+
+// declareCall is one DeclareScaling the fake received.
+type declareCall struct {
+	rec   Record
+	armer string
+	rearm bool
+}
+
+func newFakeStore() *fakeStore { return &fakeStore{recs: map[string]*Record{}} }
+
+// clone copies r, slices and pointers included.
+func clone(r Record) Record {
+	r.ArmedBy = slices.Clone(r.ArmedBy)
+	if r.LastCallAt != nil {
+		t := *r.LastCallAt
+		r.LastCallAt = &t
+	}
+	return r
+}
+
+func notFound(what string) error { return fmt.Errorf("fake store: %s: %w", what, store.ErrNotFound) }
+
+// put stores r as is (as a previous server run would have), assigning an
+// ID when it has none, and returns it.
+func (s *fakeStore) put(r Record) Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.ID == "" {
+		s.nextID++
+		r.ID = fmt.Sprintf("scl_%d", s.nextID)
+	}
+	if r.UpdatedAt.IsZero() {
+		r.UpdatedAt = time.Now()
+	}
+	if len(r.ArmedBy) == 0 {
+		r.ArmedBy = []string{"tok_0"}
+	}
+	c := clone(r)
+	s.recs[r.ID] = &c
+	return clone(r)
+}
+
+// byBindLocked finds the record of a bind.
+func (s *fakeStore) byBindLocked(org, host, path string) *Record {
+	var best *Record
+	for _, r := range s.recs {
+		if (org == "" || r.OrgID == org) && r.Hostname == host && r.Path == path {
+			if best == nil || r.UpdatedAt.After(best.UpdatedAt) {
+				best = r
+			}
+		}
+	}
+	return best
+}
+
+// get returns the record of a bind of testOrg, and whether there is one.
+func (s *fakeStore) get(host string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.byBindLocked(testOrg, host, "")
+	if r == nil {
+		return Record{}, false
+	}
+	return clone(*r), true
+}
+
+// auditEvents returns the audit log's event names, in order.
+func (s *fakeStore) auditEvents() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var es []string
+	for _, e := range s.audit {
+		es = append(es, e.Event)
+	}
+	return es
+}
+
+// auditEntries returns a copy of the audit log.
+func (s *fakeStore) auditEntries() []store.AuditEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.audit)
+}
+
+// lastDeclare returns the last DeclareScaling received.
+func (s *fakeStore) lastDeclare(t testing.TB) declareCall {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.declares) == 0 {
+		t.Fatal("no DeclareScaling call")
+	}
+	return s.declares[len(s.declares)-1]
+}
+
+func (s *fakeStore) publish(ch store.Change) {
+	if s.changes != nil {
+		s.changes <- ch
+	}
+}
+
+func (s *fakeStore) DeclareScaling(ctx context.Context, r Record, armer string, rearm bool) (Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return Record{}, false, s.fail
+	}
+	s.declares = append(s.declares, declareCall{clone(r), armer, rearm})
+	// Like the real store: milliseconds only.
+	r.ColdStart = r.ColdStart.Truncate(time.Millisecond)
+	r.Window = r.Window.Truncate(time.Millisecond)
+	r.Cooldown = r.Cooldown.Truncate(time.Millisecond)
+	old := s.byBindLocked(r.OrgID, r.Hostname, r.Path)
+	if old == nil {
+		s.nextID++
+		n := r
+		n.ID = fmt.Sprintf("scl_%d", s.nextID)
+		n.ArmedBy = []string{armer}
+		n.Disarmed, n.ConsecutiveFailures, n.LastCallAt, n.LastReason, n.LastStatus = false, 0, nil, "", 0
+		n.CreatedAt, n.UpdatedAt = time.Now(), time.Now()
+		s.recs[n.ID] = &n
+		return clone(n), true, nil
+	}
+	changed := !(old.URL == r.URL && old.Secret == r.Secret && old.Min == r.Min && old.Max == r.Max &&
+		old.ColdStart == r.ColdStart && old.Window == r.Window && old.Cooldown == r.Cooldown &&
+		old.TargetUtilization == r.TargetUtilization)
+	old.URL, old.Secret, old.Min, old.Max = r.URL, r.Secret, r.Min, r.Max
+	old.ColdStart, old.Window, old.Cooldown = r.ColdStart, r.Window, r.Cooldown
+	old.TargetUtilization, old.Conflict = r.TargetUtilization, r.Conflict
+	if !slices.Contains(old.ArmedBy, armer) {
+		old.ArmedBy = append(old.ArmedBy, armer)
+	}
+	if rearm {
+		old.Disarmed, old.ConsecutiveFailures = false, 0
+	}
+	old.UpdatedAt = time.Now()
+	return clone(*old), changed, nil
+}
+
+func (s *fakeStore) ScalingRecordByBind(ctx context.Context, orgID, hostname, path string) (Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return Record{}, s.fail
+	}
+	r := s.byBindLocked(orgID, hostname, path)
+	if r == nil {
+		return Record{}, notFound("scaling record for " + hostname)
+	}
+	return clone(*r), nil
+}
+
+func (s *fakeStore) ListScalingRecords(ctx context.Context, orgID string) ([]Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	var rs []Record
+	for _, r := range s.recs {
+		if orgID == "" || r.OrgID == orgID {
+			rs = append(rs, clone(*r))
+		}
+	}
+	slices.SortFunc(rs, func(a, b Record) int {
+		return cmp.Or(b.UpdatedAt.Compare(a.UpdatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return rs, nil
+}
+
+func (s *fakeStore) RecordScalingCall(ctx context.Context, id string, at time.Time, reason string, status, failures int, disarmed bool) (Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return Record{}, s.fail
+	}
+	r := s.recs[id]
+	if r == nil {
+		return Record{}, notFound("scaling record " + id)
+	}
+	r.LastCallAt, r.LastReason, r.LastStatus = &at, reason, status
+	r.ConsecutiveFailures, r.Disarmed = failures, disarmed
+	return clone(*r), nil
+}
+
+func (s *fakeStore) DeleteScalingRecord(ctx context.Context, orgID, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return s.fail
+	}
+	r := s.recs[id]
+	if r == nil || (orgID != "" && r.OrgID != orgID) {
+		return notFound("scaling record " + id)
+	}
+	delete(s.recs, id)
+	return nil
+}
+
+func (s *fakeStore) AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return store.AuditEntry{}, s.fail
+	}
+	e.ID = int64(len(s.audit) + 1)
+	s.audit = append(s.audit, e)
+	return e, nil
+}
+
+// feedStore is a fakeStore with a change feed, like *store.DB.
+type feedStore struct{ *fakeStore }
+
+func (s feedStore) Subscribe(ctx context.Context) <-chan store.Change { return s.changes }
+
+// fakePool is a PoolView whose figures are functions of the time elapsed
+// since the test began, so that what each sample sees is fixed by the
+// fake clock and not by goroutine order.
+type fakePool struct {
+	start time.Time
+	mu    sync.Mutex
+	fns   map[bindKey]func(elapsed time.Duration) PoolStats
+}
+
+func newFakePool() *fakePool {
+	return &fakePool{start: time.Now(), fns: map[bindKey]func(time.Duration) PoolStats{}}
+}
+
+// set scripts the pool of host (testOrg, no path).
+func (p *fakePool) set(host string, fn func(elapsed time.Duration) PoolStats) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fns[bindKey{testOrg, host, ""}] = fn
+}
+
+// steady scripts a pool that never changes.
+func (p *fakePool) steady(host string, st PoolStats) {
+	p.set(host, func(time.Duration) PoolStats { return st })
+}
+
+func (p *fakePool) Pool(orgID, hostname, path string) PoolStats {
+	p.mu.Lock()
+	fn := p.fns[bindKey{orgID, hostname, path}]
+	p.mu.Unlock()
+	if fn == nil {
+		return PoolStats{}
+	}
+	return fn(time.Since(p.start))
+}
+
+// pool returns the figures of n instances of max_concurrent 10 holding
+// inflight permits, all primary and routable.
+func pool(n, inflight int) PoolStats {
+	return PoolStats{Instances: n, Capacity: 10 * n, Inflight: inflight, Routable: n}
+}
+
+// fakeCaller is a Caller that records each call, answers as scripted, and
+// can hold calls until the test releases them.
+type fakeCaller struct {
+	mu       sync.Mutex
+	calls    []madeCall
+	answer   func(n int, c HookCall) (int, time.Duration, error) // n counts from 0; nil answers 200
+	hold     chan struct{}                                       // when set, each call waits for a value (or ctx)
+	inflight int
+	peak     int
+}
+
+// madeCall is one call the provider saw.
+type madeCall struct {
+	at time.Time
+	HookCall
+}
+
+func (f *fakeCaller) Call(ctx context.Context, c HookCall) (int, time.Duration, error) {
+	f.mu.Lock()
+	n := len(f.calls)
+	f.calls = append(f.calls, madeCall{time.Now(), c})
+	f.inflight++
+	f.peak = max(f.peak, f.inflight)
+	answer, hold := f.answer, f.hold
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inflight--
+		f.mu.Unlock()
+	}()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		}
+	}
+	if answer != nil {
+		return answer(n, c)
+	}
+	return 200, 0, nil
+}
+
+// made returns a copy of the calls made so far.
+func (f *fakeCaller) made() []madeCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// peakInFlight returns the most calls ever in flight at once.
+func (f *fakeCaller) peakInFlight() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peak
+}
+
+// answerAll makes every call answer status.
+func (f *fakeCaller) answerAll(status int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer = func(int, HookCall) (int, time.Duration, error) { return status, 0, nil }
+}
+
+// fakeEvents records events.
+type fakeEvents struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (e *fakeEvents) Emit(ctx context.Context, ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, ev)
+}
+
+func (e *fakeEvents) types() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var ts []string
+	for _, ev := range e.events {
+		ts = append(ts, ev.Type)
+	}
+	return ts
+}
+
+func (e *fakeEvents) all() []Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.events)
+}
+
+// harness is a running Controller on fakes, inside a synctest bubble.
+type harness struct {
+	c      *Controller
+	store  *fakeStore
+	pool   *fakePool
+	caller *fakeCaller
+	events *fakeEvents
+	start  time.Time
+}
+
+// option adjusts a harness before it starts.
+type option func(*Config, *harness)
+
+// withConfig adjusts the controller's Config.
+func withConfig(f func(*Config)) option { return func(c *Config, _ *harness) { f(c) } }
+
+// newHarness starts a controller on fresh fakes, with recs already in the
+// store (as if declared before a restart). It must run inside
+// synctest.Test; the controller is stopped, and Run's result checked, in
+// the test's cleanup.
+func newHarness(t *testing.T, recs []Record, opts ...option) *harness {
+	t.Helper()
+	h := &harness{
+		store:  newFakeStore(),
+		pool:   newFakePool(),
+		caller: &fakeCaller{},
+		events: &fakeEvents{},
+		start:  time.Now(),
+	}
+	for _, r := range recs {
+		h.store.put(r)
+	}
+	cfg := Config{Store: h.store, Pool: h.pool, Caller: h.caller, Events: h.events, MaxCallsPerMinute: 600_000}
+	for _, o := range opts {
+		o(&cfg, h)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	h.c = c
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+	synctest.Wait()
+	return h
+}
+
+// rec is a record for host in testOrg with the default rules, min 0 and
+// max 10.
+func rec(host string) Record {
+	return Record{
+		OrgID: testOrg, Hostname: host, URL: "https://hooks.example/" + host, Secret: "s3cret-" + host,
+		Min: 0, Max: 10, ColdStart: DefaultColdStart, TargetUtilization: 0.8,
+		Window: 15 * time.Second, Cooldown: 60 * time.Second,
+	}
+}
+
+// advance moves the bubble's fake clock forward by d and returns once
+// every goroutine is idle again. Inside a synctest bubble time.Sleep does
+// not wait on a real clock: it is how a test moves the fake one.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// at returns when call c was made, relative to the start of the test.
+func (h *harness) at(c madeCall) time.Duration { return c.at.Sub(h.start) }
+
+// callTimes returns when each call was made, relative to the start.
+func (h *harness) callTimes() []time.Duration {
+	var ts []time.Duration
+	for _, c := range h.caller.made() {
+		ts = append(ts, h.at(c))
+	}
+	return ts
+}

@@ -1,0 +1,211 @@
+package autoscale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/aperio-dev/aperio/store"
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestListNeverExposesSecret proves that the watching API never returns
+// the secret, only whether one is set, in the struct or in its JSON.
+func TestListNeverExposesSecret(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		open := rec("open.example.com")
+		open.Secret = ""
+		h := newHarness(t, []Record{rec("app.example.com"), open})
+		views, err := h.c.List(context.Background(), testOrg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(views) != 2 {
+			t.Fatalf("List = %d views, want 2", len(views))
+		}
+		auth := map[string]bool{}
+		for _, v := range views {
+			auth[v.Hostname] = v.Authenticated
+			js, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range []string{string(js), fmt.Sprintf("%+v", v), fmt.Sprintf("%#v", v)} {
+				if strings.Contains(s, "s3cret") {
+					t.Errorf("view of %s exposes the secret: %s", v.Hostname, s)
+				}
+			}
+			if strings.Contains(string(js), `"secret"`) {
+				t.Errorf("JSON of %s has a secret key: %s", v.Hostname, js)
+			}
+		}
+		if want := map[string]bool{"app.example.com": true, "open.example.com": false}; !cmp.Equal(auth, want) {
+			t.Errorf("authenticated = %v, want %v", auth, want)
+		}
+	})
+}
+
+// TestListShowsLivePoolAndBreaker proves that each record comes with its
+// live pool (instances, capacity, inflight, utilization) and its breaker
+// and last call, in the contract's JSON keys.
+func TestListShowsLivePoolAndBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com"), rec("idle.example.com")})
+		h.pool.steady("app.example.com", pool(2, 5))
+		h.caller.answerAll(500)
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "idle.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		views, err := h.c.List(context.Background(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		byHost := map[string]View{}
+		for _, v := range views {
+			byHost[v.Hostname] = v
+		}
+		app := byHost["app.example.com"]
+		if app.Instances != 2 || app.Capacity != 20 || app.Inflight != 5 || app.Utilization != 0.25 {
+			t.Errorf("app pool = %d/%d/%d/%v, want 2 instances, capacity 20, inflight 5, utilization 0.25", app.Instances, app.Capacity, app.Inflight, app.Utilization)
+		}
+		idle := byHost["idle.example.com"]
+		if idle.ConsecutiveFailures != 1 || idle.LastStatus != 500 || idle.LastReason != "cold_start" || idle.LastCallAt == nil || idle.Disarmed {
+			t.Errorf("idle breaker = %+v, want one failure, last 500 cold_start", idle)
+		}
+
+		js, err := json.Marshal(idle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(js, &m); err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		want := []string{"authenticated", "capacity", "cold_start", "conflict", "consecutive_failures", "cooldown", "disarmed",
+			"hostname", "id", "inflight", "instances", "last_call_at", "last_reason", "last_status", "max", "min", "org_id",
+			"path", "target_utilization", "updated_at", "url", "utilization", "window"}
+		if diff := cmp.Diff(want, keys); diff != "" {
+			t.Errorf("JSON keys (-want +got):\n%s", diff)
+		}
+		if m["utilization"] != nil || m["cold_start"] != "45s" || m["window"] != "15s" {
+			t.Errorf("JSON utilization=%v cold_start=%v window=%v, want null 45s 15s", m["utilization"], m["cold_start"], m["window"])
+		}
+	})
+}
+
+// TestStoreDBIsAStore proves that the real store fills the Store seam as
+// it is.
+func TestStoreDBIsAStore(t *testing.T) {
+	var s Store = (*store.DB)(nil)
+	if _, ok := s.(changeSource); !ok {
+		t.Error("*store.DB has no change feed for the controller")
+	}
+}
+
+// TestNewValidatesConfig proves that a controller without its required
+// seams, or with impossible limits, is refused at construction.
+func TestNewValidatesConfig(t *testing.T) {
+	_, err := New(Config{MaxCallsPerMinute: -1})
+	if err == nil {
+		t.Fatal("New(zero Config) error = nil")
+	}
+	for _, want := range []string{"no store", "no pool view", "no caller", "max calls per minute -1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("New error %q does not say %q", err, want)
+		}
+	}
+}
+
+// TestRunStopsCleanly proves that Run returns once ctx ends, with every
+// goroutine it started joined (TestMain's leak check), fails the cold
+// starts still pending with ErrClosed, and refuses a second Run.
+func TestRunStopsCleanly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, pl := newFakeStore(), newFakePool()
+		st.put(rec("app.example.com"))
+		st.put(rec("queued.example.com"))
+		caller := &fakeCaller{hold: make(chan struct{})}
+		c, err := New(Config{Store: st, Pool: pl, Caller: caller})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { errc <- c.Run(ctx) }()
+		synctest.Wait()
+		if err := c.Run(ctx); err == nil {
+			t.Error("second Run error = nil, want an error")
+		}
+		inFlight, err := c.ColdStart(ctx, testOrg, "app.example.com", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		queued, err := c.ColdStart(ctx, testOrg, "queued.example.com", "") // waits for a token
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+		for name, s := range map[string]*Start{"in flight": inFlight, "queued": queued} {
+			if !errors.Is(s.Err(), ErrClosed) {
+				t.Errorf("%s flight Err() = %v, want ErrClosed", name, s.Err())
+			}
+		}
+		if _, err := c.ColdStart(context.Background(), testOrg, "app.example.com", ""); !errors.Is(err, ErrClosed) {
+			t.Errorf("ColdStart after Run error = %v, want ErrClosed", err)
+		}
+		if got := st.auditEvents(); len(got) != 0 {
+			t.Errorf("audit after a cancelled call = %v, want nothing recorded", got)
+		}
+	})
+}
+
+// TestRecordCreatedElsewhereSeen proves that a record declared through
+// another server is picked up: at once through the store's change feed,
+// and at the latest on the periodic reload; and that a disarm elsewhere is
+// seen too.
+func TestRecordCreatedElsewhereSeen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFakeStore()
+		fs.changes = make(chan store.Change)
+		h := newHarness(t, nil, func(c *Config, _ *harness) { c.Store = feedStore{fs} })
+		h.store = fs
+		ctx := context.Background()
+
+		r := fs.put(rec("app.example.com"))
+		if _, err := h.c.ColdStart(ctx, testOrg, "app.example.com", ""); !errors.Is(err, ErrNoRecord) {
+			t.Fatalf("ColdStart before the change error = %v, want ErrNoRecord", err)
+		}
+		fs.publish(store.Change{Kind: store.ChangeScalingUpdated, ID: r.ID, OrgID: testOrg, Hostname: r.Hostname})
+		synctest.Wait()
+		if _, err := h.c.ColdStart(ctx, testOrg, "app.example.com", ""); err != nil {
+			t.Errorf("ColdStart after the change error = %v, want nil", err)
+		}
+
+		// A disarm by another server (a known record: no change-driven
+		// reload) is seen on the periodic reload.
+		other := fs.put(rec("other.example.com"))
+		advance(DefaultRefreshInterval)
+		fs.mu.Lock()
+		fs.recs[other.ID].Disarmed = true
+		fs.mu.Unlock()
+		advance(DefaultRefreshInterval)
+		if _, err := h.c.ColdStart(ctx, testOrg, "other.example.com", ""); !errors.Is(err, ErrDisarmed) {
+			t.Errorf("ColdStart after a disarm elsewhere error = %v, want ErrDisarmed", err)
+		}
+	})
+}

@@ -1,0 +1,210 @@
+package autoscale
+
+import (
+	"context"
+	"crypto/rand"
+	"time"
+)
+
+// run is one unbroken stretch of samples on the same side of a threshold.
+// It keeps the latest MaxRecordedSamples values, for the audit entry of the
+// decision it may cause, in constant memory however long the window.
+type run struct {
+	since    time.Time // the first sample; zero when the run is empty
+	n        int
+	min, max float64
+	ring     [MaxRecordedSamples]float64
+}
+
+// add extends the run with a sample u taken at now.
+func (r *run) add(now time.Time, u float64) {
+	if r.n == 0 {
+		r.since, r.min, r.max = now, u, u
+	}
+	r.min, r.max = min(r.min, u), max(r.max, u)
+	r.ring[r.n%MaxRecordedSamples] = u
+	r.n++
+}
+
+// reset breaks the run.
+func (r *run) reset() { r.n, r.since = 0, time.Time{} }
+
+// lasted reports whether the run has covered at least d by now: its first
+// and latest samples are d or more apart, with none breaking it between. A
+// single sample covers nothing, so one spike never qualifies.
+func (r *run) lasted(now time.Time, d time.Duration) bool {
+	return r.n > 0 && now.Sub(r.since) >= d
+}
+
+// samples returns what the run recorded.
+func (r *run) samples() samples {
+	k := min(r.n, MaxRecordedSamples)
+	s := samples{n: r.n, min: r.min, max: r.max, recent: make([]float64, 0, k)}
+	for i := r.n - k; i < r.n; i++ {
+		s.recent = append(s.recent, r.ring[i%MaxRecordedSamples])
+	}
+	return s
+}
+
+// samples are the utilization samples that caused a decision.
+type samples struct {
+	n        int       // how many there were
+	min, max float64   // over all n
+	recent   []float64 // the latest, oldest first, at most MaxRecordedSamples
+}
+
+// decision is one call the controller means to make. Its key is reused by
+// a retry of the same decision (same reason, current and desired after a
+// failure) and is new otherwise.
+type decision struct {
+	reason           Reason
+	current, desired int
+	key              string
+	samples          samples
+}
+
+// decisionLocked makes a decision for b, reusing the key of the last
+// failed decision when this one is its retry.
+func (b *bind) decisionLocked(reason Reason, current, desired int, s samples) decision {
+	d := decision{reason: reason, current: current, desired: desired, samples: s}
+	b.rekeyLocked(&d)
+	return d
+}
+
+// rekeyLocked sets d's key for its reason, current and desired.
+func (b *bind) rekeyLocked(d *decision) {
+	if r := b.retry; r != nil && r.reason == d.reason && r.current == d.current && r.desired == d.desired {
+		d.key = r.key
+		return
+	}
+	d.key = rand.Text()
+}
+
+// coldStartDesired is a cold start's desired capacity: one instance, or min
+// when it is higher. Normalize keeps min within a nonzero max.
+func coldStartDesired(r *Record) int {
+	return max(1, r.Min)
+}
+
+// scaleOutDesired is a scale-out's desired capacity from current
+// instances, and false when there is nothing to ask: max 0 means cold
+// starts only, and the server never asks above max.
+func scaleOutDesired(current int, r *Record) (int, bool) {
+	if r.Max <= 0 || current < 1 || current >= r.Max {
+		return 0, false
+	}
+	return current + 1, true
+}
+
+// scaleInDesired is a scale-in's desired capacity from current instances:
+// one below current, never below min or one, and never above max (a pool
+// already above its max is asked straight down to it). It is false when
+// there is nothing to give back: at min, at one instance, or with max 0
+// (cold starts only).
+func scaleInDesired(current int, r *Record) (int, bool) {
+	if r.Max <= 0 || current <= 1 || current <= r.Min {
+		return 0, false
+	}
+	return min(max(current-1, r.Min, 1), r.Max), true
+}
+
+// sampleLoop samples every armed record's pool each SampleInterval.
+func (c *Controller) sampleLoop(ctx context.Context) {
+	t := time.NewTicker(SampleInterval)
+	defer t.Stop()
+	var bs []*bind
+	var stats []PoolStats
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		bs, stats = c.sample(bs[:0], stats[:0])
+	}
+}
+
+// sample takes one sample of every armed record with a scaling range and
+// makes the decisions that are due. The slices are reused across calls.
+func (c *Controller) sample(bs []*bind, stats []PoolStats) ([]*bind, []PoolStats) {
+	c.mu.Lock()
+	for _, b := range c.binds {
+		if b.rec != nil && !b.rec.Disarmed && b.rec.Max > 0 {
+			bs = append(bs, b)
+		} else {
+			b.busy.reset()
+			b.idle.reset()
+		}
+	}
+	c.mu.Unlock()
+	// The pool is read without the lock: the router may call ColdStart
+	// while holding its own.
+	for _, b := range bs {
+		stats = append(stats, c.pool.Pool(b.key.org, b.key.host, b.key.path))
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, b := range bs {
+		c.observeLocked(b, stats[i], now)
+	}
+	return bs, stats
+}
+
+// observeLocked adds the sample st of b, taken at now, and queues a
+// scale-out or scale-in when one is due.
+//
+// Scale out: every sample at or above target for a whole window. Scale in:
+// every sample below half the target for IdleWindows windows. A sample in
+// between breaks both stretches: that gap is the hysteresis that keeps a
+// pool hovering at its target from scaling out and in on alternate
+// samples. The stretches keep growing during a cooldown, so a pool still
+// saturated when it ends is scaled out again at once; a decision starts
+// both afresh.
+func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
+	r := b.rec
+	if r == nil || r.Disarmed || r.Max <= 0 {
+		return
+	}
+	if st.Capacity <= 0 {
+		// No measurable utilization: never scaled out or in.
+		b.busy.reset()
+		b.idle.reset()
+		return
+	}
+	u := float64(st.Inflight) / float64(st.Capacity)
+	if u >= r.TargetUtilization {
+		b.busy.add(now, u)
+	} else {
+		b.busy.reset()
+	}
+	if u < r.TargetUtilization/2 {
+		b.idle.add(now, u)
+	} else {
+		b.idle.reset()
+	}
+	if b.queued != nil || b.running != nil || now.Before(b.nextAllowed) {
+		return
+	}
+	var d decision
+	switch {
+	case b.busy.lasted(now, r.Window):
+		want, ok := scaleOutDesired(st.Instances, r)
+		if !ok {
+			return
+		}
+		d = b.decisionLocked(ReasonScaleOut, st.Instances, want, b.busy.samples())
+	case b.idle.lasted(now, IdleWindows*r.Window):
+		want, ok := scaleInDesired(st.Instances, r)
+		if !ok {
+			return
+		}
+		d = b.decisionLocked(ReasonScaleIn, st.Instances, want, b.idle.samples())
+	default:
+		return
+	}
+	if c.enqueueLocked(b, d, nil) == nil {
+		b.busy.reset()
+		b.idle.reset()
+	}
+}

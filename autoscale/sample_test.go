@@ -1,0 +1,320 @@
+package autoscale
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// utilization scripts a pool of n instances (max_concurrent 10 each) whose
+// utilization at each elapsed second is u(second).
+func utilization(n int, u func(sec int) float64) func(time.Duration) PoolStats {
+	return func(el time.Duration) PoolStats {
+		return pool(n, int(u(int(el/time.Second))*float64(10*n)+0.5))
+	}
+}
+
+// expectNoCall advances d and fails if any call was made.
+func expectNoCall(t *testing.T, h *harness, d time.Duration) {
+	t.Helper()
+	advance(d)
+	if ts := h.callTimes(); len(ts) != 0 {
+		t.Fatalf("calls at %v, want none within %v", ts, d)
+	}
+}
+
+// expectCall fails unless exactly n calls were made, the last one at
+// elapsed time at with body (reason, current, desired).
+func expectCall(t *testing.T, h *harness, n int, at time.Duration, reason Reason, current, desired int) {
+	t.Helper()
+	calls := h.caller.made()
+	if len(calls) != n {
+		t.Fatalf("%d calls at %v, want %d", len(calls), h.callTimes(), n)
+	}
+	c := calls[n-1]
+	if got := h.at(c); got != at {
+		t.Errorf("call %d at %v, want %v", n, got, at)
+	}
+	if b := c.Body; b.Reason != reason || b.Current != current || b.Desired != desired {
+		t.Errorf("call %d body = %s current %d desired %d, want %s %d %d", n, b.Reason, b.Current, b.Desired, reason, current, desired)
+	}
+}
+
+// TestScaleOutAfterWholeWindow proves that utilization at or above target
+// for the whole window scales out by one: samples from 1s, window 15s, the
+// call at 16s and not before.
+func TestScaleOutAfterWholeWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.pool.steady("app.example.com", pool(2, 16)) // exactly at the 0.8 target
+		expectNoCall(t, h, 15*time.Second+500*time.Millisecond)
+		advance(time.Second)
+		expectCall(t, h, 1, 16*time.Second, ReasonScaleOut, 2, 3)
+	})
+}
+
+// TestScaleOutNeedsEverySampleInWindow proves that one sample below
+// target inside the window restarts it.
+func TestScaleOutNeedsEverySampleInWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.pool.set("app.example.com", utilization(2, func(s int) float64 {
+			if s == 14 {
+				return 0.75
+			}
+			return 1
+		}))
+		expectNoCall(t, h, 29*time.Second+500*time.Millisecond)
+		advance(time.Second)
+		expectCall(t, h, 1, 30*time.Second, ReasonScaleOut, 2, 3)
+	})
+}
+
+// TestSingleSpikeDoesNotScaleOut proves that a single saturated sample,
+// however high, never qualifies.
+func TestSingleSpikeDoesNotScaleOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.pool.set("app.example.com", utilization(2, func(s int) float64 {
+			if s%20 == 5 {
+				return 1
+			}
+			return 0.5
+		}))
+		expectNoCall(t, h, 30*time.Minute)
+	})
+}
+
+// TestScaleInAfterExactlyFourQuietWindows proves that utilization below
+// half the target for four windows scales in by one: samples from 1s,
+// window 15s, the call at 61s and not before.
+func TestScaleInAfterExactlyFourQuietWindows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.pool.steady("app.example.com", pool(3, 11)) // 0.37, below 0.4
+		expectNoCall(t, h, 60*time.Second+500*time.Millisecond)
+		advance(time.Second)
+		expectCall(t, h, 1, 61*time.Second, ReasonScaleIn, 3, 2)
+	})
+}
+
+// TestBusySampleResetsIdleClock proves that one sample at or above half
+// the target restarts the four idle windows.
+func TestBusySampleResetsIdleClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.pool.set("app.example.com", utilization(3, func(s int) float64 {
+			if s == 30 {
+				return 0.5
+			}
+			return 0
+		}))
+		expectNoCall(t, h, 90*time.Second+500*time.Millisecond)
+		advance(time.Second)
+		expectCall(t, h, 1, 91*time.Second, ReasonScaleIn, 3, 2)
+	})
+}
+
+// TestHysteresisNeverOscillates proves the gap between the two thresholds:
+// a pool hovering at its target, or flipping between busy and idle on
+// alternate samples, is never scaled out nor in.
+func TestHysteresisNeverOscillates(t *testing.T) {
+	tests := []struct {
+		name    string
+		a, b    float64
+		decided bool
+	}{
+		{"hovering at target", 0.8, 0.75, false},
+		{"busy and idle on alternate samples", 0.9, 0.1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, []Record{rec("app.example.com")})
+				h.pool.set("app.example.com", utilization(4, func(s int) float64 {
+					if s%2 == 0 {
+						return tt.a
+					}
+					return tt.b
+				}))
+				expectNoCall(t, h, time.Hour)
+			})
+		})
+	}
+}
+
+// TestScaleInSkippedAtMinOrOneInstance proves that an idle pool already
+// at min, or at one instance, is left alone.
+func TestScaleInSkippedAtMinOrOneInstance(t *testing.T) {
+	tests := []struct {
+		name      string
+		min       int
+		instances int
+	}{
+		{"at min", 2, 2},
+		{"at one instance with min 0", 0, 1},
+		{"below min", 3, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := rec("app.example.com")
+				r.Min = tt.min
+				h := newHarness(t, []Record{r})
+				h.pool.steady("app.example.com", pool(tt.instances, 0))
+				expectNoCall(t, h, time.Hour)
+			})
+		})
+	}
+}
+
+// TestDesiredBounds proves the bounds of desired: scale-out never above
+// max (max 0: cold starts only), scale-in one below current but never
+// below min or one and never above max, cold start one or min.
+func TestDesiredBounds(t *testing.T) {
+	r := func(min, max int) *Record { return &Record{Min: min, Max: max} }
+	type result struct {
+		desired int
+		ok      bool
+	}
+	tests := []struct {
+		name    string
+		f       func(int, *Record) (int, bool)
+		current int
+		rec     *Record
+		want    result
+	}{
+		{"scale out by one", scaleOutDesired, 2, r(0, 10), result{3, true}},
+		{"scale out up to max", scaleOutDesired, 9, r(0, 10), result{10, true}},
+		{"scale out at max", scaleOutDesired, 10, r(0, 10), result{0, false}},
+		{"scale out above max", scaleOutDesired, 12, r(0, 10), result{0, false}},
+		{"scale out with max 0", scaleOutDesired, 1, r(0, 0), result{0, false}},
+		{"scale in by one", scaleInDesired, 3, r(0, 10), result{2, true}},
+		{"scale in down to min", scaleInDesired, 3, r(2, 10), result{2, true}},
+		{"scale in at min", scaleInDesired, 2, r(2, 10), result{0, false}},
+		{"scale in at one", scaleInDesired, 1, r(0, 10), result{0, false}},
+		{"scale in never to zero", scaleInDesired, 2, r(0, 10), result{1, true}},
+		{"scale in above max", scaleInDesired, 12, r(0, 10), result{10, true}},
+		{"scale in with max 0", scaleInDesired, 3, r(0, 0), result{0, false}},
+		{"cold start", func(int, *Record) (int, bool) { return coldStartDesired(r(0, 8)), true }, 0, nil, result{1, true}},
+		{"cold start to min", func(int, *Record) (int, bool) { return coldStartDesired(r(3, 8)), true }, 0, nil, result{3, true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, ok := tt.f(tt.current, tt.rec)
+			if got := (result{d, ok}); got != tt.want {
+				t.Errorf("desired(current %d, %+v) = %+v, want %+v", tt.current, tt.rec, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestNeverAskAboveMax proves that a saturated pool at max is not scaled
+// out, and one below it is asked for at most max.
+func TestNeverAskAboveMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rec("app.example.com")
+		r.Max = 4
+		h := newHarness(t, []Record{r})
+		h.pool.steady("app.example.com", pool(4, 40))
+		expectNoCall(t, h, 10*time.Minute)
+		h.pool.steady("app.example.com", pool(3, 30))
+		advance(20 * time.Second)
+		calls := h.caller.made()
+		if len(calls) != 1 || calls[0].Body.Desired != 4 {
+			t.Fatalf("calls = %+v, want one asking for 4", calls)
+		}
+	})
+}
+
+// TestMaxZeroMeansColdStartsOnly proves that with max 0 a saturated or
+// idle pool is never scaled, while a cold start still calls.
+func TestMaxZeroMeansColdStartsOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rec("app.example.com")
+		r.Max = 0
+		h := newHarness(t, []Record{r})
+		h.pool.steady("app.example.com", pool(3, 30))
+		expectNoCall(t, h, 10*time.Minute)
+		h.pool.steady("app.example.com", PoolStats{})
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		expectCall(t, h, 1, 10*time.Minute, ReasonColdStart, 0, 1)
+	})
+}
+
+// TestStandbyDrainingUnhealthyAreNotCapacity proves that only the figures
+// the router counts as capacity (routable primary-tier instances) make
+// utilization and "current": extra routable clients (standby, which the
+// router excludes from Instances and Capacity) do not mask saturation
+// and are not counted in current.
+func TestStandbyDrainingUnhealthyAreNotCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		// Two primaries saturated; three standby clients also routable.
+		h.pool.steady("app.example.com", PoolStats{Instances: 2, Capacity: 20, Inflight: 20, Routable: 5})
+		advance(16*time.Second + 500*time.Millisecond)
+		expectCall(t, h, 1, 16*time.Second, ReasonScaleOut, 2, 3)
+	})
+}
+
+// TestNoMaxConcurrentNoScaleOutButColdStartWorks proves that a pool with
+// no measurable capacity is never scaled out, while an empty one is still
+// cold started.
+func TestNoMaxConcurrentNoScaleOutButColdStartWorks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.pool.steady("app.example.com", PoolStats{Instances: 3, Capacity: 0, Inflight: 50, Routable: 3})
+		expectNoCall(t, h, 10*time.Minute)
+		h.pool.steady("app.example.com", PoolStats{})
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		expectCall(t, h, 1, 10*time.Minute, ReasonColdStart, 0, 1)
+	})
+}
+
+// TestDecisionRecordsReasonAndSamples proves that a decision's reason and
+// the utilization samples that caused it reach the audit log and the
+// event.
+func TestDecisionRecordsReasonAndSamples(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		cycle := []float64{0.8, 0.9, 1}
+		h.pool.set("app.example.com", utilization(2, func(s int) float64 { return cycle[s%3] }))
+		advance(16*time.Second + 500*time.Millisecond)
+		expectCall(t, h, 1, 16*time.Second, ReasonScaleOut, 2, 3)
+
+		var want []float64
+		var text []string
+		for s := 1; s <= 16; s++ {
+			want = append(want, cycle[s%3])
+			text = append(text, fmt.Sprintf("%.2f", cycle[s%3]))
+		}
+		evs := h.events.all()
+		if len(evs) != 1 || evs[0].Type != EventRequested || evs[0].Reason != ReasonScaleOut {
+			t.Fatalf("events = %+v, want one scaling_requested for scale_out", evs)
+		}
+		if diff := cmp.Diff(want, evs[0].Utilization); diff != "" {
+			t.Errorf("event utilization (-want +got):\n%s", diff)
+		}
+		es := h.store.auditEntries()
+		if len(es) != 1 || es[0].Event != EventRequested || es[0].Hostname != "app.example.com" || es[0].OrgID != testOrg {
+			t.Fatalf("audit = %+v, want one scaling_requested entry", es)
+		}
+		for _, part := range []string{"reason=scale_out", "current=2", "desired=3", "status=200", "samples=16",
+			"min_utilization=0.80", "max_utilization=1.00", "utilization=" + strings.Join(text, ",")} {
+			if !strings.Contains(es[0].Detail, part) {
+				t.Errorf("audit detail %q lacks %q", es[0].Detail, part)
+			}
+		}
+	})
+}

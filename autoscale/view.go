@@ -1,0 +1,141 @@
+package autoscale
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// View is one record as the API shows it: the declaration, the breaker,
+// the last call and the live pool. It never holds the secret.
+type View struct {
+	ID, OrgID, Hostname, Path string
+	// URL is the hook URL.
+	URL string
+	// Authenticated says a secret is set; the secret itself is never shown.
+	Authenticated bool
+	Min, Max      int
+	ColdStart     time.Duration
+	// TargetUtilization is the scale-out threshold, in (0,1].
+	TargetUtilization float64
+	Window, Cooldown  time.Duration
+	// Instances, Capacity and Inflight are the live pool (see PoolStats).
+	Instances, Capacity, Inflight int
+	// Utilization is Inflight/Capacity; meaningless (and encoded as null)
+	// when Capacity is 0.
+	Utilization         float64
+	Disarmed            bool
+	Conflict            bool
+	ConsecutiveFailures int
+	// LastCallAt is nil when no call was made.
+	LastCallAt *time.Time
+	LastReason string
+	// LastStatus is 0 for a transport failure or no call.
+	LastStatus int
+	UpdatedAt  time.Time
+}
+
+// newView shows r with the live pool st.
+func newView(r Record, st PoolStats) View {
+	v := View{
+		ID: r.ID, OrgID: r.OrgID, Hostname: r.Hostname, Path: r.Path,
+		URL: r.URL, Authenticated: r.Secret != "",
+		Min: r.Min, Max: r.Max, ColdStart: r.ColdStart,
+		TargetUtilization: r.TargetUtilization, Window: r.Window, Cooldown: r.Cooldown,
+		Instances: st.Instances, Capacity: st.Capacity, Inflight: st.Inflight,
+		Disarmed: r.Disarmed, Conflict: r.Conflict, ConsecutiveFailures: r.ConsecutiveFailures,
+		LastCallAt: r.LastCallAt, LastReason: r.LastReason, LastStatus: r.LastStatus,
+		UpdatedAt: r.UpdatedAt,
+	}
+	if st.Capacity > 0 {
+		v.Utilization = float64(st.Inflight) / float64(st.Capacity)
+	}
+	return v
+}
+
+// List returns the records of orgID ("" means every organization), the
+// most recently declared first, disarmed ones included, each with its live
+// pool. It reads the store, so it also shows other servers' changes.
+func (c *Controller) List(ctx context.Context, orgID string) ([]View, error) {
+	recs, err := c.store.ListScalingRecords(ctx, orgID)
+	if err != nil {
+		return nil, fmt.Errorf("autoscale: list: %w", err)
+	}
+	vs := make([]View, 0, len(recs))
+	for _, r := range recs {
+		vs = append(vs, newView(r, c.pool.Pool(r.OrgID, r.Hostname, r.Path)))
+	}
+	return vs, nil
+}
+
+// Disarm removes record id of orgID ("" means any organization): the API's
+// disarm. A client still declaring the block creates it again on its next
+// announcement. The error wraps ErrNoRecord (and store.ErrNotFound) when
+// there is no such record.
+func (c *Controller) Disarm(ctx context.Context, orgID, id string) error {
+	if err := c.store.DeleteScalingRecord(ctx, orgID, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("autoscale: disarm %s: %w (%w)", id, ErrNoRecord, err)
+		}
+		return fmt.Errorf("autoscale: disarm %s: %w", id, err)
+	}
+	c.forgetRecord(id)
+	c.log.Info("scaling record deleted", logKeyRecord, id, logKeyOrg, orgID)
+	return nil
+}
+
+// forgetRecord drops record id from memory: it was deleted.
+func (c *Controller) forgetRecord(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := c.byID[id]; b != nil {
+		c.setRecLocked(b, nil)
+		b.seq++
+		c.gcLocked(b)
+	}
+}
+
+// MarshalJSON encodes v as the API's scaling record: the contract's
+// snake_case keys, durations in Go syntax ("45s"), utilization null when
+// the pool has no measurable capacity, and "authenticated" in place of the
+// secret.
+func (v View) MarshalJSON() ([]byte, error) {
+	var util *float64
+	if v.Capacity > 0 {
+		util = &v.Utilization
+	}
+	return json.Marshal(struct {
+		ID                  string     `json:"id"`
+		Hostname            string     `json:"hostname"`
+		Path                string     `json:"path"`
+		OrgID               string     `json:"org_id"`
+		URL                 string     `json:"url"`
+		Authenticated       bool       `json:"authenticated"`
+		Min                 int        `json:"min"`
+		Max                 int        `json:"max"`
+		ColdStart           string     `json:"cold_start"`
+		TargetUtilization   float64    `json:"target_utilization"`
+		Window              string     `json:"window"`
+		Cooldown            string     `json:"cooldown"`
+		Instances           int        `json:"instances"`
+		Capacity            int        `json:"capacity"`
+		Inflight            int        `json:"inflight"`
+		Utilization         *float64   `json:"utilization"`
+		Disarmed            bool       `json:"disarmed"`
+		Conflict            bool       `json:"conflict"`
+		ConsecutiveFailures int        `json:"consecutive_failures"`
+		LastCallAt          *time.Time `json:"last_call_at"`
+		LastReason          string     `json:"last_reason"`
+		LastStatus          int        `json:"last_status"`
+		UpdatedAt           time.Time  `json:"updated_at"`
+	}{
+		v.ID, v.Hostname, v.Path, v.OrgID, v.URL, v.Authenticated, v.Min, v.Max,
+		v.ColdStart.String(), v.TargetUtilization, v.Window.String(), v.Cooldown.String(),
+		v.Instances, v.Capacity, v.Inflight, util, v.Disarmed, v.Conflict, v.ConsecutiveFailures,
+		v.LastCallAt, v.LastReason, v.LastStatus, v.UpdatedAt,
+	})
+}
