@@ -62,6 +62,8 @@ type pool struct {
 	path    string
 
 	members atomic.Pointer[[]*service] // sorted oldest first; swapped on change
+	// armed is set while the bind has an armed scaling record.
+	armed atomic.Pointer[armedInfo]
 	// restricted is set when some member's token limits its visitors
 	// (allowed_ips), so unrestricted pools skip the check.
 	restricted atomic.Bool
@@ -80,10 +82,11 @@ type pool struct {
 // invalid ip, from a test or a pipe, is admitted only when nothing is
 // restricted).
 func (s *service) admits(ip netip.Addr) bool {
-	if len(s.allowedIPs) == 0 {
-		return true
-	}
-	for _, p := range s.allowedIPs {
+	return len(s.allowedIPs) == 0 || prefixesContain(s.allowedIPs, ip)
+}
+
+func prefixesContain(ps []netip.Prefix, ip netip.Addr) bool {
+	for _, p := range ps {
 		if p.Contains(ip) {
 			return true
 		}
@@ -95,11 +98,14 @@ func (s *service) admits(ip netip.Addr) bool {
 // pool without members (its client just left) admits everyone: there is
 // nothing to check against yet.
 func (p *pool) admitsAny(ip netip.Addr) bool {
-	if !p.restricted.Load() {
-		return true
-	}
 	ms := *p.members.Load()
 	if len(ms) == 0 {
+		if a := p.armed.Load(); a != nil && len(a.allowed) > 0 {
+			return prefixesContain(a.allowed, ip)
+		}
+		return true
+	}
+	if !p.restricted.Load() {
 		return true
 	}
 	for _, s := range ms {
@@ -114,9 +120,10 @@ func (p *pool) admitsAny(ip netip.Addr) bool {
 type waiter struct {
 	ip       netip.Addr // the visitor, checked against allowed_ips
 	enq      time.Time
-	instance string        // when set, only this client instance may serve it
-	exclude  Conn          // when set, never this connection (a failed one)
-	ch       chan *service // receives the service whose permit it now holds
+	instance string          // when set, only this client instance may serve it
+	exclude  Conn            // when set, never this connection (a failed one)
+	abort    <-chan struct{} // when closed, stop waiting (a failed cold start)
+	ch       chan *service   // receives the service whose permit it now holds
 }
 
 // accepts reports whether s may serve w.
@@ -265,6 +272,9 @@ func (p *pool) acquire(ctx context.Context, st strategy, timeout time.Duration, 
 	case <-ctx.Done():
 		p.abandon(w)
 		return nil, context.Cause(ctx)
+	case <-w.abort:
+		p.abandon(w)
+		return nil, errColdStartFailed
 	case <-t.C:
 		p.abandon(w)
 		return nil, errQueueTimeout

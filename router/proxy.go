@@ -70,7 +70,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // live reports whether p may still serve: it has members, or lost its last
 // one less than DownThreshold ago (requests then wait for its return).
 func (rt *Router) live(p *pool) bool {
-	if len(*p.members.Load()) > 0 {
+	if len(*p.members.Load()) > 0 || p.armed.Load() != nil {
 		return true
 	}
 	at := p.emptiedAt.Load()
@@ -85,6 +85,17 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 	wt := &waiter{ip: visitor}
 	wait := true
 	timeout := rt.cfg.GatewayTimeout
+	// An armed bind with nobody to serve starts an instance at once (no
+	// gateway_timeout first) and holds the request up to cold_start. The
+	// request was never dispatched, so holding is safe for every method.
+	if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
+		if rt.cfg.MaxHeld > 0 && p.queued() >= rt.cfg.MaxHeld {
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, "aperio: too many requests are waiting for "+host+" to start", http.StatusServiceUnavailable)
+			return
+		}
+		wt.abort, timeout = failed, budget
+	}
 	for jumps := 0; ; jumps++ {
 		s, err := p.acquire(ctx, rt.strategy, timeout, wait, wt)
 		if err != nil {
@@ -100,6 +111,8 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 				}
 			case errors.Is(err, errNoRoutable):
 				rt.nothingCanServe(w, r, host, errNoRoutable)
+			case errors.Is(err, errColdStartFailed):
+				rt.nothingCanServe(w, r, host, errColdStartFailed)
 			default:
 				rt.writeError(w, r, host, err)
 			}
@@ -113,6 +126,12 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 		resp, err := s.conn.RoundTrip(r, s.id)
 		if err != nil {
 			rt.releaseGlobal()
+			if errors.Is(err, tunnel.ErrSessionClosed) && sessionEnded(s.conn) {
+				// Not detached yet, but over: its permit must not pass to a
+				// queued request, which would fail on it in turn. Detach
+				// hands the queue to the clients left.
+				s.gone.Store(true)
+			}
 			s.release()
 			// A draining client closes its tunnel once nothing is in flight
 			// on its side; a request dispatched to it just before its
@@ -153,6 +172,21 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 		rt.releaseGlobal()
 		s.release()
 		return
+	}
+}
+
+// sessionEnded reports whether c's session is over: a *tunnel.Session
+// whose Done is closed. Conns without Done (test fakes) never end.
+func sessionEnded(c Conn) bool {
+	d, ok := c.(interface{ Done() <-chan struct{} })
+	if !ok {
+		return false
+	}
+	select {
+	case <-d.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -339,7 +373,9 @@ func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, host string
 	case errors.Is(err, errNoRoutable):
 		http.Error(w, "aperio: no client of "+host+" can take requests now", http.StatusBadGateway)
 	case errors.Is(err, errQueueTimeout):
-		http.Error(w, "aperio: no client of "+host+" became available within gateway_timeout", http.StatusGatewayTimeout)
+		http.Error(w, "aperio: no client of "+host+" became available in time", http.StatusGatewayTimeout)
+	case errors.Is(err, errColdStartFailed):
+		http.Error(w, "aperio: "+host+" could not be started", http.StatusGatewayTimeout)
 	case errors.As(err, &mbe):
 		http.Error(w, "aperio: request body larger than max_body_size ("+strconv.FormatInt(mbe.Limit, 10)+" bytes)", http.StatusRequestEntityTooLarge)
 	case errors.Is(err, tunnel.ErrResponseTimeout):

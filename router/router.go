@@ -50,6 +50,12 @@ type Config struct {
 	// Fallbacks maps a hostname to a URL visitors are redirected to (302)
 	// when no client can serve it.
 	Fallbacks map[string]string
+	// Scaler, when set, starts instances for armed binds (cold start).
+	Scaler Scaler
+	// MaxHeld bounds the requests held for one bind's cold start
+	// (scaling_max_held); beyond it the answer is 503 with Retry-After.
+	// Zero means the wait queue's own bound.
+	MaxHeld int
 	// Cache, when set, keeps the last good GET responses of services that
 	// announce resilience and serves them stale when nothing can serve.
 	Cache *cache.Cache
@@ -258,16 +264,29 @@ func (rt *Router) Detach(s *tunnel.Session) { rt.detach(s) }
 // services nobody routes to any more.
 func (rt *Router) detach(conn Conn) {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	e := rt.clients[conn]
 	if e == nil {
+		rt.mu.Unlock()
 		return
+	}
+	left := make([]*pool, 0, len(e.keys))
+	for k := range e.keys {
+		if p := rt.pools[k]; p != nil {
+			left = append(left, p)
+		}
 	}
 	for _, s := range e.services {
 		s.gone.Store(true)
 	}
 	rt.rebindLocked(e, nil)
 	delete(rt.clients, conn)
+	rt.mu.Unlock()
+	// Requests queued for it may be served by the clients left (the
+	// standby tier, when it was the last primary); no release of its own
+	// permits hands them on any more, so wake them here.
+	for _, p := range left {
+		p.wake(rt.strategy)
+	}
 }
 
 // rebindLocked moves e's services from the pools they were in to the pools
@@ -343,7 +362,7 @@ func (rt *Router) rebindLocked(e *clientEntry, keys map[bindKey][]*service) []*p
 func (rt *Router) rebuildTableLocked(now time.Time) {
 	live := make([]*pool, 0, len(rt.pools))
 	for k, p := range rt.pools {
-		if at := p.emptiedAt.Load(); at != 0 && now.Sub(time.Unix(0, at)) >= rt.cfg.DownThreshold && p.queued() == 0 {
+		if at := p.emptiedAt.Load(); at != 0 && now.Sub(time.Unix(0, at)) >= rt.cfg.DownThreshold && p.queued() == 0 && p.armed.Load() == nil {
 			delete(rt.pools, k)
 			continue
 		}
@@ -422,6 +441,22 @@ func (rt *Router) Inflight(conn Conn, serviceID string) int64 {
 	return 0
 }
 
+// Queued returns the requests waiting in every pool's queue for a
+// client's permit, for metrics. It locks each pool briefly.
+func (rt *Router) Queued() int {
+	rt.mu.Lock()
+	pools := make([]*pool, 0, len(rt.pools))
+	for _, p := range rt.pools {
+		pools = append(pools, p)
+	}
+	rt.mu.Unlock()
+	n := 0
+	for _, p := range pools {
+		n += p.queued()
+	}
+	return n
+}
+
 // PoolStats are the live figures autoscaling reads for one bind.
 type PoolStats struct {
 	// Instances counts client processes (distinct instance ids) with a
@@ -435,6 +470,8 @@ type PoolStats struct {
 	Inflight int
 	// Held counts requests waiting in the pool's queue.
 	Held int
+	// Routable counts services of any tier that could take a request now.
+	Routable int
 }
 
 // Stats returns the figures of the pool bound to pattern (a hostname or
@@ -450,7 +487,11 @@ func (rt *Router) Stats(pattern, path string) PoolStats {
 	}
 	instances := map[string]bool{}
 	for _, s := range *p.members.Load() {
-		if !s.routable() || s.priority.Load() > 0 {
+		if !s.routable() {
+			continue
+		}
+		st.Routable++
+		if s.priority.Load() > 0 {
 			continue
 		}
 		instances[s.instance] = true

@@ -321,7 +321,7 @@ func TestStatsCountOnlyRoutablePrimaries(t *testing.T) {
 	p := rt.table.Load().match("app.test", "/")
 	s, _ := p.tryAcquire(rt.strategy, nil)
 	got := rt.Stats("App.Test", "")
-	want := PoolStats{Instances: 2, Capacity: 25, Inflight: 1}
+	want := PoolStats{Instances: 2, Capacity: 25, Inflight: 1, Routable: 4}
 	if got != want {
 		t.Fatalf("Stats() = %+v, want %+v (standby, unhealthy and draining are not capacity)", got, want)
 	}
