@@ -12,17 +12,51 @@ import (
 // a revoked token's clients are disconnected at once, and maintenance
 // follows the records. It returns when ctx ends.
 func (g *Gateway) watchChanges(ctx context.Context) {
-	for ch := range g.db.Subscribe(ctx) {
-		switch ch.Kind {
-		case store.ChangeTokenRevoked:
-			g.disconnectToken(ch.ID, "token revoked")
-		case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
-			g.reloadMaintenance(ctx)
-		case store.ChangeResync:
-			// Changes may have been missed: re-check everything cached.
-			g.reloadMaintenance(ctx)
-			g.recheckTokens(ctx)
+	// Scaling records change on every heartbeat that declares one; the
+	// router's armed set is reloaded at most once per second.
+	reload := time.NewTimer(time.Hour)
+	reload.Stop()
+	pending := false
+	changes := g.db.Subscribe(ctx)
+	for {
+		select {
+		case <-reload.C:
+			pending = false
+			if err := g.loadArmed(ctx); err != nil {
+				g.log.Error("scaling records reload failed", "err", err)
+			}
+			continue
+		case ch, ok := <-changes:
+			if !ok {
+				reload.Stop()
+				return
+			}
+			if g.ctl != nil && (ch.Kind == store.ChangeScalingUpdated || ch.Kind == store.ChangeScalingDeleted || ch.Kind == store.ChangeResync) && !pending {
+				pending = true
+				reload.Reset(time.Second)
+			}
+			g.applyChange(ctx, ch)
 		}
+	}
+}
+
+// applyChange acts on one change of the store.
+func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
+	switch ch.Kind {
+	case store.ChangeTokenRevoked:
+		g.disconnectToken(ch.ID, "token revoked")
+		if g.ctl != nil {
+			// A record goes with the last token that armed it.
+			if _, err := g.db.ReleaseScalingArmer(ctx, ch.ID); err != nil {
+				g.log.Error("releasing a revoked token's scaling records failed", "token_id", ch.ID, "err", err)
+			}
+		}
+	case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
+		g.reloadMaintenance(ctx)
+	case store.ChangeResync:
+		// Changes may have been missed: re-check everything cached.
+		g.reloadMaintenance(ctx)
+		g.recheckTokens(ctx)
 	}
 }
 

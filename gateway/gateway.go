@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
@@ -49,7 +50,8 @@ type Gateway struct {
 	metrics  *telemetry.Metrics
 	api      http.Handler // the admin API under /aperio/api
 	db       *store.DB
-	ownStore bool // New opened db, so Serve closes it
+	ctl      *autoscale.Controller // nil unless scaling is on
+	ownStore bool                  // New opened db, so Serve closes it
 	// metricsHandler serves /metrics on every hostname (contract §2: 404
 	// unless metrics_token is set), so apps cannot serve that path.
 	metricsHandler http.Handler
@@ -92,7 +94,13 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 			return nil, err
 		}
 	}
+	var scaler router.Scaler
+	if cfg.Scaling {
+		scaler = lazyScaler{g}
+	}
 	rt, err := router.New(router.Config{
+		Scaler:                scaler,
+		MaxHeld:               cfg.ScalingMaxHeld,
 		Cache:                 stale,
 		MaxBodyBytes:          cfg.MaxBodyBytes,
 		GatewayTimeout:        cfg.GatewayTimeout,
@@ -112,9 +120,19 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		return nil, err
 	}
 	g.router = rt
+	var registry tunnel.Registry = rt
+	if cfg.Scaling {
+		if err := g.newController(); err != nil {
+			return nil, err
+		}
+		registry = scalingRegistry{Registry: rt, ctl: g.ctl, log: log}
+		if err := g.loadArmed(ctx); err != nil {
+			return nil, fmt.Errorf("gateway: scaling records: %w", err)
+		}
+	}
 	ts, err := tunnel.NewServer(tunnel.ServerConfig{
 		Auth:                  &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now},
-		Registry:              auditingRegistry{Registry: g.router, db: g.db, log: log},
+		Registry:              auditingRegistry{Registry: registry, db: g.db, log: log},
 		DownThreshold:         cfg.ClientDownThreshold,
 		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
 		Logger:                log,
@@ -227,9 +245,19 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(watched)
 		g.watchChanges(wctx)
 	}()
+	scaled := make(chan struct{})
+	go func() {
+		defer close(scaled)
+		if g.ctl != nil {
+			if err := g.ctl.Run(wctx); err != nil {
+				g.log.Error("autoscaling stopped", "err", err)
+			}
+		}
+	}()
 	defer func() {
 		stopWatch()
 		<-watched
+		<-scaled
 		if g.ownStore {
 			g.db.Close()
 		}

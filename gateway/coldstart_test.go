@@ -1,0 +1,112 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/config"
+)
+
+// TestColdStartFromZero: a client declares a scaling block with min 0 and
+// leaves; the server restarts; a burst of requests (a POST with a body
+// among them) for the sleeping hostname makes exactly one provider call,
+// whose handler starts a new client, and every held request is served.
+func TestColdStartFromZero(t *testing.T) {
+	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		fmt.Fprintf(w, "%s %s %d", r.Method, r.URL.Path, len(b))
+	}))
+
+	var calls atomic.Int64
+	var bodyMu sync.Mutex
+	var hookBody map[string]any
+	var srv2 *testServer // set before any hook call can arrive
+	var started sync.Once
+	var agentCfg config.Client
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		bodyMu.Lock()
+		json.NewDecoder(r.Body).Decode(&hookBody)
+		bodyMu.Unlock()
+		started.Do(func() {
+			startAgent(t, srv2, withServer(agentCfg, srv2))
+		})
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(hook.Close)
+
+	cfg := serverConfig(t)
+	cfg.Scaling = true
+	cfg.ScalingAllowHTTP = true    // the test provider is plain http…
+	cfg.ScalingAllowPrivate = true // …on loopback
+	srv1 := startServer(t, cfg, nil, nil)
+	agentCfg = agentConfig(srv1, service(backend.URL))
+	agentCfg.MaxConcurrent = 4
+	agentCfg.Scaling = &config.Scaling{URL: hook.URL + "/scale", Min: 0, Max: 3, ColdStart: 30 * time.Second,
+		TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: time.Minute}
+	first := startAgent(t, srv1, agentCfg)
+	visitor := newVisitor(t, srv1)
+	waitClients(t, visitor, srv1, 1)
+	if err := first.stop(); err != nil {
+		t.Fatalf("first client Run() = %v, want nil", err)
+	}
+	if err := srv1.stop(); err != nil {
+		t.Fatalf("first server Serve() = %v, want nil", err)
+	}
+
+	// A new server on the same store: nothing is connected, the record is.
+	srv2 = startServer(t, cfg, nil, nil)
+	visitor2 := newVisitor(t, srv2)
+	const burst = 40
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	results := make(chan result, burst)
+	start := time.Now()
+	for i := range burst {
+		method, body := "GET", io.Reader(nil)
+		if i%4 == 0 {
+			method, body = "POST", strings.NewReader(strings.Repeat("x", 1000))
+		}
+		req := newRequest(t, t.Context(), srv2, method, appHost, fmt.Sprint("/r", i), body)
+		go func() {
+			status, b, err := fetch(visitor2, req)
+			results <- result{status, b, err}
+		}()
+	}
+	for range burst {
+		r := wait(t, results, 60*time.Second, "a held request")
+		if r.err != nil || r.status != http.StatusOK || !strings.HasPrefix(r.body, "GET /r") && !strings.HasSuffix(r.body, " 1000") {
+			t.Fatalf("held request = %d %q, %v, want 200 from the started instance (POST bodies intact)", r.status, r.body, r.err)
+		}
+	}
+	t.Logf("%d held requests served %v after the first arrived", burst, time.Since(start))
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("provider calls for a burst of %d = %d, want exactly 1", burst, n)
+	}
+	bodyMu.Lock()
+	defer bodyMu.Unlock()
+	if hookBody["reason"] != "cold_start" || hookBody["hostname"] != appHost || hookBody["desired"] != 1.0 || hookBody["current"] != 0.0 {
+		t.Fatalf("hook body = %v, want a cold_start for %s from 0 to 1", hookBody, appHost)
+	}
+}
+
+// withServer points a client configuration at s.
+func withServer(c config.Client, s *testServer) config.Client {
+	c.ServerURL = s.url
+	return c
+}

@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// scalingRegistry passes every announced scaling block to the controller,
+// one declaration per service hostname, and tells it when sessions end.
+// An invalid block is refused with its reason sent back to the client (as
+// a notice); the rest of the client keeps working.
+type scalingRegistry struct {
+	tunnel.Registry
+	ctl *autoscale.Controller
+	log *slog.Logger
+}
+
+func (r scalingRegistry) Update(s *tunnel.Session) []string {
+	notices := r.Registry.Update(s)
+	ann := s.Announcement()
+	if ann.Scaling == nil {
+		return notices
+	}
+	id := s.Identity()
+	armer := id.TokenID
+	if armer == "" {
+		armer = "master"
+	}
+	sc := ann.Scaling
+	block := autoscale.Declaration{
+		URL: sc.URL, Secret: sc.Secret, Min: sc.Min, Max: sc.Max,
+		ColdStart:         time.Duration(sc.ColdStartMS) * time.Millisecond,
+		TargetUtilization: sc.TargetUtilization,
+		Window:            time.Duration(sc.WindowMS) * time.Millisecond,
+		Cooldown:          time.Duration(sc.CooldownMS) * time.Millisecond,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	seen := map[string]bool{}
+	for _, svc := range ann.Services {
+		for _, h := range svc.Hostnames {
+			key := h + "\x00" + svc.Path
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			err := r.ctl.Declare(ctx, autoscale.Announcement{OrgID: id.OrgID, Hostname: h, Path: svc.Path,
+				Session: s.ID(), Armer: armer, Block: block})
+			if err != nil {
+				r.log.Warn("scaling declaration refused", "session_id", s.ID(), "hostname", h, "err", err)
+				notices = append(notices, "scaling declaration for "+h+" refused: "+err.Error())
+			}
+		}
+	}
+	return notices
+}
+
+func (r scalingRegistry) Detach(s *tunnel.Session) {
+	r.Registry.Detach(s)
+	r.ctl.Leave(s.ID())
+}
+
+// poolView gives the controller the router's live figures.
+type poolView struct{ rt *router.Router }
+
+func (v poolView) Pool(_, hostname, path string) autoscale.PoolStats {
+	st := v.rt.Stats(hostname, path)
+	return autoscale.PoolStats{Instances: st.Instances, Capacity: st.Capacity, Inflight: st.Inflight, Routable: st.Routable}
+}
+
+// lazyScaler hands the router's cold starts to the controller, which is
+// built after the router (it reads the router's pools).
+type lazyScaler struct{ g *Gateway }
+
+func (l lazyScaler) ColdStart(ctx context.Context, org, host, path string) (router.ColdStart, error) {
+	st, err := l.g.ctl.ColdStart(ctx, org, host, path)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// newController builds the autoscaling controller: hooks go out through
+// the outbound fence with the operator's policy.
+func (g *Gateway) newController() error {
+	fc, err := fence.New(fence.Policy{
+		AllowHTTP:    g.cfg.ScalingAllowHTTP,
+		AllowPrivate: g.cfg.ScalingAllowPrivate,
+		Allowlist:    g.cfg.OutboundAllowlist,
+		BlockPrivate: g.cfg.OutboundBlockPrivate,
+	})
+	if err != nil {
+		return err
+	}
+	g.ctl, err = autoscale.New(autoscale.Config{
+		Store:             g.db,
+		Pool:              poolView{g.router},
+		Caller:            autoscale.NewHTTPCaller(fc),
+		Logger:            g.log,
+		MaxCallsPerMinute: g.cfg.ScalingMaxCallsPerMinute,
+	})
+	return err
+}
+
+// loadArmed replaces the router's armed binds with the store's armed records,
+// each admitting the visitors its armers' tokens admit.
+func (g *Gateway) loadArmed(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	recs, err := g.db.ListScalingRecords(ctx, "")
+	if err != nil {
+		return err
+	}
+	var binds []router.ArmedBind
+	for _, rec := range recs {
+		if rec.Disarmed {
+			continue
+		}
+		allowed, err := g.armersAllowedIPs(ctx, rec)
+		if err != nil {
+			return err
+		}
+		binds = append(binds, router.ArmedBind{OrgID: rec.OrgID, Pattern: rec.Hostname, Path: rec.Path,
+			ColdStart: rec.ColdStart, AllowedIPs: allowed})
+	}
+	g.router.SetArmed(binds)
+	return nil
+}
+
+// armersAllowedIPs returns the visitors the record's armers admit: the
+// union of their tokens' allowed_ips, or nil (everyone) as soon as one
+// armer is unrestricted (the master token, or a token without the list).
+func (g *Gateway) armersAllowedIPs(ctx context.Context, rec store.ScalingRecord) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, armer := range rec.ArmedBy {
+		if armer == "master" {
+			return nil, nil
+		}
+		t, err := g.db.Token(ctx, "", armer)
+		if err != nil {
+			return nil, err
+		}
+		if len(t.AllowedIPs) == 0 {
+			return nil, nil
+		}
+		for _, s := range t.AllowedIPs {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
