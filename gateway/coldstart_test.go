@@ -110,3 +110,65 @@ func withServer(c config.Client, s *testServer) config.Client {
 	c.ServerURL = s.url
 	return c
 }
+
+// TestScaleOutThenIn: sustained saturation for a whole window asks for one
+// more instance; once load stops, four quiet windows later it asks for one
+// fewer.
+func TestScaleOutThenIn(t *testing.T) {
+	release := make(chan struct{})
+	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	type call struct {
+		Reason           string
+		Current, Desired int
+	}
+	calls := make(chan call, 16)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var c call
+		json.NewDecoder(r.Body).Decode(&c)
+		calls <- c
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(hook.Close)
+
+	cfg := serverConfig(t)
+	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+	ac := agentConfig(srv, service(backend.URL))
+	ac.MaxConcurrent = 2
+	ac.Scaling = &config.Scaling{URL: hook.URL, Min: 1, Max: 3, ColdStart: 30 * time.Second,
+		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Second}
+	// Two instances of the same service, so there is one to give back.
+	startAgent(t, srv, ac)
+	second := ac
+	second.Name = "e2e-2"
+	startAgent(t, srv, second)
+	waitClients(t, visitor, srv, 2)
+
+	// Saturate: 4 requests in flight on a capacity of 4 (utilization 1.0).
+	done := make(chan struct{}, 4)
+	for range 4 {
+		req := newRequest(t, t.Context(), srv, "GET", appHost, "/busy", nil)
+		go func() {
+			fetch(visitor, req)
+			done <- struct{}{}
+		}()
+	}
+	out := wait(t, calls, 20*time.Second, "a scale_out call")
+	if out.Reason != "scale_out" || out.Current != 2 || out.Desired != 3 {
+		t.Fatalf("call under saturation = %+v, want scale_out from 2 to 3", out)
+	}
+	close(release)
+	for range 4 {
+		wait(t, done, 10*time.Second, "a busy request finishing")
+	}
+	in := wait(t, calls, 30*time.Second, "a scale_in call")
+	if in.Reason != "scale_in" || in.Current != 2 || in.Desired != 1 {
+		t.Fatalf("call after load stopped = %+v, want scale_in from 2 to 1", in)
+	}
+}
