@@ -27,13 +27,19 @@ func (g *Gateway) registerMetrics() error {
 	if err != nil {
 		return err
 	}
+	queued, err := m.Int64ObservableGauge("aperio.requests_queued",
+		metric.WithDescription("Requests waiting in a pool's queue for a client's permit; they hold no global slot."))
+	if err != nil {
+		return err
+	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for kind, n := range g.router.RateLimited() {
 			o.ObserveInt64(limited, n, metric.WithAttributes(attribute.String("limit", kind)))
 		}
 		o.ObserveInt64(clients, int64(g.router.ConnectedClients()))
 		o.ObserveInt64(inflight, g.router.InFlight())
+		o.ObserveInt64(queued, int64(g.router.Queued()))
 		return nil
-	}, limited, clients, inflight)
+	}, limited, clients, inflight, queued)
 	return err
 }

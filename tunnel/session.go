@@ -243,6 +243,17 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 		}()
 	}
 
+	// A reused stream that the client closed while it sat in the pool
+	// answers with EOF before any byte; ReadResponse would report that as
+	// ErrUnexpectedEOF, so look first.
+	if _, perr := ds.br.Peek(1); errors.Is(perr, io.EOF) && reused && !hasBody && aborted.Load() == nil {
+		stopCtx()
+		if headTimer != nil {
+			headTimer.Stop()
+		}
+		ds.st.Close()
+		return nil, errStaleStream
+	}
 	resp, err := http.ReadResponse(ds.br, req)
 	if err == nil && headTimer != nil && !headTimer.Stop() {
 		// The deadline fired as the head arrived; the stream is closing.
@@ -267,9 +278,6 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 				}
 			}
 			return nil, cause
-		}
-		if reused && !hasBody && errors.Is(err, io.EOF) {
-			return nil, errStaleStream
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || s.mux.IsClosed() {
 			return nil, fmt.Errorf("%w: %w", ErrSessionClosed, err)

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestProcessesFailoverOnSIGKILL runs the real binaries: a server with
+// failover "retry" and two clients serving one hostname. The client
+// serving a request is SIGKILLed while its backend holds the request: a
+// GET is answered by the other client; a POST whose body already went out
+// is not sent again, whether or not failover_all_methods is set, and the
+// visitor gets 502.
+func TestProcessesFailoverOnSIGKILL(t *testing.T) {
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "../aperio-server", ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	tests := []struct {
+		name   string
+		env    []string // server settings beyond the defaults
+		method string
+		body   string
+		want   int
+	}{
+		{name: "GET goes to the other client", env: []string{"APERIO_FAILOVER=retry"}, method: http.MethodGet, want: http.StatusOK},
+		{name: "POST with a body is not re-sent", env: []string{"APERIO_FAILOVER=retry"}, method: http.MethodPost, body: "order=1", want: http.StatusBadGateway},
+		{
+			name:   "POST with a body is not re-sent even with failover_all_methods",
+			env:    []string{"APERIO_FAILOVER=retry", "APERIO_FAILOVER_ALL_METHODS=1"},
+			method: http.MethodPost, body: "order=1", want: http.StatusBadGateway,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			const host = "failover.test"
+			// Client a's backend holds /hold until the request goes away (its
+			// client dies); client b's answers everything at once.
+			entered := make(chan string, 1) // method and body of what reached a
+			a := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					return
+				}
+				if r.URL.Path == "/hold" {
+					select {
+					case entered <- r.Method + " " + string(body):
+					case <-r.Context().Done():
+						return
+					}
+					select {
+					case <-r.Context().Done():
+					case <-t.Context().Done():
+					}
+					return
+				}
+				io.WriteString(w, "a")
+			}))
+			t.Cleanup(a.Close)
+			var (
+				bMu   sync.Mutex // guards bSeen
+				bSeen []string   // method and path of every request that reached b
+			)
+			b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				// Counted on arrival: a re-sent request whose body is gone
+				// is a re-send too.
+				bMu.Lock()
+				bSeen = append(bSeen, r.Method+" "+r.URL.Path)
+				bMu.Unlock()
+				if _, err := io.Copy(io.Discard, r.Body); err != nil {
+					return
+				}
+				io.WriteString(w, "b")
+			}))
+			t.Cleanup(b.Close)
+			bGot := func(what string) int {
+				bMu.Lock()
+				defer bMu.Unlock()
+				n := 0
+				for _, s := range bSeen {
+					if s == what {
+						n++
+					}
+				}
+				return n
+			}
+
+			server := exec.Command(filepath.Join(bin, "aperio-server"))
+			server.Dir = t.TempDir()
+			server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN=proc-token", "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
+				"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=debug")
+			server.Env = append(server.Env, tc.env...)
+			serverLog := startLogged(t, server)
+			base := "http://" + serverLog.wait(t, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
+			clients := map[string]*exec.Cmd{}
+			for _, c := range []struct {
+				name    string
+				backend *httptest.Server
+			}{{"a", a}, {"b", b}} {
+				cmd := exec.Command(filepath.Join(bin, "aperio-client"), strings.TrimPrefix(c.backend.URL, "http://"),
+					"--hostname", host, "--name", c.name, "--server-url", base, "--server-token", "proc-token")
+				cmd.Dir = t.TempDir()
+				cmd.Env = append(os.Environ(), "HOME="+cmd.Dir)
+				startAndFind(t, cmd, regexp.MustCompile(`msg="tunnel connected"`))
+				clients[c.name] = cmd
+			}
+
+			tr := &http.Transport{Proxy: nil}
+			t.Cleanup(tr.CloseIdleConnections)
+			visitor := &http.Client{Transport: tr, Timeout: time.Minute}
+			do := func(method, path, body string) (int, string, error) {
+				req, err := http.NewRequestWithContext(t.Context(), method, base+path, strings.NewReader(body))
+				if err != nil {
+					return 0, "", err
+				}
+				req.Host = host
+				resp, err := visitor.Do(req)
+				if err != nil {
+					return 0, "", err
+				}
+				defer resp.Body.Close()
+				rb, err := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(rb), err
+			}
+			waitFor(t, "both clients are connected", func() bool {
+				code, body, err := do(http.MethodGet, "/aperio/health", "")
+				var h struct {
+					ConnectedClients int `json:"connected_clients"`
+				}
+				return err == nil && code == http.StatusOK && json.Unmarshal([]byte(body), &h) == nil && h.ConnectedClients == 2
+			})
+
+			// Round-robin: a request that b answers at once is followed by
+			// one for a; send until one is held at a's backend.
+			type result struct {
+				code int
+				body string
+				err  error
+			}
+			var held chan result
+			before := 0 // how often the method on /hold had reached b when a held it
+			for attempt := 0; held == nil; attempt++ {
+				if attempt == 4 {
+					t.Fatalf("%s /hold: %d attempts, none reached client a", tc.method, attempt)
+				}
+				before = bGot(tc.method + " /hold")
+				ch := make(chan result, 1)
+				go func() {
+					code, body, err := do(tc.method, "/hold", tc.body)
+					ch <- result{code, body, err}
+				}()
+				timer := time.NewTimer(20 * time.Second)
+				select {
+				case got := <-entered:
+					if want := tc.method + " " + tc.body; got != want {
+						t.Fatalf("client a's backend got %q, want %q", got, want)
+					}
+					held = ch
+				case r := <-ch:
+					if r.err != nil || r.code != http.StatusOK || r.body != "b" {
+						t.Fatalf("%s /hold before any failure = %d %q, %v, want 200 %q", tc.method, r.code, r.body, r.err, "b")
+					}
+				case <-timer.C:
+					t.Fatalf("%s /hold: neither held at a nor answered within 20s", tc.method)
+				}
+				timer.Stop()
+			}
+
+			if err := clients["a"].Process.Kill(); err != nil {
+				t.Fatalf("SIGKILL client a: %v", err)
+			}
+			waitExit(t, clients["a"])
+			timer := time.NewTimer(30 * time.Second)
+			defer timer.Stop()
+			var r result
+			select {
+			case r = <-held:
+			case <-timer.C:
+				t.Fatalf("%s /hold: no answer within 30s of client a's death", tc.method)
+			}
+			if r.err != nil || r.code != tc.want {
+				t.Fatalf("%s /hold whose client was SIGKILLed = %d %q, %v, want %d", tc.method, r.code, r.body, r.err, tc.want)
+			}
+			// The router's own account: it fails over before it gives up.
+			wantB := before
+			failedOver := serverLog.wait(t, regexp.MustCompile(`msg="(failing over|client went away mid-request)"`))
+			if tc.want == http.StatusOK {
+				if r.body != "b" {
+					t.Errorf("%s /hold after failover answered %q, want %q (client b)", tc.method, r.body, "b")
+				}
+				if failedOver != "failing over" {
+					t.Errorf("server logged %q for the GET, want %q first", failedOver, "failing over")
+				}
+				wantB = before + 1
+			} else if failedOver != "client went away mid-request" {
+				t.Errorf("server logged %q for the POST, want %q and no re-dispatch before it", failedOver, "client went away mid-request")
+			}
+			if got := bGot(tc.method + " /hold"); got != wantB {
+				t.Errorf("%s /hold reached client b's backend %d times, want %d", tc.method, got, wantB)
+			}
+			// The survivor keeps serving.
+			if code, body, err := do(http.MethodGet, "/after", ""); err != nil || code != http.StatusOK || body != "b" {
+				t.Errorf("GET /after client a died = %d %q, %v, want 200 %q", code, body, err, "b")
+			}
+		})
+	}
+}
+
+// processLog is the stderr of a process started by startLogged, line by
+// line.
+type processLog struct {
+	mu    sync.Mutex // guards lines
+	lines []string
+}
+
+// startLogged starts cmd, records its stderr, and kills it at cleanup if
+// it is still running.
+func startLogged(t *testing.T, cmd *exec.Cmd) *processLog {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l := &processLog{}
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			l.mu.Lock()
+			l.lines = append(l.lines, sc.Text())
+			l.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			if err := cmd.Process.Kill(); err != nil {
+				t.Errorf("kill %s: %v", filepath.Base(cmd.Path), err)
+			}
+			<-scanned // Wait closes the pipe: read it to the end first
+			cmd.Wait()
+		}
+		if t.Failed() {
+			l.mu.Lock()
+			t.Logf("%s stderr:\n%s", filepath.Base(cmd.Path), strings.Join(l.lines, "\n"))
+			l.mu.Unlock()
+		}
+	})
+	return l
+}
+
+// wait returns the first submatch of re (or the match, if re has no
+// group) in the earliest line that matches, waiting for one up to 20 s.
+func (l *processLog) wait(t *testing.T, re *regexp.Regexp) string {
+	t.Helper()
+	var found string
+	waitFor(t, fmt.Sprintf("a log line matching %q", re), func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, line := range l.lines {
+			if m := re.FindStringSubmatch(line); m != nil {
+				found = m[len(m)-1]
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
