@@ -121,6 +121,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		HandshakeTimeout: HandshakeTimeout,
 		ReadBufferSize:   wsBufferSize,
 		WriteBufferSize:  wsBufferSize,
+		WriteBufferPool:  wsWriteBuffers,
 		Subprotocols:     []string{Subprotocol},
 	}
 	jitter := cfg.Jitter

@@ -142,11 +142,17 @@ func (c *wsConn) SetDeadline(t time.Time) error {
 func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
 func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
 
+// wsWriteBuffers shares WebSocket write buffers between sessions: a
+// session holds one only while it writes a message, so a server with many
+// idle clients does not keep 64 KiB per session for writing.
+var wsWriteBuffers = &sync.Pool{}
+
 // upgrader accepts tunnel upgrades. Origin checks protect browsers; the
 // tunnel's peer is aperio-client, authenticated by its token instead.
 var upgrader = websocket.Upgrader{
 	ReadBufferSize:  wsBufferSize,
 	WriteBufferSize: wsBufferSize,
+	WriteBufferPool: wsWriteBuffers,
 	Subprotocols:    []string{Subprotocol},
 	CheckOrigin:     func(*http.Request) bool { return true },
 }
