@@ -6,10 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -93,6 +95,20 @@ type ClientInfo struct {
 	RemoteAddr string `json:"remote_addr"`
 }
 
+// Scaling is the autoscaler as the API needs it: the subset of
+// *autoscale.Controller that GET /scaling and DELETE /scaling/{id} call.
+// Both methods are called from request goroutines and must be safe for
+// concurrent use.
+//
+// List returns the records of orgID ("" means every organization) with
+// their live pool. Disarm removes record id of orgID; its error wraps
+// autoscale.ErrNoRecord or store.ErrNotFound when there is no such record.
+// Errors that wrap store.ErrUnavailable answer 503, as for Store.
+type Scaling interface {
+	List(ctx context.Context, orgID string) ([]autoscale.View, error)
+	Disarm(ctx context.Context, orgID, id string) error
+}
+
 // Config is what New needs.
 type Config struct {
 	// MasterToken is server.token: it may do everything, in every
@@ -104,6 +120,10 @@ type Config struct {
 	// Clients lists the connected clients. Nil means none: GET /clients
 	// answers an empty list.
 	Clients ClientLister
+	// Scaling lists and disarms scaling records. Nil (or a nil pointer)
+	// means autoscaling is off: GET /scaling answers an empty list and
+	// DELETE /scaling/{id} answers 404.
+	Scaling Scaling
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -128,6 +148,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Clients == nil {
 		cfg.Clients = noClients{}
 	}
+	if isNilScaling(cfg.Scaling) {
+		cfg.Scaling = nil
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -141,11 +164,24 @@ type noClients struct{}
 
 func (noClients) Clients() []ClientInfo { return nil }
 
+// isNilScaling reports whether s is nil or holds a nil pointer. A server
+// keeps its controller as a *autoscale.Controller that stays nil while
+// autoscaling is off; passed as it is, that pointer would make a non-nil
+// Scaling that panics on the first request instead of meaning "off".
+func isNilScaling(s Scaling) bool {
+	if s == nil {
+		return true
+	}
+	v := reflect.ValueOf(s)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 // API is the admin API. It is safe for concurrent use; it owns no goroutine
 // and needs no closing (the store belongs to the caller).
 type API struct {
 	store   Store
 	clients ClientLister
+	scaling Scaling // nil when autoscaling is off
 	log     *slog.Logger
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
@@ -162,6 +198,7 @@ func New(cfg Config) (*API, error) {
 	a := &API{
 		store:   cfg.Store,
 		clients: cfg.Clients,
+		scaling: cfg.Scaling,
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		master:  sha256.Sum256([]byte(cfg.MasterToken)),
@@ -203,6 +240,8 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/tokens", roleAdmin, a.createToken},
 		{http.MethodDelete, "/tokens/{id}", roleAdmin, a.revokeToken},
 		{http.MethodGet, "/clients", roleViewer, a.listClients},
+		{http.MethodGet, "/scaling", roleViewer, a.listScaling},
+		{http.MethodDelete, "/scaling/{id}", roleOperator, a.disarmScaling},
 		{http.MethodGet, "/maintenance", roleViewer, a.listMaintenance},
 		{http.MethodPut, "/maintenance/{hostname}", roleOperator, a.setMaintenance},
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},

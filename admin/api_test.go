@@ -160,6 +160,7 @@ func TestRoles(t *testing.T) {
 		{"GET", "/tokens", "", 200, []string{"viewer", "operator", "admin", "master"}},
 		{"GET", "/admin-keys", "", 200, []string{"viewer", "operator", "admin", "master"}},
 		{"GET", "/clients", "", 200, []string{"viewer", "operator", "admin", "master"}},
+		{"GET", "/scaling", "", 200, []string{"viewer", "operator", "admin", "master"}},
 		{"GET", "/maintenance", "", 200, []string{"viewer", "operator", "admin", "master"}},
 		{"GET", "/audit", "", 200, []string{"viewer", "operator", "admin", "master"}},
 		{"GET", "/orgs", "", 200, []string{"viewer", "operator", "admin", "master"}},
@@ -445,6 +446,7 @@ func TestOrgScoping(t *testing.T) {
 	var keyB admin.MintedKey
 	f.expect(t, "POST", "/admin-keys", adminB.Secret, `{"name":"b2","role":"viewer"}`, http.StatusCreated, &keyB)
 	f.expect(t, "PUT", "/maintenance/b.example.com", adminB.Secret, "", http.StatusNoContent, nil)
+	f.scaling.set(scalingView("scl_a", a, "a.example.com", 0), scalingView("scl_b", b, "b.example.com", 1))
 	connected := f.clock.Now()
 	f.clients.set(
 		admin.ClientInfo{ID: "c-a", OrgID: a, Hostnames: []string{"a.example.com"}, ConnectedAt: connected},
@@ -475,6 +477,7 @@ func TestOrgScoping(t *testing.T) {
 		{"/orgs", a, b, b + " " + a},
 		{"/clients", "c-a", "c-b", "c-master c-b c-a"},
 		{"/maintenance", "", "b.example.com", "b.example.com"},
+		{"/scaling", "scl_aa.example.com", "scl_bb.example.com", "scl_bb.example.com scl_aa.example.com"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
@@ -492,6 +495,7 @@ func TestOrgScoping(t *testing.T) {
 		f.expectError(t, "DELETE", "/tokens/"+tokB.ID, adminA.Secret, "", http.StatusNotFound, "not found")
 		f.expectError(t, "DELETE", "/admin-keys/"+keyB.ID, adminA.Secret, "", http.StatusNotFound, "not found")
 		f.expectError(t, "DELETE", "/maintenance/b.example.com", adminA.Secret, "", http.StatusNotFound, "not in maintenance")
+		f.expectError(t, "DELETE", "/scaling/scl_b", adminA.Secret, "", http.StatusNotFound, "not found")
 		var tok admin.Token
 		f.expect(t, "DELETE", "/tokens/"+tokB.ID, masterToken, "", http.StatusOK, &tok)
 		if tok.Status != admin.TokenRevoked {
@@ -528,6 +532,8 @@ func TestAuditEveryMutation(t *testing.T) {
 	f.expect(t, "DELETE", "/tokens/"+tok.ID, k.Secret, "", http.StatusOK, nil)
 	f.expect(t, "PUT", "/maintenance/app.example.com", k.Secret, "", http.StatusNoContent, nil)
 	f.expect(t, "DELETE", "/maintenance/app.example.com", k.Secret, "", http.StatusNoContent, nil)
+	f.scaling.set(scalingView("scl_1", org, "app.example.com", 0))
+	f.expect(t, "DELETE", "/scaling/scl_1", k.Secret, "", http.StatusNoContent, nil)
 	other := f.key(t, org, admin.RoleViewer)
 	f.expect(t, "DELETE", "/admin-keys/"+other.ID, k.Secret, "", http.StatusNoContent, nil)
 	f.expectError(t, "GET", "/audit", "apk_wrong", "", http.StatusUnauthorized, "invalid credentials")
@@ -541,6 +547,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"login_failed | anonymous |  | ",
 		"admin_key_deleted | " + byKey + " | " + org + " | ",
 		"admin_key_created | master | " + org + " | ",
+		"scaling_disarmed_by_operator | " + byKey + " | " + org + " | app.example.com",
 		"maintenance_off | " + byKey + " | " + org + " | app.example.com",
 		"maintenance_on | " + byKey + " | " + org + " | app.example.com",
 		"token_revoked | " + byKey + " | " + org + " | ",

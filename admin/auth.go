@@ -18,7 +18,8 @@ import (
 const (
 	// RoleViewer reads every listing of its organization.
 	RoleViewer = "viewer"
-	// RoleOperator also turns maintenance on and off.
+	// RoleOperator also turns maintenance on and off and disarms scaling
+	// records.
 	RoleOperator = "operator"
 	// RoleAdmin also mints and revokes tokens and creates and deletes
 	// admin keys.
@@ -35,7 +36,7 @@ type role int
 const (
 	roleNone     role = iota // no authentication at all
 	roleViewer               // reads
-	roleOperator             // maintenance
+	roleOperator             // maintenance, scaling disarm
 	roleAdmin                // tokens and admin keys
 	roleMaster               // organizations: the master token only
 )

@@ -97,6 +97,18 @@ func (c *Client) Clients(ctx context.Context) ([]ClientInfo, error) {
 	return out, c.Do(ctx, http.MethodGet, "/clients", nil, &out)
 }
 
+// Scaling calls GET /scaling.
+func (c *Client) Scaling(ctx context.Context) ([]ScalingRecord, error) {
+	var out []ScalingRecord
+	return out, c.Do(ctx, http.MethodGet, "/scaling", nil, &out)
+}
+
+// DisarmScaling calls DELETE /scaling/{id}, which removes the record. A
+// client still declaring it arms it again on its next announcement.
+func (c *Client) DisarmScaling(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, "/scaling/"+url.PathEscape(id), nil, nil)
+}
+
 // Maintenance calls GET /maintenance.
 func (c *Client) Maintenance(ctx context.Context) ([]Maintenance, error) {
 	var out []Maintenance

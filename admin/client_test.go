@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -141,5 +142,49 @@ func TestResponseErrorWithoutJSON(t *testing.T) {
 	var re *admin.ResponseError
 	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound || re.Message != "404 page not found" {
 		t.Fatalf("Orgs at a wrong base = %v, want 404 with the plain-text body", err)
+	}
+}
+
+// TestClientScaling drives Client's scaling methods, and checks that
+// ScalingRecord mirrors the server's JSON: decoding and encoding it again
+// gives the server's bytes back.
+func TestClientScaling(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	org := f.org(t, "acme")
+	k := f.key(t, org, admin.RoleOperator)
+	unmeasured := scalingView("scl_2", org, "cold.example.com", 1)
+	unmeasured.Capacity, unmeasured.LastCallAt = 0, nil
+	f.scaling.set(scalingView("scl_1", org, "app.example.com", 0), unmeasured)
+	c := &admin.Client{URL: f.url, Key: k.Secret}
+
+	recs, err := c.Scaling(ctx)
+	if err != nil || len(recs) != 2 || recs[0].ID != "scl_2" || recs[1].ID != "scl_1" {
+		t.Fatalf("Scaling = %+v, %v, want scl_2 then scl_1", recs, err)
+	}
+	if u := recs[1].Utilization; u == nil || *u != 0.85 || recs[0].Utilization != nil {
+		t.Errorf("Scaling utilizations = %v, %v, want nil and 0.85", recs[0].Utilization, u)
+	}
+	if r := recs[1]; r.ColdStart != "45s" || r.Cooldown != "1m0s" || r.LastCallAt == nil || r.LastStatus != 502 || !r.Authenticated {
+		t.Errorf("Scaling()[1] = %+v, want cold_start 45s, cooldown 1m0s, a last call answered 502, authenticated", r)
+	}
+	_, raw := f.call(t, "GET", "/scaling", k.Secret, "")
+	again, err := json.Marshal(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(again)+"\n", string(raw); got != want {
+		t.Errorf("ScalingRecords encoded again =\n%s\nwant the server's\n%s", got, want)
+	}
+
+	if err := c.DisarmScaling(ctx, "scl_1"); err != nil {
+		t.Errorf("DisarmScaling(scl_1) = %v", err)
+	}
+	if got := f.scaling.disarmCalls(); len(got) != 1 || got[0] != org+"/scl_1" {
+		t.Errorf("Disarm calls = %q, want %s/scl_1", got, org)
+	}
+	var re *admin.ResponseError
+	if err := c.DisarmScaling(ctx, "scl_1"); !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
+		t.Errorf("second DisarmScaling(scl_1) = %v, want a 404 ResponseError", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/store"
 )
@@ -290,6 +291,65 @@ func (a *API) listClients(w http.ResponseWriter, r *http.Request, c caller) erro
 		return cmp.Or(y.ConnectedAt.Compare(x.ConnectedAt), cmp.Compare(x.ID, y.ID))
 	})
 	a.writeJSON(w, r, http.StatusOK, nonNil(out))
+	return nil
+}
+
+func (a *API) listScaling(w http.ResponseWriter, r *http.Request, c caller) error {
+	if a.scaling == nil {
+		a.writeJSON(w, r, http.StatusOK, []autoscale.View{})
+		return nil
+	}
+	vs, err := a.scaling.List(r.Context(), c.scope())
+	if err != nil {
+		return err
+	}
+	// The controller scopes the list already; filtering again keeps a
+	// key from ever seeing another organization's record, whatever the
+	// implementation.
+	vs = slices.DeleteFunc(vs, func(v autoscale.View) bool { return !c.sees(v.OrgID) })
+	// Stable, so that records declared at the same instant keep the
+	// controller's order.
+	slices.SortStableFunc(vs, func(x, y autoscale.View) int { return y.UpdatedAt.Compare(x.UpdatedAt) })
+	// autoscale.View encodes itself with the contract's keys and never
+	// holds the secret.
+	a.writeJSON(w, r, http.StatusOK, nonNil(vs))
+	return nil
+}
+
+func (a *API) disarmScaling(w http.ResponseWriter, r *http.Request, c caller) error {
+	id := pathParam(r, "id")
+	notFound := errorf(http.StatusNotFound, "scaling record %q not found", id)
+	if a.scaling == nil {
+		return notFound
+	}
+	// Look the record up within the caller's scope first: for the
+	// organization and hostname the audit entry records, and so that
+	// another organization's record answers 404 exactly like an unknown
+	// one.
+	vs, err := a.scaling.List(r.Context(), c.scope())
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(vs, func(v autoscale.View) bool { return v.ID == id && c.sees(v.OrgID) })
+	if i < 0 {
+		return notFound
+	}
+	v := vs[i]
+	err = a.scaling.Disarm(r.Context(), v.OrgID, id)
+	if errors.Is(err, autoscale.ErrNoRecord) || errors.Is(err, store.ErrNotFound) {
+		return notFound // removed since the lookup
+	}
+	if err != nil {
+		return err
+	}
+	a.audit(r, store.AuditEntry{
+		Event:    EventScalingDisarmedByOperator,
+		Actor:    c.actor(),
+		OrgID:    v.OrgID,
+		Hostname: v.Hostname,
+		Detail:   fmt.Sprintf("record %s path=%q", v.ID, v.Path),
+	})
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

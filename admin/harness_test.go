@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -64,6 +66,68 @@ func (f *fakeClients) set(l ...admin.ClientInfo) {
 	f.list = l
 }
 
+// fakeScaling is a Scaling with a fixed list of records. List scopes it by
+// organization as the controller does, Disarm removes a record, and every
+// Disarm call is recorded.
+type fakeScaling struct {
+	mu        sync.Mutex // guards the following fields
+	views     []autoscale.View
+	disarms   []string // "orgID/id" of every Disarm call, in order
+	listErr   error    // returned by List when set
+	disarmErr error    // returned by Disarm when set
+}
+
+func (f *fakeScaling) List(_ context.Context, orgID string) ([]autoscale.View, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	var out []autoscale.View
+	for _, v := range f.views {
+		if orgID == "" || v.OrgID == orgID {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeScaling) Disarm(_ context.Context, orgID, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.disarms = append(f.disarms, orgID+"/"+id)
+	if f.disarmErr != nil {
+		return f.disarmErr
+	}
+	for i, v := range f.views {
+		if v.ID == id && (orgID == "" || v.OrgID == orgID) {
+			f.views = append(f.views[:i:i], f.views[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("autoscale: disarm %s: %w (%w)", id, autoscale.ErrNoRecord, store.ErrNotFound)
+}
+
+func (f *fakeScaling) set(vs ...autoscale.View) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.views = vs
+}
+
+// fail makes List answer listErr and Disarm disarmErr; nil restores them.
+func (f *fakeScaling) fail(listErr, disarmErr error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listErr, f.disarmErr = listErr, disarmErr
+}
+
+// disarmCalls returns the Disarm calls so far, as "orgID/id".
+func (f *fakeScaling) disarmCalls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.disarms...)
+}
+
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
 type syncBuffer struct {
 	mu sync.Mutex // guards b
@@ -89,12 +153,13 @@ type fixture struct {
 	db      *store.DB
 	clock   *clock
 	clients *fakeClients
+	scaling *fakeScaling
 	logs    *syncBuffer
 }
 
 func newFixture(tb testing.TB) *fixture {
 	tb.Helper()
-	f := &fixture{clock: newClock(), clients: &fakeClients{}, logs: &syncBuffer{}}
+	f := &fixture{clock: newClock(), clients: &fakeClients{}, scaling: &fakeScaling{}, logs: &syncBuffer{}}
 	db, err := store.Open(context.Background(), store.Config{DataDir: tb.TempDir(), Now: f.clock.Now})
 	if err != nil {
 		tb.Fatalf("store.Open: %v", err)
@@ -105,13 +170,29 @@ func newFixture(tb testing.TB) *fixture {
 		}
 	})
 	f.db = db
-	api, err := admin.New(admin.Config{
-		MasterToken: masterToken,
-		Store:       db,
-		Clients:     f.clients,
-		Logger:      slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Now:         f.clock.Now,
-	})
+	f.url = f.serve(tb, admin.Config{Clients: f.clients, Scaling: f.scaling})
+	return f
+}
+
+// withScaling returns a fixture on f's store, clock and log whose API is
+// built with s as its Scaling (nil: autoscaling off), and no clients.
+func (f *fixture) withScaling(tb testing.TB, s admin.Scaling) *fixture {
+	tb.Helper()
+	g := *f
+	g.clients, g.scaling = nil, nil
+	g.url = g.serve(tb, admin.Config{Scaling: s})
+	return &g
+}
+
+// serve builds the API of cfg, with the fixture's master token, store,
+// logger and clock, serves it, and returns the server's URL.
+func (f *fixture) serve(tb testing.TB, cfg admin.Config) string {
+	tb.Helper()
+	cfg.MasterToken = masterToken
+	cfg.Store = f.db
+	cfg.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Now = f.clock.Now
+	api, err := admin.New(cfg)
 	if err != nil {
 		tb.Fatalf("admin.New: %v", err)
 	}
@@ -119,8 +200,7 @@ func newFixture(tb testing.TB) *fixture {
 	mux.Handle(admin.Prefix+"/", api.Handler())
 	srv := httptest.NewServer(mux)
 	tb.Cleanup(srv.Close)
-	f.url = srv.URL
-	return f
+	return srv.URL
 }
 
 // call sends method to Prefix+path with body as the raw JSON body ("" for

@@ -193,6 +193,12 @@ const (
 	EventMaintenanceOn   = "maintenance_on"
 	EventMaintenanceOff  = "maintenance_off"
 	EventLoginFailed     = "login_failed"
+	// EventScalingDisarmedByOperator is DELETE /scaling/{id}: a person
+	// removed the record. It is named apart from the autoscaler's own
+	// autoscale.EventDisarmed (the breaker tripped, the record stays), so
+	// that the audit log tells the two apart while both still start with
+	// "scaling_disarmed".
+	EventScalingDisarmedByOperator = "scaling_disarmed_by_operator"
 )
 
 // auditTimeout bounds one audit append. The append outlives the request's

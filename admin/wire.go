@@ -115,6 +115,61 @@ type MaintenanceRequest struct {
 	OrgID string `json:"org_id,omitempty"`
 }
 
+// ScalingRecord is a scaling record as GET /scaling shows it: one bind's
+// scaling declaration, its live pool on the server that answered, its
+// breaker and its last hook call. It mirrors the JSON the server writes
+// (autoscale.View) field for field, so that re-encoding it gives the same
+// keys and values. It never holds the hook's secret, only whether one is
+// set.
+type ScalingRecord struct {
+	ID       string `json:"id"`
+	Hostname string `json:"hostname"`
+	// Path is the prefix bind, "" for none.
+	Path  string `json:"path"`
+	OrgID string `json:"org_id"`
+	// URL is the provider's hook URL.
+	URL string `json:"url"`
+	// Authenticated says the declaration carries a secret.
+	Authenticated bool `json:"authenticated"`
+	// Min and Max bound the instances the server asks for; Max 0 means
+	// cold starts only.
+	Min int `json:"min"`
+	Max int `json:"max"`
+	// ColdStart, Window and Cooldown are durations in Go syntax ("45s",
+	// "1m0s"), as time.ParseDuration reads them.
+	ColdStart string `json:"cold_start"`
+	// TargetUtilization is the scale-out threshold, in (0,1].
+	TargetUtilization float64 `json:"target_utilization"`
+	Window            string  `json:"window"`
+	Cooldown          string  `json:"cooldown"`
+	// Instances counts the client processes serving the bind, Capacity
+	// sums their effective max_concurrent, and Inflight counts their
+	// requests in flight, as the answering server sees them.
+	Instances int `json:"instances"`
+	Capacity  int `json:"capacity"`
+	Inflight  int `json:"inflight"`
+	// Utilization is Inflight/Capacity; nil when Capacity is 0 and
+	// utilization cannot be measured.
+	Utilization *float64 `json:"utilization"`
+	// Disarmed says the breaker tripped after repeated failed calls: the
+	// hook is not called until a client re-arms the record.
+	Disarmed bool `json:"disarmed"`
+	// Conflict says two live clients declare different blocks for the
+	// bind; the newest declaration is the one shown and used.
+	Conflict            bool `json:"conflict"`
+	ConsecutiveFailures int  `json:"consecutive_failures"`
+	// LastCallAt is when the hook was last called; nil means never.
+	LastCallAt *time.Time `json:"last_call_at"`
+	// LastReason is the last call's reason: "cold_start", "scale_out" or
+	// "scale_in"; "" when there was none.
+	LastReason string `json:"last_reason"`
+	// LastStatus is the last call's HTTP status; 0 when the call got no
+	// response, or there was none.
+	LastStatus int `json:"last_status"`
+	// UpdatedAt is when a client last declared the record.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
 // AuditEntry is one line of the audit log.
 type AuditEntry struct {
 	ID int64     `json:"id"`

@@ -172,3 +172,45 @@ func TestScaleOutThenIn(t *testing.T) {
 		t.Fatalf("call after load stopped = %+v, want scale_in from 2 to 1", in)
 	}
 }
+
+// TestScalingAPIThroughServer lists and disarms a record through the admin
+// API of a running server; the secret never leaves the server.
+func TestScalingAPIThroughServer(t *testing.T) {
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(hook.Close)
+	cfg := serverConfig(t)
+	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
+	ac.Scaling = &config.Scaling{URL: hook.URL, Secret: "very-secret", Max: 2, ColdStart: time.Minute,
+		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Second}
+	startAgent(t, srv, ac)
+	waitClients(t, visitor, srv, 1)
+
+	api := func(method, path string) (int, string) {
+		req := newRequest(t, t.Context(), srv, method, "admin.test", "/aperio/api"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, body := do(t, visitor, req)
+		return resp.StatusCode, body
+	}
+	var list []struct {
+		ID, Hostname  string
+		Authenticated bool
+	}
+	poll(t, 5*time.Second, func() (bool, string) {
+		code, body := api("GET", "/scaling")
+		if code != 200 || strings.Contains(body, "very-secret") {
+			t.Fatalf("GET /scaling = %d %s, want 200 without the secret", code, body)
+		}
+		list = nil
+		json.Unmarshal([]byte(body), &list)
+		return len(list) == 1, "GET /scaling = " + body + ", want one record"
+	})
+	if list[0].Hostname != appHost || !list[0].Authenticated {
+		t.Fatalf("scaling record = %+v, want %s with authenticated true", list[0], appHost)
+	}
+	if code, body := api("DELETE", "/scaling/"+list[0].ID); code != http.StatusNoContent {
+		t.Fatalf("DELETE /scaling/%s = %d %s, want 204", list[0].ID, code, body)
+	}
+}

@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		return nil, err
 	}
 	g.metricsHandler = g.metrics.Handler(cfg.MetricsToken)
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,7 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 	pf.BoolVar(&a.json, "json", false, "print the API's JSON instead of a table")
 	pf.DurationVar(&a.timeout, "timeout", 30*time.Second, "how long one API call may take")
 	cmd.AddCommand(
+		a.scalingCommand(),
 		a.clientsCommand(),
 		a.tokensCommand(),
 		a.adminKeysCommand(),
@@ -52,6 +53,30 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 		a.auditCommand(),
 		a.orgsCommand(),
 	)
+	return cmd
+}
+
+func (a *apiCLI) scalingCommand() *cobra.Command {
+	cmd := group("scaling", "List and disarm scaling records")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List scaling records with their live pool, most recently declared first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, (*admin.Client).Scaling, scalingTable)
+		},
+	}
+	disarm := &cobra.Command{
+		Use:   "disarm ID",
+		Short: "Remove a scaling record; a client still declaring it arms it again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+				return done("scaling record " + args[0] + " disarmed"), c.DisarmScaling(ctx, args[0])
+			}, printDone)
+		},
+	}
+	cmd.AddCommand(list, disarm)
 	return cmd
 }
 
@@ -361,6 +386,51 @@ func clientsTable(w io.Writer, cs []admin.ClientInfo) {
 			c.ID, cell(c.Name), cell(c.OrgID), joined(c.Hostnames), cell(c.Path), c.Priority, c.Inflight,
 			orNone(c.MaxConcurrent), yesNo(c.Healthy), yesNo(c.Draining), when(&c.ConnectedAt), cell(c.RemoteAddr))
 	}
+}
+
+func scalingTable(w io.Writer, rs []admin.ScalingRecord) {
+	fmt.Fprintln(w, "ID\tHOSTNAME\tPATH\tINSTANCES\tCAPACITY\tINFLIGHT\tUTILIZATION\tSTATE\tLAST CALL")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
+			r.ID, cell(r.Hostname), cell(r.Path), r.Instances, r.Capacity, r.Inflight,
+			percent(r.Utilization), scalingState(r), lastCall(r))
+	}
+}
+
+// percent shows a utilization as a whole percentage, "-" when it cannot be
+// measured.
+func percent(u *float64) string {
+	if u == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*u*100, 'f', 0, 64) + "%"
+}
+
+// scalingState is "armed" or "disarmed" (the breaker tripped), with
+// ",conflict" when live clients declare different blocks.
+func scalingState(r admin.ScalingRecord) string {
+	s := "armed"
+	if r.Disarmed {
+		s = "disarmed"
+	}
+	if r.Conflict {
+		s += ",conflict"
+	}
+	return s
+}
+
+// lastCall shows the last hook call as its reason, the HTTP status
+// ("no-response" when there was none) and its time; "-" when the hook was
+// never called.
+func lastCall(r admin.ScalingRecord) string {
+	if r.LastCallAt == nil {
+		return "-"
+	}
+	status := "no-response"
+	if r.LastStatus != 0 {
+		status = strconv.Itoa(r.LastStatus)
+	}
+	return cell(r.LastReason) + " " + status + " " + when(r.LastCallAt)
 }
 
 func tokensTable(w io.Writer, ts []admin.Token) {

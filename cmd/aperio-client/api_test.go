@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -25,11 +30,57 @@ const testMaster = "cli-test-master-token"
 type apiServer struct {
 	url     string
 	clients *staticClients
+	scaling *staticScaling
 }
 
 type staticClients struct{ list []admin.ClientInfo }
 
 func (s *staticClients) Clients() []admin.ClientInfo { return s.list }
+
+// staticScaling is an admin.Scaling with a fixed list of records: List
+// scopes it by organization, Disarm removes a record and is recorded.
+type staticScaling struct {
+	mu      sync.Mutex // guards the following fields
+	views   []autoscale.View
+	disarms []string // "orgID/id" of every Disarm call
+}
+
+func (s *staticScaling) List(_ context.Context, orgID string) ([]autoscale.View, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []autoscale.View
+	for _, v := range s.views {
+		if orgID == "" || v.OrgID == orgID {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func (s *staticScaling) Disarm(_ context.Context, orgID, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.disarms = append(s.disarms, orgID+"/"+id)
+	for i, v := range s.views {
+		if v.ID == id && (orgID == "" || v.OrgID == orgID) {
+			s.views = slices.Delete(slices.Clone(s.views), i, i+1)
+			return nil
+		}
+	}
+	return fmt.Errorf("autoscale: disarm %s: %w", id, autoscale.ErrNoRecord)
+}
+
+func (s *staticScaling) set(vs ...autoscale.View) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.views = vs
+}
+
+func (s *staticScaling) disarmCalls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.disarms)
+}
 
 func newAPIServer(t *testing.T) *apiServer {
 	t.Helper()
@@ -47,8 +98,8 @@ func newAPIServer(t *testing.T) *apiServer {
 			t.Errorf("store Close: %v", err)
 		}
 	})
-	s := &apiServer{clients: &staticClients{}}
-	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients})
+	s := &apiServer{clients: &staticClients{}, scaling: &staticScaling{}}
+	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Scaling: s.scaling})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}
@@ -372,5 +423,122 @@ func TestRootStillRuns(t *testing.T) {
 	code, out, errOut := cli(t, "3000", "--hostname", "app.example.com", "--server-url", "https://t.example.com", "--server-token", "apr_x", "--check-config")
 	if code != 0 || out != "configuration OK\n" {
 		t.Errorf("aperio-client 3000 … --check-config = exit %d, %q %q; want 0, configuration OK", code, out, errOut)
+	}
+}
+
+func TestAPIScaling(t *testing.T) {
+	s := newAPIServer(t)
+	t.Setenv("APERIO_SERVER_URL", s.url)
+	t.Setenv("APERIO_API_KEY", testMaster)
+	var acme, other admin.Org
+	okJSON(t, &acme, "api", "orgs", "create", "--name", "acme", "--json")
+	okJSON(t, &other, "api", "orgs", "create", "--name", "other", "--json")
+	var operator, viewer admin.MintedKey
+	okJSON(t, &operator, "api", "admin-keys", "create", "--name", "ops", "--role", "operator", "--org-id", acme.ID, "--json")
+	okJSON(t, &viewer, "api", "admin-keys", "create", "--name", "ro", "--role", "viewer", "--org-id", acme.ID, "--json")
+
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	called, failed := at.Add(-time.Minute), at.Add(-2*time.Minute)
+	record := func(id, org, host string, age time.Duration) autoscale.View {
+		return autoscale.View{
+			ID: id, OrgID: org, Hostname: host, URL: "https://provider.example/scale", Authenticated: true,
+			Max: 8, ColdStart: 45 * time.Second, TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: time.Minute,
+			UpdatedAt: at.Add(-age),
+		}
+	}
+	busy := record("scl_busy", acme.ID, "app.example.com", 0)
+	busy.Path, busy.Instances, busy.Capacity, busy.Inflight, busy.Utilization = "/api", 2, 20, 17, 0.85
+	busy.LastCallAt, busy.LastReason, busy.LastStatus = &called, "scale_out", 202
+	broken := record("scl_broken", acme.ID, "broken.example.com", time.Hour)
+	broken.Disarmed, broken.Conflict, broken.ConsecutiveFailures = true, true, 5
+	broken.LastCallAt, broken.LastReason = &failed, "cold_start"
+	idle := record("scl_idle", acme.ID, "idle.example.com", 2*time.Hour)
+	s.scaling.set(broken, record("scl_other", other.ID, "other.example.com", 0), idle, busy)
+
+	t.Setenv("APERIO_API_KEY", operator.Secret)
+	rows := table(t, ok(t, "api", "scaling", "list"),
+		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL")
+	want := []map[string]string{
+		{"ID": "scl_busy", "HOSTNAME": "app.example.com", "PATH": "/api", "INSTANCES": "2", "CAPACITY": "20", "INFLIGHT": "17",
+			"UTILIZATION": "85%", "STATE": "armed", "LAST CALL": "scale_out 202 2030-01-02T03:03:05Z"},
+		{"ID": "scl_broken", "HOSTNAME": "broken.example.com", "PATH": "-", "INSTANCES": "0", "CAPACITY": "0", "INFLIGHT": "0",
+			"UTILIZATION": "-", "STATE": "disarmed,conflict", "LAST CALL": "cold_start no-response 2030-01-02T03:02:05Z"},
+		{"ID": "scl_idle", "HOSTNAME": "idle.example.com", "PATH": "-", "INSTANCES": "0", "CAPACITY": "0", "INFLIGHT": "0",
+			"UTILIZATION": "-", "STATE": "armed", "LAST CALL": "-"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("scaling list = %v, want %d rows of acme", rows, len(want))
+	}
+	for i := range want {
+		if !equalMaps(rows[i], want[i]) {
+			t.Errorf("scaling list row %d = %v, want %v", i, rows[i], want[i])
+		}
+	}
+
+	t.Run("--json is the API's JSON", func(t *testing.T) {
+		var got, direct []map[string]any
+		okJSON(t, &got, "api", "scaling", "list", "--json")
+		req, err := http.NewRequest("GET", s.url+admin.Prefix+"/scaling", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+operator.Secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&direct); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 3 || !reflect.DeepEqual(got, direct) {
+			t.Errorf("scaling list --json =\n%v\nwant GET /scaling's\n%v", got, direct)
+		}
+		if u := got[0]["utilization"]; u != 0.85 {
+			t.Errorf("scaling list --json utilization = %v, want 0.85", u)
+		}
+		if u, ok := got[1]["utilization"]; !ok || u != nil {
+			t.Errorf("scaling list --json utilization of an unmeasured pool = %v (present %v), want null", u, ok)
+		}
+	})
+
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // exactly, or for the help: a line it holds
+		stderr string
+	}{
+		{"viewer may not disarm", []string{"api", "scaling", "disarm", "scl_busy", "--api-key", viewer.Secret}, 1, "", "aperio-client: an admin key with role viewer may not do this: it needs role operator"},
+		{"disarm", []string{"api", "scaling", "disarm", "scl_busy"}, 0, "scaling record scl_busy disarmed\n", ""},
+		{"disarm --json prints nothing", []string{"api", "scaling", "disarm", "scl_idle", "--json"}, 0, "", ""},
+		{"disarmed already", []string{"api", "scaling", "disarm", "scl_busy"}, 1, "", `aperio-client: scaling record "scl_busy" not found`},
+		{"another organization's record", []string{"api", "scaling", "disarm", "scl_other"}, 1, "", `aperio-client: scaling record "scl_other" not found`},
+		{"no ID", []string{"api", "scaling", "disarm"}, 2, "", "accepts 1 arg(s), received 0"},
+		{"two IDs", []string{"api", "scaling", "disarm", "scl_a", "scl_b"}, 2, "", "accepts 1 arg(s), received 2"},
+		{"list takes no argument", []string{"api", "scaling", "list", "x"}, 2, "", `unknown command "x" for "aperio-client api scaling list"`},
+		{"unknown subcommand", []string{"api", "scaling", "arm"}, 2, "", `unknown command "arm" for "aperio-client api scaling"`},
+		{"group alone prints its help", []string{"api", "scaling"}, 0, "  disarm      Remove a scaling record", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := cli(t, tt.args...)
+			outOK := out == tt.stdout
+			if strings.HasPrefix(tt.name, "group alone") {
+				outOK = strings.Contains(out, tt.stdout)
+			}
+			if code != tt.code || !outOK || !strings.Contains(errOut, tt.stderr) || tt.code == 0 && errOut != "" {
+				t.Errorf("aperio-client %s = exit %d, %q, stderr %q; want %d, %q, %q",
+					strings.Join(tt.args, " "), code, out, errOut, tt.code, tt.stdout, tt.stderr)
+			}
+		})
+	}
+	if got, want := s.scaling.disarmCalls(), []string{acme.ID + "/scl_busy", acme.ID + "/scl_idle"}; !slices.Equal(got, want) {
+		t.Errorf("Disarm calls = %q, want %q", got, want)
+	}
+	rows = table(t, ok(t, "api", "scaling", "list"),
+		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL")
+	if len(rows) != 1 || rows[0]["ID"] != "scl_broken" {
+		t.Errorf("scaling list after two disarms = %v, want scl_broken alone", rows)
 	}
 }
