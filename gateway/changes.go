@@ -18,8 +18,21 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 	reload.Stop()
 	pending := false
 	changes := g.db.Subscribe(ctx)
+	// Records nothing re-announced for scaling_record_ttl go; checked hourly.
+	sweep := time.NewTicker(time.Hour)
+	defer sweep.Stop()
 	for {
 		select {
+		case <-sweep.C:
+			if g.ctl != nil && g.cfg.ScalingRecordTTL > 0 {
+				ids, err := g.db.DeleteStaleScalingRecords(ctx, time.Now().Add(-g.cfg.ScalingRecordTTL))
+				if err != nil {
+					g.log.Error("scaling record sweep failed", "err", err)
+				} else if len(ids) > 0 {
+					g.log.Info("scaling records expired", "count", len(ids))
+				}
+			}
+			continue
 		case <-reload.C:
 			pending = false
 			if err := g.loadArmed(ctx); err != nil {

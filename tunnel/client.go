@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -331,7 +332,7 @@ func (c *Client) runSession(ctx context.Context) error {
 	c.connected.Store(true)
 	defer c.connected.Store(false)
 	c.upSince.Store(time.Now().UnixNano())
-	return c.controlLoop(sctx, log, mux, ctrl, interval)
+	return c.controlLoop(sctx, log, mux, ctrl, interval, welcome.Notices)
 }
 
 // acceptLoop serves every data stream the server opens.
@@ -352,7 +353,7 @@ func (c *Client) acceptLoop(ctx context.Context, mux *yamux.Session) {
 // controlLoop sends heartbeats and reads acks until the session ends. The
 // server must ack within three heartbeat intervals or the session is
 // considered dead.
-func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration) error {
+func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration, welcomeNotices []string) error {
 	type ackMsg struct {
 		m   *message
 		err error
@@ -388,6 +389,7 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 	beat := time.NewTicker(interval)
 	defer beat.Stop()
 	lastAck := time.Now()
+	lastNotices := welcomeNotices
 	for {
 		select {
 		case <-ctx.Done():
@@ -418,8 +420,13 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 			switch a.m.Type {
 			case msgAck:
 				lastAck = time.Now()
-				for _, n := range a.m.Notices {
-					log.Debug("server notice", "notice", n)
+				// The server repeats its notices (a refused hostname, an
+				// invalid scaling block) on every ack; say each once.
+				if !slices.Equal(a.m.Notices, lastNotices) {
+					for _, n := range a.m.Notices {
+						log.Warn("server notice", "notice", n)
+					}
+					lastNotices = a.m.Notices
 				}
 				for s, r := range waiting {
 					if s <= a.m.Seq {
