@@ -24,12 +24,7 @@ import (
 // is not sent again, whether or not failover_all_methods is set, and the
 // visitor gets 502.
 func TestProcessesFailoverOnSIGKILL(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "../aperio-server", ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 
 	tests := []struct {
 		name   string

@@ -24,12 +24,7 @@ import (
 // disconnects the client from both within one heartbeat.
 func TestTwoServersShareTokens(t *testing.T) {
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "../aperio-server", ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello from the app")
 	}))

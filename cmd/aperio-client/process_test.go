@@ -20,12 +20,7 @@ import (
 // stops taking requests, finishes the one in flight and exits 0; a
 // SIGTERMed server exits 0.
 func TestProcessesDrainOnSIGTERM(t *testing.T) {
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "../aperio-server", ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
@@ -103,6 +98,19 @@ func TestProcessesDrainOnSIGTERM(t *testing.T) {
 	if code := waitExit(t, server); code != 0 {
 		t.Fatalf("server exit code after SIGTERM = %d, want 0", code)
 	}
+}
+
+// buildBinaries builds aperio-server and aperio-client into a temporary
+// directory and returns it.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "../aperio-server", ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // startAndFind starts cmd and returns the first submatch of re in its
