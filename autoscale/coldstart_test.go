@@ -52,6 +52,38 @@ func TestColdStartSingleFlight(t *testing.T) {
 	})
 }
 
+// TestColdStartOneCallPerBudget proves that an accepted cold start covers
+// the whole cold_start budget, not just the cooldown: a burst still
+// arriving after the cooldown joins the same flight, and only a pool still
+// empty after the budget asks again.
+func TestColdStartOneCallPerBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rec("app.example.com")
+		r.Cooldown = time.Second
+		r.ColdStart = 30 * time.Second
+		h := newHarness(t, []Record{r})
+		first, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		advance(5 * time.Second) // past the cooldown, inside cold_start
+		if s, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil || s != first {
+			t.Fatalf("ColdStart after the cooldown, inside cold_start = %p, %v, want the accepted flight %p", s, err, first)
+		}
+		synctest.Wait()
+		expectCall(t, h, 1, 0, ReasonColdStart, 0, 1)
+		advance(30 * time.Second) // the budget ran out and the pool is still empty
+		if s, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil || s == first {
+			t.Fatalf("ColdStart after the budget = %p, %v, want a new flight", s, err)
+		}
+		synctest.Wait()
+		if n := len(h.caller.made()); n != 2 {
+			t.Fatalf("provider calls = %d, want 2 (one per cold_start budget)", n)
+		}
+	})
+}
+
 // TestColdStartFailureReleasesHeldRequestsAtOnce proves that a failed
 // call closes Failed at once, with the reason in Err, and that requests
 // arriving during the backoff get the failed flight rather than waiting.

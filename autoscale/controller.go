@@ -423,6 +423,9 @@ type Start struct {
 	err    error // written once, before failed is closed
 
 	resolved bool // guarded by Controller.mu
+	// succeededAt is when the call was accepted (zero until then, or after
+	// a failure); guarded by Controller.mu.
+	succeededAt time.Time
 }
 
 func newStart() *Start {
@@ -460,6 +463,8 @@ func (s *Start) resolveLocked(err error) {
 	if err != nil {
 		s.err = err
 		close(s.failed)
+	} else {
+		s.succeededAt = time.Now()
 	}
 	close(s.done)
 }
@@ -496,7 +501,12 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	case b.rec.Disarmed:
 		return nil, ErrDisarmed
 	}
-	if s := b.start; s != nil && (!s.resolved || time.Now().Before(b.nextAllowed)) {
+	// Requests join the bind's flight while its call is pending, inside
+	// its cooldown or backoff, and, once accepted, for the cold_start
+	// budget: the instance it asked for is on its way, and a burst that
+	// takes longer than the cooldown to arrive must not ask again.
+	if s := b.start; s != nil && (!s.resolved || time.Now().Before(b.nextAllowed) ||
+		!s.succeededAt.IsZero() && time.Since(s.succeededAt) < b.rec.ColdStart) {
 		return s, nil
 	}
 	s := newStart()

@@ -117,3 +117,24 @@ func TestDisarmedBindIsNotHeld(t *testing.T) {
 		t.Fatalf("request for a disarmed bind nobody serves = %d with %d cold starts, want 502 and none", rec.Code, sc.calls.Load())
 	}
 }
+
+func TestMaxHeldAboveTheQueueBound(t *testing.T) {
+	sc := newFakeScaler()
+	rt := newRouter(t, Config{Scaler: sc, GatewayTimeout: 10 * time.Millisecond, MaxHeld: maxWaiters + 100})
+	rt.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "app.test", ColdStart: time.Minute}})
+	const n = maxWaiters + 50 // more than an ordinary queue takes
+	var held []*served
+	for range n {
+		held = append(held, serveAsync(rt, "app.test", "/"))
+	}
+	p := rt.table.Load().match("app.test", "/")
+	for p.queued() != n {
+		runtimeYield()
+	}
+	rt.update(newConn("new", 1), limited(0, "app.test"))
+	for _, h := range held {
+		if rec := h.wait(t); rec.Code != 200 {
+			t.Fatalf("one of %d held requests = %d, want 200 (scaling_max_held %d)", n, rec.Code, maxWaiters+100)
+		}
+	}
+}

@@ -123,7 +123,11 @@ type waiter struct {
 	instance string          // when set, only this client instance may serve it
 	exclude  Conn            // when set, never this connection (a failed one)
 	abort    <-chan struct{} // when closed, stop waiting (a failed cold start)
-	ch       chan *service   // receives the service whose permit it now holds
+	// held marks a request held for a cold start; maxHeld (when > 0)
+	// replaces maxWaiters as its queue's bound (scaling_max_held).
+	held    bool
+	maxHeld int
+	ch      chan *service // receives the service whose permit it now holds
 }
 
 // accepts reports whether s may serve w.
@@ -138,6 +142,7 @@ const maxWaiters = 1000
 // Errors of admission; writeError maps them to answers.
 var (
 	errQueueFull    = errors.New("router: wait queue full")
+	errHeldFull     = errors.New("router: too many requests held for a cold start")
 	errQueueTimeout = errors.New("router: no permit within gateway_timeout")
 	errAllAtLimit   = errors.New("router: every client at its limit")
 )
@@ -256,8 +261,15 @@ func (p *pool) acquire(ctx context.Context, st strategy, timeout time.Duration, 
 		p.mu.Unlock()
 		return nil, errNoRoutable
 	}
-	if len(p.waiters) >= maxWaiters {
+	bound := maxWaiters
+	if w.held && w.maxHeld > 0 {
+		bound = w.maxHeld
+	}
+	if len(p.waiters) >= bound {
 		p.mu.Unlock()
+		if w.held {
+			return nil, errHeldFull
+		}
 		return nil, errQueueFull
 	}
 	w.enq = time.Now()

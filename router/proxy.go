@@ -89,17 +89,16 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 	// gateway_timeout first) and holds the request up to cold_start. The
 	// request was never dispatched, so holding is safe for every method.
 	if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
-		if rt.cfg.MaxHeld > 0 && p.queued() >= rt.cfg.MaxHeld {
-			w.Header().Set("Retry-After", "5")
-			http.Error(w, "aperio: too many requests are waiting for "+host+" to start", http.StatusServiceUnavailable)
-			return
-		}
 		wt.abort, timeout = failed, budget
+		wt.held, wt.maxHeld = true, rt.cfg.MaxHeld
 	}
 	for jumps := 0; ; jumps++ {
 		s, err := p.acquire(ctx, rt.strategy, timeout, wait, wt)
 		if err != nil {
 			switch {
+			case errors.Is(err, errHeldFull):
+				w.Header().Set("Retry-After", "5")
+				http.Error(w, "aperio: too many requests are waiting for "+host+" to start", http.StatusServiceUnavailable)
 			case errors.Is(err, errQueueFull), errors.Is(err, errAllAtLimit):
 				rt.refuse(w, limitClientConcurrency)
 			case errors.Is(err, errQueueTimeout):

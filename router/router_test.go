@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,13 +25,17 @@ type fakeConn struct {
 	id  string
 	at  time.Time
 	err error // returned by RoundTrip when set
+
+	mu  sync.Mutex // guards got
 	got []*http.Request
 }
 
 func (f *fakeConn) ID() string             { return f.id }
 func (f *fakeConn) ConnectedAt() time.Time { return f.at }
 func (f *fakeConn) RoundTrip(req *http.Request, service string) (*http.Response, error) {
+	f.mu.Lock()
 	f.got = append(f.got, req)
+	f.mu.Unlock()
 	if f.err != nil {
 		return nil, f.err
 	}
