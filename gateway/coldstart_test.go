@@ -214,3 +214,33 @@ func TestScalingAPIThroughServer(t *testing.T) {
 		t.Fatalf("DELETE /scaling/%s = %d %s, want 204", list[0].ID, code, body)
 	}
 }
+
+// TestDeclareAndLeaveAtOnce: a bind is armed by the heartbeat that first
+// declares it, so a client that declares and leaves straight away can be
+// cold started by the next request.
+func TestDeclareAndLeaveAtOnce(t *testing.T) {
+	var calls atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(hook.Close)
+	cfg := serverConfig(t)
+	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
+	cfg.GatewayTimeout = 100 * time.Millisecond
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
+	ac.Scaling = &config.Scaling{URL: hook.URL, Max: 1, ColdStart: 200 * time.Millisecond,
+		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
+	ag := startAgent(t, srv, ac)
+	waitClients(t, visitor, srv, 1)
+	if err := ag.stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitClients(t, visitor, srv, 0)
+	status, _ := get(t, visitor, srv, appHost, "/")
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("provider calls after declare-and-leave = %d (request answered %d), want 1", n, status)
+	}
+}

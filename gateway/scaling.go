@@ -20,6 +20,9 @@ import (
 type scalingRegistry struct {
 	tunnel.Registry
 	ctl *autoscale.Controller
+	rt  *router.Router
+	// arm reloads the router's armed binds from the store.
+	arm func(ctx context.Context) error
 	log *slog.Logger
 }
 
@@ -57,6 +60,15 @@ func (r scalingRegistry) Update(s *tunnel.Session) []string {
 			if err != nil {
 				r.log.Warn("scaling declaration refused", "session_id", s.ID(), "hostname", h, "err", err)
 				notices = append(notices, "scaling declaration for "+h+" refused: "+err.Error())
+				continue
+			}
+			// A bind declared for the first time is armed at once rather
+			// than at the next debounced reload, so a client that declares
+			// and leaves straight away can still be cold started.
+			if !r.rt.Armed(h, svc.Path) {
+				if err := r.arm(ctx); err != nil {
+					r.log.Error("arming a new scaling record failed", "hostname", h, "err", err)
+				}
 			}
 		}
 	}

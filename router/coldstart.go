@@ -105,3 +105,11 @@ func (rt *Router) coldStart(ctx context.Context, p *pool, w *waiter) (failed <-c
 	}
 	return st.Failed(), a.coldStart, true
 }
+
+// Armed reports whether the bind of pattern and path is armed.
+func (rt *Router) Armed(pattern, path string) bool {
+	rt.mu.Lock()
+	p := rt.pools[bindKey{hostname.Normalize(pattern), path}]
+	rt.mu.Unlock()
+	return p != nil && p.armed.Load() != nil
+}
