@@ -125,7 +125,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
-		registry = scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.loadArmed, log: log}
+		registry = scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.loadArmed, log: log, armed: &sessionBinds{}}
 		if err := g.loadArmed(ctx); err != nil {
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
 		}

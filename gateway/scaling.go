@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
@@ -24,6 +25,40 @@ type scalingRegistry struct {
 	// arm reloads the router's armed binds from the store.
 	arm func(ctx context.Context) error
 	log *slog.Logger
+
+	// armed remembers, per session, the binds whose arming it already
+	// checked, so a bind that stays unarmed (disarmed by the breaker)
+	// does not reload the records on every heartbeat.
+	armed *sessionBinds
+}
+
+// sessionBinds is a set of binds per session, safe for concurrent use.
+type sessionBinds struct {
+	mu sync.Mutex // guards m
+	m  map[string]map[string]bool
+}
+
+// first reports whether bind is new for session, and records it.
+func (sb *sessionBinds) first(session, bind string) bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.m == nil {
+		sb.m = make(map[string]map[string]bool)
+	}
+	if sb.m[session] == nil {
+		sb.m[session] = make(map[string]bool)
+	}
+	if sb.m[session][bind] {
+		return false
+	}
+	sb.m[session][bind] = true
+	return true
+}
+
+func (sb *sessionBinds) forget(session string) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	delete(sb.m, session)
 }
 
 func (r scalingRegistry) Update(s *tunnel.Session) []string {
@@ -65,7 +100,7 @@ func (r scalingRegistry) Update(s *tunnel.Session) []string {
 			// A bind declared for the first time is armed at once rather
 			// than at the next debounced reload, so a client that declares
 			// and leaves straight away can still be cold started.
-			if !r.rt.Armed(h, svc.Path) {
+			if r.armed.first(s.ID(), key) && !r.rt.Armed(h, svc.Path) {
 				if err := r.arm(ctx); err != nil {
 					r.log.Error("arming a new scaling record failed", "hostname", h, "err", err)
 				}
@@ -78,6 +113,7 @@ func (r scalingRegistry) Update(s *tunnel.Session) []string {
 func (r scalingRegistry) Detach(s *tunnel.Session) {
 	r.Registry.Detach(s)
 	r.ctl.Leave(s.ID())
+	r.armed.forget(s.ID())
 }
 
 // poolView gives the controller the router's live figures.
