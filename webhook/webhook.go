@@ -1,0 +1,415 @@
+// Package webhook owns the delivery of server events to the HTTP endpoints
+// organizations subscribe: the JSON payload, its HMAC-SHA256 signature,
+// the bounded queue between the emitter and the network, and the retries
+// with backoff. Every delivery goes out through the outbound fence.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/internal/buildinfo"
+)
+
+// Headers every delivery carries.
+const (
+	// HeaderEvent carries the event type, such as "scaling_failed".
+	HeaderEvent = "X-Aperio-Event"
+	// HeaderDelivery carries the delivery's unique id: the same for every
+	// attempt of one delivery, so receivers can drop repeats.
+	HeaderDelivery = "X-Aperio-Delivery"
+	// HeaderSignature carries "sha256=" and the lowercase hex HMAC-SHA256
+	// of the exact request body, keyed with the subscription's secret. It
+	// is absent when the subscription has no secret.
+	HeaderSignature = "X-Aperio-Signature"
+	// HeaderTimestamp carries the attempt's send time in Unix seconds.
+	HeaderTimestamp = "X-Aperio-Timestamp"
+)
+
+// Defaults and limits.
+const (
+	// DefaultMaxQueue is the default bound on queued events.
+	DefaultMaxQueue = 1000
+	// DefaultWorkers is the default number of concurrent deliveries.
+	DefaultWorkers = 4
+	// MaxAttempts is how many times one delivery is tried before it is
+	// given up.
+	MaxAttempts = 5
+	// MaxBackoff caps the wait between two attempts.
+	MaxBackoff = time.Minute
+)
+
+// Log attribute keys.
+const (
+	logKeyEvent      = "event"
+	logKeyOrgID      = "org_id"
+	logKeyWebhookID  = "webhook_id"
+	logKeyDeliveryID = "delivery_id"
+	logKeyAttempts   = "attempts"
+	logKeyStatus     = "status"
+	logKeyDropped    = "dropped"
+	logKeyErr        = "err"
+)
+
+// Subscription is one organization's webhook: where events go and which.
+type Subscription struct {
+	// ID names the subscription in logs; the URL never appears there,
+	// since a path can be a credential.
+	ID string
+	// OrgID is the organization whose events are delivered.
+	OrgID string
+	// URL receives the POSTs. It is checked by the fence on every attempt.
+	URL string
+	// Secret keys the signature; "" sends no X-Aperio-Signature. It is
+	// never logged.
+	Secret string
+	// Events lists the event types delivered, such as "scaling_failed".
+	// An event not listed is not delivered; empty delivers nothing.
+	Events []string
+}
+
+// Lister finds the subscriptions an event goes to. WebhooksFor returns the subscriptions of orgID that list event; it
+// must be safe for concurrent use.
+type Lister interface {
+	WebhooksFor(ctx context.Context, orgID, event string) ([]Subscription, error)
+}
+
+// Config configures a Dispatcher. The zero value of each optional field is
+// its default.
+type Config struct {
+	// Subscriptions finds where each event goes. Required.
+	Subscriptions Lister
+	// Client makes the calls under the outbound policy shared with the
+	// scaling hooks. Required.
+	Client *fence.Client
+	// Logger receives deliveries given up, dropped events and lookup
+	// failures at Warn, successful deliveries at Debug; nil discards them.
+	Logger *slog.Logger
+	// MaxQueue bounds the events waiting for delivery, and separately the
+	// deliveries waiting for a worker; 0 means DefaultMaxQueue. Emit drops
+	// an event that finds the queue full.
+	MaxQueue int
+	// Workers is how many deliveries run at once; 0 means DefaultWorkers.
+	// A worker is busy for the whole of a delivery, its waits between
+	// attempts included.
+	Workers int
+	// Backoff returns the wait after the attempt-th failed attempt
+	// (1-based); nil means DefaultBackoff. Tests pass tiny durations.
+	Backoff func(attempt int) time.Duration
+}
+
+// withDefaults fills the zero fields that have a default.
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = DefaultMaxQueue
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = DefaultBackoff
+	}
+	return cfg
+}
+
+// Validate reports every problem with cfg. New calls it.
+func (cfg Config) Validate() error {
+	var errs []error
+	if cfg.Subscriptions == nil {
+		errs = append(errs, errors.New("webhook: no subscription lister"))
+	}
+	if cfg.Client == nil {
+		errs = append(errs, errors.New("webhook: no fence client"))
+	}
+	if cfg.MaxQueue < 0 {
+		errs = append(errs, fmt.Errorf("webhook: max queue %d is negative", cfg.MaxQueue))
+	}
+	if cfg.Workers < 0 {
+		errs = append(errs, fmt.Errorf("webhook: workers %d is negative", cfg.Workers))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultBackoff doubles the wait from one second after each failed
+// attempt (1 s, 2 s, 4 s, ...), capped at MaxBackoff.
+func DefaultBackoff(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 7 { // 1s<<6 already exceeds the cap; avoid overflow
+		return MaxBackoff
+	}
+	return min(time.Second<<(attempt-1), MaxBackoff)
+}
+
+// delivery is one event going to one subscription.
+type delivery struct {
+	id    string
+	sub   Subscription
+	event string
+	body  []byte
+}
+
+// Dispatcher delivers events to webhooks. Emit queues; Run delivers. It
+// is safe for concurrent use. Create it with New.
+type Dispatcher struct {
+	cfg     Config
+	log     *slog.Logger
+	events  chan autoscale.Event // bounded by MaxQueue; Emit drops when full
+	work    chan delivery        // bounded by MaxQueue; fanLoop waits
+	started atomic.Bool
+	dropped atomic.Int64
+	// dropping is set by the first drop of an overflow and cleared by the
+	// next event queued, so that each overflow is logged once.
+	dropping atomic.Bool
+}
+
+// New returns a Dispatcher, or the errors of cfg.Validate.
+func New(cfg Config) (*Dispatcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Dispatcher{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		events: make(chan autoscale.Event, cfg.MaxQueue),
+		work:   make(chan delivery, cfg.MaxQueue),
+	}, nil
+}
+
+// Emit queues e for delivery to every subscription of e.OrgID that lists
+// e.Type. It never blocks: when the queue is full the event is dropped,
+// counted in Dropped and logged once per overflow. Events queued while Run
+// is not running wait for it; those still queued when Run returns are not
+// delivered. Emit implements autoscale.Events.
+func (d *Dispatcher) Emit(_ context.Context, e autoscale.Event) {
+	select {
+	case d.events <- e:
+		d.dropping.Store(false)
+	default:
+		n := d.dropped.Add(1)
+		if !d.dropping.Swap(true) {
+			d.log.Warn("webhook queue full, dropping events",
+				logKeyEvent, e.Type, logKeyOrgID, e.OrgID, logKeyDropped, n)
+		}
+	}
+}
+
+// Dropped returns how many events Emit has dropped because the queue was
+// full, since New.
+func (d *Dispatcher) Dropped() int64 { return d.dropped.Load() }
+
+// Run delivers queued events until ctx is done, then abandons deliveries
+// in progress, waits for its goroutines to exit and returns nil. It may be
+// called once; a second call returns an error.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if d.started.Swap(true) {
+		return errors.New("webhook: Run called twice")
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { d.fanLoop(ctx) })
+	for range d.cfg.Workers {
+		wg.Go(func() { d.deliverLoop(ctx) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// fanLoop turns each event into one delivery per subscription. When the
+// workers fall behind it waits for room, and Emit's queue absorbs the
+// difference, then drops.
+func (d *Dispatcher) fanLoop(ctx context.Context) {
+	for {
+		var e autoscale.Event
+		select {
+		case <-ctx.Done():
+			return
+		case e = <-d.events:
+		}
+		subs, err := d.cfg.Subscriptions.WebhooksFor(ctx, e.OrgID, e.Type)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("webhook lookup failed, event not delivered",
+					logKeyEvent, e.Type, logKeyOrgID, e.OrgID, logKeyErr, err)
+			}
+			continue
+		}
+		var body []byte
+		for _, s := range subs {
+			if s.OrgID != e.OrgID || !slices.Contains(s.Events, e.Type) {
+				continue // the lister's job, checked again: never cross orgs
+			}
+			if body == nil {
+				if body, err = marshalPayload(e); err != nil {
+					d.log.Warn("webhook payload encoding failed", logKeyEvent, e.Type, logKeyErr, err)
+					break
+				}
+			}
+			dl := delivery{id: newDeliveryID(), sub: s, event: e.Type, body: body}
+			select {
+			case <-ctx.Done():
+				return
+			case d.work <- dl:
+			}
+		}
+	}
+}
+
+// deliverLoop runs deliveries one at a time.
+func (d *Dispatcher) deliverLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case dl := <-d.work:
+			d.deliver(ctx, dl)
+		}
+	}
+}
+
+// deliver tries dl up to MaxAttempts times, waiting Backoff between
+// attempts. A fence refusal is not retried: the policy will refuse again.
+func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
+	log := d.log.With(logKeyEvent, dl.event, logKeyOrgID, dl.sub.OrgID,
+		logKeyWebhookID, dl.sub.ID, logKeyDeliveryID, dl.id)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		status, err := d.attempt(ctx, dl)
+		if err == nil {
+			log.Debug("webhook delivered", logKeyAttempts, attempt, logKeyStatus, status)
+			return
+		}
+		if ctx.Err() != nil {
+			return // shutting down; not the receiver's failure
+		}
+		_, refused := errors.AsType[*fence.RefusedError](err)
+		if refused || attempt >= MaxAttempts {
+			log.Warn("webhook delivery given up", logKeyAttempts, attempt, logKeyStatus, status, logKeyErr, err)
+			return
+		}
+		wait := min(d.cfg.Backoff(attempt), MaxBackoff)
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// errStatus is a response outside 2xx.
+var errStatus = errors.New("webhook: receiver answered non-2xx")
+
+// attempt sends dl once and returns the status (0 without a response) and
+// nil for any 2xx.
+func (d *Dispatcher) attempt(ctx context.Context, dl delivery) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, dl.sub.URL, bytes.NewReader(dl.body))
+	if err != nil {
+		// The parser's message would quote the URL, which may carry a
+		// credential.
+		return 0, &fence.RefusedError{Reason: "invalid URL"}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "aperio/"+buildinfo.Version())
+	req.Header.Set(HeaderEvent, dl.event)
+	req.Header.Set(HeaderDelivery, dl.id)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(time.Now().Unix(), 10))
+	if dl.sub.Secret != "" {
+		req.Header.Set(HeaderSignature, Sign(dl.sub.Secret, dl.body))
+	}
+	resp, err := d.cfg.Client.Do(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("%w: %s", errStatus, resp.Status)
+	}
+	return resp.StatusCode, nil
+}
+
+// Sign returns the X-Aperio-Signature value for body under secret:
+// "sha256=" and the lowercase hex HMAC-SHA256. Receivers compute the same
+// over the raw body and compare with hmac.Equal.
+func Sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// newDeliveryID returns 128 random bits in hex.
+func newDeliveryID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never returns an error (crypto/rand, Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// Payload is the JSON body of a delivery.
+type Payload struct {
+	Event    string    `json:"event"`
+	At       time.Time `json:"at"`
+	OrgID    string    `json:"org_id"`
+	Hostname string    `json:"hostname"`
+	Path     string    `json:"path"`
+	Detail   Detail    `json:"detail"`
+}
+
+// Detail is the event's own fields, as autoscale.Event defines them.
+type Detail struct {
+	RecordID            string    `json:"record_id"`
+	Reason              string    `json:"reason,omitempty"`
+	Current             int       `json:"current"`
+	Desired             int       `json:"desired"`
+	Min                 int       `json:"min"`
+	Max                 int       `json:"max"`
+	Status              int       `json:"status"`
+	ConsecutiveFailures int       `json:"consecutive_failures"`
+	Utilization         []float64 `json:"utilization"`
+	IdempotencyKey      string    `json:"idempotency_key,omitempty"`
+	Error               string    `json:"error,omitempty"`
+}
+
+// marshalPayload encodes e as a delivery body.
+func marshalPayload(e autoscale.Event) ([]byte, error) {
+	util := e.Utilization
+	if util == nil {
+		util = []float64{}
+	}
+	return json.Marshal(Payload{
+		Event: e.Type, At: e.At.UTC(), OrgID: e.OrgID, Hostname: e.Hostname, Path: e.Path,
+		Detail: Detail{
+			RecordID: e.RecordID, Reason: string(e.Reason),
+			Current: e.Current, Desired: e.Desired, Min: e.Min, Max: e.Max,
+			Status: e.Status, ConsecutiveFailures: e.ConsecutiveFailures,
+			Utilization: util, IdempotencyKey: e.IdempotencyKey, Error: e.Err,
+		},
+	})
+}
