@@ -18,6 +18,7 @@ import (
 
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/exitcode"
 )
 
 // apiCLI is what every `aperio-client api` command shares: its flags and
@@ -328,7 +329,7 @@ func callAPI[T any](a *apiCLI, cmd *cobra.Command, call func(*admin.Client, cont
 		} else {
 			fmt.Fprintln(a.stderr, "aperio-client:", err)
 		}
-		return exitError{exitFailure}
+		return exitcode.ErrFailure
 	}
 	if d, ok := any(v).(done); ok {
 		if !a.json {
@@ -365,7 +366,7 @@ func (a *apiCLI) client(cmd *cobra.Command) (*admin.Client, error) {
 	cfg, _, err := config.LoadAPIClient(opts)
 	if err != nil {
 		fmt.Fprintln(a.stderr, err)
-		return nil, exitError{exitUsage}
+		return nil, exitcode.ErrUsage
 	}
 	return &admin.Client{URL: cfg.ServerURL, Key: cfg.APIKey}, nil
 }

@@ -19,39 +19,20 @@ import (
 	"github.com/aperio-dev/aperio/agent"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
-)
-
-// Exit codes (contract §3): 0 ok, 1 runtime or API failure, 2 usage or
-// bad configuration.
-const (
-	exitFailure = 1
-	exitUsage   = 2
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// exitError carries an exit code through cobra.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
-
 func run(args []string, stdout, stderr io.Writer) int {
 	root := newRootCommand(stdout, stderr)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	if err := root.Execute(); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			return ee.code
-		}
-		fmt.Fprintln(stderr, "aperio-client:", err)
-		return exitUsage
-	}
-	return 0
+	return exitcode.Execute(root, stderr, "aperio-client")
 }
 
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -95,7 +76,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		cfg, src, err := config.LoadClient(opts)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
-			return exitError{exitUsage}
+			return exitcode.ErrUsage
 		}
 		if checkConfig {
 			fmt.Fprintln(stdout, "configuration OK")
@@ -107,19 +88,19 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
-			return exitError{exitUsage}
+			return exitcode.ErrUsage
 		}
 		a, err := agent.New(cfg, agent.Options{Logger: log})
 		if err != nil {
 			fmt.Fprintln(stderr, err)
-			return exitError{exitUsage}
+			return exitcode.ErrUsage
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		err = a.Run(ctx)
 		if err != nil && !errors.Is(err, agent.ErrIdle) {
 			log.Error("client failed", "err", err)
-			return exitError{exitFailure}
+			return exitcode.ErrFailure
 		}
 		return nil
 	}

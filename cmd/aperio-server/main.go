@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,24 +15,13 @@ import (
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
-)
-
-// Exit codes (contract §1): 0 ok, 1 runtime failure, 2 bad configuration
-// or usage.
-const (
-	exitFailure = 1
-	exitUsage   = 2
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
-
-// exitError carries an exit code through cobra.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	var (
@@ -59,7 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cfg, src, err := config.LoadServer(opts)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
-				return exitError{exitUsage}
+				return exitcode.ErrUsage
 			}
 			if checkConfig {
 				fmt.Fprintln(stdout, "configuration OK")
@@ -71,18 +59,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 			log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
-				return exitError{exitUsage}
+				return exitcode.ErrUsage
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			g, err := gateway.New(ctx, cfg, gateway.Options{Logger: log})
 			if err != nil {
 				log.Error("server failed to start", "err", err)
-				return exitError{exitFailure}
+				return exitcode.ErrFailure
 			}
 			if err := g.ListenAndServe(ctx); err != nil {
 				log.Error("server failed", "err", err)
-				return exitError{exitFailure}
+				return exitcode.ErrFailure
 			}
 			return nil
 		},
@@ -93,13 +81,5 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd.Flags().StringVar(&file, "config", "", "configuration file (default ./aperio-server.yaml; env APERIO_SERVER_CONFIG)")
 	cmd.Flags().BoolVar(&checkConfig, "check-config", false, "validate the configuration, print every problem, and exit 0 or 2")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration with the source of each value")
-	if err := cmd.Execute(); err != nil {
-		var ee exitError
-		if errors.As(err, &ee) {
-			return ee.code
-		}
-		fmt.Fprintln(stderr, "aperio-server:", err)
-		return exitUsage
-	}
-	return 0
+	return exitcode.Execute(cmd, stderr, "aperio-server")
 }
