@@ -299,6 +299,11 @@ func (c *Client) runSession(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tunnel: open control stream: %w", err)
 	}
+	// Serve data streams from the hello on: the server may dispatch to
+	// this session as soon as it has attached it, before its welcome is
+	// written (requests held for a cold start are released then), and a
+	// stream opened before the welcome would otherwise wait for it.
+	go c.acceptLoop(sctx, mux)
 	ann := c.cfg.Announce()
 	ctrl.SetDeadline(time.Now().Add(HandshakeTimeout))
 	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
@@ -328,7 +333,6 @@ func (c *Client) runSession(ctx context.Context) error {
 		c.cfg.OnConnect(welcome.SessionID)
 	}
 
-	go c.acceptLoop(sctx, mux)
 	c.connected.Store(true)
 	defer c.connected.Store(false)
 	c.upSince.Store(time.Now().UnixNano())

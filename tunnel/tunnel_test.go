@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -89,6 +90,53 @@ func TestAnnouncementReachesServer(t *testing.T) {
 	p.registry.mu.Unlock()
 	if updates < 2 {
 		t.Fatalf("registry updates = %d, want at least 2 (hello and heartbeat)", updates)
+	}
+}
+
+// dispatchingRegistry sends one request through the first session it
+// updates, from inside Update: before the server writes the welcome, as
+// the router does when it releases requests held for a cold start.
+type dispatchingRegistry struct {
+	*fakeRegistry
+	once   sync.Once
+	answer chan string
+}
+
+func (r *dispatchingRegistry) Update(s *Session) []string {
+	r.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req := httptest.NewRequestWithContext(ctx, "GET", "/hello", nil)
+		req.Host = "app.test"
+		resp, err := s.RoundTrip(req, "0")
+		if err != nil {
+			r.answer <- "error: " + err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			r.answer <- "error reading body: " + err.Error()
+			return
+		}
+		r.answer <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	})
+	return r.fakeRegistry.Update(s)
+}
+
+func TestClientServesStreamsBeforeWelcome(t *testing.T) {
+	for _, kind := range []string{"pipe", "tcp"} {
+		t.Run(kind, func(t *testing.T) {
+			reg := &dispatchingRegistry{answer: make(chan string, 1)}
+			startPair(t, kind, newHandlerForwarder(t, echoHandler()), func(sc *ServerConfig, _ *ClientConfig) {
+				reg.fakeRegistry = sc.Registry.(*fakeRegistry)
+				sc.Registry = reg
+			})
+			// startPair returned after the welcome: the answer is in.
+			if got, want := <-reg.answer, "200 hello app.test via 0"; got != want {
+				t.Fatalf("request dispatched before the welcome answered %q, want %q", got, want)
+			}
+		})
 	}
 }
 
