@@ -316,6 +316,143 @@ func TestScalingColdStartFromZero(t *testing.T) {
 	}
 }
 
+// hookCall is the body of one scaling hook call.
+type hookCall struct {
+	Reason   string `json:"reason"`
+	Hostname string `json:"hostname"`
+	Current  int    `json:"current"`
+	Desired  int    `json:"desired"`
+	Min      int    `json:"min"`
+	Max      int    `json:"max"`
+}
+
+// liveClients counts the clients GET /aperio/api/clients lists for
+// scalingHost.
+func liveClients(t testing.TB, base string) int {
+	t.Helper()
+	var cs []struct {
+		Hostnames []string `json:"hostnames"`
+	}
+	adminGet(t, base, "/clients", &cs)
+	n := 0
+	for _, c := range cs {
+		if contains(c.Hostnames, scalingHost) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestScalingOutThenIn: with real binaries, one client of max_concurrent 2
+// kept saturated for a whole window makes one scale_out call (1 → 2),
+// whose receiver starts a second client process; once the load stops and
+// stays away for four windows, one scale_in call asks for 2 → 1. The
+// server kills nothing: both clients are still connected afterwards.
+func TestScalingOutThenIn(t *testing.T) {
+	bin := buildBinaries(t)
+	// A backend whose /busy requests stay in flight until the test lets
+	// them go, so the pool is saturated for as long as the test says.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, "%s %s", r.Method, r.URL.Path)
+	}))
+	t.Cleanup(backend.Close)
+	t.Cleanup(letGo) // before backend.Close, which waits for handlers
+	target := strings.TrimPrefix(backend.URL, "http://")
+	base := scalingServer(t, bin, "APERIO_SCALING_ALLOW_HTTP=1", "APERIO_SCALING_ALLOW_PRIVATE=1", "APERIO_IP_LIMIT_MAX=1000")
+
+	calls := make(chan hookCall, 16)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var c hookCall
+		if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
+			t.Errorf("hook body: %v", err)
+		}
+		calls <- c
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(hook.Close)
+	nextCall := func(what string) hookCall {
+		t.Helper()
+		select {
+		case c := <-calls:
+			return c
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no %s call within 60s", what)
+			return hookCall{}
+		}
+	}
+
+	// The cooldown covers the second client's start, however slow the
+	// machine: without it a pool still saturated one window after the
+	// call is rightly asked for again.
+	const cooldown = 10 * time.Second
+	flags := []string{"--scaling-url", hook.URL + "/scale", "--scaling-min", "1", "--scaling-max", "2",
+		"--scaling-cold-start", "30s", "--scaling-window", "1s", "--scaling-cooldown", cooldown.String(),
+		"--scaling-target-utilization", "0.8", "--max-concurrent", "2"}
+	first := scalingClient(t, bin, target, base, flags...)
+	startAndFind(t, first, regexp.MustCompile(`msg="tunnel connected"`))
+	waitFor(t, "the scaling record is declared", func() bool { return len(records(t, base)) == 1 })
+
+	// Saturate the only client: two requests in flight of its two.
+	c := &http.Client{Timeout: 60 * time.Second}
+	t.Cleanup(c.CloseIdleConnections)
+	busy := make(chan error, 2)
+	loadStarted := time.Now()
+	for range 2 {
+		go func() {
+			status, body, err := visit(c, base, "GET", "/busy", nil)
+			if err == nil && (status != http.StatusOK || body != "GET /busy") {
+				err = fmt.Errorf("GET /busy = %d %q, want 200 %q", status, body, "GET /busy")
+			}
+			busy <- err
+		}()
+	}
+	out := nextCall("scale_out")
+	outAt := time.Now()
+	t.Logf("scale_out call %v after the load began", time.Since(loadStarted).Round(time.Millisecond))
+	if want := (hookCall{Reason: "scale_out", Hostname: scalingHost, Current: 1, Desired: 2, Min: 1, Max: 2}); out != want {
+		t.Fatalf("call under saturation = %+v, want %+v", out, want)
+	}
+
+	// The provider's answer: a second instance.
+	second := scalingClient(t, bin, target, base, flags...)
+	startAndFind(t, second, regexp.MustCompile(`msg="tunnel connected"`))
+	waitFor(t, "both clients are listed", func() bool { return liveClients(t, base) == 2 })
+
+	letGo()
+	for range 2 {
+		if err := <-busy; err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadStopped := time.Now()
+	in := nextCall("scale_in")
+	t.Logf("scale_in call %v after the load stopped", time.Since(loadStopped).Round(time.Millisecond))
+	if want := (hookCall{Reason: "scale_in", Hostname: scalingHost, Current: 2, Desired: 1, Min: 1, Max: 2}); in != want {
+		t.Fatalf("call after the load stopped = %+v, want %+v", in, want)
+	}
+	if gap := time.Since(outAt); gap < cooldown-500*time.Millisecond {
+		t.Fatalf("scale_in came %v after scale_out, want at least the cooldown %v", gap, cooldown)
+	}
+	if n := liveClients(t, base); n != 2 {
+		t.Fatalf("clients after scale_in = %d, want 2: the server asks, it never disconnects", n)
+	}
+	select {
+	case c := <-calls:
+		t.Fatalf("unexpected further call %+v", c)
+	default:
+	}
+}
+
 // TestScalingBreakerRearmsOnClientRestart: a provider answering 500 makes
 // every cold start fail fast; after five failed calls the record is
 // disarmed and a further request makes no call; a client announcing the
