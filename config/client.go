@@ -69,6 +69,7 @@ func clientSettings() []setting[Client] {
 		durationSetting("drain_timeout", "how long a graceful drain may take", func(c *C) *time.Duration { return &c.DrainTimeout }),
 		enumSetting("log_level", "debug, info, warn or error", func(c *C) *string { return &c.LogLevel }).alias("LOG_LEVEL"),
 		enumSetting("log_format", "text or json", func(c *C) *string { return &c.LogFormat }),
+		stringSetting("status_socket", "unix socket `aperio-client status` reads (default: one per process; off = none)", func(c *C) *string { return &c.StatusSocket }),
 	}
 }
 
@@ -135,12 +136,13 @@ func singleSettings() []setting[Service] {
 
 // ClientKeys returns every key of aperio-client that has an environment or
 // flag spelling: the top-level keys, the single-service keys (target,
-// hostname, path, target_health) and the scaling block. services is
-// file-only and not listed.
+// hostname, path, target_health), the scaling block and the
+// adaptive_concurrency block. services is file-only and not listed.
 func ClientKeys() []Key {
 	keys := keysOf(clientSettings())
 	keys = append(keys, keysOf(singleSettings())...)
-	return append(keys, keysOf(scalingSettings())...)
+	keys = append(keys, keysOf(scalingSettings())...)
+	return append(keys, keysOf(adaptiveSettings())...)
 }
 
 // ClientOptions says where LoadClient finds its surfaces.
@@ -189,10 +191,12 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	}
 	l := newLoader()
 	top, sc, svc, single := clientSettings(), scalingSettings(), serviceSettings(), singleSettings()
+	ad, svcAd := adaptiveSettings(), serviceAdaptiveSettings()
 
 	sch := newSchema()
 	addSettings(sch, top)
 	addSettings(sch, sc)
+	addSettings(sch, ad)
 	sch.add("services", true)
 	sch.hint = func(norm string) string {
 		if _, ok := singleFields[norm]; ok || norm == "resilience" {
@@ -202,6 +206,7 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	}
 	svcSch := newSchema()
 	addSettings(svcSch, svc)
+	addSettings(svcSch, svcAd)
 
 	local, localFile := l.readYAML(o.ReadFile, file, o.FileMustExist, o.Env, sch)
 	home, homeFile := layer{}, (*yamlFile)(nil)
@@ -211,9 +216,10 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	env := layer{}
 	envLayer(env, top, o.Env, nil)
 	envLayer(env, sc, o.Env, nil)
+	envLayer(env, ad, o.Env, nil)
 	singleEnv := layer{}
 	envLayer(singleEnv, single, o.Env, func(norm string) string { return singleFields[norm] })
-	flags, singleFlags := l.flagLayers(o, top, sc, single)
+	flags, singleFlags := l.flagLayers(o, top, sc, single, ad)
 	layers := []layer{flags, local, env, home}
 
 	cfg := DefaultClient()
@@ -238,8 +244,13 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 			return &s
 		}, "")
 	}
+	if present(ad, layers...) {
+		a := DefaultAdaptive()
+		cfg.Adaptive = &a
+		apply(l, cfg.Adaptive, ad, layers, newDefaultAdaptive, "")
+	}
 
-	d := serviceDecl{svc: svc, singleFlags: singleFlags, singleEnv: singleEnv}
+	d := serviceDecl{svc: svc, adaptive: svcAd, singleFlags: singleFlags, singleEnv: singleEnv}
 	if v, ok := local["services"]; ok {
 		d.items, d.from = l.serviceItems(v, localFile, svcSch), localFile
 		if hv, ok := home["services"]; ok {
@@ -256,12 +267,16 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 		d.items, d.from = l.serviceItems(v, homeFile, svcSch), homeFile
 	}
 	cfg.Services = l.services(&cfg, d, localFile)
+	rank := func(key string) int { return sourceRank(l.src.Of(key), o.HomeFile) }
+	for i := range cfg.Services {
+		cfg.Services[i].Concurrency = cfg.resolve(i, rank)
+	}
 	return cfg, l.src, l.result(cfg.problems(l.src))
 }
 
 // flagLayers sorts o.Flags and o.Target into the flag layer of the
 // top-level and scaling keys and the flag layer of services[0].
-func (l *loader) flagLayers(o ClientOptions, top []setting[Client], sc []setting[Scaling], single []setting[Service]) (layer, layer) {
+func (l *loader) flagLayers(o ClientOptions, top []setting[Client], sc []setting[Scaling], single []setting[Service], ad []setting[Adaptive]) (layer, layer) {
 	known := make(map[string]string) // normalized key → flag name
 	for _, k := range ClientKeys() {
 		known[normalize(k.Name)] = k.Flag
@@ -273,7 +288,7 @@ func (l *loader) flagLayers(o ClientOptions, top []setting[Client], sc []setting
 		if !ok {
 			src := Source{Kind: SourceFlag, Name: strings.ReplaceAll(norm, "_", "-")}
 			msg := "unknown flag"
-			if s := clientFlagSchema(top, sc, single).suggest(norm); s != "" {
+			if s := clientFlagSchema(top, sc, single, ad).suggest(norm); s != "" {
 				msg += ", did you mean --" + strings.ReplaceAll(normalize(s), "_", "-") + "?"
 			}
 			l.fail(k, src, msg)
@@ -297,19 +312,26 @@ func (l *loader) flagLayers(o ClientOptions, top []setting[Client], sc []setting
 	return flags, singles
 }
 
-func clientFlagSchema(top []setting[Client], sc []setting[Scaling], single []setting[Service]) *schema {
+func clientFlagSchema(top []setting[Client], sc []setting[Scaling], single []setting[Service], ad []setting[Adaptive]) *schema {
 	sch := newSchema()
 	addSettings(sch, top)
 	addSettings(sch, single)
 	addSettings(sch, sc)
+	addSettings(sch, ad)
 	return sch
+}
+
+func newDefaultAdaptive() *Adaptive {
+	a := DefaultAdaptive()
+	return &a
 }
 
 // serviceDecl is what the surfaces say about services.
 type serviceDecl struct {
-	svc   []setting[Service]
-	items []layer   // one layer per declared service
-	from  *yamlFile // the file that declared items; nil when none did
+	svc      []setting[Service]
+	adaptive []setting[Adaptive] // the service's adaptive_concurrency keys
+	items    []layer             // one layer per declared service
+	from     *yamlFile           // the file that declared items; nil when none did
 	// singleFlags and singleEnv hold the single-service values, keyed by
 	// the service key they fill.
 	singleFlags, singleEnv layer
@@ -375,6 +397,20 @@ func (l *loader) services(c *Client, d serviceDecl, localFile *yamlFile) []Servi
 			}
 		}
 		apply(l, &s, d.svc, layers, func() *Service { return &Service{} }, prefix)
+		if present(d.adaptive, item) {
+			// The service's block starts from the client's, field by
+			// field, as its health does.
+			a := DefaultAdaptive()
+			if c.Adaptive != nil {
+				a = *c.Adaptive
+				a.Signals = slices.Clone(a.Signals)
+			}
+			for _, st := range d.adaptive {
+				l.src.set(prefix+st.Name, l.src.Of(st.Name))
+			}
+			s.Adaptive = &a
+			apply(l, s.Adaptive, d.adaptive, []layer{item}, newDefaultAdaptive, prefix)
+		}
 		out[i] = s
 	}
 	return out
@@ -439,7 +475,9 @@ func (c Client) problems(src *Sources) []*Error {
 		v.nonNegative(p+"max_concurrent", int64(s.MaxConcurrent))
 		v.nonNegative(p+"priority", int64(s.Priority))
 		v.health(p, s.Health, &c.Health)
+		v.adaptive(p, s.Adaptive)
 	}
+	v.adaptive("", c.Adaptive)
 
 	if sc := c.Scaling; sc != nil {
 		if sc.URL == "" {

@@ -361,11 +361,12 @@ scaling:
 	want.Name = "host-1"
 	want.MaxConcurrent = 10
 	want.Services = []Service{{
-		Target:    "http://localhost:3000",
-		Hostnames: []string{"app.example.com"},
-		Path:      "/api",
-		Priority:  1,
-		Health:    want.Health,
+		Target:      "http://localhost:3000",
+		Hostnames:   []string{"app.example.com"},
+		Path:        "/api",
+		Priority:    1,
+		Health:      want.Health,
+		Concurrency: Concurrency{Mode: ConcurrencyFixed, Limit: 10, Why: "max_concurrent is set"},
 	}}
 	scaling := DefaultScaling()
 	scaling.URL = "https://api.provider.example/apps/web/scale"

@@ -22,8 +22,17 @@ func PrintServer(w io.Writer, c Server, s *Sources) error {
 func PrintClient(w io.Writer, c Client, s *Sources) error {
 	p := &printer{w: w, src: s}
 	printSettings(p, &c, clientSettings(), "")
+	if c.Adaptive != nil {
+		printSettings(p, c.Adaptive, adaptiveSettings(), "")
+	}
+	c.ResolveConcurrency()
 	for i := range c.Services {
-		printSettings(p, &c.Services[i], serviceSettings(), fmt.Sprintf("services[%d].", i))
+		prefix := fmt.Sprintf("services[%d].", i)
+		printSettings(p, &c.Services[i], serviceSettings(), prefix)
+		if a := c.Services[i].Adaptive; a != nil {
+			printSettings(p, a, serviceAdaptiveSettings(), prefix)
+		}
+		p.concurrency(prefix, c.Services[i].Concurrency)
 	}
 	if c.Scaling != nil {
 		printSettings(p, c.Scaling, scalingSettings(), "")

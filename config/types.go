@@ -169,6 +169,15 @@ type Client struct {
 	// Scaling is the scaling declaration (scaling.*). Nil when no surface sets
 	// any scaling field; otherwise DefaultScaling fills the fields left unset.
 	Scaling *Scaling
+	// Adaptive is the default adaptive concurrency block of every service
+	// (adaptive_concurrency.*). Nil when no surface sets any of its fields;
+	// otherwise DefaultAdaptive fills the fields left unset. Which limit a
+	// service ends with is Service.Concurrency.
+	Adaptive *Adaptive
+	// StatusSocket is the unix socket on which the running client answers
+	// `aperio-client status` (status_socket). Empty means one socket per
+	// process in StatusDir(); "off" opens none.
+	StatusSocket string
 
 	// LogLevel is debug, info, warn or error (log_level, also LOG_LEVEL).
 	// Default info.
@@ -218,6 +227,78 @@ type Service struct {
 	// Resilience lets the server serve stale cached answers for this service
 	// (resilience). Default false.
 	Resilience bool
+	// Adaptive is the service's own adaptive_concurrency block: the
+	// client's block (or DefaultAdaptive) with the fields the service sets
+	// laid over it. Nil when the service sets none.
+	Adaptive *Adaptive
+	// Concurrency is the limit the service ends with and why, resolved by
+	// LoadClient from max_concurrent and the adaptive blocks. A Service
+	// built by hand has the zero value; Client.ResolveConcurrency fills it.
+	Concurrency Concurrency
+}
+
+// Adaptive is an adaptive_concurrency block: a limit the client learns
+// from the backend instead of a fixed max_concurrent. DefaultAdaptive holds
+// the defaults of the fields a block leaves unset.
+type Adaptive struct {
+	// Enabled is the block's switch (adaptive_concurrency, or its enabled
+	// child). Default true once any field is set; false in a service turns
+	// the client's block off for that service.
+	Enabled bool
+	// Mode is aimd or load-signal (adaptive_concurrency.mode). Default aimd.
+	Mode string
+	// Min is the lowest limit (adaptive_concurrency.min). Default 1.
+	Min int
+	// Max is the ceiling (adaptive_concurrency.max) when no max_concurrent
+	// applies to the service; max_concurrent, when set, is the ceiling.
+	// 0 means 100.
+	Max int
+	// Initial is the first limit (adaptive_concurrency.initial). 0 means Min.
+	Initial int
+	// IncreaseAfterSuccesses is the AIMD success streak that raises the
+	// limit by one (adaptive_concurrency.increase_after_successes). Default
+	// 10; values below 1 count as 1.
+	IncreaseAfterSuccesses int
+	// DecreaseFactor multiplies the limit on a failure
+	// (adaptive_concurrency.decrease_factor). Default 0.5; a value outside
+	// (0, 1] falls back to 0.5 with a warning at startup.
+	DecreaseFactor float64
+	// Interval is how often load signals are evaluated
+	// (adaptive_concurrency.interval). Default 1s.
+	Interval time.Duration
+	// Window is how far back signal snapshots count
+	// (adaptive_concurrency.window). Default 10s.
+	Window time.Duration
+	// ScaleUpStepRatio sizes a load-signal rise as a share of the limit
+	// (adaptive_concurrency.scale_up_step_ratio). Default 0.05, in (0, 1].
+	ScaleUpStepRatio float64
+	// ScaleDownStepRatio sizes a load-signal fall
+	// (adaptive_concurrency.scale_down_step_ratio). Default 0.05, in (0, 1].
+	ScaleDownStepRatio float64
+	// DesiredUtilizationRatio is the mean healthy ratio of the signals at
+	// which the limit rises (adaptive_concurrency.desired_utilization_ratio).
+	// Default 0.9, in (0, 1].
+	DesiredUtilizationRatio float64
+	// MinSamples is the number of snapshots a signal needs in the window to
+	// count (adaptive_concurrency.min_samples). Default 5, at least 1.
+	MinSamples int
+	// Signals are the load signals: cpu, memory, scheduler, backend
+	// (adaptive_concurrency.signals). Default all four. Empty with
+	// mode load-signal falls back to AIMD with a warning.
+	Signals []string
+}
+
+// Concurrency is the limit a service ends with.
+type Concurrency struct {
+	// Mode is none (no limit announced), fixed, aimd or load-signal.
+	Mode string
+	// Limit is the fixed limit, or the ceiling of a dynamic mode (0: the
+	// block's default of 100).
+	Limit int
+	// Adaptive is the block in force for a dynamic mode; zero otherwise.
+	Adaptive Adaptive
+	// Why names the settings that decided Mode, for --print-config.
+	Why string
 }
 
 // Scaling is a client's scaling declaration (autoscaling.md). DefaultScaling
