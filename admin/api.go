@@ -83,6 +83,9 @@ type ClientInfo struct {
 	Priority int `json:"priority"`
 	// MaxConcurrent is the effective concurrency limit; 0 means none.
 	MaxConcurrent int `json:"max_concurrent"`
+	// Concurrency is the client's limiter of the service as it last
+	// announced it; nil when it announces no limit or predates limiters.
+	Concurrency *Concurrency `json:"concurrency"`
 	// Inflight counts the requests being served now.
 	Inflight int `json:"inflight"`
 	// Healthy reports the last health state the client announced.
@@ -93,6 +96,16 @@ type ClientInfo struct {
 	ConnectedAt time.Time `json:"connected_at"`
 	// RemoteAddr is the client's address as the server sees it.
 	RemoteAddr string `json:"remote_addr"`
+}
+
+// Concurrency is a service's concurrency limiter in GET /clients: its mode
+// (fixed, aimd or load-signal), the current limit and its bounds.
+type Concurrency struct {
+	Mode    string `json:"mode"`
+	Desired int    `json:"desired"`
+	Min     int    `json:"min"`
+	Max     int    `json:"max"`
+	Fixed   bool   `json:"fixed"`
 }
 
 // Scaling is the autoscaler as the API needs it: the subset of

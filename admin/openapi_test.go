@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -102,6 +103,50 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		}
 		if _, ok := op.Responses["401"]; ok != (want != "none") {
 			t.Errorf("openapi.json: %s documents 401 = %v, want %v", key, ok, want != "none")
+		}
+	}
+}
+
+// TestOpenAPIClientSchema fails when the Client schema's properties (and
+// its concurrency object's) differ from the JSON fields GET /clients
+// writes.
+func TestOpenAPIClientSchema(t *testing.T) {
+	f := newFixture(t)
+	type schema struct {
+		Required   []string          `json:"required"`
+		Properties map[string]schema `json:"properties"`
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]schema `json:"schemas"`
+		} `json:"components"`
+	}
+	f.expect(t, "GET", "/openapi.json", "", "", http.StatusOK, &doc)
+	fields := func(v any) []string {
+		var out []string
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			out = append(out, name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	client := doc.Components.Schemas["Client"]
+	for _, c := range []struct {
+		what string
+		s    schema
+		want []string
+	}{
+		{"Client", client, fields(admin.ClientInfo{})},
+		{"Client.concurrency", client.Properties["concurrency"], fields(admin.Concurrency{})},
+	} {
+		props := slices.Sorted(maps.Keys(c.s.Properties))
+		if !slices.Equal(props, c.want) {
+			t.Errorf("openapi.json %s properties = %q, want the wire fields %q", c.what, props, c.want)
+		}
+		if req := slices.Sorted(slices.Values(c.s.Required)); !slices.Equal(req, c.want) {
+			t.Errorf("openapi.json %s required = %q, want %q", c.what, req, c.want)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/concurrency"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -33,6 +34,9 @@ type Options struct {
 	DialServer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// TLSConfig is used for https server URLs; nil uses the defaults.
 	TLSConfig *tls.Config
+	// StatusSocket overrides the status_socket setting (tests); empty
+	// keeps the setting.
+	StatusSocket string
 }
 
 // Agent runs one client process. Create it with New and start it with Run.
@@ -47,6 +51,10 @@ type Agent struct {
 	served       atomic.Int64 // requests answered since start
 	lastRequest  atomic.Int64 // unix nanoseconds of the last request's end
 	healthChange chan struct{}
+	// limitChange is signalled when a service's concurrency limit moved;
+	// nudgeLoop announces it, at most once per minAnnounceGap.
+	limitChange  chan struct{}
+	statusSocket string
 }
 
 // service is one configured target.
@@ -56,6 +64,9 @@ type service struct {
 	target    *url.URL
 	transport http.RoundTripper
 	healthy   atomic.Bool
+	// limiter learns or pins the service's concurrency limit; nil when
+	// the service announces no limit.
+	limiter *concurrency.Limiter
 }
 
 // New checks cfg and builds the agent.
@@ -72,11 +83,20 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		log:          log,
 		instanceID:   newInstanceID(),
 		healthChange: make(chan struct{}, 1),
+		limitChange:  make(chan struct{}, 1),
+		statusSocket: cfg.StatusSocket,
 	}
+	if opts.StatusSocket != "" {
+		a.statusSocket = opts.StatusSocket
+	}
+	cfg.ResolveConcurrency()
 	for i, sc := range cfg.Services {
 		svc, err := newService(strconv.Itoa(i), sc)
 		if err != nil {
 			return nil, err
+		}
+		if svc.limiter, err = a.newLimiter(svc.id, sc.Concurrency); err != nil {
+			return nil, fmt.Errorf("agent: service %s: %w", svc.id, err)
 		}
 		a.services = append(a.services, svc)
 	}
@@ -173,9 +193,12 @@ func (a *Agent) announcement() tunnel.Announcement {
 		Services:   make([]tunnel.Service, len(a.services)),
 	}
 	for i, svc := range a.services {
-		mc := svc.cfg.MaxConcurrent
-		if mc <= 0 {
-			mc = a.cfg.MaxConcurrent
+		var mc int
+		var cc *tunnel.Concurrency
+		if svc.limiter != nil {
+			snap := svc.limiter.Snapshot()
+			mc = snap.Desired
+			cc = &tunnel.Concurrency{Mode: string(snap.Mode), Desired: snap.Desired, Min: snap.Min, Max: snap.Max, Fixed: snap.Fixed}
 		}
 		prio := svc.cfg.Priority
 		if prio == 0 {
@@ -189,6 +212,7 @@ func (a *Agent) announcement() tunnel.Announcement {
 			Priority:      prio,
 			Healthy:       svc.healthy.Load(),
 			Resilience:    svc.cfg.Resilience,
+			Concurrency:   cc,
 		}
 	}
 	if s := a.cfg.Scaling; s != nil {
@@ -230,7 +254,25 @@ func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = nil // keep Go's default User-Agent out
 	}
-	return svc.transport.RoundTrip(req)
+	if svc.limiter == nil {
+		return svc.transport.RoundTrip(req)
+	}
+	tk := svc.limiter.Begin()
+	resp, err := svc.transport.RoundTrip(req)
+	svc.limiter.End(tk, outcome(resp, err))
+	return resp, err
+}
+
+// outcome classifies one backend exchange for the limiter. A transport
+// error is a failure: a refused or reset connection, or a timeout (the
+// server abandoning the request after gateway_response_timeout cancels
+// it). So are a 429 and any 5xx. Everything else, 4xx included, says the
+// backend took the request.
+func outcome(resp *http.Response, err error) concurrency.Outcome {
+	if err != nil || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+		return concurrency.Failure
+	}
+	return concurrency.Success
 }
 
 func (a *Agent) service(id string) *service {

@@ -31,11 +31,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	wg.Go(func() { a.nudgeLoop(pctx) })
+	a.runLimiters(pctx, &wg)
+	st := a.openStatus()
+	if st != nil {
+		wg.Go(st.serve)
+	}
 
 	reason := a.waitForStop(ctx)
 	stopProbes()
 	a.drain(reason)
 	stopTunnels()
+	if st != nil {
+		st.close()
+	}
 	wg.Wait()
 	return reason
 }
@@ -108,17 +116,27 @@ func (a *Agent) drain(reason error) {
 	}
 }
 
-// nudgeLoop announces health changes promptly instead of waiting for the
-// next heartbeat.
+// nudgeLoop announces health and limit changes promptly instead of
+// waiting for the next heartbeat, at most once per minAnnounceGap: changes
+// within a gap go out together in the next announcement.
 func (a *Agent) nudgeLoop(ctx context.Context) {
+	gap := time.NewTimer(0)
+	defer gap.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.healthChange:
+		case <-a.limitChange:
 		}
 		for _, tc := range a.tunnels {
 			tc.Nudge()
+		}
+		gap.Reset(minAnnounceGap)
+		select {
+		case <-ctx.Done():
+			return
+		case <-gap.C:
 		}
 	}
 }

@@ -130,6 +130,10 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 	for _, s := range g.tunnels.Sessions() {
 		ann := s.Announcement()
 		for _, svc := range ann.Services {
+			var cc *admin.Concurrency
+			if c := svc.Concurrency; c != nil {
+				cc = &admin.Concurrency{Mode: c.Mode, Desired: c.Desired, Min: c.Min, Max: c.Max, Fixed: c.Fixed}
+			}
 			out = append(out, admin.ClientInfo{
 				ID:            s.ID(),
 				Name:          ann.Name,
@@ -138,6 +142,7 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 				Path:          svc.Path,
 				Priority:      svc.Priority,
 				MaxConcurrent: svc.MaxConcurrent,
+				Concurrency:   cc,
 				Inflight:      int(g.router.Inflight(s, svc.ID)),
 				Healthy:       svc.Healthy,
 				Draining:      ann.Draining,

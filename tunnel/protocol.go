@@ -69,6 +69,22 @@ type Service struct {
 	Priority      int      `json:"priority,omitempty"`       // >0 = standby tier
 	Healthy       bool     `json:"healthy"`
 	Resilience    bool     `json:"resilience,omitempty"`
+	// Concurrency is the client's limiter of the service, nil when the
+	// client has none (no limit) or predates it. MaxConcurrent always
+	// carries its Desired, so a server that ignores this field still
+	// enforces the effective limit.
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+}
+
+// Concurrency is a service's concurrency limiter as its client announces
+// it: the mode (fixed, aimd or load-signal), the current limit and its
+// bounds.
+type Concurrency struct {
+	Mode    string `json:"mode"`
+	Desired int    `json:"desired"`
+	Min     int    `json:"min"`
+	Max     int    `json:"max"`
+	Fixed   bool   `json:"fixed"`
 }
 
 // Scaling is the announced scaling block. Durations travel as milliseconds.
@@ -189,6 +205,9 @@ func (a *Announcement) Validate() error {
 		}
 		if svc.MaxConcurrent < 0 || svc.Priority < 0 {
 			errs = append(errs, fmt.Errorf("announcement: service %s: negative max_concurrent or priority", svc.ID))
+		}
+		if c := svc.Concurrency; c != nil && (c.Desired < 0 || c.Min < 0 || c.Max < 0 || len(c.Mode) > 32) {
+			errs = append(errs, fmt.Errorf("announcement: service %s: invalid concurrency %+v", svc.ID, *c))
 		}
 	}
 	if total > maxHostnames {

@@ -56,6 +56,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().BoolVar(&checkConfig, "check-config", false, "validate the configuration, print every problem, and exit 0 or 2")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration with the source of each value")
 	cmd.AddCommand(newAPICommand(stdout, stderr))
+	cmd.AddCommand(newStatusCommand(stdout, stderr))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		opts := config.ClientOptions{
 			File:          file,

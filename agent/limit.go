@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/aperio-dev/aperio/concurrency"
+	"github.com/aperio-dev/aperio/config"
+)
+
+// minAnnounceGap spaces the announcements that carry a changed limit: a
+// limit can move on every request, the server needs to hear of it promptly
+// but not once per request.
+const minAnnounceGap = 250 * time.Millisecond
+
+// newLimiter builds the limiter of one service from its resolved
+// concurrency; nil for mode none.
+func (a *Agent) newLimiter(id string, c config.Concurrency) (*concurrency.Limiter, error) {
+	cfg := concurrency.Config{
+		Name:     id,
+		Logger:   a.log,
+		OnChange: func(concurrency.Snapshot) { a.signalLimit() },
+	}
+	switch c.Mode {
+	case config.ConcurrencyNone, "":
+		return nil, nil
+	case config.ConcurrencyFixed:
+		cfg.Mode, cfg.Fixed = concurrency.ModeFixed, c.Limit
+		return concurrency.New(cfg)
+	}
+	ad := c.Adaptive
+	cfg.Mode = concurrency.Mode(c.Mode)
+	cfg.Min, cfg.Max, cfg.Initial = ad.Min, c.Limit, ad.Initial
+	cfg.IncreaseAfterSuccesses, cfg.DecreaseFactor = ad.IncreaseAfterSuccesses, ad.DecreaseFactor
+	cfg.Interval, cfg.Window = ad.Interval, ad.Window
+	cfg.ScaleUpStepRatio, cfg.ScaleDownStepRatio = ad.ScaleUpStepRatio, ad.ScaleDownStepRatio
+	cfg.DesiredUtilizationRatio, cfg.MinSamples = ad.DesiredUtilizationRatio, ad.MinSamples
+	if cfg.Mode == concurrency.ModeLoadSignal {
+		cfg.Signals, cfg.Backend = a.signals(id, ad)
+	}
+	return concurrency.New(cfg)
+}
+
+// signals builds the load signals a block names. A system signal the
+// platform lacks is left out with a warning; with none left, the limiter
+// falls back to AIMD.
+func (a *Agent) signals(id string, ad config.Adaptive) ([]*concurrency.Signal, *concurrency.Signal) {
+	var out []*concurrency.Signal
+	var backend *concurrency.Signal
+	for _, name := range ad.Signals {
+		var s *concurrency.Signal
+		var err error
+		switch name {
+		case concurrency.SignalCPU:
+			s, err = concurrency.NewCPUSignal()
+		case concurrency.SignalMemory:
+			s, err = concurrency.NewMemorySignal()
+		case concurrency.SignalScheduler:
+			s = concurrency.NewSchedulerSignal(ad.Interval)
+		case concurrency.SignalBackend:
+			backend = concurrency.NewBackendSignal()
+			s = backend
+		}
+		if err != nil {
+			a.log.Warn("load signal unavailable", "service", id, "signal", name, "err", err)
+			continue
+		}
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out, backend
+}
+
+func (a *Agent) signalLimit() {
+	select {
+	case a.limitChange <- struct{}{}:
+	default:
+	}
+}
+
+// runLimiters runs the evaluation loops of the load-signal limiters until
+// ctx ends.
+func (a *Agent) runLimiters(ctx context.Context, wg *sync.WaitGroup) {
+	for _, svc := range a.services {
+		if svc.limiter != nil && svc.limiter.Mode() == concurrency.ModeLoadSignal {
+			wg.Go(func() {
+				if err := svc.limiter.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					a.log.Warn("concurrency loop ended", "service", svc.id, "err", err)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/aperio-dev/aperio/agent"
+	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/exitcode"
+)
+
+// newStatusCommand builds `aperio-client status`: the concurrency snapshot
+// of every client running on this machine, read from their status sockets
+// (no server needed).
+func newStatusCommand(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		asJSON bool
+		socket string
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the services and concurrency limits of the clients running here",
+		Long: "Reads the status socket of every aperio-client running on this machine\n" +
+			"(" + config.StatusDir() + "/PID.sock), or the one --socket or APERIO_STATUS_SOCKET names.\n" +
+			"Exits 1 when no client answers.",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if socket == "" {
+				socket = os.Getenv("APERIO_STATUS_SOCKET")
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+			defer cancel()
+			sts, err := agent.ReadStatuses(ctx, config.StatusDir(), socket)
+			if err != nil {
+				if errors.Is(err, agent.ErrNoClient) {
+					fmt.Fprintln(stderr, "aperio-client: no running aperio-client answered; is one running (status_socket not off)?")
+				} else {
+					fmt.Fprintln(stderr, "aperio-client:", err)
+				}
+				return exitcode.ErrFailure
+			}
+			if asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(sts)
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			statusTable(tw, sts)
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().StringVar(&socket, "socket", "", "read only the client listening on this unix socket")
+	return cmd
+}
+
+func statusTable(w io.Writer, sts []agent.Status) {
+	fmt.Fprintln(w, "PID\tNAME\tSERVICE\tHOSTNAMES\tTARGET\tHEALTHY\tMODE\tDESIRED\tMIN\tMAX\tFIXED")
+	for _, st := range sts {
+		for _, s := range st.Services {
+			mode, desired, lo, hi, fixed := "none", "-", "-", "-", "-"
+			if c := s.Concurrency; c != nil {
+				mode, desired, lo, hi, fixed = string(c.Mode), strconv.Itoa(c.Desired), strconv.Itoa(c.Min), strconv.Itoa(c.Max), yesNo(c.Fixed)
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				st.PID, cell(st.Name), s.ID, joined(s.Hostnames), cell(s.Target), yesNo(s.Healthy), mode, desired, lo, hi, fixed)
+		}
+	}
+}

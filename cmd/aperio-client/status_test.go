@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aperio-dev/aperio/agent"
+	"github.com/aperio-dev/aperio/concurrency"
+	"github.com/aperio-dev/aperio/config"
+)
+
+func TestStatusWithoutClientExits1(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"status", "--socket", filepath.Join(t.TempDir(), "none.sock")}} {
+		code, stdout, stderr := runClient(t, nil, args...)
+		if code != 1 || stdout != "" || !strings.Contains(stderr, "no running aperio-client") {
+			t.Errorf("aperio-client %v = exit %d, stdout %q, stderr %q; want 1 and a clear message", args, code, stdout, stderr)
+		}
+	}
+}
+
+// TestStatusShowsEveryRunningClient runs two agents (no server needed) and
+// reads their snapshots through `aperio-client status`.
+func TestStatusShowsEveryRunningClient(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	dir := config.StatusDir()
+	base := config.DefaultClient()
+	base.ServerURL, base.Token, base.Name = "http://127.0.0.1:1", "t", "status-test"
+	base.DrainTimeout = 0
+
+	fixed := base
+	fixed.MaxConcurrent = 7
+	fixed.Services = []config.Service{{Target: "http://127.0.0.1:1", Hostnames: []string{"fixed.test"}}}
+	adaptive := base
+	ad := config.DefaultAdaptive()
+	ad.Initial = 3
+	adaptive.Adaptive = &ad
+	adaptive.Services = []config.Service{{Target: "http://127.0.0.1:1", Hostnames: []string{"aimd.test"}}}
+
+	var sockets []string
+	for i, cfg := range []config.Client{fixed, adaptive} {
+		sock := filepath.Join(dir, []string{"a.sock", "b.sock"}[i])
+		sockets = append(sockets, sock)
+		startAgent(t, cfg, sock)
+	}
+	for _, s := range sockets {
+		waitFor(t, "the status socket answers", func() bool {
+			_, err := agent.ReadStatus(t.Context(), s)
+			return err == nil
+		})
+	}
+
+	code, stdout, stderr := runClient(t, nil, "status", "--json")
+	if code != 0 {
+		t.Fatalf("status --json = exit %d, stderr %q", code, stderr)
+	}
+	var sts []agent.Status
+	if err := json.Unmarshal([]byte(stdout), &sts); err != nil {
+		t.Fatalf("status --json output %q: %v", stdout, err)
+	}
+	got := map[string]concurrency.Snapshot{}
+	for _, st := range sts {
+		for _, s := range st.Services {
+			if s.Concurrency == nil {
+				t.Fatalf("service %s has no concurrency snapshot", s.Hostnames)
+			}
+			got[s.Hostnames[0]] = *s.Concurrency
+		}
+	}
+	want := map[string]concurrency.Snapshot{
+		"fixed.test": {Mode: concurrency.ModeFixed, Desired: 7, Min: 7, Max: 7, Fixed: true},
+		"aimd.test":  {Mode: concurrency.ModeAIMD, Desired: 3, Min: 1, Max: 100},
+	}
+	for h, w := range want {
+		if got[h] != w {
+			t.Errorf("status of %s = %+v, want %+v", h, got[h], w)
+		}
+	}
+
+	code, stdout, _ = runClient(t, nil, "status", "--socket", sockets[1])
+	if code != 0 || !strings.Contains(stdout, "aimd.test") || strings.Contains(stdout, "fixed.test") ||
+		!strings.Contains(stdout, "DESIRED") || !strings.Contains(stdout, "aimd") {
+		t.Errorf("status --socket = exit %d:\n%s\nwant a table of aimd.test only", code, stdout)
+	}
+}
+
+func startAgent(t *testing.T, cfg config.Client, socket string) {
+	t.Helper()
+	a, err := agent.New(cfg, agent.Options{StatusSocket: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent Run = %v", err)
+		}
+	})
+}
