@@ -166,7 +166,8 @@ func service(target string) config.Service {
 // startAgent runs an agent with cfg, trusting s's certificate.
 func startAgent(t testing.TB, s *testServer, cfg config.Client) *testAgent {
 	t.Helper()
-	a, err := agent.New(cfg, agent.Options{Logger: testLogger(), TLSConfig: s.tlsClientConfig()})
+	// Several agents share this process: none opens a status socket.
+	a, err := agent.New(cfg, agent.Options{Logger: testLogger(), TLSConfig: s.tlsClientConfig(), StatusSocket: config.StatusSocketOff})
 	if err != nil {
 		t.Fatalf("agent.New() = %v, want nil", err)
 	}
