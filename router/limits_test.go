@@ -448,3 +448,64 @@ func TestRecentlyServedHostnameWaits(t *testing.T) {
 		t.Fatalf("request for a hostname unserved past the threshold = %d after %v, want 502 at once", rec.Code, time.Since(start))
 	}
 }
+
+// TestAnnouncedLimitResizesAtOnce: a client that announces a higher limit
+// gets queued requests at once; one that announces a lower limit keeps its
+// in-flight permits (nothing is dropped or failed) and gets no new request
+// until it is below the new limit.
+func TestAnnouncedLimitResizesAtOnce(t *testing.T) {
+	rt := newRouter(t, Config{GatewayTimeout: time.Minute})
+	g := newGateConn("a", 1)
+	rt.update(g, limited(2, "app.test"))
+	p := func() *pool { return rt.table.Load().match("app.test", "/") }
+
+	var reqs []*served
+	for i := range 5 {
+		reqs = append(reqs, serveAsync(rt, "app.test", fmt.Sprint("/", i)))
+	}
+	recv(t, g.entered, "first request")
+	recv(t, g.entered, "second request")
+	for p().queued() != 3 {
+		runtimeYield()
+	}
+
+	rt.update(g, limited(4, "app.test")) // raised: two waiters go at once
+	recv(t, g.entered, "a waiter admitted by the raise")
+	recv(t, g.entered, "another waiter admitted by the raise")
+	if q, n := p().queued(), g.inflight.Load(); q != 1 || n != 4 {
+		t.Fatalf("after raising to 4: queued %d, in flight %d; want 1 and 4", q, n)
+	}
+
+	rt.update(g, limited(1, "app.test")) // lowered below what is in flight
+	finished := func() int {
+		n := 0
+		for _, r := range reqs {
+			select {
+			case <-r.done:
+				n++
+			default:
+			}
+		}
+		return n
+	}
+	for i := range 3 {
+		g.release <- struct{}{}
+		for finished() != i+1 {
+			runtimeYield()
+		}
+	}
+	if q := p().queued(); q != 1 {
+		t.Fatalf("after lowering to 1 and 3 of 4 finishing: queued %d, want the waiter still queued", q)
+	}
+	g.release <- struct{}{} // the fourth finishes: in flight 1 → the waiter's turn
+	recv(t, g.entered, "the waiter after the lowered limit has room")
+	g.release <- struct{}{}
+	for _, r := range reqs {
+		if rec := r.wait(t); rec.Code != 200 {
+			t.Fatalf("request = %d %q, want 200: a resize drops nothing", rec.Code, rec.Body.String())
+		}
+	}
+	if pk := g.peak.Load(); pk != 4 {
+		t.Fatalf("peak in flight = %d, want 4 (the raised limit, never more)", pk)
+	}
+}
