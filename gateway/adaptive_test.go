@@ -108,13 +108,17 @@ func scalingHook(t *testing.T) (*httptest.Server, chan string) {
 // past 4 concurrent requests; the server enforces and measures the learnt
 // limit, utilization reaches the target and the scaling hook is asked for
 // a scale out. Without a limit the pool's capacity is 0 and utilization
-// cannot be measured at all.
+// cannot be measured at all. Limit changes reach the server by prompt
+// announcements, not heartbeats.
 func TestAdaptiveLimitDrivesScaleOut(t *testing.T) {
 	backend := &kneeBackend{knee: 4}
 	hook, calls := scalingHook(t)
 	cfg := serverConfig(t)
 	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
 	cfg.IPLimitMax, cfg.IPLimitRefill = 1_000_000, 1_000_000 // one visitor makes all the load
+	// Heartbeats every 200s: only the prompt announcement of a changed
+	// limit can bring it to the server within the polls below.
+	cfg.ClientDownThreshold = 10 * time.Minute
 	srv := startServer(t, cfg, nil, nil)
 	ac := agentConfig(srv, service(startBackend(t, backend).URL))
 	ad := config.DefaultAdaptive()
