@@ -2,9 +2,12 @@ package concurrency
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -332,4 +335,36 @@ func TestSchedulerSignal(t *testing.T) {
 	if st.samples != 2 || st.healthy != 1 || !st.latestOverloaded {
 		t.Errorf("scheduler stats = %+v, want 2 samples, 1 healthy, latest overloaded", st)
 	}
+}
+
+// TestRunEvaluatesEveryInterval runs the load-signal loop in a synctest
+// bubble: each interval it polls the signals and evaluates them.
+func TestRunEvaluatesEveryInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		polls := 0
+		busy := NewSignal("busy", func(time.Time) (bool, error) {
+			polls++
+			return polls > 3, nil // healthy three times, then overloaded
+		})
+		l := newLimiter(t, Config{Mode: ModeLoadSignal, Initial: 10, Max: 20, MinSamples: 2, Interval: time.Second, Signals: []*Signal{busy}})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+
+		var got []int
+		for range 5 {
+			time.Sleep(time.Second) // advance the bubble's clock one interval
+			synctest.Wait()
+			got = append(got, l.Desired())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run after cancel = %v, want nil", err)
+		}
+		// 1 sample: hold; 2 and 3 healthy: rise; 4 and 5 overloaded: fall.
+		want := []int{10, 11, 12, 11, 10}
+		if !slices.Equal(got, want) {
+			t.Errorf("desired after each interval = %v, want %v", got, want)
+		}
+	})
 }

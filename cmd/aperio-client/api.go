@@ -381,11 +381,11 @@ func mustRequire(cmd *cobra.Command, names ...string) {
 }
 
 func clientsTable(w io.Writer, cs []admin.ClientInfo) {
-	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tHEALTHY\tDRAINING\tCONNECTED\tREMOTE")
+	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tLIMIT\tHEALTHY\tDRAINING\tCONNECTED\tREMOTE")
 	for _, c := range cs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			c.ID, cell(c.Name), cell(c.OrgID), joined(c.Hostnames), cell(c.Path), c.Priority, c.Inflight,
-			orNone(c.MaxConcurrent), yesNo(c.Healthy), yesNo(c.Draining), when(&c.ConnectedAt), cell(c.RemoteAddr))
+			orNone(c.MaxConcurrent), limitCell(c.Concurrency), yesNo(c.Healthy), yesNo(c.Draining), when(&c.ConnectedAt), cell(c.RemoteAddr))
 	}
 }
 
@@ -516,4 +516,16 @@ func orNone(n int) string {
 		return "-"
 	}
 	return strconv.Itoa(n)
+}
+
+// limitCell shows how a service's limit is set: "fixed", "aimd 1..40" or
+// "load-signal 2..64" (the learnt limit's bounds), "-" for none announced.
+func limitCell(c *admin.Concurrency) string {
+	switch {
+	case c == nil:
+		return "-"
+	case c.Fixed:
+		return "fixed"
+	}
+	return fmt.Sprintf("%s %d..%d", cell(c.Mode), c.Min, c.Max)
 }

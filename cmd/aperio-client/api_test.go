@@ -276,20 +276,21 @@ func TestAPICommands(t *testing.T) {
 
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	s.clients.list = []admin.ClientInfo{
-		{ID: "c1", Name: "web-1", OrgID: org.ID, Hostnames: []string{"app.example.com"}, MaxConcurrent: 10, Inflight: 2, Healthy: true, ConnectedAt: at, RemoteAddr: "192.0.2.9:4000"},
+		{ID: "c1", Name: "web-1", OrgID: org.ID, Hostnames: []string{"app.example.com"}, MaxConcurrent: 10, Inflight: 2, Healthy: true, ConnectedAt: at, RemoteAddr: "192.0.2.9:4000",
+			Concurrency: &admin.Concurrency{Mode: "aimd", Desired: 10, Min: 1, Max: 40}},
 		{ID: "c2", Name: "elsewhere", OrgID: "org_other"},
 	}
-	rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "HEALTHY", "DRAINING", "CONNECTED", "REMOTE")
+	rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "LIMIT", "HEALTHY", "DRAINING", "CONNECTED", "REMOTE")
 	want := map[string]string{
 		"ID": "c1", "NAME": "web-1", "ORG": org.ID, "HOSTNAMES": "app.example.com", "PATH": "-", "PRIORITY": "0", "INFLIGHT": "2",
-		"MAX": "10", "HEALTHY": "yes", "DRAINING": "no", "CONNECTED": "2030-01-02T03:04:05Z", "REMOTE": "192.0.2.9:4000",
+		"MAX": "10", "LIMIT": "aimd 1..40", "HEALTHY": "yes", "DRAINING": "no", "CONNECTED": "2030-01-02T03:04:05Z", "REMOTE": "192.0.2.9:4000",
 	}
 	if len(rows) != 1 || !equalMaps(rows[0], want) {
 		t.Errorf("clients = %v, want one row %v", rows, want)
 	}
 	var cs []admin.ClientInfo
 	okJSON(t, &cs, "api", "clients", "--json")
-	if len(cs) != 1 || cs[0].RemoteAddr != "192.0.2.9:4000" {
+	if len(cs) != 1 || cs[0].RemoteAddr != "192.0.2.9:4000" || cs[0].Concurrency == nil || cs[0].Concurrency.Max != 40 {
 		t.Errorf("clients --json = %+v", cs)
 	}
 }
