@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -89,7 +90,10 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 	if opts.StatusSocket != "" {
 		a.statusSocket = opts.StatusSocket
 	}
+	// Resolve on a copy: the caller's Services must not be written.
+	cfg.Services = slices.Clone(cfg.Services)
 	cfg.ResolveConcurrency()
+	a.cfg.Services = cfg.Services
 	for i, sc := range cfg.Services {
 		svc, err := newService(strconv.Itoa(i), sc)
 		if err != nil {

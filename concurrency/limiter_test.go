@@ -368,3 +368,26 @@ func TestRunEvaluatesEveryInterval(t *testing.T) {
 		}
 	})
 }
+
+// TestBeginEndAllocateNothing pins the per-request cost: the agent calls
+// Begin and End around every forwarded request.
+func TestBeginEndAllocateNothing(t *testing.T) {
+	l := newLimiter(t, Config{Mode: ModeAIMD, Initial: 4, Max: 8})
+	if n := testing.AllocsPerRun(1000, func() { l.End(l.Begin(), Success) }); n != 0 {
+		t.Errorf("Begin+End allocate %v times, want 0", n)
+	}
+}
+
+func BenchmarkBeginEnd(b *testing.B) {
+	for _, mode := range []Mode{ModeFixed, ModeAIMD} {
+		b.Run(string(mode), func(b *testing.B) {
+			l := newLimiter(b, Config{Mode: mode, Fixed: 64, Initial: 64, Max: 64})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l.End(l.Begin(), Success)
+				}
+			})
+		})
+	}
+}

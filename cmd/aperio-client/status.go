@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -25,19 +26,25 @@ func newStatusCommand(stdout, stderr io.Writer) *cobra.Command {
 	var (
 		asJSON bool
 		socket string
+		file   string
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the services and concurrency limits of the clients running here",
 		Long: "Reads the status socket of every aperio-client running on this machine\n" +
-			"(" + config.StatusDir() + "/PID.sock), or the one --socket or APERIO_STATUS_SOCKET names.\n" +
+			"(" + config.StatusDir() + "/PID.sock), or the one --socket names, or else the\n" +
+			"status_socket setting (./aperio.yaml or --config, APERIO_STATUS_SOCKET, ~/.aperio.yaml).\n" +
 			"Exits 1 when no client answers.",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if socket == "" {
-				socket = os.Getenv("APERIO_STATUS_SOCKET")
+				var err error
+				if socket, err = configuredSocket(file); err != nil {
+					fmt.Fprintln(stderr, "aperio-client:", err)
+					return exitcode.ErrUsage
+				}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
 			defer cancel()
@@ -62,7 +69,29 @@ func newStatusCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	cmd.Flags().StringVar(&socket, "socket", "", "read only the client listening on this unix socket")
+	cmd.Flags().StringVar(&file, "config", "", "configuration file whose status_socket to read (default ./aperio.yaml)")
 	return cmd
+}
+
+// configuredSocket returns the status_socket the client configuration
+// sets, "" when it sets none. Only that key matters here: problems with the
+// rest of the configuration (no server, no service) are the running
+// client's business, not status's, so they are not reported.
+func configuredSocket(file string) (string, error) {
+	opts := config.ClientOptions{File: file, FileMustExist: file != "", Env: os.LookupEnv, Hostname: os.Hostname}
+	if home, err := os.UserHomeDir(); err == nil {
+		opts.HomeFile = filepath.Join(home, config.ClientHomeFile)
+	}
+	// status_socket is a plain string: no value of it fails to load, so
+	// the error can only be about other keys.
+	cfg, src, _ := config.LoadClient(opts)
+	if src.Of("status_socket").Kind == config.SourceDefault {
+		return "", nil
+	}
+	if cfg.StatusSocket == config.StatusSocketOff {
+		return "", errors.New("status_socket is off: the client opens no status socket")
+	}
+	return cfg.StatusSocket, nil
 }
 
 func statusTable(w io.Writer, sts []agent.Status) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,6 +85,25 @@ func TestStatusShowsEveryRunningClient(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "aimd.test") || strings.Contains(stdout, "fixed.test") ||
 		!strings.Contains(stdout, "DESIRED") || !strings.Contains(stdout, "aimd") {
 		t.Errorf("status --socket = exit %d:\n%s\nwant a table of aimd.test only", code, stdout)
+	}
+
+	// The status_socket setting picks one client: from a file, from the
+	// environment; off is a usage error.
+	file := filepath.Join(t.TempDir(), "aperio.yaml")
+	if err := os.WriteFile(file, []byte("status_socket: "+sockets[0]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, _ = runClient(t, nil, "status", "--config", file)
+	if code != 0 || !strings.Contains(stdout, "fixed.test") || strings.Contains(stdout, "aimd.test") {
+		t.Errorf("status --config (status_socket = a.sock) = exit %d:\n%s\nwant fixed.test only", code, stdout)
+	}
+	code, stdout, _ = runClient(t, map[string]string{"APERIO_STATUS_SOCKET": sockets[1]}, "status")
+	if code != 0 || !strings.Contains(stdout, "aimd.test") || strings.Contains(stdout, "fixed.test") {
+		t.Errorf("status with APERIO_STATUS_SOCKET = b.sock = exit %d:\n%s\nwant aimd.test only", code, stdout)
+	}
+	code, _, stderr = runClient(t, map[string]string{"APERIO_STATUS_SOCKET": "off"}, "status")
+	if code != 2 || !strings.Contains(stderr, "status_socket is off") {
+		t.Errorf("status with status_socket off = exit %d, stderr %q; want 2", code, stderr)
 	}
 }
 
