@@ -40,7 +40,14 @@ func (a *Agent) newLimiter(id string, c config.Concurrency) (*concurrency.Limite
 	if cfg.Mode == concurrency.ModeLoadSignal {
 		cfg.Signals, cfg.Backend = a.signals(id, ad)
 	}
-	return concurrency.New(cfg)
+	l, err := concurrency.New(cfg)
+	// A learnt limit is worth a line at startup: where the service starts
+	// and why it learns at all (the changes themselves are debug events).
+	if err == nil {
+		s := l.Snapshot()
+		a.log.Info("concurrency limit", "service", id, "mode", string(s.Mode), "desired", s.Desired, "min", s.Min, "max", s.Max, "why", c.Why)
+	}
+	return l, err
 }
 
 // signals builds the load signals a block names. A system signal the

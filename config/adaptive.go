@@ -109,6 +109,9 @@ func (c *Client) resolve(i int, rank func(key string) int) Concurrency {
 	s := &c.Services[i]
 	p := fmt.Sprintf("services[%d].", i)
 	ceiling := func(a *Adaptive, why string) Concurrency {
+		if a.Mode == ConcurrencyLoadSignal && len(a.Signals) == 0 {
+			why += "; no signals, so it runs as aimd (10 / 0.5)"
+		}
 		out := Concurrency{Mode: a.Mode, Adaptive: *a, Limit: a.Max, Why: why}
 		switch {
 		case s.MaxConcurrent > 0:

@@ -47,6 +47,11 @@ func TestConcurrencyResolution(t *testing.T) {
 			want: []string{"aimd 0"}, why: "ceiling default 100",
 		},
 		{
+			name: "load-signal without signals says it runs as aimd",
+			in:   clientCase{file: adaptiveBase + "adaptive_concurrency: {mode: load-signal, signals: []}\nservices: [{target: 1, hostname: a.example.com}]\n"},
+			want: []string{"load-signal 0"}, why: "no signals, so it runs as aimd",
+		},
+		{
 			name: "block max without max_concurrent is the ceiling",
 			in:   clientCase{file: adaptiveBase + "adaptive_concurrency: {mode: load-signal, max: 30}\nservices: [{target: 1, hostname: a.example.com}]\n"},
 			want: []string{"load-signal 30"}, why: "ceiling adaptive_concurrency.max",
