@@ -64,3 +64,48 @@ func FuzzLoadServerYAML(f *testing.F) {
 		}
 	})
 }
+
+// FuzzLoadClientYAML feeds arbitrary files to the client loader: every
+// problem is a one-line *Error, and whatever loads resolves each service's
+// concurrency and prints.
+func FuzzLoadClientYAML(f *testing.F) {
+	for _, tc := range clientLoadCases {
+		f.Add(tc.in.file)
+	}
+	for _, tc := range clientErrorCases {
+		f.Add(tc.in.file)
+	}
+	for _, s := range []string{
+		"adaptive_concurrency: {mode: load-signal, signals: [cpu]}\nservices: [{target: 1, hostname: a.example.com, adaptive_concurrency: false}]\n",
+		"max_concurrent: 3\nadaptive_concurrency: true\nservices: [{target: 1, hostname: a.example.com, max_concurrent: 2}, {target: 2, hostname: b.example.com, adaptive_concurrency: {min: 2, max: 1}}]\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		read := func(string) ([]byte, error) { return []byte(data), nil }
+		cfg, src, err := LoadClient(ClientOptions{File: "aperio.yaml", ReadFile: read, Hostname: func() (string, error) { return "h", nil }})
+		var errs []error
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		} else if err != nil {
+			errs = []error{err}
+		}
+		for _, e := range errs {
+			var ce *Error
+			if !errors.As(e, &ce) {
+				t.Fatalf("LoadClient() problem %q is a %T, want *Error", e, e)
+			}
+			if strings.ContainsAny(ce.Error(), "\r\n") {
+				t.Fatalf("LoadClient() problem %q spans several lines", ce.Error())
+			}
+		}
+		for i, s := range cfg.Services {
+			if s.Concurrency.Mode == "" {
+				t.Fatalf("services[%d] has no resolved concurrency", i)
+			}
+		}
+		if err := PrintClient(io.Discard, cfg, src); err != nil {
+			t.Fatalf("PrintClient() = %v", err)
+		}
+	})
+}
