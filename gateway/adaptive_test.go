@@ -111,6 +111,17 @@ func scalingHook(t *testing.T) (*httptest.Server, chan string) {
 // cannot be measured at all. Limit changes reach the server by prompt
 // announcements, not heartbeats.
 func TestAdaptiveLimitDrivesScaleOut(t *testing.T) {
+	aimd := config.DefaultAdaptive()
+	aimd.IncreaseAfterSuccesses = 3
+	signals := config.DefaultAdaptive()
+	signals.Mode, signals.Signals = "load-signal", []string{"backend"}
+	signals.Interval, signals.Window = 100*time.Millisecond, 2*time.Second
+	for _, ad := range []config.Adaptive{aimd, signals} {
+		t.Run(ad.Mode, func(t *testing.T) { testLearntLimitScalesOut(t, ad) })
+	}
+}
+
+func testLearntLimitScalesOut(t *testing.T, ad config.Adaptive) {
 	backend := &kneeBackend{knee: 4}
 	hook, calls := scalingHook(t)
 	cfg := serverConfig(t)
@@ -121,8 +132,6 @@ func TestAdaptiveLimitDrivesScaleOut(t *testing.T) {
 	cfg.ClientDownThreshold = 10 * time.Minute
 	srv := startServer(t, cfg, nil, nil)
 	ac := agentConfig(srv, service(startBackend(t, backend).URL))
-	ad := config.DefaultAdaptive()
-	ad.IncreaseAfterSuccesses = 3
 	ac.Adaptive = &ad
 	ac.Scaling = &config.Scaling{URL: hook.URL, Min: 1, Max: 3, ColdStart: 30 * time.Second,
 		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
@@ -138,30 +147,32 @@ func TestAdaptiveLimitDrivesScaleOut(t *testing.T) {
 		}
 		c := cs[0].Concurrency
 		learnt = c.Desired
-		if c.Mode != "aimd" || c.Fixed || c.Min != 1 || c.Max != 100 || cs[0].MaxConcurrent != c.Desired {
-			t.Fatalf("concurrency = %+v (max_concurrent %d), want aimd 1..100 with max_concurrent = desired", *c, cs[0].MaxConcurrent)
+		if c.Mode != ad.Mode || c.Fixed || c.Min != 1 || c.Max != 100 || cs[0].MaxConcurrent != c.Desired {
+			t.Fatalf("concurrency = %+v (max_concurrent %d), want %s 1..100 with max_concurrent = desired", *c, cs[0].MaxConcurrent, ad.Mode)
 		}
 		return c.Desired >= 3, "the announced limit is still " + itoa(c.Desired)
 	})
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
 	var reason string
 	select {
 	case reason = <-calls:
-	case <-time.After(30 * time.Second):
+	case <-timeout.C:
 		cs := listClients(t, srv)
-		t.Fatalf("no scaling call within 30s; clients %+v conc %+v; backend inflight %d peak %d over %d", cs, cs[0].Concurrency, backend.inflight.Load(), backend.peak.Load(), backend.over.Load())
+		t.Fatalf("no scaling call within 30s; concurrency %+v; backend in flight %d, peak %d, 503s %d", cs[0].Concurrency, backend.inflight.Load(), backend.peak.Load(), backend.over.Load())
 	}
 	stop()
 	if reason != "scale_out" {
 		t.Fatalf("scaling call reason = %q, want scale_out", reason)
 	}
 	final := listClients(t, srv)[0].Concurrency.Desired
-	t.Logf("limit %d when polled, %d at the end (knee 4); backend peak %d in flight, %d answers were 503", learnt, final, backend.peak.Load(), backend.over.Load())
+	t.Logf("%s: limit %d when polled, %d at the end (knee 4); backend peak %d in flight, %d answers were 503", ad.Mode, learnt, final, backend.peak.Load(), backend.over.Load())
 	if final > 8 {
 		t.Errorf("learnt limit after the run = %d, want at most twice the knee of 4", final)
 	}
-	// The server never lets more than the ceiling through; the limit can
-	// only reach the backend's knee plus the streak that probes past it,
-	// so the backend sees far fewer than the 16 callers.
+	// The server never lets more than the learnt limit through, and the
+	// limit only probes a little past the knee, so the backend sees far
+	// fewer than the 16 callers.
 	if p := backend.peak.Load(); p >= 16 {
 		t.Errorf("backend peak in flight = %d, want the learnt limit to hold it below the 16 callers", p)
 	}
