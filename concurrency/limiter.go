@@ -151,6 +151,9 @@ type Limiter struct {
 	// the overload it saw, and without this a burst of failures from one
 	// overloaded moment would collapse the limit to min at once.
 	epoch uint64
+	// peak is the most requests in flight since the last evaluation: a
+	// load-signal limit rises only if the service came near it.
+	peak int
 }
 
 // New normalizes cfg and returns a Limiter. Normalizations that change a
@@ -272,6 +275,7 @@ func (l *Limiter) Begin() Ticket {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inflight++
+	l.peak = max(l.peak, l.inflight)
 	return Ticket{epoch: l.epoch, near: nearLimit(l.inflight, l.desired)}
 }
 
@@ -342,7 +346,11 @@ func (l *Limiter) changedLocked(before int) {
 // otherwise, if the signals with at least min_samples snapshots in the
 // window have a mean healthy ratio of at least desired_utilization_ratio,
 // it rises by ceil(current × scale_up_step_ratio); otherwise it holds. Both
-// steps are at least one. It does nothing outside load-signal mode.
+// steps are at least one. As in AIMD, it rises only if the service had at
+// or near its limit in flight at some point since the previous evaluation:
+// healthy signals on an idle service say nothing about a larger limit, and
+// a limit grown while idle would let the next burst overload the backend.
+// It does nothing outside load-signal mode.
 func (l *Limiter) Evaluate(now time.Time) {
 	if l.mode != ModeLoadSignal {
 		return
@@ -363,10 +371,12 @@ func (l *Limiter) Evaluate(now time.Time) {
 	}
 	l.mu.Lock()
 	before := l.desired
+	busy := nearLimit(l.peak, before)
+	l.peak = l.inflight
 	switch {
 	case overloaded:
 		l.setLocked(before - step(before, l.cfg.ScaleDownStepRatio))
-	case counted > 0 && sum/float64(counted) >= l.cfg.DesiredUtilizationRatio:
+	case busy && counted > 0 && sum/float64(counted) >= l.cfg.DesiredUtilizationRatio:
 		l.setLocked(before + step(before, l.cfg.ScaleUpStepRatio))
 	}
 	l.changedLocked(before)

@@ -219,19 +219,22 @@ func TestLoadSignal(t *testing.T) {
 		initial int
 		snaps   []snap
 		want    int
+		idle    bool // no request came near the limit since the last evaluation
 	}{
-		{"no history holds", 20, nil, 20},
-		{"too few samples hold", 20, healthy(0, 4), 20},
-		{"healthy rises by ceil(5%)", 20, healthy(0, 5), 21},
-		{"healthy rises by at least one", 3, healthy(0, 5), 4},
-		{"both signals healthy, large step", 60, append(healthy(0, 5), healthy(1, 6)...), 63},
-		{"rise clamped at max", 100, healthy(0, 5), 100},
-		{"latest overloaded falls", 40, append(healthy(0, 9), snap{0, 10 * time.Millisecond, true}), 38},
-		{"any signal overloaded falls", 10, append(healthy(0, 9), snap{1, 0, true}), 9},
-		{"overloaded then healthy is not latest", 40, append([]snap{{0, 0, true}}, healthy(0, 9)[1:]...), 40}, // ratio 8/9 < 0.9
-		{"mean below target holds", 20, append(healthy(0, 10), []snap{{1, 0, true}, {1, 1, true}, {1, 2, true}, {1, 3, true}, {1, 4, false}}...), 20},
-		{"stale snapshots ignored", 20, []snap{{0, -20 * time.Second, true}}, 20},
-		{"falls clamped at min", 1, []snap{{0, 0, true}}, 1},
+		{"no history holds", 20, nil, 20, false},
+		{"too few samples hold", 20, healthy(0, 4), 20, false},
+		{"healthy rises by ceil(5%)", 20, healthy(0, 5), 21, false},
+		{"healthy rises by at least one", 3, healthy(0, 5), 4, false},
+		{"both signals healthy, large step", 60, append(healthy(0, 5), healthy(1, 6)...), 63, false},
+		{"rise clamped at max", 100, healthy(0, 5), 100, false},
+		{"latest overloaded falls", 40, append(healthy(0, 9), snap{0, 10 * time.Millisecond, true}), 38, false},
+		{"any signal overloaded falls", 10, append(healthy(0, 9), snap{1, 0, true}), 9, false},
+		{"overloaded then healthy is not latest", 40, append([]snap{{0, 0, true}}, healthy(0, 9)[1:]...), 40, false}, // ratio 8/9 < 0.9
+		{"mean below target holds", 20, append(healthy(0, 10), []snap{{1, 0, true}, {1, 1, true}, {1, 2, true}, {1, 3, true}, {1, 4, false}}...), 20, false},
+		{"stale snapshots ignored", 20, []snap{{0, -20 * time.Second, true}}, 20, false},
+		{"falls clamped at min", 1, []snap{{0, 0, true}}, 1, false},
+		{"idle service holds", 20, healthy(0, 5), 20, true},
+		{"idle service still falls", 20, []snap{{0, 0, true}}, 19, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -239,6 +242,9 @@ func TestLoadSignal(t *testing.T) {
 			l := newLimiter(t, Config{Mode: ModeLoadSignal, Initial: c.initial, Max: 100, Signals: sigs})
 			for _, s := range c.snaps {
 				sigs[s.sig].Record(t0.Add(s.at), s.over)
+			}
+			if !c.idle {
+				fill(l)
 			}
 			l.Evaluate(t0.Add(time.Second))
 			if got := l.Desired(); got != c.want {
@@ -347,6 +353,9 @@ func TestRunEvaluatesEveryInterval(t *testing.T) {
 			return polls > 3, nil // healthy three times, then overloaded
 		})
 		l := newLimiter(t, Config{Mode: ModeLoadSignal, Initial: 10, Max: 20, MinSamples: 2, Interval: time.Second, Signals: []*Signal{busy}})
+		for range 12 {
+			l.Begin() // a busy service: 12 requests in flight throughout
+		}
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- l.Run(ctx) }()
@@ -389,5 +398,19 @@ func BenchmarkBeginEnd(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// fill takes the limiter to its limit and back, as a busy service does
+// between two evaluations.
+func fill(l *Limiter) {
+	var held []Ticket
+	for range l.Desired() {
+		held = append(held, l.Begin())
+	}
+	for range held {
+		l.mu.Lock()
+		l.inflight--
+		l.mu.Unlock()
 	}
 }
