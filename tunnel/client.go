@@ -358,17 +358,19 @@ func (c *Client) acceptLoop(ctx context.Context, mux *yamux.Session) {
 // server must ack within three heartbeat intervals or the session is
 // considered dead.
 func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration, welcomeNotices []string) error {
-	type ackMsg struct {
-		m   *message
-		err error
-	}
 	acks := make(chan ackMsg, 1)
+	done := make(chan struct{})
+	defer close(done)
+	// The reader hands over every message, up to and including the read
+	// error, until controlLoop returns: a goaway the server wrote just
+	// before closing the session is still delivered from the stream's
+	// buffer after the close.
 	go func() {
 		for {
 			m, err := readMessage(ctrl)
 			select {
 			case acks <- ackMsg{m, err}:
-			case <-mux.CloseChan():
+			case <-done:
 				return
 			}
 			if err != nil {
@@ -399,7 +401,7 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-mux.CloseChan():
-			return ErrSessionClosed
+			return closeReason(acks)
 		case reply := <-c.nudge:
 			if err := send(); err != nil {
 				reply <- err
@@ -439,10 +441,44 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 					}
 				}
 			case msgGoAway:
-				return fmt.Errorf("tunnel: server said goaway: %s", a.m.Reason)
+				return goAwayError(a.m.Reason)
 			default:
 				return fmt.Errorf("tunnel: unexpected %s frame", a.m.Type)
 			}
+		}
+	}
+}
+
+// ackMsg is one message read from the control stream, or the error that
+// ended the reading.
+type ackMsg struct {
+	m   *message
+	err error
+}
+
+// goAwayError is the error a session told to go away ends with.
+func goAwayError(reason string) error {
+	return fmt.Errorf("tunnel: server said goaway: %s", reason)
+}
+
+// closeReason says why a closed session ended: the reason of a goaway
+// still in the control stream's buffer (the server writes it just before
+// closing), or ErrSessionClosed. It reads what is left, for at most a
+// second.
+func closeReason(acks <-chan ackMsg) error {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case a := <-acks:
+			if a.err != nil {
+				return ErrSessionClosed
+			}
+			if a.m.Type == msgGoAway {
+				return goAwayError(a.m.Reason)
+			}
+		case <-t.C:
+			return ErrSessionClosed
 		}
 	}
 }
