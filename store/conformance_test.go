@@ -1627,7 +1627,7 @@ func testScalingChangesAcrossDBs(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatalf("db1.RecordScalingCall() = %v", err)
 	}
-	both(scalingChange(store.ChangeScalingUpdated, app))
+	both(scalingChange(store.ChangeScalingDisarmed, app))
 	wantScaling(t, db2, tripped)
 
 	api, _ := mustDeclare(t, db1, declaration(org.ID, "api.example.com", ""), "tok_b", true)

@@ -569,7 +569,7 @@ func (b *pgBackend) recordScalingCall(ctx context.Context, id string, c scalingC
 		if err != nil {
 			return err
 		}
-		return notify(ctx, tx, scalingChange(ChangeScalingUpdated, rec))
+		return notify(ctx, tx, scalingChange(callChangeKind(c), rec))
 	})
 	if err != nil {
 		return ScalingRecord{}, err

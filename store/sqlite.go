@@ -553,7 +553,7 @@ func (b *sqliteBackend) recordScalingCall(ctx context.Context, id string, c scal
 	if err != nil {
 		return ScalingRecord{}, err
 	}
-	b.publish(scalingChange(ChangeScalingUpdated, rec))
+	b.publish(scalingChange(callChangeKind(c), rec))
 	return rec, nil
 }
 
