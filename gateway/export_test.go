@@ -1,0 +1,12 @@
+package gateway
+
+import "context"
+
+// ColdStartForTest asks the server's autoscaling controller for a cold
+// start of the bind and returns its refusal, or nil when it starts (or
+// joins) a flight: how a test sees which records the controller knows and
+// which it holds disarmed.
+func (g *Gateway) ColdStartForTest(ctx context.Context, orgID, hostname, path string) error {
+	_, err := g.ctl.ColdStart(ctx, orgID, hostname, path)
+	return err
+}
