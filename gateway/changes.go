@@ -9,8 +9,10 @@ import (
 )
 
 // watchChanges applies the store's changes, whichever server made them:
-// a revoked token's clients are disconnected at once, and maintenance
-// follows the records. It returns when ctx ends.
+// a revoked token's clients are disconnected at once and its scaling
+// records released, maintenance and the router's armed binds follow the
+// records, and a token that arms scaling records has them released when it
+// expires. It returns when ctx ends.
 func (g *Gateway) watchChanges(ctx context.Context) {
 	// Scaling records change on every heartbeat that declares one; the
 	// router's armed set is reloaded at most once per second.
