@@ -10,3 +10,9 @@ func (g *Gateway) ColdStartForTest(ctx context.Context, orgID, hostname, path st
 	_, err := g.ctl.ColdStart(ctx, orgID, hostname, path)
 	return err
 }
+
+// ArmedForTest reports whether the router holds the bind armed, that is
+// whether the gateway's last reload of the scaling records found it armed.
+func (g *Gateway) ArmedForTest(hostname, path string) bool {
+	return g.router.Armed(hostname, path)
+}
