@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -50,6 +51,10 @@ type Store interface {
 	SetMaintenance(ctx context.Context, m store.Maintenance) error
 	ClearMaintenance(ctx context.Context, orgID, hostname string) error
 	ListMaintenance(ctx context.Context) ([]store.Maintenance, error)
+
+	CreateWebhook(ctx context.Context, w store.Webhook) (store.Webhook, error)
+	ListWebhooks(ctx context.Context, orgID string) ([]store.Webhook, error)
+	DeleteWebhook(ctx context.Context, orgID, id string) error
 
 	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	ListAudit(ctx context.Context, orgID string, limit int) ([]store.AuditEntry, error)
@@ -122,6 +127,14 @@ type Scaling interface {
 	Disarm(ctx context.Context, orgID, id string) error
 }
 
+// URLChecker judges an outbound URL without calling it: the static checks
+// of the server's outbound policy (*fence.Client.CheckURL). CheckURL must
+// be safe for concurrent use and do no I/O; its refusal is a
+// *fence.RefusedError, whose Reason the API quotes.
+type URLChecker interface {
+	CheckURL(raw string) error
+}
+
 // Config is what New needs.
 type Config struct {
 	// MasterToken is server.token: it may do everything, in every
@@ -137,6 +150,12 @@ type Config struct {
 	// means autoscaling is off: GET /scaling answers an empty list and
 	// DELETE /scaling/{id} answers 404.
 	Scaling Scaling
+	// Outbound checks webhook URLs when they are created, with the same
+	// policy (scaling_allow_http, scaling_allow_private,
+	// outbound_allowlist, outbound_block_private) as the deliveries, which
+	// check again at dial time. Nil means the strictest policy: https to
+	// public destinations only.
+	Outbound URLChecker
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -158,6 +177,13 @@ func (cfg Config) Validate() error {
 }
 
 func (cfg Config) withDefaults() Config {
+	if cfg.Outbound == nil {
+		fc, err := fence.New(fence.Policy{})
+		if err != nil {
+			panic("admin: the zero outbound policy is invalid: " + err.Error()) // impossible: it has no allowlist
+		}
+		cfg.Outbound = fc
+	}
 	if cfg.Clients == nil {
 		cfg.Clients = noClients{}
 	}
@@ -195,6 +221,7 @@ type API struct {
 	store   Store
 	clients ClientLister
 	scaling Scaling // nil when autoscaling is off
+	fence   URLChecker
 	log     *slog.Logger
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
@@ -212,6 +239,7 @@ func New(cfg Config) (*API, error) {
 		store:   cfg.Store,
 		clients: cfg.Clients,
 		scaling: cfg.Scaling,
+		fence:   cfg.Outbound,
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		master:  sha256.Sum256([]byte(cfg.MasterToken)),
@@ -255,6 +283,9 @@ func (a *API) routeTable() []route {
 		{http.MethodGet, "/clients", roleViewer, a.listClients},
 		{http.MethodGet, "/scaling", roleViewer, a.listScaling},
 		{http.MethodDelete, "/scaling/{id}", roleOperator, a.disarmScaling},
+		{http.MethodGet, "/webhooks", roleViewer, a.listWebhooks},
+		{http.MethodPost, "/webhooks", roleAdmin, a.createWebhook},
+		{http.MethodDelete, "/webhooks/{id}", roleAdmin, a.deleteWebhook},
 		{http.MethodGet, "/maintenance", roleViewer, a.listMaintenance},
 		{http.MethodPut, "/maintenance/{hostname}", roleOperator, a.setMaintenance},
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},

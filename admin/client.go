@@ -109,6 +109,23 @@ func (c *Client) DisarmScaling(ctx context.Context, id string) error {
 	return c.Do(ctx, http.MethodDelete, "/scaling/"+url.PathEscape(id), nil, nil)
 }
 
+// Webhooks calls GET /webhooks.
+func (c *Client) Webhooks(ctx context.Context) ([]Webhook, error) {
+	var out []Webhook
+	return out, c.Do(ctx, http.MethodGet, "/webhooks", nil, &out)
+}
+
+// CreateWebhook calls POST /webhooks.
+func (c *Client) CreateWebhook(ctx context.Context, req CreateWebhookRequest) (Webhook, error) {
+	var out Webhook
+	return out, c.Do(ctx, http.MethodPost, "/webhooks", req, &out)
+}
+
+// DeleteWebhook calls DELETE /webhooks/{id}.
+func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, "/webhooks/"+url.PathEscape(id), nil, nil)
+}
+
 // Maintenance calls GET /maintenance.
 func (c *Client) Maintenance(ctx context.Context) ([]Maintenance, error) {
 	var out []Maintenance

@@ -184,6 +184,17 @@ func (f *fixture) withScaling(tb testing.TB, s admin.Scaling) *fixture {
 	return &g
 }
 
+// withConfig returns a fixture on f's store, clock and log whose API is
+// built with cfg (its master token, store, logger and clock replaced by
+// the fixture's), and no clients or scaling.
+func (f *fixture) withConfig(tb testing.TB, cfg admin.Config) *fixture {
+	tb.Helper()
+	g := *f
+	g.clients, g.scaling = nil, nil
+	g.url = g.serve(tb, cfg)
+	return &g
+}
+
 // serve builds the API of cfg, with the fixture's master token, store,
 // logger and clock, serves it, and returns the server's URL.
 func (f *fixture) serve(tb testing.TB, cfg admin.Config) string {

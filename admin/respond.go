@@ -193,6 +193,8 @@ const (
 	EventMaintenanceOn   = "maintenance_on"
 	EventMaintenanceOff  = "maintenance_off"
 	EventLoginFailed     = "login_failed"
+	EventWebhookCreated  = "webhook_created"
+	EventWebhookDeleted  = "webhook_deleted"
 	// EventScalingDisarmedByOperator is DELETE /scaling/{id}: a person
 	// removed the record. It is named apart from the autoscaler's own
 	// autoscale.EventDisarmed (the breaker tripped, the record stays), so

@@ -170,6 +170,35 @@ type ScalingRecord struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// Webhook is a webhook subscription as the API shows it: never its
+// secret, only whether one is set.
+type Webhook struct {
+	ID    string `json:"id"`
+	OrgID string `json:"org_id"`
+	// URL receives the deliveries.
+	URL string `json:"url"`
+	// Events are the event names delivered, such as "scaling_failed".
+	Events []string `json:"events"`
+	// Authenticated says deliveries are signed (a secret is set).
+	Authenticated bool      `json:"authenticated"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// CreateWebhookRequest is the body of POST /webhooks.
+type CreateWebhookRequest struct {
+	// URL receives the deliveries: absolute, https unless the server
+	// allows http, and permitted by the server's outbound policy.
+	URL string `json:"url"`
+	// Events are the event names to deliver; at least one, each one of
+	// autoscale.EventTypes.
+	Events []string `json:"events"`
+	// Secret keys the X-Aperio-Signature of each delivery; empty sends
+	// deliveries unsigned. It is never shown again.
+	Secret string `json:"secret,omitempty"`
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
 // AuditEntry is one line of the audit log.
 type AuditEntry struct {
 	ID int64     `json:"id"`
@@ -222,6 +251,17 @@ func tokenOf(t store.Token, now time.Time) Token {
 		CreatedBy:  t.CreatedBy,
 		CreatedAt:  t.CreatedAt,
 		Status:     status,
+	}
+}
+
+func webhookOf(w store.Webhook) Webhook {
+	return Webhook{
+		ID:            w.ID,
+		OrgID:         w.OrgID,
+		URL:           w.URL,
+		Events:        nonNil(w.Events),
+		Authenticated: w.Secret != "",
+		CreatedAt:     w.CreatedAt,
 	}
 }
 

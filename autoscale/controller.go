@@ -565,8 +565,10 @@ func (c *Controller) refreshLoop(ctx context.Context) {
 }
 
 // changeLoop asks for a reload when another server creates a record this
-// controller does not know, or deletes one. Updates of known records (every
-// heartbeat moves one) wait for the periodic reload.
+// controller does not know, deletes one, or disarms one (its breaker
+// tripped there), so that no server keeps calling a hook another has given
+// up on. Other updates of known records (every heartbeat moves one) wait
+// for the periodic reload.
 func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change) {
 	for {
 		var ch store.Change
@@ -587,7 +589,7 @@ func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change
 			if known {
 				continue
 			}
-		case store.ChangeScalingDeleted, store.ChangeResync:
+		case store.ChangeScalingDeleted, store.ChangeScalingDisarmed, store.ChangeResync:
 		default:
 			continue
 		}

@@ -113,6 +113,12 @@ const (
 	EventDisarmed = "scaling_disarmed"
 )
 
+// EventTypes returns every Event.Type the controller emits, in a fixed
+// order: the names a webhook may subscribe to.
+func EventTypes() []string {
+	return []string{EventRequested, EventFailed, EventDisarmed}
+}
+
 // Event is what the controller reports for webhook delivery: each call,
 // and each disarm.
 type Event struct {

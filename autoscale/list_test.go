@@ -209,3 +209,29 @@ func TestRecordCreatedElsewhereSeen(t *testing.T) {
 		}
 	})
 }
+
+// TestDisarmElsewhereSeenAtOnce proves that a breaker tripped on another
+// server reaches this controller through the change feed, without waiting
+// for the periodic reload.
+func TestDisarmElsewhereSeenAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFakeStore()
+		fs.changes = make(chan store.Change)
+		r := fs.put(rec("app.example.com"))
+		h := newHarness(t, nil, func(c *Config, _ *harness) { c.Store = feedStore{fs} })
+		h.store = fs
+		synctest.Wait()
+
+		fs.mu.Lock()
+		fs.recs[r.ID].Disarmed = true
+		fs.mu.Unlock()
+		fs.publish(store.Change{Kind: store.ChangeScalingDisarmed, ID: r.ID, OrgID: testOrg, Hostname: r.Hostname})
+		synctest.Wait()
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); !errors.Is(err, ErrDisarmed) {
+			t.Errorf("ColdStart after a disarm elsewhere error = %v, want ErrDisarmed at once, before the %v reload", err, DefaultRefreshInterval)
+		}
+		if n := len(h.caller.made()); n != 0 {
+			t.Errorf("hook calls = %d, want none for a record disarmed elsewhere", n)
+		}
+	})
+}

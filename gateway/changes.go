@@ -9,8 +9,10 @@ import (
 )
 
 // watchChanges applies the store's changes, whichever server made them:
-// a revoked token's clients are disconnected at once, and maintenance
-// follows the records. It returns when ctx ends.
+// a revoked token's clients are disconnected at once and its scaling
+// records released, maintenance and the router's armed binds follow the
+// records, and a token that arms scaling records has them released when it
+// expires. It returns when ctx ends.
 func (g *Gateway) watchChanges(ctx context.Context) {
 	// Scaling records change on every heartbeat that declares one; the
 	// router's armed set is reloaded at most once per second.
@@ -21,8 +23,27 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 	// Records nothing re-announced for scaling_record_ttl go; checked hourly.
 	sweep := time.NewTicker(time.Hour)
 	defer sweep.Stop()
+	// Records go with the last token that armed them when it expires, as
+	// when it is revoked: expire fires at the nearest expiry of an armer.
+	expire := time.NewTimer(time.Hour)
+	expire.Stop()
+	defer expire.Stop()
+	var expiriesChanged <-chan struct{} // nil, never ready, without scaling
+	if g.expiry != nil {
+		expiriesChanged = g.expiry.changed
+	}
 	for {
 		select {
+		case <-expiriesChanged:
+			g.expiry.resetTimer(expire)
+			continue
+		case <-expire.C:
+			for _, id := range g.expiry.due(time.Now()) {
+				g.disconnectToken(id, "token expired")
+				g.releaseArmer(ctx, id, "expired")
+			}
+			g.expiry.resetTimer(expire)
+			continue
 		case <-sweep.C:
 			if g.ctl != nil && g.cfg.ScalingRecordTTL > 0 {
 				ids, err := g.db.DeleteStaleScalingRecords(ctx, time.Now().Add(-g.cfg.ScalingRecordTTL))
@@ -44,7 +65,7 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 				reload.Stop()
 				return
 			}
-			if g.ctl != nil && (ch.Kind == store.ChangeScalingUpdated || ch.Kind == store.ChangeScalingDeleted || ch.Kind == store.ChangeResync) && !pending {
+			if g.ctl != nil && scalingChange(ch.Kind) && !pending {
 				pending = true
 				reload.Reset(time.Second)
 			}
@@ -58,18 +79,40 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 	switch ch.Kind {
 	case store.ChangeTokenRevoked:
 		g.disconnectToken(ch.ID, "token revoked")
-		if g.ctl != nil {
-			// A record goes with the last token that armed it.
-			if _, err := g.db.ReleaseScalingArmer(ctx, ch.ID); err != nil {
-				g.log.Error("releasing a revoked token's scaling records failed", "token_id", ch.ID, "err", err)
-			}
-		}
+		g.releaseArmer(ctx, ch.ID, "revoked")
 	case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
 		g.reloadMaintenance(ctx)
 	case store.ChangeResync:
 		// Changes may have been missed: re-check everything cached.
 		g.reloadMaintenance(ctx)
 		g.recheckTokens(ctx)
+	}
+}
+
+// scalingChange reports whether a change of kind may change the router's
+// armed binds.
+func scalingChange(kind string) bool {
+	switch kind {
+	case store.ChangeScalingUpdated, store.ChangeScalingDisarmed, store.ChangeScalingDeleted, store.ChangeResync:
+		return true
+	}
+	return false
+}
+
+// releaseArmer takes a revoked or expired token off every scaling record:
+// a record goes with the last token that armed it. Every server sharing
+// the store may do it for the same token; the second changes nothing.
+func (g *Gateway) releaseArmer(ctx context.Context, tokenID, why string) {
+	if g.ctl == nil {
+		return
+	}
+	ids, err := g.db.ReleaseScalingArmer(ctx, tokenID)
+	if err != nil {
+		g.log.Error("releasing a token's scaling records failed", "token_id", tokenID, "reason", why, "err", err)
+		return
+	}
+	if len(ids) > 0 {
+		g.log.Info("scaling records released", "token_id", tokenID, "reason", why, "count", len(ids))
 	}
 }
 

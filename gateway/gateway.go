@@ -21,11 +21,13 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/webhook"
 )
 
 // Options are the parts of a Gateway that are not configuration.
@@ -47,11 +49,20 @@ type Gateway struct {
 	srv     *http.Server
 	started time.Time
 
-	metrics  *telemetry.Metrics
-	api      http.Handler // the admin API under /aperio/api
-	db       *store.DB
-	ctl      *autoscale.Controller // nil unless scaling is on
-	ownStore bool                  // New opened db, so Serve closes it
+	metrics *telemetry.Metrics
+	api     http.Handler // the admin API under /aperio/api
+	db      *store.DB
+	ctl     *autoscale.Controller // nil unless scaling is on
+	// fence is the outbound policy of every call the server makes to a
+	// URL someone else chose: scaling hooks and webhooks alike.
+	fence *fence.Client
+	// hooks delivers the controller's events to webhooks; nil unless
+	// scaling is on (nothing else emits events).
+	hooks *webhook.Dispatcher
+	// expiry times the release of scaling records armed by tokens that
+	// expire; nil unless scaling is on.
+	expiry   *armerExpiry
+	ownStore bool // New opened db, so Serve closes it
 	// metricsHandler serves /metrics on every hostname (contract §2: 404
 	// unless metrics_token is set), so apps cannot serve that path.
 	metricsHandler http.Handler
@@ -86,6 +97,15 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	org, err := g.db.EnsureOrg(ctx, "default")
 	if err != nil {
 		return nil, fmt.Errorf("gateway: default organization: %w", err)
+	}
+	g.fence, err = fence.New(fence.Policy{
+		AllowHTTP:    cfg.ScalingAllowHTTP,
+		AllowPrivate: cfg.ScalingAllowPrivate,
+		Allowlist:    cfg.OutboundAllowlist,
+		BlockPrivate: cfg.OutboundBlockPrivate,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: outbound policy: %w", err)
 	}
 	var stale *cache.Cache
 	if cfg.Cache {
@@ -148,7 +168,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		return nil, err
 	}
 	g.metricsHandler = g.metrics.Handler(cfg.MetricsToken)
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Outbound: g.fence, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -254,10 +274,22 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}()
+	// Webhook deliveries run for the server's lifetime; those still
+	// queued or retrying at shutdown are abandoned.
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		if g.hooks != nil {
+			if err := g.hooks.Run(wctx); err != nil {
+				g.log.Error("webhook delivery stopped", "err", err)
+			}
+		}
+	}()
 	defer func() {
 		stopWatch()
 		<-watched
 		<-scaled
+		<-delivered
 		if g.ownStore {
 			g.db.Close()
 		}

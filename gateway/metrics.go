@@ -7,9 +7,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// registerMetrics exposes the router's and tunnels' live figures as
-// observable instruments, read at collection time: the hot path pays
-// nothing for them.
+// registerMetrics exposes the live figures of the router, the tunnels and
+// the webhook queue as observable instruments, read at collection time:
+// the hot path pays nothing for them.
 func (g *Gateway) registerMetrics() error {
 	m := g.metrics.Meter()
 	limited, err := m.Int64ObservableCounter("aperio.rate_limited",
@@ -32,6 +32,16 @@ func (g *Gateway) registerMetrics() error {
 	if err != nil {
 		return err
 	}
+	instruments := []metric.Observable{limited, clients, inflight, queued}
+	var hooksDropped metric.Int64ObservableCounter
+	if g.hooks != nil {
+		hooksDropped, err = m.Int64ObservableCounter("aperio.webhook_events_dropped",
+			metric.WithDescription("Autoscaling events not delivered to webhooks because the delivery queue was full."))
+		if err != nil {
+			return err
+		}
+		instruments = append(instruments, hooksDropped)
+	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for kind, n := range g.router.RateLimited() {
 			o.ObserveInt64(limited, n, metric.WithAttributes(attribute.String("limit", kind)))
@@ -39,7 +49,10 @@ func (g *Gateway) registerMetrics() error {
 		o.ObserveInt64(clients, int64(g.router.ConnectedClients()))
 		o.ObserveInt64(inflight, g.router.InFlight())
 		o.ObserveInt64(queued, int64(g.router.Queued()))
+		if g.hooks != nil {
+			o.ObserveInt64(hooksDropped, g.hooks.Dropped())
+		}
 		return nil
-	}, limited, clients, inflight, queued)
+	}, instruments...)
 	return err
 }

@@ -12,6 +12,7 @@ import (
 func TestMetricsEndpoint(t *testing.T) {
 	st := startStack(t, inspectHandler(), func(c *config.Server) {
 		c.MetricsToken = "m-token"
+		c.Scaling = true
 		c.IPLimitMax = 1
 		c.IPLimitRefill = 0.0001
 	})
@@ -52,6 +53,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`aperio_rate_limited_total{limit="client-concurrency"} 0`,
 		`aperio_rate_limited_total{limit="token-rate"} 0`,
 		`aperio_connected_clients 1`,
+		`aperio_webhook_events_dropped_total 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
-	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/webhook"
 )
 
 // scalingRegistry passes every announced scaling block to the controller,
@@ -137,21 +137,24 @@ func (l lazyScaler) ColdStart(ctx context.Context, org, host, path string) (rout
 }
 
 // newController builds the autoscaling controller: hooks go out through
-// the outbound fence with the operator's policy.
+// the outbound fence with the operator's policy, and its events go to the
+// subscribed webhooks through the same fence.
 func (g *Gateway) newController() error {
-	fc, err := fence.New(fence.Policy{
-		AllowHTTP:    g.cfg.ScalingAllowHTTP,
-		AllowPrivate: g.cfg.ScalingAllowPrivate,
-		Allowlist:    g.cfg.OutboundAllowlist,
-		BlockPrivate: g.cfg.OutboundBlockPrivate,
+	var err error
+	g.hooks, err = webhook.New(webhook.Config{
+		Subscriptions: g.db,
+		Client:        g.fence,
+		Logger:        g.log,
 	})
 	if err != nil {
 		return err
 	}
+	g.expiry = newArmerExpiry()
 	g.ctl, err = autoscale.New(autoscale.Config{
 		Store:             g.db,
 		Pool:              poolView{g.router},
-		Caller:            autoscale.NewHTTPCaller(fc),
+		Caller:            autoscale.NewHTTPCaller(g.fence),
+		Events:            g.hooks,
 		Logger:            g.log,
 		MaxCallsPerMinute: g.cfg.ScalingMaxCallsPerMinute,
 	})
@@ -159,7 +162,9 @@ func (g *Gateway) newController() error {
 }
 
 // loadArmed replaces the router's armed binds with the store's armed records,
-// each admitting the visitors its armers' tokens admit.
+// each admitting the visitors its armers' tokens admit, and hands the
+// expiry of every token that arms a record, disarmed ones included, to
+// g.expiry.
 func (g *Gateway) loadArmed(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -167,12 +172,38 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Records share armers: read each token once per load.
+	tokens := make(map[string]store.Token)
+	token := func(id string) (store.Token, error) {
+		if t, ok := tokens[id]; ok {
+			return t, nil
+		}
+		t, err := g.db.Token(ctx, "", id)
+		if err != nil {
+			return store.Token{}, err
+		}
+		tokens[id] = t
+		return t, nil
+	}
 	var binds []router.ArmedBind
+	expiring := make(map[string]time.Time)
 	for _, rec := range recs {
+		for _, armer := range rec.ArmedBy {
+			if armer == "master" {
+				continue
+			}
+			t, err := token(armer)
+			if err != nil {
+				return err
+			}
+			if t.ExpiresAt != nil {
+				expiring[armer] = *t.ExpiresAt
+			}
+		}
 		if rec.Disarmed {
 			continue
 		}
-		allowed, err := g.armersAllowedIPs(ctx, rec)
+		allowed, err := armersAllowedIPs(rec, token)
 		if err != nil {
 			return err
 		}
@@ -180,19 +211,20 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 			ColdStart: rec.ColdStart, AllowedIPs: allowed})
 	}
 	g.router.SetArmed(binds)
+	g.expiry.set(expiring)
 	return nil
 }
 
 // armersAllowedIPs returns the visitors the record's armers admit: the
 // union of their tokens' allowed_ips, or nil (everyone) as soon as one
 // armer is unrestricted (the master token, or a token without the list).
-func (g *Gateway) armersAllowedIPs(ctx context.Context, rec store.ScalingRecord) ([]netip.Prefix, error) {
+func armersAllowedIPs(rec store.ScalingRecord, token func(id string) (store.Token, error)) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, armer := range rec.ArmedBy {
 		if armer == "master" {
 			return nil, nil
 		}
-		t, err := g.db.Token(ctx, "", armer)
+		t, err := token(armer)
 		if err != nil {
 			return nil, err
 		}

@@ -59,6 +59,13 @@ type backend interface {
 	releaseScalingArmer(ctx context.Context, armer string) ([]string, error)
 	deleteStaleScalingRecords(ctx context.Context, cutoff time.Time) ([]string, error)
 
+	insertWebhook(ctx context.Context, w Webhook) error
+	listWebhooks(ctx context.Context, orgID string) ([]Webhook, error)
+	deleteWebhook(ctx context.Context, orgID, id string) error
+	// webhooksFor returns orgID's webhooks whose events hold event,
+	// oldest first.
+	webhooksFor(ctx context.Context, orgID, event string) ([]Webhook, error)
+
 	appendAudit(ctx context.Context, e AuditEntry) (int64, error)
 	listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error)
 

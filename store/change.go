@@ -20,6 +20,12 @@ const (
 	// ChangeScalingUpdated: ID, OrgID and Hostname name the scaling
 	// record, which was declared, had a call recorded, or lost an armer.
 	ChangeScalingUpdated = "scaling_updated"
+	// ChangeScalingDisarmed: ID, OrgID and Hostname name the scaling
+	// record, which had a call recorded that leaves it disarmed (the
+	// breaker tripped). It is published instead of ChangeScalingUpdated,
+	// so that subscribers can act on a disarm at once while they leave the
+	// updates every heartbeat makes to a periodic reload.
+	ChangeScalingDisarmed = "scaling_disarmed"
 	// ChangeScalingDeleted: ID, OrgID and Hostname name the scaling
 	// record, which was deleted (disarmed through the API, its last armer
 	// released, or unrefreshed past the TTL).

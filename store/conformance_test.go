@@ -55,6 +55,8 @@ func testStore(t *testing.T, b backend) {
 		{"Audit", testAudit},
 		{"AuditLimits", testAuditLimits},
 		{"AuditAppendOnly", testAuditAppendOnly},
+		{"Webhooks", testWebhooks},
+		{"WebhooksFor", testWebhooksFor},
 		{"ScalingDeclare", testScalingDeclare},
 		{"ScalingRearm", testScalingRearm},
 		{"ScalingCall", testScalingCall},
@@ -1011,6 +1013,12 @@ func calls(db *store.DB, f fixtures) []call {
 			return ignore1(db.DeleteStaleScalingRecords(ctx, time.Time{}))
 		}},
 		{"DeleteScalingRecord", func(ctx context.Context) error { return db.DeleteScalingRecord(ctx, "", f.scaling.ID) }},
+		{"CreateWebhook", func(ctx context.Context) error {
+			return ignore1(db.CreateWebhook(ctx, store.Webhook{OrgID: f.org.ID, URL: "https://hooks.example.com/", Events: []string{"scaling_failed"}}))
+		}},
+		{"ListWebhooks", func(ctx context.Context) error { return ignore1(db.ListWebhooks(ctx, "")) }},
+		{"WebhooksFor", func(ctx context.Context) error { return ignore1(db.WebhooksFor(ctx, f.org.ID, "scaling_failed")) }},
+		{"DeleteWebhook", func(ctx context.Context) error { return db.DeleteWebhook(ctx, "", "whk_seed") }},
 	}
 }
 
@@ -1619,7 +1627,7 @@ func testScalingChangesAcrossDBs(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatalf("db1.RecordScalingCall() = %v", err)
 	}
-	both(scalingChange(store.ChangeScalingUpdated, app))
+	both(scalingChange(store.ChangeScalingDisarmed, app))
 	wantScaling(t, db2, tripped)
 
 	api, _ := mustDeclare(t, db1, declaration(org.ID, "api.example.com", ""), "tok_b", true)

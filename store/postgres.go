@@ -569,7 +569,7 @@ func (b *pgBackend) recordScalingCall(ctx context.Context, id string, c scalingC
 		if err != nil {
 			return err
 		}
-		return notify(ctx, tx, scalingChange(ChangeScalingUpdated, rec))
+		return notify(ctx, tx, scalingChange(callChangeKind(c), rec))
 	})
 	if err != nil {
 		return ScalingRecord{}, err
@@ -773,4 +773,44 @@ func (b *pgBackend) reconnect(ctx context.Context) *pgx.Conn {
 // database together do not reconnect in step.
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
+}
+
+// Webhooks.
+
+const pgWebhookCols = `id, org_id, url, secret, events, created_at`
+
+func pgScanWebhook(r pgx.Row) (Webhook, error) {
+	var w Webhook
+	if err := r.Scan(&w.ID, &w.OrgID, &w.URL, &w.Secret, &w.Events, &w.CreatedAt); err != nil {
+		return Webhook{}, pgErr(err)
+	}
+	w.Events = list(w.Events)
+	w.CreatedAt = w.CreatedAt.UTC()
+	return w, nil
+}
+
+func (b *pgBackend) insertWebhook(ctx context.Context, w Webhook) error {
+	_, err := b.pool.Exec(ctx,
+		`INSERT INTO webhooks (`+pgWebhookCols+`) VALUES ($1, $2, $3, $4, $5, $6)`,
+		w.ID, w.OrgID, w.URL, w.Secret, w.Events, w.CreatedAt)
+	return pgErr(err)
+}
+
+func (b *pgBackend) listWebhooks(ctx context.Context, orgID string) ([]Webhook, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT `+pgWebhookCols+` FROM webhooks WHERE ($1 = '' OR org_id = $1) ORDER BY created_at DESC, seq DESC`, orgID)
+	return pgCollect(rows, err, pgScanWebhook)
+}
+
+func (b *pgBackend) deleteWebhook(ctx context.Context, orgID, id string) error {
+	var org string
+	err := b.pool.QueryRow(ctx,
+		`DELETE FROM webhooks WHERE id = $1 AND ($2 = '' OR org_id = $2) RETURNING org_id`, id, orgID).Scan(&org)
+	return pgErr(err)
+}
+
+func (b *pgBackend) webhooksFor(ctx context.Context, orgID, event string) ([]Webhook, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT `+pgWebhookCols+` FROM webhooks WHERE org_id = $1 AND $2 = ANY (events) ORDER BY created_at, seq`, orgID, event)
+	return pgCollect(rows, err, pgScanWebhook)
 }

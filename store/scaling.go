@@ -235,7 +235,8 @@ func (db *DB) ListScalingRecords(ctx context.Context, orgID string) ([]ScalingRe
 // in any organization, and returns the record: LastCallAt = at (zero means
 // now), LastReason, LastStatus, and ConsecutiveFailures and Disarmed as
 // given (the controller owns the breaker rule). It leaves UpdatedAt alone
-// and publishes ChangeScalingUpdated. The error wraps ErrNotFound when
+// and publishes ChangeScalingDisarmed when disarmed is set,
+// ChangeScalingUpdated otherwise. The error wraps ErrNotFound when
 // there is no such record (deleted while the call was in flight, say).
 func (db *DB) RecordScalingCall(ctx context.Context, id string, at time.Time, reason string, status, consecutiveFailures int, disarmed bool) (ScalingRecord, error) {
 	if db.closed.Load() {
@@ -259,6 +260,16 @@ type scalingCall struct {
 	status   int
 	failures int
 	disarmed bool
+}
+
+// callChangeKind is the change a recorded call publishes:
+// ChangeScalingDisarmed when it leaves the record disarmed, so that every
+// server stops calling at once, ChangeScalingUpdated otherwise.
+func callChangeKind(c scalingCall) string {
+	if c.disarmed {
+		return ChangeScalingDisarmed
+	}
+	return ChangeScalingUpdated
 }
 
 // DeleteScalingRecord deletes the record (the admin API's disarm) and

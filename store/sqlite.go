@@ -553,7 +553,7 @@ func (b *sqliteBackend) recordScalingCall(ctx context.Context, id string, c scal
 	if err != nil {
 		return ScalingRecord{}, err
 	}
-	b.publish(scalingChange(ChangeScalingUpdated, rec))
+	b.publish(scalingChange(callChangeKind(c), rec))
 	return rec, nil
 }
 
@@ -674,4 +674,58 @@ func (b *sqliteBackend) listAudit(ctx context.Context, orgID string, limit int) 
 func (b *sqliteBackend) execForTest(ctx context.Context, query string) error {
 	_, err := b.w.ExecContext(ctx, query)
 	return sqliteErr(err)
+}
+
+// Webhooks.
+
+const sqliteWebhookCols = `id, org_id, url, secret, events, created_at`
+
+func sqliteScanWebhook(s scanner) (Webhook, error) {
+	var (
+		w               Webhook
+		events, created string
+	)
+	if err := s.Scan(&w.ID, &w.OrgID, &w.URL, &w.Secret, &events, &created); err != nil {
+		return Webhook{}, sqliteErr(err)
+	}
+	var err error
+	if w.Events, err = sqliteParseList(events); err != nil {
+		return Webhook{}, err
+	}
+	w.CreatedAt, err = sqliteParse(created)
+	return w, err
+}
+
+func (b *sqliteBackend) insertWebhook(ctx context.Context, w Webhook) error {
+	_, err := b.w.ExecContext(ctx,
+		`INSERT INTO webhooks (`+sqliteWebhookCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6)`,
+		w.ID, w.OrgID, w.URL, w.Secret, sqliteList(w.Events), sqliteFormat(w.CreatedAt))
+	return sqliteErr(err)
+}
+
+func (b *sqliteBackend) listWebhooks(ctx context.Context, orgID string) ([]Webhook, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT `+sqliteWebhookCols+` FROM webhooks WHERE (?1 = '' OR org_id = ?1) ORDER BY created_at DESC, seq DESC`, orgID)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanWebhook)
+}
+
+func (b *sqliteBackend) deleteWebhook(ctx context.Context, orgID, id string) error {
+	var org string
+	err := b.w.QueryRowContext(ctx,
+		`DELETE FROM webhooks WHERE id = ?1 AND (?2 = '' OR org_id = ?2) RETURNING org_id`, id, orgID).Scan(&org)
+	return sqliteErr(err)
+}
+
+func (b *sqliteBackend) webhooksFor(ctx context.Context, orgID, event string) ([]Webhook, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT `+sqliteWebhookCols+` FROM webhooks
+		WHERE org_id = ?1 AND EXISTS (SELECT 1 FROM json_each(webhooks.events) WHERE json_each.value = ?2)
+		ORDER BY created_at, seq`, orgID, event)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanWebhook)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/store"
 )
 
 // Headers every delivery carries.
@@ -67,25 +68,17 @@ const (
 	logKeyErr        = "err"
 )
 
-// Subscription is one organization's webhook: where events go and which.
-type Subscription struct {
-	// ID names the subscription in logs; the URL never appears there,
-	// since a path can be a credential.
-	ID string
-	// OrgID is the organization whose events are delivered.
-	OrgID string
-	// URL receives the POSTs. It is checked by the fence on every attempt.
-	URL string
-	// Secret keys the signature; "" sends no X-Aperio-Signature. It is
-	// never logged.
-	Secret string
-	// Events lists the event types delivered, such as "scaling_failed".
-	// An event not listed is not delivered; empty delivers nothing.
-	Events []string
-}
+// Subscription is one organization's webhook: where events go (URL,
+// checked by the fence on every attempt), which ones (Events; an event not
+// listed is not delivered) and the Secret that keys the signature ("" sends
+// no X-Aperio-Signature; never logged). Logs name it by ID only, since a
+// URL's path can be a credential. It is an alias of the store's type, so
+// *store.DB is a Lister as it is.
+type Subscription = store.Webhook
 
-// Lister finds the subscriptions an event goes to. WebhooksFor returns the subscriptions of orgID that list event; it
-// must be safe for concurrent use.
+// Lister finds the subscriptions an event goes to. WebhooksFor returns the
+// subscriptions of orgID that list event; it must be safe for concurrent
+// use. *store.DB implements it.
 type Lister interface {
 	WebhooksFor(ctx context.Context, orgID, event string) ([]Subscription, error)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 )
@@ -50,6 +51,7 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 		a.clientsCommand(),
 		a.tokensCommand(),
 		a.adminKeysCommand(),
+		a.webhooksCommand(),
 		a.maintenanceCommand(),
 		a.auditCommand(),
 		a.orgsCommand(),
@@ -202,6 +204,49 @@ func (a *apiCLI) adminKeysCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
 				return done("admin key " + args[0] + " deleted"), c.DeleteKey(ctx, args[0])
+			}, printDone)
+		},
+	}
+	cmd.AddCommand(create, list, del)
+	return cmd
+}
+
+func (a *apiCLI) webhooksCommand() *cobra.Command {
+	cmd := group("webhooks", "Subscribe URLs to server events, list and delete subscriptions")
+
+	var req admin.CreateWebhookRequest
+	create := &cobra.Command{
+		Use:   "create --url URL --events EVENT[,EVENT…] [--secret SECRET]",
+		Short: "Subscribe a URL to events: " + strings.Join(autoscale.EventTypes(), ", "),
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.Webhook, error) {
+				return c.CreateWebhook(ctx, req)
+			}, func(w io.Writer, wh admin.Webhook) { webhooksTable(w, []admin.Webhook{wh}) })
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&req.URL, "url", "", "URL receiving the deliveries (https unless the server allows http)")
+	f.StringSliceVar(&req.Events, "events", nil, "events to deliver, comma-separated or repeated: "+strings.Join(autoscale.EventTypes(), ", "))
+	f.StringVar(&req.Secret, "secret", "", "key of the X-Aperio-Signature HMAC (default: deliveries unsigned)")
+	f.StringVar(&req.OrgID, "org-id", "", "organization whose events are delivered (master token only; default: default)")
+	mustRequire(create, "url", "events")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List webhook subscriptions, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, (*admin.Client).Webhooks, webhooksTable)
+		},
+	}
+	del := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete a webhook subscription",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+				return done("webhook " + args[0] + " deleted"), c.DeleteWebhook(ctx, args[0])
 			}, printDone)
 		},
 	}
@@ -458,6 +503,13 @@ func keysTable(w io.Writer, ks []admin.Key) {
 // keyFields prints one admin key as name/value lines.
 func keyFields(w io.Writer, k admin.Key) {
 	fmt.Fprintf(w, "id\t%s\nname\t%s\nrole\t%s\norg_id\t%s\n", k.ID, cell(k.Name), k.Role, k.OrgID)
+}
+
+func webhooksTable(w io.Writer, ws []admin.Webhook) {
+	fmt.Fprintln(w, "ID\tURL\tEVENTS\tSIGNED\tORG\tCREATED")
+	for _, wh := range ws {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", wh.ID, cell(wh.URL), joined(wh.Events), yesNo(wh.Authenticated), wh.OrgID, when(&wh.CreatedAt))
+	}
 }
 
 func maintenanceTable(w io.Writer, ms []admin.Maintenance) {

@@ -343,6 +343,16 @@ func TestAPIExitCodes(t *testing.T) {
 		{"limit out of range", []string{"api", "audit", "--limit", "5000"}, 1, `aperio-client: limit "5000" is not a number from 1 to 1000`},
 		{"server down", []string{"api", "clients", "--server-url", closed.URL}, 1, "connection refused"},
 		{"duplicate org", []string{"api", "orgs", "create", "--name", "default"}, 1, `aperio-client: an organization named "default" already exists`},
+		{"webhook without url", []string{"api", "webhooks", "create", "--events", "scaling_failed"}, 2, `required flag(s) "url" not set`},
+		{"webhook without events", []string{"api", "webhooks", "create", "--url", "https://h.example.com/"}, 2, `required flag(s) "events" not set`},
+		{"webhook delete without id", []string{"api", "webhooks", "delete"}, 2, "accepts 1 arg(s), received 0"},
+		{"unknown webhook event", []string{"api", "webhooks", "create", "--url", "https://h.example.com/", "--events", "nope"}, 1,
+			`aperio-client: events[0]: "nope" is not one of scaling_requested, scaling_failed, scaling_disarmed`},
+		{"webhook over http", []string{"api", "webhooks", "create", "--url", "http://h.example.com/", "--events", "scaling_failed"}, 1,
+			"aperio-client: url is not permitted by the outbound policy: http is not permitted, only https"},
+		{"webhook role too low", []string{"api", "webhooks", "create", "--url", "https://h.example.com/", "--events", "scaling_failed", "--api-key", viewer.Secret}, 1,
+			"aperio-client: an admin key with role viewer may not do this"},
+		{"webhook not found", []string{"api", "webhooks", "delete", "whk_nope"}, 1, `aperio-client: webhook "whk_nope" not found`},
 	}
 	// The default organization exists once a token is minted without org_id.
 	ok(t, "api", "tokens", "create", "--name", "x", "--hostname", "a.example.com")
