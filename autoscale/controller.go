@@ -583,8 +583,12 @@ func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change
 		}
 		switch ch.Kind {
 		case store.ChangeScalingUpdated:
+			// An update of a record this server holds disarmed may be
+			// its re-arming by a client of another server: reload, or
+			// cold starts stay refused until the periodic reload.
 			c.mu.Lock()
-			known := c.byID[ch.ID] != nil
+			b := c.byID[ch.ID]
+			known := b != nil && (b.rec == nil || !b.rec.Disarmed)
 			c.mu.Unlock()
 			if known {
 				continue

@@ -235,3 +235,31 @@ func TestDisarmElsewhereSeenAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestRearmElsewhereSeenAtOnce: a record this server holds disarmed,
+// re-armed by a client of another server, is armed here as soon as the
+// change arrives, not at the periodic reload.
+func TestRearmElsewhereSeenAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := newFakeStore()
+		fs.changes = make(chan store.Change)
+		disarmed := rec("app.example.com")
+		disarmed.Disarmed = true
+		r := fs.put(disarmed)
+		h := newHarness(t, nil, func(c *Config, _ *harness) { c.Store = feedStore{fs} })
+		h.store = fs
+		synctest.Wait()
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); !errors.Is(err, ErrDisarmed) {
+			t.Fatalf("ColdStart of a disarmed record error = %v, want ErrDisarmed", err)
+		}
+
+		fs.mu.Lock()
+		fs.recs[r.ID].Disarmed = false
+		fs.mu.Unlock()
+		fs.publish(store.Change{Kind: store.ChangeScalingUpdated, ID: r.ID, OrgID: testOrg, Hostname: r.Hostname})
+		synctest.Wait()
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Errorf("ColdStart after a re-arm elsewhere error = %v, want a cold start at once, before the %v reload", err, DefaultRefreshInterval)
+		}
+	})
+}
