@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -426,6 +428,10 @@ type Start struct {
 	// succeededAt is when the call was accepted (zero until then, or after
 	// a failure); guarded by Controller.mu.
 	succeededAt time.Time
+	// parent is the span of the request that asked for the cold start
+	// (invalid when tracing is off): the hook call's span joins its trace.
+	// Set before the flight is published, never changed.
+	parent trace.SpanContext
 }
 
 func newStart() *Start {
@@ -510,6 +516,7 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 		return s, nil
 	}
 	s := newStart()
+	s.parent = trace.SpanContextFromContext(ctx)
 	d := b.decisionLocked(ReasonColdStart, 0, coldStartDesired(b.rec), samples{})
 	if q := b.queued; q != nil {
 		// A sampled decision is waiting; the empty pool makes it moot.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -406,6 +408,11 @@ type outcome struct {
 // callHook makes one call and records its outcome.
 func (c *Controller) callHook(ctx context.Context, it *item) {
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	if it.start != nil && it.start.parent.IsValid() {
+		// The call runs on the controller's context; a tracing Caller
+		// places its span in the trace of the request that asked for it.
+		cctx = trace.ContextWithSpanContext(cctx, it.start.parent)
+	}
 	status, retryAfter, err := c.caller.Call(cctx, it.call)
 	cancel()
 	now := time.Now()

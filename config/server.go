@@ -48,6 +48,9 @@ func DefaultServer() Server {
 		ScalingRecordTTL:         30 * day,
 		ScalingMaxHeld:           1000,
 		ScalingMaxCallsPerMinute: 60,
+		AccessLog:                true,
+		ServerTiming:             true,
+		OTelSampleRate:           1,
 		LogLevel:                 "info",
 		LogFormat:                "text",
 	}
@@ -90,6 +93,10 @@ func serverSettings() []setting[Server] {
 		listSetting("outbound_allowlist", "host, *.domain and CIDR patterns outbound calls may reach", func(c *S) *[]string { return &c.OutboundAllowlist }, nil),
 		boolSetting("outbound_block_private", "refuse outbound calls to internal addresses", func(c *S) *bool { return &c.OutboundBlockPrivate }),
 		stringSetting("metrics_token", "bearer token of /metrics; unset answers 404", func(c *S) *string { return &c.MetricsToken }).secret(),
+		boolSetting("access_log", "one log line per proxied request (logger=access)", func(c *S) *bool { return &c.AccessLog }),
+		boolSetting("access_log_ips", "visitor addresses in access log lines", func(c *S) *bool { return &c.AccessLogIPs }),
+		boolSetting("server_timing", "Server-Timing header on answers that waited", func(c *S) *bool { return &c.ServerTiming }),
+		floatSetting("otel_sample_rate", "fraction of traces sampled when OTEL_EXPORTER_OTLP_* turns tracing on", func(c *S) *float64 { return &c.OTelSampleRate }),
 		enumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).alias("LOG_LEVEL"),
 		enumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }),
 	}
@@ -217,6 +224,9 @@ func (s Server) problems(src *Sources) []*Error {
 		if !validOutboundPattern(p) {
 			v.add("outbound_allowlist", "%q is not a hostname, *.domain, IP address or CIDR prefix", p)
 		}
+	}
+	if s.OTelSampleRate < 0 || s.OTelSampleRate > 1 || s.OTelSampleRate != s.OTelSampleRate {
+		v.add("otel_sample_rate", "must be between 0 and 1, got %g", s.OTelSampleRate)
 	}
 	v.oneOf("log_level", s.LogLevel, logLevels)
 	v.oneOf("log_format", s.LogFormat, logFormats)

@@ -46,6 +46,10 @@ var serverLoadCases = []struct {
 			"scaling_max_held = 1000  # default",
 			"scaling_max_calls_per_minute = 60  # default",
 			"metrics_token = <unset>  # default",
+			"access_log = true  # default",
+			"access_log_ips = false  # default",
+			"server_timing = true  # default",
+			"otel_sample_rate = 1  # default",
 			"log_level = info  # default",
 			"log_format = text  # default",
 		},
@@ -422,6 +426,16 @@ var serverErrorCases = []struct {
 		},
 	},
 	{
+		name: "sample rate outside [0,1]",
+		file: "server.token: t\notel_sample_rate: 1.5\n",
+		want: []string{"config: otel_sample_rate (aperio-server.yaml:2): must be between 0 and 1, got 1.5"},
+	},
+	{
+		name: "negative sample rate from env",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_OTEL_SAMPLE_RATE": "-0.1"},
+		want: []string{"config: otel_sample_rate (env APERIO_OTEL_SAMPLE_RATE): must be between 0 and 1, got -0.1"},
+	},
+	{
 		name: "zero where it cannot work",
 		file: "server.token: t\ngateway_timeout: 0\nmax_concurrent_requests: 0\n",
 		want: []string{
@@ -664,6 +678,10 @@ func TestServerKeys(t *testing.T) {
 		{"outbound_allowlist", "APERIO_OUTBOUND_ALLOWLIST", nil, false},
 		{"outbound_block_private", "APERIO_OUTBOUND_BLOCK_PRIVATE", nil, false},
 		{"max_body_size", "APERIO_MAX_BODY_SIZE", nil, false},
+		{"access_log", "APERIO_ACCESS_LOG", nil, false},
+		{"access_log_ips", "APERIO_ACCESS_LOG_IPS", nil, false},
+		{"server_timing", "APERIO_SERVER_TIMING", nil, false},
+		{"otel_sample_rate", "APERIO_OTEL_SAMPLE_RATE", nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -683,7 +701,7 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("ServerKeys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 35 {
-		t.Errorf("len(ServerKeys()) = %d, want 35", len(keys))
+	if len(keys) != 39 {
+		t.Errorf("len(ServerKeys()) = %d, want 39", len(keys))
 	}
 }

@@ -118,6 +118,20 @@ type Server struct {
 	// MetricsToken is the bearer token of /metrics (metrics_token). Empty
 	// means /metrics answers 404. Secret.
 	MetricsToken string
+	// AccessLog writes one line per proxied request, in log_format, with
+	// logger=access (access_log). Default on.
+	AccessLog bool
+	// AccessLogIPs adds the visitor's address to access log lines
+	// (access_log_ips). Default off.
+	AccessLogIPs bool
+	// ServerTiming adds Server-Timing (aperio-queue, aperio-hold) to
+	// answers that waited for a permit or a cold start (server_timing).
+	// Default on.
+	ServerTiming bool
+	// OTelSampleRate is the fraction of traces started here that are
+	// sampled when tracing is on (the OTEL_EXPORTER_OTLP_* environment
+	// names an endpoint), in [0,1] (otel_sample_rate). Default 1.
+	OTelSampleRate float64
 
 	// LogLevel is debug, info, warn or error (log_level, also LOG_LEVEL).
 	// Default info.

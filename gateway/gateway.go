@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
@@ -37,6 +39,14 @@ type Options struct {
 	// Store, when set, is used instead of opening the one the
 	// configuration names; its caller closes it.
 	Store *store.DB
+	// AccessLog receives the access log (one line per proxied request,
+	// when access_log is on); nil means Logger. main gives it a handler of
+	// its own, so that log_level does not silence it.
+	AccessLog *slog.Logger
+	// TracerProvider, when set, turns tracing on: spans of every proxied
+	// request and scaling hook call. Nil means tracing is off. Its creator
+	// shuts it down.
+	TracerProvider trace.TracerProvider
 }
 
 // Gateway is a running aperio-server. Create it with New, run it with
@@ -50,6 +60,9 @@ type Gateway struct {
 	started time.Time
 
 	metrics *telemetry.Metrics
+	calls   *callCounts  // scaling hook calls by reason and outcome
+	tracer  trace.Tracer // nil when tracing is off
+	proxy   http.Handler // the router, observed: visitors' requests
 	api     http.Handler // the admin API under /aperio/api
 	db      *store.DB
 	ctl     *autoscale.Controller // nil unless scaling is on
@@ -114,6 +127,13 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 			return nil, err
 		}
 	}
+	if opts.TracerProvider != nil {
+		g.tracer = opts.TracerProvider.Tracer(telemetry.TracerName)
+	}
+	if g.metrics, err = telemetry.NewMetrics(); err != nil {
+		return nil, err
+	}
+	g.calls = new(callCounts)
 	var scaler router.Scaler
 	if cfg.Scaling {
 		scaler = lazyScaler{g}
@@ -135,6 +155,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		FailoverWindow:        cfg.FailoverWindow,
 		Fallbacks:             cfg.Fallbacks,
 		Logger:                log,
+		Tracer:                g.tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -161,12 +182,21 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		return nil, err
 	}
 	g.tunnels = ts
-	if g.metrics, err = telemetry.NewMetrics(); err != nil {
-		return nil, err
-	}
 	if err := g.registerMetrics(); err != nil {
 		return nil, err
 	}
+	obs := telemetry.ObserverConfig{Meter: g.metrics.Meter(), AccessLogIPs: cfg.AccessLogIPs, ServerTiming: cfg.ServerTiming, Tracer: g.tracer}
+	if cfg.AccessLog {
+		obs.AccessLog = opts.AccessLog
+		if obs.AccessLog == nil {
+			obs.AccessLog = log
+		}
+	}
+	observer, err := telemetry.NewObserver(obs)
+	if err != nil {
+		return nil, err
+	}
+	g.proxy = observer.Wrap(g.router)
 	g.metricsHandler = g.metrics.Handler(cfg.MetricsToken)
 	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Outbound: g.fence, Logger: log})
 	if err != nil {
@@ -202,7 +232,7 @@ func (g *Gateway) Handler() http.Handler {
 			return
 		}
 		if !strings.HasPrefix(p, "/aperio/") {
-			g.router.ServeHTTP(w, r)
+			g.proxy.ServeHTTP(w, r)
 			return
 		}
 		if p == admin.Prefix || strings.HasPrefix(p, admin.Prefix+"/") {

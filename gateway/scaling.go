@@ -153,7 +153,7 @@ func (g *Gateway) newController() error {
 	g.ctl, err = autoscale.New(autoscale.Config{
 		Store:             g.db,
 		Pool:              poolView{g.router},
-		Caller:            autoscale.NewHTTPCaller(g.fence),
+		Caller:            observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer},
 		Events:            g.hooks,
 		Logger:            g.log,
 		MaxCallsPerMinute: g.cfg.ScalingMaxCallsPerMinute,

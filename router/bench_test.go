@@ -2,6 +2,10 @@ package router
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +53,41 @@ func TestAdmissionAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("match+acquire+release allocates %v times per request, want 0", allocs)
+	}
+}
+
+// benchConn answers every request with the same small body, keeping
+// nothing, so a benchmark measures the router and not its fake.
+type benchConn struct{ fakeConn }
+
+func (c *benchConn) RoundTrip(req *http.Request, service string) (*http.Response, error) {
+	return &http.Response{
+		StatusCode:    200,
+		Header:        http.Header{"Content-Type": {"text/plain"}},
+		ContentLength: 5,
+		Body:          io.NopCloser(strings.NewReader("hello")),
+	}, nil
+}
+
+// discardWriter is a ResponseWriter that keeps only its header map.
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkServeHTTP measures one whole proxied request in the router, the
+// tunnel faked: the ip bucket, the route, a permit, the global slot, the
+// exchange and the copy of a 5-byte response.
+func BenchmarkServeHTTP(b *testing.B) {
+	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100})
+	rt.update(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"))
+	req := httptest.NewRequest(http.MethodGet, "http://app.example.com/index.html", nil)
+	w := &discardWriter{}
+	b.ReportAllocs()
+	for b.Loop() {
+		req.Header = http.Header{}
+		w.h = http.Header{}
+		rt.ServeHTTP(w, req)
 	}
 }

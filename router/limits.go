@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/aperio-dev/aperio/telemetry"
 )
 
 // limitKind names a 429's cause in x-aperio-limit and in metrics.
@@ -42,9 +44,10 @@ var limitHeader = func() (h [numLimitKinds][]string) {
 
 var retryAfterOne = []string{"1"}
 
-// refuse answers 429 for kind and counts it.
-func (rt *Router) refuse(w http.ResponseWriter, kind limitKind) {
+// refuse answers 429 for kind, counts it and records it in rec.
+func (rt *Router) refuse(w http.ResponseWriter, rec *telemetry.Request, kind limitKind) {
 	rt.limited[kind].Add(1)
+	rec.Limit = limitInfo[kind].kind
 	h := w.Header()
 	h["X-Aperio-Limit"] = limitHeader[kind]
 	if limitInfo[kind].refills {
@@ -87,6 +90,9 @@ func (rt *Router) releaseGlobal() { rt.global.Add(-1) }
 
 // InFlight returns the proxied requests in flight now.
 func (rt *Router) InFlight() int64 { return rt.global.Load() }
+
+// Held returns the requests held for a cold start now.
+func (rt *Router) Held() int64 { return rt.held.Load() }
 
 // ipLimiter is the per-visitor token bucket. Its table is bounded: past
 // maxIPs entries, buckets that have refilled completely (visitors that went

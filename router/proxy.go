@@ -11,13 +11,29 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/internal/bufpool"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
-// ServeHTTP proxies a visitor's request to a client serving its hostname.
+// ServeHTTP proxies a visitor's request to a client serving its hostname;
+// see Proxy.
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var rec telemetry.Request
+	rt.Proxy(w, r, &rec)
+}
+
+// Proxy proxies a visitor's request to a client serving its hostname, and
+// records in rec what it went through: the hostname, whether a bind
+// matched, the client that served it, the limit that refused it, and the
+// time it waited in a queue or was held for a cold start.
 //
 // The chain: the visitor's token bucket (429 ip); maintenance (503); the
 // route (502 when nobody serves the hostname); a permit on a client of the
@@ -25,19 +41,34 @@ import (
 // busy (429 client-concurrency) or none is routable (504); a global slot,
 // taken only once a client is chosen (429 server-concurrency); then the
 // exchange, with failover when the client vanishes before answering.
-func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.Request) {
+	var routeStart time.Time
+	if rt.tracer != nil {
+		routeStart = time.Now()
+	}
 	ip := remoteIP(r.RemoteAddr)
+	host := hostname.Normalize(r.Host)
+	rec.Hostname = host
 	if rt.ips != nil && !rt.ips.allow(ip, time.Now()) {
-		rt.refuse(w, limitIP)
+		// Only refusals pay for the match: it names the hostname in metrics.
+		rec.Routed = rt.table.Load().match(host, r.URL.Path) != nil
+		rt.refuse(w, rec, limitIP)
 		return
 	}
-	host := hostname.Normalize(r.Host)
 	if _, ok := (*rt.maintenance.Load())[host]; ok {
 		w.Header().Set("Retry-After", "60")
 		http.Error(w, "aperio: "+host+" is down for maintenance", http.StatusServiceUnavailable)
 		return
 	}
 	p := rt.table.Load().match(host, r.URL.Path)
+	rec.Routed = p != nil
+	if rt.tracer != nil {
+		_, sp := rt.tracer.Start(r.Context(), telemetry.SpanRoute, trace.WithTimestamp(routeStart))
+		if p != nil {
+			sp.SetAttributes(attribute.String("aperio.bind", p.pattern+p.path))
+		}
+		sp.End()
+	}
 	if p == nil || !rt.live(p) {
 		rt.nothingCanServe(w, r, host, errNoRoute)
 		return
@@ -64,7 +95,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prepareOutbound(r, tunnel.IsUpgrade(r.Header))
-	rt.dispatch(w, r, host, p, body, visitor)
+	rt.dispatch(w, r, host, p, body, visitor, rec)
 }
 
 // live reports whether p may still serve: it has members, or lost its last
@@ -79,7 +110,7 @@ func (rt *Router) live(p *pool) bool {
 
 // dispatch acquires a client and performs the exchange, re-dispatching per
 // the failover policy.
-func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, p *pool, body *countingBody, visitor netip.Addr) {
+func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, p *pool, body *countingBody, visitor netip.Addr, rec *telemetry.Request) {
 	ctx := r.Context()
 	start := time.Now()
 	wt := &waiter{ip: visitor}
@@ -93,18 +124,25 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 		wt.held, wt.maxHeld = true, rt.cfg.MaxHeld
 	}
 	for jumps := 0; ; jumps++ {
+		if wt.held {
+			rt.held.Add(1)
+		}
 		s, err := p.acquire(ctx, rt.strategy, timeout, wait, wt)
+		if wt.held {
+			rt.held.Add(-1)
+		}
+		rt.recordWait(ctx, wt, rec)
 		if err != nil {
 			switch {
 			case errors.Is(err, errHeldFull):
 				w.Header().Set("Retry-After", "5")
 				http.Error(w, "aperio: too many requests are waiting for "+host+" to start", http.StatusServiceUnavailable)
 			case errors.Is(err, errQueueFull), errors.Is(err, errAllAtLimit):
-				rt.refuse(w, limitClientConcurrency)
+				rt.refuse(w, rec, limitClientConcurrency)
 			case errors.Is(err, errQueueTimeout):
 				var arr [16]*service
 				if len(p.candidates(arr[:0])) > 0 {
-					rt.refuse(w, limitClientConcurrency) // clients were there, all busy
+					rt.refuse(w, rec, limitClientConcurrency) // clients were there, all busy
 				} else {
 					rt.nothingCanServe(w, r, host, errQueueTimeout)
 				}
@@ -119,11 +157,21 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 		}
 		if !rt.takeGlobal() {
 			s.release()
-			rt.refuse(w, limitServerConcurrency)
+			rt.refuse(w, rec, limitServerConcurrency)
 			return
+		}
+		rec.ClientID = s.conn.ID()
+		var span trace.Span
+		if rt.tracer != nil {
+			span = rt.startDispatch(ctx, r, rec.ClientID)
 		}
 		resp, err := s.conn.RoundTrip(r, s.id)
 		if err != nil {
+			if span != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, "exchange failed")
+				span.End()
+			}
 			rt.releaseGlobal()
 			if errors.Is(err, tunnel.ErrSessionClosed) && sessionEnded(s.conn) {
 				// Not detached yet, but over: its permit must not pass to a
@@ -167,11 +215,50 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 			}
 			continue
 		}
+		if span != nil {
+			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+		}
 		rt.respond(w, r, s, resp)
+		if span != nil {
+			span.End()
+		}
 		rt.releaseGlobal()
 		s.release()
 		return
 	}
+}
+
+// recordWait adds the time wt spent queued, if it queued, to rec's queue
+// wait or, for a request held for a cold start, to its hold time, and
+// records it as a span when tracing is on. Requests that found a permit
+// at once never queued and pay no clock read here.
+func (rt *Router) recordWait(ctx context.Context, wt *waiter, rec *telemetry.Request) {
+	if wt.enq.IsZero() {
+		return
+	}
+	waited := time.Since(wt.enq)
+	name := telemetry.SpanQueueWait
+	if wt.held {
+		rec.Hold += waited
+		name = telemetry.SpanColdHold
+	} else {
+		rec.QueueWait += waited
+	}
+	if rt.tracer != nil {
+		_, sp := rt.tracer.Start(ctx, name, trace.WithTimestamp(wt.enq))
+		sp.End(trace.WithTimestamp(wt.enq.Add(waited)))
+	}
+}
+
+// startDispatch starts the span of one exchange through the tunnel and
+// puts its traceparent on the outbound request, so the backend's own
+// spans join the visitor's trace. It replaces a traceparent the visitor
+// sent: the visitor's is the request span's parent.
+func (rt *Router) startDispatch(ctx context.Context, r *http.Request, clientID string) trace.Span {
+	dctx, span := rt.tracer.Start(ctx, telemetry.SpanDispatch, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("aperio.client_id", clientID)))
+	propagation.TraceContext{}.Inject(dctx, propagation.HeaderCarrier(r.Header))
+	return span
 }
 
 // sessionEnded reports whether c's session is over: a *tunnel.Session

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -61,6 +63,11 @@ type Config struct {
 	Cache *cache.Cache
 	// Logger receives routing diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Tracer, when set, records each request's route selection, queue
+	// wait, cold-start hold and dispatch as spans under the span in the
+	// request's context, and sends the dispatch span's traceparent to the
+	// backend. Nil means tracing is off: no span, no clock read for one.
+	Tracer trace.Tracer
 }
 
 // Router routes visitor requests to connected clients. It implements
@@ -73,6 +80,8 @@ type Router struct {
 	failover failoverPolicy
 	ips      *ipLimiter
 	global   atomic.Int64 // proxied requests in flight
+	held     atomic.Int64 // requests held for a cold start
+	tracer   trace.Tracer // nil when tracing is off
 
 	table       atomic.Pointer[table]               // read lock-free on every request
 	maintenance atomic.Pointer[map[string]struct{}] // hostnames in maintenance
@@ -106,6 +115,7 @@ func New(cfg Config) (*Router, error) {
 	rt := &Router{
 		cfg:     cfg,
 		log:     log,
+		tracer:  cfg.Tracer,
 		clients: make(map[Conn]*clientEntry),
 		pools:   make(map[bindKey]*pool),
 		members: make(map[bindKey]map[*clientEntry][]*service),

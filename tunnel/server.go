@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -73,7 +74,14 @@ type Server struct {
 	closing  bool
 
 	wg sync.WaitGroup // one per running session handler
+
+	bytesIn, bytesOut atomic.Int64 // tunnel bytes, every session's
 }
+
+// Bytes returns the bytes received from and sent to clients over every
+// tunnel since the server started: yamux frames (requests, responses and
+// control messages), WebSocket framing excluded. It does not block.
+func (s *Server) Bytes() (in, out int64) { return s.bytesIn.Load(), s.bytesOut.Load() }
 
 // NewServer returns a Server, or an error if cfg is incomplete.
 func NewServer(cfg ServerConfig) (*Server, error) {
@@ -151,6 +159,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := context.WithoutCancel(r.Context())
 	conn := newWSConn(ws)
+	conn.rx, conn.tx = &s.bytesIn, &s.bytesOut
 	mux, err := yamux.Server(conn, yamuxConfig())
 	if err != nil {
 		conn.Close()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -35,6 +36,10 @@ type wsConn struct {
 	hbuf [yamuxHeaderSize]byte
 
 	closeOnce sync.Once
+
+	// rx and tx, when set, count the bytes read and written (yamux frames,
+	// WebSocket framing excluded) into totals shared by every session.
+	rx, tx *atomic.Int64
 }
 
 func newWSConn(ws *websocket.Conn) *wsConn {
@@ -67,6 +72,9 @@ func (c *wsConn) Read(p []byte) (int, error) {
 			c.r = r
 		}
 		n, err := c.r.Read(p)
+		if c.rx != nil && n > 0 {
+			c.rx.Add(int64(n))
+		}
 		if err == io.EOF {
 			c.r = nil
 			if n > 0 {
@@ -101,6 +109,7 @@ func (c *wsConn) Write(p []byte) (int, error) {
 		if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
 			return 0, err
 		}
+		c.count(len(p))
 		return len(p), nil
 	}
 	// p is the body of the held header.
@@ -118,7 +127,15 @@ func (c *wsConn) Write(p []byte) (int, error) {
 	if err := w.Close(); err != nil {
 		return 0, err
 	}
+	c.count(yamuxHeaderSize + len(p))
 	return len(p), nil
+}
+
+// count adds n written bytes to tx, if set.
+func (c *wsConn) count(n int) {
+	if c.tx != nil {
+		c.tx.Add(int64(n))
+	}
 }
 
 // Close sends a close message (best effort, bounded) and closes the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
+	"github.com/aperio-dev/aperio/telemetry"
 )
 
 func main() {
@@ -61,9 +63,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
 			}
+			// The access log is a stream of its own: always at info, in
+			// log_format, whatever log_level says of diagnostics.
+			access, err := logging.New(stderr, "info", cfg.LogFormat)
+			if err != nil {
+				fmt.Fprintln(stderr, err)
+				return exitcode.ErrUsage
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			g, err := gateway.New(ctx, cfg, gateway.Options{Logger: log})
+			gopts := gateway.Options{Logger: log, AccessLog: access}
+			if telemetry.TracingEnabled(os.Getenv) {
+				tr, err := telemetry.NewTracing(ctx, cfg.OTelSampleRate)
+				if err != nil {
+					log.Error("tracing failed to start", "err", err)
+					return exitcode.ErrFailure
+				}
+				defer func() {
+					sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					if err := tr.Shutdown(sctx); err != nil {
+						log.Warn("spans not exported at shutdown", "err", err)
+					}
+				}()
+				gopts.TracerProvider = tr.Provider()
+				log.Info("tracing on", "sample_rate", cfg.OTelSampleRate)
+			}
+			g, err := gateway.New(ctx, cfg, gopts)
 			if err != nil {
 				log.Error("server failed to start", "err", err)
 				return exitcode.ErrFailure

@@ -1,0 +1,47 @@
+package telemetry
+
+import (
+	"net/http"
+	"time"
+)
+
+// Request holds what one proxied request went through, measured once and
+// read by everything that reports on it: the request metrics, the access
+// log line, the Server-Timing header and the request's span. The proxy
+// fills Hostname, Routed, ClientID, Limit, QueueWait and Hold; the
+// Observer fills the rest. It belongs to one request and is not safe for
+// concurrent use.
+type Request struct {
+	// Start is when the request reached the server.
+	Start time.Time
+	// Hostname is the request's hostname, normalized (lowercase, no port).
+	Hostname string
+	// Routed is set when a bind matched the hostname and path; metrics
+	// label only routed hostnames by name (see HostLabelLimit).
+	Routed bool
+	// ClientID is the tunnel session that served the request; empty when
+	// none did.
+	ClientID string
+	// Limit is the x-aperio-limit kind that refused the request with 429
+	// ("ip", "server-concurrency", "client-concurrency", "token-rate");
+	// empty when no limit refused it.
+	Limit string
+	// QueueWait is the time spent waiting in a pool's queue for a
+	// client's permit; zero when a permit was free at once.
+	QueueWait time.Duration
+	// Hold is the time spent held for a cold start; zero when none.
+	Hold time.Duration
+	// Status is the status answered; 101 for a switched protocol, 0 when
+	// nothing was answered (the visitor left first).
+	Status int
+	// Bytes counts the response body bytes written to the visitor.
+	Bytes int64
+	// Duration is the time from Start to the end of the response.
+	Duration time.Duration
+}
+
+// Proxy is what an Observer wraps: a handler that records its part of a
+// request's facts in rec as it serves it. rec is never nil.
+type Proxy interface {
+	Proxy(w http.ResponseWriter, r *http.Request, rec *Request)
+}
