@@ -89,6 +89,12 @@ type testServer struct {
 // is nil. roots is the pool trusting cfg's certificate when TLS is on.
 func startServer(t testing.TB, cfg config.Server, ln net.Listener, roots *x509.CertPool) *testServer {
 	t.Helper()
+	return startServerWith(t, cfg, ln, roots, gateway.Options{Logger: testLogger()})
+}
+
+// startServerWith is startServer with the gateway's options given.
+func startServerWith(t testing.TB, cfg config.Server, ln net.Listener, roots *x509.CertPool, opts gateway.Options) *testServer {
+	t.Helper()
 	if ln == nil {
 		var err error
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
@@ -96,7 +102,7 @@ func startServer(t testing.TB, cfg config.Server, ln net.Listener, roots *x509.C
 			t.Fatalf("net.Listen(tcp, 127.0.0.1:0) = %v", err)
 		}
 	}
-	gw, err := gateway.New(context.Background(), cfg, gateway.Options{Logger: testLogger()})
+	gw, err := gateway.New(context.Background(), cfg, opts)
 	if err != nil {
 		ln.Close()
 		t.Fatalf("gateway.New() = %v, want nil", err)

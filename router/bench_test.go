@@ -1,12 +1,20 @@
 package router
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aperio-dev/aperio/telemetry"
 )
 
 // BenchmarkAdmission measures route selection and admission, the work the
@@ -80,14 +88,52 @@ func (w *discardWriter) WriteHeader(int)             {}
 // tunnel faked: the ip bucket, the route, a permit, the global slot, the
 // exchange and the copy of a 5-byte response.
 func BenchmarkServeHTTP(b *testing.B) {
-	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100})
+	benchRequests(b, benchRouter(b, nil))
+}
+
+// benchRouter returns a router with one client serving app.example.com.
+func benchRouter(b *testing.B, tracer trace.Tracer) *Router {
+	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100, Tracer: tracer})
 	rt.update(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"))
+	return rt
+}
+
+// benchRequests sends b.N requests for app.example.com to h.
+func benchRequests(b *testing.B, h http.Handler) {
 	req := httptest.NewRequest(http.MethodGet, "http://app.example.com/index.html", nil)
 	w := &discardWriter{}
 	b.ReportAllocs()
 	for b.Loop() {
 		req.Header = http.Header{}
 		w.h = http.Header{}
-		rt.ServeHTTP(w, req)
+		h.ServeHTTP(w, req)
+	}
+}
+
+// BenchmarkObservedServeHTTP is BenchmarkServeHTTP behind the server's
+// telemetry.Observer: request metrics, Server-Timing and a JSON access log
+// line (to io.Discard) on every request, with tracing off (no tracer: no
+// span, no context) and on (every request sampled, spans recorded but not
+// exported).
+func BenchmarkObservedServeHTTP(b *testing.B) {
+	for _, tracing := range []bool{false, true} {
+		b.Run("tracing="+strconv.FormatBool(tracing), func(b *testing.B) {
+			m, err := telemetry.NewMetrics()
+			if err != nil {
+				b.Fatal(err)
+			}
+			ocfg := telemetry.ObserverConfig{Meter: m.Meter(), ServerTiming: true,
+				AccessLog: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+			if tracing {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+				b.Cleanup(func() { tp.Shutdown(context.Background()) })
+				ocfg.Tracer = tp.Tracer(telemetry.TracerName)
+			}
+			o, err := telemetry.NewObserver(ocfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchRequests(b, o.Wrap(benchRouter(b, ocfg.Tracer)))
+		})
 	}
 }

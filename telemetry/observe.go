@@ -174,13 +174,13 @@ func (o *Observer) record(ctx context.Context, rec *Request) {
 		host = rec.Hostname
 	}
 	l := o.hosts.get(host)
-	o.requests.Add(ctx, 1, l.status[statusClass(rec.Status)])
-	o.duration.Record(ctx, rec.Duration.Seconds(), l.host)
+	o.requests.Add(ctx, 1, l.status[statusClass(rec.Status)]...)
+	o.duration.Record(ctx, rec.Duration.Seconds(), l.host...)
 	if rec.QueueWait > 0 {
-		o.wait.Record(ctx, rec.QueueWait.Seconds(), l.host)
+		o.wait.Record(ctx, rec.QueueWait.Seconds(), l.host...)
 	}
 	if rec.Hold > 0 {
-		o.hold.Record(ctx, rec.Hold.Seconds(), l.host)
+		o.hold.Record(ctx, rec.Hold.Seconds(), l.host...)
 	}
 }
 
@@ -248,11 +248,11 @@ func statusClass(status int) int {
 }
 
 // hostOptions are one hostname's precomputed metric options: building an
-// attribute set allocates, so it is done once per hostname, not per
-// request.
+// attribute set allocates, and so does a variadic argument list built at
+// the call, so both are done once per hostname, not per request.
 type hostOptions struct {
-	host   metric.RecordOption
-	status [len(statusClasses)]metric.AddOption
+	host   []metric.RecordOption
+	status [len(statusClasses)][]metric.AddOption
 }
 
 // hostLabels bounds the hostname label: the first limit hostnames get
@@ -274,9 +274,9 @@ func newHostLabels(limit int) *hostLabels {
 }
 
 func newHostOptions(host string) *hostOptions {
-	ho := &hostOptions{host: metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrHostname, host)))}
+	ho := &hostOptions{host: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrHostname, host)))}}
 	for i, c := range statusClasses {
-		ho.status[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrHostname, host), attribute.String(AttrStatusClass, c)))
+		ho.status[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrHostname, host), attribute.String(AttrStatusClass, c)))}
 	}
 	return ho
 }
