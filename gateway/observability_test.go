@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -230,6 +231,14 @@ func TestObservabilityEndToEnd(t *testing.T) {
 		t.Fatalf("fifth request = %d, want 429 from ip_limit_max 4", resp.StatusCode)
 	}
 
+	// A request is recorded after its answer left: metrics first, then
+	// its access line, then its span. Once the fifth line is written,
+	// every figure below is final.
+	poll(t, waitFor, func() (bool, string) {
+		n := len(access.lines(t))
+		return n >= 5, fmt.Sprintf("%d access lines, want 5", n)
+	})
+
 	t.Run("metrics", func(t *testing.T) {
 		m := scrapeMetrics(t, visitor, srv, "m-token")
 		for _, want := range []string{
@@ -382,7 +391,8 @@ func spanNames(spans []*tracepb.Span) string {
 
 // TestServerTimingQueueWait: a request that queued behind another for the
 // client's only permit carries Server-Timing aperio-queue, one that did not
-// wait carries none, and server_timing off removes it.
+// wait carries none, and server_timing off removes it. The access log,
+// switched with it here, logs the wait, or nothing when off.
 func TestServerTimingQueueWait(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		t.Run("server_timing="+strconv.FormatBool(on), func(t *testing.T) {
@@ -398,7 +408,10 @@ func TestServerTimingQueueWait(t *testing.T) {
 			cfg := serverConfig(t)
 			cfg.MetricsToken = "m-token"
 			cfg.ServerTiming = on
-			srv := startServer(t, cfg, nil, nil)
+			cfg.AccessLog = on
+			access := &syncBuffer{}
+			srv := startServerWith(t, cfg, nil, nil, gateway.Options{Logger: testLogger(),
+				AccessLog: slog.New(slog.NewJSONHandler(access, nil))})
 			ac := agentConfig(srv, service(backend.URL))
 			ac.MaxConcurrent = 1
 			startAgent(t, srv, ac)
@@ -445,11 +458,35 @@ func TestServerTimingQueueWait(t *testing.T) {
 			if !on && st != "" {
 				t.Errorf("queued request with server_timing off: Server-Timing = %q, want none", st)
 			}
-			if on {
+			// Each request is recorded after its answer left: metrics
+			// first, then the access line.
+			poll(t, waitFor, func() (bool, string) {
 				m := scrapeMetrics(t, visitor, srv, "m-token")
-				if want := `aperio_queue_wait_seconds_count{hostname="app.test"} 1`; !strings.Contains(m, want+"\n") {
-					t.Errorf("/metrics lacks %q", want)
+				return strings.Contains(m, `aperio_request_duration_seconds_count{hostname="app.test"} 2`+"\n"), "2 requests not yet recorded"
+			})
+			var lines []map[string]any
+			if on {
+				poll(t, waitFor, func() (bool, string) {
+					lines = access.lines(t)
+					return len(lines) >= 2, fmt.Sprintf("%d access lines, want 2", len(lines))
+				})
+			}
+			if !on {
+				if lines = access.lines(t); len(lines) != 0 {
+					t.Errorf("access_log off: %d access lines, want none", len(lines))
 				}
+				return
+			}
+			m := scrapeMetrics(t, visitor, srv, "m-token")
+			if want := `aperio_queue_wait_seconds_count{hostname="app.test"} 1`; !strings.Contains(m, want+"\n") {
+				t.Errorf("/metrics lacks %q", want)
+			}
+			waits := map[string]float64{}
+			for _, l := range lines {
+				waits[l["path"].(string)] = l["queue_wait_ms"].(float64)
+			}
+			if len(lines) != 2 || waits["/slow"] != 0 || waits["/queued"] <= 0 {
+				t.Errorf("access lines' queue_wait_ms = %v (%d lines), want /slow 0 and /queued > 0", waits, len(lines))
 			}
 		})
 	}
