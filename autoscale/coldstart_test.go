@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TestColdStartSingleFlight proves that a burst of 10,000 concurrent
@@ -273,6 +275,38 @@ func TestQueuedScaleOutReevaluatedWhenPoolChanges(t *testing.T) {
 		last := calls[len(calls)-1]
 		if last.Body.Hostname != "app.example.com" || last.Body.Current != 3 || last.Body.Desired != 4 {
 			t.Errorf("last call %+v, want app.example.com 3 → 4", last.Body)
+		}
+	})
+}
+
+// TestColdStartCallCarriesRequestSpan proves that the hook call of a cold
+// start runs under the span context of the request that asked for it, so
+// a tracing Caller's span joins that request's trace; a request joining
+// the flight later does not change it.
+func TestColdStartCallCarriesRequestSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		h.caller.hold = make(chan struct{})
+		span := func(b byte) trace.SpanContext {
+			return trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{b, 1}, SpanID: trace.SpanID{b, 2}, TraceFlags: trace.FlagsSampled})
+		}
+		first, second := span(1), span(2)
+		if _, err := h.c.ColdStart(trace.ContextWithSpanContext(context.Background(), first), testOrg, "app.example.com", ""); err != nil {
+			t.Fatalf("ColdStart() = %v", err)
+		}
+		if _, err := h.c.ColdStart(trace.ContextWithSpanContext(context.Background(), second), testOrg, "app.example.com", ""); err != nil {
+			t.Fatalf("second ColdStart() = %v", err)
+		}
+		synctest.Wait()
+		close(h.caller.hold)
+		synctest.Wait()
+		h.caller.mu.Lock()
+		defer h.caller.mu.Unlock()
+		if len(h.caller.calls) != 1 {
+			t.Fatalf("calls = %d, want 1", len(h.caller.calls))
+		}
+		if got := h.caller.calls[0].span; !got.Equal(first) {
+			t.Fatalf("call's span context = %v, want the first request's %v", got, first)
 		}
 	})
 }

@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -296,13 +298,16 @@ type fakeCaller struct {
 // madeCall is one call the provider saw.
 type madeCall struct {
 	at time.Time
+	// span is the span context the call's ctx carried (a tracing Caller's
+	// parent).
+	span trace.SpanContext
 	HookCall
 }
 
 func (f *fakeCaller) Call(ctx context.Context, c HookCall) (int, time.Duration, error) {
 	f.mu.Lock()
 	n := len(f.calls)
-	f.calls = append(f.calls, madeCall{time.Now(), c})
+	f.calls = append(f.calls, madeCall{time.Now(), trace.SpanContextFromContext(ctx), c})
 	f.inflight++
 	f.peak = max(f.peak, f.inflight)
 	answer, hold := f.answer, f.hold
