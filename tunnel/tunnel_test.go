@@ -436,3 +436,30 @@ func TestExpiredTokenEndsSessionAtHeartbeat(t *testing.T) {
 		t.Fatal("client did not report the disconnect")
 	}
 }
+
+// TestServerBytes: the server counts the tunnel bytes each way, frames
+// included once: a 100,000-byte body echoed through the tunnel adds that
+// much, plus frame headers and the HTTP heads, to each direction.
+func TestServerBytes(t *testing.T) {
+	for _, kind := range connKinds {
+		t.Run(kind, func(t *testing.T) {
+			p := startPair(t, kind, newHandlerForwarder(t, echoHandler()), nil)
+			in0, out0 := p.server.Bytes()
+			const size = 100_000
+			req := httptest.NewRequest("POST", "/echo", strings.NewReader(strings.Repeat("x", size)))
+			if resp, body := roundTrip(t, p.session, req); resp.StatusCode != 200 || len(body) != size {
+				t.Fatalf("POST /echo = %d, %d bytes, want 200, %d bytes", resp.StatusCode, len(body), size)
+			}
+			in, out := p.server.Bytes()
+			// Heads, yamux headers (12 bytes a frame) and window updates stay
+			// well under 5% of the body; a body counted twice would not.
+			const slack = size / 20
+			if d := in - in0; d < size || d > size+slack {
+				t.Errorf("Bytes() in grew by %d, want %d to %d", d, size, size+slack)
+			}
+			if d := out - out0; d < size || d > size+slack {
+				t.Errorf("Bytes() out grew by %d, want %d to %d", d, size, size+slack)
+			}
+		})
+	}
+}
