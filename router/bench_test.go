@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -111,20 +110,29 @@ func benchRequests(b *testing.B, h http.Handler) {
 }
 
 // BenchmarkObservedServeHTTP is BenchmarkServeHTTP behind the server's
-// telemetry.Observer: request metrics, Server-Timing and a JSON access log
-// line (to io.Discard) on every request, with tracing off (no tracer: no
-// span, no context) and on (every request sampled, spans recorded but not
-// exported).
+// telemetry.Observer with request metrics and Server-Timing, then also a
+// JSON access log line per request (to io.Discard), then also tracing
+// (every request sampled, spans recorded but not exported). Tracing off
+// means no tracer at all: no span, no context.
 func BenchmarkObservedServeHTTP(b *testing.B) {
-	for _, tracing := range []bool{false, true} {
-		b.Run("tracing="+strconv.FormatBool(tracing), func(b *testing.B) {
+	for _, tc := range []struct {
+		name            string
+		access, tracing bool
+	}{
+		{"metrics", false, false},
+		{"metrics+access_log", true, false},
+		{"metrics+access_log+tracing", true, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
 			m, err := telemetry.NewMetrics()
 			if err != nil {
 				b.Fatal(err)
 			}
-			ocfg := telemetry.ObserverConfig{Meter: m.Meter(), ServerTiming: true,
-				AccessLog: slog.New(slog.NewJSONHandler(io.Discard, nil))}
-			if tracing {
+			ocfg := telemetry.ObserverConfig{Meter: m.Meter(), ServerTiming: true}
+			if tc.access {
+				ocfg.AccessLog = slog.New(slog.NewJSONHandler(io.Discard, nil))
+			}
+			if tc.tracing {
 				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 				b.Cleanup(func() { tp.Shutdown(context.Background()) })
 				ocfg.Tracer = tp.Tracer(telemetry.TracerName)
