@@ -22,16 +22,25 @@ import (
 // The Prometheus exporter turns dots into underscores and adds the unit
 // (_seconds) and _total for counters.
 const (
-	MetricRequests     = "aperio.requests"
-	MetricDuration     = "aperio.request.duration"
-	MetricQueueWait    = "aperio.queue_wait"
-	MetricColdHold     = "aperio.cold_start.hold"
-	AttrHostname       = "hostname"
-	AttrStatusClass    = "status_class"
-	HostLabelLimit     = 200
-	HostLabelOther     = "__other"
-	HostLabelUnrouted  = "__unrouted"
+	metricRequests     = "aperio.requests"
+	metricDuration     = "aperio.request.duration"
+	metricQueueWait    = "aperio.queue_wait"
+	metricColdHold     = "aperio.cold_start.hold"
+	attrHostname       = "hostname"
+	attrStatusClass    = "status_class"
 	statusClassAborted = "aborted"
+)
+
+// The hostname label's bound.
+const (
+	// HostLabelLimit is how many distinct hostnames get a label of their
+	// own, for the life of the process.
+	HostLabelLimit = 200
+	// HostLabelOther labels every hostname past HostLabelLimit.
+	HostLabelOther = "__other"
+	// HostLabelUnrouted labels requests no bind matched; it does not count
+	// against HostLabelLimit.
+	HostLabelUnrouted = "__unrouted"
 )
 
 // Access log attribute keys, declared once; docs/observability.md lists
@@ -55,8 +64,9 @@ const (
 	accessMsg    = "request"
 )
 
-// Span names, declared once; the router and the scaling hook caller use
-// the exported ones.
+// Span names, declared once: the Observer starts SpanRequest, the router
+// the route, wait, hold and dispatch spans, the gateway's hook caller
+// SpanScalingHook. docs/observability.md describes each.
 const (
 	SpanRequest     = "aperio.request"
 	SpanRoute       = "aperio.route"
@@ -112,19 +122,19 @@ func NewObserver(cfg ObserverConfig) (*Observer, error) {
 	}
 	var err error
 	m := cfg.Meter
-	if o.requests, err = m.Int64Counter(MetricRequests,
+	if o.requests, err = m.Int64Counter(metricRequests,
 		metric.WithDescription("Proxied requests, by hostname and status class.")); err != nil {
 		return nil, err
 	}
-	if o.duration, err = m.Float64Histogram(MetricDuration, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(secondsBuckets...),
+	if o.duration, err = m.Float64Histogram(metricDuration, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(secondsBuckets...),
 		metric.WithDescription("Time from a proxied request's arrival to the end of its response, by hostname.")); err != nil {
 		return nil, err
 	}
-	if o.wait, err = m.Float64Histogram(MetricQueueWait, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(secondsBuckets...),
+	if o.wait, err = m.Float64Histogram(metricQueueWait, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(secondsBuckets...),
 		metric.WithDescription("Time requests that queued for a client's permit waited, by hostname.")); err != nil {
 		return nil, err
 	}
-	if o.hold, err = m.Float64Histogram(MetricColdHold, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(secondsBuckets...),
+	if o.hold, err = m.Float64Histogram(metricColdHold, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(secondsBuckets...),
 		metric.WithDescription("Time requests were held for a cold start, by hostname.")); err != nil {
 		return nil, err
 	}
@@ -274,9 +284,9 @@ func newHostLabels(limit int) *hostLabels {
 }
 
 func newHostOptions(host string) *hostOptions {
-	ho := &hostOptions{host: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrHostname, host)))}}
+	ho := &hostOptions{host: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(attrHostname, host)))}}
 	for i, c := range statusClasses {
-		ho.status[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrHostname, host), attribute.String(AttrStatusClass, c)))}
+		ho.status[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(attrHostname, host), attribute.String(attrStatusClass, c)))}
 	}
 	return ho
 }

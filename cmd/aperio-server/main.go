@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
@@ -74,6 +75,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			defer stop()
 			gopts := gateway.Options{Logger: log, AccessLog: access}
 			if telemetry.TracingEnabled(os.Getenv) {
+				// Export failures (a collector down) surface through
+				// OpenTelemetry's global handler: send them to our log.
+				otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+					log.Warn("telemetry export failed", "err", err)
+				}))
 				tr, err := telemetry.NewTracing(ctx, cfg.OTelSampleRate)
 				if err != nil {
 					log.Error("tracing failed to start", "err", err)
