@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench clean
+.PHONY: all build test vet demo bench clean images e2e
 
 all: build
 
@@ -29,6 +29,19 @@ demo: build
 
 bench:
 	bash bench/run.sh
+
+# Container images (FROM scratch, built locally, no registry needed); see
+# docs/docker.md. Repeat runs with the same inputs skip the build.
+images:
+	bash deploy/images/build.sh server client provider postgres
+
+# The docker-compose end-to-end suite (test/, build tag e2e): builds the
+# images it runs, then brings up PostgreSQL, two servers, the reference
+# Docker provider and real app containers. Needs Docker and docker-compose.
+e2e: vet
+	@mkdir -p $(BIN)
+	bash deploy/images/build.sh server provider postgres e2e-app >$(BIN)/e2e-images.env
+	cd test && E2E_IMAGES=$(abspath $(BIN))/e2e-images.env $(GO) test -tags e2e -count=1 -v -timeout 15m ./...
 
 clean:
 	rm -rf $(BIN)
