@@ -184,6 +184,9 @@ func TestEndToEnd(t *testing.T) {
 				t.Errorf("requests through server-b lost while server-a is down = %d, want 0: %v", failed-failed0, load.failures())
 			}
 			running := len(tp.apps(false))
+			if got := len(tp.clients("server-b")); got != running {
+				t.Errorf("server-b lists %d clients while server-a is down, want all %d running instances", got, running)
+			}
 			tp.mustCompose("start", "server-a")
 			tp.forgetPorts("server-a")
 			a = tp.port("server-a", 8080)

@@ -22,6 +22,8 @@ type fakeDocker struct {
 	nextID     int
 	touched    map[string][]string // id -> operations (start, stop) applied to it
 	created    int
+
+	wantStopGrace string // the t= every stop must carry (the template's stop_timeout in seconds)
 }
 
 type fakeContainer struct {
@@ -33,7 +35,7 @@ type fakeContainer struct {
 
 func newFakeDocker(t *testing.T) (*fakeDocker, string) {
 	t.Helper()
-	f := &fakeDocker{containers: make(map[string]*fakeContainer), touched: make(map[string][]string)}
+	f := &fakeDocker{containers: make(map[string]*fakeContainer), touched: make(map[string][]string), wantStopGrace: "1"}
 	sock := filepath.Join(t.TempDir(), "docker.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -126,6 +128,10 @@ func (f *fakeDocker) routes() http.Handler {
 		case "start":
 			fc.c.State = "running"
 		case "stop":
+			if got := r.URL.Query().Get("t"); got != f.wantStopGrace {
+				http.Error(w, `{"message":"stop grace t=`+got+`, want `+f.wantStopGrace+`"}`, http.StatusBadRequest)
+				return
+			}
 			fc.c.State = "exited"
 		default:
 			http.Error(w, `{"message":"unknown op"}`, http.StatusNotFound)
@@ -164,7 +170,7 @@ var webLabels = map[string]string{labelOwner: "test", labelService: "web"}
 func startProvider(t *testing.T, sock string) (*provider, *httptest.Server) {
 	t.Helper()
 	cfg := &Config{Owner: "test", Services: map[string]*Service{
-		"web": {Image: "web:1", Network: "net1", Env: []string{"A=1"}, Labels: map[string]string{"team": "x"}, Max: 5, StopTimeout: "1s"},
+		"web": {Image: "web:1", Network: "net1", Env: []string{"A=1"}, Labels: map[string]string{"team": "x"}, Max: 5, StopTimeout: "1s"}, // the fake checks stop?t=1,
 	}}
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
