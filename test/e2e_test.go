@@ -272,6 +272,39 @@ func TestEndToEnd(t *testing.T) {
 				}
 				figs.add(t, "PostgreSQL restarted: %s writing again %v after the restart command returned", s, took.Round(100*time.Millisecond))
 			}
+			// The servers' change feed recovered too: maintenance set
+			// through server-b reaches server-a (a hostname nobody serves
+			// answers 502, in maintenance 503), and so does clearing it.
+			const other = "maintenance.e2e.test"
+			hostStatus := func() int {
+				req, err := http.NewRequest("GET", "http://"+tp.port("server-a", 8080)+"/", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Host = other
+				resp, err := tp.http.Do(req)
+				if err != nil {
+					return 0
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			if got := hostStatus(); got != http.StatusBadGateway {
+				t.Fatalf("GET %s via server-a = %d, want 502 (nobody serves it)", other, got)
+			}
+			if _, err := tp.api("server-b", "PUT", "/maintenance/"+other, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			feed := tp.waitFor("server-a learns of maintenance set through server-b", 30*time.Second, func() bool {
+				return hostStatus() == http.StatusServiceUnavailable
+			})
+			if _, err := tp.api("server-b", "DELETE", "/maintenance/"+other, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			tp.waitFor("server-a learns maintenance was cleared", 30*time.Second, func() bool {
+				return hostStatus() == http.StatusBadGateway
+			})
+			figs.add(t, "PostgreSQL restart: change feed between servers working again (maintenance via server-b seen by server-a after %v)", feed.Round(100*time.Millisecond))
 			ok, failed := load.counts()
 			lost += failed - failed0
 			if failed != failed0 {
