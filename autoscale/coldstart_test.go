@@ -310,3 +310,55 @@ func TestColdStartCallCarriesRequestSpan(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanColdStart proves that PlanColdStart tells what ColdStart would do
+// (call, join, refuse) and does none of it: no call, no flight.
+func TestPlanColdStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rec("app.example.com")
+		r.Cooldown = 10 * time.Second
+		r.ColdStart = 30 * time.Second
+		disarmed := rec("off.example.com")
+		disarmed.Disarmed = true
+		h := newHarness(t, []Record{r, disarmed})
+		h.caller.hold = make(chan struct{})
+
+		for range 100 {
+			if p := h.c.PlanColdStart(testOrg, "app.example.com", ""); p.Join || p.Err != nil {
+				t.Fatalf("PlanColdStart(idle bind) = %+v, want a call (no join, no error)", p)
+			}
+		}
+		synctest.Wait()
+		if n := len(h.caller.made()); n != 0 {
+			t.Fatalf("calls after planning = %d, want 0", n)
+		}
+		if p := h.c.PlanColdStart(testOrg, "off.example.com", ""); !errors.Is(p.Err, ErrDisarmed) {
+			t.Errorf("PlanColdStart(disarmed) = %+v, want ErrDisarmed", p)
+		}
+		if p := h.c.PlanColdStart(testOrg, "nope.example.com", ""); !errors.Is(p.Err, ErrNoRecord) {
+			t.Errorf("PlanColdStart(no record) = %+v, want ErrNoRecord", p)
+		}
+
+		// A start under way is joined, and stays joinable for cold_start
+		// after it was accepted.
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if p := h.c.PlanColdStart(testOrg, "app.example.com", ""); !p.Join || p.Err != nil {
+			t.Errorf("PlanColdStart(call pending) = %+v, want join", p)
+		}
+		close(h.caller.hold)
+		synctest.Wait()
+		advance(20 * time.Second)
+		if p := h.c.PlanColdStart(testOrg, "app.example.com", ""); !p.Join {
+			t.Errorf("PlanColdStart(accepted 20s ago, cold_start 30s) = %+v, want join", p)
+		}
+		advance(15 * time.Second)
+		if p := h.c.PlanColdStart(testOrg, "app.example.com", ""); p.Join || p.Err != nil {
+			t.Errorf("PlanColdStart(past cold_start) = %+v, want a new call", p)
+		}
+		synctest.Wait()
+		expectCall(t, h, 1, 0, ReasonColdStart, 0, 1)
+	})
+}
