@@ -936,7 +936,27 @@ func testAuditChainBackfill(t *testing.T, b backend) {
 	if err := db.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
-	db = storetest.Open(t, cfg)
+	// Two servers starting at once chain the entries once between them.
+	var (
+		wg     sync.WaitGroup
+		reopen [2]*store.DB
+		errs   [2]error
+	)
+	for i := range reopen {
+		wg.Go(func() { reopen[i], errs[i] = store.Open(ctx, cfg) })
+	}
+	wg.Wait()
+	for i, d := range reopen {
+		if errs[i] != nil {
+			t.Fatalf("concurrent Open #%d = %v", i, errs[i])
+		}
+		t.Cleanup(func() {
+			if err := d.Close(); err != nil {
+				t.Errorf("Close() = %v", err)
+			}
+		})
+	}
+	db = reopen[0]
 	if n, err := db.VerifyAudit(ctx); n != 5 || err != nil {
 		t.Fatalf("VerifyAudit() after reopening = %d, %v; want 5, nil", n, err)
 	}

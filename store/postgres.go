@@ -693,14 +693,14 @@ func (b *pgBackend) appendAudit(ctx context.Context, e AuditEntry) (AuditEntry, 
 			return err
 		}
 		e = chainAfter(e, seq, hash)
-		if err := tx.QueryRow(ctx,
-			`INSERT INTO audit (seq, prev_hash, hash, at, org_id, event, actor, hostname, detail)
+		// One round trip for both writes: the head stays locked for as
+		// short a time as the protocol allows.
+		// (PostgreSQL runs a data-modifying WITH whether or not the main
+		// statement reads it.)
+		return tx.QueryRow(ctx, `WITH moved AS (UPDATE audit_chain_head SET seq = $1, hash = $3 WHERE id = 1)
+			INSERT INTO audit (seq, prev_hash, hash, at, org_id, event, actor, hostname, detail)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
-			e.Seq, e.PrevHash, e.Hash, e.At, e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail).Scan(&e.ID); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `UPDATE audit_chain_head SET seq = $1, hash = $2 WHERE id = 1`, e.Seq, e.Hash)
-		return err
+			e.Seq, e.PrevHash, e.Hash, e.At, e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail).Scan(&e.ID)
 	})
 	if err != nil {
 		return AuditEntry{}, err
