@@ -586,9 +586,14 @@ func explainTable(w io.Writer, ex router.Explanation) {
 				c.Inflight, orNone(int(c.Limit)), yesNo(c.Routable), yesNo(c.Admits), yesNo(c.Free))
 		}
 	}
-	status := "- (the app answers, or see after wait)"
-	if ex.Status != 0 {
+	status := "-"
+	switch {
+	case ex.Status != 0:
 		status = strconv.Itoa(ex.Status)
+	case ex.AfterWait != "":
+		status = "- (the request waits: see AFTER WAIT)"
+	case strings.HasPrefix(ex.Verdict, "dispatch to "):
+		status = "- (the app answers)"
 	}
 	fmt.Fprintf(w, "\nVERDICT\t%s\nSTATUS\t%s\n", ex.Verdict, status)
 	if ex.AfterWait != "" {
