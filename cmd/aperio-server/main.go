@@ -148,6 +148,10 @@ func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.
 	}
 	var broken *store.AuditChainError
 	switch {
+	case errors.As(err, &broken) && broken.Entry.ID == 0:
+		// No entry to name: the head records entries of which none is left.
+		fmt.Fprintf(stderr, "audit chain BROKEN: %s\n", broken.Reason)
+		return exitcode.ErrFailure
 	case errors.As(err, &broken):
 		e := broken.Entry
 		fmt.Fprintf(stderr, "audit chain BROKEN at entry id %d seq %d (at %s, event %s): %s (%d entries verified before it)\n",

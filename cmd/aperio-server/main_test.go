@@ -136,6 +136,7 @@ func TestVerifyAudit(t *testing.T) {
 		{"none", "", nil},
 		{"row updated", `UPDATE audit SET detail = 'forged' WHERE seq = 2`, []string{"seq 2", "event maintenance_on", "hash does not match"}},
 		{"row deleted", `DELETE FROM audit WHERE seq = 2`, []string{"seq 3", "event token_revoked", "entry seq 2 missing"}},
+		{"every row deleted", `DELETE FROM audit`, []string{"audit chain BROKEN: chain ends at seq 0 but its head records seq 3"}},
 	}
 	for _, bk := range backends {
 		for _, tt := range tampers {
