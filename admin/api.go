@@ -141,7 +141,7 @@ type URLChecker interface {
 // for GET /explain: *router.Router. Explain is called from request
 // goroutines, must be safe for concurrent use and must change nothing.
 type Explainer interface {
-	Explain(host, path string, ip netip.Addr) router.Explanation
+	Explain(ctx context.Context, host, path string, ip netip.Addr) router.Explanation
 }
 
 // Config is what New needs.

@@ -1,14 +1,20 @@
 package admin
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/router"
 )
+
+// explainWait bounds how long GET /explain waits for the autoscaler's
+// records (only right after start, before its first load).
+const explainWait = 5 * time.Second
 
 // otherOrgClient stands for a client of another organization in an
 // explanation shown to an admin key.
@@ -50,7 +56,12 @@ func (a *API) explainRequest(w http.ResponseWriter, r *http.Request, c caller) e
 	if a.explain == nil {
 		return errorf(http.StatusNotFound, "explain is not available on this server")
 	}
-	ex := a.explain.Explain(host, path, ip)
+	// Explain waits only for the autoscaler's first load of its records,
+	// right after start; bound it so that a store outage cannot hold the
+	// request.
+	ctx, cancel := context.WithTimeout(r.Context(), explainWait)
+	defer cancel()
+	ex := a.explain.Explain(ctx, host, path, ip)
 	if !c.master {
 		ok, err := a.owns(r, c, ex)
 		if err != nil {

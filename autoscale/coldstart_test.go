@@ -324,7 +324,7 @@ func TestPlanColdStart(t *testing.T) {
 		h.caller.hold = make(chan struct{})
 
 		for range 100 {
-			if p := h.c.PlanColdStart(testOrg, "app.example.com", ""); p.Join || p.Err != nil {
+			if p := h.c.PlanColdStart(context.Background(), testOrg, "app.example.com", ""); p.Join || p.Err != nil {
 				t.Fatalf("PlanColdStart(idle bind) = %+v, want a call (no join, no error)", p)
 			}
 		}
@@ -332,10 +332,10 @@ func TestPlanColdStart(t *testing.T) {
 		if n := len(h.caller.made()); n != 0 {
 			t.Fatalf("calls after planning = %d, want 0", n)
 		}
-		if p := h.c.PlanColdStart(testOrg, "off.example.com", ""); !errors.Is(p.Err, ErrDisarmed) {
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "off.example.com", ""); !errors.Is(p.Err, ErrDisarmed) {
 			t.Errorf("PlanColdStart(disarmed) = %+v, want ErrDisarmed", p)
 		}
-		if p := h.c.PlanColdStart(testOrg, "nope.example.com", ""); !errors.Is(p.Err, ErrNoRecord) {
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "nope.example.com", ""); !errors.Is(p.Err, ErrNoRecord) {
 			t.Errorf("PlanColdStart(no record) = %+v, want ErrNoRecord", p)
 		}
 
@@ -345,17 +345,17 @@ func TestPlanColdStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if p := h.c.PlanColdStart(testOrg, "app.example.com", ""); !p.Join || p.Err != nil {
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "app.example.com", ""); !p.Join || p.Err != nil {
 			t.Errorf("PlanColdStart(call pending) = %+v, want join", p)
 		}
 		close(h.caller.hold)
 		synctest.Wait()
 		advance(20 * time.Second)
-		if p := h.c.PlanColdStart(testOrg, "app.example.com", ""); !p.Join {
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "app.example.com", ""); !p.Join {
 			t.Errorf("PlanColdStart(accepted 20s ago, cold_start 30s) = %+v, want join", p)
 		}
 		advance(15 * time.Second)
-		if p := h.c.PlanColdStart(testOrg, "app.example.com", ""); p.Join || p.Err != nil {
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "app.example.com", ""); p.Join || p.Err != nil {
 			t.Errorf("PlanColdStart(past cold_start) = %+v, want a new call", p)
 		}
 		synctest.Wait()

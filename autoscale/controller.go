@@ -545,8 +545,8 @@ type ColdStartPlan struct {
 	// less than cold_start ago) rather than make a call.
 	Join bool
 	// Err is why ColdStart would refuse (ErrNoRecord, ErrDisarmed,
-	// ErrQueueFull, ErrClosed, or ErrNotLoaded); nil when it would call
-	// or join.
+	// ErrQueueFull, ErrClosed, or ctx's error); nil when it would call or
+	// join.
 	Err error
 	// NextAllowed is when the bind's cooldown or backoff ends; zero when
 	// none runs.
@@ -555,19 +555,17 @@ type ColdStartPlan struct {
 	ConsecutiveFailures int
 }
 
-// ErrNotLoaded is PlanColdStart's answer before Run first loaded the
-// records (ColdStart itself waits for them).
-var ErrNotLoaded = errors.New("autoscale: records not loaded yet")
-
-// PlanColdStart reports what ColdStart(orgID, hostname, path) would do now,
-// without doing it: no call is queued, no flight started, no counter moved.
-// It never blocks beyond the controller's lock and is safe for concurrent
-// use.
-func (c *Controller) PlanColdStart(orgID, hostname, path string) ColdStartPlan {
+// PlanColdStart reports what ColdStart(ctx, orgID, hostname, path) would
+// do now, without doing it: no call is queued, no flight started, no
+// counter moved. Like ColdStart it first waits, until ctx ends, for Run's
+// first load of the records. It is safe for concurrent use.
+func (c *Controller) PlanColdStart(ctx context.Context, orgID, hostname, path string) ColdStartPlan {
 	select {
 	case <-c.loaded:
-	default:
-		return ColdStartPlan{Err: ErrNotLoaded}
+	case <-c.done:
+		return ColdStartPlan{Err: ErrClosed}
+	case <-ctx.Done():
+		return ColdStartPlan{Err: ctx.Err()}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -140,8 +140,8 @@ func (l lazyScaler) ColdStart(ctx context.Context, org, host, path string) (rout
 
 // PlanColdStart lets the router explain a cold start without starting one
 // (router.ColdStartPlanner).
-func (l lazyScaler) PlanColdStart(org, host, path string) (bool, string, error) {
-	p := l.g.ctl.PlanColdStart(org, host, path)
+func (l lazyScaler) PlanColdStart(ctx context.Context, org, host, path string) (bool, string, error) {
+	p := l.g.ctl.PlanColdStart(ctx, org, host, path)
 	var detail []string
 	if !p.NextAllowed.IsZero() {
 		detail = append(detail, "cooldown or backoff until "+p.NextAllowed.UTC().Format(time.RFC3339))

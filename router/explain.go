@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -118,7 +119,8 @@ type ColdStartPlanner interface {
 	// already under way (join) rather than make a call, or why the scaler
 	// would refuse (err), plus a detail for people. It must not change
 	// anything.
-	PlanColdStart(orgID, hostname, path string) (join bool, detail string, err error)
+	// It may block until ctx ends (while the scaler loads its state).
+	PlanColdStart(ctx context.Context, orgID, hostname, path string) (join bool, detail string, err error)
 }
 
 // Explain walks what the router would do now with a request for host and
@@ -126,8 +128,9 @@ type ColdStartPlanner interface {
 // and dispatch do it, and says why. It takes no permit, no token of the
 // visitor's bucket, no global slot and no place in a queue, starts no cold
 // start and moves no counter: the answer is a snapshot, and a real request
-// an instant later may fare otherwise. Safe for concurrent use.
-func (rt *Router) Explain(host, path string, ip netip.Addr) Explanation {
+// an instant later may fare otherwise. It blocks only while the scaler's
+// ColdStartPlanner does, until ctx ends. Safe for concurrent use.
+func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr) Explanation {
 	now := time.Now()
 	host = hostname.Normalize(host)
 	if path == "" {
@@ -217,7 +220,7 @@ func (rt *Router) Explain(host, path string, ip netip.Addr) Explanation {
 	} else {
 		join, detail, err := false, "", error(nil)
 		if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
-			join, detail, err = planner.PlanColdStart(a.org, p.pattern, p.path)
+			join, detail, err = planner.PlanColdStart(ctx, a.org, p.pattern, p.path)
 		}
 		if detail != "" {
 			detail = " (" + detail + ")"

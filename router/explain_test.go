@@ -30,7 +30,7 @@ func (f *planScaler) ColdStart(context.Context, string, string, string) (ColdSta
 
 func (f *planScaler) Failed() <-chan struct{} { return nil }
 
-func (f *planScaler) PlanColdStart(string, string, string) (bool, string, error) {
+func (f *planScaler) PlanColdStart(context.Context, string, string, string) (bool, string, error) {
 	return f.join, "", f.err
 }
 
@@ -215,7 +215,7 @@ func TestExplainVerdicts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rt, host, path, ip := tt.setup(t)
-			ex := rt.Explain(host, path, ip)
+			ex := rt.Explain(t.Context(), host, path, ip)
 			if !strings.HasPrefix(ex.Verdict, tt.verdict) || ex.Status != tt.status {
 				t.Fatalf("Explain(%s%s) = %q, status %d; want %q…, %d\nsteps: %+v", host, path, ex.Verdict, ex.Status, tt.verdict, tt.status, ex.Steps)
 			}
@@ -240,7 +240,7 @@ func TestExplainQueueLength(t *testing.T) {
 	for p.queued() != 2 {
 		runtimeYield()
 	}
-	ex := rt.Explain("app.test", "/", visitor)
+	ex := rt.Explain(t.Context(), "app.test", "/", visitor)
 	if ex.Verdict != "queue behind 2" {
 		t.Errorf("Explain() with 2 queued = %q, want queue behind 2", ex.Verdict)
 	}
@@ -267,7 +267,7 @@ func TestExplainClientsAndOwners(t *testing.T) {
 	down.Services[0].Healthy = false
 	rt.update(master, down)
 
-	ex := rt.Explain("app.test", "/", visitor)
+	ex := rt.Explain(t.Context(), "app.test", "/", visitor)
 	if got, want := strings.Join(ex.OrgIDs, ","), "org_a,org_b"; got != want {
 		t.Errorf("OrgIDs = %s, want %s", got, want)
 	}
@@ -321,7 +321,7 @@ func TestExplainChangesNothing(t *testing.T) {
 	before := snap()
 	for range 50 {
 		for _, host := range []string{"app.test", "cold.test", "nope.test"} {
-			rt.Explain(host, "/", visitor)
+			rt.Explain(t.Context(), host, "/", visitor)
 		}
 	}
 	after := snap()
@@ -362,7 +362,7 @@ func FuzzExplain(f *testing.F) {
 	rt.update(newConn("a", 1), limited(1, "app.test", "*.test"))
 	f.Fuzz(func(t *testing.T, host, path, ip string) {
 		addr, _ := netip.ParseAddr(ip) // an invalid ip means "none given"
-		ex := rt.Explain(host, path, addr)
+		ex := rt.Explain(t.Context(), host, path, addr)
 		if ex.Verdict == "" || len(ex.Steps) == 0 {
 			t.Errorf("Explain(%q, %q, %q) = %+v, want a verdict and steps", host, path, ip, ex)
 		}
