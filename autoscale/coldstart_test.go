@@ -362,3 +362,40 @@ func TestPlanColdStart(t *testing.T) {
 		expectCall(t, h, 1, 0, ReasonColdStart, 0, 1)
 	})
 }
+
+// TestPlanColdStartWaitsForRecords proves that PlanColdStart, like
+// ColdStart, waits for Run's first load of the records instead of
+// answering from an empty controller, and gives up when ctx ends.
+func TestPlanColdStartWaitsForRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		st.put(rec("app.example.com"))
+		c, err := New(Config{Store: st, Pool: newFakePool(), Caller: &fakeCaller{}, Events: &fakeEvents{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if p := c.PlanColdStart(ctx, testOrg, "app.example.com", ""); !errors.Is(p.Err, context.DeadlineExceeded) {
+			t.Errorf("PlanColdStart(before Run, 1s) = %+v, want DeadlineExceeded", p)
+		}
+		plans := make(chan ColdStartPlan, 1)
+		go func() { plans <- c.PlanColdStart(context.Background(), testOrg, "app.example.com", "") }()
+		synctest.Wait()
+		select {
+		case p := <-plans:
+			t.Fatalf("PlanColdStart answered %+v before the records were loaded", p)
+		default:
+		}
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(runCtx) }()
+		if p := <-plans; p.Join || p.Err != nil {
+			t.Errorf("PlanColdStart after the load = %+v, want a call", p)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+}
