@@ -565,9 +565,9 @@ func maintenanceTable(w io.Writer, ms []admin.Maintenance) {
 }
 
 func auditTable(w io.Writer, es []admin.AuditEntry) {
-	fmt.Fprintln(w, "AT\tEVENT\tACTOR\tORG\tHOSTNAME\tDETAIL")
+	fmt.Fprintln(w, "SEQ\tAT\tEVENT\tACTOR\tORG\tHOSTNAME\tDETAIL")
 	for _, e := range es {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", when(&e.At), e.Event, cell(e.Actor), cell(e.OrgID), cell(e.Hostname), cell(e.Detail))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, when(&e.At), e.Event, cell(e.Actor), cell(e.OrgID), cell(e.Hostname), cell(e.Detail))
 	}
 }
 

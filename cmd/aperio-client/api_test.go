@@ -271,13 +271,19 @@ func TestAPICommands(t *testing.T) {
 		t.Errorf("admin-keys delete printed %q", out)
 	}
 
-	rows = table(t, ok(t, "api", "audit", "--limit", "3"), "AT", "EVENT", "ACTOR", "ORG", "HOSTNAME", "DETAIL")
-	var events []string
+	rows = table(t, ok(t, "api", "audit", "--limit", "3"), "SEQ", "AT", "EVENT", "ACTOR", "ORG", "HOSTNAME", "DETAIL")
+	var events, seqs []string
 	for _, r := range rows {
 		events = append(events, r["EVENT"])
+		seqs = append(seqs, r["SEQ"])
 	}
 	if got, want := strings.Join(events, " "), "admin_key_deleted admin_key_created maintenance_off"; got != want {
 		t.Errorf("audit --limit 3 events = %s, want %s", got, want)
+	}
+	var newest []admin.AuditEntry
+	okJSON(t, &newest, "api", "audit", "--limit", "1", "--json")
+	if len(newest) != 1 || seqs[0] != fmt.Sprint(newest[0].Seq) || seqs[1] != fmt.Sprint(newest[0].Seq-1) {
+		t.Errorf("audit SEQ column = %v, want the chain's seq counting down from %+v", seqs, newest)
 	}
 
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
