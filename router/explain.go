@@ -247,7 +247,7 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 	}
 
 	if ex.Verdict == "" && free > 0 {
-		pick = rt.predictPick(&ex)
+		pick = rt.predictPick(&ex, p)
 		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pick.Name, pick.Inflight, limitText(pick.Limit), strategyName(rt.strategy)))
 		if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
 			ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
@@ -377,10 +377,10 @@ func (rt *Router) explainClients(ex *Explanation, p *pool, ip netip.Addr) {
 	slices.Sort(ex.OrgIDs)
 }
 
-// predictPick returns the client the strategy would pick now among the
-// usable clients with a free permit, without moving the round-robin
+// predictPick returns the client of p the strategy would pick now among
+// the usable clients with a free permit, without moving p's round-robin
 // cursor.
-func (rt *Router) predictPick(ex *Explanation) *ExplainClient {
+func (rt *Router) predictPick(ex *Explanation, p *pool) *ExplainClient {
 	var usable []*ExplainClient
 	for i := range ex.Clients {
 		if c := &ex.Clients[i]; c.Candidate {
@@ -400,8 +400,7 @@ func (rt *Router) predictPick(ex *Explanation) *ExplainClient {
 			return best
 		}
 	case roundRobin:
-		p := rt.table.Load().match(ex.Host, ex.Path)
-		if p != nil && len(usable) > 0 {
+		if len(usable) > 0 {
 			next := p.next.Load()
 			for i := range uint64(len(usable)) {
 				if c := usable[(next+1+i)%uint64(len(usable))]; ok(c) {

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -367,4 +368,59 @@ func FuzzExplain(f *testing.F) {
 			t.Errorf("Explain(%q, %q, %q) = %+v, want a verdict and steps", host, path, ip, ex)
 		}
 	})
+}
+
+// TestExplainPredictsThePick: for every strategy, the client explain names
+// is the one the next real request reaches.
+func TestExplainPredictsThePick(t *testing.T) {
+	for _, strategy := range []string{"round-robin", "least-inflight", "primary-standby"} {
+		t.Run(strategy, func(t *testing.T) {
+			rt := newRouter(t, Config{Strategy: strategy})
+			for i, id := range []string{"a", "b", "c"} {
+				a := limited(5, "app.test")
+				a.Name = id
+				rt.update(newConn(id, i), a)
+			}
+			for i := range 7 {
+				ex := rt.Explain(t.Context(), "app.test", "/", visitor)
+				req := httptest.NewRequest(http.MethodGet, "/", nil)
+				req.Host = "app.test"
+				rec := httptest.NewRecorder()
+				rt.ServeHTTP(rec, req)
+				got, _, _ := strings.Cut(rec.Body.String(), "/")
+				if want := "dispatch to client " + got + " (" + got + ")"; ex.Verdict != want {
+					t.Fatalf("request %d: explain said %q, the request went to %s", i, ex.Verdict, got)
+				}
+			}
+		})
+	}
+}
+
+// TestExplainDuringTraffic runs explains beside requests and client
+// changes, for the race detector.
+func TestExplainDuringTraffic(t *testing.T) {
+	rt := newRouter(t, Config{GatewayTimeout: time.Second, IPLimitMax: 1000, IPLimitRefill: 1000})
+	rt.update(newConn("a", 1), limited(2, "app.test"))
+	done := make(chan struct{})
+	var reqs []*served
+	go func() {
+		defer close(done)
+		for i := range 50 {
+			c := newConn(fmt.Sprint("x", i), 10+i)
+			rt.update(c, limited(1, "app.test"))
+			rt.detach(c)
+		}
+	}()
+	for range 50 {
+		reqs = append(reqs, serveAsync(rt, "app.test", "/"))
+		if ex := rt.Explain(t.Context(), "app.test", "/", visitor); ex.Verdict == "" {
+			t.Fatal("Explain() gave no verdict")
+		}
+	}
+	<-done
+	for _, r := range reqs {
+		if rec := r.wait(t); rec.Code != http.StatusOK {
+			t.Errorf("request during explains = %d, want 200", rec.Code)
+		}
+	}
 }
