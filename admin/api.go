@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"reflect"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -135,6 +137,13 @@ type URLChecker interface {
 	CheckURL(raw string) error
 }
 
+// Explainer explains what the server would do with a request nobody sends,
+// for GET /explain: *router.Router. Explain is called from request
+// goroutines, must be safe for concurrent use and must change nothing.
+type Explainer interface {
+	Explain(ctx context.Context, host, path string, ip netip.Addr) router.Explanation
+}
+
 // Config is what New needs.
 type Config struct {
 	// MasterToken is server.token: it may do everything, in every
@@ -156,6 +165,9 @@ type Config struct {
 	// check again at dial time. Nil means the strictest policy: https to
 	// public destinations only.
 	Outbound URLChecker
+	// Explainer answers GET /explain. Nil means this server has no router
+	// to ask: GET /explain answers 404.
+	Explainer Explainer
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -222,6 +234,7 @@ type API struct {
 	clients ClientLister
 	scaling Scaling // nil when autoscaling is off
 	fence   URLChecker
+	explain Explainer
 	log     *slog.Logger
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
@@ -240,6 +253,7 @@ func New(cfg Config) (*API, error) {
 		clients: cfg.Clients,
 		scaling: cfg.Scaling,
 		fence:   cfg.Outbound,
+		explain: cfg.Explainer,
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		master:  sha256.Sum256([]byte(cfg.MasterToken)),
@@ -290,6 +304,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPut, "/maintenance/{hostname}", roleOperator, a.setMaintenance},
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
+		{http.MethodGet, "/explain", roleViewer, a.explainRequest},
 		{http.MethodGet, "/openapi.json", roleNone, a.openAPI},
 	}
 }

@@ -539,8 +539,18 @@ func TestAuditEveryMutation(t *testing.T) {
 	f.expectError(t, "GET", "/audit", "apk_wrong", "", http.StatusUnauthorized, "invalid credentials")
 
 	var got []string
-	for _, e := range f.audit(t) {
+	entries := f.audit(t)
+	for i, e := range entries {
 		got = append(got, strings.Join([]string{e.Event, e.Actor, e.OrgID, e.Hostname}, " | "))
+		// Newest first: each entry is chained after the next one listed.
+		if i+1 < len(entries) {
+			if older := entries[i+1]; e.Seq != older.Seq+1 || e.PrevHash != older.Hash || len(e.Hash) != 64 {
+				t.Errorf("audit entry seq %d (prev_hash %s, hash %q) does not follow seq %d (hash %s)", e.Seq, e.PrevHash, e.Hash, older.Seq, older.Hash)
+			}
+		}
+	}
+	if last := entries[len(entries)-1]; last.Seq != 1 || last.PrevHash != strings.Repeat("0", 64) {
+		t.Errorf("oldest audit entry = seq %d, prev_hash %s; want seq 1 after 64 zeros", last.Seq, last.PrevHash)
 	}
 	byKey := "key:" + k.ID
 	want := []string{

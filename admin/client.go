@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/aperio-dev/aperio/router"
 )
 
 // maxResponseBytes bounds the response bodies Client reads.
@@ -155,6 +157,20 @@ func (c *Client) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
 	}
 	var out []AuditEntry
 	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// Explain calls GET /explain for a request for host and path from ip ("":
+// none given; then the per-visitor checks are skipped).
+func (c *Client) Explain(ctx context.Context, host, path, ip string) (router.Explanation, error) {
+	q := url.Values{"host": {host}}
+	if path != "" {
+		q.Set("path", path)
+	}
+	if ip != "" {
+		q.Set("ip", ip)
+	}
+	var out router.Explanation
+	return out, c.Do(ctx, http.MethodGet, "/explain?"+q.Encode(), nil, &out)
 }
 
 // Do sends one request to path (relative to Prefix, with its query) with

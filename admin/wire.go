@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/hex"
 	"time"
 
 	"github.com/aperio-dev/aperio/store"
@@ -212,6 +213,15 @@ type AuditEntry struct {
 	Actor    string `json:"actor"`
 	Hostname string `json:"hostname"`
 	Detail   string `json:"detail"`
+	// Seq is the entry's place in the audit hash chain (1, 2, 3, … across
+	// every organization, so a key sees gaps where other organizations'
+	// entries are).
+	Seq int64 `json:"seq"`
+	// PrevHash and Hash link the entry into the chain, in lowercase hex:
+	// Hash is SHA-256 over PrevHash and the entry's fields (see
+	// docs/audit-and-explain.md); aperio-server --verify-audit checks it.
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
 }
 
 func orgOf(o store.Org) Org {
@@ -278,6 +288,9 @@ func auditOf(e store.AuditEntry) AuditEntry {
 		Actor:    e.Actor,
 		Hostname: e.Hostname,
 		Detail:   e.Detail,
+		Seq:      e.Seq,
+		PrevHash: hex.EncodeToString(e.PrevHash),
+		Hash:     hex.EncodeToString(e.Hash),
 	}
 }
 

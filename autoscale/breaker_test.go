@@ -205,12 +205,12 @@ func TestEveryCallAudited(t *testing.T) {
 			t.Fatalf("audit = %+v, want 2 entries", es)
 		}
 		for i, want := range []struct{ event, host, status string }{
-			{EventRequested, "ok.example.com", "status=204"},
-			{EventFailed, "bad.example.com", "status=404"},
+			{EventRequested, "ok.example.com", `"status":204`},
+			{EventFailed, "bad.example.com", `"status":404`},
 		} {
 			e := es[i]
 			if e.Event != want.event || e.Hostname != want.host || e.Actor != auditActor ||
-				!strings.Contains(e.Detail, "reason=cold_start current=0 desired=1") || !strings.Contains(e.Detail, want.status) {
+				!strings.Contains(e.Detail, `{"reason":"cold_start","current":0,"desired":1,`) || !strings.Contains(e.Detail, want.status) {
 				t.Errorf("audit[%d] = %+v, want %s for %s with %s", i, e, want.event, want.host, want.status)
 			}
 			if strings.Contains(e.Detail, "s3cret") {

@@ -310,3 +310,92 @@ func TestColdStartCallCarriesRequestSpan(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanColdStart proves that PlanColdStart tells what ColdStart would do
+// (call, join, refuse) and does none of it: no call, no flight.
+func TestPlanColdStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rec("app.example.com")
+		r.Cooldown = 10 * time.Second
+		r.ColdStart = 30 * time.Second
+		disarmed := rec("off.example.com")
+		disarmed.Disarmed = true
+		h := newHarness(t, []Record{r, disarmed})
+		h.caller.hold = make(chan struct{})
+
+		for range 100 {
+			if p := h.c.PlanColdStart(context.Background(), testOrg, "app.example.com", ""); p.Join || p.Err != nil {
+				t.Fatalf("PlanColdStart(idle bind) = %+v, want a call (no join, no error)", p)
+			}
+		}
+		synctest.Wait()
+		if n := len(h.caller.made()); n != 0 {
+			t.Fatalf("calls after planning = %d, want 0", n)
+		}
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "off.example.com", ""); !errors.Is(p.Err, ErrDisarmed) {
+			t.Errorf("PlanColdStart(disarmed) = %+v, want ErrDisarmed", p)
+		}
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "nope.example.com", ""); !errors.Is(p.Err, ErrNoRecord) {
+			t.Errorf("PlanColdStart(no record) = %+v, want ErrNoRecord", p)
+		}
+
+		// A start under way is joined, and stays joinable for cold_start
+		// after it was accepted.
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "app.example.com", ""); !p.Join || p.Err != nil {
+			t.Errorf("PlanColdStart(call pending) = %+v, want join", p)
+		}
+		close(h.caller.hold)
+		synctest.Wait()
+		advance(20 * time.Second)
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "app.example.com", ""); !p.Join {
+			t.Errorf("PlanColdStart(accepted 20s ago, cold_start 30s) = %+v, want join", p)
+		}
+		advance(15 * time.Second)
+		if p := h.c.PlanColdStart(context.Background(), testOrg, "app.example.com", ""); p.Join || p.Err != nil {
+			t.Errorf("PlanColdStart(past cold_start) = %+v, want a new call", p)
+		}
+		synctest.Wait()
+		expectCall(t, h, 1, 0, ReasonColdStart, 0, 1)
+	})
+}
+
+// TestPlanColdStartWaitsForRecords proves that PlanColdStart, like
+// ColdStart, waits for Run's first load of the records instead of
+// answering from an empty controller, and gives up when ctx ends.
+func TestPlanColdStartWaitsForRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		st.put(rec("app.example.com"))
+		c, err := New(Config{Store: st, Pool: newFakePool(), Caller: &fakeCaller{}, Events: &fakeEvents{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if p := c.PlanColdStart(ctx, testOrg, "app.example.com", ""); !errors.Is(p.Err, context.DeadlineExceeded) {
+			t.Errorf("PlanColdStart(before Run, 1s) = %+v, want DeadlineExceeded", p)
+		}
+		plans := make(chan ColdStartPlan, 1)
+		go func() { plans <- c.PlanColdStart(context.Background(), testOrg, "app.example.com", "") }()
+		synctest.Wait()
+		select {
+		case p := <-plans:
+			t.Fatalf("PlanColdStart answered %+v before the records were loaded", p)
+		default:
+		}
+		runCtx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(runCtx) }()
+		if p := <-plans; p.Join || p.Err != nil {
+			t.Errorf("PlanColdStart after the load = %+v, want a call", p)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+}

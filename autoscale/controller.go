@@ -507,12 +507,7 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	case b.rec.Disarmed:
 		return nil, ErrDisarmed
 	}
-	// Requests join the bind's flight while its call is pending, inside
-	// its cooldown or backoff, and, once accepted, for the cold_start
-	// budget: the instance it asked for is on its way, and a burst that
-	// takes longer than the cooldown to arrive must not ask again.
-	if s := b.start; s != nil && (!s.resolved || time.Now().Before(b.nextAllowed) ||
-		!s.succeededAt.IsZero() && time.Since(s.succeededAt) < b.rec.ColdStart) {
+	if s := b.joinableLocked(time.Now()); s != nil {
 		return s, nil
 	}
 	s := newStart()
@@ -526,6 +521,75 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	}
 	b.start = s
 	return s, nil
+}
+
+// joinableLocked returns the cold start flight a request at now joins
+// instead of starting another, or nil. Requests join the bind's flight
+// while its call is pending, inside its cooldown or backoff, and, once
+// accepted, for the cold_start budget: the instance it asked for is on its
+// way, and a burst that takes longer than the cooldown to arrive must not
+// ask again.
+func (b *bind) joinableLocked(now time.Time) *Start {
+	if s := b.start; s != nil && (!s.resolved || now.Before(b.nextAllowed) ||
+		!s.succeededAt.IsZero() && now.Sub(s.succeededAt) < b.rec.ColdStart) {
+		return s
+	}
+	return nil
+}
+
+// ColdStartPlan is what ColdStart would do for a bind now: what
+// PlanColdStart reports.
+type ColdStartPlan struct {
+	// Join is set when a request would join a cold start already under
+	// way (its call pending, inside its cooldown or backoff, or accepted
+	// less than cold_start ago) rather than make a call.
+	Join bool
+	// Err is why ColdStart would refuse (ErrNoRecord, ErrDisarmed,
+	// ErrQueueFull, ErrClosed, or ctx's error); nil when it would call or
+	// join.
+	Err error
+	// NextAllowed is when the bind's cooldown or backoff ends; zero when
+	// none runs.
+	NextAllowed time.Time
+	// ConsecutiveFailures is the breaker's count of failed calls.
+	ConsecutiveFailures int
+}
+
+// PlanColdStart reports what ColdStart(ctx, orgID, hostname, path) would
+// do now, without doing it: no call is queued, no flight started, no
+// counter moved. Like ColdStart it first waits, until ctx ends, for Run's
+// first load of the records. It is safe for concurrent use.
+func (c *Controller) PlanColdStart(ctx context.Context, orgID, hostname, path string) ColdStartPlan {
+	select {
+	case <-c.loaded:
+	case <-c.done:
+		return ColdStartPlan{Err: ErrClosed}
+	case <-ctx.Done():
+		return ColdStartPlan{Err: ctx.Err()}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ColdStartPlan{Err: ErrClosed}
+	}
+	b := c.lookupLocked(orgID, hostname, path)
+	if b == nil {
+		return ColdStartPlan{Err: ErrNoRecord}
+	}
+	now := time.Now()
+	plan := ColdStartPlan{ConsecutiveFailures: b.rec.ConsecutiveFailures}
+	if now.Before(b.nextAllowed) {
+		plan.NextAllowed = b.nextAllowed
+	}
+	switch {
+	case b.rec.Disarmed:
+		plan.Err = ErrDisarmed
+	case b.joinableLocked(now) != nil:
+		plan.Join = true
+	case b.queued == nil && len(c.queue) >= c.cfg.MaxQueued:
+		plan.Err = ErrQueueFull
+	}
+	return plan
 }
 
 // Metrics are the controller's counters and gauges, for the metrics

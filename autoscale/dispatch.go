@@ -2,9 +2,11 @@ package autoscale
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -558,29 +560,69 @@ func (c *Controller) audit(ctx context.Context, log *slog.Logger, event string, 
 	}
 }
 
-// detail is the audit text of o: why the call was made, what it asked,
-// how it went, and the utilization samples behind it.
+// maxAuditErrBytes bounds the error text in an audit entry's detail.
+// With MaxRecordedSamples samples, it keeps a detail under about 1.5 KiB.
+const maxAuditErrBytes = 256
+
+// auditDetail is the audit detail of a scaling call, as JSON: why the call
+// was made (the reason and the utilization samples that caused it, against
+// the target), what it asked, and how it went.
+type auditDetail struct {
+	Reason  Reason `json:"reason"`
+	Current int    `json:"current"`
+	Desired int    `json:"desired"`
+	Min     int    `json:"min"`
+	Max     int    `json:"max"`
+	// Target is the record's target utilization; Window the stretch of
+	// samples a scale-out needs (a scale-in needs IdleWindows of them).
+	Target float64 `json:"target"`
+	Window string  `json:"window"`
+	Path   string  `json:"path,omitempty"`
+	// Samples counts the utilization samples of the stretch that caused
+	// the decision; MinUtilization and MaxUtilization range over all of
+	// them, Utilization lists the latest (at most MaxRecordedSamples,
+	// oldest first, rounded to 3 decimals). None for a cold start.
+	Samples        int       `json:"samples,omitempty"`
+	MinUtilization *float64  `json:"min_utilization,omitempty"`
+	MaxUtilization *float64  `json:"max_utilization,omitempty"`
+	Utilization    []float64 `json:"utilization,omitempty"`
+
+	Status              int    `json:"status"`
+	ConsecutiveFailures int    `json:"consecutive_failures"`
+	IdempotencyKey      string `json:"idempotency_key"`
+	Error               string `json:"error,omitempty"`
+}
+
+// detail is the audit detail of o, JSON (auditDetail), bounded in size.
 func (o outcome) detail() string {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "reason=%s current=%d desired=%d min=%d max=%d status=%d consecutive_failures=%d key=%s",
-		o.d.reason, o.d.current, o.d.desired, o.rec.Min, o.rec.Max, o.status, o.rec.ConsecutiveFailures, o.d.key)
-	if o.rec.Path != "" {
-		fmt.Fprintf(&sb, " path=%s", o.rec.Path)
+	d := auditDetail{
+		Reason: o.d.reason, Current: o.d.current, Desired: o.d.desired, Min: o.rec.Min, Max: o.rec.Max,
+		Target: o.rec.TargetUtilization, Window: o.rec.Window.String(), Path: o.rec.Path,
+		Status: o.status, ConsecutiveFailures: o.rec.ConsecutiveFailures, IdempotencyKey: o.d.key,
 	}
 	if s := o.d.samples; s.n > 0 {
-		fmt.Fprintf(&sb, " samples=%d min_utilization=%.2f max_utilization=%.2f utilization=", s.n, s.min, s.max)
-		for i, u := range s.recent {
-			if i > 0 {
-				sb.WriteByte(',')
-			}
-			fmt.Fprintf(&sb, "%.2f", u)
+		lo, hi := round3(s.min), round3(s.max)
+		d.Samples, d.MinUtilization, d.MaxUtilization = s.n, &lo, &hi
+		d.Utilization = make([]float64, 0, len(s.recent))
+		for _, u := range s.recent {
+			d.Utilization = append(d.Utilization, round3(u))
 		}
 	}
 	if o.err != nil {
-		fmt.Fprintf(&sb, " error=%q", o.err.Error())
+		d.Error = o.err.Error()
+		if len(d.Error) > maxAuditErrBytes {
+			d.Error = strings.ToValidUTF8(d.Error[:maxAuditErrBytes], "") + "…"
+		}
 	}
-	return sb.String()
+	b, err := json.Marshal(d)
+	if err != nil { // only a non-finite float could get here: keep the entry, say what is missing
+		return fmt.Sprintf(`{"reason":%q,"current":%d,"desired":%d,"error":"detail not encodable"}`, o.d.reason, o.d.current, o.d.desired)
+	}
+	return string(b)
 }
+
+// round3 rounds a utilization to 3 decimals for the audit log.
+func round3(u float64) float64 { return math.Round(u*1000) / 1000 }
 
 // event is o as an event of type typ.
 func (o outcome) event(typ string) Event {

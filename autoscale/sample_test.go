@@ -2,11 +2,13 @@ package autoscale
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -294,10 +296,8 @@ func TestDecisionRecordsReasonAndSamples(t *testing.T) {
 		expectCall(t, h, 1, 16*time.Second, ReasonScaleOut, 2, 3)
 
 		var want []float64
-		var text []string
 		for s := 1; s <= 16; s++ {
 			want = append(want, cycle[s%3])
-			text = append(text, fmt.Sprintf("%.2f", cycle[s%3]))
 		}
 		evs := h.events.all()
 		if len(evs) != 1 || evs[0].Type != EventRequested || evs[0].Reason != ReasonScaleOut {
@@ -310,11 +310,48 @@ func TestDecisionRecordsReasonAndSamples(t *testing.T) {
 		if len(es) != 1 || es[0].Event != EventRequested || es[0].Hostname != "app.example.com" || es[0].OrgID != testOrg {
 			t.Fatalf("audit = %+v, want one scaling_requested entry", es)
 		}
-		for _, part := range []string{"reason=scale_out", "current=2", "desired=3", "status=200", "samples=16",
-			"min_utilization=0.80", "max_utilization=1.00", "utilization=" + strings.Join(text, ",")} {
-			if !strings.Contains(es[0].Detail, part) {
-				t.Errorf("audit detail %q lacks %q", es[0].Detail, part)
-			}
+		var got auditDetail
+		if err := json.Unmarshal([]byte(es[0].Detail), &got); err != nil {
+			t.Fatalf("audit detail %q is not JSON: %v", es[0].Detail, err)
+		}
+		lo, hi := 0.8, 1.0
+		wantDetail := auditDetail{
+			Reason: ReasonScaleOut, Current: 2, Desired: 3, Min: 0, Max: 10, Target: 0.8, Window: "15s",
+			Samples: 16, MinUtilization: &lo, MaxUtilization: &hi, Utilization: want,
+			Status: 200, IdempotencyKey: evs[0].IdempotencyKey,
+		}
+		if diff := cmp.Diff(wantDetail, got); diff != "" {
+			t.Errorf("audit detail mismatch (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// TestAuditDetailBounded proves that a decision's audit detail stays small
+// however long the stretch of samples and however long the call's error.
+func TestAuditDetailBounded(t *testing.T) {
+	var r run
+	start := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 10 * MaxRecordedSamples {
+		r.add(start.Add(time.Duration(i)*time.Second), 0.1+float64(i%7)/10)
+	}
+	o := outcome{
+		rec:    rec("app.example.com"),
+		d:      decision{reason: ReasonScaleIn, current: 4, desired: 3, key: "k", samples: r.samples()},
+		status: 500,
+		err:    errors.New(strings.Repeat("é", 1000)),
+	}
+	detail := o.detail()
+	var got auditDetail
+	if err := json.Unmarshal([]byte(detail), &got); err != nil {
+		t.Fatalf("detail %q is not JSON: %v", detail, err)
+	}
+	if len(detail) > 2048 {
+		t.Errorf("len(detail) = %d, want at most 2048", len(detail))
+	}
+	if got.Samples != 10*MaxRecordedSamples || len(got.Utilization) != MaxRecordedSamples {
+		t.Errorf("detail samples = %d with %d listed, want %d with %d", got.Samples, len(got.Utilization), 10*MaxRecordedSamples, MaxRecordedSamples)
+	}
+	if !utf8.ValidString(got.Error) || len(got.Error) > maxAuditErrBytes+len("…") {
+		t.Errorf("detail error is %d bytes (valid UTF-8: %v), want at most %d", len(got.Error), utf8.ValidString(got.Error), maxAuditErrBytes+len("…"))
+	}
 }

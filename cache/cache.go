@@ -224,6 +224,25 @@ func (c *Cache) Lookup(r *http.Request) (Hit, bool) {
 	return Hit{}, false
 }
 
+// Has reports whether Lookup(r) would find a copy to serve now, without
+// serving it: no counter moves, no entry is touched, expired or removed.
+// It is for explaining what a request would get (router.Explain).
+func (c *Cache) Has(r *http.Request) bool {
+	if !c.enabled() || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		return false
+	}
+	k := KeyOf(r)
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for e := c.index[k]; e != nil; e = e.sibling {
+		if e.matches(r.Header) && !now.After(e.expires) {
+			return true
+		}
+	}
+	return false
+}
+
 // Stats is a snapshot of a cache's size and counters. Counters count from
 // New and never decrease.
 type Stats struct {

@@ -69,6 +69,20 @@ func TestColdStartFromZero(t *testing.T) {
 	// A new server on the same store: nothing is connected, the record is.
 	srv2 = startServer(t, cfg, nil, nil)
 	visitor2 := newVisitor(t, srv2)
+
+	// Explain first: it must predict the cold start and not make it.
+	req := newRequest(t, t.Context(), srv2, "GET", "admin.test", "/aperio/api/explain?host="+appHost+"&path=/r&ip=203.0.113.9", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, body := do(t, visitor2, req)
+	var ex struct {
+		Verdict string `json:"verdict"`
+	}
+	if err := json.Unmarshal([]byte(body), &ex); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("GET /aperio/api/explain = %d %s (%v), want 200 JSON", resp.StatusCode, body, err)
+	}
+	if ex.Verdict != "cold start: would call provider" || calls.Load() != 0 {
+		t.Fatalf("explain before the burst = %s with %d provider calls, want a predicted cold start and no call", body, calls.Load())
+	}
 	const burst = 40
 	type result struct {
 		status int

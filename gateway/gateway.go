@@ -198,7 +198,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	}
 	g.proxy = observer.Wrap(g.router)
 	g.metricsHandler = g.metrics.Handler(cfg.MetricsToken)
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Outbound: g.fence, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Outbound: g.fence, Explainer: rt, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,6 +136,20 @@ func (l lazyScaler) ColdStart(ctx context.Context, org, host, path string) (rout
 		return nil, err
 	}
 	return st, nil
+}
+
+// PlanColdStart lets the router explain a cold start without starting one
+// (router.ColdStartPlanner).
+func (l lazyScaler) PlanColdStart(ctx context.Context, org, host, path string) (bool, string, error) {
+	p := l.g.ctl.PlanColdStart(ctx, org, host, path)
+	var detail []string
+	if !p.NextAllowed.IsZero() {
+		detail = append(detail, "cooldown or backoff until "+p.NextAllowed.UTC().Format(time.RFC3339))
+	}
+	if p.ConsecutiveFailures > 0 {
+		detail = append(detail, fmt.Sprintf("%d consecutive failed calls", p.ConsecutiveFailures))
+	}
+	return p.Join, strings.Join(detail, ", "), p.Err
 }
 
 // newController builds the autoscaling controller: hooks go out through

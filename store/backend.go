@@ -66,7 +66,18 @@ type backend interface {
 	// oldest first.
 	webhooksFor(ctx context.Context, orgID, event string) ([]Webhook, error)
 
-	appendAudit(ctx context.Context, e AuditEntry) (int64, error)
+	// appendAudit inserts e (its At already stamped) as the next link of
+	// the chain, with the chain head locked for the transaction, and
+	// returns it with ID, Seq, PrevHash and Hash set.
+	appendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
+	// backfillAudit chains the entries that have no chain columns (written
+	// before migration 0004), oldest ID first, after the head, and returns
+	// how many it chained.
+	backfillAudit(ctx context.Context) (int64, error)
+	// readAuditChain calls fn with every chained entry in Seq order until
+	// fn returns false, then returns the head and the oldest unchained
+	// entry, all read from one snapshot.
+	readAuditChain(ctx context.Context, fn func(AuditEntry) bool) (auditChain, error)
 	listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error)
 
 	// execForTest runs raw SQL, bypassing the store's API.

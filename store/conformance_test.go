@@ -32,6 +32,12 @@ type backend struct {
 	// shared says whether changes made through one DB reach the
 	// subscribers of another DB on the same database.
 	shared bool
+	// dropAuditGuards is the raw SQL that removes the triggers keeping
+	// the audit log append-only, as someone with write access to the
+	// database could, so that tamper tests can change rows.
+	dropAuditGuards []string
+	// blob renders bytes as a literal of the dialect.
+	blob func([]byte) string
 }
 
 // waitFor bounds every wait for a change to arrive.
@@ -57,6 +63,10 @@ func testStore(t *testing.T, b backend) {
 		{"AuditAppendOnly", testAuditAppendOnly},
 		{"Webhooks", testWebhooks},
 		{"WebhooksFor", testWebhooksFor},
+		{"AuditChain", testAuditChain},
+		{"AuditChainTampered", testAuditChainTampered},
+		{"AuditChainConcurrent", testAuditChainConcurrent},
+		{"AuditChainBackfill", testAuditChainBackfill},
 		{"ScalingDeclare", testScalingDeclare},
 		{"ScalingRearm", testScalingRearm},
 		{"ScalingCall", testScalingCall},
@@ -649,8 +659,10 @@ func testAudit(t *testing.T, b backend) {
 		}
 		return got
 	}
-	e1 := appendAudit(store.AuditEntry{OrgID: a.ID, Event: "token_minted", Actor: "master", Hostname: "app.example.com", Detail: "tok_1"})
-	want := store.AuditEntry{ID: e1.ID, At: stored(clk.Now()), OrgID: a.ID, Event: "token_minted", Actor: "master", Hostname: "app.example.com", Detail: "tok_1"}
+	e1 := appendAudit(store.AuditEntry{OrgID: a.ID, Event: "token_minted", Actor: "master", Hostname: "app.example.com", Detail: "tok_1",
+		Seq: 99, Hash: []byte("ignored")})
+	want := store.AuditEntry{ID: e1.ID, Seq: 1, PrevHash: make([]byte, sha256.Size), At: stored(clk.Now()), OrgID: a.ID, Event: "token_minted", Actor: "master", Hostname: "app.example.com", Detail: "tok_1"}
+	want.Hash = store.AuditHash(want.PrevHash, want)
 	if diff := cmp.Diff(want, e1); diff != "" {
 		t.Errorf("AppendAudit() mismatch (-want +got):\n%s", diff)
 	}
@@ -751,8 +763,221 @@ func testAuditAppendOnly(t *testing.T, b backend) {
 			methods = append(methods, name)
 		}
 	}
-	if want := []string{"AppendAudit", "ListAudit"}; !slices.Equal(methods, want) {
+	if want := []string{"AppendAudit", "ListAudit", "VerifyAudit"}; !slices.Equal(methods, want) {
 		t.Errorf("audit methods of *store.DB = %v, want %v", methods, want)
+	}
+}
+
+// appendN appends n entries with distinct details and returns them in order.
+func appendN(t testing.TB, db *store.DB, n int) []store.AuditEntry {
+	t.Helper()
+	var es []store.AuditEntry
+	for i := range n {
+		e, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: "token_minted", Actor: "master", Hostname: "app.example.com", Detail: fmt.Sprint("tok_", i)})
+		if err != nil {
+			t.Fatalf("AppendAudit(%d) = %v", i, err)
+		}
+		es = append(es, e)
+	}
+	return es
+}
+
+func testAuditChain(t *testing.T, b backend) {
+	ctx := t.Context()
+	db := storetest.Open(t, b.fresh(t))
+	if n, err := db.VerifyAudit(ctx); n != 0 || err != nil {
+		t.Errorf("VerifyAudit(empty log) = %d, %v; want 0, nil", n, err)
+	}
+	es := appendN(t, db, 5)
+	prev := make([]byte, sha256.Size)
+	for i, e := range es {
+		if e.Seq != int64(i+1) || !slices.Equal(e.PrevHash, prev) || !slices.Equal(e.Hash, store.AuditHash(prev, e)) {
+			t.Errorf("entry %d: seq %d, prev_hash %x, hash %x; want seq %d chained after %x", i, e.Seq, e.PrevHash, e.Hash, i+1, prev)
+		}
+		prev = e.Hash
+	}
+	if n, err := db.VerifyAudit(ctx); n != 5 || err != nil {
+		t.Errorf("VerifyAudit() = %d, %v; want 5, nil", n, err)
+	}
+	// The hash covers every content field: changing any one changes it.
+	base := es[2]
+	for name, change := range map[string]func(*store.AuditEntry){
+		"seq":      func(e *store.AuditEntry) { e.Seq++ },
+		"at":       func(e *store.AuditEntry) { e.At = e.At.Add(time.Microsecond) },
+		"org_id":   func(e *store.AuditEntry) { e.OrgID = "org_x" },
+		"event":    func(e *store.AuditEntry) { e.Event = "token_revoked" },
+		"actor":    func(e *store.AuditEntry) { e.Actor = "key_x" },
+		"hostname": func(e *store.AuditEntry) { e.Hostname = "other.example.com" },
+		"detail":   func(e *store.AuditEntry) { e.Detail += "x" },
+		// Moving bytes between adjacent fields keeps the concatenation
+		// but not the length-prefixed encoding.
+		"field boundary": func(e *store.AuditEntry) { e.Actor, e.Hostname = e.Actor+"a", strings.TrimPrefix("a"+e.Hostname, "a") },
+	} {
+		e := base
+		change(&e)
+		if slices.Equal(store.AuditHash(e.PrevHash, e), base.Hash) {
+			t.Errorf("AuditHash with %s changed = the original hash, want a different one", name)
+		}
+	}
+}
+
+func testAuditChainTampered(t *testing.T, b backend) {
+	tests := []struct {
+		name string
+		// tamper returns the raw SQL to run, given the entries.
+		tamper []string
+		// broken is the index of the entry VerifyAudit must name.
+		broken int
+		reason string
+	}{
+		{"detail changed", []string{`UPDATE audit SET detail = 'forged' WHERE seq = 3`}, 2, "hash does not match"},
+		{"event changed", []string{`UPDATE audit SET event = 'nothing' WHERE seq = 1`}, 0, "hash does not match"},
+		{"row deleted", []string{`DELETE FROM audit WHERE seq = 3`}, 3, "entry seq 3 missing"},
+		{"two rows deleted", []string{`DELETE FROM audit WHERE seq IN (2, 3)`}, 3, "entry seq 2-3 missing"},
+		{"hash overwritten", []string{`UPDATE audit SET detail = 'forged', hash = prev_hash WHERE seq = 2`}, 1, "hash does not match"},
+		{"row replaced by a consistent forgery", nil, 3, "prev_hash"},
+		{"tail deleted", []string{`DELETE FROM audit WHERE seq = 5`}, 3, "head records seq 5"},
+		{"row inserted around the store", []string{`INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES ('2031-01-01T00:00:00.000000Z', '', 'forged', 'x', '', '')`}, -1, "no chain columns"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			db := storetest.Open(t, b.fresh(t))
+			es := appendN(t, db, 5)
+			for _, q := range b.dropAuditGuards {
+				if err := db.ExecForTest(ctx, q); err != nil {
+					t.Fatalf("raw %q = %v", q, err)
+				}
+			}
+			queries := tt.tamper
+			if queries == nil {
+				// Rewrite entry seq 3 and give it the right hash for its
+				// new content: only the next link shows it.
+				forged := es[2]
+				forged.Detail = "forged"
+				h := store.AuditHash(forged.PrevHash, forged)
+				queries = []string{fmt.Sprintf(`UPDATE audit SET detail = 'forged', hash = %s WHERE seq = 3`, b.blob(h))}
+			}
+			for _, q := range queries {
+				if err := db.ExecForTest(ctx, q); err != nil {
+					t.Fatalf("raw %q = %v", q, err)
+				}
+			}
+			_, err := db.VerifyAudit(ctx)
+			var ce *store.AuditChainError
+			if !errors.As(err, &ce) || !errors.Is(err, store.ErrAuditChainBroken) {
+				t.Fatalf("VerifyAudit() after tampering = %v, want an *AuditChainError", err)
+			}
+			if tt.broken >= 0 && (ce.Entry.ID != es[tt.broken].ID || ce.Entry.Seq != es[tt.broken].Seq) {
+				t.Errorf("VerifyAudit() names entry id %d seq %d, want id %d seq %d (%v)", ce.Entry.ID, ce.Entry.Seq, es[tt.broken].ID, es[tt.broken].Seq, err)
+			}
+			if tt.broken < 0 && ce.Entry.Event != "forged" {
+				t.Errorf("VerifyAudit() names entry %+v, want the inserted one (%v)", ce.Entry, err)
+			}
+			if !strings.Contains(ce.Reason, tt.reason) {
+				t.Errorf("VerifyAudit() reason = %q, want it to contain %q", ce.Reason, tt.reason)
+			}
+		})
+	}
+}
+
+func testAuditChainConcurrent(t *testing.T, b backend) {
+	ctx := t.Context()
+	cfg := b.fresh(t)
+	dbs := []*store.DB{storetest.Open(t, cfg), storetest.Open(t, cfg)}
+	const perWorker, workers = 15, 3
+	var wg sync.WaitGroup
+	errs := make(chan error, len(dbs)*workers*perWorker)
+	for d, db := range dbs {
+		for w := range workers {
+			wg.Go(func() {
+				for i := range perWorker {
+					if _, err := db.AppendAudit(ctx, store.AuditEntry{Event: "login_failed", Detail: fmt.Sprintf("db%d-w%d-%d", d, w, i)}); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	want := int64(len(dbs) * workers * perWorker)
+	for d, db := range dbs {
+		if n, err := db.VerifyAudit(ctx); n != want || err != nil {
+			t.Errorf("db%d.VerifyAudit() after concurrent appends = %d, %v; want %d, nil", d, n, err, want)
+		}
+	}
+}
+
+// testAuditChainBackfill: entries without chain columns (as written before
+// migration 0004) are chained, oldest first, when the store next opens.
+func testAuditChainBackfill(t *testing.T, b backend) {
+	ctx := t.Context()
+	cfg := b.fresh(t)
+	db := storetest.Open(t, cfg)
+	before := appendN(t, db, 2)
+	for _, q := range b.dropAuditGuards { // stands in for a pre-0004 writer, which the new triggers do not stop inserting
+		if err := db.ExecForTest(ctx, q); err != nil {
+			t.Fatalf("raw %q = %v", q, err)
+		}
+	}
+	for i := range 3 {
+		q := fmt.Sprintf(`INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES ('2031-01-01T00:00:0%d.000000Z', '', 'legacy', 'master', '', 'old %d')`, i, i)
+		if err := db.ExecForTest(ctx, q); err != nil {
+			t.Fatalf("raw %q = %v", q, err)
+		}
+	}
+	if _, err := db.VerifyAudit(ctx); !errors.Is(err, store.ErrAuditChainBroken) {
+		t.Fatalf("VerifyAudit() with unchained entries = %v, want ErrAuditChainBroken", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	// Two servers starting at once chain the entries once between them.
+	var (
+		wg     sync.WaitGroup
+		reopen [2]*store.DB
+		errs   [2]error
+	)
+	for i := range reopen {
+		wg.Go(func() { reopen[i], errs[i] = store.Open(ctx, cfg) })
+	}
+	wg.Wait()
+	for i, d := range reopen {
+		if errs[i] != nil {
+			t.Fatalf("concurrent Open #%d = %v", i, errs[i])
+		}
+		t.Cleanup(func() {
+			if err := d.Close(); err != nil {
+				t.Errorf("Close() = %v", err)
+			}
+		})
+	}
+	db = reopen[0]
+	if n, err := db.VerifyAudit(ctx); n != 5 || err != nil {
+		t.Fatalf("VerifyAudit() after reopening = %d, %v; want 5, nil", n, err)
+	}
+	got, err := db.ListAudit(ctx, "", 0)
+	if err != nil {
+		t.Fatalf("ListAudit() = %v", err)
+	}
+	var legacy []string
+	for _, e := range got {
+		if e.Event == "legacy" {
+			legacy = append(legacy, fmt.Sprintf("%s=%d", e.Detail, e.Seq))
+		}
+	}
+	slices.Sort(legacy)
+	if want := []string{"old 0=3", "old 1=4", "old 2=5"}; !slices.Equal(legacy, want) {
+		t.Errorf("backfilled seqs = %v, want %v (after the %d chained entries, oldest first)", legacy, want, len(before))
+	}
+	// Appends continue the chain.
+	appendN(t, db, 1)
+	if n, err := db.VerifyAudit(ctx); n != 6 || err != nil {
+		t.Errorf("VerifyAudit() after one more append = %d, %v; want 6, nil", n, err)
 	}
 }
 

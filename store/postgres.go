@@ -657,26 +657,127 @@ func (b *pgBackend) deleteStaleScalingRecords(ctx context.Context, cutoff time.T
 
 // Audit.
 
-func (b *pgBackend) appendAudit(ctx context.Context, e AuditEntry) (int64, error) {
-	var id int64
-	err := b.pool.QueryRow(ctx,
-		`INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-		e.At, e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail).Scan(&id)
-	return id, pgErr(err)
+const pgAuditCols = `id, seq, prev_hash, hash, at, org_id, event, actor, hostname, detail`
+
+func pgScanAudit(r pgx.Row) (AuditEntry, error) {
+	var (
+		e   AuditEntry
+		seq *int64
+	)
+	if err := r.Scan(&e.ID, &seq, &e.PrevHash, &e.Hash, &e.At, &e.OrgID, &e.Event, &e.Actor, &e.Hostname, &e.Detail); err != nil {
+		return AuditEntry{}, pgErr(err)
+	}
+	if seq != nil {
+		e.Seq = *seq
+	}
+	e.At = e.At.UTC()
+	return e, nil
+}
+
+// pgLockAuditHead locks the chain head row for the rest of tx: appends by
+// every server on the database queue here, so each sees the head the one
+// before it wrote and the chain stays linear.
+func pgLockAuditHead(ctx context.Context, tx pgx.Tx) (int64, []byte, error) {
+	var (
+		seq  int64
+		hash []byte
+	)
+	err := tx.QueryRow(ctx, `SELECT seq, hash FROM audit_chain_head WHERE id = 1 FOR UPDATE`).Scan(&seq, &hash)
+	return seq, hash, err
+}
+
+func (b *pgBackend) appendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		seq, hash, err := pgLockAuditHead(ctx, tx)
+		if err != nil {
+			return err
+		}
+		e = chainAfter(e, seq, hash)
+		// One round trip for both writes: the head stays locked for as
+		// short a time as the protocol allows.
+		// (PostgreSQL runs a data-modifying WITH whether or not the main
+		// statement reads it.)
+		return tx.QueryRow(ctx, `WITH moved AS (UPDATE audit_chain_head SET seq = $1, hash = $3 WHERE id = 1)
+			INSERT INTO audit (seq, prev_hash, hash, at, org_id, event, actor, hostname, detail)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+			e.Seq, e.PrevHash, e.Hash, e.At, e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail).Scan(&e.ID)
+	})
+	if err != nil {
+		return AuditEntry{}, err
+	}
+	return e, nil
+}
+
+func (b *pgBackend) backfillAudit(ctx context.Context) (int64, error) {
+	var n int64
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		seq, hash, err := pgLockAuditHead(ctx, tx) // first: a server starting beside this one waits, then finds nothing left
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+pgAuditCols+` FROM audit WHERE hash IS NULL ORDER BY id`)
+		pending, err := pgCollect(rows, err, pgScanAudit)
+		if err != nil || len(pending) == 0 {
+			return err
+		}
+		for _, e := range pending {
+			e = chainAfter(e, seq, hash)
+			if _, err := tx.Exec(ctx, `UPDATE audit SET seq = $2, prev_hash = $3, hash = $4 WHERE id = $1`,
+				e.ID, e.Seq, e.PrevHash, e.Hash); err != nil {
+				return err
+			}
+			seq, hash = e.Seq, e.Hash
+		}
+		n = int64(len(pending))
+		_, err = tx.Exec(ctx, `UPDATE audit_chain_head SET seq = $1, hash = $2 WHERE id = 1`, seq, hash)
+		return err
+	})
+	return n, err
+}
+
+func (b *pgBackend) readAuditChain(ctx context.Context, fn func(AuditEntry) bool) (auditChain, error) {
+	var c auditChain
+	// REPEATABLE READ: every statement sees the snapshot of the first, so
+	// appends committing meanwhile do not make the head disagree.
+	err := pgx.BeginTxFunc(ctx, b.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT seq, hash FROM audit_chain_head WHERE id = 1`).Scan(&c.headSeq, &c.headHash); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+pgAuditCols+` FROM audit WHERE seq IS NOT NULL ORDER BY seq`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			e, err := pgScanAudit(rows)
+			if err != nil {
+				return err
+			}
+			if !fn(e) {
+				break
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		e, err := pgScanAudit(tx.QueryRow(ctx, `SELECT `+pgAuditCols+` FROM audit WHERE seq IS NULL OR hash IS NULL ORDER BY id LIMIT 1`))
+		switch {
+		case err == nil:
+			c.unchained = &e
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		return nil
+	})
+	return c, pgErr(err)
 }
 
 func (b *pgBackend) listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error) {
 	rows, err := b.pool.Query(ctx,
-		`SELECT id, at, org_id, event, actor, hostname, detail FROM audit
+		`SELECT `+pgAuditCols+` FROM audit
 		WHERE ($1 = '' OR org_id = $1) ORDER BY at DESC, id DESC LIMIT $2`, orgID, limit)
-	return pgCollect(rows, err, func(r pgx.Row) (AuditEntry, error) {
-		var e AuditEntry
-		if err := r.Scan(&e.ID, &e.At, &e.OrgID, &e.Event, &e.Actor, &e.Hostname, &e.Detail); err != nil {
-			return AuditEntry{}, pgErr(err)
-		}
-		e.At = e.At.UTC()
-		return e, nil
-	})
+	return pgCollect(rows, err, pgScanAudit)
 }
 
 func (b *pgBackend) execForTest(ctx context.Context, query string) error {

@@ -642,33 +642,144 @@ func (b *sqliteBackend) deleteStaleScalingRecords(ctx context.Context, cutoff ti
 
 // Audit.
 
-func (b *sqliteBackend) appendAudit(ctx context.Context, e AuditEntry) (int64, error) {
-	var id int64
-	err := b.w.QueryRowContext(ctx,
-		`INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id`,
-		sqliteFormat(e.At), e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail).Scan(&id)
-	return id, sqliteErr(err)
+const sqliteAuditCols = `id, seq, prev_hash, hash, at, org_id, event, actor, hostname, detail`
+
+func sqliteScanAudit(s scanner) (AuditEntry, error) {
+	var (
+		e   AuditEntry
+		seq sql.NullInt64
+		at  string
+	)
+	if err := s.Scan(&e.ID, &seq, &e.PrevHash, &e.Hash, &at, &e.OrgID, &e.Event, &e.Actor, &e.Hostname, &e.Detail); err != nil {
+		return AuditEntry{}, sqliteErr(err)
+	}
+	e.Seq = seq.Int64
+	var err error
+	e.At, err = sqliteParse(at)
+	return e, err
+}
+
+// sqliteAuditHead reads the chain head. The writer's single connection
+// and BEGIN IMMEDIATE already serialize appends, so no row lock is needed.
+func sqliteAuditHead(ctx context.Context, q interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}) (int64, []byte, error) {
+	var (
+		seq  int64
+		hash []byte
+	)
+	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM audit_chain_head WHERE id = 1`).Scan(&seq, &hash)
+	return seq, hash, err
+}
+
+func (b *sqliteBackend) appendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		seq, hash, err := sqliteAuditHead(ctx, tx)
+		if err != nil {
+			return err
+		}
+		e = chainAfter(e, seq, hash)
+		if err := tx.QueryRowContext(ctx,
+			`INSERT INTO audit (seq, prev_hash, hash, at, org_id, event, actor, hostname, detail)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id`,
+			e.Seq, e.PrevHash, e.Hash, sqliteFormat(e.At), e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail).Scan(&e.ID); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE audit_chain_head SET seq = ?1, hash = ?2 WHERE id = 1`, e.Seq, e.Hash)
+		return err
+	})
+	if err != nil {
+		return AuditEntry{}, err
+	}
+	return e, nil
+}
+
+func (b *sqliteBackend) backfillAudit(ctx context.Context) (int64, error) {
+	var n int64
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+sqliteAuditCols+` FROM audit WHERE hash IS NULL ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		pending, err := sqliteCollect(rows, sqliteScanAudit)
+		if err != nil || len(pending) == 0 {
+			return err
+		}
+		seq, hash, err := sqliteAuditHead(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, e := range pending {
+			e = chainAfter(e, seq, hash)
+			if _, err := tx.ExecContext(ctx, `UPDATE audit SET seq = ?2, prev_hash = ?3, hash = ?4 WHERE id = ?1`,
+				e.ID, e.Seq, e.PrevHash, e.Hash); err != nil {
+				return err
+			}
+			seq, hash = e.Seq, e.Hash
+		}
+		n = int64(len(pending))
+		_, err = tx.ExecContext(ctx, `UPDATE audit_chain_head SET seq = ?1, hash = ?2 WHERE id = 1`, seq, hash)
+		return err
+	})
+	return n, err
+}
+
+func (b *sqliteBackend) readAuditChain(ctx context.Context, fn func(AuditEntry) bool) (auditChain, error) {
+	// One read transaction (on a query_only connection): in WAL mode it
+	// sees one snapshot throughout.
+	tx, err := b.r.BeginTx(ctx, nil)
+	if err != nil {
+		return auditChain{}, sqliteErr(err)
+	}
+	c, err := sqliteReadAuditChain(ctx, tx, fn)
+	if rbErr := tx.Rollback(); rbErr != nil && err == nil {
+		err = sqliteErr(rbErr)
+	}
+	return c, err
+}
+
+func sqliteReadAuditChain(ctx context.Context, tx *sql.Tx, fn func(AuditEntry) bool) (auditChain, error) {
+	var (
+		c   auditChain
+		err error
+	)
+	if c.headSeq, c.headHash, err = sqliteAuditHead(ctx, tx); err != nil {
+		return auditChain{}, sqliteErr(err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+sqliteAuditCols+` FROM audit WHERE seq IS NOT NULL ORDER BY seq`)
+	if err != nil {
+		return auditChain{}, sqliteErr(err)
+	}
+	for rows.Next() {
+		e, err := sqliteScanAudit(rows)
+		if err != nil {
+			return auditChain{}, errors.Join(err, rows.Close())
+		}
+		if !fn(e) {
+			break
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return auditChain{}, sqliteErr(err)
+	}
+	e, err := sqliteScanAudit(tx.QueryRowContext(ctx, `SELECT `+sqliteAuditCols+` FROM audit WHERE seq IS NULL OR hash IS NULL ORDER BY id LIMIT 1`))
+	switch {
+	case err == nil:
+		c.unchained = &e
+	case !errors.Is(err, ErrNotFound):
+		return auditChain{}, err
+	}
+	return c, nil
 }
 
 func (b *sqliteBackend) listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error) {
 	rows, err := b.r.QueryContext(ctx,
-		`SELECT id, at, org_id, event, actor, hostname, detail FROM audit
+		`SELECT `+sqliteAuditCols+` FROM audit
 		WHERE (?1 = '' OR org_id = ?1) ORDER BY at DESC, id DESC LIMIT ?2`, orgID, limit)
 	if err != nil {
 		return nil, sqliteErr(err)
 	}
-	return sqliteCollect(rows, func(s scanner) (AuditEntry, error) {
-		var (
-			e  AuditEntry
-			at string
-		)
-		if err := s.Scan(&e.ID, &at, &e.OrgID, &e.Event, &e.Actor, &e.Hostname, &e.Detail); err != nil {
-			return AuditEntry{}, sqliteErr(err)
-		}
-		var err error
-		e.At, err = sqliteParse(at)
-		return e, err
-	})
+	return sqliteCollect(rows, sqliteScanAudit)
 }
 
 func (b *sqliteBackend) execForTest(ctx context.Context, query string) error {

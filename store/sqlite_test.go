@@ -17,7 +17,9 @@ import (
 )
 
 func TestSQLite(t *testing.T) {
-	testStore(t, backend{name: store.BackendSQLite, fresh: storetest.SQLite})
+	testStore(t, backend{name: store.BackendSQLite, fresh: storetest.SQLite,
+		dropAuditGuards: []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`},
+		blob:            func(b []byte) string { return fmt.Sprintf("X'%x'", b) }})
 }
 
 func TestValidate(t *testing.T) {

@@ -1,9 +1,9 @@
 // Package store owns Aperio's persistent state: organizations, client
 // tokens (as hashes), admin keys (as hashes), maintenance mode, autoscaling
-// records, webhook subscriptions and the append-only audit log, and the
-// change feed that tells every server sharing the database when a token is
-// revoked, a key deleted, maintenance toggled or a scaling record declared,
-// called, disarmed or deleted.
+// records, webhook subscriptions and the append-only, hash-chained audit
+// log, and the change feed that tells every server sharing the database
+// when a token is revoked, a key deleted, maintenance toggled or a scaling
+// record declared, called, disarmed or deleted.
 //
 // One API, two backends with identical behaviour: SQLite (the default, one
 // file in the data directory, owned by one server) and PostgreSQL (shared by
@@ -68,6 +68,7 @@ const (
 	logKeyPath    = "path"
 	logKeyDropped = "dropped"
 	logKeyRetryIn = "retry_in"
+	logKeyChained = "chained"
 )
 
 // Config says which database to open. The zero value is invalid: set
@@ -157,6 +158,15 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		db.hub.close()
 		return nil, err
+	}
+	// Entries from before the audit chain (migration 0004) are chained
+	// here, once: later opens find none.
+	n, err := db.b.backfillAudit(ctx)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("store: chain audit entries: %w", err), db.Close())
+	}
+	if n > 0 {
+		db.log.Info("audit entries chained", logKeyChained, n)
 	}
 	return db, nil
 }
@@ -558,10 +568,21 @@ func (db *DB) ListMaintenance(ctx context.Context) ([]Maintenance, error) {
 
 // AuditEntry is one line of the audit log. Entries are never changed or
 // removed: the store has no method for it and the database refuses it (a
-// trigger on the table).
+// trigger on the table). Each entry is a link of a hash chain (see
+// AuditHash) that VerifyAudit checks, so that a change made around the
+// triggers shows.
 type AuditEntry struct {
 	// ID is assigned by the store, increasing.
 	ID int64
+	// Seq is the entry's place in the hash chain, assigned by the store:
+	// 1 for the first entry, then one more for each entry without gaps,
+	// in the order appends commit (across every server on the database).
+	Seq int64
+	// PrevHash is the Hash of entry Seq-1 (32 zero bytes for Seq 1),
+	// assigned by the store.
+	PrevHash []byte
+	// Hash is AuditHash(PrevHash, entry), assigned by the store.
+	Hash []byte
 	// At is when it happened; zero means now.
 	At time.Time
 	// OrgID is the organization concerned; "" for events outside any
@@ -583,8 +604,10 @@ const (
 	MaxAuditLimit     = 1000
 )
 
-// AppendAudit appends e to the audit log and returns it with its ID and
-// At (now when e.At is zero).
+// AppendAudit appends e to the audit log and returns it with its ID, At
+// (now when e.At is zero) and chain fields (Seq, PrevHash, Hash; any set in
+// e are ignored). Appends are serialized across every server sharing the
+// database, so the chain stays linear.
 func (db *DB) AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
 	if db.closed.Load() {
 		return AuditEntry{}, errClosed
@@ -596,12 +619,11 @@ func (db *DB) AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
 		e.At = db.now()
 	}
 	e.At = stamp(e.At)
-	id, err := db.b.appendAudit(ctx, e)
+	got, err := db.b.appendAudit(ctx, e)
 	if err != nil {
 		return AuditEntry{}, db.fail("append audit "+e.Event, err)
 	}
-	e.ID = id
-	return e, nil
+	return got, nil
 }
 
 // ListAudit returns the newest entries of organization orgID ("" means

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/exitcode"
+	"github.com/aperio-dev/aperio/router"
 )
 
 // apiCLI is what every `aperio-client api` command shares: its flags and
@@ -54,6 +56,7 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 		a.webhooksCommand(),
 		a.maintenanceCommand(),
 		a.auditCommand(),
+		a.explainCommand(),
 		a.orgsCommand(),
 	)
 	return cmd
@@ -306,6 +309,48 @@ func (a *apiCLI) auditCommand() *cobra.Command {
 	return cmd
 }
 
+func (a *apiCLI) explainCommand() *cobra.Command {
+	var ip string
+	cmd := &cobra.Command{
+		Use:   "explain URL [--ip IP]",
+		Short: "Say what the server would do with a request for URL, step by step, without sending it",
+		Long: "Ask the server what it would do now with a visitor's request for URL (its hostname and path;\n" +
+			"the scheme, port and query are ignored): maintenance, limits, the pool's clients, cold start,\n" +
+			"fallbacks, and the verdict. Nothing is sent to the app and no limit is spent.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			host, path, err := explainTarget(args[0])
+			if err != nil {
+				fmt.Fprintln(a.stderr, "aperio-client:", err)
+				return exitcode.ErrUsage
+			}
+			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (router.Explanation, error) {
+				return c.Explain(ctx, host, path, ip)
+			}, explainTable)
+		},
+	}
+	cmd.Flags().StringVar(&ip, "ip", "", "the visitor's IP address (default: none; the per-visitor limit and allowed_ips are then skipped)")
+	return cmd
+}
+
+// explainTarget splits a URL (a scheme is optional) into the hostname and
+// path a visitor's request would carry.
+func explainTarget(raw string) (host, path string, err error) {
+	s := raw
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Hostname() == "" {
+		return "", "", fmt.Errorf("%q is not a URL with a hostname (like https://app.example.com/path)", raw)
+	}
+	path = u.Path
+	if path == "" {
+		path = "/"
+	}
+	return u.Hostname(), path, nil
+}
+
 func (a *apiCLI) orgsCommand() *cobra.Command {
 	cmd := group("orgs", "Create and list organizations")
 	var name string
@@ -520,9 +565,39 @@ func maintenanceTable(w io.Writer, ms []admin.Maintenance) {
 }
 
 func auditTable(w io.Writer, es []admin.AuditEntry) {
-	fmt.Fprintln(w, "AT\tEVENT\tACTOR\tORG\tHOSTNAME\tDETAIL")
+	fmt.Fprintln(w, "SEQ\tAT\tEVENT\tACTOR\tORG\tHOSTNAME\tDETAIL")
 	for _, e := range es {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", when(&e.At), e.Event, cell(e.Actor), cell(e.OrgID), cell(e.Hostname), cell(e.Detail))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, when(&e.At), e.Event, cell(e.Actor), cell(e.OrgID), cell(e.Hostname), cell(e.Detail))
+	}
+}
+
+// explainTable prints an explanation: the request, the steps, the bind's
+// clients and the verdict, in blocks that align on their own.
+func explainTable(w io.Writer, ex router.Explanation) {
+	fmt.Fprintf(w, "REQUEST\t%s%s from %s\nBIND\t%s\n\n", ex.Host, ex.Path, cell(ex.IP), cell(ex.Bind))
+	fmt.Fprintln(w, "STEP\tOUTCOME\tDETAIL")
+	for _, st := range ex.Steps {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", st.Name, st.Outcome, cell(st.Detail))
+	}
+	if len(ex.Clients) > 0 {
+		fmt.Fprintln(w, "\nCLIENT\tID\tTIER\tHEALTHY\tDRAINING\tINFLIGHT\tLIMIT\tROUTABLE\tADMITS\tFREE")
+		for _, c := range ex.Clients {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", cell(c.Name), c.ID, c.Tier, yesNo(c.Healthy), yesNo(c.Draining),
+				c.Inflight, orNone(int(c.Limit)), yesNo(c.Routable), yesNo(c.Admits), yesNo(c.Free))
+		}
+	}
+	status := "-"
+	switch {
+	case ex.Status != 0:
+		status = strconv.Itoa(ex.Status)
+	case ex.AfterWait != "":
+		status = "- (the request waits: see AFTER WAIT)"
+	case strings.HasPrefix(ex.Verdict, "dispatch to "):
+		status = "- (the app answers)"
+	}
+	fmt.Fprintf(w, "\nVERDICT\t%s\nSTATUS\t%s\n", ex.Verdict, status)
+	if ex.AfterWait != "" {
+		fmt.Fprintf(w, "AFTER WAIT\t%s\n", ex.AfterWait)
 	}
 }
 

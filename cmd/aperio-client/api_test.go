@@ -19,6 +19,7 @@ import (
 
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -99,7 +100,12 @@ func newAPIServer(t *testing.T) *apiServer {
 		}
 	})
 	s := &apiServer{clients: &staticClients{}, scaling: &staticScaling{}}
-	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Scaling: s.scaling})
+	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: map[string]string{"gone.example.com": "https://status.example.com/"}})
+	if err != nil {
+		t.Fatalf("router.New: %v", err)
+	}
+	rt.SetMaintenance([]string{"down.example.com"})
+	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Scaling: s.scaling, Explainer: rt})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}
@@ -265,13 +271,19 @@ func TestAPICommands(t *testing.T) {
 		t.Errorf("admin-keys delete printed %q", out)
 	}
 
-	rows = table(t, ok(t, "api", "audit", "--limit", "3"), "AT", "EVENT", "ACTOR", "ORG", "HOSTNAME", "DETAIL")
-	var events []string
+	rows = table(t, ok(t, "api", "audit", "--limit", "3"), "SEQ", "AT", "EVENT", "ACTOR", "ORG", "HOSTNAME", "DETAIL")
+	var events, seqs []string
 	for _, r := range rows {
 		events = append(events, r["EVENT"])
+		seqs = append(seqs, r["SEQ"])
 	}
 	if got, want := strings.Join(events, " "), "admin_key_deleted admin_key_created maintenance_off"; got != want {
 		t.Errorf("audit --limit 3 events = %s, want %s", got, want)
+	}
+	var newest []admin.AuditEntry
+	okJSON(t, &newest, "api", "audit", "--limit", "1", "--json")
+	if len(newest) != 1 || seqs[0] != fmt.Sprint(newest[0].Seq) || seqs[1] != fmt.Sprint(newest[0].Seq-1) {
+		t.Errorf("audit SEQ column = %v, want the chain's seq counting down from %+v", seqs, newest)
 	}
 
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -551,5 +563,53 @@ func TestAPIScaling(t *testing.T) {
 		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL")
 	if len(rows) != 1 || rows[0]["ID"] != "scl_broken" {
 		t.Errorf("scaling list after two disarms = %v, want scl_broken alone", rows)
+	}
+}
+
+// TestAPIExplain: `api explain URL` prints the steps and the verdict, or
+// the explanation as JSON; a bad URL is a usage error.
+func TestAPIExplain(t *testing.T) {
+	s := newAPIServer(t)
+	t.Setenv("APERIO_SERVER_URL", s.url)
+	t.Setenv("APERIO_API_KEY", testMaster)
+
+	out := ok(t, "api", "explain", "https://down.example.com:8443/shop?x=1", "--ip", "203.0.113.7")
+	for _, want := range []string{
+		"REQUEST  down.example.com/shop from 203.0.113.7",
+		"maintenance      stop",
+		"VERDICT  503 maintenance (Retry-After: 60)",
+		"STATUS   503",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("api explain output lacks %q:\n%s", want, out)
+		}
+	}
+	steps := out[strings.Index(out, "STEP"):]
+	steps = steps[:strings.Index(steps, "\n\n")]
+	rows := table(t, steps, "STEP", "OUTCOME", "DETAIL")
+	if len(rows) != 3 || rows[2]["STEP"] != router.StepMaintenance || rows[2]["OUTCOME"] != router.OutcomeStop {
+		t.Errorf("api explain steps = %v, want reserved_prefix, ip_rate_limit, maintenance (stop)", rows)
+	}
+
+	var ex router.Explanation
+	okJSON(t, &ex, "api", "explain", "gone.example.com/a/b", "--json")
+	if ex.Host != "gone.example.com" || ex.Path != "/a/b" || ex.IP != "" || ex.Status != http.StatusFound ||
+		ex.Verdict != "302 fallback redirect to https://status.example.com/" {
+		t.Errorf("api explain --json = %+v, want gone.example.com/a/b redirected (302)", ex)
+	}
+
+	for _, tt := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"api", "explain"}, 2, "accepts 1 arg(s), received 0"},
+		{[]string{"api", "explain", "http://"}, 2, "is not a URL with a hostname"},
+		{[]string{"api", "explain", "app.example.com", "--ip", "1.2.3"}, 1, `ip "1.2.3" is not an IP address`},
+	} {
+		code, _, errOut := cli(t, tt.args...)
+		if code != tt.code || !strings.Contains(errOut, tt.stderr) {
+			t.Errorf("aperio-client %s = exit %d, stderr %q; want %d, %q", strings.Join(tt.args, " "), code, errOut, tt.code, tt.stderr)
+		}
 	}
 }

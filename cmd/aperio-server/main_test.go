@@ -2,10 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite"
+
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/store/storetest"
 )
 
 // runServer runs the command line with a controlled environment and
@@ -71,5 +80,113 @@ func TestPrintConfigMasksSecrets(t *testing.T) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("--print-config output lacks %q:\n%s", want, stdout)
 		}
+	}
+}
+
+func sqliteAuditStore(t *testing.T) (map[string]string, store.Config, func(string)) {
+	dir := t.TempDir()
+	cfg := store.Config{DataDir: dir}
+	exec := func(q string) {
+		t.Helper()
+		raw, err := sql.Open("sqlite", "file:"+filepath.Join(dir, store.DBFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		if _, err := raw.ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("raw %q = %v", q, err)
+		}
+	}
+	return map[string]string{"APERIO_DATA_DIR": dir}, cfg, exec
+}
+
+func postgresAuditStore(t *testing.T) (map[string]string, store.Config, func(string)) {
+	dsn := storetest.PostgresDSN(t)
+	exec := func(q string) {
+		t.Helper()
+		conn, err := pgx.Connect(t.Context(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(t.Context(), q); err != nil {
+			t.Fatalf("raw %q = %v", q, err)
+		}
+	}
+	return map[string]string{"APERIO_DATABASE_URL": dsn}, store.Config{DatabaseURL: dsn}, exec
+}
+
+// TestVerifyAudit: --verify-audit passes an intact chain, and fails naming
+// the entry after a row is changed or deleted behind the store's back (the
+// append-only triggers dropped first, as someone with database access could).
+func TestVerifyAudit(t *testing.T) {
+	backends := []struct {
+		name  string
+		open  func(t *testing.T) (map[string]string, store.Config, func(string))
+		guard []string
+	}{
+		{"sqlite", sqliteAuditStore, []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`}},
+		{"postgres", postgresAuditStore, []string{`ALTER TABLE audit DISABLE TRIGGER USER`}},
+	}
+	tampers := []struct {
+		name     string
+		query    string
+		stderrIn []string
+	}{
+		{"none", "", nil},
+		{"row updated", `UPDATE audit SET detail = 'forged' WHERE seq = 2`, []string{"seq 2", "event maintenance_on", "hash does not match"}},
+		{"row deleted", `DELETE FROM audit WHERE seq = 2`, []string{"seq 3", "event token_revoked", "entry seq 2 missing"}},
+		{"every row deleted", `DELETE FROM audit`, []string{"audit chain BROKEN: chain ends at seq 0 but its head records seq 3"}},
+	}
+	for _, bk := range backends {
+		for _, tt := range tampers {
+			t.Run(bk.name+"/"+tt.name, func(t *testing.T) {
+				env, cfg, exec := bk.open(t)
+				env["APERIO_SERVER_TOKEN"] = "t"
+				db, err := store.Open(t.Context(), cfg)
+				if err != nil {
+					t.Fatalf("store.Open() = %v", err)
+				}
+				for _, ev := range []string{"token_minted", "maintenance_on", "token_revoked"} {
+					if _, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: ev, Actor: "master", Detail: "d"}); err != nil {
+						t.Fatalf("AppendAudit(%s) = %v", ev, err)
+					}
+				}
+				if err := db.Close(); err != nil {
+					t.Fatalf("Close() = %v", err)
+				}
+				if tt.query != "" {
+					for _, q := range append(bk.guard, tt.query) {
+						exec(q)
+					}
+				}
+				code, stdout, stderr := runServer(t, env, "--verify-audit")
+				if tt.query == "" {
+					if code != 0 || stdout != "audit chain OK (3 entries)\n" {
+						t.Fatalf("--verify-audit = exit %d, stdout %q, stderr %q; want 0, %q", code, stdout, stderr, "audit chain OK (3 entries)\n")
+					}
+					return
+				}
+				if code != 1 || !strings.Contains(stderr, "audit chain BROKEN") {
+					t.Fatalf("--verify-audit after %s = exit %d, stdout %q, stderr %q; want exit 1 and BROKEN", tt.name, code, stdout, stderr)
+				}
+				for _, want := range tt.stderrIn {
+					if !strings.Contains(stderr, want) {
+						t.Errorf("--verify-audit stderr = %q, want it to contain %q", stderr, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestVerifyAuditNoStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	code, stdout, stderr := runServer(t, map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_DATA_DIR": dir}, "--verify-audit")
+	if code != 1 || !strings.Contains(stderr, "no store") {
+		t.Fatalf("--verify-audit with no store = exit %d, stdout %q, stderr %q; want 1, no store", code, stdout, stderr)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("--verify-audit created %s (%v), want it left alone", dir, err)
 	}
 }

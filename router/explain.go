@@ -1,0 +1,471 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// Explain step names, in the order a request meets them.
+const (
+	StepReserved    = "reserved_prefix"
+	StepIPLimit     = "ip_rate_limit"
+	StepMaintenance = "maintenance"
+	StepRoute       = "route"
+	StepAllowedIPs  = "allowed_ips"
+	StepPool        = "pool"
+	StepColdStart   = "cold_start"
+	StepPermit      = "permit"
+	StepGlobal      = "global_concurrency"
+	StepFallback    = "fallback"
+)
+
+// Explain step outcomes.
+const (
+	// OutcomePass: the request would go on to the next step.
+	OutcomePass = "pass"
+	// OutcomeStop: the request would end here, with the verdict.
+	OutcomeStop = "stop"
+	// OutcomeWait: the request would wait here; the verdict says for what.
+	OutcomeWait = "wait"
+	// OutcomeSkip: the step does not apply (not configured, no ip given).
+	OutcomeSkip = "skip"
+	// OutcomeInfo: what the step saw, for the reader; it decides nothing.
+	OutcomeInfo = "info"
+)
+
+// Explanation is what Explain found: the steps a request would take, the
+// clients of its pool and the verdict.
+type Explanation struct {
+	// Host and Path are the request explained (host normalized); IP is the
+	// visitor, "" when none was given (then the ip-dependent steps are
+	// skipped).
+	Host string `json:"host"`
+	Path string `json:"path"`
+	IP   string `json:"ip"`
+	// Bind is the matched bind, hostname pattern and path prefix
+	// ("app.example.com/api"); "" when none matched.
+	Bind string `json:"bind"`
+	// OrgIDs are the organizations of the tokens of the bind's clients and
+	// of its armed scaling record, sorted, without duplicates. Clients of
+	// the master token add none.
+	OrgIDs []string `json:"org_ids"`
+	// Steps are the checks in the order the request would meet them; the
+	// last one that stops or waits decides the verdict.
+	Steps []ExplainStep `json:"steps"`
+	// Clients are the bind's clients (one entry per service), never nil.
+	Clients []ExplainClient `json:"clients"`
+	// Verdict says what would happen, in a few words ("dispatch to client
+	// web-1 (conn_…)", "queue behind 3", "503 maintenance").
+	Verdict string `json:"verdict"`
+	// Status is the status aperio-server itself would answer; 0 when the
+	// request would reach a client (the backend answers) or wait (see
+	// AfterWait).
+	Status int `json:"status"`
+	// AfterWait is what the visitor gets when a wait runs out (its
+	// timeout, or a failed cold start); "" when nothing waits.
+	AfterWait string `json:"after_wait"`
+}
+
+// ExplainStep is one check of the request path.
+type ExplainStep struct {
+	// Name is one of the Step constants.
+	Name string `json:"name"`
+	// Outcome is one of the Outcome constants.
+	Outcome string `json:"outcome"`
+	// Detail says what the step saw, with the figures.
+	Detail string `json:"detail"`
+}
+
+// ExplainClient is one service of one client in the explained bind, as
+// the router sees it now.
+type ExplainClient struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	OrgID   string `json:"org_id"`
+	Service string `json:"service"`
+	// Tier is "primary" (priority 0) or "standby".
+	Tier     string `json:"tier"`
+	Priority int64  `json:"priority"`
+	Healthy  bool   `json:"healthy"`
+	Draining bool   `json:"draining"`
+	Inflight int64  `json:"inflight"`
+	// Limit is the announced max_concurrent; 0 means unbounded.
+	Limit int64 `json:"limit"`
+	// Routable: healthy, not draining, still connected.
+	Routable bool `json:"routable"`
+	// Candidate: routable and in the tier that serves now (standby only
+	// while no primary is routable).
+	Candidate bool `json:"candidate"`
+	// Admits: its token admits the visitor (always, when it restricts
+	// nobody).
+	Admits bool `json:"admits"`
+	// Free: it has a permit free now.
+	Free bool `json:"free"`
+}
+
+// ColdStartPlanner is implemented by a Scaler that can say what a cold
+// start would do without starting one. Explain uses it; a Scaler without
+// it is explained as "would ask the scaler".
+type ColdStartPlanner interface {
+	// PlanColdStart reports whether a request now would join a cold start
+	// already under way (join) rather than make a call, or why the scaler
+	// would refuse (err), plus a detail for people. It must not change
+	// anything.
+	// It may block until ctx ends (while the scaler loads its state).
+	PlanColdStart(ctx context.Context, orgID, hostname, path string) (join bool, detail string, err error)
+}
+
+// Explain walks what the router would do now with a request for host and
+// path from visitor ip (the zero Addr: unknown), in the order ServeHTTP
+// and dispatch do it, and says why. It takes no permit, no token of the
+// visitor's bucket, no global slot and no place in a queue, starts no cold
+// start and moves no counter: the answer is a snapshot, and a real request
+// an instant later may fare otherwise. It blocks only while the scaler's
+// ColdStartPlanner does, until ctx ends. Safe for concurrent use.
+func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr) Explanation {
+	now := time.Now()
+	host = hostname.Normalize(host)
+	if path == "" {
+		path = "/"
+	}
+	ex := Explanation{Host: host, Path: path, OrgIDs: []string{}, Clients: []ExplainClient{}}
+	if ip.IsValid() {
+		ip = ip.Unmap()
+		ex.IP = ip.String()
+	}
+
+	if path == "/metrics" || strings.HasPrefix(path, "/aperio/") {
+		ex.step(StepReserved, OutcomeStop, path+" is aperio-server's own path on every hostname (/aperio/…, /metrics): never proxied")
+		return ex.end("answered by aperio-server itself, not proxied", 0)
+	}
+	ex.step(StepReserved, OutcomePass, "not under /aperio/ or /metrics")
+
+	switch {
+	case rt.ips == nil:
+		ex.step(StepIPLimit, OutcomeSkip, "ip_limit_max is 0: no per-visitor limit")
+	case !ip.IsValid():
+		ex.step(StepIPLimit, OutcomeSkip, "no visitor ip given")
+	default:
+		tokens := rt.ips.tokens(ip.String(), now)
+		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, rt.ips.burst, rt.ips.burst, float64(rt.ips.refill))
+		if tokens < 1 {
+			ex.step(StepIPLimit, OutcomeStop, detail)
+			return ex.end("429 ip: the visitor's token bucket is empty", http.StatusTooManyRequests)
+		}
+		ex.step(StepIPLimit, OutcomePass, detail)
+	}
+
+	if _, ok := (*rt.maintenance.Load())[host]; ok {
+		ex.step(StepMaintenance, OutcomeStop, host+" is in maintenance mode")
+		return ex.end("503 maintenance (Retry-After: 60)", http.StatusServiceUnavailable)
+	}
+	ex.step(StepMaintenance, OutcomePass, host+" is not in maintenance")
+
+	p := rt.table.Load().match(host, path)
+	if p == nil {
+		ex.step(StepRoute, OutcomeStop, "no bind matches "+host+path)
+		return rt.explainNothing(&ex, path, "502 no client")
+	}
+	ex.Bind = p.pattern + p.path
+	rt.explainClients(&ex, p, ip)
+	if !rt.live(p) {
+		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
+		return rt.explainNothing(&ex, path, "502 no client")
+	}
+	ex.step(StepRoute, OutcomePass, fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs)))
+
+	switch {
+	case !ip.IsValid():
+		ex.step(StepAllowedIPs, OutcomeSkip, "no visitor ip given")
+	case !p.admitsAny(ip):
+		ex.step(StepAllowedIPs, OutcomeStop, "no client's token admits "+ex.IP+": answered as if the bind did not exist")
+		return rt.explainNothing(&ex, path, "502 no client")
+	default:
+		ex.step(StepAllowedIPs, OutcomePass, "a client's token admits "+ex.IP)
+	}
+
+	var routable, candidates, usable, free int
+	var pick *ExplainClient
+	for i := range ex.Clients {
+		c := &ex.Clients[i]
+		routable += b2i(c.Routable)
+		candidates += b2i(c.Candidate)
+		usable += b2i(c.Candidate && c.Admits)
+		free += b2i(c.Candidate && c.Admits && c.Free)
+	}
+	p.mu.Lock()
+	queued, held := len(p.waiters), 0
+	for _, w := range p.waiters {
+		held += b2i(w.held)
+	}
+	p.mu.Unlock()
+	ex.step(StepPool, OutcomeInfo, fmt.Sprintf("%d client services, %d routable, %d in the serving tier, %d of those admit the visitor, %d with a free permit; %d waiting in the queue (%d held for a cold start)",
+		len(ex.Clients), routable, candidates, usable, free, queued, held))
+
+	timeout, waitFor := rt.cfg.GatewayTimeout, "gateway_timeout"
+	if a := p.armed.Load(); a == nil {
+		ex.step(StepColdStart, OutcomeSkip, "the bind has no armed scaling record")
+	} else if usable > 0 {
+		ex.step(StepColdStart, OutcomeSkip, "armed, but a client can serve the visitor")
+	} else if rt.cfg.Scaler == nil {
+		ex.step(StepColdStart, OutcomeSkip, "armed, but autoscaling is off on this server")
+	} else {
+		join, detail, err := false, "", error(nil)
+		if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
+			join, detail, err = planner.PlanColdStart(ctx, a.org, p.pattern, p.path)
+		}
+		if detail != "" {
+			detail = " (" + detail + ")"
+		}
+		if err != nil {
+			ex.step(StepColdStart, OutcomeInfo, "armed, but the scaler would refuse: "+err.Error()+detail+"; the usual wait applies")
+		} else {
+			bound := maxWaiters
+			if rt.cfg.MaxHeld > 0 {
+				bound = rt.cfg.MaxHeld
+			}
+			if queued >= bound {
+				ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", queued, bound))
+				return ex.end("503 too many requests held for the cold start (Retry-After: 5)", http.StatusServiceUnavailable)
+			}
+			what, verdict := "would call the provider", "cold start: would call provider"
+			if join {
+				what, verdict = "would join the cold start under way", "cold start: would join the start under way"
+			}
+			ex.step(StepColdStart, OutcomeWait, fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, detail, a.coldStart, queued, bound))
+			ex.Verdict = verdict
+			timeout, waitFor = a.coldStart, "cold_start"
+		}
+	}
+
+	if ex.Verdict == "" && free > 0 {
+		pick = rt.predictPick(&ex, p)
+		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pick.Name, pick.Inflight, limitText(pick.Limit), strategyName(rt.strategy)))
+		if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
+			ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
+			return ex.end("429 server-concurrency", http.StatusTooManyRequests)
+		}
+		ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(rt.cfg.MaxConcurrentRequests))))
+		return ex.end(fmt.Sprintf("dispatch to client %s (%s)", pick.Name, pick.ID), 0)
+	}
+	if ex.Verdict == "" && usable > 0 {
+		switch {
+		case timeout <= 0:
+			ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
+			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
+		case queued >= maxWaiters:
+			ex.step(StepPermit, OutcomeStop, fmt.Sprintf("every client is at its limit and the queue is full (%d of %d)", queued, maxWaiters))
+			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
+		}
+		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("every client that could serve is at its limit: would queue behind %d of at most %d, up to gateway_timeout %s", queued, maxWaiters, timeout))
+		ex.AfterWait = "429 client-concurrency when no permit frees within gateway_timeout"
+		return ex.end(fmt.Sprintf("queue behind %d", queued), 0)
+	}
+	if ex.Verdict == "" {
+		if timeout <= 0 {
+			ex.step(StepPermit, OutcomeStop, "no client can take the request and gateway_timeout is 0: no waiting")
+			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
+		}
+		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("no client can take the request now: would wait up to gateway_timeout %s for one (behind %d)", timeout, queued))
+		ex.Verdict = fmt.Sprintf("wait for a client behind %d", queued)
+	}
+	// Waiting for a client to appear: what the visitor gets if none does.
+	if candidates > 0 {
+		ex.AfterWait = "429 client-concurrency (clients are connected, none can serve the visitor)"
+	} else {
+		ex.AfterWait = rt.fallbackText(host, path, waitFor, timeout)
+	}
+	return ex.end(ex.Verdict, 0)
+}
+
+// explainNothing ends ex the way nothingCanServe answers at once: stale
+// copy, fallback redirect, else verdict (a 502).
+func (rt *Router) explainNothing(ex *Explanation, path, verdict string) Explanation {
+	if rt.staleFor(ex.Host, path) {
+		ex.step(StepFallback, OutcomeStop, "the serve-stale cache has a copy of GET "+ex.Host+path)
+		return ex.end("serve stale copy from cache", http.StatusOK)
+	}
+	if u, ok := rt.cfg.Fallbacks[ex.Host]; ok {
+		ex.step(StepFallback, OutcomeStop, "fallbacks has "+ex.Host)
+		return ex.end("302 fallback redirect to "+u, http.StatusFound)
+	}
+	ex.step(StepFallback, OutcomeSkip, "no stale copy and no fallback for "+ex.Host)
+	return ex.end(verdict, http.StatusBadGateway)
+}
+
+// fallbackText says what a request that waited for timeout and got no
+// client would be answered.
+func (rt *Router) fallbackText(host, path, setting string, timeout time.Duration) string {
+	switch u, ok := rt.cfg.Fallbacks[host]; {
+	case rt.staleFor(host, path):
+		return "stale copy from cache after " + setting + " (" + timeout.String() + ")"
+	case ok:
+		return "302 fallback redirect to " + u + " after " + setting + " (" + timeout.String() + ")"
+	default:
+		return "504 after " + setting + " (" + timeout.String() + ")"
+	}
+}
+
+// staleFor reports whether the cache holds a copy for a GET of host and
+// path, without touching it.
+func (rt *Router) staleFor(host, path string) bool {
+	if rt.cfg.Cache == nil {
+		return false
+	}
+	r, err := http.NewRequest(http.MethodGet, "http://"+host+path, nil)
+	if err != nil {
+		return false
+	}
+	return rt.cfg.Cache.Has(r)
+}
+
+// explainClients fills ex.Clients and ex.OrgIDs from p's members.
+func (rt *Router) explainClients(ex *Explanation, p *pool, ip netip.Addr) {
+	ms := *p.members.Load()
+	var arr [16]*service
+	cands := p.candidates(arr[:0])
+	w := &waiter{ip: ip}
+	names := make(map[Conn]string, len(ms))
+	rt.mu.Lock()
+	for _, s := range ms {
+		if e := rt.clients[s.conn]; e != nil {
+			names[s.conn] = e.ann.Name
+		}
+	}
+	rt.mu.Unlock()
+	orgs := map[string]bool{}
+	if a := p.armed.Load(); a != nil && a.org != "" {
+		orgs[a.org] = true
+	}
+	for _, s := range ms {
+		c := ExplainClient{
+			ID: s.conn.ID(), Name: names[s.conn], Service: s.id,
+			Priority: s.priority.Load(), Healthy: s.healthy.Load(), Draining: s.draining.Load(),
+			Inflight: s.inflight.Load(), Limit: s.limit.Load(), Routable: s.routable(),
+			Admits: w.accepts(s),
+		}
+		c.Tier = "primary"
+		if c.Priority > 0 {
+			c.Tier = "standby"
+		}
+		if c.Name == "" {
+			c.Name = c.ID
+		}
+		for _, x := range cands {
+			c.Candidate = c.Candidate || x == s
+		}
+		c.Free = c.Limit <= 0 || c.Inflight < c.Limit
+		if id, ok := s.conn.(interface{ Identity() tunnel.Identity }); ok {
+			c.OrgID = id.Identity().OrgID
+			if id.Identity().TokenID != "" && c.OrgID != "" {
+				orgs[c.OrgID] = true
+			}
+		}
+		ex.Clients = append(ex.Clients, c)
+	}
+	for o := range orgs {
+		ex.OrgIDs = append(ex.OrgIDs, o)
+	}
+	slices.Sort(ex.OrgIDs)
+}
+
+// predictPick returns the client of p the strategy would pick now among
+// the usable clients with a free permit, without moving p's round-robin
+// cursor.
+func (rt *Router) predictPick(ex *Explanation, p *pool) *ExplainClient {
+	var usable []*ExplainClient
+	for i := range ex.Clients {
+		if c := &ex.Clients[i]; c.Candidate {
+			usable = append(usable, c)
+		}
+	}
+	ok := func(c *ExplainClient) bool { return c.Admits && c.Free }
+	switch rt.strategy {
+	case leastInflight:
+		var best *ExplainClient
+		for _, c := range usable {
+			if c.Admits && (best == nil || c.Inflight < best.Inflight) {
+				best = c
+			}
+		}
+		if best != nil && best.Free {
+			return best
+		}
+	case roundRobin:
+		if len(usable) > 0 {
+			next := p.next.Load()
+			for i := range uint64(len(usable)) {
+				if c := usable[(next+1+i)%uint64(len(usable))]; ok(c) {
+					return c
+				}
+			}
+		}
+	}
+	for _, c := range usable {
+		if ok(c) {
+			return c
+		}
+	}
+	return nil // unreachable: Explain calls it only with a free client
+}
+
+func (ex *Explanation) step(name, outcome, detail string) {
+	ex.Steps = append(ex.Steps, ExplainStep{Name: name, Outcome: outcome, Detail: detail})
+}
+
+func (ex *Explanation) end(verdict string, status int) Explanation {
+	ex.Verdict, ex.Status = verdict, status
+	return *ex
+}
+
+func owners(orgs []string) string {
+	if len(orgs) == 0 {
+		return "the master token"
+	}
+	return "organization " + strings.Join(orgs, ", ")
+}
+
+func limitText(n int64) string {
+	if n <= 0 {
+		return "unbounded"
+	}
+	return fmt.Sprint(n)
+}
+
+func strategyName(st strategy) string {
+	switch st {
+	case leastInflight:
+		return "least-inflight"
+	case primaryStandby:
+		return "primary-standby"
+	default:
+		return "round-robin"
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// tokens returns the tokens in ip's bucket at now without taking one: a
+// visitor with no bucket yet has a full one.
+func (l *ipLimiter) tokens(ip string, now time.Time) float64 {
+	l.mu.Lock()
+	b := l.buckets[ip]
+	l.mu.Unlock()
+	if b == nil {
+		return float64(l.burst)
+	}
+	return b.TokensAt(now)
+}
