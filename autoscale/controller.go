@@ -44,6 +44,8 @@ const (
 	// DefaultRefreshInterval is how often records are reloaded from the
 	// store, to see other servers' changes.
 	DefaultRefreshInterval = 30 * time.Second
+	// DefaultDeclareRefresh is Config.DeclareRefresh's default.
+	DefaultDeclareRefresh = time.Minute
 	// PenaltyBase is a provider host's wait after its first 429 answer; it
 	// doubles with each further 429, up to MaxPenalty.
 	PenaltyBase = time.Second
@@ -121,6 +123,12 @@ type Config struct {
 	// feed (Subscribe, as *store.DB does) also triggers a reload when a
 	// record this controller does not know appears or one is deleted.
 	RefreshInterval time.Duration
+	// DeclareRefresh is how long a record's stored declaration is trusted
+	// before an unchanged declaration is written again (to move its
+	// UpdatedAt, which the scaling_record_ttl sweep reads); 0 means
+	// DefaultDeclareRefresh. A changed declaration, a new armer, or one
+	// that re-arms a disarmed or failing record is written at once.
+	DeclareRefresh time.Duration
 }
 
 // withDefaults fills the zero fields that have a default.
@@ -130,6 +138,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DeclareRefresh == 0 {
+		cfg.DeclareRefresh = DefaultDeclareRefresh
 	}
 	if cfg.MaxCallsPerMinute == 0 {
 		cfg.MaxCallsPerMinute = DefaultMaxCallsPerMinute

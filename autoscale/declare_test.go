@@ -280,8 +280,78 @@ func TestSubMillisecondDurationsDoNotRearm(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if d := h.store.lastDeclare(t); d.rearm {
-			t.Error("second identical heartbeat re-armed, want not")
+		// A heartbeat seen as a change would be written, re-arming.
+		h.store.mu.Lock()
+		n := len(h.store.declares)
+		h.store.mu.Unlock()
+		if d := h.store.lastDeclare(t); n != 1 || d.rearm && n > 1 {
+			t.Errorf("store writes after two identical heartbeats = %d, want 1 (the second is no change)", n)
+		}
+	})
+}
+
+// TestUnchangedDeclarationWrittenOncePerRefresh: heartbeats repeating a
+// stored declaration are not written again until DeclareRefresh has
+// passed; a new session re-arming a record armed with no failures is
+// skipped as well; a changed block, a new armer, or a record with
+// failures is written at once.
+func TestUnchangedDeclarationWrittenOncePerRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		ctx := context.Background()
+		writes := func() int {
+			h.store.mu.Lock()
+			defer h.store.mu.Unlock()
+			return len(h.store.declares)
+		}
+		b := block("app.example.com")
+		declare := func(session, armer string, b Declaration) {
+			t.Helper()
+			a := announce("app.example.com", session, b)
+			a.Armer = armer
+			if err := h.c.Declare(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		declare("sess_a", "tok_a", b)
+		if n := writes(); n != 1 {
+			t.Fatalf("writes after the first declaration = %d, want 1", n)
+		}
+		for range 5 {
+			advance(5 * time.Second)
+			declare("sess_a", "tok_a", b)
+		}
+		declare("sess_b", "tok_a", b) // a new session, same armer and block
+		if n := writes(); n != 1 {
+			t.Fatalf("writes after unchanged heartbeats and a new session = %d, want 1", n)
+		}
+		h.c.Leave("sess_b")
+		advance(DefaultDeclareRefresh)
+		declare("sess_a", "tok_a", b)
+		if n := writes(); n != 2 {
+			t.Fatalf("writes after DefaultDeclareRefresh = %d, want 2 (UpdatedAt refreshed)", n)
+		}
+		declare("sess_a", "tok_b", b) // another armer
+		if n := writes(); n != 3 {
+			t.Fatalf("writes after a new armer = %d, want 3", n)
+		}
+		changed := b
+		changed.Max++
+		declare("sess_a", "tok_a", changed)
+		if n := writes(); n != 4 {
+			t.Fatalf("writes after a changed block = %d, want 4", n)
+		}
+
+		// One failed call: a new session's re-arm must reach the store.
+		h.pool.steady("app.example.com", PoolStats{})
+		h.caller.answerAll(503)
+		if _, err := h.c.ColdStart(ctx, testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		advance(time.Second)
+		declare("sess_c", "tok_a", changed)
+		if n, d := writes(), h.store.lastDeclare(t); n != 5 || !d.rearm {
+			t.Fatalf("after a failure, a new session: writes = %d rearm %v, want 5 and a re-arm", n, d.rearm)
 		}
 	})
 }

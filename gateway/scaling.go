@@ -173,8 +173,19 @@ func (g *Gateway) newController() error {
 		Events:            g.hooks,
 		Logger:            g.log,
 		MaxCallsPerMinute: g.cfg.ScalingMaxCallsPerMinute,
+		DeclareRefresh:    declareRefresh(g.cfg.ScalingRecordTTL),
 	})
 	return err
+}
+
+// declareRefresh is how often an unchanged declaration is written again:
+// the controller's default, or half of scaling_record_ttl when that is
+// shorter, so a live client's record is never old enough to be swept.
+func declareRefresh(ttl time.Duration) time.Duration {
+	if ttl > 0 && ttl/2 < autoscale.DefaultDeclareRefresh {
+		return max(ttl/2, time.Millisecond)
+	}
+	return autoscale.DefaultDeclareRefresh
 }
 
 // loadArmed replaces the router's armed binds with the store's armed records,

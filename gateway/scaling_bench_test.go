@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -26,9 +27,16 @@ import (
 // Each benchmark does its whole measurement once per invocation, so
 // -benchtime 1x is the intended setting; the figures come out as custom
 // metrics (b.ReportMetric) and, in more detail, as b.Logf lines.
+//
+// Visitors, server, client and backend share one process here, so the
+// garbage of the whole harness is collected at random moments, releases
+// included; -scaling.gc=false shows the release without the collection
+// that BenchmarkScalingRelease makes before each one.
 
 // scalingRuns is the number of cold starts measured per burst size for the
 // release latency.
+var scalingGC = flag.Bool("scaling.gc", true, "collect garbage before each release in BenchmarkScalingRelease")
+
 var scalingRuns = flag.Int("scaling.runs", 100, "cold starts per burst size in BenchmarkScalingRelease")
 
 const (
@@ -277,6 +285,14 @@ func runColdStart(b *testing.B, cfg config.Server, prov *fakeProvider, backend *
 	// The hook receiver of TestColdStartFromZero starts the client from
 	// the call itself; here it starts once the whole burst is held, so
 	// the release covers every request of the burst.
+	if *scalingGC {
+		// The harness's garbage (servers, stores and visitors of earlier
+		// runs, the burst's own requests) would otherwise be collected at
+		// a random moment, release included: in one process the test's
+		// heap is the server's heap. testing.B collects before each
+		// benchmark for the same reason.
+		runtime.GC()
+	}
 	ag := startAgent(b, srv, ac(srv))
 	got := countStatuses(b, statuses, n)
 	at := connectedAt(b, ctl, srv)
