@@ -35,6 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		checkConfig bool
 		printConfig bool
 		verifyAudit bool
+		healthcheck bool
 	)
 	cmd := &cobra.Command{
 		Use:           "aperio-server",
@@ -62,6 +63,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			if printConfig {
 				return config.PrintServer(stdout, cfg, src)
+			}
+			if healthcheck {
+				return selfCheck(cmd.Context(), cfg, stderr)
 			}
 			log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat)
 			if err != nil {
@@ -121,6 +125,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd.Flags().BoolVar(&checkConfig, "check-config", false, "validate the configuration, print every problem, and exit 0 or 2")
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration with the source of each value")
 	cmd.Flags().BoolVar(&verifyAudit, "verify-audit", false, "check the audit log's hash chain in the configured store, print the result, and exit 0 (intact) or 1 (broken or unreadable)")
+	cmd.Flags().BoolVar(&healthcheck, "healthcheck", false, "ask the server this configuration describes for /aperio/readyz on this machine, and exit 0 (200 within 3s) or 1 (for a Docker HEALTHCHECK)")
 	return exitcode.Execute(cmd, stderr, "aperio-server")
 }
 
