@@ -48,6 +48,12 @@ func TestEndToEnd(t *testing.T) {
 	}{
 		{"seed_then_idle_retire_to_zero", func(t *testing.T) {
 			tp.t = t
+			// Every server's image declares a HEALTHCHECK (aperio-server
+			// --healthcheck, run every second here).
+			for _, s := range []string{"server-a", "server-b"} {
+				took := tp.waitHealthy(s, tp.containerID(s), 30*time.Second)
+				figs.add(t, "health: %s healthy %v after it answered readyz", s, took.Round(100*time.Millisecond))
+			}
 			tp.seed(1)
 			var name string
 			for _, s := range []string{"server-a", "server-b"} {
@@ -58,6 +64,15 @@ func TestEndToEnd(t *testing.T) {
 					}
 					return len(cs) == 1 && cs[0].Healthy
 				})
+			}
+			// The app's image checks its client with `aperio-client
+			// status` every 2 s. Asked before the first request, which
+			// starts the idle_timeout clock.
+			if ids := tp.apps(false); len(ids) != 1 {
+				t.Fatalf("running app containers = %v, want the one seeded", ids)
+			} else {
+				took := tp.waitHealthy("the seeded app container", ids[0], 15*time.Second)
+				figs.add(t, "health: app container healthy %v after both servers listed its client", took.Round(100*time.Millisecond))
 			}
 			status, body, _, err := tp.visit(tp.port("server-a", 8080), "/")
 			if err != nil || status != http.StatusOK || body != "hello from "+name+"\n" {

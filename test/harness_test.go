@@ -300,6 +300,25 @@ func (tp *topology) waitFor(what string, timeout time.Duration, cond func() bool
 	return time.Since(start)
 }
 
+// waitHealthy waits until Docker reports the container id healthy (the
+// image's HEALTHCHECK passed), failing at once when the container has no
+// health check or Docker declared it unhealthy (with the probe's last
+// output), and after timeout otherwise. It returns how long it took.
+func (tp *topology) waitHealthy(what, id string, timeout time.Duration) time.Duration {
+	tp.t.Helper()
+	return tp.waitFor(what+" is healthy (docker inspect .State.Health.Status)", timeout, func() bool {
+		status := docker(tp.t, "inspect", "-f", "{{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}", id)
+		switch status {
+		case "none":
+			tp.t.Fatalf("%s (%s) has no health check: its image declares no HEALTHCHECK", what, id)
+		case "unhealthy":
+			last := docker(tp.t, "inspect", "-f", "{{range .State.Health.Log}}exit {{.ExitCode}}: {{.Output}}{{end}}", id)
+			tp.t.Fatalf("%s (%s) is unhealthy; probes:\n%s", what, id, last)
+		}
+		return status == "healthy"
+	})
+}
+
 // statusOf sends a request and returns its status, or 0 on a transport
 // error.
 func (tp *topology) statusOf(method, url string) int {

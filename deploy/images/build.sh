@@ -91,9 +91,22 @@ build() {
   echo "$var=$tag"
 }
 
-# aperio_image NAME BINARY PKG PORT builds a one-binary image.
+# The Docker health checks. A scratch image has no shell or curl, so each
+# binary checks itself; the probe runs in the container with its
+# environment and working directory, and so reads the same configuration.
+# The server GETs its own /aperio/readyz (3 s timeout, 503 while it drains);
+# the client asks the running client over its status socket (in /tmp),
+# which says the process is up, not that a tunnel is (docs/docker.md).
+# Docker 20.10 runs the first check one interval after the start.
+SERVER_HEALTHCHECK='HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 CMD ["/aperio-server", "--healthcheck"]'
+CLIENT_HEALTHCHECK='HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["/aperio-client", "status"]'
+# The e2e app's instances live for seconds: check them every 2 s.
+E2E_APP_HEALTHCHECK='HEALTHCHECK --interval=2s --timeout=6s --retries=3 CMD ["/aperio-client", "status"]'
+
+# aperio_image NAME BINARY PKG PORT [HEALTHCHECK] builds a one-binary image,
+# with HEALTHCHECK (a Dockerfile line) when given.
 aperio_image() {
-  local name=$1 bin=$2 pkg=$3 port=$4 dir="$work/$1"
+  local name=$1 bin=$2 pkg=$3 port=$4 health=${5:-} dir="$work/$1"
   base_context "$dir"
   gobuild "$dir/rootfs/$bin" "$pkg"
   cat >"$dir/Dockerfile" <<EOF
@@ -104,6 +117,7 @@ USER $APERIO_UID:$APERIO_UID
 WORKDIR /data
 ENV HOME=/data
 EXPOSE $port
+$health
 ENTRYPOINT ["/$bin"]
 EOF
   build "$name" "$dir"
@@ -112,11 +126,11 @@ EOF
 server_image() {
   # The server listens on 0.0.0.0:8080 by default and keeps its embedded
   # store in ./data, which is /data/data here (a volume in the compose file).
-  aperio_image server aperio-server ./cmd/aperio-server 8080
+  aperio_image server aperio-server ./cmd/aperio-server 8080 "$SERVER_HEALTHCHECK"
 }
 
 client_image() {
-  aperio_image client aperio-client ./cmd/aperio-client 8080
+  aperio_image client aperio-client ./cmd/aperio-client 8080 "$CLIENT_HEALTHCHECK"
 }
 
 provider_image() {
@@ -137,6 +151,7 @@ COPY --chown=$APERIO_UID:$APERIO_UID owned/ /
 USER $APERIO_UID:$APERIO_UID
 WORKDIR /data
 ENV HOME=/data
+$E2E_APP_HEALTHCHECK
 ENTRYPOINT ["/e2eapp", "--client", "/aperio-client"]
 EOF
   build e2e-app "$dir"
