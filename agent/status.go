@@ -33,8 +33,28 @@ type Status struct {
 	Draining bool `json:"draining"`
 	// InFlight counts the requests being served now, over every tunnel.
 	InFlight int64 `json:"inflight"`
+	// Tunnels lists the servers the client holds tunnels to, in the
+	// configured order, and whether each is connected now.
+	Tunnels []TunnelStatus `json:"tunnels"`
 	// Services lists the configured services in order.
 	Services []ServiceStatus `json:"services"`
+}
+
+// TunnelStatus is one server in a Status.
+type TunnelStatus struct {
+	Server    string `json:"server"`
+	Connected bool   `json:"connected"`
+}
+
+// Connected counts the tunnels that are up.
+func (st Status) Connected() int {
+	n := 0
+	for _, t := range st.Tunnels {
+		if t.Connected {
+			n++
+		}
+	}
+	return n
 }
 
 // ServiceStatus is one service in a Status.
@@ -58,6 +78,9 @@ func (a *Agent) Status() Status {
 		Socket:     a.statusSocket,
 		Draining:   a.draining.Load(),
 		InFlight:   a.active(),
+	}
+	for _, tc := range a.tunnels {
+		st.Tunnels = append(st.Tunnels, TunnelStatus{Server: tc.URL(), Connected: tc.Connected()})
 	}
 	for _, svc := range a.services {
 		ss := ServiceStatus{ID: svc.id, Target: svc.cfg.Target, Hostnames: svc.cfg.Hostnames, Path: svc.cfg.Path, Healthy: svc.healthy.Load()}

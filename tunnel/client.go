@@ -165,6 +165,13 @@ func tunnelURL(raw string) (string, error) {
 // Active returns the number of requests the client is serving now.
 func (c *Client) Active() int64 { return c.active.Load() }
 
+// Connected reports whether a session with the server is up: the welcome
+// was received and the session has not ended since.
+func (c *Client) Connected() bool { return c.connected.Load() }
+
+// URL is the server this client dials, as configured.
+func (c *Client) URL() string { return c.cfg.URL }
+
 // Run connects and keeps the tunnel up until ctx is done, then closes the
 // session and waits for the requests it was serving. It returns nil when
 // ctx ends it.
@@ -392,6 +399,17 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 		ctrl.SetWriteDeadline(time.Now().Add(interval))
 		return writeMessage(ctrl, &message{Type: msgHeartbeat, Announcement: &ann, Seq: seq})
 	}
+	// sendFailed is the error a failed heartbeat ends the session with:
+	// the reason of a goaway the server wrote before closing, if one is
+	// still buffered, rather than the write's "session shutdown".
+	sendFailed := func(err error) error {
+		if mux.IsClosed() {
+			if r := closeReason(acks); !errors.Is(r, ErrSessionClosed) {
+				return r
+			}
+		}
+		return fmt.Errorf("tunnel: send heartbeat: %w", err)
+	}
 	beat := time.NewTicker(interval)
 	defer beat.Stop()
 	lastAck := time.Now()
@@ -405,19 +423,19 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 		case reply := <-c.nudge:
 			if err := send(); err != nil {
 				reply <- err
-				return fmt.Errorf("tunnel: send heartbeat: %w", err)
+				return sendFailed(err)
 			}
 			waiting[seq] = reply
 		case <-c.poke:
 			if err := send(); err != nil {
-				return fmt.Errorf("tunnel: send heartbeat: %w", err)
+				return sendFailed(err)
 			}
 		case <-beat.C:
 			if time.Since(lastAck) > 3*interval {
 				return errors.New("tunnel: server stopped acknowledging heartbeats")
 			}
 			if err := send(); err != nil {
-				return fmt.Errorf("tunnel: send heartbeat: %w", err)
+				return sendFailed(err)
 			}
 		case a := <-acks:
 			if a.err != nil {

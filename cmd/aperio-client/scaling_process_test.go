@@ -28,6 +28,15 @@ const scalingHost = "scale.test"
 // and returns its base URL.
 func scalingServer(t *testing.T, bin string, env ...string) string {
 	t.Helper()
+	base, _ := startServerProcess(t, bin, env...)
+	return base
+}
+
+// startServerProcess starts a real aperio-server with autoscaling on, plus
+// env, and returns its base URL and a stop that kills it (also done at
+// cleanup).
+func startServerProcess(t *testing.T, bin string, env ...string) (string, func()) {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "aperio-server"))
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "APERIO_SERVER_TOKEN="+scalingMaster, "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
@@ -49,7 +58,11 @@ func scalingServer(t *testing.T, bin string, env ...string) string {
 		}
 		return m != nil
 	})
-	return "http://" + addr
+	stop := sync.OnceFunc(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return "http://" + addr, stop
 }
 
 // scalingClient returns an aperio-client command (not started) serving

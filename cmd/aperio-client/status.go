@@ -24,9 +24,10 @@ import (
 // (no server needed).
 func newStatusCommand(stdout, stderr io.Writer) *cobra.Command {
 	var (
-		asJSON bool
-		socket string
-		file   string
+		asJSON    bool
+		socket    string
+		file      string
+		connected bool
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -34,7 +35,8 @@ func newStatusCommand(stdout, stderr io.Writer) *cobra.Command {
 		Long: "Reads the status socket of every aperio-client running on this machine\n" +
 			"(" + config.StatusDir() + "/PID.sock), or the one --socket names, or else the\n" +
 			"status_socket setting (./aperio.yaml or --config, APERIO_STATUS_SOCKET, ~/.aperio.yaml).\n" +
-			"Exits 1 when no client answers.",
+			"Exits 1 when no client answers, or with --require-connected when one has no tunnel up\n" +
+			"(the check of the client's container image).",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -60,15 +62,30 @@ func newStatusCommand(stdout, stderr io.Writer) *cobra.Command {
 			if asJSON {
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(sts)
+				if err := enc.Encode(sts); err != nil {
+					return err
+				}
+			} else {
+				tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+				statusTable(tw, sts)
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
-			tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-			statusTable(tw, sts)
-			return tw.Flush()
+			if connected {
+				for _, st := range sts {
+					if st.Connected() == 0 {
+						fmt.Fprintf(stderr, "aperio-client: client %d (%s) has no tunnel up (0 of %d servers connected)\n", st.PID, st.Name, len(st.Tunnels))
+						return exitcode.ErrFailure
+					}
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	cmd.Flags().StringVar(&socket, "socket", "", "read only the client listening on this unix socket")
+	cmd.Flags().BoolVar(&connected, "require-connected", false, "exit 1 unless every client answering has at least one tunnel up")
 	cmd.Flags().StringVar(&file, "config", "", "configuration file whose status_socket to read (default ./aperio.yaml)")
 	return cmd
 }
@@ -95,15 +112,16 @@ func configuredSocket(file string) (string, error) {
 }
 
 func statusTable(w io.Writer, sts []agent.Status) {
-	fmt.Fprintln(w, "PID\tNAME\tSERVICE\tHOSTNAMES\tTARGET\tHEALTHY\tMODE\tDESIRED\tMIN\tMAX\tFIXED")
+	fmt.Fprintln(w, "PID\tNAME\tTUNNELS\tSERVICE\tHOSTNAMES\tTARGET\tHEALTHY\tMODE\tDESIRED\tMIN\tMAX\tFIXED")
 	for _, st := range sts {
+		tunnels := fmt.Sprintf("%d/%d", st.Connected(), len(st.Tunnels))
 		for _, s := range st.Services {
 			mode, desired, lo, hi, fixed := "none", "-", "-", "-", "-"
 			if c := s.Concurrency; c != nil {
 				mode, desired, lo, hi, fixed = string(c.Mode), strconv.Itoa(c.Desired), strconv.Itoa(c.Min), strconv.Itoa(c.Max), yesNo(c.Fixed)
 			}
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-				st.PID, cell(st.Name), s.ID, joined(s.Hostnames), cell(s.Target), yesNo(s.Healthy), mode, desired, lo, hi, fixed)
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				st.PID, cell(st.Name), tunnels, s.ID, joined(s.Hostnames), cell(s.Target), yesNo(s.Healthy), mode, desired, lo, hi, fixed)
 		}
 	}
 }

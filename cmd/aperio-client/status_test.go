@@ -87,6 +87,16 @@ func TestStatusShowsEveryRunningClient(t *testing.T) {
 		t.Errorf("status --socket = exit %d:\n%s\nwant a table of aimd.test only", code, stdout)
 	}
 
+	// Neither client reaches its server: the table says 0/1, and
+	// --require-connected (the container image's health check) fails.
+	if !strings.Contains(stdout, "0/1") {
+		t.Errorf("status --socket table lacks TUNNELS 0/1:\n%s", stdout)
+	}
+	code, _, stderr = runClient(t, nil, "status", "--socket", sockets[1], "--require-connected")
+	if code != 1 || !strings.Contains(stderr, "no tunnel up") {
+		t.Errorf("status --require-connected with the server unreachable = exit %d, stderr %q; want 1 naming the missing tunnel", code, stderr)
+	}
+
 	// The status_socket setting picks one client: from a file, from the
 	// environment; off is a usage error.
 	file := filepath.Join(t.TempDir(), "aperio.yaml")
@@ -122,4 +132,36 @@ func startAgent(t *testing.T, cfg config.Client, socket string) {
 			t.Errorf("agent Run = %v", err)
 		}
 	})
+}
+
+// TestStatusRequireConnected: a client whose tunnel to a real server is
+// up passes `status --require-connected`; once that server is gone, it
+// fails.
+func TestStatusRequireConnected(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	bin := buildBinaries(t)
+	base, stop := startServerProcess(t, bin)
+
+	cfg := config.DefaultClient()
+	cfg.ServerURL, cfg.Token, cfg.Name = base, scalingMaster, "connected-test"
+	cfg.DrainTimeout = 0
+	cfg.Services = []config.Service{{Target: "http://127.0.0.1:1", Hostnames: []string{"connected.test"}}}
+	sock := filepath.Join(config.StatusDir(), "c.sock")
+	startAgent(t, cfg, sock)
+	connected := func() bool {
+		st, err := agent.ReadStatus(t.Context(), sock)
+		return err == nil && st.Connected() == 1
+	}
+	waitFor(t, "the client's tunnel is up", connected)
+	code, stdout, stderr := runClient(t, nil, "status", "--socket", sock, "--require-connected")
+	if code != 0 || !strings.Contains(stdout, "1/1") {
+		t.Fatalf("status --require-connected with the tunnel up = exit %d, stdout %q, stderr %q; want 0 and TUNNELS 1/1", code, stdout, stderr)
+	}
+
+	stop()
+	waitFor(t, "the client sees its tunnel down", func() bool { return !connected() })
+	code, _, stderr = runClient(t, nil, "status", "--socket", sock, "--require-connected")
+	if code != 1 || !strings.Contains(stderr, "no tunnel up") {
+		t.Fatalf("status --require-connected after the server stopped = exit %d, stderr %q; want 1", code, stderr)
+	}
 }

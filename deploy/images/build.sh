@@ -99,9 +99,9 @@ build() {
 # which says the process is up, not that a tunnel is (docs/docker.md).
 # Docker 20.10 runs the first check one interval after the start.
 SERVER_HEALTHCHECK='HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 CMD ["/aperio-server", "--healthcheck"]'
-CLIENT_HEALTHCHECK='HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["/aperio-client", "status"]'
+CLIENT_HEALTHCHECK='HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["/aperio-client", "status", "--require-connected"]'
 # The e2e app's instances live for seconds: check them every 2 s.
-E2E_APP_HEALTHCHECK='HEALTHCHECK --interval=2s --timeout=6s --retries=3 CMD ["/aperio-client", "status"]'
+E2E_APP_HEALTHCHECK='HEALTHCHECK --interval=2s --timeout=6s --retries=3 CMD ["/aperio-client", "status", "--require-connected"]'
 
 # aperio_image NAME BINARY PKG PORT [HEALTHCHECK] builds a one-binary image,
 # with HEALTHCHECK (a Dockerfile line) when given.
