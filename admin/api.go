@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/router"
@@ -21,7 +22,7 @@ import (
 // Prefix is the path under which Handler serves the API. The handler routes
 // on the full request path: mount it at Prefix+"/" and do not strip the
 // prefix.
-const Prefix = "/aperio/api"
+const Prefix = apiclient.Prefix
 
 // MaxBodyBytes is the largest request body the API reads, in bytes. A larger
 // body is answered 413.
@@ -72,48 +73,10 @@ type ClientLister interface {
 
 // ClientInfo is one connected client as GET /clients shows it: one entry per
 // client connection and service.
-type ClientInfo struct {
-	// ID identifies the connection.
-	ID string `json:"id"`
-	// Name is the client's name setting.
-	Name string `json:"name"`
-	// OrgID is the organization of the token the client connected with.
-	// Keys see only the clients of their own organization; the master
-	// token sees all. Clients with no organization are visible to the
-	// master token only.
-	OrgID string `json:"org_id"`
-	// Hostnames are the hostnames the service is bound to.
-	Hostnames []string `json:"hostnames"`
-	// Path is the prefix bind, "" for none.
-	Path string `json:"path"`
-	// Priority is the tier: 0 primary, above 0 standby.
-	Priority int `json:"priority"`
-	// MaxConcurrent is the effective concurrency limit; 0 means none.
-	MaxConcurrent int `json:"max_concurrent"`
-	// Concurrency is the client's limiter of the service as it last
-	// announced it; nil when it announces no limit or predates limiters.
-	Concurrency *Concurrency `json:"concurrency"`
-	// Inflight counts the requests being served now.
-	Inflight int `json:"inflight"`
-	// Healthy reports the last health state the client announced.
-	Healthy bool `json:"healthy"`
-	// Draining is set once the client stopped taking new requests.
-	Draining bool `json:"draining"`
-	// ConnectedAt is when the connection was established.
-	ConnectedAt time.Time `json:"connected_at"`
-	// RemoteAddr is the client's address as the server sees it.
-	RemoteAddr string `json:"remote_addr"`
-}
+type ClientInfo = apiclient.ClientInfo
 
-// Concurrency is a service's concurrency limiter in GET /clients: its mode
-// (fixed, aimd or load-signal), the current limit and its bounds.
-type Concurrency struct {
-	Mode    string `json:"mode"`
-	Desired int    `json:"desired"`
-	Min     int    `json:"min"`
-	Max     int    `json:"max"`
-	Fixed   bool   `json:"fixed"`
-}
+// Concurrency is a service's concurrency limiter in GET /clients.
+type Concurrency = apiclient.Concurrency
 
 // Scaling is the autoscaler as the API needs it: the subset of
 // *autoscale.Controller that GET /scaling and DELETE /scaling/{id} call.

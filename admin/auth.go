@@ -10,24 +10,26 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/store"
 )
 
 // The roles of admin keys, as the API and the store spell them. Each role
 // may do what the roles before it may.
+// They are declared in apiclient, for the API's Go client.
 const (
 	// RoleViewer reads every listing of its organization.
-	RoleViewer = "viewer"
+	RoleViewer = apiclient.RoleViewer
 	// RoleOperator also turns maintenance on and off and disarms scaling
 	// records.
-	RoleOperator = "operator"
+	RoleOperator = apiclient.RoleOperator
 	// RoleAdmin also mints and revokes tokens and creates and deletes
 	// admin keys.
-	RoleAdmin = "admin"
+	RoleAdmin = apiclient.RoleAdmin
 )
 
 // Roles returns the roles of admin keys, least privileged first.
-func Roles() []string { return []string{RoleViewer, RoleOperator, RoleAdmin} }
+func Roles() []string { return apiclient.Roles() }
 
 // role ranks what a caller may do; a caller may call a route whose minimum
 // role is at most its own.

@@ -2,6 +2,7 @@
 // master token, or an apk_ admin key with a role inside one organization),
 // what each caller sees (its own organization, or everything for the master
 // token), the HTTP handlers under /aperio/api with their OpenAPI
-// description, the audit entries they write, and Client, the Go client of
-// the same API that `aperio-client api` is built on.
+// description and the audit entries they write. The API's Go client and
+// wire types live in admin/apiclient, which admin aliases (Client, Token,
+// ...) and aperio-client links without the server.
 package admin

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/admin/apiclient"
+	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
 )
 
@@ -206,5 +208,14 @@ func TestClientWebhooks(t *testing.T) {
 	_, err = c.CreateWebhook(ctx, admin.CreateWebhookRequest{URL: "https://hooks.example.com/"})
 	if re, ok := errors.AsType[*admin.ResponseError](err); !ok || re.StatusCode != http.StatusBadRequest {
 		t.Errorf("CreateWebhook(no events) = %v, want a 400 ResponseError", err)
+	}
+}
+
+// TestWebhookEventsMatchAutoscale keeps the client's list of webhook events
+// (aperio-client api webhooks create --events, which must not link
+// autoscale) equal to the events the server accepts and delivers.
+func TestWebhookEventsMatchAutoscale(t *testing.T) {
+	if got, want := apiclient.WebhookEvents(), autoscale.EventTypes(); !slices.Equal(got, want) {
+		t.Errorf("apiclient.WebhookEvents() = %q, want autoscale.EventTypes() %q", got, want)
 	}
 }

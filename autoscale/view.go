@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -99,43 +100,23 @@ func (c *Controller) forgetRecord(id string) {
 	}
 }
 
-// MarshalJSON encodes v as the API's scaling record: the contract's
-// snake_case keys, durations in Go syntax ("45s"), utilization null when
-// the pool has no measurable capacity, and "authenticated" in place of the
-// secret.
+// MarshalJSON encodes v as the API's scaling record, apiclient.ScalingRecord:
+// the contract's snake_case keys, durations in Go syntax ("45s"),
+// utilization null when the pool has no measurable capacity, and
+// "authenticated" in place of the secret.
 func (v View) MarshalJSON() ([]byte, error) {
 	var util *float64
 	if v.Capacity > 0 {
 		util = &v.Utilization
 	}
-	return json.Marshal(struct {
-		ID                  string     `json:"id"`
-		Hostname            string     `json:"hostname"`
-		Path                string     `json:"path"`
-		OrgID               string     `json:"org_id"`
-		URL                 string     `json:"url"`
-		Authenticated       bool       `json:"authenticated"`
-		Min                 int        `json:"min"`
-		Max                 int        `json:"max"`
-		ColdStart           string     `json:"cold_start"`
-		TargetUtilization   float64    `json:"target_utilization"`
-		Window              string     `json:"window"`
-		Cooldown            string     `json:"cooldown"`
-		Instances           int        `json:"instances"`
-		Capacity            int        `json:"capacity"`
-		Inflight            int        `json:"inflight"`
-		Utilization         *float64   `json:"utilization"`
-		Disarmed            bool       `json:"disarmed"`
-		Conflict            bool       `json:"conflict"`
-		ConsecutiveFailures int        `json:"consecutive_failures"`
-		LastCallAt          *time.Time `json:"last_call_at"`
-		LastReason          string     `json:"last_reason"`
-		LastStatus          int        `json:"last_status"`
-		UpdatedAt           time.Time  `json:"updated_at"`
-	}{
-		v.ID, v.Hostname, v.Path, v.OrgID, v.URL, v.Authenticated, v.Min, v.Max,
-		v.ColdStart.String(), v.TargetUtilization, v.Window.String(), v.Cooldown.String(),
-		v.Instances, v.Capacity, v.Inflight, util, v.Disarmed, v.Conflict, v.ConsecutiveFailures,
-		v.LastCallAt, v.LastReason, v.LastStatus, v.UpdatedAt,
+	return json.Marshal(apiclient.ScalingRecord{
+		ID: v.ID, Hostname: v.Hostname, Path: v.Path, OrgID: v.OrgID,
+		URL: v.URL, Authenticated: v.Authenticated, Min: v.Min, Max: v.Max,
+		ColdStart: v.ColdStart.String(), TargetUtilization: v.TargetUtilization,
+		Window: v.Window.String(), Cooldown: v.Cooldown.String(),
+		Instances: v.Instances, Capacity: v.Capacity, Inflight: v.Inflight, Utilization: util,
+		Disarmed: v.Disarmed, Conflict: v.Conflict, ConsecutiveFailures: v.ConsecutiveFailures,
+		LastCallAt: v.LastCallAt, LastReason: v.LastReason, LastStatus: v.LastStatus,
+		UpdatedAt: v.UpdatedAt,
 	})
 }

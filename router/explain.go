@@ -9,107 +9,51 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
-// Explain step names, in the order a request meets them.
+// Explain step names, in the order a request meets them; see
+// apiclient.Explanation, the wire form of the answer.
 const (
-	StepReserved    = "reserved_prefix"
-	StepIPLimit     = "ip_rate_limit"
-	StepMaintenance = "maintenance"
-	StepRoute       = "route"
-	StepAllowedIPs  = "allowed_ips"
-	StepPool        = "pool"
-	StepColdStart   = "cold_start"
-	StepPermit      = "permit"
-	StepGlobal      = "global_concurrency"
-	StepFallback    = "fallback"
+	StepReserved    = apiclient.StepReserved
+	StepIPLimit     = apiclient.StepIPLimit
+	StepMaintenance = apiclient.StepMaintenance
+	StepRoute       = apiclient.StepRoute
+	StepAllowedIPs  = apiclient.StepAllowedIPs
+	StepPool        = apiclient.StepPool
+	StepColdStart   = apiclient.StepColdStart
+	StepPermit      = apiclient.StepPermit
+	StepGlobal      = apiclient.StepGlobal
+	StepFallback    = apiclient.StepFallback
 )
 
-// Explain step outcomes.
+// Explain step outcomes, as apiclient documents them.
 const (
-	// OutcomePass: the request would go on to the next step.
-	OutcomePass = "pass"
-	// OutcomeStop: the request would end here, with the verdict.
-	OutcomeStop = "stop"
-	// OutcomeWait: the request would wait here; the verdict says for what.
-	OutcomeWait = "wait"
-	// OutcomeSkip: the step does not apply (not configured, no ip given).
-	OutcomeSkip = "skip"
-	// OutcomeInfo: what the step saw, for the reader; it decides nothing.
-	OutcomeInfo = "info"
+	OutcomePass = apiclient.OutcomePass
+	OutcomeStop = apiclient.OutcomeStop
+	OutcomeWait = apiclient.OutcomeWait
+	OutcomeSkip = apiclient.OutcomeSkip
+	OutcomeInfo = apiclient.OutcomeInfo
 )
 
 // Explanation is what Explain found: the steps a request would take, the
-// clients of its pool and the verdict.
-type Explanation struct {
-	// Host and Path are the request explained (host normalized); IP is the
-	// visitor, "" when none was given (then the ip-dependent steps are
-	// skipped).
-	Host string `json:"host"`
-	Path string `json:"path"`
-	IP   string `json:"ip"`
-	// Bind is the matched bind, hostname pattern and path prefix
-	// ("app.example.com/api"); "" when none matched.
-	Bind string `json:"bind"`
-	// OrgIDs are the organizations of the tokens of the bind's clients and
-	// of its armed scaling record, sorted, without duplicates. Clients of
-	// the master token add none.
-	OrgIDs []string `json:"org_ids"`
-	// Steps are the checks in the order the request would meet them; the
-	// last one that stops or waits decides the verdict.
-	Steps []ExplainStep `json:"steps"`
-	// Clients are the bind's clients (one entry per service), never nil.
-	Clients []ExplainClient `json:"clients"`
-	// Verdict says what would happen, in a few words ("dispatch to client
-	// web-1 (conn_…)", "queue behind 3", "503 maintenance").
-	Verdict string `json:"verdict"`
-	// Status is the status aperio-server itself would answer; 0 when the
-	// request would reach a client (the backend answers) or wait (see
-	// AfterWait).
-	Status int `json:"status"`
-	// AfterWait is what the visitor gets when a wait runs out (its
-	// timeout, or a failed cold start); "" when nothing waits.
-	AfterWait string `json:"after_wait"`
-}
+// clients of its pool and the verdict. It is the admin API's wire type,
+// declared in apiclient so that the API's Go client need not link the
+// router.
+type Explanation = apiclient.Explanation
 
 // ExplainStep is one check of the request path.
-type ExplainStep struct {
-	// Name is one of the Step constants.
-	Name string `json:"name"`
-	// Outcome is one of the Outcome constants.
-	Outcome string `json:"outcome"`
-	// Detail says what the step saw, with the figures.
-	Detail string `json:"detail"`
-}
+type ExplainStep = apiclient.ExplainStep
 
-// ExplainClient is one service of one client in the explained bind, as
-// the router sees it now.
-type ExplainClient struct {
-	ID      string `json:"id"`
-	Name    string `json:"name"`
-	OrgID   string `json:"org_id"`
-	Service string `json:"service"`
-	// Tier is "primary" (priority 0) or "standby".
-	Tier     string `json:"tier"`
-	Priority int64  `json:"priority"`
-	Healthy  bool   `json:"healthy"`
-	Draining bool   `json:"draining"`
-	Inflight int64  `json:"inflight"`
-	// Limit is the announced max_concurrent; 0 means unbounded.
-	Limit int64 `json:"limit"`
-	// Routable: healthy, not draining, still connected.
-	Routable bool `json:"routable"`
-	// Candidate: routable and in the tier that serves now (standby only
-	// while no primary is routable).
-	Candidate bool `json:"candidate"`
-	// Admits: its token admits the visitor (always, when it restricts
-	// nobody).
-	Admits bool `json:"admits"`
-	// Free: it has a permit free now.
-	Free bool `json:"free"`
-}
+// ExplainClient is one service of one client in the explained bind, as the
+// router sees it now.
+type ExplainClient = apiclient.ExplainClient
+
+// explanation is an Explanation being built: the builder methods cannot be
+// declared on the alias of another package's type.
+type explanation Explanation
 
 // ColdStartPlanner is implemented by a Scaler that can say what a cold
 // start would do without starting one. Explain uses it; a Scaler without
@@ -136,7 +80,7 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 	if path == "" {
 		path = "/"
 	}
-	ex := Explanation{Host: host, Path: path, OrgIDs: []string{}, Clients: []ExplainClient{}}
+	ex := explanation{Host: host, Path: path, OrgIDs: []string{}, Clients: []ExplainClient{}}
 	if ip.IsValid() {
 		ip = ip.Unmap()
 		ex.IP = ip.String()
@@ -288,7 +232,7 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 
 // explainNothing ends ex the way nothingCanServe answers at once: stale
 // copy, fallback redirect, else verdict (a 502).
-func (rt *Router) explainNothing(ex *Explanation, path, verdict string) Explanation {
+func (rt *Router) explainNothing(ex *explanation, path, verdict string) Explanation {
 	if rt.staleFor(ex.Host, path) {
 		ex.step(StepFallback, OutcomeStop, "the serve-stale cache has a copy of GET "+ex.Host+path)
 		return ex.end("serve stale copy from cache", http.StatusOK)
@@ -328,7 +272,7 @@ func (rt *Router) staleFor(host, path string) bool {
 }
 
 // explainClients fills ex.Clients and ex.OrgIDs from p's members.
-func (rt *Router) explainClients(ex *Explanation, p *pool, ip netip.Addr) {
+func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr) {
 	ms := *p.members.Load()
 	var arr [16]*service
 	cands := p.candidates(arr[:0])
@@ -380,7 +324,7 @@ func (rt *Router) explainClients(ex *Explanation, p *pool, ip netip.Addr) {
 // predictPick returns the client of p the strategy would pick now among
 // the usable clients with a free permit, without moving p's round-robin
 // cursor.
-func (rt *Router) predictPick(ex *Explanation, p *pool) *ExplainClient {
+func (rt *Router) predictPick(ex *explanation, p *pool) *ExplainClient {
 	var usable []*ExplainClient
 	for i := range ex.Clients {
 		if c := &ex.Clients[i]; c.Candidate {
@@ -417,13 +361,13 @@ func (rt *Router) predictPick(ex *Explanation, p *pool) *ExplainClient {
 	return nil // unreachable: Explain calls it only with a free client
 }
 
-func (ex *Explanation) step(name, outcome, detail string) {
+func (ex *explanation) step(name, outcome, detail string) {
 	ex.Steps = append(ex.Steps, ExplainStep{Name: name, Outcome: outcome, Detail: detail})
 }
 
-func (ex *Explanation) end(verdict string, status int) Explanation {
+func (ex *explanation) end(verdict string, status int) Explanation {
 	ex.Verdict, ex.Status = verdict, status
-	return *ex
+	return Explanation(*ex)
 }
 
 func owners(orgs []string) string {

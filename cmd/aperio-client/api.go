@@ -17,11 +17,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/aperio-dev/aperio/admin"
-	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/exitcode"
-	"github.com/aperio-dev/aperio/router"
 )
 
 // apiCLI is what every `aperio-client api` command shares: its flags and
@@ -69,7 +67,7 @@ func (a *apiCLI) scalingCommand() *cobra.Command {
 		Short: "List scaling records with their live pool, most recently declared first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, (*admin.Client).Scaling, scalingTable)
+			return callAPI(a, cmd, (*apiclient.Client).Scaling, scalingTable)
 		},
 	}
 	disarm := &cobra.Command{
@@ -77,7 +75,7 @@ func (a *apiCLI) scalingCommand() *cobra.Command {
 		Short: "Remove a scaling record; a client still declaring it arms it again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (done, error) {
 				return done("scaling record " + args[0] + " disarmed"), c.DisarmScaling(ctx, args[0])
 			}, printDone)
 		},
@@ -92,7 +90,7 @@ func (a *apiCLI) clientsCommand() *cobra.Command {
 		Short: "List the clients connected to the server",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, (*admin.Client).Clients, clientsTable)
+			return callAPI(a, cmd, (*apiclient.Client).Clients, clientsTable)
 		},
 	}
 }
@@ -101,7 +99,7 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 	cmd := group("tokens", "Mint, list and revoke client tokens")
 
 	var (
-		req                  admin.CreateTokenRequest
+		req                  apiclient.CreateTokenRequest
 		expiresIn, expiresAt string
 	)
 	create := &cobra.Command{
@@ -124,9 +122,9 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 				}
 				req.ExpiresAt = &t
 			}
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.MintedToken, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.MintedToken, error) {
 				return c.CreateToken(ctx, req)
-			}, func(w io.Writer, t admin.MintedToken) {
+			}, func(w io.Writer, t apiclient.MintedToken) {
 				fmt.Fprintln(a.stderr, "The token is shown once: store it now.")
 				tokenFields(w, t.Token)
 				fmt.Fprintf(w, "token\t%s\n", t.Secret)
@@ -148,7 +146,7 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 		Short: "List client tokens, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, (*admin.Client).Tokens, tokensTable)
+			return callAPI(a, cmd, (*apiclient.Client).Tokens, tokensTable)
 		},
 	}
 	revoke := &cobra.Command{
@@ -156,9 +154,9 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 		Short: "Revoke a client token",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.Token, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.Token, error) {
 				return c.RevokeToken(ctx, args[0])
-			}, func(w io.Writer, t admin.Token) { tokensTable(w, []admin.Token{t}) })
+			}, func(w io.Writer, t apiclient.Token) { tokensTable(w, []apiclient.Token{t}) })
 		},
 	}
 	cmd.AddCommand(create, list, revoke)
@@ -168,18 +166,18 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 func (a *apiCLI) adminKeysCommand() *cobra.Command {
 	cmd := group("admin-keys", "Create, list and delete admin keys")
 
-	var req admin.CreateKeyRequest
+	var req apiclient.CreateKeyRequest
 	create := &cobra.Command{
 		Use:   "create --name NAME --role viewer|operator|admin",
 		Short: "Create an admin key; its secret is shown once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !slices.Contains(admin.Roles(), req.Role) {
-				return fmt.Errorf("--role %q is not one of %s", req.Role, strings.Join(admin.Roles(), ", "))
+			if !slices.Contains(apiclient.Roles(), req.Role) {
+				return fmt.Errorf("--role %q is not one of %s", req.Role, strings.Join(apiclient.Roles(), ", "))
 			}
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.MintedKey, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.MintedKey, error) {
 				return c.CreateKey(ctx, req)
-			}, func(w io.Writer, k admin.MintedKey) {
+			}, func(w io.Writer, k apiclient.MintedKey) {
 				fmt.Fprintln(a.stderr, "The key is shown once: store it now.")
 				keyFields(w, k.Key)
 				fmt.Fprintf(w, "key\t%s\n", k.Secret)
@@ -197,7 +195,7 @@ func (a *apiCLI) adminKeysCommand() *cobra.Command {
 		Short: "List admin keys, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, (*admin.Client).Keys, keysTable)
+			return callAPI(a, cmd, (*apiclient.Client).Keys, keysTable)
 		},
 	}
 	del := &cobra.Command{
@@ -205,7 +203,7 @@ func (a *apiCLI) adminKeysCommand() *cobra.Command {
 		Short: "Delete an admin key",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (done, error) {
 				return done("admin key " + args[0] + " deleted"), c.DeleteKey(ctx, args[0])
 			}, printDone)
 		},
@@ -217,20 +215,20 @@ func (a *apiCLI) adminKeysCommand() *cobra.Command {
 func (a *apiCLI) webhooksCommand() *cobra.Command {
 	cmd := group("webhooks", "Subscribe URLs to server events, list and delete subscriptions")
 
-	var req admin.CreateWebhookRequest
+	var req apiclient.CreateWebhookRequest
 	create := &cobra.Command{
 		Use:   "create --url URL --events EVENT[,EVENT…] [--secret SECRET]",
-		Short: "Subscribe a URL to events: " + strings.Join(autoscale.EventTypes(), ", "),
+		Short: "Subscribe a URL to events: " + strings.Join(apiclient.WebhookEvents(), ", "),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.Webhook, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.Webhook, error) {
 				return c.CreateWebhook(ctx, req)
-			}, func(w io.Writer, wh admin.Webhook) { webhooksTable(w, []admin.Webhook{wh}) })
+			}, func(w io.Writer, wh apiclient.Webhook) { webhooksTable(w, []apiclient.Webhook{wh}) })
 		},
 	}
 	f := create.Flags()
 	f.StringVar(&req.URL, "url", "", "URL receiving the deliveries (https unless the server allows http)")
-	f.StringSliceVar(&req.Events, "events", nil, "events to deliver, comma-separated or repeated: "+strings.Join(autoscale.EventTypes(), ", "))
+	f.StringSliceVar(&req.Events, "events", nil, "events to deliver, comma-separated or repeated: "+strings.Join(apiclient.WebhookEvents(), ", "))
 	f.StringVar(&req.Secret, "secret", "", "key of the X-Aperio-Signature HMAC (default: deliveries unsigned)")
 	f.StringVar(&req.OrgID, "org-id", "", "organization whose events are delivered (master token only; default: default)")
 	mustRequire(create, "url", "events")
@@ -240,7 +238,7 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 		Short: "List webhook subscriptions, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, (*admin.Client).Webhooks, webhooksTable)
+			return callAPI(a, cmd, (*apiclient.Client).Webhooks, webhooksTable)
 		},
 	}
 	del := &cobra.Command{
@@ -248,7 +246,7 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 		Short: "Delete a webhook subscription",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (done, error) {
 				return done("webhook " + args[0] + " deleted"), c.DeleteWebhook(ctx, args[0])
 			}, printDone)
 		},
@@ -265,7 +263,7 @@ func (a *apiCLI) maintenanceCommand() *cobra.Command {
 		Short: "Answer 503 to the visitors of HOSTNAME",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (done, error) {
 				return done("maintenance on for " + args[0]), c.SetMaintenance(ctx, args[0], orgID)
 			}, printDone)
 		},
@@ -276,7 +274,7 @@ func (a *apiCLI) maintenanceCommand() *cobra.Command {
 		Short: "Serve the visitors of HOSTNAME again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (done, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (done, error) {
 				return done("maintenance off for " + args[0]), c.ClearMaintenance(ctx, args[0])
 			}, printDone)
 		},
@@ -286,7 +284,7 @@ func (a *apiCLI) maintenanceCommand() *cobra.Command {
 		Short: "List the hostnames in maintenance",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, (*admin.Client).Maintenance, maintenanceTable)
+			return callAPI(a, cmd, (*apiclient.Client).Maintenance, maintenanceTable)
 		},
 	}
 	cmd.AddCommand(on, off, list)
@@ -300,7 +298,7 @@ func (a *apiCLI) auditCommand() *cobra.Command {
 		Short: "Show the audit log, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) ([]admin.AuditEntry, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]apiclient.AuditEntry, error) {
 				return c.Audit(ctx, limit)
 			}, auditTable)
 		},
@@ -324,7 +322,7 @@ func (a *apiCLI) explainCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "aperio-client:", err)
 				return exitcode.ErrUsage
 			}
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (router.Explanation, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.Explanation, error) {
 				return c.Explain(ctx, host, path, ip)
 			}, explainTable)
 		},
@@ -359,9 +357,9 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 		Short: "Create an organization (master token only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *admin.Client, ctx context.Context) (admin.Org, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.Org, error) {
 				return c.CreateOrg(ctx, name)
-			}, func(w io.Writer, o admin.Org) { orgsTable(w, []admin.Org{o}) })
+			}, func(w io.Writer, o apiclient.Org) { orgsTable(w, []apiclient.Org{o}) })
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "name of the organization, unique")
@@ -371,7 +369,7 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 		Short: "List organizations",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, (*admin.Client).Orgs, orgsTable)
+			return callAPI(a, cmd, (*apiclient.Client).Orgs, orgsTable)
 		},
 	}
 	cmd.AddCommand(create, list)
@@ -404,7 +402,7 @@ func printDone(w io.Writer, d done) { fmt.Fprintln(w, string(d)) }
 // callAPI loads the configuration, makes one call and prints its result with
 // render, or as indented JSON with --json. A configuration problem exits 2
 // and a failed call 1, each after printing why.
-func callAPI[T any](a *apiCLI, cmd *cobra.Command, call func(*admin.Client, context.Context) (T, error), render func(io.Writer, T)) error {
+func callAPI[T any](a *apiCLI, cmd *cobra.Command, call func(*apiclient.Client, context.Context) (T, error), render func(io.Writer, T)) error {
 	c, err := a.client(cmd)
 	if err != nil {
 		return err
@@ -413,7 +411,7 @@ func callAPI[T any](a *apiCLI, cmd *cobra.Command, call func(*admin.Client, cont
 	defer cancel()
 	v, err := call(c, ctx)
 	if err != nil {
-		var re *admin.ResponseError
+		var re *apiclient.ResponseError
 		if errors.As(err, &re) {
 			fmt.Fprintln(a.stderr, "aperio-client:", re.Message)
 		} else {
@@ -438,7 +436,7 @@ func callAPI[T any](a *apiCLI, cmd *cobra.Command, call func(*admin.Client, cont
 }
 
 // client returns the API client the configuration describes.
-func (a *apiCLI) client(cmd *cobra.Command) (*admin.Client, error) {
+func (a *apiCLI) client(cmd *cobra.Command) (*apiclient.Client, error) {
 	opts := config.ClientOptions{
 		File:          a.file,
 		FileMustExist: a.file != "",
@@ -458,7 +456,7 @@ func (a *apiCLI) client(cmd *cobra.Command) (*admin.Client, error) {
 		fmt.Fprintln(a.stderr, err)
 		return nil, exitcode.ErrUsage
 	}
-	return &admin.Client{URL: cfg.ServerURL, Key: cfg.APIKey}, nil
+	return &apiclient.Client{URL: cfg.ServerURL, Key: cfg.APIKey}, nil
 }
 
 // mustRequire marks flags of cmd required; the names are this file's own.
@@ -470,7 +468,7 @@ func mustRequire(cmd *cobra.Command, names ...string) {
 	}
 }
 
-func clientsTable(w io.Writer, cs []admin.ClientInfo) {
+func clientsTable(w io.Writer, cs []apiclient.ClientInfo) {
 	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tLIMIT\tHEALTHY\tDRAINING\tCONNECTED\tREMOTE")
 	for _, c := range cs {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
@@ -479,7 +477,7 @@ func clientsTable(w io.Writer, cs []admin.ClientInfo) {
 	}
 }
 
-func scalingTable(w io.Writer, rs []admin.ScalingRecord) {
+func scalingTable(w io.Writer, rs []apiclient.ScalingRecord) {
 	fmt.Fprintln(w, "ID\tHOSTNAME\tPATH\tINSTANCES\tCAPACITY\tINFLIGHT\tUTILIZATION\tSTATE\tLAST CALL")
 	for _, r := range rs {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
@@ -499,7 +497,7 @@ func percent(u *float64) string {
 
 // scalingState is "armed" or "disarmed" (the breaker tripped), with
 // ",conflict" when live clients declare different blocks.
-func scalingState(r admin.ScalingRecord) string {
+func scalingState(r apiclient.ScalingRecord) string {
 	s := "armed"
 	if r.Disarmed {
 		s = "disarmed"
@@ -513,7 +511,7 @@ func scalingState(r admin.ScalingRecord) string {
 // lastCall shows the last hook call as its reason, the HTTP status
 // ("no-response" when there was none) and its time; "-" when the hook was
 // never called.
-func lastCall(r admin.ScalingRecord) string {
+func lastCall(r apiclient.ScalingRecord) string {
 	if r.LastCallAt == nil {
 		return "-"
 	}
@@ -524,7 +522,7 @@ func lastCall(r admin.ScalingRecord) string {
 	return cell(r.LastReason) + " " + status + " " + when(r.LastCallAt)
 }
 
-func tokensTable(w io.Writer, ts []admin.Token) {
+func tokensTable(w io.Writer, ts []apiclient.Token) {
 	fmt.Fprintln(w, "ID\tNAME\tSTATUS\tPREFIX\tHOSTNAMES\tALLOWED IPS\tEXPIRES\tORG\tCREATED")
 	for _, t := range ts {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
@@ -533,12 +531,12 @@ func tokensTable(w io.Writer, ts []admin.Token) {
 }
 
 // tokenFields prints one token as name/value lines.
-func tokenFields(w io.Writer, t admin.Token) {
+func tokenFields(w io.Writer, t apiclient.Token) {
 	fmt.Fprintf(w, "id\t%s\nname\t%s\norg_id\t%s\nstatus\t%s\nhostnames\t%s\nallowed_ips\t%s\nexpires_at\t%s\n",
 		t.ID, cell(t.Name), t.OrgID, t.Status, joined(t.Hostnames), joined(t.AllowedIPs), when(t.ExpiresAt))
 }
 
-func keysTable(w io.Writer, ks []admin.Key) {
+func keysTable(w io.Writer, ks []apiclient.Key) {
 	fmt.Fprintln(w, "ID\tNAME\tROLE\tPREFIX\tORG\tCREATED BY\tCREATED")
 	for _, k := range ks {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, cell(k.Name), k.Role, k.Prefix, k.OrgID, cell(k.CreatedBy), when(&k.CreatedAt))
@@ -546,25 +544,25 @@ func keysTable(w io.Writer, ks []admin.Key) {
 }
 
 // keyFields prints one admin key as name/value lines.
-func keyFields(w io.Writer, k admin.Key) {
+func keyFields(w io.Writer, k apiclient.Key) {
 	fmt.Fprintf(w, "id\t%s\nname\t%s\nrole\t%s\norg_id\t%s\n", k.ID, cell(k.Name), k.Role, k.OrgID)
 }
 
-func webhooksTable(w io.Writer, ws []admin.Webhook) {
+func webhooksTable(w io.Writer, ws []apiclient.Webhook) {
 	fmt.Fprintln(w, "ID\tURL\tEVENTS\tSIGNED\tORG\tCREATED")
 	for _, wh := range ws {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", wh.ID, cell(wh.URL), joined(wh.Events), yesNo(wh.Authenticated), wh.OrgID, when(&wh.CreatedAt))
 	}
 }
 
-func maintenanceTable(w io.Writer, ms []admin.Maintenance) {
+func maintenanceTable(w io.Writer, ms []apiclient.Maintenance) {
 	fmt.Fprintln(w, "HOSTNAME\tORG\tBY\tSINCE")
 	for _, m := range ms {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.Hostname, m.OrgID, cell(m.By), when(&m.Since))
 	}
 }
 
-func auditTable(w io.Writer, es []admin.AuditEntry) {
+func auditTable(w io.Writer, es []apiclient.AuditEntry) {
 	fmt.Fprintln(w, "SEQ\tAT\tEVENT\tACTOR\tORG\tHOSTNAME\tDETAIL")
 	for _, e := range es {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, when(&e.At), e.Event, cell(e.Actor), cell(e.OrgID), cell(e.Hostname), cell(e.Detail))
@@ -573,7 +571,7 @@ func auditTable(w io.Writer, es []admin.AuditEntry) {
 
 // explainTable prints an explanation: the request, the steps, the bind's
 // clients and the verdict, in blocks that align on their own.
-func explainTable(w io.Writer, ex router.Explanation) {
+func explainTable(w io.Writer, ex apiclient.Explanation) {
 	fmt.Fprintf(w, "REQUEST\t%s%s from %s\nBIND\t%s\n\n", ex.Host, ex.Path, cell(ex.IP), cell(ex.Bind))
 	fmt.Fprintln(w, "STEP\tOUTCOME\tDETAIL")
 	for _, st := range ex.Steps {
@@ -601,7 +599,7 @@ func explainTable(w io.Writer, ex router.Explanation) {
 	}
 }
 
-func orgsTable(w io.Writer, orgs []admin.Org) {
+func orgsTable(w io.Writer, orgs []apiclient.Org) {
 	fmt.Fprintln(w, "ID\tNAME\tCREATED")
 	for _, o := range orgs {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", o.ID, cell(o.Name), when(&o.CreatedAt))
@@ -647,7 +645,7 @@ func orNone(n int) string {
 
 // limitCell shows how a service's limit is set: "fixed", "aimd 1..40" or
 // "load-signal 2..64" (the learnt limit's bounds), "-" for none announced.
-func limitCell(c *admin.Concurrency) string {
+func limitCell(c *apiclient.Concurrency) string {
 	switch {
 	case c == nil:
 		return "-"

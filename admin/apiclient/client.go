@@ -1,4 +1,4 @@
-package admin
+package apiclient
 
 import (
 	"bytes"
@@ -11,16 +11,19 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-
-	"github.com/aperio-dev/aperio/router"
 )
+
+// Prefix is the path under which the server serves the API, relative to
+// its base URL.
+const Prefix = "/aperio/api"
 
 // maxResponseBytes bounds the response bodies Client reads.
 const maxResponseBytes = 32 << 20
 
 // Client calls the admin API of one server, one method per route. Set URL
 // and Key; the zero HTTPClient is fine. A Client is safe for concurrent use
-// as long as its fields are not changed.
+// as long as its fields are not changed. Its errors are prefixed "admin:",
+// after the API they come from.
 type Client struct {
 	// URL is the server's base URL, as in server.url
 	// (https://tunnel.example.com); Client appends Prefix. ws:// and wss://
@@ -161,7 +164,7 @@ func (c *Client) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
 
 // Explain calls GET /explain for a request for host and path from ip ("":
 // none given; then the per-visitor checks are skipped).
-func (c *Client) Explain(ctx context.Context, host, path, ip string) (router.Explanation, error) {
+func (c *Client) Explain(ctx context.Context, host, path, ip string) (Explanation, error) {
 	q := url.Values{"host": {host}}
 	if path != "" {
 		q.Set("path", path)
@@ -169,7 +172,7 @@ func (c *Client) Explain(ctx context.Context, host, path, ip string) (router.Exp
 	if ip != "" {
 		q.Set("ip", ip)
 	}
-	var out router.Explanation
+	var out Explanation
 	return out, c.Do(ctx, http.MethodGet, "/explain?"+q.Encode(), nil, &out)
 }
 
@@ -243,6 +246,11 @@ func (c *Client) base() (string, error) {
 	}
 	u.RawQuery, u.Fragment = "", ""
 	return strings.TrimSuffix(u.String(), "/") + Prefix, nil
+}
+
+// errorBody is the body of the API's error answers.
+type errorBody struct {
+	Error string `json:"error"`
 }
 
 // responseError builds the error of a failed answer from its body.

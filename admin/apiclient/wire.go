@@ -1,0 +1,301 @@
+package apiclient
+
+import "time"
+
+// The roles of admin keys, as the API and the store spell them. Each role
+// may do what the roles before it may.
+const (
+	// RoleViewer reads every listing of its organization.
+	RoleViewer = "viewer"
+	// RoleOperator also turns maintenance on and off and disarms scaling
+	// records.
+	RoleOperator = "operator"
+	// RoleAdmin also mints and revokes tokens and creates and deletes
+	// admin keys.
+	RoleAdmin = "admin"
+)
+
+// Roles returns the roles of admin keys, least privileged first.
+func Roles() []string { return []string{RoleViewer, RoleOperator, RoleAdmin} }
+
+// The events a webhook subscription may name: the autoscaler's event types
+// (autoscale.EventTypes on the server, which a test in package admin keeps
+// equal to WebhookEvents).
+const (
+	// EventScalingRequested is a scaling call the provider accepted (2xx).
+	EventScalingRequested = "scaling_requested"
+	// EventScalingFailed is a scaling call that failed: a non-2xx answer, a
+	// timeout, a fence refusal or a transport error.
+	EventScalingFailed = "scaling_failed"
+	// EventScalingDisarmed is the breaker tripping after repeated failed
+	// calls.
+	EventScalingDisarmed = "scaling_disarmed"
+)
+
+// WebhookEvents returns the events a webhook subscription may name, in the
+// server's fixed order.
+func WebhookEvents() []string {
+	return []string{EventScalingRequested, EventScalingFailed, EventScalingDisarmed}
+}
+
+// Org is an organization as the API shows it.
+type Org struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateOrgRequest is the body of POST /orgs.
+type CreateOrgRequest struct {
+	// Name must be unique across the server.
+	Name string `json:"name"`
+}
+
+// Key is an admin key as listings show it: never its secret or hash.
+type Key struct {
+	ID     string `json:"id"`
+	OrgID  string `json:"org_id"`
+	Name   string `json:"name"`
+	Role   string `json:"role"`
+	Prefix string `json:"prefix"`
+	// CreatedBy is the actor that created the key: "master" or "key:<id>".
+	CreatedBy string    `json:"created_by"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// MintedKey is the answer to POST /admin-keys: the new key and, this once,
+// its secret.
+type MintedKey struct {
+	Key
+	// Secret is the apk_ key to send as a bearer credential. The server
+	// keeps only its hash: it is shown here and never again.
+	Secret string `json:"key"`
+}
+
+// CreateKeyRequest is the body of POST /admin-keys.
+type CreateKeyRequest struct {
+	Name string `json:"name"`
+	// Role is RoleViewer, RoleOperator or RoleAdmin.
+	Role string `json:"role"`
+	// OrgID is the organization of the new key. Only the master token may
+	// set it; empty means the caller's organization, or the organization
+	// named "default" for the master token.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// The statuses of a token.
+const (
+	TokenActive  = "active"
+	TokenRevoked = "revoked"
+	TokenExpired = "expired"
+)
+
+// Token is a client token as listings show it: never its secret or hash.
+type Token struct {
+	ID         string     `json:"id"`
+	OrgID      string     `json:"org_id"`
+	Name       string     `json:"name"`
+	Prefix     string     `json:"prefix"`
+	Hostnames  []string   `json:"hostnames"`
+	AllowedIPs []string   `json:"allowed_ips"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+	CreatedBy  string     `json:"created_by"`
+	CreatedAt  time.Time  `json:"created_at"`
+	// Status is TokenActive, TokenRevoked or TokenExpired, as of the
+	// answer.
+	Status string `json:"status"`
+}
+
+// MintedToken is the answer to POST /tokens: the new token and, this
+// once, its secret.
+type MintedToken struct {
+	Token
+	// Secret is the apr_ token a client connects with. The server keeps
+	// only its hash: it is shown here and never again.
+	Secret string `json:"token"`
+}
+
+// CreateTokenRequest is the body of POST /tokens.
+type CreateTokenRequest struct {
+	Name string `json:"name"`
+	// Hostnames are the hostnames the token may bind, exact or "*."
+	// wildcards. At least one.
+	Hostnames []string `json:"hostnames"`
+	// AllowedIPs are the CIDRs (or bare addresses) of the visitors allowed
+	// on the routes the token publishes. Empty means any visitor.
+	AllowedIPs []string `json:"allowed_ips,omitempty"`
+	// ExpiresAt is when the token stops working; nil means never. It must
+	// be in the future.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// Maintenance is a hostname in maintenance mode.
+type Maintenance struct {
+	Hostname string `json:"hostname"`
+	OrgID    string `json:"org_id"`
+	// By is the actor that turned maintenance on.
+	By    string    `json:"by"`
+	Since time.Time `json:"since"`
+}
+
+// MaintenanceRequest is the optional body of PUT /maintenance/{hostname}.
+type MaintenanceRequest struct {
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// ScalingRecord is a scaling record as GET /scaling shows it: one bind's
+// scaling declaration, its live pool on the server that answered, its
+// breaker and its last hook call. The server encodes its records
+// (autoscale.View) as a ScalingRecord, so that decoding and encoding one
+// again gives the server's bytes. It never holds the hook's secret, only
+// whether one is set.
+type ScalingRecord struct {
+	ID       string `json:"id"`
+	Hostname string `json:"hostname"`
+	// Path is the prefix bind, "" for none.
+	Path  string `json:"path"`
+	OrgID string `json:"org_id"`
+	// URL is the provider's hook URL.
+	URL string `json:"url"`
+	// Authenticated says the declaration carries a secret.
+	Authenticated bool `json:"authenticated"`
+	// Min and Max bound the instances the server asks for; Max 0 means
+	// cold starts only.
+	Min int `json:"min"`
+	Max int `json:"max"`
+	// ColdStart, Window and Cooldown are durations in Go syntax ("45s",
+	// "1m0s"), as time.ParseDuration reads them.
+	ColdStart string `json:"cold_start"`
+	// TargetUtilization is the scale-out threshold, in (0,1].
+	TargetUtilization float64 `json:"target_utilization"`
+	Window            string  `json:"window"`
+	Cooldown          string  `json:"cooldown"`
+	// Instances counts the client processes serving the bind, Capacity
+	// sums their effective max_concurrent, and Inflight counts their
+	// requests in flight, as the answering server sees them.
+	Instances int `json:"instances"`
+	Capacity  int `json:"capacity"`
+	Inflight  int `json:"inflight"`
+	// Utilization is Inflight/Capacity; nil when Capacity is 0 and
+	// utilization cannot be measured.
+	Utilization *float64 `json:"utilization"`
+	// Disarmed says the breaker tripped after repeated failed calls: the
+	// hook is not called until a client re-arms the record.
+	Disarmed bool `json:"disarmed"`
+	// Conflict says two live clients declare different blocks for the
+	// bind; the newest declaration is the one shown and used.
+	Conflict            bool `json:"conflict"`
+	ConsecutiveFailures int  `json:"consecutive_failures"`
+	// LastCallAt is when the hook was last called; nil means never.
+	LastCallAt *time.Time `json:"last_call_at"`
+	// LastReason is the last call's reason: "cold_start", "scale_out" or
+	// "scale_in"; "" when there was none.
+	LastReason string `json:"last_reason"`
+	// LastStatus is the last call's HTTP status; 0 when the call got no
+	// response, or there was none.
+	LastStatus int `json:"last_status"`
+	// UpdatedAt is when a client last declared the record.
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Webhook is a webhook subscription as the API shows it: never its
+// secret, only whether one is set.
+type Webhook struct {
+	ID    string `json:"id"`
+	OrgID string `json:"org_id"`
+	// URL receives the deliveries.
+	URL string `json:"url"`
+	// Events are the event names delivered, such as "scaling_failed".
+	Events []string `json:"events"`
+	// Authenticated says deliveries are signed (a secret is set).
+	Authenticated bool      `json:"authenticated"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// CreateWebhookRequest is the body of POST /webhooks.
+type CreateWebhookRequest struct {
+	// URL receives the deliveries: absolute, https unless the server
+	// allows http, and permitted by the server's outbound policy.
+	URL string `json:"url"`
+	// Events are the event names to deliver; at least one, each one of
+	// WebhookEvents.
+	Events []string `json:"events"`
+	// Secret keys the X-Aperio-Signature of each delivery; empty sends
+	// deliveries unsigned. It is never shown again.
+	Secret string `json:"secret,omitempty"`
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// AuditEntry is one line of the audit log.
+type AuditEntry struct {
+	ID int64     `json:"id"`
+	At time.Time `json:"at"`
+	// OrgID is the organization concerned; "" for events outside any (a
+	// failed login), which only the master token sees.
+	OrgID string `json:"org_id"`
+	// Event is one of the Event constants of package admin.
+	Event string `json:"event"`
+	// Actor is "master", "key:<id>", or "anonymous" for a failed login.
+	Actor    string `json:"actor"`
+	Hostname string `json:"hostname"`
+	Detail   string `json:"detail"`
+	// Seq is the entry's place in the audit hash chain (1, 2, 3, … across
+	// every organization, so a key sees gaps where other organizations'
+	// entries are).
+	Seq int64 `json:"seq"`
+	// PrevHash and Hash link the entry into the chain, in lowercase hex:
+	// Hash is SHA-256 over PrevHash and the entry's fields (see
+	// docs/audit-and-explain.md); aperio-server --verify-audit checks it.
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
+}
+
+// ClientInfo is one connected client as GET /clients shows it: one entry per
+// client connection and service.
+type ClientInfo struct {
+	// ID identifies the connection.
+	ID string `json:"id"`
+	// Name is the client's name setting.
+	Name string `json:"name"`
+	// OrgID is the organization of the token the client connected with.
+	// Keys see only the clients of their own organization; the master
+	// token sees all. Clients with no organization are visible to the
+	// master token only.
+	OrgID string `json:"org_id"`
+	// Hostnames are the hostnames the service is bound to.
+	Hostnames []string `json:"hostnames"`
+	// Path is the prefix bind, "" for none.
+	Path string `json:"path"`
+	// Priority is the tier: 0 primary, above 0 standby.
+	Priority int `json:"priority"`
+	// MaxConcurrent is the effective concurrency limit; 0 means none.
+	MaxConcurrent int `json:"max_concurrent"`
+	// Concurrency is the client's limiter of the service as it last
+	// announced it; nil when it announces no limit or predates limiters.
+	Concurrency *Concurrency `json:"concurrency"`
+	// Inflight counts the requests being served now.
+	Inflight int `json:"inflight"`
+	// Healthy reports the last health state the client announced.
+	Healthy bool `json:"healthy"`
+	// Draining is set once the client stopped taking new requests.
+	Draining bool `json:"draining"`
+	// ConnectedAt is when the connection was established.
+	ConnectedAt time.Time `json:"connected_at"`
+	// RemoteAddr is the client's address as the server sees it.
+	RemoteAddr string `json:"remote_addr"`
+}
+
+// Concurrency is a service's concurrency limiter in GET /clients: its mode
+// (fixed, aimd or load-signal), the current limit and its bounds.
+type Concurrency struct {
+	Mode    string `json:"mode"`
+	Desired int    `json:"desired"`
+	Min     int    `json:"min"`
+	Max     int    `json:"max"`
+	Fixed   bool   `json:"fixed"`
+}
