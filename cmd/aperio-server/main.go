@@ -73,8 +73,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return exitcode.ErrUsage
 			}
 			// The access log is a stream of its own: always at info, in
-			// log_format, whatever log_level says of diagnostics.
-			access, err := logging.New(stderr, "info", cfg.LogFormat)
+			// log_format, whatever log_level says of diagnostics. It is
+			// written in batches (at least every 100 ms, and at exit)
+			// rather than a write per request.
+			accessOut := logging.NewBuffered(stderr, 64<<10, 100*time.Millisecond)
+			defer accessOut.Close()
+			access, err := logging.New(accessOut, "info", cfg.LogFormat)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
