@@ -364,7 +364,7 @@ func (c *Client) acceptLoop(ctx context.Context, mux *yamux.Session) {
 // controlLoop sends heartbeats and reads acks until the session ends. The
 // server must ack within three heartbeat intervals or the session is
 // considered dead.
-func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration, welcomeNotices []string) error {
+func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration, welcomeNotices []string) (err error) {
 	acks := make(chan ackMsg, 1)
 	done := make(chan struct{})
 	defer close(done)
@@ -385,6 +385,18 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 			}
 		}
 	}()
+	// The server writes goaway and closes the session at once, so the
+	// close can win: the heartbeat write fails, or the closed session is
+	// seen first. The goaway's reason, still in the control stream's
+	// buffer, says more than either.
+	defer func() {
+		var ga *goAwayError
+		if err != nil && !errors.As(err, &ga) && ctx.Err() == nil && mux.IsClosed() {
+			if r := closeReason(acks); errors.As(r, &ga) {
+				err = r
+			}
+		}
+	}()
 
 	var seq uint64
 	waiting := make(map[uint64]chan error) // nudges awaiting their ack
@@ -399,17 +411,6 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 		ctrl.SetWriteDeadline(time.Now().Add(interval))
 		return writeMessage(ctrl, &message{Type: msgHeartbeat, Announcement: &ann, Seq: seq})
 	}
-	// sendFailed is the error a failed heartbeat ends the session with:
-	// the reason of a goaway the server wrote before closing, if one is
-	// still buffered, rather than the write's "session shutdown".
-	sendFailed := func(err error) error {
-		if mux.IsClosed() {
-			if r := closeReason(acks); !errors.Is(r, ErrSessionClosed) {
-				return r
-			}
-		}
-		return fmt.Errorf("tunnel: send heartbeat: %w", err)
-	}
 	beat := time.NewTicker(interval)
 	defer beat.Stop()
 	lastAck := time.Now()
@@ -419,23 +420,23 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-mux.CloseChan():
-			return closeReason(acks)
+			return ErrSessionClosed
 		case reply := <-c.nudge:
 			if err := send(); err != nil {
 				reply <- err
-				return sendFailed(err)
+				return fmt.Errorf("tunnel: send heartbeat: %w", err)
 			}
 			waiting[seq] = reply
 		case <-c.poke:
 			if err := send(); err != nil {
-				return sendFailed(err)
+				return fmt.Errorf("tunnel: send heartbeat: %w", err)
 			}
 		case <-beat.C:
 			if time.Since(lastAck) > 3*interval {
 				return errors.New("tunnel: server stopped acknowledging heartbeats")
 			}
 			if err := send(); err != nil {
-				return sendFailed(err)
+				return fmt.Errorf("tunnel: send heartbeat: %w", err)
 			}
 		case a := <-acks:
 			if a.err != nil {
@@ -459,7 +460,7 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 					}
 				}
 			case msgGoAway:
-				return goAwayError(a.m.Reason)
+				return &goAwayError{a.m.Reason}
 			default:
 				return fmt.Errorf("tunnel: unexpected %s frame", a.m.Type)
 			}
@@ -475,9 +476,9 @@ type ackMsg struct {
 }
 
 // goAwayError is the error a session told to go away ends with.
-func goAwayError(reason string) error {
-	return fmt.Errorf("tunnel: server said goaway: %s", reason)
-}
+type goAwayError struct{ reason string }
+
+func (e *goAwayError) Error() string { return "tunnel: server said goaway: " + e.reason }
 
 // closeReason says why a closed session ended: the reason of a goaway
 // still in the control stream's buffer (the server writes it just before
@@ -493,7 +494,7 @@ func closeReason(acks <-chan ackMsg) error {
 				return ErrSessionClosed
 			}
 			if a.m.Type == msgGoAway {
-				return goAwayError(a.m.Reason)
+				return &goAwayError{a.m.Reason}
 			}
 		case <-t.C:
 			return ErrSessionClosed
