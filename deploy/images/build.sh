@@ -109,18 +109,24 @@ aperio_image() {
   local name=$1 bin=$2 pkg=$3 port=$4 health=${5:-} dir="$work/$1"
   base_context "$dir"
   gobuild "$dir/rootfs/$bin" "$pkg"
-  cat >"$dir/Dockerfile" <<EOF
+  scratch_dockerfile "$dir" "EXPOSE $port
+$health
+ENTRYPOINT [\"/$bin\"]"
+  build "$name" "$dir"
+}
+
+# scratch_dockerfile DIR LINES writes DIR/Dockerfile: the non-root scratch
+# base every Aperio image shares, then the image's own LINES.
+scratch_dockerfile() {
+  cat >"$1/Dockerfile" <<EOF
 FROM scratch
 COPY rootfs/ /
 COPY --chown=$APERIO_UID:$APERIO_UID owned/ /
 USER $APERIO_UID:$APERIO_UID
 WORKDIR /data
 ENV HOME=/data
-EXPOSE $port
-$health
-ENTRYPOINT ["/$bin"]
+$2
 EOF
-  build "$name" "$dir"
 }
 
 server_image() {
@@ -144,16 +150,8 @@ e2e_app_image() {
   base_context "$dir"
   gobuild "$dir/rootfs/aperio-client" ./cmd/aperio-client
   gobuild "$dir/rootfs/e2eapp" ./test/e2eapp
-  cat >"$dir/Dockerfile" <<EOF
-FROM scratch
-COPY rootfs/ /
-COPY --chown=$APERIO_UID:$APERIO_UID owned/ /
-USER $APERIO_UID:$APERIO_UID
-WORKDIR /data
-ENV HOME=/data
-$E2E_APP_HEALTHCHECK
-ENTRYPOINT ["/e2eapp", "--client", "/aperio-client"]
-EOF
+  scratch_dockerfile "$dir" "$E2E_APP_HEALTHCHECK
+ENTRYPOINT [\"/e2eapp\", \"--client\", \"/aperio-client\"]"
   build e2e-app "$dir"
 }
 
