@@ -227,12 +227,12 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 func (g *Gateway) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
-		if p == "/metrics" {
-			g.metricsHandler.ServeHTTP(w, r)
+		if !router.Reserved(p) {
+			g.proxy.ServeHTTP(w, r)
 			return
 		}
-		if !strings.HasPrefix(p, "/aperio/") {
-			g.proxy.ServeHTTP(w, r)
+		if p == "/metrics" {
+			g.metricsHandler.ServeHTTP(w, r)
 			return
 		}
 		if p == admin.Prefix || strings.HasPrefix(p, admin.Prefix+"/") {

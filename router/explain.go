@@ -67,6 +67,13 @@ type ColdStartPlanner interface {
 	PlanColdStart(ctx context.Context, orgID, hostname, path string) (join bool, detail string, err error)
 }
 
+// Reserved reports whether path belongs to aperio-server itself on every
+// hostname (/metrics and everything under /aperio/): such a request is
+// answered by the server and never proxied.
+func Reserved(path string) bool {
+	return path == "/metrics" || strings.HasPrefix(path, "/aperio/")
+}
+
 // Explain walks what the router would do now with a request for host and
 // path from visitor ip (the zero Addr: unknown), in the order ServeHTTP
 // and dispatch do it, and says why. It takes no permit, no token of the
@@ -86,7 +93,7 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 		ex.IP = ip.String()
 	}
 
-	if path == "/metrics" || strings.HasPrefix(path, "/aperio/") {
+	if Reserved(path) {
 		ex.step(StepReserved, OutcomeStop, path+" is aperio-server's own path on every hostname (/aperio/…, /metrics): never proxied")
 		return ex.end("answered by aperio-server itself, not proxied", 0)
 	}
