@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench clean images e2e
+.PHONY: all build test vet demo bench clean images e2e fuzz
 
 all: build
 
@@ -22,6 +22,11 @@ vet:
 	$(GO) vet ./...
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+# Every native fuzz target for FUZZTIME each (default 10s); a local soak:
+# FUZZTIME=10m make fuzz. ONLY=regexp picks targets.
+fuzz:
+	bash scripts/fuzz.sh
 
 # Build and run a server, a client and a demo backend on this machine.
 demo: build

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every native fuzz target in the module, one after another, for
+# FUZZTIME each (default 10s; CI uses the default, a local soak uses e.g.
+# FUZZTIME=10m). ONLY=regexp limits the run to matching target names.
+# Exits non-zero on the first crash; the failing input is left in the
+# package's testdata/fuzz/ directory, as go test does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${FUZZTIME:-10s}
+only=${ONLY:-.}
+parallel=${FUZZ_PARALLEL:-2}
+
+targets=$(grep -rl --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]+\(f \*testing\.F\)' . |
+  grep -v '^./test/' | sort | while read -r file; do
+    dir=$(dirname "$file")
+    grep -oE '^func Fuzz[A-Za-z0-9_]+' "$file" | sed 's/^func //' | while read -r name; do
+      echo "$dir $name"
+    done
+  done)
+
+count=0
+while read -r dir name; do
+  [ -n "$dir" ] || continue
+  [[ "$name" =~ $only ]] || continue
+  echo "fuzz: $dir $name for $fuzztime"
+  go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel "$parallel" "$dir" 2>&1 | tail -n 3
+  count=$((count + 1))
+done <<<"$targets"
+echo "fuzz: $count targets, no crash"
