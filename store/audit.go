@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"strconv"
+	"time"
 )
 
 // The audit hash chain (issue #7, docs/audit-and-explain.md).
@@ -94,6 +95,15 @@ var ErrAuditChainBroken = errors.New("audit chain broken")
 // Unwrap lets errors.Is(err, ErrAuditChainBroken) match.
 func (e *AuditChainError) Unwrap() error { return ErrAuditChainBroken }
 
+// AuditClockSkew is how far an entry's At may lie before the At of the
+// entry chained before it, for VerifyAudit. The store stamps At before it
+// takes the chain head, and several servers append to one PostgreSQL
+// database, so times along the chain may step back by one server's wait
+// for the head plus the clock difference between servers; a step back
+// larger than this reads as a backdated entry. Keep server clocks
+// synchronized (NTP) well within it.
+const AuditClockSkew = time.Minute
+
 // auditChain is what a backend reads for VerifyAudit, from one snapshot of
 // the database.
 type auditChain struct {
@@ -107,7 +117,8 @@ type auditChain struct {
 // VerifyAudit walks the whole audit log in chain order, from one snapshot
 // of the database, and checks every link: Seq runs 1, 2, 3, … without gaps,
 // each PrevHash is the Hash of the entry before it, each Hash matches the
-// entry's content, no entry lacks its chain columns, and the last entry is
+// entry's content, no At lies more than AuditClockSkew before the At of
+// the entry before it, no entry lacks its chain columns, and the last entry is
 // the chain head that appends recorded. It returns the number of entries
 // when the chain holds; otherwise an *AuditChainError naming the first
 // broken entry (errors.Is ErrAuditChainBroken). Other errors mean the log
@@ -140,6 +151,9 @@ func (db *DB) VerifyAudit(ctx context.Context) (int64, error) {
 				short(e.PrevHash), n, short(prevHash))}
 		case !bytes.Equal(e.Hash, AuditHash(e.PrevHash, e)):
 			broken = &AuditChainError{Entry: e, Reason: "hash does not match the entry's content: the entry was changed"}
+		case n > 0 && e.At.Before(prev.At.Add(-AuditClockSkew)):
+			broken = &AuditChainError{Entry: e, Reason: fmt.Sprintf("at %s is more than %s before entry seq %d (at %s): the entry was backdated",
+				e.At.UTC().Format(auditTime), AuditClockSkew, n, prev.At.UTC().Format(auditTime))}
 		default:
 			n, prev, prevHash = e.Seq, e, e.Hash
 			return true

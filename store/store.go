@@ -90,6 +90,13 @@ type Config struct {
 	// At, maintenance Since, scaling UpdatedAt and a zero call time). Nil
 	// means time.Now.
 	Now func() time.Time
+	// ReadOnly opens an existing store for reading only, as an integrity
+	// check must: no migrations, no backfill, no change listener, and
+	// every write fails (SQLite opens the file with mode=ro, PostgreSQL
+	// sessions default to read-only transactions). A SQLite file that
+	// does not exist is an error rather than created. False, the default,
+	// opens the store for a server.
+	ReadOnly bool
 }
 
 // Validate reports every problem with cfg without touching the disk or
@@ -133,8 +140,8 @@ type DB struct {
 	closeErr  error
 }
 
-// Open opens the store cfg names, applies pending migrations and returns it
-// ready for use. For SQLite it creates DataDir if needed. For PostgreSQL it
+// Open opens the store cfg names, applies pending migrations (unless
+// cfg.ReadOnly) and returns it ready for use. For SQLite it creates DataDir if needed. For PostgreSQL it
 // takes an advisory lock around the migrations, so servers starting at once
 // against one database apply each migration exactly once, and it starts the
 // change listener before returning. An unreachable PostgreSQL gives an
@@ -159,8 +166,13 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		db.hub.close()
 		return nil, err
 	}
+	if cfg.ReadOnly {
+		return db, nil
+	}
 	// Entries from before the audit chain (migration 0004) are chained
-	// here, once: later opens find none.
+	// here, on the first open after migration 0006 recorded them; that
+	// open spends the record in the same transaction, so later opens chain
+	// nothing, whatever was inserted around the store meanwhile.
 	n, err := db.b.backfillAudit(ctx)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("store: chain audit entries: %w", err), db.Close())

@@ -133,8 +133,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitcode.Execute(cmd, stderr, "aperio-server")
 }
 
-// verifyAuditChain opens the store cfg names (applying pending migrations,
-// and so chaining entries written before the chain existed) and checks the
+// verifyAuditChain opens the store cfg names read-only (no migrations, no
+// backfill, no writes: what it checks is what is on disk) and checks the
 // audit chain: "audit chain OK (N entries)" on stdout and nil, or the first
 // broken entry on stderr and exitcode.ErrFailure.
 func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.Writer) error {
@@ -146,7 +146,7 @@ func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.
 			return exitcode.ErrFailure
 		}
 	}
-	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL})
+	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, ReadOnly: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "verify audit:", err)
 		return exitcode.ErrFailure

@@ -125,7 +125,7 @@ func TestVerifyAudit(t *testing.T) {
 		open  func(t *testing.T) (map[string]string, store.Config, func(string))
 		guard []string
 	}{
-		{"sqlite", sqliteAuditStore, []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`}},
+		{"sqlite", sqliteAuditStore, []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`, `DROP TRIGGER audit_chained_insert`}},
 		{"postgres", postgresAuditStore, []string{`ALTER TABLE audit DISABLE TRIGGER USER`}},
 	}
 	tampers := []struct {
@@ -137,6 +137,7 @@ func TestVerifyAudit(t *testing.T) {
 		{"row updated", `UPDATE audit SET detail = 'forged' WHERE seq = 2`, []string{"seq 2", "event maintenance_on", "hash does not match"}},
 		{"row deleted", `DELETE FROM audit WHERE seq = 2`, []string{"seq 3", "event token_revoked", "entry seq 2 missing"}},
 		{"every row deleted", `DELETE FROM audit`, []string{"audit chain BROKEN: chain ends at seq 0 but its head records seq 3"}},
+		{"row inserted around the store", `INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES ('2026-12-01T14:30:50.000000Z', '', 'token_revoked', 'master', 'a.test', 'forged')`, []string{"event token_revoked", "entry has no chain columns"}},
 	}
 	for _, bk := range backends {
 		for _, tt := range tampers {
