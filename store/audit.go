@@ -10,7 +10,10 @@ import (
 	"fmt"
 	"hash"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The audit hash chain (issue #7, docs/audit-and-explain.md).
@@ -182,4 +185,55 @@ func short(h []byte) string {
 		h = h[:8]
 	}
 	return hex.EncodeToString(h) + "…"
+}
+
+// MaxAuditDetailBytes bounds an entry's Detail: AppendAudit cuts a longer
+// one (at a rune boundary) and says how much it cut, so that no caller can
+// make one entry of the permanent log arbitrarily large.
+const MaxAuditDetailBytes = 8 << 10
+
+// cleanAudit returns e with its free-text fields made safe to store and
+// show: invalid UTF-8 replaced, control and bidirectional formatting
+// characters escaped as \xNN or \uNNNN (so that text chosen by a client
+// cannot forge lines or reorder what a terminal shows), and Detail cut to
+// MaxAuditDetailBytes.
+func cleanAudit(e AuditEntry) AuditEntry {
+	e.Actor = auditText(e.Actor)
+	e.Hostname = auditText(e.Hostname)
+	e.Detail = auditText(e.Detail)
+	if len(e.Detail) > MaxAuditDetailBytes {
+		cut := MaxAuditDetailBytes
+		for cut > 0 && !utf8.RuneStart(e.Detail[cut]) {
+			cut--
+		}
+		e.Detail = e.Detail[:cut] + fmt.Sprintf("… (%d bytes cut)", len(e.Detail)-cut)
+	}
+	return e
+}
+
+// auditText escapes what cleanAudit escapes. Text with nothing to escape is
+// returned as is, without allocating.
+func auditText(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, auditEscaped) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r < 0x100 && auditEscaped(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case auditEscaped(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// auditEscaped reports whether r is a control character (C0, DEL, C1) or
+// a Unicode formatting character (bidirectional overrides, zero-width
+// joiners and the like).
+func auditEscaped(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
 }

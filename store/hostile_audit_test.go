@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pressly/goose/v3"
 
@@ -183,6 +184,32 @@ func TestHostileAudit(t *testing.T) {
 			}
 			if n, err := ro.VerifyAudit(t.Context()); n != 0 || err != nil {
 				t.Errorf("read-only VerifyAudit() = %d, %v; want 0, nil", n, err)
+			}
+		}},
+		{"item11/control-characters-escaped", func(t *testing.T, b hostileAuditBackend) {
+			db := openClock(t, b.fresh(t), newClock())
+			e, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: "client_refused", Actor: "token:\x1b[2J",
+				Hostname: "a.test\n", Detail: "web\r\n2031-01-01 token_revoked by master\u202e\xff\x00"})
+			if err != nil {
+				t.Fatalf("AppendAudit() = %v", err)
+			}
+			want := store.AuditEntry{Actor: `token:\x1b[2J`, Hostname: `a.test\x0a`, Detail: `web\x0d\x0a2031-01-01 token_revoked by master\u202e` + "\uFFFD" + `\x00`}
+			if e.Actor != want.Actor || e.Hostname != want.Hostname || e.Detail != want.Detail {
+				t.Errorf("AppendAudit() stored actor %q hostname %q detail %q; want %q, %q, %q", e.Actor, e.Hostname, e.Detail, want.Actor, want.Hostname, want.Detail)
+			}
+			if n, err := db.VerifyAudit(t.Context()); n != 1 || err != nil {
+				t.Errorf("VerifyAudit() = %d, %v; want 1, nil", n, err)
+			}
+		}},
+		{"item11/oversize-detail-cut", func(t *testing.T, b hostileAuditBackend) {
+			db := openClock(t, b.fresh(t), newClock())
+			e, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: "token_minted", Detail: strings.Repeat("é", store.MaxAuditDetailBytes)})
+			if err != nil {
+				t.Fatalf("AppendAudit() = %v", err)
+			}
+			if len(e.Detail) > store.MaxAuditDetailBytes+64 || !strings.HasSuffix(e.Detail, "(8192 bytes cut)") || !utf8.ValidString(e.Detail) {
+				t.Errorf("AppendAudit(%d-byte detail) stored %d bytes ending %q, want it cut to %d bytes and valid UTF-8",
+					2*store.MaxAuditDetailBytes, len(e.Detail), e.Detail[len(e.Detail)-24:], store.MaxAuditDetailBytes)
 			}
 		}},
 		{"item11/legacy-backfill-once", func(t *testing.T, b hostileAuditBackend) {

@@ -616,9 +616,10 @@ const (
 	MaxAuditLimit     = 1000
 )
 
-// AppendAudit appends e to the audit log and returns it with its ID, At
-// (now when e.At is zero) and chain fields (Seq, PrevHash, Hash; any set in
-// e are ignored). Appends are serialized across every server sharing the
+// AppendAudit appends e to the audit log and returns it as stored: with
+// its ID, At (now when e.At is zero), chain fields (Seq, PrevHash, Hash;
+// any set in e are ignored), control characters in Actor, Hostname and
+// Detail escaped and Detail cut to MaxAuditDetailBytes. Appends are serialized across every server sharing the
 // database, so the chain stays linear.
 func (db *DB) AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
 	if db.closed.Load() {
@@ -631,6 +632,7 @@ func (db *DB) AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
 		e.At = db.now()
 	}
 	e.At = stamp(e.At)
+	e = cleanAudit(e)
 	got, err := db.b.appendAudit(ctx, e)
 	if err != nil {
 		return AuditEntry{}, db.fail("append audit "+e.Event, err)
