@@ -20,6 +20,7 @@ import (
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/exitcode"
+	"github.com/aperio-dev/aperio/internal/hangup"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
@@ -57,7 +58,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
 			}
+			warnings := config.ServerWarnings(cfg)
 			if checkConfig {
+				for _, w := range warnings {
+					fmt.Fprintln(stderr, "warning:", w)
+				}
 				fmt.Fprintln(stdout, "configuration OK")
 				return nil
 			}
@@ -83,8 +88,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
 			}
+			for _, w := range warnings {
+				log.Warn("weak configuration", "problem", w)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			defer hangup.Ignore(log)()
 			if verifyAudit {
 				return verifyAuditChain(ctx, cfg, stdout, stderr)
 			}

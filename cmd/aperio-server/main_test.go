@@ -35,7 +35,7 @@ func runServer(t *testing.T, env map[string]string, args ...string) (int, string
 
 func TestCheckConfig(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "server.yaml")
-	if err := os.WriteFile(file, []byte("server:\n  token: s3cret\nmax_concurent_requests: 5\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("server:\n  token: s3cret-0123456789abc\nmax_concurent_requests: 5\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -46,12 +46,15 @@ func TestCheckConfig(t *testing.T) {
 		stdout   string
 		stderrIn []string
 	}{
-		{"valid", map[string]string{"APERIO_SERVER_TOKEN": "t"}, []string{"--check-config"}, 0, "configuration OK\n", nil},
+		{"valid", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"}, []string{"--check-config"}, 0, "configuration OK\n", nil},
 		{"missing token", nil, []string{"--check-config"}, 2, "", []string{"server.token"}},
-		{"bad env value", map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_PORT": "eighty"}, []string{"--check-config"}, 2, "", []string{"APERIO_PORT"}},
+		{"bad env value", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_PORT": "eighty"}, []string{"--check-config"}, 2, "", []string{"APERIO_PORT"}},
 		{"unknown key with suggestion", nil, []string{"--check-config", "--config", file}, 2, "", []string{"max_concurent_requests", "server.yaml:3", "did you mean", "max_concurrent_requests"}},
 		{"missing explicit file", nil, []string{"--config", "/nonexistent/aperio.yaml"}, 2, "", []string{"/nonexistent/aperio.yaml"}},
-		{"stray argument", map[string]string{"APERIO_SERVER_TOKEN": "t"}, []string{"extra"}, 2, "", []string{"extra"}},
+		{"short master token", map[string]string{"APERIO_SERVER_TOKEN": "s3cr3t"}, []string{"--check-config"}, 2, "", []string{"server.token", "env APERIO_SERVER_TOKEN", "6 characters, at least 16 required"}},
+		{"short master token stops startup", map[string]string{"APERIO_SERVER_TOKEN": "s3cr3t"}, nil, 2, "", []string{"server.token", "at least 16 required"}},
+		{"weak master token warns", map[string]string{"APERIO_SERVER_TOKEN": "0123456789abcdef"}, []string{"--check-config"}, 0, "configuration OK\n", []string{"warning: server.token: 16 characters, at least 32 recommended"}},
+		{"stray argument", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"}, []string{"extra"}, 2, "", []string{"extra"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,7 +146,7 @@ func TestVerifyAudit(t *testing.T) {
 		for _, tt := range tampers {
 			t.Run(bk.name+"/"+tt.name, func(t *testing.T) {
 				env, cfg, exec := bk.open(t)
-				env["APERIO_SERVER_TOKEN"] = "t"
+				env["APERIO_SERVER_TOKEN"] = "token-0123456789abcdef"
 				db, err := store.Open(t.Context(), cfg)
 				if err != nil {
 					t.Fatalf("store.Open() = %v", err)
@@ -183,7 +186,7 @@ func TestVerifyAudit(t *testing.T) {
 
 func TestVerifyAuditNoStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
-	code, stdout, stderr := runServer(t, map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_DATA_DIR": dir}, "--verify-audit")
+	code, stdout, stderr := runServer(t, map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_DATA_DIR": dir}, "--verify-audit")
 	if code != 1 || !strings.Contains(stderr, "no store") {
 		t.Fatalf("--verify-audit with no store = exit %d, stdout %q, stderr %q; want 1, no store", code, stdout, stderr)
 	}
