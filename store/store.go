@@ -141,10 +141,11 @@ type DB struct {
 }
 
 // Open opens the store cfg names, applies pending migrations (unless
-// cfg.ReadOnly) and returns it ready for use. For SQLite it creates DataDir if needed. For PostgreSQL it
-// takes an advisory lock around the migrations, so servers starting at once
-// against one database apply each migration exactly once, and it starts the
-// change listener before returning. An unreachable PostgreSQL gives an
+// cfg.ReadOnly, which does none of what follows) and returns it ready for
+// use. For SQLite it creates DataDir if needed. For PostgreSQL it takes an
+// advisory lock around the migrations, so servers starting at once against
+// one database apply each migration exactly once, and it starts the change
+// listener before returning. An unreachable PostgreSQL gives an
 // error wrapping ErrUnavailable. Open blocks until done or ctx ends.
 func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err := cfg.Validate(); err != nil {
