@@ -478,7 +478,7 @@ row_aperio() {
 	free_port sport
 	mkdir -p "$TMP/data"
 	start_bg aperio-server env \
-		APERIO_SERVER_TOKEN=benchtoken \
+		APERIO_SERVER_TOKEN=bench-master-token-0123456789abcdef \
 		APERIO_HOST=127.0.0.1 \
 		APERIO_PORT="$sport" \
 		APERIO_DATA_DIR="$TMP/data" \
@@ -489,10 +489,10 @@ row_aperio() {
 		APERIO_MAX_BODY_SIZE=2GiB \
 		"$BIN/aperio-server"
 	APERIO_SERVER_PID=$BG_PID
-	start_bg aperio-client "$BIN/aperio-client" "127.0.0.1:$DEMO_PORT" \
+	start_bg aperio-client env APERIO_SERVER_TOKEN=bench-master-token-0123456789abcdef \
+		"$BIN/aperio-client" "127.0.0.1:$DEMO_PORT" \
 		--hostname "$VHOST" \
 		--server-url "http://127.0.0.1:$sport" \
-		--server-token benchtoken \
 		--max-concurrent 256 \
 		--log-level warn
 	APERIO_CLIENT_PID=$BG_PID

@@ -40,7 +40,7 @@ func FuzzLoadServerYAML(f *testing.F) {
 		f.Add(tc.file)
 	}
 	f.Add(printServerFile)
-	env := envOf(map[string]string{"TOKEN": "t", "PORT_NUMBER": "80", "APERIO_PORT": "81"})
+	env := envOf(map[string]string{"TOKEN": "token-0123456789abcdef", "PORT_NUMBER": "80", "APERIO_PORT": "81"})
 	f.Fuzz(func(t *testing.T, data string) {
 		read := func(string) ([]byte, error) { return []byte(data), nil }
 		cfg, src, err := LoadServer(ServerOptions{Env: env, ReadFile: read})

@@ -50,7 +50,7 @@ outbound:
 `
 
 var printServerEnv = map[string]string{
-	"MASTER_TOKEN":           "m-secret",
+	"MASTER_TOKEN":           "m-secret-0123456789",
 	"APERIO_SERVER_TOKEN":    "ignored-secret",
 	"APERIO_DATABASE_URL":    "postgres://aperio:db-secret@db/aperio",
 	"APERIO_GATEWAY_TIMEOUT": "5s",
@@ -72,7 +72,7 @@ func TestPrintServerGolden(t *testing.T) {
 		t.Fatalf("PrintServer() error = %v", err)
 	}
 	golden(t, "print_server.golden", b.Bytes())
-	for _, secret := range []string{"m-secret", "ignored-secret", "db-secret"} {
+	for _, secret := range []string{"m-secret-0123456789", "ignored-secret", "db-secret"} {
 		if strings.Contains(b.String(), secret) {
 			t.Errorf("PrintServer() output contains secret %q", secret)
 		}

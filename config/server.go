@@ -180,6 +180,8 @@ func (s Server) problems(src *Sources) []*Error {
 	}
 	if s.Token == "" {
 		v.add("server.token", "required: set server.token in %s or APERIO_SERVER_TOKEN", ServerFile)
+	} else if msg := shortMasterToken(s.Token, MinMasterTokenLen); msg != "" {
+		v.add("server.token", "%s required", msg)
 	}
 	if s.DatabaseURL != "" && checkURL(s.DatabaseURL, databaseSchemes...) != "" {
 		// The URL carries a password: never echo it.

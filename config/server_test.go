@@ -20,7 +20,7 @@ var serverLoadCases = []struct {
 }{
 	{
 		name: "defaults",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"},
 		want: []string{
 			"host = 0.0.0.0  # default",
 			"port = 8080  # default",
@@ -56,7 +56,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "bare env",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "PORT": "9000", "HOST": "127.0.0.1", "LOG_LEVEL": "debug"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "PORT": "9000", "HOST": "127.0.0.1", "LOG_LEVEL": "debug"},
 		want: []string{
 			"port = 9000  # env PORT",
 			"host = 127.0.0.1  # env HOST",
@@ -65,7 +65,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "APERIO_ spelling wins over the bare one",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "PORT": "9000", "APERIO_PORT": "9001", "LOG_LEVEL": "debug", "APERIO_LOG_LEVEL": "WARN"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "PORT": "9000", "APERIO_PORT": "9001", "LOG_LEVEL": "debug", "APERIO_LOG_LEVEL": "WARN"},
 		want: []string{
 			"port = 9001  # env APERIO_PORT",
 			"log_level = warn  # env APERIO_LOG_LEVEL",
@@ -73,13 +73,13 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "empty env var counts as unset",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_PORT": "", "PORT": "9000"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_PORT": "", "PORT": "9000"},
 		want: []string{"port = 9000  # env PORT"},
 	},
 	{
 		name: "file wins over env",
-		file: "server:\n  token: from-file\nport: 7000\n",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "from-env", "APERIO_PORT": "9001", "PORT": "9000"},
+		file: "server:\n  token: from-file-0123456789\nport: 7000\n",
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "from-env-0123456789", "APERIO_PORT": "9001", "PORT": "9000"},
 		want: []string{
 			"server.token = <set>  # file:aperio-server.yaml:2",
 			"port = 7000  # file:aperio-server.yaml:3",
@@ -88,7 +88,7 @@ var serverLoadCases = []struct {
 	{
 		name: "env fills the fields the file leaves unset",
 		file: "port: 7000\n",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_HOST": "::", "APERIO_GATEWAY_TIMEOUT": "20"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_HOST": "::", "APERIO_GATEWAY_TIMEOUT": "20"},
 		want: []string{
 			"port = 7000  # file:aperio-server.yaml:1",
 			"host = ::  # env APERIO_HOST",
@@ -98,7 +98,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "env fills one field of a block the file declares",
-		file: "server.token: t\nscaling:\n  enabled: true\n  allow_http: true\n",
+		file: "server.token: token-0123456789abcdef\nscaling:\n  enabled: true\n  allow_http: true\n",
 		env: map[string]string{
 			"APERIO_SCALING":               "0",
 			"APERIO_SCALING_ALLOW_HTTP":    "0",
@@ -114,7 +114,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "group switch as a plain value",
-		file: "server.token: t\nscaling: true\nscaling_allow_private: TRUE\ncache: 1\n",
+		file: "server.token: token-0123456789abcdef\nscaling: true\nscaling_allow_private: TRUE\ncache: 1\n",
 		want: []string{
 			"scaling = true  # file:aperio-server.yaml:2",
 			"scaling_allow_private = true  # file:aperio-server.yaml:3",
@@ -123,7 +123,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "nested and dashed spellings",
-		file: "server: {token: t}\ncache:\n  enabled: true\n  max-bytes: 1GiB\n  max_stale: 2h\nLog-Level: DEBUG\noutbound:\n  allowlist: [hooks.example.com, 10.0.0.0/8]\n",
+		file: "server: {token: token-0123456789abcdef}\ncache:\n  enabled: true\n  max-bytes: 1GiB\n  max_stale: 2h\nLog-Level: DEBUG\noutbound:\n  allowlist: [hooks.example.com, 10.0.0.0/8]\n",
 		env:  map[string]string{"APERIO_OUTBOUND_BLOCK_PRIVATE": "true"},
 		want: []string{
 			"cache = true  # file:aperio-server.yaml:3",
@@ -137,7 +137,7 @@ var serverLoadCases = []struct {
 	{
 		name: "env lists and maps",
 		env: map[string]string{
-			"APERIO_SERVER_TOKEN":       "t",
+			"APERIO_SERVER_TOKEN":       "token-0123456789abcdef",
 			"APERIO_OUTBOUND_ALLOWLIST": "a.example.com, *.b.example.com,,192.0.2.0/24",
 			"APERIO_FALLBACKS":          "App.example.com=https://status.example.com,www.example.com=https://example.org/down",
 		},
@@ -148,7 +148,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "fallbacks map in the file",
-		file: "server.token: t\nfallbacks:\n  app.example.com: https://status.example.com\n  API.example.com: http://backup.example.com\n",
+		file: "server.token: token-0123456789abcdef\nfallbacks:\n  app.example.com: https://status.example.com\n  API.example.com: http://backup.example.com\n",
 		env:  map[string]string{"APERIO_FALLBACKS": "x.example.com=https://x.example.com"},
 		want: []string{
 			"fallbacks = api.example.com=http://backup.example.com,app.example.com=https://status.example.com  # file:aperio-server.yaml:2",
@@ -157,7 +157,7 @@ var serverLoadCases = []struct {
 	{
 		name: "variables expand in file values",
 		file: "server:\n  token: ${TOKEN}\ndata_dir: ${DATA:-/var/lib/aperio}\ntls_cert: ${CERT_DIR}/cert.pem\nhost: ${NOPE}\nmetrics_token: $${TOKEN}\nport: ${PORT_NUMBER}\ntls_key: '${CERT_DIR}/$$key.pem'\n",
-		env:  map[string]string{"TOKEN": "abc", "CERT_DIR": "/etc/aperio", "PORT_NUMBER": "8443"},
+		env:  map[string]string{"TOKEN": "abc-0123456789abcdef", "CERT_DIR": "/etc/aperio", "PORT_NUMBER": "8443"},
 		want: []string{
 			"server.token = <set>  # file:aperio-server.yaml:2",
 			"data_dir = /var/lib/aperio  # file:aperio-server.yaml:3",
@@ -170,7 +170,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "null values count as unset",
-		file: "server.token: t\nport:\nhost: ~\nscaling:\n",
+		file: "server.token: token-0123456789abcdef\nport:\nhost: ~\nscaling:\n",
 		env:  map[string]string{"APERIO_PORT": "9001", "APERIO_SCALING": "1"},
 		want: []string{
 			"port = 9001  # env APERIO_PORT",
@@ -180,7 +180,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "durations and sizes in every spelling",
-		file: "server.token: t\ngateway_timeout: 1.5\nfailover_window: 1d\nmax_body_size: 512KiB\ncache_max_bytes: 100000000\nscaling_record_ttl: 36h\n",
+		file: "server.token: token-0123456789abcdef\ngateway_timeout: 1.5\nfailover_window: 1d\nmax_body_size: 512KiB\ncache_max_bytes: 100000000\nscaling_record_ttl: 36h\n",
 		want: []string{
 			"gateway_timeout = 1.5s  # file:aperio-server.yaml:2",
 			"failover_window = 1d  # file:aperio-server.yaml:3",
@@ -192,12 +192,12 @@ var serverLoadCases = []struct {
 	{
 		name: "empty file",
 		file: "",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"},
 		want: []string{"port = 8080  # default"},
 	},
 	{
 		name: "aliases",
-		file: "server.token: t\ncache: &on {enabled: true}\nscaling: *on\ndata_dir: &d /srv/aperio\nmetrics_token: *d\n",
+		file: "server.token: token-0123456789abcdef\ncache: &on {enabled: true}\nscaling: *on\ndata_dir: &d /srv/aperio\nmetrics_token: *d\n",
 		want: []string{
 			"cache = true  # file:aperio-server.yaml:2",
 			"scaling = true  # file:aperio-server.yaml:2",
@@ -208,7 +208,7 @@ var serverLoadCases = []struct {
 	{
 		name: "comment-only file",
 		file: "# nothing here\n",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"},
 		want: []string{"port = 8080  # default"},
 	},
 }
@@ -238,7 +238,7 @@ func TestLoadServer(t *testing.T) {
 func TestLoadServerValues(t *testing.T) {
 	files := filesOf(map[string]string{
 		ServerFile: `
-server: {token: master}
+server: {token: master-0123456789abc}
 port: 8443
 tls_cert: /c.pem
 tls_key: /k.pem
@@ -255,7 +255,7 @@ outbound.allowlist: [hooks.example.com]
 		t.Fatalf("LoadServer() error = %v", err)
 	}
 	want := DefaultServer()
-	want.Token = "master"
+	want.Token = "master-0123456789abc"
 	want.Port = 8443
 	want.TLSCert, want.TLSKey = "/c.pem", "/k.pem"
 	want.IPLimitRefill = 2.5
@@ -272,9 +272,9 @@ outbound.allowlist: [hooks.example.com]
 
 func TestLoadServerFileChoice(t *testing.T) {
 	files := filesOf(map[string]string{
-		ServerFile:          "server.token: default-file\n",
-		"/etc/aperio/s.yml": "server.token: env-file\n",
-		"explicit.yaml":     "server.token: explicit\n",
+		ServerFile:          "server.token: default-file-0123456789\n",
+		"/etc/aperio/s.yml": "server.token: env-file-0123456789\n",
+		"explicit.yaml":     "server.token: explicit-0123456789\n",
 	})
 	tests := []struct {
 		name    string
@@ -286,39 +286,39 @@ func TestLoadServerFileChoice(t *testing.T) {
 		{
 			name:    "working directory file",
 			opts:    ServerOptions{},
-			want:    "default-file",
+			want:    "default-file-0123456789",
 			wantSrc: "file:aperio-server.yaml:1",
 		},
 		{
 			name:    "APERIO_SERVER_CONFIG",
 			opts:    ServerOptions{Env: envOf(map[string]string{ServerConfigEnv: "/etc/aperio/s.yml"})},
-			want:    "env-file",
+			want:    "env-file-0123456789",
 			wantSrc: "file:/etc/aperio/s.yml:1",
 		},
 		{
 			name:    "explicit file wins over APERIO_SERVER_CONFIG",
 			opts:    ServerOptions{File: "explicit.yaml", FileMustExist: true, Env: envOf(map[string]string{ServerConfigEnv: "/etc/aperio/s.yml"})},
-			want:    "explicit",
+			want:    "explicit-0123456789",
 			wantSrc: "file:explicit.yaml:1",
 		},
 		{
 			name:    "missing APERIO_SERVER_CONFIG file",
-			opts:    ServerOptions{Env: envOf(map[string]string{ServerConfigEnv: "/nope.yaml", "APERIO_SERVER_TOKEN": "t"})},
-			want:    "t",
+			opts:    ServerOptions{Env: envOf(map[string]string{ServerConfigEnv: "/nope.yaml", "APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
+			want:    "token-0123456789abcdef",
 			wantSrc: "env APERIO_SERVER_TOKEN",
 			wantErr: []string{"config: /nope.yaml: file does not exist"},
 		},
 		{
 			name:    "missing explicit file",
-			opts:    ServerOptions{File: "missing.yaml", FileMustExist: true, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "t"})},
-			want:    "t",
+			opts:    ServerOptions{File: "missing.yaml", FileMustExist: true, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
+			want:    "token-0123456789abcdef",
 			wantSrc: "env APERIO_SERVER_TOKEN",
 			wantErr: []string{"config: missing.yaml: file does not exist"},
 		},
 		{
 			name:    "missing optional file",
-			opts:    ServerOptions{File: "missing.yaml", Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "t"})},
-			want:    "t",
+			opts:    ServerOptions{File: "missing.yaml", Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
+			want:    "token-0123456789abcdef",
 			wantSrc: "env APERIO_SERVER_TOKEN",
 		},
 	}
@@ -339,7 +339,7 @@ func TestLoadServerFileChoice(t *testing.T) {
 
 func TestLoadServerReadError(t *testing.T) {
 	read := func(string) ([]byte, error) { return nil, errors.New("permission denied") }
-	_, _, err := LoadServer(ServerOptions{ReadFile: read, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "t"})})
+	_, _, err := LoadServer(ServerOptions{ReadFile: read, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})})
 	diffLines(t, "LoadServer() errors", problems(t, err), []string{"config: aperio-server.yaml: cannot read file"})
 }
 
@@ -357,17 +357,17 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "unknown key with did you mean",
-		file: "server.token: t\nprot: 80\n",
+		file: "server.token: token-0123456789abcdef\nprot: 80\n",
 		want: []string{"config: prot (aperio-server.yaml:2): unknown key, did you mean port?"},
 	},
 	{
 		name: "unknown nested key with did you mean",
-		file: "server.token: t\nscaling:\n  enabled: true\n  alow_http: true\n",
+		file: "server.token: token-0123456789abcdef\nscaling:\n  enabled: true\n  alow_http: true\n",
 		want: []string{"config: scaling.alow_http (aperio-server.yaml:4): unknown key, did you mean scaling_allow_http?"},
 	},
 	{
 		name: "unknown key without a suggestion",
-		file: "server.token: t\nfrobnicate: yes\n",
+		file: "server.token: token-0123456789abcdef\nfrobnicate: yes\n",
 		want: []string{"config: frobnicate (aperio-server.yaml:2): unknown key"},
 	},
 	{
@@ -380,43 +380,43 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "client key in the server file",
-		file: "server:\n  token: t\n  url: https://x\n",
+		file: "server:\n  token: token-0123456789abcdef\n  url: https://x\n",
 		want: []string{"config: server.url (aperio-server.yaml:3): unknown key"},
 	},
 	{
 		name: "malformed file value",
-		file: "server.token: t\nport: eighty\n",
+		file: "server.token: token-0123456789abcdef\nport: eighty\n",
 		want: []string{`config: port (aperio-server.yaml:2): invalid integer "eighty"`},
 	},
 	{
 		name: "unparseable env var",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_GATEWAY_TIMEOUT": "soon"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_GATEWAY_TIMEOUT": "soon"},
 		want: []string{`config: gateway_timeout (env APERIO_GATEWAY_TIMEOUT): invalid duration "soon" (want e.g. 45s, 15m, 2d, or a number of seconds)`},
 	},
 	{
 		name: "unparseable env var under a file value",
-		file: "server.token: t\nscaling: true\n",
+		file: "server.token: token-0123456789abcdef\nscaling: true\n",
 		env:  map[string]string{"APERIO_SCALING": "maybe"},
 		want: []string{`config: scaling (env APERIO_SCALING): invalid boolean "maybe" (want true, false, 1 or 0)`},
 	},
 	{
 		name: "unparseable bare env var",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "PORT": "x"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "PORT": "x"},
 		want: []string{`config: port (env PORT): invalid integer "x"`},
 	},
 	{
 		name: "negative duration",
-		file: "server.token: t\nshutdown_timeout: -1s\n",
+		file: "server.token: token-0123456789abcdef\nshutdown_timeout: -1s\n",
 		want: []string{`config: shutdown_timeout (aperio-server.yaml:2): duration "-1s" is negative`},
 	},
 	{
 		name: "negative size",
-		file: "server.token: t\nmax_body_size: -1\n",
+		file: "server.token: token-0123456789abcdef\nmax_body_size: -1\n",
 		want: []string{`config: max_body_size (aperio-server.yaml:2): size "-1" is negative`},
 	},
 	{
 		name: "negative counts",
-		file: "server.token: t\nip_limit_max: -1\nfailover_max_jumps: -2\nscaling_max_held: -3\n",
+		file: "server.token: token-0123456789abcdef\nip_limit_max: -1\nfailover_max_jumps: -2\nscaling_max_held: -3\n",
 		env:  map[string]string{"APERIO_IP_LIMIT_REFILL": "-0.5"},
 		want: []string{
 			"config: ip_limit_max (aperio-server.yaml:2): must not be negative, got -1",
@@ -427,17 +427,17 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "sample rate outside [0,1]",
-		file: "server.token: t\notel_sample_rate: 1.5\n",
+		file: "server.token: token-0123456789abcdef\notel_sample_rate: 1.5\n",
 		want: []string{"config: otel_sample_rate (aperio-server.yaml:2): must be between 0 and 1, got 1.5"},
 	},
 	{
 		name: "negative sample rate from env",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_OTEL_SAMPLE_RATE": "-0.1"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_OTEL_SAMPLE_RATE": "-0.1"},
 		want: []string{"config: otel_sample_rate (env APERIO_OTEL_SAMPLE_RATE): must be between 0 and 1, got -0.1"},
 	},
 	{
 		name: "zero where it cannot work",
-		file: "server.token: t\ngateway_timeout: 0\nmax_concurrent_requests: 0\n",
+		file: "server.token: token-0123456789abcdef\ngateway_timeout: 0\nmax_concurrent_requests: 0\n",
 		want: []string{
 			"config: gateway_timeout (aperio-server.yaml:2): must be positive, got 0s",
 			"config: max_concurrent_requests (aperio-server.yaml:3): must be at least 1, got 0",
@@ -445,12 +445,12 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "port out of range",
-		file: "server.token: t\nport: 70000\n",
+		file: "server.token: token-0123456789abcdef\nport: 70000\n",
 		want: []string{"config: port (aperio-server.yaml:2): 70000 is not a port (0 to 65535)"},
 	},
 	{
 		name: "values outside their sets",
-		file: "server.token: t\nlb_strategy: random\nfailover: sometimes\nlog_level: trace\n",
+		file: "server.token: token-0123456789abcdef\nlb_strategy: random\nfailover: sometimes\nlog_level: trace\n",
 		env:  map[string]string{"APERIO_LOG_FORMAT": "xml"},
 		want: []string{
 			`config: lb_strategy (aperio-server.yaml:2): "random" is not round-robin, least-inflight or primary-standby`,
@@ -461,17 +461,17 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "tls cert without key",
-		file: "server.token: t\ntls_cert: /c.pem\n",
+		file: "server.token: token-0123456789abcdef\ntls_cert: /c.pem\n",
 		want: []string{"config: tls_key: required when tls_cert is set"},
 	},
 	{
 		name: "database url is checked but never echoed",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_DATABASE_URL": "mysql://root:hunter2@db"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_DATABASE_URL": "mysql://root:hunter2@db"},
 		want: []string{"config: database_url (env APERIO_DATABASE_URL): must be a postgres:// or postgresql:// URL"},
 	},
 	{
 		name: "bad fallbacks",
-		file: "server.token: t\nfallbacks:\n  bad_host: https://x.example.com\n  ok.example.com: ftp://x\n",
+		file: "server.token: token-0123456789abcdef\nfallbacks:\n  bad_host: https://x.example.com\n  ok.example.com: ftp://x\n",
 		want: []string{
 			`config: fallbacks (aperio-server.yaml:2): "bad_host" is not a valid hostname`,
 			`config: fallbacks (aperio-server.yaml:2): ok.example.com: "ftp://x": scheme must be http or https`,
@@ -479,22 +479,22 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "fallbacks env without equals",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_FALLBACKS": "app.example.com"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_FALLBACKS": "app.example.com"},
 		want: []string{`config: fallbacks (env APERIO_FALLBACKS): invalid entry "app.example.com" (want host=url)`},
 	},
 	{
 		name: "bad outbound pattern",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_OUTBOUND_ALLOWLIST": "ok.example.com,not a host"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_OUTBOUND_ALLOWLIST": "ok.example.com,not a host"},
 		want: []string{`config: outbound_allowlist (env APERIO_OUTBOUND_ALLOWLIST): "not a host" is not a hostname, *.domain, IP address or CIDR prefix`},
 	},
 	{
 		name: "list where a value belongs",
-		file: "server.token: t\nport: [1, 2]\n",
+		file: "server.token: token-0123456789abcdef\nport: [1, 2]\n",
 		want: []string{"config: port (aperio-server.yaml:2): expected a single value, got a list"},
 	},
 	{
 		name: "mapping where a value belongs",
-		file: "server.token: t\nport: {a: 1}\n",
+		file: "server.token: token-0123456789abcdef\nport: {a: 1}\n",
 		want: []string{"config: port (aperio-server.yaml:2): expected a single value, got a mapping"},
 	},
 	{
@@ -507,7 +507,7 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "set twice",
-		file: "server.token: t\nscaling_allow_http: true\nscaling:\n  allow-http: false\n",
+		file: "server.token: token-0123456789abcdef\nscaling_allow_http: true\nscaling:\n  allow-http: false\n",
 		want: []string{"config: scaling_allow_http (aperio-server.yaml:4): set twice in this file (also at line 2)"},
 	},
 	{
@@ -517,7 +517,7 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "yaml syntax error",
-		file: "server.token: t\nport: 80\n  x: 1\n",
+		file: "server.token: token-0123456789abcdef\nport: 80\n  x: 1\n",
 		env:  map[string]string{"APERIO_PORT": "x"},
 		want: []string{
 			"config: aperio-server.yaml:3: mapping values are not allowed in this context",
@@ -527,17 +527,17 @@ var serverErrorCases = []struct {
 	{
 		name: "top level is not a mapping",
 		file: "- port: 80\n",
-		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
+		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"},
 		want: []string{"config: aperio-server.yaml:1: the top level must be a mapping of settings"},
 	},
 	{
 		name: "two documents",
-		file: "server.token: t\n---\nport: 80\n",
+		file: "server.token: token-0123456789abcdef\n---\nport: 80\n",
 		want: []string{"config: aperio-server.yaml:2: only one yaml document is allowed"},
 	},
 	{
 		name: "merge keys",
-		file: "base: &b {port: 80}\n<<: *b\nserver.token: t\n",
+		file: "base: &b {port: 80}\n<<: *b\nserver.token: token-0123456789abcdef\n",
 		want: []string{
 			"config: base (aperio-server.yaml:1): unknown key",
 			"config: aperio-server.yaml:2: keys must be plain names (yaml merge keys are not supported)",
@@ -545,7 +545,7 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "self-referencing alias",
-		file: "server.token: t\nscaling: &s {enabled: true, allow: *s}\n",
+		file: "server.token: token-0123456789abcdef\nscaling: &s {enabled: true, allow: *s}\n",
 		want: []string{
 			"config: scaling.allow.enabled (aperio-server.yaml:2): unknown key",
 			"config: scaling.allow.allow (aperio-server.yaml:2): unknown key",
@@ -580,7 +580,7 @@ func TestLoadServerErrors(t *testing.T) {
 
 func TestLoadServerBudget(t *testing.T) {
 	var b strings.Builder
-	b.WriteString("server.token: t\nscaling: &s {allow_http: true, allow_private: true, record_ttl: 1d}\n")
+	b.WriteString("server.token: token-0123456789abcdef\nscaling: &s {allow_http: true, allow_private: true, record_ttl: 1d}\n")
 	for range maxSteps {
 		b.WriteString("scaling: *s\n")
 	}
@@ -596,7 +596,7 @@ func TestLoadServerBudget(t *testing.T) {
 }
 
 func TestErrorAs(t *testing.T) {
-	files := filesOf(map[string]string{ServerFile: "server.token: t\nscaling:\n  record_ttl: soon\n"})
+	files := filesOf(map[string]string{ServerFile: "server.token: token-0123456789abcdef\nscaling:\n  record_ttl: soon\n"})
 	_, _, err := LoadServer(ServerOptions{ReadFile: files})
 	var ce *Error
 	if !errors.As(err, &ce) {
@@ -614,7 +614,7 @@ func TestErrorAs(t *testing.T) {
 
 func TestServerValidate(t *testing.T) {
 	ok := DefaultServer()
-	ok.Token = "t"
+	ok.Token = "token-0123456789abcdef"
 	tests := []struct {
 		name string
 		cfg  func() Server
@@ -624,7 +624,7 @@ func TestServerValidate(t *testing.T) {
 		{"default lacks token", DefaultServer, []string{
 			"config: server.token: required: set server.token in aperio-server.yaml or APERIO_SERVER_TOKEN",
 		}},
-		{"zero value", func() Server { return Server{Token: "t"} }, []string{
+		{"zero value", func() Server { return Server{Token: "token-0123456789abcdef"} }, []string{
 			"config: gateway_timeout: must be positive, got 0s",
 			"config: gateway_response_timeout: must be positive, got 0s",
 			"config: max_concurrent_requests: must be at least 1, got 0",

@@ -172,7 +172,7 @@ func TestJudge(t *testing.T) {
 	for _, pt := range policies {
 		t.Run(pt.name, func(t *testing.T) {
 			c := newClient(t, pt.p)
-			for _, s := range []string{"10.0.0.1", "::1", "64:ff9b::808:808", "fe80::1%eth0"} {
+			for _, s := range []string{"10.0.0.1", "::1", "64:ff9b::808:808"} {
 				if got := c.judge(netip.MustParseAddr(s)) == ""; got != pt.privateOK {
 					t.Errorf("judge(%s) permits = %v, want %v", s, got, pt.privateOK)
 				}
@@ -180,6 +180,13 @@ func TestJudge(t *testing.T) {
 			for _, s := range []string{"0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255"} {
 				if got := c.judge(netip.MustParseAddr(s)) != ""; got != pt.neverStayed {
 					t.Errorf("judge(%s) refuses = %v, want %v", s, got, pt.neverStayed)
+				}
+			}
+			// Link-local and metadata addresses stay refused under every
+			// policy without an exact allowlist entry.
+			for _, s := range []string{"fe80::1%eth0", "169.254.169.254", "169.254.1.1", "::ffff:169.254.169.254", "fd00:ec2::254"} {
+				if reason := c.judge(netip.MustParseAddr(s)); reason == "" {
+					t.Errorf("judge(%s) permits, want it refused", s)
 				}
 			}
 			if reason := c.judge(netip.MustParseAddr("8.8.8.8")); reason != "" {

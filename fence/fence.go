@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -235,6 +236,9 @@ func (c *Client) check(u *url.URL) (target, error) {
 			return refuse("%s is %s", t.name, reason)
 		}
 	}
+	if slices.Contains(metadataNames, t.name) && !c.allow.exactName(t.name) {
+		return refuse("%s is a cloud metadata name, permitted only when it and its address are listed in the outbound allowlist", t.name)
+	}
 	if !c.allow.empty() {
 		t.byName = c.allow.matchName(t.name)
 		if !t.byName && len(c.allow.prefixes) == 0 {
@@ -249,7 +253,12 @@ func (c *Client) check(u *url.URL) (target, error) {
 // Control function apply.
 func (c *Client) judge(a netip.Addr) string {
 	class, never := classify(a)
-	if class == public || (c.allowPrivate && !never) {
+	switch {
+	case class == public:
+		return ""
+	case guarded(a) && !c.allow.exact(a):
+		return class + ", permitted only when the address is listed in the outbound allowlist"
+	case c.allowPrivate && !never:
 		return ""
 	}
 	return class

@@ -185,7 +185,7 @@ var checkURLTests = []struct {
 	{"unbalanced bracket", Policy{}, "https://[::1/", true},
 	{"zone link-local", Policy{}, "https://[fe80::1%25eth0]/", true},
 	{"zone link-local with port", Policy{}, "https://[fe80::1%25eth0]:443/", true},
-	{"zone link-local with AllowPrivate", Policy{AllowPrivate: true}, "https://[fe80::1%25eth0]:443/", false},
+	{"zone link-local with AllowPrivate", Policy{AllowPrivate: true}, "https://[fe80::1%25eth0]:443/", true},
 	{"zone public", Policy{}, "https://[2606:4700:4700::1111%25eth0]/", true},
 	{"zone unescaped", Policy{}, "https://[fe80::1%eth0]/", true},
 	{"unique-local", Policy{}, "https://[fd00::1]/", true},
@@ -299,7 +299,7 @@ func TestDoDestinations(t *testing.T) {
 		{name: "mixed mapped private", resolved: []string{"8.8.8.8", "::ffff:10.0.0.1"}},
 		{name: "mixed NAT64", resolved: []string{"8.8.8.8", "64:ff9b::a00:1"}},
 		{name: "zone", resolved: []string{"fe80::1%eth0"}},
-		{name: "zone with AllowPrivate", p: Policy{AllowPrivate: true}, resolved: []string{"fe80::1%eth0"}, want: []string{"[fe80::1%eth0]:443"}},
+		{name: "zone with AllowPrivate", p: Policy{AllowPrivate: true}, resolved: []string{"fe80::1%eth0"}},
 		{name: "mixed with AllowPrivate", p: Policy{AllowPrivate: true}, resolved: []string{"8.8.8.8", "10.0.0.1"}, want: []string{"8.8.8.8:443", "10.0.0.1:443"}},
 		{name: "unspecified with AllowPrivate", p: Policy{AllowPrivate: true}, resolved: []string{"10.0.0.1", "0.0.0.0"}},
 		{name: "BlockPrivate private", p: Policy{AllowPrivate: true, BlockPrivate: true}, resolved: []string{"10.0.0.1"}},
@@ -770,4 +770,79 @@ func FuzzCheckURL(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMetadataFence: link-local and cloud metadata destinations, by
+// address (IPv4, IPv4-mapped IPv6, IPv6) and by well-known name (with and
+// without a trailing dot), under each policy. Only an allowlist entry of
+// the address itself (and of the name, for a metadata name), with
+// AllowPrivate, lets a call through.
+func TestMetadataFence(t *testing.T) {
+	const gce = "metadata.google.internal"
+	private := Policy{AllowHTTP: true, AllowPrivate: true}
+	withList := func(entries ...string) Policy { p := private; p.Allowlist = entries; return p }
+	tests := []struct {
+		name string
+		p    Policy
+		url  string
+		want []string // addresses dialed; nil means refused
+	}{
+		{"item10/v4/strict", Policy{AllowHTTP: true}, "http://169.254.169.254/latest/meta-data/", nil},
+		{"item10/v4/allow-private", private, "http://169.254.169.254/latest/meta-data/", nil},
+		{"item10/v4/block-private", Policy{AllowHTTP: true, AllowPrivate: true, BlockPrivate: true}, "http://169.254.169.254/", nil},
+		{"item10/v4/allowlist-wide-prefix", withList("169.254.0.0/16"), "http://169.254.169.254/", nil},
+		{"item10/v4/allowlist-everything", withList("0.0.0.0/0"), "http://169.254.169.254/", nil},
+		{"item10/v4/allowlist-exact-without-allow-private", Policy{AllowHTTP: true, Allowlist: []string{"169.254.169.254"}}, "http://169.254.169.254/", nil},
+		{"item10/v4/allowlist-exact", withList("169.254.169.254"), "http://169.254.169.254/", []string{"169.254.169.254:80"}},
+		{"item10/v4/allowlist-exact-as-prefix", withList("169.254.169.254/32"), "http://169.254.169.254/", []string{"169.254.169.254:80"}},
+		{"item10/mapped-v6/allow-private", private, "http://[::ffff:169.254.169.254]/", nil},
+		{"item10/mapped-v6/allowlist-exact", withList("169.254.169.254"), "http://[::ffff:169.254.169.254]/", []string{"169.254.169.254:80"}},
+		{"item10/v4-link-local/allow-private", private, "http://169.254.170.2/v2/credentials", nil},
+		{"item10/v6-metadata/allow-private", private, "http://[fd00:ec2::254]/", nil},
+		{"item10/v6-metadata/allowlist-ula-prefix", withList("fd00::/8"), "http://[fd00:ec2::254]/", nil},
+		{"item10/v6-link-local/allow-private", private, "http://[fe80::1]/", nil},
+		{"item10/alibaba/allowlist-cgnat-prefix", withList("100.64.0.0/10"), "http://100.100.100.200/", nil},
+		{"item10/other-private-still-allowed", private, "http://10.0.0.1/", []string{"10.0.0.1:80"}},
+		{"item10/name/allow-private", private, "http://" + gce + "/computeMetadata/v1/", nil},
+		{"item10/name-trailing-dot/allow-private", private, "http://" + gce + "./computeMetadata/v1/", nil},
+		{"item10/name-upper-case/allow-private", private, "http://METADATA.google.internal/", nil},
+		{"item10/name/allowlist-wildcard-and-address", withList("*.google.internal", "169.254.169.254"), "http://" + gce + "/", nil},
+		{"item10/name/allowlist-name-only", withList(gce), "http://" + gce + "/", nil},
+		{"item10/name/allowlist-name-and-address", withList(gce, "169.254.169.254"), "http://" + gce + "/", []string{"169.254.169.254:80"}},
+		{"item10/name-trailing-dot/allowlist-name-and-address", withList(gce, "169.254.169.254"), "http://" + gce + "./", []string{"169.254.169.254:80"}},
+		{"item10/other-name-resolving-there/allow-private", private, "http://hooks.example.com/", nil},
+		{"item10/other-name-resolving-there/allowlist-name", withList("hooks.example.com"), "http://hooks.example.com/", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dns := newFakeDNS(map[string][]string{
+				gce: {"169.254.169.254"}, gce + ".": {"169.254.169.254"}, "METADATA.google.internal": {"169.254.169.254"},
+				"hooks.example.com": {"169.254.169.254"},
+			})
+			var log dialLog
+			c := newClient(t, tt.p, WithResolverForTest(dns.resolve), WithDialForTest(log.dial))
+			resp, err := c.Do(t.Context(), post(t, tt.url, nil))
+			if resp != nil {
+				t.Fatalf("Do(%s) = %d, want an error", tt.url, resp.StatusCode)
+			}
+			if tt.want == nil {
+				if _, ok := errors.AsType[*RefusedError](err); !ok {
+					t.Errorf("Do(%s) = %v, want a *RefusedError", tt.url, err)
+				}
+			} else if !errors.Is(err, errDialed) {
+				t.Errorf("Do(%s) = %v, want %v", tt.url, err, errDialed)
+			}
+			if got := log.dialed(); !slices.Equal(got, tt.want) {
+				t.Errorf("Do(%s) dialed %q, want %q", tt.url, got, tt.want)
+			}
+			// The dialer's own check agrees with the pre-flight one.
+			if tt.want == nil {
+				return
+			}
+			ap := netip.MustParseAddrPort(tt.want[0])
+			if err := c.control("test", "tcp4", ap.String()); err != nil {
+				t.Errorf("control(%s) = %v, want nil for a permitted address", ap, err)
+			}
+		})
+	}
 }

@@ -21,6 +21,11 @@ type Policy struct {
 	// NAT, unique-local, documentation, reserved and the other ranges
 	// Client refuses by default. Unspecified, multicast and broadcast
 	// addresses stay refused: no legitimate connection goes there.
+	// Link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata
+	// services (169.254.169.254, fd00:ec2::254, …) stay refused too,
+	// unless the address is an Allowlist entry of its own (a wider prefix
+	// does not count); a metadata name (metadata.google.internal, …) also
+	// needs its own name entry.
 	AllowPrivate bool
 
 	// Allowlist restricts destinations (outbound_allowlist). An entry is a

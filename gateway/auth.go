@@ -29,7 +29,11 @@ type tokenAuth struct {
 var errInvalidToken = errors.New("invalid token")
 
 func (a *tokenAuth) Authenticate(ctx context.Context, token string) (tunnel.Identity, error) {
-	if subtle.ConstantTimeCompare([]byte(token), a.master) == 1 {
+	// Digests of equal length: the comparison takes the same time whatever
+	// the length of either token, so it tells a caller nothing about the
+	// master token's.
+	got, want := sha256.Sum256([]byte(token)), sha256.Sum256(a.master)
+	if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
 		return tunnel.Identity{Name: "master", OrgID: a.defaultOrg}, nil
 	}
 	if !strings.HasPrefix(token, "apr_") {
@@ -64,28 +68,46 @@ func (a *tokenAuth) Authenticate(ctx context.Context, token string) (tunnel.Iden
 	return id, nil
 }
 
-// auditingRegistry records refused clients in the audit log.
+// auditingRegistry records refused clients in the audit log, within a
+// per-token budget (see refusalBudget).
 type auditingRegistry struct {
 	tunnel.Registry
-	db  *store.DB
-	log *slog.Logger
+	db     *store.DB
+	log    *slog.Logger
+	budget *refusalBudget
 }
 
 func (r auditingRegistry) Attach(s *tunnel.Session) error {
 	err := r.Registry.Attach(s)
 	if err != nil {
-		id := s.Identity()
-		actor := "master"
-		if id.TokenID != "" {
-			actor = "token:" + id.TokenID
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, aerr := r.db.AppendAudit(ctx, store.AuditEntry{OrgID: id.OrgID, Event: "client_refused", Actor: actor,
-			Detail: fmt.Sprintf("%s from %s: %v", s.Announcement().Name, s.RemoteAddr(), err)})
-		if aerr != nil {
-			r.log.Error("audit write failed", "event", "client_refused", "err", aerr)
-		}
+		r.refused(s.Identity(), s.Announcement().Name, s.RemoteAddr(), err)
 	}
 	return err
+}
+
+// refused audits the refusal of a client called name, from remote, when
+// the budget of its token admits it.
+func (r auditingRegistry) refused(id tunnel.Identity, name, remote string, why error) {
+	actor := "master"
+	if id.TokenID != "" {
+		actor = "token:" + id.TokenID
+	}
+	ok, leftOut, first := r.budget.admit(actor)
+	if first {
+		r.log.Warn("refused clients over budget, not auditing the rest of this minute",
+			"actor", actor, "limit", maxRefusalAudits, "remote_addr", remote)
+	}
+	if !ok {
+		return
+	}
+	detail := fmt.Sprintf("%s from %s: %v", name, remote, why)
+	if leftOut > 0 {
+		detail += fmt.Sprintf(" (%d earlier refusals of this token over budget, not audited)", leftOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, aerr := r.db.AppendAudit(ctx, store.AuditEntry{OrgID: id.OrgID, Event: "client_refused", Actor: actor, Detail: detail})
+	if aerr != nil {
+		r.log.Error("audit write failed", "event", "client_refused", "err", aerr)
+	}
 }

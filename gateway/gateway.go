@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	}
 	ts, err := tunnel.NewServer(tunnel.ServerConfig{
 		Auth:                  &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now},
-		Registry:              auditingRegistry{Registry: registry, db: g.db, log: log},
+		Registry:              auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now)},
 		DownThreshold:         cfg.ClientDownThreshold,
 		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
 		Logger:                log,

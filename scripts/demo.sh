@@ -19,15 +19,15 @@ trap cleanup EXIT INT TERM
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 3000; }
 BACKEND_PORT=$(free_port)
-TOKEN=demo-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
+TOKEN=demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 
 "$BIN/aperio-demo" --listen "127.0.0.1:$BACKEND_PORT" &
 pids+=($!)
 APERIO_SERVER_TOKEN=$TOKEN APERIO_PORT=$PORT APERIO_HOST=127.0.0.1 APERIO_DATA_DIR="$work/data" \
   "$BIN/aperio-server" &
 pids+=($!)
-"$BIN/aperio-client" "127.0.0.1:$BACKEND_PORT" --hostname demo.localhost \
-  --server-url "http://127.0.0.1:$PORT" --server-token "$TOKEN" &
+APERIO_SERVER_TOKEN=$TOKEN "$BIN/aperio-client" "127.0.0.1:$BACKEND_PORT" --hostname demo.localhost \
+  --server-url "http://127.0.0.1:$PORT" &
 pids+=($!)
 
 url="http://127.0.0.1:$PORT/"

@@ -10,6 +10,10 @@ import (
 	"fmt"
 	"hash"
 	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The audit hash chain (issue #7, docs/audit-and-explain.md).
@@ -94,6 +98,15 @@ var ErrAuditChainBroken = errors.New("audit chain broken")
 // Unwrap lets errors.Is(err, ErrAuditChainBroken) match.
 func (e *AuditChainError) Unwrap() error { return ErrAuditChainBroken }
 
+// AuditClockSkew is how far an entry's At may lie before the At of the
+// entry chained before it, for VerifyAudit. The store stamps At before it
+// takes the chain head, and several servers append to one PostgreSQL
+// database, so times along the chain may step back by one server's wait
+// for the head plus the clock difference between servers; a step back
+// larger than this reads as a backdated entry. Keep server clocks
+// synchronized (NTP) well within it.
+const AuditClockSkew = time.Minute
+
 // auditChain is what a backend reads for VerifyAudit, from one snapshot of
 // the database.
 type auditChain struct {
@@ -107,7 +120,8 @@ type auditChain struct {
 // VerifyAudit walks the whole audit log in chain order, from one snapshot
 // of the database, and checks every link: Seq runs 1, 2, 3, … without gaps,
 // each PrevHash is the Hash of the entry before it, each Hash matches the
-// entry's content, no entry lacks its chain columns, and the last entry is
+// entry's content, no At lies more than AuditClockSkew before the At of
+// the entry before it, no entry lacks its chain columns, and the last entry is
 // the chain head that appends recorded. It returns the number of entries
 // when the chain holds; otherwise an *AuditChainError naming the first
 // broken entry (errors.Is ErrAuditChainBroken). Other errors mean the log
@@ -140,6 +154,9 @@ func (db *DB) VerifyAudit(ctx context.Context) (int64, error) {
 				short(e.PrevHash), n, short(prevHash))}
 		case !bytes.Equal(e.Hash, AuditHash(e.PrevHash, e)):
 			broken = &AuditChainError{Entry: e, Reason: "hash does not match the entry's content: the entry was changed"}
+		case n > 0 && e.At.Before(prev.At.Add(-AuditClockSkew)):
+			broken = &AuditChainError{Entry: e, Reason: fmt.Sprintf("at %s is more than %s before entry seq %d (at %s): the entry was backdated",
+				e.At.UTC().Format(auditTime), AuditClockSkew, n, prev.At.UTC().Format(auditTime))}
 		default:
 			n, prev, prevHash = e.Seq, e, e.Hash
 			return true
@@ -168,4 +185,55 @@ func short(h []byte) string {
 		h = h[:8]
 	}
 	return hex.EncodeToString(h) + "…"
+}
+
+// MaxAuditDetailBytes bounds an entry's Detail: AppendAudit cuts a longer
+// one (at a rune boundary) and says how much it cut, so that no caller can
+// make one entry of the permanent log arbitrarily large.
+const MaxAuditDetailBytes = 8 << 10
+
+// cleanAudit returns e with its free-text fields made safe to store and
+// show: invalid UTF-8 replaced, control and bidirectional formatting
+// characters escaped as \xNN or \uNNNN (so that text chosen by a client
+// cannot forge lines or reorder what a terminal shows), and Detail cut to
+// MaxAuditDetailBytes.
+func cleanAudit(e AuditEntry) AuditEntry {
+	e.Actor = auditText(e.Actor)
+	e.Hostname = auditText(e.Hostname)
+	e.Detail = auditText(e.Detail)
+	if len(e.Detail) > MaxAuditDetailBytes {
+		cut := MaxAuditDetailBytes
+		for cut > 0 && !utf8.RuneStart(e.Detail[cut]) {
+			cut--
+		}
+		e.Detail = e.Detail[:cut] + fmt.Sprintf("… (%d bytes cut)", len(e.Detail)-cut)
+	}
+	return e
+}
+
+// auditText escapes what cleanAudit escapes. Text with nothing to escape is
+// returned as is, without allocating.
+func auditText(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, auditEscaped) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r < 0x100 && auditEscaped(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case auditEscaped(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// auditEscaped reports whether r is a control character (C0, DEL, C1) or
+// a Unicode formatting character (bidirectional overrides, zero-width
+// joiners and the like).
+func auditEscaped(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
 }

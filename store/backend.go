@@ -70,9 +70,11 @@ type backend interface {
 	// the chain, with the chain head locked for the transaction, and
 	// returns it with ID, Seq, PrevHash and Hash set.
 	appendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
-	// backfillAudit chains the entries that have no chain columns (written
-	// before migration 0004), oldest ID first, after the head, and returns
-	// how many it chained.
+	// backfillAudit chains the entries that have no chain columns and an
+	// ID up to the one migration 0006 recorded (written before migration
+	// 0004), oldest ID first, after the head, spends that record in the
+	// same transaction, and returns how many it chained. Once the record
+	// is spent it chains nothing.
 	backfillAudit(ctx context.Context) (int64, error)
 	// readAuditChain calls fn with every chained entry in Seq order until
 	// fn returns false, then returns the head and the oldest unchained

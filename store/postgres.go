@@ -86,6 +86,11 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 		},
 	}
 	pc.ConnConfig.DialFunc = dialer.DialContext
+	if cfg.ReadOnly {
+		// Every transaction, implicit ones included, is read-only: the
+		// server refuses any write this process could send.
+		pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("store: open postgres: %w", pgErr(err))
@@ -99,6 +104,11 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("store: open postgres: %w", pgErr(err))
+	}
+	if cfg.ReadOnly {
+		b.stop = func() {} // no listener: nothing to stop
+		cfg.Logger.Info("store opened read-only", logKeyBackend, BackendPostgres)
+		return b, nil
 	}
 
 	sqlDB := stdlib.OpenDBFromPool(pool) // closing it leaves the pool open
@@ -711,13 +721,17 @@ func (b *pgBackend) appendAudit(ctx context.Context, e AuditEntry) (AuditEntry, 
 func (b *pgBackend) backfillAudit(ctx context.Context) (int64, error) {
 	var n int64
 	err := b.write(ctx, func(tx pgx.Tx) error {
-		seq, hash, err := pgLockAuditHead(ctx, tx) // first: a server starting beside this one waits, then finds nothing left
+		seq, hash, err := pgLockAuditHead(ctx, tx) // first: a server starting beside this one waits, then finds the marker spent
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT `+pgAuditCols+` FROM audit WHERE hash IS NULL ORDER BY id`)
+		var through int64
+		if err := tx.QueryRow(ctx, `SELECT through_id FROM audit_backfill WHERE id = 1`).Scan(&through); err != nil || through == 0 {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+pgAuditCols+` FROM audit WHERE hash IS NULL AND id <= $1 ORDER BY id`, through)
 		pending, err := pgCollect(rows, err, pgScanAudit)
-		if err != nil || len(pending) == 0 {
+		if err != nil {
 			return err
 		}
 		for _, e := range pending {
@@ -729,7 +743,12 @@ func (b *pgBackend) backfillAudit(ctx context.Context) (int64, error) {
 			seq, hash = e.Seq, e.Hash
 		}
 		n = int64(len(pending))
-		_, err = tx.Exec(ctx, `UPDATE audit_chain_head SET seq = $1, hash = $2 WHERE id = 1`, seq, hash)
+		if n > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE audit_chain_head SET seq = $1, hash = $2 WHERE id = 1`, seq, hash); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `UPDATE audit_backfill SET through_id = 0 WHERE id = 1`)
 		return err
 	})
 	return n, err

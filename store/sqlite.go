@@ -50,9 +50,6 @@ type sqliteBackend struct {
 }
 
 func openSQLite(ctx context.Context, cfg Config, h *hub) (*sqliteBackend, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("store: create data dir: %w", err)
-	}
 	path, err := filepath.Abs(filepath.Join(cfg.DataDir, DBFile))
 	if err != nil {
 		return nil, fmt.Errorf("store: data dir: %w", err)
@@ -61,6 +58,12 @@ func openSQLite(ctx context.Context, cfg Config, h *hub) (*sqliteBackend, error)
 	// would be cut at the first '?').
 	name := "file:" + (&url.URL{Path: path}).EscapedPath()
 	busy := strconv.FormatInt(sqliteBusyTimeout.Milliseconds(), 10)
+	if cfg.ReadOnly {
+		return openSQLiteReadOnly(ctx, cfg, path, name+"?mode=ro&_busy_timeout="+busy+"&_query_only=1")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: create data dir: %w", err)
+	}
 
 	w, err := sql.Open("sqlite", name+"?_txlock=immediate&_busy_timeout="+busy+
 		"&_foreign_keys=1&_journal_mode=WAL&_synchronous=NORMAL")
@@ -91,6 +94,25 @@ func openSQLite(ctx context.Context, cfg Config, h *hub) (*sqliteBackend, error)
 	return b, nil
 }
 
+// openSQLiteReadOnly opens the existing database at path through dsn, a
+// read-only URI: one pool serves as reader and writer, so that every write
+// fails with SQLITE_READONLY (ErrUnavailable) instead of touching the file.
+func openSQLiteReadOnly(ctx context.Context, cfg Config, path, dsn string) (*sqliteBackend, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("store: open %s read-only: %w", path, err)
+	}
+	r, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(sqliteReaders)
+	if err := r.PingContext(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("store: open %s: %w", path, sqliteErr(err)), r.Close())
+	}
+	cfg.Logger.Info("store opened read-only", logKeyBackend, BackendSQLite, logKeyPath, path)
+	return &sqliteBackend{w: r, r: r, publish: func(Change) {}}, nil
+}
+
 func (b *sqliteBackend) name() string { return BackendSQLite }
 
 func (b *sqliteBackend) ping(ctx context.Context) error {
@@ -98,7 +120,7 @@ func (b *sqliteBackend) ping(ctx context.Context) error {
 }
 
 func (b *sqliteBackend) close() error {
-	return errors.Join(b.r.Close(), b.w.Close())
+	return errors.Join(b.r.Close(), b.w.Close()) // the same pool when read-only: sql.DB.Close is idempotent
 }
 
 // sqliteErr maps driver errors onto the store's sentinels, keeping the
@@ -697,12 +719,16 @@ func (b *sqliteBackend) appendAudit(ctx context.Context, e AuditEntry) (AuditEnt
 func (b *sqliteBackend) backfillAudit(ctx context.Context) (int64, error) {
 	var n int64
 	err := b.write(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT `+sqliteAuditCols+` FROM audit WHERE hash IS NULL ORDER BY id`)
+		var through int64
+		if err := tx.QueryRowContext(ctx, `SELECT through_id FROM audit_backfill WHERE id = 1`).Scan(&through); err != nil || through == 0 {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+sqliteAuditCols+` FROM audit WHERE hash IS NULL AND id <= ?1 ORDER BY id`, through)
 		if err != nil {
 			return err
 		}
 		pending, err := sqliteCollect(rows, sqliteScanAudit)
-		if err != nil || len(pending) == 0 {
+		if err != nil {
 			return err
 		}
 		seq, hash, err := sqliteAuditHead(ctx, tx)
@@ -718,7 +744,12 @@ func (b *sqliteBackend) backfillAudit(ctx context.Context) (int64, error) {
 			seq, hash = e.Seq, e.Hash
 		}
 		n = int64(len(pending))
-		_, err = tx.ExecContext(ctx, `UPDATE audit_chain_head SET seq = ?1, hash = ?2 WHERE id = 1`, seq, hash)
+		if n > 0 {
+			if _, err := tx.ExecContext(ctx, `UPDATE audit_chain_head SET seq = ?1, hash = ?2 WHERE id = 1`, seq, hash); err != nil {
+				return err
+			}
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE audit_backfill SET through_id = 0 WHERE id = 1`)
 		return err
 	})
 	return n, err

@@ -18,7 +18,7 @@ import (
 
 func TestSQLite(t *testing.T) {
 	testStore(t, backend{name: store.BackendSQLite, fresh: storetest.SQLite,
-		dropAuditGuards: []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`},
+		dropAuditGuards: []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`, `DROP TRIGGER audit_chained_insert`},
 		blob:            func(b []byte) string { return fmt.Sprintf("X'%x'", b) }})
 }
 

@@ -90,6 +90,13 @@ type Config struct {
 	// At, maintenance Since, scaling UpdatedAt and a zero call time). Nil
 	// means time.Now.
 	Now func() time.Time
+	// ReadOnly opens an existing store for reading only, as an integrity
+	// check must: no migrations, no backfill, no change listener, and
+	// every write fails (SQLite opens the file with mode=ro, PostgreSQL
+	// sessions default to read-only transactions). A SQLite file that
+	// does not exist is an error rather than created. False, the default,
+	// opens the store for a server.
+	ReadOnly bool
 }
 
 // Validate reports every problem with cfg without touching the disk or
@@ -133,11 +140,12 @@ type DB struct {
 	closeErr  error
 }
 
-// Open opens the store cfg names, applies pending migrations and returns it
-// ready for use. For SQLite it creates DataDir if needed. For PostgreSQL it
-// takes an advisory lock around the migrations, so servers starting at once
-// against one database apply each migration exactly once, and it starts the
-// change listener before returning. An unreachable PostgreSQL gives an
+// Open opens the store cfg names, applies pending migrations (unless
+// cfg.ReadOnly, which does none of what follows) and returns it ready for
+// use. For SQLite it creates DataDir if needed. For PostgreSQL it takes an
+// advisory lock around the migrations, so servers starting at once against
+// one database apply each migration exactly once, and it starts the change
+// listener before returning. An unreachable PostgreSQL gives an
 // error wrapping ErrUnavailable. Open blocks until done or ctx ends.
 func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err := cfg.Validate(); err != nil {
@@ -159,8 +167,13 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		db.hub.close()
 		return nil, err
 	}
+	if cfg.ReadOnly {
+		return db, nil
+	}
 	// Entries from before the audit chain (migration 0004) are chained
-	// here, once: later opens find none.
+	// here, on the first open after migration 0006 recorded them; that
+	// open spends the record in the same transaction, so later opens chain
+	// nothing, whatever was inserted around the store meanwhile.
 	n, err := db.b.backfillAudit(ctx)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("store: chain audit entries: %w", err), db.Close())
@@ -604,9 +617,10 @@ const (
 	MaxAuditLimit     = 1000
 )
 
-// AppendAudit appends e to the audit log and returns it with its ID, At
-// (now when e.At is zero) and chain fields (Seq, PrevHash, Hash; any set in
-// e are ignored). Appends are serialized across every server sharing the
+// AppendAudit appends e to the audit log and returns it as stored: with
+// its ID, At (now when e.At is zero), chain fields (Seq, PrevHash, Hash;
+// any set in e are ignored), control characters in Actor, Hostname and
+// Detail escaped and Detail cut to MaxAuditDetailBytes. Appends are serialized across every server sharing the
 // database, so the chain stays linear.
 func (db *DB) AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
 	if db.closed.Load() {
@@ -619,6 +633,7 @@ func (db *DB) AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
 		e.At = db.now()
 	}
 	e.At = stamp(e.At)
+	e = cleanAudit(e)
 	got, err := db.b.appendAudit(ctx, e)
 	if err != nil {
 		return AuditEntry{}, db.fail("append audit "+e.Event, err)

@@ -183,6 +183,9 @@ func (a *Announcement) Validate() error {
 	if len(a.Name) > 256 || len(a.InstanceID) > 256 {
 		return errors.New("announcement: name or instance_id longer than 256 bytes")
 	}
+	if !printable(a.Name) || !printable(a.InstanceID) {
+		return fmt.Errorf("announcement: name %q or instance_id %q is not printable UTF-8 (control or formatting characters)", a.Name, a.InstanceID)
+	}
 	total := 0
 	seen := make(map[string]bool, len(a.Services))
 	var errs []error

@@ -97,7 +97,7 @@ func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 
 			server := exec.Command(filepath.Join(bin, "aperio-server"))
 			server.Dir = t.TempDir()
-			server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN=proc-token", "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
+			server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN=proc-token-0123456789", "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
 				"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=debug")
 			server.Env = append(server.Env, tc.env...)
 			serverLog := startLogged(t, server)
@@ -108,7 +108,7 @@ func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 				backend *httptest.Server
 			}{{"a", a}, {"b", b}} {
 				cmd := exec.Command(filepath.Join(bin, "aperio-client"), strings.TrimPrefix(c.backend.URL, "http://"),
-					"--hostname", host, "--name", c.name, "--server-url", base, "--server-token", "proc-token")
+					"--hostname", host, "--name", c.name, "--server-url", base, "--server-token", "proc-token-0123456789")
 				cmd.Dir = t.TempDir()
 				cmd.Env = append(os.Environ(), "HOME="+cmd.Dir)
 				startAndFind(t, cmd, regexp.MustCompile(`msg="tunnel connected"`))

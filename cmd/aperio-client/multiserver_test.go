@@ -30,7 +30,7 @@ func TestTwoServersShareTokens(t *testing.T) {
 	}))
 	t.Cleanup(backend.Close)
 
-	const master = "shared-master"
+	const master = "shared-master-0123456789"
 	// client_down_threshold 3s: the heartbeat is a third of it.
 	const heartbeat = time.Second
 	startServer := func(name string) string {

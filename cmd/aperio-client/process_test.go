@@ -35,7 +35,7 @@ func TestProcessesDrainOnSIGTERM(t *testing.T) {
 
 	server := exec.Command(filepath.Join(bin, "aperio-server"))
 	server.Dir = t.TempDir()
-	server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN=proc-token", "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
+	server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN=proc-token-0123456789", "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
 		"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=info",
 		// While the only client drains, a new request waits this long for
 		// another client, then gets 504.
@@ -44,7 +44,7 @@ func TestProcessesDrainOnSIGTERM(t *testing.T) {
 	base := "http://" + addr
 
 	client := exec.Command(filepath.Join(bin, "aperio-client"), strings.TrimPrefix(backend.URL, "http://"),
-		"--hostname", "proc.test", "--server-url", base, "--server-token", "proc-token")
+		"--hostname", "proc.test", "--server-url", base, "--server-token", "proc-token-0123456789")
 	client.Dir = t.TempDir()
 	client.Env = append(os.Environ(), "HOME="+client.Dir)
 	startAndFind(t, client, regexp.MustCompile(`msg="tunnel connected"`))

@@ -19,7 +19,7 @@ import (
 
 // scalingMaster is the master token of the servers these tests start; the
 // clients use it as their client token too.
-const scalingMaster = "scaling-master"
+const scalingMaster = "scaling-master-0123456789"
 
 // scalingHost is the hostname the tests' clients serve.
 const scalingHost = "scale.test"

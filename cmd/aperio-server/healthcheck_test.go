@@ -60,7 +60,7 @@ func startGateway(t *testing.T, certFile, keyFile string) *liveGateway {
 		t.Fatalf("net.Listen(tcp, 127.0.0.1:0) = %v", err)
 	}
 	cfg := config.DefaultServer()
-	cfg.Token, cfg.DataDir = "t", t.TempDir()
+	cfg.Token, cfg.DataDir = "token-0123456789abcdef", t.TempDir()
 	cfg.TLSCert, cfg.TLSKey = certFile, keyFile
 	gw, err := gateway.New(t.Context(), cfg, gateway.Options{})
 	if err != nil {
@@ -174,7 +174,7 @@ func TestHealthcheck(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := tt.setup(t)
-			env["APERIO_SERVER_TOKEN"] = "t"
+			env["APERIO_SERVER_TOKEN"] = "token-0123456789abcdef"
 			for _, k := range []string{"APERIO_HOST", "HOST", "APERIO_TLS_CERT", "APERIO_TLS_KEY"} {
 				if _, set := env[k]; !set {
 					env[k] = "" // unset: host 0.0.0.0 is checked on loopback
@@ -207,7 +207,7 @@ func TestHealthcheckConfigFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte("port: "+strconv.Itoa(lg.port)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_HOST": "", "HOST": "", "APERIO_PORT": strconv.Itoa(closedPort(t))}
+	env := map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_HOST": "", "HOST": "", "APERIO_PORT": strconv.Itoa(closedPort(t))}
 	if code, _, stderr := runServer(t, env, "--healthcheck", "--config", file); code != 0 {
 		t.Fatalf("aperio-server --healthcheck --config (port %d) = exit %d, stderr %q; want 0", lg.port, code, stderr)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/exitcode"
+	"github.com/aperio-dev/aperio/internal/hangup"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
@@ -57,7 +58,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
 			}
+			warnings := config.ServerWarnings(cfg)
 			if checkConfig {
+				for _, w := range warnings {
+					fmt.Fprintln(stderr, "warning:", w)
+				}
 				fmt.Fprintln(stdout, "configuration OK")
 				return nil
 			}
@@ -83,8 +88,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
 			}
+			for _, w := range warnings {
+				log.Warn("weak configuration", "problem", w)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			defer hangup.Ignore(log)()
 			if verifyAudit {
 				return verifyAuditChain(ctx, cfg, stdout, stderr)
 			}
@@ -133,8 +142,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitcode.Execute(cmd, stderr, "aperio-server")
 }
 
-// verifyAuditChain opens the store cfg names (applying pending migrations,
-// and so chaining entries written before the chain existed) and checks the
+// verifyAuditChain opens the store cfg names read-only (no migrations, no
+// backfill, no writes: what it checks is what is on disk) and checks the
 // audit chain: "audit chain OK (N entries)" on stdout and nil, or the first
 // broken entry on stderr and exitcode.ErrFailure.
 func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.Writer) error {
@@ -146,7 +155,7 @@ func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.
 			return exitcode.ErrFailure
 		}
 	}
-	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL})
+	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, ReadOnly: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "verify audit:", err)
 		return exitcode.ErrFailure

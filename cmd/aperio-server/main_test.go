@@ -35,7 +35,7 @@ func runServer(t *testing.T, env map[string]string, args ...string) (int, string
 
 func TestCheckConfig(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "server.yaml")
-	if err := os.WriteFile(file, []byte("server:\n  token: s3cret\nmax_concurent_requests: 5\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("server:\n  token: s3cret-0123456789abc\nmax_concurent_requests: 5\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -46,12 +46,15 @@ func TestCheckConfig(t *testing.T) {
 		stdout   string
 		stderrIn []string
 	}{
-		{"valid", map[string]string{"APERIO_SERVER_TOKEN": "t"}, []string{"--check-config"}, 0, "configuration OK\n", nil},
+		{"valid", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"}, []string{"--check-config"}, 0, "configuration OK\n", nil},
 		{"missing token", nil, []string{"--check-config"}, 2, "", []string{"server.token"}},
-		{"bad env value", map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_PORT": "eighty"}, []string{"--check-config"}, 2, "", []string{"APERIO_PORT"}},
+		{"bad env value", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_PORT": "eighty"}, []string{"--check-config"}, 2, "", []string{"APERIO_PORT"}},
 		{"unknown key with suggestion", nil, []string{"--check-config", "--config", file}, 2, "", []string{"max_concurent_requests", "server.yaml:3", "did you mean", "max_concurrent_requests"}},
 		{"missing explicit file", nil, []string{"--config", "/nonexistent/aperio.yaml"}, 2, "", []string{"/nonexistent/aperio.yaml"}},
-		{"stray argument", map[string]string{"APERIO_SERVER_TOKEN": "t"}, []string{"extra"}, 2, "", []string{"extra"}},
+		{"short master token", map[string]string{"APERIO_SERVER_TOKEN": "s3cr3t"}, []string{"--check-config"}, 2, "", []string{"server.token", "env APERIO_SERVER_TOKEN", "6 characters, at least 16 required"}},
+		{"short master token stops startup", map[string]string{"APERIO_SERVER_TOKEN": "s3cr3t"}, nil, 2, "", []string{"server.token", "at least 16 required"}},
+		{"weak master token warns", map[string]string{"APERIO_SERVER_TOKEN": "0123456789abcdef"}, []string{"--check-config"}, 0, "configuration OK\n", []string{"warning: server.token: 16 characters, at least 32 recommended"}},
+		{"stray argument", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"}, []string{"extra"}, 2, "", []string{"extra"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,7 +128,7 @@ func TestVerifyAudit(t *testing.T) {
 		open  func(t *testing.T) (map[string]string, store.Config, func(string))
 		guard []string
 	}{
-		{"sqlite", sqliteAuditStore, []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`}},
+		{"sqlite", sqliteAuditStore, []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`, `DROP TRIGGER audit_chained_insert`}},
 		{"postgres", postgresAuditStore, []string{`ALTER TABLE audit DISABLE TRIGGER USER`}},
 	}
 	tampers := []struct {
@@ -137,12 +140,13 @@ func TestVerifyAudit(t *testing.T) {
 		{"row updated", `UPDATE audit SET detail = 'forged' WHERE seq = 2`, []string{"seq 2", "event maintenance_on", "hash does not match"}},
 		{"row deleted", `DELETE FROM audit WHERE seq = 2`, []string{"seq 3", "event token_revoked", "entry seq 2 missing"}},
 		{"every row deleted", `DELETE FROM audit`, []string{"audit chain BROKEN: chain ends at seq 0 but its head records seq 3"}},
+		{"row inserted around the store", `INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES ('2026-12-01T14:30:50.000000Z', '', 'token_revoked', 'master', 'a.test', 'forged')`, []string{"event token_revoked", "entry has no chain columns"}},
 	}
 	for _, bk := range backends {
 		for _, tt := range tampers {
 			t.Run(bk.name+"/"+tt.name, func(t *testing.T) {
 				env, cfg, exec := bk.open(t)
-				env["APERIO_SERVER_TOKEN"] = "t"
+				env["APERIO_SERVER_TOKEN"] = "token-0123456789abcdef"
 				db, err := store.Open(t.Context(), cfg)
 				if err != nil {
 					t.Fatalf("store.Open() = %v", err)
@@ -182,7 +186,7 @@ func TestVerifyAudit(t *testing.T) {
 
 func TestVerifyAuditNoStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
-	code, stdout, stderr := runServer(t, map[string]string{"APERIO_SERVER_TOKEN": "t", "APERIO_DATA_DIR": dir}, "--verify-audit")
+	code, stdout, stderr := runServer(t, map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_DATA_DIR": dir}, "--verify-audit")
 	if code != 1 || !strings.Contains(stderr, "no store") {
 		t.Fatalf("--verify-audit with no store = exit %d, stdout %q, stderr %q; want 1, no store", code, stdout, stderr)
 	}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/aperio-dev/aperio/internal/hangup"
+)
+
+// TestProcessesIgnoreSIGHUP: SIGHUP makes neither binary exit; each logs
+// that it ignored it, the tunnel keeps serving, and SIGTERM still ends
+// both with exit 0. The server also warns at startup about its weak (under
+// 32 characters) master token.
+func TestProcessesIgnoreSIGHUP(t *testing.T) {
+	bin := buildBinaries(t)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "up")
+	}))
+	t.Cleanup(backend.Close)
+
+	const token = "hup-master-token-0123456789"
+	server := exec.Command(filepath.Join(bin, "aperio-server"))
+	server.Dir = t.TempDir()
+	server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN="+token, "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
+		"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=info")
+	srv := startLogged(t, server)
+	// A 27-character master token starts the server, with a warning.
+	srv.wait(t, regexp.MustCompile(`level=WARN msg="weak configuration" problem="server.token: 27 characters, at least 32 recommended`))
+	base := "http://" + srv.wait(t, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
+
+	client := exec.Command(filepath.Join(bin, "aperio-client"), strings.TrimPrefix(backend.URL, "http://"),
+		"--hostname", scalingHost, "--server-url", base, "--server-token", token)
+	client.Dir = t.TempDir()
+	client.Env = append(os.Environ(), "HOME="+client.Dir)
+	cli := startLogged(t, client)
+	cli.wait(t, regexp.MustCompile(`msg="tunnel connected"`))
+
+	get := func() int {
+		code, _, err := visit(http.DefaultClient, base, "GET", "/", nil)
+		if err != nil {
+			return 0
+		}
+		return code
+	}
+	waitFor(t, "the hostname answers 200", func() bool { return get() == 200 })
+
+	ignored := regexp.MustCompile(`level=INFO msg="` + regexp.QuoteMeta(hangup.Message) + `"`)
+	procs := []struct {
+		cmd *exec.Cmd
+		log *processLog
+	}{{server, srv}, {client, cli}}
+	for _, p := range procs {
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		p.log.wait(t, ignored)
+	}
+	if code := get(); code != 200 {
+		t.Fatalf("GET after SIGHUP to both = %d, want 200 (both still running)", code)
+	}
+	for _, p := range []*exec.Cmd{client, server} {
+		if err := p.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := waitExit(t, p); code != 0 {
+			t.Fatalf("%s exit code after SIGHUP then SIGTERM = %d, want 0", filepath.Base(p.Path), code)
+		}
+	}
+}
