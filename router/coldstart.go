@@ -167,26 +167,41 @@ func (rt *Router) coldStart(ctx context.Context, p *pool, w *waiter) (failed <-c
 	return st.Failed(), a.coldStart, true
 }
 
+// poolOf returns the pool of pattern and path, or nil.
+func (rt *Router) poolOf(pattern, path string) *pool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.pools[bindKey{hostname.Normalize(pattern), path}]
+}
+
 // Armed reports whether the bind of pattern and path is armed by any
 // organization.
 func (rt *Router) Armed(pattern, path string) bool {
-	rt.mu.Lock()
-	p := rt.pools[bindKey{hostname.Normalize(pattern), path}]
-	rt.mu.Unlock()
+	p := rt.poolOf(pattern, path)
 	return p != nil && p.armed.Load() != nil
 }
 
 // ArmedBy reports whether orgID holds an armed record for the bind of
 // pattern and path.
 func (rt *Router) ArmedBy(orgID, pattern, path string) bool {
-	rt.mu.Lock()
-	p := rt.pools[bindKey{hostname.Normalize(pattern), path}]
-	rt.mu.Unlock()
+	p := rt.poolOf(pattern, path)
 	if p == nil {
 		return false
 	}
 	set := p.armed.Load()
 	return set != nil && set.byOrg[orgID] != nil
+}
+
+// Drives reports whether orgID's record is the one that may cold start the
+// bind of pattern and path now (see SetArmed): false when the bind is not
+// armed, or armed for another organization's pool.
+func (rt *Router) Drives(orgID, pattern, path string) bool {
+	p := rt.poolOf(pattern, path)
+	if p == nil {
+		return false
+	}
+	a := p.driver()
+	return a != nil && a.org == orgID
 }
 
 // Bound reports whether conn's current announcement put it in the pool of
