@@ -45,10 +45,7 @@ func TestHostileScaling(t *testing.T) {
 					h.srv.gw.DrivesForTest(h.orgA, "shop.example.com", ""), h.srv.gw.DrivesForTest(h.orgB, "shop.example.com", ""))
 			}
 			b.wantNotice(t, "scaling declaration for shop.example.com refused")
-			status, _ := get(t, h.visitor, h.srv, "shop.example.com", "/")
-			if n := h.hookCallsTo("/hook-b"); n != 0 {
-				t.Errorf("visitor of org A's shop = %d, and org B's hook was called %d times, want never", status, n)
-			}
+			h.visitNeverCalls(t, "shop.example.com", "/hook-b")
 		}},
 		{"item3/wildcard-wider-than-token", func(t *testing.T, h *scalingHarness) {
 			tok := h.token(t, h.orgB, "*.b.example.net")
@@ -91,10 +88,7 @@ func TestHostileScaling(t *testing.T) {
 			if h.srv.gw.DrivesForTest(h.orgB, "shop.example.com", "") {
 				t.Errorf("org B's record drives org A's pool")
 			}
-			status, _ := get(t, h.visitor, h.srv, "shop.example.com", "/")
-			if n := h.hookCallsTo("/hook-b"); n != 0 {
-				t.Fatalf("visitor of org A's pool = %d, and org B's hook was called %d times, want never", status, n)
-			}
+			h.visitNeverCalls(t, "shop.example.com", "/hook-b")
 		}},
 		{"item7/record-flood", func(t *testing.T, h *scalingHarness) {
 			tok := h.token(t, h.orgB, "*.flood.test")
@@ -202,10 +196,17 @@ func (h *scalingHarness) hookCalls() int {
 	return n
 }
 
-func (h *scalingHarness) hookCallsTo(path string) int {
+// visitNeverCalls visits host and fails unless the hook's path has never
+// been called.
+func (h *scalingHarness) visitNeverCalls(t *testing.T, host, hookPath string) {
+	t.Helper()
+	status, _ := get(t, h.visitor, h.srv, host, "/")
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.calls[path]
+	n := h.calls[hookPath]
+	h.mu.Unlock()
+	if n != 0 {
+		t.Errorf("visitor of %s = %d, and hook %s was called %d times, want never", host, status, hookPath, n)
+	}
 }
 
 // records returns the hostnames of every scaling record, sorted.
