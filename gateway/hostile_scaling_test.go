@@ -32,6 +32,7 @@ func TestHostileScaling(t *testing.T) {
 			a := h.clientWith(t, tokA, "/hook-a", true, "shop.example.com")
 			a.announceNow(t)
 			a.stop()
+			waitClients(t, h.visitor, h.srv, 0)
 			// A token of org B for b.example.net (the hello must be clean:
 			// the handshake refuses names the token may not bind) adds
 			// shop in its first heartbeat.
@@ -80,6 +81,7 @@ func TestHostileScaling(t *testing.T) {
 			b.announceNow(t)
 			h.wantRecords(t, "shop.example.com")
 			b.stop()
+			waitClients(t, h.visitor, h.srv, 0)
 			// Org A's client serves shop (unhealthy for now) and declares
 			// its own hook.
 			tokA := h.token(t, h.orgA, "shop.example.com")
@@ -246,7 +248,6 @@ func (h *scalingHarness) clientWith(t *testing.T, token, hookPath string, health
 	t.Helper()
 	rc := &rawClient{healthy: healthy, hosts: hosts, notices: &noticeLog{}}
 	scaling := &tunnel.Scaling{URL: h.hook.URL + hookPath, ColdStartMS: 1000, TargetUtilization: 0.8, WindowMS: 1000, CooldownMS: 60_000}
-	connected := make(chan struct{}, 1)
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
 		URL:   h.srv.url,
 		Token: token,
@@ -258,12 +259,6 @@ func (h *scalingHarness) clientWith(t *testing.T, token, hookPath string, health
 		},
 		Forwarder: notFound{},
 		Logger:    slog.New(rc.notices),
-		OnConnect: func(string) {
-			select {
-			case connected <- struct{}{}:
-			default:
-			}
-		},
 	})
 	if err != nil {
 		t.Fatalf("tunnel.NewClient() = %v", err)
@@ -277,7 +272,9 @@ func (h *scalingHarness) clientWith(t *testing.T, token, hookPath string, health
 		wait(t, done, waitFor, "the raw client's Run to return")
 	})
 	t.Cleanup(func() { rc.stop() })
-	wait(t, connected, waitFor, "the raw client to connect")
+	// Connected turns true once the session's control loop runs, the one
+	// that serves AnnounceNow.
+	poll(t, waitFor, func() (bool, string) { return c.Connected(), "the raw client has not connected" })
 	return rc
 }
 

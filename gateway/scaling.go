@@ -53,7 +53,7 @@ type scalingRegistry struct {
 // controller.
 func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
 	return scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
-		refusals: &refusalLog{every: rate.Sometimes{Interval: refusalLogInterval}}}
+		refusals: newRefusalLog()}
 }
 
 // maxScalingNotices bounds the scaling notices of one announcement: a
@@ -71,14 +71,19 @@ type refusalLog struct {
 	suppressed atomic.Int64
 }
 
-// refused logs one announcement's refused declarations (n of them, the
-// first being first), or counts them while the interval runs.
-func (l *refusalLog) refused(log *slog.Logger, s *tunnel.Session, n int, first string, err error) {
+func newRefusalLog() *refusalLog {
+	return &refusalLog{every: rate.Sometimes{Interval: refusalLogInterval}}
+}
+
+// refused logs the n refused declarations of one announcement of session
+// (first is the first refused hostname, err its reason), or counts them
+// while the interval runs.
+func (l *refusalLog) refused(log *slog.Logger, id tunnel.Identity, session string, n int, first string, err error) {
 	logged := false
 	l.every.Do(func() {
 		logged = true
-		log.Warn("scaling declarations refused", "session_id", s.ID(), "token_id", s.Identity().TokenID,
-			"org_id", s.Identity().OrgID, "count", n, "first", first, "err", err,
+		log.Warn("scaling declarations refused", "session_id", session, "token_id", id.TokenID,
+			"org_id", id.OrgID, "count", n, "first", first, "err", err,
 			"suppressed_since_last", l.suppressed.Swap(0))
 	})
 	if !logged {
@@ -178,7 +183,7 @@ func (r scalingRegistry) Update(s *tunnel.Session) []string {
 		notices = append(notices, fmt.Sprintf("%d more scaling declarations refused", refused-maxScalingNotices))
 	}
 	if refused > 0 {
-		r.refusals.refused(r.log, s, refused, firstRefused, firstErr)
+		r.refusals.refused(r.log, id, s.ID(), refused, firstRefused, firstErr)
 	}
 	if arm {
 		if err := r.arm(ctx); err != nil {
