@@ -65,18 +65,13 @@ func (q *quota) releaseLocked(r *reservation) {
 }
 
 // admitLocked decides whether the armer's declaration for k may go on. It
-// refuses with ErrBindTaken when another organization holds a record for
-// the same hostname and path, and with ErrRecordLimit when the
+// refuses with ErrBindTaken a new record when another organization holds
+// one for the same hostname and path, and with ErrRecordLimit when the
 // declaration would create a record beyond the organization's cap, or add
 // the armer to a record beyond the token's cap. What it admits that is new
 // is reserved: the caller must release the reservation once its write has
 // been applied or has failed.
 func (c *Controller) admitLocked(k bindKey, armer string) (reservation, error) {
-	for _, o := range c.byBind[hostPath{k.host, k.path}] {
-		if o.key.org != k.org && o.rec != nil {
-			return reservation{}, ErrBindTaken
-		}
-	}
 	var rec *Record
 	if b := c.binds[k]; b != nil {
 		rec = b.rec
@@ -84,6 +79,14 @@ func (c *Controller) admitLocked(k bindKey, armer string) (reservation, error) {
 	q := &c.quota
 	var r reservation
 	if rec == nil {
+		// Only a new record is refused for a bind another organization
+		// holds: when two servers raced and both organizations hold one,
+		// each keeps declaring its own (the router decides which drives).
+		for _, o := range c.byBind[hostPath{k.host, k.path}] {
+			if o.key.org != k.org && o.rec != nil {
+				return reservation{}, ErrBindTaken
+			}
+		}
 		if n := q.orgs[k.org] + q.orgsHeld[k.org]; n >= c.cfg.MaxRecordsPerOrg {
 			return reservation{}, fmt.Errorf("%w: the organization holds %d records (scaling_max_records_per_org %d)",
 				ErrRecordLimit, n, c.cfg.MaxRecordsPerOrg)

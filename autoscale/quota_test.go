@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // TestDeclareRecordCaps proves the caps: a token arms at most
@@ -99,6 +100,78 @@ func TestDeclareRefusesAnotherOrgsBind(t *testing.T) {
 		}
 		if _, err := h.c.ColdStart(ctx, "org_2", "shop.example.com", ""); !errors.Is(err, ErrNoRecord) {
 			t.Fatalf("ColdStart(org_2, shop.example.com) = %v, want ErrNoRecord", err)
+		}
+	})
+}
+
+// TestDeclareCapsHoldUnderConcurrency proves that declarations racing for
+// the last places of a cap never overshoot it: what is being created
+// counts until it is stored.
+func TestDeclareCapsHoldUnderConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil, func(c *Config, h *harness) {
+			c.MaxRecordsPerToken = 3
+			c.Store = slowStore{h.store}
+		})
+		errs := make(chan error, 64)
+		for i := range 64 {
+			go func() {
+				host := fmt.Sprintf("h%d.example.com", i)
+				a := announce(host, fmt.Sprint("sess_", i), block(host))
+				a.Armer = "tok_flood"
+				errs <- h.c.Declare(context.Background(), a)
+			}()
+		}
+		ok := 0
+		for range 64 {
+			switch err := <-errs; {
+			case err == nil:
+				ok++
+			case !errors.Is(err, ErrRecordLimit):
+				t.Fatalf("Declare = %v, want nil or ErrRecordLimit", err)
+			}
+		}
+		h.store.mu.Lock()
+		stored := len(h.store.recs)
+		h.store.mu.Unlock()
+		if ok != 3 || stored != 3 {
+			t.Fatalf("64 concurrent declarations under a cap of 3: %d accepted, %d stored; want 3 and 3", ok, stored)
+		}
+	})
+}
+
+// slowStore is a fakeStore whose writes take a millisecond of the
+// bubble's clock, so that concurrent declarations are all in flight at
+// once.
+type slowStore struct{ *fakeStore }
+
+func (s slowStore) DeclareScaling(ctx context.Context, r Record, armer string, rearm bool) (Record, bool, error) {
+	time.Sleep(time.Millisecond)
+	return s.fakeStore.DeclareScaling(ctx, r, armer, rearm)
+}
+
+// TestDeclareKeepsBothRecordsOfARace proves that when two organizations
+// already hold records for one bind (two servers raced), each keeps
+// declaring its own: only a new record is refused with ErrBindTaken.
+func TestDeclareKeepsBothRecordsOfARace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		other := rec("shop.example.com")
+		other.OrgID = "org_2"
+		h := newHarness(t, []Record{rec("shop.example.com"), other})
+		ctx := context.Background()
+		mine := announce("shop.example.com", "sess_a", block("shop.example.com"))
+		if err := h.c.Declare(ctx, mine); err != nil {
+			t.Fatalf("Declare by org_1 of its own raced record = %v, want nil", err)
+		}
+		theirs := announce("shop.example.com", "sess_b", block("shop.example.com"))
+		theirs.OrgID = "org_2"
+		if err := h.c.Declare(ctx, theirs); err != nil {
+			t.Fatalf("Declare by org_2 of its own raced record = %v, want nil", err)
+		}
+		third := announce("shop.example.com", "sess_c", block("shop.example.com"))
+		third.OrgID = "org_3"
+		if err := h.c.Declare(ctx, third); !errors.Is(err, ErrBindTaken) {
+			t.Fatalf("Declare by a third org = %v, want ErrBindTaken", err)
 		}
 	})
 }
