@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -102,5 +103,23 @@ func TestArmedByAndBound(t *testing.T) {
 	}
 	if rt.Bound(newConn("other", 2), "app.test", "") {
 		t.Errorf("Bound(unknown conn) = true, want false")
+	}
+}
+
+// TestExplainArmedByAnotherOrg: explain says why a pool armed only by an
+// organization that does not serve it makes no cold start.
+func TestExplainArmedByAnotherOrg(t *testing.T) {
+	rt := newRouter(t, Config{Scaler: &planScaler{}, GatewayTimeout: time.Second})
+	member := &orgConn{newConn("c", 1), tunnel.Identity{TokenID: "tok_a", OrgID: "org_a"}}
+	rt.update(member, unhealthy("app.test"))
+	rt.SetArmed([]ArmedBind{{OrgID: "org_b", Pattern: "app.test", ColdStart: time.Minute}})
+	ex := rt.Explain(t.Context(), "app.test", "/", visitor)
+	const want = "armed only by organizations whose clients do not serve the bind"
+	found := false
+	for _, s := range ex.Steps {
+		found = found || s.Name == StepColdStart && s.Outcome == OutcomeSkip && s.Detail == want
+	}
+	if !found || slices.Contains(ex.OrgIDs, "org_b") {
+		t.Fatalf("Explain() steps = %+v, orgs %v; want a skipped cold start %q, and org_b not an owner", ex.Steps, ex.OrgIDs, want)
 	}
 }
