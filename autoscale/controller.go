@@ -54,6 +54,10 @@ const (
 	// MaxRecordedSamples bounds the utilization samples kept with a
 	// decision for its audit entry and event: the latest ones.
 	MaxRecordedSamples = 64
+	// DefaultMaxRecordsPerOrg is scaling_max_records_per_org's default.
+	DefaultMaxRecordsPerOrg = 100
+	// DefaultMaxRecordsPerToken is scaling_max_records_per_token's default.
+	DefaultMaxRecordsPerToken = 32
 )
 
 // Errors callers may branch on.
@@ -68,6 +72,14 @@ var (
 	ErrQueueFull = errors.New("autoscale: call queue full")
 	// ErrClosed means Run has returned.
 	ErrClosed = errors.New("autoscale: controller stopped")
+	// ErrRecordLimit means a declaration would create a record, or add an
+	// armer to one, beyond Config.MaxRecordsPerOrg or
+	// Config.MaxRecordsPerToken.
+	ErrRecordLimit = errors.New("autoscale: scaling record limit reached")
+	// ErrBindTaken means another organization already holds a record for
+	// the bind: the first organization to arm a bind keeps it until its
+	// record goes.
+	ErrBindTaken = errors.New("autoscale: bind armed by another organization")
 )
 
 // Log attribute keys.
@@ -129,6 +141,15 @@ type Config struct {
 	// DefaultDeclareRefresh. A changed declaration, a new armer, or one
 	// that re-arms a disarmed or failing record is written at once.
 	DeclareRefresh time.Duration
+	// MaxRecordsPerOrg is scaling_max_records_per_org: the most records one
+	// organization may hold. A declaration that would create one more is
+	// refused with ErrRecordLimit, before any store access. 0 means
+	// DefaultMaxRecordsPerOrg.
+	MaxRecordsPerOrg int
+	// MaxRecordsPerToken is scaling_max_records_per_token: the most records
+	// one client token may arm (the master token is bounded only by
+	// MaxRecordsPerOrg). 0 means DefaultMaxRecordsPerToken.
+	MaxRecordsPerToken int
 }
 
 // withDefaults fills the zero fields that have a default.
@@ -153,6 +174,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.RefreshInterval == 0 {
 		cfg.RefreshInterval = DefaultRefreshInterval
+	}
+	if cfg.MaxRecordsPerOrg == 0 {
+		cfg.MaxRecordsPerOrg = DefaultMaxRecordsPerOrg
+	}
+	if cfg.MaxRecordsPerToken == 0 {
+		cfg.MaxRecordsPerToken = DefaultMaxRecordsPerToken
 	}
 	return cfg
 }
@@ -180,6 +207,12 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.RefreshInterval < 0 {
 		errs = append(errs, fmt.Errorf("autoscale: refresh interval %v is negative", cfg.RefreshInterval))
+	}
+	if cfg.MaxRecordsPerOrg < 0 {
+		errs = append(errs, fmt.Errorf("autoscale: max records per org %d is negative", cfg.MaxRecordsPerOrg))
+	}
+	if cfg.MaxRecordsPerToken < 0 {
+		errs = append(errs, fmt.Errorf("autoscale: max records per token %d is negative", cfg.MaxRecordsPerToken))
 	}
 	return errors.Join(errs...)
 }
@@ -219,6 +252,7 @@ type Controller struct {
 	seq          uint64 // orders sessions and queue items
 	closed       bool
 	metrics      Metrics
+	quota        quota // records held and being created, per org and armer
 }
 
 // bindKey names a bind.
@@ -374,7 +408,9 @@ func (c *Controller) setRecLocked(b *bind, r *Record) {
 	if b.rec != nil && c.byID[b.rec.ID] == b {
 		delete(c.byID, b.rec.ID)
 	}
+	c.quota.count(b.rec, -1)
 	b.rec = r
+	c.quota.count(r, +1)
 	if r != nil {
 		c.byID[r.ID] = b
 		b.host = hostOf(r.URL)

@@ -205,7 +205,12 @@ type announcer struct {
 //
 // An invalid block returns a *DeclarationError (errors.Is ErrInvalid)
 // whose text the server sends back to the client; the rest of the client's
-// announcement is unaffected.
+// announcement is unaffected. A declaration for a bind another
+// organization holds a record for is refused with ErrBindTaken, and one
+// over Config.MaxRecordsPerOrg or Config.MaxRecordsPerToken with
+// ErrRecordLimit; both are decided in memory, without a store access.
+// Declare does not check that the armer may bind the hostname: the caller
+// declares only binds its router accepted for the session.
 //
 // The record is re-armed (breaker and failure count cleared, backoff
 // forgotten) when a new session announces it, when the declaration differs
@@ -229,6 +234,13 @@ func (c *Controller) Declare(ctx context.Context, a Announcement) error {
 	k := bindKey{a.OrgID, a.Hostname, a.Path}
 
 	c.mu.Lock()
+	// Refused before the bind is remembered: a flood of names over the
+	// caps leaves nothing behind.
+	res, err := c.admitLocked(k, a.Armer)
+	if err != nil {
+		c.mu.Unlock()
+		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
+	}
 	b := c.binds[k]
 	if b == nil {
 		b = c.newBindLocked(k)
@@ -237,6 +249,7 @@ func (c *Controller) Declare(ctx context.Context, a Announcement) error {
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
+		c.quota.releaseLocked(&res)
 		b.declaring--
 		c.gcLocked(b)
 		c.mu.Unlock()
@@ -309,6 +322,9 @@ func (c *Controller) Declare(ctx context.Context, a Announcement) error {
 		s.declared = true
 		c.applyLocked(b, got, rearm)
 	}
+	// The record counts itself now (applyLocked): the claim goes in the
+	// same critical section, so the caps never count it twice.
+	c.quota.releaseLocked(&res)
 	c.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)

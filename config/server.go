@@ -53,6 +53,9 @@ func DefaultServer() Server {
 		OTelSampleRate:           1,
 		LogLevel:                 "info",
 		LogFormat:                "text",
+
+		ScalingMaxRecordsPerOrg:   100,
+		ScalingMaxRecordsPerToken: 32,
 	}
 }
 
@@ -90,6 +93,8 @@ func serverSettings() []setting[Server] {
 		durationSetting("scaling_record_ttl", "drop scaling records not re-announced for this long", func(c *S) *time.Duration { return &c.ScalingRecordTTL }),
 		intSetting("scaling_max_held", "requests held across all cold starts", func(c *S) *int { return &c.ScalingMaxHeld }),
 		intSetting("scaling_max_calls_per_minute", "scaling hook calls per minute", func(c *S) *int { return &c.ScalingMaxCallsPerMinute }),
+		intSetting("scaling_max_records_per_org", "scaling records one organization may hold", func(c *S) *int { return &c.ScalingMaxRecordsPerOrg }),
+		intSetting("scaling_max_records_per_token", "scaling records one client token may arm", func(c *S) *int { return &c.ScalingMaxRecordsPerToken }),
 		listSetting("outbound_allowlist", "host, *.domain and CIDR patterns outbound calls may reach", func(c *S) *[]string { return &c.OutboundAllowlist }, nil),
 		boolSetting("outbound_block_private", "refuse outbound calls to internal addresses", func(c *S) *bool { return &c.OutboundBlockPrivate }),
 		stringSetting("metrics_token", "bearer token of /metrics; unset answers 404", func(c *S) *string { return &c.MetricsToken }).secret(),
@@ -222,6 +227,12 @@ func (s Server) problems(src *Sources) []*Error {
 	v.nonNegativeDuration("scaling_record_ttl", s.ScalingRecordTTL)
 	v.nonNegative("scaling_max_held", int64(s.ScalingMaxHeld))
 	v.nonNegative("scaling_max_calls_per_minute", int64(s.ScalingMaxCallsPerMinute))
+	if s.ScalingMaxRecordsPerOrg < 1 {
+		v.add("scaling_max_records_per_org", "must be at least 1, got %d", s.ScalingMaxRecordsPerOrg)
+	}
+	if s.ScalingMaxRecordsPerToken < 1 {
+		v.add("scaling_max_records_per_token", "must be at least 1, got %d", s.ScalingMaxRecordsPerToken)
+	}
 	for _, p := range s.OutboundAllowlist {
 		if !validOutboundPattern(p) {
 			v.add("outbound_allowlist", "%q is not a hostname, *.domain, IP address or CIDR prefix", p)

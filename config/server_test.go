@@ -45,6 +45,8 @@ var serverLoadCases = []struct {
 			"scaling_record_ttl = 30d  # default",
 			"scaling_max_held = 1000  # default",
 			"scaling_max_calls_per_minute = 60  # default",
+			"scaling_max_records_per_org = 100  # default",
+			"scaling_max_records_per_token = 32  # default",
 			"metrics_token = <unset>  # default",
 			"access_log = true  # default",
 			"access_log_ips = false  # default",
@@ -110,6 +112,15 @@ var serverLoadCases = []struct {
 			"scaling_allow_http = true  # file:aperio-server.yaml:4",
 			"scaling_allow_private = true  # env APERIO_SCALING_ALLOW_PRIVATE",
 			"scaling_record_ttl = 2d  # env APERIO_SCALING_RECORD_TTL",
+		},
+	},
+	{
+		name: "scaling record caps from the file and the environment",
+		file: "server.token: t\nscaling:\n  max_records_per_org: 20\n",
+		env:  map[string]string{"APERIO_SCALING_MAX_RECORDS_PER_TOKEN": "4"},
+		want: []string{
+			"scaling_max_records_per_org = 20  # file:aperio-server.yaml:3",
+			"scaling_max_records_per_token = 4  # env APERIO_SCALING_MAX_RECORDS_PER_TOKEN",
 		},
 	},
 	{
@@ -531,6 +542,15 @@ var serverErrorCases = []struct {
 		want: []string{"config: aperio-server.yaml:1: the top level must be a mapping of settings"},
 	},
 	{
+		name: "scaling record caps below one",
+		file: "server.token: t\nscaling_max_records_per_org: 0\n",
+		env:  map[string]string{"APERIO_SCALING_MAX_RECORDS_PER_TOKEN": "-1"},
+		want: []string{
+			"config: scaling_max_records_per_org (aperio-server.yaml:2): must be at least 1, got 0",
+			"config: scaling_max_records_per_token (env APERIO_SCALING_MAX_RECORDS_PER_TOKEN): must be at least 1, got -1",
+		},
+	},
+	{
 		name: "two documents",
 		file: "server.token: token-0123456789abcdef\n---\nport: 80\n",
 		want: []string{"config: aperio-server.yaml:2: only one yaml document is allowed"},
@@ -631,6 +651,8 @@ func TestServerValidate(t *testing.T) {
 			"config: client_down_threshold: must be positive, got 0s",
 			`config: lb_strategy: "" is not round-robin, least-inflight or primary-standby`,
 			`config: failover: "" is not fail, retry, wait or retry-wait`,
+			"config: scaling_max_records_per_org: must be at least 1, got 0",
+			"config: scaling_max_records_per_token: must be at least 1, got 0",
 			`config: log_level: "" is not debug, info, warn or error`,
 			`config: log_format: "" is not text or json`,
 		}},
@@ -701,7 +723,7 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("ServerKeys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 39 {
-		t.Errorf("len(ServerKeys()) = %d, want 39", len(keys))
+	if len(keys) != 41 {
+		t.Errorf("len(ServerKeys()) = %d, want 41", len(keys))
 	}
 }

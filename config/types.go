@@ -104,6 +104,14 @@ type Server struct {
 	// ScalingMaxCallsPerMinute bounds the scaling hook calls the server makes
 	// per minute (scaling_max_calls_per_minute). Default 60.
 	ScalingMaxCallsPerMinute int
+	// ScalingMaxRecordsPerOrg bounds the scaling records one organization
+	// may hold (scaling_max_records_per_org); a declaration that would
+	// create one more is refused with a notice. Default 100; at least 1.
+	ScalingMaxRecordsPerOrg int
+	// ScalingMaxRecordsPerToken bounds the scaling records one client token
+	// may arm (scaling_max_records_per_token); the master token is bounded
+	// by ScalingMaxRecordsPerOrg only. Default 32; at least 1.
+	ScalingMaxRecordsPerToken int
 
 	// OutboundAllowlist holds the host, wildcard (*.example.com) and CIDR
 	// patterns the server may call for scaling hooks and webhooks

@@ -56,7 +56,7 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 			continue
 		case <-reload.C:
 			pending = false
-			if err := g.loadArmed(ctx); err != nil {
+			if err := g.armed.reload(ctx); err != nil {
 				g.log.Error("scaling records reload failed", "err", err)
 			}
 			continue

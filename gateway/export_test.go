@@ -16,3 +16,16 @@ func (g *Gateway) ColdStartForTest(ctx context.Context, orgID, hostname, path st
 func (g *Gateway) ArmedForTest(hostname, path string) bool {
 	return g.router.Armed(hostname, path)
 }
+
+// ArmedLoadsForTest returns how many times the server has loaded the
+// router's armed binds from the store (each load reads every scaling
+// record and its armers' tokens).
+func (g *Gateway) ArmedLoadsForTest() int64 {
+	return g.armed.loads.Load()
+}
+
+// DrivesForTest reports whether orgID's record would drive a cold start of
+// the bind now.
+func (g *Gateway) DrivesForTest(orgID, hostname, path string) bool {
+	return g.router.Drives(orgID, hostname, path)
+}

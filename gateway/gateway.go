@@ -66,6 +66,7 @@ type Gateway struct {
 	api     http.Handler // the admin API under /aperio/api
 	db      *store.DB
 	ctl     *autoscale.Controller // nil unless scaling is on
+	armed   *armLoader            // loads the router's armed binds; nil unless scaling is on
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *fence.Client
@@ -166,8 +167,8 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
-		registry = scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.loadArmed, log: log, armed: &sessionBinds{}}
-		if err := g.loadArmed(ctx); err != nil {
+		registry = g.newScalingRegistry(rt, log)
+		if err := g.armed.reload(ctx); err != nil {
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
 		}
 	}

@@ -1,13 +1,19 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/router"
@@ -16,15 +22,22 @@ import (
 	"github.com/aperio-dev/aperio/webhook"
 )
 
-// scalingRegistry passes every announced scaling block to the controller,
-// one declaration per service hostname, and tells it when sessions end.
-// An invalid block is refused with its reason sent back to the client (as
-// a notice); the rest of the client keeps working.
+// scalingRegistry passes the announced scaling block to the controller,
+// one declaration per service bind, and tells it when sessions end.
+//
+// A block is declared only for the binds the router accepted for the
+// session (router.Bound), checked on every announcement, heartbeats
+// included: never for a hostname the token may not bind, nor for a
+// wildcard wider than the token's patterns. Refused binds, invalid blocks
+// and declarations over the record caps are answered with a notice to the
+// client (at most maxScalingNotices of them, then a count) and a log line
+// at most every refusalLogInterval; the rest of the client keeps working.
 type scalingRegistry struct {
 	tunnel.Registry
 	ctl *autoscale.Controller
 	rt  *router.Router
-	// arm reloads the router's armed binds from the store.
+	// arm reloads the router's armed binds from the store; concurrent
+	// callers share reloads (see armLoader).
 	arm func(ctx context.Context) error
 	log *slog.Logger
 
@@ -32,6 +45,50 @@ type scalingRegistry struct {
 	// checked, so a bind that stays unarmed (disarmed by the breaker)
 	// does not reload the records on every heartbeat.
 	armed *sessionBinds
+	// refusals rate-limits the log line of refused declarations.
+	refusals *refusalLog
+}
+
+// newScalingRegistry wraps the router with the scaling declarations of g's
+// controller.
+func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
+	return scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
+		refusals: newRefusalLog()}
+}
+
+// maxScalingNotices bounds the scaling notices of one announcement: a
+// client announcing a thousand refused names gets this many, then a count.
+const maxScalingNotices = 8
+
+// refusalLogInterval is the least time between two log lines of refused
+// scaling declarations, server-wide.
+const refusalLogInterval = 10 * time.Second
+
+// refusalLog writes at most one line per refusalLogInterval, counting the
+// refusals it kept quiet about. It is safe for concurrent use.
+type refusalLog struct {
+	every      rate.Sometimes
+	suppressed atomic.Int64
+}
+
+func newRefusalLog() *refusalLog {
+	return &refusalLog{every: rate.Sometimes{Interval: refusalLogInterval}}
+}
+
+// refused logs the n refused declarations of one announcement of session
+// (first is the first refused hostname, err its reason), or counts them
+// while the interval runs.
+func (l *refusalLog) refused(log *slog.Logger, id tunnel.Identity, session string, n int, first string, err error) {
+	logged := false
+	l.every.Do(func() {
+		logged = true
+		log.Warn("scaling declarations refused", "session_id", session, "token_id", id.TokenID,
+			"org_id", id.OrgID, "count", n, "first", first, "err", err,
+			"suppressed_since_last", l.suppressed.Swap(0))
+	})
+	if !logged {
+		l.suppressed.Add(int64(n))
+	}
 }
 
 // sessionBinds is a set of binds per session, safe for concurrent use.
@@ -63,6 +120,10 @@ func (sb *sessionBinds) forget(session string) {
 	delete(sb.m, session)
 }
 
+// errNotBound refuses a declaration for a bind the router did not accept
+// for the session.
+var errNotBound = errors.New("the hostname is not bound by this session")
+
 func (r scalingRegistry) Update(s *tunnel.Session) []string {
 	notices := r.Registry.Update(s)
 	ann := s.Announcement()
@@ -85,6 +146,8 @@ func (r scalingRegistry) Update(s *tunnel.Session) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	seen := map[string]bool{}
+	refused, firstRefused, arm := 0, "", false
+	var firstErr error
 	for _, svc := range ann.Services {
 		for _, h := range svc.Hostnames {
 			key := h + "\x00" + svc.Path
@@ -92,21 +155,39 @@ func (r scalingRegistry) Update(s *tunnel.Session) []string {
 				continue
 			}
 			seen[key] = true
-			err := r.ctl.Declare(ctx, autoscale.Announcement{OrgID: id.OrgID, Hostname: h, Path: svc.Path,
-				Session: s.ID(), Armer: armer, Block: block})
+			err := errNotBound
+			if r.rt.Bound(s, h, svc.Path) {
+				err = r.ctl.Declare(ctx, autoscale.Announcement{OrgID: id.OrgID, Hostname: h, Path: svc.Path,
+					Session: s.ID(), Armer: armer, Block: block})
+			}
 			if err != nil {
-				r.log.Warn("scaling declaration refused", "session_id", s.ID(), "hostname", h, "err", err)
-				notices = append(notices, "scaling declaration for "+h+" refused: "+err.Error())
+				if refused == 0 {
+					firstRefused, firstErr = h, err
+				}
+				refused++
+				if refused <= maxScalingNotices {
+					notices = append(notices, "scaling declaration for "+h+" refused: "+err.Error())
+				}
 				continue
 			}
 			// A bind declared for the first time is armed at once rather
 			// than at the next debounced reload, so a client that declares
-			// and leaves straight away can still be cold started.
-			if r.armed.first(s.ID(), key) && !r.rt.Armed(h, svc.Path) {
-				if err := r.arm(ctx); err != nil {
-					r.log.Error("arming a new scaling record failed", "hostname", h, "err", err)
-				}
+			// and leaves straight away can still be cold started. One
+			// reload covers every new bind of the announcement.
+			if r.armed.first(s.ID(), key) && !r.rt.ArmedBy(id.OrgID, h, svc.Path) {
+				arm = true
 			}
+		}
+	}
+	if refused > maxScalingNotices {
+		notices = append(notices, fmt.Sprintf("%d more scaling declarations refused", refused-maxScalingNotices))
+	}
+	if refused > 0 {
+		r.refusals.refused(r.log, id, s.ID(), refused, firstRefused, firstErr)
+	}
+	if arm {
+		if err := r.arm(ctx); err != nil {
+			r.log.Error("arming new scaling records failed", "session_id", s.ID(), "err", err)
 		}
 	}
 	return notices
@@ -121,7 +202,15 @@ func (r scalingRegistry) Detach(s *tunnel.Session) {
 // poolView gives the controller the router's live figures.
 type poolView struct{ rt *router.Router }
 
-func (v poolView) Pool(_, hostname, path string) autoscale.PoolStats {
+// Pool reports the figures of the pool only to the organization whose
+// record drives it (router.Drives): another organization's record, armed
+// over overlapping token scopes, must not scale on, nor learn, the load of
+// a pool it does not serve. To it the pool looks empty and unmeasurable,
+// so it is never scaled out or in.
+func (v poolView) Pool(orgID, hostname, path string) autoscale.PoolStats {
+	if !v.rt.Drives(orgID, hostname, path) {
+		return autoscale.PoolStats{}
+	}
 	st := v.rt.Stats(hostname, path)
 	return autoscale.PoolStats{Instances: st.Instances, Capacity: st.Capacity, Inflight: st.Inflight, Routable: st.Routable}
 }
@@ -166,14 +255,17 @@ func (g *Gateway) newController() error {
 		return err
 	}
 	g.expiry = newArmerExpiry()
+	g.armed = &armLoader{load: g.loadArmed}
 	g.ctl, err = autoscale.New(autoscale.Config{
-		Store:             g.db,
-		Pool:              poolView{g.router},
-		Caller:            observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer},
-		Events:            g.hooks,
-		Logger:            g.log,
-		MaxCallsPerMinute: g.cfg.ScalingMaxCallsPerMinute,
-		DeclareRefresh:    declareRefresh(g.cfg.ScalingRecordTTL),
+		Store:              g.db,
+		Pool:               poolView{g.router},
+		Caller:             observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer},
+		Events:             g.hooks,
+		Logger:             g.log,
+		MaxCallsPerMinute:  g.cfg.ScalingMaxCallsPerMinute,
+		MaxRecordsPerOrg:   g.cfg.ScalingMaxRecordsPerOrg,
+		MaxRecordsPerToken: g.cfg.ScalingMaxRecordsPerToken,
+		DeclareRefresh:     declareRefresh(g.cfg.ScalingRecordTTL),
 	})
 	return err
 }
@@ -186,6 +278,37 @@ func declareRefresh(ttl time.Duration) time.Duration {
 		return max(ttl/2, time.Millisecond)
 	}
 	return autoscale.DefaultDeclareRefresh
+}
+
+// armLoader runs loads of the router's armed binds one at a time and lets
+// concurrent callers share them: reload returns after a load that began
+// after it was called, so any number of concurrent callers costs at most
+// two loads. A load reads every record and its armers' tokens, so this is
+// what keeps a burst of new binds from costing O(records) each.
+type armLoader struct {
+	load  func(ctx context.Context) error
+	asked atomic.Uint64 // reload calls so far
+	loads atomic.Int64  // loads run so far
+
+	mu   sync.Mutex // serializes loads and guards the following fields
+	done uint64     // the reload calls the last load began after
+	err  error      // the last load's result
+}
+
+// reload makes sure a load of the armed binds begins after the call, and
+// returns that load's error. It blocks while a load runs.
+func (l *armLoader) reload(ctx context.Context) error {
+	ticket := l.asked.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done >= ticket {
+		return l.err
+	}
+	covered := l.asked.Load()
+	l.loads.Add(1)
+	l.err = l.load(ctx)
+	l.done = covered
+	return l.err
 }
 
 // loadArmed replaces the router's armed binds with the store's armed records,
@@ -212,6 +335,10 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 		tokens[id] = t
 		return t, nil
 	}
+	// The first record declared for a bind takes precedence in the router.
+	slices.SortStableFunc(recs, func(a, b store.ScalingRecord) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
 	var binds []router.ArmedBind
 	expiring := make(map[string]time.Time)
 	for _, rec := range recs {
@@ -230,6 +357,17 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 		if rec.Disarmed {
 			continue
 		}
+		// A record none of whose armers may bind the hostname (declared
+		// before declarations were checked, or by a token since narrowed)
+		// stays unarmed: it must never hold, nor cold start, anyone's
+		// visitors.
+		entitled, err := armersEntitled(rec, token)
+		if err != nil {
+			return err
+		}
+		if !entitled {
+			continue
+		}
 		allowed, err := armersAllowedIPs(rec, token)
 		if err != nil {
 			return err
@@ -240,6 +378,25 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 	g.router.SetArmed(binds)
 	g.expiry.set(expiring)
 	return nil
+}
+
+// armersEntitled reports whether some armer of rec may arm it: the master
+// token, or a token of the record's organization whose hostnames allow the
+// record's hostname.
+func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token, error)) (bool, error) {
+	for _, armer := range rec.ArmedBy {
+		if armer == "master" {
+			return true, nil
+		}
+		t, err := token(armer)
+		if err != nil {
+			return false, err
+		}
+		if t.OrgID == rec.OrgID && router.MayArm(t.Hostnames, rec.Hostname) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // armersAllowedIPs returns the visitors the record's armers admit: the

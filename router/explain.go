@@ -162,7 +162,9 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 		len(ex.Clients), routable, candidates, usable, free, queued, held))
 
 	timeout, waitFor := rt.cfg.GatewayTimeout, "gateway_timeout"
-	if a := p.armed.Load(); a == nil {
+	if a := p.driver(); a == nil && p.armed.Load() != nil {
+		ex.step(StepColdStart, OutcomeSkip, "armed only by organizations whose clients do not serve the bind")
+	} else if a == nil {
 		ex.step(StepColdStart, OutcomeSkip, "the bind has no armed scaling record")
 	} else if usable > 0 {
 		ex.step(StepColdStart, OutcomeSkip, "armed, but a client can serve the visitor")
@@ -293,7 +295,7 @@ func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr) {
 	}
 	rt.mu.Unlock()
 	orgs := map[string]bool{}
-	if a := p.armed.Load(); a != nil && a.org != "" {
+	if a := p.driver(); a != nil && a.org != "" {
 		orgs[a.org] = true
 	}
 	for _, s := range ms {

@@ -62,8 +62,8 @@ type pool struct {
 	path    string
 
 	members atomic.Pointer[[]*service] // sorted oldest first; swapped on change
-	// armed is set while the bind has an armed scaling record.
-	armed atomic.Pointer[armedInfo]
+	// armed is set while the bind has armed scaling records, one per org.
+	armed atomic.Pointer[armedSet]
 	// restricted is set when some member's token limits its visitors
 	// (allowed_ips), so unrestricted pools skip the check.
 	restricted atomic.Bool
@@ -100,7 +100,7 @@ func prefixesContain(ps []netip.Prefix, ip netip.Addr) bool {
 func (p *pool) admitsAny(ip netip.Addr) bool {
 	ms := *p.members.Load()
 	if len(ms) == 0 {
-		if a := p.armed.Load(); a != nil && len(a.allowed) > 0 {
+		if a := p.driver(); a != nil && len(a.allowed) > 0 {
 			return prefixesContain(a.allowed, ip)
 		}
 		return true
