@@ -53,6 +53,7 @@ func DefaultServer() Server {
 		OTelSampleRate:           1,
 		LogLevel:                 "info",
 		LogFormat:                "text",
+		RealIPHeader:             "X-Forwarded-For",
 	}
 }
 
@@ -99,6 +100,13 @@ func serverSettings() []setting[Server] {
 		floatSetting("otel_sample_rate", "fraction of traces sampled when OTEL_EXPORTER_OTLP_* turns tracing on", func(c *S) *float64 { return &c.OTelSampleRate }),
 		enumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).alias("LOG_LEVEL"),
 		enumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }),
+		// The edge: who may speak for the visitor, who is refused.
+		listSetting("trusted_proxies", "CIDRs/IPs whose forwarding headers and PROXY headers are believed", func(c *S) *[]string { return &c.TrustedProxies }, nil),
+		stringSetting("real_ip_header", "header a trusted proxy names the visitor in (X-Forwarded-For)", func(c *S) *string { return &c.RealIPHeader }),
+		boolSetting("proxy_protocol", "PROXY protocol v1/v2 on the public port, from trusted_proxies only", func(c *S) *bool { return &c.ProxyProtocol }),
+		listSetting("denied_ips", "CIDRs/IPs answered 403 before any handler", func(c *S) *[]string { return &c.DeniedIPs }, nil),
+		listSetting("admin_allowed_ips", "CIDRs/IPs that may reach the admin API and metrics; empty = all", func(c *S) *[]string { return &c.AdminAllowedIPs }, nil),
+		stringSetting("metrics_listen", "host:port of a separate metrics listener; empty = /aperio/metrics on the public port", func(c *S) *string { return &c.MetricsListen }),
 	}
 	for i := range tab {
 		tab[i].Flag = ""
@@ -230,6 +238,7 @@ func (s Server) problems(src *Sources) []*Error {
 	}
 	v.oneOf("log_level", s.LogLevel, logLevels)
 	v.oneOf("log_format", s.LogFormat, logFormats)
+	s.edgeProblems(v)
 	return v.errs
 }
 

@@ -701,7 +701,7 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("ServerKeys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 39 {
-		t.Errorf("len(ServerKeys()) = %d, want 39", len(keys))
+	if len(keys) != 45 {
+		t.Errorf("len(ServerKeys()) = %d, want 45", len(keys))
 	}
 }

@@ -138,6 +138,31 @@ type Server struct {
 	LogLevel string
 	// LogFormat is text or json (log_format). Default text.
 	LogFormat string
+
+	// TrustedProxies lists the CIDR prefixes and addresses of the proxies
+	// in front of the server (trusted_proxies). Only a peer inside them may
+	// name the visitor (RealIPHeader), the scheme (X-Forwarded-Proto) and
+	// the request id, or send a PROXY protocol header. Empty trusts nobody.
+	TrustedProxies []string
+	// RealIPHeader is the header a trusted proxy names the visitor in
+	// (real_ip_header): X-Forwarded-For (default, read rightmost-untrusted
+	// first), or a single-address header such as X-Real-IP,
+	// CF-Connecting-IP or True-Client-IP.
+	RealIPHeader string
+	// ProxyProtocol accepts PROXY protocol v1 and v2 headers on the public
+	// port from peers inside TrustedProxies (proxy_protocol). Default off.
+	ProxyProtocol bool
+	// DeniedIPs lists CIDR prefixes and addresses whose requests are
+	// answered 403 before any handler (denied_ips). Empty denies nobody.
+	DeniedIPs []string
+	// AdminAllowedIPs lists the CIDR prefixes and addresses that may reach
+	// the admin API, metrics and the rest of /aperio/ other than the
+	// tunnel and health endpoints (admin_allowed_ips). Empty allows all.
+	AdminAllowedIPs []string
+	// MetricsListen is the host:port of a listener of its own for metrics
+	// (metrics_listen); /aperio/metrics then answers 404 on the public
+	// port. Empty serves metrics at /aperio/metrics on the public port.
+	MetricsListen string
 }
 
 // Client is the effective configuration of aperio-client. Each field names
