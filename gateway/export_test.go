@@ -16,3 +16,10 @@ func (g *Gateway) ColdStartForTest(ctx context.Context, orgID, hostname, path st
 func (g *Gateway) ArmedForTest(hostname, path string) bool {
 	return g.router.Armed(hostname, path)
 }
+
+// MetricsAddrForTest returns the metrics listener's address, or "" when
+// metrics_listen is unset or not listening yet.
+func (g *Gateway) MetricsAddrForTest() string {
+	s, _ := g.metricsAddr.Load().(string)
+	return s
+}

@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+)
+
+// serveMetrics starts the metrics listener when metrics_listen is set; it
+// serves metrics at /metrics and /aperio/metrics to the addresses
+// admin_allowed_ips allows (everyone when empty), with metrics_token
+// required when set. The returned stop closes it and waits for its serve
+// loop; it is a no-op when there is none.
+func (g *Gateway) serveMetrics() (stop func(), err error) {
+	if g.cfg.MetricsListen == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", g.cfg.MetricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics_listen %s: %w", g.cfg.MetricsListen, err)
+	}
+	g.metricsAddr.Store(ln.Addr().String())
+	h := g.metrics.Handler(g.cfg.MetricsToken)
+	if g.cfg.MetricsToken == "" {
+		// The listener is the operator's own choice of exposure: without
+		// a token it is open to the addresses admin_allowed_ips allows.
+		h = g.metrics.Exposition()
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			peer, _ := netip.ParseAddrPort(r.RemoteAddr)
+			switch {
+			case r.URL.Path != "/metrics" && r.URL.Path != metricsPath:
+				http.NotFound(w, r)
+			case !g.edge.adminAllowedFor(peer.Addr().Unmap()):
+				http.Error(w, "aperio: forbidden", http.StatusForbidden)
+			default:
+				h.ServeHTTP(w, r)
+			}
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			g.log.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	g.log.Info("metrics listening", "addr", ln.Addr().String())
+	return func() {
+		srv.Close()
+		<-done
+	}, nil
+}
