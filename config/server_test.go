@@ -211,6 +211,48 @@ var serverLoadCases = []struct {
 		env:  map[string]string{"APERIO_SERVER_TOKEN": "t"},
 		want: []string{"port = 8080  # default"},
 	},
+	// The edge keys.
+	{
+		name: "edge keys by default",
+		file: "server.token: t\n",
+		want: []string{
+			`trusted_proxies = ""  # default`,
+			"real_ip_header = X-Forwarded-For  # default",
+			"proxy_protocol = false  # default",
+			`denied_ips = ""  # default`,
+			`admin_allowed_ips = ""  # default`,
+			`metrics_listen = ""  # default`,
+		},
+	},
+	{
+		name: "edge keys in the file",
+		file: "server.token: t\ntrusted_proxies: [10.0.0.0/8, 192.0.2.7]\nreal_ip_header: CF-Connecting-IP\nproxy_protocol: true\ndenied_ips: [203.0.113.0/24]\nadmin_allowed_ips: [127.0.0.1, '::1']\nmetrics_listen: 127.0.0.1:9100\n",
+		want: []string{
+			"trusted_proxies = 10.0.0.0/8,192.0.2.7  # file:aperio-server.yaml:2",
+			"real_ip_header = CF-Connecting-IP  # file:aperio-server.yaml:3",
+			"proxy_protocol = true  # file:aperio-server.yaml:4",
+			"denied_ips = 203.0.113.0/24  # file:aperio-server.yaml:5",
+			"admin_allowed_ips = 127.0.0.1,::1  # file:aperio-server.yaml:6",
+			"metrics_listen = 127.0.0.1:9100  # file:aperio-server.yaml:7",
+		},
+	},
+	{
+		name: "edge keys in the environment",
+		file: "server.token: t\n",
+		env: map[string]string{
+			"APERIO_TRUSTED_PROXIES": "10.0.0.0/8,fd00::/8", "APERIO_REAL_IP_HEADER": "X-Real-IP",
+			"APERIO_PROXY_PROTOCOL": "true", "APERIO_DENIED_IPS": "198.51.100.1",
+			"APERIO_ADMIN_ALLOWED_IPS": "10.1.0.0/16", "APERIO_METRICS_LISTEN": ":9100",
+		},
+		want: []string{
+			"trusted_proxies = 10.0.0.0/8,fd00::/8  # env APERIO_TRUSTED_PROXIES",
+			"real_ip_header = X-Real-IP  # env APERIO_REAL_IP_HEADER",
+			"proxy_protocol = true  # env APERIO_PROXY_PROTOCOL",
+			"denied_ips = 198.51.100.1  # env APERIO_DENIED_IPS",
+			"admin_allowed_ips = 10.1.0.0/16  # env APERIO_ADMIN_ALLOWED_IPS",
+			"metrics_listen = :9100  # env APERIO_METRICS_LISTEN",
+		},
+	},
 }
 
 func TestLoadServer(t *testing.T) {

@@ -105,15 +105,29 @@ func proxyV2(t testing.TB, src string) []byte {
 	return b
 }
 
-// echoedXFF reads the echo backend's answer in resp and returns the
-// X-Forwarded-For it saw.
-func echoedXFF(t testing.TB, resp *http.Response) string {
+// withProxyProtocol turns proxy_protocol on after trust.
+func withProxyProtocol(trust func(*config.Server)) func(*config.Server) {
+	return func(c *config.Server) {
+		trust(c)
+		c.ProxyProtocol = true
+	}
+}
+
+// wantProxiedAs sends a request after pre (a PROXY header, or nothing)
+// and checks that the backend saw X-Forwarded-For want.
+func wantProxiedAs(t testing.TB, st *stack, pre []byte, want string) {
 	t.Helper()
+	resp, err := rawExchange(t, st.server, pre, waitFor)
+	if err != nil {
+		t.Fatalf("request after %q: %v", pre, err)
+	}
 	var seen http.Header
 	if err := json.NewDecoder(resp.Body).Decode(&seen); err != nil {
 		t.Fatalf("decode echoed headers (status %d): %v", resp.StatusCode, err)
 	}
-	return seen.Get("X-Forwarded-For")
+	if got := seen.Get("X-Forwarded-For"); got != want {
+		t.Errorf("request after %q: backend saw X-Forwarded-For %q, want %q", pre, got, want)
+	}
 }
 
 // wantRefused checks that a connection was closed rather than answered,
@@ -189,51 +203,21 @@ func TestHostileEdge(t *testing.T) {
 			_, seen := edgeVisit(t, st.visitor, st.server, appHost, "/", http.Header{"Cf-Connecting-Ip": {"198.51.100.9"}, "X-Forwarded-For": {"1.1.1.1"}})
 			wantSeen(t, seen, "X-Forwarded-For", "198.51.100.9, 127.0.0.1")
 		}},
-		{"identity/proxy-protocol-v1-trusted", func(c *config.Server) {
-			trustLoopback(c)
-			c.ProxyProtocol = true
-		}, func(t *testing.T, st *stack) {
-			resp, err := rawExchange(t, st.server, []byte("PROXY TCP4 198.51.100.7 127.0.0.1 40000 8080\r\n"), waitFor)
-			if err != nil {
-				t.Fatalf("PROXY v1 from a trusted peer: %v", err)
-			}
-			if got := echoedXFF(t, resp); got != "198.51.100.7" {
-				t.Errorf("PROXY v1: backend saw X-Forwarded-For %q, want 198.51.100.7", got)
-			}
+		{"identity/proxy-protocol-v1-trusted", withProxyProtocol(trustLoopback), func(t *testing.T, st *stack) {
+			wantProxiedAs(t, st, []byte("PROXY TCP4 198.51.100.7 127.0.0.1 40000 8080\r\n"), "198.51.100.7")
 		}},
-		{"identity/proxy-protocol-v2-trusted", func(c *config.Server) {
-			trustLoopback(c)
-			c.ProxyProtocol = true
-		}, func(t *testing.T, st *stack) {
-			resp, err := rawExchange(t, st.server, proxyV2(t, "198.51.100.8:40000"), waitFor)
-			if err != nil {
-				t.Fatalf("PROXY v2 from a trusted peer: %v", err)
-			}
-			if got := echoedXFF(t, resp); got != "198.51.100.8" {
-				t.Errorf("PROXY v2: backend saw X-Forwarded-For %q, want 198.51.100.8", got)
-			}
+		{"identity/proxy-protocol-v2-trusted", withProxyProtocol(trustLoopback), func(t *testing.T, st *stack) {
+			wantProxiedAs(t, st, proxyV2(t, "198.51.100.8:40000"), "198.51.100.8")
 		}},
-		{"identity/proxy-protocol-untrusted-refused", func(c *config.Server) {
-			trustOthers(c)
-			c.ProxyProtocol = true
-		}, func(t *testing.T, st *stack) {
+		{"identity/proxy-protocol-untrusted-refused", withProxyProtocol(trustOthers), func(t *testing.T, st *stack) {
 			resp, err := rawExchange(t, st.server, []byte("PROXY TCP4 198.51.100.7 127.0.0.1 40000 8080\r\n"), waitFor)
 			wantRefused(t, resp, err)
 			resp, err = rawExchange(t, st.server, proxyV2(t, "198.51.100.8:40000"), waitFor)
 			wantRefused(t, resp, err)
 			// Without a header the untrusted peer is served as it came.
-			resp, err = rawExchange(t, st.server, nil, waitFor)
-			if err != nil {
-				t.Fatalf("plain request from an untrusted peer with proxy_protocol on: %v", err)
-			}
-			if got := echoedXFF(t, resp); got != "127.0.0.1" {
-				t.Errorf("plain request: backend saw X-Forwarded-For %q, want 127.0.0.1", got)
-			}
+			wantProxiedAs(t, st, nil, "127.0.0.1")
 		}},
-		{"identity/proxy-protocol-malformed-refused", func(c *config.Server) {
-			trustLoopback(c)
-			c.ProxyProtocol = true
-		}, func(t *testing.T, st *stack) {
+		{"identity/proxy-protocol-malformed-refused", withProxyProtocol(trustLoopback), func(t *testing.T, st *stack) {
 			// Well inside the header timeout: a malformed header is refused
 			// at once, not after a wait.
 			resp, err := rawExchange(t, st.server, []byte("PROXY TCP4 not-an-address 127.0.0.1 1 2\r\n"), 3*time.Second)
@@ -241,10 +225,7 @@ func TestHostileEdge(t *testing.T) {
 			resp, err = rawExchange(t, st.server, []byte("PROXY UNKNOWN-GARBAGE\x00\x01\r\n"), 3*time.Second)
 			wantRefused(t, resp, err)
 		}},
-		{"identity/proxy-protocol-partial-header-refused", func(c *config.Server) {
-			trustLoopback(c)
-			c.ProxyProtocol = true
-		}, func(t *testing.T, st *stack) {
+		{"identity/proxy-protocol-partial-header-refused", withProxyProtocol(trustLoopback), func(t *testing.T, st *stack) {
 			conn, err := net.Dial("tcp", st.server.addr)
 			if err != nil {
 				t.Fatal(err)
@@ -416,24 +397,12 @@ func TestHostileEdge(t *testing.T) {
 			c.IPLimitMax, c.IPLimitRefill = 4, 0.0001
 		}, func(t *testing.T, st *stack) {
 			// The handshake took one token; three wrong logins take the rest.
-			var last *http.Response
-			for range 4 {
-				last, _ = edgeVisit(t, st.visitor, st.server, appHost, "/aperio/api/orgs", http.Header{"Authorization": {"Bearer apk_wrong"}})
-			}
-			if last.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(last.Header.Get("X-Aperio-Limit"), "ip;") {
-				t.Errorf("fourth wrong login after three = %d (x-aperio-limit %q), want 429 ip", last.StatusCode, last.Header.Get("X-Aperio-Limit"))
-			}
+			wantIPLimited(t, st, "/aperio/api/orgs", 4)
 		}},
 		{"ratelimit/tunnel-handshakes-charged", func(c *config.Server) {
 			c.IPLimitMax, c.IPLimitRefill = 3, 0.0001
 		}, func(t *testing.T, st *stack) {
-			var last *http.Response
-			for range 3 {
-				last, _ = edgeVisit(t, st.visitor, st.server, appHost, "/aperio/tunnel", http.Header{"Authorization": {"Bearer nope"}})
-			}
-			if last.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(last.Header.Get("X-Aperio-Limit"), "ip;") {
-				t.Errorf("third handshake after one = %d (x-aperio-limit %q), want 429 ip", last.StatusCode, last.Header.Get("X-Aperio-Limit"))
-			}
+			wantIPLimited(t, st, "/aperio/tunnel", 3)
 		}},
 		{"ratelimit/health-and-anonymous-free", func(c *config.Server) {
 			c.IPLimitMax, c.IPLimitRefill = 2, 0.0001
@@ -455,6 +424,19 @@ func TestHostileEdge(t *testing.T) {
 	}
 	t.Run("tls", testHostileTLS)
 	t.Run("identity/access-log-resolved-ip-and-request-id", testAccessLogIdentity)
+}
+
+// wantIPLimited sends n requests with made-up credentials for path and
+// checks that the last is refused by the visitor's ip bucket.
+func wantIPLimited(t *testing.T, st *stack, path string, n int) {
+	t.Helper()
+	var last *http.Response
+	for range n {
+		last, _ = edgeVisit(t, st.visitor, st.server, appHost, path, http.Header{"Authorization": {"Bearer apk_wrong"}})
+	}
+	if last.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(last.Header.Get("X-Aperio-Limit"), "ip;") {
+		t.Errorf("GET %s #%d = %d (x-aperio-limit %q), want 429 ip", path, n, last.StatusCode, last.Header.Get("X-Aperio-Limit"))
+	}
 }
 
 // testHostileTLS checks the public port's TLS offer: TLS 1.2 at least,
