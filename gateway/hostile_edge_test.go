@@ -424,6 +424,36 @@ func TestHostileEdge(t *testing.T) {
 	}
 	t.Run("tls", testHostileTLS)
 	t.Run("identity/access-log-resolved-ip-and-request-id", testAccessLogIdentity)
+	t.Run("identity/token-allowed-ips-use-resolved-visitor", testAllowedIPsIdentity)
+}
+
+// testAllowedIPsIdentity checks that a client token's allowed_ips judge
+// the visitor a trusted proxy names, not the proxy.
+func testAllowedIPsIdentity(t *testing.T) {
+	cfg := serverConfig(t)
+	trustLoopback(&cfg)
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+	status, body := adminCall(t, visitor, srv, "POST", "/tokens", map[string]any{
+		"name": "office-only", "hostnames": []string{appHost}, "allowed_ips": []string{"198.51.100.0/24"},
+	})
+	if status != http.StatusCreated {
+		t.Fatalf("POST /tokens = %d %s, want 201", status, body)
+	}
+	var tok struct{ Token string }
+	if err := json.Unmarshal([]byte(body), &tok); err != nil {
+		t.Fatal(err)
+	}
+	ac := agentConfig(srv, service(startBackend(t, headerEcho()).URL))
+	ac.Token = tok.Token
+	startAgent(t, srv, ac)
+	waitClients(t, visitor, srv, 1)
+	if resp, seen := edgeVisit(t, visitor, srv, appHost, "/", http.Header{"X-Forwarded-For": {"198.51.100.7"}}); seen == nil {
+		t.Errorf("visitor 198.51.100.7 named by a trusted proxy = %d, want the backend (inside allowed_ips)", resp.StatusCode)
+	}
+	if resp, seen := edgeVisit(t, visitor, srv, appHost, "/", http.Header{"X-Forwarded-For": {"203.0.113.7"}}); seen != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("visitor 203.0.113.7 named by a trusted proxy = %d, want 502 (outside allowed_ips)", resp.StatusCode)
+	}
 }
 
 // wantIPLimited sends n requests with made-up credentials for path and

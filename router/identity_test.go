@@ -112,3 +112,68 @@ func TestRequestIDsAreUnique(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// FuzzEdgeResolve feeds hostile forwarding headers from a trusted and an
+// untrusted peer: Resolve must not panic, must never let an untrusted
+// peer choose the visitor, must hand on only a valid request id, and the
+// X-Forwarded-For it builds must end with the peer and hold no line break.
+func FuzzEdgeResolve(f *testing.F) {
+	f.Add("10.0.0.1:1000", "1.1.1.1, 198.51.100.1, 10.0.0.9", "https", "abc-1", false)
+	f.Add("203.0.113.7:1000", "198.51.100.1", "https", "x", false)
+	f.Add("[fd00::1]:1", "::ffff:198.51.100.1,,  ,10.0.0.2", "HTTP", "", true)
+	f.Add("10.0.0.1:1", strings.Repeat("10.0.0.2,", 40), "", strings.Repeat("a", 200), false)
+	f.Add("10.0.0.1:1", "fe80::1%eth0, 198.51.100.1", "ftp", "a b", true)
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	edges := [2]*Edge{NewEdge(trusted, ""), NewEdge(trusted, "X-Real-IP")}
+	f.Fuzz(func(t *testing.T, peer, xff, proto, id string, realIP bool) {
+		e := edges[0]
+		if realIP {
+			e = edges[1]
+		}
+		req := httptest.NewRequest("GET", "http://app.test/", nil)
+		req.RemoteAddr = peer
+		req.Header["X-Forwarded-For"] = []string{xff}
+		req.Header["X-Real-Ip"] = []string{xff}
+		req.Header["X-Forwarded-Proto"] = []string{proto}
+		req.Header["X-Request-Id"] = []string{id}
+		req = e.Resolve(req)
+		v := VisitorOf(req)
+		if !v.Trusted && v.Addr != v.Peer {
+			t.Fatalf("untrusted peer %q chose visitor %s", peer, v.Addr)
+		}
+		if !validRequestID(v.RequestID) || req.Header.Get(HeaderRequestID) != v.RequestID {
+			t.Fatalf("request id %q (header %q) is not a valid one", v.RequestID, req.Header.Get(HeaderRequestID))
+		}
+		if v.Proto != "http" && v.Proto != "https" {
+			t.Fatalf("proto %q", v.Proto)
+		}
+		prepareOutbound(req, &v, false)
+		out := req.Header.Get("X-Forwarded-For")
+		if v.Peer.IsValid() && !strings.HasSuffix(out, v.Peer.String()) || strings.ContainsAny(out, "\r\n") {
+			t.Fatalf("outbound X-Forwarded-For %q: want it to end with peer %s and hold no line break", out, v.Peer)
+		}
+	})
+}
+
+func BenchmarkEdgeResolve(b *testing.B) {
+	e := NewEdge([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, "")
+	for _, tc := range []struct{ name, peer, xff string }{
+		{"untrusted", "203.0.113.7:1000", ""},
+		{"trusted-proxy", "10.0.0.1:1000", "198.51.100.1, 10.0.0.9"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			req := httptest.NewRequest("GET", "http://app.test/", nil)
+			req.RemoteAddr = tc.peer
+			b.ReportAllocs()
+			for b.Loop() {
+				req.Header = http.Header{}
+				if tc.xff != "" {
+					req.Header["X-Forwarded-For"] = []string{tc.xff}
+				}
+				r := e.Resolve(req)
+				v := VisitorOf(r)
+				prepareOutbound(r, &v, false)
+			}
+		})
+	}
+}
