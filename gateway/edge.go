@@ -119,9 +119,11 @@ func charged(r *http.Request) bool {
 
 // wrapListener puts PROXY protocol (v1 and v2) on ln when proxy_protocol
 // is on. A trusted peer's header, when it sends one, names the
-// connection's source; a connection from any other peer that starts with
-// a PROXY header is refused (closed), and one without is served as it
-// came. The header must arrive within proxyTimeout.
+// connection's source; it must arrive in one piece within proxyTimeout,
+// and a malformed one closes the connection. Any other peer's connection
+// is not examined at all (no read, no wait): a PROXY header from it is
+// just a malformed HTTP request, answered 400 and closed, so it can never
+// name a source, and no untrusted peer can make RemoteAddr block.
 func (e *edge) wrapListener(ln net.Listener, on bool) net.Listener {
 	if !on {
 		return ln
@@ -133,7 +135,7 @@ func (e *edge) wrapListener(ln net.Listener, on bool) net.Listener {
 			if ta, ok := o.Upstream.(*net.TCPAddr); ok && inAny(e.trusted, ta.AddrPort().Addr().Unmap()) {
 				return proxyproto.USE, nil
 			}
-			return proxyproto.REJECT, nil
+			return proxyproto.SKIP, nil
 		},
 	}
 }
