@@ -79,7 +79,7 @@ type Gateway struct {
 	// metricsHandler serves /aperio/metrics on every hostname (404 unless
 	// metrics_token is set, and when metrics_listen moves it elsewhere).
 	metricsHandler http.Handler
-	edge           *edge
+	edge           *edge        // the visitor's identity and the refusals before any handler
 	metricsAddr    atomic.Value // string: the metrics listener's address, once listening
 
 	stopping atomic.Bool // readyz answers 503 once set

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-
 	"net/http"
 	"net/netip"
 	"strconv"
