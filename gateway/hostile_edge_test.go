@@ -376,20 +376,27 @@ func TestHostileEdge(t *testing.T) {
 			if resp, _ := edgeVisit(t, st.visitor, st.server, appHost, "/aperio/metrics", http.Header{"Authorization": {"Bearer m-token-0123456789"}}); resp.StatusCode != http.StatusNotFound {
 				t.Errorf("GET /aperio/metrics on the public port with metrics_listen set = %d, want 404", resp.StatusCode)
 			}
-			addr := st.server.gw.MetricsAddrForTest()
-			if addr == "" {
-				t.Fatal("no metrics listener")
-			}
 			for _, path := range []string{"/metrics", "/aperio/metrics"} {
-				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
-				if err != nil {
-					t.Fatal(err)
+				status, body := scrapeListener(t, st, path, "m-token-0123456789")
+				if status != http.StatusOK || !strings.Contains(body, "aperio_connected_clients 1") {
+					t.Errorf("GET %s on metrics_listen = %d, want 200 with aperio_connected_clients 1", path, status)
 				}
-				req.Header.Set("Authorization", "Bearer m-token-0123456789")
-				resp, body := do(t, st.visitor, req)
-				if resp.StatusCode != http.StatusOK || !strings.Contains(body, "aperio_connected_clients 1") {
-					t.Errorf("GET %s on metrics_listen = %d, want 200 with aperio_connected_clients 1", path, resp.StatusCode)
-				}
+			}
+			if status, _ := scrapeListener(t, st, "/metrics", "wrong"); status != http.StatusUnauthorized {
+				t.Errorf("GET /metrics on metrics_listen with a wrong token = %d, want 401", status)
+			}
+		}},
+		{"metrics/metrics-listen-guarded-by-admin-allowed-ips", func(c *config.Server) {
+			c.MetricsListen = "127.0.0.1:0" // no metrics_token: open to admin_allowed_ips
+			c.AdminAllowedIPs = []string{"10.0.0.0/8"}
+		}, func(t *testing.T, st *stack) {
+			if got, _ := scrapeListener(t, st, "/metrics", ""); got != http.StatusForbidden {
+				t.Errorf("GET /metrics on metrics_listen from outside admin_allowed_ips = %d, want 403", got)
+			}
+		}},
+		{"metrics/metrics-listen-without-token-is-open", func(c *config.Server) { c.MetricsListen = "127.0.0.1:0" }, func(t *testing.T, st *stack) {
+			if got, _ := scrapeListener(t, st, "/metrics", ""); got != http.StatusOK {
+				t.Errorf("GET /metrics on metrics_listen, no metrics_token = %d, want 200", got)
 			}
 		}},
 
@@ -455,6 +462,25 @@ func testAllowedIPsIdentity(t *testing.T) {
 	if resp, seen := edgeVisit(t, visitor, srv, appHost, "/", http.Header{"X-Forwarded-For": {"203.0.113.7"}}); seen != nil || resp.StatusCode != http.StatusBadGateway {
 		t.Errorf("visitor 203.0.113.7 named by a trusted proxy = %d, want 502 (outside allowed_ips)", resp.StatusCode)
 	}
+}
+
+// scrapeListener fetches path from the metrics listener, with token when
+// not empty, and returns the status and body.
+func scrapeListener(t testing.TB, st *stack, path, token string) (int, string) {
+	t.Helper()
+	addr := st.server.gw.MetricsAddrForTest()
+	if addr == "" {
+		t.Fatal("no metrics listener")
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, body := do(t, st.visitor, req)
+	return resp.StatusCode, body
 }
 
 // wantIPLimited sends n requests with made-up credentials for path and

@@ -10,9 +10,10 @@ import (
 )
 
 // serveMetrics starts the metrics listener when metrics_listen is set; it
-// serves metrics at /metrics and /aperio/metrics to the addresses
-// admin_allowed_ips allows (everyone when empty), with metrics_token
-// required when set. The returned stop closes it and waits for its serve
+// serves metrics at /metrics and /aperio/metrics to the peers
+// admin_allowed_ips allows (everyone when empty) and denied_ips does not
+// deny, with metrics_token required when set. Its peers are taken as they
+// connect: no proxy speaks for them there. The returned stop closes it and waits for its serve
 // loop; it is a no-op when there is none.
 func (g *Gateway) serveMetrics() (stop func(), err error) {
 	if g.cfg.MetricsListen == "" {
@@ -32,11 +33,12 @@ func (g *Gateway) serveMetrics() (stop func(), err error) {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			peer, _ := netip.ParseAddrPort(r.RemoteAddr)
+			addr := peer.Addr().Unmap()
 			switch {
+			case inAny(g.edge.denied, addr) || !g.edge.adminAllowedFor(addr):
+				http.Error(w, "aperio: forbidden", http.StatusForbidden)
 			case r.URL.Path != "/metrics" && r.URL.Path != metricsPath:
 				http.NotFound(w, r)
-			case !g.edge.adminAllowedFor(peer.Addr().Unmap()):
-				http.Error(w, "aperio: forbidden", http.StatusForbidden)
 			default:
 				h.ServeHTTP(w, r)
 			}
