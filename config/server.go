@@ -93,7 +93,7 @@ func serverSettings() []setting[Server] {
 		intSetting("scaling_max_calls_per_minute", "scaling hook calls per minute", func(c *S) *int { return &c.ScalingMaxCallsPerMinute }),
 		listSetting("outbound_allowlist", "host, *.domain and CIDR patterns outbound calls may reach", func(c *S) *[]string { return &c.OutboundAllowlist }, nil),
 		boolSetting("outbound_block_private", "refuse outbound calls to internal addresses", func(c *S) *bool { return &c.OutboundBlockPrivate }),
-		stringSetting("metrics_token", "bearer token of /metrics; unset answers 404", func(c *S) *string { return &c.MetricsToken }).secret(),
+		stringSetting("metrics_token", "bearer token of /aperio/metrics; unset answers 404", func(c *S) *string { return &c.MetricsToken }).secret(),
 		boolSetting("access_log", "one log line per proxied request (logger=access)", func(c *S) *bool { return &c.AccessLog }),
 		boolSetting("access_log_ips", "visitor addresses in access log lines", func(c *S) *bool { return &c.AccessLogIPs }),
 		boolSetting("server_timing", "Server-Timing header on answers that waited", func(c *S) *bool { return &c.ServerTiming }),

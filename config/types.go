@@ -10,7 +10,7 @@ type Server struct {
 	// Host is the listen address of the public port (host, also HOST).
 	// Default 0.0.0.0; empty listens on every address.
 	Host string
-	// Port is the public port for visitors, tunnels, /aperio and /metrics
+	// Port is the public port for visitors, tunnels and /aperio/
 	// (port, also PORT). Default 8080; 0 lets the kernel pick one.
 	Port int
 	// Token is the master token (server.token). Required: it authorizes
@@ -115,8 +115,9 @@ type Server struct {
 	// (outbound_block_private). Default off.
 	OutboundBlockPrivate bool
 
-	// MetricsToken is the bearer token of /metrics (metrics_token). Empty
-	// means /metrics answers 404. Secret.
+	// MetricsToken is the bearer token of /aperio/metrics (metrics_token).
+	// Empty means /aperio/metrics answers 404 (on metrics_listen: no token
+	// is asked). Secret.
 	MetricsToken string
 	// AccessLog writes one line per proxied request, in log_format, with
 	// logger=access (access_log). Default on.

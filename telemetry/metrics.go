@@ -25,7 +25,7 @@ type Metrics struct {
 	registry *promclient.Registry
 }
 
-// NewMetrics returns a meter provider whose instruments /metrics exposes.
+// NewMetrics returns a meter provider whose instruments Handler exposes.
 // Each Metrics has its own registry: nothing is registered globally.
 func NewMetrics() (*Metrics, error) {
 	reg := promclient.NewRegistry()
