@@ -53,6 +53,7 @@ func DefaultServer() Server {
 		OTelSampleRate:           1,
 		LogLevel:                 "info",
 		LogFormat:                "text",
+		RealIPHeader:             "X-Forwarded-For",
 
 		ScalingMaxRecordsPerOrg:   100,
 		ScalingMaxRecordsPerToken: 32,
@@ -97,13 +98,20 @@ func serverSettings() []setting[Server] {
 		intSetting("scaling_max_records_per_token", "scaling records one client token may arm", func(c *S) *int { return &c.ScalingMaxRecordsPerToken }),
 		listSetting("outbound_allowlist", "host, *.domain and CIDR patterns outbound calls may reach", func(c *S) *[]string { return &c.OutboundAllowlist }, nil),
 		boolSetting("outbound_block_private", "refuse outbound calls to internal addresses", func(c *S) *bool { return &c.OutboundBlockPrivate }),
-		stringSetting("metrics_token", "bearer token of /metrics; unset answers 404", func(c *S) *string { return &c.MetricsToken }).secret(),
+		stringSetting("metrics_token", "bearer token of /aperio/metrics; unset answers 404", func(c *S) *string { return &c.MetricsToken }).secret(),
 		boolSetting("access_log", "one log line per proxied request (logger=access)", func(c *S) *bool { return &c.AccessLog }),
 		boolSetting("access_log_ips", "visitor addresses in access log lines", func(c *S) *bool { return &c.AccessLogIPs }),
 		boolSetting("server_timing", "Server-Timing header on answers that waited", func(c *S) *bool { return &c.ServerTiming }),
 		floatSetting("otel_sample_rate", "fraction of traces sampled when OTEL_EXPORTER_OTLP_* turns tracing on", func(c *S) *float64 { return &c.OTelSampleRate }),
 		enumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).alias("LOG_LEVEL"),
 		enumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }),
+		// The edge: who may speak for the visitor, who is refused.
+		listSetting("trusted_proxies", "CIDRs/IPs whose forwarding headers and PROXY headers are believed", func(c *S) *[]string { return &c.TrustedProxies }, nil),
+		stringSetting("real_ip_header", "header a trusted proxy names the visitor in (X-Forwarded-For)", func(c *S) *string { return &c.RealIPHeader }),
+		boolSetting("proxy_protocol", "PROXY protocol v1/v2 on the public port, from trusted_proxies only", func(c *S) *bool { return &c.ProxyProtocol }),
+		listSetting("denied_ips", "CIDRs/IPs answered 403 before any handler", func(c *S) *[]string { return &c.DeniedIPs }, nil),
+		listSetting("admin_allowed_ips", "CIDRs/IPs that may reach the admin API and metrics; empty = all", func(c *S) *[]string { return &c.AdminAllowedIPs }, nil),
+		stringSetting("metrics_listen", "host:port of a separate metrics listener; empty = /aperio/metrics on the public port", func(c *S) *string { return &c.MetricsListen }),
 	}
 	for i := range tab {
 		tab[i].Flag = ""
@@ -243,6 +251,7 @@ func (s Server) problems(src *Sources) []*Error {
 	}
 	v.oneOf("log_level", s.LogLevel, logLevels)
 	v.oneOf("log_format", s.LogFormat, logFormats)
+	s.edgeProblems(v)
 	return v.errs
 }
 

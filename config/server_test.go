@@ -116,7 +116,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "scaling record caps from the file and the environment",
-		file: "server.token: t\nscaling:\n  max_records_per_org: 20\n",
+		file: "server.token: token-0123456789abcdef\nscaling:\n  max_records_per_org: 20\n",
 		env:  map[string]string{"APERIO_SCALING_MAX_RECORDS_PER_TOKEN": "4"},
 		want: []string{
 			"scaling_max_records_per_org = 20  # file:aperio-server.yaml:3",
@@ -221,6 +221,48 @@ var serverLoadCases = []struct {
 		file: "# nothing here\n",
 		env:  map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"},
 		want: []string{"port = 8080  # default"},
+	},
+	// The edge keys.
+	{
+		name: "edge keys by default",
+		file: "server.token: token-0123456789abcdef\n",
+		want: []string{
+			`trusted_proxies = ""  # default`,
+			"real_ip_header = X-Forwarded-For  # default",
+			"proxy_protocol = false  # default",
+			`denied_ips = ""  # default`,
+			`admin_allowed_ips = ""  # default`,
+			`metrics_listen = ""  # default`,
+		},
+	},
+	{
+		name: "edge keys in the file",
+		file: "server.token: token-0123456789abcdef\ntrusted_proxies: [10.0.0.0/8, 192.0.2.7]\nreal_ip_header: CF-Connecting-IP\nproxy_protocol: true\ndenied_ips: [203.0.113.0/24]\nadmin_allowed_ips: [127.0.0.1, '::1']\nmetrics_listen: 127.0.0.1:9100\n",
+		want: []string{
+			"trusted_proxies = 10.0.0.0/8,192.0.2.7  # file:aperio-server.yaml:2",
+			"real_ip_header = CF-Connecting-IP  # file:aperio-server.yaml:3",
+			"proxy_protocol = true  # file:aperio-server.yaml:4",
+			"denied_ips = 203.0.113.0/24  # file:aperio-server.yaml:5",
+			"admin_allowed_ips = 127.0.0.1,::1  # file:aperio-server.yaml:6",
+			"metrics_listen = 127.0.0.1:9100  # file:aperio-server.yaml:7",
+		},
+	},
+	{
+		name: "edge keys in the environment",
+		file: "server.token: token-0123456789abcdef\n",
+		env: map[string]string{
+			"APERIO_TRUSTED_PROXIES": "10.0.0.0/8,fd00::/8", "APERIO_REAL_IP_HEADER": "X-Real-IP",
+			"APERIO_PROXY_PROTOCOL": "true", "APERIO_DENIED_IPS": "198.51.100.1",
+			"APERIO_ADMIN_ALLOWED_IPS": "10.1.0.0/16", "APERIO_METRICS_LISTEN": ":9100",
+		},
+		want: []string{
+			"trusted_proxies = 10.0.0.0/8,fd00::/8  # env APERIO_TRUSTED_PROXIES",
+			"real_ip_header = X-Real-IP  # env APERIO_REAL_IP_HEADER",
+			"proxy_protocol = true  # env APERIO_PROXY_PROTOCOL",
+			"denied_ips = 198.51.100.1  # env APERIO_DENIED_IPS",
+			"admin_allowed_ips = 10.1.0.0/16  # env APERIO_ADMIN_ALLOWED_IPS",
+			"metrics_listen = :9100  # env APERIO_METRICS_LISTEN",
+		},
 	},
 }
 
@@ -543,7 +585,7 @@ var serverErrorCases = []struct {
 	},
 	{
 		name: "scaling record caps below one",
-		file: "server.token: t\nscaling_max_records_per_org: 0\n",
+		file: "server.token: token-0123456789abcdef\nscaling_max_records_per_org: 0\n",
 		env:  map[string]string{"APERIO_SCALING_MAX_RECORDS_PER_TOKEN": "-1"},
 		want: []string{
 			"config: scaling_max_records_per_org (aperio-server.yaml:2): must be at least 1, got 0",
@@ -723,7 +765,7 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("ServerKeys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 41 {
-		t.Errorf("len(ServerKeys()) = %d, want 41", len(keys))
+	if len(keys) != 47 {
+		t.Errorf("len(ServerKeys()) = %d, want 47", len(keys))
 	}
 }

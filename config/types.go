@@ -10,7 +10,7 @@ type Server struct {
 	// Host is the listen address of the public port (host, also HOST).
 	// Default 0.0.0.0; empty listens on every address.
 	Host string
-	// Port is the public port for visitors, tunnels, /aperio and /metrics
+	// Port is the public port for visitors, tunnels and /aperio/
 	// (port, also PORT). Default 8080; 0 lets the kernel pick one.
 	Port int
 	// Token is the master token (server.token). Required: it authorizes
@@ -123,8 +123,9 @@ type Server struct {
 	// (outbound_block_private). Default off.
 	OutboundBlockPrivate bool
 
-	// MetricsToken is the bearer token of /metrics (metrics_token). Empty
-	// means /metrics answers 404. Secret.
+	// MetricsToken is the bearer token of /aperio/metrics (metrics_token).
+	// Empty means /aperio/metrics answers 404 (on metrics_listen: no token
+	// is asked). Secret.
 	MetricsToken string
 	// AccessLog writes one line per proxied request, in log_format, with
 	// logger=access (access_log). Default on.
@@ -146,6 +147,31 @@ type Server struct {
 	LogLevel string
 	// LogFormat is text or json (log_format). Default text.
 	LogFormat string
+
+	// TrustedProxies lists the CIDR prefixes and addresses of the proxies
+	// in front of the server (trusted_proxies). Only a peer inside them may
+	// name the visitor (RealIPHeader), the scheme (X-Forwarded-Proto) and
+	// the request id, or send a PROXY protocol header. Empty trusts nobody.
+	TrustedProxies []string
+	// RealIPHeader is the header a trusted proxy names the visitor in
+	// (real_ip_header): X-Forwarded-For (default, read rightmost-untrusted
+	// first), or a single-address header such as X-Real-IP,
+	// CF-Connecting-IP or True-Client-IP.
+	RealIPHeader string
+	// ProxyProtocol accepts PROXY protocol v1 and v2 headers on the public
+	// port from peers inside TrustedProxies (proxy_protocol). Default off.
+	ProxyProtocol bool
+	// DeniedIPs lists CIDR prefixes and addresses whose requests are
+	// answered 403 before any handler (denied_ips). Empty denies nobody.
+	DeniedIPs []string
+	// AdminAllowedIPs lists the CIDR prefixes and addresses that may reach
+	// the admin API, metrics and the rest of /aperio/ other than the
+	// tunnel and health endpoints (admin_allowed_ips). Empty allows all.
+	AdminAllowedIPs []string
+	// MetricsListen is the host:port of a listener of its own for metrics
+	// (metrics_listen); /aperio/metrics then answers 404 on the public
+	// port. Empty serves metrics at /aperio/metrics on the public port.
+	MetricsListen string
 }
 
 // Client is the effective configuration of aperio-client. Each field names

@@ -29,3 +29,10 @@ func (g *Gateway) ArmedLoadsForTest() int64 {
 func (g *Gateway) DrivesForTest(orgID, hostname, path string) bool {
 	return g.router.Drives(orgID, hostname, path)
 }
+
+// MetricsAddrForTest returns the metrics listener's address, or "" when
+// metrics_listen is unset or not listening yet.
+func (g *Gateway) MetricsAddrForTest() string {
+	s, _ := g.metricsAddr.Load().(string)
+	return s
+}

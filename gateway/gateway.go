@@ -77,9 +77,11 @@ type Gateway struct {
 	// expire; nil unless scaling is on.
 	expiry   *armerExpiry
 	ownStore bool // New opened db, so Serve closes it
-	// metricsHandler serves /metrics on every hostname (contract §2: 404
-	// unless metrics_token is set), so apps cannot serve that path.
+	// metricsHandler serves /aperio/metrics on every hostname (404 unless
+	// metrics_token is set, and when metrics_listen moves it elsewhere).
 	metricsHandler http.Handler
+	edge           *edge        // the visitor's identity and the refusals before any handler
+	metricsAddr    atomic.Value // string: the metrics listener's address, once listening
 
 	stopping atomic.Bool // readyz answers 503 once set
 }
@@ -199,6 +201,12 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	}
 	g.proxy = observer.Wrap(g.router)
 	g.metricsHandler = g.metrics.Handler(cfg.MetricsToken)
+	if cfg.MetricsListen != "" {
+		g.metricsHandler = http.NotFoundHandler()
+	}
+	if g.edge, err = newEdge(cfg); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Outbound: g.fence, Explainer: rt, Logger: log})
 	if err != nil {
 		return nil, err
@@ -213,6 +221,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		TLSConfig:         serverTLSConfig(),
 	}
 	if cfg.TLSCert == "" {
 		p := new(http.Protocols)
@@ -227,12 +236,19 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 // Handler returns the handler of the public port.
 func (g *Gateway) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, ok := g.edge.admit(w, r)
+		if !ok {
+			return
+		}
 		p := r.URL.Path
 		if !router.Reserved(p) {
 			g.proxy.ServeHTTP(w, r)
 			return
 		}
-		if p == "/metrics" {
+		if g.edge.guardAdmin(w, r) || charged(r) && !g.router.Charge(w, r) {
+			return
+		}
+		if p == metricsPath {
 			g.metricsHandler.ServeHTTP(w, r)
 			return
 		}
@@ -325,6 +341,12 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			g.db.Close()
 		}
 	}()
+	ln = g.edge.wrapListener(ln, g.cfg.ProxyProtocol)
+	stopMetrics, merr := g.serveMetrics()
+	if merr != nil {
+		return merr
+	}
+	defer stopMetrics()
 	errc := make(chan error, 1)
 	go func() {
 		var err error

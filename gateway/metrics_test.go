@@ -13,16 +13,16 @@ func TestMetricsEndpoint(t *testing.T) {
 	st := startStack(t, inspectHandler(), func(c *config.Server) {
 		c.MetricsToken = "m-token"
 		c.Scaling = true
-		c.IPLimitMax = 1
+		c.IPLimitMax = 2 // the client's tunnel handshake takes one token
 		c.IPLimitRefill = 0.0001
 	})
 	// The first request passes, the second is refused by the ip bucket.
 	get(t, st.visitor, st.server, appHost, "/one")
 	if status, _ := get(t, st.visitor, st.server, appHost, "/two"); status != http.StatusTooManyRequests {
-		t.Fatalf("second request with ip_limit_max 1 = %d, want 429", status)
+		t.Fatalf("second request with ip_limit_max 2 after a handshake = %d, want 429", status)
 	}
 	scrape := func(token string) (int, string) {
-		req := newRequest(t, t.Context(), st.server, "GET", "anything.test", "/metrics", nil)
+		req := newRequest(t, t.Context(), st.server, "GET", "anything.test", "/aperio/metrics", nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
@@ -63,8 +63,8 @@ func TestMetricsEndpoint(t *testing.T) {
 
 func TestMetricsOffWithoutToken(t *testing.T) {
 	st := startStack(t, inspectHandler(), nil)
-	status, _ := get(t, st.visitor, st.server, appHost, "/metrics")
+	status, _ := get(t, st.visitor, st.server, appHost, "/aperio/metrics")
 	if status != http.StatusNotFound {
-		t.Fatalf("GET /metrics with metrics_token unset = %d, want 404", status)
+		t.Fatalf("GET /aperio/metrics with metrics_token unset = %d, want 404", status)
 	}
 }

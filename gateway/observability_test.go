@@ -135,7 +135,7 @@ var traceparentRe = regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-0[01]$
 // scrapeMetrics fetches /metrics with token.
 func scrapeMetrics(t testing.TB, c *http.Client, s *testServer, token string) string {
 	t.Helper()
-	req := newRequest(t, t.Context(), s, "GET", "anything.test", "/metrics", nil)
+	req := newRequest(t, t.Context(), s, "GET", "anything.test", "/aperio/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, body := do(t, c, req)
 	if resp.StatusCode != http.StatusOK {
@@ -192,7 +192,9 @@ func TestObservabilityEndToEnd(t *testing.T) {
 	cfg := serverConfig(t)
 	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
 	cfg.MetricsToken = "m-token"
-	cfg.IPLimitMax, cfg.IPLimitRefill = 4, 0.0001 // the fifth request is refused
+	// Two tunnel handshakes and four requests take a token each: the fifth
+	// request is refused.
+	cfg.IPLimitMax, cfg.IPLimitRefill = 6, 0.0001
 	access := &syncBuffer{}
 	srv = startServerWith(t, cfg, nil, nil, gateway.Options{
 		Logger:         testLogger(),

@@ -68,10 +68,11 @@ type ColdStartPlanner interface {
 }
 
 // Reserved reports whether path belongs to aperio-server itself on every
-// hostname (/metrics and everything under /aperio/): such a request is
-// answered by the server and never proxied.
+// hostname (everything under /aperio/): such a request is answered by the
+// server and never proxied. Every other path, /metrics included, is the
+// app's.
 func Reserved(path string) bool {
-	return path == "/metrics" || strings.HasPrefix(path, "/aperio/")
+	return strings.HasPrefix(path, "/aperio/")
 }
 
 // Explain walks what the router would do now with a request for host and
@@ -94,10 +95,10 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 	}
 
 	if Reserved(path) {
-		ex.step(StepReserved, OutcomeStop, path+" is aperio-server's own path on every hostname (/aperio/…, /metrics): never proxied")
+		ex.step(StepReserved, OutcomeStop, path+" is aperio-server's own path on every hostname (/aperio/…): never proxied")
 		return ex.end("answered by aperio-server itself, not proxied", 0)
 	}
-	ex.step(StepReserved, OutcomePass, "not under /aperio/ or /metrics")
+	ex.step(StepReserved, OutcomePass, "not under /aperio/")
 
 	switch {
 	case rt.ips == nil:
@@ -105,7 +106,7 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 	case !ip.IsValid():
 		ex.step(StepIPLimit, OutcomeSkip, "no visitor ip given")
 	default:
-		tokens := rt.ips.tokens(ip.String(), now)
+		tokens := rt.ips.tokens(ip, now)
 		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, rt.ips.burst, rt.ips.burst, float64(rt.ips.refill))
 		if tokens < 1 {
 			ex.step(StepIPLimit, OutcomeStop, detail)
@@ -413,7 +414,7 @@ func b2i(b bool) int {
 
 // tokens returns the tokens in ip's bucket at now without taking one: a
 // visitor with no bucket yet has a full one.
-func (l *ipLimiter) tokens(ip string, now time.Time) float64 {
+func (l *ipLimiter) tokens(ip netip.Addr, now time.Time) float64 {
 	l.mu.Lock()
 	b := l.buckets[ip]
 	l.mu.Unlock()

@@ -91,7 +91,7 @@ func TestExplainVerdicts(t *testing.T) {
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
 				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				rt.ips.allow(visitor.String(), time.Now()) // the visitor spent its one token
+				rt.ips.allow(visitor, time.Now()) // the visitor spent its one token
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "429 ip", status: 429, step: StepIPLimit, outcome: OutcomeStop,

@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -104,17 +105,18 @@ type ipLimiter struct {
 	refill rate.Limit
 
 	mu      sync.Mutex // guards buckets
-	buckets map[string]*rate.Limiter
+	buckets map[netip.Addr]*rate.Limiter
 }
 
 const maxIPs = 100_000
 
 func newIPLimiter(burst int, refill float64) *ipLimiter {
-	return &ipLimiter{burst: burst, refill: rate.Limit(refill), buckets: make(map[string]*rate.Limiter)}
+	return &ipLimiter{burst: burst, refill: rate.Limit(refill), buckets: make(map[netip.Addr]*rate.Limiter)}
 }
 
-// allow takes a token for ip.
-func (l *ipLimiter) allow(ip string, now time.Time) bool {
+// allow takes a token for ip. The zero Addr (a peer that is no IP
+// address) has one bucket like any visitor.
+func (l *ipLimiter) allow(ip netip.Addr, now time.Time) bool {
 	l.mu.Lock()
 	b := l.buckets[ip]
 	if b == nil {
@@ -135,6 +137,19 @@ func (l *ipLimiter) sweepLocked(now time.Time) {
 		}
 	}
 	if len(l.buckets) >= maxIPs {
-		l.buckets = make(map[string]*rate.Limiter)
+		l.buckets = make(map[netip.Addr]*rate.Limiter)
 	}
+}
+
+// Charge takes a token of r's visitor's bucket for a request the router
+// does not proxy (an admin API login, a tunnel handshake). With the bucket
+// empty it answers 429 with x-aperio-limit ip, counts it, and reports
+// false. Without ip_limit_max it always reports true.
+func (rt *Router) Charge(w http.ResponseWriter, r *http.Request) bool {
+	if rt.ips == nil || rt.ips.allow(VisitorOf(r).Addr, time.Now()) {
+		return true
+	}
+	var rec telemetry.Request
+	rt.refuse(w, &rec, limitIP)
+	return false
 }

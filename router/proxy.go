@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -46,10 +44,10 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	if rt.tracer != nil {
 		routeStart = time.Now()
 	}
-	ip := remoteIP(r.RemoteAddr)
+	v := VisitorOf(r)
 	host := hostname.Normalize(r.Host)
 	rec.Hostname = host
-	if rt.ips != nil && !rt.ips.allow(ip, time.Now()) {
+	if rt.ips != nil && !rt.ips.allow(v.Addr, time.Now()) {
 		// Only refusals pay for the match: it names the hostname in metrics.
 		rec.Routed = rt.table.Load().match(host, r.URL.Path) != nil
 		rt.refuse(w, rec, limitIP)
@@ -86,15 +84,14 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		body = &countingBody{ReadCloser: rc}
 		r.Body = body
 	}
-	visitor, _ := netip.ParseAddr(ip)
-	visitor = visitor.Unmap()
+	visitor := v.Addr
 	if !p.admitsAny(visitor) {
 		// Every client's token refuses this visitor: answer as if the
 		// route did not exist, so a blocked address learns nothing.
 		rt.nothingCanServe(w, r, host, errNoRoute)
 		return
 	}
-	prepareOutbound(r, tunnel.IsUpgrade(r.Header))
+	prepareOutbound(r, &v, tunnel.IsUpgrade(r.Header))
 	rt.dispatch(w, r, host, p, body, visitor, rec)
 }
 
@@ -342,40 +339,15 @@ func (rt *Router) nothingCanServe(w http.ResponseWriter, r *http.Request, host s
 	rt.writeError(w, r, host, cause)
 }
 
-func remoteIP(addr string) string {
-	if ip, _, err := net.SplitHostPort(addr); err == nil {
-		return ip
-	}
-	return addr
-}
-
 // prepareOutbound turns the visitor's request into the one the backend
-// sees: hop-by-hop headers go, forwarding headers come, the Host stays.
-func prepareOutbound(r *http.Request, upgrade bool) {
+// sees: hop-by-hop headers go, forwarding headers come (setForwarded), the
+// Host stays.
+func prepareOutbound(r *http.Request, v *Visitor, upgrade bool) {
 	h := r.Header
 	tunnel.RemoveHopHeaders(h, upgrade)
 	delete(h, "Expect") // answered here already; the backend must not wait for it
-	delete(h, tunnel.ServiceHeader)
-	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		if prior, ok := h["X-Forwarded-For"]; ok && len(prior) > 0 {
-			h["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip}
-		} else {
-			h["X-Forwarded-For"] = []string{ip}
-		}
-	}
-	if r.TLS != nil {
-		h["X-Forwarded-Proto"] = protoHTTPS
-	} else {
-		h["X-Forwarded-Proto"] = protoHTTP
-	}
-	h["X-Forwarded-Host"] = []string{r.Host}
+	setForwarded(h, v, r.Host)
 }
-
-// Shared, never-modified header values: setting them allocates nothing.
-var (
-	protoHTTP  = []string{"http"}
-	protoHTTPS = []string{"https"}
-)
 
 // copyResponse writes resp to the visitor, and every body byte also to rec
 // (nil-safe). A body of unknown length (SSE, gRPC, chunked) is flushed after

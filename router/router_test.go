@@ -229,14 +229,20 @@ func TestOutboundHeaders(t *testing.T) {
 	req.Header.Set("Keep-Alive", "timeout=5")
 	req.Header.Set("TE", "trailers, deflate")
 	req.Header.Set(tunnel.ServiceHeader, "spoofed")
+	req.Header.Set("X-Aperio-User", "admin")
+	req.Header.Set("X-Real-IP", "192.0.2.1")
+	req.Header.Set("X-Forwarded-Proto", "https")
 	rt.ServeHTTP(httptest.NewRecorder(), req)
 	if len(c.got) != 1 {
 		t.Fatalf("backend saw %d requests, want 1", len(c.got))
 	}
 	h := c.got[0].Header
 	checks := []struct{ key, want string }{
-		{"X-Forwarded-For", "198.51.100.1, 203.0.113.7"},
+		// No edge vouches for the peer: what it claims is dropped.
+		{"X-Forwarded-For", "203.0.113.7"},
 		{"X-Forwarded-Proto", "http"},
+		{"X-Real-Ip", ""},
+		{"X-Aperio-User", ""},
 		{"X-Forwarded-Host", "app.test"},
 		{"Connection", ""},
 		{"X-Hop", ""},

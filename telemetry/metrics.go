@@ -1,10 +1,11 @@
 // Package telemetry owns the server's observability plumbing: the
 // OpenTelemetry meter provider that packages record into, and the
-// Prometheus text endpoint that exposes it at /metrics.
+// Prometheus text endpoint that exposes it (at /aperio/metrics).
 package telemetry
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
@@ -24,7 +25,7 @@ type Metrics struct {
 	registry *promclient.Registry
 }
 
-// NewMetrics returns a meter provider whose instruments /metrics exposes.
+// NewMetrics returns a meter provider whose instruments Handler exposes.
 // Each Metrics has its own registry: nothing is registered globally.
 func NewMetrics() (*Metrics, error) {
 	reg := promclient.NewRegistry()
@@ -40,22 +41,31 @@ func (m *Metrics) Meter() metric.Meter { return m.provider.Meter("github.com/ape
 
 // Handler serves the Prometheus text format to requests bearing token. With
 // an empty token the endpoint does not exist (404), so metrics are never
-// public by accident.
+// public by accident. The token is compared as SHA-256 digests in constant
+// time, so neither its bytes nor its length leak through timing.
 func (m *Metrics) Handler(token string) http.Handler {
-	prom := promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+	prom := m.Exposition()
+	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if token == "" {
 			http.NotFound(w, r)
 			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		digest := sha256.Sum256([]byte(got))
+		if subtle.ConstantTimeCompare(digest[:], want[:]) != 1 || !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
 			http.Error(w, "metrics need Authorization: Bearer <metrics_token>", http.StatusUnauthorized)
 			return
 		}
 		prom.ServeHTTP(w, r)
 	})
+}
+
+// Exposition serves the Prometheus text format to every request, with no
+// check: for a listener of its own that only the operator reaches.
+func (m *Metrics) Exposition() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
 // Shutdown stops the provider; later collections return nothing.

@@ -58,6 +58,7 @@ const (
 	logKeyClientID  = "client_id"
 	logKeyLimit     = "limit"
 	logKeyIP        = "ip"
+	logKeyRequestID = "request_id"
 	// AccessLogger is the value of the "logger" attribute on every access
 	// log line, so operators can tell access lines from diagnostics.
 	AccessLogger = "access"
@@ -209,6 +210,11 @@ func (o *Observer) logAccess(r *http.Request, rec *Request) {
 		slog.String(logKeyLimit, rec.Limit),
 	}
 	n := 10
+	// The gateway sets X-Request-Id on every request before it is proxied.
+	if id := r.Header["X-Request-Id"]; len(id) == 1 {
+		attrs[n] = slog.String(logKeyRequestID, id[0])
+		n++
+	}
 	if o.cfg.AccessLogIPs {
 		ip := r.RemoteAddr
 		if h, _, err := net.SplitHostPort(ip); err == nil {
