@@ -176,6 +176,9 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		Registry:              auditingRegistry{Registry: registry, db: g.db, log: log},
 		DownThreshold:         cfg.ClientDownThreshold,
 		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
+		MaxHeaderBytes:        cfg.TunnelMaxHeaderBytes,
+		MaxStreams:            cfg.TunnelMaxStreams,
+		AnnounceInterval:      cfg.TunnelAnnounceInterval,
 		Logger:                log,
 	})
 	if err != nil {
