@@ -49,6 +49,10 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	ip := remoteIP(r.RemoteAddr)
 	host := hostname.Normalize(r.Host)
 	rec.Hostname = host
+	if hostFieldConflicts(r) {
+		http.Error(w, "aperio: the host field differs from :authority", http.StatusBadRequest)
+		return
+	}
 	if rt.ips != nil && !rt.ips.allow(ip, time.Now()) {
 		// Only refusals pay for the match: it names the hostname in metrics.
 		rec.Routed = rt.table.Load().match(host, r.URL.Path) != nil
