@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 
@@ -197,13 +198,35 @@ func FuzzDecodeMessage(f *testing.F) {
 		f.Add(buf.Bytes())
 	}
 	f.Add([]byte("\x7f\xff\xff\xff"))
+	for _, raw := range []string{
+		`{"type":"heartbeat","seq":1,"announcement":{"name":"a","instance_id":"i","services":[{"id":"0","hostnames":["app.test"],"healthy":true,"concurrency":{"mode":"aimd","desired":4,"min":1,"max":8}}],"scaling":{"url":"https://hook.test/x","min":0,"max":2}}}`,
+		`{"type":"hello","version":1,"announcement":{"name":"a\u0000b","instance_id":"i","services":[{"id":"0","hostnames":["*.app.test"],"path":"/api","healthy":false}]}}`,
+	} {
+		var buf bytes.Buffer
+		binary.Write(&buf, binary.BigEndian, uint32(len(raw)))
+		buf.WriteString(raw)
+		f.Add(buf.Bytes())
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := readMessage(bytes.NewReader(data))
 		if err != nil {
 			return
 		}
-		if m.Announcement != nil {
-			m.Announcement.Validate() // must not panic on any input
+		if m.Announcement == nil || m.Announcement.Validate() != nil {
+			return
+		}
+		// A valid announcement survives the trip the server's ack and the
+		// client's next heartbeat make: encoded again, it decodes the same.
+		var buf bytes.Buffer
+		if err := writeMessage(&buf, m); err != nil {
+			t.Fatalf("re-encode a valid %s: %v", m.Type, err)
+		}
+		again, err := readMessage(&buf)
+		if err != nil {
+			t.Fatalf("decode a re-encoded valid %s: %v", m.Type, err)
+		}
+		if diff := cmp.Diff(m, again); diff != "" {
+			t.Fatalf("valid %s changed across a re-encoding (-first +again):\n%s", m.Type, diff)
 		}
 	})
 }
