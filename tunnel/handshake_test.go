@@ -58,6 +58,25 @@ func dialRaw(t *testing.T, srv *Server) *rawClient {
 	return &rawClient{mux: mux}
 }
 
+// hello opens the control stream, sends the test announcement's hello
+// and returns the stream and the server's welcome.
+func (rc *rawClient) hello(t *testing.T) (*yamux.Stream, *message) {
+	t.Helper()
+	ctrl, err := rc.mux.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := testAnnouncement()
+	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
+		t.Fatal(err)
+	}
+	welcome, err := readMessage(ctrl)
+	if err != nil || welcome.Type != msgWelcome {
+		t.Fatalf("welcome = %+v, %v, want welcome", welcome, err)
+	}
+	return ctrl, welcome
+}
+
 func TestClientSilentAfterUpgradeIsDropped(t *testing.T) {
 	reg := newFakeRegistry()
 	srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg, HandshakeTimeout: testHandshake})
@@ -155,18 +174,8 @@ func TestMissedHeartbeatsDropClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := dialRaw(t, srv)
-	ctrl, err := rc.mux.OpenStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, welcome := rc.hello(t)
 	ann := testAnnouncement()
-	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
-		t.Fatal(err)
-	}
-	welcome, err := readMessage(ctrl)
-	if err != nil || welcome.Type != msgWelcome {
-		t.Fatalf("welcome = %+v, %v, want welcome", welcome, err)
-	}
 	if got := time.Duration(welcome.HeartbeatMS) * time.Millisecond; got != threshold/3 {
 		t.Fatalf("heartbeat interval = %v, want %v (a third of the down threshold)", got, threshold/3)
 	}

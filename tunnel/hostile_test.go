@@ -250,17 +250,7 @@ func startHostile(t *testing.T, mutate func(*ServerConfig), serve func(st *yamux
 		t.Fatal(err)
 	}
 	rc := dialRaw(t, srv)
-	ctrl, err := rc.mux.OpenStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ann := testAnnouncement()
-	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
-		t.Fatal(err)
-	}
-	if w, err := readMessage(ctrl); err != nil || w.Type != msgWelcome {
-		t.Fatalf("welcome = %+v, %v, want welcome", w, err)
-	}
+	ctrl, _ := rc.hello(t)
 	sess := waitFor(t, reg.attached, 10*time.Second, "session attaching")
 	var wg sync.WaitGroup
 	if serve != nil {
