@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/aperio-dev/aperio/internal/recovery"
 )
 
 // TestHostileTunnel holds the hostile-input cases of the tunnel: visitors
@@ -29,6 +31,7 @@ func TestHostileTunnel(t *testing.T) {
 	}{
 		{"item0/visitor-leaves-mid-body", testVisitorLeavesMidBody},
 		{"item0/slow-body-outlives-response-timeout", testSlowBodyOutlivesTimeout},
+		{"item0/panicking-forwarder-recovered", testPanickingForwarderRecovered},
 		{"item4/next-visitor-after-refused-upgrade", testNextVisitorAfterRefusedUpgrade},
 		{"item4/client-stops-after-refused-upgrade", testClientStopsAfterRefusedUpgrade},
 		{"item4/head-timeout-with-silent-client", testHeadTimeoutSilentClient},
@@ -180,6 +183,33 @@ func testSlowBodyOutlivesTimeout(t *testing.T) {
 	close(body.leave)
 	if resp, b := roundTrip(t, p.session, httptest.NewRequest("GET", "/", nil)); resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET after the slow upload = %d %q, want 200", resp.StatusCode, b)
+	}
+}
+
+// panickingForwarder panics on /panic and forwards everything else.
+type panickingForwarder struct{ next Forwarder }
+
+func (f panickingForwarder) Forward(ctx context.Context, service string, req *http.Request) (*http.Response, error) {
+	if req.URL.Path == "/panic" {
+		panic("forwarder bug")
+	}
+	return f.next.Forward(ctx, service, req)
+}
+
+// A panic while serving one stream ends that stream only: the client
+// process and its session keep serving.
+func testPanickingForwarderRecovered(t *testing.T) {
+	recovery.AllowForTest(t)
+	before := recovery.Total()
+	p := startPair(t, "pipe", panickingForwarder{newHandlerForwarder(t, echoHandler())}, nil)
+	if _, err := p.session.RoundTrip(httptest.NewRequest("GET", "/panic", nil), "0"); !errors.Is(err, ErrSessionClosed) {
+		t.Fatalf("RoundTrip to a panicking forwarder = %v, want ErrSessionClosed", err)
+	}
+	if got := recovery.Total() - before; got != 1 {
+		t.Fatalf("recovered panics = %d, want 1", got)
+	}
+	if resp, body := roundTrip(t, p.session, httptest.NewRequest("GET", "/hello", nil)); resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET after a recovered panic = %d %q, want 200", resp.StatusCode, body)
 	}
 }
 
