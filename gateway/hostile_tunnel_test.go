@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,16 +12,21 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+	"github.com/hashicorp/yamux"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/aperio-dev/aperio/config"
 )
 
 // TestHostileTunnelGateway holds the hostile-input cases of the tunnel
 // that need the whole server: raw HTTP/2 requests no Go client would
-// send, and a visitor that leaves mid-body.
+// send, a visitor that leaves mid-body, and hand-written tunnel clients.
 func TestHostileTunnelGateway(t *testing.T) {
 	arrived := make(chan struct{}, 1)
 	inspect := inspectHandler()
@@ -84,6 +90,7 @@ func TestHostileTunnelGateway(t *testing.T) {
 			t.Fatalf("GET after visitors left mid-body = %d %q, want 200", status, body)
 		}
 	})
+	hostileClientCases(t)
 }
 
 // leaveMidBody sends a POST promising 100,000 bytes, sends a few, and
@@ -175,4 +182,180 @@ func rawH2Request(t *testing.T, addr string, fields [][2]string) (int, string) {
 			t.Fatalf("goaway: %v (status %d)", f.ErrCode, status)
 		}
 	}
+}
+
+// evilHost is the hostname the hand-written client publishes.
+const evilHost = "evil.test"
+
+// wsStream turns a WebSocket into the byte stream yamux runs on, one
+// binary message per write, as the tunnel protocol frames it.
+type wsStream struct {
+	ws *websocket.Conn
+	r  io.Reader
+}
+
+func (s *wsStream) Read(p []byte) (int, error) {
+	for {
+		if s.r != nil {
+			n, err := s.r.Read(p)
+			if err == io.EOF {
+				s.r = nil
+				if n > 0 {
+					return n, nil
+				}
+				continue
+			}
+			return n, err
+		}
+		_, r, err := s.ws.NextReader()
+		if err != nil {
+			return 0, err
+		}
+		s.r = r
+	}
+}
+
+func (s *wsStream) Write(p []byte) (int, error) {
+	if err := s.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (s *wsStream) Close() error { return s.ws.Close() }
+
+// controlFrame writes one control frame: a 4-byte length and JSON.
+func controlFrame(t *testing.T, w io.Writer, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
+	if _, err := w.Write(append(hdr[:], b...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readControlFrame reads one control frame into a map.
+func readControlFrame(t *testing.T, r io.Reader) map[string]any {
+	t.Helper()
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		t.Fatalf("read control frame: %v", err)
+	}
+	b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(r, b); err != nil {
+		t.Fatalf("read control frame: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("control frame %q: %v", b, err)
+	}
+	return m
+}
+
+// startEvilClient connects a hand-written tunnel client to s publishing
+// evilHost, and hands every stream the server opens to serve. It returns
+// the client's yamux session and control stream.
+func startEvilClient(t *testing.T, s *testServer, serve func(st *yamux.Stream)) (*yamux.Session, *yamux.Stream) {
+	t.Helper()
+	d := websocket.Dialer{Subprotocols: []string{"aperio-tunnel.v1"}}
+	ws, resp, err := d.DialContext(t.Context(), "ws://"+s.addr+"/aperio/tunnel", http.Header{"Authorization": {"Bearer " + testToken}})
+	if err != nil {
+		t.Fatalf("tunnel upgrade: %v", err)
+	}
+	resp.Body.Close()
+	cfg := yamux.DefaultConfig()
+	cfg.EnableKeepAlive = false
+	cfg.LogOutput = io.Discard
+	mux, err := yamux.Client(&wsStream{ws: ws}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := mux.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	controlFrame(t, ctrl, map[string]any{"type": "hello", "version": 1, "announcement": map[string]any{
+		"name": "evil", "instance_id": "evil-1",
+		"services": []any{map[string]any{"id": "0", "hostnames": []string{evilHost}, "healthy": true}},
+	}})
+	if m := readControlFrame(t, ctrl); m["type"] != "welcome" {
+		t.Fatalf("answer to the hello = %v, want welcome", m)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for {
+			st, err := mux.AcceptStream()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer st.Close()
+				serve(st)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		mux.Close()
+		<-done
+	})
+	return mux, ctrl
+}
+
+// answerWithHead reads each request of a stream and answers with a
+// response whose head carries a header of size bytes.
+func answerWithHead(size int) func(st *yamux.Stream) {
+	return func(st *yamux.Stream) {
+		req, err := http.ReadRequest(bufio.NewReader(st))
+		if err != nil {
+			return
+		}
+		req.Body.Close()
+		io.WriteString(st, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Big: "+strings.Repeat("a", size)+"\r\n\r\nok")
+		// Keep the stream open until the server gives up on it.
+		io.Copy(io.Discard, st)
+	}
+}
+
+// hostileClientCases are the cases of TestHostileTunnelGateway that need a
+// hand-written tunnel client; each starts its own server.
+func hostileClientCases(t *testing.T) {
+	t.Run("item7/oversized-response-head-answers-502", func(t *testing.T) {
+		st := startStack(t, inspectHandler(), func(c *config.Server) { c.TunnelMaxHeaderBytes = 32 << 10 })
+		startEvilClient(t, st.server, answerWithHead(40<<10))
+		waitClients(t, st.visitor, st.server, 2)
+		if status, body := get(t, st.visitor, st.server, evilHost, "/"); status != http.StatusBadGateway {
+			t.Fatalf("GET from a client sending a 40 KiB head over tunnel_max_header_bytes 32KiB = %d %q, want 502", status, body)
+		}
+	})
+	t.Run("item7/head-under-the-bound-passes", func(t *testing.T) {
+		st := startStack(t, inspectHandler(), func(c *config.Server) { c.TunnelMaxHeaderBytes = 64 << 10 })
+		startEvilClient(t, st.server, answerWithHead(40<<10))
+		waitClients(t, st.visitor, st.server, 2)
+		if status, body := get(t, st.visitor, st.server, evilHost, "/"); status != http.StatusOK || body != "ok" {
+			t.Fatalf("GET from a client sending a 40 KiB head under tunnel_max_header_bytes 64KiB = %d %q, want 200 ok", status, body)
+		}
+	})
+	t.Run("item7/client-opened-stream-ends-session", func(t *testing.T) {
+		st := startStack(t, inspectHandler(), nil)
+		mux, ctrl := startEvilClient(t, st.server, func(*yamux.Stream) {})
+		waitClients(t, st.visitor, st.server, 2)
+		s, err := mux.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Write(bytes.Repeat([]byte("x"), 64<<10))
+		if m := readControlFrame(t, ctrl); m["type"] != "goaway" || !strings.Contains(fmt.Sprint(m["reason"]), "opened a stream") {
+			t.Fatalf("answer to a client-opened stream = %v, want goaway naming the violation", m)
+		}
+		wait(t, mux.CloseChan(), 10*time.Second, "the server ending the session")
+	})
 }
