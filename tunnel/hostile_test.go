@@ -44,6 +44,7 @@ func TestHostileTunnel(t *testing.T) {
 		{"item7/alternating-announcer", testAlternatingAnnouncer},
 		{"item7/first-change-not-held", testFirstChangeNotHeld},
 		{"item8/trailers-with-content-length", testTrailersWithContentLength},
+		{"item8/backend-length-header-dropped", testBackendLengthHeaderDropped},
 		{"item9/backend-address-hidden", testBackendAddressHidden},
 		{"item9/backend-warning-rate-limited", testBackendWarningRateLimited},
 	}
@@ -591,6 +592,23 @@ func testTrailersWithContentLength(t *testing.T) {
 	}
 	if _, ok := resp.Header[lengthHeader]; ok {
 		t.Fatalf("response header carries %s, want it removed", lengthHeader)
+	}
+}
+
+// A backend cannot make the server announce another length than the one
+// its response has.
+func testBackendLengthHeaderDropped(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(lengthHeader, "999")
+		io.WriteString(w, "ok")
+	})
+	p := startPair(t, "pipe", newHandlerForwarder(t, h), nil)
+	resp, body := roundTrip(t, p.session, httptest.NewRequest("GET", "/", nil))
+	if resp.StatusCode != http.StatusOK || body != "ok" || resp.ContentLength != 2 {
+		t.Fatalf("GET = %d %q length %d, want 200 %q length 2", resp.StatusCode, body, resp.ContentLength, "ok")
+	}
+	if v, ok := resp.Header[lengthHeader]; ok {
+		t.Fatalf("response carries %s %v, want it removed", lengthHeader, v)
 	}
 }
 
