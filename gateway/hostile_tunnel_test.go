@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 )
 
 // TestHostileTunnelGateway holds the hostile-input cases of the tunnel
@@ -322,6 +324,35 @@ func answerWithHead(size int) func(st *yamux.Stream) {
 		io.WriteString(st, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Big: "+strings.Repeat("a", size)+"\r\n\r\nok")
 		// Keep the stream open until the server gives up on it.
 		io.Copy(io.Discard, st)
+	}
+}
+
+func TestTunnelStreamCapWarning(t *testing.T) {
+	tests := []struct {
+		name        string
+		maxStreams  int
+		wantWarning bool
+	}{
+		{"at max_concurrent_requests", 100, true},
+		{"above max_concurrent_requests", 256, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &syncBuffer{}
+			cfg := serverConfig(t)
+			cfg.MaxConcurrentRequests = 100
+			cfg.TunnelMaxStreams = tc.maxStreams
+			startServerWith(t, cfg, nil, nil, gateway.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+			warned := false
+			for _, l := range logs.lines(t) {
+				if l["level"] == "WARN" && strings.Contains(fmt.Sprint(l["msg"]), "tunnel_max_streams") {
+					warned = true
+				}
+			}
+			if warned != tc.wantWarning {
+				t.Fatalf("startup with tunnel_max_streams %d and max_concurrent_requests 100 warned = %v, want %v", tc.maxStreams, warned, tc.wantWarning)
+			}
+		})
 	}
 }
 
