@@ -203,6 +203,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		maxStreams:     s.cfg.MaxStreams,
 	}
 	sess.log = s.log.With("session_id", sess.id, "remote_addr", sess.remoteAddr)
+	sess.headWarn = newWarnLimiter(sess.log, "tunnel response head too large", headWarnEvery)
 	s.run(ctx, sess)
 }
 

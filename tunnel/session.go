@@ -71,6 +71,8 @@ type Session struct {
 	// streams still closing included.
 	maxHeaderBytes int64
 	maxStreams     int
+	// headWarn rate-limits the warning of an oversized response head.
+	headWarn *warnLimiter
 
 	ann      atomic.Pointer[Announcement]
 	lastSeen atomic.Int64 // unix nanoseconds of the last heartbeat
@@ -291,7 +293,7 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 		// and the copier stops after its read in progress.
 		if errors.Is(err, ErrHeadTooLarge) {
 			ab.abort(fmt.Errorf("%w: %w", ErrBadResponse, err))
-			s.log.Warn("tunnel response head too large", "err", err)
+			s.headWarn.warn(service, err)
 		} else {
 			ab.abort(errAborted)
 		}

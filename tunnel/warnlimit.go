@@ -10,6 +10,10 @@ import (
 // warnings of one service; the ones in between are counted.
 const backendWarnEvery = 5 * time.Second
 
+// headWarnEvery is the least time between two warnings of one session's
+// oversized response heads for one service.
+const headWarnEvery = 5 * time.Second
+
 // maxWarnKeys bounds the services a warnLimiter remembers; the server
 // names them, so their number is not ours to trust.
 const maxWarnKeys = 1024
