@@ -101,7 +101,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "tunnel limits from file and env",
-		file: "server.token: t\ntunnel_max_header_bytes: 64KiB\ntunnel_max_streams: 64\n",
+		file: "server.token: a-master-token-of-32-characters-xx\ntunnel_max_header_bytes: 64KiB\ntunnel_max_streams: 64\n",
 		env:  map[string]string{"APERIO_TUNNEL_ANNOUNCE_INTERVAL": "1s", "APERIO_TUNNEL_MAX_STREAMS": "9"},
 		want: []string{
 			"tunnel_max_header_bytes = 64KiB  # file:aperio-server.yaml:2",
