@@ -49,10 +49,6 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	ip := remoteIP(r.RemoteAddr)
 	host := hostname.Normalize(r.Host)
 	rec.Hostname = host
-	if hostFieldConflicts(r) {
-		http.Error(w, "aperio: the host field differs from :authority", http.StatusBadRequest)
-		return
-	}
 	if rt.ips != nil && !rt.ips.allow(ip, time.Now()) {
 		// Only refusals pay for the match: it names the hostname in metrics.
 		rec.Routed = rt.table.Load().match(host, r.URL.Path) != nil
@@ -62,6 +58,10 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	if _, ok := (*rt.maintenance.Load())[host]; ok {
 		w.Header().Set("Retry-After", "60")
 		http.Error(w, "aperio: "+host+" is down for maintenance", http.StatusServiceUnavailable)
+		return
+	}
+	if hostFieldConflicts(r) {
+		http.Error(w, "aperio: the host field differs from :authority", http.StatusBadRequest)
 		return
 	}
 	p := rt.table.Load().match(host, r.URL.Path)
