@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // ServerFile is the file aperio-server reads from its working directory when
@@ -38,6 +40,9 @@ func DefaultServer() Server {
 		IPLimitMax:               100,
 		IPLimitRefill:            5,
 		ClientDownThreshold:      15 * time.Second,
+		TunnelMaxHeaderBytes:     tunnel.DefaultMaxHeaderBytes,
+		TunnelMaxStreams:         tunnel.DefaultMaxStreams,
+		TunnelAnnounceInterval:   tunnel.DefaultAnnounceInterval,
 		ShutdownTimeout:          10 * time.Second,
 		LBStrategy:               "round-robin",
 		Failover:                 "fail",
@@ -78,6 +83,9 @@ func serverSettings() []setting[Server] {
 		intSetting("ip_limit_max", "per-visitor token bucket size", func(c *S) *int { return &c.IPLimitMax }),
 		floatSetting("ip_limit_refill", "per-visitor refill, tokens per second", func(c *S) *float64 { return &c.IPLimitRefill }),
 		durationSetting("client_down_threshold", "heartbeat age after which a client is dropped", func(c *S) *time.Duration { return &c.ClientDownThreshold }),
+		sizeSetting("tunnel_max_header_bytes", "largest response head a client may send (1MiB, bytes)", func(c *S) *int64 { return &c.TunnelMaxHeaderBytes }),
+		intSetting("tunnel_max_streams", "streams open per tunnel session", func(c *S) *int { return &c.TunnelMaxStreams }),
+		durationSetting("tunnel_announce_interval", "least time between announcements applied per session", func(c *S) *time.Duration { return &c.TunnelAnnounceInterval }),
 		durationSetting("shutdown_timeout", "how long SIGTERM waits for in-flight requests", func(c *S) *time.Duration { return &c.ShutdownTimeout }),
 		enumSetting("lb_strategy", "round-robin, least-inflight or primary-standby", func(c *S) *string { return &c.LBStrategy }),
 		enumSetting("failover", "fail, retry, wait or retry-wait", func(c *S) *string { return &c.Failover }),
@@ -217,6 +225,13 @@ func (s Server) problems(src *Sources) []*Error {
 		v.add("ip_limit_refill", "must not be negative, got %g", s.IPLimitRefill)
 	}
 	v.positive("client_down_threshold", s.ClientDownThreshold)
+	if s.TunnelMaxHeaderBytes < 1 {
+		v.add("tunnel_max_header_bytes", "must be positive, got %d", s.TunnelMaxHeaderBytes)
+	}
+	if s.TunnelMaxStreams < 2 {
+		v.add("tunnel_max_streams", "must be at least 2, got %d", s.TunnelMaxStreams)
+	}
+	v.positive("tunnel_announce_interval", s.TunnelAnnounceInterval)
 	v.nonNegativeDuration("shutdown_timeout", s.ShutdownTimeout)
 	v.oneOf("lb_strategy", s.LBStrategy, lbStrategies)
 	v.oneOf("failover", s.Failover, failovers)

@@ -33,6 +33,9 @@ var serverLoadCases = []struct {
 			"ip_limit_max = 100  # default",
 			"ip_limit_refill = 5  # default",
 			"client_down_threshold = 15s  # default",
+			"tunnel_max_header_bytes = 1MiB  # default",
+			"tunnel_max_streams = 256  # default",
+			"tunnel_announce_interval = 200ms  # default",
 			"shutdown_timeout = 10s  # default",
 			"lb_strategy = round-robin  # default",
 			"failover = fail  # default",
@@ -96,6 +99,16 @@ var serverLoadCases = []struct {
 			"host = ::  # env APERIO_HOST",
 			"gateway_timeout = 20s  # env APERIO_GATEWAY_TIMEOUT",
 			"server.token = <set>  # env APERIO_SERVER_TOKEN",
+		},
+	},
+	{
+		name: "tunnel limits from file and env",
+		file: "server.token: a-master-token-of-32-characters-xx\ntunnel_max_header_bytes: 64KiB\ntunnel_max_streams: 64\n",
+		env:  map[string]string{"APERIO_TUNNEL_ANNOUNCE_INTERVAL": "1s", "APERIO_TUNNEL_MAX_STREAMS": "9"},
+		want: []string{
+			"tunnel_max_header_bytes = 64KiB  # file:aperio-server.yaml:2",
+			"tunnel_max_streams = 64  # file:aperio-server.yaml:3",
+			"tunnel_announce_interval = 1s  # env APERIO_TUNNEL_ANNOUNCE_INTERVAL",
 		},
 	},
 	{
@@ -691,6 +704,9 @@ func TestServerValidate(t *testing.T) {
 			"config: gateway_response_timeout: must be positive, got 0s",
 			"config: max_concurrent_requests: must be at least 1, got 0",
 			"config: client_down_threshold: must be positive, got 0s",
+			"config: tunnel_max_header_bytes: must be positive, got 0",
+			"config: tunnel_max_streams: must be at least 2, got 0",
+			"config: tunnel_announce_interval: must be positive, got 0s",
 			`config: lb_strategy: "" is not round-robin, least-inflight or primary-standby`,
 			`config: failover: "" is not fail, retry, wait or retry-wait`,
 			"config: scaling_max_records_per_org: must be at least 1, got 0",
@@ -746,6 +762,9 @@ func TestServerKeys(t *testing.T) {
 		{"access_log_ips", "APERIO_ACCESS_LOG_IPS", nil, false},
 		{"server_timing", "APERIO_SERVER_TIMING", nil, false},
 		{"otel_sample_rate", "APERIO_OTEL_SAMPLE_RATE", nil, false},
+		{"tunnel_max_header_bytes", "APERIO_TUNNEL_MAX_HEADER_BYTES", nil, false},
+		{"tunnel_max_streams", "APERIO_TUNNEL_MAX_STREAMS", nil, false},
+		{"tunnel_announce_interval", "APERIO_TUNNEL_ANNOUNCE_INTERVAL", nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -765,7 +784,7 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("ServerKeys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 47 {
-		t.Errorf("len(ServerKeys()) = %d, want 47", len(keys))
+	if len(keys) != 50 {
+		t.Errorf("len(ServerKeys()) = %d, want 50", len(keys))
 	}
 }

@@ -54,6 +54,18 @@ type Server struct {
 	// ClientDownThreshold is the heartbeat age after which a client is dropped
 	// (client_down_threshold). Default 15s; must be positive.
 	ClientDownThreshold time.Duration
+	// TunnelMaxHeaderBytes bounds each response head a client sends on a
+	// data stream (tunnel_max_header_bytes); a larger one answers the
+	// visitor 502. Default 1 MiB; must be positive.
+	TunnelMaxHeaderBytes int64
+	// TunnelMaxStreams bounds the streams open on one tunnel session
+	// (tunnel_max_streams), so its unread data stays under TunnelMaxStreams
+	// × 2 MiB. Default 256; at least 2 (control stream plus one).
+	TunnelMaxStreams int
+	// TunnelAnnounceInterval is the least time between two announcements
+	// applied for one session (tunnel_announce_interval); sooner ones are
+	// coalesced, the latest winning. Default 200ms; must be positive.
+	TunnelAnnounceInterval time.Duration
 	// ShutdownTimeout bounds how long SIGTERM waits for in-flight requests
 	// (shutdown_timeout). Default 10s; 0 stops at once.
 	ShutdownTimeout time.Duration

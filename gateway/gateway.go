@@ -174,11 +174,17 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
 		}
 	}
+	if cfg.TunnelMaxStreams <= cfg.MaxConcurrentRequests {
+		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", "tunnel_max_streams", cfg.TunnelMaxStreams, "max_concurrent_requests", cfg.MaxConcurrentRequests)
+	}
 	ts, err := tunnel.NewServer(tunnel.ServerConfig{
 		Auth:                  &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now},
 		Registry:              auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now)},
 		DownThreshold:         cfg.ClientDownThreshold,
 		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
+		MaxHeaderBytes:        cfg.TunnelMaxHeaderBytes,
+		MaxStreams:            cfg.TunnelMaxStreams,
+		AnnounceInterval:      cfg.TunnelAnnounceInterval,
 		Logger:                log,
 	})
 	if err != nil {

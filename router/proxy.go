@@ -58,6 +58,10 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		http.Error(w, "aperio: "+host+" is down for maintenance", http.StatusServiceUnavailable)
 		return
 	}
+	if hostFieldConflicts(r) {
+		http.Error(w, "aperio: the host field differs from :authority", http.StatusBadRequest)
+		return
+	}
 	p := rt.table.Load().match(host, r.URL.Path)
 	rec.Routed = p != nil
 	if rt.tracer != nil {

@@ -21,6 +21,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
+
+	"github.com/aperio-dev/aperio/internal/recovery"
 )
 
 // Forwarder answers the requests a client receives. Forward is called
@@ -57,6 +59,10 @@ type ClientConfig struct {
 	// end (notices from the welcome are logged regardless).
 	OnConnect    func(sessionID string)
 	OnDisconnect func(err error)
+	// MaxHeaderBytes bounds each request head the server sends on a data
+	// stream; a larger one closes the stream. Zero means
+	// DefaultMaxHeaderBytes (1 MiB).
+	MaxHeaderBytes int64
 }
 
 // Reconnect backoff (contract §3): 1 s doubling to 60 s, full jitter, reset
@@ -96,6 +102,8 @@ type Client struct {
 	// receiver of nudge.
 	connected atomic.Bool
 	upSince   atomic.Int64 // unix nanoseconds of the last welcome
+	// backendWarn rate-limits the warning of an unreachable backend.
+	backendWarn *warnLimiter
 }
 
 // NewClient checks cfg and returns a Client; Run starts it.
@@ -129,14 +137,16 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if jitter == nil {
 		jitter = rand.Float64
 	}
+	log = log.With("server_url", cfg.URL)
 	return &Client{
-		cfg:    cfg,
-		log:    log.With("server_url", cfg.URL),
-		wsURL:  wsURL,
-		dialer: dialer,
-		jitter: jitter,
-		nudge:  make(chan chan error),
-		poke:   make(chan struct{}, 1),
+		cfg:         cfg,
+		log:         log,
+		wsURL:       wsURL,
+		dialer:      dialer,
+		jitter:      jitter,
+		nudge:       make(chan chan error),
+		poke:        make(chan struct{}, 1),
+		backendWarn: newWarnLimiter(log, "backend unreachable", backendWarnEvery),
 	}, nil
 }
 
@@ -356,6 +366,7 @@ func (c *Client) acceptLoop(ctx context.Context, mux *yamux.Session) {
 		c.streams.Add(1)
 		go func() {
 			defer c.streams.Done()
+			defer recovery.Recover(c.log, "tunnel stream")
 			c.serveStream(ctx, st)
 		}()
 	}
@@ -505,11 +516,17 @@ func closeReason(acks <-chan ackMsg) error {
 // serveStream answers the requests of one data stream in turn.
 func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
 	defer st.Close()
-	br := bufio.NewReaderSize(st, 4096)
+	lim := newHeadLimiter(st, c.cfg.MaxHeaderBytes)
+	br := bufio.NewReaderSize(lim, 4096)
 	for {
+		lim.startHead()
 		req, err := http.ReadRequest(br)
+		lim.endHead()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, yamux.ErrStreamClosed) {
+			switch {
+			case errors.Is(err, ErrHeadTooLarge):
+				c.log.Warn("tunnel request head too large; stream closed", "err", err)
+			case !errors.Is(err, io.EOF) && !errors.Is(err, yamux.ErrStreamClosed):
 				c.log.Debug("tunnel stream ended", "err", err)
 			}
 			return

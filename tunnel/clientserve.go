@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/bufpool"
+	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/hashicorp/yamux"
 )
 
@@ -50,6 +51,7 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 	if !upgrade {
 		next = make(chan error, 1)
 		go func() {
+			defer recovery.Recover(c.log, "tunnel stream peek")
 			if body != nil {
 				select {
 				case <-body.eof: // the body's reader is done with br
@@ -71,8 +73,9 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 		if rctx.Err() != nil {
 			return false // the server abandoned it; nobody reads an answer
 		}
-		c.log.Debug("backend request failed", "service", service, "err", err)
-		resp = errorResponse(http.StatusBadGateway, "aperio-client: backend unreachable: "+err.Error())
+		// Visitors see a generic text: the error names internal addresses.
+		c.backendWarn.warn(service, err)
+		resp = errorResponse(http.StatusBadGateway, "aperio-client: backend unreachable")
 	}
 	bw := getWriter(st)
 	defer putWriter(bw)
@@ -105,6 +108,11 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 	}
 	c.active.Add(-1)
 	counted = false
+	if next == nil {
+		// An upgrade request the backend refused: the server never reuses
+		// such a stream, and nothing here watches it for the next request.
+		return false
+	}
 	return <-next == nil
 }
 
@@ -113,16 +121,21 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 // flushed as they arrive (SSE, gRPC), with trailers after the last chunk.
 func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response) error {
 	RemoveHopHeaders(resp.Header, false)
+	delete(resp.Header, lengthHeader)
 	hasBody := bodyAllowed(resp.StatusCode) && req.Method != http.MethodHead
-	chunked := hasBody && resp.ContentLength < 0
+	chunked := hasBody && (resp.ContentLength < 0 || sendsTrailers(resp))
+	if chunked && resp.ContentLength >= 0 {
+		resp.Header[lengthHeader] = []string{strconv.FormatInt(resp.ContentLength, 10)}
+	}
 	if err := writeResponseHead(bw, resp, chunked, bodyAllowed(resp.StatusCode)); err != nil {
 		return err
 	}
 	if !hasBody {
 		return bw.Flush()
 	}
-	bc := &bodyCopier{bw: bw, src: resp.Body, length: resp.ContentLength, flushEach: chunked}
+	bc := &bodyCopier{bw: bw, src: resp.Body, length: resp.ContentLength, flushEach: resp.ContentLength < 0}
 	if chunked {
+		bc.length = -1
 		bc.trailer = func() http.Header { return resp.Trailer }
 	}
 	return bc.copy()
@@ -146,6 +159,7 @@ func (c *Client) serveUpgrade(st *yamux.Stream, br *bufio.Reader, bw *bufio.Writ
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer recovery.Recover(c.log, "tunnel upgrade relay")
 		bufpool.Copy(backend, br) // visitor → backend
 		if cw, ok := backend.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()

@@ -41,11 +41,58 @@ func putWriter(bw *bufio.Writer) {
 	writerPool.Put(bw)
 }
 
-// framingHeaders are computed by the writers, never copied.
+// framingHeaders are computed by the writers, never copied. Host is
+// written from Request.Host: net/http leaves an HTTP/2 request's host
+// field in Header too, and a second Host line makes the client refuse the
+// request.
 var framingHeaders = map[string]bool{
 	"Content-Length":    true,
 	"Transfer-Encoding": true,
 	"Trailer":           true,
+	"Host":              true,
+}
+
+// lengthHeader carries a response's Content-Length across the tunnel when
+// the response travels chunked so that trailers can follow its body (an
+// HTTP/2 backend may send both). The client sets it, the server restores
+// Content-Length from it and removes it; a backend's own is dropped.
+const lengthHeader = "X-Aperio-Content-Length"
+
+// originForm returns the request target to write on the tunnel: always
+// origin-form (path and query), or "*" for OPTIONS *, whatever form the
+// visitor used. An absolute-form target would let the client's backend
+// take its Host from the target instead of from Request.Host, which is
+// what the request was routed on.
+func originForm(req *http.Request) string {
+	if req.Method == http.MethodOptions && (req.RequestURI == "*" || req.URL.Path == "*") {
+		return "*"
+	}
+	u := *req.URL
+	u.Scheme, u.Host, u.User, u.Opaque = "", "", nil, ""
+	return u.RequestURI()
+}
+
+// sendsTrailers reports whether resp may carry trailers, which then need
+// chunked framing on the tunnel: it declared them, or it came over HTTP/2,
+// where trailers need no declaration and may follow a Content-Length body.
+func sendsTrailers(resp *http.Response) bool {
+	return len(resp.Trailer) > 0 || resp.ProtoMajor == 2
+}
+
+// restoreContentLength undoes the client's lengthHeader on a response read
+// from the tunnel.
+func restoreContentLength(resp *http.Response) {
+	v, ok := resp.Header[lengthHeader]
+	if !ok {
+		return
+	}
+	delete(resp.Header, lengthHeader)
+	if resp.ContentLength >= 0 || len(v) != 1 {
+		return
+	}
+	if n, err := strconv.ParseInt(v[0], 10, 64); err == nil && n >= 0 {
+		resp.ContentLength = n
+	}
 }
 
 // writeRequestHead writes the request line and headers. chunked selects

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 
@@ -55,6 +56,25 @@ func dialRaw(t *testing.T, srv *Server) *rawClient {
 	}
 	t.Cleanup(func() { mux.Close() })
 	return &rawClient{mux: mux}
+}
+
+// hello opens the control stream, sends the test announcement's hello
+// and returns the stream and the server's welcome.
+func (rc *rawClient) hello(t *testing.T) (*yamux.Stream, *message) {
+	t.Helper()
+	ctrl, err := rc.mux.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := testAnnouncement()
+	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
+		t.Fatal(err)
+	}
+	welcome, err := readMessage(ctrl)
+	if err != nil || welcome.Type != msgWelcome {
+		t.Fatalf("welcome = %+v, %v, want welcome", welcome, err)
+	}
+	return ctrl, welcome
 }
 
 func TestClientSilentAfterUpgradeIsDropped(t *testing.T) {
@@ -154,18 +174,8 @@ func TestMissedHeartbeatsDropClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := dialRaw(t, srv)
-	ctrl, err := rc.mux.OpenStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, welcome := rc.hello(t)
 	ann := testAnnouncement()
-	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
-		t.Fatal(err)
-	}
-	welcome, err := readMessage(ctrl)
-	if err != nil || welcome.Type != msgWelcome {
-		t.Fatalf("welcome = %+v, %v, want welcome", welcome, err)
-	}
 	if got := time.Duration(welcome.HeartbeatMS) * time.Millisecond; got != threshold/3 {
 		t.Fatalf("heartbeat interval = %v, want %v (a third of the down threshold)", got, threshold/3)
 	}
@@ -197,13 +207,35 @@ func FuzzDecodeMessage(f *testing.F) {
 		f.Add(buf.Bytes())
 	}
 	f.Add([]byte("\x7f\xff\xff\xff"))
+	for _, raw := range []string{
+		`{"type":"heartbeat","seq":1,"announcement":{"name":"a","instance_id":"i","services":[{"id":"0","hostnames":["app.test"],"healthy":true,"concurrency":{"mode":"aimd","desired":4,"min":1,"max":8}}],"scaling":{"url":"https://hook.test/x","min":0,"max":2}}}`,
+		`{"type":"hello","version":1,"announcement":{"name":"a\u0000b","instance_id":"i","services":[{"id":"0","hostnames":["*.app.test"],"path":"/api","healthy":false}]}}`,
+	} {
+		var buf bytes.Buffer
+		binary.Write(&buf, binary.BigEndian, uint32(len(raw)))
+		buf.WriteString(raw)
+		f.Add(buf.Bytes())
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := readMessage(bytes.NewReader(data))
 		if err != nil {
 			return
 		}
-		if m.Announcement != nil {
-			m.Announcement.Validate() // must not panic on any input
+		if m.Announcement == nil || m.Announcement.Validate() != nil {
+			return
+		}
+		// A valid announcement survives the trip the server's ack and the
+		// client's next heartbeat make: encoded again, it decodes the same.
+		var buf bytes.Buffer
+		if err := writeMessage(&buf, m); err != nil {
+			t.Fatalf("re-encode a valid %s: %v", m.Type, err)
+		}
+		again, err := readMessage(&buf)
+		if err != nil {
+			t.Fatalf("decode a re-encoded valid %s: %v", m.Type, err)
+		}
+		if diff := cmp.Diff(m, again); diff != "" {
+			t.Fatalf("valid %s changed across a re-encoding (-first +again):\n%s", m.Type, diff)
 		}
 	})
 }

@@ -59,6 +59,24 @@ type ServerConfig struct {
 	// HandshakeTimeout bounds the time from the upgrade to the welcome;
 	// zero means the protocol default, HandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// MaxHeaderBytes bounds each response head a client sends
+	// (tunnel_max_header_bytes); a larger one fails the exchange with
+	// ErrBadResponse wrapping ErrHeadTooLarge. Zero means
+	// DefaultMaxHeaderBytes (1 MiB).
+	MaxHeaderBytes int64
+	// MaxStreams bounds the yamux streams open on one session
+	// (tunnel_max_streams), the control stream and streams still closing
+	// included; a request that would need one more fails with
+	// ErrTooManyStreams. Each stream buffers at most its receive window
+	// (2 MiB), so a session holds at most MaxStreams × 2 MiB of data the
+	// server has not read. Zero means DefaultMaxStreams.
+	MaxStreams int
+	// AnnounceInterval is the least time between two announcements applied
+	// for one session (tunnel_announce_interval). A heartbeat that comes
+	// sooner is held, a newer one replacing it, and applied and acked when
+	// the interval has passed; one after a quiet interval is applied at
+	// once. Zero means DefaultAnnounceInterval (200ms).
+	AnnounceInterval time.Duration
 	// Logger receives session lifecycle logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -93,6 +111,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = HandshakeTimeout
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.AnnounceInterval <= 0 {
+		cfg.AnnounceInterval = DefaultAnnounceInterval
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -167,12 +194,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer mux.Close()
 	sess := &Session{
-		id:          newID(),
-		ident:       ident,
-		remoteAddr:  r.RemoteAddr,
-		mux:         mux,
-		headTimeout: s.cfg.ResponseHeaderTimeout,
+		id:             newID(),
+		ident:          ident,
+		remoteAddr:     r.RemoteAddr,
+		mux:            mux,
+		headTimeout:    s.cfg.ResponseHeaderTimeout,
+		maxHeaderBytes: s.cfg.MaxHeaderBytes,
+		maxStreams:     s.cfg.MaxStreams,
 	}
+	sess.log = s.log.With("session_id", sess.id, "remote_addr", sess.remoteAddr)
+	sess.headWarn = newWarnLimiter(sess.log, "tunnel response head too large", headWarnEvery)
 	s.run(ctx, sess)
 }
 
@@ -190,7 +221,7 @@ func offersSubprotocol(h http.Header) bool {
 // run performs the handshake and then serves the control stream until the
 // session ends.
 func (s *Server) run(ctx context.Context, sess *Session) {
-	log := s.log.With("session_id", sess.id, "remote_addr", sess.remoteAddr)
+	log := sess.log
 	hctx, hcancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
 	ctrl, err := sess.mux.AcceptStreamWithContext(hctx)
 	hcancel()
@@ -265,24 +296,35 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	}
 	log.Info("client connected", "client_name", hello.Announcement.Name, "services", len(hello.Announcement.Services))
 
-	// The client never opens streams of its own after the control stream;
-	// close any it does so they cannot pile up buffered data.
-	go refuseStreams(sess.mux)
+	// The client never opens streams of its own after the control stream.
+	refused := make(chan struct{})
+	go func() {
+		defer close(refused)
+		refuseStreams(sess)
+	}()
 
 	err = s.serveControl(sess, ctrl)
 	sess.close(err)
-	log.Info("client disconnected", "client_name", sess.Announcement().Name, "reason", errString(err))
+	<-refused
+	log.Info("client disconnected", "client_name", sess.Announcement().Name, "reason", errString(sess.closeErr))
 }
 
-// refuseStreams closes every stream the client opens until the session ends.
-func refuseStreams(mux *yamux.Session) {
-	for {
-		st, err := mux.AcceptStream()
-		if err != nil {
-			return
-		}
-		st.Close()
+// errClientStream ends a session whose client opened a data stream, which
+// the protocol reserves to the server. Refusing streams one by one would
+// leave each buffering up to its window until StreamCloseTimeout.
+var errClientStream = errors.New("tunnel: protocol violation: the client opened a stream")
+
+// refuseStreams ends the session at the first stream the client opens, and
+// returns when the session has ended.
+func refuseStreams(sess *Session) {
+	st, err := sess.mux.AcceptStream()
+	if err != nil {
+		return
 	}
+	resetStream(st)
+	sess.log.Warn("client opened a stream; ending the session", "err", errClientStream)
+	sess.writeControl(&message{Type: msgGoAway, Reason: errClientStream.Error()}, time.Second)
+	sess.close(errClientStream)
 }
 
 // errTokenExpired ends a session at the first heartbeat after its token's
@@ -291,37 +333,6 @@ var errTokenExpired = errors.New("tunnel: token expired")
 
 // errHeartbeatMissed ends a session whose client went quiet.
 var errHeartbeatMissed = errors.New("tunnel: heartbeat missed")
-
-// serveControl reads heartbeats until the session ends or misses one.
-func (s *Server) serveControl(sess *Session, ctrl *yamux.Stream) error {
-	for {
-		ctrl.SetReadDeadline(time.Now().Add(s.cfg.DownThreshold))
-		m, err := readMessage(ctrl)
-		if err != nil {
-			if errors.Is(err, yamux.ErrTimeout) {
-				return errHeartbeatMissed
-			}
-			return err
-		}
-		if m.Type != msgHeartbeat {
-			return fmt.Errorf("tunnel: unexpected %s frame", m.Type)
-		}
-		if exp := sess.ident.ExpiresAt; !exp.IsZero() && time.Now().After(exp) {
-			sess.writeControl(&message{Type: msgGoAway, Reason: "token expired"}, time.Second)
-			return errTokenExpired
-		}
-		if err := m.Announcement.Validate(); err != nil {
-			sess.writeControl(&message{Type: msgGoAway, Reason: err.Error()}, time.Second)
-			return err
-		}
-		sess.ann.Store(m.Announcement)
-		sess.lastSeen.Store(time.Now().UnixNano())
-		notices := s.cfg.Registry.Update(sess)
-		if err := sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq}, s.cfg.DownThreshold); err != nil {
-			return err
-		}
-	}
-}
 
 // Shutdown tells every client to go away, closes their sessions and waits
 // for the session handlers to return or ctx to end. New tunnels are refused

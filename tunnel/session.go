@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/aperio-dev/aperio/internal/recovery"
 )
 
 // Errors a RoundTrip may return. The router translates them into visitor
@@ -26,6 +29,9 @@ var (
 	// ErrBadResponse means the client answered with something that is not
 	// HTTP/1.1.
 	ErrBadResponse = errors.New("tunnel: malformed response from client")
+	// ErrTooManyStreams means the session already has its maximum of
+	// streams open (ServerConfig.MaxStreams); the request is not sent.
+	ErrTooManyStreams = errors.New("tunnel: session has tunnel_max_streams streams open")
 )
 
 // maxIdleStreams bounds the data streams a session keeps open for reuse.
@@ -59,6 +65,14 @@ type Session struct {
 	connectedAt time.Time
 	mux         *yamux.Session
 	headTimeout time.Duration
+	log         *slog.Logger
+	// maxHeaderBytes bounds each response head read from the client;
+	// maxStreams bounds the streams open on mux, the control stream and
+	// streams still closing included.
+	maxHeaderBytes int64
+	maxStreams     int
+	// headWarn rate-limits the warning of an oversized response head.
+	headWarn *warnLimiter
 
 	ann      atomic.Pointer[Announcement]
 	lastSeen atomic.Int64 // unix nanoseconds of the last heartbeat
@@ -76,8 +90,9 @@ type Session struct {
 // dataStream is a data stream with its buffered reader; writers come from
 // a pool for the length of one exchange.
 type dataStream struct {
-	st *yamux.Stream
-	br *bufio.Reader
+	st  *yamux.Stream
+	br  *bufio.Reader
+	lim *headLimiter // under br: bounds each response head
 }
 
 // ID returns the session id the server assigned.
@@ -191,10 +206,11 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 	hasBody := req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0
 	chunked := hasBody && req.ContentLength < 0
 
-	uri := req.RequestURI
-	if uri == "" {
-		uri = req.URL.RequestURI()
-	}
+	// The tunnel always carries origin-form targets: an absolute-form
+	// target (HTTP/2 lets a visitor put any host in :path) would make the
+	// client's backend see a Host other than the one the request was
+	// routed on.
+	uri := originForm(req)
 	if service != "" {
 		req.Header[ServiceHeader] = []string{service}
 	}
@@ -213,54 +229,55 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 		return nil, fmt.Errorf("%w: write request: %w", ErrSessionClosed, err)
 	}
 
-	// Abort on cancellation and on the head deadline by closing the
-	// stream: the client sees EOF and cancels its backend request.
-	var aborted atomic.Value // error
-	abort := func(err error) {
-		aborted.CompareAndSwap(nil, err)
-		ds.st.Close()
+	// Abort on cancellation, on the head deadline and on a failing request
+	// body by resetting the stream: the client sees EOF and cancels its
+	// backend request, and a head read in progress returns at once.
+	var body io.Closer
+	if hasBody && !upgrade {
+		body = req.Body
 	}
-	stopCtx := context.AfterFunc(req.Context(), func() { abort(context.Cause(req.Context())) })
+	ab := newExchangeAbort(ds.st, body)
+	stopCtx := context.AfterFunc(req.Context(), func() {
+		defer recovery.Recover(s.log, "tunnel exchange cancel")
+		ab.abortAndCloseBody(context.Cause(req.Context()))
+	})
 	var headTimer *time.Timer
 	if s.headTimeout > 0 {
-		headTimer = time.AfterFunc(s.headTimeout, func() { abort(ErrResponseTimeout) })
+		headTimer = time.AfterFunc(s.headTimeout, func() {
+			defer recovery.Recover(s.log, "tunnel head timer")
+			ab.abortAndCloseBody(ErrResponseTimeout)
+		})
 	}
+	stopHeadTimer := func() bool { return headTimer == nil || headTimer.Stop() }
 
 	var bodyDone chan error
 	if hasBody && !upgrade {
 		bodyDone = make(chan error, 1)
-		bc := &bodyCopier{bw: bw, src: req.Body, length: req.ContentLength, flushEach: chunked}
+		bc := &bodyCopier{bw: bw, src: &abortableReader{r: req.Body, a: ab}, length: req.ContentLength, flushEach: chunked}
 		if chunked {
 			bc.trailer = func() http.Header { return req.Trailer }
 		}
-		go func() {
-			err := bc.copy()
-			putWriter(bw)
-			if err != nil {
-				abort(fmt.Errorf("request body: %w", err))
-			}
-			bodyDone <- err
-		}()
+		go s.copyRequestBody(bc, ab, bodyDone)
 	}
 
 	// A reused stream that the client closed while it sat in the pool
 	// answers with EOF before any byte; ReadResponse would report that as
 	// ErrUnexpectedEOF, so look first.
-	if _, perr := ds.br.Peek(1); errors.Is(perr, io.EOF) && reused && !hasBody && aborted.Load() == nil {
+	ds.lim.startHead()
+	if _, perr := ds.br.Peek(1); errors.Is(perr, io.EOF) && reused && !hasBody && ab.err() == nil {
 		stopCtx()
-		if headTimer != nil {
-			headTimer.Stop()
-		}
+		stopHeadTimer()
 		ds.st.Close()
 		return nil, errStaleStream
 	}
 	resp, err := http.ReadResponse(ds.br, req)
-	if err == nil && headTimer != nil && !headTimer.Stop() {
+	ds.lim.endHead()
+	if err == nil && !stopHeadTimer() {
 		// The deadline fired as the head arrived; the stream is closing.
 		resp.Body.Close()
 		resp, err = nil, ErrResponseTimeout
 	}
-	if err == nil && aborted.Load() != nil {
+	if err == nil && ab.err() != nil {
 		// We closed the stream before the head was read, so the head is the
 		// client's reaction to a truncated request (its backend's failure
 		// to read an oversized body, say), not an answer to pass on; the
@@ -270,11 +287,27 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 	}
 	if err != nil {
 		stopCtx()
-		ds.st.Close()
-		if cause, ok := aborted.Load().(error); ok {
+		stopHeadTimer()
+		// The body copier may be blocked reading the visitor; closing the
+		// body here would wait for that read, so only the stream is reset
+		// and the copier stops after its read in progress.
+		if errors.Is(err, ErrHeadTooLarge) {
+			ab.abort(fmt.Errorf("%w: %w", ErrBadResponse, err))
+			s.headWarn.warn(service, err)
+		} else {
+			ab.abort(errAborted)
+		}
+		if cause := ab.err(); cause != errAborted {
+			// A body copier that already failed knows best (413 for a body
+			// over max_body_size); one still blocked reading a slow upload
+			// is not waited for.
 			if bodyDone != nil {
-				if berr := <-bodyDone; berr != nil {
-					return nil, berr
+				select {
+				case berr := <-bodyDone:
+					if berr != nil {
+						return nil, berr
+					}
+				default:
 				}
 			}
 			return nil, cause
@@ -284,21 +317,41 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 		}
 		return nil, fmt.Errorf("%w: %w", ErrBadResponse, err)
 	}
+	restoreContentLength(resp)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		stopCtx() // the upgraded connection now lives as long as its users keep it
 		resp.Body = &upgradedConn{ds: ds}
 		return resp, nil
 	}
-	resp.Body = &responseBody{s: s, ds: ds, body: resp.Body, stop: stopCtx, bodyDone: bodyDone, keep: !resp.Close}
+	// A stream that carried an upgrade request is never reused: a client
+	// whose backend refused the upgrade may not read from it again.
+	keep := !resp.Close && !upgrade
+	resp.Body = &responseBody{s: s, ds: ds, ab: ab, body: resp.Body, stop: stopCtx, bodyDone: bodyDone, keep: keep}
 	return resp, nil
 }
 
+// copyRequestBody runs bc on its own goroutine and reports its result on
+// done; a failing body aborts the exchange.
+func (s *Session) copyRequestBody(bc *bodyCopier, ab *exchangeAbort, done chan<- error) {
+	defer recovery.Recover(s.log, "tunnel request body")
+	err := bc.copy()
+	putWriter(bc.bw)
+	if err != nil {
+		ab.abort(fmt.Errorf("request body: %w", err))
+	}
+	done <- err
+}
+
 func (s *Session) getFreshStream() (*dataStream, bool, error) {
+	if s.maxStreams > 0 && s.mux.NumStreams() >= s.maxStreams {
+		return nil, false, fmt.Errorf("%w (%d)", ErrTooManyStreams, s.maxStreams)
+	}
 	st, err := s.mux.OpenStream()
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: open stream: %w", ErrSessionClosed, err)
 	}
-	return &dataStream{st: st, br: bufio.NewReaderSize(st, 4096)}, false, nil
+	lim := newHeadLimiter(st, s.maxHeaderBytes)
+	return &dataStream{st: st, br: bufio.NewReaderSize(lim, 4096), lim: lim}, false, nil
 }
 
 // responseBody returns its stream to the pool when the exchange completed
@@ -306,6 +359,7 @@ func (s *Session) getFreshStream() (*dataStream, bool, error) {
 type responseBody struct {
 	s        *Session
 	ds       *dataStream
+	ab       *exchangeAbort
 	body     io.ReadCloser
 	stop     func() bool
 	bodyDone chan error
@@ -330,7 +384,7 @@ func (b *responseBody) Close() error {
 	}
 	b.closed = true
 	stopped := b.stop()
-	reuse := b.eof && b.keep && stopped
+	reuse := b.eof && b.keep && stopped && b.ab.err() == nil
 	if reuse && b.bodyDone != nil {
 		select {
 		case err := <-b.bodyDone:
