@@ -76,6 +76,9 @@ type Gateway struct {
 	// expire; nil unless scaling is on.
 	expiry   *armerExpiry
 	ownStore bool // New opened db, so Serve closes it
+	// defaultOrg is the ID of the "default" organization: the master
+	// token's clients belong to it (see router.Ownership).
+	defaultOrg string
 	// metricsHandler serves /metrics on every hostname (contract §2: 404
 	// unless metrics_token is set), so apps cannot serve that path.
 	metricsHandler http.Handler
@@ -206,6 +209,11 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	if err := g.loadMaintenance(ctx); err != nil {
 		return nil, err
 	}
+	g.defaultOrg = org.ID
+	if err := g.loadOwnership(ctx); err != nil {
+		return nil, err
+	}
+	g.warnUnowned(ctx)
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
