@@ -1,6 +1,10 @@
 package hostname
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestCovers(t *testing.T) {
 	tests := []struct {
@@ -93,4 +97,36 @@ func TestOwners(t *testing.T) {
 	if _, _, ok := none.Overlap("*.example"); ok {
 		t.Errorf("nil Owners: Overlap(*.example) found a pattern")
 	}
+}
+
+// FuzzOwners checks the index against the definition: Owner finds a
+// pattern exactly when some pattern covers the name, and Overlap exactly
+// when some pattern overlaps it.
+func FuzzOwners(f *testing.F) {
+	f.Add("a.example", "*.b.example", "*.c.b.example", "x.b.example")
+	f.Add("*.example", "a.example", "b.a.example", "*.a.example")
+	f.Add("x", "*.x", "*.y.x", "*.x")
+	f.Fuzz(func(t *testing.T, p1, p2, p3, name string) {
+		patterns := map[string]string{}
+		for i, p := range []string{p1, p2, p3} {
+			if Validate(p) == nil {
+				patterns[strings.ToLower(p)] = fmt.Sprint(i)
+			}
+		}
+		if Validate(name) != nil {
+			return
+		}
+		o := NewOwners(patterns)
+		covered, overlapped := false, false
+		for p := range patterns {
+			covered = covered || Covers(p, name)
+			overlapped = overlapped || Overlaps(p, name)
+		}
+		if _, pat, ok := o.Owner(name); ok != covered || ok && !Covers(pat, name) {
+			t.Errorf("Owner(%q) in %v = %q, %v; want found=%v", name, patterns, pat, ok, covered)
+		}
+		if _, pat, ok := o.Overlap(name); ok != overlapped || ok && !Overlaps(pat, name) {
+			t.Errorf("Overlap(%q) in %v = %q, %v; want found=%v", name, patterns, pat, ok, overlapped)
+		}
+	})
 }
