@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -190,6 +191,31 @@ func TestHostileAdmin(t *testing.T) {
 			}
 		}},
 
+		{"item3/ownership-change-drops-a-live-bind", func(t *testing.T, e *tenants) {
+			g := startGateway(t, e)
+			up, down := g.runClient(t, masterToken, victim{}, tunnel.Service{ID: "0", Hostnames: []string{"late.test"}, Healthy: true})
+			g.waitUp(t, up, down)
+			if status, body := g.visit(t, "late.test", "/"); status != http.StatusOK || body != "victim" {
+				t.Fatalf("GET late.test before the change = %d %q, want the default organization's client", status, body)
+			}
+			// The master gives late.test to a: the server learns it from
+			// the store's change feed and drops the default org's bind.
+			e.f.own(t, e.a, e.shop, "*.a.test", "late.test")
+			deadline := time.Now().Add(handshakeWait)
+			for {
+				// Without its bind the hostname has no client: 502, or 504
+				// once the wait for one (gateway_timeout) runs out.
+				status, body := g.visit(t, "late.test", "/")
+				if status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("GET late.test = %d %q %v after the ownership change, want 502 or 504", status, body, handshakeWait)
+				}
+				runtime.Gosched()
+			}
+		}},
+
 		// Oversize lists, their deduplication and their audit, and
 		// ambiguous JSON.
 		{"item11/token-hostnames-capped", func(t *testing.T, e *tenants) {
@@ -304,6 +330,7 @@ func startGateway(t *testing.T, e *tenants) *hostileGateway {
 	t.Helper()
 	cfg := config.DefaultServer()
 	cfg.Token, cfg.Host, cfg.Port, cfg.DataDir = masterToken, "127.0.0.1", 0, t.TempDir()
+	cfg.GatewayTimeout = 200 * time.Millisecond // a hostname without a client answers quickly
 	gw, err := gateway.New(t.Context(), cfg, gateway.Options{Store: e.f.db})
 	if err != nil {
 		t.Fatalf("gateway.New() = %v", err)
@@ -392,14 +419,20 @@ func (g *hostileGateway) serve(t *testing.T, e *tenants, host string) {
 	var tok admin.MintedToken
 	e.f.expect(t, "POST", "/tokens", e.adminA, tokenBody(t, host), http.StatusCreated, &tok)
 	up, down := g.runClient(t, tok.Secret, victim{}, tunnel.Service{ID: "0", Hostnames: []string{host}, Healthy: true})
+	g.waitUp(t, up, down)
+}
+
+// waitUp waits for a client's first session to be accepted.
+func (g *hostileGateway) waitUp(t *testing.T, up <-chan struct{}, down <-chan error) {
+	t.Helper()
 	timer := time.NewTimer(handshakeWait)
 	defer timer.Stop()
 	select {
 	case <-up:
 	case err := <-down:
-		t.Fatalf("a's client ended with %v, want connected", err)
+		t.Fatalf("client ended with %v, want connected", err)
 	case <-timer.C:
-		t.Fatalf("a's client not connected within %v", handshakeWait)
+		t.Fatalf("client not connected within %v", handshakeWait)
 	}
 }
 
