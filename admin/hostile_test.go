@@ -332,7 +332,7 @@ func startGateway(t *testing.T, e *tenants) *hostileGateway {
 	cfg := config.DefaultServer()
 	cfg.Token, cfg.Host, cfg.Port, cfg.DataDir = masterToken, "127.0.0.1", 0, t.TempDir()
 	cfg.GatewayTimeout = 200 * time.Millisecond // a hostname without a client answers quickly
-	cfg.IPLimitMax = 0 // polls from one address must not run into the per-visitor limit
+	cfg.IPLimitMax = 0                          // polls from one address must not run into the per-visitor limit
 	gw, err := gateway.New(t.Context(), cfg, gateway.Options{Store: e.f.db})
 	if err != nil {
 		t.Fatalf("gateway.New() = %v", err)
