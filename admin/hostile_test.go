@@ -190,6 +190,22 @@ func TestHostileAdmin(t *testing.T) {
 			}
 		}},
 
+		{"item3/refusal-reason-bounded", func(t *testing.T, e *tenants) {
+			hosts := make([]string, 200)
+			for i := range hosts {
+				hosts[i] = fmt.Sprintf("h%d.a.test", i)
+			}
+			secret := "apr_manyhosts00000000000000000000000000000000000000000"
+			sum := sha256.Sum256([]byte(secret))
+			if _, err := e.f.db.CreateToken(t.Context(), store.Token{OrgID: e.b, Name: "many", Prefix: secret[:8], Hash: sum[:], Hostnames: hosts}); err != nil {
+				t.Fatal(err)
+			}
+			g := startGateway(t, e)
+			reason := g.refused(t, secret, tunnel.Service{ID: "0", Hostnames: hosts, Healthy: true})
+			if len(reason) > 600 || !strings.Contains(reason, "and 195 more") {
+				t.Errorf("refusal of 200 hostnames = %d bytes %q, want at most 600 counting the rest", len(reason), reason)
+			}
+		}},
 		{"item3/ownership-change-drops-a-live-bind", func(t *testing.T, e *tenants) {
 			g := startGateway(t, e)
 			up, down := g.runClient(t, masterToken, victim{}, tunnel.Service{ID: "0", Hostnames: []string{"late.test"}, Healthy: true})

@@ -168,11 +168,19 @@ func (rt *Router) Attach(s *tunnel.Session) error {
 		}
 	}
 	rt.mu.Unlock()
+	if len(why) > maxRefusalReasons {
+		why = append(why[:maxRefusalReasons], fmt.Sprintf("and %d more", len(why)-maxRefusalReasons))
+	}
 	if len(why) > 0 {
 		return fmt.Errorf("token %q refused: %s", id.Name, strings.Join(why, "; "))
 	}
 	return nil
 }
+
+// maxRefusalReasons bounds the reasons a refusal spells out, so that the
+// message (sent to the client and audited) stays short whatever the
+// announcement.
+const maxRefusalReasons = 5
 
 // sessionRights returns what s may bind.
 func sessionRights(s *tunnel.Session) rights {
