@@ -78,18 +78,19 @@ func (rt *Router) SetOwnership(o Ownership) {
 }
 
 // reapply applies conn's current announcement again, as if it had changed,
-// with the rights it was last applied with.
+// with its rights. The announcement is read and re-applied under one hold
+// of the lock, so that a heartbeat's newer one is never replaced by an
+// older.
 func (rt *Router) reapply(conn Conn) {
 	rt.mu.Lock()
-	e := rt.clients[conn]
-	if e == nil {
-		rt.mu.Unlock()
-		return
+	var touched []*pool
+	if e := rt.clients[conn]; e != nil {
+		_, touched = rt.updateLocked(conn, e.ann, e.rights, true)
 	}
-	ann, r := e.ann, e.rights
-	e.ann = nil // forces updateAs past its "nothing changed" shortcut
 	rt.mu.Unlock()
-	rt.updateAs(conn, ann, r)
+	for _, p := range touched {
+		p.wake(rt.strategy)
+	}
 }
 
 // rights are what a client may bind: the token's hostnames (all when

@@ -98,8 +98,8 @@ type Router struct {
 
 // clientEntry is the control-plane record of one connected client.
 type clientEntry struct {
-	ann      *tunnel.Announcement // nil forces the next update to re-apply
-	rights   rights               // fixed for the session's life
+	ann      *tunnel.Announcement
+	rights   rights // fixed for the session's life
 	services map[string]*service
 	keys     map[bindKey]bool // the pools its services are in
 	notices  []string         // repeated to the client on every heartbeat
@@ -246,14 +246,24 @@ func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
 // touched, so a server with many clients pays per change for the pools of
 // one client, not for all of them.
 func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, r rights) []string {
-	allowedIPs := r.allowedIPs
 	rt.mu.Lock()
+	notices, touched := rt.updateLocked(conn, ann, r, false)
+	rt.mu.Unlock()
+	for _, p := range touched {
+		p.wake(rt.strategy)
+	}
+	return notices
+}
+
+// updateLocked is updateAs with rt.mu held: it returns the notices and the
+// pools to wake once the lock is released. With force it re-applies ann
+// even when it routes as the one in place (ownership changed).
+func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, force bool) ([]string, []*pool) {
+	allowedIPs := r.allowedIPs
 	e := rt.clients[conn]
-	if e != nil && e.ann != nil && sameRouting(e.ann, ann) {
+	if e != nil && !force && sameRouting(e.ann, ann) {
 		e.ann = ann
-		notices := e.notices
-		rt.mu.Unlock()
-		return notices
+		return e.notices, nil
 	}
 	if e == nil {
 		e = &clientEntry{services: make(map[string]*service), rights: r}
@@ -294,12 +304,7 @@ func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, r rights) []stri
 		}
 	}
 	e.notices = notices
-	touched := rt.rebindLocked(e, keys)
-	rt.mu.Unlock()
-	for _, p := range touched {
-		p.wake(rt.strategy)
-	}
-	return notices
+	return notices, rt.rebindLocked(e, keys)
 }
 
 // Detach implements tunnel.Registry.
