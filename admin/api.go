@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -40,6 +41,8 @@ type Store interface {
 	CreateOrg(ctx context.Context, name string) (store.Org, error)
 	Org(ctx context.Context, id string) (store.Org, error)
 	ListOrgs(ctx context.Context) ([]store.Org, error)
+	SetOrgHostnames(ctx context.Context, orgID string, patterns []string) ([]string, error)
+	ListOrgHostnames(ctx context.Context, orgID string) ([]store.OrgHostname, error)
 
 	CreateToken(ctx context.Context, t store.Token) (store.Token, error)
 	Token(ctx context.Context, orgID, id string) (store.Token, error)
@@ -202,6 +205,7 @@ type API struct {
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
 	logins  loginBudget
+	defOrg  atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
 	router  *chi.Mux
 }
 
@@ -251,6 +255,8 @@ func (a *API) routeTable() []route {
 	return []route{
 		{http.MethodGet, "/orgs", roleViewer, a.listOrgs},
 		{http.MethodPost, "/orgs", roleMaster, a.createOrg},
+		{http.MethodGet, "/orgs/{id}/hostnames", roleViewer, a.getOrgHostnames},
+		{http.MethodPut, "/orgs/{id}/hostnames", roleMaster, a.setOrgHostnames},
 		{http.MethodGet, "/admin-keys", roleViewer, a.listKeys},
 		{http.MethodPost, "/admin-keys", roleAdmin, a.createKey},
 		{http.MethodDelete, "/admin-keys/{id}", roleAdmin, a.deleteKey},

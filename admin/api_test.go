@@ -388,15 +388,19 @@ func TestMaintenance(t *testing.T) {
 	f := newFixture(t)
 	a, b := f.org(t, "a"), f.org(t, "b")
 	opA, opB := f.key(t, a, admin.RoleOperator), f.key(t, b, admin.RoleOperator)
+	f.own(t, a, "app.example.com", "x.example.com")
+	f.own(t, b, "*.b.example.com")
 
 	f.expect(t, "PUT", "/maintenance/App.Example.com", opA.Secret, "", http.StatusNoContent, nil)
 	f.expect(t, "PUT", "/maintenance/app.example.com", opA.Secret, "", http.StatusNoContent, nil) // idempotent
-	f.expect(t, "PUT", "/maintenance/*.b.example.com", opB.Secret, "{}", http.StatusNoContent, nil)
-	f.expectError(t, "PUT", "/maintenance/app.example.com", opB.Secret, "", http.StatusConflict, "in maintenance for another organization")
+	f.expect(t, "PUT", "/maintenance/w.b.example.com", opB.Secret, "{}", http.StatusNoContent, nil)
+	f.expectError(t, "PUT", "/maintenance/*.b.example.com", opB.Secret, "", http.StatusBadRequest, "maintenance applies to exact hostnames only")
+	f.expectError(t, "PUT", "/maintenance/app.example.com", opB.Secret, "", http.StatusForbidden, "not among the hostnames organization "+b+" owns")
 	f.expectError(t, "PUT", "/maintenance/bad_host!", opA.Secret, "", http.StatusBadRequest, "invalid hostname")
 	f.expectError(t, "PUT", "/maintenance/x.example.com", opA.Secret, `{"org_id":"`+b+`"}`, http.StatusBadRequest, "org_id may only be set with the master token")
 	f.expectError(t, "PUT", "/maintenance/x.example.com", opA.Secret, `{"on":true}`, http.StatusBadRequest, `unknown field "on"`)
-	f.expect(t, "PUT", "/maintenance/master.example.com", masterToken, `{"org_id":"`+b+`"}`, http.StatusNoContent, nil)
+	f.expectError(t, "PUT", "/maintenance/master.example.com", masterToken, `{"org_id":"`+b+`"}`, http.StatusForbidden, "not among the hostnames")
+	f.expect(t, "PUT", "/maintenance/m.b.example.com", masterToken, `{"org_id":"`+b+`"}`, http.StatusNoContent, nil)
 
 	var list []admin.Maintenance
 	f.expect(t, "GET", "/maintenance", opA.Secret, "", http.StatusOK, &list)
@@ -408,14 +412,14 @@ func TestMaintenance(t *testing.T) {
 	for _, m := range list {
 		hosts = append(hosts, m.Hostname)
 	}
-	if got, want := strings.Join(hosts, " "), "master.example.com *.b.example.com app.example.com"; got != want {
+	if got, want := strings.Join(hosts, " "), "m.b.example.com w.b.example.com app.example.com"; got != want {
 		t.Errorf("GET /maintenance as master = %s, want %s (newest first)", got, want)
 	}
 
 	f.expectError(t, "DELETE", "/maintenance/app.example.com", opB.Secret, "", http.StatusNotFound, "is not in maintenance")
 	f.expect(t, "DELETE", "/maintenance/app.example.com", opA.Secret, "", http.StatusNoContent, nil)
 	f.expectError(t, "DELETE", "/maintenance/app.example.com", opA.Secret, "", http.StatusNotFound, "app.example.com is not in maintenance")
-	f.expect(t, "DELETE", "/maintenance/*.%62.example.com", masterToken, "", http.StatusNoContent, nil) // escaped more than needed
+	f.expect(t, "DELETE", "/maintenance/w.%62.example.com", masterToken, "", http.StatusNoContent, nil) // escaped more than needed
 
 	var es []admin.AuditEntry
 	f.expect(t, "GET", "/audit", opB.Secret, "", http.StatusOK, &es)
@@ -424,9 +428,10 @@ func TestMaintenance(t *testing.T) {
 		got = append(got, e.Event+" "+e.Hostname+" "+e.Actor)
 	}
 	want := []string{
-		"maintenance_off *.b.example.com master",
-		"maintenance_on master.example.com master",
-		"maintenance_on *.b.example.com key:" + opB.ID,
+		"maintenance_off w.b.example.com master",
+		"maintenance_on m.b.example.com master",
+		"maintenance_on w.b.example.com key:" + opB.ID,
+		"org_hostnames_set  master",
 		"admin_key_created  master",
 		"org_created  master",
 	}
@@ -442,6 +447,8 @@ func TestOrgScoping(t *testing.T) {
 	f := newFixture(t)
 	a, b := f.org(t, "a"), f.org(t, "b")
 	adminA, adminB := f.key(t, a, admin.RoleAdmin), f.key(t, b, admin.RoleAdmin)
+	f.own(t, a, "a.example.com")
+	f.own(t, b, "b.example.com")
 	tokA, tokB := f.token(t, adminA.Secret, "a.example.com"), f.token(t, adminB.Secret, "b.example.com")
 	var keyB admin.MintedKey
 	f.expect(t, "POST", "/admin-keys", adminB.Secret, `{"name":"b2","role":"viewer"}`, http.StatusCreated, &keyB)
@@ -528,6 +535,7 @@ func TestAuditEveryMutation(t *testing.T) {
 	f := newFixture(t)
 	org := f.org(t, "acme")
 	k := f.key(t, org, admin.RoleAdmin)
+	f.own(t, org, "app.example.com")
 	tok := f.token(t, k.Secret, "app.example.com")
 	f.expect(t, "DELETE", "/tokens/"+tok.ID, k.Secret, "", http.StatusOK, nil)
 	f.expect(t, "PUT", "/maintenance/app.example.com", k.Secret, "", http.StatusNoContent, nil)
@@ -562,6 +570,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"maintenance_on | " + byKey + " | " + org + " | app.example.com",
 		"token_revoked | " + byKey + " | " + org + " | ",
 		"token_minted | " + byKey + " | " + org + " | app.example.com",
+		"org_hostnames_set | master | " + org + " | ",
 		"admin_key_created | master | " + org + " | ",
 		"org_created | master | " + org + " | ",
 	}
@@ -695,7 +704,9 @@ func TestMountedUnderChi(t *testing.T) {
 func TestOrgIDFromMasterPicksOrg(t *testing.T) {
 	f := newFixture(t)
 	org := f.org(t, "acme")
+	f.own(t, org, "a.example.com")
 	var tok admin.MintedToken
+	f.expect(t, "POST", "/tokens", masterToken, `{"name":"x","hostnames":["b.example.com"],"org_id":"`+org+`"}`, http.StatusForbidden, nil)
 	f.expect(t, "POST", "/tokens", masterToken, `{"name":"x","hostnames":["a.example.com"],"org_id":"`+org+`"}`, http.StatusCreated, &tok)
 	var k admin.MintedKey
 	f.expect(t, "POST", "/admin-keys", masterToken, `{"name":"x","role":"viewer","org_id":"`+org+`"}`, http.StatusCreated, &k)
@@ -706,7 +717,8 @@ func TestOrgIDFromMasterPicksOrg(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.expect(t, "POST", "/tokens", masterToken, `{"name":"x","hostnames":["a.example.com"]}`, http.StatusCreated, &tok)
+	f.expect(t, "POST", "/tokens", masterToken, `{"name":"x","hostnames":["a.example.com"]}`, http.StatusForbidden, nil) // acme's
+	f.expect(t, "POST", "/tokens", masterToken, `{"name":"x","hostnames":["d.example.com"]}`, http.StatusCreated, &tok)
 	if tok.OrgID != def.ID {
 		t.Errorf("org of a token minted without org_id = %s, want default %s", tok.OrgID, def.ID)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,15 @@ func TestClient(t *testing.T) {
 	if err != nil || !strings.HasPrefix(k.Secret, "apk_") || k.OrgID != org.ID {
 		t.Fatalf("CreateKey = %+v, %v, want an apk_ key in %s", k, err, org.ID)
 	}
+	owned, err := master.SetOrgHostnames(ctx, org.ID, []string{"App.example.com", "*.app.example.com"})
+	if err != nil || !slices.Equal(owned.Patterns, []string{"*.app.example.com", "app.example.com"}) || owned.OrgID != org.ID {
+		t.Fatalf("SetOrgHostnames = %+v, %v", owned, err)
+	}
 	// A key given as a ws:// URL with a trailing slash still reaches the API.
+	if got, err := (&admin.Client{URL: f.url, Key: k.Secret}).OrgHostnames(ctx, org.ID); err != nil || !slices.Equal(got.Patterns, owned.Patterns) {
+		t.Errorf("OrgHostnames = %+v, %v, want %v", got, err, owned.Patterns)
+	}
+
 	c := &admin.Client{URL: strings.Replace(f.url, "http://", "ws://", 1) + "/", Key: k.Secret}
 
 	expires := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -51,12 +60,12 @@ func TestClient(t *testing.T) {
 	if err := c.SetMaintenance(ctx, "app.example.com", ""); err != nil {
 		t.Errorf("SetMaintenance: %v", err)
 	}
-	if err := master.SetMaintenance(ctx, "other.example.com", org.ID); err != nil {
+	if err := master.SetMaintenance(ctx, "other.app.example.com", org.ID); err != nil {
 		t.Errorf("SetMaintenance as master with org: %v", err)
 	}
 	ms, err := c.Maintenance(ctx)
-	if err != nil || len(ms) != 2 || ms[0].Hostname != "other.example.com" {
-		t.Errorf("Maintenance = %+v, %v, want other.example.com then app.example.com", ms, err)
+	if err != nil || len(ms) != 2 || ms[0].Hostname != "other.app.example.com" {
+		t.Errorf("Maintenance = %+v, %v, want other.app.example.com then app.example.com", ms, err)
 	}
 	if err := c.ClearMaintenance(ctx, "app.example.com"); err != nil {
 		t.Errorf("ClearMaintenance: %v", err)

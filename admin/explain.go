@@ -29,7 +29,9 @@ const otherOrgClient = "(another organization)"
 // matches, a hostname one of its organization's live tokens may bind;
 // anything else answers 404, exactly like a hostname nobody serves, so a key
 // learns nothing of other organizations' routes. Clients of other
-// organizations sharing the bind are shown without their ID and name.
+// organizations sharing the bind are shown without their ID and name,
+// except to the organization that owns the hostname (see ownership), which
+// sees every client serving it.
 func (a *API) explainRequest(w http.ResponseWriter, r *http.Request, c caller) error {
 	q := r.URL.Query()
 	host := hostname.Normalize(q.Get("host"))
@@ -63,14 +65,22 @@ func (a *API) explainRequest(w http.ResponseWriter, r *http.Request, c caller) e
 	defer cancel()
 	ex := a.explain.Explain(ctx, host, path, ip)
 	if !c.master {
-		ok, err := a.owns(r, c, ex)
+		own, err := a.ownership(r.Context())
 		if err != nil {
 			return err
 		}
-		if !ok {
-			return errorf(http.StatusNotFound, "hostname %s not found in your organization", host)
+		// The owner of the hostname sees every client serving it; any
+		// other key sees its own and the rest redacted.
+		if !own.owns(c.key.OrgID, host) {
+			ok, err := a.owns(r, c, ex)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errorf(http.StatusNotFound, "hostname %s not found in your organization", host)
+			}
+			ex = redact(ex, c.key.OrgID)
 		}
-		ex = redact(ex, c.key.OrgID)
 	}
 	a.writeJSON(w, r, http.StatusOK, ex)
 	return nil

@@ -20,6 +20,7 @@ func explainFixture(t *testing.T) (f *fixture, keyA, keyB admin.MintedKey) {
 	a, b := f.org(t, "a"), f.org(t, "b")
 	keyA, keyB = f.key(t, a, admin.RoleViewer), f.key(t, b, admin.RoleViewer)
 	adminA := f.key(t, a, admin.RoleAdmin)
+	f.own(t, a, "*.a.example.com")
 	f.token(t, adminA.Secret, "*.a.example.com")
 	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: map[string]string{"gone.example.com": "https://status.example.com/"}})
 	if err != nil {

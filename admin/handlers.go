@@ -192,7 +192,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	hosts, hostProblems := validHostnames(req.Hostnames)
+	hosts, hostProblems := validPatterns("hostnames", req.Hostnames, maxTokenHostnames, true)
 	problems = append(problems, hostProblems...)
 	ips, ipProblems := validAllowedIPs(req.AllowedIPs)
 	problems = append(problems, ipProblems...)
@@ -215,6 +215,15 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err != nil {
 		return err
 	}
+	own, err := a.ownership(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		if err := own.check(orgID, h); err != nil {
+			return err
+		}
+	}
 	m := mint(tokenPrefix)
 	t, err := a.store.CreateToken(r.Context(), store.Token{
 		OrgID:      orgID,
@@ -236,7 +245,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 		Event:  EventTokenMinted,
 		Actor:  c.actor(),
 		OrgID:  t.OrgID,
-		Detail: fmt.Sprintf("token %s name=%q hostnames=%s", t.ID, t.Name, strings.Join(t.Hostnames, ",")),
+		Detail: fmt.Sprintf("token %s name=%q hostnames=%s", t.ID, t.Name, auditList(t.Hostnames)),
 	}
 	if len(t.Hostnames) == 1 {
 		e.Hostname = t.Hostnames[0]
@@ -280,9 +289,19 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request, c caller) erro
 }
 
 func (a *API) listClients(w http.ResponseWriter, r *http.Request, c caller) error {
+	// The master token sees every client without asking the store.
+	var own ownership
+	if !c.master {
+		var err error
+		if own, err = a.ownership(r.Context()); err != nil {
+			return err
+		}
+	}
 	var out []ClientInfo
 	for _, ci := range a.clients.Clients() {
-		if c.sees(ci.OrgID) {
+		// The owner of a hostname sees every client serving it, whatever
+		// organization's token it connected with.
+		if c.sees(ci.OrgID) || own.ownsAny(c.scope(), ci.Hostnames) {
 			ci.Hostnames = nonNil(ci.Hostnames)
 			out = append(out, ci)
 		}
@@ -299,14 +318,10 @@ func (a *API) listScaling(w http.ResponseWriter, r *http.Request, c caller) erro
 		a.writeJSON(w, r, http.StatusOK, []autoscale.View{})
 		return nil
 	}
-	vs, err := a.scaling.List(r.Context(), c.scope())
+	vs, err := a.scopedScaling(r, c)
 	if err != nil {
 		return err
 	}
-	// The controller scopes the list already; filtering again keeps a
-	// key from ever seeing another organization's record, whatever the
-	// implementation.
-	vs = slices.DeleteFunc(vs, func(v autoscale.View) bool { return !c.sees(v.OrgID) })
 	// Stable, so that records declared at the same instant keep the
 	// controller's order.
 	slices.SortStableFunc(vs, func(x, y autoscale.View) int { return y.UpdatedAt.Compare(x.UpdatedAt) })
@@ -326,11 +341,11 @@ func (a *API) disarmScaling(w http.ResponseWriter, r *http.Request, c caller) er
 	// organization and hostname the audit entry records, and so that
 	// another organization's record answers 404 exactly like an unknown
 	// one.
-	vs, err := a.scaling.List(r.Context(), c.scope())
+	vs, err := a.scopedScaling(r, c)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(vs, func(v autoscale.View) bool { return v.ID == id && c.sees(v.OrgID) })
+	i := slices.IndexFunc(vs, func(v autoscale.View) bool { return v.ID == id })
 	if i < 0 {
 		return notFound
 	}
@@ -353,12 +368,44 @@ func (a *API) disarmScaling(w http.ResponseWriter, r *http.Request, c caller) er
 	return nil
 }
 
+// scopedScaling returns the scaling records c may see and disarm: its
+// organization's, and every record on a hostname its organization owns,
+// whoever declared it.
+func (a *API) scopedScaling(r *http.Request, c caller) ([]autoscale.View, error) {
+	if c.master {
+		return a.scaling.List(r.Context(), "")
+	}
+	own, err := a.ownership(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	scope := c.scope()
+	if own.counts[scope] > 0 {
+		scope = "" // records of other organizations on its hostnames too
+	}
+	vs, err := a.scaling.List(r.Context(), scope)
+	if err != nil {
+		return nil, err
+	}
+	// Filtering here, not only in the controller, keeps a key from ever
+	// seeing another organization's record on a hostname it does not own,
+	// whatever the implementation.
+	return slices.DeleteFunc(vs, func(v autoscale.View) bool {
+		return !c.sees(v.OrgID) && !own.owns(c.key.OrgID, v.Hostname)
+	}), nil
+}
+
 func (a *API) listMaintenance(w http.ResponseWriter, r *http.Request, c caller) error {
 	ms, err := a.store.ListMaintenance(r.Context())
 	if err != nil {
 		return err
 	}
-	ms = slices.DeleteFunc(ms, func(m store.Maintenance) bool { return !c.sees(m.OrgID) })
+	own, err := a.ownership(r.Context())
+	if err != nil {
+		return err
+	}
+	// The owner of a hostname sees a record on it whoever set it.
+	ms = slices.DeleteFunc(ms, func(m store.Maintenance) bool { return !c.sees(m.OrgID) && !own.owns(c.scope(), m.Hostname) })
 	a.writeJSON(w, r, http.StatusOK, mapList(ms, maintenanceOf))
 	return nil
 }
@@ -376,12 +423,22 @@ func (a *API) setMaintenance(w http.ResponseWriter, r *http.Request, c caller) e
 	if err != nil {
 		return err
 	}
-	err = a.store.SetMaintenance(r.Context(), store.Maintenance{
-		Hostname: host,
-		OrgID:    orgID,
-		By:       c.actor(),
-		Since:    a.now(),
-	})
+	own, err := a.ownership(r.Context())
+	if err != nil {
+		return err
+	}
+	if err := own.check(orgID, host); err != nil {
+		return err
+	}
+	m := store.Maintenance{Hostname: host, OrgID: orgID, By: c.actor(), Since: a.now()}
+	err = a.store.SetMaintenance(r.Context(), m)
+	if errors.Is(err, store.ErrConflict) && own.owns(orgID, host) {
+		// Another organization's record on a hostname orgID owns (set
+		// before ownership was assigned): the owner takes it over.
+		if err = a.store.ClearMaintenance(r.Context(), "", host); err == nil || errors.Is(err, store.ErrNotFound) {
+			err = a.store.SetMaintenance(r.Context(), m)
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		return errorf(http.StatusConflict, "%s is in maintenance for another organization", host)
@@ -411,7 +468,14 @@ func (a *API) clearMaintenance(w http.ResponseWriter, r *http.Request, c caller)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(ms, func(m store.Maintenance) bool { return m.Hostname == host && c.sees(m.OrgID) })
+	own, err := a.ownership(r.Context())
+	if err != nil {
+		return err
+	}
+	// The owner of a hostname may clear a record on it whoever set it.
+	i := slices.IndexFunc(ms, func(m store.Maintenance) bool {
+		return m.Hostname == host && (c.sees(m.OrgID) || own.owns(c.scope(), host))
+	})
 	if i < 0 {
 		return errorf(http.StatusNotFound, "%s is not in maintenance", host)
 	}
@@ -469,7 +533,12 @@ func (a *API) targetOrg(ctx context.Context, c caller, requested string) (string
 		return c.key.OrgID, nil
 	}
 	if requested != "" {
-		return requested, nil
+		// Checked here, before anything else is judged in its name.
+		_, err := a.store.Org(ctx, requested)
+		if errors.Is(err, store.ErrNotFound) {
+			return "", errorf(http.StatusNotFound, "organization %q not found", requested)
+		}
+		return requested, err
 	}
 	o, err := a.store.EnsureOrg(ctx, DefaultOrg)
 	if err != nil {
@@ -492,37 +561,23 @@ func validName(field, s string) (string, error) {
 	return s, nil
 }
 
-// validHostnames lowercases and deduplicates hosts, and reports every
-// invalid one. At least one is required.
-func validHostnames(hosts []string) ([]string, []string) {
-	if len(hosts) == 0 {
-		return nil, []string{"hostnames: at least one hostname is required"}
-	}
-	var out, problems []string
-	for i, h := range hosts {
-		h = strings.ToLower(strings.TrimSpace(h))
-		if err := hostname.Validate(h); err != nil {
-			problems = append(problems, fmt.Sprintf("hostnames[%d]: %v", i, err))
-			continue
-		}
-		if !slices.Contains(out, h) {
-			out = append(out, h)
-		}
-	}
-	return out, problems
-}
-
-// validAllowedIPs normalizes CIDRs and bare addresses (as /32 or /128) and
-// reports every invalid one.
+// validAllowedIPs normalizes CIDRs and bare addresses (as /32 or /128),
+// deduplicates them in their first order, and reports every invalid one;
+// more than maxTokenAllowedIPs entries is one problem.
 func validAllowedIPs(ips []string) ([]string, []string) {
+	if len(ips) > maxTokenAllowedIPs {
+		return nil, []string{fmt.Sprintf("allowed_ips: %d entries, at most %d", len(ips), maxTokenAllowedIPs)}
+	}
 	var out, problems []string
+	seen := make(map[netip.Prefix]bool, len(ips))
 	for i, s := range ips {
 		p, err := parseAllowedIP(s)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("allowed_ips[%d]: %v", i, err))
 			continue
 		}
-		if !slices.Contains(out, p.String()) {
+		if !seen[p] {
+			seen[p] = true
 			out = append(out, p.String())
 		}
 	}
@@ -553,10 +608,15 @@ func parseAllowedIP(s string) (netip.Prefix, error) {
 }
 
 // hostParam returns the normalized {hostname} of the path, or a 400.
+// Maintenance applies to exact hostnames only: a wildcard is refused
+// rather than accepted without effect.
 func hostParam(r *http.Request) (string, error) {
 	h := strings.ToLower(pathParam(r, "hostname"))
 	if err := hostname.Validate(h); err != nil {
 		return "", errorf(http.StatusBadRequest, "%v", err)
+	}
+	if strings.HasPrefix(h, "*") {
+		return "", errorf(http.StatusBadRequest, "%s is a wildcard: maintenance applies to exact hostnames only", h)
 	}
 	return h, nil
 }

@@ -300,6 +300,13 @@ func (f *fixture) key(tb testing.TB, orgID, role string) admin.MintedKey {
 	return k
 }
 
+// own assigns patterns to orgID with the master token.
+func (f *fixture) own(tb testing.TB, orgID string, patterns ...string) {
+	tb.Helper()
+	body := jsonOf(tb, admin.SetOrgHostnamesRequest{Patterns: patterns})
+	f.expect(tb, "PUT", "/orgs/"+orgID+"/hostnames", masterToken, body, http.StatusOK, nil)
+}
+
 // token mints a token for hostname with cred.
 func (f *fixture) token(tb testing.TB, cred, hostname string) admin.MintedToken {
 	tb.Helper()

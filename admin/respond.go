@@ -100,7 +100,8 @@ func (a *API) writeJSON(w http.ResponseWriter, r *http.Request, status int, v an
 
 // decode reads r's JSON body, at most MaxBodyBytes, into dst, a pointer to
 // a struct. The body must be one JSON object whose names are exactly json
-// tags of dst (case-sensitive); anything else is a 400 naming the problem.
+// tags of dst (case-sensitive), none twice in any object; anything else is
+// a 400 naming the problem.
 // An empty body is an error unless optional is set, in which case dst is
 // left as it is.
 func decode(w http.ResponseWriter, r *http.Request, dst any, optional bool) error {
@@ -123,6 +124,9 @@ func decode(w http.ResponseWriter, r *http.Request, dst any, optional bool) erro
 	}
 	if fields == nil {
 		return errorf(http.StatusBadRequest, "expected a JSON object, got null")
+	}
+	if name, dup := duplicateKey(body); dup {
+		return errorf(http.StatusBadRequest, "duplicate field %q: each name may appear once in an object", name)
 	}
 	known := jsonFields(reflect.TypeOf(dst).Elem())
 	for _, name := range slices.Sorted(maps.Keys(fields)) {

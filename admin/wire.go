@@ -15,6 +15,10 @@ type (
 	Org = apiclient.Org
 	// CreateOrgRequest is the body of POST /orgs.
 	CreateOrgRequest = apiclient.CreateOrgRequest
+	// OrgHostnames is the answer to GET and PUT /orgs/{id}/hostnames.
+	OrgHostnames = apiclient.OrgHostnames
+	// SetOrgHostnamesRequest is the body of PUT /orgs/{id}/hostnames.
+	SetOrgHostnamesRequest = apiclient.SetOrgHostnamesRequest
 	// Key is an admin key as listings show it: never its secret or hash.
 	Key = apiclient.Key
 	// MintedKey is the answer to POST /admin-keys.

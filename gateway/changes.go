@@ -82,9 +82,12 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		g.releaseArmer(ctx, ch.ID, "revoked")
 	case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
 		g.reloadMaintenance(ctx)
+	case store.ChangeOrgHostnames:
+		g.reloadOwnership(ctx)
 	case store.ChangeResync:
 		// Changes may have been missed: re-check everything cached.
 		g.reloadMaintenance(ctx)
+		g.reloadOwnership(ctx)
 		g.recheckTokens(ctx)
 	}
 }

@@ -77,6 +77,9 @@ type Gateway struct {
 	// expire; nil unless scaling is on.
 	expiry   *armerExpiry
 	ownStore bool // New opened db, so Serve closes it
+	// defaultOrg is the ID of the "default" organization: the master
+	// token's clients belong to it (see router.Ownership).
+	defaultOrg string
 	// metricsHandler serves /aperio/metrics on every hostname (404 unless
 	// metrics_token is set, and when metrics_listen moves it elsewhere).
 	metricsHandler http.Handler
@@ -164,6 +167,11 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		return nil, err
 	}
 	g.router = rt
+	// Ownership first: armed scaling records are judged by it.
+	g.defaultOrg = org.ID
+	if err := g.loadOwnership(ctx); err != nil {
+		return nil, err
+	}
 	var registry tunnel.Registry = rt
 	if cfg.Scaling {
 		if err := g.newController(); err != nil {
@@ -221,6 +229,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	if err := g.loadMaintenance(ctx); err != nil {
 		return nil, err
 	}
+	g.warnUnowned(ctx)
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -73,15 +73,24 @@ func TestHostileScaling(t *testing.T) {
 			c.wantNotice(t, "scaling declaration for *.com refused")
 		}},
 		{"item3/cross-org-armed-bind", func(t *testing.T, h *scalingHarness) {
-			// Overlapping token scopes: org B's token may bind every name
-			// under example.com, org A's only its shop. Org B arms shop
-			// first, and leaves.
+			// Org B owns every name under example.com at first, and arms
+			// shop. Then the master reassigns shop to org A. Org B's token
+			// and record outlive the change; its record must not drive org
+			// A's pool, nor hold org A's visitors for org B's hook.
+			h.own(t, h.orgA)
+			h.own(t, h.orgB, "*.example.com")
 			tokB := h.token(t, h.orgB, "*.example.com")
 			b := h.clientWith(t, tokB, "/hook-b", true, "shop.example.com")
 			b.announceNow(t)
 			h.wantRecords(t, "shop.example.com")
 			b.stop()
 			waitClients(t, h.visitor, h.srv, 0)
+			h.own(t, h.orgB, "b.example.net", "*.b.example.net")
+			h.own(t, h.orgA, "shop.example.com")
+			if h.srv.gw.DrivesForTest(h.orgB, "shop.example.com", "") {
+				t.Errorf("org B's record drives shop.example.com, now org A's")
+			}
+			h.visitNeverCalls(t, "shop.example.com", "/hook-b")
 			// Org A's client serves shop (unhealthy for now) and declares
 			// its own hook.
 			tokA := h.token(t, h.orgA, "shop.example.com")
@@ -156,7 +165,21 @@ func newScalingHarness(t *testing.T) *scalingHarness {
 	h.srv = startServer(t, cfg, nil, nil)
 	h.visitor = newVisitor(t, h.srv)
 	h.orgA, h.orgB = h.org(t, "org-a"), h.org(t, "org-b")
+	h.own(t, h.orgA, "shop.example.com")
+	h.own(t, h.orgB, "b.example.net", "*.b.example.net", "*.flood.test")
 	return h
+}
+
+// own makes patterns the hostnames org owns (none: it owns nothing).
+func (h *scalingHarness) own(t *testing.T, org string, patterns ...string) {
+	t.Helper()
+	if patterns == nil {
+		patterns = []string{}
+	}
+	status, body := adminCall(t, h.visitor, h.srv, "PUT", "/orgs/"+org+"/hostnames", map[string]any{"patterns": patterns})
+	if status != http.StatusOK {
+		t.Fatalf("PUT /orgs/%s/hostnames = %d %s, want 200", org, status, body)
+	}
 }
 
 func (h *scalingHarness) org(t *testing.T, name string) string {

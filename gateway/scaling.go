@@ -354,7 +354,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 				expiring[armer] = *t.ExpiresAt
 			}
 		}
-		if rec.Disarmed {
+		if rec.Disarmed || !g.router.Owns(rec.OrgID, rec.Hostname) {
 			continue
 		}
 		// A record none of whose armers may bind the hostname (declared

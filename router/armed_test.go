@@ -92,7 +92,7 @@ func TestArmedByAndBound(t *testing.T) {
 			rt.ArmedBy("org_a", "app.test", "/api"), rt.ArmedBy("org_b", "app.test", "/api"), rt.Armed("app.test", "/api"))
 	}
 	c := newConn("c", 1)
-	rt.updateAs(c, ann(svc("", "app.test", "victim.test", "*.test")), []string{"app.test"}, nil, false)
+	rt.updateAs(c, ann(svc("", "app.test", "victim.test", "*.test")), rights{allowed: []string{"app.test"}})
 	for _, tt := range []struct {
 		host string
 		want bool

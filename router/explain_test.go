@@ -126,7 +126,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "allowed_ips refuses the visitor",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{})
-				rt.updateAs(newConn("a", 1), ann(svc("", "app.test")), []string{"app.test"}, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, false)
+				rt.updateAs(newConn("a", 1), ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "502 no client", status: 502, step: StepFallback, outcome: OutcomeSkip,
@@ -254,22 +254,23 @@ func TestExplainQueueLength(t *testing.T) {
 }
 
 // TestExplainClientsAndOwners: the pool's clients with their figures, and
-// the organizations that own the bind.
+// the organization that owns the bind (a pool never mixes organizations:
+// see TestCrossOrgPoolRefused).
 func TestExplainClientsAndOwners(t *testing.T) {
 	rt := newRouter(t, Config{Strategy: "primary-standby"})
 	a := &orgConn{newConn("a", 1), tunnel.Identity{TokenID: "tok_a", OrgID: "org_a"}}
-	b := &orgConn{newConn("b", 2), tunnel.Identity{TokenID: "tok_b", OrgID: "org_b"}}
+	b := &orgConn{newConn("b", 2), tunnel.Identity{TokenID: "tok_b", OrgID: "org_a"}}
 	master := newConn("m", 3)
-	rt.updateAs(a, limited(1, "app.test"), []string{"app.test"}, nil, false)
+	rt.updateAs(a, limited(1, "app.test"), rights{allowed: []string{"app.test"}, org: "org_a"})
 	standby := limited(0, "app.test")
 	standby.Services[0].Priority = 1
-	rt.updateAs(b, standby, []string{"app.test"}, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, false)
+	rt.updateAs(b, standby, rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, org: "org_a"})
 	down := ann(svc("", "app.test"))
 	down.Services[0].Healthy = false
 	rt.update(master, down)
 
 	ex := rt.Explain(t.Context(), "app.test", "/", visitor)
-	if got, want := strings.Join(ex.OrgIDs, ","), "org_a,org_b"; got != want {
+	if got, want := strings.Join(ex.OrgIDs, ","), "org_a"; got != want {
 		t.Errorf("OrgIDs = %s, want %s", got, want)
 	}
 	byID := map[string]ExplainClient{}
@@ -278,7 +279,7 @@ func TestExplainClientsAndOwners(t *testing.T) {
 	}
 	want := map[string]ExplainClient{
 		"a": {ID: "a", Name: "t", OrgID: "org_a", Service: "0", Tier: "primary", Healthy: true, Limit: 1, Routable: true, Candidate: true, Admits: true, Free: true},
-		"b": {ID: "b", Name: "t", OrgID: "org_b", Service: "0", Tier: "standby", Priority: 1, Healthy: true, Routable: true, Admits: false, Free: true},
+		"b": {ID: "b", Name: "t", OrgID: "org_a", Service: "0", Tier: "standby", Priority: 1, Healthy: true, Routable: true, Admits: false, Free: true},
 		"m": {ID: "m", Name: "t", Service: "0", Tier: "primary", Healthy: false, Admits: true, Free: true},
 	}
 	for id, w := range want {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -85,6 +85,7 @@ type Router struct {
 
 	table       atomic.Pointer[table]               // read lock-free on every request
 	maintenance atomic.Pointer[map[string]struct{}] // hostnames in maintenance
+	owners      atomic.Pointer[ownership]           // nil until SetOwnership: not enforced
 
 	limited [numLimitKinds]atomic.Int64 // 429s by kind
 
@@ -98,6 +99,7 @@ type Router struct {
 // clientEntry is the control-plane record of one connected client.
 type clientEntry struct {
 	ann      *tunnel.Announcement
+	rights   rights // fixed for the session's life
 	services map[string]*service
 	keys     map[bindKey]bool // the pools its services are in
 	notices  []string         // repeated to the client on every heartbeat
@@ -145,12 +147,45 @@ func New(cfg Config) (*Router, error) {
 }
 
 // Attach implements tunnel.Registry: a session whose token may not bind a
-// hostname it announces is refused, with the hostnames named.
+// hostname it announces is refused, with the hostnames named, and so is
+// one announcing a hostname its organization may not bind (see
+// SetOwnership) or a bind whose pool has members of another organization,
+// with the reasons.
 func (rt *Router) Attach(s *tunnel.Session) error {
-	if bad := disallowed(s.Identity(), s.Announcement()); len(bad) > 0 {
-		return fmt.Errorf("token %q may not bind %s", s.Identity().Name, strings.Join(bad, ", "))
+	id := s.Identity()
+	if bad := disallowed(id, s.Announcement()); len(bad) > 0 {
+		return fmt.Errorf("token %q may not bind %s", id.Name, strings.Join(bad, ", "))
+	}
+	r := sessionRights(s)
+	probe := &clientEntry{rights: r}
+	var why []string
+	rt.mu.Lock()
+	for _, svc := range s.Announcement().Services {
+		for _, h := range svc.Hostnames {
+			if reason := rt.refusalLocked(probe, r, h, svc.Path); reason != "" && !slices.Contains(why, reason) {
+				why = append(why, reason)
+			}
+		}
+	}
+	rt.mu.Unlock()
+	if len(why) > maxRefusalReasons {
+		why = append(why[:maxRefusalReasons], fmt.Sprintf("and %d more", len(why)-maxRefusalReasons))
+	}
+	if len(why) > 0 {
+		return fmt.Errorf("token %q refused: %s", id.Name, strings.Join(why, "; "))
 	}
 	return nil
+}
+
+// maxRefusalReasons bounds the reasons a refusal spells out, so that the
+// message (sent to the client and audited) stays short whatever the
+// announcement.
+const maxRefusalReasons = 5
+
+// sessionRights returns what s may bind.
+func sessionRights(s *tunnel.Session) rights {
+	id := s.Identity()
+	return rights{allowed: id.Hostnames, allowedIPs: id.AllowedIPs, master: id.TokenID == "", org: id.OrgID}
 }
 
 // Update implements tunnel.Registry: it applies the session's announcement
@@ -158,8 +193,7 @@ func (rt *Router) Attach(s *tunnel.Session) error {
 // Hostnames the token may not bind (added after the handshake) are left
 // out, and the client is told.
 func (rt *Router) Update(s *tunnel.Session) []string {
-	id := s.Identity()
-	return rt.updateAs(s, s.Announcement(), id.Hostnames, id.AllowedIPs, id.TokenID == "")
+	return rt.updateAs(s, s.Announcement(), sessionRights(s))
 }
 
 // disallowed returns the announced hostnames id may not bind.
@@ -203,25 +237,36 @@ func mayBind(patterns []string, host string) bool {
 // update applies ann as the announcement of a client with every right
 // (the master token).
 func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
-	return rt.updateAs(conn, ann, nil, nil, true)
+	return rt.updateAs(conn, ann, rights{master: true, org: connOrg(conn)})
 }
 
 // updateAs applies ann as conn's announcement, binding only the hostnames
-// allowed (all when master) and admitting only visitors in allowedIPs
-// (all when empty). Only the pools conn joins or leaves are touched, so a
-// server with many clients pays per change for the pools of one client,
-// not for all of them.
-func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, allowed []string, allowedIPs []netip.Prefix, master bool) []string {
+// r allows (see refusalLocked) and admitting only visitors in
+// r.allowedIPs (all when empty). Only the pools conn joins or leaves are
+// touched, so a server with many clients pays per change for the pools of
+// one client, not for all of them.
+func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, r rights) []string {
 	rt.mu.Lock()
+	notices, touched := rt.updateLocked(conn, ann, r, false)
+	rt.mu.Unlock()
+	for _, p := range touched {
+		p.wake(rt.strategy)
+	}
+	return notices
+}
+
+// updateLocked is updateAs with rt.mu held: it returns the notices and the
+// pools to wake once the lock is released. With force it re-applies ann
+// even when it routes as the one in place (ownership changed).
+func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, force bool) ([]string, []*pool) {
+	allowedIPs := r.allowedIPs
 	e := rt.clients[conn]
-	if e != nil && sameRouting(e.ann, ann) {
+	if e != nil && !force && sameRouting(e.ann, ann) {
 		e.ann = ann
-		notices := e.notices
-		rt.mu.Unlock()
-		return notices
+		return e.notices, nil
 	}
 	if e == nil {
-		e = &clientEntry{services: make(map[string]*service)}
+		e = &clientEntry{services: make(map[string]*service), rights: r}
 		rt.clients[conn] = e
 	}
 	e.ann = ann
@@ -244,8 +289,8 @@ func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, allowed []string
 		s.draining.Store(ann.Draining)
 		s.resilience.Store(sa.Resilience)
 		for _, h := range sa.Hostnames {
-			if !master && !mayBind(allowed, h) {
-				notices = append(notices, "hostname "+h+" is not allowed for this token; not routed")
+			if why := rt.refusalLocked(e, e.rights, h, sa.Path); why != "" {
+				notices = append(notices, why+"; not routed")
 				continue
 			}
 			k := bindKey{hostname.Normalize(h), sa.Path}
@@ -259,12 +304,7 @@ func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, allowed []string
 		}
 	}
 	e.notices = notices
-	touched := rt.rebindLocked(e, keys)
-	rt.mu.Unlock()
-	for _, p := range touched {
-		p.wake(rt.strategy)
-	}
-	return notices
+	return notices, rt.rebindLocked(e, keys)
 }
 
 // Detach implements tunnel.Registry.

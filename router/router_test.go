@@ -288,7 +288,7 @@ func TestMayBind(t *testing.T) {
 func TestTokenScopes(t *testing.T) {
 	rt := newRouter(t, Config{})
 	allowed := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
-	notices := rt.updateAs(newConn("scoped", 1), ann(svc("", "app.test", "other.test")), []string{"app.test"}, allowed, false)
+	notices := rt.updateAs(newConn("scoped", 1), ann(svc("", "app.test", "other.test")), rights{allowed: []string{"app.test"}, allowedIPs: allowed})
 	if len(notices) != 1 || !strings.Contains(notices[0], "other.test") {
 		t.Fatalf("notices for a hostname the token may not bind = %v, want one naming other.test", notices)
 	}

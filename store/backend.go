@@ -66,6 +66,12 @@ type backend interface {
 	// oldest first.
 	webhooksFor(ctx context.Context, orgID, event string) ([]Webhook, error)
 
+	// setOrgHostnames replaces orgID's patterns (validated, sorted) after
+	// checking them with firstOverlap against every stored pattern, both
+	// under a lock that serializes replacements.
+	setOrgHostnames(ctx context.Context, orgID string, patterns []string) error
+	listOrgHostnames(ctx context.Context, orgID string) ([]OrgHostname, error)
+
 	// appendAudit inserts e (its At already stamped) as the next link of
 	// the chain, with the chain head locked for the transaction, and
 	// returns it with ID, Seq, PrevHash and Hash set.

@@ -30,6 +30,9 @@ const (
 	// record, which was deleted (disarmed through the API, its last armer
 	// released, or unrefreshed past the TTL).
 	ChangeScalingDeleted = "scaling_deleted"
+	// ChangeOrgHostnames: OrgID names the organization whose hostname
+	// patterns were replaced; read them with ListOrgHostnames.
+	ChangeOrgHostnames = "org_hostnames"
 	// ChangeResync carries no record: changes may have been missed (this
 	// subscriber fell behind, or the PostgreSQL listener lost its
 	// connection and has just reconnected). A subscriber that caches

@@ -82,6 +82,8 @@ func testStore(t *testing.T, b backend) {
 		{"SlowSubscriberNeverBlocksWriters", testSlowSubscriber},
 		{"TwoDBsOneDatabase", testTwoDBs},
 		{"ClosedIsUnavailable", testClosed},
+		{"OrgHostnames", testOrgHostnames},
+		{"OrgHostnamesConcurrent", testOrgHostnamesConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -934,3 +934,54 @@ func (b *pgBackend) webhooksFor(ctx context.Context, orgID, event string) ([]Web
 		`SELECT `+pgWebhookCols+` FROM webhooks WHERE org_id = $1 AND $2 = ANY (events) ORDER BY created_at, seq`, orgID, event)
 	return pgCollect(rows, err, pgScanWebhook)
 }
+
+// Hostname ownership.
+
+func (b *pgBackend) setOrgHostnames(ctx context.Context, orgID string, patterns []string) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		// EXCLUSIVE lets readers on but serializes every replacement, on
+		// every server, so that the overlap check sees the last one.
+		if _, err := tx.Exec(ctx, `LOCK TABLE org_hostnames IN EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM orgs WHERE id = $1`, orgID).Scan(&one); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("org %w", ErrNotFound)
+			}
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT pattern, org_id FROM org_hostnames`)
+		stored, err := pgCollect(rows, err, pgScanOrgHostname)
+		if err != nil {
+			return err
+		}
+		if oe := firstOverlap(orgID, patterns, stored); oe != nil {
+			return oe
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM org_hostnames WHERE org_id = $1`, orgID); err != nil {
+			return err
+		}
+		if len(patterns) > 0 {
+			if _, err := tx.Exec(ctx,
+				`INSERT INTO org_hostnames (pattern, org_id) SELECT unnest($1::text[]), $2`, patterns, orgID); err != nil {
+				return err
+			}
+		}
+		return notify(ctx, tx, Change{Kind: ChangeOrgHostnames, OrgID: orgID})
+	})
+}
+
+func pgScanOrgHostname(r pgx.Row) (OrgHostname, error) {
+	var h OrgHostname
+	if err := r.Scan(&h.Pattern, &h.OrgID); err != nil {
+		return OrgHostname{}, pgErr(err)
+	}
+	return h, nil
+}
+
+func (b *pgBackend) listOrgHostnames(ctx context.Context, orgID string) ([]OrgHostname, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT pattern, org_id FROM org_hostnames WHERE ($1 = '' OR org_id = $1) ORDER BY pattern`, orgID)
+	return pgCollect(rows, err, pgScanOrgHostname)
+}

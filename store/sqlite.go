@@ -871,3 +871,61 @@ func (b *sqliteBackend) webhooksFor(ctx context.Context, orgID, event string) ([
 	}
 	return sqliteCollect(rows, sqliteScanWebhook)
 }
+
+// Hostname ownership.
+
+func (b *sqliteBackend) setOrgHostnames(ctx context.Context, orgID string, patterns []string) error {
+	// One writer connection with BEGIN IMMEDIATE: the check and the
+	// replacement cannot interleave with another replacement.
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		var one int
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orgs WHERE id = ?1`, orgID).Scan(&one); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("org %w", ErrNotFound)
+			}
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT pattern, org_id FROM org_hostnames`)
+		if err != nil {
+			return err
+		}
+		stored, err := sqliteCollect(rows, sqliteScanOrgHostname)
+		if err != nil {
+			return err
+		}
+		if oe := firstOverlap(orgID, patterns, stored); oe != nil {
+			return oe
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM org_hostnames WHERE org_id = ?1`, orgID); err != nil {
+			return err
+		}
+		for _, p := range patterns {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO org_hostnames (pattern, org_id) VALUES (?1, ?2)`, p, orgID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.publish(Change{Kind: ChangeOrgHostnames, OrgID: orgID})
+	return nil
+}
+
+func sqliteScanOrgHostname(s scanner) (OrgHostname, error) {
+	var h OrgHostname
+	if err := s.Scan(&h.Pattern, &h.OrgID); err != nil {
+		return OrgHostname{}, sqliteErr(err)
+	}
+	return h, nil
+}
+
+func (b *sqliteBackend) listOrgHostnames(ctx context.Context, orgID string) ([]OrgHostname, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT pattern, org_id FROM org_hostnames WHERE (?1 = '' OR org_id = ?1) ORDER BY pattern`, orgID)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanOrgHostname)
+}

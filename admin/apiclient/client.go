@@ -152,6 +152,23 @@ func (c *Client) ClearMaintenance(ctx context.Context, hostname string) error {
 	return c.Do(ctx, http.MethodDelete, "/maintenance/"+url.PathEscape(hostname), nil, nil)
 }
 
+// OrgHostnames calls GET /orgs/{id}/hostnames.
+func (c *Client) OrgHostnames(ctx context.Context, orgID string) (OrgHostnames, error) {
+	var out OrgHostnames
+	return out, c.Do(ctx, http.MethodGet, "/orgs/"+url.PathEscape(orgID)+"/hostnames", nil, &out)
+}
+
+// SetOrgHostnames calls PUT /orgs/{id}/hostnames (the master token only),
+// replacing the organization's patterns.
+func (c *Client) SetOrgHostnames(ctx context.Context, orgID string, patterns []string) (OrgHostnames, error) {
+	var out OrgHostnames
+	in := SetOrgHostnamesRequest{Patterns: patterns}
+	if in.Patterns == nil {
+		in.Patterns = []string{}
+	}
+	return out, c.Do(ctx, http.MethodPut, "/orgs/"+url.PathEscape(orgID)+"/hostnames", in, &out)
+}
+
 // Audit calls GET /audit. limit 0 means the server's default.
 func (c *Client) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
 	path := "/audit"

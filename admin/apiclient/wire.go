@@ -51,6 +51,23 @@ type CreateOrgRequest struct {
 	Name string `json:"name"`
 }
 
+// OrgHostnames is the set of hostname patterns an organization owns:
+// the answer to GET and PUT /orgs/{id}/hostnames.
+type OrgHostnames struct {
+	OrgID string `json:"org_id"`
+	// Patterns are exact names ("a.example") and wildcards
+	// ("*.a.example"), lowercase, sorted; empty when it owns none.
+	Patterns []string `json:"patterns"`
+}
+
+// SetOrgHostnamesRequest is the body of PUT /orgs/{id}/hostnames.
+type SetOrgHostnamesRequest struct {
+	// Patterns replace the organization's set: exact names and "*."
+	// wildcards, none overlapping another organization's; empty (or
+	// absent) means it owns none.
+	Patterns []string `json:"patterns"`
+}
+
 // Key is an admin key as listings show it: never its secret or hash.
 type Key struct {
 	ID     string `json:"id"`

@@ -350,7 +350,7 @@ func explainTarget(raw string) (host, path string, err error) {
 }
 
 func (a *apiCLI) orgsCommand() *cobra.Command {
-	cmd := group("orgs", "Create and list organizations")
+	cmd := group("orgs", "Create and list organizations and assign their hostnames")
 	var name string
 	create := &cobra.Command{
 		Use:   "create --name NAME",
@@ -372,7 +372,30 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 			return callAPI(a, cmd, (*apiclient.Client).Orgs, orgsTable)
 		},
 	}
-	cmd.AddCommand(create, list)
+	var clear bool
+	hostnames := &cobra.Command{
+		Use:   "hostnames ORG_ID [PATTERN...]",
+		Short: "Show the hostname patterns an organization owns, or replace them (master token only)",
+		Long: "With only ORG_ID, show the patterns the organization owns. With patterns (exact hostnames\n" +
+			"or *. wildcards), replace its set with them; --clear replaces it with none. A pattern\n" +
+			"overlapping another organization's is refused, naming the owner.",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			orgID, patterns := args[0], args[1:]
+			if clear && len(patterns) > 0 {
+				fmt.Fprintln(a.stderr, "aperio-client: --clear takes no patterns")
+				return exitcode.ErrUsage
+			}
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.OrgHostnames, error) {
+				if len(patterns) == 0 && !clear {
+					return c.OrgHostnames(ctx, orgID)
+				}
+				return c.SetOrgHostnames(ctx, orgID, patterns)
+			}, orgHostnamesTable)
+		},
+	}
+	hostnames.Flags().BoolVar(&clear, "clear", false, "replace the organization's patterns with none")
+	cmd.AddCommand(create, list, hostnames)
 	return cmd
 }
 
@@ -603,6 +626,16 @@ func orgsTable(w io.Writer, orgs []apiclient.Org) {
 	fmt.Fprintln(w, "ID\tNAME\tCREATED")
 	for _, o := range orgs {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", o.ID, cell(o.Name), when(&o.CreatedAt))
+	}
+}
+
+func orgHostnamesTable(w io.Writer, h apiclient.OrgHostnames) {
+	fmt.Fprintln(w, "ORG\tPATTERN")
+	for _, p := range h.Patterns {
+		fmt.Fprintf(w, "%s\t%s\n", h.OrgID, cell(p))
+	}
+	if len(h.Patterns) == 0 {
+		fmt.Fprintf(w, "%s\t%s\n", h.OrgID, "(none)")
 	}
 }
 

@@ -194,6 +194,23 @@ func TestAPICommands(t *testing.T) {
 	if len(rows) != 1 || rows[0]["ID"] != org.ID || rows[0]["NAME"] != "acme" {
 		t.Errorf("orgs list = %v, want acme", rows)
 	}
+	rows = table(t, ok(t, "api", "orgs", "hostnames", org.ID), "ORG", "PATTERN")
+	if len(rows) != 1 || rows[0]["PATTERN"] != "(none)" {
+		t.Errorf("orgs hostnames of a new org = %v, want (none)", rows)
+	}
+	rows = table(t, ok(t, "api", "orgs", "hostnames", org.ID, "app.example.com", "*.app.example.com", "api.example.com"), "ORG", "PATTERN")
+	var patterns []string
+	for _, r := range rows {
+		patterns = append(patterns, r["PATTERN"])
+	}
+	if got, want := strings.Join(patterns, " "), "*.app.example.com api.example.com app.example.com"; got != want || rows[0]["ORG"] != org.ID {
+		t.Errorf("orgs hostnames set = %v, want %s of %s", rows, want, org.ID)
+	}
+	var owned admin.OrgHostnames
+	okJSON(t, &owned, "api", "orgs", "hostnames", org.ID, "--json")
+	if strings.Join(owned.Patterns, " ") != strings.Join(patterns, " ") {
+		t.Errorf("orgs hostnames --json = %+v, want %v", owned, patterns)
+	}
 
 	code, out, errOut := cli(t, "api", "admin-keys", "create", "--name", "ops", "--role", "admin", "--org-id", org.ID)
 	if code != 0 || !strings.Contains(errOut, "shown once") {
@@ -365,6 +382,10 @@ func TestAPIExitCodes(t *testing.T) {
 		{"webhook role too low", []string{"api", "webhooks", "create", "--url", "https://h.example.com/", "--events", "scaling_failed", "--api-key", viewer.Secret}, 1,
 			"aperio-client: an admin key with role viewer may not do this"},
 		{"webhook not found", []string{"api", "webhooks", "delete", "whk_nope"}, 1, `aperio-client: webhook "whk_nope" not found`},
+		{"hostnames without org", []string{"api", "orgs", "hostnames"}, 2, "requires at least 1 arg(s), only received 0"},
+		{"hostnames clear with patterns", []string{"api", "orgs", "hostnames", "org_x", "a.example.com", "--clear"}, 2, "--clear takes no patterns"},
+		{"hostnames of unknown org", []string{"api", "orgs", "hostnames", "org_nope", "a.example.com"}, 1, `aperio-client: organization "org_nope" not found`},
+		{"hostnames as a key", []string{"api", "orgs", "hostnames", "org_nope", "a.example.com", "--api-key", viewer.Secret}, 1, "only the master token may do this"},
 	}
 	// The default organization exists once a token is minted without org_id.
 	ok(t, "api", "tokens", "create", "--name", "x", "--hostname", "a.example.com")

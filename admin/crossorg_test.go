@@ -1,0 +1,249 @@
+package admin_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/router"
+)
+
+// orgWorld is two organizations side by side, each owning its hostnames
+// and holding one of every record, and an admin key of every role in
+// organization a: the callers of the cross-org matrix.
+type orgWorld struct {
+	f    *fixture
+	a, b string
+	keys map[string]string // role ("viewer", "operator", "admin", "master") → credential; keys are a's
+	seq  atomic.Int64
+	// One record of b's of each kind, which no key of a may see.
+	bRecords []string
+}
+
+func newOrgWorld(t *testing.T) *orgWorld {
+	t.Helper()
+	base := newFixture(t)
+	rt, err := router.New(router.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := base.withConfig(t, admin.Config{Clients: base.clients, Scaling: base.scaling, Explainer: rt})
+	f.clients, f.scaling = base.clients, base.scaling
+	w := &orgWorld{f: f, keys: map[string]string{"master": masterToken}}
+	w.a, w.b = f.org(t, "a"), f.org(t, "b")
+	f.own(t, w.a, "a.test", "*.a.test")
+	f.own(t, w.b, "b.test", "*.b.test")
+	for _, r := range admin.Roles() {
+		w.keys[r] = f.key(t, w.a, r).Secret
+	}
+	f.clients.set(
+		admin.ClientInfo{ID: "cli_a", OrgID: w.a, Hostnames: []string{"a.test"}},
+		admin.ClientInfo{ID: "cli_b", OrgID: w.b, Hostnames: []string{"b.test"}},
+	)
+	w.bRecords = []string{
+		w.newKey(t, w.b), w.newToken(t, w.b), w.newWebhook(t, w.b), w.newScaling(t, w.b),
+		w.newMaintenance(t, w.b), "cli_b",
+	}
+	return w
+}
+
+// org returns a's ID for own, b's otherwise.
+func (w *orgWorld) org(own bool) string {
+	if own {
+		return w.a
+	}
+	return w.b
+}
+
+// suffix returns the hostname space of a for own, b's otherwise.
+func (w *orgWorld) suffix(own bool) string {
+	if own {
+		return "a.test"
+	}
+	return "b.test"
+}
+
+func (w *orgWorld) next() int64 { return w.seq.Add(1) }
+
+func (w *orgWorld) newKey(t *testing.T, org string) string {
+	var k admin.MintedKey
+	w.f.expect(t, "POST", "/admin-keys", masterToken, fmt.Sprintf(`{"name":"k%d","role":"viewer","org_id":%q}`, w.next(), org), http.StatusCreated, &k)
+	return k.ID
+}
+
+func (w *orgWorld) newToken(t *testing.T, org string) string {
+	var tok admin.MintedToken
+	host := fmt.Sprintf("t%d.%s", w.next(), map[bool]string{true: "a.test", false: "b.test"}[org == w.a])
+	w.f.expect(t, "POST", "/tokens", masterToken, fmt.Sprintf(`{"name":"t","hostnames":[%q],"org_id":%q}`, host, org), http.StatusCreated, &tok)
+	return tok.ID
+}
+
+func (w *orgWorld) newWebhook(t *testing.T, org string) string {
+	var wh admin.Webhook
+	w.f.expect(t, "POST", "/webhooks", masterToken, fmt.Sprintf(`{"url":"https://hooks.example.com/%d","events":["scaling_failed"],"org_id":%q}`, w.next(), org), http.StatusCreated, &wh)
+	return wh.ID
+}
+
+func (w *orgWorld) newScaling(t *testing.T, org string) string {
+	id := fmt.Sprintf("scl_%d", w.next())
+	w.f.scaling.mu.Lock()
+	w.f.scaling.views = append(w.f.scaling.views, scalingView(id, org, "s."+w.suffix(org == w.a), 0))
+	w.f.scaling.mu.Unlock()
+	return id
+}
+
+// newMaintenance puts a fresh hostname of org in maintenance and returns it.
+func (w *orgWorld) newMaintenance(t *testing.T, org string) string {
+	host := fmt.Sprintf("m%d.%s", w.next(), w.suffix(org == w.a))
+	w.f.expect(t, "PUT", "/maintenance/"+host, masterToken, fmt.Sprintf(`{"org_id":%q}`, org), http.StatusNoContent, nil)
+	return host
+}
+
+// matrixCase is one route of the matrix: req builds the request a caller
+// makes at organization a's records (own) or b's, creating what it names.
+type matrixCase struct {
+	method, pattern string
+	req             func(t *testing.T, w *orgWorld, master, own bool) (path, body string)
+	// key is the status for a key with enough role at its own
+	// organization's records and at the other's; master is the master
+	// token's (at either).
+	own, other, master int
+	// listing routes answer 200 either way: none of b's records may
+	// appear in a key's answer.
+	listing bool
+}
+
+func fixed(path string) func(*testing.T, *orgWorld, bool, bool) (string, string) {
+	return func(*testing.T, *orgWorld, bool, bool) (string, string) { return path, "" }
+}
+
+// orgField returns `,"org_id":"…"` naming the target organization for the
+// master token (or for a key aiming at b, which must be refused), and
+// nothing for a key at its own.
+func orgField(w *orgWorld, master, own bool) string {
+	if !master && own {
+		return ""
+	}
+	return fmt.Sprintf(`,"org_id":%q`, w.org(own))
+}
+
+var matrix = []matrixCase{
+	{method: "GET", pattern: "/orgs", req: fixed("/orgs"), own: 200, other: 200, master: 200, listing: true},
+	{method: "POST", pattern: "/orgs", req: func(_ *testing.T, w *orgWorld, _, _ bool) (string, string) {
+		return "/orgs", fmt.Sprintf(`{"name":"o%d"}`, w.next())
+	}, master: 201},
+	{method: "GET", pattern: "/orgs/{id}/hostnames", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/orgs/" + w.org(own) + "/hostnames", ""
+	}, own: 200, other: 404, master: 200},
+	{method: "PUT", pattern: "/orgs/{id}/hostnames", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		s := w.suffix(own)
+		return "/orgs/" + w.org(own) + "/hostnames", fmt.Sprintf(`{"patterns":[%q,"*.%s"]}`, s, s)
+	}, master: 200},
+	{method: "GET", pattern: "/admin-keys", req: fixed("/admin-keys"), own: 200, other: 200, master: 200, listing: true},
+	{method: "POST", pattern: "/admin-keys", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		return "/admin-keys", fmt.Sprintf(`{"name":"k%d","role":"viewer"%s}`, w.next(), orgField(w, master, own))
+	}, own: 201, other: 400, master: 201},
+	{method: "DELETE", pattern: "/admin-keys/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/admin-keys/" + w.newKey(t, w.org(own)), ""
+	}, own: 204, other: 404, master: 204},
+	{method: "GET", pattern: "/tokens", req: fixed("/tokens"), own: 200, other: 200, master: 200, listing: true},
+	{method: "POST", pattern: "/tokens", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		// A key aiming at b names b's hostname in its own organization.
+		field := ""
+		if master {
+			field = fmt.Sprintf(`,"org_id":%q`, w.org(own))
+		}
+		return "/tokens", fmt.Sprintf(`{"name":"t","hostnames":["x%d.%s"]%s}`, w.next(), w.suffix(own), field)
+	}, own: 201, other: 403, master: 201},
+	{method: "DELETE", pattern: "/tokens/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/tokens/" + w.newToken(t, w.org(own)), ""
+	}, own: 200, other: 404, master: 200},
+	{method: "GET", pattern: "/clients", req: fixed("/clients"), own: 200, other: 200, master: 200, listing: true},
+	{method: "GET", pattern: "/scaling", req: fixed("/scaling"), own: 200, other: 200, master: 200, listing: true},
+	{method: "DELETE", pattern: "/scaling/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/scaling/" + w.newScaling(t, w.org(own)), ""
+	}, own: 204, other: 404, master: 204},
+	{method: "GET", pattern: "/webhooks", req: fixed("/webhooks"), own: 200, other: 200, master: 200, listing: true},
+	{method: "POST", pattern: "/webhooks", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		return "/webhooks", fmt.Sprintf(`{"url":"https://hooks.example.com/%d","events":["scaling_failed"]%s}`, w.next(), orgField(w, master, own))
+	}, own: 201, other: 400, master: 201},
+	{method: "DELETE", pattern: "/webhooks/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/webhooks/" + w.newWebhook(t, w.org(own)), ""
+	}, own: 204, other: 404, master: 204},
+	{method: "GET", pattern: "/maintenance", req: fixed("/maintenance"), own: 200, other: 200, master: 200, listing: true},
+	{method: "PUT", pattern: "/maintenance/{hostname}", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		// A key aiming at b names b's hostname in its own organization.
+		body := ""
+		if master {
+			body = fmt.Sprintf(`{"org_id":%q}`, w.org(own))
+		}
+		return fmt.Sprintf("/maintenance/p%d.%s", w.next(), w.suffix(own)), body
+	}, own: 204, other: 403, master: 204},
+	{method: "DELETE", pattern: "/maintenance/{hostname}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/maintenance/" + w.newMaintenance(t, w.org(own)), ""
+	}, own: 204, other: 404, master: 204},
+	{method: "GET", pattern: "/audit", req: fixed("/audit"), own: 200, other: 200, master: 200, listing: true},
+	{method: "GET", pattern: "/explain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/explain?" + url.Values{"host": {"x." + w.suffix(own)}}.Encode(), ""
+	}, own: 200, other: 404, master: 200},
+	{method: "GET", pattern: "/openapi.json", req: fixed("/openapi.json"), own: 200, other: 200, master: 200},
+}
+
+// TestCrossOrgMatrix calls every route as every role of organization a,
+// at a's records and at b's, and as the master token, and checks the exact
+// status: a key never reaches another organization's records (404 for
+// their IDs, 403 for hostnames it does not own, 400 for org_id), and a
+// listing never shows them.
+func TestCrossOrgMatrix(t *testing.T) {
+	w := newOrgWorld(t)
+	api, err := admin.New(admin.Config{MasterToken: masterToken, Store: w.f.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered := map[string]bool{}
+	for _, mc := range matrix {
+		covered[mc.method+" "+mc.pattern] = true
+	}
+	for route := range api.RolesForTest() {
+		if !covered[route] {
+			t.Errorf("route %s is missing from the cross-org matrix", route)
+		}
+	}
+	rank := map[string]int{"none": 0, "viewer": 1, "operator": 2, "admin": 3, "master": 4}
+	for _, mc := range matrix {
+		min := api.RolesForTest()[mc.method+" "+mc.pattern]
+		for _, who := range []string{"viewer", "operator", "admin", "master"} {
+			for _, own := range []bool{true, false} {
+				target := map[bool]string{true: "own", false: "other"}[own]
+				t.Run(fmt.Sprintf("%s %s/%s/%s", mc.method, mc.pattern, who, target), func(t *testing.T) {
+					master := who == "master"
+					path, body := mc.req(t, w, master, own)
+					want := mc.own
+					switch {
+					case master:
+						want = mc.master
+					case rank[who] < rank[min]:
+						want = http.StatusForbidden
+					case !own:
+						want = mc.other
+					}
+					status, data := w.f.call(t, mc.method, path, w.keys[who], body)
+					if status != want {
+						t.Fatalf("%s %s as %s = %d %s, want %d", mc.method, path, who, status, data, want)
+					}
+					if mc.listing && !master {
+						for _, id := range append(w.bRecords, w.b) {
+							if regexp.MustCompile(`\b` + regexp.QuoteMeta(id) + `\b`).Match(data) {
+								t.Errorf("%s as %s shows %s of organization b", path, who, id)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}

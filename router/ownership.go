@@ -1,0 +1,131 @@
+package router
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/aperio-dev/aperio/internal/hostname"
+)
+
+// Ownership is which organization owns which hostname patterns, as the
+// router enforces it on binds (see SetOwnership).
+type Ownership struct {
+	// Patterns maps each owned pattern (an exact name or a "*." wildcard)
+	// to the ID of its organization. No two organizations' patterns
+	// overlap; the store guarantees it.
+	Patterns map[string]string
+	// DefaultOrg is the ID of the default organization, the one the master
+	// token's clients belong to. While it owns no pattern it may bind any
+	// hostname that overlaps no other organization's pattern.
+	DefaultOrg string
+}
+
+// ownership is Ownership indexed for the control plane.
+type ownership struct {
+	owners     *hostname.Owners
+	counts     map[string]int // patterns per organization
+	defaultOrg string
+}
+
+// refusal returns why a client of organization org may not bind host (an
+// exact name or a wildcard), or "" when it may: an organization with
+// patterns binds only inside them; the default organization without
+// patterns binds anything no other organization's pattern overlaps; any
+// other organization without patterns binds nothing. A nil ownership (never
+// set) refuses nothing.
+func (o *ownership) refusal(org, host string) string {
+	if o == nil {
+		return ""
+	}
+	switch {
+	case o.counts[org] > 0:
+		if who, _, ok := o.owners.Owner(host); ok && who == org {
+			return ""
+		}
+		return fmt.Sprintf("hostname %s is not among the hostnames of this client's organization", host)
+	case org == o.defaultOrg:
+		if _, _, taken := o.owners.Overlap(host); !taken {
+			return ""
+		}
+		return fmt.Sprintf("hostname %s is owned by another organization", host)
+	}
+	return fmt.Sprintf("hostname %s: this client's organization owns no hostnames", host)
+}
+
+// Owns reports whether organization org may bind host under the hostname
+// ownership last set (everything, before SetOwnership is first called).
+// Armed scaling records are judged with it too, so that a record declared
+// before its hostname was assigned to another organization never drives
+// that organization's pool. It is safe for concurrent use.
+func (rt *Router) Owns(org, host string) bool {
+	return rt.owners.Load().refusal(org, host) == ""
+}
+
+// SetOwnership replaces the hostname ownership binds are checked against,
+// and re-applies every connected client's announcement under it: binds it
+// no longer allows are dropped (the client is told on its next
+// heartbeat), binds it now allows are added. Until it is first called
+// ownership is not enforced (every bind the token allows is accepted);
+// binds into a pool that already has members of another organization are
+// refused either way. It is safe for concurrent use.
+func (rt *Router) SetOwnership(o Ownership) {
+	counts := make(map[string]int)
+	for _, org := range o.Patterns {
+		counts[org]++
+	}
+	rt.owners.Store(&ownership{owners: hostname.NewOwners(o.Patterns), counts: counts, defaultOrg: o.DefaultOrg})
+	rt.mu.Lock()
+	conns := make([]Conn, 0, len(rt.clients))
+	for c := range rt.clients {
+		conns = append(conns, c)
+	}
+	rt.mu.Unlock()
+	for _, c := range conns {
+		rt.reapply(c)
+	}
+}
+
+// reapply applies conn's current announcement again, as if it had changed,
+// with its rights. The announcement is read and re-applied under one hold
+// of the lock, so that a heartbeat's newer one is never replaced by an
+// older.
+func (rt *Router) reapply(conn Conn) {
+	rt.mu.Lock()
+	var touched []*pool
+	if e := rt.clients[conn]; e != nil {
+		_, touched = rt.updateLocked(conn, e.ann, e.rights, true)
+	}
+	rt.mu.Unlock()
+	for _, p := range touched {
+		p.wake(rt.strategy)
+	}
+}
+
+// rights are what a client may bind: the token's hostnames (all when
+// master), its organization, and the visitors its routes admit.
+type rights struct {
+	allowed    []string
+	allowedIPs []netip.Prefix
+	master     bool
+	org        string
+}
+
+// refusalLocked returns why e (of rights r) may not bind host at path, or
+// "": the token's hostnames, then ownership, then the pool's members, which
+// must all be of e's organization.
+func (rt *Router) refusalLocked(e *clientEntry, r rights, host, path string) string {
+	if !r.master && !mayBind(r.allowed, host) {
+		return "hostname " + host + " is not allowed for this token"
+	}
+	if why := rt.owners.Load().refusal(r.org, host); why != "" {
+		return why
+	}
+	// A connection that names no organization (only tests make them)
+	// shares any pool.
+	for other := range rt.members[bindKey{hostname.Normalize(host), path}] {
+		if other != e && other.rights.org != r.org && other.rights.org != "" && r.org != "" {
+			return fmt.Sprintf("bind %s%s is served by another organization's clients", host, path)
+		}
+	}
+	return ""
+}
