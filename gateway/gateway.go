@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -81,6 +82,9 @@ type Gateway struct {
 	metricsHandler http.Handler
 
 	stopping atomic.Bool // readyz answers 503 once set
+	// connExempt exempts addresses from max_connections_per_ip (trusted
+	// proxies); nil exempts none.
+	connExempt func(netip.Addr) bool
 }
 
 // New validates cfg, opens the store (migrating it) unless opts has one,
@@ -154,6 +158,8 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		FailoverMaxJumps:      cfg.FailoverMaxJumps,
 		FailoverWindow:        cfg.FailoverWindow,
 		Fallbacks:             cfg.Fallbacks,
+		VisitorIdleTimeout:    cfg.VisitorIdleTimeout,
+		VisitorMinRate:        int64(cfg.VisitorMinBytesPerSecond),
 		Logger:                log,
 		Tracer:                g.tracer,
 	})
@@ -176,6 +182,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		Registry:              auditingRegistry{Registry: registry, db: g.db, log: log},
 		DownThreshold:         cfg.ClientDownThreshold,
 		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
+		HandshakeTimeout:      cfg.TunnelHandshakeTimeout,
 		Logger:                log,
 	})
 	if err != nil {
@@ -208,9 +215,9 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	}
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    1 << 20,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.KeepAliveTimeout,
+		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	if cfg.TLSCert == "" {
@@ -324,6 +331,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			g.db.Close()
 		}
 	}()
+	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP, Exempt: g.connExempt})
 	errc := make(chan error, 1)
 	go func() {
 		var err error

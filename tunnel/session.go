@@ -215,9 +215,9 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 
 	// Abort on cancellation and on the head deadline by closing the
 	// stream: the client sees EOF and cancels its backend request.
-	var aborted atomic.Value // error
+	var aborted atomic.Pointer[error] // the first cause; later ones are dropped
 	abort := func(err error) {
-		aborted.CompareAndSwap(nil, err)
+		aborted.CompareAndSwap(nil, &err)
 		ds.st.Close()
 	}
 	stopCtx := context.AfterFunc(req.Context(), func() { abort(context.Cause(req.Context())) })
@@ -271,7 +271,8 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 	if err != nil {
 		stopCtx()
 		ds.st.Close()
-		if cause, ok := aborted.Load().(error); ok {
+		if p := aborted.Load(); p != nil {
+			cause := *p
 			if bodyDone != nil {
 				if berr := <-bodyDone; berr != nil {
 					return nil, berr

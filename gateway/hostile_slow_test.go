@@ -1,0 +1,407 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/config"
+)
+
+// TestHostileSlow is the hostile-input table of the visitor side: slow
+// readers and uploaders, connection floods, slowloris heads, smuggling and
+// oversize guards, path confinement of prefix binds and CONNECT. Each case
+// runs its own gateway on 127.0.0.1:0 with short limits, so that it
+// finishes in about a second.
+func TestHostileSlow(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  func(*config.Server)
+		run  func(t *testing.T, s *stack)
+	}{
+		{
+			name: "item6/slow-reader-frees-slot",
+			cfg:  pacing,
+			run: func(t *testing.T, s *stack) {
+				c := dialRaw(t, s.server)
+				c.SetReadBuffer(4096)
+				writeRaw(t, c, "GET /big HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+				// c never reads: its response pins the only slot until the
+				// write deadline frees it.
+				probeUntilOK(t, s)
+			},
+		},
+		{
+			name: "item6/stalled-uploader-frees-slot",
+			cfg:  pacing,
+			run: func(t *testing.T, s *stack) {
+				c := dialRaw(t, s.server)
+				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 1000000\r\n\r\n0123456789")
+				if got := readStatus(t, c); got != http.StatusRequestTimeout {
+					t.Errorf("stalled upload: status %d, want 408", got)
+				}
+				probeUntilOK(t, s)
+			},
+		},
+		{
+			name: "item6/trickle-uploader-frees-slot",
+			cfg:  pacing,
+			run: func(t *testing.T, s *stack) {
+				c := dialRaw(t, s.server)
+				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 1000000\r\n\r\n")
+				// One byte every 50 ms: never idle for visitor_idle_timeout,
+				// far below visitor_min_bytes_per_second.
+				trickle(t, c, 50*time.Millisecond)
+				if got := readStatus(t, c); got != http.StatusRequestTimeout {
+					t.Errorf("trickled upload: status %d, want 408", got)
+				}
+				probeUntilOK(t, s)
+			},
+		},
+		{
+			name: "item6/quiet-sse-backend-outlives-idle-timeout",
+			cfg:  pacing,
+			run: func(t *testing.T, s *stack) {
+				ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+				defer cancel()
+				resp, body := do(t, s.visitor, newRequest(t, ctx, s.server, http.MethodGet, appHost, "/sse", nil))
+				if resp.StatusCode != http.StatusOK || body != "data: 1\n\ndata: 2\n\n" {
+					t.Errorf("GET /sse = %d %q, want 200 with both events", resp.StatusCode, body)
+				}
+			},
+		},
+		{
+			name: "item6/tunnel-silent-after-upgrade-dropped",
+			cfg:  func(c *config.Server) { c.TunnelHandshakeTimeout = 200 * time.Millisecond },
+			run: func(t *testing.T, s *stack) {
+				c := dialRaw(t, s.server)
+				writeRaw(t, c, "GET /aperio/tunnel HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+					"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
+					"Sec-WebSocket-Protocol: aperio-tunnel.v1\r\nAuthorization: Bearer "+testToken+"\r\n\r\n")
+				if got := readStatus(t, c); got != http.StatusSwitchingProtocols {
+					t.Fatalf("tunnel upgrade: status %d, want 101", got)
+				}
+				// The client says nothing; the server must hang up.
+				expectClosed(t, c)
+			},
+		},
+		{
+			name: "guard/flood",
+			cfg:  func(c *config.Server) { c.MaxConnectionsPerIP = 4 },
+			run: func(t *testing.T, s *stack) {
+				// The flood comes from 127.0.0.2: the agent's tunnel and the
+				// test's own client hold connections from 127.0.0.1.
+				var held []net.Conn
+				for range 4 {
+					c := dialRawFrom(t, s.server, "127.0.0.2")
+					writeRaw(t, c, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+					if got := readStatus(t, c); got != http.StatusOK {
+						t.Fatalf("connection within the cap: status %d, want 200", got)
+					}
+					held = append(held, c)
+				}
+				over := dialRawFrom(t, s.server, "127.0.0.2")
+				writeRaw(t, over, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+				expectClosed(t, over)
+				held[0].Close()
+				// Its slot comes back: a new connection is served again.
+				poll(t, waitFor, func() (bool, string) {
+					c := dialRawFrom(t, s.server, "127.0.0.2")
+					defer c.Close()
+					writeRaw(t, c, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+					c.SetReadDeadline(time.Now().Add(waitFor))
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					status := 0
+					if err == nil {
+						status = resp.StatusCode
+					}
+					return status == http.StatusOK, fmt.Sprintf("after closing one: status %d, err %v", status, err)
+				})
+			},
+		},
+		{
+			name: "guard/slowloris",
+			cfg:  func(c *config.Server) { c.ReadHeaderTimeout = 200 * time.Millisecond },
+			run: func(t *testing.T, s *stack) {
+				c := dialRaw(t, s.server)
+				writeRaw(t, c, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-Slow: ")
+				trickle(t, c, 50*time.Millisecond)
+				expectClosed(t, c)
+			},
+		},
+		{
+			name: "guard/oversize/head",
+			cfg:  func(c *config.Server) { c.MaxHeaderBytes = 4 << 10 },
+			run: func(t *testing.T, s *stack) {
+				expectRaw(t, s, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-Big: "+strings.Repeat("a", 16<<10)+"\r\n\r\n",
+					http.StatusRequestHeaderFieldsTooLarge)
+			},
+		},
+		{
+			name: "guard/oversize/body",
+			cfg:  func(c *config.Server) { c.MaxBodyBytes = 1000 },
+			run: func(t *testing.T, s *stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 5000\r\n\r\n"+strings.Repeat("a", 5000),
+					http.StatusRequestEntityTooLarge)
+			},
+		},
+		{
+			name: "guard/oversize/chunked-body",
+			cfg:  func(c *config.Server) { c.MaxBodyBytes = 1000 },
+			run: func(t *testing.T, s *stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n"+strings.Repeat("a", 5000)+"\r\n0\r\n\r\n",
+					http.StatusRequestEntityTooLarge)
+			},
+		},
+		{
+			name: "guard/smuggling/duplicate-cl",
+			run: func(t *testing.T, s *stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", http.StatusBadRequest)
+			},
+		},
+		{
+			// net/http folds the line into one value (RFC 9112 §5.2 allows
+			// replacing obs-fold with SP); the backend must see one clean
+			// header and the connection must stay in step.
+			name: "guard/smuggling/obs-fold",
+			run: func(t *testing.T, s *stack) {
+				expectEcho(t, s, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-A: a\r\n b\r\n\r\n", "a b", "")
+			},
+		},
+		{
+			// A bare LF ends a header line (RFC 9112 §2.2 permits it); the
+			// backend sees two separate headers, re-serialized with CRLF.
+			name: "guard/smuggling/bare-lf-header",
+			run: func(t *testing.T, s *stack) {
+				expectEcho(t, s, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-A: a\nX-B: b\r\n\r\n", "a", "b")
+			},
+		},
+		{
+			name: "item8/chunk-bare-lf",
+			run: func(t *testing.T, s *stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
+			},
+		},
+		{
+			name: "item8/chunk-length-overflow",
+			run: func(t *testing.T, s *stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startStack(t, hostileBackend(t), func(c *config.Server) {
+				// A response-head timer armed by an aborted upload must not
+				// fire while this process runs.
+				c.GatewayResponseTimeout = time.Hour
+				if tc.cfg != nil {
+					tc.cfg(c)
+				}
+			})
+			tc.run(t, s)
+		})
+	}
+}
+
+// pacing gives the stack one global slot and short visitor limits.
+func pacing(c *config.Server) {
+	c.MaxConcurrentRequests = 1
+	c.VisitorIdleTimeout = 300 * time.Millisecond
+	c.VisitorMinBytesPerSecond = 512
+}
+
+// hostileBackend serves what the cases ask for: /big an endless body,
+// /upload reads the body, /sse two events with a quiet spell of a second
+// between them, anything else "ok".
+func hostileBackend(t testing.TB) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			buf := make([]byte, 32<<10)
+			for r.Context().Err() == nil {
+				if _, err := w.Write(buf); err != nil {
+					return
+				}
+			}
+		case "/upload":
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(w, "%d", n)
+		case "/sse":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: 1\n\n")
+			http.NewResponseController(w).Flush()
+			quiet := time.NewTimer(time.Second) // > 3 × visitor_idle_timeout
+			defer quiet.Stop()
+			select {
+			case <-quiet.C:
+			case <-r.Context().Done():
+				return
+			}
+			io.WriteString(w, "data: 2\n\n")
+		default:
+			w.Header().Set("X-Got-A", strings.Join(r.Header.Values("X-A"), "|"))
+			w.Header().Set("X-Got-B", strings.Join(r.Header.Values("X-B"), "|"))
+			io.WriteString(w, "ok")
+		}
+	})
+}
+
+// probeUntilOK polls GET / until it answers 200: the slot is free again.
+func probeUntilOK(t *testing.T, s *stack) {
+	t.Helper()
+	poll(t, waitFor, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+		defer cancel()
+		status, body, err := fetch(s.visitor, newRequest(t, ctx, s.server, http.MethodGet, appHost, "/", nil))
+		return status == http.StatusOK, fmt.Sprintf("probe GET / = %d %q %v, want 200", status, body, err)
+	})
+}
+
+// dialRawFrom opens a TCP connection to s from the local address ip,
+// closed at cleanup.
+func dialRawFrom(t testing.TB, s *testServer, ip string) *net.TCPConn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", s.addr, ip, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+// expectEcho sends raw twice on one connection (the second copy checks
+// that the connection stayed in step) and checks that each answer is 200
+// and that the backend saw the X-A and X-B values given.
+func expectEcho(t testing.TB, s *stack, raw, wantA, wantB string) {
+	t.Helper()
+	c := dialRaw(t, s.server)
+	writeRaw(t, c, raw+raw)
+	if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatalf("answer %d body: %v", i, err)
+		}
+		if a, b := resp.Header.Get("X-Got-A"), resp.Header.Get("X-Got-B"); resp.StatusCode != http.StatusOK || a != wantA || b != wantB {
+			t.Errorf("answer %d: status %d, backend saw X-A %q X-B %q; want 200, %q, %q", i, resp.StatusCode, a, b, wantA, wantB)
+		}
+	}
+}
+
+// dialRaw opens a TCP connection to s, closed at cleanup.
+func dialRaw(t testing.TB, s *testServer) *net.TCPConn {
+	t.Helper()
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", s.addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.(*net.TCPConn)
+}
+
+func writeRaw(t testing.TB, c net.Conn, raw string) {
+	t.Helper()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+// readStatus reads one response head from c and returns its status.
+func readStatus(t testing.TB, c net.Conn) int {
+	t.Helper()
+	if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("read response: %v", err)
+	}
+	return resp.StatusCode
+}
+
+// expectClosed fails unless the server closes c (after any answer) within
+// waitFor.
+func expectClosed(t testing.TB, c net.Conn) {
+	t.Helper()
+	if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open after %v", waitFor)
+	}
+}
+
+// trickle writes one byte to c every interval until the test ends or the
+// server stops taking them.
+func trickle(t testing.TB, c net.Conn, interval time.Duration) {
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
+	})
+	wg.Go(func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := c.Write([]byte("a")); err != nil {
+					return
+				}
+			}
+		}
+	})
+}
+
+// rawStatus sends raw on a new connection and returns the answer's status.
+func rawStatus(s *testServer, raw string) (int, error) {
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(waitFor)); err != nil {
+		return 0, err
+	}
+	if _, err := io.WriteString(c, raw); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, err
+	}
+	return resp.StatusCode, nil
+}
+
+// expectRaw sends raw on a new connection and checks the status.
+func expectRaw(t testing.TB, s *stack, raw string, want int) {
+	t.Helper()
+	status, err := rawStatus(s.server, raw)
+	if err != nil || status != want {
+		t.Errorf("raw request %.60q: status %d, err %v; want %d", raw, status, err, want)
+	}
+}
