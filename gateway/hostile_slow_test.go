@@ -25,7 +25,10 @@ func TestHostileSlow(t *testing.T) {
 	cases := []struct {
 		name string
 		cfg  func(*config.Server)
-		run  func(t *testing.T, s *stack)
+		// stack starts the case's stack; nil means one agent publishing
+		// hostileBackend as appHost.
+		stack func(t *testing.T, cfg func(*config.Server)) *stack
+		run   func(t *testing.T, s *stack)
 	}{
 		{
 			name: "item6/slow-reader-frees-slot",
@@ -196,10 +199,76 @@ func TestHostileSlow(t *testing.T) {
 				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
 			},
 		},
+		{
+			name:  "item8/dot-segments-land-where-normalized",
+			stack: startSplitStack,
+			run: func(t *testing.T, s *stack) {
+				for _, c := range []struct{ path, backend, uri string }{
+					{"/api/../admin", "root", "/admin"},
+					{"/api/%2e%2e/admin", "root", "/admin"},
+					{"/api/%2E%2E/admin", "root", "/admin"},
+					{"/x/../api/secret", "api", "/api/secret"},
+					{"/api/./x/.", "api", "/api/x/"},
+					{"/%61pi/x", "api", "/api/x"},
+					{"/api/a%2Fb?q=/../%2e", "api", "/api/a%2Fb?q=/../%2e"},
+					{"/api/%20x", "api", "/api/%20x"},
+				} {
+					resp := rawResponse(t, s.server, "GET "+c.path+" HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+					if got, uri := resp.Header.Get("X-Backend"), resp.Header.Get("X-Got-URI"); resp.StatusCode != http.StatusOK || got != c.backend || uri != c.uri {
+						t.Errorf("GET %s: status %d, backend %q got %q; want 200, %q got %q", c.path, resp.StatusCode, got, uri, c.backend, c.uri)
+					}
+				}
+			},
+		},
+		{
+			name:  "item8/paths-that-escape-are-refused",
+			stack: startSplitStack,
+			run: func(t *testing.T, s *stack) {
+				for _, path := range []string{
+					"/..",
+					"/../admin",
+					"/api/../../admin",
+					"/api/%2e%2e/%2E%2E/etc",
+					"/api%2F..%2Fadmin",
+					"/api/..%2fadmin",
+					"/api/..%5Cadmin",
+					"/x/../aperio/api/orgs",
+				} {
+					resp := rawResponse(t, s.server, "GET "+path+" HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+					if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Backend") != "" {
+						t.Errorf("GET %s: status %d from backend %q, want 400 from the server", path, resp.StatusCode, resp.Header.Get("X-Backend"))
+					}
+				}
+			},
+		},
+		{
+			name:  "item11/h2c-connect-refused",
+			stack: connectStack(false),
+			run: func(t *testing.T, s *stack) {
+				if status := h2cConnect(t, s.server); status != http.StatusMethodNotAllowed {
+					t.Errorf("h2c CONNECT = %d, want 405", status)
+				}
+			},
+		},
+		{
+			name:  "item11/h2c-connect-opt-in",
+			stack: connectStack(true),
+			run: func(t *testing.T, s *stack) {
+				if status := h2cConnect(t, s.server); status != http.StatusOK {
+					t.Errorf("h2c CONNECT to allow_connect service = %d, want the backend's 200", status)
+				}
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := startStack(t, hostileBackend(t), func(c *config.Server) {
+			start := tc.stack
+			if start == nil {
+				start = func(t *testing.T, cfg func(*config.Server)) *stack {
+					return startStack(t, hostileBackend(t), cfg)
+				}
+			}
+			s := start(t, func(c *config.Server) {
 				// A response-head timer armed by an aborted upload must not
 				// fire while this process runs.
 				c.GatewayResponseTimeout = time.Hour
@@ -210,6 +279,81 @@ func TestHostileSlow(t *testing.T) {
 			tc.run(t, s)
 		})
 	}
+}
+
+// startSplitStack starts one agent publishing two services on appHost:
+// "api" on the prefix /api and "root" on the rest. Each backend names
+// itself in X-Backend and echoes the request target in X-Got-URI.
+func startSplitStack(t *testing.T, cfg func(*config.Server)) *stack {
+	t.Helper()
+	echo := func(name string) string {
+		return startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Backend", name)
+			w.Header().Set("X-Got-URI", r.RequestURI)
+		})).URL
+	}
+	api := config.Service{Target: echo("api"), Hostnames: []string{appHost}, Path: "/api"}
+	root := config.Service{Target: echo("root"), Hostnames: []string{appHost}}
+	scfg := serverConfig(t)
+	cfg(&scfg)
+	srv := startServer(t, scfg, nil, nil)
+	ag := startAgent(t, srv, agentConfig(srv, api, root))
+	visitor := newVisitor(t, srv)
+	waitClients(t, visitor, srv, 1)
+	return &stack{server: srv, agent: ag, visitor: visitor}
+}
+
+// connectStack returns a stack starter publishing a backend that answers
+// CONNECT with 200, with allow_connect as given.
+func connectStack(allow bool) func(t *testing.T, cfg func(*config.Server)) *stack {
+	return func(t *testing.T, cfg func(*config.Server)) *stack {
+		t.Helper()
+		b := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodConnect {
+				http.Error(w, "want CONNECT", http.StatusBadRequest)
+			}
+		}))
+		svc := service(b.URL)
+		svc.AllowConnect = allow
+		return startStackFor(t, svc, cfg, false)
+	}
+}
+
+// h2cConnect sends an HTTP/2 (prior knowledge) CONNECT for appHost:80 to s
+// and returns the status.
+func h2cConnect(t *testing.T, s *testServer) int {
+	t.Helper()
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: p}
+	t.Cleanup(tr.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	defer cancel()
+	req := newRequest(t, ctx, s, http.MethodConnect, appHost+":80", "", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("h2c CONNECT: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("h2c CONNECT answered over %s, want HTTP/2", resp.Proto)
+	}
+	return resp.StatusCode
+}
+
+// rawResponse sends raw on a new connection and returns the answer.
+func rawResponse(t testing.TB, s *testServer, raw string) *http.Response {
+	t.Helper()
+	c := dialRaw(t, s)
+	writeRaw(t, c, raw)
+	if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("raw request %.60q: %v", raw, err)
+	}
+	return resp
 }
 
 // pacing gives the stack one global slot and short visitor limits.
