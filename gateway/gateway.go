@@ -219,6 +219,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		IdleTimeout:       cfg.KeepAliveTimeout,
 		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ConnContext:       framingContext,
 	}
 	if cfg.TLSCert == "" {
 		p := new(http.Protocols)
@@ -233,6 +234,9 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 // Handler returns the handler of the public port.
 func (g *Gateway) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuseSmuggled(w, r) {
+			return
+		}
 		p := r.URL.Path
 		if !router.Reserved(p) {
 			g.proxy.ServeHTTP(w, r)
@@ -332,6 +336,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP, Exempt: g.connExempt})
+	if g.cfg.TLSCert == "" {
+		ln = framingListener{ln}
+	}
 	errc := make(chan error, 1)
 	go func() {
 		var err error

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -162,6 +163,52 @@ func TestHostileSlow(t *testing.T) {
 			run: func(t *testing.T, s *stack) {
 				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n"+strings.Repeat("a", 5000)+"\r\n0\r\n\r\n",
 					http.StatusRequestEntityTooLarge)
+			},
+		},
+		{
+			name: "guard/smuggling/cl-te",
+			run: func(t *testing.T, s *stack) {
+				c := dialRaw(t, s.server)
+				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+				if got := readStatus(t, c); got != http.StatusBadRequest {
+					t.Errorf("CL+TE: status %d, want 400", got)
+				}
+				expectClosed(t, c)
+			},
+		},
+		{
+			// Framing is followed across bodies of both kinds: the third
+			// request, after a chunked and a Content-Length body, is the one
+			// refused.
+			name: "guard/smuggling/cl-te-pipelined",
+			run: func(t *testing.T, s *stack) {
+				c := dialRaw(t, s.server)
+				// A body that looks like headers must not be read as one.
+				decoy := "Transfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n"
+				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nX-T: 1\r\n\r\n"+
+					"POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: "+strconv.Itoa(len(decoy))+"\r\n\r\n"+decoy+
+					"POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\ncontent-length: 4\r\n\r\n0\r\n\r\n")
+				if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+					t.Fatal(err)
+				}
+				br := bufio.NewReader(c)
+				for i, want := range []struct {
+					status int
+					body   string
+				}{{http.StatusOK, "5"}, {http.StatusOK, strconv.Itoa(len(decoy))}, {http.StatusBadRequest, ""}} {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatalf("answer %d: %v", i, err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					if err != nil {
+						t.Fatalf("answer %d body: %v", i, err)
+					}
+					if resp.StatusCode != want.status || (want.body != "" && string(body) != want.body) {
+						t.Errorf("answer %d: %d %q, want %d %q", i, resp.StatusCode, body, want.status, want.body)
+					}
+				}
+				expectClosed(t, c)
 			},
 		},
 		{
