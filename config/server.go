@@ -42,7 +42,7 @@ func DefaultServer() Server {
 		KeepAliveTimeout:         2 * time.Minute,
 		VisitorIdleTimeout:       30 * time.Second,
 		VisitorMinBytesPerSecond: 512,
-		MaxConnectionsPerIP:      128,
+		MaxConnectionsPerIP:      256,
 		TunnelHandshakeTimeout:   10 * time.Second,
 		ClientDownThreshold:      15 * time.Second,
 		ShutdownTimeout:          10 * time.Second,

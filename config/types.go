@@ -75,7 +75,9 @@ type Server struct {
 	VisitorMinBytesPerSecond int
 	// MaxConnectionsPerIP bounds the concurrent connections of one visitor
 	// address on the public port; more are closed at accept
-	// (max_connections_per_ip). Default 128.
+	// (max_connections_per_ip). Default 256. Behind a proxy that is not
+	// exempted (trusted proxies), every visitor shares its address: raise
+	// it or set 0.
 	MaxConnectionsPerIP int
 	// TunnelHandshakeTimeout bounds the time from a tunnel upgrade to the
 	// client's hello; a client silent for longer is dropped
