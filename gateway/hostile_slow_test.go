@@ -44,6 +44,22 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
+			name: "item6/h2c-slow-reader-frees-slot",
+			cfg:  pacing,
+			run: func(t *testing.T, s *stack) {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				resp, err := h2cTransport(t).RoundTrip(newRequest(t, ctx, s.server, http.MethodGet, appHost, "/big", nil))
+				if err != nil {
+					t.Fatalf("h2c GET /big: %v", err)
+				}
+				defer resp.Body.Close()
+				// The body is never read: once the stream's flow-control
+				// window is full the server's writes block.
+				probeUntilOK(t, s)
+			},
+		},
+		{
 			name: "item6/stalled-uploader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
@@ -372,14 +388,10 @@ func connectStack(allow bool) func(t *testing.T, cfg func(*config.Server)) *stac
 // and returns the status.
 func h2cConnect(t *testing.T, s *testServer) int {
 	t.Helper()
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: p}
-	t.Cleanup(tr.CloseIdleConnections)
 	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
 	defer cancel()
 	req := newRequest(t, ctx, s, http.MethodConnect, appHost+":80", "", nil)
-	resp, err := tr.RoundTrip(req)
+	resp, err := h2cTransport(t).RoundTrip(req)
 	if err != nil {
 		t.Fatalf("h2c CONNECT: %v", err)
 	}
@@ -388,6 +400,16 @@ func h2cConnect(t *testing.T, s *testServer) int {
 		t.Fatalf("h2c CONNECT answered over %s, want HTTP/2", resp.Proto)
 	}
 	return resp.StatusCode
+}
+
+// h2cTransport returns a transport speaking HTTP/2 with prior knowledge
+// over plain TCP, closed at cleanup.
+func h2cTransport(t testing.TB) *http.Transport {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: p}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
 }
 
 // rawResponse sends raw on a new connection and returns the answer.
