@@ -28,7 +28,9 @@ import (
 var proxyHookForTest func(*http.Request)
 
 // ServeHTTP proxies a visitor's request to a client serving its hostname;
-// see Proxy.
+// see Proxy. Without an Observer nothing records whether an answer has
+// started, so after a recovered panic the 500 may follow a partial answer;
+// the gateway always serves through an Observer.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var rec telemetry.Request
 	rt.Proxy(w, r, &rec)
