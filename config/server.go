@@ -40,7 +40,7 @@ func DefaultServer() Server {
 		ReadHeaderTimeout:        10 * time.Second,
 		MaxHeaderBytes:           1 << 20,
 		KeepAliveTimeout:         2 * time.Minute,
-		VisitorIdleTimeout:       30 * time.Second,
+		VisitorIdleTimeout:       60 * time.Second,
 		VisitorMinBytesPerSecond: 512,
 		MaxConnectionsPerIP:      256,
 		TunnelHandshakeTimeout:   10 * time.Second,

@@ -66,7 +66,9 @@ type Server struct {
 	// VisitorIdleTimeout ends a request whose visitor makes no progress for
 	// this long: a response write it does not read, or a request body read
 	// it does not send (visitor_idle_timeout). A quiet backend does not
-	// count. Default 30s.
+	// count. Default 1m, like nginx's send_timeout: a media player that
+	// pauses reading a long download is cut off after that and asks again
+	// with a range.
 	VisitorIdleTimeout time.Duration
 	// VisitorMinBytesPerSecond ends a request whose visitor reads the
 	// response or sends the body slower than this, averaged over the time
