@@ -109,7 +109,7 @@ func (c *visitorClock) stop() {
 	}
 }
 
-// VisitorBodyError is the error of a read from a visitor's request body:
+// visitorBodyError is the error of a read from a visitor's request body:
 // malformed framing, a visitor that left mid-body, or one that broke a
 // pacing rule. It is the visitor's fault: 400, or 408 when too slow.
 type visitorBodyError struct{ err error }
