@@ -115,35 +115,29 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "guard/flood",
-			cfg:  func(c *config.Server) { c.MaxConnectionsPerIP = 4 },
+			name:  "guard/flood",
+			cfg:   func(c *config.Server) { c.MaxConnectionsPerIP = 4 },
+			stack: startBareServer,
 			run: func(t *testing.T, s *stack) {
-				// The flood comes from 127.0.0.2: the agent's tunnel and the
-				// test's own client hold connections from 127.0.0.1.
+				// No agent and no client of the harness: every connection
+				// from 127.0.0.1 is one of these.
+				const probe = "GET /aperio/healthz HTTP/1.1\r\nHost: " + appHost + "\r\n\r\n"
 				var held []net.Conn
 				for range 4 {
-					c := dialRawFrom(t, s.server, "127.0.0.2")
-					writeRaw(t, c, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+					c := dialRaw(t, s.server)
+					writeRaw(t, c, probe)
 					if got := readStatus(t, c); got != http.StatusOK {
 						t.Fatalf("connection within the cap: status %d, want 200", got)
 					}
 					held = append(held, c)
 				}
-				over := dialRawFrom(t, s.server, "127.0.0.2")
-				writeRaw(t, over, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+				over := dialRaw(t, s.server)
+				writeRaw(t, over, probe)
 				expectClosed(t, over)
 				held[0].Close()
 				// Its slot comes back: a new connection is served again.
 				poll(t, waitFor, func() (bool, string) {
-					c := dialRawFrom(t, s.server, "127.0.0.2")
-					defer c.Close()
-					writeRaw(t, c, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
-					c.SetReadDeadline(time.Now().Add(waitFor))
-					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-					status := 0
-					if err == nil {
-						status = resp.StatusCode
-					}
+					status, err := rawStatus(s.server, probe)
 					return status == http.StatusOK, fmt.Sprintf("after closing one: status %d, err %v", status, err)
 				})
 			},
@@ -346,6 +340,14 @@ func TestHostileSlow(t *testing.T) {
 	}
 }
 
+// startBareServer starts a gateway alone: no agent, no harness client.
+func startBareServer(t *testing.T, cfg func(*config.Server)) *stack {
+	t.Helper()
+	scfg := serverConfig(t)
+	cfg(&scfg)
+	return &stack{server: startServer(t, scfg, nil, nil)}
+}
+
 // startSplitStack starts one agent publishing two services on appHost:
 // "api" on the prefix /api and "root" on the rest. Each backend names
 // itself in X-Backend and echoes the request target in X-Got-URI.
@@ -482,19 +484,6 @@ func probeUntilOK(t *testing.T, s *stack) {
 		status, body, err := fetch(s.visitor, newRequest(t, ctx, s.server, http.MethodGet, appHost, "/", nil))
 		return status == http.StatusOK, fmt.Sprintf("probe GET / = %d %q %v, want 200", status, body, err)
 	})
-}
-
-// dialRawFrom opens a TCP connection to s from the local address ip,
-// closed at cleanup.
-func dialRawFrom(t testing.TB, s *testServer, ip string) *net.TCPConn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	c, err := d.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatalf("dial %s from %s: %v", s.addr, ip, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c.(*net.TCPConn)
 }
 
 // expectEcho sends raw twice on one connection (the second copy checks
