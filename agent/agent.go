@@ -216,6 +216,7 @@ func (a *Agent) announcement() tunnel.Announcement {
 			Priority:      prio,
 			Healthy:       svc.healthy.Load(),
 			Resilience:    svc.cfg.Resilience,
+			AllowConnect:  svc.cfg.AllowConnect,
 			Concurrency:   cc,
 		}
 	}

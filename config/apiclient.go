@@ -68,7 +68,7 @@ func LoadAPIClient(o ClientOptions) (APIClient, *Sources, error) {
 	addSettings(sch, scalingSettings())
 	sch.add("services", true)
 	sch.hint = func(norm string) string {
-		if _, ok := singleFields[norm]; ok || norm == "resilience" {
+		if _, ok := singleFields[norm]; ok || norm == "resilience" || norm == "allow_connect" {
 			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
 		}
 		return ""

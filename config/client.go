@@ -103,6 +103,7 @@ func serviceSettings() []setting[Service] {
 		durationSetting("health.timeout", "timeout of one probe", func(c *S) *time.Duration { return &c.Health.Timeout }),
 		intSetting("health.threshold", "failed probes before unhealthy", func(c *S) *int { return &c.Health.Threshold }),
 		boolSetting("resilience", "allow serve-stale", func(c *S) *bool { return &c.Resilience }),
+		boolSetting("allow_connect", "pass CONNECT requests to the target", func(c *S) *bool { return &c.AllowConnect }),
 	}
 	for i := range tab {
 		tab[i].Env, tab[i].Flag = "", ""
@@ -199,7 +200,7 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	addSettings(sch, ad)
 	sch.add("services", true)
 	sch.hint = func(norm string) string {
-		if _, ok := singleFields[norm]; ok || norm == "resilience" {
+		if _, ok := singleFields[norm]; ok || norm == "resilience" || norm == "allow_connect" {
 			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
 		}
 		return ""

@@ -272,6 +272,17 @@ services:
 		},
 	},
 	{
+		name: "allow_connect is per service and off by default",
+		in: clientCase{
+			file: "services:\n  - {target: 1, hostname: a.example.com, allow_connect: true}\n  - {target: 2, hostname: b.example.com}\n",
+			env:  withBase(nil),
+		},
+		want: []string{
+			"services[0].allow_connect = true  # file:aperio.yaml:2",
+			"services[1].allow_connect = false  # default",
+		},
+	},
+	{
 		name: "api key alias",
 		in:   clientCase{env: withBase(map[string]string{"APERIO_API_KEY": "apk_1", "APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com"})},
 		want: []string{"server.api_key = <set>  # env APERIO_API_KEY"},

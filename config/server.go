@@ -39,6 +39,13 @@ func DefaultServer() Server {
 		MaxBodyBytes:             10 << 20,
 		IPLimitMax:               100,
 		IPLimitRefill:            5,
+		ReadHeaderTimeout:        10 * time.Second,
+		MaxHeaderBytes:           1 << 20,
+		KeepAliveTimeout:         2 * time.Minute,
+		VisitorIdleTimeout:       60 * time.Second,
+		VisitorMinBytesPerSecond: 512,
+		MaxConnectionsPerIP:      256,
+		TunnelHandshakeTimeout:   10 * time.Second,
 		ClientDownThreshold:      15 * time.Second,
 		TunnelMaxHeaderBytes:     tunnel.DefaultMaxHeaderBytes,
 		TunnelMaxStreams:         tunnel.DefaultMaxStreams,
@@ -82,6 +89,13 @@ func serverSettings() []setting[Server] {
 		sizeSetting("max_body_size", "request body ceiling (10MiB, bytes)", func(c *S) *int64 { return &c.MaxBodyBytes }),
 		intSetting("ip_limit_max", "per-visitor token bucket size", func(c *S) *int { return &c.IPLimitMax }),
 		floatSetting("ip_limit_refill", "per-visitor refill, tokens per second", func(c *S) *float64 { return &c.IPLimitRefill }),
+		durationSetting("read_header_timeout", "time a visitor may take to send a request head", func(c *S) *time.Duration { return &c.ReadHeaderTimeout }),
+		sizeSetting("max_header_bytes", "request head ceiling (1MiB, bytes); larger heads get 431", func(c *S) *int64 { return &c.MaxHeaderBytes }),
+		durationSetting("keepalive_timeout", "idle time of a keep-alive connection between requests", func(c *S) *time.Duration { return &c.KeepAliveTimeout }),
+		durationSetting("visitor_idle_timeout", "end a request whose visitor neither reads nor sends for this long", func(c *S) *time.Duration { return &c.VisitorIdleTimeout }),
+		intSetting("visitor_min_bytes_per_second", "slowest visitor read or upload rate, judged after visitor_idle_timeout of waiting", func(c *S) *int { return &c.VisitorMinBytesPerSecond }),
+		intSetting("max_connections_per_ip", "concurrent connections of one visitor address; 0 = no cap", func(c *S) *int { return &c.MaxConnectionsPerIP }),
+		durationSetting("tunnel_handshake_timeout", "time from a tunnel upgrade to the client's hello", func(c *S) *time.Duration { return &c.TunnelHandshakeTimeout }),
 		durationSetting("client_down_threshold", "heartbeat age after which a client is dropped", func(c *S) *time.Duration { return &c.ClientDownThreshold }),
 		sizeSetting("tunnel_max_header_bytes", "largest response head a client may send (1MiB, bytes)", func(c *S) *int64 { return &c.TunnelMaxHeaderBytes }),
 		intSetting("tunnel_max_streams", "streams open per tunnel session", func(c *S) *int { return &c.TunnelMaxStreams }),
@@ -224,6 +238,13 @@ func (s Server) problems(src *Sources) []*Error {
 	if !(s.IPLimitRefill >= 0) {
 		v.add("ip_limit_refill", "must not be negative, got %g", s.IPLimitRefill)
 	}
+	v.nonNegativeDuration("read_header_timeout", s.ReadHeaderTimeout)
+	v.nonNegative("max_header_bytes", s.MaxHeaderBytes)
+	v.nonNegativeDuration("keepalive_timeout", s.KeepAliveTimeout)
+	v.nonNegativeDuration("visitor_idle_timeout", s.VisitorIdleTimeout)
+	v.nonNegative("visitor_min_bytes_per_second", int64(s.VisitorMinBytesPerSecond))
+	v.nonNegative("max_connections_per_ip", int64(s.MaxConnectionsPerIP))
+	v.nonNegativeDuration("tunnel_handshake_timeout", s.TunnelHandshakeTimeout)
 	v.positive("client_down_threshold", s.ClientDownThreshold)
 	if s.TunnelMaxHeaderBytes < 1 {
 		v.add("tunnel_max_header_bytes", "must be positive, got %d", s.TunnelMaxHeaderBytes)

@@ -32,6 +32,13 @@ var serverLoadCases = []struct {
 			"max_body_size = 10MiB  # default",
 			"ip_limit_max = 100  # default",
 			"ip_limit_refill = 5  # default",
+			"read_header_timeout = 10s  # default",
+			"max_header_bytes = 1MiB  # default",
+			"keepalive_timeout = 2m  # default",
+			"visitor_idle_timeout = 1m  # default",
+			"visitor_min_bytes_per_second = 512  # default",
+			"max_connections_per_ip = 256  # default",
+			"tunnel_handshake_timeout = 10s  # default",
 			"client_down_threshold = 15s  # default",
 			"tunnel_max_header_bytes = 1MiB  # default",
 			"tunnel_max_streams = 256  # default",
@@ -211,6 +218,24 @@ var serverLoadCases = []struct {
 			"max_body_size = 512KiB  # file:aperio-server.yaml:4",
 			"cache_max_bytes = 100000000  # file:aperio-server.yaml:5",
 			"scaling_record_ttl = 1d12h  # file:aperio-server.yaml:6",
+		},
+	},
+	{
+		name: "visitor limits from file and env",
+		file: "server.token: token-0123456789abcdef\nread_header_timeout: 5s\nmax_header_bytes: 64KiB\nkeepalive_timeout: 1m\nvisitor_idle_timeout: 0\n",
+		env: map[string]string{
+			"APERIO_VISITOR_MIN_BYTES_PER_SECOND": "2048",
+			"APERIO_MAX_CONNECTIONS_PER_IP":       "0",
+			"APERIO_TUNNEL_HANDSHAKE_TIMEOUT":     "3s",
+		},
+		want: []string{
+			"read_header_timeout = 5s  # file:aperio-server.yaml:2",
+			"max_header_bytes = 64KiB  # file:aperio-server.yaml:3",
+			"keepalive_timeout = 1m  # file:aperio-server.yaml:4",
+			"visitor_idle_timeout = 0s  # file:aperio-server.yaml:5",
+			"visitor_min_bytes_per_second = 2048  # env APERIO_VISITOR_MIN_BYTES_PER_SECOND",
+			"max_connections_per_ip = 0  # env APERIO_MAX_CONNECTIONS_PER_IP",
+			"tunnel_handshake_timeout = 3s  # env APERIO_TUNNEL_HANDSHAKE_TIMEOUT",
 		},
 	},
 	{
@@ -453,6 +478,15 @@ var serverErrorCases = []struct {
 		name: "malformed file value",
 		file: "server.token: token-0123456789abcdef\nport: eighty\n",
 		want: []string{`config: port (aperio-server.yaml:2): invalid integer "eighty"`},
+	},
+	{
+		name: "negative visitor limits",
+		file: "server.token: token-0123456789abcdef\nvisitor_min_bytes_per_second: -1\nmax_connections_per_ip: -2\nvisitor_idle_timeout: -1s\n",
+		want: []string{
+			`config: visitor_idle_timeout (aperio-server.yaml:4): duration "-1s" is negative`,
+			`config: visitor_min_bytes_per_second (aperio-server.yaml:2): must not be negative, got -1`,
+			`config: max_connections_per_ip (aperio-server.yaml:3): must not be negative, got -2`,
+		},
 	},
 	{
 		name: "unparseable env var",
@@ -765,6 +799,13 @@ func TestServerKeys(t *testing.T) {
 		{"tunnel_max_header_bytes", "APERIO_TUNNEL_MAX_HEADER_BYTES", nil, false},
 		{"tunnel_max_streams", "APERIO_TUNNEL_MAX_STREAMS", nil, false},
 		{"tunnel_announce_interval", "APERIO_TUNNEL_ANNOUNCE_INTERVAL", nil, false},
+		{"read_header_timeout", "APERIO_READ_HEADER_TIMEOUT", nil, false},
+		{"max_header_bytes", "APERIO_MAX_HEADER_BYTES", nil, false},
+		{"keepalive_timeout", "APERIO_KEEPALIVE_TIMEOUT", nil, false},
+		{"visitor_idle_timeout", "APERIO_VISITOR_IDLE_TIMEOUT", nil, false},
+		{"visitor_min_bytes_per_second", "APERIO_VISITOR_MIN_BYTES_PER_SECOND", nil, false},
+		{"max_connections_per_ip", "APERIO_MAX_CONNECTIONS_PER_IP", nil, false},
+		{"tunnel_handshake_timeout", "APERIO_TUNNEL_HANDSHAKE_TIMEOUT", nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -784,7 +825,7 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("ServerKeys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 50 {
-		t.Errorf("len(ServerKeys()) = %d, want 50", len(keys))
+	if len(keys) != 57 {
+		t.Errorf("len(ServerKeys()) = %d, want 57", len(keys))
 	}
 }

@@ -51,6 +51,40 @@ type Server struct {
 	// IPLimitRefill is the refill rate of each visitor's bucket in tokens per
 	// second (ip_limit_refill). Default 5.
 	IPLimitRefill float64
+	// Visitor connections. Each bound ends what a visitor holds without
+	// using it; 0 turns a bound off unless its field says otherwise.
+	//
+	// ReadHeaderTimeout bounds the time a visitor may take to send a request
+	// head (read_header_timeout). Default 10s.
+	ReadHeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a visitor's request head in bytes; larger heads
+	// get 431 (max_header_bytes). Default 1 MiB; 0 means net/http's 1 MiB.
+	MaxHeaderBytes int64
+	// KeepAliveTimeout is how long an idle keep-alive connection stays open
+	// between requests (keepalive_timeout). Default 2m.
+	KeepAliveTimeout time.Duration
+	// VisitorIdleTimeout ends a request whose visitor makes no progress for
+	// this long: a response write it does not read, or a request body read
+	// it does not send (visitor_idle_timeout). A quiet backend does not
+	// count. Default 1m, like nginx's send_timeout: a media player that
+	// pauses reading a long download is cut off after that and asks again
+	// with a range.
+	VisitorIdleTimeout time.Duration
+	// VisitorMinBytesPerSecond ends a request whose visitor reads the
+	// response or sends the body slower than this, averaged over the time
+	// the exchange waited on the visitor, once that time exceeds
+	// VisitorIdleTimeout (visitor_min_bytes_per_second). Default 512.
+	VisitorMinBytesPerSecond int
+	// MaxConnectionsPerIP bounds the concurrent connections of one visitor
+	// address on the public port; more are closed at accept
+	// (max_connections_per_ip). Default 256. Behind a proxy that is not
+	// exempted (trusted proxies), every visitor shares its address: raise
+	// it or set 0.
+	MaxConnectionsPerIP int
+	// TunnelHandshakeTimeout bounds the time from a tunnel upgrade to the
+	// client's hello; a client silent for longer is dropped
+	// (tunnel_handshake_timeout). Default 10s; 0 means the protocol's 10s.
+	TunnelHandshakeTimeout time.Duration
 	// ClientDownThreshold is the heartbeat age after which a client is dropped
 	// (client_down_threshold). Default 15s; must be positive.
 	ClientDownThreshold time.Duration
@@ -287,6 +321,10 @@ type Service struct {
 	// Resilience lets the server serve stale cached answers for this service
 	// (resilience). Default false.
 	Resilience bool
+	// AllowConnect lets visitors' CONNECT requests through to the target
+	// (allow_connect). Default false: the server answers CONNECT with 405,
+	// so a backend that is a forward proxy is not an open proxy.
+	AllowConnect bool
 	// Adaptive is the service's own adaptive_concurrency block: the
 	// client's block (or DefaultAdaptive) with the fields the service sets
 	// laid over it. Nil when the service sets none.

@@ -160,6 +160,8 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		FailoverMaxJumps:      cfg.FailoverMaxJumps,
 		FailoverWindow:        cfg.FailoverWindow,
 		Fallbacks:             cfg.Fallbacks,
+		VisitorIdleTimeout:    cfg.VisitorIdleTimeout,
+		VisitorMinRate:        int64(cfg.VisitorMinBytesPerSecond),
 		Logger:                log,
 		Tracer:                g.tracer,
 	})
@@ -193,6 +195,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		MaxHeaderBytes:        cfg.TunnelMaxHeaderBytes,
 		MaxStreams:            cfg.TunnelMaxStreams,
 		AnnounceInterval:      cfg.TunnelAnnounceInterval,
+		HandshakeTimeout:      cfg.TunnelHandshakeTimeout,
 		Logger:                log,
 	})
 	if err != nil {
@@ -232,11 +235,12 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	g.warnUnowned(ctx)
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    1 << 20,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.KeepAliveTimeout,
+		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		TLSConfig:         serverTLSConfig(),
+		ConnContext:       framingContext,
 	}
 	if cfg.TLSCert == "" {
 		p := new(http.Protocols)
@@ -251,6 +255,9 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 // Handler returns the handler of the public port.
 func (g *Gateway) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuseSmuggled(w, r) {
+			return
+		}
 		r, ok := g.edge.admit(w, r)
 		if !ok {
 			return
@@ -356,7 +363,14 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			g.db.Close()
 		}
 	}()
+	// Connections are counted per TCP peer before anything reads from
+	// them (a PROXY header from a trusted proxy may take seconds to come),
+	// and the framing follower sees the bytes after the PROXY header.
+	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP, Exempt: g.edge.resolve.Trusts}) // a trusted proxy carries many visitors
 	ln = g.edge.wrapListener(ln, g.cfg.ProxyProtocol)
+	if g.cfg.TLSCert == "" {
+		ln = framingListener{ln}
+	}
 	stopMetrics, merr := g.serveMetrics()
 	if merr != nil {
 		return merr

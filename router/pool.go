@@ -27,6 +27,8 @@ type service struct {
 	gone     atomic.Bool // the session ended
 	// resilience is set when the service allows serve-stale copies.
 	resilience atomic.Bool
+	// allowConnect is set when the service takes CONNECT requests.
+	allowConnect atomic.Bool
 	// allowedIPs are the visitors its token admits; empty admits all. Set
 	// under Router.mu before the service is published in a pool.
 	allowedIPs []netip.Prefix

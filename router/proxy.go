@@ -17,12 +17,18 @@ import (
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/internal/bufpool"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
+// proxyHookForTest, when set by a test, runs first on every proxied request.
+var proxyHookForTest func(*http.Request)
+
 // ServeHTTP proxies a visitor's request to a client serving its hostname;
-// see Proxy.
+// see Proxy. Without an Observer nothing records whether an answer has
+// started, so after a recovered panic the 500 may follow a partial answer;
+// the gateway always serves through an Observer.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var rec telemetry.Request
 	rt.Proxy(w, r, &rec)
@@ -39,7 +45,25 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // busy (429 client-concurrency) or none is routable (504); a global slot,
 // taken only once a client is chosen (429 server-concurrency); then the
 // exchange, with failover when the client vanishes before answering.
+//
+// A panic while serving the request is recovered, logged and counted
+// (recovery.Total); the visitor gets 500 if nothing was answered yet.
 func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.Request) {
+	served := false
+	defer func() {
+		if !served && rec.Status == 0 {
+			http.Error(w, "aperio: internal error", http.StatusInternalServerError)
+		}
+	}()
+	defer recovery.Recover(rt.log, "proxied request")
+	rt.proxy(w, r, rec)
+	served = true
+}
+
+func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.Request) {
+	if proxyHookForTest != nil {
+		proxyHookForTest(r)
+	}
 	var routeStart time.Time
 	if rt.tracer != nil {
 		routeStart = time.Now()
@@ -47,9 +71,17 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	v := VisitorOf(r)
 	host := hostname.Normalize(r.Host)
 	rec.Hostname = host
+	path := r.URL.Path // CONNECT has none: it matches "/" binds
+	if r.Method != http.MethodConnect {
+		var err error
+		if path, err = normalizePath(r); err != nil || Reserved(path) {
+			rt.writeError(w, r, host, errBadPath)
+			return
+		}
+	}
 	if rt.ips != nil && !rt.ips.allow(v.Addr, time.Now()) {
 		// Only refusals pay for the match: it names the hostname in metrics.
-		rec.Routed = rt.table.Load().match(host, r.URL.Path) != nil
+		rec.Routed = rt.table.Load().match(host, path) != nil
 		rt.refuse(w, rec, limitIP)
 		return
 	}
@@ -62,7 +94,7 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		http.Error(w, "aperio: the host field differs from :authority", http.StatusBadRequest)
 		return
 	}
-	p := rt.table.Load().match(host, r.URL.Path)
+	p := rt.table.Load().match(host, path)
 	rec.Routed = p != nil
 	if rt.tracer != nil {
 		_, sp := rt.tracer.Start(r.Context(), telemetry.SpanRoute, trace.WithTimestamp(routeStart))
@@ -85,7 +117,7 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		if rt.cfg.MaxBodyBytes > 0 {
 			rc = http.MaxBytesReader(w, rc, rt.cfg.MaxBodyBytes)
 		}
-		body = &countingBody{ReadCloser: rc}
+		body = &countingBody{ReadCloser: rt.paceBody(w, rc, r.ContentLength)}
 		r.Body = body
 	}
 	visitor := v.Addr
@@ -156,6 +188,13 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 			}
 			return
 		}
+		if r.Method == http.MethodConnect && !s.allowConnect.Load() {
+			// A backend that is a forward proxy would be an open proxy.
+			s.release()
+			w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+			http.Error(w, "aperio: CONNECT is not allowed for "+host, http.StatusMethodNotAllowed)
+			return
+		}
 		if !rt.takeGlobal() {
 			s.release()
 			rt.refuse(w, rec, limitServerConcurrency)
@@ -219,6 +258,7 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 		if span != nil {
 			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 		}
+		responseStarted(body)
 		rt.respond(w, r, s, resp)
 		if span != nil {
 			span.End()
@@ -312,7 +352,9 @@ func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, re
 		}
 		rec = rt.cfg.Cache.Record(r, resp)
 	}
-	complete := copyResponse(w, resp, rec)
+	pw := rt.paceResponse(w)
+	complete := copyResponse(pw, resp, rec)
+	pw.finish()
 	rec.Finish(complete)
 }
 
@@ -414,6 +456,7 @@ func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *htt
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer recovery.Recover(rt.log, "upgrade relay")
 		// Bytes the visitor sent after its request are already buffered.
 		bufpool.Copy(backend, brw.Reader)
 		backend.Close()
@@ -427,9 +470,12 @@ func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *htt
 // status in one place.
 func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, host string, err error) {
 	var mbe *http.MaxBytesError
+	var vbe *visitorBodyError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
 		return // the visitor left; nobody reads an answer
+	case errors.Is(err, errBadPath):
+		http.Error(w, "aperio: bad request path", http.StatusBadRequest)
 	case errors.Is(err, errNoRoute):
 		http.Error(w, "aperio: no client is serving "+host, http.StatusBadGateway)
 	case errors.Is(err, errNoRoutable):
@@ -440,6 +486,15 @@ func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, host string
 		http.Error(w, "aperio: "+host+" could not be started", http.StatusGatewayTimeout)
 	case errors.As(err, &mbe):
 		http.Error(w, "aperio: request body larger than max_body_size ("+strconv.FormatInt(mbe.Limit, 10)+" bytes)", http.StatusRequestEntityTooLarge)
+	case errors.As(err, &vbe):
+		// The visitor's fault: debug only, so that bad bodies cannot flood
+		// the log.
+		rt.log.Debug("bad visitor request body", "host", host, "err", err)
+		if vbe.slow() {
+			http.Error(w, "aperio: request body sent too slowly", http.StatusRequestTimeout)
+		} else {
+			http.Error(w, "aperio: malformed request body", http.StatusBadRequest)
+		}
 	case errors.Is(err, tunnel.ErrResponseTimeout):
 		http.Error(w, "aperio: "+host+" did not answer within gateway_response_timeout", http.StatusGatewayTimeout)
 	case errors.Is(err, tunnel.ErrSessionClosed):

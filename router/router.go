@@ -61,6 +61,14 @@ type Config struct {
 	// Cache, when set, keeps the last good GET responses of services that
 	// announce resilience and serves them stale when nothing can serve.
 	Cache *cache.Cache
+	// VisitorIdleTimeout ends a request whose visitor makes no progress
+	// reading its response or sending its body for this long
+	// (visitor_idle_timeout); VisitorMinRate, in bytes per second, ends
+	// one slower than that once it waited VisitorIdleTimeout on the
+	// visitor in total (visitor_min_bytes_per_second). Zero turns each
+	// off. See deadline.go.
+	VisitorIdleTimeout time.Duration
+	VisitorMinRate     int64
 	// Logger receives routing diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Tracer, when set, records each request's route selection, queue
@@ -288,6 +296,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		s.healthy.Store(sa.Healthy)
 		s.draining.Store(ann.Draining)
 		s.resilience.Store(sa.Resilience)
+		s.allowConnect.Store(sa.AllowConnect)
 		for _, h := range sa.Hostnames {
 			if why := rt.refusalLocked(e, e.rights, h, sa.Path); why != "" {
 				notices = append(notices, why+"; not routed")
@@ -460,7 +469,7 @@ func sameRouting(a, b *tunnel.Announcement) bool {
 	for i := range a.Services {
 		x, y := &a.Services[i], &b.Services[i]
 		if x.ID != y.ID || x.Path != y.Path || x.MaxConcurrent != y.MaxConcurrent ||
-			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience ||
+			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect ||
 			len(x.Hostnames) != len(y.Hostnames) {
 			return false
 		}

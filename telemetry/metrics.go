@@ -33,7 +33,11 @@ func NewMetrics() (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	return &Metrics{provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)), registry: reg}, nil
+	m := &Metrics{provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)), registry: reg}
+	if err := registerPanics(m.Meter()); err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	return m, nil
 }
 
 // Meter returns the meter instruments are created on.

@@ -69,6 +69,9 @@ type Service struct {
 	Priority      int      `json:"priority,omitempty"`       // >0 = standby tier
 	Healthy       bool     `json:"healthy"`
 	Resilience    bool     `json:"resilience,omitempty"`
+	// AllowConnect lets visitors' CONNECT requests reach the service;
+	// without it the server answers them 405.
+	AllowConnect bool `json:"allow_connect,omitempty"`
 	// Concurrency is the client's limiter of the service, nil when the
 	// client has none (no limit) or predates it. MaxConcurrent always
 	// carries its Desired, so a server that ignores this field still
