@@ -143,6 +143,26 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
+			name: "guard/flood/trusted-proxy-exempt",
+			cfg: func(c *config.Server) {
+				c.MaxConnectionsPerIP = 2
+				c.TrustedProxies = []string{"127.0.0.1/32"}
+			},
+			stack: startBareServer,
+			run: func(t *testing.T, s *stack) {
+				// A trusted proxy carries many visitors on its connections:
+				// the per-address cap does not apply to it.
+				const probe = "GET /aperio/healthz HTTP/1.1\r\nHost: " + appHost + "\r\n\r\n"
+				for i := range 5 {
+					c := dialRaw(t, s.server)
+					writeRaw(t, c, probe)
+					if got := readStatus(t, c); got != http.StatusOK {
+						t.Fatalf("connection %d from a trusted proxy: status %d, want 200", i+1, got)
+					}
+				}
+			},
+		},
+		{
 			name: "guard/slowloris",
 			cfg:  func(c *config.Server) { c.ReadHeaderTimeout = 200 * time.Millisecond },
 			run: func(t *testing.T, s *stack) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -98,6 +99,14 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 		ex.step(StepReserved, OutcomeStop, path+" is aperio-server's own path on every hostname (/aperio/…): never proxied")
 		return ex.end("answered by aperio-server itself, not proxied", 0)
 	}
+	// The proxy matches the normal form of the path (dot segments
+	// resolved); so does explain, and it refuses what the proxy refuses.
+	norm, err := explainPath(path)
+	if err != nil || Reserved(norm) {
+		ex.step(StepReserved, OutcomeStop, path+" is refused: it climbs above / or hides a dot segment, or its normal form is aperio-server's own")
+		return ex.end("refused with 400 before routing", http.StatusBadRequest)
+	}
+	path = norm
 	ex.step(StepReserved, OutcomePass, "not under /aperio/")
 
 	switch {
@@ -422,4 +431,14 @@ func (l *ipLimiter) tokens(ip netip.Addr, now time.Time) float64 {
 		return float64(l.burst)
 	}
 	return b.TokensAt(now)
+}
+
+// explainPath returns the normal form the proxy matches for a request
+// target path as a visitor sends it (escaped).
+func explainPath(target string) (string, error) {
+	u, err := url.ParseRequestURI(target)
+	if err != nil || u.Host != "" || u.Scheme != "" {
+		return "", errBadPath
+	}
+	return normalizePath(&http.Request{URL: u})
 }

@@ -87,6 +87,24 @@ func TestExplainVerdicts(t *testing.T) {
 			verdict: "answered by aperio-server itself", status: 0, step: StepReserved, outcome: OutcomeStop,
 		},
 		{
+			name: "path climbing above root",
+			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
+				rt := newRouter(t, Config{})
+				rt.update(newConn("a", 1), ann(svc("/api", "app.test")))
+				return rt, "app.test", "/api/%2e%2e/%2e%2e/etc", visitor
+			},
+			verdict: "refused with 400", status: 400, step: StepReserved, outcome: OutcomeStop,
+		},
+		{
+			name: "dot segments leave the bind",
+			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
+				rt := newRouter(t, Config{})
+				rt.update(newConn("a", 1), ann(svc("/api", "app.test")))
+				return rt, "app.test", "/api/%2e%2e/admin", visitor
+			},
+			verdict: "502 no client", status: 502, step: StepFallback, outcome: OutcomeSkip,
+		},
+		{
 			name: "ip limited",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
