@@ -44,6 +44,13 @@ func (g *Gateway) reloadOwnership(ctx context.Context) {
 // nothing and their keys may mint no token. The server warns about them at
 // startup.
 func orgsWithoutHostnames(ctx context.Context, db *store.DB, defaultOrgName string) ([]string, error) {
+	return OrgsWithoutHostnames(ctx, db, defaultOrgName)
+}
+
+// OrgsWithoutHostnames returns the names of the organizations other than
+// defaultOrgName that own no hostname pattern, reading the store only
+// (aperio-server --check-config calls it on a read-only store).
+func OrgsWithoutHostnames(ctx context.Context, db *store.DB, defaultOrgName string) ([]string, error) {
 	orgs, err := db.ListOrgs(ctx)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -60,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			warnings := config.ServerWarnings(cfg)
 			if checkConfig {
+				warnings = append(warnings, storeWarnings(cmd.Context(), cfg)...)
 				for _, w := range warnings {
 					fmt.Fprintln(stderr, "warning:", w)
 				}
@@ -181,4 +184,34 @@ func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.
 	}
 	fmt.Fprintf(stdout, "audit chain OK (%d entries)\n", n)
 	return nil
+}
+
+// storeWarnings looks into an existing store, read-only and briefly, for
+// what a configuration check should warn about: organizations other than
+// the default one that own no hostname pattern (their keys may mint no
+// token, their clients bind nothing). No store yet, or one that cannot be
+// read, gives no warning but a note.
+func storeWarnings(ctx context.Context, cfg config.Server) []string {
+	if cfg.DatabaseURL == "" {
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, store.DBFile)); err != nil {
+			return nil // nothing stored yet
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, ReadOnly: true})
+	if err != nil {
+		return []string{"cannot read the store to check organizations' hostname patterns: " + err.Error()}
+	}
+	defer db.Close()
+	names, err := gateway.OrgsWithoutHostnames(ctx, db, "default")
+	if err != nil {
+		return []string{"cannot read the store to check organizations' hostname patterns: " + err.Error()}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	return []string{fmt.Sprintf("%d organization(s) own no hostname patterns (%s): they may mint no token and bind no hostname; the master token assigns them with PUT /aperio/api/orgs/{id}/hostnames",
+		len(names), strings.Join(names, ", "))}
 }

@@ -194,3 +194,54 @@ func TestVerifyAuditNoStore(t *testing.T) {
 		t.Errorf("--verify-audit created %s (%v), want it left alone", dir, err)
 	}
 }
+
+// TestCheckConfigWarnsOrgsWithoutHostnames: --check-config looks into an
+// existing store (read-only) and names the organizations besides the
+// default one that own no hostname pattern; once each owns some, it is
+// quiet again.
+func TestCheckConfigWarnsOrgsWithoutHostnames(t *testing.T) {
+	env, cfg, _ := sqliteAuditStore(t)
+	env["APERIO_SERVER_TOKEN"] = "token-0123456789abcdef0123456789abcdef"
+	code, stdout, stderr := runServer(t, env, "--check-config")
+	if code != 0 || stdout != "configuration OK\n" || strings.Contains(stderr, "warning") {
+		t.Fatalf("--check-config with no store = exit %d, stdout %q, stderr %q; want 0, OK, no warning", code, stdout, stderr)
+	}
+	db, err := store.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("store.Open() = %v", err)
+	}
+	if _, err := db.EnsureOrg(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	teamA, err := db.CreateOrg(t.Context(), "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	teamB, err := db.CreateOrg(t.Context(), "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runServer(t, env, "--check-config")
+	if code != 0 || stdout != "configuration OK\n" || !strings.Contains(stderr, "warning: 2 organization(s) own no hostname patterns (team-a, team-b)") {
+		t.Fatalf("--check-config with two orgs without patterns = exit %d, stdout %q, stderr %q; want 0, OK and a warning naming both", code, stdout, stderr)
+	}
+	db, err = store.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("store.Open() = %v", err)
+	}
+	for org, p := range map[string]string{teamA.ID: "*.a.example", teamB.ID: "b.example"} {
+		if _, err := db.SetOrgHostnames(t.Context(), org, []string{p}); err != nil {
+			t.Fatalf("SetOrgHostnames(%s) = %v", org, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runServer(t, env, "--check-config")
+	if code != 0 || stdout != "configuration OK\n" || strings.Contains(stderr, "warning") {
+		t.Fatalf("--check-config once every org owns hostnames = exit %d, stdout %q, stderr %q; want 0, OK, no warning", code, stdout, stderr)
+	}
+}
