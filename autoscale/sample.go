@@ -151,58 +151,104 @@ func (c *Controller) sample(bs []*bind, stats []PoolStats) ([]*bind, []PoolStats
 	return bs, stats
 }
 
-// observeLocked adds the sample st of b, taken at now, and queues a
-// scale-out or scale-in when one is due.
+// sampleIn is what planSample reads: one bind's sampling state, its new
+// pool figures and the time they were taken.
+type sampleIn struct {
+	// rec is the bind's record; nil when there is none.
+	rec *Record
+	// busy and idle are the bind's stretches before the sample.
+	busy, idle run
+	// pending is set while a decision of the bind is queued or its call is
+	// in flight: the stretches grow, but no decision is made.
+	pending bool
+	// nextAllowed ends the cooldown or backoff: no decision before it.
+	nextAllowed time.Time
+	stats       PoolStats
+	now         time.Time
+}
+
+// samplePlan is what a sample does to a bind.
+type samplePlan struct {
+	// busy and idle are the stretches with the sample added.
+	busy, idle run
+	// call is the scale-out or scale-in to queue; nil when none is due.
+	// Once it is queued, both stretches start afresh.
+	call *sampledCall
+}
+
+// sampledCall is a decision a sample made, before it has a key.
+type sampledCall struct {
+	reason           Reason
+	current, desired int
+	samples          samples
+}
+
+// planSample adds in's sample to the bind's stretches and says whether a
+// scale-out or scale-in is due. It reads no clock and changes nothing.
 //
 // Scale out: every sample at or above target for a whole window. Scale in:
 // every sample below half the target for IdleWindows windows. A sample in
 // between breaks both stretches: that gap is the hysteresis that keeps a
 // pool hovering at its target from scaling out and in on alternate
 // samples. The stretches keep growing during a cooldown, so a pool still
-// saturated when it ends is scaled out again at once; a decision starts
-// both afresh.
-func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
-	r := b.rec
+// saturated when it ends is scaled out again at once. A record that is
+// missing, disarmed or without a scaling range (max 0) leaves the
+// stretches as they were; a pool without measurable utilization (capacity
+// 0) breaks both.
+func planSample(in sampleIn) samplePlan {
+	p := samplePlan{busy: in.busy, idle: in.idle}
+	r, st := in.rec, in.stats
 	if r == nil || r.Disarmed || r.Max <= 0 {
-		return
+		return p
 	}
 	if st.Capacity <= 0 {
-		// No measurable utilization: never scaled out or in.
-		b.busy.reset()
-		b.idle.reset()
-		return
+		p.busy.reset()
+		p.idle.reset()
+		return p
 	}
 	u := float64(st.Inflight) / float64(st.Capacity)
 	if u >= r.TargetUtilization {
-		b.busy.add(now, u)
+		p.busy.add(in.now, u)
 	} else {
-		b.busy.reset()
+		p.busy.reset()
 	}
 	if u < r.TargetUtilization/2 {
-		b.idle.add(now, u)
+		p.idle.add(in.now, u)
 	} else {
-		b.idle.reset()
+		p.idle.reset()
 	}
-	if b.queued != nil || b.running != nil || now.Before(b.nextAllowed) {
-		return
+	if in.pending || in.now.Before(in.nextAllowed) {
+		return p
 	}
-	var d decision
 	switch {
-	case b.busy.lasted(now, r.Window):
-		want, ok := scaleOutDesired(st.Instances, r)
-		if !ok {
-			return
+	case p.busy.lasted(in.now, r.Window):
+		if want, ok := scaleOutDesired(st.Instances, r); ok {
+			p.call = &sampledCall{ReasonScaleOut, st.Instances, want, p.busy.samples()}
 		}
-		d = b.decisionLocked(ReasonScaleOut, st.Instances, want, b.busy.samples())
-	case b.idle.lasted(now, IdleWindows*r.Window):
-		want, ok := scaleInDesired(st.Instances, r)
-		if !ok {
-			return
+	case p.idle.lasted(in.now, IdleWindows*r.Window):
+		if want, ok := scaleInDesired(st.Instances, r); ok {
+			p.call = &sampledCall{ReasonScaleIn, st.Instances, want, p.idle.samples()}
 		}
-		d = b.decisionLocked(ReasonScaleIn, st.Instances, want, b.idle.samples())
-	default:
+	}
+	return p
+}
+
+// observeLocked adds the sample st of b, taken at now (planSample), and
+// queues the scale-out or scale-in it makes due. A queued decision starts
+// both stretches afresh; one the full queue refused leaves them, so the
+// next sample tries again.
+func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
+	p := planSample(sampleIn{
+		rec: b.rec, busy: b.busy, idle: b.idle,
+		pending:     b.queued != nil || b.running != nil,
+		nextAllowed: b.nextAllowed,
+		stats:       st, now: now,
+	})
+	b.busy, b.idle = p.busy, p.idle
+	if p.call == nil {
 		return
 	}
+	d := b.decisionLocked(p.call.reason, p.call.current, p.call.desired, p.call.samples)
 	if c.enqueueLocked(b, d, nil) == nil {
 		b.busy.reset()
 		b.idle.reset()

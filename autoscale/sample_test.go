@@ -355,3 +355,191 @@ func TestAuditDetailBounded(t *testing.T) {
 		t.Errorf("detail error is %d bytes (valid UTF-8: %v), want at most %d", len(got.Error), utf8.ValidString(got.Error), maxAuditErrBytes+len("…"))
 	}
 }
+
+// stretchView is what a run holds that a decision can see: when it began,
+// how many samples, and what it would record.
+type stretchView struct {
+	Since  time.Time
+	N      int
+	Min    float64
+	Max    float64
+	Recent []float64
+}
+
+func viewOf(r run) stretchView {
+	if r.n == 0 {
+		return stretchView{}
+	}
+	s := r.samples()
+	return stretchView{Since: r.since, N: s.n, Min: s.min, Max: s.max, Recent: s.recent}
+}
+
+// planView is a samplePlan as the tests compare it.
+type planView struct {
+	Busy, Idle stretchView
+	Call       *callView
+}
+
+// callView is a sampledCall as the tests compare it.
+type callView struct {
+	Reason           Reason
+	Current, Desired int
+	Samples          stretchView
+}
+
+func viewOfPlan(p samplePlan) planView {
+	v := planView{Busy: viewOf(p.busy), Idle: viewOf(p.idle)}
+	if c := p.call; c != nil {
+		v.Call = &callView{Reason: c.reason, Current: c.current, Desired: c.desired,
+			Samples: stretchView{N: c.samples.n, Min: c.samples.min, Max: c.samples.max, Recent: c.samples.recent}}
+	}
+	return v
+}
+
+// TestPlanSample runs planSample over each way a sample can change a
+// bind's stretches and each reason it makes, or withholds, a decision.
+func TestPlanSample(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	sec := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+	// stretch is a run of samples us, one a second from t0.
+	stretch := func(us ...float64) run {
+		var r run
+		for i, u := range us {
+			r.add(sec(i), u)
+		}
+		return r
+	}
+	repeat := func(u float64, n int) []float64 {
+		us := make([]float64, n)
+		for i := range us {
+			us[i] = u
+		}
+		return us
+	}
+	view := func(since time.Time, us ...float64) stretchView {
+		return viewOf(func() run {
+			var r run
+			for i, u := range us {
+				r.add(since.Add(time.Duration(i)*time.Second), u)
+			}
+			return r
+		}())
+	}
+	armed := func(edit func(*Record)) *Record {
+		r := rec("app.example.com")
+		if edit != nil {
+			edit(&r)
+		}
+		return &r
+	}
+	busy15 := stretch(repeat(0.9, 15)...) // samples at 0s..14s
+	idle60 := stretch(repeat(0.1, 60)...) // samples at 0s..59s
+	tests := []struct {
+		name string
+		in   sampleIn
+		want planView
+	}{
+		{
+			name: "no record leaves the stretches",
+			in:   sampleIn{busy: stretch(0.9), stats: pool(2, 20), now: sec(1)},
+			want: planView{Busy: view(t0, 0.9)},
+		},
+		{
+			name: "disarmed record leaves the stretches",
+			in:   sampleIn{rec: armed(func(r *Record) { r.Disarmed = true }), idle: stretch(0.1), stats: pool(2, 20), now: sec(1)},
+			want: planView{Idle: view(t0, 0.1)},
+		},
+		{
+			name: "max 0 leaves the stretches",
+			in:   sampleIn{rec: armed(func(r *Record) { r.Max = 0 }), busy: busy15, stats: pool(2, 20), now: sec(15)},
+			want: planView{Busy: view(t0, repeat(0.9, 15)...)},
+		},
+		{
+			name: "no capacity breaks both stretches",
+			in:   sampleIn{rec: armed(nil), busy: busy15, idle: stretch(0.1), stats: PoolStats{Instances: 2}, now: sec(15)},
+			want: planView{},
+		},
+		{
+			name: "at target extends busy and breaks idle",
+			in:   sampleIn{rec: armed(nil), busy: stretch(0.9), idle: stretch(0.1), stats: pool(2, 16), now: sec(1)},
+			want: planView{Busy: view(t0, 0.9, 0.8)},
+		},
+		{
+			name: "below half the target extends idle and breaks busy",
+			in:   sampleIn{rec: armed(nil), busy: stretch(0.9), idle: stretch(0.1), stats: pool(2, 2), now: sec(1)},
+			want: planView{Idle: view(t0, 0.1, 0.1)},
+		},
+		{
+			name: "between half and target breaks both",
+			in:   sampleIn{rec: armed(nil), busy: stretch(0.9), idle: stretch(0.1), stats: pool(2, 10), now: sec(1)},
+			want: planView{},
+		},
+		{
+			name: "first busy sample starts the stretch",
+			in:   sampleIn{rec: armed(nil), stats: pool(2, 20), now: sec(3)},
+			want: planView{Busy: view(sec(3), 1)},
+		},
+		{
+			name: "busy short of the window makes no call",
+			in:   sampleIn{rec: armed(nil), busy: stretch(repeat(0.9, 14)...), stats: pool(2, 18), now: sec(14)},
+			want: planView{Busy: view(t0, append(repeat(0.9, 14), 0.9)...)},
+		},
+		{
+			name: "busy for the whole window scales out by one",
+			in:   sampleIn{rec: armed(nil), busy: busy15, stats: pool(2, 18), now: sec(15)},
+			want: planView{
+				Busy: view(t0, repeat(0.9, 16)...),
+				Call: &callView{Reason: ReasonScaleOut, Current: 2, Desired: 3, Samples: stretchView{N: 16, Min: 0.9, Max: 0.9, Recent: repeat(0.9, 16)}},
+			},
+		},
+		{
+			name: "busy for the whole window at max makes no call",
+			in:   sampleIn{rec: armed(func(r *Record) { r.Max = 2 }), busy: busy15, stats: pool(2, 18), now: sec(15)},
+			want: planView{Busy: view(t0, repeat(0.9, 16)...)},
+		},
+		{
+			name: "busy for the whole window while a decision is pending makes no call",
+			in:   sampleIn{rec: armed(nil), busy: busy15, pending: true, stats: pool(2, 18), now: sec(15)},
+			want: planView{Busy: view(t0, repeat(0.9, 16)...)},
+		},
+		{
+			name: "busy for the whole window inside the cooldown makes no call",
+			in:   sampleIn{rec: armed(nil), busy: busy15, nextAllowed: sec(16), stats: pool(2, 18), now: sec(15)},
+			want: planView{Busy: view(t0, repeat(0.9, 16)...)},
+		},
+		{
+			name: "busy for the whole window as the cooldown ends scales out",
+			in:   sampleIn{rec: armed(nil), busy: busy15, nextAllowed: sec(15), stats: pool(2, 18), now: sec(15)},
+			want: planView{
+				Busy: view(t0, repeat(0.9, 16)...),
+				Call: &callView{Reason: ReasonScaleOut, Current: 2, Desired: 3, Samples: stretchView{N: 16, Min: 0.9, Max: 0.9, Recent: repeat(0.9, 16)}},
+			},
+		},
+		{
+			name: "idle for four windows scales in by one",
+			in:   sampleIn{rec: armed(nil), idle: idle60, stats: pool(3, 3), now: sec(60)},
+			want: planView{
+				Idle: view(t0, repeat(0.1, 61)...),
+				Call: &callView{Reason: ReasonScaleIn, Current: 3, Desired: 2, Samples: stretchView{N: 61, Min: 0.1, Max: 0.1, Recent: repeat(0.1, 61)}},
+			},
+		},
+		{
+			name: "idle short of four windows makes no call",
+			in:   sampleIn{rec: armed(nil), idle: stretch(repeat(0.1, 59)...), stats: pool(3, 3), now: sec(59)},
+			want: planView{Idle: view(t0, repeat(0.1, 60)...)},
+		},
+		{
+			name: "idle for four windows at min makes no call",
+			in:   sampleIn{rec: armed(func(r *Record) { r.Min = 3 }), idle: idle60, stats: pool(3, 3), now: sec(60)},
+			want: planView{Idle: view(t0, repeat(0.1, 61)...)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := viewOfPlan(planSample(tt.in))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("planSample(%s) = got, want want; diff (-want +got):\n%s", tt.name, diff)
+			}
+		})
+	}
+}
