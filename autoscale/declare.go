@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/url"
 	"slices"
@@ -285,42 +286,28 @@ func (c *Controller) Declare(ctx context.Context, a Announcement) error {
 			return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
 		}
 	}
-	changed := stored == nil || !declares(stored, eff)
-	resolved := stored != nil && stored.Conflict && !conflict
-	rearm := (newSession || changed || resolved) && !conflict
-
-	if stored != nil && !changed && !resolved && !conflict && !stored.Conflict && !stored.Disarmed &&
-		stored.ConsecutiveFailures == 0 && slices.Contains(stored.ArmedBy, a.Armer) &&
-		time.Since(stored.UpdatedAt) < c.cfg.DeclareRefresh {
-		// Nothing to store but the time: every heartbeat of every client
-		// declares, and UpdatedAt only feeds the TTL sweep. Re-arming a
-		// record that is armed with no failures changes nothing either,
-		// so a new session's declaration is skipped too.
+	p := planDeclare(declareIn{
+		key: k, armer: a.Armer, eff: eff, conflict: conflict, newSession: newSession,
+		stored: stored, now: time.Now(), refresh: c.cfg.DeclareRefresh,
+	})
+	if !p.write {
 		c.mu.Lock()
 		s.declared = true
 		c.mu.Unlock()
 		return nil
 	}
 
-	rec := Record{
-		OrgID: a.OrgID, Hostname: a.Hostname, Path: a.Path,
-		URL: eff.URL, Secret: eff.Secret, Min: eff.Min, Max: eff.Max,
-		ColdStart: eff.ColdStart, Window: eff.Window, Cooldown: eff.Cooldown,
-		TargetUtilization: eff.TargetUtilization,
-		Conflict:          conflict,
-	}
 	c.mu.Lock()
 	b.seq++
 	b.persisting++
 	c.mu.Unlock()
-	got, _, err := c.store.DeclareScaling(ctx, rec, a.Armer, rearm)
+	got, _, err := c.store.DeclareScaling(ctx, p.rec, a.Armer, p.rearm)
 	c.mu.Lock()
 	b.seq++
 	b.persisting--
-	wasDisarmed := stored != nil && stored.Disarmed
 	if err == nil {
 		s.declared = true
-		c.applyLocked(b, got, rearm)
+		c.applyLocked(b, got, p.rearm)
 	}
 	// The record counts itself now (applyLocked): the claim goes in the
 	// same critical section, so the caps never count it twice.
@@ -329,19 +316,126 @@ func (c *Controller) Declare(ctx context.Context, a Announcement) error {
 	if err != nil {
 		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
 	}
-
-	log := c.log.With(logKeyOrg, a.OrgID, logKeyHostname, a.Hostname, logKeyPath, a.Path, logKeySession, a.Session)
-	switch {
-	case conflict && (newSession || changed):
-		log.Warn("scaling declaration conflict", logKeyRecord, got.ID)
-	case stored == nil:
-		log.Info("scaling record armed", logKeyRecord, got.ID)
-	case rearm && wasDisarmed:
-		log.Info("scaling record re-armed", logKeyRecord, got.ID)
-	case changed:
-		log.Info("scaling declaration changed", logKeyRecord, got.ID)
+	if p.note != noteNone {
+		c.log.Log(ctx, p.note.level(), p.note.String(), logKeyOrg, a.OrgID, logKeyHostname, a.Hostname,
+			logKeyPath, a.Path, logKeySession, a.Session, logKeyRecord, got.ID)
 	}
 	return nil
+}
+
+// declareIn is what planDeclare reads: a valid announcement's bind and
+// armer, the live sessions' verdict on it, and the record as stored.
+type declareIn struct {
+	key   bindKey
+	armer string
+	// eff is the declaration that wins: the newest live session's.
+	eff Declaration
+	// conflict is set when another live session declares something else.
+	conflict bool
+	// newSession is set until a declaration of the announcing session has
+	// been stored (or found stored).
+	newSession bool
+	// stored is the record as last known or read; nil when there is none.
+	stored *Record
+	now    time.Time
+	// refresh is Config.DeclareRefresh.
+	refresh time.Duration
+}
+
+// declarePlan is what an announcement does to a bind's record.
+type declarePlan struct {
+	// write is unset when the stored record already says everything: the
+	// session then counts as declared and nothing is stored.
+	write bool
+	// rec is the record to upsert (DeclareScaling), with rearm.
+	rec   Record
+	rearm bool
+	// note is the state change to log once the write has landed.
+	note declareNote
+}
+
+// declareNote is a state change of a record that Declare logs.
+type declareNote int
+
+const (
+	noteNone     declareNote = iota
+	noteConflict             // live sessions declare different blocks
+	noteArmed                // the record was created
+	noteRearmed              // a disarmed record was armed again
+	noteChanged              // the declaration changed
+)
+
+// String returns the log message of the note.
+func (n declareNote) String() string {
+	switch n {
+	case noteConflict:
+		return "scaling declaration conflict"
+	case noteArmed:
+		return "scaling record armed"
+	case noteRearmed:
+		return "scaling record re-armed"
+	case noteChanged:
+		return "scaling declaration changed"
+	}
+	return ""
+}
+
+// level is the log level of the note: a conflict is an anomaly the
+// operator should see, the rest are lifecycle changes.
+func (n declareNote) level() slog.Level {
+	if n == noteConflict {
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
+}
+
+// planDeclare decides what an announcement writes. It reads no clock and
+// changes nothing.
+//
+// The record is re-armed (breaker and failure count cleared) when a new
+// session announces it, when the declaration differs from the stored one,
+// or when a conflict has just resolved, but never while a conflict lasts:
+// the newest session's block is then stored, flagged Conflict. A record
+// that already holds the declaration, armed by the armer, without
+// conflict or failures and written less than refresh ago, is not written:
+// every heartbeat of every client declares, and UpdatedAt only feeds the
+// TTL sweep.
+func planDeclare(in declareIn) declarePlan {
+	stored, eff, conflict := in.stored, in.eff, in.conflict
+	changed := stored == nil || !declares(stored, eff)
+	resolved := stored != nil && stored.Conflict && !conflict
+	rearm := (in.newSession || changed || resolved) && !conflict
+
+	if stored != nil && !changed && !resolved && !conflict && !stored.Conflict && !stored.Disarmed &&
+		stored.ConsecutiveFailures == 0 && slices.Contains(stored.ArmedBy, in.armer) &&
+		in.now.Sub(stored.UpdatedAt) < in.refresh {
+		// Re-arming a record that is armed with no failures changes
+		// nothing either, so a new session's declaration is skipped too.
+		return declarePlan{}
+	}
+
+	p := declarePlan{
+		write: true,
+		rec: Record{
+			OrgID: in.key.org, Hostname: in.key.host, Path: in.key.path,
+			URL: eff.URL, Secret: eff.Secret, Min: eff.Min, Max: eff.Max,
+			ColdStart: eff.ColdStart, Window: eff.Window, Cooldown: eff.Cooldown,
+			TargetUtilization: eff.TargetUtilization,
+			Conflict:          conflict,
+		},
+		rearm: rearm,
+	}
+	switch {
+	case conflict && (in.newSession || changed):
+		p.note = noteConflict
+	case stored == nil:
+		p.note = noteArmed
+	case rearm && stored.Disarmed:
+		p.note = noteRearmed
+	case changed:
+		p.note = noteChanged
+	}
+	return p
 }
 
 // effectiveLocked returns the declaration that wins for b (the newest live

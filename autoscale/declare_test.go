@@ -3,6 +3,7 @@ package autoscale
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -462,4 +463,174 @@ func TestDisarmDeletesAndHeartbeatRecreates(t *testing.T) {
 			t.Errorf("ColdStart after re-declare error = %v, want nil", err)
 		}
 	})
+}
+
+// TestPlanDeclare runs planDeclare over each reason an announcement is
+// stored, re-arms, logs, or is skipped.
+func TestPlanDeclare(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	const host = "app.example.com"
+	eff, err := block(host).Normalize()
+	if err != nil {
+		t.Fatalf("Normalize() error %v", err)
+	}
+	other := eff
+	other.Max = 4
+	// stored is the record holding eff, armed by tok_a, written a second
+	// ago, with edit applied.
+	stored := func(edit func(*Record)) *Record {
+		r := Record{
+			ID: "scl_1", OrgID: testOrg, Hostname: host,
+			URL: eff.URL, Secret: eff.Secret, Min: eff.Min, Max: eff.Max,
+			ColdStart: eff.ColdStart, Window: eff.Window, Cooldown: eff.Cooldown,
+			TargetUtilization: eff.TargetUtilization,
+			ArmedBy:           []string{"tok_a"}, UpdatedAt: now.Add(-time.Second),
+		}
+		if edit != nil {
+			edit(&r)
+		}
+		return &r
+	}
+	// write is the record a write of d stores, conflict flagged or not.
+	write := func(d Declaration, conflict bool) Record {
+		return Record{
+			OrgID: testOrg, Hostname: host,
+			URL: d.URL, Secret: d.Secret, Min: d.Min, Max: d.Max,
+			ColdStart: d.ColdStart, Window: d.Window, Cooldown: d.Cooldown,
+			TargetUtilization: d.TargetUtilization, Conflict: conflict,
+		}
+	}
+	in := func(edit func(*declareIn)) declareIn {
+		d := declareIn{
+			key: bindKey{testOrg, host, ""}, armer: "tok_a", eff: eff,
+			stored: stored(nil), now: now, refresh: DefaultDeclareRefresh,
+		}
+		edit(&d)
+		return d
+	}
+	tests := []struct {
+		name string
+		in   declareIn
+		want declarePlan
+	}{
+		{
+			name: "first declaration creates and arms the record",
+			in:   in(func(d *declareIn) { d.stored, d.newSession = nil, true }),
+			want: declarePlan{write: true, rec: write(eff, false), rearm: true, note: noteArmed},
+		},
+		{
+			name: "unchanged heartbeat is skipped",
+			in:   in(func(*declareIn) {}),
+			want: declarePlan{},
+		},
+		{
+			name: "new session on an armed record without failures is skipped",
+			in:   in(func(d *declareIn) { d.newSession = true }),
+			want: declarePlan{},
+		},
+		{
+			name: "unchanged heartbeat after the refresh moves the time",
+			in:   in(func(d *declareIn) { d.now = now.Add(DefaultDeclareRefresh) }),
+			want: declarePlan{write: true, rec: write(eff, false)},
+		},
+		{
+			name: "new armer is added",
+			in:   in(func(d *declareIn) { d.armer = "tok_b" }),
+			want: declarePlan{write: true, rec: write(eff, false)},
+		},
+		{
+			name: "changed declaration re-arms",
+			in:   in(func(d *declareIn) { d.eff = other }),
+			want: declarePlan{write: true, rec: write(other, false), rearm: true, note: noteChanged},
+		},
+		{
+			name: "changed declaration of a disarmed record re-arms it",
+			in: in(func(d *declareIn) {
+				d.eff, d.stored = other, stored(func(r *Record) { r.Disarmed, r.ConsecutiveFailures = true, MaxFailures })
+			}),
+			want: declarePlan{write: true, rec: write(other, false), rearm: true, note: noteRearmed},
+		},
+		{
+			name: "new session re-arms a disarmed record",
+			in: in(func(d *declareIn) {
+				d.newSession, d.stored = true, stored(func(r *Record) { r.Disarmed, r.ConsecutiveFailures = true, MaxFailures })
+			}),
+			want: declarePlan{write: true, rec: write(eff, false), rearm: true, note: noteRearmed},
+		},
+		{
+			name: "heartbeat leaves a disarmed record disarmed",
+			in: in(func(d *declareIn) {
+				d.stored = stored(func(r *Record) { r.Disarmed, r.ConsecutiveFailures = true, MaxFailures })
+			}),
+			want: declarePlan{write: true, rec: write(eff, false)},
+		},
+		{
+			name: "heartbeat leaves the failure count",
+			in:   in(func(d *declareIn) { d.stored = stored(func(r *Record) { r.ConsecutiveFailures = 2 }) }),
+			want: declarePlan{write: true, rec: write(eff, false)},
+		},
+		{
+			name: "new session clears the failure count",
+			in: in(func(d *declareIn) {
+				d.newSession, d.stored = true, stored(func(r *Record) { r.ConsecutiveFailures = 2 })
+			}),
+			want: declarePlan{write: true, rec: write(eff, false), rearm: true},
+		},
+		{
+			name: "conflicting new session stores the newest block without re-arming",
+			in:   in(func(d *declareIn) { d.newSession, d.conflict, d.eff = true, true, other }),
+			want: declarePlan{write: true, rec: write(other, true), rearm: false, note: noteConflict},
+		},
+		{
+			name: "conflict on a new record is logged as a conflict",
+			in:   in(func(d *declareIn) { d.stored, d.newSession, d.conflict = nil, true, true }),
+			want: declarePlan{write: true, rec: write(eff, true), note: noteConflict},
+		},
+		{
+			name: "heartbeat during a conflict is stored quietly",
+			in: in(func(d *declareIn) {
+				d.conflict, d.stored = true, stored(func(r *Record) { r.Conflict = true })
+			}),
+			want: declarePlan{write: true, rec: write(eff, true)},
+		},
+		{
+			name: "resolved conflict re-arms",
+			in:   in(func(d *declareIn) { d.stored = stored(func(r *Record) { r.Conflict = true }) }),
+			want: declarePlan{write: true, rec: write(eff, false), rearm: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := planDeclare(tt.in)
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(declarePlan{})); diff != "" {
+				t.Errorf("planDeclare(%s) = got, want want; diff (-want +got):\n%s", tt.name, diff)
+			}
+		})
+	}
+}
+
+// TestDeclareNotes pins the log message and level of each note.
+func TestDeclareNotes(t *testing.T) {
+	tests := []struct {
+		name  string
+		note  declareNote
+		msg   string
+		level slog.Level
+	}{
+		{"none", noteNone, "", slog.LevelInfo},
+		{"conflict", noteConflict, "scaling declaration conflict", slog.LevelWarn},
+		{"armed", noteArmed, "scaling record armed", slog.LevelInfo},
+		{"rearmed", noteRearmed, "scaling record re-armed", slog.LevelInfo},
+		{"changed", noteChanged, "scaling declaration changed", slog.LevelInfo},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.note.String(); got != tt.msg {
+				t.Errorf("declareNote(%d).String() = %q, want %q", tt.note, got, tt.msg)
+			}
+			if got := tt.note.level(); got != tt.level {
+				t.Errorf("declareNote(%d).level() = %v, want %v", tt.note, got, tt.level)
+			}
+		})
+	}
 }
