@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -398,4 +400,117 @@ func TestPlanColdStartWaitsForRecords(t *testing.T) {
 			t.Errorf("Run = %v, want nil", err)
 		}
 	})
+}
+
+// TestPlanColdStartCases runs planColdStart over each way a request on an
+// empty pool is refused, joins a flight, or makes a call.
+func TestPlanColdStartCases(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	armed := func(edit func(*Record)) *Record {
+		r := rec("app.example.com")
+		if edit != nil {
+			edit(&r)
+		}
+		return &r
+	}
+	failing := armed(func(r *Record) { r.ConsecutiveFailures = 2 })
+	plan := func(p ColdStartPlan, desired int, replace bool) coldStartPlan {
+		return coldStartPlan{ColdStartPlan: p, desired: desired, replace: replace}
+	}
+	tests := []struct {
+		name string
+		in   coldStartIn
+		want coldStartPlan
+	}{
+		{
+			name: "no record refuses",
+			in:   coldStartIn{now: now},
+			want: plan(ColdStartPlan{Err: ErrNoRecord}, 0, false),
+		},
+		{
+			name: "disarmed record refuses",
+			in: coldStartIn{
+				rec: armed(func(r *Record) { r.Disarmed, r.ConsecutiveFailures = true, MaxFailures }),
+				now: now, nextAllowed: now.Add(time.Minute),
+			},
+			want: plan(ColdStartPlan{Err: ErrDisarmed, ConsecutiveFailures: MaxFailures, NextAllowed: now.Add(time.Minute)}, 0, false),
+		},
+		{
+			name: "idle bind calls for one instance",
+			in:   coldStartIn{rec: armed(nil), now: now},
+			want: plan(ColdStartPlan{}, 1, false),
+		},
+		{
+			name: "idle bind calls for min",
+			in:   coldStartIn{rec: armed(func(r *Record) { r.Min = 3 }), now: now},
+			want: plan(ColdStartPlan{}, 3, false),
+		},
+		{
+			name: "pending flight is joined",
+			in:   coldStartIn{rec: armed(nil), flight: flightState{exists: true, pending: true}, now: now},
+			want: plan(ColdStartPlan{Join: true}, 0, false),
+		},
+		{
+			name: "failed flight is joined inside its backoff",
+			in: coldStartIn{
+				rec: failing, flight: flightState{exists: true},
+				nextAllowed: now.Add(time.Second), now: now,
+			},
+			want: plan(ColdStartPlan{Join: true, ConsecutiveFailures: 2, NextAllowed: now.Add(time.Second)}, 0, false),
+		},
+		{
+			name: "failed flight past its backoff calls again",
+			in:   coldStartIn{rec: failing, flight: flightState{exists: true}, nextAllowed: now, now: now},
+			want: plan(ColdStartPlan{ConsecutiveFailures: 2}, 1, false),
+		},
+		{
+			name: "accepted flight is joined for the cold start budget past the cooldown",
+			in: coldStartIn{
+				rec:    armed(func(r *Record) { r.ColdStart, r.Cooldown = 2*time.Minute, time.Minute }),
+				flight: flightState{exists: true, acceptedAt: now.Add(-90 * time.Second)}, nextAllowed: now.Add(-30 * time.Second), now: now,
+			},
+			want: plan(ColdStartPlan{Join: true}, 0, false),
+		},
+		{
+			name: "accepted flight past the budget and the cooldown calls again",
+			in: coldStartIn{
+				rec:    armed(func(r *Record) { r.ColdStart, r.Cooldown = time.Minute, time.Minute }),
+				flight: flightState{exists: true, acceptedAt: now.Add(-time.Minute)}, nextAllowed: now, now: now,
+			},
+			want: plan(ColdStartPlan{}, 1, false),
+		},
+		{
+			name: "cooldown of a sampled call without a flight still calls",
+			in:   coldStartIn{rec: armed(nil), nextAllowed: now.Add(time.Second), now: now},
+			want: plan(ColdStartPlan{NextAllowed: now.Add(time.Second)}, 1, false),
+		},
+		{
+			name: "waiting sampled decision is replaced",
+			in:   coldStartIn{rec: armed(nil), queued: true, now: now},
+			want: plan(ColdStartPlan{}, 1, true),
+		},
+		{
+			name: "waiting sampled decision is replaced even with the queue full",
+			in:   coldStartIn{rec: armed(nil), queued: true, queueFull: true, now: now},
+			want: plan(ColdStartPlan{}, 1, true),
+		},
+		{
+			name: "full queue refuses",
+			in:   coldStartIn{rec: armed(nil), queueFull: true, now: now},
+			want: plan(ColdStartPlan{Err: ErrQueueFull}, 0, false),
+		},
+		{
+			name: "full queue does not refuse a join",
+			in:   coldStartIn{rec: armed(nil), flight: flightState{exists: true, pending: true}, queueFull: true, now: now},
+			want: plan(ColdStartPlan{Join: true}, 0, false),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := planColdStart(tt.in)
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(coldStartPlan{}), cmpopts.EquateErrors()); diff != "" {
+				t.Errorf("planColdStart(%s) = got, want want; diff (-want +got):\n%s", tt.name, diff)
+			}
+		})
+	}
 }

@@ -535,34 +535,26 @@ func (s *Start) resolveLocked(err error) {
 // when no decision can be queued, and ErrClosed after Run returned. It
 // blocks only until Run's first load of records is done, or ctx ends.
 func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string) (*Start, error) {
-	select {
-	case <-c.loaded:
-	case <-c.done:
-		return nil, ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := c.awaitLoaded(ctx); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
-	}
-	b := c.lookupLocked(orgID, hostname, path)
+	b, p := c.planColdStartLocked(orgID, hostname, path, time.Now())
 	switch {
-	case b == nil:
-		return nil, ErrNoRecord
-	case b.rec.Disarmed:
-		return nil, ErrDisarmed
-	}
-	if s := b.joinableLocked(time.Now()); s != nil {
-		return s, nil
+	case errors.Is(p.Err, ErrQueueFull):
+		c.rejectLocked(b, ReasonColdStart)
+		return nil, p.Err
+	case p.Err != nil:
+		return nil, p.Err
+	case p.Join:
+		return b.start, nil
 	}
 	s := newStart()
 	s.parent = trace.SpanContextFromContext(ctx)
-	d := b.decisionLocked(ReasonColdStart, 0, coldStartDesired(b.rec), samples{})
-	if q := b.queued; q != nil {
-		// A sampled decision is waiting; the empty pool makes it moot.
-		q.d, q.start = d, s
+	d := b.decisionLocked(ReasonColdStart, 0, p.desired, samples{})
+	if p.replace {
+		b.queued.d, b.queued.start = d, s
 	} else if err := c.enqueueLocked(b, d, s); err != nil {
 		return nil, err
 	}
@@ -570,18 +562,108 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	return s, nil
 }
 
-// joinableLocked returns the cold start flight a request at now joins
-// instead of starting another, or nil. Requests join the bind's flight
-// while its call is pending, inside its cooldown or backoff, and, once
-// accepted, for the cold_start budget: the instance it asked for is on its
-// way, and a burst that takes longer than the cooldown to arrive must not
-// ask again.
-func (b *bind) joinableLocked(now time.Time) *Start {
-	if s := b.start; s != nil && (!s.resolved || now.Before(b.nextAllowed) ||
-		!s.succeededAt.IsZero() && now.Sub(s.succeededAt) < b.rec.ColdStart) {
-		return s
+// awaitLoaded waits for Run's first load of the records. It returns
+// ErrClosed once Run has returned, or ctx's error.
+func (c *Controller) awaitLoaded(ctx context.Context) error {
+	select {
+	case <-c.loaded:
+		return nil
+	case <-c.done:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return nil
+}
+
+// planColdStartLocked looks up the bind of (orgID, hostname, path) and
+// plans a cold start of it at now (planColdStart). The bind is nil when
+// there is no record, or after Run returned.
+func (c *Controller) planColdStartLocked(orgID, hostname, path string, now time.Time) (*bind, coldStartPlan) {
+	if c.closed {
+		return nil, coldStartPlan{ColdStartPlan: ColdStartPlan{Err: ErrClosed}}
+	}
+	in := coldStartIn{queueFull: len(c.queue) >= c.cfg.MaxQueued, now: now}
+	b := c.lookupLocked(orgID, hostname, path)
+	if b != nil {
+		in.rec, in.nextAllowed, in.queued = b.rec, b.nextAllowed, b.queued != nil
+		if s := b.start; s != nil {
+			in.flight = flightState{exists: true, pending: !s.resolved, acceptedAt: s.succeededAt}
+		}
+	}
+	return b, planColdStart(in)
+}
+
+// coldStartIn is what planColdStart reads of one bind.
+type coldStartIn struct {
+	// rec is the bind's record; nil when there is none.
+	rec *Record
+	// flight is the bind's latest cold start flight.
+	flight flightState
+	// nextAllowed ends the bind's cooldown or backoff.
+	nextAllowed time.Time
+	// queued is set when a decision of the bind waits for a call slot.
+	queued bool
+	// queueFull is set when the call queue holds Config.MaxQueued
+	// decisions.
+	queueFull bool
+	now       time.Time
+}
+
+// flightState is what planning reads of a cold start flight.
+type flightState struct {
+	exists  bool // there has been a flight
+	pending bool // its call is not over
+	// acceptedAt is when the provider accepted its call; zero until then,
+	// or after a failure.
+	acceptedAt time.Time
+}
+
+// coldStartPlan is what planColdStart decides: what PlanColdStart reports
+// and, when a call is to be made, how it is queued.
+type coldStartPlan struct {
+	ColdStartPlan
+	// desired is the call's desired capacity, when neither Join nor Err
+	// is set.
+	desired int
+	// replace is set when the call takes the place of the bind's waiting
+	// sampled decision rather than joining the queue: the empty pool makes
+	// that decision moot.
+	replace bool
+}
+
+// planColdStart decides what a request that finds the bind's pool empty
+// does. It reads no clock and changes nothing.
+//
+// A disarmed record refuses. Requests join the bind's flight while its
+// call is pending, inside its cooldown or backoff, and, once accepted, for
+// the cold_start budget: the instance it asked for is on its way, and a
+// burst that takes longer than the cooldown to arrive must not ask again.
+// Otherwise a call is made, unless the queue is full and the bind has no
+// decision waiting whose place it can take.
+func planColdStart(in coldStartIn) coldStartPlan {
+	r := in.rec
+	if r == nil {
+		return coldStartPlan{ColdStartPlan: ColdStartPlan{Err: ErrNoRecord}}
+	}
+	p := coldStartPlan{ColdStartPlan: ColdStartPlan{ConsecutiveFailures: r.ConsecutiveFailures}}
+	if in.now.Before(in.nextAllowed) {
+		p.NextAllowed = in.nextAllowed
+	}
+	f := in.flight
+	switch {
+	case r.Disarmed:
+		p.Err = ErrDisarmed
+	case f.exists && (f.pending || in.now.Before(in.nextAllowed) ||
+		!f.acceptedAt.IsZero() && in.now.Sub(f.acceptedAt) < r.ColdStart):
+		p.Join = true
+	case in.queued:
+		p.desired, p.replace = coldStartDesired(r), true
+	case in.queueFull:
+		p.Err = ErrQueueFull
+	default:
+		p.desired = coldStartDesired(r)
+	}
+	return p
 }
 
 // ColdStartPlan is what ColdStart would do for a bind now: what
@@ -604,39 +686,17 @@ type ColdStartPlan struct {
 
 // PlanColdStart reports what ColdStart(ctx, orgID, hostname, path) would
 // do now, without doing it: no call is queued, no flight started, no
-// counter moved. Like ColdStart it first waits, until ctx ends, for Run's
-// first load of the records. It is safe for concurrent use.
+// counter moved. Both decide with planColdStart. Like ColdStart it first
+// waits, until ctx ends, for Run's first load of the records. It is safe
+// for concurrent use.
 func (c *Controller) PlanColdStart(ctx context.Context, orgID, hostname, path string) ColdStartPlan {
-	select {
-	case <-c.loaded:
-	case <-c.done:
-		return ColdStartPlan{Err: ErrClosed}
-	case <-ctx.Done():
-		return ColdStartPlan{Err: ctx.Err()}
+	if err := c.awaitLoaded(ctx); err != nil {
+		return ColdStartPlan{Err: err}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return ColdStartPlan{Err: ErrClosed}
-	}
-	b := c.lookupLocked(orgID, hostname, path)
-	if b == nil {
-		return ColdStartPlan{Err: ErrNoRecord}
-	}
-	now := time.Now()
-	plan := ColdStartPlan{ConsecutiveFailures: b.rec.ConsecutiveFailures}
-	if now.Before(b.nextAllowed) {
-		plan.NextAllowed = b.nextAllowed
-	}
-	switch {
-	case b.rec.Disarmed:
-		plan.Err = ErrDisarmed
-	case b.joinableLocked(now) != nil:
-		plan.Join = true
-	case b.queued == nil && len(c.queue) >= c.cfg.MaxQueued:
-		plan.Err = ErrQueueFull
-	}
-	return plan
+	_, p := c.planColdStartLocked(orgID, hostname, path, time.Now())
+	return p.ColdStartPlan
 }
 
 // Metrics are the controller's counters and gauges, for the metrics

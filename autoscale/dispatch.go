@@ -34,10 +34,7 @@ type item struct {
 // the caller; a sampled decision is then made again on the next sample.
 func (c *Controller) enqueueLocked(b *bind, d decision, s *Start) error {
 	if len(c.queue) >= c.cfg.MaxQueued {
-		c.metrics.QueueRejected++
-		c.log.Warn("scaling decision refused: call queue full",
-			logKeyOrg, b.key.org, logKeyHostname, b.key.host, logKeyPath, b.key.path,
-			logKeyReason, d.reason, logKeyQueued, len(c.queue))
+		c.rejectLocked(b, d.reason)
 		return ErrQueueFull
 	}
 	c.seq++
@@ -46,6 +43,15 @@ func (c *Controller) enqueueLocked(b *bind, d decision, s *Start) error {
 	b.queued = it
 	c.signal()
 	return nil
+}
+
+// rejectLocked counts and logs a decision of b for reason that the full
+// queue refused.
+func (c *Controller) rejectLocked(b *bind, reason Reason) {
+	c.metrics.QueueRejected++
+	c.log.Warn("scaling decision refused: call queue full",
+		logKeyOrg, b.key.org, logKeyHostname, b.key.host, logKeyPath, b.key.path,
+		logKeyReason, reason, logKeyQueued, len(c.queue))
 }
 
 // removeLocked takes it out of the queue.
