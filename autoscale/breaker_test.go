@@ -262,3 +262,155 @@ func TestIdempotencyKeyStablePerDecision(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanOutcome runs planOutcome over each kind of answer, on a record
+// that is there, failing, disarmed, or gone.
+func TestPlanOutcome(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	errDial := errors.New("dial refused")
+	key := bindKey{testOrg, "app.example.com", ""}
+	d := decision{reason: ReasonScaleOut, current: 2, desired: 3, key: "k1"}
+	body := HookBody{Reason: ReasonScaleOut, Hostname: key.host, OrgID: key.org, Current: 2, Desired: 3, Min: 1, Max: 10}
+	armed := func(edit func(*Record)) *Record {
+		r := rec(key.host)
+		r.ID, r.Min, r.ArmedBy = "scl_1", 1, []string{"tok_a"}
+		if edit != nil {
+			edit(&r)
+		}
+		return &r
+	}
+	// after is the record armed(edit) once a call with status has
+	// ended at now.
+	after := func(status int, edit func(*Record)) Record {
+		r := *armed(edit)
+		at := now
+		r.LastCallAt, r.LastReason, r.LastStatus = &at, string(ReasonScaleOut), status
+		return r
+	}
+	in := func(edit func(*outcomeIn)) outcomeIn {
+		o := outcomeIn{
+			rec: armed(nil), key: key, recordID: "scl_1", body: body, d: d,
+			cooldown: time.Minute, status: 202, now: now,
+		}
+		edit(&o)
+		return o
+	}
+	failed := func(rec Record, status int, err error, disarmed, persist bool) outcome {
+		return outcome{at: now, rec: rec, d: d, status: status, err: &CallError{Status: status, Err: err}, disarmed: disarmed, persist: persist}
+	}
+	tests := []struct {
+		name string
+		in   outcomeIn
+		want outcomePlan
+	}{
+		{
+			name: "accepted call clears the failures and waits the cooldown",
+			in:   in(func(o *outcomeIn) { o.rec = armed(func(r *Record) { r.ConsecutiveFailures = 3 }) }),
+			want: outcomePlan{
+				outcome:     outcome{at: now, rec: after(202, nil), d: d, status: 202, persist: true},
+				ok:          true,
+				nextAllowed: now.Add(time.Minute),
+			},
+		},
+		{
+			name: "error answer counts a failure and backs off",
+			in:   in(func(o *outcomeIn) { o.status = 500 }),
+			want: outcomePlan{
+				outcome:     failed(after(500, func(r *Record) { r.ConsecutiveFailures = 1 }), 500, nil, false, true),
+				nextAllowed: now.Add(2 * time.Minute),
+				retry:       &d,
+			},
+		},
+		{
+			name: "redirect is a failure",
+			in:   in(func(o *outcomeIn) { o.status = 302 }),
+			want: outcomePlan{
+				outcome:     failed(after(302, func(r *Record) { r.ConsecutiveFailures = 1 }), 302, nil, false, true),
+				nextAllowed: now.Add(2 * time.Minute),
+				retry:       &d,
+			},
+		},
+		{
+			name: "transport error is a failure without a status",
+			in:   in(func(o *outcomeIn) { o.status, o.err = 0, errDial }),
+			want: outcomePlan{
+				outcome:     failed(after(0, func(r *Record) { r.ConsecutiveFailures = 1 }), 0, errDial, false, true),
+				nextAllowed: now.Add(2 * time.Minute),
+				retry:       &d,
+			},
+		},
+		{
+			name: "fifth failure in a row disarms",
+			in: in(func(o *outcomeIn) {
+				o.status, o.rec = 503, armed(func(r *Record) { r.ConsecutiveFailures = MaxFailures - 1 })
+			}),
+			want: outcomePlan{
+				outcome: failed(after(503, func(r *Record) { r.ConsecutiveFailures, r.Disarmed = MaxFailures, true }),
+					503, nil, true, true),
+				nextAllowed: now.Add(backoff(time.Minute, MaxFailures)),
+				retry:       &d,
+			},
+		},
+		{
+			name: "failure of a disarmed record does not disarm it again",
+			in: in(func(o *outcomeIn) {
+				o.status, o.rec = 503, armed(func(r *Record) { r.ConsecutiveFailures, r.Disarmed = MaxFailures, true })
+			}),
+			want: outcomePlan{
+				outcome: failed(after(503, func(r *Record) { r.ConsecutiveFailures, r.Disarmed = MaxFailures+1, true }),
+					503, nil, false, true),
+				nextAllowed: now.Add(MaxBackoff),
+				retry:       &d,
+			},
+		},
+		{
+			name: "backoff stops at its cap",
+			in: in(func(o *outcomeIn) {
+				o.status, o.rec = 500, armed(func(r *Record) { r.ConsecutiveFailures = 3 })
+				o.cooldown = 5 * time.Minute
+			}),
+			want: outcomePlan{
+				outcome:     failed(after(500, func(r *Record) { r.ConsecutiveFailures = 4 }), 500, nil, false, true),
+				nextAllowed: now.Add(MaxBackoff),
+				retry:       &d,
+			},
+		},
+		{
+			name: "accepted call on a deleted record keeps nothing",
+			in:   in(func(o *outcomeIn) { o.rec = nil }),
+			want: outcomePlan{
+				outcome: outcome{at: now, d: d, status: 202,
+					rec: Record{ID: "scl_1", OrgID: key.org, Hostname: key.host, Min: 1, Max: 10}},
+				ok:          true,
+				nextAllowed: now.Add(time.Minute),
+			},
+		},
+		{
+			name: "failed call on a record declared again counts one failure on the call's record",
+			in: in(func(o *outcomeIn) {
+				o.status, o.rec = 500, armed(func(r *Record) { r.ID, r.ConsecutiveFailures = "scl_2", 3 })
+			}),
+			want: outcomePlan{
+				outcome: failed(Record{ID: "scl_1", OrgID: key.org, Hostname: key.host, Min: 1, Max: 10, ConsecutiveFailures: 1},
+					500, nil, false, false),
+				nextAllowed: now.Add(2 * time.Minute),
+				retry:       &d,
+			},
+		},
+	}
+	opts := cmp.Options{
+		cmp.AllowUnexported(outcomePlan{}, outcome{}, decision{}, samples{}),
+		// The wrapped error is compared by identity: a sentinel.
+		cmp.Comparer(func(a, b *CallError) bool {
+			return a == b || a != nil && b != nil && a.Status == b.Status && a.Err == b.Err
+		}),
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := planOutcome(tt.in)
+			if diff := cmp.Diff(tt.want, got, opts); diff != "" {
+				t.Errorf("planOutcome(%s) = got, want want; diff (-want +got):\n%s", tt.name, diff)
+			}
+		})
+	}
+}

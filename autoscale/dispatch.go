@@ -450,66 +450,121 @@ func (c *Controller) callHook(ctx context.Context, it *item) {
 	c.mu.Unlock()
 }
 
-// finishLocked applies a call's answer: politeness, breaker, cooldown or
-// backoff, and the cold start flight.
+// finishLocked applies a call's answer: politeness, then what
+// planOutcome decides for the breaker, the cooldown or backoff, and the
+// cold start flight.
 func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration, err error, now time.Time) outcome {
 	b := it.b
 	c.endCallLocked(it)
 	c.politeLocked(it.host, status, retryAfter, now)
+	p := planOutcome(outcomeIn{
+		rec: b.rec, key: b.key, recordID: it.recordID, body: it.call.Body, d: it.d,
+		cooldown: it.cooldown, status: status, err: err, now: now,
+	})
+	o := p.outcome
 	c.metrics.Calls++
-
-	ok := err == nil && status >= 200 && status <= 299
-	if !ok {
-		err = &CallError{Status: status, Err: err}
+	if !p.ok {
 		c.metrics.Failures++
-	}
-	o := outcome{at: now, d: it.d, status: status, err: err}
-	failures := 0
-	if r := b.rec; r != nil && r.ID == it.recordID {
-		if !ok {
-			failures = r.ConsecutiveFailures + 1
-		}
-		o.disarmed = failures >= MaxFailures && !r.Disarmed
-		at := now
-		r.ConsecutiveFailures = failures
-		r.Disarmed = r.Disarmed || o.disarmed
-		r.LastCallAt, r.LastReason, r.LastStatus = &at, string(it.d.reason), status
-		o.rec, o.persist = *r, true
-	} else {
-		// Deleted (or deleted and declared again) while the call was in
-		// flight: the outcome is audited, but there is no record to keep
-		// it on.
-		o.rec = Record{ID: it.recordID, OrgID: b.key.org, Hostname: b.key.host, Path: b.key.path, Min: it.call.Body.Min, Max: it.call.Body.Max}
-		if !ok {
-			failures = 1
-		}
-		o.rec.ConsecutiveFailures = failures
 	}
 	if o.disarmed {
 		c.metrics.Disarms++
 	}
-
+	if o.persist {
+		*b.rec = o.rec
+	}
 	b.lastCallEnd = now
-	b.nextAllowed = now.Add(backoff(it.cooldown, failures))
-	if ok {
-		b.retry = nil
-	} else {
-		d := it.d
-		b.retry = &d
-	}
+	b.nextAllowed = p.nextAllowed
+	b.retry = p.retry
 	if it.start != nil {
-		it.start.resolveLocked(errOrNil(ok, err))
+		it.start.resolveLocked(errOrNil(p.ok, o.err))
 	}
-	if !ok {
+	if !p.ok {
 		// A cold start queued behind this call would only wait out the
 		// backoff: its visitors take the fallback chain now.
 		if q := b.queued; q != nil && q.start != nil {
-			c.dropLocked(q, err, "call failed")
+			c.dropLocked(q, o.err, "call failed")
 		}
 	}
 	b.seq++
 	b.persisting++
 	return o
+}
+
+// outcomeIn is what planOutcome reads: the bind's record as it is now,
+// the call as it was made, and its answer.
+type outcomeIn struct {
+	// rec is the bind's record now; nil when it is gone.
+	rec *Record
+	key bindKey
+	// recordID, body, d and cooldown are the call's, set when it started.
+	recordID string
+	body     HookBody
+	d        decision
+	cooldown time.Duration
+	// status and err are the answer, as Caller.Call returned them.
+	status int
+	err    error
+	now    time.Time
+}
+
+// outcomePlan is what a call's answer does to its bind.
+type outcomePlan struct {
+	// outcome is what the store, the audit log and events receive; its
+	// rec, when persist is set, is also the bind's record from now on.
+	outcome
+	// ok is set when the provider accepted the call (any 2xx).
+	ok bool
+	// nextAllowed ends the cooldown, or the backoff after a failure.
+	nextAllowed time.Time
+	// retry is the failed decision, whose retry reuses its key; nil after
+	// a success.
+	retry *decision
+}
+
+// planOutcome decides what a call's answer does. It reads no clock and
+// changes nothing.
+//
+// Anything but a 2xx answer is a failure (a *CallError). A success clears
+// the failure count; each failure adds one, and the MaxFailures-th in a
+// row disarms the record. The next call waits for the cooldown after a
+// success and for backoff(cooldown, failures) after a failure. A record
+// deleted, or deleted and declared again, while the call was in flight
+// keeps nothing: the outcome is audited against the call's own record ID
+// and body.
+func planOutcome(in outcomeIn) outcomePlan {
+	ok := in.err == nil && in.status >= 200 && in.status <= 299
+	err := in.err
+	if !ok {
+		err = &CallError{Status: in.status, Err: in.err}
+	}
+	p := outcomePlan{outcome: outcome{at: in.now, d: in.d, status: in.status, err: err}, ok: ok}
+	failures := 0
+	if r := in.rec; r != nil && r.ID == in.recordID {
+		if !ok {
+			failures = r.ConsecutiveFailures + 1
+		}
+		at := in.now
+		next := *r
+		p.disarmed = failures >= MaxFailures && !r.Disarmed
+		next.ConsecutiveFailures = failures
+		next.Disarmed = r.Disarmed || p.disarmed
+		next.LastCallAt, next.LastReason, next.LastStatus = &at, string(in.d.reason), in.status
+		p.rec, p.persist = next, true
+	} else {
+		if !ok {
+			failures = 1
+		}
+		p.rec = Record{
+			ID: in.recordID, OrgID: in.key.org, Hostname: in.key.host, Path: in.key.path,
+			Min: in.body.Min, Max: in.body.Max, ConsecutiveFailures: failures,
+		}
+	}
+	p.nextAllowed = in.now.Add(backoff(in.cooldown, failures))
+	if !ok {
+		d := in.d
+		p.retry = &d
+	}
+	return p
 }
 
 func errOrNil(ok bool, err error) error {
