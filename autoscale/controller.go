@@ -782,7 +782,8 @@ func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change
 	}
 }
 
-// refresh reloads every record from the store.
+// refresh reloads every record from the store and applies what
+// planReload keeps of the list.
 func (c *Controller) refresh(ctx context.Context) {
 	c.mu.Lock()
 	before := make(map[*bind]uint64, len(c.binds))
@@ -801,30 +802,74 @@ func (c *Controller) refresh(ctx context.Context) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// untouched reports whether nothing wrote b's record while the list
-	// was read, so the list is not older than what b holds.
-	untouched := func(b *bind) bool {
+	known := make(map[bindKey]bindStatus, len(c.binds))
+	for k, b := range c.binds {
 		seq, ok := before[b]
-		return ok && seq == b.seq && b.persisting == 0 && b.running == nil
+		known[k] = bindStatus{
+			hasRecord: b.rec != nil,
+			untouched: ok && seq == b.seq && b.persisting == 0 && b.running == nil,
+		}
 	}
-	seen := make(map[*bind]bool, len(recs))
-	for _, r := range recs {
+	p := planReload(recs, known)
+	for _, r := range p.apply {
 		k := bindKey{r.OrgID, r.Hostname, r.Path}
 		b := c.binds[k]
-		switch {
-		case b == nil:
+		if b == nil {
 			b = c.newBindLocked(k)
-		case !untouched(b):
-			seen[b] = true
-			continue
 		}
-		seen[b] = true
 		c.applyLocked(b, r, false)
 	}
-	for b := range before {
-		if !seen[b] && b.rec != nil && untouched(b) {
-			c.setRecLocked(b, nil)
-			c.gcLocked(b)
+	for _, k := range p.clear {
+		b := c.binds[k]
+		c.setRecLocked(b, nil)
+		c.gcLocked(b)
+	}
+}
+
+// bindStatus is what planReload reads of a bind the controller knows.
+type bindStatus struct {
+	// hasRecord is set when the bind holds a record.
+	hasRecord bool
+	// untouched is set when nothing wrote the bind's record while the
+	// list was read (no write began or ended, none is in progress, no
+	// call is in flight): the list is then not older than the bind.
+	untouched bool
+}
+
+// reloadPlan is what a reload changes.
+type reloadPlan struct {
+	// apply are the listed records to take, in list order; a bind the
+	// controller does not know is created for them.
+	apply []Record
+	// clear are the binds whose record is gone from the store.
+	clear []bindKey
+}
+
+// planReload decides what a list of every record, read from the store,
+// changes of the binds known. It reads no clock and changes nothing.
+//
+// A bind written while the list was read keeps what it holds, listed or
+// not: the list may be older than its record, and a reload must never
+// overwrite a newer state with an older one. Every other listed record is
+// taken, and every other record missing from the list is gone.
+func planReload(listed []Record, known map[bindKey]bindStatus) reloadPlan {
+	var p reloadPlan
+	seen := make(map[bindKey]bool, len(listed))
+	for _, r := range listed {
+		k := bindKey{r.OrgID, r.Hostname, r.Path}
+		dup := seen[k]
+		seen[k] = true
+		// A bind the list itself creates is new to the reload: a second
+		// record for it is not taken.
+		if st, ok := known[k]; ok && !st.untouched || !ok && dup {
+			continue
+		}
+		p.apply = append(p.apply, r)
+	}
+	for k, st := range known {
+		if !seen[k] && st.hasRecord && st.untouched {
+			p.clear = append(p.clear, k)
 		}
 	}
+	return p
 }

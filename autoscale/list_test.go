@@ -12,6 +12,7 @@ import (
 
 	"github.com/aperio-dev/aperio/store"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // TestListNeverExposesSecret proves that the watching API never returns
@@ -262,4 +263,88 @@ func TestRearmElsewhereSeenAtOnce(t *testing.T) {
 			t.Errorf("ColdStart after a re-arm elsewhere error = %v, want a cold start at once, before the %v reload", err, DefaultRefreshInterval)
 		}
 	})
+}
+
+// TestPlanReload runs planReload over each way a listed record meets a
+// bind the controller knows, written during the list or not.
+func TestPlanReload(t *testing.T) {
+	at := func(host string) Record {
+		r := rec(host)
+		r.ID = "scl_" + host
+		return r
+	}
+	key := func(host string) bindKey { return bindKey{testOrg, host, ""} }
+	const a, b = "a.example.com", "b.example.com"
+	untouched := bindStatus{hasRecord: true, untouched: true}
+	touched := bindStatus{hasRecord: true}
+	tests := []struct {
+		name   string
+		listed []Record
+		known  map[bindKey]bindStatus
+		want   reloadPlan
+	}{
+		{
+			name: "nothing listed, nothing known",
+			want: reloadPlan{},
+		},
+		{
+			name:   "record new to the controller is taken",
+			listed: []Record{at(a)},
+			want:   reloadPlan{apply: []Record{at(a)}},
+		},
+		{
+			name:   "untouched record is taken as listed",
+			listed: []Record{at(a)},
+			known:  map[bindKey]bindStatus{key(a): untouched},
+			want:   reloadPlan{apply: []Record{at(a)}},
+		},
+		{
+			name:   "record written during the list is kept",
+			listed: []Record{at(a)},
+			known:  map[bindKey]bindStatus{key(a): touched},
+			want:   reloadPlan{},
+		},
+		{
+			name:   "untouched record missing from the list is cleared",
+			known:  map[bindKey]bindStatus{key(a): untouched, key(b): untouched},
+			listed: []Record{at(b)},
+			want:   reloadPlan{apply: []Record{at(b)}, clear: []bindKey{key(a)}},
+		},
+		{
+			name:  "record written during the list is kept though missing",
+			known: map[bindKey]bindStatus{key(a): touched},
+			want:  reloadPlan{},
+		},
+		{
+			name:  "bind without a record has nothing to clear",
+			known: map[bindKey]bindStatus{key(a): {untouched: true}},
+			want:  reloadPlan{},
+		},
+		{
+			name:   "bind without a record takes one declared elsewhere",
+			listed: []Record{at(a)},
+			known:  map[bindKey]bindStatus{key(a): {untouched: true}},
+			want:   reloadPlan{apply: []Record{at(a)}},
+		},
+		{
+			name:   "bind created since the list began is kept",
+			listed: []Record{at(a)},
+			known:  map[bindKey]bindStatus{key(a): {}},
+			want:   reloadPlan{},
+		},
+		{
+			name:   "second record for a new bind is not taken",
+			listed: []Record{at(a), func() Record { r := at(a); r.ID = "scl_dup"; return r }()},
+			want:   reloadPlan{apply: []Record{at(a)}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := planReload(tt.listed, tt.known)
+			slices.SortFunc(got.clear, func(x, y bindKey) int { return strings.Compare(x.host, y.host) })
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(reloadPlan{}, bindKey{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("planReload(%s) = got, want want; diff (-want +got):\n%s", tt.name, diff)
+			}
+		})
+	}
 }
