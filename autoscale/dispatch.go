@@ -315,28 +315,56 @@ func (c *Controller) eligibleLocked(it *item, now time.Time) bool {
 }
 
 // reevaluateLocked checks a queued decision against the record and the
-// pool st as they are now, and drops it or brings it up to date. A
-// sampled decision is dropped if the pool's instances changed while it
-// waited (the sampler decides afresh); a cold start is dropped, as a
-// success, once the pool is routable. A new current or desired is a new
-// decision, with a new key.
+// pool st as they are now (planRequeue), and drops it or brings it up to
+// date. A new current or desired is a new decision, with a new key.
 func (c *Controller) reevaluateLocked(it *item, st PoolStats) bool {
-	b, r := it.b, it.b.rec
+	p := planRequeue(it.d, it.b.rec, st)
+	if p.drop {
+		c.dropLocked(it, p.err, p.why)
+		return false
+	}
+	if p.current != it.d.current || p.desired != it.d.desired {
+		it.d.current, it.d.desired = p.current, p.desired
+		it.b.rekeyLocked(&it.d)
+	}
+	return true
+}
+
+// requeuePlan is what becomes of a queued decision about to take a slot.
+type requeuePlan struct {
+	// drop is set when the decision is dropped: its cold start flight, if
+	// any, ends with err (nil: the pool no longer needs it), and why is
+	// logged.
+	drop bool
+	err  error
+	why  string
+	// current and desired are the decision's body from now on, when it is
+	// kept.
+	current, desired int
+}
+
+// planRequeue decides whether decision d, queued for a bind whose record
+// is now r (nil when gone) and whose pool is now st, is still to be made,
+// and with what body. It reads no clock and changes nothing.
+//
+// A decision for a record deleted or disarmed while it waited is dropped.
+// A sampled decision is dropped if the pool's instances changed, or its
+// utilization became unmeasurable, while it waited (the sampler decides
+// afresh), or if min and max leave nothing to ask; a cold start is
+// dropped, as a success, once the pool is routable.
+func planRequeue(d decision, r *Record, st PoolStats) requeuePlan {
 	switch {
 	case r == nil:
-		c.dropLocked(it, ErrNoRecord, "record deleted")
-		return false
+		return requeuePlan{drop: true, err: ErrNoRecord, why: "record deleted"}
 	case r.Disarmed:
-		c.dropLocked(it, ErrDisarmed, "record disarmed")
-		return false
+		return requeuePlan{drop: true, err: ErrDisarmed, why: "record disarmed"}
 	}
 	var want int
 	var ok bool
-	switch it.d.reason {
+	switch d.reason {
 	case ReasonColdStart:
 		if st.Routable > 0 {
-			c.dropLocked(it, nil, "pool became routable")
-			return false
+			return requeuePlan{drop: true, why: "pool became routable"}
 		}
 		want, ok = coldStartDesired(r), true
 	case ReasonScaleOut:
@@ -344,19 +372,13 @@ func (c *Controller) reevaluateLocked(it *item, st PoolStats) bool {
 	case ReasonScaleIn:
 		want, ok = scaleInDesired(st.Instances, r)
 	}
-	if it.d.reason != ReasonColdStart && (st.Instances != it.d.current || st.Capacity <= 0) {
-		c.dropLocked(it, nil, "pool changed while queued")
-		return false
+	if d.reason != ReasonColdStart && (st.Instances != d.current || st.Capacity <= 0) {
+		return requeuePlan{drop: true, why: "pool changed while queued"}
 	}
 	if !ok {
-		c.dropLocked(it, nil, "nothing to ask within min and max")
-		return false
+		return requeuePlan{drop: true, why: "nothing to ask within min and max"}
 	}
-	if st.Instances != it.d.current || want != it.d.desired {
-		it.d.current, it.d.desired = st.Instances, want
-		b.rekeyLocked(&it.d)
-	}
-	return true
+	return requeuePlan{current: st.Instances, desired: want}
 }
 
 // startLocked moves it from the queue to a call slot.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // recAt is rec(host) whose hook is on provider host provider.
@@ -370,4 +371,57 @@ func TestTokenBucketPacesCallStarts(t *testing.T) {
 			t.Errorf("call times (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// TestPlanRequeue runs planRequeue over each reason a queued decision is
+// dropped, kept, or brought up to date before it takes a slot.
+func TestPlanRequeue(t *testing.T) {
+	armed := func(edit func(*Record)) *Record {
+		r := rec("app.example.com")
+		if edit != nil {
+			edit(&r)
+		}
+		return &r
+	}
+	out := decision{reason: ReasonScaleOut, current: 2, desired: 3}
+	in := decision{reason: ReasonScaleIn, current: 3, desired: 2}
+	cold := decision{reason: ReasonColdStart, current: 0, desired: 1}
+	tests := []struct {
+		name string
+		d    decision
+		rec  *Record
+		st   PoolStats
+		want requeuePlan
+	}{
+		{"deleted record drops", out, nil, pool(2, 18), requeuePlan{drop: true, err: ErrNoRecord, why: "record deleted"}},
+		{"disarmed record drops", cold, armed(func(r *Record) { r.Disarmed = true }), PoolStats{},
+			requeuePlan{drop: true, err: ErrDisarmed, why: "record disarmed"}},
+		{"scale-out on an unchanged pool is kept", out, armed(nil), pool(2, 18), requeuePlan{current: 2, desired: 3}},
+		{"scale-in on an unchanged pool is kept", in, armed(nil), pool(3, 3), requeuePlan{current: 3, desired: 2}},
+		{"scale-out on a pool that grew drops", out, armed(nil), pool(3, 27), requeuePlan{drop: true, why: "pool changed while queued"}},
+		{"scale-in on a pool that shrank drops", in, armed(nil), pool(2, 2), requeuePlan{drop: true, why: "pool changed while queued"}},
+		{"scale-out on an unmeasurable pool drops", out, armed(nil), PoolStats{Instances: 2, Routable: 2},
+			requeuePlan{drop: true, why: "pool changed while queued"}},
+		{"scale-out past a lowered max drops", out, armed(func(r *Record) { r.Max = 2 }), pool(2, 18),
+			requeuePlan{drop: true, why: "nothing to ask within min and max"}},
+		{"scale-in at a raised min drops", in, armed(func(r *Record) { r.Min = 3 }), pool(3, 3),
+			requeuePlan{drop: true, why: "nothing to ask within min and max"}},
+		{"scale-in above a lowered max asks for max", in, armed(func(r *Record) { r.Max = 1 }), pool(3, 3),
+			requeuePlan{current: 3, desired: 1}},
+		{"cold start on an empty pool is kept", cold, armed(nil), PoolStats{}, requeuePlan{current: 0, desired: 1}},
+		{"cold start after min was raised asks for min", cold, armed(func(r *Record) { r.Min = 2 }), PoolStats{},
+			requeuePlan{current: 0, desired: 2}},
+		{"cold start on a pool with unroutable instances counts them", cold, armed(nil), PoolStats{Instances: 1},
+			requeuePlan{current: 1, desired: 1}},
+		{"cold start on a routable pool drops as a success", cold, armed(nil), pool(1, 0),
+			requeuePlan{drop: true, why: "pool became routable"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := planRequeue(tt.d, tt.rec, tt.st)
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(requeuePlan{}), cmpopts.EquateErrors()); diff != "" {
+				t.Errorf("planRequeue(%s) = got, want want; diff (-want +got):\n%s", tt.name, diff)
+			}
+		})
+	}
 }
