@@ -298,6 +298,15 @@ func TestPlanOutcome(t *testing.T) {
 	failed := func(rec Record, status int, err error, disarmed, persist bool) outcome {
 		return outcome{at: now, rec: rec, d: d, status: status, err: &CallError{Status: status, Err: err}, disarmed: disarmed, persist: persist}
 	}
+	// failedOnce is the plan of a first failure, answered status with
+	// err, on the armed record.
+	failedOnce := func(status int, err error) outcomePlan {
+		return outcomePlan{
+			outcome:     failed(after(status, func(r *Record) { r.ConsecutiveFailures = 1 }), status, err, false, true),
+			nextAllowed: now.Add(2 * time.Minute),
+			retry:       &d,
+		}
+	}
 	tests := []struct {
 		name string
 		in   outcomeIn
@@ -315,29 +324,17 @@ func TestPlanOutcome(t *testing.T) {
 		{
 			name: "error answer counts a failure and backs off",
 			in:   in(func(o *outcomeIn) { o.status = 500 }),
-			want: outcomePlan{
-				outcome:     failed(after(500, func(r *Record) { r.ConsecutiveFailures = 1 }), 500, nil, false, true),
-				nextAllowed: now.Add(2 * time.Minute),
-				retry:       &d,
-			},
+			want: failedOnce(500, nil),
 		},
 		{
 			name: "redirect is a failure",
 			in:   in(func(o *outcomeIn) { o.status = 302 }),
-			want: outcomePlan{
-				outcome:     failed(after(302, func(r *Record) { r.ConsecutiveFailures = 1 }), 302, nil, false, true),
-				nextAllowed: now.Add(2 * time.Minute),
-				retry:       &d,
-			},
+			want: failedOnce(302, nil),
 		},
 		{
 			name: "transport error is a failure without a status",
 			in:   in(func(o *outcomeIn) { o.status, o.err = 0, errDial }),
-			want: outcomePlan{
-				outcome:     failed(after(0, func(r *Record) { r.ConsecutiveFailures = 1 }), 0, errDial, false, true),
-				nextAllowed: now.Add(2 * time.Minute),
-				retry:       &d,
-			},
+			want: failedOnce(0, errDial),
 		},
 		{
 			name: "fifth failure in a row disarms",

@@ -224,6 +224,15 @@ func (cfg Config) Validate() error {
 // All decision state (the records it knows, each bind's samples, cooldown
 // and breaker, the call queue, host penalties, the token bucket) is guarded
 // by one mutex, never held across a store, pool or caller call.
+//
+// The decisions about a bind are pure functions of its state, the event
+// and the time, which return the new state and the effects (a record to
+// write, a call to queue, a flight to join, an outcome to record and
+// emit): planDeclare, planSample, planColdStart, planRequeue, planOutcome
+// and planReload. The methods are shells: they read the state under the
+// mutex, plan, apply the plan, and perform its I/O outside the mutex. The
+// caps on records (admitLocked) and the call queue's order and politeness
+// (dispatch.go) are still decided in place.
 type Controller struct {
 	cfg    Config
 	store  Store

@@ -434,6 +434,11 @@ func TestPlanSample(t *testing.T) {
 	}
 	busy15 := stretch(repeat(0.9, 15)...) // samples at 0s..14s
 	idle60 := stretch(repeat(0.1, 60)...) // samples at 0s..59s
+	// scaledOut is busy15 with a sample at 15s that makes a scale-out due.
+	scaledOut := planView{
+		Busy: view(t0, repeat(0.9, 16)...),
+		Call: &callView{Reason: ReasonScaleOut, Current: 2, Desired: 3, Samples: stretchView{N: 16, Min: 0.9, Max: 0.9, Recent: repeat(0.9, 16)}},
+	}
 	tests := []struct {
 		name string
 		in   sampleIn
@@ -487,10 +492,7 @@ func TestPlanSample(t *testing.T) {
 		{
 			name: "busy for the whole window scales out by one",
 			in:   sampleIn{rec: armed(nil), busy: busy15, stats: pool(2, 18), now: sec(15)},
-			want: planView{
-				Busy: view(t0, repeat(0.9, 16)...),
-				Call: &callView{Reason: ReasonScaleOut, Current: 2, Desired: 3, Samples: stretchView{N: 16, Min: 0.9, Max: 0.9, Recent: repeat(0.9, 16)}},
-			},
+			want: scaledOut,
 		},
 		{
 			name: "busy for the whole window at max makes no call",
@@ -510,10 +512,7 @@ func TestPlanSample(t *testing.T) {
 		{
 			name: "busy for the whole window as the cooldown ends scales out",
 			in:   sampleIn{rec: armed(nil), busy: busy15, nextAllowed: sec(15), stats: pool(2, 18), now: sec(15)},
-			want: planView{
-				Busy: view(t0, repeat(0.9, 16)...),
-				Call: &callView{Reason: ReasonScaleOut, Current: 2, Desired: 3, Samples: stretchView{N: 16, Min: 0.9, Max: 0.9, Recent: repeat(0.9, 16)}},
-			},
+			want: scaledOut,
 		},
 		{
 			name: "idle for four windows scales in by one",
