@@ -95,63 +95,14 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 		ex.IP = ip.String()
 	}
 
-	if Reserved(path) {
-		ex.step(StepReserved, OutcomeStop, path+" is aperio-server's own path on every hostname (/aperio/…): never proxied")
-		return ex.end("answered by aperio-server itself, not proxied", 0)
-	}
-	// The proxy matches the normal form of the path (dot segments
-	// resolved); so does explain, and it refuses what the proxy refuses.
-	norm, err := explainPath(path)
-	if err != nil || Reserved(norm) {
-		ex.step(StepReserved, OutcomeStop, path+" is refused: it climbs above / or hides a dot segment, or its normal form is aperio-server's own")
-		return ex.end("refused with 400 before routing", http.StatusBadRequest)
-	}
-	path = norm
-	ex.step(StepReserved, OutcomePass, "not under /aperio/")
-
-	switch {
-	case rt.ips == nil:
-		ex.step(StepIPLimit, OutcomeSkip, "ip_limit_max is 0: no per-visitor limit")
-	case !ip.IsValid():
-		ex.step(StepIPLimit, OutcomeSkip, "no visitor ip given")
-	default:
-		tokens := rt.ips.tokens(ip, now)
-		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, rt.ips.burst, rt.ips.burst, float64(rt.ips.refill))
-		if tokens < 1 {
-			ex.step(StepIPLimit, OutcomeStop, detail)
-			return ex.end("429 ip: the visitor's token bucket is empty", http.StatusTooManyRequests)
+	a := admission{ex: &ex, now: now, host: host, path: path, ip: ip}
+	if ref := rt.admit(ctx, &a, nil); ref.kind != passed {
+		if refusalInfo[ref.kind].nothing {
+			return rt.explainNothing(&ex, a.path, ref)
 		}
-		ex.step(StepIPLimit, OutcomePass, detail)
+		return ex.refuse(ref)
 	}
-
-	if _, ok := (*rt.maintenance.Load())[host]; ok {
-		ex.step(StepMaintenance, OutcomeStop, host+" is in maintenance mode")
-		return ex.end("503 maintenance (Retry-After: 60)", http.StatusServiceUnavailable)
-	}
-	ex.step(StepMaintenance, OutcomePass, host+" is not in maintenance")
-
-	p := rt.table.Load().match(host, path)
-	if p == nil {
-		ex.step(StepRoute, OutcomeStop, "no bind matches "+host+path)
-		return rt.explainNothing(&ex, path, "502 no client")
-	}
-	ex.Bind = p.pattern + p.path
-	rt.explainClients(&ex, p, ip)
-	if !rt.live(p) {
-		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
-		return rt.explainNothing(&ex, path, "502 no client")
-	}
-	ex.step(StepRoute, OutcomePass, fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs)))
-
-	switch {
-	case !ip.IsValid():
-		ex.step(StepAllowedIPs, OutcomeSkip, "no visitor ip given")
-	case !p.admitsAny(ip):
-		ex.step(StepAllowedIPs, OutcomeStop, "no client's token admits "+ex.IP+": answered as if the bind did not exist")
-		return rt.explainNothing(&ex, path, "502 no client")
-	default:
-		ex.step(StepAllowedIPs, OutcomePass, "a client's token admits "+ex.IP)
-	}
+	path, p := a.path, a.p
 
 	var routable, candidates, usable, free int
 	var pick *ExplainClient
@@ -197,7 +148,7 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 			}
 			if queued >= bound {
 				ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", queued, bound))
-				return ex.end("503 too many requests held for the cold start (Retry-After: 5)", http.StatusServiceUnavailable)
+				return ex.refuse(refuseWith(refusedHeldFull))
 			}
 			what, verdict := "would call the provider", "cold start: would call provider"
 			if join {
@@ -214,7 +165,7 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pick.Name, pick.Inflight, limitText(pick.Limit), strategyName(rt.strategy)))
 		if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
 			ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
-			return ex.end("429 server-concurrency", http.StatusTooManyRequests)
+			return ex.refuse(refuseWith(refusedServerConcurrency))
 		}
 		ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(rt.cfg.MaxConcurrentRequests))))
 		return ex.end(fmt.Sprintf("dispatch to client %s (%s)", pick.Name, pick.ID), 0)
@@ -223,10 +174,10 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 		switch {
 		case timeout <= 0:
 			ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
-			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
+			return ex.refuse(refuseWith(refusedClientConcurrency))
 		case queued >= maxWaiters:
 			ex.step(StepPermit, OutcomeStop, fmt.Sprintf("every client is at its limit and the queue is full (%d of %d)", queued, maxWaiters))
-			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
+			return ex.refuse(refuseWith(refusedClientConcurrency))
 		}
 		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("every client that could serve is at its limit: would queue behind %d of at most %d, up to gateway_timeout %s", queued, maxWaiters, timeout))
 		ex.AfterWait = "429 client-concurrency when no permit frees within gateway_timeout"
@@ -235,7 +186,7 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 	if ex.Verdict == "" {
 		if timeout <= 0 {
 			ex.step(StepPermit, OutcomeStop, "no client can take the request and gateway_timeout is 0: no waiting")
-			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
+			return ex.refuse(refuseWith(refusedClientConcurrency))
 		}
 		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("no client can take the request now: would wait up to gateway_timeout %s for one (behind %d)", timeout, queued))
 		ex.Verdict = fmt.Sprintf("wait for a client behind %d", queued)
@@ -249,9 +200,9 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 	return ex.end(ex.Verdict, 0)
 }
 
-// explainNothing ends ex the way nothingCanServe answers at once: stale
-// copy, fallback redirect, else verdict (a 502).
-func (rt *Router) explainNothing(ex *explanation, path, verdict string) Explanation {
+// explainNothing ends ex the way answer answers a refusal of the "nothing
+// can serve" kinds at once: stale copy, fallback redirect, else ref.
+func (rt *Router) explainNothing(ex *explanation, path string, ref refusal) Explanation {
 	if rt.staleFor(ex.Host, path) {
 		ex.step(StepFallback, OutcomeStop, "the serve-stale cache has a copy of GET "+ex.Host+path)
 		return ex.end("serve stale copy from cache", http.StatusOK)
@@ -261,7 +212,7 @@ func (rt *Router) explainNothing(ex *explanation, path, verdict string) Explanat
 		return ex.end("302 fallback redirect to "+u, http.StatusFound)
 	}
 	ex.step(StepFallback, OutcomeSkip, "no stale copy and no fallback for "+ex.Host)
-	return ex.end(verdict, http.StatusBadGateway)
+	return ex.refuse(ref)
 }
 
 // fallbackText says what a request that waited for timeout and got no
@@ -382,6 +333,17 @@ func (rt *Router) predictPick(ex *explanation, p *pool) *ExplainClient {
 
 func (ex *explanation) step(name, outcome, detail string) {
 	ex.Steps = append(ex.Steps, ExplainStep{Name: name, Outcome: outcome, Detail: detail})
+}
+
+// refuse ends ex with ref's verdict and the status the proxy answers it
+// with. A reserved path is answered by aperio-server before the router, so
+// its status is 0: not proxied.
+func (ex *explanation) refuse(ref refusal) Explanation {
+	status := ref.status()
+	if ref.kind == refusedReserved {
+		status = 0
+	}
+	return ex.end(refusalInfo[ref.kind].explainText, status)
 }
 
 func (ex *explanation) end(verdict string, status int) Explanation {
