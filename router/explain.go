@@ -84,6 +84,26 @@ func Reserved(path string) bool {
 // an instant later may fare otherwise. It blocks only while the scaler's
 // ColdStartPlanner does, until ctx ends. Safe for concurrent use.
 func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr) Explanation {
+	return rt.explain(ctx, explainQuery{host: host, path: path, ip: ip})
+}
+
+// explainQuery is what a dry run knows of a request. The admin API gives
+// host, path and ip; method (empty: GET) and header (nil: none) let the
+// dry run also check what the proxy checks of a request beyond those: a
+// CONNECT's backend, an HTTP/2 host field.
+type explainQuery struct {
+	host, path string
+	ip         netip.Addr
+	method     string
+	header     http.Header
+}
+
+// StepHostField is the step that checks an HTTP/2 host field against
+// :authority. Only an explanation given headers has it.
+const StepHostField = "host-field"
+
+func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
+	host, path, ip := q.host, q.path, q.ip
 	now := time.Now()
 	host = hostname.Normalize(host)
 	if path == "" {
@@ -95,7 +115,11 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 		ex.IP = ip.String()
 	}
 
-	a := admission{ex: &ex, now: now, host: host, path: path, ip: ip}
+	a := admission{ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method}
+	if q.header != nil {
+		a.hostField = new(bool)
+		*a.hostField = hostFieldConflicts(&http.Request{Host: q.host, Header: q.header})
+	}
 	if ref := rt.admit(ctx, &a, nil); ref.kind != passed {
 		if refusalInfo[ref.kind].nothing {
 			return rt.explainNothing(&ex, a.path, ref)
@@ -163,6 +187,10 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 	if ex.Verdict == "" && free > 0 {
 		pick = rt.predictPick(&ex, p)
 		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pick.Name, pick.Inflight, limitText(pick.Limit), strategyName(rt.strategy)))
+		if q.method == http.MethodConnect && !allowsConnect(p, pick) {
+			ex.step(StepPermit, OutcomeStop, "client "+pick.Name+" does not take CONNECT requests")
+			return ex.refuse(refuseWith(refusedConnect))
+		}
 		if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
 			ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
 			return ex.refuse(refuseWith(refusedServerConcurrency))
@@ -374,6 +402,17 @@ func strategyName(st strategy) string {
 	default:
 		return "round-robin"
 	}
+}
+
+// allowsConnect reports whether the service of p that c describes takes
+// CONNECT requests.
+func allowsConnect(p *pool, c *ExplainClient) bool {
+	for _, s := range *p.members.Load() {
+		if s.conn.ID() == c.ID && s.id == c.Service {
+			return s.allowConnect.Load()
+		}
+	}
+	return false
 }
 
 func b2i(b bool) int {

@@ -133,12 +133,14 @@ type admission struct {
 	v    Visitor
 	body *countingBody
 
-	ex   *explanation // set: a dry run that records its steps here
-	now  time.Time    // a dry run's clock
-	host string       // normal form
-	path string       // normal form once stageReserved passed
-	ip   netip.Addr   // the visitor; the zero Addr when unknown
-	p    *pool        // once stageRoute passed
+	ex        *explanation // set: a dry run that records its steps here
+	now       time.Time    // a dry run's clock
+	method    string       // a dry run's method; empty: GET
+	hostField *bool        // a dry run's host field check; nil: no header given
+	host      string       // normal form
+	path      string       // normal form once stageReserved passed
+	ip        netip.Addr   // the visitor; the zero Addr when unknown
+	p         *pool        // once stageRoute passed
 
 	routeStart time.Time // when tracing: when routing began
 }
@@ -177,6 +179,10 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 // safe normal form, and leaves the normal form in a.path. CONNECT has no
 // path: it matches "/" binds.
 func (rt *Router) checkPath(a *admission) refusal {
+	if a.ex != nil && a.method == http.MethodConnect {
+		a.ex.step(StepReserved, OutcomePass, "CONNECT has no path: it matches / binds")
+		return refusal{}
+	}
 	if a.ex == nil {
 		if a.r.Method == http.MethodConnect {
 			return refusal{}
@@ -246,10 +252,21 @@ func (rt *Router) checkMaintenance(a *admission) refusal {
 }
 
 // checkHostField refuses a request whose host field differs from its
-// :authority. Explain is given no headers, so a dry run passes.
+// :authority. A dry run given no headers passes without a step.
 func (rt *Router) checkHostField(a *admission) refusal {
-	if a.ex == nil && hostFieldConflicts(a.r) {
+	if a.ex == nil {
+		if hostFieldConflicts(a.r) {
+			return refuseWith(refusedHostField)
+		}
+		return refusal{}
+	}
+	switch {
+	case a.hostField == nil:
+	case *a.hostField:
+		a.ex.step(StepHostField, OutcomeStop, "the host field differs from :authority "+a.host)
 		return refuseWith(refusedHostField)
+	default:
+		a.ex.step(StepHostField, OutcomePass, "no host field, or the same as :authority")
 	}
 	return refusal{}
 }
