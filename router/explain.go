@@ -126,104 +126,34 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		}
 		return ex.refuse(ref)
 	}
-	path, p := a.path, a.p
+	path = a.path
 
-	var routable, candidates, usable, free int
-	var pick *ExplainClient
-	for i := range ex.Clients {
-		c := &ex.Clients[i]
-		routable += b2i(c.Routable)
-		candidates += b2i(c.Candidate)
-		usable += b2i(c.Candidate && c.Admits)
-		free += b2i(c.Candidate && c.Admits && c.Free)
-	}
-	p.mu.Lock()
-	queued, held := len(p.waiters), 0
-	for _, w := range p.waiters {
-		held += b2i(w.held)
-	}
-	p.mu.Unlock()
-	ex.step(StepPool, OutcomeInfo, fmt.Sprintf("%d client services, %d routable, %d in the serving tier, %d of those admit the visitor, %d with a free permit; %d waiting in the queue (%d held for a cold start)",
-		len(ex.Clients), routable, candidates, usable, free, queued, held))
-
-	timeout, waitFor := rt.cfg.GatewayTimeout, "gateway_timeout"
-	if a := p.driver(); a == nil && p.armed.Load() != nil {
-		ex.step(StepColdStart, OutcomeSkip, "armed only by organizations whose clients do not serve the bind")
-	} else if a == nil {
-		ex.step(StepColdStart, OutcomeSkip, "the bind has no armed scaling record")
-	} else if usable > 0 {
-		ex.step(StepColdStart, OutcomeSkip, "armed, but a client can serve the visitor")
-	} else if rt.cfg.Scaler == nil {
-		ex.step(StepColdStart, OutcomeSkip, "armed, but autoscaling is off on this server")
-	} else {
-		join, detail, err := false, "", error(nil)
-		if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
-			join, detail, err = planner.PlanColdStart(ctx, a.org, p.pattern, p.path)
-		}
-		if detail != "" {
-			detail = " (" + detail + ")"
-		}
-		if err != nil {
-			ex.step(StepColdStart, OutcomeInfo, "armed, but the scaler would refuse: "+err.Error()+detail+"; the usual wait applies")
-		} else {
-			bound := maxWaiters
-			if rt.cfg.MaxHeld > 0 {
-				bound = rt.cfg.MaxHeld
+	// The dispatch stages, dry: they predict what dispatch would do.
+	a.plan = &poolPlan{}
+	rt.checkPool(&a)
+	timeout, ref := rt.checkColdStart(ctx, &a, nil)
+	if ref.kind == passed && ex.Verdict == "" {
+		_, ref = rt.takePermit(ctx, &a, nil, timeout, true, nil)
+		if ref.kind == passed && a.plan.pick != nil {
+			if ref = rt.checkConnect(&a, nil); ref.kind == passed {
+				ref = rt.takeSlot(&a, nil)
 			}
-			if queued >= bound {
-				ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", queued, bound))
-				return ex.refuse(refuseWith(refusedHeldFull))
-			}
-			what, verdict := "would call the provider", "cold start: would call provider"
-			if join {
-				what, verdict = "would join the cold start under way", "cold start: would join the start under way"
-			}
-			ex.step(StepColdStart, OutcomeWait, fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, detail, a.coldStart, queued, bound))
-			ex.Verdict = verdict
-			timeout, waitFor = a.coldStart, "cold_start"
 		}
 	}
-
-	if ex.Verdict == "" && free > 0 {
-		pick = rt.predictPick(&ex, p)
-		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pick.Name, pick.Inflight, limitText(pick.Limit), strategyName(rt.strategy)))
-		if q.method == http.MethodConnect && !allowsConnect(p, pick) {
-			ex.step(StepPermit, OutcomeStop, "client "+pick.Name+" does not take CONNECT requests")
-			return ex.refuse(refuseWith(refusedConnect))
-		}
-		if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
-			ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
-			return ex.refuse(refuseWith(refusedServerConcurrency))
-		}
-		ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(rt.cfg.MaxConcurrentRequests))))
+	if ref.kind != passed {
+		return ex.refuse(ref)
+	}
+	if pick := a.plan.pick; pick != nil {
 		return ex.end(fmt.Sprintf("dispatch to client %s (%s)", pick.Name, pick.ID), 0)
 	}
-	if ex.Verdict == "" && usable > 0 {
-		switch {
-		case timeout <= 0:
-			ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
-			return ex.refuse(refuseWith(refusedClientConcurrency))
-		case queued >= maxWaiters:
-			ex.step(StepPermit, OutcomeStop, fmt.Sprintf("every client is at its limit and the queue is full (%d of %d)", queued, maxWaiters))
-			return ex.refuse(refuseWith(refusedClientConcurrency))
-		}
-		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("every client that could serve is at its limit: would queue behind %d of at most %d, up to gateway_timeout %s", queued, maxWaiters, timeout))
-		ex.AfterWait = "429 client-concurrency when no permit frees within gateway_timeout"
-		return ex.end(fmt.Sprintf("queue behind %d", queued), 0)
-	}
-	if ex.Verdict == "" {
-		if timeout <= 0 {
-			ex.step(StepPermit, OutcomeStop, "no client can take the request and gateway_timeout is 0: no waiting")
-			return ex.refuse(refuseWith(refusedClientConcurrency))
-		}
-		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("no client can take the request now: would wait up to gateway_timeout %s for one (behind %d)", timeout, queued))
-		ex.Verdict = fmt.Sprintf("wait for a client behind %d", queued)
+	if ex.AfterWait != "" {
+		return ex.end(ex.Verdict, 0) // queued behind busy clients
 	}
 	// Waiting for a client to appear: what the visitor gets if none does.
-	if candidates > 0 {
+	if a.plan.candidates > 0 {
 		ex.AfterWait = "429 client-concurrency (clients are connected, none can serve the visitor)"
 	} else {
-		ex.AfterWait = rt.fallbackText(host, path, waitFor, timeout)
+		ex.AfterWait = rt.fallbackText(host, path, a.plan.waitFor, timeout)
 	}
 	return ex.end(ex.Verdict, 0)
 }

@@ -137,6 +137,7 @@ type admission struct {
 	now       time.Time    // a dry run's clock
 	method    string       // a dry run's method; empty: GET
 	hostField *bool        // a dry run's host field check; nil: no header given
+	plan      *poolPlan    // a dry run's survey of the pool
 	host      string       // normal form
 	path      string       // normal form once stageReserved passed
 	ip        netip.Addr   // the visitor; the zero Addr when unknown
@@ -443,4 +444,184 @@ func acquireRefusal(p *pool, err error) refusal {
 	default:
 		return refusal{kind: refusedExchange, err: err}
 	}
+}
+
+// The dispatch stages follow the admission stages: pool (a dry run's
+// survey), cold start, permit and queue, CONNECT, global slot. dispatch
+// runs them for real, again after a failover; a dry run predicts them,
+// reading what it needs from the poolPlan its pool stage filled in.
+
+// poolPlan is what a dry run learns of the pool at its pool stage: the
+// client services by what they can do for the visitor, the queue, the
+// wait that applies, and the client the permit stage would pick.
+type poolPlan struct {
+	routable, candidates, usable, free int
+	queued, held                       int
+	waitFor                            string // the setting that bounds the wait
+	pick                               *ExplainClient
+}
+
+// checkPool surveys the pool for a dry run; the proxy has nothing to do
+// here.
+func (rt *Router) checkPool(a *admission) {
+	if a.ex == nil {
+		return
+	}
+	ex, pl, p := a.ex, a.plan, a.p
+	for i := range ex.Clients {
+		c := &ex.Clients[i]
+		pl.routable += b2i(c.Routable)
+		pl.candidates += b2i(c.Candidate)
+		pl.usable += b2i(c.Candidate && c.Admits)
+		pl.free += b2i(c.Candidate && c.Admits && c.Free)
+	}
+	p.mu.Lock()
+	pl.queued = len(p.waiters)
+	for _, w := range p.waiters {
+		pl.held += b2i(w.held)
+	}
+	p.mu.Unlock()
+	ex.step(StepPool, OutcomeInfo, fmt.Sprintf("%d client services, %d routable, %d in the serving tier, %d of those admit the visitor, %d with a free permit; %d waiting in the queue (%d held for a cold start)",
+		len(ex.Clients), pl.routable, pl.candidates, pl.usable, pl.free, pl.queued, pl.held))
+}
+
+// checkColdStart starts an instance for an armed bind with nobody to
+// serve, at once (no gateway_timeout first), and makes wt a held waiter
+// bounded by cold_start. The request was never dispatched, so holding is
+// safe for every method. It returns how long the permit stage may wait.
+// A dry run asks the scaler's ColdStartPlanner instead, and refuses when
+// the held places are taken.
+func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) (time.Duration, refusal) {
+	p := a.p
+	if a.ex == nil {
+		if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
+			wt.abort = failed
+			wt.held, wt.maxHeld = true, rt.cfg.MaxHeld
+			return budget, refusal{}
+		}
+		return rt.cfg.GatewayTimeout, refusal{}
+	}
+	ex, pl := a.ex, a.plan
+	pl.waitFor = "gateway_timeout"
+	d := p.driver()
+	switch {
+	case d == nil && p.armed.Load() != nil:
+		ex.step(StepColdStart, OutcomeSkip, "armed only by organizations whose clients do not serve the bind")
+	case d == nil:
+		ex.step(StepColdStart, OutcomeSkip, "the bind has no armed scaling record")
+	case pl.usable > 0:
+		ex.step(StepColdStart, OutcomeSkip, "armed, but a client can serve the visitor")
+	case rt.cfg.Scaler == nil:
+		ex.step(StepColdStart, OutcomeSkip, "armed, but autoscaling is off on this server")
+	default:
+		join, detail, err := false, "", error(nil)
+		if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
+			join, detail, err = planner.PlanColdStart(ctx, d.org, p.pattern, p.path)
+		}
+		if detail != "" {
+			detail = " (" + detail + ")"
+		}
+		if err != nil {
+			ex.step(StepColdStart, OutcomeInfo, "armed, but the scaler would refuse: "+err.Error()+detail+"; the usual wait applies")
+			break
+		}
+		bound := maxWaiters
+		if rt.cfg.MaxHeld > 0 {
+			bound = rt.cfg.MaxHeld
+		}
+		if pl.queued >= bound {
+			ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", pl.queued, bound))
+			return 0, refuseWith(refusedHeldFull)
+		}
+		what, verdict := "would call the provider", "cold start: would call provider"
+		if join {
+			what, verdict = "would join the cold start under way", "cold start: would join the start under way"
+		}
+		ex.step(StepColdStart, OutcomeWait, fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, detail, d.coldStart, pl.queued, bound))
+		ex.Verdict = verdict
+		pl.waitFor = "cold_start"
+		return d.coldStart, refusal{}
+	}
+	return rt.cfg.GatewayTimeout, refusal{}
+}
+
+// takePermit takes a permit on a client of the pool, waiting in the
+// pool's FIFO queue up to timeout when all are busy or (with wait) none
+// is routable, and records the wait in rec. It never holds a global slot
+// while it waits. A dry run predicts the pick (plan.pick), or the wait it
+// would make (ex.Verdict, ex.AfterWait), or the refusal.
+func (rt *Router) takePermit(ctx context.Context, a *admission, wt *waiter, timeout time.Duration, wait bool, rec *telemetry.Request) (*service, refusal) {
+	if a.ex == nil {
+		if wt.held {
+			rt.held.Add(1)
+		}
+		s, err := a.p.acquire(ctx, rt.strategy, timeout, wait, wt)
+		if wt.held {
+			rt.held.Add(-1)
+		}
+		rt.recordWait(ctx, wt, rec)
+		if err != nil {
+			return nil, acquireRefusal(a.p, err)
+		}
+		return s, refusal{}
+	}
+	ex, pl := a.ex, a.plan
+	switch {
+	case pl.free > 0:
+		pl.pick = rt.predictPick(ex, a.p)
+		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pl.pick.Name, pl.pick.Inflight, limitText(pl.pick.Limit), strategyName(rt.strategy)))
+	case pl.usable > 0 && timeout <= 0:
+		ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
+		return nil, refuseWith(refusedClientConcurrency)
+	case pl.usable > 0 && pl.queued >= maxWaiters:
+		ex.step(StepPermit, OutcomeStop, fmt.Sprintf("every client is at its limit and the queue is full (%d of %d)", pl.queued, maxWaiters))
+		return nil, refuseWith(refusedClientConcurrency)
+	case pl.usable > 0:
+		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("every client that could serve is at its limit: would queue behind %d of at most %d, up to gateway_timeout %s", pl.queued, maxWaiters, timeout))
+		ex.Verdict = fmt.Sprintf("queue behind %d", pl.queued)
+		ex.AfterWait = "429 client-concurrency when no permit frees within gateway_timeout"
+	case timeout <= 0:
+		ex.step(StepPermit, OutcomeStop, "no client can take the request and gateway_timeout is 0: no waiting")
+		return nil, refuseWith(refusedClientConcurrency)
+	default:
+		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("no client can take the request now: would wait up to gateway_timeout %s for one (behind %d)", timeout, pl.queued))
+		ex.Verdict = fmt.Sprintf("wait for a client behind %d", pl.queued)
+	}
+	return nil, refusal{}
+}
+
+// checkConnect refuses a CONNECT to a backend that does not take it (a
+// backend that is a forward proxy would be an open proxy), returning the
+// permit s holds. A dry run checks the predicted pick.
+func (rt *Router) checkConnect(a *admission, s *service) refusal {
+	if a.ex == nil {
+		if a.r.Method == http.MethodConnect && !s.allowConnect.Load() {
+			s.release()
+			return refuseWith(refusedConnect)
+		}
+		return refusal{}
+	}
+	if a.method == http.MethodConnect && !allowsConnect(a.p, a.plan.pick) {
+		a.ex.step(StepPermit, OutcomeStop, "client "+a.plan.pick.Name+" does not take CONNECT requests")
+		return refuseWith(refusedConnect)
+	}
+	return refusal{}
+}
+
+// takeSlot takes a server-wide slot for the request that holds s's permit,
+// or returns the permit and refuses. A dry run reads the count.
+func (rt *Router) takeSlot(a *admission, s *service) refusal {
+	if a.ex == nil {
+		if !rt.takeGlobal() {
+			s.release()
+			return refuseWith(refusedServerConcurrency)
+		}
+		return refusal{}
+	}
+	if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
+		a.ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
+		return refuseWith(refusedServerConcurrency)
+	}
+	a.ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(rt.cfg.MaxConcurrentRequests))))
+	return refusal{}
 }

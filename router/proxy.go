@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"time"
 
@@ -77,7 +76,7 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		return
 	}
 	prepareOutbound(r, &a.v, tunnel.IsUpgrade(r.Header))
-	rt.dispatch(w, r, a.host, a.p, a.body, a.ip, rec)
+	rt.dispatch(&a, rec)
 }
 
 // live reports whether p may still serve: it has members, or lost its last
@@ -90,43 +89,26 @@ func (rt *Router) live(p *pool) bool {
 	return at != 0 && time.Since(time.Unix(0, at)) < rt.cfg.DownThreshold
 }
 
-// dispatch acquires a client and performs the exchange, re-dispatching per
-// the failover policy.
-func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, p *pool, body *countingBody, visitor netip.Addr, rec *telemetry.Request) {
+// dispatch runs the dispatch stages for a request that passed admission:
+// cold start, permit and queue, CONNECT, global slot, then the exchange,
+// re-dispatching per the failover policy.
+func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
+	w, r, host, body, visitor := a.w, a.r, a.host, a.body, a.ip
 	ctx := r.Context()
 	start := time.Now()
 	wt := &waiter{ip: visitor}
 	wait := true
-	timeout := rt.cfg.GatewayTimeout
-	// An armed bind with nobody to serve starts an instance at once (no
-	// gateway_timeout first) and holds the request up to cold_start. The
-	// request was never dispatched, so holding is safe for every method.
-	if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
-		wt.abort, timeout = failed, budget
-		wt.held, wt.maxHeld = true, rt.cfg.MaxHeld
-	}
+	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
 	for jumps := 0; ; jumps++ {
-		if wt.held {
-			rt.held.Add(1)
+		s, ref := rt.takePermit(ctx, a, wt, timeout, wait, rec)
+		if ref.kind == passed {
+			ref = rt.checkConnect(a, s)
 		}
-		s, err := p.acquire(ctx, rt.strategy, timeout, wait, wt)
-		if wt.held {
-			rt.held.Add(-1)
+		if ref.kind == passed {
+			ref = rt.takeSlot(a, s)
 		}
-		rt.recordWait(ctx, wt, rec)
-		if err != nil {
-			rt.answer(w, r, rec, host, acquireRefusal(p, err))
-			return
-		}
-		if r.Method == http.MethodConnect && !s.allowConnect.Load() {
-			// A backend that is a forward proxy would be an open proxy.
-			s.release()
-			rt.answer(w, r, rec, host, refuseWith(refusedConnect))
-			return
-		}
-		if !rt.takeGlobal() {
-			s.release()
-			rt.answer(w, r, rec, host, refuseWith(refusedServerConcurrency))
+		if ref.kind != passed {
+			rt.answer(w, r, rec, host, ref)
 			return
 		}
 		rec.ClientID = s.conn.ID()
