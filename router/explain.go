@@ -98,9 +98,9 @@ type explainQuery struct {
 	header     http.Header
 }
 
-// StepHostField is the step that checks an HTTP/2 host field against
+// stepHostField is the step that checks an HTTP/2 host field against
 // :authority. Only an explanation given headers has it.
-const StepHostField = "host-field"
+const stepHostField = "host-field"
 
 func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	host, path, ip := q.host, q.path, q.ip

@@ -264,10 +264,10 @@ func (rt *Router) checkHostField(a *admission) refusal {
 	switch {
 	case a.hostField == nil:
 	case *a.hostField:
-		a.ex.step(StepHostField, OutcomeStop, "the host field differs from :authority "+a.host)
+		a.ex.step(stepHostField, OutcomeStop, "the host field differs from :authority "+a.host)
 		return refuseWith(refusedHostField)
 	default:
-		a.ex.step(StepHostField, OutcomePass, "no host field, or the same as :authority")
+		a.ex.step(stepHostField, OutcomePass, "no host field, or the same as :authority")
 	}
 	return refusal{}
 }

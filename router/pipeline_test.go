@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // pipelineCase is one request through the stages: a router in some state,
@@ -28,6 +29,16 @@ type pipelineCase struct {
 	// notProxied marks a path aperio-server answers itself: Explain says
 	// so (status 0), and the router, reached anyway, refuses it with want.
 	notProxied bool
+}
+
+// serving returns a setup: a router with cfg and one client "a" announcing
+// a.
+func serving(cfg Config, a *tunnel.Announcement) func(t *testing.T) *Router {
+	return func(t *testing.T) *Router {
+		rt := newRouter(t, cfg)
+		rt.update(newConn("a", 1), a)
+		return rt
+	}
 }
 
 // predictedStatus is the status Explain says the visitor gets: its status
@@ -81,22 +92,14 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			path:  "/aperio/health", want: http.StatusBadRequest, notProxied: true,
 		},
 		{
-			name: "path climbing above root",
-			setup: func(t *testing.T) *Router {
-				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("/api", "app.test")))
-				return rt
-			},
-			path: "/api/%2e%2e/%2e%2e/etc", want: http.StatusBadRequest,
+			name:  "path climbing above root",
+			setup: serving(Config{}, ann(svc("/api", "app.test"))),
+			path:  "/api/%2e%2e/%2e%2e/etc", want: http.StatusBadRequest,
 		},
 		{
-			name: "dot segments leave the bind",
-			setup: func(t *testing.T) *Router {
-				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("/api", "app.test")))
-				return rt
-			},
-			path: "/api/%2e%2e/admin", want: http.StatusBadGateway,
+			name:  "dot segments leave the bind",
+			setup: serving(Config{}, ann(svc("/api", "app.test"))),
+			path:  "/api/%2e%2e/admin", want: http.StatusBadGateway,
 		},
 		{
 			name: "ip limit",
@@ -119,31 +122,19 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusServiceUnavailable,
 		},
 		{
-			name: "host field conflicts with :authority",
-			setup: func(t *testing.T) *Router {
-				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				return rt
-			},
+			name:      "host field conflicts with :authority",
+			setup:     serving(Config{}, ann(svc("", "app.test"))),
 			hostField: "other.test", want: http.StatusBadRequest,
 		},
 		{
-			name: "host field same as :authority",
-			setup: func(t *testing.T) *Router {
-				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				return rt
-			},
+			name:      "host field same as :authority",
+			setup:     serving(Config{}, ann(svc("", "app.test"))),
 			hostField: "app.test", want: http.StatusOK,
 		},
 		{
-			name: "unknown host",
-			setup: func(t *testing.T) *Router {
-				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				return rt
-			},
-			host: "nope.test", want: http.StatusBadGateway,
+			name:  "unknown host",
+			setup: serving(Config{}, ann(svc("", "app.test"))),
+			host:  "nope.test", want: http.StatusBadGateway,
 		},
 		{
 			name: "fallback redirect",
@@ -162,13 +153,9 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusBadGateway,
 		},
 		{
-			name: "free permit: dispatch",
-			setup: func(t *testing.T) *Router {
-				rt := newRouter(t, Config{GatewayTimeout: time.Second})
-				rt.update(newConn("a", 1), limited(2, "app.test"))
-				return rt
-			},
-			want: http.StatusOK,
+			name:  "free permit: dispatch",
+			setup: serving(Config{GatewayTimeout: time.Second}, limited(2, "app.test")),
+			want:  http.StatusOK,
 		},
 		{
 			name: "free permit but the server is full",
@@ -202,13 +189,9 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusTooManyRequests,
 		},
 		{
-			name: "no routable client: wait, then 504",
-			setup: func(t *testing.T) *Router {
-				rt := newRouter(t, Config{GatewayTimeout: 10 * time.Second})
-				rt.update(newConn("a", 1), unhealthy("app.test"))
-				return rt
-			},
-			want: http.StatusGatewayTimeout,
+			name:  "no routable client: wait, then 504",
+			setup: serving(Config{GatewayTimeout: 10 * time.Second}, unhealthy("app.test")),
+			want:  http.StatusGatewayTimeout,
 		},
 		{
 			name: "client just left: wait, then fallback redirect",
@@ -298,12 +281,8 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			path:  "/other", want: http.StatusGatewayTimeout,
 		},
 		{
-			name: "CONNECT to a backend that does not take it",
-			setup: func(t *testing.T) *Router {
-				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				return rt
-			},
+			name:   "CONNECT to a backend that does not take it",
+			setup:  serving(Config{}, ann(svc("", "app.test"))),
 			method: http.MethodConnect, want: http.StatusMethodNotAllowed,
 		},
 		{
