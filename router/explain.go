@@ -77,8 +77,8 @@ func Reserved(path string) bool {
 }
 
 // Explain walks what the router would do now with a request for host and
-// path from visitor ip (the zero Addr: unknown), in the order ServeHTTP
-// and dispatch do it, and says why. It takes no permit, no token of the
+// path from visitor ip (the zero Addr: unknown), running the proxy's
+// stages in their dry run, and says why. It takes no permit, no token of the
 // visitor's bucket, no global slot and no place in a queue, starts no cold
 // start and moves no counter: the answer is a snapshot, and a real request
 // an instant later may fare otherwise. It blocks only while the scaler's
