@@ -77,13 +77,33 @@ func Reserved(path string) bool {
 }
 
 // Explain walks what the router would do now with a request for host and
-// path from visitor ip (the zero Addr: unknown), in the order ServeHTTP
-// and dispatch do it, and says why. It takes no permit, no token of the
+// path from visitor ip (the zero Addr: unknown), running the proxy's
+// stages in their dry run, and says why. It takes no permit, no token of the
 // visitor's bucket, no global slot and no place in a queue, starts no cold
 // start and moves no counter: the answer is a snapshot, and a real request
 // an instant later may fare otherwise. It blocks only while the scaler's
 // ColdStartPlanner does, until ctx ends. Safe for concurrent use.
 func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr) Explanation {
+	return rt.explain(ctx, explainQuery{host: host, path: path, ip: ip})
+}
+
+// explainQuery is what a dry run knows of a request. The admin API gives
+// host, path and ip; method (empty: GET) and header (nil: none) let the
+// dry run also check what the proxy checks of a request beyond those: a
+// CONNECT's backend, an HTTP/2 host field.
+type explainQuery struct {
+	host, path string
+	ip         netip.Addr
+	method     string
+	header     http.Header
+}
+
+// stepHostField is the step that checks an HTTP/2 host field against
+// :authority. Only an explanation given headers has it.
+const stepHostField = "host-field"
+
+func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
+	host, path, ip := q.host, q.path, q.ip
 	now := time.Now()
 	host = hostname.Normalize(host)
 	if path == "" {
@@ -95,163 +115,52 @@ func (rt *Router) Explain(ctx context.Context, host, path string, ip netip.Addr)
 		ex.IP = ip.String()
 	}
 
-	if Reserved(path) {
-		ex.step(StepReserved, OutcomeStop, path+" is aperio-server's own path on every hostname (/aperio/…): never proxied")
-		return ex.end("answered by aperio-server itself, not proxied", 0)
+	a := admission{ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method}
+	if q.header != nil {
+		a.hostField = new(bool)
+		*a.hostField = hostFieldConflicts(&http.Request{Host: q.host, Header: q.header})
 	}
-	// The proxy matches the normal form of the path (dot segments
-	// resolved); so does explain, and it refuses what the proxy refuses.
-	norm, err := explainPath(path)
-	if err != nil || Reserved(norm) {
-		ex.step(StepReserved, OutcomeStop, path+" is refused: it climbs above / or hides a dot segment, or its normal form is aperio-server's own")
-		return ex.end("refused with 400 before routing", http.StatusBadRequest)
-	}
-	path = norm
-	ex.step(StepReserved, OutcomePass, "not under /aperio/")
-
-	switch {
-	case rt.ips == nil:
-		ex.step(StepIPLimit, OutcomeSkip, "ip_limit_max is 0: no per-visitor limit")
-	case !ip.IsValid():
-		ex.step(StepIPLimit, OutcomeSkip, "no visitor ip given")
-	default:
-		tokens := rt.ips.tokens(ip, now)
-		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, rt.ips.burst, rt.ips.burst, float64(rt.ips.refill))
-		if tokens < 1 {
-			ex.step(StepIPLimit, OutcomeStop, detail)
-			return ex.end("429 ip: the visitor's token bucket is empty", http.StatusTooManyRequests)
+	if ref := rt.admit(ctx, &a, nil); ref.kind != passed {
+		if refusalInfo[ref.kind].nothing {
+			return rt.explainNothing(&ex, a.path, ref)
 		}
-		ex.step(StepIPLimit, OutcomePass, detail)
+		return ex.refuse(ref)
 	}
+	path = a.path
 
-	if _, ok := (*rt.maintenance.Load())[host]; ok {
-		ex.step(StepMaintenance, OutcomeStop, host+" is in maintenance mode")
-		return ex.end("503 maintenance (Retry-After: 60)", http.StatusServiceUnavailable)
-	}
-	ex.step(StepMaintenance, OutcomePass, host+" is not in maintenance")
-
-	p := rt.table.Load().match(host, path)
-	if p == nil {
-		ex.step(StepRoute, OutcomeStop, "no bind matches "+host+path)
-		return rt.explainNothing(&ex, path, "502 no client")
-	}
-	ex.Bind = p.pattern + p.path
-	rt.explainClients(&ex, p, ip)
-	if !rt.live(p) {
-		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
-		return rt.explainNothing(&ex, path, "502 no client")
-	}
-	ex.step(StepRoute, OutcomePass, fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs)))
-
-	switch {
-	case !ip.IsValid():
-		ex.step(StepAllowedIPs, OutcomeSkip, "no visitor ip given")
-	case !p.admitsAny(ip):
-		ex.step(StepAllowedIPs, OutcomeStop, "no client's token admits "+ex.IP+": answered as if the bind did not exist")
-		return rt.explainNothing(&ex, path, "502 no client")
-	default:
-		ex.step(StepAllowedIPs, OutcomePass, "a client's token admits "+ex.IP)
-	}
-
-	var routable, candidates, usable, free int
-	var pick *ExplainClient
-	for i := range ex.Clients {
-		c := &ex.Clients[i]
-		routable += b2i(c.Routable)
-		candidates += b2i(c.Candidate)
-		usable += b2i(c.Candidate && c.Admits)
-		free += b2i(c.Candidate && c.Admits && c.Free)
-	}
-	p.mu.Lock()
-	queued, held := len(p.waiters), 0
-	for _, w := range p.waiters {
-		held += b2i(w.held)
-	}
-	p.mu.Unlock()
-	ex.step(StepPool, OutcomeInfo, fmt.Sprintf("%d client services, %d routable, %d in the serving tier, %d of those admit the visitor, %d with a free permit; %d waiting in the queue (%d held for a cold start)",
-		len(ex.Clients), routable, candidates, usable, free, queued, held))
-
-	timeout, waitFor := rt.cfg.GatewayTimeout, "gateway_timeout"
-	if a := p.driver(); a == nil && p.armed.Load() != nil {
-		ex.step(StepColdStart, OutcomeSkip, "armed only by organizations whose clients do not serve the bind")
-	} else if a == nil {
-		ex.step(StepColdStart, OutcomeSkip, "the bind has no armed scaling record")
-	} else if usable > 0 {
-		ex.step(StepColdStart, OutcomeSkip, "armed, but a client can serve the visitor")
-	} else if rt.cfg.Scaler == nil {
-		ex.step(StepColdStart, OutcomeSkip, "armed, but autoscaling is off on this server")
-	} else {
-		join, detail, err := false, "", error(nil)
-		if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
-			join, detail, err = planner.PlanColdStart(ctx, a.org, p.pattern, p.path)
-		}
-		if detail != "" {
-			detail = " (" + detail + ")"
-		}
-		if err != nil {
-			ex.step(StepColdStart, OutcomeInfo, "armed, but the scaler would refuse: "+err.Error()+detail+"; the usual wait applies")
-		} else {
-			bound := maxWaiters
-			if rt.cfg.MaxHeld > 0 {
-				bound = rt.cfg.MaxHeld
+	// The dispatch stages, dry: they predict what dispatch would do.
+	a.plan = &poolPlan{}
+	rt.checkPool(&a)
+	timeout, ref := rt.checkColdStart(ctx, &a, nil)
+	if ref.kind == passed && ex.Verdict == "" {
+		_, ref = rt.takePermit(ctx, &a, nil, timeout, true, nil)
+		if ref.kind == passed && a.plan.pick != nil {
+			if ref = rt.checkConnect(&a, nil); ref.kind == passed {
+				ref = rt.takeSlot(&a, nil)
 			}
-			if queued >= bound {
-				ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", queued, bound))
-				return ex.end("503 too many requests held for the cold start (Retry-After: 5)", http.StatusServiceUnavailable)
-			}
-			what, verdict := "would call the provider", "cold start: would call provider"
-			if join {
-				what, verdict = "would join the cold start under way", "cold start: would join the start under way"
-			}
-			ex.step(StepColdStart, OutcomeWait, fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, detail, a.coldStart, queued, bound))
-			ex.Verdict = verdict
-			timeout, waitFor = a.coldStart, "cold_start"
 		}
 	}
-
-	if ex.Verdict == "" && free > 0 {
-		pick = rt.predictPick(&ex, p)
-		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pick.Name, pick.Inflight, limitText(pick.Limit), strategyName(rt.strategy)))
-		if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
-			ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
-			return ex.end("429 server-concurrency", http.StatusTooManyRequests)
-		}
-		ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(rt.cfg.MaxConcurrentRequests))))
+	if ref.kind != passed {
+		return ex.refuse(ref)
+	}
+	if pick := a.plan.pick; pick != nil {
 		return ex.end(fmt.Sprintf("dispatch to client %s (%s)", pick.Name, pick.ID), 0)
 	}
-	if ex.Verdict == "" && usable > 0 {
-		switch {
-		case timeout <= 0:
-			ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
-			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
-		case queued >= maxWaiters:
-			ex.step(StepPermit, OutcomeStop, fmt.Sprintf("every client is at its limit and the queue is full (%d of %d)", queued, maxWaiters))
-			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
-		}
-		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("every client that could serve is at its limit: would queue behind %d of at most %d, up to gateway_timeout %s", queued, maxWaiters, timeout))
-		ex.AfterWait = "429 client-concurrency when no permit frees within gateway_timeout"
-		return ex.end(fmt.Sprintf("queue behind %d", queued), 0)
-	}
-	if ex.Verdict == "" {
-		if timeout <= 0 {
-			ex.step(StepPermit, OutcomeStop, "no client can take the request and gateway_timeout is 0: no waiting")
-			return ex.end("429 client-concurrency", http.StatusTooManyRequests)
-		}
-		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("no client can take the request now: would wait up to gateway_timeout %s for one (behind %d)", timeout, queued))
-		ex.Verdict = fmt.Sprintf("wait for a client behind %d", queued)
+	if ex.AfterWait != "" {
+		return ex.end(ex.Verdict, 0) // queued behind busy clients
 	}
 	// Waiting for a client to appear: what the visitor gets if none does.
-	if candidates > 0 {
+	if a.plan.candidates > 0 {
 		ex.AfterWait = "429 client-concurrency (clients are connected, none can serve the visitor)"
 	} else {
-		ex.AfterWait = rt.fallbackText(host, path, waitFor, timeout)
+		ex.AfterWait = rt.fallbackText(host, path, a.plan.waitFor, timeout)
 	}
 	return ex.end(ex.Verdict, 0)
 }
 
-// explainNothing ends ex the way nothingCanServe answers at once: stale
-// copy, fallback redirect, else verdict (a 502).
-func (rt *Router) explainNothing(ex *explanation, path, verdict string) Explanation {
+// explainNothing ends ex the way answer answers a refusal of the "nothing
+// can serve" kinds at once: stale copy, fallback redirect, else ref.
+func (rt *Router) explainNothing(ex *explanation, path string, ref refusal) Explanation {
 	if rt.staleFor(ex.Host, path) {
 		ex.step(StepFallback, OutcomeStop, "the serve-stale cache has a copy of GET "+ex.Host+path)
 		return ex.end("serve stale copy from cache", http.StatusOK)
@@ -261,7 +170,7 @@ func (rt *Router) explainNothing(ex *explanation, path, verdict string) Explanat
 		return ex.end("302 fallback redirect to "+u, http.StatusFound)
 	}
 	ex.step(StepFallback, OutcomeSkip, "no stale copy and no fallback for "+ex.Host)
-	return ex.end(verdict, http.StatusBadGateway)
+	return ex.refuse(ref)
 }
 
 // fallbackText says what a request that waited for timeout and got no
@@ -384,6 +293,17 @@ func (ex *explanation) step(name, outcome, detail string) {
 	ex.Steps = append(ex.Steps, ExplainStep{Name: name, Outcome: outcome, Detail: detail})
 }
 
+// refuse ends ex with ref's verdict and the status the proxy answers it
+// with. A reserved path is answered by aperio-server before the router, so
+// its status is 0: not proxied.
+func (ex *explanation) refuse(ref refusal) Explanation {
+	status := ref.status()
+	if ref.kind == refusedReserved {
+		status = 0
+	}
+	return ex.end(refusalInfo[ref.kind].explainText, status)
+}
+
 func (ex *explanation) end(verdict string, status int) Explanation {
 	ex.Verdict, ex.Status = verdict, status
 	return Explanation(*ex)
@@ -412,6 +332,17 @@ func strategyName(st strategy) string {
 	default:
 		return "round-robin"
 	}
+}
+
+// allowsConnect reports whether the service of p that c describes takes
+// CONNECT requests.
+func allowsConnect(p *pool, c *ExplainClient) bool {
+	for _, s := range *p.members.Load() {
+		if s.conn.ID() == c.ID && s.id == c.Service {
+			return s.allowConnect.Load()
+		}
+	}
+	return false
 }
 
 func b2i(b bool) int {

@@ -141,7 +141,7 @@ func (w *waiter) accepts(s *service) bool {
 // answered 429 client-concurrency at once.
 const maxWaiters = 1000
 
-// Errors of admission; writeError maps them to answers.
+// Errors of admission; acquireRefusal maps them to refusals.
 var (
 	errQueueFull    = errors.New("router: wait queue full")
 	errHeldFull     = errors.New("router: too many requests held for a cold start")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"time"
 
@@ -39,12 +38,14 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // matched, the client that served it, the limit that refused it, and the
 // time it waited in a queue or was held for a cold start.
 //
-// The chain: the visitor's token bucket (429 ip); maintenance (503); the
-// route (502 when nobody serves the hostname); a permit on a client of the
-// pool, waiting in the pool's FIFO queue up to gateway_timeout when all are
-// busy (429 client-concurrency) or none is routable (504); a global slot,
-// taken only once a client is chosen (429 server-concurrency); then the
-// exchange, with failover when the client vanishes before answering.
+// The request runs the admission stages (admissionStages: path, the
+// visitor's token bucket, maintenance, host field, route, body size,
+// access, allowed_ips), then dispatch: a permit on a client of the pool,
+// waiting in the pool's FIFO queue up to gateway_timeout (or held for a
+// cold start) when all are busy (429 client-concurrency) or none is
+// routable (504); a global slot, taken only once a client is chosen (429
+// server-concurrency); then the exchange, with failover when the client
+// vanishes before answering. Every refusal is answered by answer.
 //
 // A panic while serving the request is recovered, logged and counted
 // (recovery.Total); the visitor gets 500 if nothing was answered yet.
@@ -64,71 +65,18 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	if proxyHookForTest != nil {
 		proxyHookForTest(r)
 	}
-	var routeStart time.Time
+	a := admission{w: w, r: r, v: VisitorOf(r), host: hostname.Normalize(r.Host), path: r.URL.Path}
 	if rt.tracer != nil {
-		routeStart = time.Now()
+		a.routeStart = time.Now()
 	}
-	v := VisitorOf(r)
-	host := hostname.Normalize(r.Host)
-	rec.Hostname = host
-	path := r.URL.Path // CONNECT has none: it matches "/" binds
-	if r.Method != http.MethodConnect {
-		var err error
-		if path, err = normalizePath(r); err != nil || Reserved(path) {
-			rt.writeError(w, r, host, errBadPath)
-			return
-		}
-	}
-	if rt.ips != nil && !rt.ips.allow(v.Addr, time.Now()) {
-		// Only refusals pay for the match: it names the hostname in metrics.
-		rec.Routed = rt.table.Load().match(host, path) != nil
-		rt.refuse(w, rec, limitIP)
+	a.ip = a.v.Addr
+	rec.Hostname = a.host
+	if ref := rt.admit(r.Context(), &a, rec); ref.kind != passed {
+		rt.answer(w, r, rec, a.host, ref)
 		return
 	}
-	if _, ok := (*rt.maintenance.Load())[host]; ok {
-		w.Header().Set("Retry-After", "60")
-		http.Error(w, "aperio: "+host+" is down for maintenance", http.StatusServiceUnavailable)
-		return
-	}
-	if hostFieldConflicts(r) {
-		http.Error(w, "aperio: the host field differs from :authority", http.StatusBadRequest)
-		return
-	}
-	p := rt.table.Load().match(host, path)
-	rec.Routed = p != nil
-	if rt.tracer != nil {
-		_, sp := rt.tracer.Start(r.Context(), telemetry.SpanRoute, trace.WithTimestamp(routeStart))
-		if p != nil {
-			sp.SetAttributes(attribute.String("aperio.bind", p.pattern+p.path))
-		}
-		sp.End()
-	}
-	if p == nil || !rt.live(p) {
-		rt.nothingCanServe(w, r, host, errNoRoute)
-		return
-	}
-	if rt.cfg.MaxBodyBytes > 0 && r.ContentLength > rt.cfg.MaxBodyBytes {
-		rt.writeError(w, r, host, &http.MaxBytesError{Limit: rt.cfg.MaxBodyBytes})
-		return
-	}
-	var body *countingBody
-	if r.Body != nil && r.Body != http.NoBody {
-		rc := r.Body
-		if rt.cfg.MaxBodyBytes > 0 {
-			rc = http.MaxBytesReader(w, rc, rt.cfg.MaxBodyBytes)
-		}
-		body = &countingBody{ReadCloser: rt.paceBody(w, rc, r.ContentLength)}
-		r.Body = body
-	}
-	visitor := v.Addr
-	if !p.admitsAny(visitor) {
-		// Every client's token refuses this visitor: answer as if the
-		// route did not exist, so a blocked address learns nothing.
-		rt.nothingCanServe(w, r, host, errNoRoute)
-		return
-	}
-	prepareOutbound(r, &v, tunnel.IsUpgrade(r.Header))
-	rt.dispatch(w, r, host, p, body, visitor, rec)
+	prepareOutbound(r, &a.v, tunnel.IsUpgrade(r.Header))
+	rt.dispatch(&a, rec)
 }
 
 // live reports whether p may still serve: it has members, or lost its last
@@ -141,63 +89,26 @@ func (rt *Router) live(p *pool) bool {
 	return at != 0 && time.Since(time.Unix(0, at)) < rt.cfg.DownThreshold
 }
 
-// dispatch acquires a client and performs the exchange, re-dispatching per
-// the failover policy.
-func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, p *pool, body *countingBody, visitor netip.Addr, rec *telemetry.Request) {
+// dispatch runs the dispatch stages for a request that passed admission:
+// cold start, permit and queue, CONNECT, global slot, then the exchange,
+// re-dispatching per the failover policy.
+func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
+	w, r, host, body, visitor := a.w, a.r, a.host, a.body, a.ip
 	ctx := r.Context()
 	start := time.Now()
 	wt := &waiter{ip: visitor}
 	wait := true
-	timeout := rt.cfg.GatewayTimeout
-	// An armed bind with nobody to serve starts an instance at once (no
-	// gateway_timeout first) and holds the request up to cold_start. The
-	// request was never dispatched, so holding is safe for every method.
-	if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
-		wt.abort, timeout = failed, budget
-		wt.held, wt.maxHeld = true, rt.cfg.MaxHeld
-	}
+	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
 	for jumps := 0; ; jumps++ {
-		if wt.held {
-			rt.held.Add(1)
+		s, ref := rt.takePermit(ctx, a, wt, timeout, wait, rec)
+		if ref.kind == passed {
+			ref = rt.checkConnect(a, s)
 		}
-		s, err := p.acquire(ctx, rt.strategy, timeout, wait, wt)
-		if wt.held {
-			rt.held.Add(-1)
+		if ref.kind == passed {
+			ref = rt.takeSlot(a, s)
 		}
-		rt.recordWait(ctx, wt, rec)
-		if err != nil {
-			switch {
-			case errors.Is(err, errHeldFull):
-				w.Header().Set("Retry-After", "5")
-				http.Error(w, "aperio: too many requests are waiting for "+host+" to start", http.StatusServiceUnavailable)
-			case errors.Is(err, errQueueFull), errors.Is(err, errAllAtLimit):
-				rt.refuse(w, rec, limitClientConcurrency)
-			case errors.Is(err, errQueueTimeout):
-				var arr [16]*service
-				if len(p.candidates(arr[:0])) > 0 {
-					rt.refuse(w, rec, limitClientConcurrency) // clients were there, all busy
-				} else {
-					rt.nothingCanServe(w, r, host, errQueueTimeout)
-				}
-			case errors.Is(err, errNoRoutable):
-				rt.nothingCanServe(w, r, host, errNoRoutable)
-			case errors.Is(err, errColdStartFailed):
-				rt.nothingCanServe(w, r, host, errColdStartFailed)
-			default:
-				rt.writeError(w, r, host, err)
-			}
-			return
-		}
-		if r.Method == http.MethodConnect && !s.allowConnect.Load() {
-			// A backend that is a forward proxy would be an open proxy.
-			s.release()
-			w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
-			http.Error(w, "aperio: CONNECT is not allowed for "+host, http.StatusMethodNotAllowed)
-			return
-		}
-		if !rt.takeGlobal() {
-			s.release()
-			rt.refuse(w, rec, limitServerConcurrency)
+		if ref.kind != passed {
+			rt.answer(w, r, rec, host, ref)
 			return
 		}
 		rec.ClientID = s.conn.ID()
@@ -229,7 +140,7 @@ func (rt *Router) dispatch(w http.ResponseWriter, r *http.Request, host string, 
 			drained := s.draining.Load()
 			if !rt.mayFailover(r, err, body, jumps, start, drained) {
 				if !rt.serveStale(w, r) {
-					rt.writeError(w, r, host, err)
+					rt.answer(w, r, rec, host, refusal{kind: refusedExchange, err: err})
 				}
 				return
 			}
@@ -371,20 +282,6 @@ func (rt *Router) serveStale(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// nothingCanServe answers when no client can take the request, in this
-// order: a stale copy (services with resilience), a fallback redirect,
-// else 502 for a hostname nobody serves and 504 for one whose wait ran out.
-func (rt *Router) nothingCanServe(w http.ResponseWriter, r *http.Request, host string, cause error) {
-	if r.Context().Err() == nil && rt.serveStale(w, r) {
-		return
-	}
-	if u, ok := rt.cfg.Fallbacks[host]; ok {
-		http.Redirect(w, r, u, http.StatusFound)
-		return
-	}
-	rt.writeError(w, r, host, cause)
-}
-
 // prepareOutbound turns the visitor's request into the one the backend
 // sees: hop-by-hop headers go, forwarding headers come (setForwarded), the
 // Host stays.
@@ -464,44 +361,4 @@ func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *htt
 	bufpool.Copy(conn, backend)
 	conn.Close()
 	<-done
-}
-
-// writeError answers a request that could not be proxied, choosing the
-// status in one place.
-func (rt *Router) writeError(w http.ResponseWriter, r *http.Request, host string, err error) {
-	var mbe *http.MaxBytesError
-	var vbe *visitorBodyError
-	switch {
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
-		return // the visitor left; nobody reads an answer
-	case errors.Is(err, errBadPath):
-		http.Error(w, "aperio: bad request path", http.StatusBadRequest)
-	case errors.Is(err, errNoRoute):
-		http.Error(w, "aperio: no client is serving "+host, http.StatusBadGateway)
-	case errors.Is(err, errNoRoutable):
-		http.Error(w, "aperio: no client of "+host+" can take requests now", http.StatusBadGateway)
-	case errors.Is(err, errQueueTimeout):
-		http.Error(w, "aperio: no client of "+host+" became available in time", http.StatusGatewayTimeout)
-	case errors.Is(err, errColdStartFailed):
-		http.Error(w, "aperio: "+host+" could not be started", http.StatusGatewayTimeout)
-	case errors.As(err, &mbe):
-		http.Error(w, "aperio: request body larger than max_body_size ("+strconv.FormatInt(mbe.Limit, 10)+" bytes)", http.StatusRequestEntityTooLarge)
-	case errors.As(err, &vbe):
-		// The visitor's fault: debug only, so that bad bodies cannot flood
-		// the log.
-		rt.log.Debug("bad visitor request body", "host", host, "err", err)
-		if vbe.slow() {
-			http.Error(w, "aperio: request body sent too slowly", http.StatusRequestTimeout)
-		} else {
-			http.Error(w, "aperio: malformed request body", http.StatusBadRequest)
-		}
-	case errors.Is(err, tunnel.ErrResponseTimeout):
-		http.Error(w, "aperio: "+host+" did not answer within gateway_response_timeout", http.StatusGatewayTimeout)
-	case errors.Is(err, tunnel.ErrSessionClosed):
-		rt.log.Debug("client went away mid-request", "host", host, "err", err)
-		http.Error(w, "aperio: the client serving "+host+" disconnected", http.StatusBadGateway)
-	default:
-		rt.log.Warn("proxy error", "host", host, "err", err)
-		http.Error(w, "aperio: bad gateway", http.StatusBadGateway)
-	}
 }

@@ -482,11 +482,9 @@ func sameRouting(a, b *tunnel.Announcement) bool {
 	return true
 }
 
-// Errors of routing; writeError maps them to answers in one place.
-var (
-	errNoRoute    = errors.New("router: no client serves this hostname")
-	errNoRoutable = errors.New("router: no client can take the request")
-)
+// errNoRoutable is acquire's answer when no client can take requests;
+// acquireRefusal maps it to its refusal.
+var errNoRoutable = errors.New("router: no client can take the request")
 
 // Inflight returns the requests in flight on one client's service.
 func (rt *Router) Inflight(conn Conn, serviceID string) int64 {

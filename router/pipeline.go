@@ -1,0 +1,629 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// A request's way through the server is an ordered list of stages. The
+// proxy runs them for real; Explain runs the same stages in a dry run that
+// reads state and changes nothing (no token, permit, slot, queue place or
+// cold start is taken). A stage either passes or returns a refusal, and
+// answer turns every refusal into the visitor's response.
+//
+// The admission stages, in order, are listed in admissionStages; the
+// stages after them (pool and cold start, permits and queue, global slots,
+// dispatch, failover) wait or exchange, so the proxy runs them in dispatch
+// and Explain predicts them in explainDispatch, each refusing through the
+// same refusal kinds. Stale copies and fallback redirects end every
+// refusal of the "nothing can serve" kinds, in both modes.
+
+// stage names one admission stage.
+type stage uint8
+
+const (
+	stageReserved    stage = iota // reserved paths and the path's normal form
+	stageIPLimit                  // the visitor's token bucket
+	stageMaintenance              // hostnames in maintenance
+	stageHostField                // an HTTP/2 host field other than :authority
+	stageRoute                    // the bind matching host and path, and its liveness
+	stageBody                     // max_body_size, and the body's pacing
+	stageAccess                   // visitor access control: passes every request for now
+	stageAllowedIPs               // some client's token admits the visitor
+)
+
+// admissionStages is the order in which a request meets the admission
+// stages, in the proxy and in Explain alike.
+var admissionStages = [...]stage{
+	stageReserved,
+	stageIPLimit,
+	stageMaintenance,
+	stageHostField,
+	stageRoute,
+	stageBody,
+	stageAccess,
+	stageAllowedIPs,
+}
+
+// refusalKind is what a refusal is; refusalInfo says how each is answered.
+type refusalKind uint8
+
+const (
+	passed                   refusalKind = iota // no refusal
+	refusedReserved                             // the path is aperio-server's own
+	refusedBadPath                              // the path has no safe normal form
+	refusedIP                                   // the visitor's token bucket is empty
+	refusedMaintenance                          // the hostname is in maintenance
+	refusedHostField                            // the host field differs from :authority
+	refusedNoRoute                              // no bind, a dead one, or no token admits the visitor
+	refusedBodyTooLarge                         // Content-Length above max_body_size
+	refusedHeldFull                             // too many requests held for a cold start
+	refusedClientConcurrency                    // every client that could serve is at its limit
+	refusedServerConcurrency                    // max_concurrent_requests in flight
+	refusedNoRoutable                           // clients are there, none can take requests
+	refusedQueueTimeout                         // no client came within the wait
+	refusedColdStartFailed                      // the cold start failed
+	refusedConnect                              // CONNECT to a backend that does not allow it
+	refusedExchange                             // the exchange failed; the error says how
+	numRefusalKinds
+)
+
+// refusalInfo is how each refusal kind is answered: status, the limit it
+// counts as (a 429, with x-aperio-limit), extra headers, and the text
+// around the hostname. A kind with nothing set is answered in answer.
+var refusalInfo = [numRefusalKinds]struct {
+	status      int
+	limit       limitKind // meaningful for 429s only
+	retryAfter  []string  // Retry-After, if any
+	allow       []string  // Allow, if any
+	before      string    // visitor-facing text before the hostname
+	after       string    // and after it
+	host        bool      // the text names the hostname between before and after
+	nothing     bool      // stale copy, then fallback redirect, come first
+	explainText string    // Explain's verdict for it
+}{
+	refusedReserved:          {status: http.StatusBadRequest, before: "aperio: bad request path", explainText: "answered by aperio-server itself, not proxied"},
+	refusedBadPath:           {status: http.StatusBadRequest, before: "aperio: bad request path", explainText: "refused with 400 before routing"},
+	refusedIP:                {status: http.StatusTooManyRequests, limit: limitIP, explainText: "429 ip: the visitor's token bucket is empty"},
+	refusedMaintenance:       {status: http.StatusServiceUnavailable, retryAfter: []string{"60"}, host: true, before: "aperio: ", after: " is down for maintenance", explainText: "503 maintenance (Retry-After: 60)"},
+	refusedHostField:         {status: http.StatusBadRequest, before: "aperio: the host field differs from :authority", explainText: "400 host field differs from :authority"},
+	refusedNoRoute:           {status: http.StatusBadGateway, host: true, before: "aperio: no client is serving ", nothing: true, explainText: "502 no client"},
+	refusedBodyTooLarge:      {status: http.StatusRequestEntityTooLarge, explainText: "413 request body larger than max_body_size"},
+	refusedHeldFull:          {status: http.StatusServiceUnavailable, retryAfter: []string{"5"}, host: true, before: "aperio: too many requests are waiting for ", after: " to start", explainText: "503 too many requests held for the cold start (Retry-After: 5)"},
+	refusedClientConcurrency: {status: http.StatusTooManyRequests, limit: limitClientConcurrency, explainText: "429 client-concurrency"},
+	refusedServerConcurrency: {status: http.StatusTooManyRequests, limit: limitServerConcurrency, explainText: "429 server-concurrency"},
+	refusedNoRoutable:        {status: http.StatusBadGateway, host: true, before: "aperio: no client of ", after: " can take requests now", nothing: true, explainText: "502 no routable client"},
+	refusedQueueTimeout:      {status: http.StatusGatewayTimeout, host: true, before: "aperio: no client of ", after: " became available in time", nothing: true, explainText: "504 no client in time"},
+	refusedColdStartFailed:   {status: http.StatusGatewayTimeout, host: true, before: "aperio: ", after: " could not be started", nothing: true, explainText: "504 cold start failed"},
+	refusedConnect:           {status: http.StatusMethodNotAllowed, allow: []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}, host: true, before: "aperio: CONNECT is not allowed for ", explainText: "405 CONNECT not allowed"},
+	refusedExchange:          {status: http.StatusBadGateway, explainText: "502 bad gateway"},
+}
+
+// refusal is a stage's verdict: the zero refusal passes. err carries the
+// cause of refusedBodyTooLarge and refusedExchange.
+type refusal struct {
+	kind refusalKind
+	err  error
+}
+
+func refuseWith(k refusalKind) refusal { return refusal{kind: k} }
+
+// status is the status the visitor gets for ref, before any stale copy or
+// fallback redirect.
+func (ref refusal) status() int { return refusalInfo[ref.kind].status }
+
+// admission is one request on its way through the stages. In a dry run
+// (ex set) there is no request: r and w are nil. The request's record is
+// passed beside it, not kept in it: escape analysis does not tell fields
+// apart, and a record kept here would leave the caller's stack.
+type admission struct {
+	w    http.ResponseWriter
+	r    *http.Request
+	v    Visitor
+	body *countingBody
+
+	ex        *explanation // set: a dry run that records its steps here
+	now       time.Time    // a dry run's clock
+	method    string       // a dry run's method; empty: GET
+	hostField *bool        // a dry run's host field check; nil: no header given
+	plan      *poolPlan    // a dry run's survey of the pool
+	host      string       // normal form
+	path      string       // normal form once stageReserved passed
+	ip        netip.Addr   // the visitor; the zero Addr when unknown
+	p         *pool        // once stageRoute passed
+
+	routeStart time.Time // when tracing: when routing began
+}
+
+// admit runs the admission stages in order and returns the first refusal.
+// rec is nil in a dry run. It switches on the stage rather than calling
+// through a table of funcs: an indirect call would move the admission to
+// the heap, one allocation per request.
+func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Request) refusal {
+	for _, s := range admissionStages {
+		var ref refusal
+		switch s {
+		case stageReserved:
+			ref = rt.checkPath(a)
+		case stageIPLimit:
+			ref = rt.checkIPLimit(a, rec)
+		case stageMaintenance:
+			ref = rt.checkMaintenance(a)
+		case stageHostField:
+			ref = rt.checkHostField(a)
+		case stageRoute:
+			ref = rt.checkRoute(ctx, a, rec)
+		case stageBody:
+			ref = rt.checkBody(a)
+		case stageAccess:
+			ref = rt.checkAccess(a)
+		case stageAllowedIPs:
+			ref = rt.checkAllowedIPs(a)
+		}
+		if ref.kind != passed {
+			return ref
+		}
+	}
+	return refusal{}
+}
+
+// checkPath refuses paths that are aperio-server's own and paths with no
+// safe normal form, and leaves the normal form in a.path. CONNECT has no
+// path: it matches "/" binds.
+func (rt *Router) checkPath(a *admission) refusal {
+	if a.ex != nil && a.method == http.MethodConnect {
+		a.ex.step(StepReserved, OutcomePass, "CONNECT has no path: it matches / binds")
+		return refusal{}
+	}
+	if a.ex == nil {
+		if a.r.Method == http.MethodConnect {
+			return refusal{}
+		}
+		path, err := normalizePath(a.r)
+		if err != nil || Reserved(path) {
+			return refuseWith(refusedBadPath)
+		}
+		a.path = path
+		return refusal{}
+	}
+	if Reserved(a.path) {
+		a.ex.step(StepReserved, OutcomeStop, a.path+" is aperio-server's own path on every hostname (/aperio/…): never proxied")
+		return refuseWith(refusedReserved)
+	}
+	norm, err := explainPath(a.path)
+	if err != nil || Reserved(norm) {
+		a.ex.step(StepReserved, OutcomeStop, a.path+" is refused: it climbs above / or hides a dot segment, or its normal form is aperio-server's own")
+		return refuseWith(refusedBadPath)
+	}
+	a.path = norm
+	a.ex.step(StepReserved, OutcomePass, "not under /aperio/")
+	return refusal{}
+}
+
+// checkIPLimit takes a token of the visitor's bucket (a dry run only reads
+// it).
+func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) refusal {
+	if a.ex == nil {
+		if rt.ips != nil && !rt.ips.allow(a.ip, time.Now()) {
+			// Only refusals pay for the match: it names the hostname in metrics.
+			rec.Routed = rt.table.Load().match(a.host, a.path) != nil
+			return refuseWith(refusedIP)
+		}
+		return refusal{}
+	}
+	switch {
+	case rt.ips == nil:
+		a.ex.step(StepIPLimit, OutcomeSkip, "ip_limit_max is 0: no per-visitor limit")
+	case !a.ip.IsValid():
+		a.ex.step(StepIPLimit, OutcomeSkip, "no visitor ip given")
+	default:
+		tokens := rt.ips.tokens(a.ip, a.now)
+		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, rt.ips.burst, rt.ips.burst, float64(rt.ips.refill))
+		if tokens < 1 {
+			a.ex.step(StepIPLimit, OutcomeStop, detail)
+			return refuseWith(refusedIP)
+		}
+		a.ex.step(StepIPLimit, OutcomePass, detail)
+	}
+	return refusal{}
+}
+
+func (rt *Router) checkMaintenance(a *admission) refusal {
+	_, down := (*rt.maintenance.Load())[a.host]
+	if a.ex != nil {
+		if down {
+			a.ex.step(StepMaintenance, OutcomeStop, a.host+" is in maintenance mode")
+		} else {
+			a.ex.step(StepMaintenance, OutcomePass, a.host+" is not in maintenance")
+		}
+	}
+	if down {
+		return refuseWith(refusedMaintenance)
+	}
+	return refusal{}
+}
+
+// checkHostField refuses a request whose host field differs from its
+// :authority. A dry run given no headers passes without a step.
+func (rt *Router) checkHostField(a *admission) refusal {
+	if a.ex == nil {
+		if hostFieldConflicts(a.r) {
+			return refuseWith(refusedHostField)
+		}
+		return refusal{}
+	}
+	switch {
+	case a.hostField == nil:
+	case *a.hostField:
+		a.ex.step(stepHostField, OutcomeStop, "the host field differs from :authority "+a.host)
+		return refuseWith(refusedHostField)
+	default:
+		a.ex.step(stepHostField, OutcomePass, "no host field, or the same as :authority")
+	}
+	return refusal{}
+}
+
+// checkRoute matches the bind and refuses when nobody serves it, or its
+// last client left more than client_down_threshold ago and it is not
+// armed.
+func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.Request) refusal {
+	p := rt.table.Load().match(a.host, a.path)
+	a.p = p
+	if a.ex == nil {
+		rec.Routed = p != nil
+		if rt.tracer != nil {
+			_, sp := rt.tracer.Start(ctx, telemetry.SpanRoute, trace.WithTimestamp(a.routeStart))
+			if p != nil {
+				sp.SetAttributes(attribute.String("aperio.bind", p.pattern+p.path))
+			}
+			sp.End()
+		}
+		if p == nil || !rt.live(p) {
+			return refuseWith(refusedNoRoute)
+		}
+		return refusal{}
+	}
+	ex := a.ex
+	if p == nil {
+		ex.step(StepRoute, OutcomeStop, "no bind matches "+a.host+a.path)
+		return refuseWith(refusedNoRoute)
+	}
+	ex.Bind = p.pattern + p.path
+	rt.explainClients(ex, p, a.ip)
+	if !rt.live(p) {
+		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
+		return refuseWith(refusedNoRoute)
+	}
+	ex.step(StepRoute, OutcomePass, fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs)))
+	return refusal{}
+}
+
+// checkBody refuses a declared body above max_body_size and wraps the
+// body so that it is bounded, paced and known to have been read. Explain
+// is given no body, so a dry run passes.
+func (rt *Router) checkBody(a *admission) refusal {
+	if a.ex != nil {
+		return refusal{}
+	}
+	r := a.r
+	if rt.cfg.MaxBodyBytes > 0 && r.ContentLength > rt.cfg.MaxBodyBytes {
+		return refusal{kind: refusedBodyTooLarge, err: &http.MaxBytesError{Limit: rt.cfg.MaxBodyBytes}}
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		rc := r.Body
+		if rt.cfg.MaxBodyBytes > 0 {
+			rc = http.MaxBytesReader(a.w, rc, rt.cfg.MaxBodyBytes)
+		}
+		a.body = &countingBody{ReadCloser: rt.paceBody(a.w, rc, r.ContentLength)}
+		r.Body = a.body
+	}
+	return refusal{}
+}
+
+// checkAccess is visitor access control. Nothing is configured for it
+// yet, so it passes every request, and a dry run records no step.
+func (rt *Router) checkAccess(*admission) refusal { return refusal{} }
+
+// checkAllowedIPs refuses a visitor that no client's token admits, as if
+// the route did not exist, so that a blocked address learns nothing.
+func (rt *Router) checkAllowedIPs(a *admission) refusal {
+	if a.ex == nil {
+		if !a.p.admitsAny(a.ip) {
+			return refuseWith(refusedNoRoute)
+		}
+		return refusal{}
+	}
+	switch {
+	case !a.ip.IsValid():
+		a.ex.step(StepAllowedIPs, OutcomeSkip, "no visitor ip given")
+	case !a.p.admitsAny(a.ip):
+		a.ex.step(StepAllowedIPs, OutcomeStop, "no client's token admits "+a.ex.IP+": answered as if the bind did not exist")
+		return refuseWith(refusedNoRoute)
+	default:
+		a.ex.step(StepAllowedIPs, OutcomePass, "a client's token admits "+a.ex.IP)
+	}
+	return refusal{}
+}
+
+// answer is the one place where a refusal becomes the visitor's response:
+// status, headers (x-aperio-limit, Retry-After, Allow) and text. A refusal
+// of the "nothing can serve" kinds is answered with a stale copy if the
+// cache has one, else a fallback redirect if the hostname has one. A
+// visitor that left gets nothing. 429s are counted and recorded in rec.
+func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.Request, host string, ref refusal) {
+	info := &refusalInfo[ref.kind]
+	if info.nothing {
+		if r.Context().Err() == nil && rt.serveStale(w, r) {
+			return
+		}
+		if u, ok := rt.cfg.Fallbacks[host]; ok {
+			http.Redirect(w, r, u, http.StatusFound)
+			return
+		}
+	}
+	switch ref.kind {
+	case refusedIP, refusedClientConcurrency, refusedServerConcurrency:
+		rt.refuse(w, rec, info.limit)
+		return
+	case refusedBodyTooLarge, refusedExchange:
+		rt.answerError(w, r, host, ref.err)
+		return
+	}
+	h := w.Header()
+	if info.retryAfter != nil {
+		h["Retry-After"] = info.retryAfter
+	}
+	if info.allow != nil {
+		h["Allow"] = info.allow
+	}
+	text := info.before
+	if info.host {
+		text = info.before + host + info.after
+	}
+	http.Error(w, text, info.status)
+}
+
+// answerError answers a failed exchange or an oversized body, choosing the
+// status from the error.
+func (rt *Router) answerError(w http.ResponseWriter, r *http.Request, host string, err error) {
+	var mbe *http.MaxBytesError
+	var vbe *visitorBodyError
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
+		return // the visitor left; nobody reads an answer
+	case errors.As(err, &mbe):
+		http.Error(w, "aperio: request body larger than max_body_size ("+strconv.FormatInt(mbe.Limit, 10)+" bytes)", http.StatusRequestEntityTooLarge)
+	case errors.As(err, &vbe):
+		// The visitor's fault: debug only, so that bad bodies cannot flood
+		// the log.
+		rt.log.Debug("bad visitor request body", "host", host, "err", err)
+		if vbe.slow() {
+			http.Error(w, "aperio: request body sent too slowly", http.StatusRequestTimeout)
+		} else {
+			http.Error(w, "aperio: malformed request body", http.StatusBadRequest)
+		}
+	case errors.Is(err, tunnel.ErrResponseTimeout):
+		http.Error(w, "aperio: "+host+" did not answer within gateway_response_timeout", http.StatusGatewayTimeout)
+	case errors.Is(err, tunnel.ErrSessionClosed):
+		rt.log.Debug("client went away mid-request", "host", host, "err", err)
+		http.Error(w, "aperio: the client serving "+host+" disconnected", http.StatusBadGateway)
+	default:
+		rt.log.Warn("proxy error", "host", host, "err", err)
+		http.Error(w, "aperio: bad gateway", http.StatusBadGateway)
+	}
+}
+
+// acquireRefusal maps an error of pool.acquire to its refusal. After a
+// queue timeout, clients that were there but all busy make it a 429,
+// none a 504.
+func acquireRefusal(p *pool, err error) refusal {
+	switch {
+	case errors.Is(err, errHeldFull):
+		return refuseWith(refusedHeldFull)
+	case errors.Is(err, errQueueFull), errors.Is(err, errAllAtLimit):
+		return refuseWith(refusedClientConcurrency)
+	case errors.Is(err, errQueueTimeout):
+		var arr [16]*service
+		if len(p.candidates(arr[:0])) > 0 {
+			return refuseWith(refusedClientConcurrency) // clients were there, all busy
+		}
+		return refuseWith(refusedQueueTimeout)
+	case errors.Is(err, errNoRoutable):
+		return refuseWith(refusedNoRoutable)
+	case errors.Is(err, errColdStartFailed):
+		return refuseWith(refusedColdStartFailed)
+	default:
+		return refusal{kind: refusedExchange, err: err}
+	}
+}
+
+// The dispatch stages follow the admission stages: pool (a dry run's
+// survey), cold start, permit and queue, CONNECT, global slot. dispatch
+// runs them for real, again after a failover; a dry run predicts them,
+// reading what it needs from the poolPlan its pool stage filled in.
+
+// poolPlan is what a dry run learns of the pool at its pool stage: the
+// client services by what they can do for the visitor, the queue, the
+// wait that applies, and the client the permit stage would pick.
+type poolPlan struct {
+	routable, candidates, usable, free int
+	queued, held                       int
+	waitFor                            string // the setting that bounds the wait
+	pick                               *ExplainClient
+}
+
+// checkPool surveys the pool for a dry run; the proxy has nothing to do
+// here.
+func (rt *Router) checkPool(a *admission) {
+	if a.ex == nil {
+		return
+	}
+	ex, pl, p := a.ex, a.plan, a.p
+	for i := range ex.Clients {
+		c := &ex.Clients[i]
+		pl.routable += b2i(c.Routable)
+		pl.candidates += b2i(c.Candidate)
+		pl.usable += b2i(c.Candidate && c.Admits)
+		pl.free += b2i(c.Candidate && c.Admits && c.Free)
+	}
+	p.mu.Lock()
+	pl.queued = len(p.waiters)
+	for _, w := range p.waiters {
+		pl.held += b2i(w.held)
+	}
+	p.mu.Unlock()
+	ex.step(StepPool, OutcomeInfo, fmt.Sprintf("%d client services, %d routable, %d in the serving tier, %d of those admit the visitor, %d with a free permit; %d waiting in the queue (%d held for a cold start)",
+		len(ex.Clients), pl.routable, pl.candidates, pl.usable, pl.free, pl.queued, pl.held))
+}
+
+// checkColdStart starts an instance for an armed bind with nobody to
+// serve, at once (no gateway_timeout first), and makes wt a held waiter
+// bounded by cold_start. The request was never dispatched, so holding is
+// safe for every method. It returns how long the permit stage may wait.
+// A dry run asks the scaler's ColdStartPlanner instead, and refuses when
+// the held places are taken.
+func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) (time.Duration, refusal) {
+	p := a.p
+	if a.ex == nil {
+		if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
+			wt.abort = failed
+			wt.held, wt.maxHeld = true, rt.cfg.MaxHeld
+			return budget, refusal{}
+		}
+		return rt.cfg.GatewayTimeout, refusal{}
+	}
+	ex, pl := a.ex, a.plan
+	pl.waitFor = "gateway_timeout"
+	d := p.driver()
+	switch {
+	case d == nil && p.armed.Load() != nil:
+		ex.step(StepColdStart, OutcomeSkip, "armed only by organizations whose clients do not serve the bind")
+	case d == nil:
+		ex.step(StepColdStart, OutcomeSkip, "the bind has no armed scaling record")
+	case pl.usable > 0:
+		ex.step(StepColdStart, OutcomeSkip, "armed, but a client can serve the visitor")
+	case rt.cfg.Scaler == nil:
+		ex.step(StepColdStart, OutcomeSkip, "armed, but autoscaling is off on this server")
+	default:
+		join, detail, err := false, "", error(nil)
+		if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
+			join, detail, err = planner.PlanColdStart(ctx, d.org, p.pattern, p.path)
+		}
+		if detail != "" {
+			detail = " (" + detail + ")"
+		}
+		if err != nil {
+			ex.step(StepColdStart, OutcomeInfo, "armed, but the scaler would refuse: "+err.Error()+detail+"; the usual wait applies")
+			break
+		}
+		bound := maxWaiters
+		if rt.cfg.MaxHeld > 0 {
+			bound = rt.cfg.MaxHeld
+		}
+		if pl.queued >= bound {
+			ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", pl.queued, bound))
+			return 0, refuseWith(refusedHeldFull)
+		}
+		what, verdict := "would call the provider", "cold start: would call provider"
+		if join {
+			what, verdict = "would join the cold start under way", "cold start: would join the start under way"
+		}
+		ex.step(StepColdStart, OutcomeWait, fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, detail, d.coldStart, pl.queued, bound))
+		ex.Verdict = verdict
+		pl.waitFor = "cold_start"
+		return d.coldStart, refusal{}
+	}
+	return rt.cfg.GatewayTimeout, refusal{}
+}
+
+// takePermit takes a permit on a client of the pool, waiting in the
+// pool's FIFO queue up to timeout when all are busy or (with wait) none
+// is routable, and records the wait in rec. It never holds a global slot
+// while it waits. A dry run predicts the pick (plan.pick), or the wait it
+// would make (ex.Verdict, ex.AfterWait), or the refusal.
+func (rt *Router) takePermit(ctx context.Context, a *admission, wt *waiter, timeout time.Duration, wait bool, rec *telemetry.Request) (*service, refusal) {
+	if a.ex == nil {
+		if wt.held {
+			rt.held.Add(1)
+		}
+		s, err := a.p.acquire(ctx, rt.strategy, timeout, wait, wt)
+		if wt.held {
+			rt.held.Add(-1)
+		}
+		rt.recordWait(ctx, wt, rec)
+		if err != nil {
+			return nil, acquireRefusal(a.p, err)
+		}
+		return s, refusal{}
+	}
+	ex, pl := a.ex, a.plan
+	switch {
+	case pl.free > 0:
+		pl.pick = rt.predictPick(ex, a.p)
+		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pl.pick.Name, pl.pick.Inflight, limitText(pl.pick.Limit), strategyName(rt.strategy)))
+	case pl.usable > 0 && timeout <= 0:
+		ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
+		return nil, refuseWith(refusedClientConcurrency)
+	case pl.usable > 0 && pl.queued >= maxWaiters:
+		ex.step(StepPermit, OutcomeStop, fmt.Sprintf("every client is at its limit and the queue is full (%d of %d)", pl.queued, maxWaiters))
+		return nil, refuseWith(refusedClientConcurrency)
+	case pl.usable > 0:
+		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("every client that could serve is at its limit: would queue behind %d of at most %d, up to gateway_timeout %s", pl.queued, maxWaiters, timeout))
+		ex.Verdict = fmt.Sprintf("queue behind %d", pl.queued)
+		ex.AfterWait = "429 client-concurrency when no permit frees within gateway_timeout"
+	case timeout <= 0:
+		ex.step(StepPermit, OutcomeStop, "no client can take the request and gateway_timeout is 0: no waiting")
+		return nil, refuseWith(refusedClientConcurrency)
+	default:
+		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("no client can take the request now: would wait up to gateway_timeout %s for one (behind %d)", timeout, pl.queued))
+		ex.Verdict = fmt.Sprintf("wait for a client behind %d", pl.queued)
+	}
+	return nil, refusal{}
+}
+
+// checkConnect refuses a CONNECT to a backend that does not take it (a
+// backend that is a forward proxy would be an open proxy), returning the
+// permit s holds. A dry run checks the predicted pick.
+func (rt *Router) checkConnect(a *admission, s *service) refusal {
+	if a.ex == nil {
+		if a.r.Method == http.MethodConnect && !s.allowConnect.Load() {
+			s.release()
+			return refuseWith(refusedConnect)
+		}
+		return refusal{}
+	}
+	if a.method == http.MethodConnect && !allowsConnect(a.p, a.plan.pick) {
+		a.ex.step(StepPermit, OutcomeStop, "client "+a.plan.pick.Name+" does not take CONNECT requests")
+		return refuseWith(refusedConnect)
+	}
+	return refusal{}
+}
+
+// takeSlot takes a server-wide slot for the request that holds s's permit,
+// or returns the permit and refuses. A dry run reads the count.
+func (rt *Router) takeSlot(a *admission, s *service) refusal {
+	if a.ex == nil {
+		if !rt.takeGlobal() {
+			s.release()
+			return refuseWith(refusedServerConcurrency)
+		}
+		return refusal{}
+	}
+	if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
+		a.ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
+		return refuseWith(refusedServerConcurrency)
+	}
+	a.ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(rt.cfg.MaxConcurrentRequests))))
+	return refusal{}
+}

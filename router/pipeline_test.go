@@ -1,0 +1,356 @@
+package router
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// pipelineCase is one request through the stages: a router in some state,
+// and the request a visitor sends to it.
+type pipelineCase struct {
+	name  string
+	setup func(t *testing.T) *Router
+	// method is the request's method (empty: GET); path its target
+	// (empty: "/"); host its :authority (empty: app.test); hostField an
+	// HTTP/2 host field, if any.
+	method, host, path, hostField string
+	// want is the status the visitor gets, which Explain must predict.
+	want int
+	// notProxied marks a path aperio-server answers itself: Explain says
+	// so (status 0), and the router, reached anyway, refuses it with want.
+	notProxied bool
+}
+
+// serving returns a setup: a router with cfg and one client "a" announcing
+// a.
+func serving(cfg Config, a *tunnel.Announcement) func(t *testing.T) *Router {
+	return func(t *testing.T) *Router {
+		rt := newRouter(t, cfg)
+		rt.update(newConn("a", 1), a)
+		return rt
+	}
+}
+
+// predictedStatus is the status Explain says the visitor gets: its status
+// when it decides at once; the backend's 200 (every fake answers 200) for
+// a dispatch or a stale copy; else the status it says follows the wait.
+func predictedStatus(ex Explanation) int {
+	switch {
+	case ex.Status != 0:
+		return ex.Status
+	case strings.HasPrefix(ex.Verdict, "dispatch to client"):
+		return http.StatusOK
+	case strings.HasPrefix(ex.AfterWait, "stale copy"):
+		return http.StatusOK
+	case ex.AfterWait != "":
+		n, err := strconv.Atoi(strings.Fields(ex.AfterWait)[0])
+		if err != nil {
+			return 0
+		}
+		return n
+	}
+	return 0
+}
+
+// TestExplainAgreesWithProxy runs each case through Explain, then through
+// the proxy, on the same router, and fails when the status Explain
+// predicts differs from the status served. The cases cover every refusal
+// kind Explain can see and every verdict: decided at once, dispatched, or
+// decided after a queue wait or a cold-start hold (the bubble's clock runs
+// those waits out).
+func TestExplainAgreesWithProxy(t *testing.T) {
+	withStale := func(t *testing.T) *Router {
+		c, err := cache.New(cache.Config{MaxBytes: 1 << 20, MaxStale: time.Hour, Now: time.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt := newRouter(t, Config{Cache: c, DownThreshold: time.Minute, GatewayTimeout: time.Second})
+		conn := newConn("a", 1)
+		a := ann(svc("", "app.test"))
+		a.Services[0].Resilience = true
+		rt.update(conn, a)
+		if code := serveOnce(t, rt, "GET", "app.test", "/page", ""); code != http.StatusOK {
+			t.Fatalf("GET /page while up = %d, want 200", code)
+		}
+		rt.detach(conn)
+		return rt
+	}
+	tests := []pipelineCase{
+		{
+			name:  "reserved path",
+			setup: func(t *testing.T) *Router { return newRouter(t, Config{}) },
+			path:  "/aperio/health", want: http.StatusBadRequest, notProxied: true,
+		},
+		{
+			name:  "path climbing above root",
+			setup: serving(Config{}, ann(svc("/api", "app.test"))),
+			path:  "/api/%2e%2e/%2e%2e/etc", want: http.StatusBadRequest,
+		},
+		{
+			name:  "dot segments leave the bind",
+			setup: serving(Config{}, ann(svc("/api", "app.test"))),
+			path:  "/api/%2e%2e/admin", want: http.StatusBadGateway,
+		},
+		{
+			name: "ip limit",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
+				rt.update(newConn("a", 1), ann(svc("", "app.test")))
+				rt.ips.allow(visitor, time.Now()) // the visitor spent its one token
+				return rt
+			},
+			want: http.StatusTooManyRequests,
+		},
+		{
+			name: "maintenance",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{})
+				rt.update(newConn("a", 1), ann(svc("", "app.test")))
+				rt.SetMaintenance([]string{"app.test"})
+				return rt
+			},
+			want: http.StatusServiceUnavailable,
+		},
+		{
+			name:      "host field conflicts with :authority",
+			setup:     serving(Config{}, ann(svc("", "app.test"))),
+			hostField: "other.test", want: http.StatusBadRequest,
+		},
+		{
+			name:      "host field same as :authority",
+			setup:     serving(Config{}, ann(svc("", "app.test"))),
+			hostField: "app.test", want: http.StatusOK,
+		},
+		{
+			name:  "unknown host",
+			setup: serving(Config{}, ann(svc("", "app.test"))),
+			host:  "nope.test", want: http.StatusBadGateway,
+		},
+		{
+			name: "fallback redirect",
+			setup: func(t *testing.T) *Router {
+				return newRouter(t, Config{Fallbacks: map[string]string{"gone.test": "https://status.example.com/"}})
+			},
+			host: "gone.test", want: http.StatusFound,
+		},
+		{
+			name: "allowed_ips refuses the visitor",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{})
+				rt.updateAs(newConn("a", 1), ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+				return rt
+			},
+			want: http.StatusBadGateway,
+		},
+		{
+			name:  "free permit: dispatch",
+			setup: serving(Config{GatewayTimeout: time.Second}, limited(2, "app.test")),
+			want:  http.StatusOK,
+		},
+		{
+			name: "free permit but the server is full",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{MaxConcurrentRequests: 1})
+				rt.update(newConn("a", 1), limited(2, "app.test"))
+				rt.takeGlobal()
+				t.Cleanup(rt.releaseGlobal)
+				return rt
+			},
+			want: http.StatusTooManyRequests,
+		},
+		{
+			name: "saturated pool, no waiting",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{})
+				rt.update(newConn("a", 1), limited(1, "app.test"))
+				saturate(t, rt, "app.test")
+				return rt
+			},
+			want: http.StatusTooManyRequests,
+		},
+		{
+			name: "saturated pool: queue, then 429 client-concurrency",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{GatewayTimeout: time.Minute})
+				rt.update(newConn("a", 1), limited(1, "app.test"))
+				saturate(t, rt, "app.test")
+				return rt
+			},
+			want: http.StatusTooManyRequests,
+		},
+		{
+			name:  "no routable client: wait, then 504",
+			setup: serving(Config{GatewayTimeout: 10 * time.Second}, unhealthy("app.test")),
+			want:  http.StatusGatewayTimeout,
+		},
+		{
+			name: "client just left: wait, then fallback redirect",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{GatewayTimeout: 10 * time.Second, DownThreshold: time.Minute,
+					Fallbacks: map[string]string{"app.test": "https://status.example.com/"}})
+				conn := newConn("a", 1)
+				rt.update(conn, ann(svc("", "app.test")))
+				rt.detach(conn)
+				return rt
+			},
+			want: http.StatusFound,
+		},
+		{
+			name: "armed: cold start held, then 504",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{Scaler: &planScaler{}, GatewayTimeout: time.Second, MaxHeld: 3})
+				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				return rt
+			},
+			want: http.StatusGatewayTimeout,
+		},
+		{
+			name: "armed, start under way: join, then fallback redirect",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{Scaler: &planScaler{join: true}, MaxHeld: 3,
+					Fallbacks: map[string]string{"app.test": "https://status.example.com/"}})
+				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				return rt
+			},
+			want: http.StatusFound,
+		},
+		{
+			name: "armed, the start fails: 504",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{Scaler: &orgScaler{}, MaxHeld: 3})
+				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				return rt
+			},
+			want: http.StatusGatewayTimeout,
+		},
+		{
+			name: "armed, held places taken: 503",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{Scaler: &planScaler{}, MaxHeld: 1})
+				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				// One request takes the one held place; the bubble's clock
+				// runs its hold out once the test is done.
+				done := make(chan int, 1)
+				go func() { done <- serveOnce(t, rt, "GET", "app.test", "/", "") }()
+				synctest.Wait()
+				t.Cleanup(func() {
+					if code := <-done; code != http.StatusGatewayTimeout {
+						t.Errorf("held request after cold_start = %d, want 504", code)
+					}
+				})
+				return rt
+			},
+			want: http.StatusServiceUnavailable,
+		},
+		{
+			name: "armed, disarmed by the scaler: the usual wait, then 504",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{Scaler: &planScaler{err: errors.New("autoscale: scaling record disarmed")}, GatewayTimeout: 10 * time.Second})
+				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				return rt
+			},
+			want: http.StatusGatewayTimeout,
+		},
+		{
+			name: "armed, visitor refused by the armers' allowed_ips",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{Scaler: &planScaler{}})
+				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: time.Minute, AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
+				return rt
+			},
+			want: http.StatusBadGateway,
+		},
+		{
+			name:  "stale copy",
+			setup: withStale,
+			path:  "/page", want: http.StatusOK,
+		},
+		{
+			name:  "no stale copy: wait, then 504",
+			setup: withStale,
+			path:  "/other", want: http.StatusGatewayTimeout,
+		},
+		{
+			name:   "CONNECT to a backend that does not take it",
+			setup:  serving(Config{}, ann(svc("", "app.test"))),
+			method: http.MethodConnect, want: http.StatusMethodNotAllowed,
+		},
+		{
+			name: "CONNECT to a backend that takes it",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{})
+				a := ann(svc("", "app.test"))
+				a.Services[0].AllowConnect = true
+				rt.update(newConn("a", 1), a)
+				return rt
+			},
+			method: http.MethodConnect, want: http.StatusOK,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rt := tt.setup(t)
+				method, host, path := tt.method, tt.host, tt.path
+				if method == "" {
+					method = http.MethodGet
+				}
+				if host == "" {
+					host = "app.test"
+				}
+				if path == "" {
+					path = "/"
+				}
+				q := explainQuery{host: host, path: path, ip: visitor, method: method}
+				if tt.hostField != "" {
+					q.header = http.Header{"Host": {tt.hostField}}
+				}
+				ex := rt.explain(t.Context(), q)
+				predicted := predictedStatus(ex)
+				if tt.notProxied {
+					if ex.Status != 0 || !strings.HasPrefix(ex.Verdict, "answered by aperio-server") {
+						t.Errorf("Explain(%s%s) = %q, status %d; want answered by aperio-server, status 0", host, path, ex.Verdict, ex.Status)
+					}
+					predicted = tt.want
+				}
+				served := serveOnce(t, rt, method, host, path, tt.hostField)
+				if predicted != served {
+					t.Errorf("Explain(%s %s%s) predicts %d (verdict %q, after wait %q), proxy served %d\nsteps: %+v",
+						method, host, path, predicted, ex.Verdict, ex.AfterWait, served, ex.Steps)
+				}
+				if served != tt.want {
+					t.Errorf("proxy(%s %s%s) = %d, want %d", method, host, path, served, tt.want)
+				}
+			})
+		})
+	}
+}
+
+// serveOnce sends one request from visitor through rt and returns the
+// status served.
+func serveOnce(t testing.TB, rt *Router, method, host, path, hostField string) int {
+	t.Helper()
+	target := path
+	if method == http.MethodConnect {
+		target = host + ":443"
+	}
+	req := httptest.NewRequest(method, target, nil)
+	req.Host = host
+	req.RemoteAddr = netip.AddrPortFrom(visitor, 1234).String()
+	if hostField != "" {
+		req.Header["Host"] = []string{hostField}
+	}
+	rec := httptest.NewRecorder()
+	rt.ServeHTTP(rec, req)
+	return rec.Code
+}
