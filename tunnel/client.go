@@ -324,6 +324,13 @@ func (c *Client) runSession(ctx context.Context) error {
 	ann := c.cfg.Announce()
 	ctrl.SetDeadline(time.Now().Add(HandshakeTimeout))
 	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
+		// A server that refused the hello closes the session right after
+		// its answer, and yamux may report that close to this write even
+		// though the hello went out: the answer, if it came, is still in
+		// the stream's buffer and says why.
+		if m, rerr := readMessage(ctrl); rerr == nil && m.Type == msgRefused {
+			return &RefusedError{Reason: m.Reason}
+		}
 		return fmt.Errorf("tunnel: send hello: %w", err)
 	}
 	welcome, err := readMessage(ctrl)

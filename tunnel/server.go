@@ -314,6 +314,10 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 // leave each buffering up to its window until StreamCloseTimeout.
 var errClientStream = errors.New("tunnel: protocol violation: the client opened a stream")
 
+// goAwayLinger is how long a session told to go away for a protocol
+// violation stays open for the client to read why.
+const goAwayLinger = time.Second
+
 // refuseStreams ends the session at the first stream the client opens, and
 // returns when the session has ended.
 func refuseStreams(sess *Session) {
@@ -323,7 +327,19 @@ func refuseStreams(sess *Session) {
 	}
 	resetStream(st)
 	sess.log.Warn("client opened a stream; ending the session", "err", errClientStream)
-	sess.writeControl(&message{Type: msgGoAway, Reason: errClientStream.Error()}, time.Second)
+	if sess.writeControl(&message{Type: msgGoAway, Reason: errClientStream.Error()}, time.Second) == nil {
+		// Closing at once, with the client's stream data still unread,
+		// makes the kernel reset the connection, and a reset can discard
+		// the goaway before the client reads it. Give the client a moment
+		// to read it and hang up; the refused stream's data is bounded by
+		// its window meanwhile.
+		t := time.NewTimer(goAwayLinger)
+		select {
+		case <-sess.mux.CloseChan():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	sess.close(errClientStream)
 }
 
