@@ -32,6 +32,11 @@ import (
 // and declarations over the record caps are answered with a notice to the
 // client (at most maxScalingNotices of them, then a count) and a log line
 // at most every refusalLogInterval; the rest of the client keeps working.
+//
+// The declarations write to the store, so they run on a per-session
+// declarer rather than on the session's control loop: the routing update
+// is applied before Update returns, the store writes at most wait later,
+// and a slow store delays no heartbeat's ack past wait.
 type scalingRegistry struct {
 	tunnel.Registry
 	ctl *autoscale.Controller
@@ -60,7 +65,7 @@ func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalin
 	r := scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
 		refusals: newRefusalLog(), declarers: &declarers{m: make(map[string]*declarer)},
 		wait: declareWait(g.cfg.ClientDownThreshold)}
-	r.declarers.r = r
+	r.declarers.declare = r.declare
 	return r
 }
 
@@ -279,8 +284,8 @@ func (r scalingRegistry) declare(job *declareJob) []string {
 // costs the store at most one job in flight and one waiting, however fast
 // it announces and however slow the store is.
 type declarer struct {
-	r  scalingRegistry
-	wg sync.WaitGroup // the running goroutine, if any
+	declare func(*declareJob) []string // runs one job, returns its notices
+	wg      sync.WaitGroup             // the running goroutine, if any
 
 	mu      sync.Mutex // guards the following fields
 	next    *declareJob
@@ -328,7 +333,7 @@ func (d *declarer) run() {
 			return
 		}
 		d.mu.Unlock()
-		notices := d.r.declare(job)
+		notices := d.declare(job)
 		d.mu.Lock()
 		d.notices = notices
 		d.mu.Unlock()
@@ -356,9 +361,9 @@ func (d *declarer) close() {
 // declarers holds the declarer of each attached session. It is safe for
 // concurrent use.
 type declarers struct {
-	r  scalingRegistry
-	mu sync.Mutex // guards m
-	m  map[string]*declarer
+	declare func(*declareJob) []string // each declarer's
+	mu      sync.Mutex                 // guards m
+	m       map[string]*declarer
 }
 
 // get returns the declarer of session, created on first use.
@@ -367,7 +372,7 @@ func (ds *declarers) get(session string) *declarer {
 	defer ds.mu.Unlock()
 	d := ds.m[session]
 	if d == nil {
-		d = &declarer{r: ds.r}
+		d = &declarer{declare: ds.declare}
 		ds.m[session] = d
 	}
 	return d
