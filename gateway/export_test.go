@@ -36,3 +36,9 @@ func (g *Gateway) MetricsAddrForTest() string {
 	s, _ := g.metricsAddr.Load().(string)
 	return s
 }
+
+// DeclarationsLateForTest returns how many heartbeat acks went before
+// their announcement's scaling declarations were done.
+func (g *Gateway) DeclarationsLateForTest() int64 {
+	return g.declares.late.Load()
+}

@@ -66,6 +66,7 @@ func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalin
 		refusals: newRefusalLog(), declarers: &declarers{m: make(map[string]*declarer)},
 		wait: declareWait(g.cfg.ClientDownThreshold)}
 	r.declarers.declare = r.declare
+	g.declares = &r.declarers.stats
 	return r
 }
 
@@ -164,6 +165,7 @@ func (r scalingRegistry) Update(ctx context.Context, s *tunnel.Session) []string
 	select {
 	case <-done:
 	case <-t.C:
+		r.declarers.stats.late.Add(1)
 	case <-ctx.Done():
 	}
 	return slices.Concat(notices, d.lastNotices())
@@ -285,6 +287,7 @@ func (r scalingRegistry) declare(job *declareJob) []string {
 // it announces and however slow the store is.
 type declarer struct {
 	declare func(*declareJob) []string // runs one job, returns its notices
+	stats   *declareStats              // counts the jobs replaced; nil counts nothing
 	wg      sync.WaitGroup             // the running goroutine, if any
 
 	mu      sync.Mutex // guards the following fields
@@ -308,6 +311,9 @@ func (d *declarer) submit(job *declareJob) <-chan struct{} {
 	}
 	if d.next != nil {
 		job.done = d.next.done
+		if d.stats != nil {
+			d.stats.coalesced.Add(1)
+		}
 	} else {
 		job.done = make(chan struct{})
 	}
@@ -362,8 +368,17 @@ func (d *declarer) close() {
 // concurrent use.
 type declarers struct {
 	declare func(*declareJob) []string // each declarer's
-	mu      sync.Mutex                 // guards m
-	m       map[string]*declarer
+	stats   declareStats               // every declarer's
+
+	mu sync.Mutex // guards m
+	m  map[string]*declarer
+}
+
+// declareStats counts, for the metrics, what the declarers did so as not
+// to hold up acks. It is safe for concurrent use.
+type declareStats struct {
+	coalesced atomic.Int64 // jobs replaced by a newer one before they ran
+	late      atomic.Int64 // acks sent before their announcement's jobs were done
 }
 
 // get returns the declarer of session, created on first use.
@@ -372,7 +387,7 @@ func (ds *declarers) get(session string) *declarer {
 	defer ds.mu.Unlock()
 	d := ds.m[session]
 	if d == nil {
-		d = &declarer{declare: ds.declare}
+		d = &declarer{declare: ds.declare, stats: &ds.stats}
 		ds.m[session] = d
 	}
 	return d

@@ -45,6 +45,9 @@ func TestSlowStoreKeepsClientsConnected(t *testing.T) {
 	if n := c.notices.tunnelDowns(); n != 0 || !c.c.Connected() {
 		t.Fatalf("after %v of blocked store writes the tunnel went down %d times (connected %v), want 0 (true)", time.Since(start), n, c.c.Connected())
 	}
+	if n := h.srv.gw.DeclarationsLateForTest(); n == 0 {
+		t.Errorf("%d acks went before their declarations, want some: the store was locked", n)
+	}
 	if got := h.records(t); slices.Contains(got, "x.b.example.net") {
 		t.Fatalf("scaling records with the store blocked = %q, want x.b.example.net not written yet", got)
 	}
