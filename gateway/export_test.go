@@ -42,3 +42,9 @@ func (g *Gateway) MetricsAddrForTest() string {
 func (g *Gateway) DeclarationsLateForTest() int64 {
 	return g.declares.late.Load()
 }
+
+// RecheckTokensForTest re-reads the token of every session and disconnects
+// the sessions of revoked ones, as the server does after a resync.
+func (g *Gateway) RecheckTokensForTest(ctx context.Context) {
+	g.recheckTokens(ctx)
+}
