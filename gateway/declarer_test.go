@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
+
+	"github.com/aperio-dev/aperio/internal/recovery"
 )
 
 // scriptedDeclare runs declarer jobs one release at a time and records the
@@ -95,4 +98,26 @@ func TestDeclarerCoalesces(t *testing.T) {
 			t.Errorf("jobs ran %q, want e dropped after close", got)
 		}
 	})
+}
+
+// TestDeclarerSurvivesPanic: a job that panics is recovered and counted,
+// its waiters are released, and the session's next job still runs.
+func TestDeclarerSurvivesPanic(t *testing.T) {
+	recovery.AllowForTest(t)
+	before := recovery.Total()
+	d := &declarer{log: slog.New(slog.DiscardHandler), declare: func(job *declareJob) []string {
+		if job.session == "bad" {
+			panic("declare bug")
+		}
+		return []string{"declared " + job.session}
+	}}
+	<-d.submit(&declareJob{session: "bad"})
+	<-d.submit(&declareJob{session: "good"})
+	d.close()
+	if got := d.lastNotices(); !slices.Equal(got, []string{"declared good"}) {
+		t.Errorf("lastNotices() after a panic and a good job = %q, want [declared good]", got)
+	}
+	if got := recovery.Total() - before; got != 1 {
+		t.Errorf("recovered panics = %d, want 1", got)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -63,7 +64,7 @@ type scalingRegistry struct {
 // controller.
 func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
 	r := scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
-		refusals: newRefusalLog(), declarers: &declarers{m: make(map[string]*declarer)},
+		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
 		wait: declareWait(g.cfg.ClientDownThreshold)}
 	r.declarers.declare = r.declare
 	g.declares = &r.declarers.stats
@@ -288,6 +289,7 @@ func (r scalingRegistry) declare(job *declareJob) []string {
 type declarer struct {
 	declare func(*declareJob) []string // runs one job, returns its notices
 	stats   *declareStats              // counts the jobs replaced; nil counts nothing
+	log     *slog.Logger               // receives recovered panics
 	wg      sync.WaitGroup             // the running goroutine, if any
 
 	mu      sync.Mutex // guards the following fields
@@ -339,12 +341,19 @@ func (d *declarer) run() {
 			return
 		}
 		d.mu.Unlock()
-		notices := d.declare(job)
+		notices := d.runJob(job)
 		d.mu.Lock()
 		d.notices = notices
 		d.mu.Unlock()
 		close(job.done)
 	}
+}
+
+// runJob runs one job. A panic in it is a defect reached by one client:
+// it is recovered and logged, and the declarer goes on with the next job.
+func (d *declarer) runJob(job *declareJob) (notices []string) {
+	defer recovery.Recover(d.log, "scaling declarations")
+	return d.declare(job)
 }
 
 // lastNotices returns the notices of the last job run.
@@ -369,6 +378,7 @@ func (d *declarer) close() {
 type declarers struct {
 	declare func(*declareJob) []string // each declarer's
 	stats   declareStats               // every declarer's
+	log     *slog.Logger               // each declarer's
 
 	mu sync.Mutex // guards m
 	m  map[string]*declarer
@@ -387,7 +397,7 @@ func (ds *declarers) get(session string) *declarer {
 	defer ds.mu.Unlock()
 	d := ds.m[session]
 	if d == nil {
-		d = &declarer{declare: ds.declare, stats: &ds.stats}
+		d = &declarer{declare: ds.declare, stats: &ds.stats, log: ds.log}
 		ds.m[session] = d
 	}
 	return d
