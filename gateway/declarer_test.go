@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"log/slog"
 	"slices"
 	"sync"
@@ -21,7 +22,7 @@ type scriptedDeclare struct {
 	maxAtOnce int
 }
 
-func (s *scriptedDeclare) declare(job *declareJob) []string {
+func (s *scriptedDeclare) declare(_ context.Context, job *declareJob) []string {
 	s.mu.Lock()
 	s.ran = append(s.ran, job.session)
 	s.inFlight++
@@ -47,7 +48,7 @@ func (s *scriptedDeclare) order() ([]string, int) {
 func TestDeclarerCoalesces(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &scriptedDeclare{release: make(chan struct{})}
-		d := &declarer{declare: s.declare}
+		d := &declarer{ctx: t.Context(), declare: s.declare}
 		doneA := d.submit(&declareJob{session: "a"})
 		synctest.Wait() // a is running
 		doneB := d.submit(&declareJob{session: "b"})
@@ -105,7 +106,7 @@ func TestDeclarerCoalesces(t *testing.T) {
 func TestDeclarerSurvivesPanic(t *testing.T) {
 	recovery.AllowForTest(t)
 	before := recovery.Total()
-	d := &declarer{log: slog.New(slog.DiscardHandler), declare: func(job *declareJob) []string {
+	d := &declarer{ctx: t.Context(), log: slog.New(slog.DiscardHandler), declare: func(_ context.Context, job *declareJob) []string {
 		if job.session == "bad" {
 			panic("declare bug")
 		}

@@ -155,11 +155,11 @@ var errNotBound = errors.New("the hostname is not bound by this session")
 // that ran.
 func (r scalingRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
 	notices := r.Registry.Update(ctx, s)
-	job := r.plan(ctx, s)
+	job := r.plan(s)
 	if job == nil {
 		return notices
 	}
-	d := r.declarers.get(s.ID())
+	d := r.declarers.get(ctx, s.ID())
 	done := d.submit(job)
 	t := time.NewTimer(r.wait)
 	defer t.Stop()
@@ -182,9 +182,6 @@ type declareBind struct {
 // declareJob is the scaling declarations of one announcement, planned on
 // the session's goroutine against the router's binds of that announcement.
 type declareJob struct {
-	// ctx is the session's: the declarer runs the job before Detach
-	// returns, so it is live for the whole job.
-	ctx     context.Context
 	id      tunnel.Identity
 	session string
 	armer   string
@@ -197,7 +194,7 @@ type declareJob struct {
 
 // plan returns the declarations of s's announcement, or nil when it
 // declares no scaling block. It reads only the router.
-func (r scalingRegistry) plan(ctx context.Context, s *tunnel.Session) *declareJob {
+func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 	ann := s.Announcement()
 	if ann.Scaling == nil {
 		return nil
@@ -208,7 +205,7 @@ func (r scalingRegistry) plan(ctx context.Context, s *tunnel.Session) *declareJo
 		armer = "master"
 	}
 	sc := ann.Scaling
-	job := &declareJob{ctx: ctx, id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
+	job := &declareJob{id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
 		URL: sc.URL, Secret: sc.Secret, Min: sc.Min, Max: sc.Max,
 		ColdStart:         time.Duration(sc.ColdStartMS) * time.Millisecond,
 		TargetUtilization: sc.TargetUtilization,
@@ -236,8 +233,8 @@ const declareTimeout = 5 * time.Second
 // declare runs job: it declares each bound bind to the controller and
 // returns the notices for the client. It blocks on the store, at most
 // declareTimeout.
-func (r scalingRegistry) declare(job *declareJob) []string {
-	ctx, cancel := context.WithTimeout(job.ctx, declareTimeout)
+func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string {
+	ctx, cancel := context.WithTimeout(ctx, declareTimeout)
 	defer cancel()
 	var notices []string
 	refused, firstRefused, arm := 0, "", false
@@ -287,10 +284,14 @@ func (r scalingRegistry) declare(job *declareJob) []string {
 // costs the store at most one job in flight and one waiting, however fast
 // it announces and however slow the store is.
 type declarer struct {
-	declare func(*declareJob) []string // runs one job, returns its notices
-	stats   *declareStats              // counts the jobs replaced; nil counts nothing
-	log     *slog.Logger               // receives recovered panics
-	wg      sync.WaitGroup             // the running goroutine, if any
+	// ctx is the session's, the declarer's lifetime: it ends after
+	// Detach, which waits for the declarer's jobs, so it is live for
+	// every job.
+	ctx     context.Context
+	declare func(context.Context, *declareJob) []string // runs one job, returns its notices
+	stats   *declareStats                               // counts the jobs replaced; nil counts nothing
+	log     *slog.Logger                                // receives recovered panics
+	wg      sync.WaitGroup                              // the running goroutine, if any
 
 	mu      sync.Mutex // guards the following fields
 	next    *declareJob
@@ -353,7 +354,7 @@ func (d *declarer) run() {
 // it is recovered and logged, and the declarer goes on with the next job.
 func (d *declarer) runJob(job *declareJob) (notices []string) {
 	defer recovery.Recover(d.log, "scaling declarations")
-	return d.declare(job)
+	return d.declare(d.ctx, job)
 }
 
 // lastNotices returns the notices of the last job run.
@@ -376,9 +377,9 @@ func (d *declarer) close() {
 // declarers holds the declarer of each attached session. It is safe for
 // concurrent use.
 type declarers struct {
-	declare func(*declareJob) []string // each declarer's
-	stats   declareStats               // every declarer's
-	log     *slog.Logger               // each declarer's
+	declare func(context.Context, *declareJob) []string // each declarer's
+	stats   declareStats                                // every declarer's
+	log     *slog.Logger                                // each declarer's
 
 	mu sync.Mutex // guards m
 	m  map[string]*declarer
@@ -391,13 +392,14 @@ type declareStats struct {
 	late      atomic.Int64 // acks sent before their announcement's jobs were done
 }
 
-// get returns the declarer of session, created on first use.
-func (ds *declarers) get(session string) *declarer {
+// get returns the declarer of session, created on first use with ctx, the
+// session's context, as its lifetime.
+func (ds *declarers) get(ctx context.Context, session string) *declarer {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	d := ds.m[session]
 	if d == nil {
-		d = &declarer{declare: ds.declare, stats: &ds.stats, log: ds.log}
+		d = &declarer{ctx: ctx, declare: ds.declare, stats: &ds.stats, log: ds.log}
 		ds.m[session] = d
 	}
 	return d
