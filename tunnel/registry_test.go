@@ -3,34 +3,38 @@ package tunnel
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
-	"time"
 )
 
 // ctxRegistry is a fakeRegistry that keeps the context of each call and
-// whether it was live when the call was made.
+// whether it was live when Detach was called.
 type ctxRegistry struct {
 	*fakeRegistry
-	attachCtx, updateCtx, detachCtx chan context.Context
-	liveAtDetach                    chan error
+
+	mu                              sync.Mutex // guards the following fields
+	attachCtx, updateCtx, detachCtx context.Context
+	errAtDetach                     error
 }
 
 func (r *ctxRegistry) Attach(ctx context.Context, s *Session) error {
-	r.attachCtx <- ctx
+	r.mu.Lock()
+	r.attachCtx = ctx
+	r.mu.Unlock()
 	return r.fakeRegistry.Attach(ctx, s)
 }
 
 func (r *ctxRegistry) Update(ctx context.Context, s *Session) []string {
-	select {
-	case r.updateCtx <- ctx:
-	default:
-	}
+	r.mu.Lock()
+	r.updateCtx = ctx
+	r.mu.Unlock()
 	return r.fakeRegistry.Update(ctx, s)
 }
 
 func (r *ctxRegistry) Detach(ctx context.Context, s *Session) {
-	r.liveAtDetach <- ctx.Err()
-	r.detachCtx <- ctx
+	r.mu.Lock()
+	r.detachCtx, r.errAtDetach = ctx, ctx.Err()
+	r.mu.Unlock()
 	r.fakeRegistry.Detach(ctx, s)
 }
 
@@ -41,45 +45,39 @@ func (r *ctxRegistry) Detach(ctx context.Context, s *Session) {
 func TestRegistryGetsSessionContext(t *testing.T) {
 	for _, kind := range connKinds {
 		t.Run(kind, func(t *testing.T) {
-			reg := &ctxRegistry{attachCtx: make(chan context.Context, 1), updateCtx: make(chan context.Context, 1),
-				detachCtx: make(chan context.Context, 1), liveAtDetach: make(chan error, 1)}
+			reg := &ctxRegistry{}
 			p := startPair(t, kind, newHandlerForwarder(t, echoHandler()), func(sc *ServerConfig, _ *ClientConfig) {
 				reg.fakeRegistry = sc.Registry.(*fakeRegistry)
 				sc.Registry = reg
 			})
-			attachCtx := recv(t, reg.attachCtx, "Attach")
-			updateCtx := recv(t, reg.updateCtx, "Update")
+			// startPair returns after the welcome, which follows Attach
+			// and the first Update.
+			reg.mu.Lock()
+			attachCtx, updateCtx := reg.attachCtx, reg.updateCtx
+			reg.mu.Unlock()
+			if attachCtx == nil || updateCtx == nil {
+				t.Fatalf("after the welcome: Attach's context %v, Update's %v; want both set", attachCtx, updateCtx)
+			}
 			if err := attachCtx.Err(); err != nil {
 				t.Fatalf("Attach's context of a live session: Err() = %v, want nil", err)
 			}
+			// stop returns after Shutdown, which waits for the session's
+			// handler and so for Detach.
 			p.stop()
-			if err := recv(t, reg.liveAtDetach, "Detach"); err != nil {
-				t.Errorf("Detach's context during Detach: Err() = %v, want nil", err)
+			reg.mu.Lock()
+			detachCtx, errAtDetach := reg.detachCtx, reg.errAtDetach
+			reg.mu.Unlock()
+			if detachCtx == nil {
+				t.Fatalf("Detach not called by the time Shutdown returned")
 			}
-			detachCtx := recv(t, reg.detachCtx, "Detach")
+			if errAtDetach != nil {
+				t.Errorf("Detach's context during Detach: Err() = %v, want nil", errAtDetach)
+			}
 			for name, ctx := range map[string]context.Context{"Attach": attachCtx, "Update": updateCtx, "Detach": detachCtx} {
-				select {
-				case <-ctx.Done():
-				case <-time.After(10 * time.Second):
-					t.Fatalf("%s's context still live 10s after the session ended", name)
-				}
 				if !errors.Is(ctx.Err(), context.Canceled) {
 					t.Errorf("%s's context after the session ended: Err() = %v, want context.Canceled", name, ctx.Err())
 				}
 			}
 		})
-	}
-}
-
-// recv returns the next value of ch, failing t after 10 s without one.
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no %s call within 10s", what)
-		var zero T
-		return zero
 	}
 }
