@@ -19,7 +19,8 @@ import (
 // for up to the store's 10 s busy timeout), heartbeats that declare new
 // scaling records are still acked in time: the client stays connected
 // through several heartbeat intervals and keeps serving visitors. Once the
-// lock is released the declarations land.
+// lock is released the declarations land and their notices reach the
+// client with a later ack.
 func TestSlowStoreKeepsClientsConnected(t *testing.T) {
 	// A heartbeat every 500 ms; the client gives up after 1.5 s without an
 	// ack, far less than a blocked write takes.
@@ -32,7 +33,10 @@ func TestSlowStoreKeepsClientsConnected(t *testing.T) {
 	h.wantRecords(t, "b.example.net")
 
 	unlock := lockStore(t, h.dataDir)
-	c.setHosts("b.example.net", "x.b.example.net")
+	// evil.test is not the token's: its declaration is refused, with a
+	// notice, by the job blocked behind x.b.example.net's write.
+	c.setHosts("b.example.net", "x.b.example.net", "evil.test")
+	const refusal = "scaling declaration for evil.test refused"
 	start := time.Now()
 	beats := 0
 	for time.Since(start) < 5*interval {
@@ -51,6 +55,9 @@ func TestSlowStoreKeepsClientsConnected(t *testing.T) {
 	if got := h.records(t); slices.Contains(got, "x.b.example.net") {
 		t.Fatalf("scaling records with the store blocked = %q, want x.b.example.net not written yet", got)
 	}
+	if got := c.notices.all(); slices.ContainsFunc(got, func(n string) bool { return strings.Contains(n, refusal) }) {
+		t.Fatalf("server notices with the store blocked = %q, want none containing %q yet", got, refusal)
+	}
 	t.Logf("%d heartbeats acked in %v with the store blocked", beats, time.Since(start))
 
 	unlock()
@@ -58,6 +65,12 @@ func TestSlowStoreKeepsClientsConnected(t *testing.T) {
 		got := h.records(t)
 		return slices.Equal(got, []string{"b.example.net", "x.b.example.net"}),
 			"scaling records after the store was released = " + strings.Join(got, ", ") + ", want b.example.net, x.b.example.net"
+	})
+	poll(t, waitFor, func() (bool, string) {
+		c.announceNow(t)
+		got := c.notices.all()
+		return slices.ContainsFunc(got, func(n string) bool { return strings.Contains(n, refusal) }),
+			"server notices after the store was released = " + strings.Join(got, "; ") + ", want one containing " + refusal
 	})
 	if n := c.notices.tunnelDowns(); n != 0 {
 		t.Errorf("the tunnel went down %d times, want 0", n)
