@@ -417,6 +417,9 @@ func (ds *declarers) close(session string) {
 	}
 }
 
+// Detach takes the session out of the router at once, then waits for its
+// declarations (see declarer.close) before it leaves the controller, so a
+// declaration still running cannot bring a departed session back.
 func (r scalingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
 	r.Registry.Detach(ctx, s)
 	r.declarers.close(s.ID())
