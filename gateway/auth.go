@@ -77,17 +77,22 @@ type auditingRegistry struct {
 	budget *refusalBudget
 }
 
-func (r auditingRegistry) Attach(s *tunnel.Session) error {
-	err := r.Registry.Attach(s)
+func (r auditingRegistry) Attach(ctx context.Context, s *tunnel.Session) error {
+	err := r.Registry.Attach(ctx, s)
 	if err != nil {
-		r.refused(s.Identity(), s.Announcement().Name, s.RemoteAddr(), err)
+		r.refused(ctx, s.Identity(), s.Announcement().Name, s.RemoteAddr(), err)
 	}
 	return err
 }
 
+// auditTimeout bounds the audit write of a refusal. Only a session being
+// refused at its handshake waits for it; heartbeats never do.
+const auditTimeout = 5 * time.Second
+
 // refused audits the refusal of a client called name, from remote, when
-// the budget of its token admits it.
-func (r auditingRegistry) refused(id tunnel.Identity, name, remote string, why error) {
+// the budget of its token admits it. It blocks for the write, at most
+// auditTimeout.
+func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name, remote string, why error) {
 	actor := "master"
 	if id.TokenID != "" {
 		actor = "token:" + id.TokenID
@@ -104,7 +109,7 @@ func (r auditingRegistry) refused(id tunnel.Identity, name, remote string, why e
 	if leftOut > 0 {
 		detail += fmt.Sprintf(" (%d earlier refusals of this token over budget, not audited)", leftOut)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
 	defer cancel()
 	_, aerr := r.db.AppendAudit(ctx, store.AuditEntry{OrgID: id.OrgID, Event: "client_refused", Actor: actor, Detail: detail})
 	if aerr != nil {

@@ -129,14 +129,24 @@ func (g *Gateway) disconnectToken(tokenID, reason string) {
 	}
 }
 
+// tokenRecheckTimeout bounds one re-check of the tokens of every session,
+// so that a slow store holds up the change watcher this long at most.
+const tokenRecheckTimeout = 10 * time.Second
+
 // recheckTokens disconnects sessions whose token was revoked while this
-// server was not listening.
+// server was not listening. It reads each token once, and blocks at most
+// tokenRecheckTimeout: tokens it could not read in time keep their
+// sessions until the next resync.
 func (g *Gateway) recheckTokens(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, tokenRecheckTimeout)
+	defer cancel()
+	checked := make(map[string]bool)
 	for _, s := range g.tunnels.Sessions() {
 		id := s.Identity().TokenID
-		if id == "" {
+		if id == "" || checked[id] {
 			continue
 		}
+		checked[id] = true
 		t, err := g.db.Token(ctx, "", id)
 		if err != nil {
 			continue // unreachable store: keep the client; the next resync checks again

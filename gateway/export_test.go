@@ -36,3 +36,15 @@ func (g *Gateway) MetricsAddrForTest() string {
 	s, _ := g.metricsAddr.Load().(string)
 	return s
 }
+
+// DeclarationsLateForTest returns how many heartbeat acks went before
+// their announcement's scaling declarations were done.
+func (g *Gateway) DeclarationsLateForTest() int64 {
+	return g.declares.late.Load()
+}
+
+// RecheckTokensForTest re-reads the token of every session and disconnects
+// the sessions of revoked ones, as the server does after a resync.
+func (g *Gateway) RecheckTokensForTest(ctx context.Context) {
+	g.recheckTokens(ctx)
+}

@@ -75,7 +75,10 @@ type Gateway struct {
 	hooks *webhook.Dispatcher
 	// expiry times the release of scaling records armed by tokens that
 	// expire; nil unless scaling is on.
-	expiry   *armerExpiry
+	expiry *armerExpiry
+	// declares counts the scaling declarations that did not hold up a
+	// heartbeat's ack; nil unless scaling is on.
+	declares *declareStats
 	ownStore bool // New opened db, so Serve closes it
 	// defaultOrg is the ID of the "default" organization: the master
 	// token's clients belong to it (see router.Ownership).

@@ -141,6 +141,7 @@ func TestHostileScaling(t *testing.T) {
 // hook server that counts calls by path.
 type scalingHarness struct {
 	srv        *testServer
+	dataDir    string // the server's SQLite store lives here
 	visitor    *http.Client
 	orgA, orgB string
 	hook       *httptest.Server
@@ -150,6 +151,13 @@ type scalingHarness struct {
 }
 
 func newScalingHarness(t *testing.T) *scalingHarness {
+	t.Helper()
+	return newScalingHarnessWith(t, func(*config.Server) {})
+}
+
+// newScalingHarnessWith is newScalingHarness with the server's
+// configuration changed by mutate before it starts.
+func newScalingHarnessWith(t *testing.T, mutate func(*config.Server)) *scalingHarness {
 	t.Helper()
 	h := &scalingHarness{calls: map[string]int{}}
 	h.hook = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -162,6 +170,8 @@ func newScalingHarness(t *testing.T) *scalingHarness {
 	cfg := serverConfig(t)
 	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
 	cfg.GatewayTimeout = time.Second
+	mutate(&cfg)
+	h.dataDir = cfg.DataDir
 	h.srv = startServer(t, cfg, nil, nil)
 	h.visitor = newVisitor(t, h.srv)
 	h.orgA, h.orgB = h.org(t, "org-a"), h.org(t, "org-b")
@@ -346,16 +356,23 @@ func (notFound) Forward(ctx context.Context, service string, req *http.Request) 
 }
 
 // noticeLog is a slog handler keeping the server notices a tunnel client
-// logs. It is safe for concurrent use.
+// logs, and counting the times its tunnel went down. It is safe for
+// concurrent use.
 type noticeLog struct {
-	mu      sync.Mutex // guards notices
+	mu      sync.Mutex // guards notices and downs
 	notices []string
+	downs   int
 }
 
 func (l *noticeLog) Enabled(context.Context, slog.Level) bool { return true }
 func (l *noticeLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *noticeLog) WithGroup(string) slog.Handler            { return l }
 func (l *noticeLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "tunnel down" {
+		l.mu.Lock()
+		l.downs++
+		l.mu.Unlock()
+	}
 	if r.Message != "server notice" {
 		return nil
 	}
@@ -374,4 +391,11 @@ func (l *noticeLog) all() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.notices)
+}
+
+// tunnelDowns returns how many times the client's tunnel went down.
+func (l *noticeLog) tunnelDowns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.downs
 }

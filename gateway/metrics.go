@@ -21,6 +21,8 @@ const (
 	metricInstances    = "aperio.scaling.instances"
 	metricCapacity     = "aperio.scaling.capacity"
 	metricHooksDropped = "aperio.webhook_events_dropped"
+	metricDeclCoalesce = "aperio.scaling.declarations_coalesced"
+	metricDeclLate     = "aperio.scaling.declarations_late"
 )
 
 // registerMetrics exposes the live figures of the router, the tunnels, the
@@ -108,7 +110,8 @@ func (g *Gateway) registerMetrics() error {
 
 // registerScalingMetrics exposes each scaling record's live pool: one
 // series per record (records are declared by clients, one per bind, so
-// their number is bounded by the binds).
+// their number is bounded by the binds), and the counts of declarations
+// kept off the heartbeat's ack.
 func (g *Gateway) registerScalingMetrics(m metric.Meter) error {
 	util, err := m.Float64ObservableGauge(metricUtilization,
 		metric.WithDescription("Permits in use over capacity of each scaling record's pool, the figure scale-out and scale-in compare with target_utilization; absent while capacity is 0."))
@@ -125,7 +128,19 @@ func (g *Gateway) registerScalingMetrics(m metric.Meter) error {
 	if err != nil {
 		return err
 	}
+	coalesced, err := m.Int64ObservableCounter(metricDeclCoalesce,
+		metric.WithDescription("Announcements whose scaling declarations a newer announcement of the same session replaced before they reached the store."))
+	if err != nil {
+		return err
+	}
+	late, err := m.Int64ObservableCounter(metricDeclLate,
+		metric.WithDescription("Heartbeat acks sent before their announcement's scaling declarations were done, the store taking more than half a heartbeat interval."))
+	if err != nil {
+		return err
+	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(coalesced, g.declares.coalesced.Load())
+		o.ObserveInt64(late, g.declares.late.Load())
 		views, err := g.ctl.List(ctx, "")
 		if err != nil {
 			return err
@@ -140,6 +155,6 @@ func (g *Gateway) registerScalingMetrics(m metric.Meter) error {
 			}
 		}
 		return nil
-	}, util, instances, capacity)
+	}, util, instances, capacity, coalesced, late)
 	return err
 }

@@ -54,6 +54,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`aperio_rate_limited_total{limit="token-rate"} 0`,
 		`aperio_connected_clients 1`,
 		`aperio_webhook_events_dropped_total 0`,
+		`aperio_scaling_declarations_late_total 0`,
+		`aperio_scaling_declarations_coalesced_total 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)

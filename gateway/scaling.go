@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -32,6 +33,11 @@ import (
 // and declarations over the record caps are answered with a notice to the
 // client (at most maxScalingNotices of them, then a count) and a log line
 // at most every refusalLogInterval; the rest of the client keeps working.
+//
+// The declarations write to the store, so they run on a per-session
+// declarer rather than on the session's control loop: the routing update
+// is applied before Update returns, the store writes at most wait later,
+// and a slow store delays no heartbeat's ack past wait.
 type scalingRegistry struct {
 	tunnel.Registry
 	ctl *autoscale.Controller
@@ -47,13 +53,30 @@ type scalingRegistry struct {
 	armed *sessionBinds
 	// refusals rate-limits the log line of refused declarations.
 	refusals *refusalLog
+	// declarers runs each session's declarations off its control loop.
+	declarers *declarers
+	// wait is how long Update waits for an announcement's declarations
+	// before the ack goes without their notices.
+	wait time.Duration
 }
 
 // newScalingRegistry wraps the router with the scaling declarations of g's
 // controller.
 func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
-	return scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
-		refusals: newRefusalLog()}
+	r := scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
+		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
+		wait: declareWait(g.cfg.ClientDownThreshold)}
+	r.declarers.declare = r.declare
+	g.declares = &r.declarers.stats
+	return r
+}
+
+// declareWait is how long an ack waits for the scaling declarations of
+// its announcement: half the heartbeat interval the tunnel server asks of
+// clients (a third of client_down_threshold), so that a slow store delays
+// no ack past the next heartbeat.
+func declareWait(downThreshold time.Duration) time.Duration {
+	return downThreshold / 6
 }
 
 // maxScalingNotices bounds the scaling notices of one announcement: a
@@ -124,11 +147,57 @@ func (sb *sessionBinds) forget(session string) {
 // for the session.
 var errNotBound = errors.New("the hostname is not bound by this session")
 
-func (r scalingRegistry) Update(s *tunnel.Session) []string {
-	notices := r.Registry.Update(s)
+// Update applies the announcement to the router, then hands its
+// declarations to the session's declarer and waits for them at most
+// r.wait, so a slow store never holds up the heartbeat's ack. Their
+// notices go with this ack when they are done in time, and with a later
+// one otherwise: each ack carries the notices of the latest declarations
+// that ran.
+func (r scalingRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
+	notices := r.Registry.Update(ctx, s)
+	job := r.plan(s)
+	if job == nil {
+		return notices
+	}
+	d := r.declarers.get(ctx, s.ID())
+	done := d.submit(job)
+	t := time.NewTimer(r.wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		r.declarers.stats.late.Add(1)
+	case <-ctx.Done():
+	}
+	return slices.Concat(notices, d.lastNotices())
+}
+
+// declareBind is one distinct bind of an announcement, and whether the
+// router accepted it for the session when the announcement was applied.
+type declareBind struct {
+	hostname, path string
+	bound          bool
+}
+
+// declareJob is the scaling declarations of one announcement, planned on
+// the session's goroutine against the router's binds of that announcement.
+type declareJob struct {
+	id      tunnel.Identity
+	session string
+	armer   string
+	block   autoscale.Declaration
+	binds   []declareBind
+	// done is closed once the job, or a newer one that replaced it before
+	// it started, has run.
+	done chan struct{}
+}
+
+// plan returns the declarations of s's announcement, or nil when it
+// declares no scaling block. It reads only the router.
+func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 	ann := s.Announcement()
 	if ann.Scaling == nil {
-		return notices
+		return nil
 	}
 	id := s.Identity()
 	armer := id.TokenID
@@ -136,18 +205,14 @@ func (r scalingRegistry) Update(s *tunnel.Session) []string {
 		armer = "master"
 	}
 	sc := ann.Scaling
-	block := autoscale.Declaration{
+	job := &declareJob{id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
 		URL: sc.URL, Secret: sc.Secret, Min: sc.Min, Max: sc.Max,
 		ColdStart:         time.Duration(sc.ColdStartMS) * time.Millisecond,
 		TargetUtilization: sc.TargetUtilization,
 		Window:            time.Duration(sc.WindowMS) * time.Millisecond,
 		Cooldown:          time.Duration(sc.CooldownMS) * time.Millisecond,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	}}
 	seen := map[string]bool{}
-	refused, firstRefused, arm := 0, "", false
-	var firstErr error
 	for _, svc := range ann.Services {
 		for _, h := range svc.Hostnames {
 			key := h + "\x00" + svc.Path
@@ -155,46 +220,209 @@ func (r scalingRegistry) Update(s *tunnel.Session) []string {
 				continue
 			}
 			seen[key] = true
-			err := errNotBound
-			if r.rt.Bound(s, h, svc.Path) {
-				err = r.ctl.Declare(ctx, autoscale.Announcement{OrgID: id.OrgID, Hostname: h, Path: svc.Path,
-					Session: s.ID(), Armer: armer, Block: block})
+			job.binds = append(job.binds, declareBind{hostname: h, path: svc.Path, bound: r.rt.Bound(s, h, svc.Path)})
+		}
+	}
+	return job
+}
+
+// declareTimeout bounds the store I/O of one job: its declarations, and
+// the reload of the armed binds they may call for.
+const declareTimeout = 5 * time.Second
+
+// declare runs job: it declares each bound bind to the controller and
+// returns the notices for the client. It blocks on the store, at most
+// declareTimeout.
+func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string {
+	ctx, cancel := context.WithTimeout(ctx, declareTimeout)
+	defer cancel()
+	var notices []string
+	refused, firstRefused, arm := 0, "", false
+	var firstErr error
+	for _, b := range job.binds {
+		err := errNotBound
+		if b.bound {
+			err = r.ctl.Declare(ctx, autoscale.Announcement{OrgID: job.id.OrgID, Hostname: b.hostname, Path: b.path,
+				Session: job.session, Armer: job.armer, Block: job.block})
+		}
+		if err != nil {
+			if refused == 0 {
+				firstRefused, firstErr = b.hostname, err
 			}
-			if err != nil {
-				if refused == 0 {
-					firstRefused, firstErr = h, err
-				}
-				refused++
-				if refused <= maxScalingNotices {
-					notices = append(notices, "scaling declaration for "+h+" refused: "+err.Error())
-				}
-				continue
+			refused++
+			if refused <= maxScalingNotices {
+				notices = append(notices, "scaling declaration for "+b.hostname+" refused: "+err.Error())
 			}
-			// A bind declared for the first time is armed at once rather
-			// than at the next debounced reload, so a client that declares
-			// and leaves straight away can still be cold started. One
-			// reload covers every new bind of the announcement.
-			if r.armed.first(s.ID(), key) && !r.rt.ArmedBy(id.OrgID, h, svc.Path) {
-				arm = true
-			}
+			continue
+		}
+		// A bind declared for the first time is armed at once rather
+		// than at the next debounced reload, so a client that declares
+		// and leaves straight away can still be cold started. One
+		// reload covers every new bind of the announcement.
+		if r.armed.first(job.session, b.hostname+"\x00"+b.path) && !r.rt.ArmedBy(job.id.OrgID, b.hostname, b.path) {
+			arm = true
 		}
 	}
 	if refused > maxScalingNotices {
 		notices = append(notices, fmt.Sprintf("%d more scaling declarations refused", refused-maxScalingNotices))
 	}
 	if refused > 0 {
-		r.refusals.refused(r.log, id, s.ID(), refused, firstRefused, firstErr)
+		r.refusals.refused(r.log, job.id, job.session, refused, firstRefused, firstErr)
 	}
 	if arm {
 		if err := r.arm(ctx); err != nil {
-			r.log.Error("arming new scaling records failed", "session_id", s.ID(), "err", err)
+			r.log.Error("arming new scaling records failed", "session_id", job.session, "err", err)
 		}
 	}
 	return notices
 }
 
-func (r scalingRegistry) Detach(s *tunnel.Session) {
-	r.Registry.Detach(s)
+// declarer runs the declarations of one session on a goroutine of its
+// own, one job at a time and in the order of the session's announcements.
+// Its queue holds one job: a newer announcement replaces the one waiting,
+// since each declares the session's whole scaling state, so a session
+// costs the store at most one job in flight and one waiting, however fast
+// it announces and however slow the store is.
+type declarer struct {
+	// ctx is the session's, the declarer's lifetime: it ends after
+	// Detach, which waits for the declarer's jobs, so it is live for
+	// every job.
+	ctx     context.Context
+	declare func(context.Context, *declareJob) []string // runs one job, returns its notices
+	stats   *declareStats                               // counts the jobs replaced; nil counts nothing
+	log     *slog.Logger                                // receives recovered panics
+	wg      sync.WaitGroup                              // the running goroutine, if any
+
+	mu      sync.Mutex // guards the following fields
+	next    *declareJob
+	running bool
+	closed  bool
+	notices []string // of the last job run
+}
+
+// submit queues job in place of the one waiting, if any, starts the
+// goroutine when none runs, and returns a channel closed once job, or a
+// newer one, has run. After close it returns a closed channel and drops
+// job. It does not block on the store.
+func (d *declarer) submit(job *declareJob) <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	if d.next != nil {
+		job.done = d.next.done
+		if d.stats != nil {
+			d.stats.coalesced.Add(1)
+		}
+	} else {
+		job.done = make(chan struct{})
+	}
+	d.next = job
+	if !d.running {
+		d.running = true
+		d.wg.Add(1)
+		go d.run()
+	}
+	return job.done
+}
+
+// run runs the queued jobs until the queue is empty.
+func (d *declarer) run() {
+	defer d.wg.Done()
+	for {
+		d.mu.Lock()
+		job := d.next
+		d.next = nil
+		if job == nil {
+			d.running = false
+			d.mu.Unlock()
+			return
+		}
+		d.mu.Unlock()
+		notices := d.runJob(job)
+		d.mu.Lock()
+		d.notices = notices
+		d.mu.Unlock()
+		close(job.done)
+	}
+}
+
+// runJob runs one job. A panic in it is a defect reached by one client:
+// it is recovered and logged, and the declarer goes on with the next job.
+func (d *declarer) runJob(job *declareJob) (notices []string) {
+	defer recovery.Recover(d.log, "scaling declarations")
+	return d.declare(d.ctx, job)
+}
+
+// lastNotices returns the notices of the last job run.
+func (d *declarer) lastNotices() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.notices
+}
+
+// close refuses further jobs and waits for the job in flight and the one
+// waiting, so that their records are written before the session leaves
+// the controller. It blocks for at most two jobs' declareTimeout.
+func (d *declarer) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.wg.Wait()
+}
+
+// declarers holds the declarer of each attached session. It is safe for
+// concurrent use.
+type declarers struct {
+	declare func(context.Context, *declareJob) []string // each declarer's
+	stats   declareStats                                // every declarer's
+	log     *slog.Logger                                // each declarer's
+
+	mu sync.Mutex // guards m
+	m  map[string]*declarer
+}
+
+// declareStats counts, for the metrics, what the declarers did so as not
+// to hold up acks. It is safe for concurrent use.
+type declareStats struct {
+	coalesced atomic.Int64 // jobs replaced by a newer one before they ran
+	late      atomic.Int64 // acks sent before their announcement's jobs were done
+}
+
+// get returns the declarer of session, created on first use with ctx, the
+// session's context, as its lifetime.
+func (ds *declarers) get(ctx context.Context, session string) *declarer {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	d := ds.m[session]
+	if d == nil {
+		d = &declarer{ctx: ctx, declare: ds.declare, stats: &ds.stats, log: ds.log}
+		ds.m[session] = d
+	}
+	return d
+}
+
+// close forgets the declarer of session, after waiting for its jobs (see
+// declarer.close).
+func (ds *declarers) close(session string) {
+	ds.mu.Lock()
+	d := ds.m[session]
+	delete(ds.m, session)
+	ds.mu.Unlock()
+	if d != nil {
+		d.close()
+	}
+}
+
+// Detach takes the session out of the router at once, then waits for its
+// declarations (see declarer.close) before it leaves the controller, so a
+// declaration still running cannot bring a departed session back.
+func (r scalingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
+	r.Registry.Detach(ctx, s)
+	r.declarers.close(s.ID())
 	r.ctl.Leave(s.ID())
 	r.armed.forget(s.ID())
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -159,7 +160,7 @@ func New(cfg Config) (*Router, error) {
 // one announcing a hostname its organization may not bind (see
 // SetOwnership) or a bind whose pool has members of another organization,
 // with the reasons.
-func (rt *Router) Attach(s *tunnel.Session) error {
+func (rt *Router) Attach(_ context.Context, s *tunnel.Session) error {
 	id := s.Identity()
 	if bad := disallowed(id, s.Announcement()); len(bad) > 0 {
 		return fmt.Errorf("token %q may not bind %s", id.Name, strings.Join(bad, ", "))
@@ -200,7 +201,7 @@ func sessionRights(s *tunnel.Session) rights {
 // when it changed anything routing depends on, and does nothing otherwise.
 // Hostnames the token may not bind (added after the handshake) are left
 // out, and the client is told.
-func (rt *Router) Update(s *tunnel.Session) []string {
+func (rt *Router) Update(_ context.Context, s *tunnel.Session) []string {
 	return rt.updateAs(s, s.Announcement(), sessionRights(s))
 }
 
@@ -317,7 +318,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 }
 
 // Detach implements tunnel.Registry.
-func (rt *Router) Detach(s *tunnel.Session) { rt.detach(s) }
+func (rt *Router) Detach(_ context.Context, s *tunnel.Session) { rt.detach(s) }
 
 // detach forgets conn; its in-flight requests release their permits into
 // services nobody routes to any more.

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -58,7 +59,7 @@ func (r *controlReader) run() {
 // both sequence numbers), so a client flooding changes costs the registry
 // a bounded rate of updates. Liveness, token expiry and validation are
 // checked on every heartbeat as it arrives.
-func (s *Server) serveControl(sess *Session, ctrl *yamux.Stream) error {
+func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.Stream) error {
 	reads := make(chan controlRead)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -87,7 +88,7 @@ func (s *Server) serveControl(sess *Session, ctrl *yamux.Stream) error {
 	apply := func(m *message) error {
 		sess.ann.Store(m.Announcement)
 		last = time.Now()
-		notices := s.cfg.Registry.Update(sess)
+		notices := s.cfg.Registry.Update(ctx, sess)
 		return sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq}, s.cfg.DownThreshold)
 	}
 	for {

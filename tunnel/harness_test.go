@@ -47,7 +47,7 @@ func newFakeRegistry() *fakeRegistry {
 	return &fakeRegistry{attached: make(chan *Session, 16), detached: make(chan *Session, 16)}
 }
 
-func (r *fakeRegistry) Attach(s *Session) error {
+func (r *fakeRegistry) Attach(_ context.Context, s *Session) error {
 	if r.refuse != nil {
 		return r.refuse
 	}
@@ -55,14 +55,14 @@ func (r *fakeRegistry) Attach(s *Session) error {
 	return nil
 }
 
-func (r *fakeRegistry) Update(s *Session) []string {
+func (r *fakeRegistry) Update(_ context.Context, s *Session) []string {
 	r.mu.Lock()
 	r.updates++
 	r.mu.Unlock()
 	return nil
 }
 
-func (r *fakeRegistry) Detach(s *Session) { r.detached <- s }
+func (r *fakeRegistry) Detach(_ context.Context, s *Session) { r.detached <- s }
 
 // handlerForwarder answers every request with an http.Handler through a
 // real HTTP backend, the way the agent forwards to a local app.

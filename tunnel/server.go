@@ -32,16 +32,23 @@ var ErrUnavailable = errors.New("tunnel: token check unavailable")
 
 // Registry receives sessions as they come and go. The server calls it from
 // each session's goroutine; implementations must be safe for concurrent use.
+//
+// Every method gets the session's context, which ends once Detach has
+// returned. The control loop waits for Update before it acks a heartbeat,
+// so an implementation that does I/O there must bound it well within the
+// heartbeat interval (or do it asynchronously): a client that goes three
+// intervals without an ack drops the session.
 type Registry interface {
 	// Attach is called once per session after its hello; an error refuses
 	// the session and its text is sent to the client.
-	Attach(s *Session) error
+	Attach(ctx context.Context, s *Session) error
 	// Update is called after each heartbeat with the session's new
 	// announcement in place. It returns notices for the client (binds it
 	// refused, for example), which the client logs.
-	Update(s *Session) []string
-	// Detach is called once when an attached session ends.
-	Detach(s *Session)
+	Update(ctx context.Context, s *Session) []string
+	// Detach is called once when an attached session ends. The server
+	// waits for it before the session's handler returns.
+	Detach(ctx context.Context, s *Session)
 }
 
 // ServerConfig configures a Server.
@@ -219,8 +226,11 @@ func offersSubprotocol(h http.Header) bool {
 }
 
 // run performs the handshake and then serves the control stream until the
-// session ends.
+// session ends. ctx is the session's context: it ends when run returns,
+// after the registry's Detach.
 func (s *Server) run(ctx context.Context, sess *Session) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	log := sess.log
 	hctx, hcancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
 	ctrl, err := sess.mux.AcceptStreamWithContext(hctx)
@@ -276,13 +286,13 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		s.mu.Unlock()
 	}()
 
-	if err := s.cfg.Registry.Attach(sess); err != nil {
+	if err := s.cfg.Registry.Attach(ctx, sess); err != nil {
 		log.Info("tunnel refused", "reason", err.Error())
 		refuseHello(err.Error())
 		return
 	}
-	defer s.cfg.Registry.Detach(sess)
-	notices := s.cfg.Registry.Update(sess)
+	defer s.cfg.Registry.Detach(ctx, sess)
+	notices := s.cfg.Registry.Update(ctx, sess)
 	err = sess.writeControl(&message{
 		Type:        msgWelcome,
 		Version:     Version,
@@ -303,7 +313,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		refuseStreams(sess)
 	}()
 
-	err = s.serveControl(sess, ctrl)
+	err = s.serveControl(ctx, sess, ctrl)
 	sess.close(err)
 	<-refused
 	log.Info("client disconnected", "client_name", sess.Announcement().Name, "reason", errString(sess.closeErr))

@@ -102,9 +102,9 @@ type dispatchingRegistry struct {
 	answer chan string
 }
 
-func (r *dispatchingRegistry) Update(s *Session) []string {
+func (r *dispatchingRegistry) Update(ctx context.Context, s *Session) []string {
 	r.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		req := httptest.NewRequestWithContext(ctx, "GET", "/hello", nil)
 		req.Host = "app.test"
@@ -121,7 +121,7 @@ func (r *dispatchingRegistry) Update(s *Session) []string {
 		}
 		r.answer <- fmt.Sprintf("%d %s", resp.StatusCode, b)
 	})
-	return r.fakeRegistry.Update(s)
+	return r.fakeRegistry.Update(ctx, s)
 }
 
 func TestClientServesStreamsBeforeWelcome(t *testing.T) {
