@@ -132,6 +132,7 @@ type visitorBody struct {
 	stream  bool          // length unknown
 	relaxed atomic.Bool   // set when the response head arrived
 	eof     bool
+	failed  atomic.Pointer[visitorBodyError] // the first read error, the visitor's
 }
 
 // paceBody wraps a visitor's request body rc of declared length (-1:
@@ -153,7 +154,7 @@ func (b *visitorBody) Read(p []byte) (int, error) {
 	start := b.clock.begin()
 	n, err := b.ReadCloser.Read(p)
 	if perr := b.clock.end(start, n); perr != nil {
-		return n, &visitorBodyError{perr}
+		return n, b.fail(perr)
 	}
 	return n, b.wrap(err)
 }
@@ -168,7 +169,34 @@ func (b *visitorBody) wrap(err error) error {
 		b.eof = true
 		return err
 	}
-	return &visitorBodyError{err}
+	return b.fail(err)
+}
+
+// fail records err as the body's first failure and returns it wrapped.
+func (b *visitorBody) fail(err error) error {
+	e := &visitorBodyError{err}
+	b.failed.CompareAndSwap(nil, e)
+	return e
+}
+
+// bodyFailure returns the first error reading r's visitor body, or nil. A
+// failed read of the visitor's connection also cancels the request's
+// context, and the exchange may report that cancellation first; the body's
+// own error is the cause to answer (408 for a visitor too slow, not a
+// silent end as if the visitor had left).
+func bodyFailure(r *http.Request) error {
+	cb, ok := r.Body.(*countingBody)
+	if !ok {
+		return nil
+	}
+	vb, ok := cb.ReadCloser.(*visitorBody)
+	if !ok {
+		return nil
+	}
+	if e := vb.failed.Load(); e != nil {
+		return e
+	}
+	return nil
 }
 
 // Close stops the clock.

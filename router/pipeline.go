@@ -397,6 +397,9 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 // answerError answers a failed exchange or an oversized body, choosing the
 // status from the error.
 func (rt *Router) answerError(w http.ResponseWriter, r *http.Request, host string, err error) {
+	if berr := bodyFailure(r); berr != nil {
+		err = berr
+	}
 	var mbe *http.MaxBytesError
 	var vbe *visitorBodyError
 	switch {

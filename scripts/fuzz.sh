@@ -24,7 +24,15 @@ while read -r dir name; do
   [ -n "$dir" ] || continue
   [[ "$name" =~ $only ]] || continue
   echo "fuzz: $dir $name for $fuzztime"
-  go test -run "^$" -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x -parallel "$parallel" "$dir" 2>&1 | tail -n 3
+  out=$(mktemp)
+  if ! go test -run "^$" -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x -parallel "$parallel" "$dir" >"$out" 2>&1; then
+    cat "$out"
+    rm -f "$out"
+    echo "fuzz: $dir $name FAILED; the input is under $dir/testdata/fuzz/$name"
+    exit 1
+  fi
+  tail -n 3 "$out"
+  rm -f "$out"
   count=$((count + 1))
 done <<<"$targets"
 echo "fuzz: $count targets, no crash"
