@@ -3,6 +3,7 @@ package config
 import (
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // SourceKind says which surface a value came from.
@@ -114,19 +115,26 @@ func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("config: ")
 	loc := e.Source.location()
+	// An unknown key is shown as written, and a file may write anything:
+	// one that is not plain printable text is quoted, so that the problem
+	// stays one line and cannot forge another.
+	key := e.Key
+	if strings.IndexFunc(key, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		key = strconv.Quote(key)
+	}
 	switch {
-	case e.Key == "":
+	case key == "":
 		b.WriteString(loc)
 	case loc == "":
-		b.WriteString(e.Key)
+		b.WriteString(key)
 	default:
-		b.WriteString(e.Key)
+		b.WriteString(key)
 		b.WriteString(" (")
 		b.WriteString(loc)
 		b.WriteString(")")
 	}
 	b.WriteString(": ")
-	b.WriteString(e.Msg)
+	b.WriteString(oneLine.Replace(e.Msg))
 	return b.String()
 }
 
