@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -34,55 +35,55 @@ func armedRouter(t *testing.T, sc *fakeScaler, allowed ...netip.Prefix) *Router 
 }
 
 func TestColdStartHoldsUntilAClientAnnounces(t *testing.T) {
-	sc := newFakeScaler()
-	rt := armedRouter(t, sc)
-	var held []*served
-	for range 3 {
-		held = append(held, serveAsync(rt, "app.test", "/"))
-	}
-	p := rt.table.Load().match("app.test", "/")
-	for p.queued() != 3 {
-		runtimeYield()
-	}
-	// The bound on held requests: the fourth is refused at once.
-	if rec := serveAsync(rt, "app.test", "/").wait(t); rec.Code != 503 || rec.Header().Get("Retry-After") == "" {
-		t.Fatalf("request beyond scaling_max_held = %d, want 503 with Retry-After", rec.Code)
-	}
-	// A new instance with max_concurrent 1 announces: it takes the held
-	// requests one at a time, never more than its limit.
-	g := newGateConn("new", 1)
-	rt.update(g, limited(1, "app.test"))
-	for range 3 {
-		recv(t, g.entered, "a held request reaching the new instance")
-		if n := g.inflight.Load(); n > 1 {
-			t.Fatalf("new instance has %d in flight, want at most its limit 1", n)
+	synctest.Test(t, func(t *testing.T) {
+		sc := newFakeScaler()
+		rt := armedRouter(t, sc)
+		var held []*served
+		for range 3 {
+			held = append(held, serveAsync(rt, "app.test", "/"))
 		}
-		g.release <- struct{}{}
-	}
-	for _, h := range held {
-		if rec := h.wait(t); rec.Code != 200 {
-			t.Fatalf("held request = %d, want 200", rec.Code)
+		p := rt.table.Load().match("app.test", "/")
+		waitQueued(t, p, 3)
+		// The bound on held requests: the fourth is refused at once.
+		if rec := serveAsync(rt, "app.test", "/").wait(t); rec.Code != 503 || rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("request beyond scaling_max_held = %d, want 503 with Retry-After", rec.Code)
 		}
-	}
-	if n := sc.calls.Load(); n < 1 {
-		t.Fatalf("cold start calls = %d, want at least 1", n)
-	}
+		// A new instance with max_concurrent 1 announces: it takes the held
+		// requests one at a time, never more than its limit.
+		g := newGateConn("new", 1)
+		rt.update(g, limited(1, "app.test"))
+		for range 3 {
+			recv(t, g.entered, "a held request reaching the new instance")
+			if n := g.inflight.Load(); n > 1 {
+				t.Fatalf("new instance has %d in flight, want at most its limit 1", n)
+			}
+			g.release <- struct{}{}
+		}
+		for _, h := range held {
+			if rec := h.wait(t); rec.Code != 200 {
+				t.Fatalf("held request = %d, want 200", rec.Code)
+			}
+		}
+		if n := sc.calls.Load(); n < 1 {
+			t.Fatalf("cold start calls = %d, want at least 1", n)
+		}
+	})
 }
 
 func TestColdStartFailureReleasesAtOnce(t *testing.T) {
-	sc := newFakeScaler()
-	rt := armedRouter(t, sc)
-	res := serveAsync(rt, "app.test", "/")
-	p := rt.table.Load().match("app.test", "/")
-	for p.queued() != 1 {
-		runtimeYield()
-	}
-	start := time.Now()
-	close(sc.failed)
-	rec := res.wait(t)
-	if rec.Code != 504 || time.Since(start) > 5*time.Second {
-		t.Fatalf("held request after a failed cold start = %d after %v, want 504 at once (cold_start is 1m)", rec.Code, time.Since(start))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		sc := newFakeScaler()
+		rt := armedRouter(t, sc)
+		res := serveAsync(rt, "app.test", "/")
+		p := rt.table.Load().match("app.test", "/")
+		waitQueued(t, p, 1)
+		start := time.Now()
+		close(sc.failed)
+		rec := res.wait(t)
+		if rec.Code != 504 || time.Since(start) > 5*time.Second {
+			t.Fatalf("held request after a failed cold start = %d after %v, want 504 at once (cold_start is 1m)", rec.Code, time.Since(start))
+		}
+	})
 }
 
 func TestNoColdStartForRefusedVisitor(t *testing.T) {
@@ -119,22 +120,22 @@ func TestDisarmedBindIsNotHeld(t *testing.T) {
 }
 
 func TestMaxHeldAboveTheQueueBound(t *testing.T) {
-	sc := newFakeScaler()
-	rt := newRouter(t, Config{Scaler: sc, GatewayTimeout: 10 * time.Millisecond, MaxHeld: maxWaiters + 100})
-	rt.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "app.test", ColdStart: time.Minute}})
-	const n = maxWaiters + 50 // more than an ordinary queue takes
-	var held []*served
-	for range n {
-		held = append(held, serveAsync(rt, "app.test", "/"))
-	}
-	p := rt.table.Load().match("app.test", "/")
-	for p.queued() != n {
-		runtimeYield()
-	}
-	rt.update(newConn("new", 1), limited(0, "app.test"))
-	for _, h := range held {
-		if rec := h.wait(t); rec.Code != 200 {
-			t.Fatalf("one of %d held requests = %d, want 200 (scaling_max_held %d)", n, rec.Code, maxWaiters+100)
+	synctest.Test(t, func(t *testing.T) {
+		sc := newFakeScaler()
+		rt := newRouter(t, Config{Scaler: sc, GatewayTimeout: 10 * time.Millisecond, MaxHeld: maxWaiters + 100})
+		rt.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "app.test", ColdStart: time.Minute}})
+		const n = maxWaiters + 50 // more than an ordinary queue takes
+		var held []*served
+		for range n {
+			held = append(held, serveAsync(rt, "app.test", "/"))
 		}
-	}
+		p := rt.table.Load().match("app.test", "/")
+		waitQueued(t, p, n)
+		rt.update(newConn("new", 1), limited(0, "app.test"))
+		for _, h := range held {
+			if rec := h.wait(t); rec.Code != 200 {
+				t.Fatalf("one of %d held requests = %d, want 200 (scaling_max_held %d)", n, rec.Code, maxWaiters+100)
+			}
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aperio-dev/aperio/cache"
@@ -251,24 +252,24 @@ func TestExplainVerdicts(t *testing.T) {
 
 // TestExplainQueueLength: explain counts the requests already queued.
 func TestExplainQueueLength(t *testing.T) {
-	rt := newRouter(t, Config{GatewayTimeout: time.Minute})
-	rt.update(newConn("a", 1), limited(1, "app.test"))
-	p := rt.table.Load().match("app.test", "/")
-	s, _ := p.tryAcquire(rt.strategy, nil)
-	queued := []*served{serveAsync(rt, "app.test", "/1"), serveAsync(rt, "app.test", "/2")}
-	for p.queued() != 2 {
-		runtimeYield()
-	}
-	ex := rt.Explain(t.Context(), "app.test", "/", visitor)
-	if ex.Verdict != "queue behind 2" {
-		t.Errorf("Explain() with 2 queued = %q, want queue behind 2", ex.Verdict)
-	}
-	s.release() // the permit passes down the queue: both are served
-	for _, q := range queued {
-		if rec := q.wait(t); rec.Code != 200 {
-			t.Errorf("queued request = %d, want 200", rec.Code)
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRouter(t, Config{GatewayTimeout: time.Minute})
+		rt.update(newConn("a", 1), limited(1, "app.test"))
+		p := rt.table.Load().match("app.test", "/")
+		s, _ := p.tryAcquire(rt.strategy, nil)
+		queued := []*served{serveAsync(rt, "app.test", "/1"), serveAsync(rt, "app.test", "/2")}
+		waitQueued(t, p, 2)
+		ex := rt.Explain(t.Context(), "app.test", "/", visitor)
+		if ex.Verdict != "queue behind 2" {
+			t.Errorf("Explain() with 2 queued = %q, want queue behind 2", ex.Verdict)
 		}
-	}
+		s.release() // the permit passes down the queue: both are served
+		for _, q := range queued {
+			if rec := q.wait(t); rec.Code != 200 {
+				t.Errorf("queued request = %d, want 200", rec.Code)
+			}
+		}
+	})
 }
 
 // TestExplainClientsAndOwners: the pool's clients with their figures, and
