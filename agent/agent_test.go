@@ -84,6 +84,32 @@ func newAgent(t testing.TB, cfg config.Client) *Agent {
 	return a
 }
 
+// startLoop runs loop in the background until the test ends, and waits
+// for it to return.
+func startLoop(t *testing.T, loop func(ctx context.Context)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// forward sends one request to service 0 and closes its response.
+func forward(t *testing.T, a *Agent) {
+	t.Helper()
+	resp, err := a.Forward(t.Context(), "0", httptest.NewRequest("GET", "/", nil))
+	if err != nil {
+		t.Fatalf("Forward() error = %v", err)
+	}
+	resp.Body.Close()
+}
+
 // drainSignal empties ch and reports whether it held a signal.
 func drainSignal(ch chan struct{}) bool {
 	select {
@@ -130,12 +156,7 @@ func TestProbeHealthTransitions(t *testing.T) {
 		}
 		be := &fakeBackend{statuses: []int{204, 500, 302, 503, 502}}
 		svc.transport = be
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			a.probeLoop(ctx, svc)
-		}()
+		startLoop(t, func(ctx context.Context) { a.probeLoop(ctx, svc) })
 
 		steps := []struct {
 			name    string
@@ -170,8 +191,6 @@ func TestProbeHealthTransitions(t *testing.T) {
 		if got := a.announcement().Services[0].Healthy; got {
 			t.Errorf("announcement().Services[0].Healthy = %v after the threshold, want false", got)
 		}
-		cancel()
-		<-done
 	})
 }
 
@@ -184,12 +203,7 @@ func TestProbeTimeoutCounts(t *testing.T) {
 		a := newAgent(t, cfg)
 		svc := a.services[0]
 		svc.transport = &fakeBackend{statuses: []int{200, 0}}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			a.probeLoop(ctx, svc)
-		}()
+		startLoop(t, func(ctx context.Context) { a.probeLoop(ctx, svc) })
 		synctest.Wait()
 		if !svc.healthy.Load() {
 			t.Fatal("healthy after a passing probe = false, want true")
@@ -204,8 +218,6 @@ func TestProbeTimeoutCounts(t *testing.T) {
 		if svc.healthy.Load() {
 			t.Fatal("healthy once the probe timed out with threshold 1 = true, want false")
 		}
-		cancel()
-		<-done
 	})
 }
 
@@ -301,11 +313,7 @@ func TestLimiterWiring(t *testing.T) {
 		a := newAgent(t, cfg)
 		a.services[0].transport = &fakeBackend{statuses: []int{503}}
 		drainSignal(a.limitChange)
-		resp, err := a.Forward(t.Context(), "0", httptest.NewRequest("GET", "/", nil))
-		if err != nil {
-			t.Fatalf("Forward() error = %v", err)
-		}
-		resp.Body.Close()
+		forward(t, a)
 		if got := a.announcement().Services[0].MaxConcurrent; got != 10 {
 			t.Errorf("announced MaxConcurrent after a 503 = %d, want 10 (20 × 0.5)", got)
 		}
@@ -320,12 +328,7 @@ func TestLimiterWiring(t *testing.T) {
 func TestNudgeLoopSpacesAnnouncements(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newAgent(t, clientConfig("http://backend.test"))
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			a.nudgeLoop(ctx)
-		}()
+		startLoop(t, a.nudgeLoop)
 		a.signalHealth()
 		synctest.Wait()
 		if len(a.healthChange) != 0 {
@@ -342,8 +345,6 @@ func TestNudgeLoopSpacesAnnouncements(t *testing.T) {
 		if len(a.limitChange) != 0 {
 			t.Fatal("limit change still pending after the gap, want taken")
 		}
-		cancel()
-		<-done
 	})
 }
 
@@ -364,17 +365,9 @@ func TestIdleRetirement(t *testing.T) {
 		if len(stopped) != 0 {
 			t.Fatal("client that served nothing retired, want it kept")
 		}
-		forward := func() {
-			t.Helper()
-			resp, err := a.Forward(t.Context(), "0", httptest.NewRequest("GET", "/", nil))
-			if err != nil {
-				t.Fatalf("Forward() error = %v", err)
-			}
-			resp.Body.Close()
-		}
-		forward()
+		forward(t, a)
 		time.Sleep(30 * time.Second)
-		forward() // the idle minute starts again here
+		forward(t, a) // the idle minute starts again here
 		time.Sleep(59 * time.Second)
 		synctest.Wait()
 		if len(stopped) != 0 {
@@ -448,11 +441,7 @@ func TestRunRetiresWhenIdle(t *testing.T) {
 		cfg.IdleTimeout = 2 * time.Minute
 		a := newAgent(t, cfg)
 		a.services[0].transport = &fakeBackend{statuses: []int{200}}
-		resp, err := a.Forward(t.Context(), "0", httptest.NewRequest("GET", "/", nil))
-		if err != nil {
-			t.Fatalf("Forward() error = %v", err)
-		}
-		resp.Body.Close()
+		forward(t, a)
 		start := time.Now()
 		if err := a.Run(t.Context()); !errors.Is(err, ErrIdle) {
 			t.Fatalf("Run() = %v, want ErrIdle", err)

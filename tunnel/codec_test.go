@@ -65,6 +65,17 @@ func writeRequest(bw *bufio.Writer, req *http.Request) error {
 	return bc.copy()
 }
 
+// checkHeaders fails unless got holds every field of want with the same
+// values; what names the header block in the failure.
+func checkHeaders(t testing.TB, what string, want, got http.Header) {
+	t.Helper()
+	for k, v := range want {
+		if diff := cmp.Diff(v, got[k]); diff != "" {
+			t.Errorf("%s %s (-want +got):\n%s", what, k, diff)
+		}
+	}
+}
+
 // onlyReader hides every method but Read, so that a body has no known
 // length.
 type onlyReader struct{ io.Reader }
@@ -178,19 +189,11 @@ func TestCodecRequest(t *testing.T) {
 			if _, ok := got.Header["Host"]; ok {
 				t.Errorf("Host read as a header field %q, want only the request's Host", got.Header["Host"])
 			}
-			for k, v := range tt.wantHdr {
-				if diff := cmp.Diff(v, got.Header[k]); diff != "" {
-					t.Errorf("header %s (-want +got):\n%s", k, diff)
-				}
-			}
+			checkHeaders(t, "header", tt.wantHdr, got.Header)
 			if len(tt.wantTrl) == 0 && len(got.Trailer) != 0 {
 				t.Errorf("trailer = %v, want none", got.Trailer)
 			}
-			for k, v := range tt.wantTrl {
-				if diff := cmp.Diff(v, got.Trailer[k]); diff != "" {
-					t.Errorf("trailer %s (-want +got):\n%s", k, diff)
-				}
-			}
+			checkHeaders(t, "trailer", tt.wantTrl, got.Trailer)
 		})
 	}
 }
@@ -312,21 +315,13 @@ func TestCodecResponse(t *testing.T) {
 			if body != tt.wantBody {
 				t.Errorf("body = %q, want %q", body, tt.wantBody)
 			}
-			for k, v := range tt.wantHdr {
-				if diff := cmp.Diff(v, got.Header[k]); diff != "" {
-					t.Errorf("header %s (-want +got):\n%s", k, diff)
-				}
-			}
+			checkHeaders(t, "header", tt.wantHdr, got.Header)
 			for _, k := range tt.noHdr {
 				if v, ok := got.Header[k]; ok {
 					t.Errorf("header %s = %q arrived, want it dropped", k, v)
 				}
 			}
-			for k, v := range tt.wantTrl {
-				if diff := cmp.Diff(v, got.Trailer[k]); diff != "" {
-					t.Errorf("trailer %s (-want +got):\n%s", k, diff)
-				}
-			}
+			checkHeaders(t, "trailer", tt.wantTrl, got.Trailer)
 		})
 	}
 }
