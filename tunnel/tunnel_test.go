@@ -409,14 +409,16 @@ func TestUnavailableTokenCheckAnswers503(t *testing.T) {
 }
 
 func TestExpiredTokenEndsSessionAtHeartbeat(t *testing.T) {
-	expires := time.Now().Add(300 * time.Millisecond)
+	// Heartbeats every 500 ms: under a loaded machine a tighter schedule let
+	// the client give up on a late ack before it read the goaway.
+	expires := time.Now().Add(time.Second)
 	auth := funcAuth(func(token string) (Identity, error) {
 		return Identity{TokenID: "tok_1", Name: "short", ExpiresAt: expires}, nil
 	})
 	disconnected := make(chan error, 4)
 	p := startPair(t, "pipe", newHandlerForwarder(t, echoHandler()), func(s *ServerConfig, c *ClientConfig) {
 		s.Auth = auth
-		s.DownThreshold = 300 * time.Millisecond // heartbeat every 100 ms
+		s.DownThreshold = 1500 * time.Millisecond
 		c.OnDisconnect = func(err error) { disconnected <- err }
 	})
 	select {
