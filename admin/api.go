@@ -13,17 +13,17 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // Prefix is the path under which Handler serves the API. The handler routes
 // on the full request path: mount it at Prefix+"/" and do not strip the
 // prefix.
-const Prefix = apiclient.Prefix
+const Prefix = wire.Prefix
 
 // MaxBodyBytes is the largest request body the API reads, in bytes. A larger
 // body is answered 413.
@@ -76,10 +76,10 @@ type ClientLister interface {
 
 // ClientInfo is one connected client as GET /clients shows it: one entry per
 // client connection and service.
-type ClientInfo = apiclient.ClientInfo
+type ClientInfo = wire.ClientInfo
 
 // Concurrency is a service's concurrency limiter in GET /clients.
-type Concurrency = apiclient.Concurrency
+type Concurrency = wire.Concurrency
 
 // Scaling is the autoscaler as the API needs it: the subset of
 // *autoscale.Controller that GET /scaling and DELETE /scaling/{id} call.

@@ -10,26 +10,26 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // The roles of admin keys, as the API and the store spell them. Each role
 // may do what the roles before it may.
-// They are declared in apiclient, for the API's Go client.
+// They are declared in wire, which the API's Go client shares.
 const (
 	// RoleViewer reads every listing of its organization.
-	RoleViewer = apiclient.RoleViewer
+	RoleViewer = wire.RoleViewer
 	// RoleOperator also turns maintenance on and off and disarms scaling
 	// records.
-	RoleOperator = apiclient.RoleOperator
+	RoleOperator = wire.RoleOperator
 	// RoleAdmin also mints and revokes tokens and creates and deletes
 	// admin keys.
-	RoleAdmin = apiclient.RoleAdmin
+	RoleAdmin = wire.RoleAdmin
 )
 
 // Roles returns the roles of admin keys, least privileged first.
-func Roles() []string { return apiclient.Roles() }
+func Roles() []string { return wire.Roles() }
 
 // role ranks what a caller may do; a caller may call a route whose minimum
 // role is at most its own.

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/admin/apiclient"
 )
 
 // TestClient drives every method of Client against a real server.
 func TestClient(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	master := &admin.Client{URL: f.url, Key: masterToken}
+	master := &apiclient.Client{URL: f.url, Key: masterToken}
 
 	org, err := master.CreateOrg(ctx, "acme")
 	if err != nil || org.Name != "acme" {
@@ -32,11 +33,11 @@ func TestClient(t *testing.T) {
 		t.Fatalf("SetOrgHostnames = %+v, %v", owned, err)
 	}
 	// A key given as a ws:// URL with a trailing slash still reaches the API.
-	if got, err := (&admin.Client{URL: f.url, Key: k.Secret}).OrgHostnames(ctx, org.ID); err != nil || !slices.Equal(got.Patterns, owned.Patterns) {
+	if got, err := (&apiclient.Client{URL: f.url, Key: k.Secret}).OrgHostnames(ctx, org.ID); err != nil || !slices.Equal(got.Patterns, owned.Patterns) {
 		t.Errorf("OrgHostnames = %+v, %v, want %v", got, err, owned.Patterns)
 	}
 
-	c := &admin.Client{URL: strings.Replace(f.url, "http://", "ws://", 1) + "/", Key: k.Secret}
+	c := &apiclient.Client{URL: strings.Replace(f.url, "http://", "ws://", 1) + "/", Key: k.Secret}
 
 	expires := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	tok, err := c.CreateToken(ctx, admin.CreateTokenRequest{
@@ -97,34 +98,34 @@ func TestClientErrors(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name    string
-		c       *admin.Client
-		call    func(*admin.Client) error
+		c       *apiclient.Client
+		call    func(*apiclient.Client) error
 		status  int // 0: not a ResponseError
 		message string
 	}{
-		{"wrong key", &admin.Client{URL: f.url, Key: "apk_x"},
-			func(c *admin.Client) error { _, err := c.Tokens(ctx); return err },
+		{"wrong key", &apiclient.Client{URL: f.url, Key: "apk_x"},
+			func(c *apiclient.Client) error { _, err := c.Tokens(ctx); return err },
 			401, "missing or invalid credentials"},
-		{"bad input", &admin.Client{URL: f.url, Key: masterToken},
-			func(c *admin.Client) error {
+		{"bad input", &apiclient.Client{URL: f.url, Key: masterToken},
+			func(c *apiclient.Client) error {
 				_, err := c.CreateToken(ctx, admin.CreateTokenRequest{Name: "x", Hostnames: []string{"bad host"}})
 				return err
 			},
 			400, `hostnames[0]: invalid hostname "bad host"`},
-		{"not found", &admin.Client{URL: f.url, Key: masterToken},
-			func(c *admin.Client) error { return c.DeleteKey(ctx, "key_nope") },
+		{"not found", &apiclient.Client{URL: f.url, Key: masterToken},
+			func(c *apiclient.Client) error { return c.DeleteKey(ctx, "key_nope") },
 			404, `admin key "key_nope" not found`},
-		{"no URL", &admin.Client{Key: masterToken},
-			func(c *admin.Client) error { _, err := c.Orgs(ctx); return err },
+		{"no URL", &apiclient.Client{Key: masterToken},
+			func(c *apiclient.Client) error { _, err := c.Orgs(ctx); return err },
 			0, "admin: no server URL"},
-		{"bad scheme", &admin.Client{URL: "ftp://x", Key: masterToken},
-			func(c *admin.Client) error { _, err := c.Orgs(ctx); return err },
+		{"bad scheme", &apiclient.Client{URL: "ftp://x", Key: masterToken},
+			func(c *apiclient.Client) error { _, err := c.Orgs(ctx); return err },
 			0, "scheme must be http, https, ws or wss"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call(tt.c)
-			var re *admin.ResponseError
+			var re *apiclient.ResponseError
 			switch {
 			case err == nil:
 				t.Fatalf("call = nil error, want %q", tt.message)
@@ -146,9 +147,9 @@ func TestClientErrors(t *testing.T) {
 func TestResponseErrorWithoutJSON(t *testing.T) {
 	f := newFixture(t)
 	// Outside the API the server's mux answers in plain text.
-	c := &admin.Client{URL: f.url + "/elsewhere", Key: masterToken}
+	c := &apiclient.Client{URL: f.url + "/elsewhere", Key: masterToken}
 	_, err := c.Orgs(context.Background())
-	var re *admin.ResponseError
+	var re *apiclient.ResponseError
 	if !errors.As(err, &re) || re.StatusCode != http.StatusNotFound || re.Message != "404 page not found" {
 		t.Fatalf("Orgs at a wrong base = %v, want 404 with the plain-text body", err)
 	}
@@ -165,7 +166,7 @@ func TestClientScaling(t *testing.T) {
 	unmeasured := scalingView("scl_2", org, "cold.example.com", 1)
 	unmeasured.Capacity, unmeasured.LastCallAt = 0, nil
 	f.scaling.set(scalingView("scl_1", org, "app.example.com", 0), unmeasured)
-	c := &admin.Client{URL: f.url, Key: k.Secret}
+	c := &apiclient.Client{URL: f.url, Key: k.Secret}
 
 	recs, err := c.Scaling(ctx)
 	if err != nil || len(recs) != 2 || recs[0].ID != "scl_2" || recs[1].ID != "scl_1" {
@@ -192,7 +193,7 @@ func TestClientScaling(t *testing.T) {
 	if got := f.scaling.disarmCalls(); len(got) != 1 || got[0] != org+"/scl_1" {
 		t.Errorf("Disarm calls = %q, want %s/scl_1", got, org)
 	}
-	var re *admin.ResponseError
+	var re *apiclient.ResponseError
 	if err := c.DisarmScaling(ctx, "scl_1"); !errors.As(err, &re) || re.StatusCode != http.StatusNotFound {
 		t.Errorf("second DisarmScaling(scl_1) = %v, want a 404 ResponseError", err)
 	}

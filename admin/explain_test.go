@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/router"
 )
 
@@ -116,7 +117,7 @@ func TestExplainRedactsOtherOrgs(t *testing.T) {
 // the explanation.
 func TestClientExplain(t *testing.T) {
 	f, keyA, _ := explainFixture(t)
-	c := &admin.Client{URL: f.url, Key: keyA.Secret}
+	c := &apiclient.Client{URL: f.url, Key: keyA.Secret}
 	ex, err := c.Explain(t.Context(), "web.a.example.com", "/some/path", "203.0.113.7")
 	if err != nil {
 		t.Fatalf("Explain() = %v", err)
@@ -124,11 +125,11 @@ func TestClientExplain(t *testing.T) {
 	if ex.Host != "web.a.example.com" || ex.Path != "/some/path" || ex.IP != "203.0.113.7" || ex.Status != http.StatusServiceUnavailable {
 		t.Errorf("Explain() = %+v, want web.a.example.com/some/path from 203.0.113.7, 503", ex)
 	}
-	var re *admin.ResponseError
+	var re *apiclient.ResponseError
 	if _, err := c.Explain(t.Context(), "cold.example.com", "", ""); err != nil {
 		t.Errorf("Explain(own armed bind) = %v", err)
 	}
-	b := &admin.Client{URL: f.url, Key: masterToken}
+	b := &apiclient.Client{URL: f.url, Key: masterToken}
 	if _, err := b.Explain(t.Context(), "bad host", "", ""); !errors.As(err, &re) || re.StatusCode != http.StatusBadRequest {
 		t.Errorf("Explain(bad host) = %v, want a 400 ResponseError", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // webhookSecret is the secret of the fixtures' signed webhooks; it must
@@ -189,7 +190,7 @@ func TestWebhookRolesAndOrgs(t *testing.T) {
 func TestClientWebhooks(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	c := &admin.Client{URL: f.url, Key: masterToken}
+	c := &apiclient.Client{URL: f.url, Key: masterToken}
 	w, err := c.CreateWebhook(ctx, admin.CreateWebhookRequest{URL: "https://hooks.example.com/", Events: []string{"scaling_disarmed"}, Secret: "k"})
 	if err != nil || !w.Authenticated || !slices.Equal(w.Events, []string{"scaling_disarmed"}) {
 		t.Fatalf("CreateWebhook = %+v, %v", w, err)
@@ -202,11 +203,11 @@ func TestClientWebhooks(t *testing.T) {
 		t.Errorf("DeleteWebhook: %v", err)
 	}
 	err = c.DeleteWebhook(ctx, w.ID)
-	if re, ok := errors.AsType[*admin.ResponseError](err); !ok || re.StatusCode != http.StatusNotFound {
+	if re, ok := errors.AsType[*apiclient.ResponseError](err); !ok || re.StatusCode != http.StatusNotFound {
 		t.Errorf("DeleteWebhook(again) = %v, want a 404 ResponseError", err)
 	}
 	_, err = c.CreateWebhook(ctx, admin.CreateWebhookRequest{URL: "https://hooks.example.com/"})
-	if re, ok := errors.AsType[*admin.ResponseError](err); !ok || re.StatusCode != http.StatusBadRequest {
+	if re, ok := errors.AsType[*apiclient.ResponseError](err); !ok || re.StatusCode != http.StatusBadRequest {
 		t.Errorf("CreateWebhook(no events) = %v, want a 400 ResponseError", err)
 	}
 }
@@ -215,7 +216,7 @@ func TestClientWebhooks(t *testing.T) {
 // (aperio-client api webhooks create --events, which must not link
 // autoscale) equal to the events the server accepts and delivers.
 func TestWebhookEventsMatchAutoscale(t *testing.T) {
-	if got, want := apiclient.WebhookEvents(), autoscale.EventTypes(); !slices.Equal(got, want) {
-		t.Errorf("apiclient.WebhookEvents() = %q, want autoscale.EventTypes() %q", got, want)
+	if got, want := wire.WebhookEvents(), autoscale.EventTypes(); !slices.Equal(got, want) {
+		t.Errorf("wire.WebhookEvents() = %q, want autoscale.EventTypes() %q", got, want)
 	}
 }

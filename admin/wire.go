@@ -4,58 +4,54 @@ import (
 	"encoding/hex"
 	"time"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
-// The API's wire types are declared in apiclient, so that its Go client
-// does not link the server; these aliases keep their admin names.
+// The API's wire types are declared in wire, which the API's Go client
+// shares without linking the server; these aliases keep their admin names.
 type (
 	// Org is an organization as the API shows it.
-	Org = apiclient.Org
+	Org = wire.Org
 	// CreateOrgRequest is the body of POST /orgs.
-	CreateOrgRequest = apiclient.CreateOrgRequest
+	CreateOrgRequest = wire.CreateOrgRequest
 	// OrgHostnames is the answer to GET and PUT /orgs/{id}/hostnames.
-	OrgHostnames = apiclient.OrgHostnames
+	OrgHostnames = wire.OrgHostnames
 	// SetOrgHostnamesRequest is the body of PUT /orgs/{id}/hostnames.
-	SetOrgHostnamesRequest = apiclient.SetOrgHostnamesRequest
+	SetOrgHostnamesRequest = wire.SetOrgHostnamesRequest
 	// Key is an admin key as listings show it: never its secret or hash.
-	Key = apiclient.Key
+	Key = wire.Key
 	// MintedKey is the answer to POST /admin-keys.
-	MintedKey = apiclient.MintedKey
+	MintedKey = wire.MintedKey
 	// CreateKeyRequest is the body of POST /admin-keys.
-	CreateKeyRequest = apiclient.CreateKeyRequest
+	CreateKeyRequest = wire.CreateKeyRequest
 	// Token is a client token as listings show it: never its secret or hash.
-	Token = apiclient.Token
+	Token = wire.Token
 	// MintedToken is the answer to POST /tokens.
-	MintedToken = apiclient.MintedToken
+	MintedToken = wire.MintedToken
 	// CreateTokenRequest is the body of POST /tokens.
-	CreateTokenRequest = apiclient.CreateTokenRequest
+	CreateTokenRequest = wire.CreateTokenRequest
 	// Maintenance is a hostname in maintenance mode.
-	Maintenance = apiclient.Maintenance
+	Maintenance = wire.Maintenance
 	// MaintenanceRequest is the optional body of PUT
 	// /maintenance/{hostname}.
-	MaintenanceRequest = apiclient.MaintenanceRequest
+	MaintenanceRequest = wire.MaintenanceRequest
 	// ScalingRecord is a scaling record as GET /scaling shows it: how
 	// autoscale.View encodes.
-	ScalingRecord = apiclient.ScalingRecord
+	ScalingRecord = wire.ScalingRecord
 	// Webhook is a webhook subscription as the API shows it.
-	Webhook = apiclient.Webhook
+	Webhook = wire.Webhook
 	// CreateWebhookRequest is the body of POST /webhooks.
-	CreateWebhookRequest = apiclient.CreateWebhookRequest
+	CreateWebhookRequest = wire.CreateWebhookRequest
 	// AuditEntry is one line of the audit log.
-	AuditEntry = apiclient.AuditEntry
-	// Client calls the admin API of one server: see apiclient.Client.
-	Client = apiclient.Client
-	// ResponseError is an answer of the API other than success.
-	ResponseError = apiclient.ResponseError
+	AuditEntry = wire.AuditEntry
 )
 
 // The statuses of a token.
 const (
-	TokenActive  = apiclient.TokenActive
-	TokenRevoked = apiclient.TokenRevoked
-	TokenExpired = apiclient.TokenExpired
+	TokenActive  = wire.TokenActive
+	TokenRevoked = wire.TokenRevoked
+	TokenExpired = wire.TokenExpired
 )
 
 func orgOf(o store.Org) Org {

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // View is one record as the API shows it: the declaration, the breaker,
@@ -100,7 +100,7 @@ func (c *Controller) forgetRecord(id string) {
 	}
 }
 
-// MarshalJSON encodes v as the API's scaling record, apiclient.ScalingRecord:
+// MarshalJSON encodes v as the API's scaling record, wire.ScalingRecord:
 // the contract's snake_case keys, durations in Go syntax ("45s"),
 // utilization null when the pool has no measurable capacity, and
 // "authenticated" in place of the secret.
@@ -109,7 +109,7 @@ func (v View) MarshalJSON() ([]byte, error) {
 	if v.Capacity > 0 {
 		util = &v.Utilization
 	}
-	return json.Marshal(apiclient.ScalingRecord{
+	return json.Marshal(wire.ScalingRecord{
 		ID: v.ID, Hostname: v.Hostname, Path: v.Path, OrgID: v.OrgID,
 		URL: v.URL, Authenticated: v.Authenticated, Min: v.Min, Max: v.Max,
 		ColdStart: v.ColdStart.String(), TargetUtilization: v.TargetUtilization,

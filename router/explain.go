@@ -10,47 +10,46 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // Explain step names, in the order a request meets them; see
-// apiclient.Explanation, the wire form of the answer.
+// wire.Explanation, the wire form of the answer.
 const (
-	StepReserved    = apiclient.StepReserved
-	StepIPLimit     = apiclient.StepIPLimit
-	StepMaintenance = apiclient.StepMaintenance
-	StepRoute       = apiclient.StepRoute
-	StepAllowedIPs  = apiclient.StepAllowedIPs
-	StepPool        = apiclient.StepPool
-	StepColdStart   = apiclient.StepColdStart
-	StepPermit      = apiclient.StepPermit
-	StepGlobal      = apiclient.StepGlobal
-	StepFallback    = apiclient.StepFallback
+	StepReserved    = wire.StepReserved
+	StepIPLimit     = wire.StepIPLimit
+	StepMaintenance = wire.StepMaintenance
+	StepRoute       = wire.StepRoute
+	StepAllowedIPs  = wire.StepAllowedIPs
+	StepPool        = wire.StepPool
+	StepColdStart   = wire.StepColdStart
+	StepPermit      = wire.StepPermit
+	StepGlobal      = wire.StepGlobal
+	StepFallback    = wire.StepFallback
 )
 
-// Explain step outcomes, as apiclient documents them.
+// Explain step outcomes, as wire documents them.
 const (
-	OutcomePass = apiclient.OutcomePass
-	OutcomeStop = apiclient.OutcomeStop
-	OutcomeWait = apiclient.OutcomeWait
-	OutcomeSkip = apiclient.OutcomeSkip
-	OutcomeInfo = apiclient.OutcomeInfo
+	OutcomePass = wire.OutcomePass
+	OutcomeStop = wire.OutcomeStop
+	OutcomeWait = wire.OutcomeWait
+	OutcomeSkip = wire.OutcomeSkip
+	OutcomeInfo = wire.OutcomeInfo
 )
 
 // Explanation is what Explain found: the steps a request would take, the
 // clients of its pool and the verdict. It is the admin API's wire type,
-// declared in apiclient so that the API's Go client need not link the
-// router.
-type Explanation = apiclient.Explanation
+// declared in wire so that the API's Go client need not link the router.
+type Explanation = wire.Explanation
 
 // ExplainStep is one check of the request path.
-type ExplainStep = apiclient.ExplainStep
+type ExplainStep = wire.ExplainStep
 
 // ExplainClient is one service of one client in the explained bind, as the
 // router sees it now.
-type ExplainClient = apiclient.ExplainClient
+type ExplainClient = wire.ExplainClient
 
 // explanation is an Explanation being built: the builder methods cannot be
 // declared on the alias of another package's type.

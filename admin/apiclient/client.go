@@ -11,11 +11,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-)
 
-// Prefix is the path under which the server serves the API, relative to
-// its base URL.
-const Prefix = "/aperio/api"
+	"github.com/aperio-dev/aperio/wire"
+)
 
 // maxResponseBytes bounds the response bodies Client reads.
 const maxResponseBytes = 32 << 20
@@ -26,7 +24,7 @@ const maxResponseBytes = 32 << 20
 // after the API they come from.
 type Client struct {
 	// URL is the server's base URL, as in server.url
-	// (https://tunnel.example.com); Client appends Prefix. ws:// and wss://
+	// (https://tunnel.example.com); Client appends wire.Prefix. ws:// and wss://
 	// stand for http:// and https://.
 	URL string
 	// Key is the bearer credential: an apk_ admin key or the master token.
@@ -50,26 +48,26 @@ func (e *ResponseError) Error() string {
 }
 
 // Orgs calls GET /orgs.
-func (c *Client) Orgs(ctx context.Context) ([]Org, error) {
-	var out []Org
+func (c *Client) Orgs(ctx context.Context) ([]wire.Org, error) {
+	var out []wire.Org
 	return out, c.Do(ctx, http.MethodGet, "/orgs", nil, &out)
 }
 
 // CreateOrg calls POST /orgs.
-func (c *Client) CreateOrg(ctx context.Context, name string) (Org, error) {
-	var out Org
-	return out, c.Do(ctx, http.MethodPost, "/orgs", CreateOrgRequest{Name: name}, &out)
+func (c *Client) CreateOrg(ctx context.Context, name string) (wire.Org, error) {
+	var out wire.Org
+	return out, c.Do(ctx, http.MethodPost, "/orgs", wire.CreateOrgRequest{Name: name}, &out)
 }
 
 // Keys calls GET /admin-keys.
-func (c *Client) Keys(ctx context.Context) ([]Key, error) {
-	var out []Key
+func (c *Client) Keys(ctx context.Context) ([]wire.Key, error) {
+	var out []wire.Key
 	return out, c.Do(ctx, http.MethodGet, "/admin-keys", nil, &out)
 }
 
 // CreateKey calls POST /admin-keys.
-func (c *Client) CreateKey(ctx context.Context, req CreateKeyRequest) (MintedKey, error) {
-	var out MintedKey
+func (c *Client) CreateKey(ctx context.Context, req wire.CreateKeyRequest) (wire.MintedKey, error) {
+	var out wire.MintedKey
 	return out, c.Do(ctx, http.MethodPost, "/admin-keys", req, &out)
 }
 
@@ -79,32 +77,32 @@ func (c *Client) DeleteKey(ctx context.Context, id string) error {
 }
 
 // Tokens calls GET /tokens.
-func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
-	var out []Token
+func (c *Client) Tokens(ctx context.Context) ([]wire.Token, error) {
+	var out []wire.Token
 	return out, c.Do(ctx, http.MethodGet, "/tokens", nil, &out)
 }
 
 // CreateToken calls POST /tokens.
-func (c *Client) CreateToken(ctx context.Context, req CreateTokenRequest) (MintedToken, error) {
-	var out MintedToken
+func (c *Client) CreateToken(ctx context.Context, req wire.CreateTokenRequest) (wire.MintedToken, error) {
+	var out wire.MintedToken
 	return out, c.Do(ctx, http.MethodPost, "/tokens", req, &out)
 }
 
 // RevokeToken calls DELETE /tokens/{id} and returns the revoked token.
-func (c *Client) RevokeToken(ctx context.Context, id string) (Token, error) {
-	var out Token
+func (c *Client) RevokeToken(ctx context.Context, id string) (wire.Token, error) {
+	var out wire.Token
 	return out, c.Do(ctx, http.MethodDelete, "/tokens/"+url.PathEscape(id), nil, &out)
 }
 
 // Clients calls GET /clients.
-func (c *Client) Clients(ctx context.Context) ([]ClientInfo, error) {
-	var out []ClientInfo
+func (c *Client) Clients(ctx context.Context) ([]wire.ClientInfo, error) {
+	var out []wire.ClientInfo
 	return out, c.Do(ctx, http.MethodGet, "/clients", nil, &out)
 }
 
 // Scaling calls GET /scaling.
-func (c *Client) Scaling(ctx context.Context) ([]ScalingRecord, error) {
-	var out []ScalingRecord
+func (c *Client) Scaling(ctx context.Context) ([]wire.ScalingRecord, error) {
+	var out []wire.ScalingRecord
 	return out, c.Do(ctx, http.MethodGet, "/scaling", nil, &out)
 }
 
@@ -115,14 +113,14 @@ func (c *Client) DisarmScaling(ctx context.Context, id string) error {
 }
 
 // Webhooks calls GET /webhooks.
-func (c *Client) Webhooks(ctx context.Context) ([]Webhook, error) {
-	var out []Webhook
+func (c *Client) Webhooks(ctx context.Context) ([]wire.Webhook, error) {
+	var out []wire.Webhook
 	return out, c.Do(ctx, http.MethodGet, "/webhooks", nil, &out)
 }
 
 // CreateWebhook calls POST /webhooks.
-func (c *Client) CreateWebhook(ctx context.Context, req CreateWebhookRequest) (Webhook, error) {
-	var out Webhook
+func (c *Client) CreateWebhook(ctx context.Context, req wire.CreateWebhookRequest) (wire.Webhook, error) {
+	var out wire.Webhook
 	return out, c.Do(ctx, http.MethodPost, "/webhooks", req, &out)
 }
 
@@ -132,8 +130,8 @@ func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
 }
 
 // Maintenance calls GET /maintenance.
-func (c *Client) Maintenance(ctx context.Context) ([]Maintenance, error) {
-	var out []Maintenance
+func (c *Client) Maintenance(ctx context.Context) ([]wire.Maintenance, error) {
+	var out []wire.Maintenance
 	return out, c.Do(ctx, http.MethodGet, "/maintenance", nil, &out)
 }
 
@@ -142,7 +140,7 @@ func (c *Client) Maintenance(ctx context.Context) ([]Maintenance, error) {
 func (c *Client) SetMaintenance(ctx context.Context, hostname, orgID string) error {
 	var in any
 	if orgID != "" {
-		in = MaintenanceRequest{OrgID: orgID}
+		in = wire.MaintenanceRequest{OrgID: orgID}
 	}
 	return c.Do(ctx, http.MethodPut, "/maintenance/"+url.PathEscape(hostname), in, nil)
 }
@@ -153,16 +151,16 @@ func (c *Client) ClearMaintenance(ctx context.Context, hostname string) error {
 }
 
 // OrgHostnames calls GET /orgs/{id}/hostnames.
-func (c *Client) OrgHostnames(ctx context.Context, orgID string) (OrgHostnames, error) {
-	var out OrgHostnames
+func (c *Client) OrgHostnames(ctx context.Context, orgID string) (wire.OrgHostnames, error) {
+	var out wire.OrgHostnames
 	return out, c.Do(ctx, http.MethodGet, "/orgs/"+url.PathEscape(orgID)+"/hostnames", nil, &out)
 }
 
 // SetOrgHostnames calls PUT /orgs/{id}/hostnames (the master token only),
 // replacing the organization's patterns.
-func (c *Client) SetOrgHostnames(ctx context.Context, orgID string, patterns []string) (OrgHostnames, error) {
-	var out OrgHostnames
-	in := SetOrgHostnamesRequest{Patterns: patterns}
+func (c *Client) SetOrgHostnames(ctx context.Context, orgID string, patterns []string) (wire.OrgHostnames, error) {
+	var out wire.OrgHostnames
+	in := wire.SetOrgHostnamesRequest{Patterns: patterns}
 	if in.Patterns == nil {
 		in.Patterns = []string{}
 	}
@@ -170,18 +168,18 @@ func (c *Client) SetOrgHostnames(ctx context.Context, orgID string, patterns []s
 }
 
 // Audit calls GET /audit. limit 0 means the server's default.
-func (c *Client) Audit(ctx context.Context, limit int) ([]AuditEntry, error) {
+func (c *Client) Audit(ctx context.Context, limit int) ([]wire.AuditEntry, error) {
 	path := "/audit"
 	if limit != 0 {
 		path += "?limit=" + strconv.Itoa(limit)
 	}
-	var out []AuditEntry
+	var out []wire.AuditEntry
 	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
 }
 
 // Explain calls GET /explain for a request for host and path from ip ("":
 // none given; then the per-visitor checks are skipped).
-func (c *Client) Explain(ctx context.Context, host, path, ip string) (Explanation, error) {
+func (c *Client) Explain(ctx context.Context, host, path, ip string) (wire.Explanation, error) {
 	q := url.Values{"host": {host}}
 	if path != "" {
 		q.Set("path", path)
@@ -189,11 +187,11 @@ func (c *Client) Explain(ctx context.Context, host, path, ip string) (Explanatio
 	if ip != "" {
 		q.Set("ip", ip)
 	}
-	var out Explanation
+	var out wire.Explanation
 	return out, c.Do(ctx, http.MethodGet, "/explain?"+q.Encode(), nil, &out)
 }
 
-// Do sends one request to path (relative to Prefix, with its query) with
+// Do sends one request to path (relative to wire.Prefix, with its query) with
 // in as the JSON body (nil for none) and decodes the JSON answer into out
 // (nil to discard it). An answer other than 2xx is a *ResponseError.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
@@ -262,7 +260,7 @@ func (c *Client) base() (string, error) {
 		return "", fmt.Errorf("admin: server URL %q: scheme must be http, https, ws or wss", c.URL)
 	}
 	u.RawQuery, u.Fragment = "", ""
-	return strings.TrimSuffix(u.String(), "/") + Prefix, nil
+	return strings.TrimSuffix(u.String(), "/") + wire.Prefix, nil
 }
 
 // errorBody is the body of the API's error answers.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/admin/apiclient"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // request is what the fake API saw of one call.
@@ -35,7 +36,7 @@ func fakeAPI(t testing.TB, status int, body string) (*httptest.Server, <-chan re
 }
 
 // TestClientRequests pins what each method sends, with no server behind:
-// the route under Prefix, IDs and hostnames escaped into one path segment,
+// the route under wire.Prefix, IDs and hostnames escaped into one path segment,
 // the query, the credential and the JSON body.
 func TestClientRequests(t *testing.T) {
 	ctx := context.Background()
@@ -106,7 +107,7 @@ func TestClientAnswers(t *testing.T) {
 	t.Run("answer decoded", func(t *testing.T) {
 		srv, _ := fakeAPI(t, http.StatusOK, `{"host":"a.example.com","steps":[{"name":"route","outcome":"stop"}],"status":502}`)
 		ex, err := (&apiclient.Client{URL: srv.URL}).Explain(ctx, "a.example.com", "", "")
-		if err != nil || ex.Status != 502 || len(ex.Steps) != 1 || ex.Steps[0].Name != apiclient.StepRoute || ex.Steps[0].Outcome != apiclient.OutcomeStop {
+		if err != nil || ex.Status != 502 || len(ex.Steps) != 1 || ex.Steps[0].Name != wire.StepRoute || ex.Steps[0].Outcome != wire.OutcomeStop {
 			t.Fatalf("Explain = %+v, %v, want the route step stopping with 502", ex, err)
 		}
 	})

@@ -1,10 +1,10 @@
 // Package apiclient owns the Go side of the admin API as a caller sees it:
-// Client, one method per route under /aperio/api, and the wire types its
-// requests and answers are made of (organizations, keys, tokens, clients,
-// scaling records, webhooks, maintenance, audit entries, explanations).
+// Client, one method per route under /aperio/api, and ResponseError for its
+// failures. The requests and answers it sends and decodes are the types of
+// package wire.
 //
-// It imports only the standard library, so that aperio-client, which is
-// built on it, does not link the server: package admin serves these types
-// (it aliases them), and router builds Explanation. Keep it that way; a test
+// It imports only the standard library and wire, so that aperio-client,
+// which is built on it, does not link the server. Keep it that way; a test
 // in cmd/aperio-client fails if the client links a server package again.
+// Only the CLI imports it: the server's packages use wire directly.
 package apiclient

@@ -20,6 +20,7 @@ import (
 	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/exitcode"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // apiCLI is what every `aperio-client api` command shares: its flags and
@@ -99,7 +100,7 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 	cmd := group("tokens", "Mint, list and revoke client tokens")
 
 	var (
-		req                  apiclient.CreateTokenRequest
+		req                  wire.CreateTokenRequest
 		expiresIn, expiresAt string
 	)
 	create := &cobra.Command{
@@ -122,9 +123,9 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 				}
 				req.ExpiresAt = &t
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.MintedToken, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.MintedToken, error) {
 				return c.CreateToken(ctx, req)
-			}, func(w io.Writer, t apiclient.MintedToken) {
+			}, func(w io.Writer, t wire.MintedToken) {
 				fmt.Fprintln(a.stderr, "The token is shown once: store it now.")
 				tokenFields(w, t.Token)
 				fmt.Fprintf(w, "token\t%s\n", t.Secret)
@@ -154,9 +155,9 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 		Short: "Revoke a client token",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.Token, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Token, error) {
 				return c.RevokeToken(ctx, args[0])
-			}, func(w io.Writer, t apiclient.Token) { tokensTable(w, []apiclient.Token{t}) })
+			}, func(w io.Writer, t wire.Token) { tokensTable(w, []wire.Token{t}) })
 		},
 	}
 	cmd.AddCommand(create, list, revoke)
@@ -166,18 +167,18 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 func (a *apiCLI) adminKeysCommand() *cobra.Command {
 	cmd := group("admin-keys", "Create, list and delete admin keys")
 
-	var req apiclient.CreateKeyRequest
+	var req wire.CreateKeyRequest
 	create := &cobra.Command{
 		Use:   "create --name NAME --role viewer|operator|admin",
 		Short: "Create an admin key; its secret is shown once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !slices.Contains(apiclient.Roles(), req.Role) {
-				return fmt.Errorf("--role %q is not one of %s", req.Role, strings.Join(apiclient.Roles(), ", "))
+			if !slices.Contains(wire.Roles(), req.Role) {
+				return fmt.Errorf("--role %q is not one of %s", req.Role, strings.Join(wire.Roles(), ", "))
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.MintedKey, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.MintedKey, error) {
 				return c.CreateKey(ctx, req)
-			}, func(w io.Writer, k apiclient.MintedKey) {
+			}, func(w io.Writer, k wire.MintedKey) {
 				fmt.Fprintln(a.stderr, "The key is shown once: store it now.")
 				keyFields(w, k.Key)
 				fmt.Fprintf(w, "key\t%s\n", k.Secret)
@@ -215,20 +216,20 @@ func (a *apiCLI) adminKeysCommand() *cobra.Command {
 func (a *apiCLI) webhooksCommand() *cobra.Command {
 	cmd := group("webhooks", "Subscribe URLs to server events, list and delete subscriptions")
 
-	var req apiclient.CreateWebhookRequest
+	var req wire.CreateWebhookRequest
 	create := &cobra.Command{
 		Use:   "create --url URL --events EVENT[,EVENT…] [--secret SECRET]",
-		Short: "Subscribe a URL to events: " + strings.Join(apiclient.WebhookEvents(), ", "),
+		Short: "Subscribe a URL to events: " + strings.Join(wire.WebhookEvents(), ", "),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.Webhook, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Webhook, error) {
 				return c.CreateWebhook(ctx, req)
-			}, func(w io.Writer, wh apiclient.Webhook) { webhooksTable(w, []apiclient.Webhook{wh}) })
+			}, func(w io.Writer, wh wire.Webhook) { webhooksTable(w, []wire.Webhook{wh}) })
 		},
 	}
 	f := create.Flags()
 	f.StringVar(&req.URL, "url", "", "URL receiving the deliveries (https unless the server allows http)")
-	f.StringSliceVar(&req.Events, "events", nil, "events to deliver, comma-separated or repeated: "+strings.Join(apiclient.WebhookEvents(), ", "))
+	f.StringSliceVar(&req.Events, "events", nil, "events to deliver, comma-separated or repeated: "+strings.Join(wire.WebhookEvents(), ", "))
 	f.StringVar(&req.Secret, "secret", "", "key of the X-Aperio-Signature HMAC (default: deliveries unsigned)")
 	f.StringVar(&req.OrgID, "org-id", "", "organization whose events are delivered (master token only; default: default)")
 	mustRequire(create, "url", "events")
@@ -298,7 +299,7 @@ func (a *apiCLI) auditCommand() *cobra.Command {
 		Short: "Show the audit log, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]apiclient.AuditEntry, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]wire.AuditEntry, error) {
 				return c.Audit(ctx, limit)
 			}, auditTable)
 		},
@@ -322,7 +323,7 @@ func (a *apiCLI) explainCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "aperio-client:", err)
 				return exitcode.ErrUsage
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.Explanation, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Explanation, error) {
 				return c.Explain(ctx, host, path, ip)
 			}, explainTable)
 		},
@@ -357,9 +358,9 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 		Short: "Create an organization (master token only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.Org, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Org, error) {
 				return c.CreateOrg(ctx, name)
-			}, func(w io.Writer, o apiclient.Org) { orgsTable(w, []apiclient.Org{o}) })
+			}, func(w io.Writer, o wire.Org) { orgsTable(w, []wire.Org{o}) })
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "name of the organization, unique")
@@ -386,7 +387,7 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "aperio-client: --clear takes no patterns")
 				return exitcode.ErrUsage
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apiclient.OrgHostnames, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.OrgHostnames, error) {
 				if len(patterns) == 0 && !clear {
 					return c.OrgHostnames(ctx, orgID)
 				}
@@ -491,7 +492,7 @@ func mustRequire(cmd *cobra.Command, names ...string) {
 	}
 }
 
-func clientsTable(w io.Writer, cs []apiclient.ClientInfo) {
+func clientsTable(w io.Writer, cs []wire.ClientInfo) {
 	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tLIMIT\tHEALTHY\tDRAINING\tCONNECTED\tREMOTE")
 	for _, c := range cs {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
@@ -500,7 +501,7 @@ func clientsTable(w io.Writer, cs []apiclient.ClientInfo) {
 	}
 }
 
-func scalingTable(w io.Writer, rs []apiclient.ScalingRecord) {
+func scalingTable(w io.Writer, rs []wire.ScalingRecord) {
 	fmt.Fprintln(w, "ID\tHOSTNAME\tPATH\tINSTANCES\tCAPACITY\tINFLIGHT\tUTILIZATION\tSTATE\tLAST CALL")
 	for _, r := range rs {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
@@ -520,7 +521,7 @@ func percent(u *float64) string {
 
 // scalingState is "armed" or "disarmed" (the breaker tripped), with
 // ",conflict" when live clients declare different blocks.
-func scalingState(r apiclient.ScalingRecord) string {
+func scalingState(r wire.ScalingRecord) string {
 	s := "armed"
 	if r.Disarmed {
 		s = "disarmed"
@@ -534,7 +535,7 @@ func scalingState(r apiclient.ScalingRecord) string {
 // lastCall shows the last hook call as its reason, the HTTP status
 // ("no-response" when there was none) and its time; "-" when the hook was
 // never called.
-func lastCall(r apiclient.ScalingRecord) string {
+func lastCall(r wire.ScalingRecord) string {
 	if r.LastCallAt == nil {
 		return "-"
 	}
@@ -545,7 +546,7 @@ func lastCall(r apiclient.ScalingRecord) string {
 	return cell(r.LastReason) + " " + status + " " + when(r.LastCallAt)
 }
 
-func tokensTable(w io.Writer, ts []apiclient.Token) {
+func tokensTable(w io.Writer, ts []wire.Token) {
 	fmt.Fprintln(w, "ID\tNAME\tSTATUS\tPREFIX\tHOSTNAMES\tALLOWED IPS\tEXPIRES\tORG\tCREATED")
 	for _, t := range ts {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
@@ -554,12 +555,12 @@ func tokensTable(w io.Writer, ts []apiclient.Token) {
 }
 
 // tokenFields prints one token as name/value lines.
-func tokenFields(w io.Writer, t apiclient.Token) {
+func tokenFields(w io.Writer, t wire.Token) {
 	fmt.Fprintf(w, "id\t%s\nname\t%s\norg_id\t%s\nstatus\t%s\nhostnames\t%s\nallowed_ips\t%s\nexpires_at\t%s\n",
 		t.ID, cell(t.Name), t.OrgID, t.Status, joined(t.Hostnames), joined(t.AllowedIPs), when(t.ExpiresAt))
 }
 
-func keysTable(w io.Writer, ks []apiclient.Key) {
+func keysTable(w io.Writer, ks []wire.Key) {
 	fmt.Fprintln(w, "ID\tNAME\tROLE\tPREFIX\tORG\tCREATED BY\tCREATED")
 	for _, k := range ks {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, cell(k.Name), k.Role, k.Prefix, k.OrgID, cell(k.CreatedBy), when(&k.CreatedAt))
@@ -567,25 +568,25 @@ func keysTable(w io.Writer, ks []apiclient.Key) {
 }
 
 // keyFields prints one admin key as name/value lines.
-func keyFields(w io.Writer, k apiclient.Key) {
+func keyFields(w io.Writer, k wire.Key) {
 	fmt.Fprintf(w, "id\t%s\nname\t%s\nrole\t%s\norg_id\t%s\n", k.ID, cell(k.Name), k.Role, k.OrgID)
 }
 
-func webhooksTable(w io.Writer, ws []apiclient.Webhook) {
+func webhooksTable(w io.Writer, ws []wire.Webhook) {
 	fmt.Fprintln(w, "ID\tURL\tEVENTS\tSIGNED\tORG\tCREATED")
 	for _, wh := range ws {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", wh.ID, cell(wh.URL), joined(wh.Events), yesNo(wh.Authenticated), wh.OrgID, when(&wh.CreatedAt))
 	}
 }
 
-func maintenanceTable(w io.Writer, ms []apiclient.Maintenance) {
+func maintenanceTable(w io.Writer, ms []wire.Maintenance) {
 	fmt.Fprintln(w, "HOSTNAME\tORG\tBY\tSINCE")
 	for _, m := range ms {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.Hostname, m.OrgID, cell(m.By), when(&m.Since))
 	}
 }
 
-func auditTable(w io.Writer, es []apiclient.AuditEntry) {
+func auditTable(w io.Writer, es []wire.AuditEntry) {
 	fmt.Fprintln(w, "SEQ\tAT\tEVENT\tACTOR\tORG\tHOSTNAME\tDETAIL")
 	for _, e := range es {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, when(&e.At), e.Event, cell(e.Actor), cell(e.OrgID), cell(e.Hostname), cell(e.Detail))
@@ -594,7 +595,7 @@ func auditTable(w io.Writer, es []apiclient.AuditEntry) {
 
 // explainTable prints an explanation: the request, the steps, the bind's
 // clients and the verdict, in blocks that align on their own.
-func explainTable(w io.Writer, ex apiclient.Explanation) {
+func explainTable(w io.Writer, ex wire.Explanation) {
 	fmt.Fprintf(w, "REQUEST\t%s%s from %s\nBIND\t%s\n\n", ex.Host, ex.Path, cell(ex.IP), cell(ex.Bind))
 	fmt.Fprintln(w, "STEP\tOUTCOME\tDETAIL")
 	for _, st := range ex.Steps {
@@ -622,14 +623,14 @@ func explainTable(w io.Writer, ex apiclient.Explanation) {
 	}
 }
 
-func orgsTable(w io.Writer, orgs []apiclient.Org) {
+func orgsTable(w io.Writer, orgs []wire.Org) {
 	fmt.Fprintln(w, "ID\tNAME\tCREATED")
 	for _, o := range orgs {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", o.ID, cell(o.Name), when(&o.CreatedAt))
 	}
 }
 
-func orgHostnamesTable(w io.Writer, h apiclient.OrgHostnames) {
+func orgHostnamesTable(w io.Writer, h wire.OrgHostnames) {
 	fmt.Fprintln(w, "ORG\tPATTERN")
 	for _, p := range h.Patterns {
 		fmt.Fprintf(w, "%s\t%s\n", h.OrgID, cell(p))
@@ -678,7 +679,7 @@ func orNone(n int) string {
 
 // limitCell shows how a service's limit is set: "fixed", "aimd 1..40" or
 // "load-signal 2..64" (the learnt limit's bounds), "-" for none announced.
-func limitCell(c *apiclient.Concurrency) string {
+func limitCell(c *wire.Concurrency) string {
 	switch {
 	case c == nil:
 		return "-"

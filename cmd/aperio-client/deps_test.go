@@ -34,7 +34,8 @@ var serverOnly = []string{
 }
 
 // clientSide are the packages under serverOnly entries that the client may
-// link: the admin API's Go client imports only the standard library.
+// link: the admin API's Go client imports only the standard library and
+// wire, which is outside serverOnly.
 var clientSide = []string{"github.com/aperio-dev/aperio/admin/apiclient"}
 
 // serverOnlyEntry returns the entry of serverOnly the package at path

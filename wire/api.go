@@ -1,6 +1,10 @@
-package apiclient
+package wire
 
 import "time"
+
+// Prefix is the path under which the server serves the admin API, relative
+// to its base URL.
+const Prefix = "/aperio/api"
 
 // The roles of admin keys, as the API and the store spell them. Each role
 // may do what the roles before it may.

@@ -1,4 +1,4 @@
-package apiclient
+package wire
 
 // Explain step names, in the order a request meets them.
 const (
