@@ -39,17 +39,11 @@ func (g *Gateway) reloadOwnership(ctx context.Context) {
 	}
 }
 
-// orgsWithoutHostnames returns the names of the organizations other than
-// the default one that own no hostname pattern: their clients may bind
-// nothing and their keys may mint no token. The server warns about them at
-// startup.
-func orgsWithoutHostnames(ctx context.Context, db *store.DB, defaultOrgName string) ([]string, error) {
-	return OrgsWithoutHostnames(ctx, db, defaultOrgName)
-}
-
 // OrgsWithoutHostnames returns the names of the organizations other than
-// defaultOrgName that own no hostname pattern, reading the store only
-// (aperio-server --check-config calls it on a read-only store).
+// defaultOrgName that own no hostname pattern: their clients may bind
+// nothing and their keys may mint no token. It only reads the store; the
+// server warns about them at startup, and --check-config on a read-only
+// store.
 func OrgsWithoutHostnames(ctx context.Context, db *store.DB, defaultOrgName string) ([]string, error) {
 	orgs, err := db.ListOrgs(ctx)
 	if err != nil {
@@ -75,7 +69,7 @@ func OrgsWithoutHostnames(ctx context.Context, db *store.DB, defaultOrgName stri
 // warnUnowned logs a warning when organizations besides the default one
 // own no hostname pattern.
 func (g *Gateway) warnUnowned(ctx context.Context) {
-	names, err := orgsWithoutHostnames(ctx, g.db, "default")
+	names, err := OrgsWithoutHostnames(ctx, g.db, "default")
 	if err != nil {
 		g.log.Warn("cannot check organizations for hostname patterns", "err", err)
 		return
