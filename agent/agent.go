@@ -139,11 +139,11 @@ func newService(id string, sc config.Service) (*service, error) {
 	svc := &service{id: id, cfg: sc, target: u}
 	switch u.Scheme {
 	case "http":
-		svc.transport = newTransport(false, false)
+		svc.transport = newTransport(false, false, backendPingAfter)
 	case "https":
-		svc.transport = newTransport(true, false)
+		svc.transport = newTransport(true, false, backendPingAfter)
 	case "h2c":
-		svc.transport = newTransport(false, true)
+		svc.transport = newTransport(false, true, backendPingAfter)
 	default:
 		return nil, fmt.Errorf("agent: service %s target %q: scheme must be http, https or h2c", id, sc.Target)
 	}
@@ -153,10 +153,18 @@ func newService(id string, sc config.Service) (*service, error) {
 	return svc, nil
 }
 
+// backendPingAfter is how long an HTTP/2 connection to a backend may stay
+// silent before the transport pings it; an unanswered ping closes it
+// after half that again. A backend that vanished without closing its
+// connections (a frozen container, a dropped route) would otherwise hold
+// every stream on it, gRPC streams included, until the visitor gives up.
+const backendPingAfter = 30 * time.Second
+
 // newTransport builds the backend transport of one service. Backends are
 // local: no proxy from the environment, generous keep-alive pools, no
-// compression negotiated on the visitor's behalf.
-func newTransport(tlsOn, h2c bool) *http.Transport {
+// compression negotiated on the visitor's behalf. HTTP/2 connections
+// (h2 with TLS, h2c) are pinged after pingAfter of silence.
+func newTransport(tlsOn, h2c bool, pingAfter time.Duration) *http.Transport {
 	t := &http.Transport{
 		Proxy: nil,
 		DialContext: (&net.Dialer{
@@ -173,6 +181,9 @@ func newTransport(tlsOn, h2c bool) *http.Transport {
 		// CRLF), and large responses are read in fewer calls.
 		WriteBufferSize: 64 << 10,
 		ReadBufferSize:  64 << 10,
+		// net/http's own HTTP/2 (the x/net/http2 copy bundled in the
+		// standard library) does the health pings: no dependency added.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingAfter / 2},
 	}
 	if h2c {
 		p := new(http.Protocols)

@@ -40,14 +40,20 @@ var (
 // longAgo is a deadline in the past: setting it fails the blocked call.
 var longAgo = time.Unix(1, 0)
 
+// An expirer ends one direction of an exchange by setting its deadline
+// in the past. The paced writer and body are their own expirers, so that
+// pacing a request allocates nothing beside them.
+type expirer interface{ expire() }
+
 // visitorClock judges one direction of one exchange. Its methods are
 // called by the one goroutine doing that direction's I/O; only fire runs
-// on a timer's goroutine.
+// on a timer's goroutine. It lives inside what it paces and is set up in
+// place by init.
 type visitorClock struct {
 	idle    time.Duration
 	minRate float64 // bytes per second; 0 means no rate rule
 	grace   time.Duration
-	expire  func() // sets the direction's deadline in the past
+	ends    expirer
 
 	timer   *time.Timer // nil until the first call; nil forever without idle
 	waited  time.Duration
@@ -55,15 +61,19 @@ type visitorClock struct {
 	tripped atomic.Bool
 }
 
-func newVisitorClock(idle time.Duration, minRate int64, expire func()) *visitorClock {
+// init sets the clock up with its rules and what ends the direction, and
+// reports whether pacing is on: false when neither rule is set, and then
+// the clock must not be used.
+func (c *visitorClock) init(idle time.Duration, minRate int64, ends expirer) bool {
 	if idle <= 0 && minRate <= 0 {
-		return nil
+		return false
 	}
 	grace := idle
 	if grace <= 0 {
 		grace = minRateGrace
 	}
-	return &visitorClock{idle: idle, minRate: float64(minRate), grace: grace, expire: expire}
+	c.idle, c.minRate, c.grace, c.ends = idle, float64(minRate), grace, ends
+	return true
 }
 
 // begin starts the wait of one call and returns its start time.
@@ -99,7 +109,7 @@ func (c *visitorClock) end(start time.Time, n int) error {
 // fire ends the exchange in this direction.
 func (c *visitorClock) fire() {
 	c.tripped.Store(true)
-	c.expire()
+	c.ends.expire()
 }
 
 // stop releases the timer; the clock is not used afterwards.
@@ -128,9 +138,11 @@ func (e *visitorBodyError) slow() bool {
 // early) whose quiet spells are legitimate, and pacing stops.
 type visitorBody struct {
 	io.ReadCloser
-	clock   *visitorClock // nil: not paced
-	stream  bool          // length unknown
-	relaxed atomic.Bool   // set when the response head arrived
+	ctl     http.ResponseController
+	clock   *visitorClock // nil: not paced; else &own
+	own     visitorClock
+	stream  bool        // length unknown
+	relaxed atomic.Bool // set when the response head arrived
 	eof     bool
 	failed  atomic.Pointer[visitorBodyError] // the first read error, the visitor's
 }
@@ -138,13 +150,15 @@ type visitorBody struct {
 // paceBody wraps a visitor's request body rc of declared length (-1:
 // unknown) with the read rules.
 func (rt *Router) paceBody(w http.ResponseWriter, rc io.ReadCloser, length int64) *visitorBody {
-	b := &visitorBody{ReadCloser: rc, stream: length < 0}
-	ctl := http.NewResponseController(w)
-	b.clock = newVisitorClock(rt.cfg.VisitorIdleTimeout, rt.cfg.VisitorMinRate, func() {
-		ctl.SetReadDeadline(longAgo)
-	})
+	b := &visitorBody{ReadCloser: rc, ctl: *http.NewResponseController(w), stream: length < 0}
+	if b.own.init(rt.cfg.VisitorIdleTimeout, rt.cfg.VisitorMinRate, b) {
+		b.clock = &b.own
+	}
 	return b
 }
+
+// expire fails the blocked read from the visitor.
+func (b *visitorBody) expire() { b.ctl.SetReadDeadline(longAgo) }
 
 func (b *visitorBody) Read(p []byte) (int, error) {
 	if b.clock == nil || b.eof || (b.stream && b.relaxed.Load()) {
@@ -222,20 +236,24 @@ func responseStarted(body *countingBody) {
 // Write and Flush is judged by its clock.
 type pacedWriter struct {
 	http.ResponseWriter
-	ctl   *http.ResponseController
-	clock *visitorClock
+	ctl   http.ResponseController
+	clock *visitorClock // nil: not paced; else &own
+	own   visitorClock
 	err   error // the first rule broken; later calls fail with it
 }
 
 // paceResponse returns w with the write rules, or w itself when pacing is
 // off. The caller calls finish on the result when the body is written.
 func (rt *Router) paceResponse(w http.ResponseWriter) *pacedWriter {
-	pw := &pacedWriter{ResponseWriter: w, ctl: http.NewResponseController(w)}
-	pw.clock = newVisitorClock(rt.cfg.VisitorIdleTimeout, rt.cfg.VisitorMinRate, func() {
-		pw.ctl.SetWriteDeadline(longAgo)
-	})
+	pw := &pacedWriter{ResponseWriter: w, ctl: *http.NewResponseController(w)}
+	if pw.own.init(rt.cfg.VisitorIdleTimeout, rt.cfg.VisitorMinRate, pw) {
+		pw.clock = &pw.own
+	}
 	return pw
 }
+
+// expire fails the blocked write to the visitor.
+func (w *pacedWriter) expire() { w.ctl.SetWriteDeadline(longAgo) }
 
 func (w *pacedWriter) Write(p []byte) (int, error) {
 	if w.err != nil {

@@ -18,7 +18,7 @@ func TestVisitorClock(t *testing.T) {
 	t.Run("no progress for the idle timeout ends it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			expired := make(chan struct{})
-			c := newVisitorClock(time.Second, 0, func() { close(expired) })
+			c := newClock(t, time.Second, 0, func() { close(expired) })
 			start := c.begin()
 			<-expired // the visitor never reads: the timer expires the deadline
 			if err := c.end(start, 0); !errors.Is(err, errVisitorIdle) {
@@ -32,7 +32,7 @@ func TestVisitorClock(t *testing.T) {
 	t.Run("too slow after the grace ends it", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			expired := 0
-			c := newVisitorClock(time.Second, 100, func() { expired++ })
+			c := newClock(t, time.Second, 100, func() { expired++ })
 			var err error
 			calls := 0
 			for err == nil && calls < 100 {
@@ -51,7 +51,7 @@ func TestVisitorClock(t *testing.T) {
 	})
 	t.Run("a quiet backend does not count", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := newVisitorClock(time.Second, 100, func() { t.Error("deadline expired") })
+			c := newClock(t, time.Second, 100, func() { t.Error("deadline expired") })
 			for range 5 {
 				start := c.begin()
 				pause(10 * time.Millisecond) // the visitor takes 4 KiB in 10 ms
@@ -64,8 +64,23 @@ func TestVisitorClock(t *testing.T) {
 		})
 	})
 	t.Run("zero settings turn pacing off", func(t *testing.T) {
-		if c := newVisitorClock(0, 0, func() {}); c != nil {
-			t.Errorf("newVisitorClock(0, 0) = %+v, want nil", c)
+		if new(visitorClock).init(0, 0, expireFunc(func() {})) {
+			t.Error("init(0, 0) says pacing is on, want off")
 		}
 	})
+}
+
+// expireFunc makes a func an expirer.
+type expireFunc func()
+
+func (f expireFunc) expire() { f() }
+
+// newClock returns a clock with the rules given, ended by expire.
+func newClock(t *testing.T, idle time.Duration, minRate int64, expire func()) *visitorClock {
+	t.Helper()
+	c := new(visitorClock)
+	if !c.init(idle, minRate, expireFunc(expire)) {
+		t.Fatalf("init(%v, %d) says pacing is off", idle, minRate)
+	}
+	return c
 }

@@ -277,20 +277,26 @@ func setForwarded(h http.Header, v *Visitor, host string) {
 			delete(h, k)
 		}
 	}
+	// X-Forwarded-Host and X-Forwarded-For share one backing array: one
+	// allocation for both values.
+	vals := make([]string, 2)
+	vals[0] = host
+	h[headerXFHost] = vals[0:1:1]
 	switch {
 	case !v.Peer.IsValid():
 		delete(h, headerXFF)
 	case v.chain != "":
-		h[headerXFF] = []string{v.chain + ", " + v.Peer.String()}
+		vals[1] = v.chain + ", " + v.Peer.String()
+		h[headerXFF] = vals[1:2:2]
 	default:
-		h[headerXFF] = []string{v.Peer.String()}
+		vals[1] = v.Peer.String()
+		h[headerXFF] = vals[1:2:2]
 	}
 	if v.Proto == "https" {
 		h[headerXFProto] = protoHTTPS
 	} else {
 		h[headerXFProto] = protoHTTP
 	}
-	h[headerXFHost] = []string{host}
 }
 
 // hasAperioPrefix reports whether canonical header key k is X-Aperio-*.

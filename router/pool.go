@@ -249,14 +249,19 @@ func (p *pool) acquire(ctx context.Context, st strategy, timeout time.Duration, 
 	if timeout <= 0 {
 		return nil, errAllAtLimit
 	}
-	if w == nil {
-		w = &waiter{}
+	// Only a request that queues needs a waiter on the heap: the queue
+	// keeps a copy, and the caller's (usually on its stack) learns when
+	// it queued.
+	q := new(waiter)
+	if w != nil {
+		*q = *w
+		defer func() { w.enq = q.enq }()
 	}
-	w.ch = make(chan *service, 1)
+	q.ch = make(chan *service, 1)
 	p.mu.Lock()
 	// Check again under the lock: release decrements under it too, so a
 	// permit freed since the first look is not missed.
-	if s, routable := p.tryAcquire(st, w); s != nil {
+	if s, routable := p.tryAcquire(st, q); s != nil {
 		p.mu.Unlock()
 		return s, nil
 	} else if !routable && !wait {
@@ -264,33 +269,33 @@ func (p *pool) acquire(ctx context.Context, st strategy, timeout time.Duration, 
 		return nil, errNoRoutable
 	}
 	bound := maxWaiters
-	if w.held && w.maxHeld > 0 {
-		bound = w.maxHeld
+	if q.held && q.maxHeld > 0 {
+		bound = q.maxHeld
 	}
 	if len(p.waiters) >= bound {
 		p.mu.Unlock()
-		if w.held {
+		if q.held {
 			return nil, errHeldFull
 		}
 		return nil, errQueueFull
 	}
-	w.enq = time.Now()
-	p.waiters = append(p.waiters, w)
+	q.enq = time.Now()
+	p.waiters = append(p.waiters, q)
 	p.mu.Unlock()
 
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case s := <-w.ch:
+	case s := <-q.ch:
 		return s, nil
 	case <-ctx.Done():
-		p.abandon(w)
+		p.abandon(q)
 		return nil, context.Cause(ctx)
-	case <-w.abort:
-		p.abandon(w)
+	case <-q.abort:
+		p.abandon(q)
 		return nil, errColdStartFailed
 	case <-t.C:
-		p.abandon(w)
+		p.abandon(q)
 		return nil, errQueueTimeout
 	}
 }
