@@ -145,6 +145,7 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	if pick := a.plan.pick; pick != nil {
 		return ex.end(fmt.Sprintf("dispatch to client %s (%s)", pick.Name, pick.ID), 0)
 	}
+	ex.Setting = a.plan.waitFor
 	if ex.AfterWait != "" {
 		return ex.end(ex.Verdict, 0) // queued behind busy clients
 	}
@@ -300,6 +301,7 @@ func (ex *explanation) refuse(ref refusal) Explanation {
 	if ref.kind == refusedReserved {
 		status = 0
 	}
+	ex.Setting = refusalInfo[ref.kind].setting
 	return ex.end(refusalInfo[ref.kind].explainText, status)
 }
 

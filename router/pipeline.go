@@ -92,21 +92,22 @@ var refusalInfo = [numRefusalKinds]struct {
 	host        bool      // the text names the hostname between before and after
 	nothing     bool      // stale copy, then fallback redirect, come first
 	explainText string    // Explain's verdict for it
+	setting     string    // the setting to raise (or change) for another answer; "" when none
 }{
 	refusedReserved:          {status: http.StatusBadRequest, before: "aperio: bad request path", explainText: "answered by aperio-server itself, not proxied"},
 	refusedBadPath:           {status: http.StatusBadRequest, before: "aperio: bad request path", explainText: "refused with 400 before routing"},
-	refusedIP:                {status: http.StatusTooManyRequests, limit: limitIP, explainText: "429 ip: the visitor's token bucket is empty"},
+	refusedIP:                {status: http.StatusTooManyRequests, limit: limitIP, explainText: "429 ip: the visitor's token bucket is empty", setting: "ip_limit_max"},
 	refusedMaintenance:       {status: http.StatusServiceUnavailable, retryAfter: []string{"60"}, host: true, before: "aperio: ", after: " is down for maintenance", explainText: "503 maintenance (Retry-After: 60)"},
 	refusedHostField:         {status: http.StatusBadRequest, before: "aperio: the host field differs from :authority", explainText: "400 host field differs from :authority"},
 	refusedNoRoute:           {status: http.StatusBadGateway, host: true, before: "aperio: no client is serving ", nothing: true, explainText: "502 no client"},
-	refusedBodyTooLarge:      {status: http.StatusRequestEntityTooLarge, explainText: "413 request body larger than max_body_size"},
-	refusedHeldFull:          {status: http.StatusServiceUnavailable, retryAfter: []string{"5"}, host: true, before: "aperio: too many requests are waiting for ", after: " to start", explainText: "503 too many requests held for the cold start (Retry-After: 5)"},
-	refusedClientConcurrency: {status: http.StatusTooManyRequests, limit: limitClientConcurrency, explainText: "429 client-concurrency"},
-	refusedServerConcurrency: {status: http.StatusTooManyRequests, limit: limitServerConcurrency, explainText: "429 server-concurrency"},
+	refusedBodyTooLarge:      {status: http.StatusRequestEntityTooLarge, explainText: "413 request body larger than max_body_size", setting: "max_body_size"},
+	refusedHeldFull:          {status: http.StatusServiceUnavailable, retryAfter: []string{"5"}, host: true, before: "aperio: too many requests are waiting for ", after: " to start", explainText: "503 too many requests held for the cold start (Retry-After: 5)", setting: "scaling_max_held"},
+	refusedClientConcurrency: {status: http.StatusTooManyRequests, limit: limitClientConcurrency, explainText: "429 client-concurrency", setting: "max_concurrent"},
+	refusedServerConcurrency: {status: http.StatusTooManyRequests, limit: limitServerConcurrency, explainText: "429 server-concurrency", setting: "max_concurrent_requests"},
 	refusedNoRoutable:        {status: http.StatusBadGateway, host: true, before: "aperio: no client of ", after: " can take requests now", nothing: true, explainText: "502 no routable client"},
-	refusedQueueTimeout:      {status: http.StatusGatewayTimeout, host: true, before: "aperio: no client of ", after: " became available in time", nothing: true, explainText: "504 no client in time"},
-	refusedColdStartFailed:   {status: http.StatusGatewayTimeout, host: true, before: "aperio: ", after: " could not be started", nothing: true, explainText: "504 cold start failed"},
-	refusedConnect:           {status: http.StatusMethodNotAllowed, allow: []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}, host: true, before: "aperio: CONNECT is not allowed for ", explainText: "405 CONNECT not allowed"},
+	refusedQueueTimeout:      {status: http.StatusGatewayTimeout, host: true, before: "aperio: no client of ", after: " became available in time", nothing: true, explainText: "504 no client in time", setting: "gateway_timeout"},
+	refusedColdStartFailed:   {status: http.StatusGatewayTimeout, host: true, before: "aperio: ", after: " could not be started", nothing: true, explainText: "504 cold start failed", setting: "cold_start"},
+	refusedConnect:           {status: http.StatusMethodNotAllowed, allow: []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}, host: true, before: "aperio: CONNECT is not allowed for ", explainText: "405 CONNECT not allowed", setting: "allow_connect"},
 	refusedExchange:          {status: http.StatusBadGateway, explainText: "502 bad gateway"},
 }
 

@@ -29,6 +29,8 @@ type pipelineCase struct {
 	// notProxied marks a path aperio-server answers itself: Explain says
 	// so (status 0), and the router, reached anyway, refuses it with want.
 	notProxied bool
+	// setting is the setting Explain must name as deciding the verdict.
+	setting string
 }
 
 // serving returns a setup: a router with cfg and one client "a" announcing
@@ -102,7 +104,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			path:  "/api/%2e%2e/admin", want: http.StatusBadGateway,
 		},
 		{
-			name: "ip limit",
+			name: "ip limit", setting: "ip_limit_max",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
 				rt.update(newConn("a", 1), ann(svc("", "app.test")))
@@ -158,7 +160,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want:  http.StatusOK,
 		},
 		{
-			name: "free permit but the server is full",
+			name: "free permit but the server is full", setting: "max_concurrent_requests",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{MaxConcurrentRequests: 1})
 				rt.update(newConn("a", 1), limited(2, "app.test"))
@@ -169,7 +171,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusTooManyRequests,
 		},
 		{
-			name: "saturated pool, no waiting",
+			name: "saturated pool, no waiting", setting: "max_concurrent",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{})
 				rt.update(newConn("a", 1), limited(1, "app.test"))
@@ -179,7 +181,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusTooManyRequests,
 		},
 		{
-			name: "saturated pool: queue, then 429 client-concurrency",
+			name: "saturated pool: queue, then 429 client-concurrency", setting: "gateway_timeout",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{GatewayTimeout: time.Minute})
 				rt.update(newConn("a", 1), limited(1, "app.test"))
@@ -189,12 +191,12 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusTooManyRequests,
 		},
 		{
-			name:  "no routable client: wait, then 504",
+			name: "no routable client: wait, then 504", setting: "gateway_timeout",
 			setup: serving(Config{GatewayTimeout: 10 * time.Second}, unhealthy("app.test")),
 			want:  http.StatusGatewayTimeout,
 		},
 		{
-			name: "client just left: wait, then fallback redirect",
+			name: "client just left: wait, then fallback redirect", setting: "gateway_timeout",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{GatewayTimeout: 10 * time.Second, DownThreshold: time.Minute,
 					Fallbacks: map[string]string{"app.test": "https://status.example.com/"}})
@@ -206,7 +208,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusFound,
 		},
 		{
-			name: "armed: cold start held, then 504",
+			name: "armed: cold start held, then 504", setting: "cold_start",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{}, GatewayTimeout: time.Second, MaxHeld: 3})
 				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
@@ -215,7 +217,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusGatewayTimeout,
 		},
 		{
-			name: "armed, start under way: join, then fallback redirect",
+			name: "armed, start under way: join, then fallback redirect", setting: "cold_start",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{join: true}, MaxHeld: 3,
 					Fallbacks: map[string]string{"app.test": "https://status.example.com/"}})
@@ -225,7 +227,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusFound,
 		},
 		{
-			name: "armed, the start fails: 504",
+			name: "armed, the start fails: 504", setting: "cold_start",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &orgScaler{}, MaxHeld: 3})
 				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
@@ -234,7 +236,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusGatewayTimeout,
 		},
 		{
-			name: "armed, held places taken: 503",
+			name: "armed, held places taken: 503", setting: "scaling_max_held",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{}, MaxHeld: 1})
 				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
@@ -253,7 +255,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusServiceUnavailable,
 		},
 		{
-			name: "armed, disarmed by the scaler: the usual wait, then 504",
+			name: "armed, disarmed by the scaler: the usual wait, then 504", setting: "gateway_timeout",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{err: errors.New("autoscale: scaling record disarmed")}, GatewayTimeout: 10 * time.Second})
 				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
@@ -271,17 +273,17 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			want: http.StatusBadGateway,
 		},
 		{
-			name:  "stale copy",
+			name: "stale copy", setting: "gateway_timeout",
 			setup: withStale,
 			path:  "/page", want: http.StatusOK,
 		},
 		{
-			name:  "no stale copy: wait, then 504",
+			name: "no stale copy: wait, then 504", setting: "gateway_timeout",
 			setup: withStale,
 			path:  "/other", want: http.StatusGatewayTimeout,
 		},
 		{
-			name:   "CONNECT to a backend that does not take it",
+			name: "CONNECT to a backend that does not take it", setting: "allow_connect",
 			setup:  serving(Config{}, ann(svc("", "app.test"))),
 			method: http.MethodConnect, want: http.StatusMethodNotAllowed,
 		},
@@ -322,6 +324,9 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 						t.Errorf("Explain(%s%s) = %q, status %d; want answered by aperio-server, status 0", host, path, ex.Verdict, ex.Status)
 					}
 					predicted = tt.want
+				}
+				if ex.Setting != tt.setting {
+					t.Errorf("Explain(%s %s%s).Setting = %q, want %q (verdict %q)", method, host, path, ex.Setting, tt.setting, ex.Verdict)
 				}
 				served := serveOnce(t, rt, method, host, path, tt.hostField)
 				if predicted != served {

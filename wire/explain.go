@@ -60,6 +60,12 @@ type Explanation struct {
 	// AfterWait is what the visitor gets when a wait runs out (its
 	// timeout, or a failed cold start); "" when nothing waits.
 	AfterWait string `json:"after_wait"`
+	// Setting names the setting that decides the verdict: for a refusal,
+	// the limit that refused the request (raise it, or for allow_connect
+	// turn it on, for another answer); for a wait, the one that bounds the
+	// wait (gateway_timeout or cold_start). "" when no setting decides:
+	// dispatch, a stale copy or redirect, a bad path, no route.
+	Setting string `json:"setting"`
 }
 
 // ExplainStep is one check of the request path.

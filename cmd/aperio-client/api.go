@@ -621,6 +621,9 @@ func explainTable(w io.Writer, ex wire.Explanation) {
 	if ex.AfterWait != "" {
 		fmt.Fprintf(w, "AFTER WAIT\t%s\n", ex.AfterWait)
 	}
+	if ex.Setting != "" {
+		fmt.Fprintf(w, "SETTING\t%s\n", ex.Setting)
+	}
 }
 
 func orgsTable(w io.Writer, orgs []wire.Org) {

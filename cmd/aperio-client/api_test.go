@@ -634,3 +634,18 @@ func TestAPIExplain(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainTableSetting: the table names the setting that decided the
+// verdict, and prints no SETTING line when none did.
+func TestExplainTableSetting(t *testing.T) {
+	var b bytes.Buffer
+	explainTable(&b, router.Explanation{Host: "app.example.com", Path: "/", Verdict: "413 request body larger than max_body_size", Status: 413, Setting: "max_body_size"})
+	if !strings.Contains(b.String(), "\nSETTING\tmax_body_size\n") {
+		t.Errorf("explain table lacks the setting line:\n%s", b.String())
+	}
+	b.Reset()
+	explainTable(&b, router.Explanation{Host: "app.example.com", Path: "/", Verdict: "502 no client", Status: 502})
+	if strings.Contains(b.String(), "SETTING") {
+		t.Errorf("explain table with no setting has a SETTING line:\n%s", b.String())
+	}
+}
