@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench clean images e2e fuzz
+.PHONY: all build test vet demo bench bench-ab clean images e2e fuzz
 
 all: build
 
@@ -34,6 +34,11 @@ demo: build
 
 bench:
 	bash bench/run.sh
+
+# One Go benchmark before and after a change, alternating, in one run:
+# make bench-ab BASE=<rev> [PKG=./router] [BENCH='^BenchmarkServeHTTP$'] [RUNS=10]
+bench-ab:
+	bash bench/ab.sh "$(BASE)" "$(or $(PKG),./router)" "$(or $(BENCH),^BenchmarkServeHTTP$$)" "$(or $(RUNS),10)"
 
 # Container images (FROM scratch, built locally, no registry needed); see
 # docs/docker.md. Repeat runs with the same inputs skip the build.
