@@ -32,8 +32,8 @@ func DefaultClient() Client {
 			Threshold: 2,
 		},
 		DrainTimeout: 30 * time.Second,
-		LogLevel:     "info",
-		LogFormat:    "text",
+		LogLevel:     DefaultLogLevel,
+		LogFormat:    DefaultLogFormat,
 	}
 }
 
@@ -500,8 +500,8 @@ func (c Client) problems(src *Sources) []*Error {
 		v.atLeastSecond("scaling.window", sc.Window)
 		v.atLeastSecond("scaling.cooldown", sc.Cooldown)
 	}
-	v.oneOf("log_level", c.LogLevel, logLevels)
-	v.oneOf("log_format", c.LogFormat, logFormats)
+	v.oneOf("log_level", c.LogLevel, LogLevels)
+	v.oneOf("log_format", c.LogFormat, LogFormats)
 	return v.errs
 }
 
