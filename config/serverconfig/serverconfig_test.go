@@ -460,6 +460,18 @@ var serverErrorCases = []struct {
 		want: []string{"config: scaling.alow_http (aperio-server.yaml:4): unknown key, did you mean scaling_allow_http?"},
 	},
 	{
+		// visitor_min_bytes_per_second binds the router's int64 rate:
+		// it still reads a plain integer, and nothing past int64 or
+		// written as a size.
+		name: "visitor rate is a plain integer",
+		file: "server.token: token-0123456789abcdef\nvisitor_min_bytes_per_second: 1KiB\n",
+		env:  map[string]string{"APERIO_VISITOR_MIN_BYTES_PER_SECOND": "99999999999999999999"},
+		want: []string{
+			`config: visitor_min_bytes_per_second (aperio-server.yaml:2): invalid integer "1KiB"`,
+			`config: visitor_min_bytes_per_second (env APERIO_VISITOR_MIN_BYTES_PER_SECOND): invalid integer "99999999999999999999"`,
+		},
+	},
+	{
 		name: "unknown key without a suggestion",
 		file: "server.token: token-0123456789abcdef\nfrobnicate: yes\n",
 		want: []string{"config: frobnicate (aperio-server.yaml:2): unknown key"},
