@@ -29,9 +29,6 @@ const (
 // flag value sets it and how --print-config shows it.
 type Setting[C any] struct{ s setting[C] }
 
-// Key returns the setting's spellings.
-func (s Setting[C]) Key() Key { return s.s.Key }
-
 // Secret marks the setting as a secret: printed as <set> or <unset>.
 func (s Setting[C]) Secret() Setting[C] { return Setting[C]{s.s.secret()} }
 
@@ -184,13 +181,6 @@ func (c *Checker) NonNegativeDuration(key string, d time.Duration) {
 
 // NonNegative reports a negative number.
 func (c *Checker) NonNegative(key string, n int64) { c.v.nonNegative(key, n) }
-
-// AtLeast reports a number below least.
-func (c *Checker) AtLeast(key string, n, least int64) {
-	if n < least {
-		c.v.add(key, "must be at least %d, got %d", least, n)
-	}
-}
 
 // OneOf reports a value that is not in set.
 func (c *Checker) OneOf(key, got string, set []string) { c.v.oneOf(key, got, set) }
