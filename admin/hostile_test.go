@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
-	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -345,10 +344,10 @@ const handshakeWait = 15 * time.Second
 
 func startGateway(t *testing.T, e *tenants) *hostileGateway {
 	t.Helper()
-	cfg := config.DefaultServer()
-	cfg.Token, cfg.Host, cfg.Port, cfg.DataDir = masterToken, "127.0.0.1", 0, t.TempDir()
-	cfg.GatewayTimeout = 200 * time.Millisecond // a hostname without a client answers quickly
-	cfg.IPLimitMax = 0                          // polls from one address must not run into the per-visitor limit
+	cfg := gateway.DefaultConfig()
+	cfg.Token, cfg.Host, cfg.Port, cfg.Store.DataDir = masterToken, "127.0.0.1", 0, t.TempDir()
+	cfg.Router.GatewayTimeout = 200 * time.Millisecond // a hostname without a client answers quickly
+	cfg.Router.IPLimitMax = 0                          // polls from one address must not run into the per-visitor limit
 	gw, err := gateway.New(t.Context(), cfg, gateway.Options{Store: e.f.db})
 	if err != nil {
 		t.Fatalf("gateway.New() = %v", err)

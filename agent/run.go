@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aperio-dev/aperio/config"
 )
 
 // ErrIdle is returned by Run when the client retired after idle_timeout.
@@ -91,7 +93,7 @@ func (a *Agent) drain(reason error) {
 	a.draining.Store(true)
 	timeout := a.cfg.DrainTimeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = config.DefaultClient().DrainTimeout
 	}
 	deadline := time.Now().Add(timeout)
 	a.log.Info("draining", "in_flight", a.active(), "drain_timeout", timeout)
@@ -145,16 +147,16 @@ func (a *Agent) nudgeLoop(ctx context.Context) {
 // service turns healthy on the first success and unhealthy after threshold
 // consecutive failures.
 func (a *Agent) probeLoop(ctx context.Context, svc *service) {
-	h := svc.cfg.Health
+	h, def := svc.cfg.Health, config.DefaultClient().Health
 	interval, timeout, threshold := h.Interval, h.Timeout, h.Threshold
 	if interval <= 0 {
-		interval = 10 * time.Second
+		interval = def.Interval
 	}
 	if timeout <= 0 {
-		timeout = 5 * time.Second
+		timeout = def.Timeout
 	}
 	if threshold <= 0 {
-		threshold = 2
+		threshold = def.Threshold
 	}
 	u := *svc.target
 	if u.Scheme == "h2c" {

@@ -154,6 +154,7 @@ type Config struct {
 
 // withDefaults fills the zero fields that have a default.
 func (cfg Config) withDefaults() Config {
+	def := DefaultConfig()
 	if cfg.Events == nil {
 		cfg.Events = noEvents{}
 	}
@@ -161,41 +162,48 @@ func (cfg Config) withDefaults() Config {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.DeclareRefresh == 0 {
-		cfg.DeclareRefresh = DefaultDeclareRefresh
+		cfg.DeclareRefresh = def.DeclareRefresh
 	}
 	if cfg.MaxCallsPerMinute == 0 {
-		cfg.MaxCallsPerMinute = DefaultMaxCallsPerMinute
+		cfg.MaxCallsPerMinute = def.MaxCallsPerMinute
 	}
 	if cfg.MaxQueued == 0 {
-		cfg.MaxQueued = DefaultMaxQueued
+		cfg.MaxQueued = def.MaxQueued
 	}
 	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = DefaultCallTimeout
+		cfg.CallTimeout = def.CallTimeout
 	}
 	if cfg.RefreshInterval == 0 {
-		cfg.RefreshInterval = DefaultRefreshInterval
+		cfg.RefreshInterval = def.RefreshInterval
 	}
 	if cfg.MaxRecordsPerOrg == 0 {
-		cfg.MaxRecordsPerOrg = DefaultMaxRecordsPerOrg
+		cfg.MaxRecordsPerOrg = def.MaxRecordsPerOrg
 	}
 	if cfg.MaxRecordsPerToken == 0 {
-		cfg.MaxRecordsPerToken = DefaultMaxRecordsPerToken
+		cfg.MaxRecordsPerToken = def.MaxRecordsPerToken
 	}
 	return cfg
 }
 
-// Validate reports every problem with cfg. New calls it.
+// DefaultConfig returns the controller's default settings, each the
+// Default constant of its field; Store, Pool, Caller, Events and Logger are
+// nil. New fills any zero setting from it.
+func DefaultConfig() Config {
+	return Config{
+		MaxCallsPerMinute:  DefaultMaxCallsPerMinute,
+		MaxQueued:          DefaultMaxQueued,
+		CallTimeout:        DefaultCallTimeout,
+		RefreshInterval:    DefaultRefreshInterval,
+		DeclareRefresh:     DefaultDeclareRefresh,
+		MaxRecordsPerOrg:   DefaultMaxRecordsPerOrg,
+		MaxRecordsPerToken: DefaultMaxRecordsPerToken,
+	}
+}
+
+// Validate reports every problem with cfg's settings; the required Store,
+// Pool and Caller, which New checks, are not settings.
 func (cfg Config) Validate() error {
 	var errs []error
-	if cfg.Store == nil {
-		errs = append(errs, errors.New("autoscale: no store"))
-	}
-	if cfg.Pool == nil {
-		errs = append(errs, errors.New("autoscale: no pool view"))
-	}
-	if cfg.Caller == nil {
-		errs = append(errs, errors.New("autoscale: no caller"))
-	}
 	if cfg.MaxCallsPerMinute < 0 || cfg.MaxCallsPerMinute > MaxCallsPerMinuteLimit {
 		errs = append(errs, fmt.Errorf("autoscale: max calls per minute %d is not in [0,%d]", cfg.MaxCallsPerMinute, MaxCallsPerMinuteLimit))
 	}
@@ -299,7 +307,17 @@ type bind struct {
 
 // New returns a controller. It does no I/O; Run loads the records.
 func New(cfg Config) (*Controller, error) {
-	if err := cfg.Validate(); err != nil {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("autoscale: no store"))
+	}
+	if cfg.Pool == nil {
+		errs = append(errs, errors.New("autoscale: no pool view"))
+	}
+	if cfg.Caller == nil {
+		errs = append(errs, errors.New("autoscale: no caller"))
+	}
+	if err := errors.Join(append(errs, cfg.Validate())...); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()

@@ -12,26 +12,28 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
-// Defaults and bounds of a scaling block (issue 5, decision 1).
+// Defaults and bounds of a scaling block (issue 5, decision 1). The values
+// live in wire, which aperio-client applies too.
 const (
 	// DefaultColdStart is how long a visitor may be held while a cold
 	// start runs, when the block does not say.
-	DefaultColdStart = 45 * time.Second
+	DefaultColdStart = wire.DefaultColdStart
 	// MaxColdStart caps cold_start; a longer one is cut to it.
-	MaxColdStart = 5 * time.Minute
+	MaxColdStart = wire.MaxColdStart
 	// DefaultTargetUtilization is the scale-out threshold when the block
 	// does not say.
-	DefaultTargetUtilization = 0.8
+	DefaultTargetUtilization = wire.DefaultTargetUtilization
 	// DefaultWindow is how long utilization must stay at or above target
 	// before a scale-out, when the block does not say.
-	DefaultWindow = 15 * time.Second
+	DefaultWindow = wire.DefaultWindow
 	// DefaultCooldown is the minimum gap between two calls for one bind,
 	// when the block does not say.
-	DefaultCooldown = 60 * time.Second
+	DefaultCooldown = wire.DefaultCooldown
 	// MinWindow is the smallest window and cooldown accepted.
-	MinWindow = time.Second
+	MinWindow = wire.MinWindow
 
 	maxURLBytes    = 2048
 	maxSecretBytes = 4096

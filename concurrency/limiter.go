@@ -113,6 +113,41 @@ type Config struct {
 	OnChange func(Snapshot)
 }
 
+// DefaultConfig returns the defaults of a dynamic limit, in AIMD mode: the
+// Default constants, which New applies to the zero fields of a dynamic
+// Config. Signals, Backend, Logger, Now and OnChange are nil.
+func DefaultConfig() Config {
+	return Config{
+		Mode:                    ModeAIMD,
+		Min:                     DefaultMin,
+		Max:                     DefaultMax,
+		IncreaseAfterSuccesses:  DefaultIncreaseAfterSuccesses,
+		DecreaseFactor:          DefaultDecreaseFactor,
+		Interval:                DefaultInterval,
+		Window:                  DefaultWindow,
+		ScaleUpStepRatio:        DefaultScaleUpStepRatio,
+		ScaleDownStepRatio:      DefaultScaleDownStepRatio,
+		DesiredUtilizationRatio: DefaultDesiredUtilizationRatio,
+		MinSamples:              DefaultMinSamples,
+	}
+}
+
+// Validate reports the problems New refuses: an unknown mode, and a
+// dynamic Max below Min. Out-of-range values New normalizes with a warning
+// are not problems.
+func (cfg Config) Validate() error {
+	switch cfg.Mode {
+	case "", ModeFixed:
+		return nil
+	case ModeAIMD, ModeLoadSignal:
+		if minimum := max(cfg.Min, DefaultMin); cfg.Max != 0 && cfg.Max < minimum {
+			return fmt.Errorf("concurrency: max %d is below min %d", cfg.Max, minimum)
+		}
+		return nil
+	}
+	return fmt.Errorf("concurrency: unknown mode %q (fixed, aimd, load-signal)", cfg.Mode)
+}
+
 // Snapshot is a Limiter's state as observed from outside.
 type Snapshot struct {
 	Mode    Mode `json:"mode"`
@@ -169,31 +204,27 @@ func New(cfg Config) (*Limiter, error) {
 	if now == nil {
 		now = time.Now
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	l := &Limiter{log: log, now: now}
 	switch cfg.Mode {
 	case "", ModeFixed:
 		n := max(cfg.Fixed, 1)
 		cfg.Mode, cfg.Min, cfg.Max, cfg.Initial = ModeFixed, n, n, n
 	case ModeAIMD, ModeLoadSignal:
-		if err := l.normalizeDynamic(&cfg); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("concurrency: unknown mode %q (fixed, aimd, load-signal)", cfg.Mode)
+		l.normalizeDynamic(&cfg)
 	}
 	l.cfg, l.mode, l.desired = cfg, cfg.Mode, cfg.Initial
 	return l, nil
 }
 
-func (l *Limiter) normalizeDynamic(c *Config) error {
+func (l *Limiter) normalizeDynamic(c *Config) {
 	if c.Min < 1 {
 		c.Min = DefaultMin
 	}
 	if c.Max == 0 {
 		c.Max = max(DefaultMax, c.Min)
-	}
-	if c.Max < c.Min {
-		return fmt.Errorf("concurrency: max %d is below min %d", c.Max, c.Min)
 	}
 	if c.Initial == 0 {
 		c.Initial = c.Min
@@ -229,7 +260,6 @@ func (l *Limiter) normalizeDynamic(c *Config) error {
 	if c.MinSamples < 1 {
 		c.MinSamples = DefaultMinSamples
 	}
-	return nil
 }
 
 // ratioOr returns r when it is in (0, 1], def otherwise.

@@ -22,7 +22,6 @@ import (
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
-	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/router"
@@ -52,7 +51,7 @@ type Options struct {
 // Gateway is a running aperio-server. Create it with New, run it with
 // Serve or ListenAndServe.
 type Gateway struct {
-	cfg     config.Server
+	cfg     Config
 	log     *slog.Logger
 	router  *router.Router
 	tunnels *tunnel.Server
@@ -93,10 +92,11 @@ type Gateway struct {
 }
 
 // New validates cfg, opens the store (migrating it) unless opts has one,
-// and assembles the server. Serve runs it and closes what New opened.
-func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error) {
-	if cfg.Token == "" {
-		return nil, errors.New("gateway: server.token is required")
+// and assembles the server, passing each package's settings through. Serve
+// runs it and closes what New opened.
+func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	log := opts.Logger
 	if log == nil {
@@ -104,7 +104,9 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	}
 	g := &Gateway{cfg: cfg, log: log, started: time.Now(), db: opts.Store}
 	if g.db == nil {
-		db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Logger: log})
+		sc := cfg.Store
+		sc.Logger = log
+		db, err := store.Open(ctx, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -120,19 +122,16 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: default organization: %w", err)
 	}
-	g.fence, err = fence.New(fence.Policy{
-		AllowHTTP:    cfg.ScalingAllowHTTP,
-		AllowPrivate: cfg.ScalingAllowPrivate,
-		Allowlist:    cfg.OutboundAllowlist,
-		BlockPrivate: cfg.OutboundBlockPrivate,
-	})
+	g.fence, err = fence.New(cfg.Outbound)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: outbound policy: %w", err)
 	}
 	var stale *cache.Cache
-	if cfg.Cache {
+	if cfg.CacheEnabled {
+		cc := cfg.Cache
+		cc.Now = time.Now
 		var err error
-		if stale, err = cache.New(cache.Config{MaxBytes: cfg.CacheMaxBytes, MaxStale: cfg.CacheMaxStale, Now: time.Now}); err != nil {
+		if stale, err = cache.New(cc); err != nil {
 			return nil, err
 		}
 	}
@@ -144,30 +143,13 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	}
 	g.calls = new(callCounts)
 	var scaler router.Scaler
-	if cfg.Scaling {
+	if cfg.ScalingEnabled {
 		scaler = lazyScaler{g}
 	}
-	rt, err := router.New(router.Config{
-		Scaler:                scaler,
-		MaxHeld:               cfg.ScalingMaxHeld,
-		Cache:                 stale,
-		MaxBodyBytes:          cfg.MaxBodyBytes,
-		GatewayTimeout:        cfg.GatewayTimeout,
-		DownThreshold:         cfg.ClientDownThreshold,
-		Strategy:              cfg.LBStrategy,
-		MaxConcurrentRequests: cfg.MaxConcurrentRequests,
-		IPLimitMax:            cfg.IPLimitMax,
-		IPLimitRefill:         cfg.IPLimitRefill,
-		Failover:              cfg.Failover,
-		FailoverAllMethods:    cfg.FailoverAllMethods,
-		FailoverMaxJumps:      cfg.FailoverMaxJumps,
-		FailoverWindow:        cfg.FailoverWindow,
-		Fallbacks:             cfg.Fallbacks,
-		VisitorIdleTimeout:    cfg.VisitorIdleTimeout,
-		VisitorMinRate:        int64(cfg.VisitorMinBytesPerSecond),
-		Logger:                log,
-		Tracer:                g.tracer,
-	})
+	rc := cfg.Router
+	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, stale, log, g.tracer
+	rc.DownThreshold = cfg.Tunnel.DownThreshold
+	rt, err := router.New(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +160,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		return nil, err
 	}
 	var registry tunnel.Registry = rt
-	if cfg.Scaling {
+	if cfg.ScalingEnabled {
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
@@ -187,20 +169,14 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
 		}
 	}
-	if cfg.TunnelMaxStreams <= cfg.MaxConcurrentRequests {
-		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", "tunnel_max_streams", cfg.TunnelMaxStreams, "max_concurrent_requests", cfg.MaxConcurrentRequests)
+	if cfg.Tunnel.MaxStreams <= cfg.Router.MaxConcurrentRequests {
+		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", "tunnel_max_streams", cfg.Tunnel.MaxStreams, "max_concurrent_requests", cfg.Router.MaxConcurrentRequests)
 	}
-	ts, err := tunnel.NewServer(tunnel.ServerConfig{
-		Auth:                  &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now},
-		Registry:              auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now)},
-		DownThreshold:         cfg.ClientDownThreshold,
-		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
-		MaxHeaderBytes:        cfg.TunnelMaxHeaderBytes,
-		MaxStreams:            cfg.TunnelMaxStreams,
-		AnnounceInterval:      cfg.TunnelAnnounceInterval,
-		HandshakeTimeout:      cfg.TunnelHandshakeTimeout,
-		Logger:                log,
-	})
+	tc := cfg.Tunnel
+	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now}
+	tc.Registry = auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now)}
+	tc.Logger = log
+	ts, err := tunnel.NewServer(tc)
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +373,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.stopping.Store(true)
 	timeout := g.cfg.ShutdownTimeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = DefaultConfig().ShutdownTimeout
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -161,7 +161,7 @@ func TestHostileAuditGateway(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := serverConfig(t)
-			cfg.IPLimitMax = 0 // every hello comes from loopback: the per-IP bucket would refuse the flood before the audit budget is reached
+			cfg.Router.IPLimitMax = 0 // every hello comes from loopback: the per-IP bucket would refuse the flood before the audit budget is reached
 			tt.run(t, startServer(t, cfg, nil, nil))
 		})
 	}

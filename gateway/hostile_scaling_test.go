@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -119,7 +119,7 @@ func TestHostileScaling(t *testing.T) {
 			loads := h.srv.gw.ArmedLoadsForTest() - before
 			elapsed := time.Since(start)
 			recs := h.records(t)
-			if want := config.DefaultServer().ScalingMaxRecordsPerToken; len(recs) > want {
+			if want := gateway.DefaultConfig().Scaling.MaxRecordsPerToken; len(recs) > want {
 				t.Errorf("%d heartbeats of %d fresh hostnames made %d records, want at most %d (scaling_max_records_per_token)", beats, perBeat, len(recs), want)
 			}
 			// One reload per announcement at most, plus the change feed's
@@ -152,12 +152,12 @@ type scalingHarness struct {
 
 func newScalingHarness(t *testing.T) *scalingHarness {
 	t.Helper()
-	return newScalingHarnessWith(t, func(*config.Server) {})
+	return newScalingHarnessWith(t, func(*gateway.Config) {})
 }
 
 // newScalingHarnessWith is newScalingHarness with the server's
 // configuration changed by mutate before it starts.
-func newScalingHarnessWith(t *testing.T, mutate func(*config.Server)) *scalingHarness {
+func newScalingHarnessWith(t *testing.T, mutate func(*gateway.Config)) *scalingHarness {
 	t.Helper()
 	h := &scalingHarness{calls: map[string]int{}}
 	h.hook = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -168,10 +168,10 @@ func newScalingHarnessWith(t *testing.T, mutate func(*config.Server)) *scalingHa
 	}))
 	t.Cleanup(h.hook.Close)
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
-	cfg.GatewayTimeout = time.Second
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
+	cfg.Router.GatewayTimeout = time.Second
 	mutate(&cfg)
-	h.dataDir = cfg.DataDir
+	h.dataDir = cfg.Store.DataDir
 	h.srv = startServer(t, cfg, nil, nil)
 	h.visitor = newVisitor(t, h.srv)
 	h.orgA, h.orgB = h.org(t, "org-a"), h.org(t, "org-b")

@@ -22,7 +22,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 )
 
@@ -340,8 +339,8 @@ func TestTunnelStreamCapWarning(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &syncBuffer{}
 			cfg := serverConfig(t)
-			cfg.MaxConcurrentRequests = 100
-			cfg.TunnelMaxStreams = tc.maxStreams
+			cfg.Router.MaxConcurrentRequests = 100
+			cfg.Tunnel.MaxStreams = tc.maxStreams
 			startServerWith(t, cfg, nil, nil, gateway.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 			warned := false
 			for _, l := range logs.lines(t) {
@@ -360,7 +359,7 @@ func TestTunnelStreamCapWarning(t *testing.T) {
 // hand-written tunnel client; each starts its own server.
 func hostileClientCases(t *testing.T) {
 	t.Run("item7/oversized-response-head-answers-502", func(t *testing.T) {
-		st := startStack(t, inspectHandler(), func(c *config.Server) { c.TunnelMaxHeaderBytes = 32 << 10 })
+		st := startStack(t, inspectHandler(), func(c *gateway.Config) { c.Tunnel.MaxHeaderBytes = 32 << 10 })
 		startEvilClient(t, st.server, answerWithHead(40<<10))
 		waitClients(t, st.visitor, st.server, 2)
 		if status, body := get(t, st.visitor, st.server, evilHost, "/"); status != http.StatusBadGateway {
@@ -368,7 +367,7 @@ func hostileClientCases(t *testing.T) {
 		}
 	})
 	t.Run("item7/head-under-the-bound-passes", func(t *testing.T) {
-		st := startStack(t, inspectHandler(), func(c *config.Server) { c.TunnelMaxHeaderBytes = 64 << 10 })
+		st := startStack(t, inspectHandler(), func(c *gateway.Config) { c.Tunnel.MaxHeaderBytes = 64 << 10 })
 		startEvilClient(t, st.server, answerWithHead(40<<10))
 		waitClients(t, st.visitor, st.server, 2)
 		if status, body := get(t, st.visitor, st.server, evilHost, "/"); status != http.StatusOK || body != "ok" {

@@ -65,7 +65,7 @@ type scalingRegistry struct {
 func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
 	r := scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
 		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
-		wait: declareWait(g.cfg.ClientDownThreshold)}
+		wait: declareWait(g.cfg.Tunnel.DownThreshold)}
 	r.declarers.declare = r.declare
 	g.declares = &r.declarers.stats
 	return r
@@ -484,28 +484,26 @@ func (g *Gateway) newController() error {
 	}
 	g.expiry = newArmerExpiry()
 	g.armed = &armLoader{load: g.loadArmed}
-	g.ctl, err = autoscale.New(autoscale.Config{
-		Store:              g.db,
-		Pool:               poolView{g.router},
-		Caller:             observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer},
-		Events:             g.hooks,
-		Logger:             g.log,
-		MaxCallsPerMinute:  g.cfg.ScalingMaxCallsPerMinute,
-		MaxRecordsPerOrg:   g.cfg.ScalingMaxRecordsPerOrg,
-		MaxRecordsPerToken: g.cfg.ScalingMaxRecordsPerToken,
-		DeclareRefresh:     declareRefresh(g.cfg.ScalingRecordTTL),
-	})
+	sc := g.cfg.Scaling
+	sc.Store, sc.Pool, sc.Events, sc.Logger = g.db, poolView{g.router}, g.hooks, g.log
+	sc.Caller = observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer}
+	sc.DeclareRefresh = declareRefresh(sc.DeclareRefresh, g.cfg.ScalingRecordTTL)
+	g.ctl, err = autoscale.New(sc)
 	return err
 }
 
 // declareRefresh is how often an unchanged declaration is written again:
-// the controller's default, or half of scaling_record_ttl when that is
-// shorter, so a live client's record is never old enough to be swept.
-func declareRefresh(ttl time.Duration) time.Duration {
-	if ttl > 0 && ttl/2 < autoscale.DefaultDeclareRefresh {
+// the controller's setting (its default when zero), or half of
+// scaling_record_ttl when that is shorter, so a live client's record is
+// never old enough to be swept.
+func declareRefresh(refresh, ttl time.Duration) time.Duration {
+	if refresh <= 0 {
+		refresh = autoscale.DefaultConfig().DeclareRefresh
+	}
+	if ttl > 0 && ttl/2 < refresh {
 		return max(ttl/2, time.Millisecond)
 	}
-	return autoscale.DefaultDeclareRefresh
+	return refresh
 }
 
 // armLoader runs loads of the router's armed binds one at a time and lets

@@ -20,7 +20,7 @@ import (
 )
 
 // Config configures a Router. The zero value routes with round-robin, no
-// limits and no waiting; gateway.New fills it from the server's settings.
+// limits and no waiting; DefaultConfig holds the server's defaults.
 type Config struct {
 	// MaxBodyBytes bounds a request body (max_body_size); larger bodies get
 	// 413. Zero means no bound.
@@ -119,6 +119,9 @@ type bindKey struct{ pattern, path string }
 
 // New returns a Router with no clients, or an error naming a bad setting.
 func New(cfg Config) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -111,6 +111,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.URL == "" || cfg.Token == "" || cfg.Announce == nil || cfg.Forwarder == nil {
 		return nil, errors.New("tunnel: client needs URL, Token, Announce and Forwarder")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	wsURL, err := tunnelURL(cfg.URL)
 	if err != nil {
 		return nil, err
@@ -346,7 +349,7 @@ func (c *Client) runSession(ctx context.Context) error {
 	ctrl.SetDeadline(time.Time{})
 	interval := time.Duration(welcome.HeartbeatMS) * time.Millisecond
 	if interval <= 0 {
-		interval = 5 * time.Second
+		interval = defaultHeartbeat()
 	}
 	log := c.log.With("session_id", welcome.SessionID)
 	log.Info("tunnel connected", "heartbeat", interval)

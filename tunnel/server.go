@@ -58,13 +58,15 @@ type ServerConfig struct {
 	// Registry receives sessions. Required.
 	Registry Registry
 	// DownThreshold is how long a session may go without a heartbeat
-	// before it is dropped (client_down_threshold). Default 15s.
+	// before it is dropped (client_down_threshold). Zero means
+	// DefaultServerConfig's 15s.
 	DownThreshold time.Duration
 	// ResponseHeaderTimeout bounds the wait for a response head after a
 	// request was sent (gateway_response_timeout). Zero means no bound.
 	ResponseHeaderTimeout time.Duration
 	// HandshakeTimeout bounds the time from the upgrade to the welcome;
-	// zero means the protocol default, HandshakeTimeout.
+	// zero means the protocol default, HandshakeTimeout. Negative settings
+	// are refused (Validate).
 	HandshakeTimeout time.Duration
 	// MaxHeaderBytes bounds each response head a client sends
 	// (tunnel_max_header_bytes); a larger one fails the exchange with
@@ -113,20 +115,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Auth == nil || cfg.Registry == nil {
 		return nil, errors.New("tunnel: server needs Auth and Registry")
 	}
-	if cfg.DownThreshold <= 0 {
-		cfg.DownThreshold = 15 * time.Second
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = HandshakeTimeout
+	def := DefaultServerConfig()
+	if cfg.DownThreshold == 0 {
+		cfg.DownThreshold = def.DownThreshold
 	}
-	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = def.HandshakeTimeout
 	}
-	if cfg.MaxStreams <= 0 {
-		cfg.MaxStreams = DefaultMaxStreams
+	if cfg.MaxHeaderBytes == 0 {
+		cfg.MaxHeaderBytes = def.MaxHeaderBytes
 	}
-	if cfg.AnnounceInterval <= 0 {
-		cfg.AnnounceInterval = DefaultAnnounceInterval
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = def.MaxStreams
+	}
+	if cfg.AnnounceInterval == 0 {
+		cfg.AnnounceInterval = def.AnnounceInterval
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -135,9 +141,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return &Server{cfg: cfg, log: log, sessions: make(map[*Session]struct{})}, nil
 }
 
-// heartbeatInterval is what the server asks clients to use: three beats
-// fit in the down threshold, so one lost beat never drops a client.
-func (s *Server) heartbeatInterval() time.Duration { return s.cfg.DownThreshold / 3 }
+// heartbeatsPerThreshold is how many heartbeats fit in the down threshold:
+// three, so one lost beat never drops a client.
+const heartbeatsPerThreshold = 3
+
+// heartbeatInterval is what the server asks clients to use.
+func (s *Server) heartbeatInterval() time.Duration {
+	return s.cfg.DownThreshold / heartbeatsPerThreshold
+}
 
 // refuse answers a request that cannot become a tunnel.
 func refuse(w http.ResponseWriter, status int, reason string) {

@@ -109,30 +109,33 @@ type Config struct {
 
 // withDefaults fills the zero fields that have a default.
 func (cfg Config) withDefaults() Config {
+	def := DefaultConfig()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxQueue == 0 {
-		cfg.MaxQueue = DefaultMaxQueue
+		cfg.MaxQueue = def.MaxQueue
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = DefaultWorkers
+		cfg.Workers = def.Workers
 	}
 	if cfg.Backoff == nil {
-		cfg.Backoff = DefaultBackoff
+		cfg.Backoff = def.Backoff
 	}
 	return cfg
 }
 
-// Validate reports every problem with cfg. New calls it.
+// DefaultConfig returns the default delivery settings: DefaultMaxQueue,
+// DefaultWorkers and DefaultBackoff. Subscriptions, Client and Logger are
+// nil.
+func DefaultConfig() Config {
+	return Config{MaxQueue: DefaultMaxQueue, Workers: DefaultWorkers, Backoff: DefaultBackoff}
+}
+
+// Validate reports every problem with cfg's settings; the required
+// Subscriptions and Client, which New checks, are not settings.
 func (cfg Config) Validate() error {
 	var errs []error
-	if cfg.Subscriptions == nil {
-		errs = append(errs, errors.New("webhook: no subscription lister"))
-	}
-	if cfg.Client == nil {
-		errs = append(errs, errors.New("webhook: no fence client"))
-	}
 	if cfg.MaxQueue < 0 {
 		errs = append(errs, fmt.Errorf("webhook: max queue %d is negative", cfg.MaxQueue))
 	}
@@ -176,9 +179,17 @@ type Dispatcher struct {
 	dropping atomic.Bool
 }
 
-// New returns a Dispatcher, or the errors of cfg.Validate.
+// New returns a Dispatcher, or every problem of cfg: a missing
+// Subscriptions or Client, and the errors of cfg.Validate.
 func New(cfg Config) (*Dispatcher, error) {
-	if err := cfg.Validate(); err != nil {
+	var errs []error
+	if cfg.Subscriptions == nil {
+		errs = append(errs, errors.New("webhook: no subscription lister"))
+	}
+	if cfg.Client == nil {
+		errs = append(errs, errors.New("webhook: no fence client"))
+	}
+	if err := errors.Join(append(errs, cfg.Validate())...); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()

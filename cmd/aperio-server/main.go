@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/config/serverconfig"
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/exitcode"
@@ -51,16 +51,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if file == "" {
 				file = os.Getenv("APERIO_SERVER_CONFIG")
 			}
-			opts := config.ServerOptions{File: file, FileMustExist: file != "", Env: os.LookupEnv}
+			opts := serverconfig.Options{File: file, FileMustExist: file != "", Env: os.LookupEnv}
 			if opts.File == "" {
-				opts.File = "aperio-server.yaml"
+				opts.File = serverconfig.File
 			}
-			cfg, src, err := config.LoadServer(opts)
+			cfg, src, err := serverconfig.Load(opts)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
 			}
-			warnings := config.ServerWarnings(cfg)
+			warnings := serverconfig.Warnings(cfg)
 			if checkConfig {
 				warnings = append(warnings, storeWarnings(cmd.Context(), cfg)...)
 				for _, w := range warnings {
@@ -70,7 +70,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return nil
 			}
 			if printConfig {
-				return config.PrintServer(stdout, cfg, src)
+				return serverconfig.Print(stdout, cfg, src)
 			}
 			if healthcheck {
 				return selfCheck(cmd.Context(), cfg, stderr)
@@ -122,7 +122,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				gopts.TracerProvider = tr.Provider()
 				log.Info("tracing on", "sample_rate", cfg.OTelSampleRate)
 			}
-			g, err := gateway.New(ctx, cfg, gopts)
+			g, err := gateway.New(ctx, cfg.Config, gopts)
 			if err != nil {
 				log.Error("server failed to start", "err", err)
 				return exitcode.ErrFailure
@@ -149,16 +149,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 // backfill, no writes: what it checks is what is on disk) and checks the
 // audit chain: "audit chain OK (N entries)" on stdout and nil, or the first
 // broken entry on stderr and exitcode.ErrFailure.
-func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.Writer) error {
-	if cfg.DatabaseURL == "" {
+func verifyAuditChain(ctx context.Context, cfg serverconfig.Config, stdout, stderr io.Writer) error {
+	if cfg.Store.DatabaseURL == "" {
 		// Opening would create an empty store: a mistyped data_dir must
 		// not read as an intact chain.
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, store.DBFile)); err != nil {
+		if _, err := os.Stat(filepath.Join(cfg.Store.DataDir, store.DBFile)); err != nil {
 			fmt.Fprintln(stderr, "verify audit: no store in data_dir:", err)
 			return exitcode.ErrFailure
 		}
 	}
-	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, ReadOnly: true})
+	db, err := store.Open(ctx, store.Config{DataDir: cfg.Store.DataDir, DatabaseURL: cfg.Store.DatabaseURL, ReadOnly: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "verify audit:", err)
 		return exitcode.ErrFailure
@@ -191,15 +191,15 @@ func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.
 // the default one that own no hostname pattern (their keys may mint no
 // token, their clients bind nothing). No store yet, or one that cannot be
 // read, gives no warning but a note.
-func storeWarnings(ctx context.Context, cfg config.Server) []string {
-	if cfg.DatabaseURL == "" {
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, store.DBFile)); err != nil {
+func storeWarnings(ctx context.Context, cfg serverconfig.Config) []string {
+	if cfg.Store.DatabaseURL == "" {
+		if _, err := os.Stat(filepath.Join(cfg.Store.DataDir, store.DBFile)); err != nil {
 			return nil // nothing stored yet
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, ReadOnly: true})
+	db, err := store.Open(ctx, store.Config{DataDir: cfg.Store.DataDir, DatabaseURL: cfg.Store.DatabaseURL, ReadOnly: true})
 	if err != nil {
 		return []string{"cannot read the store to check organizations' hostname patterns: " + err.Error()}
 	}
