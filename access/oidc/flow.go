@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -120,13 +121,30 @@ func (p *Provider) Check(r *http.Request, v Visit) (Session, error) {
 	return s, nil
 }
 
-// session opens r's session cookie for v.Host, whatever its expiry.
+// maxCandidates bounds how many cookies of one name are tried.
+const maxCandidates = 4
+
+// session opens r's session cookie for v.Host, whatever its expiry. A
+// request may carry several cookies of the name: a sibling subdomain can
+// set one for the parent domain (only the __Host- name is safe from
+// that), and the browser may send it first. The first that opens and
+// names v.Host wins, so such a cookie cannot shadow the real one.
 func (p *Provider) session(r *http.Request, v Visit) (Session, error) {
-	c, err := r.Cookie(sessionCookieName(v.Secure))
-	if err != nil {
-		return Session{}, ErrNoSession
+	err := ErrNoSession
+	for i, c := range r.CookiesNamed(sessionCookieName(v.Secure)) {
+		if i == maxCandidates {
+			break
+		}
+		var s Session
+		if s, err = p.openSession(c.Value, v.Host); err == nil {
+			return s, nil
+		}
 	}
-	plain, err := p.sessions.Open(c.Value)
+	return Session{}, err
+}
+
+func (p *Provider) openSession(value, host string) (Session, error) {
+	plain, err := p.sessions.Open(value)
 	if err != nil {
 		return Session{}, fmt.Errorf("%w: %w", ErrSessionInvalid, err)
 	}
@@ -134,7 +152,7 @@ func (p *Provider) session(r *http.Request, v Visit) (Session, error) {
 	if err != nil {
 		return Session{}, fmt.Errorf("%w: %w", ErrSessionInvalid, err)
 	}
-	if s.Host != v.Host {
+	if s.Host != host {
 		return Session{}, fmt.Errorf("%w: issued on another hostname", ErrSessionInvalid)
 	}
 	return s, nil
@@ -217,7 +235,7 @@ func (p *Provider) ServeLogin(w http.ResponseWriter, r *http.Request, v Visit) {
 func (p *Provider) startLogin(w http.ResponseWriter, r *http.Request, v Visit, ret string) {
 	redirectURI, err := p.redirectURI(r, v)
 	if err != nil {
-		p.cfg.Logger.Info("oidc login refused", logHost, v.Host, logError, err)
+		p.cfg.Logger.Debug("oidc login refused", logHost, v.Host, logError, err)
 		refuse(w, http.StatusBadRequest, "bad request: unusable host")
 		return
 	}
@@ -313,7 +331,13 @@ func (p *Provider) ServeCallback(w http.ResponseWriter, r *http.Request, v Visit
 	if err == nil {
 		return
 	}
-	p.cfg.Logger.Info("oidc login refused", logHost, v.Host, logReason, reason, logError, err)
+	// Visitors can cause any 4xx at will, so those log at Debug; a 5xx
+	// is the provider failing, which the operator must see.
+	level := slog.LevelDebug
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	p.cfg.Logger.Log(r.Context(), level, "oidc login refused", logHost, v.Host, logReason, reason, logError, err)
 	refuse(w, status, reason)
 }
 
@@ -321,31 +345,26 @@ func (p *Provider) ServeCallback(w http.ResponseWriter, r *http.Request, v Visit
 // and the short text for the visitor, and the error for the log.
 func (p *Provider) callback(w http.ResponseWriter, r *http.Request, v Visit) (int, string, error) {
 	name := loginCookieName(v.Secure)
-	c, err := r.Cookie(name)
-	if err != nil {
-		return http.StatusBadRequest, "bad request: no login in progress", err
+	cookies := r.CookiesNamed(name)
+	if len(cookies) == 0 {
+		return http.StatusBadRequest, "bad request: no login in progress", errors.New("oidc: callback without a login cookie")
 	}
 	clearCookie(w, name, v.Secure)
-	plain, err := p.logins.Open(c.Value)
+	l, err := p.openLogin(cookies, v.Host)
 	if err != nil {
 		return http.StatusBadRequest, "bad request: no login in progress", err
-	}
-	l, err := decodeLogin(plain)
-	if err != nil {
-		return http.StatusBadRequest, "bad request: no login in progress", err
-	}
-	if l.Host != v.Host {
-		return http.StatusBadRequest, "bad request: login started on another host", fmt.Errorf("oidc: login of %s", l.Host)
 	}
 	if !p.cfg.Now().Before(l.Expires) {
 		return http.StatusBadRequest, "bad request: login expired, try again", fmt.Errorf("oidc: login expired at %s", l.Expires.UTC().Format(time.RFC3339))
 	}
+	// The state comes first: only the provider this login went to knows
+	// it, so nobody else can end the login, even with an error.
 	q := r.URL.Query()
-	if e := q.Get("error"); e != "" {
-		return http.StatusUnauthorized, "unauthorized: the identity provider refused the login", fmt.Errorf("oidc: provider error %.64q: %.256q", e, q.Get("error_description"))
-	}
 	if st := q.Get("state"); subtle.ConstantTimeCompare([]byte(st), []byte(l.State)) != 1 {
 		return http.StatusBadRequest, "bad request: state mismatch", errors.New("oidc: state mismatch")
+	}
+	if e := q.Get("error"); e != "" {
+		return http.StatusUnauthorized, "unauthorized: the identity provider refused the login", fmt.Errorf("oidc: provider error %.64q: %.256q", e, q.Get("error_description"))
 	}
 	code := q.Get("code")
 	if code == "" || len(code) > maxCodeBytes {
@@ -407,6 +426,31 @@ func (p *Provider) callback(w http.ResponseWriter, r *http.Request, v Visit) (in
 	p.cfg.Logger.Info("oidc login", logHost, v.Host, logUser, s.User())
 	redirect(w, safeReturn(l.Return))
 	return 0, "", nil
+}
+
+// openLogin returns the first of cookies that opens as a login on host
+// (see session for why there may be several).
+func (p *Provider) openLogin(cookies []*http.Cookie, host string) (loginState, error) {
+	var err error
+	for i, c := range cookies {
+		if i == maxCandidates {
+			break
+		}
+		var plain []byte
+		if plain, err = p.logins.Open(c.Value); err != nil {
+			continue
+		}
+		var l loginState
+		if l, err = decodeLogin(plain); err != nil {
+			continue
+		}
+		if l.Host != host {
+			err = fmt.Errorf("oidc: login started on %s", l.Host)
+			continue
+		}
+		return l, nil
+	}
+	return loginState{}, err
 }
 
 // claims are the ID token claims a Policy reads.
@@ -495,7 +539,7 @@ func (p *Provider) ServeLogout(w http.ResponseWriter, r *http.Request, v Visit) 
 		}
 		s, err := p.session(r, v)
 		if err != nil || !s.checkCSRF(token) {
-			p.cfg.Logger.Info("oidc logout refused", logHost, v.Host, logError, err)
+			p.cfg.Logger.Debug("oidc logout refused", logHost, v.Host, logError, err)
 			refuse(w, http.StatusForbidden, "forbidden: sign out from the sign-out page")
 			return
 		}

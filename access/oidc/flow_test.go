@@ -40,12 +40,21 @@ type harness struct {
 	port      string
 	clock     *clock
 	policies  map[string]*Policy // by host; fixed before the first request
+	secure    bool               // the app is served over TLS
 	authorize atomic.Int64       // authorization requests the provider saw
 }
 
-func newHarness(t testing.TB, policies map[string]*Policy, edit func(*Config)) *harness {
+// setup says how a harness differs from the default: per-host policies,
+// a change to the Provider's Config, an app served over TLS.
+type setup struct {
+	policies map[string]*Policy
+	edit     func(*Config)
+	secure   bool
+}
+
+func newHarness(t testing.TB, su setup) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: &clock{}, policies: policies}
+	h := &harness{t: t, clock: &clock{}, policies: su.policies, secure: su.secure}
 	op, err := mockoidc.NewServer(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +100,8 @@ func newHarness(t testing.TB, policies map[string]*Policy, edit func(*Config)) *
 		AllowHTTP:    true,
 		Now:          h.clock.Now,
 	}
-	if edit != nil {
-		edit(&cfg)
+	if su.edit != nil {
+		su.edit(&cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -101,9 +110,9 @@ func newHarness(t testing.TB, policies map[string]*Policy, edit func(*Config)) *
 		t.Fatalf("New: %v", err)
 	}
 
-	h.app = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h.app = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := hostname.Normalize(r.Host)
-		v := Visit{Host: host, Policy: h.policies[host]}
+		v := Visit{Host: host, Secure: r.TLS != nil, Policy: h.policies[host]}
 		if strings.HasPrefix(r.URL.Path, AuthPrefix) {
 			h.p.ServeAuth(w, r, v)
 			return
@@ -114,6 +123,11 @@ func newHarness(t testing.TB, policies map[string]*Policy, edit func(*Config)) *
 		}
 		fmt.Fprintf(w, "hello %s at %s", s.User(), r.URL.RequestURI())
 	}))
+	if su.secure {
+		h.app.StartTLS()
+	} else {
+		h.app.Start()
+	}
 	t.Cleanup(h.app.Close)
 	_, h.port, err = net.SplitHostPort(h.app.Listener.Addr().String())
 	if err != nil {
@@ -124,6 +138,9 @@ func newHarness(t testing.TB, policies map[string]*Policy, edit func(*Config)) *
 
 // url returns the app's URL for path on host (a name under .test).
 func (h *harness) url(host, path string) string {
+	if h.secure {
+		return "https://" + host + ":" + h.port + path
+	}
 	return "http://" + host + ":" + h.port + path
 }
 
@@ -153,6 +170,12 @@ func (h *harness) browser(follow bool) *http.Client {
 			}
 			return nil, fmt.Errorf("test browser: refusing to dial %s", addr)
 		},
+	}
+	if h.secure {
+		// httptest's certificate names example.com; every .test host
+		// is the app.
+		tr.TLSClientConfig = h.app.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+		tr.TLSClientConfig.ServerName = "example.com"
 	}
 	h.t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{
@@ -258,7 +281,7 @@ func (h *harness) toCallback(c *http.Client, path string, mutate func(url.Values
 }
 
 func TestLoginFlow(t *testing.T) {
-	h := newHarness(t, nil, nil)
+	h := newHarness(t, setup{})
 	c := h.browser(true)
 
 	a := h.get(c, h.url("app.test", "/docs/page?q=1"))
@@ -292,7 +315,7 @@ func TestLoginFlow(t *testing.T) {
 }
 
 func TestNonBrowserGets401(t *testing.T) {
-	h := newHarness(t, nil, nil)
+	h := newHarness(t, setup{})
 	c := h.browser(false)
 	for _, tc := range []struct {
 		name   string
@@ -337,9 +360,9 @@ func TestPolicyDecidesLogin(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := tc.policy
-			h := newHarness(t, map[string]*Policy{"app.test": &pol}, func(c *Config) {
+			h := newHarness(t, setup{policies: map[string]*Policy{"app.test": &pol}, edit: func(c *Config) {
 				c.Scopes = []string{"openid", "email", "groups"}
-			})
+			}})
 			h.op.QueueUser(tc.user)
 			c := h.browser(true)
 			a := h.get(c, h.url("app.test", "/"))
@@ -355,7 +378,7 @@ func TestPolicyDecidesLogin(t *testing.T) {
 }
 
 func TestCodeReplayRefused(t *testing.T) {
-	h := newHarness(t, nil, nil)
+	h := newHarness(t, setup{})
 	c := h.browser(false)
 	cb := h.toCallback(c, "/private", nil)
 	loginCookie := h.cookie(c, "app.test", LoginCookie)
@@ -403,6 +426,9 @@ func TestCallbackRefusals(t *testing.T) {
 		{name: "code missing", callback: func(q url.Values) { q.Del("code") }, want: http.StatusBadRequest},
 		{name: "code unknown to the provider", callback: func(q url.Values) { q.Set("code", "forged") }, want: http.StatusUnauthorized},
 		{name: "provider error", callback: func(q url.Values) { q.Del("code"); q.Set("error", "access_denied") }, want: http.StatusUnauthorized},
+		// Only the provider knows the state: a forged error cannot end
+		// someone's login.
+		{name: "provider error, forged state", callback: func(q url.Values) { q.Del("code"); q.Set("error", "access_denied"); q.Set("state", "x") }, want: http.StatusBadRequest},
 		{name: "nonce of another login", authorize: func(q url.Values) { q.Set("nonce", "attacker-nonce") }, want: http.StatusUnauthorized},
 		// A challenge the server's verifier does not hash to: the
 		// provider refuses the exchange.
@@ -411,7 +437,7 @@ func TestCallbackRefusals(t *testing.T) {
 		{name: "login expired", advance: DefaultLoginTTL + time.Second, want: http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, nil, tc.edit)
+			h := newHarness(t, setup{edit: tc.edit})
 			c := h.browser(false)
 			cb := h.toCallback(c, "/", tc.authorize)
 			h.clock.Advance(tc.advance)
@@ -440,7 +466,7 @@ func TestCallbackRefusals(t *testing.T) {
 }
 
 func TestExpiredSessionRedirectsAgain(t *testing.T) {
-	h := newHarness(t, nil, nil)
+	h := newHarness(t, setup{})
 	c := h.browser(true)
 	if a := h.get(c, h.url("app.test", "/")); a.status != http.StatusOK {
 		t.Fatalf("login = %d %q", a.status, a.body)
@@ -461,7 +487,7 @@ func TestExpiredSessionRedirectsAgain(t *testing.T) {
 }
 
 func TestSessionBoundToHost(t *testing.T) {
-	h := newHarness(t, nil, nil)
+	h := newHarness(t, setup{})
 	c := h.browser(true)
 	if a := h.get(c, h.url("app.test", "/")); a.status != http.StatusOK {
 		t.Fatalf("login = %d %q", a.status, a.body)
@@ -482,7 +508,7 @@ func TestSessionBoundToHost(t *testing.T) {
 }
 
 func TestOpenRedirectNeutralized(t *testing.T) {
-	h := newHarness(t, nil, nil)
+	h := newHarness(t, setup{})
 	for _, tc := range []struct{ redirect, want string }{
 		{"/ok/path?x=1", "/ok/path?x=1"},
 		{"//evil.example/", "/"},
@@ -509,7 +535,7 @@ func TestOpenRedirectNeutralized(t *testing.T) {
 }
 
 func TestLogoutNeedsCSRFToken(t *testing.T) {
-	h := newHarness(t, nil, nil)
+	h := newHarness(t, setup{})
 	c := h.browser(false)
 	follow := h.browser(true)
 	follow.Jar = c.Jar
@@ -558,5 +584,59 @@ func TestLogoutNeedsCSRFToken(t *testing.T) {
 	}
 	if a := h.get(c, h.url("app.test", "/")); a.status != http.StatusFound {
 		t.Errorf("app after logout = %d, want 302 to the provider", a.status)
+	}
+}
+
+// setCookie returns the Set-Cookie of a named name, or fails.
+func setCookie(t testing.TB, a answer, name string) *http.Cookie {
+	t.Helper()
+	for _, line := range a.header.Values("Set-Cookie") {
+		c, err := http.ParseSetCookie(line)
+		if err == nil && c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no Set-Cookie %s in %q", name, a.header.Values("Set-Cookie"))
+	return nil
+}
+
+func TestSecureLoginFlow(t *testing.T) {
+	h := newHarness(t, setup{secure: true})
+	c := h.browser(false)
+
+	a := h.get(c, h.url("app.test", "/secret"))
+	if a.status != http.StatusFound || !strings.HasPrefix(a.location, h.op.AuthorizationEndpoint()) {
+		t.Fatalf("GET = %d Location %q, want 302 to the provider", a.status, a.location)
+	}
+	u, err := url.Parse(a.location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	if got, want := q.Get("redirect_uri"), h.url("app.test", CallbackPath); got != want {
+		t.Errorf("redirect_uri = %q, want %q (the visited host, https)", got, want)
+	}
+	if q.Get("code_challenge_method") != "S256" || q.Get("code_challenge") == "" || q.Get("nonce") == "" || q.Get("state") == "" {
+		t.Errorf("authorization request %v lacks S256 PKCE, nonce or state", q)
+	}
+	lc := setCookie(t, a, SecureLoginCookie)
+	if !lc.Secure || !lc.HttpOnly || lc.SameSite != http.SameSiteLaxMode || lc.Path != "/" || lc.MaxAge != int(DefaultLoginTTL/time.Second) {
+		t.Errorf("login cookie %s, want Secure, HttpOnly, SameSite=Lax, Path=/, Max-Age=600", lc)
+	}
+
+	b := h.get(c, a.location)
+	if b.status != http.StatusFound || !strings.HasPrefix(b.location, h.url("app.test", CallbackPath)+"?") {
+		t.Fatalf("provider = %d Location %q, want 302 to the callback", b.status, b.location)
+	}
+	cb := h.get(c, b.location)
+	if cb.status != http.StatusFound || cb.location != "/secret" {
+		t.Fatalf("callback = %d Location %q, want 302 to /secret", cb.status, cb.location)
+	}
+	sc := setCookie(t, cb, SecureSessionCookie)
+	if !sc.Secure || !sc.HttpOnly || sc.SameSite != http.SameSiteLaxMode || sc.Path != "/" || sc.Domain != "" || sc.MaxAge != int(DefaultSessionTTL/time.Second) {
+		t.Errorf("session cookie %s, want Secure, HttpOnly, SameSite=Lax, Path=/, no Domain, Max-Age=86400", sc)
+	}
+	if a := h.get(c, h.url("app.test", "/secret")); a.status != http.StatusOK || a.body != "hello jane.doe@example.com at /secret" {
+		t.Errorf("app with the secure session = %d %q, want 200", a.status, a.body)
 	}
 }

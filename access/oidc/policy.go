@@ -95,18 +95,23 @@ func (p *Policy) Allows(s *Session) bool {
 
 // keptGroups returns the groups among claimed that p names, at most
 // maxGroups: one is enough to pass, so a user in many named groups loses
-// nothing by the cut.
+// nothing by the cut. It runs once per login, over however many groups
+// the provider claims, so it looks them up in a set.
 func (p *Policy) keptGroups(claimed []string) []string {
+	if len(p.Groups) == 0 {
+		return nil
+	}
+	named := make(map[string]struct{}, len(p.Groups))
+	for _, g := range p.Groups {
+		named[g] = struct{}{}
+	}
 	var kept []string
 	for _, g := range claimed {
-		for _, want := range p.Groups {
-			if g == want {
-				kept = append(kept, g)
+		if _, ok := named[g]; ok {
+			kept = append(kept, g)
+			if len(kept) == maxGroups {
 				break
 			}
-		}
-		if len(kept) == maxGroups {
-			break
 		}
 	}
 	return kept
