@@ -33,9 +33,10 @@ const (
 )
 
 // CSRFHeader and CSRFField carry the session's CSRF token on a logout
-// POST; the header wins when both are present.
+// POST; the header wins when both are present. The header is not an
+// X-Aperio- name: the server removes those from visitors' requests.
 const (
-	CSRFHeader = "X-Aperio-CSRF"
+	CSRFHeader = "X-CSRF-Token"
 	CSRFField  = "csrf"
 )
 

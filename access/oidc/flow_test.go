@@ -576,6 +576,21 @@ func TestLogoutNeedsCSRFToken(t *testing.T) {
 	}
 	stillIn("after a POST from another browser")
 
+	req, err := http.NewRequest(http.MethodPost, logout, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(CSRFHeader, "AAAAAAAAAAAAAAAAAAAAAA")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("POST logout with a wrong %s header = %d, want 403", CSRFHeader, resp.StatusCode)
+	}
+	stillIn("after a POST with a wrong header")
+
 	if a := h.do(c, http.MethodPost, logout, true, url.Values{CSRFField: {token}}); a.status != http.StatusOK {
 		t.Fatalf("POST logout with the token = %d %q, want 200", a.status, a.body)
 	}

@@ -272,3 +272,36 @@ func BenchmarkSessionCheck(b *testing.B) {
 		}
 	}
 }
+
+func TestLogoutWithHeaderToken(t *testing.T) {
+	p := testProvider(t, t0)
+	s := janeSession()
+	cookie := &http.Cookie{Name: SessionCookie, Value: sealSession(t, p.sessions, s)}
+	v := Visit{Host: "app.example.com"}
+	for _, tc := range []struct {
+		name  string
+		token string
+		want  int
+	}{
+		{"wrong token", "AAAAAAAAAAAAAAAAAAAAAA", http.StatusForbidden},
+		{"session token", s.CSRFToken(), http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "http://app.example.com"+LogoutPath, nil)
+			r.AddCookie(cookie)
+			r.Header.Set(CSRFHeader, tc.token)
+			w := httptest.NewRecorder()
+			p.ServeLogout(w, r, v)
+			if w.Code != tc.want {
+				t.Fatalf("POST logout with %s %q = %d, want %d", CSRFHeader, tc.token, w.Code, tc.want)
+			}
+			cleared := false
+			for _, c := range w.Result().Cookies() {
+				cleared = cleared || (c.Name == SessionCookie && c.MaxAge < 0)
+			}
+			if cleared != (tc.want == http.StatusOK) {
+				t.Errorf("session cookie cleared = %v after %d", cleared, w.Code)
+			}
+		})
+	}
+}
