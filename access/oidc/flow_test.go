@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
@@ -653,5 +654,53 @@ func TestSecureLoginFlow(t *testing.T) {
 	}
 	if a := h.get(c, h.url("app.test", "/secret")); a.status != http.StatusOK || a.body != "hello jane.doe@example.com at /secret" {
 		t.Errorf("app with the secure session = %d %q, want 200", a.status, a.body)
+	}
+}
+
+// oddUser is a provider user whose ID token claims take the shapes some
+// providers send: email_verified as a string, groups as one string, or
+// shapes nobody should send.
+type oddUser struct {
+	emailVerified any
+	groups        any
+}
+
+type oddClaims struct {
+	*mockoidc.IDTokenClaims
+	Email         string `json:"email"`
+	EmailVerified any    `json:"email_verified,omitempty"`
+	Groups        any    `json:"groups,omitempty"`
+}
+
+func (u oddUser) ID() string                        { return "odd" }
+func (u oddUser) Userinfo([]string) ([]byte, error) { return []byte(`{"sub":"odd"}`), nil }
+func (u oddUser) Claims(_ []string, base *mockoidc.IDTokenClaims) (jwt.Claims, error) {
+	return &oddClaims{IDTokenClaims: base, Email: "odd@example.com", EmailVerified: u.emailVerified, Groups: u.groups}, nil
+}
+
+func TestClaimShapes(t *testing.T) {
+	byEmail := &Policy{AllowedEmails: []string{"odd@example.com"}}
+	byGroup := &Policy{Groups: []string{"design"}}
+	for _, tc := range []struct {
+		name   string
+		user   oddUser
+		policy *Policy
+		want   int
+	}{
+		{"email_verified as the string true", oddUser{emailVerified: "true"}, byEmail, http.StatusOK},
+		{"email_verified as the string false", oddUser{emailVerified: "false"}, byEmail, http.StatusForbidden},
+		{"email_verified absent", oddUser{}, byEmail, http.StatusForbidden},
+		{"email_verified a number", oddUser{emailVerified: 1}, byEmail, http.StatusUnauthorized},
+		{"groups as one string", oddUser{groups: "design"}, byGroup, http.StatusOK},
+		{"groups a number", oddUser{groups: 7}, byGroup, http.StatusUnauthorized},
+		{"groups with a number", oddUser{groups: []any{"design", 7}}, byGroup, http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, setup{policies: map[string]*Policy{"app.test": tc.policy}})
+			h.op.QueueUser(tc.user)
+			if a := h.get(h.browser(true), h.url("app.test", "/")); a.status != tc.want {
+				t.Errorf("login = %d %q, want %d", a.status, a.body, tc.want)
+			}
+		})
 	}
 }

@@ -34,9 +34,12 @@ type Policy struct {
 // group, or more than 256 entries in a list.
 func (p Policy) Validate() error {
 	var errs []error
-	for name, n := range map[string]int{"allowed_emails": len(p.AllowedEmails), "allowed_domains": len(p.AllowedDomains), "groups": len(p.Groups)} {
-		if n > maxPolicyEntries {
-			errs = append(errs, fmt.Errorf("oidc: %s has %d entries, limit %d", name, n, maxPolicyEntries))
+	for _, l := range []struct {
+		name string
+		n    int
+	}{{"allowed_emails", len(p.AllowedEmails)}, {"allowed_domains", len(p.AllowedDomains)}, {"groups", len(p.Groups)}} {
+		if l.n > maxPolicyEntries {
+			errs = append(errs, fmt.Errorf("oidc: %s has %d entries, limit %d", l.name, l.n, maxPolicyEntries))
 		}
 	}
 	for _, e := range p.AllowedEmails {

@@ -28,8 +28,9 @@ const (
 	MaxResponseBytes = 1 << 20
 )
 
-// DefaultScopes are the scopes asked for when Config.Scopes is empty.
-var DefaultScopes = []string{gooidc.ScopeOpenID, "email", "profile"}
+// defaultScopes are the scopes asked for when Config.Scopes is empty;
+// withDefaults hands out copies.
+var defaultScopes = []string{gooidc.ScopeOpenID, "email", "profile"}
 
 // Errors of New, both fatal at start: the server cannot protect a
 // service with a provider it cannot reach or does not understand.
@@ -53,7 +54,7 @@ type Config struct {
 	// Both required.
 	ClientID     string
 	ClientSecret string
-	// Scopes asked for; empty means DefaultScopes. It must include
+	// Scopes asked for; empty means "openid email profile". It must include
 	// "openid"; add "groups" (or what the provider calls it) for a
 	// Policy's Groups to see anything.
 	Scopes []string
@@ -97,7 +98,7 @@ type Config struct {
 // withDefaults returns c with every zero field that has a default set.
 func (c Config) withDefaults() Config {
 	if len(c.Scopes) == 0 {
-		c.Scopes = DefaultScopes
+		c.Scopes = slices.Clone(defaultScopes)
 	}
 	if c.SessionTTL == 0 {
 		c.SessionTTL = DefaultSessionTTL

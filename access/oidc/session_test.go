@@ -305,3 +305,17 @@ func TestLogoutWithHeaderToken(t *testing.T) {
 		})
 	}
 }
+
+func TestLogoutRefusesOversizedForm(t *testing.T) {
+	p := testProvider(t, t0)
+	s := janeSession()
+	body := "csrf=" + s.CSRFToken() + "&pad=" + strings.Repeat("x", maxLogoutBody)
+	r := httptest.NewRequest(http.MethodPost, "http://app.example.com"+LogoutPath, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.AddCookie(&http.Cookie{Name: SessionCookie, Value: sealSession(t, p.sessions, s)})
+	w := httptest.NewRecorder()
+	p.ServeLogout(w, r, Visit{Host: "app.example.com"})
+	if w.Code != http.StatusBadRequest {
+		t.Errorf("POST logout with a %d-byte form = %d, want 400", len(body), w.Code)
+	}
+}
