@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -80,24 +81,6 @@ var (
 	// the bind: the first organization to arm a bind keeps it until its
 	// record goes.
 	ErrBindTaken = errors.New("autoscale: bind armed by another organization")
-)
-
-// Log attribute keys.
-const (
-	logKeyOrg      = "org_id"
-	logKeyHostname = "hostname"
-	logKeyPath     = "path"
-	logKeySession  = "session"
-	logKeyRecord   = "record_id"
-	logKeyReason   = "reason"
-	logKeyCurrent  = "current"
-	logKeyDesired  = "desired"
-	logKeyStatus   = "status"
-	logKeyFailures = "consecutive_failures"
-	logKeyWhy      = "why"
-	logKeyQueued   = "queued"
-	logKeyEvent    = "event"
-	logKeyErr      = "err"
 )
 
 // auditActor is the audit log's actor for the controller's entries.
@@ -804,7 +787,7 @@ func (c *Controller) refresh(ctx context.Context) {
 	recs, err := c.store.ListScalingRecords(ctx, "")
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Warn("scaling records not reloaded", logKeyErr, err)
+			c.log.Warn("scaling records not reloaded", logkey.Err, err)
 		}
 		return
 	}

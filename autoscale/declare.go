@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -317,8 +318,8 @@ func (c *Controller) Declare(ctx context.Context, a Announcement) error {
 		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
 	}
 	if p.note != noteNone {
-		c.log.Log(ctx, p.note.level(), p.note.String(), logKeyOrg, a.OrgID, logKeyHostname, a.Hostname,
-			logKeyPath, a.Path, logKeySession, a.Session, logKeyRecord, got.ID)
+		c.log.Log(ctx, p.note.level(), p.note.String(), logkey.OrgID, a.OrgID, logkey.Hostname, a.Hostname,
+			logkey.Path, a.Path, logkey.SessionID, a.Session, logkey.RecordID, got.ID)
 	}
 	return nil
 }

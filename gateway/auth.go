@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -100,7 +101,7 @@ func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name,
 	ok, leftOut, first := r.budget.admit(actor)
 	if first {
 		r.log.Warn("refused clients over budget, not auditing the rest of this minute",
-			"actor", actor, "limit", maxRefusalAudits, "remote_addr", remote)
+			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, remote)
 	}
 	if !ok {
 		return
@@ -113,6 +114,6 @@ func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name,
 	defer cancel()
 	_, aerr := r.db.AppendAudit(ctx, store.AuditEntry{OrgID: id.OrgID, Event: "client_refused", Actor: actor, Detail: detail})
 	if aerr != nil {
-		r.log.Error("audit write failed", "event", "client_refused", "err", aerr)
+		r.log.Error("audit write failed", logkey.Event, "client_refused", logkey.Err, aerr)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
@@ -105,9 +106,9 @@ func (l *refusalLog) refused(log *slog.Logger, id tunnel.Identity, session strin
 	logged := false
 	l.every.Do(func() {
 		logged = true
-		log.Warn("scaling declarations refused", "session_id", session, "token_id", id.TokenID,
-			"org_id", id.OrgID, "count", n, "first", first, "err", err,
-			"suppressed_since_last", l.suppressed.Swap(0))
+		log.Warn("scaling declarations refused", logkey.SessionID, session, logkey.TokenID, id.TokenID,
+			logkey.OrgID, id.OrgID, logkey.Count, n, logkey.First, first, logkey.Err, err,
+			logkey.Suppressed, l.suppressed.Swap(0))
 	})
 	if !logged {
 		l.suppressed.Add(int64(n))
@@ -271,7 +272,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 	}
 	if arm {
 		if err := r.arm(ctx); err != nil {
-			r.log.Error("arming new scaling records failed", "session_id", job.session, "err", err)
+			r.log.Error("arming new scaling records failed", logkey.SessionID, job.session, logkey.Err, err)
 		}
 	}
 	return notices

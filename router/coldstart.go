@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -161,7 +162,7 @@ func (rt *Router) coldStart(ctx context.Context, p *pool, w *waiter) (failed <-c
 	}
 	st, err := rt.cfg.Scaler.ColdStart(ctx, a.org, p.pattern, p.path)
 	if err != nil {
-		rt.log.Debug("no cold start", "hostname", p.pattern, "path", p.path, "err", err)
+		rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
 		return nil, 0, false
 	}
 	return st.Failed(), a.coldStart, true

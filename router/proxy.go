@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/internal/bufpool"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -144,7 +145,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 				}
 				return
 			}
-			rt.log.Debug("failing over", "host", host, "from", s.conn.ID(), "err", err)
+			rt.log.Debug("failing over", logkey.Hostname, host, logkey.From, s.conn.ID(), logkey.Err, err)
 			// The next attempt must not go back to the connection that failed.
 			remaining := rt.cfg.FailoverWindow - time.Since(start)
 			policy := rt.failover
@@ -340,7 +341,7 @@ func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *htt
 	defer backend.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		rt.log.Debug("upgrade without hijack", "host", r.Host, "err", err)
+		rt.log.Debug("upgrade without hijack", logkey.Hostname, r.Host, logkey.Err, err)
 		return
 	}
 	defer conn.Close()

@@ -21,6 +21,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/migrations"
 )
 
@@ -107,7 +108,7 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	}
 	if cfg.ReadOnly {
 		b.stop = func() {} // no listener: nothing to stop
-		cfg.Logger.Info("store opened read-only", logKeyBackend, BackendPostgres)
+		cfg.Logger.Info("store opened read-only", logkey.Backend, BackendPostgres)
 		return b, nil
 	}
 
@@ -141,7 +142,7 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	b.stop = stop
 	b.wg.Add(1)
 	go b.listenLoop(lctx, conn)
-	cfg.Logger.Info("store opened", logKeyBackend, BackendPostgres)
+	cfg.Logger.Info("store opened", logkey.Backend, BackendPostgres)
 	return b, nil
 }
 
@@ -829,7 +830,7 @@ func (b *pgBackend) listenLoop(ctx context.Context, conn *pgx.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
-		b.log.Warn("change listener lost", logKeyErr, err)
+		b.log.Warn("change listener lost", logkey.Err, err)
 		if conn = b.reconnect(ctx); conn == nil {
 			return
 		}
@@ -847,7 +848,7 @@ func (b *pgBackend) receive(ctx context.Context, conn *pgx.Conn) error {
 		}
 		var p pgPayload
 		if err := json.Unmarshal([]byte(n.Payload), &p); err != nil || p.Kind == "" {
-			b.log.Warn("change notification unreadable", logKeyErr, err)
+			b.log.Warn("change notification unreadable", logkey.Err, err)
 			continue
 		}
 		b.hub.publish(Change(p))
@@ -859,7 +860,7 @@ func (b *pgBackend) closeListener(ctx context.Context, conn *pgx.Conn) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	if err := conn.Close(cctx); err != nil {
-		b.log.Debug("change listener close", logKeyErr, err)
+		b.log.Debug("change listener close", logkey.Err, err)
 	}
 }
 
@@ -884,7 +885,7 @@ func (b *pgBackend) reconnect(ctx context.Context) *pgx.Conn {
 		}
 		delay = min(delay*2, pgListenBackoffMax)
 		wait := jitter(delay)
-		b.log.Debug("change listener reconnect failed", logKeyErr, err, logKeyRetryIn, wait)
+		b.log.Debug("change listener reconnect failed", logkey.Err, err, logkey.RetryIn, wait)
 		timer.Reset(wait)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/migrations"
 )
 
@@ -90,7 +91,7 @@ func openSQLite(ctx context.Context, cfg Config, h *hub) (*sqliteBackend, error)
 	r.SetMaxOpenConns(sqliteReaders)
 	r.SetMaxIdleConns(sqliteReaders)
 	b.r = r
-	cfg.Logger.Info("store opened", logKeyBackend, BackendSQLite, logKeyPath, path)
+	cfg.Logger.Info("store opened", logkey.Backend, BackendSQLite, logkey.Path, path)
 	return b, nil
 }
 
@@ -109,7 +110,7 @@ func openSQLiteReadOnly(ctx context.Context, cfg Config, path, dsn string) (*sql
 	if err := r.PingContext(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("store: open %s: %w", path, sqliteErr(err)), r.Close())
 	}
-	cfg.Logger.Info("store opened read-only", logKeyBackend, BackendSQLite, logKeyPath, path)
+	cfg.Logger.Info("store opened read-only", logkey.Backend, BackendSQLite, logkey.Path, path)
 	return &sqliteBackend{w: r, r: r, publish: func(Change) {}}, nil
 }
 

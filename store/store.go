@@ -29,6 +29,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // Sentinel errors. Callers test for them with errors.Is; the store wraps
@@ -59,18 +61,6 @@ const (
 
 // DBFile is the name of the SQLite database file inside Config.DataDir.
 const DBFile = "aperio.db"
-
-// Log attribute keys.
-const (
-	logKeyBackend = "backend"
-	logKeyErr     = "err"
-	logKeyVersion = "version"
-	logKeyApplied = "applied"
-	logKeyPath    = "path"
-	logKeyDropped = "dropped"
-	logKeyRetryIn = "retry_in"
-	logKeyChained = "chained"
-)
 
 // Config says which database to open. The zero value is invalid: set
 // DataDir or DatabaseURL.
@@ -180,7 +170,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		return nil, errors.Join(fmt.Errorf("store: chain audit entries: %w", err), db.Close())
 	}
 	if n > 0 {
-		db.log.Info("audit entries chained", logKeyChained, n)
+		db.log.Info("audit entries chained", logkey.Chained, n)
 	}
 	return db, nil
 }
