@@ -93,7 +93,7 @@ func (e *AuditChainError) Error() string {
 
 // ErrAuditChainBroken is wrapped by every *AuditChainError, for callers that
 // only branch on whether the chain holds.
-var ErrAuditChainBroken = errors.New("audit chain broken")
+var ErrAuditChainBroken = errors.New("store: audit chain broken")
 
 // Unwrap lets errors.Is(err, ErrAuditChainBroken) match.
 func (e *AuditChainError) Unwrap() error { return ErrAuditChainBroken }

@@ -94,7 +94,7 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("store: open postgres: %w", pgErr(err))
+		return nil, opError("open postgres", pgErr(err))
 	}
 	b := &pgBackend{
 		pool:   pool,
@@ -104,7 +104,7 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("store: open postgres: %w", pgErr(err))
+		return nil, opError("open postgres", pgErr(err))
 	}
 	if cfg.ReadOnly {
 		b.stop = func() {} // no listener: nothing to stop
@@ -126,7 +126,7 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	if err != nil {
 		pool.Close()
 		if errors.Is(pgErr(err), ErrUnavailable) {
-			return nil, fmt.Errorf("store: %w: %w", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return nil, fmt.Errorf("store: %w", err) // a broken migration is no conflict or missing record
 	}
@@ -136,7 +136,7 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	conn, err := b.connectListener(ctx)
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("store: listen for changes: %w", pgErr(err))
+		return nil, opError("listen for changes", pgErr(err))
 	}
 	lctx, stop := context.WithCancel(context.Background()) // the listener's own lifetime, ended by close
 	b.stop = stop
@@ -186,7 +186,7 @@ func pgErr(err error) error {
 		case pe.Code == "23505": // unique_violation
 			return fmt.Errorf("%w: %w", ErrConflict, err)
 		case pe.Code == "23503": // foreign_key_violation
-			return fmt.Errorf("org %w: %w", ErrNotFound, err)
+			return fmt.Errorf("%w: org: %w", ErrNotFound, err)
 		case strings.HasPrefix(pe.Code, "08"), // connection_exception
 			strings.HasPrefix(pe.Code, "53"), // insufficient_resources (too many connections, disk full)
 			pe.Code == "57P01",               // admin_shutdown
@@ -948,7 +948,7 @@ func (b *pgBackend) setOrgHostnames(ctx context.Context, orgID string, patterns 
 		var one int
 		if err := tx.QueryRow(ctx, `SELECT 1 FROM orgs WHERE id = $1`, orgID).Scan(&one); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("org %w", ErrNotFound)
+				return fmt.Errorf("%w: org %s", ErrNotFound, orgID)
 			}
 			return err
 		}

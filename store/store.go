@@ -38,20 +38,20 @@ import (
 var (
 	// ErrNotFound means the record does not exist, or exists in another
 	// organization than the one the call is scoped to.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errors.New("store: not found")
 	// ErrConflict means the write would break a uniqueness rule: an org
 	// name or a token or key hash already taken, or a hostname already in
 	// maintenance for another organization.
-	ErrConflict = errors.New("conflict")
+	ErrConflict = errors.New("store: conflict")
 	// ErrUnavailable means the database cannot be reached (refused or lost
 	// connection, server shutting down, SQLite file locked or unreadable) or
 	// the DB is closed. Callers answer 503. The store recovers on its own
 	// when the database comes back; nothing needs reopening.
-	ErrUnavailable = errors.New("database unavailable")
+	ErrUnavailable = errors.New("store: database unavailable")
 )
 
 // errClosed is returned by every call made after Close.
-var errClosed = fmt.Errorf("store: closed: %w", ErrUnavailable)
+var errClosed = fmt.Errorf("%w: closed", ErrUnavailable)
 
 // Backend names, as Backend reports them.
 const (
@@ -212,7 +212,16 @@ func (db *DB) DroppedChanges() uint64 { return db.hub.dropped.Load() }
 // reads as errClosed rather than as the driver's own "closed" error.
 func (db *DB) fail(op string, err error) error {
 	if db.closed.Load() && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
-		return fmt.Errorf("store: %s: %w", op, errClosed)
+		err = errClosed
+	}
+	return opError(op, err)
+}
+
+// opError wraps err with the operation op, naming the store once: a
+// sentinel's text already does.
+func opError(op string, err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	return fmt.Errorf("store: %s: %w", op, err)
 }
