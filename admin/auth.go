@@ -66,7 +66,7 @@ func (r role) String() string {
 	case roleAdmin:
 		return RoleAdmin
 	case roleMaster:
-		return "master"
+		return wire.Master
 	}
 	return "none"
 }
@@ -86,7 +86,7 @@ type caller struct {
 // actor names the caller in audit entries and CreatedBy fields.
 func (c caller) actor() string {
 	if c.master {
-		return "master"
+		return wire.Master
 	}
 	return "key:" + c.key.ID
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // tokenAuth authenticates tunnels: the master token (server.token), or an
@@ -35,7 +36,7 @@ func (a *tokenAuth) Authenticate(ctx context.Context, token string) (tunnel.Iden
 	// master token's.
 	got, want := sha256.Sum256([]byte(token)), sha256.Sum256(a.master)
 	if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-		return tunnel.Identity{Name: "master", OrgID: a.defaultOrg}, nil
+		return tunnel.Identity{Name: wire.Master, OrgID: a.defaultOrg}, nil
 	}
 	if !strings.HasPrefix(token, "apr_") {
 		return tunnel.Identity{}, errInvalidToken
@@ -94,7 +95,7 @@ const auditTimeout = 5 * time.Second
 // the budget of its token admits it. It blocks for the write, at most
 // auditTimeout.
 func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name, remote string, why error) {
-	actor := "master"
+	actor := wire.Master
 	if id.TokenID != "" {
 		actor = "token:" + id.TokenID
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
 	"github.com/aperio-dev/aperio/webhook"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // scalingRegistry passes the announced scaling block to the controller,
@@ -203,7 +204,7 @@ func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 	id := s.Identity()
 	armer := id.TokenID
 	if armer == "" {
-		armer = "master"
+		armer = wire.Master
 	}
 	sc := ann.Scaling
 	job := &declareJob{id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
@@ -572,7 +573,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 	expiring := make(map[string]time.Time)
 	for _, rec := range recs {
 		for _, armer := range rec.ArmedBy {
-			if armer == "master" {
+			if armer == wire.Master {
 				continue
 			}
 			t, err := token(armer)
@@ -614,7 +615,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 // record's hostname.
 func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token, error)) (bool, error) {
 	for _, armer := range rec.ArmedBy {
-		if armer == "master" {
+		if armer == wire.Master {
 			return true, nil
 		}
 		t, err := token(armer)
@@ -634,7 +635,7 @@ func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token,
 func armersAllowedIPs(rec store.ScalingRecord, token func(id string) (store.Token, error)) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, armer := range rec.ArmedBy {
-		if armer == "master" {
+		if armer == wire.Master {
 			return nil, nil
 		}
 		t, err := token(armer)

@@ -259,7 +259,7 @@ func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, re
 	defer resp.Body.Close()
 	var rec *cache.Recording
 	if rt.cfg.Cache != nil && s.resilience.Load() {
-		if resp.Header.Get("X-Aperio-Error") == "backend" && rt.serveStale(w, r) {
+		if resp.Header.Get(tunnel.ErrorHeader) == tunnel.ErrorBackend && rt.serveStale(w, r) {
 			return
 		}
 		rec = rt.cfg.Cache.Record(r, resp)
