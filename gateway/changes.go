@@ -180,6 +180,15 @@ func (g *Gateway) loadMaintenance(ctx context.Context) error {
 	return nil
 }
 
+// adminScaling is the autoscaler as admin.Config.Scaling takes it: nil
+// while autoscaling is off, never an interface holding a nil controller.
+func (g *Gateway) adminScaling() admin.Scaling {
+	if g.ctl == nil {
+		return nil
+	}
+	return g.ctl
+}
+
 // Clients implements admin.ClientLister: one entry per connected client
 // and announced service.
 func (g *Gateway) Clients() []admin.ClientInfo {

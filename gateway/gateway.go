@@ -228,7 +228,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	if g.edge, err = newEdge(cfg); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Outbound: g.fence, Explainer: rt, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -271,7 +271,6 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	}
 	sess.ann.Store(hello.Announcement)
 	sess.connectedAt = time.Now()
-	sess.lastSeen.Store(sess.connectedAt.UnixNano())
 
 	s.mu.Lock()
 	if s.closing {
