@@ -17,8 +17,7 @@ import (
 	"github.com/aperio-dev/aperio/store"
 )
 
-// Rules of calling a provider (issue 5, decisions 6 and 7; issue 6,
-// decisions 7 and 8).
+// Rules of calling a provider (docs/autoscaling.md).
 const (
 	// SampleInterval is how often each armed record's pool is sampled.
 	SampleInterval = time.Second

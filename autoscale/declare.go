@@ -15,7 +15,7 @@ import (
 	"github.com/aperio-dev/aperio/store"
 )
 
-// Defaults and bounds of a scaling block (issue 5, decision 1).
+// Defaults and bounds of a scaling block (docs/autoscaling.md).
 const (
 	// DefaultColdStart is how long a visitor may be held while a cold
 	// start runs, when the block does not say.
