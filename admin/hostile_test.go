@@ -72,7 +72,7 @@ func (e *tenants) maintenanceOf(t *testing.T, cred string) map[string]string {
 
 // TestHostileAdmin: what an organization's keys and clients try against
 // another organization's hostnames, and oversize or ambiguous input. Each
-// case names the issue item it reproduces.
+// case's name starts with the kind of attack it belongs to (itemN).
 func TestHostileAdmin(t *testing.T) {
 	tests := []struct {
 		name string

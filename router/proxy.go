@@ -257,17 +257,17 @@ func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, re
 		return
 	}
 	defer resp.Body.Close()
-	var rec *cache.Recording
+	var capture *cache.Recording
 	if rt.cfg.Cache != nil && s.resilience.Load() {
 		if resp.Header.Get(tunnel.ErrorHeader) == tunnel.ErrorBackend && rt.serveStale(w, r) {
 			return
 		}
-		rec = rt.cfg.Cache.Record(r, resp)
+		capture = rt.cfg.Cache.Record(r, resp)
 	}
 	pw := rt.paceResponse(w)
-	complete := copyResponse(pw, resp, rec)
+	complete := copyResponse(pw, resp, capture)
 	pw.finish()
-	rec.Finish(complete)
+	capture.Finish(complete)
 }
 
 // serveStale answers with a stale copy, if the cache has one.
@@ -293,11 +293,11 @@ func prepareOutbound(r *http.Request, v *Visitor, upgrade bool) {
 	setForwarded(h, v, r.Host)
 }
 
-// copyResponse writes resp to the visitor, and every body byte also to rec
-// (nil-safe). A body of unknown length (SSE, gRPC, chunked) is flushed after
+// copyResponse writes resp to the visitor, and every body byte also to
+// capture (nil-safe). A body of unknown length (SSE, gRPC, chunked) is flushed after
 // every read; trailers follow the body. It reports whether the whole body
 // reached the visitor.
-func copyResponse(w http.ResponseWriter, resp *http.Response, rec *cache.Recording) bool {
+func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Recording) bool {
 	dst := w.Header()
 	for k, vv := range resp.Header {
 		dst[k] = vv
@@ -317,7 +317,7 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, rec *cache.Recordi
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				break
 			}
-			rec.Write(buf[:n])
+			capture.Write(buf[:n])
 			if streaming && flusher != nil {
 				flusher.Flush()
 			}
