@@ -177,10 +177,11 @@ func declares(r *Record, d Declaration) bool {
 		r.Window == d.Window && r.Cooldown == d.Cooldown
 }
 
-// Announcement is one client session announcing a scaling block for one
-// service hostname (a client with several services or hostnames announces
-// each separately).
-type Announcement struct {
+// SessionDeclaration is one client session declaring a scaling block for
+// one service hostname (a client with several services or hostnames
+// declares each separately). It is autoscale's side of what
+// tunnel.Announcement carries.
+type SessionDeclaration struct {
 	// OrgID, Hostname and Path name the bind, normalized exactly as the
 	// router names its pools (Path "" means none).
 	OrgID, Hostname, Path string
@@ -222,7 +223,7 @@ type announcer struct {
 // block is stored, flagged Conflict, and nothing is re-armed or reset:
 // neither the cooldown nor the failure count. Declare is safe for
 // concurrent use; announcements for one bind are serialized.
-func (c *Controller) Declare(ctx context.Context, a Announcement) error {
+func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
 	d, problems := a.Block.normalize()
 	if a.Hostname == "" {
 		problems = append(problems, "hostname is empty")

@@ -18,8 +18,8 @@ func block(host string) Declaration {
 }
 
 // announce is an announcement of b for host by session.
-func announce(host, session string, b Declaration) Announcement {
-	return Announcement{OrgID: testOrg, Hostname: host, Session: session, Armer: "tok_" + session, Block: b}
+func announce(host, session string, b Declaration) SessionDeclaration {
+	return SessionDeclaration{OrgID: testOrg, Hostname: host, Session: session, Armer: "tok_" + session, Block: b}
 }
 
 // TestNormalizeAppliesDefaults proves the documented defaults: min 0, max 0,

@@ -244,7 +244,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 	for _, b := range job.binds {
 		err := errNotBound
 		if b.bound {
-			err = r.ctl.Declare(ctx, autoscale.Announcement{OrgID: job.id.OrgID, Hostname: b.hostname, Path: b.path,
+			err = r.ctl.Declare(ctx, autoscale.SessionDeclaration{OrgID: job.id.OrgID, Hostname: b.hostname, Path: b.path,
 				Session: job.session, Armer: job.armer, Block: job.block})
 		}
 		if err != nil {

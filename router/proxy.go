@@ -257,12 +257,12 @@ func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, re
 		return
 	}
 	defer resp.Body.Close()
-	var capture *cache.Recording
+	var capture *cache.Capture
 	if rt.cfg.Cache != nil && s.resilience.Load() {
 		if resp.Header.Get(tunnel.ErrorHeader) == tunnel.ErrorBackend && rt.serveStale(w, r) {
 			return
 		}
-		capture = rt.cfg.Cache.Record(r, resp)
+		capture = rt.cfg.Cache.Capture(r, resp)
 	}
 	pw := rt.paceResponse(w)
 	complete := copyResponse(pw, resp, capture)
@@ -297,7 +297,7 @@ func prepareOutbound(r *http.Request, v *Visitor, upgrade bool) {
 // capture (nil-safe). A body of unknown length (SSE, gRPC, chunked) is flushed after
 // every read; trailers follow the body. It reports whether the whole body
 // reached the visitor.
-func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Recording) bool {
+func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Capture) bool {
 	dst := w.Header()
 	for k, vv := range resp.Header {
 		dst[k] = vv
