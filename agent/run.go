@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // ErrIdle is returned by Run when the client retired after idle_timeout.
@@ -69,7 +70,7 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 		if last := a.lastRequest.Load(); last != 0 && a.active() == 0 {
 			idle := time.Since(time.Unix(0, last))
 			if idle >= a.cfg.IdleTimeout {
-				a.log.Info("idle timeout reached", "idle", idle.Round(time.Second))
+				a.log.Info("idle timeout reached", logkey.Idle, idle.Round(time.Second))
 				return ErrIdle
 			}
 			next = a.cfg.IdleTimeout - idle
@@ -96,7 +97,7 @@ func (a *Agent) drain(reason error) {
 		timeout = config.DefaultClient().DrainTimeout
 	}
 	deadline := time.Now().Add(timeout)
-	a.log.Info("draining", "in_flight", a.active(), "drain_timeout", timeout)
+	a.log.Info("draining", logkey.InFlight, a.active(), logkey.DrainTimeout, timeout)
 	// Tell every server; a server that does not ack in time is treated as
 	// gone (it routes nothing here then anyway).
 	actx, cancel := context.WithTimeout(context.Background(), min(5*time.Second, timeout))
@@ -112,7 +113,7 @@ func (a *Agent) drain(reason error) {
 		<-tick.C
 	}
 	if n := a.active(); n > 0 {
-		a.log.Warn("drain timeout reached", "abandoned", n)
+		a.log.Warn("drain timeout reached", logkey.Abandoned, n)
 	} else {
 		a.log.Info("drained")
 	}
@@ -186,14 +187,14 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 			failures = 0
 			if !was {
 				svc.healthy.Store(true)
-				a.log.Info("service healthy", "service", svc.id, "target", svc.cfg.Target)
+				a.log.Info("service healthy", logkey.Service, svc.id, logkey.Target, svc.cfg.Target)
 				a.signalHealth()
 			}
 		default:
 			failures++
 			if was && failures >= threshold {
 				svc.healthy.Store(false)
-				a.log.Warn("service unhealthy", "service", svc.id, "target", svc.cfg.Target, "reason", detail)
+				a.log.Warn("service unhealthy", logkey.Service, svc.id, logkey.Target, svc.cfg.Target, logkey.Reason, detail)
 				a.signalHealth()
 			}
 		}

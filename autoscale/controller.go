@@ -13,11 +13,11 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
 
-// Rules of calling a provider (issue 5, decisions 6 and 7; issue 6,
-// decisions 7 and 8).
+// Rules of calling a provider (docs/autoscaling.md).
 const (
 	// SampleInterval is how often each armed record's pool is sampled.
 	SampleInterval = time.Second
@@ -80,24 +80,6 @@ var (
 	// the bind: the first organization to arm a bind keeps it until its
 	// record goes.
 	ErrBindTaken = errors.New("autoscale: bind armed by another organization")
-)
-
-// Log attribute keys.
-const (
-	logKeyOrg      = "org_id"
-	logKeyHostname = "hostname"
-	logKeyPath     = "path"
-	logKeySession  = "session"
-	logKeyRecord   = "record_id"
-	logKeyReason   = "reason"
-	logKeyCurrent  = "current"
-	logKeyDesired  = "desired"
-	logKeyStatus   = "status"
-	logKeyFailures = "consecutive_failures"
-	logKeyWhy      = "why"
-	logKeyQueued   = "queued"
-	logKeyEvent    = "event"
-	logKeyErr      = "err"
 )
 
 // auditActor is the audit log's actor for the controller's entries.
@@ -822,7 +804,7 @@ func (c *Controller) refresh(ctx context.Context) {
 	recs, err := c.store.ListScalingRecords(ctx, "")
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Warn("scaling records not reloaded", logKeyErr, err)
+			c.log.Warn("scaling records not reloaded", logkey.Err, err)
 		}
 		return
 	}

@@ -11,11 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/wire"
 )
 
-// Defaults and bounds of a scaling block (issue 5, decision 1). The values
+// Defaults and bounds of a scaling block (docs/autoscaling.md). The values
 // live in wire, which aperio-client applies too.
 const (
 	// DefaultColdStart is how long a visitor may be held while a cold
@@ -178,10 +179,11 @@ func declares(r *Record, d Declaration) bool {
 		r.Window == d.Window && r.Cooldown == d.Cooldown
 }
 
-// Announcement is one client session announcing a scaling block for one
-// service hostname (a client with several services or hostnames announces
-// each separately).
-type Announcement struct {
+// SessionDeclaration is one client session declaring a scaling block for
+// one service hostname (a client with several services or hostnames
+// declares each separately). It is autoscale's side of what
+// tunnel.Announcement carries.
+type SessionDeclaration struct {
 	// OrgID, Hostname and Path name the bind, normalized exactly as the
 	// router names its pools (Path "" means none).
 	OrgID, Hostname, Path string
@@ -223,7 +225,7 @@ type announcer struct {
 // block is stored, flagged Conflict, and nothing is re-armed or reset:
 // neither the cooldown nor the failure count. Declare is safe for
 // concurrent use; announcements for one bind are serialized.
-func (c *Controller) Declare(ctx context.Context, a Announcement) error {
+func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
 	d, problems := a.Block.normalize()
 	if a.Hostname == "" {
 		problems = append(problems, "hostname is empty")
@@ -319,8 +321,8 @@ func (c *Controller) Declare(ctx context.Context, a Announcement) error {
 		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
 	}
 	if p.note != noteNone {
-		c.log.Log(ctx, p.note.level(), p.note.String(), logKeyOrg, a.OrgID, logKeyHostname, a.Hostname,
-			logKeyPath, a.Path, logKeySession, a.Session, logKeyRecord, got.ID)
+		c.log.Log(ctx, p.note.level(), p.note.String(), logkey.OrgID, a.OrgID, logkey.Hostname, a.Hostname,
+			logkey.Path, a.Path, logkey.SessionID, a.Session, logkey.RecordID, got.ID)
 	}
 	return nil
 }

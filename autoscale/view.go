@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/wire"
 )
@@ -85,7 +86,7 @@ func (c *Controller) Disarm(ctx context.Context, orgID, id string) error {
 		return fmt.Errorf("autoscale: disarm %s: %w", id, err)
 	}
 	c.forgetRecord(id)
-	c.log.Info("scaling record deleted", logKeyRecord, id, logKeyOrg, orgID)
+	c.log.Info("scaling record deleted", logkey.RecordID, id, logkey.OrgID, orgID)
 	return nil
 }
 

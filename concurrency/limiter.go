@@ -15,6 +15,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // Mode is how a Limiter sets its limit.
@@ -46,18 +48,6 @@ const (
 // Limiter writes, so that operators can filter the concurrency events
 // (log_level: debug shows each "concurrency changed").
 const LoggerName = "aperio.concurrency"
-
-// Log attribute keys.
-const (
-	attrLogger  = "logger"
-	attrService = "service"
-	attrDesired = "desired"
-	attrCurrent = "current"
-	attrMin     = "min"
-	attrMax     = "max"
-	attrMode    = "mode"
-	attrReason  = "reason"
-)
 
 // Config configures a Limiter. The zero value of every dynamic field means
 // its default.
@@ -199,7 +189,7 @@ func New(cfg Config) (*Limiter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With(attrLogger, LoggerName, attrService, cfg.Name)
+	log = log.With(logkey.Logger, LoggerName, logkey.Service, cfg.Name)
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
@@ -231,12 +221,12 @@ func (l *Limiter) normalizeDynamic(c *Config) {
 	}
 	c.Initial = min(max(c.Initial, c.Min), c.Max)
 	if c.Mode == ModeLoadSignal && len(c.Signals) == 0 {
-		l.log.Warn("load-signal mode without signals, using aimd", attrReason, "no signal enabled")
+		l.log.Warn("load-signal mode without signals, using aimd", logkey.Reason, "no signal enabled")
 		c.Mode, c.IncreaseAfterSuccesses, c.DecreaseFactor = ModeAIMD, DefaultIncreaseAfterSuccesses, DefaultDecreaseFactor
 	}
 	if c.IncreaseAfterSuccesses < 1 {
 		if c.IncreaseAfterSuccesses < 0 {
-			l.log.Warn("increase_after_successes below 1, using 1", "value", c.IncreaseAfterSuccesses)
+			l.log.Warn("increase_after_successes below 1, using 1", logkey.Value, c.IncreaseAfterSuccesses)
 			c.IncreaseAfterSuccesses = 1
 		} else {
 			c.IncreaseAfterSuccesses = DefaultIncreaseAfterSuccesses
@@ -245,7 +235,7 @@ func (l *Limiter) normalizeDynamic(c *Config) {
 	if c.DecreaseFactor == 0 {
 		c.DecreaseFactor = DefaultDecreaseFactor
 	} else if !(c.DecreaseFactor > 0 && c.DecreaseFactor <= 1) {
-		l.log.Warn("decrease_factor outside (0, 1], using 0.5", "value", c.DecreaseFactor)
+		l.log.Warn("decrease_factor outside (0, 1], using 0.5", logkey.Value, c.DecreaseFactor)
 		c.DecreaseFactor = DefaultDecreaseFactor
 	}
 	if c.Interval <= 0 {
@@ -365,7 +355,7 @@ func (l *Limiter) changedLocked(before int) {
 	}
 	s := l.snapshotLocked()
 	l.mu.Unlock()
-	l.log.Debug("concurrency changed", attrMode, string(s.Mode), attrDesired, s.Desired, attrCurrent, before, attrMin, s.Min, attrMax, s.Max)
+	l.log.Debug("concurrency changed", logkey.Mode, string(s.Mode), logkey.Desired, s.Desired, logkey.Current, before, logkey.Min, s.Min, logkey.Max, s.Max)
 	if l.cfg.OnChange != nil {
 		l.cfg.OnChange(s)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
@@ -170,7 +171,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		}
 	}
 	if cfg.Tunnel.MaxStreams <= cfg.Router.MaxConcurrentRequests {
-		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", "tunnel_max_streams", cfg.Tunnel.MaxStreams, "max_concurrent_requests", cfg.Router.MaxConcurrentRequests)
+		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", logkey.TunnelMaxStreams, cfg.Tunnel.MaxStreams, logkey.MaxConcurrentRequests, cfg.Router.MaxConcurrentRequests)
 	}
 	tc := cfg.Tunnel
 	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now}
@@ -203,7 +204,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.edge, err = newEdge(cfg); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Outbound: g.fence, Explainer: rt, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +307,7 @@ func (g *Gateway) ListenAndServe(ctx context.Context) error {
 // shutdown_timeout), and the tunnels close last so those requests can
 // complete through them. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	g.log.Info("server listening", "addr", ln.Addr().String(), "tls", g.cfg.TLSCert != "", "version", buildinfo.Version(), "store", g.db.Backend())
+	g.log.Info("server listening", logkey.Addr, ln.Addr().String(), logkey.TLS, g.cfg.TLSCert != "", logkey.Version, buildinfo.Version(), logkey.Store, g.db.Backend())
 	wctx, stopWatch := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() {
@@ -318,7 +319,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(scaled)
 		if g.ctl != nil {
 			if err := g.ctl.Run(wctx); err != nil {
-				g.log.Error("autoscaling stopped", "err", err)
+				g.log.Error("autoscaling stopped", logkey.Err, err)
 			}
 		}
 	}()
@@ -329,7 +330,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(delivered)
 		if g.hooks != nil {
 			if err := g.hooks.Run(wctx); err != nil {
-				g.log.Error("webhook delivery stopped", "err", err)
+				g.log.Error("webhook delivery stopped", logkey.Err, err)
 			}
 		}
 	}()
@@ -377,14 +378,14 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	g.log.Info("shutting down", "timeout", timeout)
+	g.log.Info("shutting down", logkey.Timeout, timeout)
 	err := g.srv.Shutdown(sctx)
 	if err != nil {
 		g.log.Warn("shutdown timeout reached; closing remaining connections")
 		g.srv.Close()
 	}
 	if terr := g.tunnels.Shutdown(sctx); terr != nil {
-		g.log.Warn("tunnels did not close in time", "err", terr)
+		g.log.Warn("tunnels did not close in time", logkey.Err, terr)
 	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return fmt.Errorf("gateway: serve: %w", serr)

@@ -26,7 +26,7 @@ func TestHostileScaling(t *testing.T) {
 		name string
 		run  func(t *testing.T, h *scalingHarness)
 	}{
-		{"item3/out-of-scope-hostname", func(t *testing.T, h *scalingHarness) {
+		{"guard/cross-org/out-of-scope-hostname", func(t *testing.T, h *scalingHarness) {
 			// Org A's shop has its own record; its client is gone.
 			tokA := h.token(t, h.orgA, "shop.example.com")
 			a := h.clientWith(t, tokA, "/hook-a", true, "shop.example.com")
@@ -48,7 +48,7 @@ func TestHostileScaling(t *testing.T) {
 			b.wantNotice(t, "scaling declaration for shop.example.com refused")
 			h.visitNeverCalls(t, "shop.example.com", "/hook-b")
 		}},
-		{"item3/wildcard-wider-than-token", func(t *testing.T, h *scalingHarness) {
+		{"guard/cross-org/wildcard-wider-than-token", func(t *testing.T, h *scalingHarness) {
 			tok := h.token(t, h.orgB, "*.b.example.net")
 			c := h.client(t, tok, "*.b.example.net")
 			c.setHosts("*.b.example.net", "*.example.net", "*.net")
@@ -60,7 +60,7 @@ func TestHostileScaling(t *testing.T) {
 				t.Errorf("visitor of an unbound .net name = %d with %d hook calls, want none", status, h.hookCalls())
 			}
 		}},
-		{"item3/added-in-heartbeat", func(t *testing.T, h *scalingHarness) {
+		{"guard/cross-org/added-in-heartbeat", func(t *testing.T, h *scalingHarness) {
 			tok := h.token(t, h.orgB, "b.example.net")
 			c := h.client(t, tok, "b.example.net")
 			c.announceNow(t)
@@ -72,7 +72,7 @@ func TestHostileScaling(t *testing.T) {
 			c.wantNotice(t, "scaling declaration for victim.test refused")
 			c.wantNotice(t, "scaling declaration for *.com refused")
 		}},
-		{"item3/cross-org-armed-bind", func(t *testing.T, h *scalingHarness) {
+		{"guard/cross-org/cross-org-armed-bind", func(t *testing.T, h *scalingHarness) {
 			// Org B owns every name under example.com at first, and arms
 			// shop. Then the master reassigns shop to org A. Org B's token
 			// and record outlive the change; its record must not drive org
@@ -101,7 +101,7 @@ func TestHostileScaling(t *testing.T) {
 			}
 			h.visitNeverCalls(t, "shop.example.com", "/hook-b")
 		}},
-		{"item7/record-flood", func(t *testing.T, h *scalingHarness) {
+		{"guard/flood/record-flood", func(t *testing.T, h *scalingHarness) {
 			tok := h.token(t, h.orgB, "*.flood.test")
 			c := h.client(t, tok, "x.flood.test")
 			c.announceNow(t)

@@ -33,7 +33,7 @@ func TestHostileSlow(t *testing.T) {
 		run   func(t *testing.T, s *stack)
 	}{
 		{
-			name: "item6/slow-reader-frees-slot",
+			name: "guard/slowloris/slow-reader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
@@ -45,7 +45,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/h2c-slow-reader-frees-slot",
+			name: "guard/slowloris/h2c-slow-reader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				ctx, cancel := context.WithCancel(t.Context())
@@ -61,7 +61,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/stalled-uploader-frees-slot",
+			name: "guard/slowloris/stalled-uploader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
@@ -73,7 +73,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/trickle-uploader-frees-slot",
+			name: "guard/slowloris/trickle-uploader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
@@ -88,7 +88,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/quiet-sse-backend-outlives-idle-timeout",
+			name: "guard/slowloris/quiet-sse-backend-outlives-idle-timeout",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				ctx, cancel := context.WithTimeout(t.Context(), waitFor)
@@ -100,7 +100,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/tunnel-silent-after-upgrade-dropped",
+			name: "guard/slowloris/tunnel-silent-after-upgrade-dropped",
 			cfg:  func(c *gateway.Config) { c.Tunnel.HandshakeTimeout = 200 * time.Millisecond },
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
@@ -268,19 +268,19 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item8/chunk-bare-lf",
+			name: "guard/smuggling/chunk-bare-lf",
 			run: func(t *testing.T, s *stack) {
 				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
 			},
 		},
 		{
-			name: "item8/chunk-length-overflow",
+			name: "guard/smuggling/chunk-length-overflow",
 			run: func(t *testing.T, s *stack) {
 				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
 			},
 		},
 		{
-			name:  "item8/dot-segments-land-where-normalized",
+			name:  "guard/path/dot-segments-land-where-normalized",
 			stack: startSplitStack,
 			run: func(t *testing.T, s *stack) {
 				for _, c := range []struct{ path, backend, uri string }{
@@ -301,7 +301,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name:  "item8/paths-that-escape-are-refused",
+			name:  "guard/path/paths-that-escape-are-refused",
 			stack: startSplitStack,
 			run: func(t *testing.T, s *stack) {
 				for _, path := range []string{
@@ -322,7 +322,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name:  "item11/h2c-connect-refused",
+			name:  "guard/connect/h2c-connect-refused",
 			stack: connectStack(false),
 			run: func(t *testing.T, s *stack) {
 				if status := h2cConnect(t, s.server); status != http.StatusMethodNotAllowed {
@@ -331,7 +331,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name:  "item11/h2c-connect-opt-in",
+			name:  "guard/connect/h2c-connect-opt-in",
 			stack: connectStack(true),
 			run: func(t *testing.T, s *stack) {
 				if status := h2cConnect(t, s.server); status != http.StatusOK {

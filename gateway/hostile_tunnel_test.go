@@ -50,17 +50,17 @@ func TestHostileTunnelGateway(t *testing.T) {
 		wantURI    string
 	}{
 		{
-			name:       "item5/h2-absolute-path-other-host",
+			name:       "guard/host/h2-absolute-path-other-host",
 			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "http://internal.test/secret?q=1"}},
 			wantStatus: http.StatusOK, wantHost: appHost, wantURI: "/secret?q=1",
 		},
 		{
-			name:       "item5/h2-host-equal-to-authority",
+			name:       "guard/host/h2-host-equal-to-authority",
 			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "/h2"}, {"host", appHost}},
 			wantStatus: http.StatusOK, wantHost: appHost, wantURI: "/h2",
 		},
 		{
-			name:       "item5/h2-host-differs-from-authority",
+			name:       "guard/host/h2-host-differs-from-authority",
 			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "/h2"}, {"host", "internal.test"}},
 			wantStatus: http.StatusBadRequest,
 		},
@@ -83,7 +83,7 @@ func TestHostileTunnelGateway(t *testing.T) {
 			}
 		})
 	}
-	t.Run("item0/visitor-leaves-mid-body", func(t *testing.T) {
+	t.Run("guard/failure/visitor-leaves-mid-body", func(t *testing.T) {
 		for range 5 {
 			leaveMidBody(t, st.server.addr, arrived)
 		}
@@ -358,7 +358,7 @@ func TestTunnelStreamCapWarning(t *testing.T) {
 // hostileClientCases are the cases of TestHostileTunnelGateway that need a
 // hand-written tunnel client; each starts its own server.
 func hostileClientCases(t *testing.T) {
-	t.Run("item7/oversized-response-head-answers-502", func(t *testing.T) {
+	t.Run("guard/oversize/oversized-response-head-answers-502", func(t *testing.T) {
 		st := startStack(t, inspectHandler(), func(c *gateway.Config) { c.Tunnel.MaxHeaderBytes = 32 << 10 })
 		startEvilClient(t, st.server, answerWithHead(40<<10))
 		waitClients(t, st.visitor, st.server, 2)
@@ -366,7 +366,7 @@ func hostileClientCases(t *testing.T) {
 			t.Fatalf("GET from a client sending a 40 KiB head over tunnel_max_header_bytes 32KiB = %d %q, want 502", status, body)
 		}
 	})
-	t.Run("item7/head-under-the-bound-passes", func(t *testing.T) {
+	t.Run("guard/oversize/head-under-the-bound-passes", func(t *testing.T) {
 		st := startStack(t, inspectHandler(), func(c *gateway.Config) { c.Tunnel.MaxHeaderBytes = 64 << 10 })
 		startEvilClient(t, st.server, answerWithHead(40<<10))
 		waitClients(t, st.visitor, st.server, 2)
@@ -374,7 +374,7 @@ func hostileClientCases(t *testing.T) {
 			t.Fatalf("GET from a client sending a 40 KiB head under tunnel_max_header_bytes 64KiB = %d %q, want 200 ok", status, body)
 		}
 	})
-	t.Run("item7/client-opened-stream-ends-session", func(t *testing.T) {
+	t.Run("guard/protocol/client-opened-stream-ends-session", func(t *testing.T) {
 		st := startStack(t, inspectHandler(), nil)
 		mux, ctrl := startEvilClient(t, st.server, func(*yamux.Stream) {})
 		waitClients(t, st.visitor, st.server, 2)

@@ -16,11 +16,13 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
 	"github.com/aperio-dev/aperio/webhook"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // scalingRegistry passes the announced scaling block to the controller,
@@ -105,9 +107,9 @@ func (l *refusalLog) refused(log *slog.Logger, id tunnel.Identity, session strin
 	logged := false
 	l.every.Do(func() {
 		logged = true
-		log.Warn("scaling declarations refused", "session_id", session, "token_id", id.TokenID,
-			"org_id", id.OrgID, "count", n, "first", first, "err", err,
-			"suppressed_since_last", l.suppressed.Swap(0))
+		log.Warn("scaling declarations refused", logkey.SessionID, session, logkey.TokenID, id.TokenID,
+			logkey.OrgID, id.OrgID, logkey.Count, n, logkey.First, first, logkey.Err, err,
+			logkey.Suppressed, l.suppressed.Swap(0))
 	})
 	if !logged {
 		l.suppressed.Add(int64(n))
@@ -202,7 +204,7 @@ func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 	id := s.Identity()
 	armer := id.TokenID
 	if armer == "" {
-		armer = "master"
+		armer = wire.Master
 	}
 	sc := ann.Scaling
 	job := &declareJob{id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
@@ -242,7 +244,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 	for _, b := range job.binds {
 		err := errNotBound
 		if b.bound {
-			err = r.ctl.Declare(ctx, autoscale.Announcement{OrgID: job.id.OrgID, Hostname: b.hostname, Path: b.path,
+			err = r.ctl.Declare(ctx, autoscale.SessionDeclaration{OrgID: job.id.OrgID, Hostname: b.hostname, Path: b.path,
 				Session: job.session, Armer: job.armer, Block: job.block})
 		}
 		if err != nil {
@@ -271,7 +273,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 	}
 	if arm {
 		if err := r.arm(ctx); err != nil {
-			r.log.Error("arming new scaling records failed", "session_id", job.session, "err", err)
+			r.log.Error("arming new scaling records failed", logkey.SessionID, job.session, logkey.Err, err)
 		}
 	}
 	return notices
@@ -569,7 +571,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 	expiring := make(map[string]time.Time)
 	for _, rec := range recs {
 		for _, armer := range rec.ArmedBy {
-			if armer == "master" {
+			if armer == wire.Master {
 				continue
 			}
 			t, err := token(armer)
@@ -611,7 +613,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 // record's hostname.
 func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token, error)) (bool, error) {
 	for _, armer := range rec.ArmedBy {
-		if armer == "master" {
+		if armer == wire.Master {
 			return true, nil
 		}
 		t, err := token(armer)
@@ -631,7 +633,7 @@ func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token,
 func armersAllowedIPs(rec store.ScalingRecord, token func(id string) (store.Token, error)) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, armer := range rec.ArmedBy {
-		if armer == "master" {
+		if armer == wire.Master {
 			return nil, nil
 		}
 		t, err := token(armer)

@@ -20,8 +20,8 @@ import (
 	"github.com/aperio-dev/aperio/gateway"
 )
 
-// The scaling benchmarks print the figures issue #5 asks for ("Done
-// means"). They measure; they do not assert targets. Run them with
+// The scaling benchmarks print what autoscaling costs and how long it
+// takes. They measure; they do not assert targets. Run them with
 //
 //	go test -run XXX -bench Scaling -benchtime 1x ./gateway/
 //

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/hashicorp/yamux"
 )
 
@@ -176,12 +177,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ident, err := s.cfg.Auth.Authenticate(r.Context(), token)
 	if errors.Is(err, ErrUnavailable) {
-		s.log.Error("tunnel token check failed", "remote_addr", r.RemoteAddr, "err", err)
+		s.log.Error("tunnel token check failed", logkey.RemoteAddr, r.RemoteAddr, logkey.Err, err)
 		refuse(w, http.StatusServiceUnavailable, "tokens cannot be checked right now; retry later")
 		return
 	}
 	if err != nil {
-		s.log.Warn("tunnel refused", "remote_addr", r.RemoteAddr, "reason", err.Error())
+		s.log.Warn("tunnel refused", logkey.RemoteAddr, r.RemoteAddr, logkey.Reason, err.Error())
 		refuse(w, http.StatusUnauthorized, err.Error())
 		return
 	}
@@ -199,7 +200,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	ws, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
-		s.log.Debug("tunnel upgrade failed", "remote_addr", r.RemoteAddr, "err", err)
+		s.log.Debug("tunnel upgrade failed", logkey.RemoteAddr, r.RemoteAddr, logkey.Err, err)
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
@@ -220,7 +221,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		maxHeaderBytes: s.cfg.MaxHeaderBytes,
 		maxStreams:     s.cfg.MaxStreams,
 	}
-	sess.log = s.log.With("session_id", sess.id, "remote_addr", sess.remoteAddr)
+	sess.log = s.log.With(logkey.SessionID, sess.id, logkey.RemoteAddr, sess.remoteAddr)
 	sess.headWarn = newWarnLimiter(sess.log, "tunnel response head too large", headWarnEvery)
 	s.run(ctx, sess)
 }
@@ -247,7 +248,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	ctrl, err := sess.mux.AcceptStreamWithContext(hctx)
 	hcancel()
 	if err != nil {
-		log.Info("tunnel handshake failed", "reason", "no control stream", "err", err)
+		log.Info("tunnel handshake failed", logkey.Reason, "no control stream", logkey.Err, err)
 		return
 	}
 	sess.ctrlMu.Lock()
@@ -259,29 +260,28 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	ctrl.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	hello, err := readMessage(ctrl)
 	if err != nil {
-		log.Info("tunnel handshake failed", "err", err)
+		log.Info("tunnel handshake failed", logkey.Err, err)
 		refuseHello("bad hello: " + err.Error())
 		return
 	}
 	if hello.Type != msgHello {
-		log.Info("tunnel handshake failed", "err", "first frame is "+hello.Type)
+		log.Info("tunnel handshake failed", logkey.Err, "first frame is "+hello.Type)
 		refuseHello("expected hello")
 		return
 	}
 	if hello.Version != Version {
 		reason := fmt.Sprintf("unsupported protocol version %d: this server speaks version %d", hello.Version, Version)
-		log.Info("tunnel handshake failed", "err", reason)
+		log.Info("tunnel handshake failed", logkey.Err, reason)
 		refuseHello(reason)
 		return
 	}
 	if err := hello.Announcement.Validate(); err != nil {
-		log.Info("tunnel handshake failed", "err", err)
+		log.Info("tunnel handshake failed", logkey.Err, err)
 		refuseHello(err.Error())
 		return
 	}
 	sess.ann.Store(hello.Announcement)
 	sess.connectedAt = time.Now()
-	sess.lastSeen.Store(sess.connectedAt.UnixNano())
 
 	s.mu.Lock()
 	if s.closing {
@@ -298,7 +298,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	}()
 
 	if err := s.cfg.Registry.Attach(ctx, sess); err != nil {
-		log.Info("tunnel refused", "reason", err.Error())
+		log.Info("tunnel refused", logkey.Reason, err.Error())
 		refuseHello(err.Error())
 		return
 	}
@@ -312,10 +312,10 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		Notices:     notices,
 	}, s.cfg.HandshakeTimeout)
 	if err != nil {
-		log.Info("tunnel handshake failed", "err", err)
+		log.Info("tunnel handshake failed", logkey.Err, err)
 		return
 	}
-	log.Info("client connected", "client_name", hello.Announcement.Name, "services", len(hello.Announcement.Services))
+	log.Info("client connected", logkey.ClientName, hello.Announcement.Name, logkey.Services, len(hello.Announcement.Services))
 
 	// The client never opens streams of its own after the control stream.
 	refused := make(chan struct{})
@@ -327,7 +327,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	err = s.serveControl(ctx, sess, ctrl)
 	sess.close(err)
 	<-refused
-	log.Info("client disconnected", "client_name", sess.Announcement().Name, "reason", errString(sess.closeErr))
+	log.Info("client disconnected", logkey.ClientName, sess.Announcement().Name, logkey.Reason, errString(sess.closeErr))
 }
 
 // errClientStream ends a session whose client opened a data stream, which
@@ -347,7 +347,7 @@ func refuseStreams(sess *Session) {
 		return
 	}
 	resetStream(st)
-	sess.log.Warn("client opened a stream; ending the session", "err", errClientStream)
+	sess.log.Warn("client opened a stream; ending the session", logkey.Err, errClientStream)
 	if sess.writeControl(&message{Type: msgGoAway, Reason: errClientStream.Error()}, time.Second) == nil {
 		// Closing at once, with the client's stream data still unread,
 		// makes the kernel reset the connection, and a reset can discard

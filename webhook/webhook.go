@@ -25,6 +25,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -54,18 +55,6 @@ const (
 	MaxAttempts = 5
 	// MaxBackoff caps the wait between two attempts.
 	MaxBackoff = time.Minute
-)
-
-// Log attribute keys.
-const (
-	logKeyEvent      = "event"
-	logKeyOrgID      = "org_id"
-	logKeyWebhookID  = "webhook_id"
-	logKeyDeliveryID = "delivery_id"
-	logKeyAttempts   = "attempts"
-	logKeyStatus     = "status"
-	logKeyDropped    = "dropped"
-	logKeyErr        = "err"
 )
 
 // Subscription is one organization's webhook: where events go (URL,
@@ -214,7 +203,7 @@ func (d *Dispatcher) Emit(_ context.Context, e autoscale.Event) {
 		n := d.dropped.Add(1)
 		if !d.dropping.Swap(true) {
 			d.log.Warn("webhook queue full, dropping events",
-				logKeyEvent, e.Type, logKeyOrgID, e.OrgID, logKeyDropped, n)
+				logkey.Event, e.Type, logkey.OrgID, e.OrgID, logkey.Dropped, n)
 		}
 	}
 }
@@ -254,7 +243,7 @@ func (d *Dispatcher) fanLoop(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("webhook lookup failed, event not delivered",
-					logKeyEvent, e.Type, logKeyOrgID, e.OrgID, logKeyErr, err)
+					logkey.Event, e.Type, logkey.OrgID, e.OrgID, logkey.Err, err)
 			}
 			continue
 		}
@@ -265,7 +254,7 @@ func (d *Dispatcher) fanLoop(ctx context.Context) {
 			}
 			if body == nil {
 				if body, err = marshalPayload(e); err != nil {
-					d.log.Warn("webhook payload encoding failed", logKeyEvent, e.Type, logKeyErr, err)
+					d.log.Warn("webhook payload encoding failed", logkey.Event, e.Type, logkey.Err, err)
 					break
 				}
 			}
@@ -294,8 +283,8 @@ func (d *Dispatcher) deliverLoop(ctx context.Context) {
 // deliver tries dl up to MaxAttempts times, waiting Backoff between
 // attempts. A fence refusal is not retried: the policy will refuse again.
 func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
-	log := d.log.With(logKeyEvent, dl.event, logKeyOrgID, dl.sub.OrgID,
-		logKeyWebhookID, dl.sub.ID, logKeyDeliveryID, dl.id)
+	log := d.log.With(logkey.Event, dl.event, logkey.OrgID, dl.sub.OrgID,
+		logkey.WebhookID, dl.sub.ID, logkey.DeliveryID, dl.id)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -305,7 +294,7 @@ func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 	for attempt := 1; ; attempt++ {
 		status, err := d.attempt(ctx, dl)
 		if err == nil {
-			log.Debug("webhook delivered", logKeyAttempts, attempt, logKeyStatus, status)
+			log.Debug("webhook delivered", logkey.Attempts, attempt, logkey.Status, status)
 			return
 		}
 		if ctx.Err() != nil {
@@ -313,7 +302,7 @@ func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 		}
 		_, refused := errors.AsType[*fence.RefusedError](err)
 		if refused || attempt >= MaxAttempts {
-			log.Warn("webhook delivery given up", logKeyAttempts, attempt, logKeyStatus, status, logKeyErr, err)
+			log.Warn("webhook delivery given up", logkey.Attempts, attempt, logkey.Status, status, logkey.Err, err)
 			return
 		}
 		wait := min(d.cfg.Backoff(attempt), MaxBackoff)

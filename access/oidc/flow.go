@@ -17,6 +17,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // The server's paths for the login flow, on every protected hostname.
@@ -45,14 +46,6 @@ const maxLogoutBody = 4 << 10
 
 // maxCodeBytes bounds the authorization code a callback accepts.
 const maxCodeBytes = 4 << 10
-
-// Log attribute keys.
-const (
-	logHost   = "host"
-	logReason = "reason"
-	logUser   = "user"
-	logError  = "error"
-)
 
 // Errors of Check, for the caller's metrics and explain; Gate already
 // answers each.
@@ -171,11 +164,11 @@ func (p *Provider) Gate(w http.ResponseWriter, r *http.Request, v Visit) (Sessio
 	case err == nil:
 		return s, true
 	case errors.Is(err, ErrForbidden):
-		p.cfg.Logger.Debug("oidc user refused", logHost, v.Host, logUser, s.User())
+		p.cfg.Logger.Debug("oidc user refused", logkey.Hostname, v.Host, logkey.User, s.User())
 		refuse(w, http.StatusForbidden, "forbidden: your account may not use this site")
 		return Session{}, false
 	case errors.Is(err, ErrSessionInvalid):
-		p.cfg.Logger.Debug("oidc session refused", logHost, v.Host, logError, err)
+		p.cfg.Logger.Debug("oidc session refused", logkey.Hostname, v.Host, logkey.Err, err)
 		clearCookie(w, sessionCookieName(v.Secure), v.Secure)
 	}
 	if !browser(r) {
@@ -236,7 +229,7 @@ func (p *Provider) ServeLogin(w http.ResponseWriter, r *http.Request, v Visit) {
 func (p *Provider) startLogin(w http.ResponseWriter, r *http.Request, v Visit, ret string) {
 	redirectURI, err := p.redirectURI(r, v)
 	if err != nil {
-		p.cfg.Logger.Debug("oidc login refused", logHost, v.Host, logError, err)
+		p.cfg.Logger.Debug("oidc login refused", logkey.Hostname, v.Host, logkey.Err, err)
 		refuse(w, http.StatusBadRequest, "bad request: unusable host")
 		return
 	}
@@ -338,7 +331,7 @@ func (p *Provider) ServeCallback(w http.ResponseWriter, r *http.Request, v Visit
 	if status >= 500 {
 		level = slog.LevelWarn
 	}
-	p.cfg.Logger.Log(r.Context(), level, "oidc login refused", logHost, v.Host, logReason, reason, logError, err)
+	p.cfg.Logger.Log(r.Context(), level, "oidc login refused", logkey.Hostname, v.Host, logkey.Reason, reason, logkey.Err, err)
 	refuse(w, status, reason)
 }
 
@@ -424,7 +417,7 @@ func (p *Provider) callback(w http.ResponseWriter, r *http.Request, v Visit) (in
 		Secure:   v.Secure,
 		SameSite: http.SameSiteLaxMode,
 	})
-	p.cfg.Logger.Info("oidc login", logHost, v.Host, logUser, s.User())
+	p.cfg.Logger.Info("oidc login", logkey.Hostname, v.Host, logkey.User, s.User())
 	redirect(w, safeReturn(l.Return))
 	return 0, "", nil
 }
@@ -540,7 +533,7 @@ func (p *Provider) ServeLogout(w http.ResponseWriter, r *http.Request, v Visit) 
 		}
 		s, err := p.session(r, v)
 		if err != nil || !s.checkCSRF(token) {
-			p.cfg.Logger.Debug("oidc logout refused", logHost, v.Host, logError, err)
+			p.cfg.Logger.Debug("oidc logout refused", logkey.Hostname, v.Host, logkey.Err, err)
 			refuse(w, http.StatusForbidden, "forbidden: sign out from the sign-out page")
 			return
 		}

@@ -13,7 +13,7 @@ import (
 // only they need (SQLite, PostgreSQL, the OpenTelemetry SDK and exporters,
 // Prometheus, protobuf). Linking any of them makes the client's binary
 // several times bigger and its idle memory twice as high, since the Go
-// runtime touches the pages of every package's data at start (see #2).
+// runtime touches the pages of every package's data at start.
 var serverOnly = []string{
 	"github.com/aperio-dev/aperio/admin",
 	"github.com/aperio-dev/aperio/autoscale",

@@ -24,6 +24,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/hangup"
 	"github.com/aperio-dev/aperio/internal/logging"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 )
@@ -92,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return exitcode.ErrUsage
 			}
 			for _, w := range warnings {
-				log.Warn("weak configuration", "problem", w)
+				log.Warn("weak configuration", logkey.Problem, w)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -105,30 +106,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 				// Export failures (a collector down) surface through
 				// OpenTelemetry's global handler: send them to our log.
 				otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-					log.Warn("telemetry export failed", "err", err)
+					log.Warn("telemetry export failed", logkey.Err, err)
 				}))
 				tr, err := telemetry.NewTracing(ctx, cfg.OTelSampleRate)
 				if err != nil {
-					log.Error("tracing failed to start", "err", err)
+					log.Error("tracing failed to start", logkey.Err, err)
 					return exitcode.ErrFailure
 				}
 				defer func() {
 					sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
 					if err := tr.Shutdown(sctx); err != nil {
-						log.Warn("spans not exported at shutdown", "err", err)
+						log.Warn("spans not exported at shutdown", logkey.Err, err)
 					}
 				}()
 				gopts.TracerProvider = tr.Provider()
-				log.Info("tracing on", "sample_rate", cfg.OTelSampleRate)
+				log.Info("tracing on", logkey.SampleRate, cfg.OTelSampleRate)
 			}
 			g, err := gateway.New(ctx, cfg.Config, gopts)
 			if err != nil {
-				log.Error("server failed to start", "err", err)
+				log.Error("server failed to start", logkey.Err, err)
 				return exitcode.ErrFailure
 			}
 			if err := g.ListenAndServe(ctx); err != nil {
-				log.Error("server failed", "err", err)
+				log.Error("server failed", logkey.Err, err)
 				return exitcode.ErrFailure
 			}
 			return nil
