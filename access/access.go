@@ -527,3 +527,46 @@ func quote(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
+
+// Auth is a service's auth block: one optional configuration per method.
+// The browser login (oidc) is built by its own package and appended to
+// the methods Methods returns.
+type Auth struct {
+	Basic   *BasicConfig
+	Bearer  *BearerConfig
+	JWT     *JWTConfig
+	Forward *ForwardConfig
+}
+
+// Methods builds a's methods in the order a gate should try them: the
+// local ones by cost (bearer, basic, jwt), then forward, which calls out.
+// It reports every method's problems joined with errors.Join.
+func (a Auth) Methods() ([]Method, error) {
+	var (
+		out  []Method
+		errs []error
+	)
+	add := func(m Method, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		out = append(out, m)
+	}
+	if a.Bearer != nil {
+		add(NewBearer(*a.Bearer))
+	}
+	if a.Basic != nil {
+		add(NewBasic(*a.Basic))
+	}
+	if a.JWT != nil {
+		add(NewJWT(*a.JWT))
+	}
+	if a.Forward != nil {
+		add(NewForward(*a.Forward))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}

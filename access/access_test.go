@@ -340,3 +340,30 @@ func canceled(r *http.Request) *http.Request {
 	cancel()
 	return r.WithContext(ctx)
 }
+
+func TestAuthMethods(t *testing.T) {
+	a, _ := testHashes(t)
+	ms, err := Auth{
+		Forward: &ForwardConfig{URL: "https://auth.example.com/", Client: &http.Client{}},
+		Basic:   &BasicConfig{Users: map[string]string{"ann": a}},
+		Bearer:  &BearerConfig{Keys: map[string]string{"ci": digest("k")}},
+		JWT:     &JWTConfig{JWKSURL: "https://idp.example.com/jwks", Client: &http.Client{}, Issuer: "i", Audience: []string{"a"}},
+	}.Methods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range ms {
+		names = append(names, m.Name())
+	}
+	if want := []string{"bearer", "basic", "jwt", "forward"}; !slices.Equal(names, want) {
+		t.Errorf("Methods = %q, want %q", names, want)
+	}
+	_, err = Auth{Basic: &BasicConfig{Users: map[string]string{"ann": "plain"}}, Bearer: &BearerConfig{}}.Methods()
+	if err == nil || !strings.Contains(err.Error(), `basic user "ann"`) || !strings.Contains(err.Error(), "bearer needs at least one key") {
+		t.Errorf("Methods(bad) = %v, want both methods' problems", err)
+	}
+	if ms, err := (Auth{}).Methods(); err != nil || len(ms) != 0 {
+		t.Errorf("Methods(none) = %v, %v", ms, err)
+	}
+}
