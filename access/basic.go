@@ -2,7 +2,6 @@ package access
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -212,18 +211,8 @@ func (b *Basic) Check(r *http.Request, _ Visitor) Result {
 	return Result{Outcome: Admit, User: user, Reason: "user " + quote(user)}
 }
 
-// key is the cache key of one verification: SHA-256 over the process's
-// cache key, then the user, the password and the hash, each
-// length-prefixed so no two triples collide.
+// key is the cache key of one verification: the digest of the user, the
+// password and the hash under the process's cache key.
 func (b *Basic) key(user, password, hash string) [32]byte {
-	h := sha256.New()
-	h.Write(b.cacheKey[:])
-	for _, s := range [...]string{user, password, hash} {
-		n := len(s)
-		h.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
-		h.Write([]byte(s))
-	}
-	var k [32]byte
-	h.Sum(k[:0])
-	return k
+	return fieldsDigest(b.cacheKey[:], user, password, hash)
 }

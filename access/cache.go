@@ -1,6 +1,7 @@
 package access
 
 import (
+	"crypto/sha256"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -63,4 +64,20 @@ func clock(now func() time.Time) func() time.Time {
 		return time.Now
 	}
 	return now
+}
+
+// fieldsDigest returns the SHA-256 of key and then each field prefixed by
+// its length, so that no two lists of fields share a digest ("ab", "c"
+// and "a", "bc" differ). Cache keys are made with it.
+func fieldsDigest(key []byte, fields ...string) [32]byte {
+	h := sha256.New()
+	h.Write(key)
+	for _, s := range fields {
+		n := len(s)
+		h.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+		h.Write([]byte(s))
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
 }

@@ -2,12 +2,10 @@ package access
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -90,17 +88,14 @@ func NewForward(cfg ForwardConfig) (*Forward, error) {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("access: forward "+format, args...)) }
 	f := &Forward{url: cfg.URL, timeout: cfg.Timeout, cacheTTL: cfg.CacheTTL, now: clock(cfg.Now)}
-	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+	var ok bool
+	if f.origin, ok = outboundOrigin(cfg.URL); !ok {
 		bad("url must be an absolute http(s) URL")
-	} else {
-		f.origin = u.Scheme + "://" + u.Host
 	}
 	if cfg.Client == nil {
 		bad("needs the outbound client to call its auth service")
 	} else {
-		c := *cfg.Client
-		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-		f.client = &c
+		f.client = noRedirects(cfg.Client)
 	}
 	switch {
 	case f.timeout < 0 || f.timeout > MaxForwardTimeout:
@@ -211,10 +206,7 @@ func (f *Forward) Check(r *http.Request, v Visitor) Result {
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
-		return Result{Outcome: Unavailable, Reason: "auth service " + f.origin + ": " + err.Error()}
+		return Result{Outcome: Unavailable, Reason: "auth service " + f.origin + ": " + outboundError(err).Error()}
 	}
 	defer resp.Body.Close()
 	status := resp.StatusCode
@@ -276,25 +268,15 @@ func (f *Forward) admit(resp *http.Response, key [32]byte) Result {
 	return Result{Outcome: Admit, User: a.user, Upstream: a.upstream, Reason: reason}
 }
 
-// cacheKey is the SHA-256 of what an admission is remembered for: the
-// hostname and the visitor's Authorization and Cookie lines, each
-// length-prefixed.
+// cacheKey is the digest of what an admission is remembered for: the
+// hostname and the visitor's Authorization and Cookie lines, each list
+// preceded by its length.
 func (f *Forward) cacheKey(r *http.Request, v Visitor) [32]byte {
-	h := sha256.New()
-	write := func(s string) {
-		n := len(s)
-		h.Write([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
-		h.Write([]byte(s))
-	}
-	write(v.Host)
+	fields := []string{v.Host}
 	for _, k := range [...]string{"Authorization", "Cookie"} {
 		vv := r.Header[k]
-		write(strconv.Itoa(len(vv)))
-		for _, s := range vv {
-			write(s)
-		}
+		fields = append(fields, strconv.Itoa(len(vv)))
+		fields = append(fields, vv...)
 	}
-	var k [32]byte
-	h.Sum(k[:0])
-	return k
+	return fieldsDigest(nil, fields...)
 }

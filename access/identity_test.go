@@ -112,3 +112,33 @@ func TestLoadSignerKey(t *testing.T) {
 		t.Error("NewSigner with a short key = nil error")
 	}
 }
+
+func TestSignerReusesRecentTokens(t *testing.T) {
+	clk := newFakeClock()
+	s, err := NewSigner(SignerConfig{Issuer: "https://aperio.example.com", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSign := func(host, user, method string) string {
+		t.Helper()
+		tok, err := s.Sign(host, user, method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	first := mustSign("app.example.com", "ann", "basic")
+	clk.Advance(identityReuse - time.Second)
+	if again := mustSign("app.example.com", "ann", "basic"); again != first {
+		t.Error("a token signed 29 s ago was not reused")
+	}
+	for _, other := range [][3]string{{"b.example.com", "ann", "basic"}, {"app.example.com", "bob", "basic"}, {"app.example.com", "ann", "jwt"}} {
+		if tok := mustSign(other[0], other[1], other[2]); tok == first {
+			t.Errorf("Sign(%q) reused the token of app.example.com/ann/basic", other)
+		}
+	}
+	clk.Advance(time.Second)
+	if again := mustSign("app.example.com", "ann", "basic"); again == first {
+		t.Error("a token signed 30 s ago was reused: the backend would get one with under 30 s left")
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -135,12 +134,9 @@ type keySet struct {
 func NewJWT(cfg JWTConfig) (*JWT, error) {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("access: jwt "+format, args...)) }
-	u, err := url.Parse(cfg.JWKSURL)
-	origin := ""
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+	origin, ok := outboundOrigin(cfg.JWKSURL)
+	if !ok {
 		bad("jwks_url must be an absolute http(s) URL")
-	} else {
-		origin = u.Scheme + "://" + u.Host
 	}
 	if cfg.Client == nil {
 		bad("needs the outbound client to fetch its key set")
@@ -177,9 +173,7 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 		j.header = http.CanonicalHeaderKey(cfg.Header)
 	}
 	if cfg.Client != nil {
-		c := *cfg.Client
-		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-		j.client = &c
+		j.client = noRedirects(cfg.Client)
 	}
 	for _, a := range cfg.Algorithms {
 		alg := jose.SignatureAlgorithm(a)
@@ -473,10 +467,7 @@ func (j *JWT) get(ctx context.Context, now time.Time) (*keySet, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := j.client.Do(req)
 	if err != nil {
-		if ue, ok := errors.AsType[*url.Error](err); ok {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("jwks %s: %w", j.origin, err)
+		return nil, fmt.Errorf("jwks %s: %w", j.origin, outboundError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
