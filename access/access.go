@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -45,6 +46,9 @@ const (
 	// CookieSession carries a browser login's session (the oidc method).
 	CookieSession = "aperio_session"
 )
+
+// serverCookies are the server's own cookies: never the backend's.
+var serverCookies = []string{CookieShare, CookieSession}
 
 // maxUserLen bounds the user a method names; a longer one, or one with
 // characters a header value cannot carry, is refused, never cut.
@@ -256,7 +260,7 @@ func New(cfg Config) (*Gate, error) {
 		ips:      cfg.IPs,
 		shares:   cfg.Shares,
 		identity: cfg.Identity,
-		cookies:  []string{CookieShare, CookieSession},
+		cookies:  slices.Clone(serverCookies),
 	}
 	for i, m := range cfg.Methods {
 		if m == nil {
@@ -406,7 +410,9 @@ func (g *Gate) PrepareUpstream(h http.Header, v Visitor, d Decision) error {
 	delete(h, HeaderAuth)
 	delete(h, HeaderIdentity)
 	if g.open && d.Method == "" {
-		return nil // no method read a credential: the backend's own pass through
+		// No method read a credential: the backend's own pass through.
+		removeCookies(h, serverCookies)
+		return nil
 	}
 	for _, k := range g.headers {
 		delete(h, k)

@@ -234,6 +234,7 @@ func TestPrepareUpstream(t *testing.T) {
 		delete(want, "X-Aperio-User")
 		delete(want, "X-Aperio-Auth")
 		delete(want, HeaderIdentity)
+		want["Cookie"] = []string{"a=1; idp_token=t", "b=2"}
 		if diff := cmp.Diff(want, h); diff != "" {
 			t.Errorf("header (-want +got):\n%s", diff)
 		}

@@ -205,14 +205,14 @@ func (k *Keyring) Verify(tok string) (ShareLink, error) {
 	if !ok {
 		return ShareLink{}, ErrShareKey
 	}
-	got, err := base64.RawURLEncoding.DecodeString(mac)
+	got, err := base64.RawURLEncoding.Strict().DecodeString(mac)
 	if err != nil {
 		return ShareLink{}, fmt.Errorf("%w: mac is not base64url", ErrShareMalformed)
 	}
 	if !hmac.Equal(got, k.mac(key, tok[:len(tok)-len(mac)-1])) {
 		return ShareLink{}, ErrShareSignature
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(payload)
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(payload)
 	if err != nil {
 		return ShareLink{}, fmt.Errorf("%w: payload is not base64url", ErrShareMalformed)
 	}
