@@ -475,3 +475,32 @@ func TestNewJWTRefuses(t *testing.T) {
 		})
 	}
 }
+
+func TestJWTOneFetchForConcurrentTokens(t *testing.T) {
+	clk := newFakeClock()
+	ed := newEdKey(t, "ed1")
+	srv := newJWKSServer(t, ed)
+	m := newJWTMethod(t, srv, clk, nil)
+	const n = 16
+	toks := make([]string, n)
+	for i := range toks {
+		c := goodClaims(clk)
+		c.ID = string(rune('a' + i)) // distinct tokens: none comes from the token cache
+		toks[i] = sign(t, ed, c)
+	}
+	results := make(chan Result, n)
+	var wg sync.WaitGroup
+	for _, tok := range toks {
+		wg.Go(func() { results <- m.Check(bearer(tok), visitor("/")) })
+	}
+	wg.Wait()
+	close(results)
+	for res := range results {
+		if res.Outcome != Admit {
+			t.Errorf("concurrent check = %v (%s), want admit", res.Outcome, res.Reason)
+		}
+	}
+	if got := srv.count(); got != 1 {
+		t.Errorf("key set fetched %d times by %d concurrent first tokens, want 1", got, n)
+	}
+}
