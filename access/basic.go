@@ -1,6 +1,7 @@
 package access
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -31,6 +32,9 @@ const (
 	// and bearer): longer ones are refused unread.
 	maxCredentialLen = 4096
 	maxRealmLen      = 128
+	// maxVerifyWait bounds the wait for a verification slot: beyond it a
+	// flood of wrong passwords is refused with 503 rather than queued.
+	maxVerifyWait = 5 * time.Second
 )
 
 // Defaults of BasicConfig.
@@ -60,8 +64,8 @@ type BasicConfig struct {
 	// MaxVerifying bounds hash verifications running at once across the
 	// method (0 means GOMAXPROCS). Each costs tens of milliseconds and,
 	// for argon2id, its memory parameter; a request beyond the bound
-	// waits for a slot until its context ends. Cached successes take no
-	// slot.
+	// waits for a slot up to 5 s, or until its context ends, and is then
+	// refused with 503. Cached successes take no slot.
 	MaxVerifying int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -194,9 +198,7 @@ func (b *Basic) Check(r *http.Request, _ Visitor) Result {
 			return Result{Outcome: Admit, User: user, Reason: "user " + quote(user) + " (cached)"}
 		}
 	}
-	select {
-	case b.slots <- struct{}{}:
-	case <-r.Context().Done():
+	if !b.acquire(r.Context()) {
 		return Result{Outcome: Unavailable, Reason: "gave up waiting for a password verification slot"}
 	}
 	err = b.verify(hash, password)
@@ -209,6 +211,25 @@ func (b *Basic) Check(r *http.Request, _ Visitor) Result {
 	}
 	b.cache.add(key, struct{}{}, b.now().Add(b.ttl))
 	return Result{Outcome: Admit, User: user, Reason: "user " + quote(user)}
+}
+
+// acquire takes a verification slot, waiting at most maxVerifyWait and
+// until ctx ends; it reports whether it got one.
+func (b *Basic) acquire(ctx context.Context) bool {
+	select {
+	case b.slots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(maxVerifyWait)
+	defer t.Stop()
+	select {
+	case b.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // key is the cache key of one verification: the digest of the user, the

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -214,4 +215,23 @@ func TestBasicCachedCheckDoesNotVerify(t *testing.T) {
 	if verified() != 1 {
 		t.Errorf("verifications = %d over 101 checks within the TTL, want 1", verified())
 	}
+}
+
+func TestBasicSlotWaitIsBounded(t *testing.T) {
+	a, _ := testHashes(t)
+	synctest.Test(t, func(t *testing.T) {
+		m, err := NewBasic(BasicConfig{Users: map[string]string{"ann": a}, MaxVerifying: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.slots <- struct{}{} // the only slot stays busy
+		start := time.Now()
+		got := m.Check(newRequest(t, "/", "Authorization", basicAuth("ann", "argon-pw")), visitor("/"))
+		if got.Outcome != Unavailable {
+			t.Errorf("Check with the slot busy = %v, want unavailable", got.Outcome)
+		}
+		if waited := time.Since(start); waited != maxVerifyWait {
+			t.Errorf("waited %s for a slot, want %s", waited, maxVerifyWait)
+		}
+	})
 }
