@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aperio-dev/aperio/wire"
@@ -132,8 +133,9 @@ func (h *harness) startServer(o serverOpts) (*server, error) {
 		"APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
 		"APERIO_LOG_LEVEL=info",
 		"APERIO_SCALING=1", "APERIO_SCALING_ALLOW_HTTP=1", "APERIO_SCALING_ALLOW_PRIVATE=1",
-		// One visitor address sends every burst.
-		"APERIO_IP_LIMIT_MAX=10000000", "APERIO_IP_LIMIT_REFILL=10000000",
+		// One visitor address sends every burst, over as many
+		// connections as its transport opens at once.
+		"APERIO_IP_LIMIT_MAX=10000000", "APERIO_IP_LIMIT_REFILL=10000000", "APERIO_MAX_CONNECTIONS_PER_IP=0",
 		"APERIO_MAX_CONCURRENT_REQUESTS=" + strconv.Itoa(held),
 		"APERIO_SCALING_MAX_HELD=" + strconv.Itoa(held),
 		// Every run is a cold start of its own hostname: many calls and
@@ -359,17 +361,21 @@ func h2cVisitor() (*http.Client, *http.Transport) {
 // answer is one visitor request's outcome.
 type answer struct {
 	status int // 0 on a transport error
+	err    error
 	at     time.Time
 }
 
 // burst sends n GETs of /key/i for hostname, request i to servers[i%len],
 // all at once, each bounded by ctx, and returns their answers on a
-// channel of n.
-func burst(ctx context.Context, c *http.Client, servers []*server, hostname, key string, n int) <-chan answer {
+// channel of n; answered counts them as they come, for a provider waiting
+// for the rest of the burst to be held.
+func burst(ctx context.Context, c *http.Client, servers []*server, hostname, key string, n int, answered *atomic.Int64) <-chan answer {
 	out := make(chan answer, n)
 	for i := range n {
 		go func() {
-			out <- visit(ctx, c, servers[i%len(servers)], hostname, "/"+key+"/"+strconv.Itoa(i))
+			a := visit(ctx, c, servers[i%len(servers)], hostname, "/"+key+"/"+strconv.Itoa(i))
+			answered.Add(1)
+			out <- a
 		}()
 	}
 	return out
@@ -379,39 +385,47 @@ func burst(ctx context.Context, c *http.Client, servers []*server, hostname, key
 func visit(ctx context.Context, c *http.Client, s *server, hostname, path string) answer {
 	req, err := http.NewRequestWithContext(ctx, "GET", s.base+path, nil)
 	if err != nil {
-		return answer{at: time.Now()}
+		return answer{err: err, at: time.Now()}
 	}
 	req.Host = hostname
 	resp, err := c.Do(req)
 	if err != nil {
-		return answer{at: time.Now()}
+		return answer{err: err, at: time.Now()}
 	}
 	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	a := answer{status: resp.StatusCode, at: time.Now()}
 	if err != nil {
-		a.status = 0
+		a.status, a.err = 0, err
 	}
 	return a
 }
 
-// collect reads n answers from ch, returning the count per status and the
-// time of the last one. It gives up when ctx ends.
-func collect(ctx context.Context, ch <-chan answer, n int) (map[int]int, time.Time, error) {
-	got := map[int]int{}
-	var last time.Time
+// answers is what a burst got back.
+type answers struct {
+	statuses map[int]int // count per status, 0 for transport errors
+	last     time.Time   // when the last answer came
+	firstErr error       // the first transport error, if any
+}
+
+// collect reads n answers from ch. It gives up when ctx ends.
+func collect(ctx context.Context, ch <-chan answer, n int) (answers, error) {
+	got := answers{statuses: map[int]int{}}
 	for i := range n {
 		select {
 		case a := <-ch:
-			got[a.status]++
-			if a.at.After(last) {
-				last = a.at
+			got.statuses[a.status]++
+			if a.at.After(got.last) {
+				got.last = a.at
+			}
+			if a.err != nil && got.firstErr == nil {
+				got.firstErr = a.err
 			}
 		case <-ctx.Done():
-			return got, last, fmt.Errorf("%d of %d answers: %w", i, n, ctx.Err())
+			return got, fmt.Errorf("%d of %d answers: %w", i, n, ctx.Err())
 		}
 	}
-	return got, last, nil
+	return got, nil
 }
 
 // statusList formats a status count as "200×100 0×2", statuses in order.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -114,6 +115,7 @@ func callsOnce(ctx context.Context, h *harness, o callsOpts, servers []*server, 
 		over     bool
 	)
 	started := make(chan error, 1)
+	var answered atomic.Int64
 	var once sync.Once
 	prov.on(host, func(hookCall) {
 		once.Do(func() {
@@ -126,7 +128,7 @@ func callsOnce(ctx context.Context, h *harness, o callsOpts, servers []*server, 
 					}
 					total += q
 				}
-				return total >= o.burst, nil
+				return total+int(answered.Load()) >= o.burst, nil
 			})
 			if err == nil {
 				mu.Lock()
@@ -161,15 +163,15 @@ func callsOnce(ctx context.Context, h *harness, o callsOpts, servers []*server, 
 	}
 	visitor, tr := h2cVisitor()
 	defer tr.CloseIdleConnections()
-	statuses, _, err := collect(runCtx, burst(runCtx, visitor, servers, host, key, o.burst), o.burst)
-	r.statuses = statuses
+	got, err := collect(runCtx, burst(runCtx, visitor, servers, host, key, o.burst, &answered), o.burst)
+	r.statuses = got.statuses
 	if err != nil {
 		return r, err
 	}
 	select {
 	case err := <-started:
 		if err != nil {
-			return r, fmt.Errorf("provider: %w", err)
+			return r, fmt.Errorf("provider: %w; answers %s, first transport error %v", err, statusList(got.statuses), got.firstErr)
 		}
 	case <-runCtx.Done():
 		return r, errors.New("the provider never started the instance: no call?")

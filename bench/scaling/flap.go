@@ -14,7 +14,7 @@ import (
 const flapHost = "flap.test"
 
 // flapRampSkip is how much of a step's start the observed utilization
-// leaves out: the load is still changing then.
+// leaves out, the load still changing then: at most half the step.
 const flapRampSkip = 2 * time.Second
 
 // stepResult is what one flap step saw.
@@ -24,12 +24,9 @@ type stepResult struct {
 	calls    []hookCall
 	// Utilization and instances seen by the server after flapRampSkip;
 	// samples is 0 when none was taken.
-	samples            int
-	utilMin, utilMax   float64
-	instMin, instMax   int
-	capMin, capMax     int
-	inflMin, inflMax   int
-	utilFirst, utilEnd float64
+	samples                   int
+	utilMin, utilMax, utilEnd float64
+	instMin, instMax          int
 }
 
 // runFlap runs both phases of flapPlan(o) against one server and counts
@@ -147,11 +144,11 @@ func runFlap(ctx context.Context, h *harness, o flapOpts, stdout io.Writer) erro
 			return ctx.Err()
 		}
 		to := time.Now()
-		r := samp.over(from.Add(flapRampSkip), to)
+		r := samp.over(from.Add(min(flapRampSkip, st.hold/2)), to)
 		r.step, r.from, r.to, r.calls = st, from, to, prov.callsBetween(from, to)
 		results = append(results, r)
-		h.logf("flap phase %d step %d/%d: level %.2f (%d in flight) for %v: utilization %.3f..%.3f, %d..%d instance(s), %d call(s) %s",
-			st.phase, i+1, len(steps), st.level, st.workers, st.hold, r.utilMin, r.utilMax, r.instMin, r.instMax, len(r.calls), reasons(r.calls))
+		h.logf("flap phase %d step %d/%d: level %.2f (%d in flight) for %v: %s, %d call(s) %s",
+			st.phase, i+1, len(steps), st.level, st.workers, st.hold, r.seen(), len(r.calls), reasons(r.calls))
 	}
 	ld.close()
 	before := prov.callsBetween(time.Time{}, began)
@@ -236,14 +233,23 @@ func printFlap(w io.Writer, o flapOpts, results []stepResult, before []hookCall,
 				got = got[1 : len(got)-1]
 				got += fmt.Sprintf(" %v into the step", r.calls[0].At.Sub(r.from).Round(100*time.Millisecond))
 			}
-			fmt.Fprintf(w, "     level %.2f (%d in flight) for %v: utilization %.3f..%.3f (last %.3f), %d..%d instance(s); want %s, got %s\n",
-				r.step.level, r.step.workers, r.step.hold, r.utilMin, r.utilMax, r.utilEnd, r.instMin, r.instMax, r.step.want, got)
+			fmt.Fprintf(w, "     level %.2f (%d in flight) for %v: %s; want %s, got %s\n",
+				r.step.level, r.step.workers, r.step.hold, r.seen(), r.step.want, got)
 		}
 	}
 	fmt.Fprintf(w, "   calls before phase 1: %d; load requests answered 200: %d, others: %d\n", len(before), ld.ok.Load(), ld.failed.Load())
 	for _, n := range notes {
 		fmt.Fprintf(w, "   provider: %s\n", n)
 	}
+}
+
+// seen says what the server reported during the step.
+func (r stepResult) seen() string {
+	if r.samples == 0 {
+		return "no utilization sample"
+	}
+	return fmt.Sprintf("utilization %.3f..%.3f (last %.3f), %d..%d instance(s), %d sample(s)",
+		r.utilMin, r.utilMax, r.utilEnd, r.instMin, r.instMax, r.samples)
 }
 
 // stepMatches reports whether a step saw exactly the calls it should: one
@@ -365,9 +371,9 @@ type sampler struct {
 }
 
 type sample struct {
-	at                            time.Time
-	util                          float64 // -1 when the server could not measure it
-	instances, capacity, inflight int
+	at        time.Time
+	util      float64 // -1 when the server could not measure it
+	instances int
 }
 
 func (s *sampler) run(ctx context.Context) {
@@ -376,7 +382,7 @@ func (s *sampler) run(ctx context.Context) {
 	for {
 		recs, err := s.h.recordsOn(ctx, s.srv)
 		if r, ok := recs[flapHost]; err == nil && ok {
-			sm := sample{at: time.Now(), util: -1, instances: r.Instances, capacity: r.Capacity, inflight: r.Inflight}
+			sm := sample{at: time.Now(), util: -1, instances: r.Instances}
 			if r.Utilization != nil {
 				sm.util = *r.Utilization
 			}
@@ -396,24 +402,18 @@ func (s *sampler) run(ctx context.Context) {
 func (s *sampler) over(from, to time.Time) stepResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := stepResult{utilMin: 2, utilMax: -1, instMin: 1 << 30, instMax: -1, capMin: 1 << 30, capMax: -1, inflMin: 1 << 30, inflMax: -1}
+	r := stepResult{utilMin: 2, utilMax: -1, instMin: 1 << 30, instMax: -1}
 	for _, sm := range s.samples {
 		if sm.at.Before(from) || !sm.at.Before(to) {
 			continue
 		}
-		if r.samples == 0 {
-			r.utilFirst = sm.util
-		}
 		r.samples++
 		r.utilMin, r.utilMax = min(r.utilMin, sm.util), max(r.utilMax, sm.util)
 		r.instMin, r.instMax = min(r.instMin, sm.instances), max(r.instMax, sm.instances)
-		r.capMin, r.capMax = min(r.capMin, sm.capacity), max(r.capMax, sm.capacity)
-		r.inflMin, r.inflMax = min(r.inflMin, sm.inflight), max(r.inflMax, sm.inflight)
 		r.utilEnd = sm.util
 	}
 	if r.samples == 0 {
 		r.utilMin, r.utilMax, r.instMin, r.instMax = 0, 0, 0, 0
-		r.capMin, r.capMax, r.inflMin, r.inflMax = 0, 0, 0, 0
 	}
 	return r
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,8 +17,9 @@ type releaseRun struct {
 	last     time.Duration // connected_at to the burst's last answer
 	calls    int           // provider calls for the run's hostname
 	statuses map[int]int
-	arrived  int // requests that reached the backend
-	peak     int // most requests the backend served at once
+	arrived  int   // requests that reached the backend
+	peak     int   // most requests the backend served at once
+	firstErr error // the first visitor transport error
 }
 
 // releaseResult is one burst size's runs.
@@ -165,6 +167,7 @@ func releaseOnce(ctx context.Context, h *harness, o releaseOpts, srv *server, be
 	runCtx, cancel := context.WithTimeout(ctx, o.coldStart+2*time.Minute)
 	defer cancel()
 	started := make(chan error, 1)
+	var answered atomic.Int64
 	var (
 		mu       sync.Mutex // guards the following fields
 		instance *proc
@@ -173,9 +176,9 @@ func releaseOnce(ctx context.Context, h *harness, o releaseOpts, srv *server, be
 	var once sync.Once
 	prov.on(host, func(hookCall) {
 		once.Do(func() {
-			err := poll(runCtx, o.coldStart, 10*time.Millisecond, fmt.Sprintf("%d held requests", n), func(ctx context.Context) (bool, error) {
+			err := poll(runCtx, o.coldStart, 10*time.Millisecond, fmt.Sprintf("%d held or answered requests", n), func(ctx context.Context) (bool, error) {
 				q, err := h.queued(ctx, srv)
-				return q >= n, err
+				return q+int(answered.Load()) >= n, err
 			})
 			if err == nil {
 				mu.Lock()
@@ -209,19 +212,21 @@ func releaseOnce(ctx context.Context, h *harness, o releaseOpts, srv *server, be
 
 	visitor, tr := h2cVisitor()
 	defer tr.CloseIdleConnections()
-	answers := burst(runCtx, visitor, []*server{srv}, host, key, n)
-	statuses, lastAt, err := collect(runCtx, answers, n)
-	r.statuses = statuses
+	got, err := collect(runCtx, burst(runCtx, visitor, []*server{srv}, host, key, n, &answered), n)
+	r.statuses, r.firstErr = got.statuses, got.firstErr
 	if err != nil {
 		return r, err
 	}
 	select {
 	case err := <-started:
 		if err != nil {
-			return r, fmt.Errorf("provider: %w", err)
+			return r, fmt.Errorf("provider: %w; answers %s, first transport error %v", err, statusList(r.statuses), r.firstErr)
 		}
 	case <-runCtx.Done():
 		return r, errors.New("the provider never started the instance: no call?")
+	}
+	if r.firstErr != nil {
+		h.logf("%s: answers %s, first transport error: %v", host, statusList(r.statuses), r.firstErr)
 	}
 	cs, err := h.clientsFor(runCtx, srv, host)
 	if err != nil {
@@ -235,10 +240,10 @@ func releaseOnce(ctx context.Context, h *harness, o releaseOpts, srv *server, be
 		return r, err
 	}
 	if !ok {
-		return r, fmt.Errorf("no request reached the backend; answers %s", statusList(statuses))
+		return r, fmt.Errorf("no request reached the backend; answers %s", statusList(r.statuses))
 	}
 	at := cs[0].ConnectedAt
-	r.release, r.last = st.First.Sub(at), lastAt.Sub(at)
+	r.release, r.last = st.First.Sub(at), got.last.Sub(at)
 	r.arrived, r.peak = st.Count, st.Peak
 	r.calls = len(prov.callsFor(host))
 	return r, nil
