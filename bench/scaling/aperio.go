@@ -310,7 +310,7 @@ func parseQueued(r io.Reader) (int, error) {
 			continue
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || f < 0 || f > 1e9 {
+		if err != nil || !(f >= 0 && f <= 1e9) {
 			return 0, fmt.Errorf("aperio_requests_queued %q: not a count", truncate(v, 40))
 		}
 		return int(f), nil

@@ -228,7 +228,9 @@ type lineWatcher struct {
 	re      *regexp.Regexp
 	found   chan<- string
 	matched bool
-	partial []byte
+	partial []byte // the line being written, so far
+	// skipping is set while the rest of an overlong line is dropped.
+	skipping bool
 }
 
 // maxWatchedLine bounds the bytes kept of a line being watched; a longer
@@ -239,6 +241,13 @@ func (w *lineWatcher) Write(b []byte) (int, error) {
 	n, err := w.out.Write(b)
 	if w.re == nil || w.matched {
 		return n, err
+	}
+	if w.skipping {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return n, err
+		}
+		w.skipping, b = false, b[i+1:]
 	}
 	w.partial = append(w.partial, b...)
 	for !w.matched {
@@ -252,8 +261,10 @@ func (w *lineWatcher) Write(b []byte) (int, error) {
 		}
 		w.partial = w.partial[i+1:]
 	}
-	if w.matched || len(w.partial) > maxWatchedLine {
+	if w.matched {
 		w.partial = nil
+	} else if len(w.partial) > maxWatchedLine {
+		w.partial, w.skipping = nil, true
 	}
 	return n, err
 }
