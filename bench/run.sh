@@ -20,7 +20,7 @@
 #
 # Autoscaling (release of held requests, provider calls per cold start
 # with several servers, a flapping load) is measured by bench/scaling.sh,
-# `make bench-scaling`; docs/benchmarks.md holds the figures of both.
+# `make bench-scaling`; docs/benchmarks.md holds its figures.
 #
 # Knobs, for quick iterations only (the defaults are the published numbers):
 #   BENCH_DURATION=10s        length of each measured wrk run
