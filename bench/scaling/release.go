@@ -251,7 +251,7 @@ func releaseOnce(ctx context.Context, h *harness, o releaseOpts, srv *server, be
 
 func printRelease(w io.Writer, o releaseOpts, results []releaseResult, bad int) {
 	fmt.Fprintf(w, "\n== Release of held requests, real processes (server, client, backend, visitors+provider): instance connected_at -> first held request at the backend\n")
-	fmt.Fprintf(w, "   %d measured runs per burst after one warm-up; instance max_concurrent %d; backend work %v per request; p99 is by nearest rank (with 20 runs, the max)\n",
+	fmt.Fprintf(w, "   %d measured runs per burst after one warm-up; instance max_concurrent %d; backend work %v per request; p99 is by nearest rank (under 100 runs, the largest)\n",
 		o.runs, o.limit, o.work)
 	fmt.Fprintf(w, "%-6s %5s %8s %8s %8s %8s %8s  %-11s %-14s %-16s %-10s %s\n",
 		"burst", "runs", "p50_ms", "p90_ms", "p99_ms", "max_ms", "min_ms", "calls/cold", "answers_200", "last_p50/max_ms", "peak/limit", "failed")
