@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/wire"
 )
 
 func TestParseQueued(t *testing.T) {
@@ -87,5 +92,39 @@ func TestChildEnv(t *testing.T) {
 func TestStatusList(t *testing.T) {
 	if got := statusList(map[int]int{504: 2, 0: 1, 200: 97}); got != "0×1 200×97 504×2" {
 		t.Errorf("statusList = %q", got)
+	}
+}
+
+// TestDecodeOKHostile: an admin API answer that is not a 200 with JSON is
+// an error quoting at most 200 bytes of it.
+func TestDecodeOKHostile(t *testing.T) {
+	answer := func(code int, body string) *http.Response {
+		w := httptest.NewRecorder()
+		w.WriteHeader(code)
+		io.WriteString(w, body)
+		return w.Result()
+	}
+	var out []wire.ClientInfo
+	if err := decodeOK(answer(200, `[{"id":"c1","hostnames":["a.test"]}]`), &out); err != nil || len(out) != 1 || out[0].ID != "c1" {
+		t.Fatalf("decodeOK(200 list) = %v, %+v, want one client", err, out)
+	}
+	tests := []struct {
+		name string
+		resp *http.Response
+		want string
+	}{
+		{"refused", answer(401, "unauthorized\n"), "status 401: unauthorized"},
+		{"long error", answer(500, strings.Repeat("e", 10000)), "status 500: " + strings.Repeat("e", 200)},
+		{"not JSON", answer(200, "<html>"), "invalid character"},
+		{"wrong shape", answer(200, `{"id":"c1"}`), "cannot unmarshal"},
+	}
+	for _, tt := range tests {
+		err := decodeOK(tt.resp, &out)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: decodeOK = %v, want an error containing %q", tt.name, err, tt.want)
+		}
+		if err != nil && len(err.Error()) > 300 {
+			t.Errorf("%s: error of %d bytes, want the body cut", tt.name, len(err.Error()))
+		}
 	}
 }
