@@ -15,6 +15,7 @@ import (
 // several times bigger and its idle memory twice as high, since the Go
 // runtime touches the pages of every package's data at start.
 var serverOnly = []string{
+	"github.com/aperio-dev/aperio/access",
 	"github.com/aperio-dev/aperio/admin",
 	"github.com/aperio-dev/aperio/autoscale",
 	"github.com/aperio-dev/aperio/cache",
@@ -25,6 +26,9 @@ var serverOnly = []string{
 	"github.com/aperio-dev/aperio/telemetry",
 	"github.com/aperio-dev/aperio/webhook",
 	"modernc.org/sqlite",
+	"github.com/coreos/go-oidc",
+	"golang.org/x/oauth2",
+	"github.com/go-jose",
 	"github.com/jackc/pgx/v5",
 	"go.opentelemetry.io/otel/sdk",
 	"go.opentelemetry.io/otel/exporters",
