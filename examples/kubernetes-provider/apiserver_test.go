@@ -84,20 +84,7 @@ func TestRequestsTheRoleAllows(t *testing.T) {
 	}))
 	t.Cleanup(api.Close)
 
-	kube, err := kubernetes.NewForConfig(&rest.Config{Host: api.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := newProvider(Config{Secret: testSecret, Namespace: "shop"}, kube, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/scale", strings.NewReader(body(2, 0, 8)))
-	req.Header.Set("Authorization", "Bearer "+testSecret)
-	rec := httptest.NewRecorder()
-	p.routes().ServeHTTP(rec, req)
+	rec := callThroughAPI(t, api.URL, Config{Secret: testSecret, Namespace: "shop"}, 2)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status = %d %q, want 200", rec.Code, rec.Body.String())
 	}
@@ -127,6 +114,31 @@ func TestRequestsTheRoleAllows(t *testing.T) {
 			t.Errorf("the Role does not allow %s (%s %s): the provider would be refused", s, verb, resource)
 		}
 	}
+}
+
+// callThroughAPI serves one scaling call for testHost (desired, min 0,
+// max 8) by a provider whose real client talks to the API server at
+// apiURL, and returns the answer; the call is bounded by 10 s.
+func callThroughAPI(t *testing.T, apiURL string, cfg Config, desired int) *httptest.ResponseRecorder {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(&rest.Config{Host: apiURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newProvider(cfg, kube, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/scale", strings.NewReader(body(desired, 0, 8)))
+	req.Header.Set("Authorization", "Bearer "+testSecret)
+	rec := httptest.NewRecorder()
+	p.routes().ServeHTTP(rec, req)
+	if ctx.Err() != nil {
+		t.Errorf("the call took 10 s: nothing bounded it")
+	}
+	return rec
 }
 
 // rbacFor maps one "METHOD /apis/apps/v1/namespaces/NS/..." request to
