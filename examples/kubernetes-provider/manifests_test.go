@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -225,6 +226,33 @@ func TestManifestsFitTogether(t *testing.T) {
 			t.Errorf("provider Service selects %s=%s, which the provider's pods do not carry", k, v)
 		}
 	}
+	if app.Spec.Replicas != nil {
+		t.Error("the app's Deployment sets replicas: re-applying it would undo the provider's count")
+	}
+	policies := find[*networkingv1.NetworkPolicy](objs)
+	if len(policies) != 1 {
+		t.Fatalf("%d NetworkPolicies, want the provider's", len(policies))
+	}
+	np := policies[0]
+	serverLabels := deploymentNamed(t, objs, "aperio-server").Spec.Template.Labels
+	for k, v := range np.Spec.PodSelector.MatchLabels {
+		if provider.Spec.Template.Labels[k] != v {
+			t.Errorf("NetworkPolicy selects %s=%s, which the provider's pods do not carry", k, v)
+		}
+	}
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || np.Spec.Ingress[0].From[0].PodSelector == nil {
+		t.Fatalf("NetworkPolicy ingress = %+v, want one rule from the server's pods", np.Spec.Ingress)
+	}
+	from := np.Spec.Ingress[0].From[0]
+	if from.NamespaceSelector != nil || from.IPBlock != nil || len(from.PodSelector.MatchLabels) == 0 {
+		t.Errorf("NetworkPolicy admits %+v, want only the server's pods", from)
+	}
+	for k, v := range from.PodSelector.MatchLabels {
+		if serverLabels[k] != v {
+			t.Errorf("NetworkPolicy admits pods with %s=%s, which the server's pods do not carry", k, v)
+		}
+	}
+
 	secret, _ := envOf(client, "APERIO_SCALING_SECRET")
 	if secret.ValueFrom == nil || secret.ValueFrom.SecretKeyRef == nil || secret.ValueFrom.SecretKeyRef.Key != "scale-secret" {
 		t.Errorf("the client's scaling secret comes from %+v, want the scale-secret key the provider reads", secret)
