@@ -291,7 +291,10 @@ func (p *provider) handleScale(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
-			return // the caller left; nothing was done for it
+			// The caller left; nothing was done for it. Should anything
+			// still read this, it is told to call again.
+			answer{status: http.StatusServiceUnavailable, retryAfter: time.Second, body: []byte("gave up waiting for the first call with this key\n")}.write(w, false)
+			return
 		case <-e.done:
 		}
 		if a, ok := e.result(); ok {

@@ -727,3 +727,47 @@ func TestHealthz(t *testing.T) {
 		t.Errorf("GET /healthz = %d %q, want 200 ok", rec.Code, rec.Body.String())
 	}
 }
+
+func TestFollowerThatGivesUp(t *testing.T) {
+	f := newFixture(t, Config{}, deployment("web", 0, forHost(testHost), nil))
+	// A leader that never finishes: the key's entry stays pending.
+	if _, leader, err := f.p.keys.begin("key-1", fmt.Sprintf("%s\x00/\x00%d\x00%d\x00%d", testHost, 1, 0, 8)); !leader || err != nil {
+		t.Fatalf("begin = leader %v, %v", leader, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.p.followerWaitingForTest = cancel // the caller leaves as soon as it waits
+	rec := f.callCtx(ctx, "Bearer "+testSecret, "key-1", body(1, 0, 8))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("status = %d, Retry-After %q; want 503 with Retry-After, never a bare 200", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if n := f.apiCalls(); n != 0 {
+		t.Errorf("a follower made %d API requests", n)
+	}
+}
+
+// FuzzDecodeCall feeds arbitrary bodies to the handler: it must never
+// panic, and whatever it accepts must set a count within the bounds.
+func FuzzDecodeCall(f *testing.F) {
+	for _, seed := range []string{
+		body(1, 0, 8), body(0, 0, 0), body(1<<40, 0, 1<<40), body(-1, 0, 8), `{"hostname":"*.example.com","path":"/api","desired":2}`,
+		`{"desired":1e400}`, `[`, `null`, `{"hostname":"app.example.com","desired":3,"min":9,"max":2}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, b string) {
+		fx := newFixture(t, Config{MaxReplicas: 5}, deployment("web", 1, map[string]string{annHostname: testHost + ",*.example.com", annPath: "/"}, nil))
+		rec := fx.call("", b)
+		switch rec.Code {
+		case http.StatusOK:
+			if got := fx.replicas(deploymentsGVR, "web"); got < 0 || got > 5 {
+				t.Errorf("accepted %q and set replicas %d, outside [0, 5]", b, got)
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusNotFound:
+			if got := fx.replicas(deploymentsGVR, "web"); got != 1 {
+				t.Errorf("refused %q with %d but replicas changed to %d", b, rec.Code, got)
+			}
+		default:
+			t.Errorf("body %q: status %d", b, rec.Code)
+		}
+	})
+}
