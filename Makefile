@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench clean images e2e fuzz kubernetes-provider
+.PHONY: all build test vet demo bench clean images e2e fuzz
 
 all: build
 
@@ -21,6 +21,7 @@ test: vet
 	cd examples/kubernetes-provider && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 # The reference Kubernetes provider's static binary (docs/kubernetes.md).
+.PHONY: kubernetes-provider
 kubernetes-provider:
 	@mkdir -p $(BIN)
 	cd examples/kubernetes-provider && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(abspath $(BIN))/aperio-kubernetes-provider .
