@@ -14,9 +14,17 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
-# The test suite: vet, formatting, and every test with the race detector.
+# The test suite: vet, formatting, and every test with the race detector;
+# then the Kubernetes provider, its own module (client-go stays out of ours).
 test: vet
 	$(GO) test -race -count=1 -timeout 15m ./...
+	cd examples/kubernetes-provider && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+
+# The reference Kubernetes provider's static binary (docs/kubernetes.md).
+.PHONY: kubernetes-provider
+kubernetes-provider:
+	@mkdir -p $(BIN)
+	cd examples/kubernetes-provider && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(abspath $(BIN))/aperio-kubernetes-provider .
 
 vet:
 	$(GO) vet ./...
