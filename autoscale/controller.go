@@ -418,6 +418,10 @@ func (c *Controller) setRecLocked(b *bind, r *Record) {
 		delete(c.byID, b.rec.ID)
 	}
 	c.quota.count(b.rec, -1)
+	if r != nil && r.Max <= 0 {
+		d := withDefaultMax(*r)
+		r = &d
+	}
 	b.rec = r
 	c.quota.count(r, +1)
 	if r != nil {

@@ -42,6 +42,7 @@ type View struct {
 
 // newView shows r with the live pool st.
 func newView(r Record, st PoolStats) View {
+	r = withDefaultMax(r)
 	v := View{
 		ID: r.ID, OrgID: r.OrgID, Hostname: r.Hostname, Path: r.Path,
 		URL: r.URL, Authenticated: r.Secret != "",

@@ -411,8 +411,10 @@ type Scaling struct {
 	// Min is the lowest capacity asked for (scaling.min). Default 0: scale to
 	// zero, so a request can cold start the service.
 	Min int
-	// Max is the ceiling the server never asks to exceed (scaling.max).
-	// Default 0: cold starts only. When greater than 0 it is at least Min.
+	// Max is the ceiling the server never asks to exceed, cold starts
+	// included (scaling.max). It is at least Min. Unset, LoadClient sets
+	// DefaultScalingMax(Min); 0 in a block built otherwise gets the same
+	// default from the server.
 	Max int
 	// ColdStart is how long a visitor may be held while the service starts
 	// (scaling.cold_start). Default 45s, at most 5m.

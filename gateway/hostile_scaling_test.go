@@ -279,8 +279,15 @@ func (h *scalingHarness) client(t *testing.T, token string, hosts ...string) *ra
 
 func (h *scalingHarness) clientWith(t *testing.T, token, hookPath string, healthy bool, hosts ...string) *rawClient {
 	t.Helper()
-	rc := &rawClient{healthy: healthy, hosts: hosts, notices: &noticeLog{}}
 	scaling := &tunnel.Scaling{URL: h.hook.URL + hookPath, ColdStartMS: 1000, TargetUtilization: 0.8, WindowMS: 1000, CooldownMS: 60_000}
+	return h.clientBlock(t, token, scaling, healthy, hosts...)
+}
+
+// clientBlock connects a raw tunnel client with token announcing one
+// service for hosts and the scaling block scaling.
+func (h *scalingHarness) clientBlock(t *testing.T, token string, scaling *tunnel.Scaling, healthy bool, hosts ...string) *rawClient {
+	t.Helper()
+	rc := &rawClient{healthy: healthy, hosts: hosts, notices: &noticeLog{}}
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
 		URL:   h.srv.url,
 		Token: token,

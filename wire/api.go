@@ -184,8 +184,8 @@ type ScalingRecord struct {
 	URL string `json:"url"`
 	// Authenticated says the declaration carries a secret.
 	Authenticated bool `json:"authenticated"`
-	// Min and Max bound the instances the server asks for; Max 0 means
-	// cold starts only.
+	// Min and Max bound the instances the server asks for, in every call;
+	// a block declared without max has Max = Min, at least 1.
 	Min int `json:"min"`
 	Max int `json:"max"`
 	// ColdStart, Window and Cooldown are durations in Go syntax ("45s",
