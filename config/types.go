@@ -355,11 +355,13 @@ type Adaptive struct {
 	Initial int
 	// IncreaseAfterSuccesses is the AIMD success streak that raises the
 	// limit by one (adaptive_concurrency.increase_after_successes). Default
-	// 10; values below 1 count as 1.
+	// 10; values below 1, 0 included, count as 1 with a warning
+	// (ClientWarnings).
 	IncreaseAfterSuccesses int
 	// DecreaseFactor multiplies the limit on a failure
 	// (adaptive_concurrency.decrease_factor). Default 0.5; a value outside
-	// (0, 1] falls back to 0.5 with a warning at startup.
+	// (0, 1], 0 included, falls back to 0.5 with a warning
+	// (ClientWarnings).
 	DecreaseFactor float64
 	// Interval is how often load signals are evaluated
 	// (adaptive_concurrency.interval). Default 1s.
