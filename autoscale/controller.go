@@ -150,6 +150,12 @@ type Config struct {
 	// one client token may arm (the master token is bounded only by
 	// MaxRecordsPerOrg). 0 means DefaultMaxRecordsPerToken.
 	MaxRecordsPerToken int
+	// DefaultOrgID is the server's default organization (the master
+	// token's, and a single-tenant server's only one). A hook call for one
+	// of its records says "org_id": null, as the specification's body does
+	// for a deployment without organizations; every other record's call
+	// carries its organization's ID. "" sends every record's ID.
+	DefaultOrgID string
 }
 
 // withDefaults fills the zero fields that have a default.

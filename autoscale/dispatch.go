@@ -395,7 +395,7 @@ func (c *Controller) startLocked(it *item) {
 		Secret:         r.Secret,
 		IdempotencyKey: it.d.key,
 		Body: HookBody{
-			Reason: it.d.reason, Hostname: r.Hostname, Path: r.Path, OrgID: r.OrgID,
+			Reason: it.d.reason, Hostname: r.Hostname, Path: r.Path, OrgID: c.hookOrg(r.OrgID),
 			Current: it.d.current, Desired: it.d.desired, Min: r.Min, Max: r.Max,
 		},
 	}

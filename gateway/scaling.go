@@ -561,6 +561,7 @@ func (g *Gateway) newController() error {
 		MaxRecordsPerOrg:   g.cfg.ScalingMaxRecordsPerOrg,
 		MaxRecordsPerToken: g.cfg.ScalingMaxRecordsPerToken,
 		DeclareRefresh:     declareRefresh(g.cfg.ScalingRecordTTL),
+		DefaultOrgID:       g.defaultOrg,
 	})
 	return err
 }
