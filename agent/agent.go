@@ -275,17 +275,26 @@ func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request
 	}
 	tk := svc.limiter.Begin()
 	resp, err := svc.transport.RoundTrip(req)
-	svc.limiter.End(tk, outcome(resp, err))
+	svc.limiter.End(tk, outcome(ctx, resp, err))
 	return resp, err
 }
 
-// outcome classifies one backend exchange for the limiter. A transport
-// error is a failure: a refused or reset connection, or a timeout (the
-// server abandoning the request after gateway_response_timeout cancels
-// it). So are a 429 and any 5xx. Everything else, 4xx included, says the
-// backend took the request.
-func outcome(resp *http.Response, err error) concurrency.Outcome {
-	if err != nil || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+// outcome classifies one backend exchange for the limiter. A request the
+// server abandoned (ctx cancelled) before the backend answered is a
+// failure when it gave up at its response timeout (the backend was too
+// slow: tunnel.ErrAbandonedTimeout) and says nothing otherwise: the visitor
+// left, or the tunnel went away. Any other transport error is a failure: a
+// refused or reset connection, a timeout of the backend's own. So are a
+// 429 and any 5xx. Everything else, 4xx included, says the backend took
+// the request.
+func outcome(ctx context.Context, resp *http.Response, err error) concurrency.Outcome {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		if cause := context.Cause(ctx); errors.Is(cause, tunnel.ErrAbandonedTimeout) || errors.Is(cause, context.DeadlineExceeded) {
+			return concurrency.Failure
+		}
+		return concurrency.Ignored
+	case err != nil || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return concurrency.Failure
 	}
 	return concurrency.Success
