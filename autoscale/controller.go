@@ -150,6 +150,11 @@ type Config struct {
 	// one client token may arm (the master token is bounded only by
 	// MaxRecordsPerOrg). 0 means DefaultMaxRecordsPerToken.
 	MaxRecordsPerToken int
+	// CheckURL, when set, judges a declared hook URL against the server's
+	// outbound policy without I/O (*fence.Client.CheckURL): a URL it
+	// refuses is refused at declaration. nil leaves every URL to the
+	// Caller, at call time.
+	CheckURL func(raw string) error
 	// DefaultOrgID is the server's default organization (the master
 	// token's, and a single-tenant server's only one). A hook call for one
 	// of its records says "org_id": null, as the specification's body does
@@ -268,6 +273,9 @@ type Controller struct {
 	closed       bool
 	metrics      Metrics
 	quota        quota // records held and being created, per org and armer
+
+	refused  refusals   // declarations refused by validateDeclaration; its own lock
+	callErrs callErrors // why each record's last call failed; its own lock
 }
 
 // bindKey names a bind.

@@ -226,9 +226,11 @@ type announcer struct {
 // Declare records a client's announcement of a's block. It is called on
 // every announcement (each heartbeat included) and blocks on the store.
 //
-// An invalid block returns a *DeclarationError (errors.Is ErrInvalid)
-// whose text the server sends back to the client; the rest of the client's
-// announcement is unaffected. A declaration for a bind another
+// An invalid block, or one whose URL Config.CheckURL refuses, returns a
+// *DeclarationError (errors.Is ErrInvalid) whose text the server sends
+// back to the client, and List shows it until a valid declaration of the
+// bind or the session's end; the rest of the client's announcement is
+// unaffected, and a record already stored keeps its older block. A declaration for a bind another
 // organization holds a record for is refused with ErrBindTaken, and one
 // over Config.MaxRecordsPerOrg or Config.MaxRecordsPerToken with
 // ErrRecordLimit; both are decided in memory, without a store access.
@@ -244,12 +246,9 @@ type announcer struct {
 // neither the cooldown nor the failure count. Declare is safe for
 // concurrent use; announcements for one bind are serialized.
 func (c *Controller) Declare(ctx context.Context, a Announcement) error {
-	d, problems := a.Block.normalize()
-	if a.Hostname == "" {
-		problems = append(problems, "hostname is empty")
-	}
-	if len(problems) > 0 {
-		return &DeclarationError{Hostname: a.Hostname, Problems: problems}
+	d, err := c.validateDeclaration(a)
+	if err != nil {
+		return err
 	}
 	if a.Session == "" || a.Armer == "" {
 		return errors.New("autoscale: declare: empty session or armer")
@@ -483,6 +482,7 @@ func (b *bind) effectiveLocked() (Declaration, bool) {
 // ends. The records it armed stay. Leave is safe for concurrent use and
 // does not block.
 func (c *Controller) Leave(session string) {
+	c.refused.leave(session)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range c.sessionBinds[session] {

@@ -244,20 +244,23 @@ func (h *scalingHarness) visitNeverCalls(t *testing.T, host, hookPath string) {
 	}
 }
 
-// records returns the hostnames of every scaling record, sorted.
+// records returns the hostnames of every scaling record, sorted; refused
+// declarations, listed without an ID, are not records.
 func (h *scalingHarness) records(t *testing.T) []string {
 	t.Helper()
 	status, body := adminCall(t, h.visitor, h.srv, "GET", "/scaling", nil)
 	if status != http.StatusOK {
 		t.Fatalf("GET /scaling = %d %s", status, body)
 	}
-	var rs []struct{ Hostname string }
+	var rs []struct{ ID, Hostname string }
 	if err := json.Unmarshal([]byte(body), &rs); err != nil {
 		t.Fatal(err)
 	}
 	var hosts []string
 	for _, r := range rs {
-		hosts = append(hosts, r.Hostname)
+		if r.ID != "" {
+			hosts = append(hosts, r.Hostname)
+		}
 	}
 	slices.Sort(hosts)
 	return hosts

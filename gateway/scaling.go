@@ -562,6 +562,7 @@ func (g *Gateway) newController() error {
 		MaxRecordsPerToken: g.cfg.ScalingMaxRecordsPerToken,
 		DeclareRefresh:     declareRefresh(g.cfg.ScalingRecordTTL),
 		DefaultOrgID:       g.defaultOrg,
+		CheckURL:           g.fence.CheckURL,
 	})
 	return err
 }

@@ -1,10 +1,14 @@
 package gateway_test
 
 import (
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // TestScalingDeclarationRefusedMinAboveMax: a block whose min is above
@@ -29,4 +33,36 @@ func TestScalingDeclarationRefusedMinAboveMax(t *testing.T) {
 		!strings.HasPrefix(e["actor"].(string), "token:") {
 		t.Errorf("scaling_refused entry = %v, want hostname b.example.net, the reason, and the token as actor", e)
 	}
+}
+
+// TestScalingDeclarationRefusedByFence: a hook URL the server's outbound
+// policy refuses (plain http without scaling_allow_http) is refused when
+// the client declares it, not when a visitor arrives: a notice naming the
+// policy's reason, a scaling_refused audit entry, the bind listed as
+// refused with that reason and no record, and a visitor is not held for a
+// call that could never be made.
+func TestScalingDeclarationRefusedByFence(t *testing.T) {
+	h := newScalingHarnessWith(t, func(c *config.Server) { c.ScalingAllowHTTP = false })
+	tok := h.token(t, h.orgB, "b.example.net")
+	c := h.client(t, tok, "b.example.net")
+	c.announceNow(t)
+	const reason = "url is refused by the server's outbound policy: http is not permitted, only https"
+	c.wantNotice(t, "scaling declaration for b.example.net refused: autoscale: invalid scaling block for b.example.net: "+reason)
+	if entries := auditEvents(t, h.srv, "scaling_refused"); len(entries) != 1 || !strings.Contains(entries[0]["detail"].(string), reason) {
+		t.Errorf("scaling_refused audit entries = %v, want one with %q", entries, reason)
+	}
+	status, body := adminCall(t, h.visitor, h.srv, "GET", "/scaling", nil)
+	if status != http.StatusOK {
+		t.Fatalf("GET /scaling = %d %s", status, body)
+	}
+	var rs []wire.ScalingRecord
+	if err := json.Unmarshal([]byte(body), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].ID != "" || rs[0].Hostname != "b.example.net" || !rs[0].Disarmed || !strings.Contains(rs[0].Refused, reason) {
+		t.Fatalf("GET /scaling = %+v, want b.example.net listed without a record, disarmed, refused with %q", rs, reason)
+	}
+	c.stop()
+	waitClients(t, h.visitor, h.srv, 0)
+	h.visitNeverCalls(t, "b.example.net", "/hook")
 }
