@@ -56,6 +56,13 @@ type Agent struct {
 	// nudgeLoop announces it, at most once per minAnnounceGap.
 	limitChange  chan struct{}
 	statusSocket string
+
+	// routableSince is when the client first became routable (a tunnel
+	// up and a service healthy), unix nanoseconds; 0 until then. Without a
+	// request, idle_timeout counts from it. routable is signalled once, as
+	// it is set.
+	routableSince atomic.Int64
+	routable      chan struct{}
 }
 
 // service is one configured target.
@@ -85,6 +92,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		instanceID:   newInstanceID(),
 		healthChange: make(chan struct{}, 1),
 		limitChange:  make(chan struct{}, 1),
+		routable:     make(chan struct{}, 1),
 		statusSocket: cfg.StatusSocket,
 	}
 	if opts.StatusSocket != "" {
@@ -117,6 +125,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 			Announce:    a.announcement,
 			Forwarder:   a,
 			Logger:      log,
+			OnConnect:   func(string) { a.markRoutable() },
 			DialContext: opts.DialServer,
 			TLSConfig:   opts.TLSConfig,
 		})
@@ -197,6 +206,27 @@ func newInstanceID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// markRoutable records, the first time it holds, that the client is
+// routable: called as a tunnel comes up, and as a service turns healthy
+// while one is up. A client whose services are all unhealthy is not
+// routable yet: idle_timeout must not run out while its backend starts.
+func (a *Agent) markRoutable() {
+	if !slices.ContainsFunc(a.services, func(s *service) bool { return s.healthy.Load() }) {
+		return
+	}
+	if a.routableSince.CompareAndSwap(0, time.Now().UnixNano()) {
+		select {
+		case a.routable <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// connected reports whether a tunnel is up.
+func (a *Agent) connected() bool {
+	return slices.ContainsFunc(a.tunnels, (*tunnel.Client).Connected)
 }
 
 // announcement is the current state as the server should see it.

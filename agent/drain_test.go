@@ -208,3 +208,26 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRetiresWithoutRequest runs an agent against a real tunnel server
+// over an in-memory network and never sends it a request: once its tunnel
+// is up (its service healthy), idle_timeout counts, and Run retires with
+// ErrIdle, so an instance started for a visitor who gave up does not run
+// for ever.
+func TestRunRetiresWithoutRequest(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	a, reg, _ := memnetAgent(t, tunnel.ServerConfig{}, func(cfg *config.Client) {
+		cfg.IdleTimeout = idle
+		cfg.DrainTimeout = time.Second
+	})
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(t.Context()) }()
+	recv(t, reg.attached, "the agent's session")
+	up := time.Now()
+	if err := recv(t, ran, "Run to retire"); !errors.Is(err, ErrIdle) {
+		t.Fatalf("Run() = %v, want ErrIdle", err)
+	}
+	if el := time.Since(up); el < idle*9/10 {
+		t.Errorf("Run retired %v after the tunnel came up, want at least idle_timeout %v", el, idle)
+	}
+}

@@ -249,8 +249,10 @@ type Client struct {
 	// Health holds the probe defaults of every service (health.*); each
 	// Service.Health starts from it.
 	Health Health
-	// IdleTimeout retires the client after this long without a request, once
-	// it has served one (idle_timeout). 0 never retires.
+	// IdleTimeout retires the client after this long without a request
+	// (idle_timeout), counted before the first request from when the client
+	// became routable (a tunnel up and a service healthy), so that an
+	// instance nothing is sent to retires too. 0 never retires.
 	IdleTimeout time.Duration
 	// DrainTimeout bounds the graceful drain on SIGTERM or SIGINT
 	// (drain_timeout). Default 30s; 0 stops at once.
