@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench bench-ab clean images e2e fuzz
+.PHONY: all build test vet demo bench bench-ab bench-scaling clean images e2e fuzz
 
 all: build
 
@@ -39,6 +39,13 @@ bench:
 # make bench-ab BASE=<rev> [PKG=./router] [BENCH='^BenchmarkServeHTTP$'] [RUNS=10]
 bench-ab:
 	bash bench/ab.sh "$(BASE)" "$(or $(PKG),./router)" "$(or $(BENCH),^BenchmarkServeHTTP$$)" "$(or $(RUNS),10)"
+
+# Autoscaling with real processes: release latency of held requests and
+# provider calls per cold start with 2 and 3 servers on one PostgreSQL
+# (started if APERIO_TEST_POSTGRES_DSN is unset); FLAP=1 adds the
+# 17-minute flapping run. See bench/scaling.sh.
+bench-scaling:
+	bash bench/scaling.sh
 
 # Container images (FROM scratch, built locally, no registry needed); see
 # docs/docker.md. Repeat runs with the same inputs skip the build.

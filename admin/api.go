@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -121,9 +120,10 @@ type Config struct {
 	// Clients lists the connected clients. Nil means none: GET /clients
 	// answers an empty list.
 	Clients ClientLister
-	// Scaling lists and disarms scaling records. Nil (or a nil pointer)
-	// means autoscaling is off: GET /scaling answers an empty list and
-	// DELETE /scaling/{id} answers 404.
+	// Scaling lists and disarms scaling records. Nil means autoscaling is
+	// off: GET /scaling answers an empty list and DELETE /scaling/{id}
+	// answers 404. It must be nil itself then, not an interface holding a
+	// nil *autoscale.Controller.
 	Scaling Scaling
 	// Outbound checks webhook URLs when they are created, with the same
 	// policy (scaling_allow_http, scaling_allow_private,
@@ -165,9 +165,6 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Clients == nil {
 		cfg.Clients = noClients{}
 	}
-	if isNilScaling(cfg.Scaling) {
-		cfg.Scaling = nil
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -180,18 +177,6 @@ func (cfg Config) withDefaults() Config {
 type noClients struct{}
 
 func (noClients) Clients() []ClientInfo { return nil }
-
-// isNilScaling reports whether s is nil or holds a nil pointer. A server
-// keeps its controller as a *autoscale.Controller that stays nil while
-// autoscaling is off; passed as it is, that pointer would make a non-nil
-// Scaling that panics on the first request instead of meaning "off".
-func isNilScaling(s Scaling) bool {
-	if s == nil {
-		return true
-	}
-	v := reflect.ValueOf(s)
-	return v.Kind() == reflect.Pointer && v.IsNil()
-}
 
 // API is the admin API. It is safe for concurrent use; it owns no goroutine
 // and needs no closing (the store belongs to the caller).

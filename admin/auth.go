@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/wire"
 )
@@ -65,7 +66,7 @@ func (r role) String() string {
 	case roleAdmin:
 		return RoleAdmin
 	case roleMaster:
-		return "master"
+		return wire.Master
 	}
 	return "none"
 }
@@ -85,7 +86,7 @@ type caller struct {
 // actor names the caller in audit entries and CreatedBy fields.
 func (c caller) actor() string {
 	if c.master {
-		return "master"
+		return wire.Master
 	}
 	return "key:" + c.key.ID
 }
@@ -150,7 +151,7 @@ func (a *API) authenticate(r *http.Request) (caller, error) {
 	if parseRole(k.Role) == roleNone {
 		// Written by something other than this API; refuse rather than
 		// guess what it may do.
-		a.log.Error("admin key with unknown role", logKeyKeyID, k.ID, logKeyRole, k.Role)
+		a.log.Error("admin key with unknown role", logkey.KeyID, k.ID, logkey.Role, k.Role)
 		return caller{}, errorf(http.StatusForbidden, "admin key has unknown role %q", k.Role)
 	}
 	return caller{key: k}, nil
@@ -171,7 +172,7 @@ func (a *API) loginFailed(r *http.Request, why string) {
 	ok, suppressed, first := a.logins.admit(a.now())
 	if first {
 		a.log.Warn("failed logins over budget, not auditing the rest of this minute",
-			logKeyLimit, maxFailedLoginAudits, logKeyRemoteAddr, r.RemoteAddr)
+			logkey.Limit, maxFailedLoginAudits, logkey.RemoteAddr, r.RemoteAddr)
 	}
 	if !ok {
 		return

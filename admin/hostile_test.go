@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
-	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -72,20 +71,20 @@ func (e *tenants) maintenanceOf(t *testing.T, cred string) map[string]string {
 
 // TestHostileAdmin: what an organization's keys and clients try against
 // another organization's hostnames, and oversize or ambiguous input. Each
-// case names the issue item it reproduces.
+// case's name starts with the class of attack it guards against.
 func TestHostileAdmin(t *testing.T) {
 	tests := []struct {
 		name string
 		run  func(t *testing.T, e *tenants)
 	}{
 		// Maintenance takeover.
-		{"item1/operator-of-b-puts-a-hostname-in-maintenance", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/operator-of-b-puts-a-hostname-in-maintenance", func(t *testing.T, e *tenants) {
 			e.f.expectError(t, "PUT", "/maintenance/"+e.shop, e.opB, "", http.StatusForbidden, "not among the hostnames")
 			if ms := e.maintenanceOf(t, masterToken); len(ms) != 0 {
 				t.Errorf("maintenance after the refusal = %v, want none", ms)
 			}
 		}},
-		{"item1/owner-sees-and-clears-a-foreign-record", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/owner-sees-and-clears-a-foreign-record", func(t *testing.T, e *tenants) {
 			if err := e.f.db.SetMaintenance(t.Context(), store.Maintenance{Hostname: e.shop, OrgID: e.b, By: "key:old"}); err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +97,7 @@ func TestHostileAdmin(t *testing.T) {
 				t.Errorf("maintenance after the owner cleared it = %v, want none", ms)
 			}
 		}},
-		{"item1/owner-takes-over-a-foreign-record", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/owner-takes-over-a-foreign-record", func(t *testing.T, e *tenants) {
 			if err := e.f.db.SetMaintenance(t.Context(), store.Maintenance{Hostname: e.shop, OrgID: e.b, By: "key:old"}); err != nil {
 				t.Fatal(err)
 			}
@@ -110,7 +109,7 @@ func TestHostileAdmin(t *testing.T) {
 		}},
 
 		// Hijack by minting a token for another organization's hostname.
-		{"item2/admin-of-b-mints-a-hostname", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/admin-of-b-mints-a-hostname", func(t *testing.T, e *tenants) {
 			for _, h := range []string{e.shop, "login.a.test", "*.a.test", "*.x.a.test", "*.test"} {
 				e.f.expectError(t, "POST", "/tokens", e.adminB, tokenBody(t, "ok.b.test", h), http.StatusForbidden, "not among the hostnames organization "+e.b+" owns")
 			}
@@ -120,20 +119,20 @@ func TestHostileAdmin(t *testing.T) {
 				t.Errorf("b's tokens after the refusals = %+v, want only the legacy one", toks)
 			}
 		}},
-		{"item2/default-org-mints-inside-a", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/default-org-mints-inside-a", func(t *testing.T, e *tenants) {
 			e.f.expectError(t, "POST", "/tokens", masterToken, tokenBody(t, e.shop), http.StatusForbidden, "not among the hostnames")
 			e.f.expectError(t, "POST", "/tokens", masterToken, tokenBody(t, "*.test"), http.StatusForbidden, "not among the hostnames")
 			e.f.expect(t, "POST", "/tokens", masterToken, tokenBody(t, "free.test"), http.StatusCreated, nil)
 		}},
-		{"item2/org-without-patterns-mints-nothing", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/org-without-patterns-mints-nothing", func(t *testing.T, e *tenants) {
 			e.f.expectError(t, "POST", "/tokens", e.adminC, tokenBody(t, "free.test"), http.StatusForbidden, "owns no hostnames")
 			e.f.expectError(t, "PUT", "/maintenance/free.test", e.adminC, "", http.StatusForbidden, "owns no hostnames")
 		}},
-		{"item2/wildcard-no-wider-than-a-pattern", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/wildcard-no-wider-than-a-pattern", func(t *testing.T, e *tenants) {
 			e.f.expectError(t, "POST", "/tokens", e.adminA, tokenBody(t, "*.test"), http.StatusForbidden, "not among the hostnames")
 			e.f.expect(t, "POST", "/tokens", e.adminA, tokenBody(t, "*.a.test", "*.x.a.test", e.shop), http.StatusCreated, nil)
 		}},
-		{"item2/ownership-overlap-409", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/ownership-overlap-409", func(t *testing.T, e *tenants) {
 			for _, p := range []string{e.shop, "x.a.test", "*.a.test", "*.test", "*.y.a.test"} {
 				e.f.expectError(t, "PUT", "/orgs/"+e.b+"/hostnames", masterToken, jsonOf(t, admin.SetOrgHostnamesRequest{Patterns: []string{p}}),
 					http.StatusConflict, "owned by organization "+e.a)
@@ -144,7 +143,7 @@ func TestHostileAdmin(t *testing.T) {
 				t.Errorf("b's patterns after the refusals = %v, want *.b.test", got.Patterns)
 			}
 		}},
-		{"item2/owner-sees-an-intruding-client", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/owner-sees-an-intruding-client", func(t *testing.T, e *tenants) {
 			e.f.clients.set(admin.ClientInfo{ID: "evil", OrgID: e.b, Hostnames: []string{e.shop}, Path: "/login"},
 				admin.ClientInfo{ID: "b-own", OrgID: e.b, Hostnames: []string{"x.b.test"}})
 			var cs []admin.ClientInfo
@@ -153,7 +152,7 @@ func TestHostileAdmin(t *testing.T) {
 				t.Errorf("a's clients = %+v, want the intruder on its hostname only", cs)
 			}
 		}},
-		{"item2/owner-sees-and-disarms-a-foreign-scaling-record", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/owner-sees-and-disarms-a-foreign-scaling-record", func(t *testing.T, e *tenants) {
 			e.f.scaling.set(scalingView("scl_evil", e.b, e.shop, 0), scalingView("scl_b", e.b, "x.b.test", 1))
 			_, ids := e.f.listScaling(t, e.viewerA)
 			if strings.Join(ids, ",") != "scl_evil" {
@@ -165,7 +164,7 @@ func TestHostileAdmin(t *testing.T) {
 
 		// The handshake: a client whose organization does not own what it
 		// announces is refused with the reason and audited.
-		{"item3/client-of-b-announcing-a-hostname", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/client-of-b-announcing-a-hostname", func(t *testing.T, e *tenants) {
 			g := startGateway(t, e)
 			reason := g.refused(t, e.legacyB, tunnel.Service{ID: "0", Hostnames: []string{e.shop}, Healthy: true})
 			if !strings.Contains(reason, "not among the hostnames of this client's organization") {
@@ -173,7 +172,7 @@ func TestHostileAdmin(t *testing.T) {
 			}
 			wantRefusalAudited(t, e, e.b, "token:"+e.legacyBID)
 		}},
-		{"item3/path-bind-inside-a-hostname", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/path-bind-inside-a-hostname", func(t *testing.T, e *tenants) {
 			g := startGateway(t, e)
 			g.serve(t, e, e.shop)
 			g.refused(t, e.legacyB, tunnel.Service{ID: "0", Hostnames: []string{e.shop}, Path: "/login", Healthy: true})
@@ -182,7 +181,7 @@ func TestHostileAdmin(t *testing.T) {
 			}
 			wantRefusalAudited(t, e, e.b, "token:"+e.legacyBID)
 		}},
-		{"item3/default-org-client-on-an-owned-hostname", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/default-org-client-on-an-owned-hostname", func(t *testing.T, e *tenants) {
 			g := startGateway(t, e)
 			reason := g.refused(t, masterToken, tunnel.Service{ID: "0", Hostnames: []string{"x.a.test"}, Healthy: true})
 			if !strings.Contains(reason, "owned by another organization") {
@@ -190,7 +189,7 @@ func TestHostileAdmin(t *testing.T) {
 			}
 		}},
 
-		{"item3/refusal-reason-bounded", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/refusal-reason-bounded", func(t *testing.T, e *tenants) {
 			hosts := make([]string, 200)
 			for i := range hosts {
 				hosts[i] = fmt.Sprintf("h%d.a.test", i)
@@ -206,7 +205,7 @@ func TestHostileAdmin(t *testing.T) {
 				t.Errorf("refusal of 200 hostnames = %d bytes %q, want at most 600 counting the rest", len(reason), reason)
 			}
 		}},
-		{"item3/ownership-change-drops-a-live-bind", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/ownership-change-drops-a-live-bind", func(t *testing.T, e *tenants) {
 			g := startGateway(t, e)
 			up, down := g.runClient(t, masterToken, victim{}, tunnel.Service{ID: "0", Hostnames: []string{"late.test"}, Healthy: true})
 			g.waitUp(t, up, down)
@@ -235,14 +234,14 @@ func TestHostileAdmin(t *testing.T) {
 
 		// Oversize lists, their deduplication and their audit, and
 		// ambiguous JSON.
-		{"item11/token-hostnames-capped", func(t *testing.T, e *tenants) {
+		{"guard/oversize/token-hostnames-capped", func(t *testing.T, e *tenants) {
 			hosts := make([]string, 101)
 			for i := range hosts {
 				hosts[i] = fmt.Sprintf("h%d.a.test", i)
 			}
 			e.f.expectError(t, "POST", "/tokens", e.adminA, tokenBody(t, hosts...), http.StatusBadRequest, "hostnames: 101 entries, at most 100")
 		}},
-		{"item11/megabyte-of-hostnames-refused-by-size", func(t *testing.T, e *tenants) {
+		{"guard/oversize/megabyte-of-hostnames-refused-by-size", func(t *testing.T, e *tenants) {
 			// The probe's 1 MiB body took 13 s of quadratic deduplication;
 			// the cap refuses it before any per-entry work.
 			hosts := make([]string, 110000)
@@ -255,7 +254,7 @@ func TestHostileAdmin(t *testing.T) {
 			}
 			e.f.expectError(t, "POST", "/tokens", e.adminA, body, http.StatusBadRequest, "at most 100")
 		}},
-		{"item11/allowed-ips-capped-and-deduplicated", func(t *testing.T, e *tenants) {
+		{"guard/oversize/allowed-ips-capped-and-deduplicated", func(t *testing.T, e *tenants) {
 			ips := make([]string, 101)
 			for i := range ips {
 				ips[i] = fmt.Sprintf("10.0.%d.%d", i/256, i%256)
@@ -269,7 +268,7 @@ func TestHostileAdmin(t *testing.T) {
 				t.Errorf("token = %v %v, want duplicates dropped", tok.Hostnames, tok.AllowedIPs)
 			}
 		}},
-		{"item11/audit-detail-truncated", func(t *testing.T, e *tenants) {
+		{"guard/oversize/audit-detail-truncated", func(t *testing.T, e *tenants) {
 			hosts := make([]string, 100)
 			for i := range hosts {
 				hosts[i] = fmt.Sprintf("host-with-a-long-name-%03d.a.test", i)
@@ -280,14 +279,14 @@ func TestHostileAdmin(t *testing.T) {
 				t.Errorf("audit detail of a 100-hostname token = %d bytes %q, want at most 600 with the count", len(es[0].Detail), es[0].Detail)
 			}
 		}},
-		{"item11/org-hostnames-capped", func(t *testing.T, e *tenants) {
+		{"guard/oversize/org-hostnames-capped", func(t *testing.T, e *tenants) {
 			ps := make([]string, store.MaxOrgHostnames+1)
 			for i := range ps {
 				ps[i] = fmt.Sprintf("p%d.b.test", i)
 			}
 			e.f.expectError(t, "PUT", "/orgs/"+e.b+"/hostnames", masterToken, jsonOf(t, admin.SetOrgHostnamesRequest{Patterns: ps}), http.StatusBadRequest, "at most 1000")
 		}},
-		{"item11/duplicate-json-keys-refused", func(t *testing.T, e *tenants) {
+		{"guard/ambiguity/duplicate-json-keys-refused", func(t *testing.T, e *tenants) {
 			e.f.expectError(t, "POST", "/orgs", masterToken, `{"name":"dupa","name":"dupb"}`, http.StatusBadRequest, `duplicate field "name"`)
 			e.f.expectError(t, "POST", "/tokens", e.adminA, `{"name":"t","hostnames":["x.a.test"],"hostnames":["y.b.test"]}`, http.StatusBadRequest, `duplicate field "hostnames"`)
 			e.f.expectError(t, "PUT", "/orgs/"+e.b+"/hostnames", masterToken, `{"patterns":["x.b.test"],"patterns":[]}`, http.StatusBadRequest, `duplicate field "patterns"`)
@@ -301,7 +300,7 @@ func TestHostileAdmin(t *testing.T) {
 		}},
 
 		// Wildcard maintenance was accepted and had no effect.
-		{"item14/wildcard-maintenance-refused", func(t *testing.T, e *tenants) {
+		{"guard/cross-org/wildcard-maintenance-refused", func(t *testing.T, e *tenants) {
 			e.f.expectError(t, "PUT", "/maintenance/%2A.a.test", masterToken, `{"org_id":"`+e.a+`"}`, http.StatusBadRequest, "exact hostnames only")
 			e.f.expectError(t, "PUT", "/maintenance/*.a.test", e.opA, "", http.StatusBadRequest, "exact hostnames only")
 			e.f.expectError(t, "DELETE", "/maintenance/*.a.test", e.opA, "", http.StatusBadRequest, "exact hostnames only")
@@ -345,10 +344,10 @@ const handshakeWait = 15 * time.Second
 
 func startGateway(t *testing.T, e *tenants) *hostileGateway {
 	t.Helper()
-	cfg := config.DefaultServer()
-	cfg.Token, cfg.Host, cfg.Port, cfg.DataDir = masterToken, "127.0.0.1", 0, t.TempDir()
-	cfg.GatewayTimeout = 200 * time.Millisecond // a hostname without a client answers quickly
-	cfg.IPLimitMax = 0                          // polls from one address must not run into the per-visitor limit
+	cfg := gateway.DefaultConfig()
+	cfg.Token, cfg.Host, cfg.Port, cfg.Store.DataDir = masterToken, "127.0.0.1", 0, t.TempDir()
+	cfg.Router.GatewayTimeout = 200 * time.Millisecond // a hostname without a client answers quickly
+	cfg.Router.IPLimitMax = 0                          // polls from one address must not run into the per-visitor limit
 	gw, err := gateway.New(t.Context(), cfg, gateway.Options{Store: e.f.db})
 	if err != nil {
 		t.Fatalf("gateway.New() = %v", err)

@@ -14,21 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
-)
-
-// Log attribute keys.
-const (
-	logKeyErr        = "err"
-	logKeyMethod     = "method"
-	logKeyPath       = "path"
-	logKeyEvent      = "event"
-	logKeyActor      = "actor"
-	logKeyOrgID      = "org_id"
-	logKeyKeyID      = "key_id"
-	logKeyRole       = "role"
-	logKeyLimit      = "limit"
-	logKeyRemoteAddr = "remote_addr"
 )
 
 // handlerFunc serves one route for an authenticated caller. It writes the
@@ -65,13 +52,13 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status, msg = he.status, he.msg
 	case errors.Is(err, store.ErrUnavailable):
 		status, msg = http.StatusServiceUnavailable, "the store is unavailable, try again later"
-		a.log.Error("store unavailable", logKeyMethod, r.Method, logKeyPath, r.URL.Path, logKeyErr, err)
+		a.log.Error("store unavailable", logkey.Method, r.Method, logkey.Path, r.URL.Path, logkey.Err, err)
 	case errors.Is(err, store.ErrNotFound):
 		status, msg = http.StatusNotFound, "not found"
 	case errors.Is(err, store.ErrConflict):
 		status, msg = http.StatusConflict, "conflict with an existing record"
 	default:
-		a.log.Error("admin request failed", logKeyMethod, r.Method, logKeyPath, r.URL.Path, logKeyErr, err)
+		a.log.Error("admin request failed", logkey.Method, r.Method, logkey.Path, r.URL.Path, logkey.Err, err)
 	}
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="aperio"`)
@@ -86,7 +73,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (a *API) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		a.log.Error("encode admin response", logKeyMethod, r.Method, logKeyPath, r.URL.Path, logKeyErr, err)
+		a.log.Error("encode admin response", logkey.Method, r.Method, logkey.Path, r.URL.Path, logkey.Err, err)
 		status, body = http.StatusInternalServerError, []byte(`{"error":"internal error"}`)
 	}
 	h := w.Header()
@@ -220,6 +207,6 @@ func (a *API) audit(r *http.Request, e store.AuditEntry) {
 	defer cancel()
 	e.At = a.now()
 	if _, err := a.store.AppendAudit(ctx, e); err != nil {
-		a.log.Error("audit entry lost", logKeyEvent, e.Event, logKeyActor, e.Actor, logKeyOrgID, e.OrgID, logKeyErr, err)
+		a.log.Error("audit entry lost", logkey.Event, e.Event, logkey.Actor, e.Actor, logkey.OrgID, e.OrgID, logkey.Err, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aperio-dev/aperio/concurrency"
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // minAnnounceGap spaces the announcements that carry a changed limit: a
@@ -45,7 +46,7 @@ func (a *Agent) newLimiter(id string, c config.Concurrency) (*concurrency.Limite
 	// and why it learns at all (the changes themselves are debug events).
 	if err == nil {
 		s := l.Snapshot()
-		a.log.Info("concurrency limit", "service", id, "mode", string(s.Mode), "desired", s.Desired, "min", s.Min, "max", s.Max, "why", c.Why)
+		a.log.Info("concurrency limit", logkey.Service, id, logkey.Mode, string(s.Mode), logkey.Desired, s.Desired, logkey.Min, s.Min, logkey.Max, s.Max, logkey.Why, c.Why)
 	}
 	return l, err
 }
@@ -71,7 +72,7 @@ func (a *Agent) signals(id string, ad config.Adaptive) ([]*concurrency.Signal, *
 			s = backend
 		}
 		if err != nil {
-			a.log.Warn("load signal unavailable", "service", id, "signal", name, "err", err)
+			a.log.Warn("load signal unavailable", logkey.Service, id, logkey.Signal, name, logkey.Err, err)
 			continue
 		}
 		if s != nil {
@@ -95,7 +96,7 @@ func (a *Agent) runLimiters(ctx context.Context, wg *sync.WaitGroup) {
 		if svc.limiter != nil && svc.limiter.Mode() == concurrency.ModeLoadSignal {
 			wg.Go(func() {
 				if err := svc.limiter.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-					a.log.Warn("concurrency loop ended", "service", svc.id, "err", err)
+					a.log.Warn("concurrency loop ended", logkey.Service, svc.id, logkey.Err, err)
 				}
 			})
 		}

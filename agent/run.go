@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // ErrIdle is returned by Run when the client retired after idle_timeout.
@@ -75,7 +78,7 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 		if last != 0 && a.active() == 0 {
 			idle := time.Since(time.Unix(0, last))
 			if idle >= a.cfg.IdleTimeout {
-				a.log.Info("idle timeout reached", "idle", idle.Round(time.Second))
+				a.log.Info("idle timeout reached", logkey.Idle, idle.Round(time.Second))
 				return ErrIdle
 			}
 			next = a.cfg.IdleTimeout - idle
@@ -99,10 +102,10 @@ func (a *Agent) drain(reason error) {
 	a.draining.Store(true)
 	timeout := a.cfg.DrainTimeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = config.DefaultClient().DrainTimeout
 	}
 	deadline := time.Now().Add(timeout)
-	a.log.Info("draining", "in_flight", a.active(), "drain_timeout", timeout)
+	a.log.Info("draining", logkey.InFlight, a.active(), logkey.DrainTimeout, timeout)
 	// Tell every server; a server that does not ack in time is treated as
 	// gone (it routes nothing here then anyway).
 	actx, cancel := context.WithTimeout(context.Background(), min(5*time.Second, timeout))
@@ -118,7 +121,7 @@ func (a *Agent) drain(reason error) {
 		<-tick.C
 	}
 	if n := a.active(); n > 0 {
-		a.log.Warn("drain timeout reached", "abandoned", n)
+		a.log.Warn("drain timeout reached", logkey.Abandoned, n)
 	} else {
 		a.log.Info("drained")
 	}
@@ -153,16 +156,16 @@ func (a *Agent) nudgeLoop(ctx context.Context) {
 // service turns healthy on the first success and unhealthy after threshold
 // consecutive failures.
 func (a *Agent) probeLoop(ctx context.Context, svc *service) {
-	h := svc.cfg.Health
+	h, def := svc.cfg.Health, config.DefaultClient().Health
 	interval, timeout, threshold := h.Interval, h.Timeout, h.Threshold
 	if interval <= 0 {
-		interval = 10 * time.Second
+		interval = def.Interval
 	}
 	if timeout <= 0 {
-		timeout = 5 * time.Second
+		timeout = def.Timeout
 	}
 	if threshold <= 0 {
-		threshold = 2
+		threshold = def.Threshold
 	}
 	u := *svc.target
 	if u.Scheme == "h2c" {
@@ -192,7 +195,7 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 			failures = 0
 			if !was {
 				svc.healthy.Store(true)
-				a.log.Info("service healthy", "service", svc.id, "target", svc.cfg.Target)
+				a.log.Info("service healthy", logkey.Service, svc.id, logkey.Target, svc.cfg.Target)
 				a.signalHealth()
 				if a.connected() {
 					a.markRoutable()
@@ -202,7 +205,7 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 			failures++
 			if was && failures >= threshold {
 				svc.healthy.Store(false)
-				a.log.Warn("service unhealthy", "service", svc.id, "target", svc.cfg.Target, "reason", detail)
+				a.log.Warn("service unhealthy", logkey.Service, svc.id, logkey.Target, svc.cfg.Target, logkey.Reason, detail)
 				a.signalHealth()
 			}
 		}

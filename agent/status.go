@@ -17,6 +17,7 @@ import (
 
 	"github.com/aperio-dev/aperio/concurrency"
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // Status is what a running client tells `aperio-client status` over its
@@ -116,7 +117,7 @@ func (a *Agent) openStatus() *statusServer {
 		path = filepath.Join(config.StatusDir(), strconv.Itoa(os.Getpid())+".sock")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		a.log.Warn("status socket unavailable", "path", path, "err", err)
+		a.log.Warn("status socket unavailable", logkey.Path, path, logkey.Err, err)
 		return nil
 	}
 	// A socket file left by a dead process with our pid (or a previous run
@@ -126,7 +127,7 @@ func (a *Agent) openStatus() *statusServer {
 	}
 	ln, err := net.Listen("unix", path)
 	if err != nil {
-		a.log.Warn("status socket unavailable", "path", path, "err", err)
+		a.log.Warn("status socket unavailable", logkey.Path, path, logkey.Err, err)
 		return nil
 	}
 	a.statusSocket = path
@@ -137,13 +138,13 @@ func (a *Agent) openStatus() *statusServer {
 		json.NewEncoder(w).Encode(a.Status())
 	})
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	a.log.Debug("status socket open", "path", path)
+	a.log.Debug("status socket open", logkey.Path, path)
 	return s
 }
 
 func (s *statusServer) serve() {
 	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		s.a.log.Warn("status socket failed", "err", err)
+		s.a.log.Warn("status socket failed", logkey.Err, err)
 	}
 }
 

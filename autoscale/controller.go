@@ -13,11 +13,11 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
 
-// Rules of calling a provider (issue 5, decisions 6 and 7; issue 6,
-// decisions 7 and 8).
+// Rules of calling a provider (docs/autoscaling.md).
 const (
 	// SampleInterval is how often each armed record's pool is sampled.
 	SampleInterval = time.Second
@@ -82,24 +82,6 @@ var (
 	ErrBindTaken = errors.New("autoscale: bind armed by another organization")
 )
 
-// Log attribute keys.
-const (
-	logKeyOrg      = "org_id"
-	logKeyHostname = "hostname"
-	logKeyPath     = "path"
-	logKeySession  = "session"
-	logKeyRecord   = "record_id"
-	logKeyReason   = "reason"
-	logKeyCurrent  = "current"
-	logKeyDesired  = "desired"
-	logKeyStatus   = "status"
-	logKeyFailures = "consecutive_failures"
-	logKeyWhy      = "why"
-	logKeyQueued   = "queued"
-	logKeyEvent    = "event"
-	logKeyErr      = "err"
-)
-
 // auditActor is the audit log's actor for the controller's entries.
 const auditActor = "autoscale"
 
@@ -150,11 +132,11 @@ type Config struct {
 	// one client token may arm (the master token is bounded only by
 	// MaxRecordsPerOrg). 0 means DefaultMaxRecordsPerToken.
 	MaxRecordsPerToken int
-	// CheckURL, when set, judges a declared hook URL against the server's
-	// outbound policy without I/O (*fence.Client.CheckURL): a URL it
-	// refuses is refused at declaration. nil leaves every URL to the
-	// Caller, at call time.
-	CheckURL func(raw string) error
+	// Policy, when set, judges a declared hook URL against the server's
+	// outbound policy without I/O (*fence.Client does): a URL it refuses
+	// is refused at declaration. nil leaves every URL to the Caller, at
+	// call time.
+	Policy URLChecker
 	// DefaultOrgID is the server's default organization (the master
 	// token's, and a single-tenant server's only one). A hook call for one
 	// of its records says "org_id": null, as the specification's body does
@@ -165,6 +147,7 @@ type Config struct {
 
 // withDefaults fills the zero fields that have a default.
 func (cfg Config) withDefaults() Config {
+	def := DefaultConfig()
 	if cfg.Events == nil {
 		cfg.Events = noEvents{}
 	}
@@ -172,41 +155,48 @@ func (cfg Config) withDefaults() Config {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.DeclareRefresh == 0 {
-		cfg.DeclareRefresh = DefaultDeclareRefresh
+		cfg.DeclareRefresh = def.DeclareRefresh
 	}
 	if cfg.MaxCallsPerMinute == 0 {
-		cfg.MaxCallsPerMinute = DefaultMaxCallsPerMinute
+		cfg.MaxCallsPerMinute = def.MaxCallsPerMinute
 	}
 	if cfg.MaxQueued == 0 {
-		cfg.MaxQueued = DefaultMaxQueued
+		cfg.MaxQueued = def.MaxQueued
 	}
 	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = DefaultCallTimeout
+		cfg.CallTimeout = def.CallTimeout
 	}
 	if cfg.RefreshInterval == 0 {
-		cfg.RefreshInterval = DefaultRefreshInterval
+		cfg.RefreshInterval = def.RefreshInterval
 	}
 	if cfg.MaxRecordsPerOrg == 0 {
-		cfg.MaxRecordsPerOrg = DefaultMaxRecordsPerOrg
+		cfg.MaxRecordsPerOrg = def.MaxRecordsPerOrg
 	}
 	if cfg.MaxRecordsPerToken == 0 {
-		cfg.MaxRecordsPerToken = DefaultMaxRecordsPerToken
+		cfg.MaxRecordsPerToken = def.MaxRecordsPerToken
 	}
 	return cfg
 }
 
-// Validate reports every problem with cfg. New calls it.
+// DefaultConfig returns the controller's default settings, each the
+// Default constant of its field; Store, Pool, Caller, Events and Logger are
+// nil. New fills any zero setting from it.
+func DefaultConfig() Config {
+	return Config{
+		MaxCallsPerMinute:  DefaultMaxCallsPerMinute,
+		MaxQueued:          DefaultMaxQueued,
+		CallTimeout:        DefaultCallTimeout,
+		RefreshInterval:    DefaultRefreshInterval,
+		DeclareRefresh:     DefaultDeclareRefresh,
+		MaxRecordsPerOrg:   DefaultMaxRecordsPerOrg,
+		MaxRecordsPerToken: DefaultMaxRecordsPerToken,
+	}
+}
+
+// Validate reports every problem with cfg's settings; the required Store,
+// Pool and Caller, which New checks, are not settings.
 func (cfg Config) Validate() error {
 	var errs []error
-	if cfg.Store == nil {
-		errs = append(errs, errors.New("autoscale: no store"))
-	}
-	if cfg.Pool == nil {
-		errs = append(errs, errors.New("autoscale: no pool view"))
-	}
-	if cfg.Caller == nil {
-		errs = append(errs, errors.New("autoscale: no caller"))
-	}
 	if cfg.MaxCallsPerMinute < 0 || cfg.MaxCallsPerMinute > MaxCallsPerMinuteLimit {
 		errs = append(errs, fmt.Errorf("autoscale: max calls per minute %d is not in [0,%d]", cfg.MaxCallsPerMinute, MaxCallsPerMinuteLimit))
 	}
@@ -313,7 +303,17 @@ type bind struct {
 
 // New returns a controller. It does no I/O; Run loads the records.
 func New(cfg Config) (*Controller, error) {
-	if err := cfg.Validate(); err != nil {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("autoscale: no store"))
+	}
+	if cfg.Pool == nil {
+		errs = append(errs, errors.New("autoscale: no pool view"))
+	}
+	if cfg.Caller == nil {
+		errs = append(errs, errors.New("autoscale: no caller"))
+	}
+	if err := errors.Join(append(errs, cfg.Validate())...); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -822,7 +822,7 @@ func (c *Controller) refresh(ctx context.Context) {
 	recs, err := c.store.ListScalingRecords(ctx, "")
 	if err != nil {
 		if ctx.Err() == nil {
-			c.log.Warn("scaling records not reloaded", logKeyErr, err)
+			c.log.Warn("scaling records not reloaded", logkey.Err, err)
 		}
 		return
 	}

@@ -11,27 +11,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
-// Defaults and bounds of a scaling block (issue 5, decision 1).
+// Defaults and bounds of a scaling block (docs/autoscaling.md). The values
+// live in wire, which aperio-client applies too.
 const (
 	// DefaultColdStart is how long a visitor may be held while a cold
 	// start runs, when the block does not say.
-	DefaultColdStart = 45 * time.Second
+	DefaultColdStart = wire.DefaultColdStart
 	// MaxColdStart caps cold_start; a longer one is cut to it.
-	MaxColdStart = 5 * time.Minute
+	MaxColdStart = wire.MaxColdStart
 	// DefaultTargetUtilization is the scale-out threshold when the block
 	// does not say.
-	DefaultTargetUtilization = 0.8
+	DefaultTargetUtilization = wire.DefaultTargetUtilization
 	// DefaultWindow is how long utilization must stay at or above target
 	// before a scale-out, when the block does not say.
-	DefaultWindow = 15 * time.Second
+	DefaultWindow = wire.DefaultWindow
 	// DefaultCooldown is the minimum gap between two calls for one bind,
 	// when the block does not say.
-	DefaultCooldown = 60 * time.Second
+	DefaultCooldown = wire.DefaultCooldown
 	// MinWindow is the smallest window and cooldown accepted.
-	MinWindow = time.Second
+	MinWindow = wire.MinWindow
 
 	maxURLBytes    = 2048
 	maxSecretBytes = 4096
@@ -198,10 +201,11 @@ func declares(r *Record, d Declaration) bool {
 		r.Window == d.Window && r.Cooldown == d.Cooldown
 }
 
-// Announcement is one client session announcing a scaling block for one
-// service hostname (a client with several services or hostnames announces
-// each separately).
-type Announcement struct {
+// SessionDeclaration is one client session declaring a scaling block for
+// one service hostname (a client with several services or hostnames
+// declares each separately). It is autoscale's side of what
+// tunnel.Announcement carries.
+type SessionDeclaration struct {
 	// OrgID, Hostname and Path name the bind, normalized exactly as the
 	// router names its pools (Path "" means none).
 	OrgID, Hostname, Path string
@@ -226,7 +230,7 @@ type announcer struct {
 // Declare records a client's announcement of a's block. It is called on
 // every announcement (each heartbeat included) and blocks on the store.
 //
-// An invalid block, or one whose URL Config.CheckURL refuses, returns a
+// An invalid block, or one whose URL Config.Policy refuses, returns a
 // *DeclarationError (errors.Is ErrInvalid) whose text the server sends
 // back to the client, and List shows it until a valid declaration of the
 // bind or the session's end; the rest of the client's announcement is
@@ -245,7 +249,7 @@ type announcer struct {
 // block is stored, flagged Conflict, and nothing is re-armed or reset:
 // neither the cooldown nor the failure count. Declare is safe for
 // concurrent use; announcements for one bind are serialized.
-func (c *Controller) Declare(ctx context.Context, a Announcement) error {
+func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
 	d, err := c.validateDeclaration(a)
 	if err != nil {
 		return err
@@ -338,8 +342,8 @@ func (c *Controller) Declare(ctx context.Context, a Announcement) error {
 		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
 	}
 	if p.note != noteNone {
-		c.log.Log(ctx, p.note.level(), p.note.String(), logKeyOrg, a.OrgID, logKeyHostname, a.Hostname,
-			logKeyPath, a.Path, logKeySession, a.Session, logKeyRecord, got.ID)
+		c.log.Log(ctx, p.note.level(), p.note.String(), logkey.OrgID, a.OrgID, logkey.Hostname, a.Hostname,
+			logkey.Path, a.Path, logkey.SessionID, a.Session, logkey.RecordID, got.ID)
 	}
 	return nil
 }

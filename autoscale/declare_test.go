@@ -18,11 +18,11 @@ func block(host string) Declaration {
 }
 
 // announce is an announcement of b for host by session.
-func announce(host, session string, b Declaration) Announcement {
-	return Announcement{OrgID: testOrg, Hostname: host, Session: session, Armer: "tok_" + session, Block: b}
+func announce(host, session string, b Declaration) SessionDeclaration {
+	return SessionDeclaration{OrgID: testOrg, Hostname: host, Session: session, Armer: "tok_" + session, Block: b}
 }
 
-// TestNormalizeAppliesDefaults proves decision 1's defaults: min 0, max
+// TestNormalizeAppliesDefaults proves the documented defaults: min 0, max
 // DefaultMax(0) = 1, cold_start 45s, target_utilization 0.8, window 15s,
 // cooldown 60s.
 func TestNormalizeAppliesDefaults(t *testing.T) {
@@ -68,7 +68,7 @@ func TestNormalizeCapsColdStartAtFiveMinutes(t *testing.T) {
 	}
 }
 
-// TestNormalizeRefusesInvalidBlocks proves decision 1's bounds: each
+// TestNormalizeRefusesInvalidBlocks proves the documented bounds: each
 // broken rule is refused, errors.Is ErrInvalid, with a reason naming the
 // field for the client's log.
 func TestNormalizeRefusesInvalidBlocks(t *testing.T) {
@@ -378,8 +378,8 @@ func TestUnchangedDeclarationWrittenOncePerRefresh(t *testing.T) {
 	})
 }
 
-// TestConflictNewestWinsWithoutResettingCounters proves decision 6's
-// conflict rule: two live sessions declaring different blocks, the newest
+// TestConflictNewestWinsWithoutResettingCounters proves the conflict
+// rule: two live sessions declaring different blocks, the newest
 // session's block is stored and flagged, and neither the failure count nor
 // the backoff is reset; the older session's heartbeats do not take it back.
 func TestConflictNewestWinsWithoutResettingCounters(t *testing.T) {

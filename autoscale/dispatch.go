@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -50,8 +51,8 @@ func (c *Controller) enqueueLocked(b *bind, d decision, s *Start) error {
 func (c *Controller) rejectLocked(b *bind, reason Reason) {
 	c.metrics.QueueRejected++
 	c.log.Warn("scaling decision refused: call queue full",
-		logKeyOrg, b.key.org, logKeyHostname, b.key.host, logKeyPath, b.key.path,
-		logKeyReason, reason, logKeyQueued, len(c.queue))
+		logkey.OrgID, b.key.org, logkey.Hostname, b.key.host, logkey.Path, b.key.path,
+		logkey.Reason, reason, logkey.Queued, len(c.queue))
 }
 
 // removeLocked takes it out of the queue.
@@ -77,8 +78,8 @@ func (c *Controller) dropLocked(it *item, err error, why string) {
 		it.start.resolveLocked(err)
 	}
 	c.log.Info("scaling decision dropped",
-		logKeyOrg, it.b.key.org, logKeyHostname, it.b.key.host, logKeyPath, it.b.key.path,
-		logKeyReason, it.d.reason, logKeyWhy, why)
+		logkey.OrgID, it.b.key.org, logkey.Hostname, it.b.key.host, logkey.Path, it.b.key.path,
+		logkey.Reason, it.d.reason, logkey.Why, why)
 	c.gcLocked(it.b)
 }
 
@@ -602,7 +603,7 @@ func errOrNil(ok bool, err error) error {
 func (c *Controller) record(ctx context.Context, o outcome) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	log := c.log.With(logKeyOrg, o.rec.OrgID, logKeyHostname, o.rec.Hostname, logKeyPath, o.rec.Path, logKeyRecord, o.rec.ID)
+	log := c.log.With(logkey.OrgID, o.rec.OrgID, logkey.Hostname, o.rec.Hostname, logkey.Path, o.rec.Path, logkey.RecordID, o.rec.ID)
 
 	if o.persist {
 		_, err := c.store.RecordScalingCall(ctx, o.rec.ID, o.at, string(o.d.reason), o.status, o.rec.ConsecutiveFailures, o.rec.Disarmed)
@@ -610,7 +611,7 @@ func (c *Controller) record(ctx context.Context, o outcome) {
 		case errors.Is(err, store.ErrNotFound):
 			c.forgetRecord(o.rec.ID)
 		case err != nil:
-			log.Error("scaling call not recorded", logKeyErr, err)
+			log.Error("scaling call not recorded", logkey.Err, err)
 		}
 	}
 
@@ -618,16 +619,16 @@ func (c *Controller) record(ctx context.Context, o outcome) {
 	typ := EventRequested
 	if o.err != nil {
 		typ = EventFailed
-		log.Warn("scaling call failed", logKeyReason, o.d.reason, logKeyCurrent, o.d.current,
-			logKeyDesired, o.d.desired, logKeyStatus, o.status, logKeyFailures, o.rec.ConsecutiveFailures, logKeyErr, o.err)
+		log.Warn("scaling call failed", logkey.Reason, o.d.reason, logkey.Current, o.d.current,
+			logkey.Desired, o.d.desired, logkey.Status, o.status, logkey.ConsecutiveFailures, o.rec.ConsecutiveFailures, logkey.Err, o.err)
 	} else {
-		log.Info("scaling call accepted", logKeyReason, o.d.reason, logKeyCurrent, o.d.current,
-			logKeyDesired, o.d.desired, logKeyStatus, o.status)
+		log.Info("scaling call accepted", logkey.Reason, o.d.reason, logkey.Current, o.d.current,
+			logkey.Desired, o.d.desired, logkey.Status, o.status)
 	}
 	c.audit(ctx, log, typ, o)
 	c.events.Emit(ctx, o.event(typ))
 	if o.disarmed {
-		log.Error("scaling record disarmed", logKeyFailures, o.rec.ConsecutiveFailures)
+		log.Error("scaling record disarmed", logkey.ConsecutiveFailures, o.rec.ConsecutiveFailures)
 		c.audit(ctx, log, EventDisarmed, o)
 		c.events.Emit(ctx, o.event(EventDisarmed))
 	}
@@ -640,7 +641,7 @@ func (c *Controller) audit(ctx context.Context, log *slog.Logger, event string, 
 		Hostname: o.rec.Hostname, Detail: o.detail(),
 	})
 	if err != nil {
-		log.Error("scaling audit entry lost", logKeyEvent, event, logKeyErr, err)
+		log.Error("scaling audit entry lost", logkey.Event, event, logkey.Err, err)
 	}
 }
 

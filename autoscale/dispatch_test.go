@@ -20,7 +20,7 @@ func recAt(host, provider string) Record {
 	return r
 }
 
-// specCap is the spec's "at most eight calls in flight".
+// specCap is docs/autoscaling.md's "At most 8 calls are in flight".
 const specCap = 8
 
 // TestGlobalCapEightInFlight proves that 50 simultaneous decisions (50

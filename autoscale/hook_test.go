@@ -37,7 +37,8 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 // TestHookBodyGolden pins the exact bytes of the hook's body: the keys of
-// the spec in its order, compact, null for an empty path and org.
+// docs/autoscaling.md in its order, compact, null for an empty path and
+// org.
 func TestHookBodyGolden(t *testing.T) {
 	tests := []struct {
 		name string
@@ -58,8 +59,9 @@ func TestHookBodyGolden(t *testing.T) {
 	}
 }
 
-// TestHookBodyMatchesSpecExample decodes the spec's example body and ours
-// for the same cold start: same keys, same values, nulls included.
+// TestHookBodyMatchesSpecExample decodes the example body of
+// docs/autoscaling.md and ours for the same cold start: same keys, same
+// values, nulls included.
 func TestHookBodyMatchesSpecExample(t *testing.T) {
 	const spec = `{
   "reason": "cold_start",
@@ -83,7 +85,7 @@ func TestHookBodyMatchesSpecExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, have); diff != "" {
-		t.Errorf("body differs from the spec's example (-spec +ours):\n%s", diff)
+		t.Errorf("body differs from the documented example (-docs +ours):\n%s", diff)
 	}
 }
 

@@ -85,7 +85,7 @@ func TestHTTPCallerSendsTheContract(t *testing.T) {
 		keys = append(keys, k)
 	}
 	if len(keys) != 8 || rec.body["reason"] != "cold_start" || rec.body["path"] != nil || rec.body["org_id"] != nil {
-		t.Errorf("hook body = %v, want exactly the 8 spec keys with null path and org_id", rec.body)
+		t.Errorf("hook body = %v, want exactly the 8 documented keys with null path and org_id", rec.body)
 	}
 }
 

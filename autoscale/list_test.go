@@ -404,7 +404,7 @@ func TestDeclareRefusesFencedURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := newHarness(t, nil, withConfig(func(c *Config) { c.CheckURL = policy.CheckURL }))
+		h := newHarness(t, nil, withConfig(func(c *Config) { c.Policy = policy }))
 		const host = "app.example.com"
 		list := func() []View {
 			t.Helper()

@@ -3,12 +3,14 @@ package autoscale
 import (
 	"fmt"
 	"slices"
+
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // masterArmer is the armer of the master token's declarations. It is
 // bounded only by the per-organization cap: the operator's own client is
 // not a tenant.
-const masterArmer = "master"
+const masterArmer = wire.Master
 
 // quota counts the records the controller knows per organization and per
 // armer, plus the creations in flight, so that a declaration over

@@ -98,20 +98,27 @@ func (rs *refusals) of(orgID string) map[bindKey]refusal {
 	return rs.filter(nil, func(k bindKey, _ refusal) bool { return orgID == "" || k.org == orgID })
 }
 
+// URLChecker judges a URL against an outbound policy without I/O; a
+// refusal is an error (*fence.RefusedError for *fence.Client). It must be
+// safe for concurrent use.
+type URLChecker interface {
+	CheckURL(raw string) error
+}
+
 // validateDeclaration normalizes a's block and checks everything that does
 // not depend on the controller's state: the block's rules, the hostname,
-// and the hook URL against the server's outbound policy (Config.CheckURL),
+// and the hook URL against the server's outbound policy (Config.Policy),
 // so that a URL every call would be refused is refused now, at
 // declaration, rather than when the first visitor is held for it. A
 // refused declaration is remembered for List until a valid one replaces
 // it or its session ends.
-func (c *Controller) validateDeclaration(a Announcement) (Declaration, error) {
+func (c *Controller) validateDeclaration(a SessionDeclaration) (Declaration, error) {
 	d, problems := a.Block.normalize()
 	if a.Hostname == "" {
 		problems = append(problems, "hostname is empty")
 	}
-	if len(problems) == 0 && c.cfg.CheckURL != nil {
-		if err := c.cfg.CheckURL(d.URL); err != nil {
+	if len(problems) == 0 && c.cfg.Policy != nil {
+		if err := c.cfg.Policy.CheckURL(d.URL); err != nil {
 			problems = append(problems, "url is refused by the server's outbound policy: "+fenceReason(err))
 		}
 	}

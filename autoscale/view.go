@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/wire"
 )
@@ -127,7 +128,7 @@ func (c *Controller) Disarm(ctx context.Context, orgID, id string) error {
 		return fmt.Errorf("autoscale: disarm %s: %w", id, err)
 	}
 	c.forgetRecord(id)
-	c.log.Info("scaling record deleted", logKeyRecord, id, logKeyOrg, orgID)
+	c.log.Info("scaling record deleted", logkey.RecordID, id, logkey.OrgID, orgID)
 	return nil
 }
 

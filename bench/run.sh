@@ -18,6 +18,10 @@
 # the script still exits 0. Only a broken aperio-demo, which every row needs,
 # or a missing wrk/nginx/curl makes it exit non-zero.
 #
+# Autoscaling (release of held requests, provider calls per cold start
+# with several servers, a flapping load) is measured by bench/scaling.sh,
+# `make bench-scaling`; docs/benchmarks.md holds its figures.
+#
 # Knobs, for quick iterations only (the defaults are the published numbers):
 #   BENCH_DURATION=10s        length of each measured wrk run
 #   BENCH_WARMUP=2s           length of the warm-up run before each row

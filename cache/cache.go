@@ -32,16 +32,22 @@ type Config struct {
 	// MaxBytes bounds the memory held by stored responses: bodies, an
 	// estimate of headers and bookkeeping, and keys (cache_max_bytes). One
 	// response may use at most MaxBytes/8; larger ones are not stored. Zero
-	// disables the cache; negative is invalid. The server's default is
-	// 64 MiB.
+	// disables the cache; negative is invalid. DefaultConfig: 64 MiB.
 	MaxBytes int64
 	// MaxStale is how long after it was stored a response may still be
 	// served (cache_max_stale). A response's own stale-if-error can only
 	// shorten it. Zero disables the cache, since nothing could be served;
-	// negative is invalid. The server's default is 1h.
+	// negative is invalid. DefaultConfig: 1h.
 	MaxStale time.Duration
 	// Now is the clock. Nil means time.Now.
 	Now func() time.Time
+}
+
+// DefaultConfig returns aperio-server's default cache settings
+// (cache_max_bytes 64 MiB, cache_max_stale 1h), the one place they are
+// written. Now is nil.
+func DefaultConfig() Config {
+	return Config{MaxBytes: 64 << 20, MaxStale: time.Hour}
 }
 
 // Validate reports every problem with cfg.

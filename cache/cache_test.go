@@ -107,7 +107,7 @@ func TestLookupKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCache(t, 1<<20, newFakeClock())
 			if !store(t, c, request("GET", tt.stored), response(200, "hello"), "hello") {
-				t.Fatalf("Record(GET %s) = nil, want a recording", tt.stored)
+				t.Fatalf("Capture(GET %s) = nil, want a capture", tt.stored)
 			}
 			if _, hit := c.Lookup(request(tt.method, tt.lookup)); hit != tt.want {
 				t.Errorf("Lookup(%s %s) after storing %s = %v, want %v", tt.method, tt.lookup, tt.stored, hit, tt.want)
@@ -169,7 +169,7 @@ func TestVary(t *testing.T) {
 			resp := response(200, "hello")
 			resp.Header["Vary"] = tt.vary
 			if !store(t, c, request("GET", page, tt.stored...), resp, "hello") {
-				t.Fatalf("Record(Vary %q) = nil, want a recording", tt.vary)
+				t.Fatalf("Capture(Vary %q) = nil, want a capture", tt.vary)
 			}
 			if _, hit := c.Lookup(request("GET", page, tt.lookup...)); hit != tt.want {
 				t.Errorf("Lookup(%q) of Vary %q stored for %q = %v, want %v", tt.lookup, tt.vary, tt.stored, hit, tt.want)
@@ -193,7 +193,7 @@ func TestVariants(t *testing.T) {
 	put := func(lang, body string) {
 		t.Helper()
 		if !store(t, c, request("GET", page, "Accept-Language", lang), response(200, body, "Vary", "Accept-Language"), body) {
-			t.Fatalf("Record(Accept-Language %s) = nil, want a recording", lang)
+			t.Fatalf("Capture(Accept-Language %s) = nil, want a capture", lang)
 		}
 	}
 	put("de", "de1")
@@ -224,7 +224,7 @@ func TestVariants(t *testing.T) {
 	// The origin stops varying: its newest answer replaces every variant.
 	put2 := response(200, "any")
 	if !store(t, c, request("GET", page, "Accept-Language", "de"), put2, "any") {
-		t.Fatal("Record(no Vary) = nil, want a recording")
+		t.Fatal("Capture(no Vary) = nil, want a capture")
 	}
 	if got, want := lookupBody(t, c, request("GET", page, "Accept-Language", "es")), "any"; got != want {
 		t.Errorf("after Vary dropped, Lookup(Accept-Language es) body = %q, want %q", got, want)
@@ -397,7 +397,7 @@ func TestInvalidate(t *testing.T) {
 			c := newCache(t, 1<<20, newFakeClock())
 			store(t, c, request("GET", page), response(200, "old"), "old")
 			if store(t, c, tt.req, tt.resp, "xx") {
-				t.Fatalf("Record(%s %s) accepted the second response, want nil", tt.req.Method, tt.req.URL)
+				t.Fatalf("Capture(%s %s) accepted the second response, want nil", tt.req.Method, tt.req.URL)
 			}
 			if _, hit := c.Lookup(request("GET", page)); hit != tt.want {
 				t.Errorf("Lookup after %s = %v, want %v", tt.name, hit, tt.want)
@@ -462,7 +462,7 @@ func TestByteBound(t *testing.T) {
 			resp.ContentLength = -1 // unknown: the buffer grows
 		}
 		resp.Header.Set("X-Pad", strings.Repeat("p", rng.IntN(200)))
-		rec := c.Record(req, resp)
+		rec := c.Capture(req, resp)
 		for left := n; left > 0; {
 			w := min(left, 1+rng.IntN(len(chunk)))
 			rec.Write(chunk[:w])
@@ -486,8 +486,8 @@ func TestOversized(t *testing.T) {
 		c := newCache(t, maxBytes, newFakeClock())
 		resp := response(200, "")
 		resp.ContentLength = int64(bound)
-		if rec := c.Record(request("GET", page), resp); rec != nil {
-			t.Errorf("Record(Content-Length %d) = a recording, want nil", bound)
+		if rec := c.Capture(request("GET", page), resp); rec != nil {
+			t.Errorf("Capture(Content-Length %d) = a capture, want nil", bound)
 		}
 		if got, want := c.Stats().Rejected, int64(1); got != want {
 			t.Errorf("Stats().Rejected = %d, want %d", got, want)
@@ -498,9 +498,9 @@ func TestOversized(t *testing.T) {
 		c := newCache(t, maxBytes, newFakeClock())
 		resp := response(200, "")
 		resp.ContentLength = -1
-		rec := c.Record(request("GET", page), resp)
+		rec := c.Capture(request("GET", page), resp)
 		if rec == nil {
-			t.Fatal("Record(unknown length) = nil, want a recording")
+			t.Fatal("Capture(unknown length) = nil, want a capture")
 		}
 		chunk := make([]byte, 1000)
 		written := 0
@@ -528,8 +528,8 @@ func TestOversized(t *testing.T) {
 	t.Run("huge headers", func(t *testing.T) {
 		c := newCache(t, maxBytes, newFakeClock())
 		resp := response(200, "x", "X-Pad", strings.Repeat("p", bound))
-		if rec := c.Record(request("GET", page), resp); rec != nil {
-			t.Errorf("Record(%d-byte header) = a recording, want nil", bound)
+		if rec := c.Capture(request("GET", page), resp); rec != nil {
+			t.Errorf("Capture(%d-byte header) = a capture, want nil", bound)
 		}
 	})
 }
@@ -551,7 +551,7 @@ func TestIncomplete(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCache(t, 1<<20, newFakeClock())
-			rec := c.Record(request("GET", page), response(200, "hello"))
+			rec := c.Capture(request("GET", page), response(200, "hello"))
 			for _, p := range tt.writes {
 				rec.Write([]byte(p))
 			}
@@ -574,7 +574,7 @@ func TestIncomplete(t *testing.T) {
 
 func TestWriteAfterFinish(t *testing.T) {
 	c := newCache(t, 1<<20, newFakeClock())
-	rec := c.Record(request("GET", page), response(200, "hello"))
+	rec := c.Capture(request("GET", page), response(200, "hello"))
 	rec.Write([]byte("hello"))
 	rec.Finish(true)
 	if n, err := rec.Write([]byte("more")); n != 4 || err != nil {
@@ -589,8 +589,8 @@ func TestWriteAfterFinish(t *testing.T) {
 	}
 }
 
-func TestNilRecording(t *testing.T) {
-	var rec *cache.Recording
+func TestNilCapture(t *testing.T) {
+	var rec *cache.Capture
 	if n, err := rec.Write([]byte("abc")); n != 3 || err != nil {
 		t.Errorf("(*Recording)(nil).Write(3 bytes) = %d, %v, want 3, nil", n, err)
 	}
@@ -609,8 +609,8 @@ func TestDisabled(t *testing.T) {
 	}
 	check := func(t *testing.T, c *cache.Cache) {
 		t.Helper()
-		if rec := c.Record(request("GET", page), response(200, "hello")); rec != nil {
-			t.Errorf("Record = a recording, want nil")
+		if rec := c.Capture(request("GET", page), response(200, "hello")); rec != nil {
+			t.Errorf("Record = a capture, want nil")
 		}
 		if _, hit := c.Lookup(request("GET", page)); hit {
 			t.Errorf("Lookup = hit, want miss")
@@ -734,7 +734,7 @@ func BenchmarkLookup(b *testing.B) {
 	}
 }
 
-func BenchmarkRecord(b *testing.B) {
+func BenchmarkCapture(b *testing.B) {
 	c := newCache(b, 64<<20, newFakeClock())
 	body := []byte(strings.Repeat("x", 4096))
 	reqs := make([]*http.Request, 1000)
@@ -746,7 +746,7 @@ func BenchmarkRecord(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	i := 0
 	for b.Loop() {
-		rec := c.Record(reqs[i%len(reqs)], resp)
+		rec := c.Capture(reqs[i%len(reqs)], resp)
 		rec.Write(body[:2048])
 		rec.Write(body[2048:])
 		rec.Finish(true)

@@ -2,4 +2,4 @@ package cache
 
 // BufferedForTest reports how many body bytes rec holds: its buffer's
 // capacity, since that is what it costs.
-func (rec *Recording) BufferedForTest() int { return cap(rec.body) }
+func (rec *Capture) BufferedForTest() int { return cap(rec.body) }

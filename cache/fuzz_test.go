@@ -52,7 +52,7 @@ func FuzzLookup(f *testing.F) {
 			t.Errorf("%+v.String() is empty", k)
 		}
 
-		rec := c.Record(req, resp)
+		rec := c.Capture(req, resp)
 		rec.Write([]byte(value))
 		rec.Finish(true)
 		if s := c.Stats(); s.Bytes > maxBytes {

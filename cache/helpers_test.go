@@ -72,14 +72,14 @@ func response(status int, body string, kv ...string) *http.Response {
 // Record accepted the response.
 func store(tb testing.TB, c *cache.Cache, req *http.Request, resp *http.Response, body string) bool {
 	tb.Helper()
-	rec := c.Record(req, resp)
+	rec := c.Capture(req, resp)
 	if rec == nil {
 		return false
 	}
 	half := len(body) / 2
 	for _, p := range []string{body[:half], body[half:]} {
 		if n, err := rec.Write([]byte(p)); n != len(p) || err != nil {
-			tb.Fatalf("Recording.Write(%d bytes) = %d, %v, want %d, nil", len(p), n, err, len(p))
+			tb.Fatalf("Capture.Write(%d bytes) = %d, %v, want %d, nil", len(p), n, err, len(p))
 		}
 	}
 	rec.Finish(true)

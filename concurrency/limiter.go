@@ -15,6 +15,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // Mode is how a Limiter sets its limit.
@@ -46,18 +48,6 @@ const (
 // Limiter writes, so that operators can filter the concurrency events
 // (log_level: debug shows each "concurrency changed").
 const LoggerName = "aperio.concurrency"
-
-// Log attribute keys.
-const (
-	attrLogger  = "logger"
-	attrService = "service"
-	attrDesired = "desired"
-	attrCurrent = "current"
-	attrMin     = "min"
-	attrMax     = "max"
-	attrMode    = "mode"
-	attrReason  = "reason"
-)
 
 // Config configures a Limiter. The zero value of every dynamic field means
 // its default.
@@ -111,6 +101,41 @@ type Config struct {
 	// OnChange, when set, is called after every change of the desired
 	// value, outside the lock, with the new snapshot. It must not block.
 	OnChange func(Snapshot)
+}
+
+// DefaultConfig returns the defaults of a dynamic limit, in AIMD mode: the
+// Default constants, which New applies to the zero fields of a dynamic
+// Config. Signals, Backend, Logger, Now and OnChange are nil.
+func DefaultConfig() Config {
+	return Config{
+		Mode:                    ModeAIMD,
+		Min:                     DefaultMin,
+		Max:                     DefaultMax,
+		IncreaseAfterSuccesses:  DefaultIncreaseAfterSuccesses,
+		DecreaseFactor:          DefaultDecreaseFactor,
+		Interval:                DefaultInterval,
+		Window:                  DefaultWindow,
+		ScaleUpStepRatio:        DefaultScaleUpStepRatio,
+		ScaleDownStepRatio:      DefaultScaleDownStepRatio,
+		DesiredUtilizationRatio: DefaultDesiredUtilizationRatio,
+		MinSamples:              DefaultMinSamples,
+	}
+}
+
+// Validate reports the problems New refuses: an unknown mode, and a
+// dynamic Max below Min. Out-of-range values New normalizes with a warning
+// are not problems.
+func (cfg Config) Validate() error {
+	switch cfg.Mode {
+	case "", ModeFixed:
+		return nil
+	case ModeAIMD, ModeLoadSignal:
+		if minimum := max(cfg.Min, DefaultMin); cfg.Max != 0 && cfg.Max < minimum {
+			return fmt.Errorf("concurrency: max %d is below min %d", cfg.Max, minimum)
+		}
+		return nil
+	}
+	return fmt.Errorf("concurrency: unknown mode %q (fixed, aimd, load-signal)", cfg.Mode)
 }
 
 // Snapshot is a Limiter's state as observed from outside.
@@ -170,10 +195,13 @@ func New(cfg Config) (*Limiter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With(attrLogger, LoggerName, attrService, cfg.Name)
+	log = log.With(logkey.Logger, LoggerName, logkey.Service, cfg.Name)
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	l := &Limiter{log: log, now: now}
 	switch cfg.Mode {
@@ -181,37 +209,30 @@ func New(cfg Config) (*Limiter, error) {
 		n := max(cfg.Fixed, 1)
 		cfg.Mode, cfg.Min, cfg.Max, cfg.Initial = ModeFixed, n, n, n
 	case ModeAIMD, ModeLoadSignal:
-		if err := l.normalizeDynamic(&cfg); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("concurrency: unknown mode %q (fixed, aimd, load-signal)", cfg.Mode)
+		l.normalizeDynamic(&cfg)
 	}
 	l.cfg, l.mode, l.desired = cfg, cfg.Mode, cfg.Initial
 	return l, nil
 }
 
-func (l *Limiter) normalizeDynamic(c *Config) error {
+func (l *Limiter) normalizeDynamic(c *Config) {
 	if c.Min < 1 {
 		c.Min = DefaultMin
 	}
 	if c.Max == 0 {
 		c.Max = max(DefaultMax, c.Min)
 	}
-	if c.Max < c.Min {
-		return fmt.Errorf("concurrency: max %d is below min %d", c.Max, c.Min)
-	}
 	if c.Initial == 0 {
 		c.Initial = c.Min
 	}
 	c.Initial = min(max(c.Initial, c.Min), c.Max)
 	if c.Mode == ModeLoadSignal && len(c.Signals) == 0 {
-		l.log.Warn("load-signal mode without signals, using aimd", attrReason, "no signal enabled")
+		l.log.Warn("load-signal mode without signals, using aimd", logkey.Reason, "no signal enabled")
 		c.Mode, c.IncreaseAfterSuccesses, c.DecreaseFactor = ModeAIMD, DefaultIncreaseAfterSuccesses, DefaultDecreaseFactor
 	}
 	if c.IncreaseAfterSuccesses < 1 {
 		if c.IncreaseAfterSuccesses < 0 {
-			l.log.Warn("increase_after_successes below 1, using 1", "value", c.IncreaseAfterSuccesses)
+			l.log.Warn("increase_after_successes below 1, using 1", logkey.Value, c.IncreaseAfterSuccesses)
 			c.IncreaseAfterSuccesses = 1
 		} else {
 			c.IncreaseAfterSuccesses = DefaultIncreaseAfterSuccesses
@@ -220,7 +241,7 @@ func (l *Limiter) normalizeDynamic(c *Config) error {
 	if c.DecreaseFactor == 0 {
 		c.DecreaseFactor = DefaultDecreaseFactor
 	} else if !(c.DecreaseFactor > 0 && c.DecreaseFactor <= 1) {
-		l.log.Warn("decrease_factor outside (0, 1], using 0.5", "value", c.DecreaseFactor)
+		l.log.Warn("decrease_factor outside (0, 1], using 0.5", logkey.Value, c.DecreaseFactor)
 		c.DecreaseFactor = DefaultDecreaseFactor
 	}
 	if c.Interval <= 0 {
@@ -235,7 +256,6 @@ func (l *Limiter) normalizeDynamic(c *Config) error {
 	if c.MinSamples < 1 {
 		c.MinSamples = DefaultMinSamples
 	}
-	return nil
 }
 
 // ratioOr returns r when it is in (0, 1], def otherwise.
@@ -342,7 +362,7 @@ func (l *Limiter) changedLocked(before int) {
 	}
 	s := l.snapshotLocked()
 	l.mu.Unlock()
-	l.log.Debug("concurrency changed", attrMode, string(s.Mode), attrDesired, s.Desired, attrCurrent, before, attrMin, s.Min, attrMax, s.Max)
+	l.log.Debug("concurrency changed", logkey.Mode, string(s.Mode), logkey.Desired, s.Desired, logkey.Current, before, logkey.Min, s.Min, logkey.Max, s.Max)
 	if l.cfg.OnChange != nil {
 		l.cfg.OnChange(s)
 	}

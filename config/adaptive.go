@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aperio-dev/aperio/concurrency"
 )
 
 // The concurrency modes a service can end in (Concurrency.Mode).
@@ -27,20 +29,23 @@ var adaptiveModes = []string{ConcurrencyAIMD, ConcurrencyLoadSignal}
 const StatusSocketOff = "off"
 
 // DefaultAdaptive returns the defaults of an adaptive_concurrency block,
-// which apply field by field to the fields a block leaves unset.
+// which apply field by field to the fields a block leaves unset: the
+// limiter's own (concurrency.DefaultConfig), except Max, whose 0 lets
+// max_concurrent be the ceiling when it is set.
 func DefaultAdaptive() Adaptive {
+	d := concurrency.DefaultConfig()
 	return Adaptive{
 		Enabled:                 true,
-		Mode:                    ConcurrencyAIMD,
-		Min:                     1,
-		IncreaseAfterSuccesses:  10,
-		DecreaseFactor:          0.5,
-		Interval:                time.Second,
-		Window:                  10 * time.Second,
-		ScaleUpStepRatio:        0.05,
-		ScaleDownStepRatio:      0.05,
-		DesiredUtilizationRatio: 0.9,
-		MinSamples:              5,
+		Mode:                    string(d.Mode),
+		Min:                     d.Min,
+		IncreaseAfterSuccesses:  d.IncreaseAfterSuccesses,
+		DecreaseFactor:          d.DecreaseFactor,
+		Interval:                d.Interval,
+		Window:                  d.Window,
+		ScaleUpStepRatio:        d.ScaleUpStepRatio,
+		ScaleDownStepRatio:      d.ScaleDownStepRatio,
+		DesiredUtilizationRatio: d.DesiredUtilizationRatio,
+		MinSamples:              d.MinSamples,
 		Signals:                 slices.Clone(AdaptiveSignals),
 	}
 }
@@ -122,7 +127,7 @@ func (c *Client) resolve(i int, rank func(key string) int) Concurrency {
 		case a.Max > 0:
 			out.Why = why + "; ceiling adaptive_concurrency.max"
 		default:
-			out.Why = why + "; ceiling default 100"
+			out.Why = why + "; ceiling default " + strconv.Itoa(concurrency.DefaultMax)
 		}
 		return out
 	}
@@ -270,9 +275,9 @@ func (p *printer) concurrency(prefix string, c Concurrency) {
 	case ConcurrencyAIMD, ConcurrencyLoadSignal:
 		limit := c.Limit
 		if limit == 0 {
-			limit = 100
+			limit = concurrency.DefaultMax
 		}
-		val += fmt.Sprintf(" min %d max %d", max(c.Adaptive.Min, 1), limit)
+		val += fmt.Sprintf(" min %d max %d", max(c.Adaptive.Min, concurrency.DefaultMin), limit)
 	}
 	_, p.err = fmt.Fprintf(p.w, "%sconcurrency = %s  # %s\n", prefix, strconv.Quote(val), c.Why)
 }

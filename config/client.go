@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // ClientFile is the file aperio-client reads from its working directory when
@@ -18,9 +20,6 @@ const ClientFile = "aperio.yaml"
 // ClientHomeFile is the name of the client's per-user file in the home
 // directory; cmd joins it to the home directory for ClientOptions.HomeFile.
 const ClientHomeFile = ".aperio.yaml"
-
-// maxColdStart bounds scaling.cold_start: a visitor is not held longer.
-const maxColdStart = 5 * time.Minute
 
 // DefaultClient returns the client configuration with every default of the
 // contract and nothing else: no server, token or service, so it does not
@@ -33,8 +32,8 @@ func DefaultClient() Client {
 			Threshold: 2,
 		},
 		DrainTimeout: 30 * time.Second,
-		LogLevel:     "info",
-		LogFormat:    "text",
+		LogLevel:     DefaultLogLevel,
+		LogFormat:    DefaultLogFormat,
 	}
 }
 
@@ -42,10 +41,10 @@ func DefaultClient() Client {
 // field by field to the fields a declaration leaves unset. URL is empty.
 func DefaultScaling() Scaling {
 	return Scaling{
-		ColdStart:         45 * time.Second,
-		TargetUtilization: 0.8,
-		Window:            15 * time.Second,
-		Cooldown:          60 * time.Second,
+		ColdStart:         wire.DefaultColdStart,
+		TargetUtilization: wire.DefaultTargetUtilization,
+		Window:            wire.DefaultWindow,
+		Cooldown:          wire.DefaultCooldown,
 	}
 }
 
@@ -504,8 +503,8 @@ func (c Client) problems(src *Sources) []*Error {
 			v.add("scaling.max", "%d is below scaling.min %d", sc.Max, sc.Min)
 		}
 		v.nonNegativeDuration("scaling.cold_start", sc.ColdStart)
-		if sc.ColdStart > maxColdStart {
-			v.add("scaling.cold_start", "%s is above the maximum of %s", formatDuration(sc.ColdStart), formatDuration(maxColdStart))
+		if sc.ColdStart > wire.MaxColdStart {
+			v.add("scaling.cold_start", "%s is above the maximum of %s", formatDuration(sc.ColdStart), formatDuration(wire.MaxColdStart))
 		}
 		if !(sc.TargetUtilization > 0 && sc.TargetUtilization <= 1) {
 			v.add("scaling.target_utilization", "%g is outside (0, 1]", sc.TargetUtilization)
@@ -513,8 +512,8 @@ func (c Client) problems(src *Sources) []*Error {
 		v.atLeastSecond("scaling.window", sc.Window)
 		v.atLeastSecond("scaling.cooldown", sc.Cooldown)
 	}
-	v.oneOf("log_level", c.LogLevel, logLevels)
-	v.oneOf("log_format", c.LogFormat, logFormats)
+	v.oneOf("log_level", c.LogLevel, LogLevels)
+	v.oneOf("log_format", c.LogFormat, LogFormats)
 	return v.errs
 }
 
@@ -542,7 +541,7 @@ func (v *checker) health(prefix string, h Health, parent *Health) {
 }
 
 func (v *checker) atLeastSecond(key string, d time.Duration) {
-	if d < time.Second {
-		v.add(key, "%s is below the minimum of 1s", formatDuration(d))
+	if d < wire.MinWindow {
+		v.add(key, "%s is below the minimum of %s", formatDuration(d), formatDuration(wire.MinWindow))
 	}
 }

@@ -1,8 +1,11 @@
-// Package config owns the configuration of aperio-server and aperio-client:
-// the key names and their yaml, environment and flag spellings, the
-// defaults, the loaders that layer those surfaces per field and remember
+// Package config owns the configuration machinery of aperio-server and
+// aperio-client: the key names and their yaml, environment and flag
+// spellings, the loaders that layer those surfaces per field and remember
 // where each value came from, validation that reports every problem at once,
-// and the --print-config rendering.
+// and the --print-config rendering; and the client's settings, defaults and
+// loader. The server's key table (config/serverconfig) is built from the
+// exported Setting constructors and loaded with LoadTable, since it binds
+// to gateway.Config, which the client must not link.
 //
 // Every setting has a canonical key as the contract spells it (port,
 // server.token, scaling_allow_http, health.interval). Keys compare after
@@ -23,6 +26,6 @@
 // the environment and in flags.
 //
 // Only cmd/ calls the loaders: the environment, the files and the flags are
-// passed in (ServerOptions, ClientOptions), so loading has no side effects
+// passed in (TableOptions, ClientOptions), so loading has no side effects
 // and tests never touch the real environment.
 package config

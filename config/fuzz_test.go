@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -32,39 +31,6 @@ func FuzzParseDuration(f *testing.F) {
 	})
 }
 
-func FuzzLoadServerYAML(f *testing.F) {
-	for _, tc := range serverLoadCases {
-		f.Add(tc.file)
-	}
-	for _, tc := range serverErrorCases {
-		f.Add(tc.file)
-	}
-	f.Add(printServerFile)
-	env := envOf(map[string]string{"TOKEN": "token-0123456789abcdef", "PORT_NUMBER": "80", "APERIO_PORT": "81"})
-	f.Fuzz(func(t *testing.T, data string) {
-		read := func(string) ([]byte, error) { return []byte(data), nil }
-		cfg, src, err := LoadServer(ServerOptions{Env: env, ReadFile: read})
-		var errs []error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = j.Unwrap()
-		} else if err != nil {
-			errs = []error{err}
-		}
-		for _, e := range errs {
-			var ce *Error
-			if !errors.As(e, &ce) {
-				t.Fatalf("LoadServer() problem %q is a %T, want *Error", e, e)
-			}
-			if strings.ContainsAny(ce.Error(), "\r\n") {
-				t.Fatalf("LoadServer() problem %q spans several lines", ce.Error())
-			}
-		}
-		if err := PrintServer(io.Discard, cfg, src); err != nil {
-			t.Fatalf("PrintServer() = %v", err)
-		}
-	})
-}
-
 // FuzzLoadClientYAML feeds arbitrary files to the client loader: every
 // problem is a one-line *Error, and whatever loads resolves each service's
 // concurrency and prints.
@@ -84,21 +50,7 @@ func FuzzLoadClientYAML(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data string) {
 		read := func(string) ([]byte, error) { return []byte(data), nil }
 		cfg, src, err := LoadClient(ClientOptions{File: "aperio.yaml", ReadFile: read, Hostname: func() (string, error) { return "h", nil }})
-		var errs []error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = j.Unwrap()
-		} else if err != nil {
-			errs = []error{err}
-		}
-		for _, e := range errs {
-			var ce *Error
-			if !errors.As(e, &ce) {
-				t.Fatalf("LoadClient() problem %q is a %T, want *Error", e, e)
-			}
-			if strings.ContainsAny(ce.Error(), "\r\n") {
-				t.Fatalf("LoadClient() problem %q spans several lines", ce.Error())
-			}
-		}
+		problems(t, err) // every problem a one-line *Error
 		for i, s := range cfg.Services {
 			if s.Concurrency.Mode == "" {
 				t.Fatalf("services[%d] has no resolved concurrency", i)

@@ -389,3 +389,11 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+func keysOf[C any](tab []setting[C]) []Key {
+	keys := make([]Key, len(tab))
+	for i, s := range tab {
+		keys[i] = s.Key
+	}
+	return keys
+}

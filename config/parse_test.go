@@ -282,32 +282,6 @@ func TestValidHostname(t *testing.T) {
 	}
 }
 
-func TestSuggest(t *testing.T) {
-	sch := newSchema()
-	addSettings(sch, serverSettings())
-	tests := []struct {
-		in   string
-		want string
-	}{
-		{"prot", "port"},
-		{"hots", "host"},
-		{"lb_stratgy", "lb_strategy"},
-		{"gatway_timeout", "gateway_timeout"},
-		{"scaling_alow_http", "scaling_allow_http"},
-		{"ip_limit_refil", "ip_limit_refill"},
-		{"token", "server.token"},
-		{"completely_unrelated_setting", ""},
-		{"x", ""},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			if got := sch.suggest(tc.in); got != tc.want {
-				t.Errorf("suggest(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
 func TestEditDistance(t *testing.T) {
 	tests := []struct {
 		a, b string

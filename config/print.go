@@ -7,17 +7,9 @@ import (
 	"strings"
 )
 
-// PrintServer writes the effective server configuration for --print-config:
-// one key a line, "key = value  # source", in ServerKeys order. Secrets print
-// as <set> or <unset>, empty values as "". It returns the first write error.
-func PrintServer(w io.Writer, c Server, s *Sources) error {
-	p := &printer{w: w, src: s}
-	printSettings(p, &c, serverSettings(), "")
-	return p.err
-}
-
-// PrintClient writes the effective client configuration for --print-config
-// like PrintServer: the top-level keys, then each service's keys as
+// PrintClient writes the effective client configuration for --print-config:
+// one key a line, "key = value  # source" (secrets as <set> or <unset>,
+// empty values as ""), the top-level keys, then each service's keys as
 // services[N].KEY, then the scaling block when one is declared.
 func PrintClient(w io.Writer, c Client, s *Sources) error {
 	p := &printer{w: w, src: s}

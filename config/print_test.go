@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/config/configtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -15,68 +16,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // golden compares got with testdata/name, or rewrites it under -update.
 func golden(tb testing.TB, name string, got []byte) {
 	tb.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			tb.Fatalf("write %s: %v", path, err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatalf("read %s: %v (run go test -update to create it)", path, err)
-	}
-	diffLines(tb, name, strings.Split(string(got), "\n"), strings.Split(string(want), "\n"))
-}
-
-const printServerFile = `# aperio-server.yaml
-server:
-  token: ${MASTER_TOKEN}
-port: 443
-tls_cert: /etc/aperio/cert.pem
-tls_key: /etc/aperio/key.pem
-lb_strategy: least-inflight
-failover: retry
-fallbacks:
-  app.example.com: https://status.example.com
-cache:
-  enabled: true
-  max_bytes: 256MiB
-scaling:
-  enabled: true
-  record_ttl: 7d
-outbound:
-  allowlist: ["*.provider.example", 203.0.113.0/24]
-`
-
-var printServerEnv = map[string]string{
-	"MASTER_TOKEN":           "m-secret-0123456789",
-	"APERIO_SERVER_TOKEN":    "ignored-secret",
-	"APERIO_DATABASE_URL":    "postgres://aperio:db-secret@db/aperio",
-	"APERIO_GATEWAY_TIMEOUT": "5s",
-	"PORT":                   "8080",
-	"LOG_LEVEL":              "debug",
-	"APERIO_LOG_FORMAT":      "json",
-}
-
-func TestPrintServerGolden(t *testing.T) {
-	cfg, src, err := LoadServer(ServerOptions{
-		Env:      envOf(printServerEnv),
-		ReadFile: filesOf(map[string]string{ServerFile: printServerFile}),
-	})
-	if err != nil {
-		t.Fatalf("LoadServer() error = %v", err)
-	}
-	var b bytes.Buffer
-	if err := PrintServer(&b, cfg, src); err != nil {
-		t.Fatalf("PrintServer() error = %v", err)
-	}
-	golden(t, "print_server.golden", b.Bytes())
-	for _, secret := range []string{"m-secret-0123456789", "ignored-secret", "db-secret"} {
-		if strings.Contains(b.String(), secret) {
-			t.Errorf("PrintServer() output contains secret %q", secret)
-		}
-	}
+	configtest.Golden(tb, filepath.Join("testdata", name), got, *update)
 }
 
 const printClientFile = `# aperio.yaml
@@ -131,19 +71,13 @@ func TestPrintClientGolden(t *testing.T) {
 }
 
 func TestPrintSecrets(t *testing.T) {
-	s := DefaultServer()
-	s.Token = "t0p"
 	c := DefaultClient()
 	c.APIKey = "apk_1"
 	c.Scaling = &Scaling{Secret: "shh"}
-	server := printedServer(t, s, nil)
 	client := printedClient(t, c, nil)
 	tests := []struct {
 		got, want string
 	}{
-		{server["server.token"], "server.token = <set>  # default"},
-		{server["database_url"], "database_url = <unset>  # default"},
-		{server["metrics_token"], "metrics_token = <unset>  # default"},
 		{client["server.token"], "server.token = <unset>  # default"},
 		{client["server.api_key"], "server.api_key = <set>  # default"},
 		{client["scaling.secret"], "scaling.secret = <set>  # default"},
@@ -158,38 +92,12 @@ func TestPrintSecrets(t *testing.T) {
 	}
 }
 
-func TestPrintQuotes(t *testing.T) {
-	s := DefaultServer()
-	s.DataDir = " padded "
-	s.TLSCert = "a #b"
-	s.TLSKey = "line\nbreak"
-	lines := printedServer(t, s, nil)
-	tests := []struct {
-		key, want string
-	}{
-		{"data_dir", `data_dir = " padded "  # default`},
-		{"tls_cert", `tls_cert = "a #b"  # default`},
-		{"tls_key", `tls_key = "line\nbreak"  # default`},
-		{"host", "host = 0.0.0.0  # default"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.key, func(t *testing.T) {
-			if got := lines[tc.key]; got != tc.want {
-				t.Errorf("PrintServer() %s = %q, want %q", tc.key, got, tc.want)
-			}
-		})
-	}
-}
-
 type failWriter struct{ err error }
 
 func (w failWriter) Write([]byte) (int, error) { return 0, w.err }
 
 func TestPrintWriteError(t *testing.T) {
 	boom := errors.New("disk full")
-	if err := PrintServer(failWriter{boom}, DefaultServer(), nil); !errors.Is(err, boom) {
-		t.Errorf("PrintServer(failing writer) = %v, want %v", err, boom)
-	}
 	if err := PrintClient(failWriter{boom}, DefaultClient(), nil); !errors.Is(err, boom) {
 		t.Errorf("PrintClient(failing writer) = %v, want %v", err, boom)
 	}

@@ -356,7 +356,7 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 // transport returns the Transport for one call. It is per call: with
 // keep-alives off there is no connection worth sharing, and scoping it to
 // the call means no connection dialed for one URL's checked addresses can
-// carry another call. Scaling hooks run at most 8 at a time (see #5), so
+// carry another call. Scaling hooks run at most 8 at a time (autoscale's call cap), so
 // the allocation does not matter. Proxy is nil: an ambient HTTP_PROXY
 // would otherwise receive the call and connect wherever it likes.
 func (c *Client) transport(t target, addrs []netip.Addr) *http.Transport {

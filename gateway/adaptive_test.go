@@ -125,11 +125,11 @@ func testLearntLimitScalesOut(t *testing.T, ad config.Adaptive) {
 	backend := &kneeBackend{knee: 4}
 	hook, calls := scalingHook(t)
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
-	cfg.IPLimitMax, cfg.IPLimitRefill = 1_000_000, 1_000_000 // one visitor makes all the load
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
+	cfg.Router.IPLimitMax, cfg.Router.IPLimitRefill = 1_000_000, 1_000_000 // one visitor makes all the load
 	// Heartbeats every 200s: only the prompt announcement of a changed
 	// limit can bring it to the server within the polls below.
-	cfg.ClientDownThreshold = 10 * time.Minute
+	cfg.Tunnel.DownThreshold = 10 * time.Minute
 	srv := startServer(t, cfg, nil, nil)
 	ac := agentConfig(srv, service(startBackend(t, backend).URL))
 	ac.Adaptive = &ad
@@ -184,7 +184,7 @@ func testLearntLimitScalesOut(t *testing.T, ad config.Adaptive) {
 func TestFixedLimitIgnoresTheBackend(t *testing.T) {
 	backend := &kneeBackend{knee: 4}
 	cfg := serverConfig(t)
-	cfg.IPLimitMax, cfg.IPLimitRefill = 1_000_000, 1_000_000
+	cfg.Router.IPLimitMax, cfg.Router.IPLimitRefill = 1_000_000, 1_000_000
 	srv := startServer(t, cfg, nil, nil)
 	ac := agentConfig(srv, service(startBackend(t, backend).URL))
 	ac.MaxConcurrent = 6

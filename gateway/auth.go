@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // tokenAuth authenticates tunnels: the master token (server.token), or an
@@ -34,7 +36,7 @@ func (a *tokenAuth) Authenticate(ctx context.Context, token string) (tunnel.Iden
 	// master token's.
 	got, want := sha256.Sum256([]byte(token)), sha256.Sum256(a.master)
 	if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-		return tunnel.Identity{Name: "master", OrgID: a.defaultOrg}, nil
+		return tunnel.Identity{Name: wire.Master, OrgID: a.defaultOrg}, nil
 	}
 	if !strings.HasPrefix(token, "apr_") {
 		return tunnel.Identity{}, errInvalidToken
@@ -93,14 +95,14 @@ const auditTimeout = 5 * time.Second
 // the budget of its token admits it. It blocks for the write, at most
 // auditTimeout.
 func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name, remote string, why error) {
-	actor := "master"
+	actor := wire.Master
 	if id.TokenID != "" {
 		actor = "token:" + id.TokenID
 	}
 	ok, leftOut, first := r.budget.admit(actor)
 	if first {
 		r.log.Warn("refused clients over budget, not auditing the rest of this minute",
-			"actor", actor, "limit", maxRefusalAudits, "remote_addr", remote)
+			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, remote)
 	}
 	if !ok {
 		return
@@ -113,6 +115,6 @@ func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name,
 	defer cancel()
 	_, aerr := r.db.AppendAudit(ctx, store.AuditEntry{OrgID: id.OrgID, Event: "client_refused", Actor: actor, Detail: detail})
 	if aerr != nil {
-		r.log.Error("audit write failed", "event", "client_refused", "err", aerr)
+		r.log.Error("audit write failed", logkey.Event, "client_refused", logkey.Err, aerr)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -48,16 +49,16 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 			if g.ctl != nil && g.cfg.ScalingRecordTTL > 0 {
 				ids, err := g.db.DeleteStaleScalingRecords(ctx, time.Now().Add(-g.cfg.ScalingRecordTTL))
 				if err != nil {
-					g.log.Error("scaling record sweep failed", "err", err)
+					g.log.Error("scaling record sweep failed", logkey.Err, err)
 				} else if len(ids) > 0 {
-					g.log.Info("scaling records expired", "count", len(ids))
+					g.log.Info("scaling records expired", logkey.Count, len(ids))
 				}
 			}
 			continue
 		case <-reload.C:
 			pending = false
 			if err := g.armed.reload(ctx); err != nil {
-				g.log.Error("scaling records reload failed", "err", err)
+				g.log.Error("scaling records reload failed", logkey.Err, err)
 			}
 			continue
 		case ch, ok := <-changes:
@@ -111,11 +112,11 @@ func (g *Gateway) releaseArmer(ctx context.Context, tokenID, why string) {
 	}
 	ids, err := g.db.ReleaseScalingArmer(ctx, tokenID)
 	if err != nil {
-		g.log.Error("releasing a token's scaling records failed", "token_id", tokenID, "reason", why, "err", err)
+		g.log.Error("releasing a token's scaling records failed", logkey.TokenID, tokenID, logkey.Reason, why, logkey.Err, err)
 		return
 	}
 	if len(ids) > 0 {
-		g.log.Info("scaling records released", "token_id", tokenID, "reason", why, "count", len(ids))
+		g.log.Info("scaling records released", logkey.TokenID, tokenID, logkey.Reason, why, logkey.Count, len(ids))
 	}
 }
 
@@ -123,7 +124,7 @@ func (g *Gateway) releaseArmer(ctx context.Context, tokenID, why string) {
 func (g *Gateway) disconnectToken(tokenID, reason string) {
 	for _, s := range g.tunnels.Sessions() {
 		if s.Identity().TokenID == tokenID {
-			g.log.Info("disconnecting client", "session_id", s.ID(), "token_id", tokenID, "reason", reason)
+			g.log.Info("disconnecting client", logkey.SessionID, s.ID(), logkey.TokenID, tokenID, logkey.Reason, reason)
 			s.GoAway(reason)
 		}
 	}
@@ -159,7 +160,7 @@ func (g *Gateway) recheckTokens(ctx context.Context) {
 
 func (g *Gateway) reloadMaintenance(ctx context.Context) {
 	if err := g.loadMaintenance(ctx); err != nil {
-		g.log.Error("maintenance reload failed", "err", err)
+		g.log.Error("maintenance reload failed", logkey.Err, err)
 	}
 }
 
@@ -177,6 +178,15 @@ func (g *Gateway) loadMaintenance(ctx context.Context) error {
 	}
 	g.router.SetMaintenance(hosts)
 	return nil
+}
+
+// adminScaling is the autoscaler as admin.Config.Scaling takes it: nil
+// while autoscaling is off, never an interface holding a nil controller.
+func (g *Gateway) adminScaling() admin.Scaling {
+	if g.ctl == nil {
+		return nil
+	}
+	return g.ctl
 }
 
 // Clients implements admin.ClientLister: one entry per connected client

@@ -48,9 +48,9 @@ func TestColdStartFromZero(t *testing.T) {
 	t.Cleanup(hook.Close)
 
 	cfg := serverConfig(t)
-	cfg.Scaling = true
-	cfg.ScalingAllowHTTP = true    // the test provider is plain http…
-	cfg.ScalingAllowPrivate = true // …on loopback
+	cfg.ScalingEnabled = true
+	cfg.Outbound.AllowHTTP = true    // the test provider is plain http…
+	cfg.Outbound.AllowPrivate = true // …on loopback
 	srv1 := startServer(t, cfg, nil, nil)
 	agentCfg = agentConfig(srv1, service(backend.URL))
 	agentCfg.MaxConcurrent = 4
@@ -150,7 +150,7 @@ func TestScaleOutThenIn(t *testing.T) {
 	t.Cleanup(hook.Close)
 
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	srv := startServer(t, cfg, nil, nil)
 	visitor := newVisitor(t, srv)
 	ac := agentConfig(srv, service(backend.URL))
@@ -193,7 +193,7 @@ func TestScalingAPIThroughServer(t *testing.T) {
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(hook.Close)
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	srv := startServer(t, cfg, nil, nil)
 	visitor := newVisitor(t, srv)
 	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
@@ -240,8 +240,8 @@ func TestDeclareAndLeaveAtOnce(t *testing.T) {
 	}))
 	t.Cleanup(hook.Close)
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
-	cfg.GatewayTimeout = 100 * time.Millisecond
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
+	cfg.Router.GatewayTimeout = 100 * time.Millisecond
 	srv := startServer(t, cfg, nil, nil)
 	visitor := newVisitor(t, srv)
 	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/coder/websocket"
 	"google.golang.org/grpc"
@@ -404,7 +405,7 @@ func TestMaxBodySize(t *testing.T) {
 		}
 		h.done <- err
 	})
-	st := startStack(t, backend, func(c *config.Server) { c.MaxBodyBytes = limit })
+	st := startStack(t, backend, func(c *gateway.Config) { c.Router.MaxBodyBytes = limit })
 
 	tests := []struct {
 		name    string
@@ -491,7 +492,7 @@ func TestResponseTimeout(t *testing.T) {
 		<-r.Context().Done()
 		close(cancelled)
 	})
-	st := startStack(t, slow, func(c *config.Server) { c.GatewayResponseTimeout = 200 * time.Millisecond })
+	st := startStack(t, slow, func(c *gateway.Config) { c.Tunnel.ResponseHeaderTimeout = 200 * time.Millisecond })
 	status, body := get(t, st.visitor, st.server, appHost, "/slow")
 	if status != http.StatusGatewayTimeout || !strings.Contains(body, "gateway_response_timeout") {
 		t.Fatalf("GET /slow = %d %q, want 504 naming gateway_response_timeout", status, body)
@@ -559,10 +560,10 @@ func TestVisitorCancellation(t *testing.T) {
 }
 
 func TestUnknownHostname(t *testing.T) {
-	st := startStack(t, inspectHandler(), func(c *config.Server) {
+	st := startStack(t, inspectHandler(), func(c *gateway.Config) {
 		// Long enough that answering after it would fail the bound below:
 		// an unknown name must not wait for a client to show up.
-		c.GatewayTimeout = time.Minute
+		c.Router.GatewayTimeout = time.Minute
 	})
 	tests := []struct {
 		host string
@@ -653,7 +654,7 @@ func TestDrainOnShutdown(t *testing.T) {
 	})
 	// A short gateway_timeout: while its only client drains, a new request
 	// waits that long for another client, then gets 504.
-	st := startStack(t, slow, func(c *config.Server) { c.GatewayTimeout = 200 * time.Millisecond })
+	st := startStack(t, slow, func(c *gateway.Config) { c.Router.GatewayTimeout = 200 * time.Millisecond })
 	// One request first, so the drain also has to cope with a pooled,
 	// idle stream.
 	if status, body := get(t, st.visitor, st.server, appHost, "/warm"); status != http.StatusOK || body != "done /warm" {
@@ -717,7 +718,7 @@ func TestHealthProbes(t *testing.T) {
 	svc := service(startBackend(t, h).URL)
 	svc.Health = config.Health{Endpoint: "/healthz", Interval: 50 * time.Millisecond, Timeout: time.Second, Threshold: 1}
 	// With no healthy client, a request waits gateway_timeout for one.
-	st := startStackFor(t, svc, func(c *config.Server) { c.GatewayTimeout = 200 * time.Millisecond }, false)
+	st := startStackFor(t, svc, func(c *gateway.Config) { c.Router.GatewayTimeout = 200 * time.Millisecond }, false)
 
 	steps := []struct {
 		name    string

@@ -35,7 +35,7 @@ type edge struct {
 	proxyTimeout time.Duration
 }
 
-func newEdge(cfg config.Server) (*edge, error) {
+func newEdge(cfg Config) (*edge, error) {
 	e := &edge{proxyTimeout: proxyHeaderTimeout}
 	var err error
 	if e.trusted, err = config.ParsePrefixes(cfg.TrustedProxies); err != nil {

@@ -15,8 +15,8 @@ import (
 func TestExpiredTokenReleasesScalingRecords(t *testing.T) {
 	hook := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) }))
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
-	cfg.IPLimitMax = 0 // the test polls the admin API faster than a visitor's bucket refills
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
+	cfg.Router.IPLimitMax = 0 // the test polls the admin API faster than a visitor's bucket refills
 	srv := startServer(t, cfg, nil, nil)
 	visitor := newVisitor(t, srv)
 

@@ -22,9 +22,9 @@ import (
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
-	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
@@ -52,7 +52,7 @@ type Options struct {
 // Gateway is a running aperio-server. Create it with New, run it with
 // Serve or ListenAndServe.
 type Gateway struct {
-	cfg     config.Server
+	cfg     Config
 	log     *slog.Logger
 	router  *router.Router
 	tunnels *tunnel.Server
@@ -93,10 +93,11 @@ type Gateway struct {
 }
 
 // New validates cfg, opens the store (migrating it) unless opts has one,
-// and assembles the server. Serve runs it and closes what New opened.
-func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error) {
-	if cfg.Token == "" {
-		return nil, errors.New("gateway: server.token is required")
+// and assembles the server, passing each package's settings through. Serve
+// runs it and closes what New opened.
+func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	log := opts.Logger
 	if log == nil {
@@ -104,7 +105,9 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	}
 	g := &Gateway{cfg: cfg, log: log, started: time.Now(), db: opts.Store}
 	if g.db == nil {
-		db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Logger: log})
+		sc := cfg.Store
+		sc.Logger = log
+		db, err := store.Open(ctx, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -120,19 +123,16 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: default organization: %w", err)
 	}
-	g.fence, err = fence.New(fence.Policy{
-		AllowHTTP:    cfg.ScalingAllowHTTP,
-		AllowPrivate: cfg.ScalingAllowPrivate,
-		Allowlist:    cfg.OutboundAllowlist,
-		BlockPrivate: cfg.OutboundBlockPrivate,
-	})
+	g.fence, err = fence.New(cfg.Outbound)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: outbound policy: %w", err)
 	}
 	var stale *cache.Cache
-	if cfg.Cache {
+	if cfg.CacheEnabled {
+		cc := cfg.Cache
+		cc.Now = time.Now
 		var err error
-		if stale, err = cache.New(cache.Config{MaxBytes: cfg.CacheMaxBytes, MaxStale: cfg.CacheMaxStale, Now: time.Now}); err != nil {
+		if stale, err = cache.New(cc); err != nil {
 			return nil, err
 		}
 	}
@@ -144,30 +144,13 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	}
 	g.calls = new(callCounts)
 	var scaler router.Scaler
-	if cfg.Scaling {
+	if cfg.ScalingEnabled {
 		scaler = lazyScaler{g}
 	}
-	rt, err := router.New(router.Config{
-		Scaler:                scaler,
-		MaxHeld:               cfg.ScalingMaxHeld,
-		Cache:                 stale,
-		MaxBodyBytes:          cfg.MaxBodyBytes,
-		GatewayTimeout:        cfg.GatewayTimeout,
-		DownThreshold:         cfg.ClientDownThreshold,
-		Strategy:              cfg.LBStrategy,
-		MaxConcurrentRequests: cfg.MaxConcurrentRequests,
-		IPLimitMax:            cfg.IPLimitMax,
-		IPLimitRefill:         cfg.IPLimitRefill,
-		Failover:              cfg.Failover,
-		FailoverAllMethods:    cfg.FailoverAllMethods,
-		FailoverMaxJumps:      cfg.FailoverMaxJumps,
-		FailoverWindow:        cfg.FailoverWindow,
-		Fallbacks:             cfg.Fallbacks,
-		VisitorIdleTimeout:    cfg.VisitorIdleTimeout,
-		VisitorMinRate:        int64(cfg.VisitorMinBytesPerSecond),
-		Logger:                log,
-		Tracer:                g.tracer,
-	})
+	rc := cfg.Router
+	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, stale, log, g.tracer
+	rc.DownThreshold = cfg.Tunnel.DownThreshold
+	rt, err := router.New(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +161,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 		return nil, err
 	}
 	var registry tunnel.Registry = rt
-	if cfg.Scaling {
+	if cfg.ScalingEnabled {
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
@@ -187,20 +170,14 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
 		}
 	}
-	if cfg.TunnelMaxStreams <= cfg.MaxConcurrentRequests {
-		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", "tunnel_max_streams", cfg.TunnelMaxStreams, "max_concurrent_requests", cfg.MaxConcurrentRequests)
+	if cfg.Tunnel.MaxStreams <= cfg.Router.MaxConcurrentRequests {
+		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", logkey.TunnelMaxStreams, cfg.Tunnel.MaxStreams, logkey.MaxConcurrentRequests, cfg.Router.MaxConcurrentRequests)
 	}
-	ts, err := tunnel.NewServer(tunnel.ServerConfig{
-		Auth:                  &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now},
-		Registry:              auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now)},
-		DownThreshold:         cfg.ClientDownThreshold,
-		ResponseHeaderTimeout: cfg.GatewayResponseTimeout,
-		MaxHeaderBytes:        cfg.TunnelMaxHeaderBytes,
-		MaxStreams:            cfg.TunnelMaxStreams,
-		AnnounceInterval:      cfg.TunnelAnnounceInterval,
-		HandshakeTimeout:      cfg.TunnelHandshakeTimeout,
-		Logger:                log,
-	})
+	tc := cfg.Tunnel
+	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now}
+	tc.Registry = auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now)}
+	tc.Logger = log
+	ts, err := tunnel.NewServer(tc)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +204,7 @@ func New(ctx context.Context, cfg config.Server, opts Options) (*Gateway, error)
 	if g.edge, err = newEdge(cfg); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.ctl, Outbound: g.fence, Explainer: rt, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -330,7 +307,7 @@ func (g *Gateway) ListenAndServe(ctx context.Context) error {
 // shutdown_timeout), and the tunnels close last so those requests can
 // complete through them. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	g.log.Info("server listening", "addr", ln.Addr().String(), "tls", g.cfg.TLSCert != "", "version", buildinfo.Version(), "store", g.db.Backend())
+	g.log.Info("server listening", logkey.Addr, ln.Addr().String(), logkey.TLS, g.cfg.TLSCert != "", logkey.Version, buildinfo.Version(), logkey.Store, g.db.Backend())
 	wctx, stopWatch := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() {
@@ -342,7 +319,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(scaled)
 		if g.ctl != nil {
 			if err := g.ctl.Run(wctx); err != nil {
-				g.log.Error("autoscaling stopped", "err", err)
+				g.log.Error("autoscaling stopped", logkey.Err, err)
 			}
 		}
 	}()
@@ -353,7 +330,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(delivered)
 		if g.hooks != nil {
 			if err := g.hooks.Run(wctx); err != nil {
-				g.log.Error("webhook delivery stopped", "err", err)
+				g.log.Error("webhook delivery stopped", logkey.Err, err)
 			}
 		}
 	}()
@@ -397,18 +374,18 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.stopping.Store(true)
 	timeout := g.cfg.ShutdownTimeout
 	if timeout <= 0 {
-		timeout = 10 * time.Second
+		timeout = DefaultConfig().ShutdownTimeout
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	g.log.Info("shutting down", "timeout", timeout)
+	g.log.Info("shutting down", logkey.Timeout, timeout)
 	err := g.srv.Shutdown(sctx)
 	if err != nil {
 		g.log.Warn("shutdown timeout reached; closing remaining connections")
 		g.srv.Close()
 	}
 	if terr := g.tunnels.Shutdown(sctx); terr != nil {
-		g.log.Warn("tunnels did not close in time", "err", terr)
+		g.log.Warn("tunnels did not close in time", logkey.Err, terr)
 	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return fmt.Errorf("gateway: serve: %w", serr)

@@ -64,13 +64,13 @@ func testLogger() *slog.Logger {
 
 // serverConfig returns a server configuration for tests: the contract's
 // defaults, the test token, a port the kernel picks.
-func serverConfig(t testing.TB) config.Server {
+func serverConfig(t testing.TB) gateway.Config {
 	t.Helper()
-	cfg := config.DefaultServer()
+	cfg := gateway.DefaultConfig()
 	cfg.Token = testToken
 	cfg.Host = "127.0.0.1"
 	cfg.Port = 0
-	cfg.DataDir = t.TempDir()
+	cfg.Store.DataDir = t.TempDir()
 	return cfg
 }
 
@@ -87,13 +87,13 @@ type testServer struct {
 
 // startServer serves cfg on ln, or on a fresh 127.0.0.1:0 listener when ln
 // is nil. roots is the pool trusting cfg's certificate when TLS is on.
-func startServer(t testing.TB, cfg config.Server, ln net.Listener, roots *x509.CertPool) *testServer {
+func startServer(t testing.TB, cfg gateway.Config, ln net.Listener, roots *x509.CertPool) *testServer {
 	t.Helper()
 	return startServerWith(t, cfg, ln, roots, gateway.Options{Logger: testLogger()})
 }
 
 // startServerWith is startServer with the gateway's options given.
-func startServerWith(t testing.TB, cfg config.Server, ln net.Listener, roots *x509.CertPool, opts gateway.Options) *testServer {
+func startServerWith(t testing.TB, cfg gateway.Config, ln net.Listener, roots *x509.CertPool, opts gateway.Options) *testServer {
 	t.Helper()
 	if ln == nil {
 		var err error
@@ -218,7 +218,7 @@ type stack struct {
 // startStack starts a backend serving h, a gateway (with cfg, if not nil,
 // applied to its configuration) and an agent publishing the backend as
 // appHost, and waits until the agent is attached.
-func startStack(t testing.TB, h http.Handler, cfg func(*config.Server)) *stack {
+func startStack(t testing.TB, h http.Handler, cfg func(*gateway.Config)) *stack {
 	t.Helper()
 	return startStackFor(t, service(startBackend(t, h).URL), cfg, false)
 }
@@ -226,7 +226,7 @@ func startStack(t testing.TB, h http.Handler, cfg func(*config.Server)) *stack {
 // startStackFor starts a gateway (HTTPS with a fresh self-signed
 // certificate when tlsOn is set) and an agent publishing svc, and waits
 // until the agent is attached.
-func startStackFor(t testing.TB, svc config.Service, cfg func(*config.Server), tlsOn bool) *stack {
+func startStackFor(t testing.TB, svc config.Service, cfg func(*gateway.Config), tlsOn bool) *stack {
 	t.Helper()
 	scfg := serverConfig(t)
 	var roots *x509.CertPool

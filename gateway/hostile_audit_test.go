@@ -102,7 +102,7 @@ func TestHostileAuditGateway(t *testing.T) {
 		name string
 		run  func(t *testing.T, s *testServer)
 	}{
-		{"item9/master-token-near-misses-refused", func(t *testing.T, s *testServer) {
+		{"guard/auth/master-token-near-misses-refused", func(t *testing.T, s *testServer) {
 			for _, tok := range []string{testToken[:len(testToken)-1], testToken + "x", strings.ToUpper(testToken), "apr_" + testToken} {
 				up, err := hellos(t, s, tok, announcing("near", appHost), 1)
 				var refused *tunnel.RefusedError
@@ -114,7 +114,7 @@ func TestHostileAuditGateway(t *testing.T) {
 				t.Errorf("tunnel with the master token: connected %d, err %v; want connected", up, err)
 			}
 		}},
-		{"item11/client-refused-flood", func(t *testing.T, s *testServer) {
+		{"guard/audit/client-refused-flood", func(t *testing.T, s *testServer) {
 			code, body := adminCall(t, newVisitor(t, s), s, "POST", "/tokens", map[string]any{"name": "q", "hostnames": []string{"q.test"}})
 			if code != http.StatusCreated {
 				t.Fatalf("POST /aperio/api/tokens = %d %s, want 201", code, body)
@@ -134,7 +134,7 @@ func TestHostileAuditGateway(t *testing.T) {
 				t.Errorf("%d refused hellos wrote %d client_refused entries, want 1 to 60 (the per-token budget of a minute)", flood, len(got))
 			}
 		}},
-		{"item11/control-characters-refused", func(t *testing.T, s *testServer) {
+		{"guard/audit/control-characters-refused", func(t *testing.T, s *testServer) {
 			// The server answers the refusal and closes at once: a client
 			// still writing its hello may see the close before the
 			// answer, so try a few times to read the reason.
@@ -161,7 +161,7 @@ func TestHostileAuditGateway(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := serverConfig(t)
-			cfg.IPLimitMax = 0 // every hello comes from loopback: the per-IP bucket would refuse the flood before the audit budget is reached
+			cfg.Router.IPLimitMax = 0 // every hello comes from loopback: the per-IP bucket would refuse the flood before the audit budget is reached
 			tt.run(t, startServer(t, cfg, nil, nil))
 		})
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/pires/go-proxyproto"
 
-	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 )
 
@@ -62,10 +61,10 @@ func wantSeen(t testing.TB, seen http.Header, key, want string) {
 
 // trustLoopback makes the harness's own connections (127.0.0.1) a
 // trusted proxy, so a test can speak as one with X-Forwarded-For.
-func trustLoopback(c *config.Server) { c.TrustedProxies = []string{"127.0.0.1/32"} }
+func trustLoopback(c *gateway.Config) { c.TrustedProxies = []string{"127.0.0.1/32"} }
 
 // trustOthers trusts a range the harness never connects from.
-func trustOthers(c *config.Server) { c.TrustedProxies = []string{"10.0.0.0/8"} }
+func trustOthers(c *gateway.Config) { c.TrustedProxies = []string{"10.0.0.0/8"} }
 
 // rawExchange dials s, writes pre and then a GET for appHost, and returns
 // the response, or the error reading it. The read is bounded by within.
@@ -106,8 +105,8 @@ func proxyV2(t testing.TB, src string) []byte {
 }
 
 // withProxyProtocol turns proxy_protocol on after trust.
-func withProxyProtocol(trust func(*config.Server)) func(*config.Server) {
-	return func(c *config.Server) {
+func withProxyProtocol(trust func(*gateway.Config)) func(*gateway.Config) {
+	return func(c *gateway.Config) {
 		trust(c)
 		c.ProxyProtocol = true
 	}
@@ -147,7 +146,7 @@ func wantRefused(t testing.TB, resp *http.Response, err error) {
 func TestHostileEdge(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  func(*config.Server)
+		cfg  func(*gateway.Config)
 		run  func(t *testing.T, st *stack)
 	}{
 		// identity: who the visitor is.
@@ -171,9 +170,9 @@ func TestHostileEdge(t *testing.T) {
 			wantSeen(t, seen, "X-Real-Ip", "")
 			wantSeen(t, seen, "Forwarded", "")
 		}},
-		{"identity/untrusted-forwarded-for-shares-one-bucket", func(c *config.Server) {
+		{"identity/untrusted-forwarded-for-shares-one-bucket", func(c *gateway.Config) {
 			trustOthers(c)
-			c.IPLimitMax, c.IPLimitRefill = 5, 0.0001
+			c.Router.IPLimitMax, c.Router.IPLimitRefill = 5, 0.0001
 		}, func(t *testing.T, st *stack) {
 			limited := 0
 			for i := range 10 {
@@ -197,7 +196,7 @@ func TestHostileEdge(t *testing.T) {
 			_, seen := edgeVisit(t, st.visitor, st.server, appHost, "/", http.Header{"X-Forwarded-Proto": {"https"}})
 			wantSeen(t, seen, "X-Forwarded-Proto", "http")
 		}},
-		{"identity/real-ip-header", func(c *config.Server) {
+		{"identity/real-ip-header", func(c *gateway.Config) {
 			trustLoopback(c)
 			c.RealIPHeader = "CF-Connecting-IP"
 		}, func(t *testing.T, st *stack) {
@@ -248,7 +247,7 @@ func TestHostileEdge(t *testing.T) {
 		}},
 
 		// deny: denied_ips and admin_allowed_ips.
-		{"deny/denied-ips-403-before-any-handler", func(c *config.Server) {
+		{"deny/denied-ips-403-before-any-handler", func(c *gateway.Config) {
 			trustLoopback(c)
 			c.DeniedIPs = []string{"198.51.100.0/24"}
 		}, func(t *testing.T, st *stack) {
@@ -262,7 +261,7 @@ func TestHostileEdge(t *testing.T) {
 				t.Errorf("GET / from a visitor outside denied_ips = %d, want 200", resp.StatusCode)
 			}
 		}},
-		{"deny/admin-allowed-ips", func(c *config.Server) {
+		{"deny/admin-allowed-ips", func(c *gateway.Config) {
 			trustLoopback(c)
 			c.AdminAllowedIPs = []string{"10.0.0.0/8"}
 			c.MetricsToken = "m-token-0123456789"
@@ -349,13 +348,13 @@ func TestHostileEdge(t *testing.T) {
 		}},
 
 		// metrics: where they are and who may read them.
-		{"metrics/slash-metrics-reaches-the-app", func(c *config.Server) { c.MetricsToken = "m-token-0123456789" }, func(t *testing.T, st *stack) {
+		{"metrics/slash-metrics-reaches-the-app", func(c *gateway.Config) { c.MetricsToken = "m-token-0123456789" }, func(t *testing.T, st *stack) {
 			resp, seen := edgeVisit(t, st.visitor, st.server, appHost, "/metrics", http.Header{"Authorization": {"Bearer m-token-0123456789"}})
 			if resp.StatusCode != http.StatusOK || seen == nil {
 				t.Errorf("GET /metrics on a tunneled hostname = %d (backend answered: %v), want the app's answer", resp.StatusCode, seen != nil)
 			}
 		}},
-		{"metrics/aperio-metrics-needs-the-token", func(c *config.Server) { c.MetricsToken = "m-token-0123456789" }, func(t *testing.T, st *stack) {
+		{"metrics/aperio-metrics-needs-the-token", func(c *gateway.Config) { c.MetricsToken = "m-token-0123456789" }, func(t *testing.T, st *stack) {
 			for _, tok := range []string{"", "m-token", "m-token-0123456789x", "m-token-0123456780"} {
 				h := http.Header{}
 				if tok != "" {
@@ -369,7 +368,7 @@ func TestHostileEdge(t *testing.T) {
 				t.Errorf("GET /aperio/metrics with the token = %d, want 200", resp.StatusCode)
 			}
 		}},
-		{"metrics/metrics-listen-moves-them", func(c *config.Server) {
+		{"metrics/metrics-listen-moves-them", func(c *gateway.Config) {
 			c.MetricsToken = "m-token-0123456789"
 			c.MetricsListen = "127.0.0.1:0"
 		}, func(t *testing.T, st *stack) {
@@ -386,7 +385,7 @@ func TestHostileEdge(t *testing.T) {
 				t.Errorf("GET /metrics on metrics_listen with a wrong token = %d, want 401", status)
 			}
 		}},
-		{"metrics/metrics-listen-guarded-by-admin-allowed-ips", func(c *config.Server) {
+		{"metrics/metrics-listen-guarded-by-admin-allowed-ips", func(c *gateway.Config) {
 			c.MetricsListen = "127.0.0.1:0" // no metrics_token: open to admin_allowed_ips
 			c.AdminAllowedIPs = []string{"10.0.0.0/8"}
 		}, func(t *testing.T, st *stack) {
@@ -394,26 +393,26 @@ func TestHostileEdge(t *testing.T) {
 				t.Errorf("GET /metrics on metrics_listen from outside admin_allowed_ips = %d, want 403", got)
 			}
 		}},
-		{"metrics/metrics-listen-without-token-is-open", func(c *config.Server) { c.MetricsListen = "127.0.0.1:0" }, func(t *testing.T, st *stack) {
+		{"metrics/metrics-listen-without-token-is-open", func(c *gateway.Config) { c.MetricsListen = "127.0.0.1:0" }, func(t *testing.T, st *stack) {
 			if got, _ := scrapeListener(t, st, "/metrics", ""); got != http.StatusOK {
 				t.Errorf("GET /metrics on metrics_listen, no metrics_token = %d, want 200", got)
 			}
 		}},
 
 		// ratelimit: /aperio/ costs tokens where it costs the server work.
-		{"ratelimit/admin-logins-charged", func(c *config.Server) {
-			c.IPLimitMax, c.IPLimitRefill = 4, 0.0001
+		{"ratelimit/admin-logins-charged", func(c *gateway.Config) {
+			c.Router.IPLimitMax, c.Router.IPLimitRefill = 4, 0.0001
 		}, func(t *testing.T, st *stack) {
 			// The handshake took one token; three wrong logins take the rest.
 			wantIPLimited(t, st, "/aperio/api/orgs", 4)
 		}},
-		{"ratelimit/tunnel-handshakes-charged", func(c *config.Server) {
-			c.IPLimitMax, c.IPLimitRefill = 3, 0.0001
+		{"ratelimit/tunnel-handshakes-charged", func(c *gateway.Config) {
+			c.Router.IPLimitMax, c.Router.IPLimitRefill = 3, 0.0001
 		}, func(t *testing.T, st *stack) {
 			wantIPLimited(t, st, "/aperio/tunnel", 3)
 		}},
-		{"ratelimit/health-and-anonymous-free", func(c *config.Server) {
-			c.IPLimitMax, c.IPLimitRefill = 2, 0.0001
+		{"ratelimit/health-and-anonymous-free", func(c *gateway.Config) {
+			c.Router.IPLimitMax, c.Router.IPLimitRefill = 2, 0.0001
 		}, func(t *testing.T, st *stack) {
 			for _, path := range []string{"/aperio/health", "/aperio/healthz", "/aperio/readyz"} {
 				for range 5 {

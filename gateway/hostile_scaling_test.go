@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -26,7 +26,7 @@ func TestHostileScaling(t *testing.T) {
 		name string
 		run  func(t *testing.T, h *scalingHarness)
 	}{
-		{"item3/out-of-scope-hostname", func(t *testing.T, h *scalingHarness) {
+		{"guard/cross-org/out-of-scope-hostname", func(t *testing.T, h *scalingHarness) {
 			// Org A's shop has its own record; its client is gone.
 			tokA := h.token(t, h.orgA, "shop.example.com")
 			a := h.clientWith(t, tokA, "/hook-a", true, "shop.example.com")
@@ -48,7 +48,7 @@ func TestHostileScaling(t *testing.T) {
 			b.wantNotice(t, "scaling declaration for shop.example.com refused")
 			h.visitNeverCalls(t, "shop.example.com", "/hook-b")
 		}},
-		{"item3/wildcard-wider-than-token", func(t *testing.T, h *scalingHarness) {
+		{"guard/cross-org/wildcard-wider-than-token", func(t *testing.T, h *scalingHarness) {
 			tok := h.token(t, h.orgB, "*.b.example.net")
 			c := h.client(t, tok, "*.b.example.net")
 			c.setHosts("*.b.example.net", "*.example.net", "*.net")
@@ -60,7 +60,7 @@ func TestHostileScaling(t *testing.T) {
 				t.Errorf("visitor of an unbound .net name = %d with %d hook calls, want none", status, h.hookCalls())
 			}
 		}},
-		{"item3/added-in-heartbeat", func(t *testing.T, h *scalingHarness) {
+		{"guard/cross-org/added-in-heartbeat", func(t *testing.T, h *scalingHarness) {
 			tok := h.token(t, h.orgB, "b.example.net")
 			c := h.client(t, tok, "b.example.net")
 			c.announceNow(t)
@@ -72,7 +72,7 @@ func TestHostileScaling(t *testing.T) {
 			c.wantNotice(t, "scaling declaration for victim.test refused")
 			c.wantNotice(t, "scaling declaration for *.com refused")
 		}},
-		{"item3/cross-org-armed-bind", func(t *testing.T, h *scalingHarness) {
+		{"guard/cross-org/cross-org-armed-bind", func(t *testing.T, h *scalingHarness) {
 			// Org B owns every name under example.com at first, and arms
 			// shop. Then the master reassigns shop to org A. Org B's token
 			// and record outlive the change; its record must not drive org
@@ -101,7 +101,7 @@ func TestHostileScaling(t *testing.T) {
 			}
 			h.visitNeverCalls(t, "shop.example.com", "/hook-b")
 		}},
-		{"item7/record-flood", func(t *testing.T, h *scalingHarness) {
+		{"guard/flood/record-flood", func(t *testing.T, h *scalingHarness) {
 			tok := h.token(t, h.orgB, "*.flood.test")
 			c := h.client(t, tok, "x.flood.test")
 			c.announceNow(t)
@@ -119,7 +119,7 @@ func TestHostileScaling(t *testing.T) {
 			loads := h.srv.gw.ArmedLoadsForTest() - before
 			elapsed := time.Since(start)
 			recs := h.records(t)
-			if want := config.DefaultServer().ScalingMaxRecordsPerToken; len(recs) > want {
+			if want := gateway.DefaultConfig().Scaling.MaxRecordsPerToken; len(recs) > want {
 				t.Errorf("%d heartbeats of %d fresh hostnames made %d records, want at most %d (scaling_max_records_per_token)", beats, perBeat, len(recs), want)
 			}
 			// One reload per announcement at most, plus the change feed's
@@ -152,12 +152,12 @@ type scalingHarness struct {
 
 func newScalingHarness(t *testing.T) *scalingHarness {
 	t.Helper()
-	return newScalingHarnessWith(t, func(*config.Server) {})
+	return newScalingHarnessWith(t, func(*gateway.Config) {})
 }
 
 // newScalingHarnessWith is newScalingHarness with the server's
 // configuration changed by mutate before it starts.
-func newScalingHarnessWith(t *testing.T, mutate func(*config.Server)) *scalingHarness {
+func newScalingHarnessWith(t *testing.T, mutate func(*gateway.Config)) *scalingHarness {
 	t.Helper()
 	h := &scalingHarness{calls: map[string]int{}}
 	h.hook = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -168,10 +168,10 @@ func newScalingHarnessWith(t *testing.T, mutate func(*config.Server)) *scalingHa
 	}))
 	t.Cleanup(h.hook.Close)
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
-	cfg.GatewayTimeout = time.Second
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
+	cfg.Router.GatewayTimeout = time.Second
 	mutate(&cfg)
-	h.dataDir = cfg.DataDir
+	h.dataDir = cfg.Store.DataDir
 	h.srv = startServer(t, cfg, nil, nil)
 	h.visitor = newVisitor(t, h.srv)
 	h.orgA, h.orgB = h.org(t, "org-a"), h.org(t, "org-b")

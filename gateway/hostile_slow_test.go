@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 )
 
 // TestHostileSlow is the hostile-input table of the visitor side: slow
@@ -25,14 +26,14 @@ import (
 func TestHostileSlow(t *testing.T) {
 	cases := []struct {
 		name string
-		cfg  func(*config.Server)
+		cfg  func(*gateway.Config)
 		// stack starts the case's stack; nil means one agent publishing
 		// hostileBackend as appHost.
-		stack func(t *testing.T, cfg func(*config.Server)) *stack
+		stack func(t *testing.T, cfg func(*gateway.Config)) *stack
 		run   func(t *testing.T, s *stack)
 	}{
 		{
-			name: "item6/slow-reader-frees-slot",
+			name: "guard/slowloris/slow-reader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
@@ -44,7 +45,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/h2c-slow-reader-frees-slot",
+			name: "guard/slowloris/h2c-slow-reader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				ctx, cancel := context.WithCancel(t.Context())
@@ -60,7 +61,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/stalled-uploader-frees-slot",
+			name: "guard/slowloris/stalled-uploader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
@@ -72,7 +73,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/trickle-uploader-frees-slot",
+			name: "guard/slowloris/trickle-uploader-frees-slot",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
@@ -87,7 +88,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/quiet-sse-backend-outlives-idle-timeout",
+			name: "guard/slowloris/quiet-sse-backend-outlives-idle-timeout",
 			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				ctx, cancel := context.WithTimeout(t.Context(), waitFor)
@@ -99,8 +100,8 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item6/tunnel-silent-after-upgrade-dropped",
-			cfg:  func(c *config.Server) { c.TunnelHandshakeTimeout = 200 * time.Millisecond },
+			name: "guard/slowloris/tunnel-silent-after-upgrade-dropped",
+			cfg:  func(c *gateway.Config) { c.Tunnel.HandshakeTimeout = 200 * time.Millisecond },
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
 				writeRaw(t, c, "GET /aperio/tunnel HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
@@ -116,7 +117,7 @@ func TestHostileSlow(t *testing.T) {
 		},
 		{
 			name:  "guard/flood",
-			cfg:   func(c *config.Server) { c.MaxConnectionsPerIP = 4 },
+			cfg:   func(c *gateway.Config) { c.MaxConnectionsPerIP = 4 },
 			stack: startBareServer,
 			run: func(t *testing.T, s *stack) {
 				// No agent and no client of the harness: every connection
@@ -144,7 +145,7 @@ func TestHostileSlow(t *testing.T) {
 		},
 		{
 			name: "guard/flood/trusted-proxy-exempt",
-			cfg: func(c *config.Server) {
+			cfg: func(c *gateway.Config) {
 				c.MaxConnectionsPerIP = 2
 				c.TrustedProxies = []string{"127.0.0.1/32"}
 			},
@@ -164,7 +165,7 @@ func TestHostileSlow(t *testing.T) {
 		},
 		{
 			name: "guard/slowloris",
-			cfg:  func(c *config.Server) { c.ReadHeaderTimeout = 200 * time.Millisecond },
+			cfg:  func(c *gateway.Config) { c.ReadHeaderTimeout = 200 * time.Millisecond },
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
 				writeRaw(t, c, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-Slow: ")
@@ -175,7 +176,7 @@ func TestHostileSlow(t *testing.T) {
 		},
 		{
 			name: "guard/oversize/head",
-			cfg:  func(c *config.Server) { c.MaxHeaderBytes = 4 << 10 },
+			cfg:  func(c *gateway.Config) { c.MaxHeaderBytes = 4 << 10 },
 			run: func(t *testing.T, s *stack) {
 				expectRaw(t, s, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-Big: "+strings.Repeat("a", 16<<10)+"\r\n\r\n",
 					http.StatusRequestHeaderFieldsTooLarge)
@@ -183,7 +184,7 @@ func TestHostileSlow(t *testing.T) {
 		},
 		{
 			name: "guard/oversize/body",
-			cfg:  func(c *config.Server) { c.MaxBodyBytes = 1000 },
+			cfg:  func(c *gateway.Config) { c.Router.MaxBodyBytes = 1000 },
 			run: func(t *testing.T, s *stack) {
 				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 5000\r\n\r\n"+strings.Repeat("a", 5000),
 					http.StatusRequestEntityTooLarge)
@@ -191,7 +192,7 @@ func TestHostileSlow(t *testing.T) {
 		},
 		{
 			name: "guard/oversize/chunked-body",
-			cfg:  func(c *config.Server) { c.MaxBodyBytes = 1000 },
+			cfg:  func(c *gateway.Config) { c.Router.MaxBodyBytes = 1000 },
 			run: func(t *testing.T, s *stack) {
 				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n"+strings.Repeat("a", 5000)+"\r\n0\r\n\r\n",
 					http.StatusRequestEntityTooLarge)
@@ -267,19 +268,19 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name: "item8/chunk-bare-lf",
+			name: "guard/smuggling/chunk-bare-lf",
 			run: func(t *testing.T, s *stack) {
 				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
 			},
 		},
 		{
-			name: "item8/chunk-length-overflow",
+			name: "guard/smuggling/chunk-length-overflow",
 			run: func(t *testing.T, s *stack) {
 				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
 			},
 		},
 		{
-			name:  "item8/dot-segments-land-where-normalized",
+			name:  "guard/path/dot-segments-land-where-normalized",
 			stack: startSplitStack,
 			run: func(t *testing.T, s *stack) {
 				for _, c := range []struct{ path, backend, uri string }{
@@ -300,7 +301,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name:  "item8/paths-that-escape-are-refused",
+			name:  "guard/path/paths-that-escape-are-refused",
 			stack: startSplitStack,
 			run: func(t *testing.T, s *stack) {
 				for _, path := range []string{
@@ -321,7 +322,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name:  "item11/h2c-connect-refused",
+			name:  "guard/connect/h2c-connect-refused",
 			stack: connectStack(false),
 			run: func(t *testing.T, s *stack) {
 				if status := h2cConnect(t, s.server); status != http.StatusMethodNotAllowed {
@@ -330,7 +331,7 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name:  "item11/h2c-connect-opt-in",
+			name:  "guard/connect/h2c-connect-opt-in",
 			stack: connectStack(true),
 			run: func(t *testing.T, s *stack) {
 				if status := h2cConnect(t, s.server); status != http.StatusOK {
@@ -343,14 +344,14 @@ func TestHostileSlow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			start := tc.stack
 			if start == nil {
-				start = func(t *testing.T, cfg func(*config.Server)) *stack {
+				start = func(t *testing.T, cfg func(*gateway.Config)) *stack {
 					return startStack(t, hostileBackend(t), cfg)
 				}
 			}
-			s := start(t, func(c *config.Server) {
+			s := start(t, func(c *gateway.Config) {
 				// A response-head timer armed by an aborted upload must not
 				// fire while this process runs.
-				c.GatewayResponseTimeout = time.Hour
+				c.Tunnel.ResponseHeaderTimeout = time.Hour
 				if tc.cfg != nil {
 					tc.cfg(c)
 				}
@@ -361,7 +362,7 @@ func TestHostileSlow(t *testing.T) {
 }
 
 // startBareServer starts a gateway alone: no agent, no harness client.
-func startBareServer(t *testing.T, cfg func(*config.Server)) *stack {
+func startBareServer(t *testing.T, cfg func(*gateway.Config)) *stack {
 	t.Helper()
 	scfg := serverConfig(t)
 	cfg(&scfg)
@@ -371,7 +372,7 @@ func startBareServer(t *testing.T, cfg func(*config.Server)) *stack {
 // startSplitStack starts one agent publishing two services on appHost:
 // "api" on the prefix /api and "root" on the rest. Each backend names
 // itself in X-Backend and echoes the request target in X-Got-URI.
-func startSplitStack(t *testing.T, cfg func(*config.Server)) *stack {
+func startSplitStack(t *testing.T, cfg func(*gateway.Config)) *stack {
 	t.Helper()
 	echo := func(name string) string {
 		return startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -392,8 +393,8 @@ func startSplitStack(t *testing.T, cfg func(*config.Server)) *stack {
 
 // connectStack returns a stack starter publishing a backend that answers
 // CONNECT with 200, with allow_connect as given.
-func connectStack(allow bool) func(t *testing.T, cfg func(*config.Server)) *stack {
-	return func(t *testing.T, cfg func(*config.Server)) *stack {
+func connectStack(allow bool) func(t *testing.T, cfg func(*gateway.Config)) *stack {
+	return func(t *testing.T, cfg func(*gateway.Config)) *stack {
 		t.Helper()
 		b := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodConnect {
@@ -450,10 +451,10 @@ func rawResponse(t testing.TB, s *testServer, raw string) *http.Response {
 }
 
 // pacing gives the stack one global slot and short visitor limits.
-func pacing(c *config.Server) {
-	c.MaxConcurrentRequests = 1
-	c.VisitorIdleTimeout = 300 * time.Millisecond
-	c.VisitorMinBytesPerSecond = 512
+func pacing(c *gateway.Config) {
+	c.Router.MaxConcurrentRequests = 1
+	c.Router.VisitorIdleTimeout = 300 * time.Millisecond
+	c.Router.VisitorMinRate = 512
 }
 
 // hostileBackend serves what the cases ask for: /big an endless body,

@@ -22,7 +22,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 )
 
@@ -51,17 +50,17 @@ func TestHostileTunnelGateway(t *testing.T) {
 		wantURI    string
 	}{
 		{
-			name:       "item5/h2-absolute-path-other-host",
+			name:       "guard/host/h2-absolute-path-other-host",
 			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "http://internal.test/secret?q=1"}},
 			wantStatus: http.StatusOK, wantHost: appHost, wantURI: "/secret?q=1",
 		},
 		{
-			name:       "item5/h2-host-equal-to-authority",
+			name:       "guard/host/h2-host-equal-to-authority",
 			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "/h2"}, {"host", appHost}},
 			wantStatus: http.StatusOK, wantHost: appHost, wantURI: "/h2",
 		},
 		{
-			name:       "item5/h2-host-differs-from-authority",
+			name:       "guard/host/h2-host-differs-from-authority",
 			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "/h2"}, {"host", "internal.test"}},
 			wantStatus: http.StatusBadRequest,
 		},
@@ -84,7 +83,7 @@ func TestHostileTunnelGateway(t *testing.T) {
 			}
 		})
 	}
-	t.Run("item0/visitor-leaves-mid-body", func(t *testing.T) {
+	t.Run("guard/failure/visitor-leaves-mid-body", func(t *testing.T) {
 		for range 5 {
 			leaveMidBody(t, st.server.addr, arrived)
 		}
@@ -340,8 +339,8 @@ func TestTunnelStreamCapWarning(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &syncBuffer{}
 			cfg := serverConfig(t)
-			cfg.MaxConcurrentRequests = 100
-			cfg.TunnelMaxStreams = tc.maxStreams
+			cfg.Router.MaxConcurrentRequests = 100
+			cfg.Tunnel.MaxStreams = tc.maxStreams
 			startServerWith(t, cfg, nil, nil, gateway.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 			warned := false
 			for _, l := range logs.lines(t) {
@@ -359,23 +358,23 @@ func TestTunnelStreamCapWarning(t *testing.T) {
 // hostileClientCases are the cases of TestHostileTunnelGateway that need a
 // hand-written tunnel client; each starts its own server.
 func hostileClientCases(t *testing.T) {
-	t.Run("item7/oversized-response-head-answers-502", func(t *testing.T) {
-		st := startStack(t, inspectHandler(), func(c *config.Server) { c.TunnelMaxHeaderBytes = 32 << 10 })
+	t.Run("guard/oversize/oversized-response-head-answers-502", func(t *testing.T) {
+		st := startStack(t, inspectHandler(), func(c *gateway.Config) { c.Tunnel.MaxHeaderBytes = 32 << 10 })
 		startEvilClient(t, st.server, answerWithHead(40<<10))
 		waitClients(t, st.visitor, st.server, 2)
 		if status, body := get(t, st.visitor, st.server, evilHost, "/"); status != http.StatusBadGateway {
 			t.Fatalf("GET from a client sending a 40 KiB head over tunnel_max_header_bytes 32KiB = %d %q, want 502", status, body)
 		}
 	})
-	t.Run("item7/head-under-the-bound-passes", func(t *testing.T) {
-		st := startStack(t, inspectHandler(), func(c *config.Server) { c.TunnelMaxHeaderBytes = 64 << 10 })
+	t.Run("guard/oversize/head-under-the-bound-passes", func(t *testing.T) {
+		st := startStack(t, inspectHandler(), func(c *gateway.Config) { c.Tunnel.MaxHeaderBytes = 64 << 10 })
 		startEvilClient(t, st.server, answerWithHead(40<<10))
 		waitClients(t, st.visitor, st.server, 2)
 		if status, body := get(t, st.visitor, st.server, evilHost, "/"); status != http.StatusOK || body != "ok" {
 			t.Fatalf("GET from a client sending a 40 KiB head under tunnel_max_header_bytes 64KiB = %d %q, want 200 ok", status, body)
 		}
 	})
-	t.Run("item7/client-opened-stream-ends-session", func(t *testing.T) {
+	t.Run("guard/protocol/client-opened-stream-ends-session", func(t *testing.T) {
 		st := startStack(t, inspectHandler(), nil)
 		mux, ctrl := startEvilClient(t, st.server, func(*yamux.Stream) {})
 		waitClients(t, st.visitor, st.server, 2)

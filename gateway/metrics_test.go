@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 )
 
 func TestMetricsEndpoint(t *testing.T) {
-	st := startStack(t, inspectHandler(), func(c *config.Server) {
+	st := startStack(t, inspectHandler(), func(c *gateway.Config) {
 		c.MetricsToken = "m-token"
-		c.Scaling = true
-		c.IPLimitMax = 2 // the client's tunnel handshake takes one token
-		c.IPLimitRefill = 0.0001
+		c.ScalingEnabled = true
+		c.Router.IPLimitMax = 2 // the client's tunnel handshake takes one token
+		c.Router.IPLimitRefill = 0.0001
 	})
 	// The first request passes, the second is refused by the ip bucket.
 	get(t, st.visitor, st.server, appHost, "/one")

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/netip"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // serveMetrics starts the metrics listener when metrics_listen is set; it
@@ -53,10 +55,10 @@ func (g *Gateway) serveMetrics() (stop func(), err error) {
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			g.log.Error("metrics listener stopped", "err", err)
+			g.log.Error("metrics listener stopped", logkey.Err, err)
 		}
 	}()
-	g.log.Info("metrics listening", "addr", ln.Addr().String())
+	g.log.Info("metrics listening", logkey.Addr, ln.Addr().String())
 	return func() {
 		srv.Close()
 		<-done

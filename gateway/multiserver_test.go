@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
-	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/store/storetest"
@@ -19,7 +18,7 @@ import (
 
 // startServerOn serves cfg with db as its store (closed by the caller's
 // cleanup, after the server stops).
-func startServerOn(t testing.TB, cfg config.Server, db *store.DB) *testServer {
+func startServerOn(t testing.TB, cfg gateway.Config, db *store.DB) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -89,8 +88,8 @@ func TestDisarmSeenByEveryServer(t *testing.T) {
 	}
 
 	cfg := serverConfig(t)
-	cfg.DatabaseURL = dsn
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
+	cfg.Store.DatabaseURL = dsn
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	a := startServerOn(t, cfg, dbA)
 	b := startServer(t, cfg, nil, nil)
 	// promptly bounds how long a change may take to reach the other

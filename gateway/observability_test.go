@@ -190,11 +190,11 @@ func TestObservabilityEndToEnd(t *testing.T) {
 	t.Cleanup(hook.Close)
 
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	cfg.MetricsToken = "m-token"
 	// Two tunnel handshakes and four requests take a token each: the fifth
 	// request is refused.
-	cfg.IPLimitMax, cfg.IPLimitRefill = 6, 0.0001
+	cfg.Router.IPLimitMax, cfg.Router.IPLimitRefill = 6, 0.0001
 	access := &syncBuffer{}
 	srv = startServerWith(t, cfg, nil, nil, gateway.Options{
 		Logger:         testLogger(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 )
@@ -28,13 +29,13 @@ func (g *Gateway) loadOwnership(ctx context.Context) error {
 
 func (g *Gateway) reloadOwnership(ctx context.Context) {
 	if err := g.loadOwnership(ctx); err != nil {
-		g.log.Error("hostname ownership reload failed", "err", err)
+		g.log.Error("hostname ownership reload failed", logkey.Err, err)
 		return
 	}
 	// Armed records are judged by ownership too (loadArmed).
 	if g.armed != nil {
 		if err := g.armed.reload(ctx); err != nil {
-			g.log.Error("armed binds reload failed", "err", err)
+			g.log.Error("armed binds reload failed", logkey.Err, err)
 		}
 	}
 }
@@ -71,11 +72,11 @@ func OrgsWithoutHostnames(ctx context.Context, db *store.DB, defaultOrgName stri
 func (g *Gateway) warnUnowned(ctx context.Context) {
 	names, err := OrgsWithoutHostnames(ctx, g.db, "default")
 	if err != nil {
-		g.log.Warn("cannot check organizations for hostname patterns", "err", err)
+		g.log.Warn("cannot check organizations for hostname patterns", logkey.Err, err)
 		return
 	}
 	if len(names) > 0 {
 		g.log.Warn("organizations without hostname patterns may mint no token and bind no hostname; assign them with PUT /aperio/api/orgs/{id}/hostnames",
-			"count", len(names), "orgs", names)
+			logkey.Count, len(names), logkey.Orgs, names)
 	}
 }

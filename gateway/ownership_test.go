@@ -17,7 +17,7 @@ import (
 // some.
 func TestWarnsOrgsWithoutHostnames(t *testing.T) {
 	cfg := serverConfig(t)
-	db, err := store.Open(context.Background(), store.Config{DataDir: cfg.DataDir})
+	db, err := store.Open(context.Background(), store.Config{DataDir: cfg.Store.DataDir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,8 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 		time.Sleep(refusalLogInterval)
 		l.refused(log, id, "sess", 1000, "h0.flood.test", errCap)
 		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-		if len(lines) != 2 || !strings.Contains(lines[1], "suppressed_since_last=99000") {
-			t.Fatalf("log after refusalLogInterval = %q, want a second line with suppressed_since_last=99000", lines)
+		if len(lines) != 2 || !strings.Contains(lines[1], "suppressed=99000") {
+			t.Fatalf("log after refusalLogInterval = %q, want a second line with suppressed=99000", lines)
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aperio-dev/aperio/agent"
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 )
 
 // These tests drive the router through real tunnels: several agents, each
@@ -221,9 +222,9 @@ func TestBurstUnderClientLimits(t *testing.T) {
 	const clients, limit, burst = 3, 2, 50
 	g := newGate(t)
 	scfg := serverConfig(t)
-	scfg.GatewayTimeout = time.Minute // every request waits its turn, none is refused
-	scfg.MaxConcurrentRequests = burst
-	scfg.IPLimitMax = 10 * burst
+	scfg.Router.GatewayTimeout = time.Minute // every request waits its turn, none is refused
+	scfg.Router.MaxConcurrentRequests = burst
+	scfg.Router.IPLimitMax = 10 * burst
 	srv := startServer(t, scfg, nil, nil)
 	origins := make([]*origin, clients)
 	for i := range origins {
@@ -290,7 +291,7 @@ func TestClientConcurrencyQueue(t *testing.T) {
 		g := newGate(t)
 		o := startOrigin(t, "only", g)
 		scfg := serverConfig(t)
-		scfg.GatewayTimeout = 200 * time.Millisecond
+		scfg.Router.GatewayTimeout = 200 * time.Millisecond
 		srv := startServer(t, scfg, nil, nil)
 		startAgent(t, srv, agentConfig(srv, limitedService(o.url, appHost, 1)))
 		visitor := newVisitor(t, srv)
@@ -303,8 +304,8 @@ func TestClientConcurrencyQueue(t *testing.T) {
 		if a.err != nil || a.status != http.StatusTooManyRequests {
 			t.Fatalf("GET /queued while the only permit is held = %v, want 429", a)
 		}
-		if d := time.Since(start); d < scfg.GatewayTimeout {
-			t.Errorf("GET /queued refused after %v, want it to wait gateway_timeout (%v) first", d, scfg.GatewayTimeout)
+		if d := time.Since(start); d < scfg.Router.GatewayTimeout {
+			t.Errorf("GET /queued refused after %v, want it to wait gateway_timeout (%v) first", d, scfg.Router.GatewayTimeout)
 		}
 		if got, want := a.header.Get("X-Aperio-Limit"), "client-concurrency; setting=max_concurrent"; got != want {
 			t.Errorf("GET /queued X-Aperio-Limit = %q, want %q", got, want)
@@ -328,7 +329,7 @@ func TestClientConcurrencyQueue(t *testing.T) {
 		g := newGate(t)
 		o := startOrigin(t, "only", g)
 		scfg := serverConfig(t)
-		scfg.GatewayTimeout = time.Minute
+		scfg.Router.GatewayTimeout = time.Minute
 		scfg.MetricsToken = metricsToken
 		srv := startServer(t, scfg, nil, nil)
 		startAgent(t, srv, agentConfig(srv, limitedService(o.url, appHost, 1)))
@@ -371,7 +372,7 @@ func TestGlobalConcurrencyLimit(t *testing.T) {
 	g := newGate(t)
 	o := startOrigin(t, "origin", g)
 	scfg := serverConfig(t)
-	scfg.MaxConcurrentRequests = 1
+	scfg.Router.MaxConcurrentRequests = 1
 	srv := startServer(t, scfg, nil, nil)
 	startAgent(t, srv, agentConfig(srv,
 		config.Service{Target: o.url, Hostnames: []string{one}},
@@ -403,8 +404,8 @@ func TestWaitingRequestHoldsNoGlobalSlot(t *testing.T) {
 	g := newGate(t)
 	o := startOrigin(t, "origin", g)
 	scfg := serverConfig(t)
-	scfg.MaxConcurrentRequests = 2
-	scfg.GatewayTimeout = time.Minute
+	scfg.Router.MaxConcurrentRequests = 2
+	scfg.Router.GatewayTimeout = time.Minute
 	scfg.MetricsToken = metricsToken
 	srv := startServer(t, scfg, nil, nil)
 	startAgent(t, srv, agentConfig(srv,
@@ -449,9 +450,9 @@ func TestWaitingRequestHoldsNoGlobalSlot(t *testing.T) {
 func TestIPLimit(t *testing.T) {
 	const burst = 3
 	o := startOrigin(t, "origin", nil)
-	st := startStackFor(t, service(o.url), func(c *config.Server) {
-		c.IPLimitMax = burst + 1 // the client's tunnel handshake takes one token
-		c.IPLimitRefill = 0.001  // one token every ~17 minutes: none within the test
+	st := startStackFor(t, service(o.url), func(c *gateway.Config) {
+		c.Router.IPLimitMax = burst + 1 // the client's tunnel handshake takes one token
+		c.Router.IPLimitRefill = 0.001  // one token every ~17 minutes: none within the test
 	}, false)
 	for i := range burst {
 		if a := roundTrip(st.visitor, getRequest(t, st.server, appHost, fmt.Sprintf("/%d", i))); a.err != nil || a.status != http.StatusOK {
@@ -494,7 +495,7 @@ func testDrainUnderSteadyLoad(t *testing.T, hold bool) {
 	const workers = 8
 	g := newGate(t)
 	scfg := serverConfig(t)
-	scfg.IPLimitMax = 0 // the load would empty any bucket
+	scfg.Router.IPLimitMax = 0 // the load would empty any bucket
 	srv := startServer(t, scfg, nil, nil)
 	origins := map[string]*origin{}
 	agents := map[string]*testAgent{}
@@ -655,7 +656,7 @@ func TestStandbyTakeoverAndHandBack(t *testing.T) {
 func TestLeastInflight(t *testing.T) {
 	g := newGate(t)
 	scfg := serverConfig(t)
-	scfg.LBStrategy = "least-inflight"
+	scfg.Router.Strategy = "least-inflight"
 	srv := startServer(t, scfg, nil, nil)
 	for _, name := range []string{"a", "b"} {
 		startAgent(t, srv, agentConfig(srv, service(startOrigin(t, name, g).url)))
@@ -741,9 +742,9 @@ func TestQueueMovesToStandbyWhenPrimaryDies(t *testing.T) {
 			scfg := serverConfig(t)
 			// Far longer than the test may take: a queued request that is
 			// not handed on when its client dies would wait all of it.
-			scfg.GatewayTimeout = time.Minute
+			scfg.Router.GatewayTimeout = time.Minute
 			scfg.MetricsToken = metricsToken
-			scfg.Failover = tc.failover
+			scfg.Router.Failover = tc.failover
 			srv := startServer(t, scfg, nil, nil)
 			primary := startOrigin(t, "primary", g)
 			crash := startCrashableAgent(t, srv, agentConfig(srv, limitedService(primary.url, appHost, 1)))

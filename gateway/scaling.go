@@ -16,11 +16,13 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
 	"github.com/aperio-dev/aperio/webhook"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // scalingRegistry passes the announced scaling block to the controller,
@@ -72,7 +74,7 @@ func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalin
 	r := scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
 		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
 		audit: g.db.AppendAudit, audited: &sessionBinds{}, auditBudget: newRefusalBudget(time.Now),
-		wait: declareWait(g.cfg.ClientDownThreshold)}
+		wait: declareWait(g.cfg.Tunnel.DownThreshold)}
 	r.declarers.declare = r.declare
 	g.declares = &r.declarers.stats
 	return r
@@ -112,9 +114,9 @@ func (l *refusalLog) refused(log *slog.Logger, id tunnel.Identity, session strin
 	logged := false
 	l.every.Do(func() {
 		logged = true
-		log.Warn("scaling declarations refused", "session_id", session, "token_id", id.TokenID,
-			"org_id", id.OrgID, "count", n, "first", first, "err", err,
-			"suppressed_since_last", l.suppressed.Swap(0))
+		log.Warn("scaling declarations refused", logkey.SessionID, session, logkey.TokenID, id.TokenID,
+			logkey.OrgID, id.OrgID, logkey.Count, n, logkey.First, first, logkey.Err, err,
+			logkey.Suppressed, l.suppressed.Swap(0))
 	})
 	if !logged {
 		l.suppressed.Add(int64(n))
@@ -230,7 +232,7 @@ func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 	id := s.Identity()
 	armer := id.TokenID
 	if armer == "" {
-		armer = "master"
+		armer = wire.Master
 	}
 	sc := ann.Scaling
 	job := &declareJob{id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
@@ -270,7 +272,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 	for _, b := range job.binds {
 		err := errNotBound
 		if b.bound {
-			err = r.ctl.Declare(ctx, autoscale.Announcement{OrgID: job.id.OrgID, Hostname: b.hostname, Path: b.path,
+			err = r.ctl.Declare(ctx, autoscale.SessionDeclaration{OrgID: job.id.OrgID, Hostname: b.hostname, Path: b.path,
 				Session: job.session, Armer: job.armer, Block: job.block})
 		}
 		if err != nil {
@@ -300,7 +302,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 	}
 	if arm {
 		if err := r.arm(ctx); err != nil {
-			r.log.Error("arming new scaling records failed", "session_id", job.session, "err", err)
+			r.log.Error("arming new scaling records failed", logkey.SessionID, job.session, logkey.Err, err)
 		}
 	}
 	return notices
@@ -551,30 +553,27 @@ func (g *Gateway) newController() error {
 	}
 	g.expiry = newArmerExpiry()
 	g.armed = &armLoader{load: g.loadArmed}
-	g.ctl, err = autoscale.New(autoscale.Config{
-		Store:              g.db,
-		Pool:               poolView{g.router},
-		Caller:             observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer},
-		Events:             g.hooks,
-		Logger:             g.log,
-		MaxCallsPerMinute:  g.cfg.ScalingMaxCallsPerMinute,
-		MaxRecordsPerOrg:   g.cfg.ScalingMaxRecordsPerOrg,
-		MaxRecordsPerToken: g.cfg.ScalingMaxRecordsPerToken,
-		DeclareRefresh:     declareRefresh(g.cfg.ScalingRecordTTL),
-		DefaultOrgID:       g.defaultOrg,
-		CheckURL:           g.fence.CheckURL,
-	})
+	sc := g.cfg.Scaling
+	sc.Store, sc.Pool, sc.Events, sc.Logger = g.db, poolView{g.router}, g.hooks, g.log
+	sc.Caller = observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer}
+	sc.DeclareRefresh = declareRefresh(sc.DeclareRefresh, g.cfg.ScalingRecordTTL)
+	sc.DefaultOrgID, sc.Policy = g.defaultOrg, g.fence
+	g.ctl, err = autoscale.New(sc)
 	return err
 }
 
 // declareRefresh is how often an unchanged declaration is written again:
-// the controller's default, or half of scaling_record_ttl when that is
-// shorter, so a live client's record is never old enough to be swept.
-func declareRefresh(ttl time.Duration) time.Duration {
-	if ttl > 0 && ttl/2 < autoscale.DefaultDeclareRefresh {
+// the controller's setting (its default when zero), or half of
+// scaling_record_ttl when that is shorter, so a live client's record is
+// never old enough to be swept.
+func declareRefresh(refresh, ttl time.Duration) time.Duration {
+	if refresh <= 0 {
+		refresh = autoscale.DefaultConfig().DeclareRefresh
+	}
+	if ttl > 0 && ttl/2 < refresh {
 		return max(ttl/2, time.Millisecond)
 	}
-	return autoscale.DefaultDeclareRefresh
+	return refresh
 }
 
 // armLoader runs loads of the router's armed binds one at a time and lets
@@ -640,7 +639,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 	expiring := make(map[string]time.Time)
 	for _, rec := range recs {
 		for _, armer := range rec.ArmedBy {
-			if armer == "master" {
+			if armer == wire.Master {
 				continue
 			}
 			t, err := token(armer)
@@ -682,7 +681,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 // record's hostname.
 func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token, error)) (bool, error) {
 	for _, armer := range rec.ArmedBy {
-		if armer == "master" {
+		if armer == wire.Master {
 			return true, nil
 		}
 		t, err := token(armer)
@@ -702,7 +701,7 @@ func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token,
 func armersAllowedIPs(rec store.ScalingRecord, token func(id string) (store.Token, error)) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, armer := range rec.ArmedBy {
-		if armer == "master" {
+		if armer == wire.Master {
 			return nil, nil
 		}
 		t, err := token(armer)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/tunnel"
 	"github.com/aperio-dev/aperio/wire"
 )
@@ -42,7 +42,7 @@ func TestScalingDeclarationRefusedMinAboveMax(t *testing.T) {
 // refused with that reason and no record, and a visitor is not held for a
 // call that could never be made.
 func TestScalingDeclarationRefusedByFence(t *testing.T) {
-	h := newScalingHarnessWith(t, func(c *config.Server) { c.ScalingAllowHTTP = false })
+	h := newScalingHarnessWith(t, func(c *gateway.Config) { c.Outbound.AllowHTTP = false })
 	tok := h.token(t, h.orgB, "b.example.net")
 	c := h.client(t, tok, "b.example.net")
 	c.announceNow(t)

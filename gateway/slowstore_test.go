@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -26,7 +26,7 @@ func TestSlowStoreKeepsClientsConnected(t *testing.T) {
 	// ack, far less than a blocked write takes.
 	const threshold = 1500 * time.Millisecond
 	const interval = threshold / 3
-	h := newScalingHarnessWith(t, func(cfg *config.Server) { cfg.ClientDownThreshold = threshold })
+	h := newScalingHarnessWith(t, func(cfg *gateway.Config) { cfg.Tunnel.DownThreshold = threshold })
 	tok := h.token(t, h.orgB, "b.example.net", "*.b.example.net")
 	c := h.client(t, tok, "b.example.net")
 	c.announceNow(t)

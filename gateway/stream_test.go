@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 )
 
 // streamSize is the size of each streamed body. 1 GiB is the target; the
@@ -148,7 +148,7 @@ func TestStreamingBoundedMemory(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	})
-	st := startStack(t, backend, func(c *config.Server) { c.MaxBodyBytes = 2 * size })
+	st := startStack(t, backend, func(c *gateway.Config) { c.Router.MaxBodyBytes = 2 * size })
 
 	tests := []struct {
 		name   string

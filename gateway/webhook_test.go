@@ -119,7 +119,7 @@ func TestWebhooksThroughServer(t *testing.T) {
 	t.Cleanup(hook.Close)
 
 	cfg := serverConfig(t)
-	cfg.Scaling, cfg.ScalingAllowHTTP, cfg.ScalingAllowPrivate = true, true, true // loopback http receivers
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true // loopback http receivers
 	srv := startServer(t, cfg, nil, nil)
 	visitor := newVisitor(t, srv)
 

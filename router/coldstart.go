@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -100,9 +101,9 @@ var errColdStartFailed = errors.New("router: cold start failed")
 // rules.
 func (rt *Router) SetArmed(binds []ArmedBind) {
 	now := time.Now()
-	sets := make(map[bindKey]*armedSet, len(binds))
+	sets := make(map[poolKey]*armedSet, len(binds))
 	for _, b := range binds {
-		k := bindKey{hostname.Normalize(b.Pattern), b.Path}
+		k := poolKey{hostname.Normalize(b.Pattern), b.Path}
 		set := sets[k]
 		if set == nil {
 			set = &armedSet{byOrg: make(map[string]*armedInfo, 1)}
@@ -161,7 +162,7 @@ func (rt *Router) coldStart(ctx context.Context, p *pool, w *waiter) (failed <-c
 	}
 	st, err := rt.cfg.Scaler.ColdStart(ctx, a.org, p.pattern, p.path)
 	if err != nil {
-		rt.log.Debug("no cold start", "hostname", p.pattern, "path", p.path, "err", err)
+		rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
 		return nil, 0, false
 	}
 	return st.Failed(), a.coldStart, true
@@ -171,7 +172,7 @@ func (rt *Router) coldStart(ctx context.Context, p *pool, w *waiter) (failed <-c
 func (rt *Router) poolOf(pattern, path string) *pool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.pools[bindKey{hostname.Normalize(pattern), path}]
+	return rt.pools[poolKey{hostname.Normalize(pattern), path}]
 }
 
 // Armed reports whether the bind of pattern and path is armed by any
@@ -212,7 +213,7 @@ func (rt *Router) Bound(conn Conn, pattern, path string) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	e := rt.clients[conn]
-	return e != nil && e.keys[bindKey{hostname.Normalize(pattern), path}]
+	return e != nil && e.keys[poolKey{hostname.Normalize(pattern), path}]
 }
 
 // MayArm reports whether a token with the hostname patterns may arm a

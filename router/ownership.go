@@ -122,7 +122,7 @@ func (rt *Router) refusalLocked(e *clientEntry, r rights, host, path string) str
 	}
 	// A connection that names no organization (only tests make them)
 	// shares any pool.
-	for other := range rt.members[bindKey{hostname.Normalize(host), path}] {
+	for other := range rt.members[poolKey{hostname.Normalize(host), path}] {
 		if other != e && other.rights.org != r.org && other.rights.org != "" && r.org != "" {
 			return fmt.Sprintf("bind %s%s is served by another organization's clients", host, path)
 		}

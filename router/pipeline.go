@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -411,7 +412,7 @@ func (rt *Router) answerError(w http.ResponseWriter, r *http.Request, host strin
 	case errors.As(err, &vbe):
 		// The visitor's fault: debug only, so that bad bodies cannot flood
 		// the log.
-		rt.log.Debug("bad visitor request body", "host", host, "err", err)
+		rt.log.Debug("bad visitor request body", logkey.Hostname, host, logkey.Err, err)
 		if vbe.slow() {
 			http.Error(w, "aperio: request body sent too slowly", http.StatusRequestTimeout)
 		} else {
@@ -420,10 +421,10 @@ func (rt *Router) answerError(w http.ResponseWriter, r *http.Request, host strin
 	case errors.Is(err, tunnel.ErrResponseTimeout):
 		http.Error(w, "aperio: "+host+" did not answer within gateway_response_timeout", http.StatusGatewayTimeout)
 	case errors.Is(err, tunnel.ErrSessionClosed):
-		rt.log.Debug("client went away mid-request", "host", host, "err", err)
+		rt.log.Debug("client went away mid-request", logkey.Hostname, host, logkey.Err, err)
 		http.Error(w, "aperio: the client serving "+host+" disconnected", http.StatusBadGateway)
 	default:
-		rt.log.Warn("proxy error", "host", host, "err", err)
+		rt.log.Warn("proxy error", logkey.Hostname, host, logkey.Err, err)
 		http.Error(w, "aperio: bad gateway", http.StatusBadGateway)
 	}
 }

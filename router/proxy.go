@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/internal/bufpool"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -144,7 +145,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 				}
 				return
 			}
-			rt.log.Debug("failing over", "host", host, "from", s.conn.ID(), "err", err)
+			rt.log.Debug("failing over", logkey.Hostname, host, logkey.From, s.conn.ID(), logkey.Err, err)
 			// The next attempt must not go back to the connection that failed.
 			remaining := rt.cfg.FailoverWindow - time.Since(start)
 			policy := rt.failover
@@ -256,17 +257,17 @@ func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, re
 		return
 	}
 	defer resp.Body.Close()
-	var rec *cache.Recording
+	var capture *cache.Capture
 	if rt.cfg.Cache != nil && s.resilience.Load() {
-		if resp.Header.Get("X-Aperio-Error") == "backend" && rt.serveStale(w, r) {
+		if resp.Header.Get(tunnel.ErrorHeader) == tunnel.ErrorBackend && rt.serveStale(w, r) {
 			return
 		}
-		rec = rt.cfg.Cache.Record(r, resp)
+		capture = rt.cfg.Cache.Capture(r, resp)
 	}
 	pw := rt.paceResponse(w)
-	complete := copyResponse(pw, resp, rec)
+	complete := copyResponse(pw, resp, capture)
 	pw.finish()
-	rec.Finish(complete)
+	capture.Finish(complete)
 }
 
 // serveStale answers with a stale copy, if the cache has one.
@@ -292,11 +293,11 @@ func prepareOutbound(r *http.Request, v *Visitor, upgrade bool) {
 	setForwarded(h, v, r.Host)
 }
 
-// copyResponse writes resp to the visitor, and every body byte also to rec
-// (nil-safe). A body of unknown length (SSE, gRPC, chunked) is flushed after
+// copyResponse writes resp to the visitor, and every body byte also to
+// capture (nil-safe). A body of unknown length (SSE, gRPC, chunked) is flushed after
 // every read; trailers follow the body. It reports whether the whole body
 // reached the visitor.
-func copyResponse(w http.ResponseWriter, resp *http.Response, rec *cache.Recording) bool {
+func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Capture) bool {
 	dst := w.Header()
 	for k, vv := range resp.Header {
 		dst[k] = vv
@@ -316,7 +317,7 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, rec *cache.Recordi
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				break
 			}
-			rec.Write(buf[:n])
+			capture.Write(buf[:n])
 			if streaming && flusher != nil {
 				flusher.Flush()
 			}
@@ -340,7 +341,7 @@ func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *htt
 	defer backend.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		rt.log.Debug("upgrade without hijack", "host", r.Host, "err", err)
+		rt.log.Debug("upgrade without hijack", logkey.Hostname, r.Host, logkey.Err, err)
 		return
 	}
 	defer conn.Close()

@@ -20,7 +20,7 @@ import (
 )
 
 // Config configures a Router. The zero value routes with round-robin, no
-// limits and no waiting; gateway.New fills it from the server's settings.
+// limits and no waiting; DefaultConfig holds the server's defaults.
 type Config struct {
 	// MaxBodyBytes bounds a request body (max_body_size); larger bodies get
 	// 413. Zero means no bound.
@@ -100,8 +100,8 @@ type Router struct {
 
 	mu      sync.Mutex // guards the following fields and table swaps
 	clients map[Conn]*clientEntry
-	pools   map[bindKey]*pool
-	members map[bindKey]map[*clientEntry][]*service // who serves each pool
+	pools   map[poolKey]*pool
+	members map[poolKey]map[*clientEntry][]*service // who serves each pool
 	poolSeq uint64
 }
 
@@ -110,15 +110,20 @@ type clientEntry struct {
 	ann      *tunnel.Announcement
 	rights   rights // fixed for the session's life
 	services map[string]*service
-	keys     map[bindKey]bool // the pools its services are in
+	keys     map[poolKey]bool // the pools its services are in
 	notices  []string         // repeated to the client on every heartbeat
 }
 
-// bindKey names a pool.
-type bindKey struct{ pattern, path string }
+// poolKey names a pool: a hostname pattern and a path. It needs no
+// organization, unlike autoscale's bindKey: the router refuses binds into
+// another organization's pool, so every pool has one.
+type poolKey struct{ pattern, path string }
 
 // New returns a Router with no clients, or an error naming a bad setting.
 func New(cfg Config) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -128,8 +133,8 @@ func New(cfg Config) (*Router, error) {
 		log:     log,
 		tracer:  cfg.Tracer,
 		clients: make(map[Conn]*clientEntry),
-		pools:   make(map[bindKey]*pool),
-		members: make(map[bindKey]map[*clientEntry][]*service),
+		pools:   make(map[poolKey]*pool),
+		members: make(map[poolKey]map[*clientEntry][]*service),
 	}
 	switch cfg.Strategy {
 	case "", "round-robin":
@@ -280,7 +285,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 	}
 	e.ann = ann
 	seen := make(map[string]bool, len(ann.Services))
-	keys := make(map[bindKey][]*service)
+	keys := make(map[poolKey][]*service)
 	var notices []string
 	for _, sa := range ann.Services {
 		seen[sa.ID] = true
@@ -303,7 +308,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 				notices = append(notices, why+"; not routed")
 				continue
 			}
-			k := bindKey{hostname.Normalize(h), sa.Path}
+			k := poolKey{hostname.Normalize(h), sa.Path}
 			keys[k] = append(keys[k], s)
 		}
 	}
@@ -352,9 +357,9 @@ func (rt *Router) detach(conn Conn) {
 // rebindLocked moves e's services from the pools they were in to the pools
 // in keys, refreshes those pools' member lists and, when a pool appeared
 // or may go, the table. It returns the pools e's services are in now.
-func (rt *Router) rebindLocked(e *clientEntry, keys map[bindKey][]*service) []*pool {
+func (rt *Router) rebindLocked(e *clientEntry, keys map[poolKey][]*service) []*pool {
 	now := time.Now()
-	affected := make(map[bindKey]bool, len(e.keys)+len(keys))
+	affected := make(map[poolKey]bool, len(e.keys)+len(keys))
 	for k := range e.keys {
 		affected[k] = true
 		delete(rt.members[k], e)
@@ -380,7 +385,7 @@ func (rt *Router) rebindLocked(e *clientEntry, keys map[bindKey][]*service) []*p
 		}
 		touched = append(touched, p)
 	}
-	e.keys = make(map[bindKey]bool, len(keys))
+	e.keys = make(map[poolKey]bool, len(keys))
 	for k := range keys {
 		e.keys[k] = true
 	}
@@ -541,7 +546,7 @@ type PoolStats struct {
 // disconnected services are not capacity.
 func (rt *Router) Stats(pattern, path string) PoolStats {
 	rt.mu.Lock()
-	p := rt.pools[bindKey{hostname.Normalize(pattern), path}]
+	p := rt.pools[poolKey{hostname.Normalize(pattern), path}]
 	rt.mu.Unlock()
 	var st PoolStats
 	if p == nil {

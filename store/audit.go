@@ -16,7 +16,7 @@ import (
 	"unicode/utf8"
 )
 
-// The audit hash chain (issue #7, docs/audit-and-explain.md).
+// The audit hash chain (docs/audit-and-explain.md).
 //
 // Entry n (Seq n, from 1, without gaps) carries PrevHash, the Hash of entry
 // n-1 (32 zero bytes for entry 1), and
@@ -93,7 +93,7 @@ func (e *AuditChainError) Error() string {
 
 // ErrAuditChainBroken is wrapped by every *AuditChainError, for callers that
 // only branch on whether the chain holds.
-var ErrAuditChainBroken = errors.New("audit chain broken")
+var ErrAuditChainBroken = errors.New("store: audit chain broken")
 
 // Unwrap lets errors.Is(err, ErrAuditChainBroken) match.
 func (e *AuditChainError) Unwrap() error { return ErrAuditChainBroken }

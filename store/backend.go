@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
@@ -117,6 +118,6 @@ func migrate(ctx context.Context, log *slog.Logger, dialect goose.Dialect, db *s
 	if err != nil {
 		return fmt.Errorf("read schema version: %w", err)
 	}
-	log.Info("store migrated", logKeyVersion, version, logKeyApplied, len(res))
+	log.Info("store migrated", logkey.Version, version, logkey.Applied, len(res))
 	return nil
 }

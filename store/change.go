@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // Change kinds, as Change.Kind carries them.
@@ -170,7 +172,7 @@ func (s *subscriber) push(c Change) {
 		s.queue = s.queue[:0]
 		s.resync = true
 		s.h.dropped.Add(n)
-		s.h.log.Warn("change subscriber overflowed", logKeyDropped, n)
+		s.h.log.Warn("change subscriber overflowed", logkey.Dropped, n)
 	default:
 		s.queue = append(s.queue, c)
 	}

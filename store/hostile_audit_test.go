@@ -100,7 +100,7 @@ func TestHostileAudit(t *testing.T) {
 		name string
 		run  func(t *testing.T, b hostileAuditBackend)
 	}{
-		{"item11/plain-insert-refused", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/plain-insert-refused", func(t *testing.T, b hostileAuditBackend) {
 			db := openClock(t, b.fresh(t), newClock())
 			appendN(t, db, 2)
 			if err := db.ExecForTest(t.Context(), forgedInsert); err == nil {
@@ -110,7 +110,7 @@ func TestHostileAudit(t *testing.T) {
 				t.Errorf("VerifyAudit() = %d, %v; want 2, nil", n, err)
 			}
 		}},
-		{"item11/insert-without-trigger-never-chained", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/insert-without-trigger-never-chained", func(t *testing.T, b hostileAuditBackend) {
 			ctx := t.Context()
 			cfg := b.fresh(t)
 			db := openClock(t, cfg, newClock())
@@ -133,7 +133,7 @@ func TestHostileAudit(t *testing.T) {
 				}
 			}
 		}},
-		{"item11/chain-columns-set-later-refused", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/chain-columns-set-later-refused", func(t *testing.T, b hostileAuditBackend) {
 			db := openClock(t, b.fresh(t), newClock())
 			es := appendN(t, db, 2)
 			mustExec(t, db, b.dropInsertGuard, forgedInsert)
@@ -145,7 +145,7 @@ func TestHostileAudit(t *testing.T) {
 			}
 			wantUnchained(t, db)
 		}},
-		{"item11/backdated-entry-broken", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/backdated-entry-broken", func(t *testing.T, b hostileAuditBackend) {
 			clk := newClock()
 			db := openClock(t, b.fresh(t), clk)
 			es := appendN(t, db, 3)
@@ -164,7 +164,7 @@ func TestHostileAudit(t *testing.T) {
 				t.Fatalf("VerifyAudit() with a backdated entry = %v, want it broken at seq 4, backdated", err)
 			}
 		}},
-		{"item11/clock-skew-within-tolerance", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/clock-skew-within-tolerance", func(t *testing.T, b hostileAuditBackend) {
 			clk := newClock()
 			db := openClock(t, b.fresh(t), clk)
 			appendN(t, db, 1)
@@ -174,7 +174,7 @@ func TestHostileAudit(t *testing.T) {
 				t.Errorf("VerifyAudit() with times stepping back %s = %d, %v; want 2, nil", store.AuditClockSkew/2, n, err)
 			}
 		}},
-		{"item11/read-only-writes-nothing", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/read-only-writes-nothing", func(t *testing.T, b hostileAuditBackend) {
 			cfg := b.fresh(t)
 			storetest.Open(t, cfg)
 			cfg.ReadOnly = true
@@ -186,7 +186,7 @@ func TestHostileAudit(t *testing.T) {
 				t.Errorf("read-only VerifyAudit() = %d, %v; want 0, nil", n, err)
 			}
 		}},
-		{"item11/control-characters-escaped", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/control-characters-escaped", func(t *testing.T, b hostileAuditBackend) {
 			db := openClock(t, b.fresh(t), newClock())
 			e, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: "client_refused", Actor: "token:\x1b[2J",
 				Hostname: "a.test\n", Detail: "web\r\n2031-01-01 token_revoked by master\u202e\xff\x00"})
@@ -201,7 +201,7 @@ func TestHostileAudit(t *testing.T) {
 				t.Errorf("VerifyAudit() = %d, %v; want 1, nil", n, err)
 			}
 		}},
-		{"item11/oversize-detail-cut", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/oversize-detail-cut", func(t *testing.T, b hostileAuditBackend) {
 			db := openClock(t, b.fresh(t), newClock())
 			e, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: "token_minted", Detail: strings.Repeat("é", store.MaxAuditDetailBytes)})
 			if err != nil {
@@ -212,7 +212,7 @@ func TestHostileAudit(t *testing.T) {
 					2*store.MaxAuditDetailBytes, len(e.Detail), e.Detail[len(e.Detail)-24:], store.MaxAuditDetailBytes)
 			}
 		}},
-		{"item11/legacy-backfill-once", func(t *testing.T, b hostileAuditBackend) {
+		{"guard/audit/legacy-backfill-once", func(t *testing.T, b hostileAuditBackend) {
 			ctx := t.Context()
 			cfg := b.fresh(t)
 			legacy := legacyStore(t, cfg, 3)

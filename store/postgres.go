@@ -21,6 +21,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/migrations"
 )
 
@@ -93,7 +94,7 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
-		return nil, fmt.Errorf("store: open postgres: %w", pgErr(err))
+		return nil, opError("open postgres", pgErr(err))
 	}
 	b := &pgBackend{
 		pool:   pool,
@@ -103,11 +104,11 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("store: open postgres: %w", pgErr(err))
+		return nil, opError("open postgres", pgErr(err))
 	}
 	if cfg.ReadOnly {
 		b.stop = func() {} // no listener: nothing to stop
-		cfg.Logger.Info("store opened read-only", logKeyBackend, BackendPostgres)
+		cfg.Logger.Info("store opened read-only", logkey.Backend, BackendPostgres)
 		return b, nil
 	}
 
@@ -125,7 +126,7 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	if err != nil {
 		pool.Close()
 		if errors.Is(pgErr(err), ErrUnavailable) {
-			return nil, fmt.Errorf("store: %w: %w", ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return nil, fmt.Errorf("store: %w", err) // a broken migration is no conflict or missing record
 	}
@@ -135,13 +136,13 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*pgBackend, error) {
 	conn, err := b.connectListener(ctx)
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("store: listen for changes: %w", pgErr(err))
+		return nil, opError("listen for changes", pgErr(err))
 	}
 	lctx, stop := context.WithCancel(context.Background()) // the listener's own lifetime, ended by close
 	b.stop = stop
 	b.wg.Add(1)
 	go b.listenLoop(lctx, conn)
-	cfg.Logger.Info("store opened", logKeyBackend, BackendPostgres)
+	cfg.Logger.Info("store opened", logkey.Backend, BackendPostgres)
 	return b, nil
 }
 
@@ -185,7 +186,7 @@ func pgErr(err error) error {
 		case pe.Code == "23505": // unique_violation
 			return fmt.Errorf("%w: %w", ErrConflict, err)
 		case pe.Code == "23503": // foreign_key_violation
-			return fmt.Errorf("org %w: %w", ErrNotFound, err)
+			return fmt.Errorf("%w: org: %w", ErrNotFound, err)
 		case strings.HasPrefix(pe.Code, "08"), // connection_exception
 			strings.HasPrefix(pe.Code, "53"), // insufficient_resources (too many connections, disk full)
 			pe.Code == "57P01",               // admin_shutdown
@@ -829,7 +830,7 @@ func (b *pgBackend) listenLoop(ctx context.Context, conn *pgx.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
-		b.log.Warn("change listener lost", logKeyErr, err)
+		b.log.Warn("change listener lost", logkey.Err, err)
 		if conn = b.reconnect(ctx); conn == nil {
 			return
 		}
@@ -847,7 +848,7 @@ func (b *pgBackend) receive(ctx context.Context, conn *pgx.Conn) error {
 		}
 		var p pgPayload
 		if err := json.Unmarshal([]byte(n.Payload), &p); err != nil || p.Kind == "" {
-			b.log.Warn("change notification unreadable", logKeyErr, err)
+			b.log.Warn("change notification unreadable", logkey.Err, err)
 			continue
 		}
 		b.hub.publish(Change(p))
@@ -859,7 +860,7 @@ func (b *pgBackend) closeListener(ctx context.Context, conn *pgx.Conn) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	if err := conn.Close(cctx); err != nil {
-		b.log.Debug("change listener close", logKeyErr, err)
+		b.log.Debug("change listener close", logkey.Err, err)
 	}
 }
 
@@ -884,7 +885,7 @@ func (b *pgBackend) reconnect(ctx context.Context) *pgx.Conn {
 		}
 		delay = min(delay*2, pgListenBackoffMax)
 		wait := jitter(delay)
-		b.log.Debug("change listener reconnect failed", logKeyErr, err, logKeyRetryIn, wait)
+		b.log.Debug("change listener reconnect failed", logkey.Err, err, logkey.RetryIn, wait)
 		timer.Reset(wait)
 	}
 }
@@ -947,7 +948,7 @@ func (b *pgBackend) setOrgHostnames(ctx context.Context, orgID string, patterns 
 		var one int
 		if err := tx.QueryRow(ctx, `SELECT 1 FROM orgs WHERE id = $1`, orgID).Scan(&one); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("org %w", ErrNotFound)
+				return fmt.Errorf("%w: org %s", ErrNotFound, orgID)
 			}
 			return err
 		}

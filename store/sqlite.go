@@ -18,6 +18,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/migrations"
 )
 
@@ -74,13 +75,13 @@ func openSQLite(ctx context.Context, cfg Config, h *hub) (*sqliteBackend, error)
 	w.SetConnMaxIdleTime(0) // keep it: it holds the pragmas and the WAL open
 	b := &sqliteBackend{w: w, publish: h.publish}
 	if err := w.PingContext(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("store: open %s: %w", path, sqliteErr(err)), w.Close())
+		return nil, errors.Join(opError("open "+path, sqliteErr(err)), w.Close())
 	}
 	if err := migrate(ctx, cfg.Logger, goose.DialectSQLite3, w, migrations.SQLite(), nil); err != nil {
 		if errors.Is(sqliteErr(err), ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		} // a broken migration is no conflict or missing record
-		return nil, errors.Join(fmt.Errorf("store: %s: %w", path, err), w.Close())
+		return nil, errors.Join(opError(path, err), w.Close())
 	}
 
 	r, err := sql.Open("sqlite", name+"?_busy_timeout="+busy+"&_foreign_keys=1&_query_only=1")
@@ -90,7 +91,7 @@ func openSQLite(ctx context.Context, cfg Config, h *hub) (*sqliteBackend, error)
 	r.SetMaxOpenConns(sqliteReaders)
 	r.SetMaxIdleConns(sqliteReaders)
 	b.r = r
-	cfg.Logger.Info("store opened", logKeyBackend, BackendSQLite, logKeyPath, path)
+	cfg.Logger.Info("store opened", logkey.Backend, BackendSQLite, logkey.Path, path)
 	return b, nil
 }
 
@@ -107,9 +108,9 @@ func openSQLiteReadOnly(ctx context.Context, cfg Config, path, dsn string) (*sql
 	}
 	r.SetMaxOpenConns(sqliteReaders)
 	if err := r.PingContext(ctx); err != nil {
-		return nil, errors.Join(fmt.Errorf("store: open %s: %w", path, sqliteErr(err)), r.Close())
+		return nil, errors.Join(opError("open "+path, sqliteErr(err)), r.Close())
 	}
-	cfg.Logger.Info("store opened read-only", logKeyBackend, BackendSQLite, logKeyPath, path)
+	cfg.Logger.Info("store opened read-only", logkey.Backend, BackendSQLite, logkey.Path, path)
 	return &sqliteBackend{w: r, r: r, publish: func(Change) {}}, nil
 }
 
@@ -140,7 +141,7 @@ func sqliteErr(err error) error {
 	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
-		return fmt.Errorf("org %w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: org: %w", ErrNotFound, err)
 	}
 	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR,
@@ -881,7 +882,7 @@ func (b *sqliteBackend) setOrgHostnames(ctx context.Context, orgID string, patte
 		var one int
 		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orgs WHERE id = ?1`, orgID).Scan(&one); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("org %w", ErrNotFound)
+				return fmt.Errorf("%w: org %s", ErrNotFound, orgID)
 			}
 			return err
 		}

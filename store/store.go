@@ -29,6 +29,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // Sentinel errors. Callers test for them with errors.Is; the store wraps
@@ -36,20 +38,20 @@ import (
 var (
 	// ErrNotFound means the record does not exist, or exists in another
 	// organization than the one the call is scoped to.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errors.New("store: not found")
 	// ErrConflict means the write would break a uniqueness rule: an org
 	// name or a token or key hash already taken, or a hostname already in
 	// maintenance for another organization.
-	ErrConflict = errors.New("conflict")
+	ErrConflict = errors.New("store: conflict")
 	// ErrUnavailable means the database cannot be reached (refused or lost
 	// connection, server shutting down, SQLite file locked or unreadable) or
 	// the DB is closed. Callers answer 503. The store recovers on its own
 	// when the database comes back; nothing needs reopening.
-	ErrUnavailable = errors.New("database unavailable")
+	ErrUnavailable = errors.New("store: database unavailable")
 )
 
 // errClosed is returned by every call made after Close.
-var errClosed = fmt.Errorf("store: closed: %w", ErrUnavailable)
+var errClosed = fmt.Errorf("%w: closed", ErrUnavailable)
 
 // Backend names, as Backend reports them.
 const (
@@ -59,18 +61,6 @@ const (
 
 // DBFile is the name of the SQLite database file inside Config.DataDir.
 const DBFile = "aperio.db"
-
-// Log attribute keys.
-const (
-	logKeyBackend = "backend"
-	logKeyErr     = "err"
-	logKeyVersion = "version"
-	logKeyApplied = "applied"
-	logKeyPath    = "path"
-	logKeyDropped = "dropped"
-	logKeyRetryIn = "retry_in"
-	logKeyChained = "chained"
-)
 
 // Config says which database to open. The zero value is invalid: set
 // DataDir or DatabaseURL.
@@ -180,7 +170,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		return nil, errors.Join(fmt.Errorf("store: chain audit entries: %w", err), db.Close())
 	}
 	if n > 0 {
-		db.log.Info("audit entries chained", logKeyChained, n)
+		db.log.Info("audit entries chained", logkey.Chained, n)
 	}
 	return db, nil
 }
@@ -222,7 +212,16 @@ func (db *DB) DroppedChanges() uint64 { return db.hub.dropped.Load() }
 // reads as errClosed rather than as the driver's own "closed" error.
 func (db *DB) fail(op string, err error) error {
 	if db.closed.Load() && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
-		return fmt.Errorf("store: %s: %w", op, errClosed)
+		err = errClosed
+	}
+	return opError(op, err)
+}
+
+// opError wraps err with the operation op, naming the store once: a
+// sentinel's text already does.
+func opError(op string, err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	return fmt.Errorf("store: %s: %w", op, err)
 }

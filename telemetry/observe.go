@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -43,22 +44,8 @@ const (
 	HostLabelUnrouted = "__unrouted"
 )
 
-// Access log attribute keys, declared once; docs/observability.md lists
-// them.
+// The access log's constants; its attribute keys are package logkey's.
 const (
-	logKeyLogger    = "logger"
-	logKeyHostname  = "hostname"
-	logKeyMethod    = "method"
-	logKeyPath      = "path"
-	logKeyStatus    = "status"
-	logKeyBytes     = "bytes"
-	logKeyDuration  = "duration_ms"
-	logKeyQueueWait = "queue_wait_ms"
-	logKeyHold      = "hold_ms"
-	logKeyClientID  = "client_id"
-	logKeyLimit     = "limit"
-	logKeyIP        = "ip"
-	logKeyRequestID = "request_id"
 	// AccessLogger is the value of the "logger" attribute on every access
 	// log line, so operators can tell access lines from diagnostics.
 	AccessLogger = "access"
@@ -115,7 +102,7 @@ var secondsBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 // NewObserver creates the request instruments on cfg.Meter.
 func NewObserver(cfg ObserverConfig) (*Observer, error) {
 	if cfg.AccessLog != nil {
-		cfg.AccessLog = cfg.AccessLog.With(logKeyLogger, AccessLogger)
+		cfg.AccessLog = cfg.AccessLog.With(logkey.Logger, AccessLogger)
 	}
 	o := &Observer{cfg: cfg, hosts: newHostLabels(HostLabelLimit)}
 	if cfg.Meter == nil {
@@ -198,21 +185,21 @@ func (o *Observer) record(ctx context.Context, rec *Request) {
 // logAccess writes rec's access log line.
 func (o *Observer) logAccess(r *http.Request, rec *Request) {
 	attrs := [13]slog.Attr{
-		slog.String(logKeyHostname, rec.Hostname),
-		slog.String(logKeyMethod, r.Method),
-		slog.String(logKeyPath, r.URL.Path),
-		slog.Int(logKeyStatus, rec.Status),
-		slog.Int64(logKeyBytes, rec.Bytes),
-		slog.Float64(logKeyDuration, millis(rec.Duration)),
-		slog.Float64(logKeyQueueWait, millis(rec.QueueWait)),
-		slog.Float64(logKeyHold, millis(rec.Hold)),
-		slog.String(logKeyClientID, rec.ClientID),
-		slog.String(logKeyLimit, rec.Limit),
+		slog.String(logkey.Hostname, rec.Hostname),
+		slog.String(logkey.Method, r.Method),
+		slog.String(logkey.Path, r.URL.Path),
+		slog.Int(logkey.Status, rec.Status),
+		slog.Int64(logkey.Bytes, rec.Bytes),
+		slog.Float64(logkey.DurationMS, millis(rec.Duration)),
+		slog.Float64(logkey.QueueWaitMS, millis(rec.QueueWait)),
+		slog.Float64(logkey.HoldMS, millis(rec.Hold)),
+		slog.String(logkey.ClientID, rec.ClientID),
+		slog.String(logkey.Limit, rec.Limit),
 	}
 	n := 10
 	// The gateway sets X-Request-Id on every request before it is proxied.
 	if id := r.Header["X-Request-Id"]; len(id) == 1 {
-		attrs[n] = slog.String(logKeyRequestID, id[0])
+		attrs[n] = slog.String(logkey.RequestID, id[0])
 		n++
 	}
 	if o.cfg.AccessLogIPs {
@@ -220,7 +207,7 @@ func (o *Observer) logAccess(r *http.Request, rec *Request) {
 		if h, _, err := net.SplitHostPort(ip); err == nil {
 			ip = h
 		}
-		attrs[n] = slog.String(logKeyIP, ip)
+		attrs[n] = slog.String(logkey.IP, ip)
 		n++
 	}
 	o.cfg.AccessLog.LogAttrs(r.Context(), slog.LevelInfo, accessMsg, attrs[:n]...)

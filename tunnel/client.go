@@ -22,6 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 )
 
@@ -135,6 +136,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.URL == "" || cfg.Token == "" || cfg.Announce == nil || cfg.Forwarder == nil {
 		return nil, errors.New("tunnel: client needs URL, Token, Announce and Forwarder")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	wsURL, err := tunnelURL(cfg.URL)
 	if err != nil {
 		return nil, err
@@ -161,7 +165,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if jitter == nil {
 		jitter = rand.Float64
 	}
-	log = log.With("server_url", cfg.URL)
+	log = log.With(logkey.ServerURL, cfg.URL)
 	return &Client{
 		cfg:         cfg,
 		log:         log,
@@ -225,9 +229,9 @@ func (c *Client) Run(ctx context.Context) error {
 		wait := b.next(up)
 		var refused *RefusedError
 		if errors.As(err, &refused) {
-			c.log.Error("tunnel refused", "reason", refused.Reason, "status", refused.Status, "retry_in", wait.Round(time.Millisecond))
+			c.log.Error("tunnel refused", logkey.Reason, refused.Reason, logkey.Status, refused.Status, logkey.RetryIn, wait.Round(time.Millisecond))
 		} else {
-			c.log.Warn("tunnel down", "err", errString(err), "retry_in", wait.Round(time.Millisecond))
+			c.log.Warn("tunnel down", logkey.Err, errString(err), logkey.RetryIn, wait.Round(time.Millisecond))
 		}
 		if c.cfg.OnDisconnect != nil {
 			c.cfg.OnDisconnect(err)
@@ -370,12 +374,12 @@ func (c *Client) runSession(ctx context.Context) error {
 	ctrl.SetDeadline(time.Time{})
 	interval := time.Duration(welcome.HeartbeatMS) * time.Millisecond
 	if interval <= 0 {
-		interval = 5 * time.Second
+		interval = defaultHeartbeat()
 	}
-	log := c.log.With("session_id", welcome.SessionID)
-	log.Info("tunnel connected", "heartbeat", interval)
+	log := c.log.With(logkey.SessionID, welcome.SessionID)
+	log.Info("tunnel connected", logkey.Heartbeat, interval)
 	for _, n := range welcome.Notices {
-		log.Warn("server notice", "notice", n)
+		log.Warn("server notice", logkey.Notice, n)
 	}
 	if c.cfg.OnConnect != nil {
 		c.cfg.OnConnect(welcome.SessionID)
@@ -492,7 +496,7 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 				// invalid scaling block) on every ack; say each once.
 				if !slices.Equal(a.m.Notices, lastNotices) {
 					for _, n := range a.m.Notices {
-						log.Warn("server notice", "notice", n)
+						log.Warn("server notice", logkey.Notice, n)
 					}
 					lastNotices = a.m.Notices
 				}
@@ -557,9 +561,9 @@ func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
 		if err != nil {
 			switch {
 			case errors.Is(err, ErrHeadTooLarge):
-				c.log.Warn("tunnel request head too large; stream closed", "err", err)
+				c.log.Warn("tunnel request head too large; stream closed", logkey.Err, err)
 			case !errors.Is(err, io.EOF) && !errors.Is(err, yamux.ErrStreamClosed):
-				c.log.Debug("tunnel stream ended", "err", err)
+				c.log.Debug("tunnel stream ended", logkey.Err, err)
 			}
 			return
 		}

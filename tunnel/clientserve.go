@@ -189,7 +189,7 @@ func errorResponse(status int, msg string) *http.Response {
 	body := msg + "\n"
 	return &http.Response{
 		StatusCode:    status,
-		Header:        http.Header{"Content-Type": {"text/plain; charset=utf-8"}, "X-Aperio-Error": {"backend"}, "Content-Length": {strconv.Itoa(len(body))}},
+		Header:        http.Header{"Content-Type": {"text/plain; charset=utf-8"}, ErrorHeader: {ErrorBackend}, "Content-Length": {strconv.Itoa(len(body))}},
 		ContentLength: int64(len(body)),
 		Body:          io.NopCloser(strings.NewReader(body)),
 	}

@@ -118,7 +118,6 @@ func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.St
 				sess.writeControl(&message{Type: msgGoAway, Reason: err.Error()}, time.Second)
 				return err
 			}
-			sess.lastSeen.Store(time.Now().UnixNano())
 			if pending != nil {
 				pending = m // the held timer applies the newest
 				continue

@@ -26,6 +26,12 @@ const (
 	// announced services a request is for. The server sets it on every
 	// request it sends; the client removes it before forwarding.
 	ServiceHeader = "X-Aperio-Service"
+	// ErrorHeader names the header the client sets, to ErrorBackend, on
+	// the answer it makes up when a service's target cannot be reached, so
+	// that the server can tell that answer from the app's own 502.
+	ErrorHeader = "X-Aperio-Error"
+	// ErrorBackend is ErrorHeader's value: the service's target failed.
+	ErrorBackend = "backend"
 	// HandshakeTimeout is the default bound on the time from the upgrade
 	// to the welcome (ServerConfig.HandshakeTimeout).
 	HandshakeTimeout = 10 * time.Second

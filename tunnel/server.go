@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/hashicorp/yamux"
 )
 
@@ -58,13 +59,15 @@ type ServerConfig struct {
 	// Registry receives sessions. Required.
 	Registry Registry
 	// DownThreshold is how long a session may go without a heartbeat
-	// before it is dropped (client_down_threshold). Default 15s.
+	// before it is dropped (client_down_threshold). Zero means
+	// DefaultServerConfig's 15s.
 	DownThreshold time.Duration
 	// ResponseHeaderTimeout bounds the wait for a response head after a
 	// request was sent (gateway_response_timeout). Zero means no bound.
 	ResponseHeaderTimeout time.Duration
 	// HandshakeTimeout bounds the time from the upgrade to the welcome;
-	// zero means the protocol default, HandshakeTimeout.
+	// zero means the protocol default, HandshakeTimeout. Negative settings
+	// are refused (Validate).
 	HandshakeTimeout time.Duration
 	// MaxHeaderBytes bounds each response head a client sends
 	// (tunnel_max_header_bytes); a larger one fails the exchange with
@@ -113,20 +116,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Auth == nil || cfg.Registry == nil {
 		return nil, errors.New("tunnel: server needs Auth and Registry")
 	}
-	if cfg.DownThreshold <= 0 {
-		cfg.DownThreshold = 15 * time.Second
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = HandshakeTimeout
+	def := DefaultServerConfig()
+	if cfg.DownThreshold == 0 {
+		cfg.DownThreshold = def.DownThreshold
 	}
-	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = def.HandshakeTimeout
 	}
-	if cfg.MaxStreams <= 0 {
-		cfg.MaxStreams = DefaultMaxStreams
+	if cfg.MaxHeaderBytes == 0 {
+		cfg.MaxHeaderBytes = def.MaxHeaderBytes
 	}
-	if cfg.AnnounceInterval <= 0 {
-		cfg.AnnounceInterval = DefaultAnnounceInterval
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = def.MaxStreams
+	}
+	if cfg.AnnounceInterval == 0 {
+		cfg.AnnounceInterval = def.AnnounceInterval
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -135,9 +142,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return &Server{cfg: cfg, log: log, sessions: make(map[*Session]struct{})}, nil
 }
 
-// heartbeatInterval is what the server asks clients to use: three beats
-// fit in the down threshold, so one lost beat never drops a client.
-func (s *Server) heartbeatInterval() time.Duration { return s.cfg.DownThreshold / 3 }
+// heartbeatsPerThreshold is how many heartbeats fit in the down threshold:
+// three, so one lost beat never drops a client.
+const heartbeatsPerThreshold = 3
+
+// heartbeatInterval is what the server asks clients to use.
+func (s *Server) heartbeatInterval() time.Duration {
+	return s.cfg.DownThreshold / heartbeatsPerThreshold
+}
 
 // refuse answers a request that cannot become a tunnel.
 func refuse(w http.ResponseWriter, status int, reason string) {
@@ -165,12 +177,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ident, err := s.cfg.Auth.Authenticate(r.Context(), token)
 	if errors.Is(err, ErrUnavailable) {
-		s.log.Error("tunnel token check failed", "remote_addr", r.RemoteAddr, "err", err)
+		s.log.Error("tunnel token check failed", logkey.RemoteAddr, r.RemoteAddr, logkey.Err, err)
 		refuse(w, http.StatusServiceUnavailable, "tokens cannot be checked right now; retry later")
 		return
 	}
 	if err != nil {
-		s.log.Warn("tunnel refused", "remote_addr", r.RemoteAddr, "reason", err.Error())
+		s.log.Warn("tunnel refused", logkey.RemoteAddr, r.RemoteAddr, logkey.Reason, err.Error())
 		refuse(w, http.StatusUnauthorized, err.Error())
 		return
 	}
@@ -188,7 +200,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	ws, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
-		s.log.Debug("tunnel upgrade failed", "remote_addr", r.RemoteAddr, "err", err)
+		s.log.Debug("tunnel upgrade failed", logkey.RemoteAddr, r.RemoteAddr, logkey.Err, err)
 		return
 	}
 	ctx := context.WithoutCancel(r.Context())
@@ -209,7 +221,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		maxHeaderBytes: s.cfg.MaxHeaderBytes,
 		maxStreams:     s.cfg.MaxStreams,
 	}
-	sess.log = s.log.With("session_id", sess.id, "remote_addr", sess.remoteAddr)
+	sess.log = s.log.With(logkey.SessionID, sess.id, logkey.RemoteAddr, sess.remoteAddr)
 	sess.headWarn = newWarnLimiter(sess.log, "tunnel response head too large", headWarnEvery)
 	s.run(ctx, sess)
 }
@@ -236,7 +248,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	ctrl, err := sess.mux.AcceptStreamWithContext(hctx)
 	hcancel()
 	if err != nil {
-		log.Info("tunnel handshake failed", "reason", "no control stream", "err", err)
+		log.Info("tunnel handshake failed", logkey.Reason, "no control stream", logkey.Err, err)
 		return
 	}
 	sess.ctrlMu.Lock()
@@ -248,29 +260,28 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	ctrl.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	hello, err := readMessage(ctrl)
 	if err != nil {
-		log.Info("tunnel handshake failed", "err", err)
+		log.Info("tunnel handshake failed", logkey.Err, err)
 		refuseHello("bad hello: " + err.Error())
 		return
 	}
 	if hello.Type != msgHello {
-		log.Info("tunnel handshake failed", "err", "first frame is "+hello.Type)
+		log.Info("tunnel handshake failed", logkey.Err, "first frame is "+hello.Type)
 		refuseHello("expected hello")
 		return
 	}
 	if hello.Version != Version {
 		reason := fmt.Sprintf("unsupported protocol version %d: this server speaks version %d", hello.Version, Version)
-		log.Info("tunnel handshake failed", "err", reason)
+		log.Info("tunnel handshake failed", logkey.Err, reason)
 		refuseHello(reason)
 		return
 	}
 	if err := hello.Announcement.Validate(); err != nil {
-		log.Info("tunnel handshake failed", "err", err)
+		log.Info("tunnel handshake failed", logkey.Err, err)
 		refuseHello(err.Error())
 		return
 	}
 	sess.ann.Store(hello.Announcement)
 	sess.connectedAt = time.Now()
-	sess.lastSeen.Store(sess.connectedAt.UnixNano())
 
 	s.mu.Lock()
 	if s.closing {
@@ -287,7 +298,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	}()
 
 	if err := s.cfg.Registry.Attach(ctx, sess); err != nil {
-		log.Info("tunnel refused", "reason", err.Error())
+		log.Info("tunnel refused", logkey.Reason, err.Error())
 		refuseHello(err.Error())
 		return
 	}
@@ -305,10 +316,10 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		ResponseTimeoutMS: s.cfg.ResponseHeaderTimeout.Milliseconds(),
 	}, s.cfg.HandshakeTimeout)
 	if err != nil {
-		log.Info("tunnel handshake failed", "err", err)
+		log.Info("tunnel handshake failed", logkey.Err, err)
 		return
 	}
-	log.Info("client connected", "client_name", hello.Announcement.Name, "services", len(hello.Announcement.Services))
+	log.Info("client connected", logkey.ClientName, hello.Announcement.Name, logkey.Services, len(hello.Announcement.Services))
 
 	// The client never opens streams of its own after the control stream.
 	refused := make(chan struct{})
@@ -320,7 +331,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	err = s.serveControl(ctx, sess, ctrl)
 	sess.close(err)
 	<-refused
-	log.Info("client disconnected", "client_name", sess.Announcement().Name, "reason", errString(sess.closeErr))
+	log.Info("client disconnected", logkey.ClientName, sess.Announcement().Name, logkey.Reason, errString(sess.closeErr))
 }
 
 // errClientStream ends a session whose client opened a data stream, which
@@ -340,7 +351,7 @@ func refuseStreams(sess *Session) {
 		return
 	}
 	resetStream(st)
-	sess.log.Warn("client opened a stream; ending the session", "err", errClientStream)
+	sess.log.Warn("client opened a stream; ending the session", logkey.Err, errClientStream)
 	if sess.writeControl(&message{Type: msgGoAway, Reason: errClientStream.Error()}, time.Second) == nil {
 		// Closing at once, with the client's stream data still unread,
 		// makes the kernel reset the connection, and a reset can discard

@@ -74,8 +74,7 @@ type Session struct {
 	// headWarn rate-limits the warning of an oversized response head.
 	headWarn *warnLimiter
 
-	ann      atomic.Pointer[Announcement]
-	lastSeen atomic.Int64 // unix nanoseconds of the last heartbeat
+	ann atomic.Pointer[Announcement]
 
 	mu   sync.Mutex // guards the following fields
 	idle []*dataStream
@@ -84,7 +83,7 @@ type Session struct {
 	ctrl   *yamux.Stream
 
 	closeOnce sync.Once
-	closeErr  error
+	closeErr  error // the error that closed the session first; set once, read by the disconnect log line after close
 }
 
 // dataStream is a data stream with its buffered reader; writers come from
@@ -109,9 +108,6 @@ func (s *Session) ConnectedAt() time.Time { return s.connectedAt }
 
 // Announcement returns the latest announcement. Callers must not modify it.
 func (s *Session) Announcement() *Announcement { return s.ann.Load() }
-
-// LastSeen returns the time of the last heartbeat (or the handshake).
-func (s *Session) LastSeen() time.Time { return time.Unix(0, s.lastSeen.Load()) }
 
 // Done is closed when the session has ended.
 func (s *Session) Done() <-chan struct{} { return s.mux.CloseChan() }

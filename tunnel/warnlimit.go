@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // backendWarnEvery is the least time between two "backend unreachable"
@@ -56,5 +58,5 @@ func (w *warnLimiter) warn(key string, err error) {
 	}
 	w.keys[key] = warnState{at: now}
 	w.mu.Unlock()
-	w.log.Warn(w.msg, "service", key, "err", err, "suppressed", st.suppressed)
+	w.log.Warn(w.msg, logkey.Service, key, logkey.Err, err, logkey.Suppressed, st.suppressed)
 }

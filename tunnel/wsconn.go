@@ -47,7 +47,7 @@ func newWSConn(ws *websocket.Conn) *wsConn {
 	return &wsConn{ws: ws}
 }
 
-// yamux frame layout (its spec.md): version, type, flags(2), stream id(4),
+// yamux frame layout: version, type, flags(2), stream id(4),
 // length(4). A data frame's body follows its header.
 const (
 	yamuxHeaderSize = 12

@@ -25,6 +25,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -54,18 +55,6 @@ const (
 	MaxAttempts = 5
 	// MaxBackoff caps the wait between two attempts.
 	MaxBackoff = time.Minute
-)
-
-// Log attribute keys.
-const (
-	logKeyEvent      = "event"
-	logKeyOrgID      = "org_id"
-	logKeyWebhookID  = "webhook_id"
-	logKeyDeliveryID = "delivery_id"
-	logKeyAttempts   = "attempts"
-	logKeyStatus     = "status"
-	logKeyDropped    = "dropped"
-	logKeyErr        = "err"
 )
 
 // Subscription is one organization's webhook: where events go (URL,
@@ -109,30 +98,33 @@ type Config struct {
 
 // withDefaults fills the zero fields that have a default.
 func (cfg Config) withDefaults() Config {
+	def := DefaultConfig()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxQueue == 0 {
-		cfg.MaxQueue = DefaultMaxQueue
+		cfg.MaxQueue = def.MaxQueue
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = DefaultWorkers
+		cfg.Workers = def.Workers
 	}
 	if cfg.Backoff == nil {
-		cfg.Backoff = DefaultBackoff
+		cfg.Backoff = def.Backoff
 	}
 	return cfg
 }
 
-// Validate reports every problem with cfg. New calls it.
+// DefaultConfig returns the default delivery settings: DefaultMaxQueue,
+// DefaultWorkers and DefaultBackoff. Subscriptions, Client and Logger are
+// nil.
+func DefaultConfig() Config {
+	return Config{MaxQueue: DefaultMaxQueue, Workers: DefaultWorkers, Backoff: DefaultBackoff}
+}
+
+// Validate reports every problem with cfg's settings; the required
+// Subscriptions and Client, which New checks, are not settings.
 func (cfg Config) Validate() error {
 	var errs []error
-	if cfg.Subscriptions == nil {
-		errs = append(errs, errors.New("webhook: no subscription lister"))
-	}
-	if cfg.Client == nil {
-		errs = append(errs, errors.New("webhook: no fence client"))
-	}
 	if cfg.MaxQueue < 0 {
 		errs = append(errs, fmt.Errorf("webhook: max queue %d is negative", cfg.MaxQueue))
 	}
@@ -176,9 +168,17 @@ type Dispatcher struct {
 	dropping atomic.Bool
 }
 
-// New returns a Dispatcher, or the errors of cfg.Validate.
+// New returns a Dispatcher, or every problem of cfg: a missing
+// Subscriptions or Client, and the errors of cfg.Validate.
 func New(cfg Config) (*Dispatcher, error) {
-	if err := cfg.Validate(); err != nil {
+	var errs []error
+	if cfg.Subscriptions == nil {
+		errs = append(errs, errors.New("webhook: no subscription lister"))
+	}
+	if cfg.Client == nil {
+		errs = append(errs, errors.New("webhook: no fence client"))
+	}
+	if err := errors.Join(append(errs, cfg.Validate())...); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
@@ -203,7 +203,7 @@ func (d *Dispatcher) Emit(_ context.Context, e autoscale.Event) {
 		n := d.dropped.Add(1)
 		if !d.dropping.Swap(true) {
 			d.log.Warn("webhook queue full, dropping events",
-				logKeyEvent, e.Type, logKeyOrgID, e.OrgID, logKeyDropped, n)
+				logkey.Event, e.Type, logkey.OrgID, e.OrgID, logkey.Dropped, n)
 		}
 	}
 }
@@ -243,7 +243,7 @@ func (d *Dispatcher) fanLoop(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("webhook lookup failed, event not delivered",
-					logKeyEvent, e.Type, logKeyOrgID, e.OrgID, logKeyErr, err)
+					logkey.Event, e.Type, logkey.OrgID, e.OrgID, logkey.Err, err)
 			}
 			continue
 		}
@@ -254,7 +254,7 @@ func (d *Dispatcher) fanLoop(ctx context.Context) {
 			}
 			if body == nil {
 				if body, err = marshalPayload(e); err != nil {
-					d.log.Warn("webhook payload encoding failed", logKeyEvent, e.Type, logKeyErr, err)
+					d.log.Warn("webhook payload encoding failed", logkey.Event, e.Type, logkey.Err, err)
 					break
 				}
 			}
@@ -283,8 +283,8 @@ func (d *Dispatcher) deliverLoop(ctx context.Context) {
 // deliver tries dl up to MaxAttempts times, waiting Backoff between
 // attempts. A fence refusal is not retried: the policy will refuse again.
 func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
-	log := d.log.With(logKeyEvent, dl.event, logKeyOrgID, dl.sub.OrgID,
-		logKeyWebhookID, dl.sub.ID, logKeyDeliveryID, dl.id)
+	log := d.log.With(logkey.Event, dl.event, logkey.OrgID, dl.sub.OrgID,
+		logkey.WebhookID, dl.sub.ID, logkey.DeliveryID, dl.id)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -294,7 +294,7 @@ func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 	for attempt := 1; ; attempt++ {
 		status, err := d.attempt(ctx, dl)
 		if err == nil {
-			log.Debug("webhook delivered", logKeyAttempts, attempt, logKeyStatus, status)
+			log.Debug("webhook delivered", logkey.Attempts, attempt, logkey.Status, status)
 			return
 		}
 		if ctx.Err() != nil {
@@ -302,7 +302,7 @@ func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 		}
 		_, refused := errors.AsType[*fence.RefusedError](err)
 		if refused || attempt >= MaxAttempts {
-			log.Warn("webhook delivery given up", logKeyAttempts, attempt, logKeyStatus, status, logKeyErr, err)
+			log.Warn("webhook delivery given up", logkey.Attempts, attempt, logkey.Status, status, logkey.Err, err)
 			return
 		}
 		wait := min(d.cfg.Backoff(attempt), MaxBackoff)

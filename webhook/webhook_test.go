@@ -18,6 +18,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -211,7 +212,7 @@ func TestDeliveryCarriesSignedPayload(t *testing.T) {
 			before := time.Now().Unix()
 			h.d.Emit(t.Context(), scalingEvent(autoscale.EventRequested))
 			rec := waitLog(t, h.logs, "webhook delivered")
-			if got := attr(rec, logKeyAttempts).Int64(); got != 1 {
+			if got := attr(rec, logkey.Attempts).Int64(); got != 1 {
 				t.Errorf("attempts = %d, want 1", got)
 			}
 			reqs := rcv.requests()
@@ -273,7 +274,7 @@ func TestRetriesStopAfterSuccess(t *testing.T) {
 		Secret: "k", Events: []string{autoscale.EventFailed}}}}, Config{})
 	h.d.Emit(t.Context(), scalingEvent(autoscale.EventFailed))
 	rec := waitLog(t, h.logs, "webhook delivered")
-	if got := attr(rec, logKeyAttempts).Int64(); got != 3 {
+	if got := attr(rec, logkey.Attempts).Int64(); got != 3 {
 		t.Errorf("attempts = %d, want 3", got)
 	}
 	reqs := rcv.requests()
@@ -302,13 +303,13 @@ func TestGivesUpAfterMaxAttempts(t *testing.T) {
 		Events: []string{autoscale.EventDisarmed}}}}, Config{})
 	h.d.Emit(t.Context(), scalingEvent(autoscale.EventDisarmed))
 	rec := waitLog(t, h.logs, "webhook delivery given up")
-	if got := attr(rec, logKeyAttempts).Int64(); got != MaxAttempts {
+	if got := attr(rec, logkey.Attempts).Int64(); got != MaxAttempts {
 		t.Errorf("attempts = %d, want %d", got, MaxAttempts)
 	}
-	if got := attr(rec, logKeyStatus).Int64(); got != 500 {
+	if got := attr(rec, logkey.Status).Int64(); got != 500 {
 		t.Errorf("status = %d, want 500", got)
 	}
-	if got := attr(rec, logKeyWebhookID).String(); got != "wh-1" {
+	if got := attr(rec, logkey.WebhookID).String(); got != "wh-1" {
 		t.Errorf("webhook_id = %q, want wh-1", got)
 	}
 	if got := len(rcv.requests()); got != MaxAttempts {
@@ -326,7 +327,7 @@ func TestFenceRefusalIsNotRetried(t *testing.T) {
 		Events: []string{autoscale.EventFailed}}}}, Config{})
 	h.d.Emit(t.Context(), scalingEvent(autoscale.EventFailed))
 	rec := waitLog(t, h.logs, "webhook delivery given up")
-	if got := attr(rec, logKeyAttempts).Int64(); got != 1 {
+	if got := attr(rec, logkey.Attempts).Int64(); got != 1 {
 		t.Errorf("attempts = %d, want 1", got)
 	}
 }
@@ -374,7 +375,7 @@ func TestEventsFilteredBySubscription(t *testing.T) {
 	h.d.Emit(t.Context(), scalingEvent(autoscale.EventFailed))
 	got := map[string]bool{}
 	for range 2 {
-		got[attr(waitLog(t, h.logs, "webhook delivered"), logKeyWebhookID).String()] = true
+		got[attr(waitLog(t, h.logs, "webhook delivered"), logkey.WebhookID).String()] = true
 	}
 	if diff := cmp.Diff(map[string]bool{"wh-failed": true, "wh-requested": true}, got); diff != "" {
 		t.Errorf("delivered (-want +got):\n%s", diff)

@@ -19,6 +19,12 @@ const (
 	RoleAdmin = "admin"
 )
 
+// Master names the master token wherever the server shows who acted: the
+// actor of audit entries and of CreatedBy fields, the armer in a scaling
+// record's ArmedBy, and the name of a tunnel that authenticated with it.
+// Admin keys and client tokens are named by their IDs instead.
+const Master = "master"
+
 // Roles returns the roles of admin keys, least privileged first.
 func Roles() []string { return []string{RoleViewer, RoleOperator, RoleAdmin} }
 

@@ -13,8 +13,9 @@ import (
 // only they need (SQLite, PostgreSQL, the OpenTelemetry SDK and exporters,
 // Prometheus, protobuf). Linking any of them makes the client's binary
 // several times bigger and its idle memory twice as high, since the Go
-// runtime touches the pages of every package's data at start (see #2).
+// runtime touches the pages of every package's data at start.
 var serverOnly = []string{
+	"github.com/aperio-dev/aperio/access",
 	"github.com/aperio-dev/aperio/admin",
 	"github.com/aperio-dev/aperio/autoscale",
 	"github.com/aperio-dev/aperio/cache",
@@ -25,6 +26,9 @@ var serverOnly = []string{
 	"github.com/aperio-dev/aperio/telemetry",
 	"github.com/aperio-dev/aperio/webhook",
 	"modernc.org/sqlite",
+	"github.com/coreos/go-oidc",
+	"golang.org/x/oauth2",
+	"github.com/go-jose",
 	"github.com/jackc/pgx/v5",
 	"go.opentelemetry.io/otel/sdk",
 	"go.opentelemetry.io/otel/exporters",

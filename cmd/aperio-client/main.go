@@ -22,6 +22,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/hangup"
 	"github.com/aperio-dev/aperio/internal/logging"
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 func main() {
@@ -109,7 +110,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		defer hangup.Ignore(log)()
 		err = a.Run(ctx)
 		if err != nil && !errors.Is(err, agent.ErrIdle) {
-			log.Error("client failed", "err", err)
+			log.Error("client failed", logkey.Err, err)
 			return exitcode.ErrFailure
 		}
 		return nil

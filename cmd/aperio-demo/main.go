@@ -32,12 +32,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-)
 
-// Log attribute keys.
-const (
-	logKeyAddr  = "addr"
-	logKeyError = "error"
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 const (
@@ -69,7 +65,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg, logger); err != nil {
-		logger.Error("demo server stopped", logKeyError, err)
+		logger.Error("demo server stopped", logkey.Err, err)
 		stop()
 		os.Exit(1)
 	}
@@ -132,7 +128,7 @@ func serve(ctx context.Context, ln net.Listener, logger *slog.Logger) error {
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("demo server listening", logKeyAddr, ln.Addr().String())
+	logger.Info("demo server listening", logkey.Addr, ln.Addr().String())
 
 	select {
 	case err := <-errc:

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/config/serverconfig"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 )
 
@@ -24,7 +24,7 @@ const healthcheckTimeout = 3 * time.Second
 // readyzURL is where the server cfg describes answers readiness on this
 // machine: loopback when it listens on every address ("", 0.0.0.0, ::),
 // else the one address it listens on; https when it serves TLS.
-func readyzURL(cfg config.Server) string {
+func readyzURL(cfg serverconfig.Config) string {
 	host := cfg.Host
 	switch host {
 	case "", "0.0.0.0":
@@ -44,7 +44,7 @@ func readyzURL(cfg config.Server) string {
 // /aperio/readyz) and returns nil on a 200. Anything else prints one line
 // naming the URL and the reason on stderr and returns exitcode.ErrFailure.
 // It blocks for at most healthcheckTimeout.
-func selfCheck(ctx context.Context, cfg config.Server, stderr io.Writer) error {
+func selfCheck(ctx context.Context, cfg serverconfig.Config, stderr io.Writer) error {
 	target := readyzURL(cfg)
 	if err := getReady(ctx, target); err != nil {
 		fmt.Fprintf(stderr, "aperio-server: healthcheck %s: %v\n", target, err)

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/config/serverconfig"
 	"github.com/aperio-dev/aperio/gateway"
 )
 
@@ -35,7 +35,7 @@ func TestReadyzURL(t *testing.T) {
 		{"localhost", false, "http://localhost:8080/aperio/readyz"},
 	}
 	for _, tt := range tests {
-		cfg := config.DefaultServer()
+		cfg := serverconfig.Default()
 		cfg.Host, cfg.Port = tt.host, 8080
 		if tt.tls {
 			cfg.TLSCert, cfg.TLSKey = "c.pem", "k.pem"
@@ -59,10 +59,10 @@ func startGateway(t *testing.T, certFile, keyFile string) *liveGateway {
 	if err != nil {
 		t.Fatalf("net.Listen(tcp, 127.0.0.1:0) = %v", err)
 	}
-	cfg := config.DefaultServer()
-	cfg.Token, cfg.DataDir = "token-0123456789abcdef", t.TempDir()
+	cfg := serverconfig.Default()
+	cfg.Token, cfg.Store.DataDir = "token-0123456789abcdef", t.TempDir()
 	cfg.TLSCert, cfg.TLSKey = certFile, keyFile
-	gw, err := gateway.New(t.Context(), cfg, gateway.Options{})
+	gw, err := gateway.New(t.Context(), cfg.Config, gateway.Options{})
 	if err != nil {
 		ln.Close()
 		t.Fatalf("gateway.New() = %v", err)

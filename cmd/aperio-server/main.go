@@ -18,12 +18,13 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/config/serverconfig"
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/hangup"
 	"github.com/aperio-dev/aperio/internal/logging"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 )
@@ -51,16 +52,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if file == "" {
 				file = os.Getenv("APERIO_SERVER_CONFIG")
 			}
-			opts := config.ServerOptions{File: file, FileMustExist: file != "", Env: os.LookupEnv}
+			opts := serverconfig.Options{File: file, FileMustExist: file != "", Env: os.LookupEnv}
 			if opts.File == "" {
-				opts.File = "aperio-server.yaml"
+				opts.File = serverconfig.File
 			}
-			cfg, src, err := config.LoadServer(opts)
+			cfg, src, err := serverconfig.Load(opts)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
 			}
-			warnings := config.ServerWarnings(cfg)
+			warnings := serverconfig.Warnings(cfg)
 			if checkConfig {
 				warnings = append(warnings, storeWarnings(cmd.Context(), cfg)...)
 				for _, w := range warnings {
@@ -70,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return nil
 			}
 			if printConfig {
-				return config.PrintServer(stdout, cfg, src)
+				return serverconfig.Print(stdout, cfg, src)
 			}
 			if healthcheck {
 				return selfCheck(cmd.Context(), cfg, stderr)
@@ -92,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return exitcode.ErrUsage
 			}
 			for _, w := range warnings {
-				log.Warn("weak configuration", "problem", w)
+				log.Warn("weak configuration", logkey.Problem, w)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -105,30 +106,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 				// Export failures (a collector down) surface through
 				// OpenTelemetry's global handler: send them to our log.
 				otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-					log.Warn("telemetry export failed", "err", err)
+					log.Warn("telemetry export failed", logkey.Err, err)
 				}))
 				tr, err := telemetry.NewTracing(ctx, cfg.OTelSampleRate)
 				if err != nil {
-					log.Error("tracing failed to start", "err", err)
+					log.Error("tracing failed to start", logkey.Err, err)
 					return exitcode.ErrFailure
 				}
 				defer func() {
 					sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
 					if err := tr.Shutdown(sctx); err != nil {
-						log.Warn("spans not exported at shutdown", "err", err)
+						log.Warn("spans not exported at shutdown", logkey.Err, err)
 					}
 				}()
 				gopts.TracerProvider = tr.Provider()
-				log.Info("tracing on", "sample_rate", cfg.OTelSampleRate)
+				log.Info("tracing on", logkey.SampleRate, cfg.OTelSampleRate)
 			}
-			g, err := gateway.New(ctx, cfg, gopts)
+			g, err := gateway.New(ctx, cfg.Config, gopts)
 			if err != nil {
-				log.Error("server failed to start", "err", err)
+				log.Error("server failed to start", logkey.Err, err)
 				return exitcode.ErrFailure
 			}
 			if err := g.ListenAndServe(ctx); err != nil {
-				log.Error("server failed", "err", err)
+				log.Error("server failed", logkey.Err, err)
 				return exitcode.ErrFailure
 			}
 			return nil
@@ -149,16 +150,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 // backfill, no writes: what it checks is what is on disk) and checks the
 // audit chain: "audit chain OK (N entries)" on stdout and nil, or the first
 // broken entry on stderr and exitcode.ErrFailure.
-func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.Writer) error {
-	if cfg.DatabaseURL == "" {
+func verifyAuditChain(ctx context.Context, cfg serverconfig.Config, stdout, stderr io.Writer) error {
+	if cfg.Store.DatabaseURL == "" {
 		// Opening would create an empty store: a mistyped data_dir must
 		// not read as an intact chain.
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, store.DBFile)); err != nil {
+		if _, err := os.Stat(filepath.Join(cfg.Store.DataDir, store.DBFile)); err != nil {
 			fmt.Fprintln(stderr, "verify audit: no store in data_dir:", err)
 			return exitcode.ErrFailure
 		}
 	}
-	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, ReadOnly: true})
+	db, err := store.Open(ctx, store.Config{DataDir: cfg.Store.DataDir, DatabaseURL: cfg.Store.DatabaseURL, ReadOnly: true})
 	if err != nil {
 		fmt.Fprintln(stderr, "verify audit:", err)
 		return exitcode.ErrFailure
@@ -191,15 +192,15 @@ func verifyAuditChain(ctx context.Context, cfg config.Server, stdout, stderr io.
 // the default one that own no hostname pattern (their keys may mint no
 // token, their clients bind nothing). No store yet, or one that cannot be
 // read, gives no warning but a note.
-func storeWarnings(ctx context.Context, cfg config.Server) []string {
-	if cfg.DatabaseURL == "" {
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, store.DBFile)); err != nil {
+func storeWarnings(ctx context.Context, cfg serverconfig.Config) []string {
+	if cfg.Store.DatabaseURL == "" {
+		if _, err := os.Stat(filepath.Join(cfg.Store.DataDir, store.DBFile)); err != nil {
 			return nil // nothing stored yet
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	db, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, ReadOnly: true})
+	db, err := store.Open(ctx, store.Config{DataDir: cfg.Store.DataDir, DatabaseURL: cfg.Store.DatabaseURL, ReadOnly: true})
 	if err != nil {
 		return []string{"cannot read the store to check organizations' hostname patterns: " + err.Error()}
 	}

@@ -43,6 +43,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // options is the parsed command line and environment.
@@ -66,7 +68,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, opts, logger); err != nil {
-		logger.Error("provider stopped", logKeyError, err)
+		logger.Error("provider stopped", logkey.Err, err)
 		stop()
 		os.Exit(1)
 	}
@@ -131,7 +133,7 @@ func run(ctx context.Context, o options, logger *slog.Logger) error {
 	}()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("provider listening", "addr", ln.Addr().String(), "owner", o.Config.Owner, "services", len(o.Config.Services))
+	logger.Info("provider listening", logkey.Addr, ln.Addr().String(), logkey.Owner, o.Config.Owner, logkey.Services, len(o.Config.Services))
 
 	select {
 	case err = <-errc:

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // Labels the provider puts on every container it creates, and the only
@@ -20,18 +22,6 @@ import (
 const (
 	labelOwner   = "aperio.provider.owner"
 	labelService = "aperio.provider.service"
-)
-
-// Log attribute keys.
-const (
-	logKeyService = "service"
-	logKeyReason  = "reason"
-	logKeyDesired = "desired"
-	logKeyRunning = "running"
-	logKeyKey     = "idempotency_key"
-	logKeyID      = "container"
-	logKeyError   = "error"
-	logKeyRemote  = "remote_addr"
 )
 
 // Bounds.
@@ -246,8 +236,8 @@ func (p *provider) handleScale(w http.ResponseWriter, r *http.Request) {
 		At: p.now(), Service: s.name, Reason: call.Reason, Current: call.Current, Desired: desired,
 		IdempotencyKey: key, Duplicate: dup, RemoteAddr: r.RemoteAddr,
 	})
-	p.logger.Info("scaling call", logKeyService, s.name, logKeyReason, call.Reason, logKeyDesired, desired,
-		logKeyKey, key, "duplicate", dup, logKeyRemote, r.RemoteAddr)
+	p.logger.Info("scaling call", logkey.Service, s.name, logkey.Reason, call.Reason, logkey.Desired, desired,
+		logkey.IdempotencyKey, key, logkey.Duplicate, dup, logkey.RemoteAddr, r.RemoteAddr)
 	if dup {
 		w.WriteHeader(http.StatusOK)
 		return
@@ -304,7 +294,7 @@ func (p *provider) handleCalls(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(calls); err != nil {
-		p.logger.Warn("write calls", logKeyError, err)
+		p.logger.Warn("write calls", logkey.Err, err)
 	}
 }
 
@@ -321,7 +311,7 @@ func (p *provider) reconcileLoop(ctx context.Context, s *serviceState) {
 		s.mu.Unlock()
 		err := p.reconcile(ctx, s, desired)
 		if err != nil {
-			p.logger.Error("reconcile", logKeyService, s.name, logKeyDesired, desired, logKeyError, err)
+			p.logger.Error("reconcile", logkey.Service, s.name, logkey.Desired, desired, logkey.Err, err)
 		}
 		s.mu.Lock()
 		s.applied, s.lastErr = gen, err
@@ -369,7 +359,7 @@ func (p *provider) reconcile(ctx context.Context, s *serviceState, desired int) 
 			stopped = append(stopped, c)
 		}
 	}
-	p.logger.Info("reconcile", logKeyService, s.name, logKeyDesired, desired, logKeyRunning, len(running))
+	p.logger.Info("reconcile", logkey.Service, s.name, logkey.Desired, desired, logkey.Running, len(running))
 
 	if len(running) > desired {
 		// Newest first: the oldest instances have the warmest caches.
@@ -381,7 +371,7 @@ func (p *provider) reconcile(ctx context.Context, s *serviceState, desired int) 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p.logger.Info("stopping container", logKeyService, s.name, logKeyID, short(c.ID))
+				p.logger.Info("stopping container", logkey.Service, s.name, logkey.Container, short(c.ID))
 				errs[i] = p.docker.stop(ctx, c.ID, s.tmpl.stopGrace)
 			}()
 		}
@@ -395,7 +385,7 @@ func (p *provider) reconcile(ctx context.Context, s *serviceState, desired int) 
 		if need == 0 {
 			break
 		}
-		p.logger.Info("starting container", logKeyService, s.name, logKeyID, short(c.ID))
+		p.logger.Info("starting container", logkey.Service, s.name, logkey.Container, short(c.ID))
 		if err := p.docker.start(ctx, c.ID); err != nil {
 			errs = append(errs, err)
 			continue
@@ -421,7 +411,7 @@ func (p *provider) reconcile(ctx context.Context, s *serviceState, desired int) 
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		p.logger.Info("starting container", logKeyService, s.name, logKeyID, short(id))
+		p.logger.Info("starting container", logkey.Service, s.name, logkey.Container, short(id))
 		if err := p.docker.start(ctx, id); err != nil {
 			return errors.Join(append(errs, err)...)
 		}

@@ -29,7 +29,10 @@ func Normalize(host string) string {
 	return host
 }
 
-// ErrInvalid is wrapped by every error Validate returns.
+// ErrInvalid is wrapped by every error Validate returns. Its text opens
+// the messages the admin API and the configuration print about a bad
+// hostname (`invalid hostname "x": ...`), so unlike other sentinels it
+// carries no package prefix.
 var ErrInvalid = errors.New("invalid hostname")
 
 // Validate reports whether pattern is a hostname a bind may declare: a DNS

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // total counts recovered panics over the life of the process. It is
@@ -44,7 +46,7 @@ func Recover(logger *slog.Logger, where string) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	logger.Error("panic recovered", "where", where, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	logger.Error("panic recovered", logkey.Where, where, logkey.Panic, fmt.Sprint(v), logkey.Stack, string(debug.Stack()))
 	if testing.Testing() && !allowed() {
 		panic(fmt.Sprintf("recovery: unexpected panic in %s: %v", where, v))
 	}

@@ -35,6 +35,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 func main() {
@@ -52,7 +54,7 @@ func main() {
 	} else {
 		err = launch(*client, *listen, fs.Args())
 	}
-	logger.Error("e2eapp stopped", "error", err)
+	logger.Error("e2eapp stopped", logkey.Err, err)
 	os.Exit(1)
 }
 

@@ -6,34 +6,34 @@ import (
 	"time"
 )
 
-// Recording collects one response's body on its way to the visitor and
+// Capture collects one response's body on its way to the visitor and
 // stores it when finished complete. It is not safe for concurrent use:
 // one goroutine writes and then finishes. It holds no lock and touches no
 // shared state until Finish, so teeing the body costs a copy and nothing
 // else.
 //
-// A nil *Recording is valid: Write discards and Finish does nothing, so a
-// caller may use Record's result without checking it.
-type Recording struct {
+// A nil *Capture is valid: Write discards and Finish does nothing, so a
+// caller may use (*Cache).Capture's result without checking it.
+type Capture struct {
 	c     *Cache
 	e     *entry // complete but for body and size
 	body  []byte
 	fixed int64 // e's bytes other than the body
 	limit int   // most body bytes kept; one more aborts
 	want  int64 // declared Content-Length, or -1
-	state recordingState
+	state captureState
 }
 
-type recordingState uint8
+type captureState uint8
 
 const (
-	recording recordingState = iota
-	aborted                  // the body outgrew limit; already counted
+	capturing captureState = iota
+	aborted                // the body outgrew limit; already counted
 	finished
 )
 
-// Record decides whether the response resp to req may be stored and, if
-// so, returns a Recording for its body; otherwise nil. It does no I/O.
+// Capture decides whether the response resp to req may be stored and, if
+// so, returns a *Capture for its body; otherwise nil. It does no I/O.
 // req must be the visitor's request (its method, Host, URL and headers are
 // read; credentials and Vary decide) and resp the response being relayed
 // (status and header are read and the header copied, so the caller may
@@ -50,13 +50,13 @@ const (
 //     refused here, a longer body when written).
 //
 // Lookup compares the request headers named by Vary with their values
-// here, so give Record and Lookup the request in the same state: both
+// here, so give Capture and Lookup the request in the same state: both
 // before or both after the proxy rewrites its headers.
 //
 // When a credential-free request gets a response that forbids storing,
 // the stored copies of that key are dropped: the origin's newest word about
 // the resource wins over an older copy.
-func (c *Cache) Record(req *http.Request, resp *http.Response) *Recording {
+func (c *Cache) Capture(req *http.Request, resp *http.Response) *Capture {
 	if !c.enabled() {
 		return nil
 	}
@@ -110,7 +110,7 @@ func (c *Cache) Record(req *http.Request, resp *http.Response) *Recording {
 		c.rejected.Add(1)
 		return nil
 	}
-	rec := &Recording{c: c, e: e, fixed: fixed, limit: int(c.maxEntryBytes - fixed), want: resp.ContentLength}
+	rec := &Capture{c: c, e: e, fixed: fixed, limit: int(c.maxEntryBytes - fixed), want: resp.ContentLength}
 	if rec.want > 0 {
 		rec.body = make([]byte, 0, rec.want)
 	}
@@ -129,8 +129,8 @@ func minTime(a, b time.Time) time.Time {
 // ever cutting the visitor's copy short. Once the body exceeds the
 // per-entry bound, the buffer is released, later writes are dropped and
 // the response will not be stored.
-func (rec *Recording) Write(p []byte) (int, error) {
-	if rec == nil || rec.state != recording {
+func (rec *Capture) Write(p []byte) (int, error) {
+	if rec == nil || rec.state != capturing {
 		return len(p), nil
 	}
 	if len(p) > rec.limit-len(rec.body) {
@@ -150,14 +150,14 @@ func (rec *Recording) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Finish ends the recording. With complete true, and the body intact (as
+// Finish ends the capture. With complete true, and the body intact (as
 // long as its Content-Length, if one was declared, and within the bound),
 // the response is stored, replacing the copy for the same key and
 // variant; otherwise it is dropped. complete must be false when the
 // visitor's copy did not end normally: the visitor left, the body read
 // failed, or the caller cut it short. Only the first call counts. Finish
 // takes the cache's lock briefly; the body is not copied under it.
-func (rec *Recording) Finish(complete bool) {
+func (rec *Capture) Finish(complete bool) {
 	if rec == nil || rec.state == finished {
 		return
 	}

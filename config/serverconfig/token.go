@@ -1,4 +1,4 @@
-package config
+package serverconfig
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ const (
 	// a shorter one stops startup (exit 2) and fails --check-config.
 	MinMasterTokenLen = 16
 	// WeakMasterTokenLen is the fewest characters of a master token that
-	// draws no warning: under it the server starts but ServerWarnings
+	// draws no warning: under it the server starts but Warnings
 	// reports the token as weak.
 	WeakMasterTokenLen = 32
 )
@@ -28,11 +28,11 @@ func shortMasterToken(token string, min int) string {
 	return fmt.Sprintf("%d characters, at least %d", n, min)
 }
 
-// ServerWarnings returns what is valid in s but weak, one line each, for
+// Warnings returns what is valid in s but weak, one line each, for
 // --check-config to print and the server to log at startup: today a master
 // token shorter than WeakMasterTokenLen characters. An empty result means
 // nothing to warn about.
-func ServerWarnings(s Server) []string {
+func Warnings(s Config) []string {
 	var w []string
 	if s.Token != "" {
 		if msg := shortMasterToken(s.Token, WeakMasterTokenLen); msg != "" && utf8.RuneCountInString(s.Token) >= MinMasterTokenLen {

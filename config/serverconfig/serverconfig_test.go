@@ -1,4 +1,4 @@
-package config
+package serverconfig
 
 import (
 	"errors"
@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
 )
 
 // serverLoadCases is shared by TestLoadServer and FuzzLoadServerYAML's
@@ -304,22 +307,22 @@ var serverLoadCases = []struct {
 	},
 }
 
-func TestLoadServer(t *testing.T) {
+func TestLoad(t *testing.T) {
 	for _, tc := range serverLoadCases {
 		t.Run(tc.name, func(t *testing.T) {
 			files := map[string]string{}
 			if tc.file != "" || tc.name == "empty file" {
-				files[ServerFile] = tc.file
+				files[File] = tc.file
 			}
-			cfg, src, err := LoadServer(ServerOptions{Env: envOf(tc.env), ReadFile: filesOf(files)})
+			cfg, src, err := Load(Options{Env: envOf(tc.env), ReadFile: filesOf(files)})
 			if err != nil {
-				t.Fatalf("LoadServer() error = %v, want nil", err)
+				t.Fatalf("Load() error = %v, want nil", err)
 			}
-			lines := printedServer(t, cfg, src)
+			lines := printed(t, cfg, src)
 			for _, want := range tc.want {
 				key, _, _ := strings.Cut(want, " = ")
 				if got := lines[key]; got != want {
-					t.Errorf("LoadServer() %s = %q, want %q", key, got, want)
+					t.Errorf("Load() %s = %q, want %q", key, got, want)
 				}
 			}
 		})
@@ -328,7 +331,7 @@ func TestLoadServer(t *testing.T) {
 
 func TestLoadServerValues(t *testing.T) {
 	files := filesOf(map[string]string{
-		ServerFile: `
+		File: `
 server: {token: master-0123456789abc}
 port: 8443
 tls_cert: /c.pem
@@ -341,74 +344,74 @@ outbound.allowlist: [hooks.example.com]
 `,
 	})
 	env := envOf(map[string]string{"APERIO_DATABASE_URL": "postgres://u:p@db/aperio", "APERIO_SCALING_MAX_HELD": "10"})
-	got, _, err := LoadServer(ServerOptions{Env: env, ReadFile: files})
+	got, _, err := Load(Options{Env: env, ReadFile: files})
 	if err != nil {
-		t.Fatalf("LoadServer() error = %v", err)
+		t.Fatalf("Load() error = %v", err)
 	}
-	want := DefaultServer()
+	want := Default()
 	want.Token = "master-0123456789abc"
 	want.Port = 8443
 	want.TLSCert, want.TLSKey = "/c.pem", "/k.pem"
-	want.IPLimitRefill = 2.5
-	want.Failover = "retry-wait"
-	want.FailoverAllMethods = true
-	want.Fallbacks = map[string]string{"app.example.com": "https://status.example.com"}
-	want.OutboundAllowlist = []string{"hooks.example.com"}
-	want.DatabaseURL = "postgres://u:p@db/aperio"
-	want.ScalingMaxHeld = 10
+	want.Router.IPLimitRefill = 2.5
+	want.Router.Failover = "retry-wait"
+	want.Router.FailoverAllMethods = true
+	want.Router.Fallbacks = map[string]string{"app.example.com": "https://status.example.com"}
+	want.Outbound.Allowlist = []string{"hooks.example.com"}
+	want.Store.DatabaseURL = "postgres://u:p@db/aperio"
+	want.Router.MaxHeld = 10
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("LoadServer() = %+v, want %+v", got, want)
+		t.Errorf("Load() = %+v, want %+v", got, want)
 	}
 }
 
-func TestLoadServerFileChoice(t *testing.T) {
+func TestLoadFileChoice(t *testing.T) {
 	files := filesOf(map[string]string{
-		ServerFile:          "server.token: default-file-0123456789\n",
+		File:                "server.token: default-file-0123456789\n",
 		"/etc/aperio/s.yml": "server.token: env-file-0123456789\n",
 		"explicit.yaml":     "server.token: explicit-0123456789\n",
 	})
 	tests := []struct {
 		name    string
-		opts    ServerOptions
+		opts    Options
 		want    string // token
 		wantSrc string
 		wantErr []string
 	}{
 		{
 			name:    "working directory file",
-			opts:    ServerOptions{},
+			opts:    Options{},
 			want:    "default-file-0123456789",
 			wantSrc: "file:aperio-server.yaml:1",
 		},
 		{
 			name:    "APERIO_SERVER_CONFIG",
-			opts:    ServerOptions{Env: envOf(map[string]string{ServerConfigEnv: "/etc/aperio/s.yml"})},
+			opts:    Options{Env: envOf(map[string]string{FileEnv: "/etc/aperio/s.yml"})},
 			want:    "env-file-0123456789",
 			wantSrc: "file:/etc/aperio/s.yml:1",
 		},
 		{
 			name:    "explicit file wins over APERIO_SERVER_CONFIG",
-			opts:    ServerOptions{File: "explicit.yaml", FileMustExist: true, Env: envOf(map[string]string{ServerConfigEnv: "/etc/aperio/s.yml"})},
+			opts:    Options{File: "explicit.yaml", FileMustExist: true, Env: envOf(map[string]string{FileEnv: "/etc/aperio/s.yml"})},
 			want:    "explicit-0123456789",
 			wantSrc: "file:explicit.yaml:1",
 		},
 		{
 			name:    "missing APERIO_SERVER_CONFIG file",
-			opts:    ServerOptions{Env: envOf(map[string]string{ServerConfigEnv: "/nope.yaml", "APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
+			opts:    Options{Env: envOf(map[string]string{FileEnv: "/nope.yaml", "APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
 			want:    "token-0123456789abcdef",
 			wantSrc: "env APERIO_SERVER_TOKEN",
 			wantErr: []string{"config: /nope.yaml: file does not exist"},
 		},
 		{
 			name:    "missing explicit file",
-			opts:    ServerOptions{File: "missing.yaml", FileMustExist: true, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
+			opts:    Options{File: "missing.yaml", FileMustExist: true, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
 			want:    "token-0123456789abcdef",
 			wantSrc: "env APERIO_SERVER_TOKEN",
 			wantErr: []string{"config: missing.yaml: file does not exist"},
 		},
 		{
 			name:    "missing optional file",
-			opts:    ServerOptions{File: "missing.yaml", Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
+			opts:    Options{File: "missing.yaml", Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})},
 			want:    "token-0123456789abcdef",
 			wantSrc: "env APERIO_SERVER_TOKEN",
 		},
@@ -416,10 +419,10 @@ func TestLoadServerFileChoice(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.ReadFile = files
-			cfg, src, err := LoadServer(tc.opts)
-			diffLines(t, "LoadServer() errors", problems(t, err), tc.wantErr)
+			cfg, src, err := Load(tc.opts)
+			diffLines(t, "Load() errors", problems(t, err), tc.wantErr)
 			if cfg.Token != tc.want {
-				t.Errorf("LoadServer() token = %q, want %q", cfg.Token, tc.want)
+				t.Errorf("Load() token = %q, want %q", cfg.Token, tc.want)
 			}
 			if got := src.Of("server.token").String(); got != tc.wantSrc {
 				t.Errorf("Sources.Of(server.token) = %q, want %q", got, tc.wantSrc)
@@ -430,8 +433,8 @@ func TestLoadServerFileChoice(t *testing.T) {
 
 func TestLoadServerReadError(t *testing.T) {
 	read := func(string) ([]byte, error) { return nil, errors.New("permission denied") }
-	_, _, err := LoadServer(ServerOptions{ReadFile: read, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})})
-	diffLines(t, "LoadServer() errors", problems(t, err), []string{"config: aperio-server.yaml: cannot read file"})
+	_, _, err := Load(Options{ReadFile: read, Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"})})
+	diffLines(t, "Load() errors", problems(t, err), []string{"config: aperio-server.yaml: cannot read file"})
 }
 
 // serverErrorCases is shared by TestLoadServerErrors and FuzzLoadServerYAML's
@@ -455,6 +458,18 @@ var serverErrorCases = []struct {
 		name: "unknown nested key with did you mean",
 		file: "server.token: token-0123456789abcdef\nscaling:\n  enabled: true\n  alow_http: true\n",
 		want: []string{"config: scaling.alow_http (aperio-server.yaml:4): unknown key, did you mean scaling_allow_http?"},
+	},
+	{
+		// visitor_min_bytes_per_second binds the router's int64 rate:
+		// it still reads a plain integer, and nothing past int64 or
+		// written as a size.
+		name: "visitor rate is a plain integer",
+		file: "server.token: token-0123456789abcdef\nvisitor_min_bytes_per_second: 1KiB\n",
+		env:  map[string]string{"APERIO_VISITOR_MIN_BYTES_PER_SECOND": "99999999999999999999"},
+		want: []string{
+			`config: visitor_min_bytes_per_second (aperio-server.yaml:2): invalid integer "1KiB"`,
+			`config: visitor_min_bytes_per_second (env APERIO_VISITOR_MIN_BYTES_PER_SECOND): invalid integer "99999999999999999999"`,
+		},
 	},
 	{
 		name: "unknown key without a suggestion",
@@ -679,13 +694,16 @@ func TestLoadServerErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			files := map[string]string{}
 			if tc.file != "" {
-				files[ServerFile] = tc.file
+				files[File] = tc.file
 			}
-			_, _, err := LoadServer(ServerOptions{Env: envOf(tc.env), ReadFile: filesOf(files)})
-			diffLines(t, "LoadServer() errors", problems(t, err), tc.want)
+			_, _, err := Load(Options{Env: envOf(tc.env), ReadFile: filesOf(files)})
+			diffLines(t, "Load() errors", problems(t, err), tc.want)
 		})
 	}
 }
+
+// maxSteps is config's bound on the yaml nodes one document may expand to.
+const maxSteps = 10_000
 
 func TestLoadServerBudget(t *testing.T) {
 	var b strings.Builder
@@ -693,47 +711,47 @@ func TestLoadServerBudget(t *testing.T) {
 	for range maxSteps {
 		b.WriteString("scaling: *s\n")
 	}
-	_, _, err := LoadServer(ServerOptions{ReadFile: filesOf(map[string]string{ServerFile: b.String()})})
+	_, _, err := Load(Options{ReadFile: filesOf(map[string]string{File: b.String()})})
 	got := problems(t, err)
 	if len(got) == 0 || len(got) > maxSteps+1 {
-		t.Fatalf("LoadServer(%d aliases) = %d problems, want 1 to %d", maxSteps, len(got), maxSteps+1)
+		t.Fatalf("Load(%d aliases) = %d problems, want 1 to %d", maxSteps, len(got), maxSteps+1)
 	}
 	want := "config: aperio-server.yaml: document nests too deeply or expands too far (yaml aliases?)"
 	if last := got[len(got)-1]; last != want {
-		t.Errorf("LoadServer(%d aliases) last problem = %q, want %q", maxSteps, last, want)
+		t.Errorf("Load(%d aliases) last problem = %q, want %q", maxSteps, last, want)
 	}
 }
 
 func TestErrorAs(t *testing.T) {
-	files := filesOf(map[string]string{ServerFile: "server.token: token-0123456789abcdef\nscaling:\n  record_ttl: soon\n"})
-	_, _, err := LoadServer(ServerOptions{ReadFile: files})
-	var ce *Error
+	files := filesOf(map[string]string{File: "server.token: token-0123456789abcdef\nscaling:\n  record_ttl: soon\n"})
+	_, _, err := Load(Options{ReadFile: files})
+	var ce *config.Error
 	if !errors.As(err, &ce) {
-		t.Fatalf("errors.As(%v, *Error) = false, want true", err)
+		t.Fatalf("errors.As(%v, *config.Error) = false, want true", err)
 	}
-	want := &Error{
+	want := &config.Error{
 		Key:    "scaling_record_ttl",
-		Source: Source{Kind: SourceFile, Name: ServerFile, Line: 3},
+		Source: config.Source{Kind: config.SourceFile, Name: File, Line: 3},
 		Msg:    `invalid duration "soon" (want e.g. 45s, 15m, 2d, or a number of seconds)`,
 	}
 	if !reflect.DeepEqual(ce, want) {
-		t.Errorf("errors.As(LoadServer()) = %+v, want %+v", ce, want)
+		t.Errorf("errors.As(Load()) = %+v, want %+v", ce, want)
 	}
 }
 
 func TestServerValidate(t *testing.T) {
-	ok := DefaultServer()
+	ok := Default()
 	ok.Token = "token-0123456789abcdef"
 	tests := []struct {
 		name string
-		cfg  func() Server
+		cfg  func() Config
 		want []string
 	}{
-		{"valid", func() Server { return ok }, nil},
-		{"default lacks token", DefaultServer, []string{
+		{"valid", func() Config { return ok }, nil},
+		{"default lacks token", Default, []string{
 			"config: server.token: required: set server.token in aperio-server.yaml or APERIO_SERVER_TOKEN",
 		}},
-		{"zero value", func() Server { return Server{Token: "token-0123456789abcdef"} }, []string{
+		{"zero value", func() Config { return Config{Config: gateway.Config{Token: "token-0123456789abcdef"}} }, []string{
 			"config: gateway_timeout: must be positive, got 0s",
 			"config: gateway_response_timeout: must be positive, got 0s",
 			"config: max_concurrent_requests: must be at least 1, got 0",
@@ -748,10 +766,10 @@ func TestServerValidate(t *testing.T) {
 			`config: log_level: "" is not debug, info, warn or error`,
 			`config: log_format: "" is not text or json`,
 		}},
-		{"negative durations and sizes", func() Server {
+		{"negative durations and sizes", func() Config {
 			s := ok
-			s.CacheMaxBytes = -1
-			s.CacheMaxStale = -time.Second
+			s.Cache.MaxBytes = -1
+			s.Cache.MaxStale = -time.Second
 			return s
 		}, []string{
 			"config: cache_max_bytes: must not be negative, got -1",
@@ -766,11 +784,11 @@ func TestServerValidate(t *testing.T) {
 }
 
 func TestServerKeys(t *testing.T) {
-	keys := ServerKeys()
-	byName := make(map[string]Key)
+	keys := Keys()
+	byName := make(map[string]config.Key)
 	for _, k := range keys {
 		if k.Flag != "" {
-			t.Errorf("ServerKeys() %s.Flag = %q, want empty", k.Name, k.Flag)
+			t.Errorf("Keys() %s.Flag = %q, want empty", k.Name, k.Flag)
 		}
 		byName[k.Name] = k
 	}
@@ -811,21 +829,75 @@ func TestServerKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k, ok := byName[tc.name]
 			if !ok {
-				t.Fatalf("ServerKeys() has no %s", tc.name)
+				t.Fatalf("Keys() has no %s", tc.name)
 			}
 			if k.Env != tc.env || !slices.Equal(k.EnvAliases, tc.aliases) || k.Secret != tc.secret {
-				t.Errorf("ServerKeys() %s = %+v, want Env %s, EnvAliases %v, Secret %v", tc.name, k, tc.env, tc.aliases, tc.secret)
+				t.Errorf("Keys() %s = %+v, want Env %s, EnvAliases %v, Secret %v", tc.name, k, tc.env, tc.aliases, tc.secret)
 			}
 			if k.Usage == "" {
-				t.Errorf("ServerKeys() %s.Usage is empty", tc.name)
+				t.Errorf("Keys() %s.Usage is empty", tc.name)
 			}
 		})
 	}
 	if !byName["scaling"].Bool || !byName["outbound_block_private"].Bool || byName["port"].Bool {
-		t.Errorf("ServerKeys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
+		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
 	if len(keys) != 57 {
-		t.Errorf("len(ServerKeys()) = %d, want 57", len(keys))
+		t.Errorf("len(Keys()) = %d, want 57", len(keys))
+	}
+}
+
+func TestEdgeValidate(t *testing.T) {
+	s := Default()
+	s.Token = "token-0123456789abcdef"
+	s.TrustedProxies = []string{"10.0.0.0/8", "nope"}
+	s.DeniedIPs = []string{"1.2.3.4/33"}
+	s.AdminAllowedIPs = []string{"fe80::1%eth0"}
+	s.RealIPHeader = "X Real IP"
+	s.MetricsListen = "localhost"
+	diffLines(t, "Validate()", problems(t, s.Validate()), []string{
+		`config: trusted_proxies: "nope" is not an IP address or CIDR prefix`,
+		`config: denied_ips: "1.2.3.4/33" is not an IP address or CIDR prefix`,
+		`config: admin_allowed_ips: "fe80::1%eth0" is not an IP address or CIDR prefix`,
+		`config: real_ip_header: "X Real IP" is not an HTTP header name`,
+		`config: metrics_listen: "localhost" is not a host:port address`,
+	})
+
+	s = Default()
+	s.Token = "token-0123456789abcdef"
+	s.ProxyProtocol = true
+	diffLines(t, "Validate()", problems(t, s.Validate()), []string{
+		"config: proxy_protocol: needs trusted_proxies: PROXY headers are accepted only from them",
+	})
+}
+
+// TestSuggest proves an unknown key's problem names the server key it
+// most likely meant, or none when nothing is close.
+func TestSuggest(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+	}{
+		{"prot", "port"},
+		{"hots", "host"},
+		{"lb_stratgy", "lb_strategy"},
+		{"gatway_timeout", "gateway_timeout"},
+		{"scaling_alow_http", "scaling_allow_http"},
+		{"ip_limit_refil", "ip_limit_refill"},
+		{"token", "server.token"},
+		{"completely_unrelated_setting", ""},
+		{"x", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			files := filesOf(map[string]string{File: "server.token: token-0123456789abcdef\n" + tc.in + ": 1\n"})
+			_, _, err := Load(Options{ReadFile: files})
+			want := []string{"config: " + tc.in + " (aperio-server.yaml:2): unknown key"}
+			if tc.want != "" {
+				want[0] += ", did you mean " + tc.want + "?"
+			}
+			diffLines(t, "Load() errors", problems(t, err), want)
+		})
 	}
 }

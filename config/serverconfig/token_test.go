@@ -1,4 +1,4 @@
-package config
+package serverconfig
 
 import (
 	"strings"
@@ -21,7 +21,7 @@ func TestMasterTokenLength(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := DefaultServer()
+			cfg := Default()
 			cfg.Token = tt.token
 			err := cfg.Validate()
 			switch {
@@ -30,9 +30,9 @@ func TestMasterTokenLength(t *testing.T) {
 			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "server.token")):
 				t.Fatalf("Validate(%d-character token) = %v, want a server.token error containing %q", len(tt.token), err, tt.wantErr)
 			}
-			w := ServerWarnings(cfg)
+			w := Warnings(cfg)
 			if got := len(w) == 1 && strings.Contains(w[0], "server.token") && strings.Contains(w[0], "at least 32"); got != tt.warn {
-				t.Errorf("ServerWarnings(%q) = %q, want a weak-token warning %v", tt.token, w, tt.warn)
+				t.Errorf("Warnings(%q) = %q, want a weak-token warning %v", tt.token, w, tt.warn)
 			}
 		})
 	}

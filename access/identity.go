@@ -1,0 +1,154 @@
+package access
+
+import (
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+// IdentityTTL is the lifetime of an identity token: long enough for a
+// backend to verify it on arrival, short enough that a leaked one is
+// soon useless.
+const IdentityTTL = 60 * time.Second
+
+// identityReuse is how long a signed token is handed out again for the
+// same hostname, user and method: signing costs tens of microseconds, a
+// cache hit one. A backend therefore always receives a token with at
+// least IdentityTTL - identityReuse of life left.
+const identityReuse = 30 * time.Second
+
+// identityCacheSize bounds the tokens kept for reuse.
+const identityCacheSize = 4096
+
+// JWKSPath is where the server publishes Signer.JWKS.
+const JWKSPath = "/aperio/.well-known/jwks.json"
+
+// SignerConfig configures the identity signer.
+type SignerConfig struct {
+	// Issuer is the token's iss: the server's public URL or name. Required.
+	Issuer string
+	// Key is the Ed25519 signing key; nil means a key generated now, so
+	// tokens signed before a restart stop verifying (they live a minute).
+	// LoadSignerKey reads one from PEM, for several servers to share.
+	Key ed25519.PrivateKey
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Signer signs the identity tokens backends receive in HeaderIdentity:
+// JWTs signed with Ed25519 (alg EdDSA), with iss the server, aud the
+// hostname, sub the user, aperio_auth the method, and a lifetime of
+// IdentityTTL. Backends verify them with the key set JWKS returns. It is
+// safe for concurrent use.
+type Signer struct {
+	issuer string
+	signer jose.Signer
+	kid    string
+	jwks   []byte
+	now    func() time.Time
+	tokens *ttlCache[string] // recent tokens by hostname, user and method
+}
+
+// NewSigner returns the signer for cfg.
+func NewSigner(cfg SignerConfig) (*Signer, error) {
+	if cfg.Issuer == "" {
+		return nil, errors.New("access: identity signer needs an issuer")
+	}
+	key := cfg.Key
+	if key == nil {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("access: identity key: %w", err)
+		}
+		key = priv
+	}
+	if len(key) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("access: identity key is %d bytes, want an Ed25519 private key", len(key))
+	}
+	pub := jose.JSONWebKey{Key: key.Public(), Algorithm: string(jose.EdDSA), Use: "sig"}
+	thumb, err := pub.Thumbprint(crypto.SHA256)
+	if err != nil {
+		return nil, fmt.Errorf("access: identity key thumbprint: %w", err)
+	}
+	pub.KeyID = base64.RawURLEncoding.EncodeToString(thumb)[:16]
+	jwks, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{pub}})
+	if err != nil {
+		return nil, fmt.Errorf("access: identity key set: %w", err)
+	}
+	signer, err := jose.NewSigner(
+		jose.SigningKey{Algorithm: jose.EdDSA, Key: jose.JSONWebKey{Key: key, KeyID: pub.KeyID}},
+		(&jose.SignerOptions{}).WithType("JWT"),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("access: identity signer: %w", err)
+	}
+	now := clock(cfg.Now)
+	return &Signer{issuer: cfg.Issuer, signer: signer, kid: pub.KeyID, jwks: jwks, now: now,
+		tokens: newTTLCache[string](identityCacheSize, now)}, nil
+}
+
+// LoadSignerKey parses an Ed25519 private key from PEM (a PKCS #8
+// "PRIVATE KEY" block, as `openssl genpkey -algorithm ed25519` writes).
+func LoadSignerKey(pemBytes []byte) (ed25519.PrivateKey, error) {
+	b, _ := pem.Decode(pemBytes)
+	if b == nil || b.Type != "PRIVATE KEY" {
+		return nil, errors.New("access: identity key: no PEM PRIVATE KEY block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(b.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("access: identity key: %w", err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("access: identity key is a %T, want Ed25519", k)
+	}
+	return priv, nil
+}
+
+// KeyID returns the kid of the signing key: the first 16 characters of
+// its RFC 7638 thumbprint.
+func (s *Signer) KeyID() string { return s.kid }
+
+// JWKS returns the JSON key set to serve at JWKSPath: the public key,
+// with its kid, alg EdDSA and use sig. The caller must not modify it.
+func (s *Signer) JWKS() []byte { return s.jwks }
+
+// identityClaims are the claims beyond the registered ones.
+type identityClaims struct {
+	Auth string `json:"aperio_auth"`
+}
+
+// Sign returns an identity token for user admitted by method on host. A
+// token signed in the last 30 seconds for the same three is returned
+// again.
+func (s *Signer) Sign(host, user, method string) (string, error) {
+	key := fieldsDigest(nil, host, user, method)
+	if tok, ok := s.tokens.get(key); ok {
+		return tok, nil
+	}
+	now := s.now()
+	c := jwt.Claims{
+		Issuer:    s.issuer,
+		Audience:  jwt.Audience{host},
+		Subject:   user,
+		IssuedAt:  jwt.NewNumericDate(now),
+		NotBefore: jwt.NewNumericDate(now),
+		Expiry:    jwt.NewNumericDate(now.Add(IdentityTTL)),
+	}
+	tok, err := jwt.Signed(s.signer).Claims(c).Claims(identityClaims{Auth: method}).Serialize()
+	if err != nil {
+		return "", fmt.Errorf("access: sign identity: %w", err)
+	}
+	s.tokens.add(key, tok, now.Add(identityReuse))
+	return tok, nil
+}

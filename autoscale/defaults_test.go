@@ -1,0 +1,23 @@
+package autoscale
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestDefaultConfigValidates proves the defaults are valid settings and
+// that New fills every zero setting from DefaultConfig.
+func TestDefaultConfigValidates(t *testing.T) {
+	def := DefaultConfig()
+	if err := def.Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v, want nil", err)
+	}
+	got := Config{}.withDefaults()
+	got.Events, got.Logger = nil, nil
+	if got != def {
+		t.Errorf("Config{}.withDefaults() = %+v, want DefaultConfig() %+v", got, def)
+	}
+	if err := (Config{MaxQueued: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "max queued -1") {
+		t.Errorf("Config{MaxQueued: -1}.Validate() = %v, want the negative bound named", err)
+	}
+}

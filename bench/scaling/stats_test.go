@@ -1,0 +1,67 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+func msList(vs ...int) []time.Duration {
+	out := make([]time.Duration, len(vs))
+	for i, v := range vs {
+		out[i] = time.Duration(v) * time.Millisecond
+	}
+	return out
+}
+
+func TestQuantile(t *testing.T) {
+	twenty := msList(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = time.Duration(i+1) * time.Millisecond
+	}
+	tests := []struct {
+		name   string
+		sorted []time.Duration
+		q      float64
+		want   time.Duration
+	}{
+		{"empty", nil, 0.5, 0},
+		{"one value", msList(7), 0.99, 7 * time.Millisecond},
+		{"median of ten", msList(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.5, 5 * time.Millisecond},
+		{"p90 of ten", msList(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.9, 9 * time.Millisecond},
+		{"p99 of twenty is the max", twenty, 0.99, 20 * time.Millisecond},
+		{"p90 of twenty", twenty, 0.9, 18 * time.Millisecond},
+		{"p99 of a hundred", hundred, 0.99, 99 * time.Millisecond},
+		{"p100", hundred, 1, 100 * time.Millisecond},
+		{"p0 is the min", hundred, 0, time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := quantile(tt.sorted, tt.q); got != tt.want {
+				t.Errorf("quantile(%v, %g) = %v, want %v", tt.sorted, tt.q, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSummarizeSortsACopy(t *testing.T) {
+	in := msList(30, 10, 20)
+	s := summarize(in)
+	want := summary{n: 3, min: 10 * time.Millisecond, p50: 20 * time.Millisecond, p90: 30 * time.Millisecond,
+		p99: 30 * time.Millisecond, max: 30 * time.Millisecond}
+	if s != want {
+		t.Errorf("summarize(%v) = %+v, want %+v", in, s, want)
+	}
+	if in[0] != 30*time.Millisecond {
+		t.Errorf("summarize sorted its input: %v", in)
+	}
+	if got := summarize(nil); got != (summary{}) {
+		t.Errorf("summarize(nil) = %+v, want the zero summary", got)
+	}
+}
+
+func TestMS(t *testing.T) {
+	if got := ms(1234567 * time.Nanosecond); got != "1.23" {
+		t.Errorf("ms(1.234567ms) = %q, want %q", got, "1.23")
+	}
+}

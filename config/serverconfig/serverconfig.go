@@ -1,0 +1,271 @@
+// Package serverconfig owns aperio-server's key table: every server key
+// bound to its field of gateway.Config (or of the process settings beside
+// it), the loader that layers the yaml file over the environment over
+// gateway.DefaultConfig, validation key by key, and --print-config. The
+// machinery (spellings, parsing, sources, errors) is package config's, shared
+// with the client; this package exists because it imports the server's
+// packages, which aperio-client must not link.
+package serverconfig
+
+import (
+	"io"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/router"
+)
+
+// File is the file aperio-server reads from its working directory when
+// no other is named.
+const File = "aperio-server.yaml"
+
+// FileEnv is the environment variable that names the server's config
+// file, like --config.
+const FileEnv = "APERIO_SERVER_CONFIG"
+
+// databaseSchemes are the schemes of database_url.
+var databaseSchemes = []string{"postgres", "postgresql"}
+
+// Config is the effective configuration of aperio-server: the gateway's,
+// and the process settings main applies itself.
+type Config struct {
+	gateway.Config
+	// OTelSampleRate is the fraction of traces started here that are
+	// sampled when tracing is on (the OTEL_EXPORTER_OTLP_* environment
+	// names an endpoint), in [0,1] (otel_sample_rate). Default 1.
+	OTelSampleRate float64
+	// LogLevel is debug, info, warn or error (log_level, also LOG_LEVEL).
+	// Default info.
+	LogLevel string
+	// LogFormat is text or json (log_format). Default text.
+	LogFormat string
+}
+
+// Default returns the server configuration with every default of the
+// contract and nothing else: gateway.DefaultConfig and the process
+// settings' defaults. Token is empty, so it does not validate.
+func Default() Config {
+	return Config{
+		Config:         gateway.DefaultConfig(),
+		OTelSampleRate: 1,
+		LogLevel:       config.DefaultLogLevel,
+		LogFormat:      config.DefaultLogFormat,
+	}
+}
+
+// settings is the server's key table, in --print-config order.
+func settings() []config.Setting[Config] {
+	type S = Config
+	tab := []config.Setting[S]{
+		config.StringSetting("host", "listen address of the public port", func(c *S) *string { return &c.Host }).Alias("HOST"),
+		config.IntSetting("port", "public port: visitors, tunnels, admin API", func(c *S) *int { return &c.Port }).Alias("PORT"),
+		config.StringSetting("server.token", "master token; authorizes tunnels and the admin API", func(c *S) *string { return &c.Token }).Secret(),
+		config.StringSetting("data_dir", "directory of the embedded store", func(c *S) *string { return &c.Store.DataDir }),
+		config.StringSetting("database_url", "postgres:// URL; use PostgreSQL instead of the embedded store", func(c *S) *string { return &c.Store.DatabaseURL }).Secret(),
+		config.StringSetting("tls_cert", "PEM certificate file; with tls_key serves HTTPS", func(c *S) *string { return &c.TLSCert }),
+		config.StringSetting("tls_key", "PEM key file of tls_cert", func(c *S) *string { return &c.TLSKey }),
+		config.DurationSetting("gateway_timeout", "how long a request may wait for a client or a permit", func(c *S) *time.Duration { return &c.Router.GatewayTimeout }),
+		config.DurationSetting("gateway_response_timeout", "how long a dispatched request may wait for its response head", func(c *S) *time.Duration { return &c.Tunnel.ResponseHeaderTimeout }),
+		config.IntSetting("max_concurrent_requests", "proxied requests in flight on the whole server", func(c *S) *int { return &c.Router.MaxConcurrentRequests }),
+		config.SizeSetting("max_body_size", "request body ceiling (10MiB, bytes)", func(c *S) *int64 { return &c.Router.MaxBodyBytes }),
+		config.IntSetting("ip_limit_max", "per-visitor token bucket size", func(c *S) *int { return &c.Router.IPLimitMax }),
+		config.FloatSetting("ip_limit_refill", "per-visitor refill, tokens per second", func(c *S) *float64 { return &c.Router.IPLimitRefill }),
+		config.DurationSetting("read_header_timeout", "time a visitor may take to send a request head", func(c *S) *time.Duration { return &c.ReadHeaderTimeout }),
+		config.SizeSetting("max_header_bytes", "request head ceiling (1MiB, bytes); larger heads get 431", func(c *S) *int64 { return &c.MaxHeaderBytes }),
+		config.DurationSetting("keepalive_timeout", "idle time of a keep-alive connection between requests", func(c *S) *time.Duration { return &c.KeepAliveTimeout }),
+		config.DurationSetting("visitor_idle_timeout", "end a request whose visitor neither reads nor sends for this long", func(c *S) *time.Duration { return &c.Router.VisitorIdleTimeout }),
+		config.Int64Setting("visitor_min_bytes_per_second", "slowest visitor read or upload rate, judged after visitor_idle_timeout of waiting", func(c *S) *int64 { return &c.Router.VisitorMinRate }),
+		config.IntSetting("max_connections_per_ip", "concurrent connections of one visitor address; 0 = no cap", func(c *S) *int { return &c.MaxConnectionsPerIP }),
+		config.DurationSetting("tunnel_handshake_timeout", "time from a tunnel upgrade to the client's hello", func(c *S) *time.Duration { return &c.Tunnel.HandshakeTimeout }),
+		config.DurationSetting("client_down_threshold", "heartbeat age after which a client is dropped", func(c *S) *time.Duration { return &c.Tunnel.DownThreshold }),
+		config.SizeSetting("tunnel_max_header_bytes", "largest response head a client may send (1MiB, bytes)", func(c *S) *int64 { return &c.Tunnel.MaxHeaderBytes }),
+		config.IntSetting("tunnel_max_streams", "streams open per tunnel session", func(c *S) *int { return &c.Tunnel.MaxStreams }),
+		config.DurationSetting("tunnel_announce_interval", "least time between announcements applied per session", func(c *S) *time.Duration { return &c.Tunnel.AnnounceInterval }),
+		config.DurationSetting("shutdown_timeout", "how long SIGTERM waits for in-flight requests", func(c *S) *time.Duration { return &c.ShutdownTimeout }),
+		config.EnumSetting("lb_strategy", "round-robin, least-inflight or primary-standby", func(c *S) *string { return &c.Router.Strategy }),
+		config.EnumSetting("failover", "fail, retry, wait or retry-wait", func(c *S) *string { return &c.Router.Failover }),
+		config.BoolSetting("failover_all_methods", "fail over non-idempotent methods too", func(c *S) *bool { return &c.Router.FailoverAllMethods }),
+		config.IntSetting("failover_max_jumps", "re-dispatches of one request", func(c *S) *int { return &c.Router.FailoverMaxJumps }),
+		config.DurationSetting("failover_window", "time one request may spend failing over", func(c *S) *time.Duration { return &c.Router.FailoverWindow }),
+		config.MapSetting("fallbacks", "hostname=URL redirects when no client can serve", func(c *S) *map[string]string { return &c.Router.Fallbacks }),
+		config.BoolSetting("cache", "serve-stale cache for services that opt into resilience", func(c *S) *bool { return &c.CacheEnabled }),
+		config.SizeSetting("cache_max_bytes", "cache size (64MiB, bytes)", func(c *S) *int64 { return &c.Cache.MaxBytes }),
+		config.DurationSetting("cache_max_stale", "oldest cached answer served", func(c *S) *time.Duration { return &c.Cache.MaxStale }),
+		config.BoolSetting("scaling", "honor client scaling declarations", func(c *S) *bool { return &c.ScalingEnabled }),
+		config.BoolSetting("scaling_allow_http", "permit plain-http scaling endpoints", func(c *S) *bool { return &c.Outbound.AllowHTTP }),
+		config.BoolSetting("scaling_allow_private", "permit scaling endpoints on private addresses", func(c *S) *bool { return &c.Outbound.AllowPrivate }),
+		config.DurationSetting("scaling_record_ttl", "drop scaling records not re-announced for this long", func(c *S) *time.Duration { return &c.ScalingRecordTTL }),
+		config.IntSetting("scaling_max_held", "requests held across all cold starts", func(c *S) *int { return &c.Router.MaxHeld }),
+		config.IntSetting("scaling_max_calls_per_minute", "scaling hook calls per minute", func(c *S) *int { return &c.Scaling.MaxCallsPerMinute }),
+		config.IntSetting("scaling_max_records_per_org", "scaling records one organization may hold", func(c *S) *int { return &c.Scaling.MaxRecordsPerOrg }),
+		config.IntSetting("scaling_max_records_per_token", "scaling records one client token may arm", func(c *S) *int { return &c.Scaling.MaxRecordsPerToken }),
+		config.ListSetting("outbound_allowlist", "host, *.domain and CIDR patterns outbound calls may reach", func(c *S) *[]string { return &c.Outbound.Allowlist }),
+		config.BoolSetting("outbound_block_private", "refuse outbound calls to internal addresses", func(c *S) *bool { return &c.Outbound.BlockPrivate }),
+		config.StringSetting("metrics_token", "bearer token of /aperio/metrics; unset answers 404", func(c *S) *string { return &c.MetricsToken }).Secret(),
+		config.BoolSetting("access_log", "one log line per proxied request (logger=access)", func(c *S) *bool { return &c.AccessLog }),
+		config.BoolSetting("access_log_ips", "visitor addresses in access log lines", func(c *S) *bool { return &c.AccessLogIPs }),
+		config.BoolSetting("server_timing", "Server-Timing header on answers that waited", func(c *S) *bool { return &c.ServerTiming }),
+		config.FloatSetting("otel_sample_rate", "fraction of traces sampled when OTEL_EXPORTER_OTLP_* turns tracing on", func(c *S) *float64 { return &c.OTelSampleRate }),
+		config.EnumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).Alias("LOG_LEVEL"),
+		config.EnumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }),
+		// The edge: who may speak for the visitor, who is refused.
+		config.ListSetting("trusted_proxies", "CIDRs/IPs whose forwarding headers and PROXY headers are believed", func(c *S) *[]string { return &c.TrustedProxies }),
+		config.StringSetting("real_ip_header", "header a trusted proxy names the visitor in (X-Forwarded-For)", func(c *S) *string { return &c.RealIPHeader }),
+		config.BoolSetting("proxy_protocol", "PROXY protocol v1/v2 on the public port, from trusted_proxies only", func(c *S) *bool { return &c.ProxyProtocol }),
+		config.ListSetting("denied_ips", "CIDRs/IPs answered 403 before any handler", func(c *S) *[]string { return &c.DeniedIPs }),
+		config.ListSetting("admin_allowed_ips", "CIDRs/IPs that may reach the admin API and metrics; empty = all", func(c *S) *[]string { return &c.AdminAllowedIPs }),
+		config.StringSetting("metrics_listen", "host:port of a separate metrics listener; empty = /aperio/metrics on the public port", func(c *S) *string { return &c.MetricsListen }),
+	}
+	for i := range tab {
+		tab[i] = tab[i].NoFlag()
+	}
+	return tab
+}
+
+// Keys returns every key of aperio-server, in --print-config order.
+// Flag is empty: the server takes no per-key flags.
+func Keys() []config.Key {
+	return config.KeysOf(settings())
+}
+
+// Options says where Load finds its surfaces.
+type Options struct {
+	// File is the yaml file to read. Empty means the file named by
+	// APERIO_SERVER_CONFIG, which must then exist, or else File if it
+	// exists.
+	File string
+	// FileMustExist makes a missing File an error (--config FILE).
+	FileMustExist bool
+	// Env is the environment; main passes os.LookupEnv. Nil is empty.
+	Env config.Env
+	// ReadFile reads a file; nil means os.ReadFile.
+	ReadFile func(name string) ([]byte, error)
+}
+
+// Load builds the server configuration, field by field: the yaml file
+// wins over the environment, which wins over Default. ${VAR} and
+// ${VAR:-default} in the file's values expand from o.Env.
+//
+// The error joins every problem, loading and validation alike, each a
+// *config.Error. The configuration and sources are returned even then, with
+// the defaults in place of values that did not load.
+func Load(o Options) (Config, *config.Sources, error) {
+	file, mustExist := o.File, o.FileMustExist
+	if file == "" {
+		if v, ok := lookup(o.Env, FileEnv); ok && v != "" {
+			file, mustExist = v, true
+		} else {
+			file = File
+		}
+	}
+	return config.LoadTable(settings(), config.TableOptions{File: file, FileMustExist: mustExist, Env: o.Env, ReadFile: o.ReadFile}, Default, check)
+}
+
+// lookup reads name from env; a nil env is empty.
+func lookup(env config.Env, name string) (string, bool) {
+	if env == nil {
+		return "", false
+	}
+	return env(name)
+}
+
+// Print writes the effective server configuration for --print-config:
+// one key a line, "key = value  # source", in Keys order. Secrets print
+// as <set> or <unset>, empty values as "". It returns the first write error.
+func Print(w io.Writer, c Config, s *config.Sources) error {
+	return config.PrintTable(w, &c, settings(), s)
+}
+
+// Validate reports every problem of c, each a *config.Error, joined with
+// errors.Join; nil when there is none. Errors name no source: Load
+// returns the same problems with their sources.
+func (c Config) Validate() error {
+	v := config.NewChecker(nil)
+	check(c, v)
+	return v.Err()
+}
+
+// check reports every problem of s on v, each naming its key.
+func check(s Config, v *config.Checker) {
+	if s.Port < 0 || s.Port > 65535 {
+		v.Add("port", "%d is not a port (0 to 65535)", s.Port)
+	}
+	if s.Token == "" {
+		v.Add("server.token", "required: set server.token in %s or APERIO_SERVER_TOKEN", File)
+	} else if msg := shortMasterToken(s.Token, MinMasterTokenLen); msg != "" {
+		v.Add("server.token", "%s required", msg)
+	}
+	if s.Store.DatabaseURL != "" && config.CheckURL(s.Store.DatabaseURL, databaseSchemes...) != "" {
+		// The URL carries a password: never echo it.
+		v.Add("database_url", "must be a postgres:// or postgresql:// URL")
+	}
+	if s.TLSCert != "" && s.TLSKey == "" {
+		v.Add("tls_key", "required when tls_cert is set")
+	}
+	if s.TLSKey != "" && s.TLSCert == "" {
+		v.Add("tls_cert", "required when tls_key is set")
+	}
+	v.Positive("gateway_timeout", s.Router.GatewayTimeout)
+	v.Positive("gateway_response_timeout", s.Tunnel.ResponseHeaderTimeout)
+	if s.Router.MaxConcurrentRequests < 1 {
+		v.Add("max_concurrent_requests", "must be at least 1, got %d", s.Router.MaxConcurrentRequests)
+	}
+	v.NonNegative("max_body_size", s.Router.MaxBodyBytes)
+	v.NonNegative("ip_limit_max", int64(s.Router.IPLimitMax))
+	if !(s.Router.IPLimitRefill >= 0) {
+		v.Add("ip_limit_refill", "must not be negative, got %g", s.Router.IPLimitRefill)
+	}
+	v.NonNegativeDuration("read_header_timeout", s.ReadHeaderTimeout)
+	v.NonNegative("max_header_bytes", s.MaxHeaderBytes)
+	v.NonNegativeDuration("keepalive_timeout", s.KeepAliveTimeout)
+	v.NonNegativeDuration("visitor_idle_timeout", s.Router.VisitorIdleTimeout)
+	v.NonNegative("visitor_min_bytes_per_second", int64(s.Router.VisitorMinRate))
+	v.NonNegative("max_connections_per_ip", int64(s.MaxConnectionsPerIP))
+	v.NonNegativeDuration("tunnel_handshake_timeout", s.Tunnel.HandshakeTimeout)
+	v.Positive("client_down_threshold", s.Tunnel.DownThreshold)
+	if s.Tunnel.MaxHeaderBytes < 1 {
+		v.Add("tunnel_max_header_bytes", "must be positive, got %d", s.Tunnel.MaxHeaderBytes)
+	}
+	if s.Tunnel.MaxStreams < 2 {
+		v.Add("tunnel_max_streams", "must be at least 2, got %d", s.Tunnel.MaxStreams)
+	}
+	v.Positive("tunnel_announce_interval", s.Tunnel.AnnounceInterval)
+	v.NonNegativeDuration("shutdown_timeout", s.ShutdownTimeout)
+	v.OneOf("lb_strategy", s.Router.Strategy, router.Strategies)
+	v.OneOf("failover", s.Router.Failover, router.Failovers)
+	v.NonNegative("failover_max_jumps", int64(s.Router.FailoverMaxJumps))
+	v.NonNegativeDuration("failover_window", s.Router.FailoverWindow)
+	for _, host := range slices.Sorted(maps.Keys(s.Router.Fallbacks)) {
+		if !config.ValidHostname(host) {
+			v.Add("fallbacks", "%q is not a valid hostname", host)
+		}
+		if msg := config.CheckURL(s.Router.Fallbacks[host], config.HookSchemes()...); msg != "" {
+			v.Add("fallbacks", "%s: %s", host, msg)
+		}
+	}
+	v.NonNegative("cache_max_bytes", s.Cache.MaxBytes)
+	v.NonNegativeDuration("cache_max_stale", s.Cache.MaxStale)
+	v.NonNegativeDuration("scaling_record_ttl", s.ScalingRecordTTL)
+	v.NonNegative("scaling_max_held", int64(s.Router.MaxHeld))
+	v.NonNegative("scaling_max_calls_per_minute", int64(s.Scaling.MaxCallsPerMinute))
+	if s.Scaling.MaxRecordsPerOrg < 1 {
+		v.Add("scaling_max_records_per_org", "must be at least 1, got %d", s.Scaling.MaxRecordsPerOrg)
+	}
+	if s.Scaling.MaxRecordsPerToken < 1 {
+		v.Add("scaling_max_records_per_token", "must be at least 1, got %d", s.Scaling.MaxRecordsPerToken)
+	}
+	for _, p := range s.Outbound.Allowlist {
+		if !config.ValidOutboundPattern(p) {
+			v.Add("outbound_allowlist", "%q is not a hostname, *.domain, IP address or CIDR prefix", p)
+		}
+	}
+	if s.OTelSampleRate < 0 || s.OTelSampleRate > 1 || s.OTelSampleRate != s.OTelSampleRate {
+		v.Add("otel_sample_rate", "must be between 0 and 1, got %g", s.OTelSampleRate)
+	}
+	v.OneOf("log_level", s.LogLevel, config.LogLevels)
+	v.OneOf("log_format", s.LogFormat, config.LogFormats)
+	edgeProblems(s, v)
+}

@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// Config is the configuration of a Gateway: the settings of each package
+// the server assembles, passed through as they are, and the gateway's own
+// (the listener, the edge, shutdown, metrics). DefaultConfig holds every
+// default; a Config built by hand should start from it, since several zero
+// values mean "off". The server's keys (config/serverconfig) bind to these
+// fields; each field's doc names its key.
+type Config struct {
+	// Host is the listen address of the public port (host, also HOST).
+	// Default 0.0.0.0; empty listens on every address.
+	Host string
+	// Port is the public port for visitors, tunnels and /aperio/
+	// (port, also PORT). Default 8080; 0 lets the kernel pick one.
+	Port int
+	// Token is the master token (server.token). Required: it authorizes
+	// tunnels and the admin API. Secret.
+	Token string
+
+	// Store is where state lives: DataDir (data_dir, default ./data) or
+	// PostgreSQL at DatabaseURL (database_url, secret). New fills its
+	// Logger. Unused when Options.Store is set.
+	Store store.Config
+
+	// TLSCert is a PEM certificate file (tls_cert). With TLSKey the server
+	// speaks HTTPS and HTTP/2; with both empty it speaks plain HTTP and h2c.
+	TLSCert string
+	// TLSKey is the PEM key file of TLSCert (tls_key).
+	TLSKey string
+
+	// Router holds the routing settings: gateway_timeout,
+	// max_concurrent_requests, max_body_size, ip_limit_*, lb_strategy,
+	// failover*, fallbacks, scaling_max_held and the visitor pacing. New
+	// fills its Scaler, Cache, Logger and Tracer, and its DownThreshold
+	// from Tunnel.DownThreshold: one client_down_threshold both drops a
+	// silent client and ends the wait for one to return.
+	Router router.Config
+	// Tunnel holds the tunnel endpoint's settings: client_down_threshold,
+	// gateway_response_timeout, tunnel_handshake_timeout and tunnel_max_*.
+	// New fills its Auth, Registry and Logger.
+	Tunnel tunnel.ServerConfig
+
+	// Visitor connections. Each bound ends what a visitor holds without
+	// using it; 0 turns a bound off unless its field says otherwise.
+	//
+	// ReadHeaderTimeout bounds the time a visitor may take to send a request
+	// head (read_header_timeout). Default 10s.
+	ReadHeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a visitor's request head in bytes; larger heads
+	// get 431 (max_header_bytes). Default 1 MiB; 0 means net/http's 1 MiB.
+	MaxHeaderBytes int64
+	// KeepAliveTimeout is how long an idle keep-alive connection stays open
+	// between requests (keepalive_timeout). Default 2m.
+	KeepAliveTimeout time.Duration
+	// MaxConnectionsPerIP bounds the concurrent connections of one visitor
+	// address on the public port; more are closed at accept
+	// (max_connections_per_ip). Default 256. Behind a proxy that is not
+	// exempted (trusted proxies), every visitor shares its address: raise
+	// it or set 0.
+	MaxConnectionsPerIP int
+	// ShutdownTimeout bounds how long SIGTERM waits for in-flight requests
+	// (shutdown_timeout). Default 10s; 0 means the default.
+	ShutdownTimeout time.Duration
+
+	// CacheEnabled is the switch of the serve-stale cache (cache). Default
+	// off.
+	CacheEnabled bool
+	// Cache bounds the serve-stale cache (cache_max_bytes,
+	// cache_max_stale); New fills its clock.
+	Cache cache.Config
+
+	// ScalingEnabled is the switch that honors client scaling declarations
+	// (scaling). Default off.
+	ScalingEnabled bool
+	// Scaling holds the autoscaling controller's settings
+	// (scaling_max_calls_per_minute, scaling_max_records_per_org,
+	// scaling_max_records_per_token). New fills its seams, and its
+	// DeclareRefresh from ScalingRecordTTL when that is shorter than twice
+	// the default, so a live client's record is never old enough to be
+	// swept.
+	Scaling autoscale.Config
+	// ScalingRecordTTL drops scaling records nothing has re-announced for
+	// this long (scaling_record_ttl). Default 30d; 0 keeps them forever.
+	ScalingRecordTTL time.Duration
+	// Outbound is the policy of every call the server makes to a URL
+	// someone else chose, scaling hooks and webhooks alike:
+	// scaling_allow_http, scaling_allow_private, outbound_allowlist and
+	// outbound_block_private. The zero value is the default: https only,
+	// no private addresses, no allowlist.
+	Outbound fence.Policy
+
+	// MetricsToken is the bearer token of /aperio/metrics (metrics_token).
+	// Empty means /aperio/metrics answers 404 (on metrics_listen: no token
+	// is asked). Secret.
+	MetricsToken string
+	// MetricsListen is the host:port of a listener of its own for metrics
+	// (metrics_listen); /aperio/metrics then answers 404 on the public
+	// port. Empty serves metrics at /aperio/metrics on the public port.
+	MetricsListen string
+	// AccessLog writes one line per proxied request, in log_format, with
+	// logger=access (access_log). Default on.
+	AccessLog bool
+	// AccessLogIPs adds the visitor's address to access log lines
+	// (access_log_ips). Default off.
+	AccessLogIPs bool
+	// ServerTiming adds Server-Timing (aperio-queue, aperio-hold) to
+	// answers that waited for a permit or a cold start (server_timing).
+	// Default on.
+	ServerTiming bool
+
+	// TrustedProxies lists the CIDR prefixes and addresses of the proxies
+	// in front of the server (trusted_proxies). Only a peer inside them may
+	// name the visitor (RealIPHeader), the scheme (X-Forwarded-Proto) and
+	// the request id, or send a PROXY protocol header. Empty trusts nobody.
+	TrustedProxies []string
+	// RealIPHeader is the header a trusted proxy names the visitor in
+	// (real_ip_header): X-Forwarded-For (default, read rightmost-untrusted
+	// first), or a single-address header such as X-Real-IP,
+	// CF-Connecting-IP or True-Client-IP. Empty means X-Forwarded-For.
+	RealIPHeader string
+	// ProxyProtocol accepts PROXY protocol v1 and v2 headers on the public
+	// port from peers inside TrustedProxies (proxy_protocol). Default off.
+	ProxyProtocol bool
+	// DeniedIPs lists CIDR prefixes and addresses whose requests are
+	// answered 403 before any handler (denied_ips). Empty denies nobody.
+	DeniedIPs []string
+	// AdminAllowedIPs lists the CIDR prefixes and addresses that may reach
+	// the admin API, metrics and the rest of /aperio/ other than the
+	// tunnel and health endpoints (admin_allowed_ips). Empty allows all.
+	AdminAllowedIPs []string
+}
+
+// DefaultConfig returns every default of aperio-server: the packages' own
+// (router, tunnel, cache, autoscale) and the gateway's, each written once.
+// Token is empty, so New refuses it as it is.
+func DefaultConfig() Config {
+	return Config{
+		Host:                "0.0.0.0",
+		Port:                8080,
+		Store:               store.Config{DataDir: "./data"},
+		Router:              router.DefaultConfig(),
+		Tunnel:              tunnel.DefaultServerConfig(),
+		ReadHeaderTimeout:   10 * time.Second,
+		MaxHeaderBytes:      1 << 20,
+		KeepAliveTimeout:    2 * time.Minute,
+		MaxConnectionsPerIP: 256,
+		ShutdownTimeout:     10 * time.Second,
+		Cache:               cache.DefaultConfig(),
+		Scaling:             autoscale.DefaultConfig(),
+		ScalingRecordTTL:    30 * 24 * time.Hour,
+		AccessLog:           true,
+		ServerTiming:        true,
+		RealIPHeader:        "X-Forwarded-For",
+	}
+}
+
+// Validate reports every problem of cfg that New would meet, joined; nil
+// when there is none: each package's settings (Router, Tunnel, Cache,
+// Scaling) and the gateway's own bounds. The server's loader checks the
+// same values key by key, naming each key's source.
+func (cfg Config) Validate() error {
+	errs := []error{cfg.Router.Validate(), cfg.Tunnel.Validate(), cfg.Cache.Validate(), cfg.Scaling.Validate()}
+	if cfg.Token == "" {
+		errs = append(errs, errors.New("gateway: server.token is required"))
+	}
+	if cfg.Port < 0 || cfg.Port > 65535 {
+		errs = append(errs, fmt.Errorf("gateway: port %d is not a port (0 to 65535)", cfg.Port))
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		errs = append(errs, errors.New("gateway: tls_cert and tls_key go together"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read_header_timeout", cfg.ReadHeaderTimeout}, {"keepalive_timeout", cfg.KeepAliveTimeout}, {"shutdown_timeout", cfg.ShutdownTimeout}, {"scaling_record_ttl", cfg.ScalingRecordTTL}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("gateway: %s must not be negative, got %v", d.name, d.v))
+		}
+	}
+	if cfg.MaxHeaderBytes < 0 || cfg.MaxConnectionsPerIP < 0 {
+		errs = append(errs, fmt.Errorf("gateway: max_header_bytes %d and max_connections_per_ip %d must not be negative", cfg.MaxHeaderBytes, cfg.MaxConnectionsPerIP))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,92 @@
+// Package logkey holds the attribute keys of every log line both binaries
+// write, one constant per key, so that one thing has one name in every log:
+// a hostname is always "hostname", an error always "err". Keys are
+// snake_case. The access log's keys (Hostname through IP, see
+// docs/observability.md) are a public format: renaming one breaks the
+// queries built on it. A root test fails when a log call passes a key as
+// a string literal instead of one of these constants.
+package logkey
+
+// Keys of the access log: one line per proxied request.
+const (
+	Logger      = "logger" // which log a line belongs to ("access"), or which component wrote it
+	Hostname    = "hostname"
+	Method      = "method"
+	Path        = "path"
+	Status      = "status"
+	Bytes       = "bytes"
+	DurationMS  = "duration_ms"
+	QueueWaitMS = "queue_wait_ms"
+	HoldMS      = "hold_ms"
+	ClientID    = "client_id"
+	Limit       = "limit"
+	RequestID   = "request_id"
+	IP          = "ip"
+)
+
+// Keys of diagnostic lines.
+const (
+	Abandoned             = "abandoned"
+	Actor                 = "actor"
+	Addr                  = "addr"
+	Applied               = "applied"
+	Attempts              = "attempts"
+	Backend               = "backend"
+	Chained               = "chained"
+	ClientName            = "client_name"
+	ConsecutiveFailures   = "consecutive_failures"
+	Container             = "container"
+	Count                 = "count"
+	Current               = "current"
+	DeliveryID            = "delivery_id"
+	Desired               = "desired"
+	DrainTimeout          = "drain_timeout"
+	Dropped               = "dropped"
+	Duplicate             = "duplicate"
+	Err                   = "err"
+	Event                 = "event"
+	First                 = "first"
+	From                  = "from"
+	Heartbeat             = "heartbeat"
+	IdempotencyKey        = "idempotency_key"
+	Idle                  = "idle"
+	InFlight              = "in_flight"
+	KeyID                 = "key_id"
+	Max                   = "max"
+	MaxConcurrentRequests = "max_concurrent_requests"
+	Min                   = "min"
+	Mode                  = "mode"
+	Notice                = "notice"
+	OrgID                 = "org_id"
+	Orgs                  = "orgs"
+	Owner                 = "owner"
+	Panic                 = "panic"
+	Problem               = "problem"
+	Queued                = "queued"
+	Reason                = "reason"
+	User                  = "user" // a visitor a gate admitted or refused
+	RecordID              = "record_id"
+	RemoteAddr            = "remote_addr"
+	RetryIn               = "retry_in"
+	Role                  = "role"
+	Running               = "running"
+	SampleRate            = "sample_rate"
+	ServerURL             = "server_url"
+	Service               = "service"
+	Services              = "services"
+	SessionID             = "session_id"
+	Signal                = "signal"
+	Stack                 = "stack"
+	Store                 = "store"
+	Suppressed            = "suppressed"
+	Target                = "target"
+	Timeout               = "timeout"
+	TLS                   = "tls"
+	TokenID               = "token_id"
+	TunnelMaxStreams      = "tunnel_max_streams"
+	Value                 = "value"
+	Version               = "version"
+	WebhookID             = "webhook_id"
+	Where                 = "where"
+	Why                   = "why"
+)
