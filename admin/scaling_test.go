@@ -19,11 +19,13 @@ import (
 )
 
 // scalingFields are the keys of a record in GET /scaling: the contract's
-// list (§2) and conflict.
+// list (§2), conflict and last_error (refused appears only on a refused
+// declaration).
 var scalingFields = []string{
 	"id", "hostname", "path", "org_id", "url", "authenticated", "min", "max", "cold_start",
 	"target_utilization", "window", "cooldown", "instances", "capacity", "inflight", "utilization",
-	"disarmed", "conflict", "consecutive_failures", "last_call_at", "last_reason", "last_status", "updated_at",
+	"disarmed", "conflict", "consecutive_failures", "last_call_at", "last_reason", "last_status", "last_error",
+	"updated_at",
 }
 
 // declaredAt is the time the fake's records were declared, plus minutes.

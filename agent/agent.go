@@ -56,6 +56,13 @@ type Agent struct {
 	// nudgeLoop announces it, at most once per minAnnounceGap.
 	limitChange  chan struct{}
 	statusSocket string
+
+	// routableSince is when the client first became routable (a tunnel
+	// up and a service healthy), unix nanoseconds; 0 until then. Without a
+	// request, idle_timeout counts from it. routable is signalled once, as
+	// it is set.
+	routableSince atomic.Int64
+	routable      chan struct{}
 }
 
 // service is one configured target.
@@ -85,6 +92,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		instanceID:   newInstanceID(),
 		healthChange: make(chan struct{}, 1),
 		limitChange:  make(chan struct{}, 1),
+		routable:     make(chan struct{}, 1),
 		statusSocket: cfg.StatusSocket,
 	}
 	if opts.StatusSocket != "" {
@@ -117,6 +125,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 			Announce:    a.announcement,
 			Forwarder:   a,
 			Logger:      log,
+			OnConnect:   func(string) { a.markRoutable() },
 			DialContext: opts.DialServer,
 			TLSConfig:   opts.TLSConfig,
 		})
@@ -199,6 +208,27 @@ func newInstanceID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// markRoutable records, the first time it holds, that the client is
+// routable: called as a tunnel comes up, and as a service turns healthy
+// while one is up. A client whose services are all unhealthy is not
+// routable yet: idle_timeout must not run out while its backend starts.
+func (a *Agent) markRoutable() {
+	if !slices.ContainsFunc(a.services, func(s *service) bool { return s.healthy.Load() }) {
+		return
+	}
+	if a.routableSince.CompareAndSwap(0, time.Now().UnixNano()) {
+		select {
+		case a.routable <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// connected reports whether a tunnel is up.
+func (a *Agent) connected() bool {
+	return slices.ContainsFunc(a.tunnels, (*tunnel.Client).Connected)
+}
+
 // announcement is the current state as the server should see it.
 func (a *Agent) announcement() tunnel.Announcement {
 	ann := tunnel.Announcement{
@@ -275,17 +305,26 @@ func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request
 	}
 	tk := svc.limiter.Begin()
 	resp, err := svc.transport.RoundTrip(req)
-	svc.limiter.End(tk, outcome(resp, err))
+	svc.limiter.End(tk, outcome(ctx, resp, err))
 	return resp, err
 }
 
-// outcome classifies one backend exchange for the limiter. A transport
-// error is a failure: a refused or reset connection, or a timeout (the
-// server abandoning the request after gateway_response_timeout cancels
-// it). So are a 429 and any 5xx. Everything else, 4xx included, says the
-// backend took the request.
-func outcome(resp *http.Response, err error) concurrency.Outcome {
-	if err != nil || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+// outcome classifies one backend exchange for the limiter. A request the
+// server abandoned (ctx cancelled) before the backend answered is a
+// failure when it gave up at its response timeout (the backend was too
+// slow: tunnel.ErrAbandonedTimeout) and says nothing otherwise: the visitor
+// left, or the tunnel went away. Any other transport error is a failure: a
+// refused or reset connection, a timeout of the backend's own. So are a
+// 429 and any 5xx. Everything else, 4xx included, says the backend took
+// the request.
+func outcome(ctx context.Context, resp *http.Response, err error) concurrency.Outcome {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		if cause := context.Cause(ctx); errors.Is(cause, tunnel.ErrAbandonedTimeout) || errors.Is(cause, context.DeadlineExceeded) {
+			return concurrency.Failure
+		}
+		return concurrency.Ignored
+	case err != nil || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return concurrency.Failure
 	}
 	return concurrency.Success

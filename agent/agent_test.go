@@ -349,8 +349,8 @@ func TestNudgeLoopSpacesAnnouncements(t *testing.T) {
 }
 
 // TestIdleRetirement: idle_timeout counts from the end of the last
-// request; a client that has served nothing never retires; the context
-// ending stops the wait with no error.
+// request; a client that never became routable (no tunnel up) never
+// retires; the context ending stops the wait with no error.
 func TestIdleRetirement(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := clientConfig("http://backend.test")
@@ -363,7 +363,7 @@ func TestIdleRetirement(t *testing.T) {
 		time.Sleep(5 * time.Minute)
 		synctest.Wait()
 		if len(stopped) != 0 {
-			t.Fatal("client that served nothing retired, want it kept")
+			t.Fatal("client that never became routable retired, want it kept")
 		}
 		forward(t, a)
 		time.Sleep(30 * time.Second)
@@ -389,6 +389,47 @@ func TestIdleRetirement(t *testing.T) {
 		cancel()
 		if err := <-stopped; err != nil {
 			t.Fatalf("waitForStop(cancelled) = %v, want nil", err)
+		}
+	})
+}
+
+// TestIdleRetirementFromRoutable: before its first request, idle_timeout
+// counts from when the client became routable, so an instance nothing is
+// ever sent to retires; becoming routable needs a healthy service, so an
+// instance whose backend is still starting keeps waiting.
+func TestIdleRetirementFromRoutable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := clientConfig("http://backend.test")
+		cfg.IdleTimeout = time.Minute
+		a := newAgent(t, cfg)
+		a.services[0].healthy.Store(false) // its backend is starting
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.waitForStop(t.Context()) }()
+
+		a.markRoutable() // a tunnel came up: not routable while unhealthy
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		if len(stopped) != 0 {
+			t.Fatal("client with no healthy service retired, want it kept")
+		}
+		a.services[0].healthy.Store(true)
+		a.markRoutable()
+		start := time.Now()
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if len(stopped) != 0 {
+			t.Fatal("retired 59s after becoming routable, want idle_timeout 1m to pass first")
+		}
+		select {
+		case err := <-stopped:
+			if !errors.Is(err, ErrIdle) {
+				t.Fatalf("waitForStop() = %v, want ErrIdle", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("not retired within 2m of becoming routable, want ErrIdle after idle_timeout 1m")
+		}
+		if el := time.Since(start); el != time.Minute {
+			t.Errorf("retired %v after becoming routable, want idle_timeout 1m", el)
 		}
 	})
 }

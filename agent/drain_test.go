@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/memnet"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -76,6 +77,57 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
+// startTunnelServer serves a tunnel server of cfg (Auth acceptAll, a 15 s
+// DownThreshold unless set) on an in-memory network until the test ends,
+// and returns the listener whose Dial reaches it.
+func startTunnelServer(t *testing.T, cfg tunnel.ServerConfig) *memnet.Listener {
+	t.Helper()
+	cfg.Auth = acceptAll{}
+	if cfg.DownThreshold == 0 {
+		cfg.DownThreshold = 15 * time.Second
+	}
+	srv, err := tunnel.NewServer(cfg)
+	if err != nil {
+		t.Fatalf("tunnel.NewServer() error = %v", err)
+	}
+	ln := memnet.Listen()
+	hs := &http.Server{Handler: srv}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("tunnel server Shutdown() = %v", err)
+		}
+		hs.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("http.Server.Serve() = %v, want http.ErrServerClosed", err)
+		}
+	})
+	return ln
+}
+
+// memnetAgent starts a tunnel server of srv (its Registry a drainRegistry)
+// as startTunnelServer does, and an agent of one service, changed by edit,
+// that dials it and whose backend is a gateBackend. The agent is not run.
+func memnetAgent(t *testing.T, srv tunnel.ServerConfig, edit func(*config.Client)) (*Agent, *drainRegistry, *gateBackend) {
+	t.Helper()
+	reg := &drainRegistry{attached: make(chan *tunnel.Session, 1), draining: make(chan struct{})}
+	srv.Registry = reg
+	ln := startTunnelServer(t, srv)
+	cfg := clientConfig("http://backend.test")
+	cfg.ServerURL = "http://memnet"
+	edit(&cfg)
+	a, err := New(cfg, Options{DialServer: ln.Dial})
+	if err != nil {
+		t.Fatalf("New() error = %v", err)
+	}
+	be := &gateBackend{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	a.services[0].transport = be
+	return a, reg, be
+}
+
 // TestDrainWaitsForInFlight runs an agent against a real tunnel server over
 // an in-memory network, with one request in flight when its context ends.
 // The agent announces draining first; a request that finishes within
@@ -92,36 +144,7 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			reg := &drainRegistry{attached: make(chan *tunnel.Session, 1), draining: make(chan struct{})}
-			srv, err := tunnel.NewServer(tunnel.ServerConfig{Auth: acceptAll{}, Registry: reg, DownThreshold: 15 * time.Second})
-			if err != nil {
-				t.Fatalf("tunnel.NewServer() error = %v", err)
-			}
-			ln := memnet.Listen()
-			hs := &http.Server{Handler: srv}
-			served := make(chan error, 1)
-			go func() { served <- hs.Serve(ln) }()
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if err := srv.Shutdown(ctx); err != nil {
-					t.Errorf("tunnel server Shutdown() = %v", err)
-				}
-				hs.Close()
-				if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-					t.Errorf("http.Server.Serve() = %v, want http.ErrServerClosed", err)
-				}
-			})
-
-			cfg := clientConfig("http://backend.test")
-			cfg.ServerURL = "http://memnet"
-			cfg.DrainTimeout = tt.drainTimeout
-			a, err := New(cfg, Options{DialServer: ln.Dial})
-			if err != nil {
-				t.Fatalf("New() error = %v", err)
-			}
-			be := &gateBackend{entered: make(chan struct{}, 1), release: make(chan struct{})}
-			a.services[0].transport = be
+			a, reg, be := memnetAgent(t, tunnel.ServerConfig{}, func(cfg *config.Client) { cfg.DrainTimeout = tt.drainTimeout })
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ran := make(chan error, 1)
@@ -183,5 +206,28 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunRetiresWithoutRequest runs an agent against a real tunnel server
+// over an in-memory network and never sends it a request: once its tunnel
+// is up (its service healthy), idle_timeout counts, and Run retires with
+// ErrIdle, so an instance started for a visitor who gave up does not run
+// for ever.
+func TestRunRetiresWithoutRequest(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	a, reg, _ := memnetAgent(t, tunnel.ServerConfig{}, func(cfg *config.Client) {
+		cfg.IdleTimeout = idle
+		cfg.DrainTimeout = time.Second
+	})
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(t.Context()) }()
+	recv(t, reg.attached, "the agent's session")
+	up := time.Now()
+	if err := recv(t, ran, "Run to retire"); !errors.Is(err, ErrIdle) {
+		t.Fatalf("Run() = %v, want ErrIdle", err)
+	}
+	if el := time.Since(up); el < idle*9/10 {
+		t.Errorf("Run retired %v after the tunnel came up, want at least idle_timeout %v", el, idle)
 	}
 }

@@ -52,7 +52,10 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // waitForStop blocks until ctx ends (nil) or the client has been idle for
-// idle_timeout after its first request (ErrIdle).
+// idle_timeout (ErrIdle): since its last request, or, before its first,
+// since it became routable, so that an instance started for nothing (a
+// cold start whose visitor gave up, a scale-out the load never reached)
+// retires too. A client that never became routable waits.
 func (a *Agent) waitForStop(ctx context.Context) error {
 	if a.cfg.IdleTimeout <= 0 {
 		<-ctx.Done()
@@ -65,9 +68,14 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-a.routable:
 		}
 		next := a.cfg.IdleTimeout
-		if last := a.lastRequest.Load(); last != 0 && a.active() == 0 {
+		last := a.lastRequest.Load()
+		if last == 0 {
+			last = a.routableSince.Load()
+		}
+		if last != 0 && a.active() == 0 {
 			idle := time.Since(time.Unix(0, last))
 			if idle >= a.cfg.IdleTimeout {
 				a.log.Info("idle timeout reached", logkey.Idle, idle.Round(time.Second))
@@ -189,6 +197,9 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 				svc.healthy.Store(true)
 				a.log.Info("service healthy", logkey.Service, svc.id, logkey.Target, svc.cfg.Target)
 				a.signalHealth()
+				if a.connected() {
+					a.markRoutable()
+				}
 			}
 		default:
 			failures++

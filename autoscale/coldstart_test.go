@@ -514,3 +514,57 @@ func TestPlanColdStartCases(t *testing.T) {
 		})
 	}
 }
+
+// TestColdStartNeverAsksAboveMax proves that the first call honours max:
+// a block declared without max calls with a max of DefaultMax(min) and a
+// desired no higher, and so does a record stored with max 0 before max
+// had a default (read back from the store after a restart).
+func TestColdStartNeverAsksAboveMax(t *testing.T) {
+	tests := []struct {
+		name             string
+		min              int
+		stored           bool // the record was stored with max 0, not declared now
+		desired, ceiling int
+	}{
+		{"declared without max", 0, false, 1, 1},
+		{"declared with min 3 without max", 3, false, 3, 3},
+		{"stored with max 0", 0, true, 1, 1},
+		{"stored with min 2 and max 0", 2, true, 2, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const host = "app.example.com"
+				var recs []Record
+				if tt.stored {
+					r := rec(host)
+					r.Min, r.Max = tt.min, 0
+					recs = append(recs, r)
+				}
+				h := newHarness(t, recs)
+				if !tt.stored {
+					b := block(host)
+					b.Min, b.Max = tt.min, 0
+					if err := h.c.Declare(context.Background(), announce(host, "s1", b)); err != nil {
+						t.Fatalf("Declare: %v", err)
+					}
+				}
+				if _, err := h.c.ColdStart(context.Background(), testOrg, host, ""); err != nil {
+					t.Fatalf("ColdStart: %v", err)
+				}
+				synctest.Wait()
+				calls := h.caller.made()
+				if len(calls) != 1 {
+					t.Fatalf("%d calls, want 1", len(calls))
+				}
+				if b := calls[0].Body; b.Desired != tt.desired || b.Max != tt.ceiling || b.Min != tt.min || b.Desired > b.Max {
+					t.Errorf("cold start body desired %d min %d max %d, want desired %d min %d max %d", b.Desired, b.Min, b.Max, tt.desired, tt.min, tt.ceiling)
+				}
+				vs, err := h.c.List(context.Background(), testOrg)
+				if err != nil || len(vs) != 1 || vs[0].Max != tt.ceiling {
+					t.Errorf("List() = %+v, %v, want one record with max %d", vs, err, tt.ceiling)
+				}
+			})
+		})
+	}
+}

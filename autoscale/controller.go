@@ -132,6 +132,17 @@ type Config struct {
 	// one client token may arm (the master token is bounded only by
 	// MaxRecordsPerOrg). 0 means DefaultMaxRecordsPerToken.
 	MaxRecordsPerToken int
+	// Policy, when set, judges a declared hook URL against the server's
+	// outbound policy without I/O (*fence.Client does): a URL it refuses
+	// is refused at declaration. nil leaves every URL to the Caller, at
+	// call time.
+	Policy URLChecker
+	// DefaultOrgID is the server's default organization (the master
+	// token's, and a single-tenant server's only one). A hook call for one
+	// of its records says "org_id": null, as the specification's body does
+	// for a deployment without organizations; every other record's call
+	// carries its organization's ID. "" sends every record's ID.
+	DefaultOrgID string
 }
 
 // withDefaults fills the zero fields that have a default.
@@ -252,6 +263,9 @@ type Controller struct {
 	closed       bool
 	metrics      Metrics
 	quota        quota // records held and being created, per org and armer
+
+	refused  refusals   // declarations refused by validateDeclaration; its own lock
+	callErrs callErrors // why each record's last call failed; its own lock
 }
 
 // bindKey names a bind.
@@ -418,6 +432,10 @@ func (c *Controller) setRecLocked(b *bind, r *Record) {
 		delete(c.byID, b.rec.ID)
 	}
 	c.quota.count(b.rec, -1)
+	if r != nil && r.Max <= 0 {
+		d := withDefaultMax(*r)
+		r = &d
+	}
 	b.rec = r
 	c.quota.count(r, +1)
 	if r != nil {

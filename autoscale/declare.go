@@ -71,9 +71,9 @@ func (e *DeclarationError) Error() string {
 func (e *DeclarationError) Is(target error) bool { return target == ErrInvalid }
 
 // Declaration is a client's scaling block as announced. A zero field means
-// the default: Min 0 (scale to zero), Max 0 (cold starts only: never scaled
-// out or in), ColdStart DefaultColdStart, TargetUtilization
-// DefaultTargetUtilization, Window DefaultWindow, Cooldown DefaultCooldown.
+// the default: Min 0 (scale to zero), Max DefaultMax(Min), ColdStart
+// DefaultColdStart, TargetUtilization DefaultTargetUtilization, Window
+// DefaultWindow, Cooldown DefaultCooldown.
 type Declaration struct {
 	// URL is the provider's hook: absolute, http or https (the fence
 	// decides at call time whether plain http is allowed), without
@@ -83,8 +83,8 @@ type Declaration struct {
 	Secret string
 	// Min is the floor of a scale-in's desired capacity.
 	Min int
-	// Max is the ceiling the server never asks above; 0 means cold starts
-	// only.
+	// Max is the ceiling the server never asks above, cold starts
+	// included; 0 means DefaultMax(Min).
 	Max int
 	// ColdStart is how long a visitor may be held; at most MaxColdStart.
 	ColdStart time.Duration
@@ -98,6 +98,25 @@ type Declaration struct {
 	// Cooldown is the minimum gap between two calls for one bind; at least
 	// MinWindow.
 	Cooldown time.Duration
+}
+
+// DefaultMax is the ceiling of a block that declares no max: min, and at
+// least one. A cold start asks for max(1, min) instances, so no smaller
+// default could hold the rule that no call asks above max; and no larger
+// one is safe to assume, since the provider pays for every instance. With
+// it the server cold starts the service to that size and never scales it
+// out; a pool grown above it by other means is asked down to it when idle,
+// like any pool above its max.
+func DefaultMax(min int) int { return max(1, min) }
+
+// withDefaultMax returns r with Max set to DefaultMax(r.Min) when it is 0:
+// a record stored before max had a default still holds 0, and a call for
+// it must not say "max":0 next to a desired of 1 or more.
+func withDefaultMax(r Record) Record {
+	if r.Max <= 0 {
+		r.Max = DefaultMax(r.Min)
+	}
+	return r
 }
 
 // Normalize applies the defaults, cuts ColdStart to MaxColdStart, drops
@@ -157,6 +176,9 @@ func (d Declaration) normalize() (Declaration, []string) {
 	if d.Max > 0 && d.Min > d.Max {
 		problems = append(problems, fmt.Sprintf("max %d is below min %d", d.Max, d.Min))
 	}
+	if d.Max == 0 && d.Min >= 0 {
+		d.Max = DefaultMax(d.Min)
+	}
 	if d.ColdStart < 0 {
 		problems = append(problems, fmt.Sprintf("cold_start %v is negative", d.ColdStart))
 	}
@@ -208,9 +230,11 @@ type announcer struct {
 // Declare records a client's announcement of a's block. It is called on
 // every announcement (each heartbeat included) and blocks on the store.
 //
-// An invalid block returns a *DeclarationError (errors.Is ErrInvalid)
-// whose text the server sends back to the client; the rest of the client's
-// announcement is unaffected. A declaration for a bind another
+// An invalid block, or one whose URL Config.Policy refuses, returns a
+// *DeclarationError (errors.Is ErrInvalid) whose text the server sends
+// back to the client, and List shows it until a valid declaration of the
+// bind or the session's end; the rest of the client's announcement is
+// unaffected, and a record already stored keeps its older block. A declaration for a bind another
 // organization holds a record for is refused with ErrBindTaken, and one
 // over Config.MaxRecordsPerOrg or Config.MaxRecordsPerToken with
 // ErrRecordLimit; both are decided in memory, without a store access.
@@ -226,12 +250,9 @@ type announcer struct {
 // neither the cooldown nor the failure count. Declare is safe for
 // concurrent use; announcements for one bind are serialized.
 func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
-	d, problems := a.Block.normalize()
-	if a.Hostname == "" {
-		problems = append(problems, "hostname is empty")
-	}
-	if len(problems) > 0 {
-		return &DeclarationError{Hostname: a.Hostname, Problems: problems}
+	d, err := c.validateDeclaration(a)
+	if err != nil {
+		return err
 	}
 	if a.Session == "" || a.Armer == "" {
 		return errors.New("autoscale: declare: empty session or armer")
@@ -465,6 +486,7 @@ func (b *bind) effectiveLocked() (Declaration, bool) {
 // ends. The records it armed stay. Leave is safe for concurrent use and
 // does not block.
 func (c *Controller) Leave(session string) {
+	c.refused.leave(session)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range c.sessionBinds[session] {

@@ -22,17 +22,38 @@ func announce(host, session string, b Declaration) SessionDeclaration {
 	return SessionDeclaration{OrgID: testOrg, Hostname: host, Session: session, Armer: "tok_" + session, Block: b}
 }
 
-// TestNormalizeAppliesDefaults proves the documented defaults: min 0, max 0,
-// cold_start 45s, target_utilization 0.8, window 15s, cooldown 60s.
+// TestNormalizeAppliesDefaults proves the documented defaults: min 0, max
+// DefaultMax(0) = 1, cold_start 45s, target_utilization 0.8, window 15s,
+// cooldown 60s.
 func TestNormalizeAppliesDefaults(t *testing.T) {
 	got, err := Declaration{URL: "https://p.example/scale"}.Normalize()
 	if err != nil {
 		t.Fatalf("Normalize() error %v", err)
 	}
-	want := Declaration{URL: "https://p.example/scale", Min: 0, Max: 0, ColdStart: 45 * time.Second,
+	want := Declaration{URL: "https://p.example/scale", Min: 0, Max: 1, ColdStart: 45 * time.Second,
 		TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: 60 * time.Second}
 	if got != want {
 		t.Errorf("Normalize() = %+v, want %+v", got, want)
+	}
+}
+
+// TestNormalizeDefaultMax proves that a block without max gets the
+// ceiling DefaultMax(min): min, and at least one, so that the cold start
+// it asks for (max(1, min) instances) is never above it.
+func TestNormalizeDefaultMax(t *testing.T) {
+	for _, tt := range []struct{ min, max, want int }{
+		{0, 0, 1},
+		{1, 0, 1},
+		{3, 0, 3},
+		{3, 8, 8},
+	} {
+		got, err := Declaration{URL: "https://p.example/scale", Min: tt.min, Max: tt.max}.Normalize()
+		if err != nil {
+			t.Fatalf("Normalize(min %d, max %d) error %v", tt.min, tt.max, err)
+		}
+		if got.Max != tt.want {
+			t.Errorf("Normalize(min %d, max %d).Max = %d, want %d", tt.min, tt.max, got.Max, tt.want)
+		}
 	}
 }
 

@@ -54,10 +54,12 @@ type PoolStats struct {
 	// connections) with a routable primary-tier service in the pool. It
 	// is "current" in every call.
 	Instances int
-	// Capacity sums those services' effective max_concurrent. 0 means
-	// utilization is not measurable (no max_concurrent announced, or an
-	// unbounded instance among them): the pool is then never scaled out or
-	// in, and only cold starts apply.
+	// Capacity sums those services' effective max_concurrent (a learnt
+	// limit is announced as max_concurrent and counts). 0 means
+	// utilization is not measurable: no max_concurrent announced, or an
+	// unbounded service among them, whose in-flight requests would
+	// otherwise be measured against capacity it does not add. The pool is
+	// then never scaled out or in, and only cold starts apply.
 	Capacity int
 	// Inflight sums the permits those services hold right now.
 	Inflight int

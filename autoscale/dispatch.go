@@ -396,7 +396,7 @@ func (c *Controller) startLocked(it *item) {
 		Secret:         r.Secret,
 		IdempotencyKey: it.d.key,
 		Body: HookBody{
-			Reason: it.d.reason, Hostname: r.Hostname, Path: r.Path, OrgID: r.OrgID,
+			Reason: it.d.reason, Hostname: r.Hostname, Path: r.Path, OrgID: c.hookOrg(r.OrgID),
 			Current: it.d.current, Desired: it.d.desired, Min: r.Min, Max: r.Max,
 		},
 	}
@@ -615,6 +615,7 @@ func (c *Controller) record(ctx context.Context, o outcome) {
 		}
 	}
 
+	c.callErrs.note(o.rec.ID, o.err)
 	typ := EventRequested
 	if o.err != nil {
 		typ = EventFailed

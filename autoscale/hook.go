@@ -50,6 +50,15 @@ func (b HookBody) MarshalJSON() ([]byte, error) {
 	}{b.Reason, b.Hostname, nullable(b.Path), nullable(b.OrgID), b.Current, b.Desired, b.Min, b.Max})
 }
 
+// hookOrg is the org_id a hook call for a record of org sends: "" (null)
+// for the default organization, see Config.DefaultOrgID.
+func (c *Controller) hookOrg(org string) string {
+	if org == c.cfg.DefaultOrgID {
+		return ""
+	}
+	return org
+}
+
 // nullable maps "" to nil, so that it encodes as JSON null.
 func nullable(s string) *string {
 	if s == "" {

@@ -2,11 +2,14 @@ package autoscale
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -120,4 +123,43 @@ func TestParseRetryAfter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHookBodyOrgID: a call for a record of the default organization (the
+// master token's, a single-tenant server's) says "org_id": null, as the
+// specification's body does; a record of any other organization sends its
+// ID.
+func TestHookBodyOrgID(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		other := rec("other.example.com")
+		other.OrgID = "org_other"
+		h := newHarness(t, []Record{rec("app.example.com"), other}, withConfig(func(c *Config) { c.DefaultOrgID = testOrg }))
+		for _, r := range []Record{rec("app.example.com"), other} {
+			if _, err := h.c.ColdStart(context.Background(), r.OrgID, r.Hostname, ""); err != nil {
+				t.Fatalf("ColdStart(%s): %v", r.Hostname, err)
+			}
+		}
+		advance(time.Minute) // calls to one provider host are spaced
+		got := map[string]string{}
+		for _, c := range h.caller.made() {
+			b, err := json.Marshal(c.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body struct {
+				OrgID *string `json:"org_id"`
+			}
+			if err := json.Unmarshal(b, &body); err != nil {
+				t.Fatal(err)
+			}
+			got[c.Body.Hostname] = "null"
+			if body.OrgID != nil {
+				got[c.Body.Hostname] = *body.OrgID
+			}
+		}
+		want := map[string]string{"app.example.com": "null", "other.example.com": "org_other"}
+		if !maps.Equal(got, want) {
+			t.Errorf("org_id by hostname = %v, want %v", got, want)
+		}
+	})
 }

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -94,7 +96,7 @@ func TestListShowsLivePoolAndBreaker(t *testing.T) {
 		}
 		slices.Sort(keys)
 		want := []string{"authenticated", "capacity", "cold_start", "conflict", "consecutive_failures", "cooldown", "disarmed",
-			"hostname", "id", "inflight", "instances", "last_call_at", "last_reason", "last_status", "max", "min", "org_id",
+			"hostname", "id", "inflight", "instances", "last_call_at", "last_error", "last_reason", "last_status", "max", "min", "org_id",
 			"path", "target_utilization", "updated_at", "url", "utilization", "window"}
 		if diff := cmp.Diff(want, keys); diff != "" {
 			t.Errorf("JSON keys (-want +got):\n%s", diff)
@@ -347,4 +349,134 @@ func TestPlanReload(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestListShowsLastCallError proves that the list says why the last call
+// failed (here the outbound policy's refusal, a call with no response,
+// which the status alone shows as 0), and stops saying it once a call
+// succeeds.
+func TestListShowsLastCallError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rec("app.example.com")
+		r.Cooldown = time.Second
+		h := newHarness(t, []Record{r})
+		refused := &fence.RefusedError{URL: "http://10.0.0.1:80", Reason: "10.0.0.1 is private"}
+		h.caller.answer = func(n int, _ HookCall) (int, time.Duration, error) {
+			if n == 0 {
+				return 0, 0, refused
+			}
+			return 200, 0, nil
+		}
+		lastError := func() View {
+			t.Helper()
+			vs, err := h.c.List(context.Background(), testOrg)
+			if err != nil || len(vs) != 1 {
+				t.Fatalf("List() = %+v, %v, want one record", vs, err)
+			}
+			return vs[0]
+		}
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if v := lastError(); v.LastStatus != 0 || !strings.Contains(v.LastError, "10.0.0.1 is private") {
+			t.Errorf("after a refused call: last_status %d, last_error %q; want 0 and the fence's reason", v.LastStatus, v.LastError)
+		}
+		advance(time.Minute) // past the backoff
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if v := lastError(); v.LastStatus != 200 || v.LastError != "" {
+			t.Errorf("after an accepted call: last_status %d, last_error %q; want 200 and none", v.LastStatus, v.LastError)
+		}
+	})
+}
+
+// TestDeclareRefusesFencedURL proves that a hook URL the server's outbound
+// policy refuses is refused at declaration, not at the first visitor: the
+// client gets the policy's reason, no record is made, and the list shows
+// the bind with the reason until a valid declaration replaces it or the
+// session ends.
+func TestDeclareRefusesFencedURL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		policy, err := fence.New(fence.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t, nil, withConfig(func(c *Config) { c.Policy = policy }))
+		const host = "app.example.com"
+		list := func() []View {
+			t.Helper()
+			vs, err := h.c.List(context.Background(), testOrg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return vs
+		}
+		for _, tt := range []struct{ url, reason string }{
+			{"http://hooks.example/scale", "http is not permitted, only https"},
+			{"https://10.1.2.3/scale", "10.1.2.3 is private"},
+			{"https://localhost/scale", "localhost is loopback"},
+		} {
+			b := block(host)
+			b.URL = tt.url
+			err := h.c.Declare(context.Background(), announce(host, "s1", b))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.reason) {
+				t.Fatalf("Declare(url %s) = %v, want ErrInvalid with %q", tt.url, err, tt.reason)
+			}
+			if _, ok := h.store.get(host); ok {
+				t.Fatalf("Declare(url %s) stored a record", tt.url)
+			}
+			vs := list()
+			if len(vs) != 1 || vs[0].ID != "" || !vs[0].Disarmed || !strings.Contains(vs[0].Refused, tt.reason) || vs[0].URL != tt.url {
+				t.Fatalf("List() after refusing %s = %+v, want one disarmed bind without ID, refused with %q", tt.url, vs, tt.reason)
+			}
+		}
+		// The session ends: its refusal goes.
+		h.c.Leave("s1")
+		if vs := list(); len(vs) != 0 {
+			t.Errorf("List() after the session left = %+v, want nothing", vs)
+		}
+		// Refused, then declared validly: the record, and no refusal.
+		b := block(host)
+		b.URL = "http://hooks.example/scale"
+		if err := h.c.Declare(context.Background(), announce(host, "s2", b)); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Declare(http) = %v, want ErrInvalid", err)
+		}
+		if err := h.c.Declare(context.Background(), announce(host, "s2", block(host))); err != nil {
+			t.Fatalf("Declare(https) = %v", err)
+		}
+		if vs := list(); len(vs) != 1 || vs[0].ID == "" || vs[0].Refused != "" {
+			t.Errorf("List() after a valid declaration = %+v, want the record and no refusal", vs)
+		}
+	})
+}
+
+// TestRefusalsAreBounded proves that a client declaring invalid blocks for
+// ever more hostnames cannot grow the controller's memory: past
+// maxRefusals binds, refusals are still returned to the client but no
+// longer remembered for the list, and the session's end forgets them all.
+func TestRefusalsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		bad := Declaration{URL: "ftp://hooks.example/"}
+		for i := range maxRefusals + 50 {
+			host := fmt.Sprintf("h%d.example.com", i)
+			if err := h.c.Declare(context.Background(), announce(host, "flood", bad)); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Declare(%s) = %v, want ErrInvalid", host, err)
+			}
+		}
+		vs, err := h.c.List(context.Background(), testOrg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(vs) != maxRefusals {
+			t.Errorf("List() after %d refused binds = %d views, want %d", maxRefusals+50, len(vs), maxRefusals)
+		}
+		h.c.Leave("flood")
+		if vs, err := h.c.List(context.Background(), testOrg); err != nil || len(vs) != 0 {
+			t.Errorf("List() after the session left = %d views, %v; want none", len(vs), err)
+		}
+	})
 }

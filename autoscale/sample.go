@@ -81,14 +81,17 @@ func (b *bind) rekeyLocked(d *decision) {
 }
 
 // coldStartDesired is a cold start's desired capacity: one instance, or min
-// when it is higher. Normalize keeps min within a nonzero max.
+// when it is higher, and never above max. Normalize keeps min within max
+// and gives a block without max the ceiling DefaultMax(min), so the cap
+// only matters for a record that breaks that rule.
 func coldStartDesired(r *Record) int {
-	return max(1, r.Min)
+	return min(max(1, r.Min), r.Max)
 }
 
 // scaleOutDesired is a scale-out's desired capacity from current
-// instances, and false when there is nothing to ask: max 0 means cold
-// starts only, and the server never asks above max.
+// instances, and false when there is nothing to ask: the server never asks
+// above max (a record the controller holds always has one, see
+// withDefaultMax).
 func scaleOutDesired(current int, r *Record) (int, bool) {
 	if r.Max <= 0 || current < 1 || current >= r.Max {
 		return 0, false
@@ -99,8 +102,8 @@ func scaleOutDesired(current int, r *Record) (int, bool) {
 // scaleInDesired is a scale-in's desired capacity from current instances:
 // one below current, never below min or one, and never above max (a pool
 // already above its max is asked straight down to it). It is false when
-// there is nothing to give back: at min, at one instance, or with max 0
-// (cold starts only).
+// there is nothing to give back: at min, at one instance, or without a
+// max (never the case of a record the controller holds).
 func scaleInDesired(current int, r *Record) (int, bool) {
 	if r.Max <= 0 || current <= 1 || current <= r.Min {
 		return 0, false

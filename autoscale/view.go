@@ -1,10 +1,14 @@
 package autoscale
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -38,11 +42,21 @@ type View struct {
 	LastReason string
 	// LastStatus is 0 for a transport failure or no call.
 	LastStatus int
-	UpdatedAt  time.Time
+	// LastError says why the last call failed (a fence refusal, a
+	// timeout, the status it answered); "" when it succeeded, or when
+	// this server has made no call for the record since it started.
+	LastError string
+	// Refused says why the latest declaration a live client sent for the
+	// bind was refused (an invalid block, a hook URL the outbound policy
+	// refuses); "" when it was not. A record keeps its older block then;
+	// a bind with no record is listed with no ID, disarmed.
+	Refused   string
+	UpdatedAt time.Time
 }
 
 // newView shows r with the live pool st.
 func newView(r Record, st PoolStats) View {
+	r = withDefaultMax(r)
 	v := View{
 		ID: r.ID, OrgID: r.OrgID, Hostname: r.Hostname, Path: r.Path,
 		URL: r.URL, Authenticated: r.Secret != "",
@@ -67,11 +81,39 @@ func (c *Controller) List(ctx context.Context, orgID string) ([]View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("autoscale: list: %w", err)
 	}
-	vs := make([]View, 0, len(recs))
+	refused := c.refused.of(orgID)
+	vs := make([]View, 0, len(recs)+len(refused))
 	for _, r := range recs {
-		vs = append(vs, newView(r, c.pool.Pool(r.OrgID, r.Hostname, r.Path)))
+		v := newView(r, c.pool.Pool(r.OrgID, r.Hostname, r.Path))
+		v.LastError, _ = c.callErrs.get(r.ID)
+		k := bindKey{r.OrgID, r.Hostname, r.Path}
+		if rf, ok := refused[k]; ok {
+			v.Refused = rf.reason
+			delete(refused, k)
+		}
+		vs = append(vs, v)
+	}
+	// Refused binds without a record come last: they were never declared.
+	for _, k := range slices.SortedFunc(maps.Keys(refused), compareBindKeys) {
+		vs = append(vs, refusedView(k, refused[k], c.pool.Pool(k.org, k.host, k.path)))
 	}
 	return vs, nil
+}
+
+// refusedView shows the refused declaration rf of bind k, which has no
+// record: no ID, disarmed, with the reason.
+func refusedView(k bindKey, rf refusal, st PoolStats) View {
+	d := rf.decl
+	v := newView(Record{OrgID: k.org, Hostname: k.host, Path: k.path, URL: d.URL, Secret: d.Secret,
+		Min: d.Min, Max: d.Max, ColdStart: d.ColdStart, TargetUtilization: d.TargetUtilization,
+		Window: d.Window, Cooldown: d.Cooldown, Disarmed: true}, st)
+	v.Refused = rf.reason
+	return v
+}
+
+// compareBindKeys orders binds by organization, hostname and path.
+func compareBindKeys(a, b bindKey) int {
+	return cmp.Or(strings.Compare(a.org, b.org), strings.Compare(a.host, b.host), strings.Compare(a.path, b.path))
 }
 
 // Disarm removes record id of orgID ("" means any organization): the API's
@@ -92,6 +134,7 @@ func (c *Controller) Disarm(ctx context.Context, orgID, id string) error {
 
 // forgetRecord drops record id from memory: it was deleted.
 func (c *Controller) forgetRecord(id string) {
+	c.callErrs.remove(id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if b := c.byID[id]; b != nil {
@@ -118,6 +161,7 @@ func (v View) MarshalJSON() ([]byte, error) {
 		Instances: v.Instances, Capacity: v.Capacity, Inflight: v.Inflight, Utilization: util,
 		Disarmed: v.Disarmed, Conflict: v.Conflict, ConsecutiveFailures: v.ConsecutiveFailures,
 		LastCallAt: v.LastCallAt, LastReason: v.LastReason, LastStatus: v.LastStatus,
+		LastError: v.LastError, Refused: v.Refused,
 		UpdatedAt: v.UpdatedAt,
 	})
 }

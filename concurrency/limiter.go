@@ -157,6 +157,12 @@ const (
 	// timeout or a connection error. Timeouts must count here, or AIMD
 	// climbs to the ceiling while everything times out.
 	Failure
+	// Ignored is a request that ended without a verdict on the backend:
+	// the visitor left before the answer. It is neither a success nor a
+	// failure: it frees its slot and changes neither the limit, the
+	// success streak, nor the backend signal. Counting it as a failure
+	// would let impatient visitors halve a healthy backend's limit.
+	Ignored
 )
 
 // Limiter holds one service's concurrency limit. It is safe for concurrent
@@ -308,14 +314,15 @@ func nearLimit(inflight, desired int) bool {
 
 // End records the outcome of the request t and adjusts the limit in AIMD
 // mode. In fixed mode it only counts; in load-signal mode the outcome
-// reaches the limit through the Backend signal at the next evaluation.
+// reaches the limit through the Backend signal at the next evaluation. An
+// Ignored outcome only ends the request.
 func (l *Limiter) End(t Ticket, o Outcome) {
-	if b := l.cfg.Backend; b != nil && l.mode != ModeFixed {
+	if b := l.cfg.Backend; b != nil && l.mode != ModeFixed && o != Ignored {
 		b.Record(l.now(), o == Failure)
 	}
 	l.mu.Lock()
 	l.inflight--
-	if l.mode != ModeAIMD {
+	if l.mode != ModeAIMD || o == Ignored {
 		l.mu.Unlock()
 		return
 	}

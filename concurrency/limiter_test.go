@@ -106,8 +106,11 @@ func run(l *Limiter, outcomes string) {
 		}
 		tk := l.Begin()
 		o := Success
-		if c == 'F' {
+		switch c {
+		case 'F':
 			o = Failure
+		case 'I':
+			o = Ignored
 		}
 		l.End(tk, o)
 		for range held {
@@ -122,7 +125,7 @@ func TestAIMD(t *testing.T) {
 	cases := []struct {
 		name     string
 		cfg      Config
-		outcomes string // S success, F failure
+		outcomes string // S success, F failure, I ignored
 		want     int
 	}{
 		{"ten successes add one", Config{Initial: 4}, strings.Repeat("S", 10), 5},
@@ -136,6 +139,8 @@ func TestAIMD(t *testing.T) {
 		{"clamped to min", Config{Initial: 4, Min: 3}, "FFF", 3},
 		{"factor one keeps", Config{Initial: 6, DecreaseFactor: 1}, "FF", 6},
 		{"threshold normalized to one", Config{Initial: 2, IncreaseAfterSuccesses: -5}, "SS", 4},
+		{"ignored never decreases", Config{Initial: 8}, "IIII", 8},
+		{"ignored keeps the streak", Config{Initial: 4}, strings.Repeat("S", 5) + "IIII" + strings.Repeat("S", 5), 5},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -182,6 +187,26 @@ func TestOneDecreasePerOverload(t *testing.T) {
 	l.End(l.Begin(), Failure)
 	if got := l.Desired(); got != 4 {
 		t.Errorf("desired after a later failure = %d, want 4", got)
+	}
+}
+
+// TestIgnoredIsNoBackendSnapshot proves that an abandoned request (the
+// visitor left) is no evidence for load-signal mode either: it records no
+// backend snapshot, healthy or overloaded, so a burst of them neither
+// lowers the limit nor counts towards a rise.
+func TestIgnoredIsNoBackendSnapshot(t *testing.T) {
+	backend := NewBackendSignal()
+	l := newLimiter(t, Config{Mode: ModeLoadSignal, Initial: 10, Max: 50, MinSamples: 1, Now: func() time.Time { return t0 },
+		Signals: []*Signal{backend}, Backend: backend})
+	for range 20 {
+		l.End(l.Begin(), Ignored)
+	}
+	if st := backend.stats(t0.Add(-time.Minute)); st.samples != 0 || st.latestOverloaded {
+		t.Errorf("backend signal after 20 ignored outcomes = %+v, want no snapshot", st)
+	}
+	l.Evaluate(t0.Add(time.Second))
+	if got := l.Desired(); got != 10 {
+		t.Errorf("desired after 20 ignored outcomes = %d, want 10", got)
 	}
 }
 

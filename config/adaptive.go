@@ -117,7 +117,8 @@ func (c *Client) resolve(i int, rank func(key string) int) Concurrency {
 		if a.Mode == ConcurrencyLoadSignal && len(a.Signals) == 0 {
 			why += "; no signals, so it runs as aimd (10 / 0.5)"
 		}
-		out := Concurrency{Mode: a.Mode, Adaptive: *a, Limit: a.Max, Why: why}
+		eff, _ := a.withFallbacks("")
+		out := Concurrency{Mode: a.Mode, Adaptive: eff, Limit: a.Max, Why: why}
 		switch {
 		case s.MaxConcurrent > 0:
 			out.Limit, out.Why = s.MaxConcurrent, why+"; ceiling "+p+"max_concurrent"
@@ -158,6 +159,46 @@ func (c *Client) resolve(i int, rank func(key string) int) Concurrency {
 	return Concurrency{Mode: ConcurrencyNone, Why: "neither max_concurrent nor adaptive_concurrency is set: no limit announced"}
 }
 
+// withFallbacks returns a with the values that fall back instead of
+// stopping startup replaced, and one warning per replaced value, its key
+// under prefix: increase_after_successes below 1 counts as 1 (the streak
+// is at least one success), and decrease_factor outside (0, 1] as 0.5.
+// An explicit 0 falls back like any other value out of range: the zero of
+// a loaded block is never "the default", which the loader fills in.
+func (a Adaptive) withFallbacks(prefix string) (Adaptive, []string) {
+	var warnings []string
+	k := prefix + "adaptive_concurrency."
+	if a.IncreaseAfterSuccesses < 1 {
+		warnings = append(warnings, fmt.Sprintf("%sincrease_after_successes: %d is below 1, using 1", k, a.IncreaseAfterSuccesses))
+		a.IncreaseAfterSuccesses = 1
+	}
+	if !(a.DecreaseFactor > 0 && a.DecreaseFactor <= 1) {
+		warnings = append(warnings, fmt.Sprintf("%sdecrease_factor: %g is outside (0, 1], using 0.5", k, a.DecreaseFactor))
+		a.DecreaseFactor = 0.5
+	}
+	return a, warnings
+}
+
+// ClientWarnings returns what is accepted in c but not used as written, one
+// line each, for --check-config to print and the client to log at startup:
+// today the adaptive_concurrency values that fall back (withFallbacks), of
+// the client's block and of each service's. An empty result means nothing
+// to warn about.
+func ClientWarnings(c Client) []string {
+	var w []string
+	if a := c.Adaptive; a != nil && a.Enabled {
+		_, ws := a.withFallbacks("")
+		w = append(w, ws...)
+	}
+	for i, s := range c.Services {
+		if a := s.Adaptive; a != nil && a.Enabled {
+			_, ws := a.withFallbacks(fmt.Sprintf("services[%d].", i))
+			w = append(w, ws...)
+		}
+	}
+	return w
+}
+
 // adaptiveRank is the highest surface rank among the keys of the client's
 // adaptive block.
 func adaptiveRank(rank func(string) int) int {
@@ -187,7 +228,8 @@ func sourceRank(src Source, homeFile string) int {
 
 // adaptive checks one adaptive block under prefix ("" or "services[N].").
 // decrease_factor and increase_after_successes are not checked: out of
-// range they fall back at startup with a warning, as documented.
+// range they fall back with a warning (withFallbacks, ClientWarnings), as
+// documented.
 func (v *checker) adaptive(prefix string, a *Adaptive) {
 	if a == nil {
 		return

@@ -208,3 +208,40 @@ func TestAdaptiveProblems(t *testing.T) {
 		t.Errorf("out-of-range decrease_factor: %v, want it accepted (falls back with a warning)", err)
 	}
 }
+
+// TestAdaptiveFallbacks: an explicit 0 for increase_after_successes or
+// decrease_factor (like any value out of range) is not taken as "the
+// default": the service learns with 1 and 0.5, and ClientWarnings says so,
+// naming the key of each block that wrote it.
+func TestAdaptiveFallbacks(t *testing.T) {
+	file := adaptiveBase + `adaptive_concurrency: {increase_after_successes: 0, decrease_factor: 0}
+services:
+  - {target: 1, hostname: a.example.com}
+  - {target: 2, hostname: b.example.com, adaptive_concurrency: {increase_after_successes: 4, decrease_factor: 1.5}}
+  - {target: 3, hostname: c.example.com, adaptive_concurrency: {increase_after_successes: 4, decrease_factor: 0.8}}
+`
+	cfg, _, err := LoadClient(clientCase{file: file}.options())
+	if err != nil {
+		t.Fatalf("LoadClient: %v", err)
+	}
+	want := []struct {
+		streak int
+		factor float64
+	}{{1, 0.5}, {4, 0.5}, {4, 0.8}}
+	for i, w := range want {
+		a := cfg.Services[i].Concurrency.Adaptive
+		if a.IncreaseAfterSuccesses != w.streak || a.DecreaseFactor != w.factor {
+			t.Errorf("services[%d] learns with increase_after_successes %d, decrease_factor %g; want %d, %g",
+				i, a.IncreaseAfterSuccesses, a.DecreaseFactor, w.streak, w.factor)
+		}
+	}
+	got := ClientWarnings(cfg)
+	wantWarnings := []string{
+		"adaptive_concurrency.increase_after_successes: 0 is below 1, using 1",
+		"adaptive_concurrency.decrease_factor: 0 is outside (0, 1], using 0.5",
+		"services[1].adaptive_concurrency.decrease_factor: 1.5 is outside (0, 1], using 0.5",
+	}
+	if !slices.Equal(got, wantWarnings) {
+		t.Errorf("ClientWarnings() = %q, want %q", got, wantWarnings)
+	}
+}

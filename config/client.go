@@ -48,6 +48,13 @@ func DefaultScaling() Scaling {
 	}
 }
 
+// DefaultScalingMax is scaling.max when no surface sets it: scaling.min,
+// and at least one. A cold start asks for max(1, min) instances, so the
+// ceiling can be no lower, and no higher one is safe to assume: the server
+// cold starts the service to that size and never scales it out. The
+// server applies the same default to a block announced with max 0.
+func DefaultScalingMax(min int) int { return max(1, min) }
+
 // clientSettings is the client's table of top-level keys, in --print-config
 // order; services, the single-service keys and scaling have their own.
 func clientSettings() []setting[Client] {
@@ -79,7 +86,7 @@ func scalingSettings() []setting[Scaling] {
 		stringSetting("scaling.url", "endpoint the server calls to scale", func(c *S) *string { return &c.URL }),
 		stringSetting("scaling.secret", "bearer token sent to scaling.url", func(c *S) *string { return &c.Secret }).secret(),
 		intSetting("scaling.min", "lowest capacity asked for (0 = scale to zero)", func(c *S) *int { return &c.Min }),
-		intSetting("scaling.max", "highest capacity asked for (0 = cold starts only)", func(c *S) *int { return &c.Max }),
+		intSetting("scaling.max", "highest capacity asked for (default scaling.min, at least 1)", func(c *S) *int { return &c.Max }),
 		durationSetting("scaling.cold_start", "how long a visitor may be held during a cold start", func(c *S) *time.Duration { return &c.ColdStart }),
 		floatSetting("scaling.target_utilization", "utilization above which to scale out, in (0,1]", func(c *S) *float64 { return &c.TargetUtilization }),
 		durationSetting("scaling.window", "how long utilization must stay high", func(c *S) *time.Duration { return &c.Window }),
@@ -243,6 +250,9 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 			s := DefaultScaling()
 			return &s
 		}, "")
+		if l.src.Of("scaling.max").Kind == SourceDefault {
+			cfg.Scaling.Max = DefaultScalingMax(cfg.Scaling.Min)
+		}
 	}
 	if present(ad, layers...) {
 		a := DefaultAdaptive()
@@ -487,7 +497,9 @@ func (c Client) problems(src *Sources) []*Error {
 		}
 		v.nonNegative("scaling.min", int64(sc.Min))
 		v.nonNegative("scaling.max", int64(sc.Max))
-		if sc.Max > 0 && sc.Max < sc.Min {
+		// An explicit max: 0 is below a positive min like any other value:
+		// only an unset max takes the default (DefaultScalingMax).
+		if sc.Max < sc.Min {
 			v.add("scaling.max", "%d is below scaling.min %d", sc.Max, sc.Min)
 		}
 		v.nonNegativeDuration("scaling.cold_start", sc.ColdStart)

@@ -154,8 +154,21 @@ var clientLoadCases = []struct {
 		})},
 		want: []string{
 			"scaling.url = https://api.provider.example/scale  # env APERIO_SCALING_URL",
-			"scaling.max = 0  # default",
+			"scaling.max = 1  # default",
 			"scaling.cold_start = 45s  # default",
+		},
+	},
+	{
+		name: "scaling max defaults to min",
+		in: clientCase{env: withBase(map[string]string{
+			"APERIO_TARGET":      "3000",
+			"APERIO_HOSTNAME":    "a.example.com",
+			"APERIO_SCALING_URL": "https://api.provider.example/scale",
+			"APERIO_SCALING_MIN": "3",
+		})},
+		want: []string{
+			"scaling.min = 3  # env APERIO_SCALING_MIN",
+			"scaling.max = 3  # default",
 		},
 	},
 	{
@@ -473,6 +486,21 @@ var clientErrorCases = []struct {
 			"config: server.token: required: set server.token in aperio.yaml, APERIO_SERVER_TOKEN or --server-token",
 			"config: services: no service: declare services: in aperio.yaml, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)",
 		},
+	},
+	{
+		name: "scaling max 0 below min",
+		in: clientCase{
+			env: withBase(nil),
+			file: `services:
+  - target: 3000
+    hostname: app.example.com
+scaling:
+  url: https://api.provider.example/scale
+  min: 3
+  max: 0
+`,
+		},
+		want: []string{"config: scaling.max (aperio.yaml:7): 0 is below scaling.min 3"},
 	},
 	{
 		name: "scaling max below min",

@@ -31,8 +31,10 @@ type Client struct {
 	// Health holds the probe defaults of every service (health.*); each
 	// Service.Health starts from it.
 	Health Health
-	// IdleTimeout retires the client after this long without a request, once
-	// it has served one (idle_timeout). 0 never retires.
+	// IdleTimeout retires the client after this long without a request
+	// (idle_timeout), counted before the first request from when the client
+	// became routable (a tunnel up and a service healthy), so that an
+	// instance nothing is sent to retires too. 0 never retires.
 	IdleTimeout time.Duration
 	// DrainTimeout bounds the graceful drain on SIGTERM or SIGINT
 	// (drain_timeout). Default 30s; 0 stops at once.
@@ -137,11 +139,13 @@ type Adaptive struct {
 	Initial int
 	// IncreaseAfterSuccesses is the AIMD success streak that raises the
 	// limit by one (adaptive_concurrency.increase_after_successes). Default
-	// 10; values below 1 count as 1.
+	// 10; values below 1, 0 included, count as 1 with a warning
+	// (ClientWarnings).
 	IncreaseAfterSuccesses int
 	// DecreaseFactor multiplies the limit on a failure
 	// (adaptive_concurrency.decrease_factor). Default 0.5; a value outside
-	// (0, 1] falls back to 0.5 with a warning at startup.
+	// (0, 1], 0 included, falls back to 0.5 with a warning
+	// (ClientWarnings).
 	DecreaseFactor float64
 	// Interval is how often load signals are evaluated
 	// (adaptive_concurrency.interval). Default 1s.
@@ -193,8 +197,10 @@ type Scaling struct {
 	// Min is the lowest capacity asked for (scaling.min). Default 0: scale to
 	// zero, so a request can cold start the service.
 	Min int
-	// Max is the ceiling the server never asks to exceed (scaling.max).
-	// Default 0: cold starts only. When greater than 0 it is at least Min.
+	// Max is the ceiling the server never asks to exceed, cold starts
+	// included (scaling.max). It is at least Min. Unset, LoadClient sets
+	// DefaultScalingMax(Min); 0 in a block built otherwise gets the same
+	// default from the server.
 	Max int
 	// ColdStart is how long a visitor may be held while the service starts
 	// (scaling.cold_start). Default 45s, at most 5m.

@@ -244,20 +244,23 @@ func (h *scalingHarness) visitNeverCalls(t *testing.T, host, hookPath string) {
 	}
 }
 
-// records returns the hostnames of every scaling record, sorted.
+// records returns the hostnames of every scaling record, sorted; refused
+// declarations, listed without an ID, are not records.
 func (h *scalingHarness) records(t *testing.T) []string {
 	t.Helper()
 	status, body := adminCall(t, h.visitor, h.srv, "GET", "/scaling", nil)
 	if status != http.StatusOK {
 		t.Fatalf("GET /scaling = %d %s", status, body)
 	}
-	var rs []struct{ Hostname string }
+	var rs []struct{ ID, Hostname string }
 	if err := json.Unmarshal([]byte(body), &rs); err != nil {
 		t.Fatal(err)
 	}
 	var hosts []string
 	for _, r := range rs {
-		hosts = append(hosts, r.Hostname)
+		if r.ID != "" {
+			hosts = append(hosts, r.Hostname)
+		}
 	}
 	slices.Sort(hosts)
 	return hosts
@@ -279,8 +282,15 @@ func (h *scalingHarness) client(t *testing.T, token string, hosts ...string) *ra
 
 func (h *scalingHarness) clientWith(t *testing.T, token, hookPath string, healthy bool, hosts ...string) *rawClient {
 	t.Helper()
-	rc := &rawClient{healthy: healthy, hosts: hosts, notices: &noticeLog{}}
 	scaling := &tunnel.Scaling{URL: h.hook.URL + hookPath, ColdStartMS: 1000, TargetUtilization: 0.8, WindowMS: 1000, CooldownMS: 60_000}
+	return h.clientBlock(t, token, scaling, healthy, hosts...)
+}
+
+// clientBlock connects a raw tunnel client with token announcing one
+// service for hosts and the scaling block scaling.
+func (h *scalingHarness) clientBlock(t *testing.T, token string, scaling *tunnel.Scaling, healthy bool, hosts ...string) *rawClient {
+	t.Helper()
+	rc := &rawClient{healthy: healthy, hosts: hosts, notices: &noticeLog{}}
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
 		URL:   h.srv.url,
 		Token: token,

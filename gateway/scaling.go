@@ -55,6 +55,12 @@ type scalingRegistry struct {
 	armed *sessionBinds
 	// refusals rate-limits the log line of refused declarations.
 	refusals *refusalLog
+	// audit appends refused declarations to the audit log (the store's
+	// AppendAudit), each once per session, bind and reason (audited),
+	// within a per-token budget (auditBudget).
+	audit       func(context.Context, store.AuditEntry) (store.AuditEntry, error)
+	audited     *sessionBinds
+	auditBudget *refusalBudget
 	// declarers runs each session's declarations off its control loop.
 	declarers *declarers
 	// wait is how long Update waits for an announcement's declarations
@@ -67,6 +73,7 @@ type scalingRegistry struct {
 func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
 	r := scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
 		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
+		audit: g.db.AppendAudit, audited: &sessionBinds{}, auditBudget: newRefusalBudget(time.Now),
 		wait: declareWait(g.cfg.Tunnel.DownThreshold)}
 	r.declarers.declare = r.declare
 	g.declares = &r.declarers.stats
@@ -136,6 +143,27 @@ func (sb *sessionBinds) first(session, bind string) bool {
 		return false
 	}
 	sb.m[session][bind] = true
+	return true
+}
+
+// firstWithin is first, except that it records nothing and reports false
+// once session holds limit entries: what a session can make the set hold
+// stays bounded whatever it announces.
+func (sb *sessionBinds) firstWithin(session, key string, limit int) bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.m == nil {
+		sb.m = make(map[string]map[string]bool)
+	}
+	set := sb.m[session]
+	if set == nil {
+		set = make(map[string]bool)
+		sb.m[session] = set
+	}
+	if set[key] || len(set) >= limit {
+		return false
+	}
+	set[key] = true
 	return true
 }
 
@@ -248,6 +276,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 				Session: job.session, Armer: job.armer, Block: job.block})
 		}
 		if err != nil {
+			r.auditRefusal(ctx, job, b, err)
 			if refused == 0 {
 				firstRefused, firstErr = b.hostname, err
 			}
@@ -277,6 +306,43 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 		}
 	}
 	return notices
+}
+
+// eventScalingRefused is the audit event of a scaling declaration the
+// server refused: an invalid block (max below min, a URL the outbound
+// policy refuses, …), a bind the session may not arm, another
+// organization's bind, or a record cap.
+const eventScalingRefused = "scaling_refused"
+
+// maxRefusalAuditsPerSession bounds the distinct refusals (bind and
+// reason) audited for one session: a client that changes its block on
+// every heartbeat cannot grow the audit log, or the memory that
+// deduplicates it, without bound.
+const maxRefusalAuditsPerSession = 64
+
+// auditRefusal audits the refusal of b's declaration, once per session,
+// bind and reason (a heartbeat repeats its declarations), within the
+// token's budget of refusal audits. A failed write is logged: the client
+// still has its notice.
+func (r scalingRegistry) auditRefusal(ctx context.Context, job *declareJob, b declareBind, err error) {
+	if !r.audited.firstWithin(job.session, "refused\x00"+b.hostname+"\x00"+b.path+"\x00"+err.Error(), maxRefusalAuditsPerSession) {
+		return
+	}
+	actor := "master"
+	if job.id.TokenID != "" {
+		actor = "token:" + job.id.TokenID
+	}
+	if ok, _, _ := r.auditBudget.admit(actor); !ok {
+		return
+	}
+	detail := "scaling declaration refused: " + err.Error()
+	if b.path != "" {
+		detail = "scaling declaration for path " + b.path + " refused: " + err.Error()
+	}
+	if _, aerr := r.audit(ctx, store.AuditEntry{OrgID: job.id.OrgID, Event: eventScalingRefused, Actor: actor,
+		Hostname: b.hostname, Detail: detail}); aerr != nil {
+		r.log.Error("audit write failed", "event", eventScalingRefused, "err", aerr)
+	}
 }
 
 // declarer runs the declarations of one session on a goroutine of its
@@ -427,6 +493,7 @@ func (r scalingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
 	r.declarers.close(s.ID())
 	r.ctl.Leave(s.ID())
 	r.armed.forget(s.ID())
+	r.audited.forget(s.ID())
 }
 
 // poolView gives the controller the router's live figures.
@@ -490,6 +557,7 @@ func (g *Gateway) newController() error {
 	sc.Store, sc.Pool, sc.Events, sc.Logger = g.db, poolView{g.router}, g.hooks, g.log
 	sc.Caller = observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer}
 	sc.DeclareRefresh = declareRefresh(sc.DeclareRefresh, g.cfg.ScalingRecordTTL)
+	sc.DefaultOrgID, sc.Policy = g.defaultOrg, g.fence
 	g.ctl, err = autoscale.New(sc)
 	return err
 }

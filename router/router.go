@@ -525,8 +525,12 @@ type PoolStats struct {
 	// Instances counts client processes (distinct instance ids) with a
 	// routable primary-tier service in the pool.
 	Instances int
-	// Capacity sums those services' max_concurrent; 0 when none announces
-	// one (utilization is then not measurable).
+	// Capacity sums those services' max_concurrent (a learnt limit is
+	// announced as max_concurrent, so it counts). It is 0 when any of them
+	// announces none: an unlimited service takes any share of the load, so
+	// the pool's utilization is not measurable, and a sum over the limited
+	// ones alone would count the unlimited one's in-flight against
+	// capacity it does not add.
 	Capacity int
 	// Inflight sums the permits those services hold: exactly the work the
 	// pool is doing, the numerator of utilization.
@@ -549,6 +553,7 @@ func (rt *Router) Stats(pattern, path string) PoolStats {
 		return st
 	}
 	instances := map[string]bool{}
+	unlimited := false
 	for _, s := range *p.members.Load() {
 		if !s.routable() {
 			continue
@@ -558,8 +563,13 @@ func (rt *Router) Stats(pattern, path string) PoolStats {
 			continue
 		}
 		instances[s.instance] = true
-		st.Capacity += int(s.limit.Load())
+		limit := s.limit.Load()
+		unlimited = unlimited || limit <= 0
+		st.Capacity += int(limit)
 		st.Inflight += int(s.inflight.Load())
+	}
+	if unlimited {
+		st.Capacity = 0
 	}
 	st.Instances = len(instances)
 	st.Held = p.queued()

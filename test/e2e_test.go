@@ -67,7 +67,8 @@ func TestEndToEnd(t *testing.T) {
 			}
 			// The app's image checks its client with `aperio-client
 			// status` every 2 s. Asked before the first request, which
-			// starts the idle_timeout clock.
+			// restarts the idle_timeout clock (it runs since the tunnel
+			// came up).
 			if ids := tp.apps(false); len(ids) != 1 {
 				t.Fatalf("running app containers = %v, want the one seeded", ids)
 			} else {

@@ -24,10 +24,13 @@ import (
 )
 
 // Settings of the topology, shared with test/docker-compose.yml through
-// its E2E_* variables.
+// its E2E_* variables. idleTimeout runs from an instance's first tunnel (a
+// healthy service) until its first request too, so it must outlast the
+// seed's wait for both servers to list it and for its container to turn
+// healthy before it is sent one.
 const (
 	appHost             = "app.e2e.test"
-	idleTimeout         = 8 * time.Second
+	idleTimeout         = 20 * time.Second
 	clientDownThreshold = 6 * time.Second
 	scalingMax          = 3
 	// armedReload is how long a server waits after a scaling record

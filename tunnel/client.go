@@ -26,9 +26,30 @@ import (
 	"github.com/aperio-dev/aperio/internal/recovery"
 )
 
+// ErrAbandoned is the cause (context.Cause) of a forwarded request's
+// context when the server abandoned the request before its response head:
+// the visitor left, or the server or the session went away. It says
+// nothing about the backend.
+var ErrAbandoned = errors.New("tunnel: the server abandoned the request")
+
+// ErrAbandonedTimeout is the cause of a forwarded request's context when
+// the server abandoned it at or near its response timeout (announced in
+// the welcome): the backend did not answer in time. It wraps ErrAbandoned.
+var ErrAbandonedTimeout = fmt.Errorf("%w at its response timeout", ErrAbandoned)
+
+// timeoutShare is the share of the server's response timeout after which
+// an abandoned request counts as timed out: the server's timer starts when
+// it has written the request, and the client sees the request and the
+// stream's end each one trip later, so the two clocks agree within the
+// latency; a visitor who gave up after waiting that long is evidence of a
+// slow backend too.
+const timeoutShare = 0.9
+
 // Forwarder answers the requests a client receives. Forward is called
 // concurrently, once per request, with ctx cancelled when the server
-// abandons the request. The returned response's body is read to the end or
+// abandons the request; context.Cause(ctx) is then ErrAbandonedTimeout
+// when it gave up at its response timeout, ErrAbandoned (or the cause of
+// the client's own shutdown) otherwise. The returned response's body is read to the end or
 // until the exchange is abandoned, then closed. A 101 response must have a
 // Body that is an io.ReadWriteCloser connected to the backend.
 type Forwarder interface {
@@ -103,6 +124,9 @@ type Client struct {
 	// receiver of nudge.
 	connected atomic.Bool
 	upSince   atomic.Int64 // unix nanoseconds of the last welcome
+	// responseTimeout is the server's response timeout in nanoseconds, as
+	// the last welcome said; 0 when it did not say.
+	responseTimeout atomic.Int64
 	// backendWarn rate-limits the warning of an unreachable backend.
 	backendWarn *warnLimiter
 }
@@ -364,6 +388,7 @@ func (c *Client) runSession(ctx context.Context) error {
 	c.connected.Store(true)
 	defer c.connected.Store(false)
 	c.upSince.Store(time.Now().UnixNano())
+	c.responseTimeout.Store(max(welcome.ResponseTimeoutMS, 0) * int64(time.Millisecond))
 	return c.controlLoop(sctx, log, mux, ctrl, interval, welcome.Notices)
 }
 

@@ -35,11 +35,13 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 	upgrade := IsUpgrade(req.Header)
 	hasBody := req.Body != http.NoBody
 
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	rctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	started := time.Now()
+	abandoned := func() { cancelCause(c.abandonCause(time.Since(started))) }
 	var body *requestBody
 	if hasBody {
-		body = &requestBody{r: req.Body, closed: make(chan struct{}), eof: make(chan struct{})}
+		body = &requestBody{r: req.Body, closed: make(chan struct{}), eof: make(chan struct{}), failed: abandoned}
 		req.Body = body
 	}
 	// Once the request (and its body, if any) has been read, the server
@@ -62,7 +64,7 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 			}
 			_, err := br.Peek(1)
 			if err != nil {
-				cancel()
+				abandoned()
 			}
 			next <- err
 		}()
@@ -114,6 +116,16 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 		return false
 	}
 	return <-next == nil
+}
+
+// abandonCause is why a request the server abandoned after elapsed ended:
+// ErrAbandonedTimeout at timeoutShare of the server's response timeout or
+// later, ErrAbandoned before it or when the server did not say.
+func (c *Client) abandonCause(elapsed time.Duration) error {
+	if t := time.Duration(c.responseTimeout.Load()); t > 0 && elapsed >= time.Duration(float64(t)*timeoutShare) {
+		return ErrAbandonedTimeout
+	}
+	return ErrAbandoned
 }
 
 // writeResponse writes resp onto the stream: fixed-length bodies are
@@ -192,12 +204,21 @@ type requestBody struct {
 	closed  chan struct{}
 	eofOnce sync.Once
 	eof     chan struct{} // closed once a read returned io.EOF
+	// failed is called when a read fails before the body's end: the
+	// server stopped sending it, so it abandoned the request. It cancels
+	// the request's context before the backend's transport sees the
+	// error, so the outcome is read as abandoned, not as a backend
+	// failure.
+	failed func()
 }
 
 func (b *requestBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		b.eofOnce.Do(func() { close(b.eof) })
+	case err != nil:
+		b.failed()
 	}
 	return n, err
 }

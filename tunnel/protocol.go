@@ -119,6 +119,9 @@ type message struct {
 	Notices      []string      `json:"notices,omitempty"`
 	// Seq numbers heartbeats; the ack carries the heartbeat's Seq.
 	Seq uint64 `json:"seq,omitempty"`
+	// ResponseTimeoutMS is, in a welcome, how long the server waits for a
+	// response head before it abandons the request (0: it does not say).
+	ResponseTimeoutMS int64 `json:"response_timeout_ms,omitempty"`
 }
 
 // ErrFrameTooLarge reports a control frame above MaxFrameSize.

@@ -310,6 +310,10 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		SessionID:   sess.id,
 		HeartbeatMS: s.heartbeatInterval().Milliseconds(),
 		Notices:     notices,
+		// The client tells a request abandoned at this deadline (a
+		// timeout, which its adaptive limit counts as a failure) from one
+		// abandoned earlier (the visitor left: no verdict on the backend).
+		ResponseTimeoutMS: s.cfg.ResponseHeaderTimeout.Milliseconds(),
 	}, s.cfg.HandshakeTimeout)
 	if err != nil {
 		log.Info("tunnel handshake failed", logkey.Err, err)

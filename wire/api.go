@@ -190,8 +190,8 @@ type ScalingRecord struct {
 	URL string `json:"url"`
 	// Authenticated says the declaration carries a secret.
 	Authenticated bool `json:"authenticated"`
-	// Min and Max bound the instances the server asks for; Max 0 means
-	// cold starts only.
+	// Min and Max bound the instances the server asks for, in every call;
+	// a block declared without max has Max = Min, at least 1.
 	Min int `json:"min"`
 	Max int `json:"max"`
 	// ColdStart, Window and Cooldown are durations in Go syntax ("45s",
@@ -225,6 +225,17 @@ type ScalingRecord struct {
 	// LastStatus is the last call's HTTP status; 0 when the call got no
 	// response, or there was none.
 	LastStatus int `json:"last_status"`
+	// LastError says why the last call failed (a refusal by the outbound
+	// policy, a timeout, a transport error, the status the provider
+	// answered); "" when it succeeded, when there was none, or when the
+	// answering server has not called since it started.
+	LastError string `json:"last_error"`
+	// Refused says why the answering server refused the latest
+	// declaration a connected client sent for the bind (an invalid block,
+	// a hook URL the outbound policy refuses); "" when it did not. The
+	// record keeps its older block; a bind that has no record is listed
+	// with an empty ID, disarmed.
+	Refused string `json:"refused,omitempty"`
 	// UpdatedAt is when a client last declared the record.
 	UpdatedAt time.Time `json:"updated_at"`
 }

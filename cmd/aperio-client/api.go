@@ -502,11 +502,11 @@ func clientsTable(w io.Writer, cs []wire.ClientInfo) {
 }
 
 func scalingTable(w io.Writer, rs []wire.ScalingRecord) {
-	fmt.Fprintln(w, "ID\tHOSTNAME\tPATH\tINSTANCES\tCAPACITY\tINFLIGHT\tUTILIZATION\tSTATE\tLAST CALL")
+	fmt.Fprintln(w, "ID\tHOSTNAME\tPATH\tINSTANCES\tCAPACITY\tINFLIGHT\tUTILIZATION\tSTATE\tLAST CALL\tERROR")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
-			r.ID, cell(r.Hostname), cell(r.Path), r.Instances, r.Capacity, r.Inflight,
-			percent(r.Utilization), scalingState(r), lastCall(r))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n",
+			cell(r.ID), cell(r.Hostname), cell(r.Path), r.Instances, r.Capacity, r.Inflight,
+			percent(r.Utilization), scalingState(r), lastCall(r), cell(scalingError(r)))
 	}
 }
 
@@ -529,17 +529,33 @@ func scalingState(r wire.ScalingRecord) string {
 	if r.Conflict {
 		s += ",conflict"
 	}
+	if r.Refused != "" {
+		s += ",refused"
+	}
 	return s
 }
 
+// scalingError is why the latest declaration was refused, else why the
+// last call failed; "" when neither.
+func scalingError(r wire.ScalingRecord) string {
+	if r.Refused != "" {
+		return "declaration refused: " + r.Refused
+	}
+	return r.LastError
+}
+
 // lastCall shows the last hook call as its reason, the HTTP status
-// ("no-response" when there was none) and its time; "-" when the hook was
-// never called.
+// ("failed" when there was none and the server knows why, which ERROR
+// shows; "no-response" when it does not) and its time; "-" when the hook
+// was never called.
 func lastCall(r wire.ScalingRecord) string {
 	if r.LastCallAt == nil {
 		return "-"
 	}
 	status := "no-response"
+	if r.LastError != "" {
+		status = "failed" // ERROR says why
+	}
 	if r.LastStatus != 0 {
 		status = strconv.Itoa(r.LastStatus)
 	}

@@ -496,19 +496,30 @@ func TestAPIScaling(t *testing.T) {
 	broken := record("scl_broken", acme.ID, "broken.example.com", time.Hour)
 	broken.Disarmed, broken.Conflict, broken.ConsecutiveFailures = true, true, 5
 	broken.LastCallAt, broken.LastReason = &failed, "cold_start"
+	fenced := record("scl_fenced", acme.ID, "fenced.example.com", 90*time.Minute)
+	fenced.LastCallAt, fenced.LastReason = &failed, "cold_start"
+	fenced.LastError = "autoscale: scaling hook: fence: refused https://10.0.0.1:443: 10.0.0.1 is private"
 	idle := record("scl_idle", acme.ID, "idle.example.com", 2*time.Hour)
-	s.scaling.set(broken, record("scl_other", other.ID, "other.example.com", 0), idle, busy)
+	refused := record("", acme.ID, "refused.example.com", 3*time.Hour)
+	refused.Disarmed, refused.Refused = true, "url is refused by the server's outbound policy: http is not permitted, only https"
+	s.scaling.set(broken, record("scl_other", other.ID, "other.example.com", 0), fenced, idle, busy, refused)
 
 	t.Setenv("APERIO_API_KEY", operator.Secret)
 	rows := table(t, ok(t, "api", "scaling", "list"),
-		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL")
+		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL", "ERROR")
 	want := []map[string]string{
 		{"ID": "scl_busy", "HOSTNAME": "app.example.com", "PATH": "/api", "INSTANCES": "2", "CAPACITY": "20", "INFLIGHT": "17",
-			"UTILIZATION": "85%", "STATE": "armed", "LAST CALL": "scale_out 202 2030-01-02T03:03:05Z"},
+			"UTILIZATION": "85%", "STATE": "armed", "LAST CALL": "scale_out 202 2030-01-02T03:03:05Z", "ERROR": "-"},
 		{"ID": "scl_broken", "HOSTNAME": "broken.example.com", "PATH": "-", "INSTANCES": "0", "CAPACITY": "0", "INFLIGHT": "0",
-			"UTILIZATION": "-", "STATE": "disarmed,conflict", "LAST CALL": "cold_start no-response 2030-01-02T03:02:05Z"},
+			"UTILIZATION": "-", "STATE": "disarmed,conflict", "LAST CALL": "cold_start no-response 2030-01-02T03:02:05Z", "ERROR": "-"},
+		{"ID": "scl_fenced", "HOSTNAME": "fenced.example.com", "PATH": "-", "INSTANCES": "0", "CAPACITY": "0", "INFLIGHT": "0",
+			"UTILIZATION": "-", "STATE": "armed", "LAST CALL": "cold_start failed 2030-01-02T03:02:05Z",
+			"ERROR": "autoscale: scaling hook: fence: refused https://10.0.0.1:443: 10.0.0.1 is private"},
 		{"ID": "scl_idle", "HOSTNAME": "idle.example.com", "PATH": "-", "INSTANCES": "0", "CAPACITY": "0", "INFLIGHT": "0",
-			"UTILIZATION": "-", "STATE": "armed", "LAST CALL": "-"},
+			"UTILIZATION": "-", "STATE": "armed", "LAST CALL": "-", "ERROR": "-"},
+		{"ID": "-", "HOSTNAME": "refused.example.com", "PATH": "-", "INSTANCES": "0", "CAPACITY": "0", "INFLIGHT": "0",
+			"UTILIZATION": "-", "STATE": "disarmed,refused", "LAST CALL": "-",
+			"ERROR": "declaration refused: url is refused by the server's outbound policy: http is not permitted, only https"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("scaling list = %v, want %d rows of acme", rows, len(want))
@@ -535,7 +546,7 @@ func TestAPIScaling(t *testing.T) {
 		if err := json.NewDecoder(resp.Body).Decode(&direct); err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 3 || !reflect.DeepEqual(got, direct) {
+		if len(got) != 5 || !reflect.DeepEqual(got, direct) {
 			t.Errorf("scaling list --json =\n%v\nwant GET /scaling's\n%v", got, direct)
 		}
 		if u := got[0]["utilization"]; u != 0.85 {
@@ -581,9 +592,9 @@ func TestAPIScaling(t *testing.T) {
 		t.Errorf("Disarm calls = %q, want %q", got, want)
 	}
 	rows = table(t, ok(t, "api", "scaling", "list"),
-		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL")
-	if len(rows) != 1 || rows[0]["ID"] != "scl_broken" {
-		t.Errorf("scaling list after two disarms = %v, want scl_broken alone", rows)
+		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL", "ERROR")
+	if len(rows) != 3 || rows[0]["ID"] != "scl_broken" || rows[1]["ID"] != "scl_fenced" || rows[2]["ID"] != "-" {
+		t.Errorf("scaling list after two disarms = %v, want scl_broken, scl_fenced and the refused bind", rows)
 	}
 }
 

@@ -81,7 +81,11 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 			fmt.Fprintln(stderr, err)
 			return exitcode.ErrUsage
 		}
+		warnings := config.ClientWarnings(cfg)
 		if checkConfig {
+			for _, w := range warnings {
+				fmt.Fprintln(stderr, "warning:", w)
+			}
 			fmt.Fprintln(stdout, "configuration OK")
 			return nil
 		}
@@ -92,6 +96,9 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitcode.ErrUsage
+		}
+		for _, w := range warnings {
+			log.Warn("configuration warning", "warning", w)
 		}
 		a, err := agent.New(cfg, agent.Options{Logger: log})
 		if err != nil {

@@ -37,6 +37,11 @@ func TestClientCheckConfig(t *testing.T) {
 		{"bad server url scheme", nil, []string{"3000", "--hostname", "app.test", "--server-url", "ftp://x", "--server-token", "t", "--check-config"}, 2, []string{"server.url", "flag --server-url"}},
 		{"bad duration", nil, append(quick, "--drain-timeout", "soon", "--check-config"), 2, []string{"drain_timeout", "--drain-timeout"}},
 		{"scaling max below min", nil, append(quick, "--scaling-url", "https://p.example/scale", "--scaling-min", "3", "--scaling-max", "2", "--check-config"), 2, []string{"scaling.max"}},
+		{"scaling max 0 below min", nil, append(quick, "--scaling-url", "https://p.example/scale", "--scaling-min", "3", "--scaling-max", "0", "--check-config"), 2, []string{"scaling.max", "0 is below scaling.min 3"}},
+		{"adaptive fallbacks warn", nil, append(quick, "--adaptive-concurrency-increase-after-successes", "0", "--adaptive-concurrency-decrease-factor", "0", "--check-config"), 0, []string{
+			"warning: adaptive_concurrency.increase_after_successes: 0 is below 1, using 1",
+			"warning: adaptive_concurrency.decrease_factor: 0 is outside (0, 1], using 0.5",
+		}},
 		{"unknown flag", nil, append(quick, "--no-such-flag"), 2, []string{"no-such-flag"}},
 		{"two targets", nil, []string{"3000", "4000"}, 2, []string{"accepts at most 1 arg"}},
 	}

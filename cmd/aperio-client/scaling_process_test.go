@@ -83,6 +83,7 @@ type scalingRecord struct {
 	Disarmed            bool      `json:"disarmed"`
 	ConsecutiveFailures int       `json:"consecutive_failures"`
 	LastStatus          int       `json:"last_status"`
+	Refused             string    `json:"refused"`
 	UpdatedAt           time.Time `json:"updated_at"`
 }
 
@@ -583,8 +584,11 @@ func TestScalingBreakerRearmsOnClientRestart(t *testing.T) {
 }
 
 // TestScalingFenceRefusesLoopbackHTTP: without the permissive flags, a
-// declared http:// loopback hook is never called; the visitor fails fast
-// and the audit log records scaling_failed.
+// declared http:// loopback hook is refused at declaration: the client
+// logs the server's notice with the reason, the audit log records
+// scaling_refused, the list shows the bind refused and no record; once
+// the client has left, a visitor fails fast (nothing is armed) and the
+// hook is never called.
 func TestScalingFenceRefusesLoopbackHTTP(t *testing.T) {
 	bin := buildBinaries(t)
 	target := echoBackend(t)
@@ -614,9 +618,17 @@ func TestScalingFenceRefusesLoopbackHTTP(t *testing.T) {
 		}
 	})
 	waitFor(t, "the client connects", func() bool { return strings.Contains(firstLogs.String(), `msg="tunnel connected"`) })
-	waitFor(t, "the scaling record is declared", func() bool { return len(records(t, base)) == 1 })
+	waitFor(t, "the client logs the refusal", func() bool {
+		return strings.Contains(firstLogs.String(), "http is not permitted, only https")
+	})
+	if r := records(t, base); len(r) != 1 || r[0].ID != "" || !r[0].Disarmed || !strings.Contains(r[0].Refused, "http is not permitted") {
+		t.Fatalf("scaling list with the fenced hook declared = %+v, want the bind refused, without a record", r)
+	}
+	if !contains(auditEvents(t, base), "scaling_refused") {
+		t.Fatalf("audit events = %q, want scaling_refused", auditEvents(t, base))
+	}
 	leave(t, first)
-	waitArmed(t, base)
+	waitFor(t, "the refusal goes with the client", func() bool { return len(records(t, base)) == 0 })
 
 	c := &http.Client{Timeout: 60 * time.Second}
 	t.Cleanup(c.CloseIdleConnections)
@@ -627,12 +639,14 @@ func TestScalingFenceRefusesLoopbackHTTP(t *testing.T) {
 	if err != nil || (status != http.StatusGatewayTimeout && status != http.StatusBadGateway) {
 		t.Fatalf("request with a fenced hook = %d %q, %v, want 504 or 502", status, body, err)
 	}
-	if took > 5*time.Second {
-		t.Fatalf("request with a fenced hook took %v, want a fast failure (not the 30s cold_start hold)", took)
+	// Nothing is armed, so the visitor waits as for any pool whose client
+	// just left (gateway_timeout, 10 s), never the 30 s cold_start hold.
+	if took > 20*time.Second {
+		t.Fatalf("request with a fenced hook took %v, want no cold start hold (30s cold_start)", took)
 	}
-	waitFor(t, "the audit log has scaling_failed", func() bool {
-		return contains(auditEvents(t, base), "scaling_failed")
-	})
+	if contains(auditEvents(t, base), "scaling_failed") {
+		t.Fatalf("audit events = %q, want no scaling_failed: no call is made", auditEvents(t, base))
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if hookCalls != 0 {
