@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,6 +52,13 @@ func moduleGoFiles(t testing.TB) []string {
 			name := d.Name()
 			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "bin") {
 				return filepath.SkipDir
+			}
+			if path != "." {
+				// A nested module (examples/kubernetes-provider) is another
+				// module: it cannot import this one's internal packages.
+				if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+					return filepath.SkipDir
+				}
 			}
 			return nil
 		}

@@ -98,7 +98,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 			return exitcode.ErrUsage
 		}
 		for _, w := range warnings {
-			log.Warn("configuration warning", "warning", w)
+			log.Warn("configuration warning", logkey.Problem, w)
 		}
 		a, err := agent.New(cfg, agent.Options{Logger: log})
 		if err != nil {
