@@ -341,7 +341,7 @@ func (r scalingRegistry) auditRefusal(ctx context.Context, job *declareJob, b de
 	}
 	if _, aerr := r.audit(ctx, store.AuditEntry{OrgID: job.id.OrgID, Event: eventScalingRefused, Actor: actor,
 		Hostname: b.hostname, Detail: detail}); aerr != nil {
-		r.log.Error("audit write failed", "event", eventScalingRefused, "err", aerr)
+		r.log.Error("audit write failed", logkey.Event, eventScalingRefused, logkey.Err, aerr)
 	}
 }
 
