@@ -259,6 +259,7 @@ type Controller struct {
 	hostCalls    map[string]int        // calls in flight by provider host
 	bucket       bucket
 	seq          uint64 // orders sessions and queue items
+	writes       uint64 // counts the record writes landed (see bind.landed)
 	closed       bool
 	metrics      Metrics
 	quota        quota // records held and being created, per org and armer
@@ -270,16 +271,20 @@ type bindKey struct{ org, host, path string }
 // hostPath names a bind across organizations.
 type hostPath struct{ host, path string }
 
-// bind is everything the controller knows about one bind. All fields but
-// declMu are guarded by Controller.mu.
+// bind is everything the controller knows about one bind. All fields are
+// guarded by Controller.mu.
 type bind struct {
-	key    bindKey
-	declMu sync.Mutex // serializes Declare for the bind (held across the store)
+	key bindKey
 
 	rec       *Record // the record as last known; nil when there is none
 	host      string  // the provider host of rec.URL, for politeness
 	sessions  map[string]*announcer
-	declaring int // Declare calls in progress
+	declaring int // Declare calls in progress or waiting for their turn
+	// turn is set while a Declare of the bind plans, writes and applies;
+	// it is closed when that Declare is done. Declarations of one bind
+	// take turns, so that each plans against the record the previous one
+	// stored.
+	turn chan struct{}
 
 	busy, idle  run       // the current busy and idle stretches
 	nextAllowed time.Time // no call before: cooldown, or backoff after a failure
@@ -289,12 +294,13 @@ type bind struct {
 	running     *item     // the call in flight
 	start       *Start    // the latest cold start flight
 
-	// seq moves on every write this controller begins or ends for the
-	// record, and persisting counts writes in progress; a reload from the
-	// store skips a bind whose seq moved while it read, so it never
-	// overwrites a newer state with an older one.
-	seq        uint64
-	persisting int
+	// writing counts the store writes of the record in progress (a
+	// declaration, a call's outcome), and landed is Controller.writes
+	// when the last of them landed or the record was forgotten. A reload
+	// takes a listed record only for a bind with neither since its list
+	// was read (see refresh): a list is never newer than such a write.
+	writing int
+	landed  uint64
 }
 
 // New returns a controller. It does no I/O; Run loads the records.
@@ -370,7 +376,7 @@ func (c *Controller) newBindLocked(k bindKey) *bind {
 
 // gcLocked forgets b once nothing refers to it.
 func (c *Controller) gcLocked(b *bind) {
-	if b.rec != nil || len(b.sessions) > 0 || b.declaring > 0 || b.queued != nil || b.running != nil || b.persisting > 0 {
+	if b.rec != nil || len(b.sessions) > 0 || b.declaring > 0 || b.queued != nil || b.running != nil || b.writing > 0 {
 		return
 	}
 	if c.binds[b.key] != b {
@@ -791,14 +797,23 @@ func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change
 	}
 }
 
+// landLocked marks a write of b's record as landed (or its record as
+// forgotten): a reload whose list was read before now leaves b alone.
+func (c *Controller) landLocked(b *bind) {
+	c.writes++
+	b.landed = c.writes
+}
+
 // refresh reloads every record from the store and applies what
 // planReload keeps of the list.
+//
+// The rule against stale lists: a bind with a write of its record in
+// progress, a call in flight, or a write landed since the list was read
+// keeps what it holds; whatever the write stored, the controller applies
+// itself when it lands.
 func (c *Controller) refresh(ctx context.Context) {
 	c.mu.Lock()
-	before := make(map[*bind]uint64, len(c.binds))
-	for _, b := range c.binds {
-		before[b] = b.seq
-	}
+	mark := c.writes
 	c.mu.Unlock()
 
 	recs, err := c.store.ListScalingRecords(ctx, "")
@@ -813,10 +828,9 @@ func (c *Controller) refresh(ctx context.Context) {
 	defer c.mu.Unlock()
 	known := make(map[bindKey]bindStatus, len(c.binds))
 	for k, b := range c.binds {
-		seq, ok := before[b]
 		known[k] = bindStatus{
 			hasRecord: b.rec != nil,
-			untouched: ok && seq == b.seq && b.persisting == 0 && b.running == nil,
+			untouched: b.landed <= mark && b.writing == 0 && b.running == nil,
 		}
 	}
 	p := planReload(recs, known)

@@ -466,8 +466,8 @@ func (c *Controller) callHook(ctx context.Context, it *item) {
 	c.record(ctx, o)
 
 	c.mu.Lock()
-	it.b.seq++
-	it.b.persisting--
+	it.b.writing--
+	c.landLocked(it.b)
 	c.gcLocked(it.b)
 	c.mu.Unlock()
 }
@@ -507,8 +507,7 @@ func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration
 			c.dropLocked(q, o.err, "call failed")
 		}
 	}
-	b.seq++
-	b.persisting++
+	b.writing++
 	return o
 }
 

@@ -95,7 +95,7 @@ func (c *Controller) forgetRecord(id string) {
 	defer c.mu.Unlock()
 	if b := c.byID[id]; b != nil {
 		c.setRecLocked(b, nil)
-		b.seq++
+		c.landLocked(b)
 		c.gcLocked(b)
 	}
 }
