@@ -37,6 +37,10 @@ type View struct {
 	LastReason string
 	// LastStatus is 0 for a transport failure or no call.
 	LastStatus int
+	// LastError says why the last call failed; "" after a success.
+	LastError string
+	// NextCallAt ends the cooldown or backoff; nil when none runs.
+	NextCallAt *time.Time
 	UpdatedAt  time.Time
 }
 
@@ -50,6 +54,7 @@ func newView(r Record, st PoolStats) View {
 		Instances: st.Instances, Capacity: st.Capacity, Inflight: st.Inflight,
 		Disarmed: r.Disarmed, Conflict: r.Conflict, ConsecutiveFailures: r.ConsecutiveFailures,
 		LastCallAt: r.LastCallAt, LastReason: r.LastReason, LastStatus: r.LastStatus,
+		LastError: r.LastError, NextCallAt: r.NextCallAt,
 		UpdatedAt: r.UpdatedAt,
 	}
 	if st.Capacity > 0 {
@@ -117,6 +122,7 @@ func (v View) MarshalJSON() ([]byte, error) {
 		Instances: v.Instances, Capacity: v.Capacity, Inflight: v.Inflight, Utilization: util,
 		Disarmed: v.Disarmed, Conflict: v.Conflict, ConsecutiveFailures: v.ConsecutiveFailures,
 		LastCallAt: v.LastCallAt, LastReason: v.LastReason, LastStatus: v.LastStatus,
+		LastError: v.LastError, NextCallAt: v.NextCallAt,
 		UpdatedAt: v.UpdatedAt,
 	})
 }

@@ -219,6 +219,13 @@ type ScalingRecord struct {
 	// LastStatus is the last call's HTTP status; 0 when the call got no
 	// response, or there was none.
 	LastStatus int `json:"last_status"`
+	// LastError says why the last call failed; "" after a success or
+	// before any call. It is kept in the store, so it survives a restart.
+	LastError string `json:"last_error"`
+	// NextCallAt is when the record may be called again, by any server:
+	// the cooldown after the last call, or the backoff after a failed
+	// one; nil when it may be called now.
+	NextCallAt *time.Time `json:"next_call_at"`
 	// UpdatedAt is when a client last declared the record.
 	UpdatedAt time.Time `json:"updated_at"`
 }

@@ -502,11 +502,11 @@ func clientsTable(w io.Writer, cs []wire.ClientInfo) {
 }
 
 func scalingTable(w io.Writer, rs []wire.ScalingRecord) {
-	fmt.Fprintln(w, "ID\tHOSTNAME\tPATH\tINSTANCES\tCAPACITY\tINFLIGHT\tUTILIZATION\tSTATE\tLAST CALL")
+	fmt.Fprintln(w, "ID\tHOSTNAME\tPATH\tINSTANCES\tCAPACITY\tINFLIGHT\tUTILIZATION\tSTATE\tLAST CALL\tLAST ERROR")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n",
 			r.ID, cell(r.Hostname), cell(r.Path), r.Instances, r.Capacity, r.Inflight,
-			percent(r.Utilization), scalingState(r), lastCall(r))
+			percent(r.Utilization), scalingState(r), lastCall(r), cell(r.LastError))
 	}
 }
 

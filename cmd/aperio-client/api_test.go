@@ -495,20 +495,21 @@ func TestAPIScaling(t *testing.T) {
 	busy.LastCallAt, busy.LastReason, busy.LastStatus = &called, "scale_out", 202
 	broken := record("scl_broken", acme.ID, "broken.example.com", time.Hour)
 	broken.Disarmed, broken.Conflict, broken.ConsecutiveFailures = true, true, 5
-	broken.LastCallAt, broken.LastReason = &failed, "cold_start"
+	broken.LastCallAt, broken.LastReason, broken.LastError = &failed, "cold_start", "autoscale: scaling hook: dial tcp: connection refused"
 	idle := record("scl_idle", acme.ID, "idle.example.com", 2*time.Hour)
 	s.scaling.set(broken, record("scl_other", other.ID, "other.example.com", 0), idle, busy)
 
 	t.Setenv("APERIO_API_KEY", operator.Secret)
 	rows := table(t, ok(t, "api", "scaling", "list"),
-		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL")
+		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL", "LAST ERROR")
 	want := []map[string]string{
 		{"ID": "scl_busy", "HOSTNAME": "app.example.com", "PATH": "/api", "INSTANCES": "2", "CAPACITY": "20", "INFLIGHT": "17",
-			"UTILIZATION": "85%", "STATE": "armed", "LAST CALL": "scale_out 202 2030-01-02T03:03:05Z"},
+			"UTILIZATION": "85%", "STATE": "armed", "LAST CALL": "scale_out 202 2030-01-02T03:03:05Z", "LAST ERROR": "-"},
 		{"ID": "scl_broken", "HOSTNAME": "broken.example.com", "PATH": "-", "INSTANCES": "0", "CAPACITY": "0", "INFLIGHT": "0",
-			"UTILIZATION": "-", "STATE": "disarmed,conflict", "LAST CALL": "cold_start no-response 2030-01-02T03:02:05Z"},
+			"UTILIZATION": "-", "STATE": "disarmed,conflict", "LAST CALL": "cold_start no-response 2030-01-02T03:02:05Z",
+			"LAST ERROR": "autoscale: scaling hook: dial tcp: connection refused"},
 		{"ID": "scl_idle", "HOSTNAME": "idle.example.com", "PATH": "-", "INSTANCES": "0", "CAPACITY": "0", "INFLIGHT": "0",
-			"UTILIZATION": "-", "STATE": "armed", "LAST CALL": "-"},
+			"UTILIZATION": "-", "STATE": "armed", "LAST CALL": "-", "LAST ERROR": "-"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("scaling list = %v, want %d rows of acme", rows, len(want))
@@ -581,7 +582,7 @@ func TestAPIScaling(t *testing.T) {
 		t.Errorf("Disarm calls = %q, want %q", got, want)
 	}
 	rows = table(t, ok(t, "api", "scaling", "list"),
-		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL")
+		"ID", "HOSTNAME", "PATH", "INSTANCES", "CAPACITY", "INFLIGHT", "UTILIZATION", "STATE", "LAST CALL", "LAST ERROR")
 	if len(rows) != 1 || rows[0]["ID"] != "scl_broken" {
 		t.Errorf("scaling list after two disarms = %v, want scl_broken alone", rows)
 	}
