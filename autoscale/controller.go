@@ -256,9 +256,15 @@ func (cfg Config) Validate() error {
 // The decisions about a bind are pure functions of its state, the event
 // and the time, which return the new state and the effects (a record to
 // write, a call to queue, a flight to join, an outcome to record and
-// emit): planDeclare, planSample, planColdStart, planRequeue, planOutcome
-// and planReload. The methods are shells: they read the state under the
-// mutex, plan, apply the plan, and perform its I/O outside the mutex. The
+// emit): planDeclare, planSample, planColdStart, planRequeue, planLease,
+// planOutcome and planReload. The methods are shells: they read the state
+// under the mutex, plan, apply the plan, and perform its I/O outside the
+// mutex.
+//
+// Servers sharing the store call once per decision: each call first takes
+// the record's lease in the store (lease, dispatch.go), and the state
+// every call leaves (cooldown, backoff, penalty) is stored with its
+// outcome and honoured by every controller that loads the record. The
 // caps on records (admitLocked) and the call queue's order and politeness
 // (dispatch.go) are still decided in place.
 type Controller struct {
