@@ -504,12 +504,21 @@ func (c *Controller) lease(ctx context.Context, it *item) bool {
 	if p.nextAllowed.After(b.nextAllowed) {
 		b.nextAllowed = p.nextAllowed
 	}
-	if !p.wait.IsZero() && b.queued == nil && !c.closed {
+	switch {
+	case p.wait.IsZero():
+		c.settleLocked(it, p)
+	case c.closed:
+		c.abandonLocked(it, ErrClosed)
+	default:
+		if q := b.queued; q != nil {
+			// Only a sampled decision can have been queued while this
+			// one ran (a cold start joins the running flight): this one
+			// waits in its place.
+			c.dropLocked(q, nil, "superseded by a decision waiting for the lease")
+		}
 		it.leaseUntil, it.leased = p.wait, !held.ExpiresAt.IsZero()
 		c.requeueLocked(it)
 		c.log.Debug("scaling call deferred", logKeyRecord, it.recordID, logKeyReason, it.d.reason)
-	} else {
-		c.settleLocked(it, p)
 	}
 	c.signal()
 	return false
