@@ -452,7 +452,7 @@ type outcome struct {
 // leaseTimeout bounds the store access that takes a call's lease.
 const leaseTimeout = 5 * time.Second
 
-// lease takes the record's lease for it's decision (one call per decision
+// lease takes the record's lease for its decision (one call per decision
 // across every server sharing the store) and reports whether the call is
 // to be made. When another server holds the lease, or has called and its
 // cooldown, backoff or penalty runs, no call is made: the call slot is
