@@ -396,6 +396,12 @@ func TestEndToEnd(t *testing.T) {
 			tp.waitFor("the cold start call reaches the provider", 30*time.Second, func() bool {
 				return len(tp.providerCalls()) > before
 			})
+			// A trickle through server-b keeps the instance from retiring
+			// (idle_timeout) while server-a restarts: a second call is
+			// then never legitimate, the instance the first asked for
+			// being up all along.
+			trickle := tp.startLoad(1, "/", tp.port("server-b", 8080))
+			defer trickle.close()
 			// Restart server-a at once: it must learn of the call from the
 			// store, not make its own.
 			tp.mustCompose("kill", "-s", "SIGKILL", "server-a")
@@ -426,8 +432,10 @@ func TestEndToEnd(t *testing.T) {
 			if len(coldStarts) != 1 {
 				t.Errorf("cold_start calls = %+v, want exactly 1: server-a, restarted right after it, must not call again", coldStarts)
 			}
-			figs.add(t, "server-a restarted right after a cold_start call: %d cold_start call(s) in all; its requests held up to %v (ready %v after the call), all served",
-				len(coldStarts), held.Round(time.Millisecond), restarted.Sub(coldStarts[0].At).Round(100*time.Millisecond))
+			if len(coldStarts) > 0 {
+				figs.add(t, "server-a restarted right after a cold_start call: %d cold_start call(s) in all; its requests' longest wait %v (a wait of about the instance's start means they found its pool empty and joined the recorded call; a few ms, that the instance had reconnected first), ready %v after the call, all served",
+					len(coldStarts), held.Round(time.Millisecond), restarted.Sub(coldStarts[0].At).Round(100*time.Millisecond))
+			}
 		}},
 	}
 	for _, s := range steps {
@@ -454,6 +462,13 @@ func (tp *topology) coldStart(burst int) ([]time.Duration, map[string]int) {
 	tp.waitArmed()
 	before := len(tp.providerCalls())
 	bases := []string{tp.port("server-a", 8080), tp.port("server-b", 8080)}
+	// Resolved before the burst: docker commands are slow on a loaded
+	// host, and the instance retires idle_timeout after the burst, before
+	// the next step's load could reach it.
+	serverIPs := map[string]string{
+		tp.ip(tp.containerID("server-a")): "server-a",
+		tp.ip(tp.containerID("server-b")): "server-b",
+	}
 	type result struct {
 		status int
 		body   string
@@ -479,10 +494,6 @@ func (tp *topology) coldStart(burst int) ([]time.Duration, map[string]int) {
 		ttfbs = append(ttfbs, r.ttfb)
 	}
 	slices.Sort(ttfbs)
-	serverIPs := map[string]string{
-		tp.ip(tp.containerID("server-a")): "server-a",
-		tp.ip(tp.containerID("server-b")): "server-b",
-	}
 	perServer := map[string]int{}
 	calls := tp.providerCalls()[before:]
 	for _, c := range calls {
