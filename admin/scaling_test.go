@@ -24,8 +24,8 @@ import (
 var scalingFields = []string{
 	"id", "hostname", "path", "org_id", "url", "authenticated", "min", "max", "cold_start",
 	"target_utilization", "window", "cooldown", "instances", "capacity", "inflight", "utilization",
-	"disarmed", "conflict", "consecutive_failures", "last_call_at", "last_reason", "last_status", "last_error",
-	"updated_at",
+	"disarmed", "conflict", "consecutive_failures", "last_call_at", "last_reason", "last_status",
+	"last_error", "next_call_at", "updated_at",
 }
 
 // declaredAt is the time the fake's records were declared, plus minutes.

@@ -1,7 +1,9 @@
 package autoscale
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +43,13 @@ const (
 	MaxCallsPerMinuteLimit = 1_000_000
 	// DefaultCallTimeout bounds one call.
 	DefaultCallTimeout = 10 * time.Second
+	// MaxCallTimeout is the largest CallTimeout accepted: a call must end
+	// well inside the lease that makes it single-flight (LeaseTTL).
+	MaxCallTimeout = time.Minute
+	// LeaseMargin is how much longer a call's lease lasts than the call
+	// may: the time its outcome has to reach the store (the write that
+	// releases the lease is bounded by it too).
+	LeaseMargin = 5 * time.Second
 	// DefaultRefreshInterval is how often records are reloaded from the
 	// store, to see other servers' changes.
 	DefaultRefreshInterval = 30 * time.Second
@@ -108,9 +117,14 @@ type Config struct {
 	// MaxQueued bounds the decisions waiting for a call slot; 0 means
 	// DefaultMaxQueued.
 	MaxQueued int
-	// CallTimeout bounds one call; 0 means DefaultCallTimeout. A call that
-	// runs out of it has failed.
+	// CallTimeout bounds one call; 0 means DefaultCallTimeout, at most
+	// MaxCallTimeout. A call that runs out of it has failed. The call's
+	// lease lasts CallTimeout + LeaseMargin (see LeaseTTL).
 	CallTimeout time.Duration
+	// Holder names this controller to the other servers sharing the
+	// store, as the holder of the leases it takes; "" means a random name
+	// per controller (each server process is its own holder).
+	Holder string
 	// RefreshInterval is how often records are reloaded from the store, so
 	// that records created, disarmed or deleted by another server are
 	// seen; 0 means DefaultRefreshInterval. A store that offers a change
@@ -175,6 +189,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.MaxRecordsPerToken == 0 {
 		cfg.MaxRecordsPerToken = def.MaxRecordsPerToken
 	}
+	if cfg.Holder == "" {
+		cfg.Holder = "srv_" + rand.Text()
+	}
 	return cfg
 }
 
@@ -193,6 +210,17 @@ func DefaultConfig() Config {
 	}
 }
 
+// LeaseTTL is how long the lease of one call lasts: the call's timeout and
+// the LeaseMargin its outcome has to be stored in. A holder that dies
+// mid-call blocks the record's calls that long at most.
+func (cfg Config) LeaseTTL() time.Duration {
+	t := cfg.CallTimeout
+	if t == 0 {
+		t = DefaultCallTimeout
+	}
+	return t + LeaseMargin
+}
+
 // Validate reports every problem with cfg's settings; the required Store,
 // Pool and Caller, which New checks, are not settings.
 func (cfg Config) Validate() error {
@@ -203,8 +231,8 @@ func (cfg Config) Validate() error {
 	if cfg.MaxQueued < 0 {
 		errs = append(errs, fmt.Errorf("autoscale: max queued %d is negative", cfg.MaxQueued))
 	}
-	if cfg.CallTimeout < 0 {
-		errs = append(errs, fmt.Errorf("autoscale: call timeout %v is negative", cfg.CallTimeout))
+	if cfg.CallTimeout < 0 || cfg.CallTimeout > MaxCallTimeout {
+		errs = append(errs, fmt.Errorf("autoscale: call timeout %v is not in [0,%v]", cfg.CallTimeout, MaxCallTimeout))
 	}
 	if cfg.RefreshInterval < 0 {
 		errs = append(errs, fmt.Errorf("autoscale: refresh interval %v is negative", cfg.RefreshInterval))
@@ -229,9 +257,15 @@ func (cfg Config) Validate() error {
 // The decisions about a bind are pure functions of its state, the event
 // and the time, which return the new state and the effects (a record to
 // write, a call to queue, a flight to join, an outcome to record and
-// emit): planDeclare, planSample, planColdStart, planRequeue, planOutcome
-// and planReload. The methods are shells: they read the state under the
-// mutex, plan, apply the plan, and perform its I/O outside the mutex. The
+// emit): planDeclare, planSample, planColdStart, planRequeue, planLease,
+// planOutcome and planReload. The methods are shells: they read the state
+// under the mutex, plan, apply the plan, and perform its I/O outside the
+// mutex.
+//
+// Servers sharing the store call once per decision: each call first takes
+// the record's lease in the store (lease, dispatch.go), and the state
+// every call leaves (cooldown, backoff, penalty) is stored with its
+// outcome and honoured by every controller that loads the record. The
 // caps on records (admitLocked) and the call queue's order and politeness
 // (dispatch.go) are still decided in place.
 type Controller struct {
@@ -260,6 +294,7 @@ type Controller struct {
 	hostCalls    map[string]int        // calls in flight by provider host
 	bucket       bucket
 	seq          uint64 // orders sessions and queue items
+	writes       uint64 // counts the record writes landed (see bind.landed)
 	closed       bool
 	metrics      Metrics
 	quota        quota // records held and being created, per org and armer
@@ -274,16 +309,20 @@ type bindKey struct{ org, host, path string }
 // hostPath names a bind across organizations.
 type hostPath struct{ host, path string }
 
-// bind is everything the controller knows about one bind. All fields but
-// declMu are guarded by Controller.mu.
+// bind is everything the controller knows about one bind. All fields are
+// guarded by Controller.mu.
 type bind struct {
-	key    bindKey
-	declMu sync.Mutex // serializes Declare for the bind (held across the store)
+	key bindKey
 
 	rec       *Record // the record as last known; nil when there is none
 	host      string  // the provider host of rec.URL, for politeness
 	sessions  map[string]*announcer
-	declaring int // Declare calls in progress
+	declaring int // Declare calls in progress or waiting for their turn
+	// turn is set while a Declare of the bind plans, writes and applies;
+	// it is closed when that Declare is done. Declarations of one bind
+	// take turns, so that each plans against the record the previous one
+	// stored.
+	turn chan struct{}
 
 	busy, idle  run       // the current busy and idle stretches
 	nextAllowed time.Time // no call before: cooldown, or backoff after a failure
@@ -293,12 +332,13 @@ type bind struct {
 	running     *item     // the call in flight
 	start       *Start    // the latest cold start flight
 
-	// seq moves on every write this controller begins or ends for the
-	// record, and persisting counts writes in progress; a reload from the
-	// store skips a bind whose seq moved while it read, so it never
-	// overwrites a newer state with an older one.
-	seq        uint64
-	persisting int
+	// writing counts the store writes of the record in progress (a
+	// declaration, a call's outcome), and landed is Controller.writes
+	// when the last of them landed or the record was forgotten. A reload
+	// takes a listed record only for a bind with neither since its list
+	// was read (see refresh): a list is never newer than such a write.
+	writing int
+	landed  uint64
 }
 
 // New returns a controller. It does no I/O; Run loads the records.
@@ -384,7 +424,7 @@ func (c *Controller) newBindLocked(k bindKey) *bind {
 
 // gcLocked forgets b once nothing refers to it.
 func (c *Controller) gcLocked(b *bind) {
-	if b.rec != nil || len(b.sessions) > 0 || b.declaring > 0 || b.queued != nil || b.running != nil || b.persisting > 0 {
+	if b.rec != nil || len(b.sessions) > 0 || b.declaring > 0 || b.queued != nil || b.running != nil || b.writing > 0 {
 		return
 	}
 	if c.binds[b.key] != b {
@@ -472,6 +512,73 @@ func (c *Controller) applyLocked(b *bind, r Record, rearm bool) {
 			b.start = nil
 		}
 	}
+	c.honourLocked(b, &r, time.Now())
+}
+
+// honourLocked takes the call state r carries, whichever server (or an
+// earlier run of this one) stored it: no call before its NextCallAt, none
+// to its provider before its PenaltyUntil, and a cold start accepted less
+// than cold_start ago is a flight later requests join, as if this server
+// had made the call. It only ever delays: a later state this controller
+// holds wins.
+func (c *Controller) honourLocked(b *bind, r *Record, now time.Time) {
+	if r.NextCallAt != nil && r.NextCallAt.After(b.nextAllowed) {
+		b.nextAllowed = *r.NextCallAt
+	}
+	if r.LastCallAt != nil && r.LastCallAt.After(b.lastCallEnd) {
+		b.lastCallEnd = *r.LastCallAt
+	}
+	if r.PenaltyUntil != nil && r.PenaltyUntil.After(now) {
+		h := c.hosts[b.host]
+		if h == nil {
+			h = &hostState{}
+			c.hosts[b.host] = h
+		}
+		if r.PenaltyUntil.After(h.retryUntil) {
+			h.retryUntil = *r.PenaltyUntil
+		}
+	}
+	if at := acceptedColdStart(r, now); !at.IsZero() && (b.start == nil || b.start.resolved && b.start.succeededAt.Before(at)) {
+		s := newStart()
+		s.resolveAtLocked(nil, at)
+		b.start = s
+	} else if b.start == nil && r.ConsecutiveFailures > 0 && r.LastCallAt != nil && r.LastReason == string(ReasonColdStart) &&
+		b.nextAllowed.After(now) {
+		// A failed cold start whose backoff runs, not re-armed since:
+		// requests take the fallback chain at once, as they would on the
+		// server that made it.
+		s := newStart()
+		s.resolveAtLocked(recordedCallError(r), now)
+		b.start = s
+	}
+	// A cold start waiting for another server's call ends with that
+	// call, once the store has it.
+	if it := b.queued; it != nil && it.leased && r.LastCallAt != nil && !r.LastCallAt.Before(it.since) {
+		if p := planLease(leaseIn{reason: it.d.reason, rec: *r, since: it.since, now: now}); p.wait.IsZero() {
+			c.settleLocked(it, p)
+		}
+	}
+}
+
+// recordedCallError is the error of r's last call, a failed one, as the
+// store recorded it.
+func recordedCallError(r *Record) *CallError {
+	ce := &CallError{Status: r.LastStatus}
+	if r.LastStatus == 0 {
+		ce.Err = errors.New(cmp.Or(r.LastError, "no response"))
+	}
+	return ce
+}
+
+// acceptedColdStart returns when r's last call, a cold start the provider
+// accepted, was made, if that was less than r's cold_start ago; zero
+// otherwise.
+func acceptedColdStart(r *Record, now time.Time) time.Time {
+	if r.LastCallAt == nil || r.LastReason != string(ReasonColdStart) || r.LastStatus < 200 || r.LastStatus > 299 ||
+		now.Sub(*r.LastCallAt) >= r.ColdStart {
+		return time.Time{}
+	}
+	return *r.LastCallAt
 }
 
 // hostOf returns the provider host (host[:port], lowercased) of a hook URL.
@@ -502,6 +609,11 @@ type Start struct {
 	// succeededAt is when the call was accepted (zero until then, or after
 	// a failure); guarded by Controller.mu.
 	succeededAt time.Time
+	// served is set once the pool was seen routable after the call was
+	// accepted: the instance came. Should the pool be empty again, the
+	// next request makes a new call (within the cooldown) rather than
+	// wait for an instance that came and went. Guarded by Controller.mu.
+	served bool
 	// parent is the span of the request that asked for the cold start
 	// (invalid when tracing is off): the hook call's span joins its trace.
 	// Set before the flight is published, never changed.
@@ -536,6 +648,11 @@ func (s *Start) Err() error {
 
 // resolveLocked ends the flight: a success when err is nil.
 func (s *Start) resolveLocked(err error) {
+	s.resolveAtLocked(err, time.Now())
+}
+
+// resolveAtLocked ends the flight: a success accepted at when err is nil.
+func (s *Start) resolveAtLocked(err error, at time.Time) {
 	if s.resolved {
 		return
 	}
@@ -544,7 +661,7 @@ func (s *Start) resolveLocked(err error) {
 		s.err = err
 		close(s.failed)
 	} else {
-		s.succeededAt = time.Now()
+		s.succeededAt = at
 	}
 	close(s.done)
 }
@@ -614,7 +731,7 @@ func (c *Controller) planColdStartLocked(orgID, hostname, path string, now time.
 	if b != nil {
 		in.rec, in.nextAllowed, in.queued = b.rec, b.nextAllowed, b.queued != nil
 		if s := b.start; s != nil {
-			in.flight = flightState{exists: true, pending: !s.resolved, acceptedAt: s.succeededAt}
+			in.flight = flightState{exists: true, pending: !s.resolved, acceptedAt: s.succeededAt, served: s.served}
 		}
 	}
 	return b, planColdStart(in)
@@ -643,6 +760,9 @@ type flightState struct {
 	// acceptedAt is when the provider accepted its call; zero until then,
 	// or after a failure.
 	acceptedAt time.Time
+	// served is set once the pool was routable after the call was
+	// accepted.
+	served bool
 }
 
 // coldStartPlan is what planColdStart decides: what PlanColdStart reports
@@ -665,8 +785,10 @@ type coldStartPlan struct {
 // call is pending, inside its cooldown or backoff, and, once accepted, for
 // the cold_start budget: the instance it asked for is on its way, and a
 // burst that takes longer than the cooldown to arrive must not ask again.
-// Otherwise a call is made, unless the queue is full and the bind has no
-// decision waiting whose place it can take.
+// A flight whose instance came (served) is over: the pool is empty again,
+// so the instance died, and a new call is queued; it waits out the
+// cooldown in the queue. Otherwise a call is made, unless the queue is
+// full and the bind has no decision waiting whose place it can take.
 func planColdStart(in coldStartIn) coldStartPlan {
 	r := in.rec
 	if r == nil {
@@ -680,8 +802,8 @@ func planColdStart(in coldStartIn) coldStartPlan {
 	switch {
 	case r.Disarmed:
 		p.Err = ErrDisarmed
-	case f.exists && (f.pending || in.now.Before(in.nextAllowed) ||
-		!f.acceptedAt.IsZero() && in.now.Sub(f.acceptedAt) < r.ColdStart):
+	case f.exists && (f.pending || !f.served && (in.now.Before(in.nextAllowed) ||
+		!f.acceptedAt.IsZero() && in.now.Sub(f.acceptedAt) < r.ColdStart)):
 		p.Join = true
 	case in.queued:
 		p.desired, p.replace = coldStartDesired(r), true
@@ -770,9 +892,9 @@ func (c *Controller) refreshLoop(ctx context.Context) {
 }
 
 // changeLoop asks for a reload when another server creates a record this
-// controller does not know, deletes one, or disarms one (its breaker
-// tripped there), so that no server keeps calling a hook another has given
-// up on. Other updates of known records (every heartbeat moves one) wait
+// controller does not know, deletes one, disarms one (its breaker tripped
+// there), or records a call (its cooldown holds here too), so that no
+// server keeps calling a hook another has given up on or just called. Other updates of known records (every heartbeat moves one) wait
 // for the periodic reload.
 func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change) {
 	for {
@@ -787,6 +909,11 @@ func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change
 			}
 		}
 		switch ch.Kind {
+		case store.ChangeScalingCalled:
+			// Another server's call ended and released its lease: a
+			// decision waiting on that lease tries again now, and the
+			// reload brings the call's cooldown to every bind.
+			c.leaseReleased(ch.ID)
 		case store.ChangeScalingUpdated:
 			// An update of a record this server holds disarmed may be
 			// its re-arming by a client of another server: reload, or
@@ -809,14 +936,23 @@ func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change
 	}
 }
 
+// landLocked marks a write of b's record as landed (or its record as
+// forgotten): a reload whose list was read before now leaves b alone.
+func (c *Controller) landLocked(b *bind) {
+	c.writes++
+	b.landed = c.writes
+}
+
 // refresh reloads every record from the store and applies what
 // planReload keeps of the list.
+//
+// The rule against stale lists: a bind with a write of its record in
+// progress, a call in flight, or a write landed since the list was read
+// keeps what it holds; whatever the write stored, the controller applies
+// itself when it lands.
 func (c *Controller) refresh(ctx context.Context) {
 	c.mu.Lock()
-	before := make(map[*bind]uint64, len(c.binds))
-	for _, b := range c.binds {
-		before[b] = b.seq
-	}
+	mark := c.writes
 	c.mu.Unlock()
 
 	recs, err := c.store.ListScalingRecords(ctx, "")
@@ -831,10 +967,9 @@ func (c *Controller) refresh(ctx context.Context) {
 	defer c.mu.Unlock()
 	known := make(map[bindKey]bindStatus, len(c.binds))
 	for k, b := range c.binds {
-		seq, ok := before[b]
 		known[k] = bindStatus{
 			hasRecord: b.rec != nil,
-			untouched: ok && seq == b.seq && b.persisting == 0 && b.running == nil,
+			untouched: b.landed <= mark && b.writing == 0 && b.running == nil,
 		}
 	}
 	p := planReload(recs, known)

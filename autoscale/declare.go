@@ -257,34 +257,89 @@ func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
 	if a.Session == "" || a.Armer == "" {
 		return errors.New("autoscale: declare: empty session or armer")
 	}
-	k := bindKey{a.OrgID, a.Hostname, a.Path}
+	t, err := c.beginDeclare(ctx, a, d)
+	if err != nil {
+		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
+	}
 
+	// The store, outside the lock: the record is read only when the
+	// controller does not know it, and written only when the plan says so.
+	p, got, err := declarePlan{}, Record{}, error(nil)
+	if t.in.stored == nil {
+		r, rerr := c.store.ScalingRecordByBind(ctx, a.OrgID, a.Hostname, a.Path)
+		switch {
+		case rerr == nil && r.OrgID == a.OrgID:
+			t.in.stored = &r
+		case rerr != nil && !errors.Is(rerr, store.ErrNotFound):
+			err = rerr
+		}
+	}
+	if err == nil {
+		t.in.now = time.Now()
+		p = planDeclare(t.in)
+		if p.write {
+			got, _, err = c.store.DeclareScaling(ctx, p.rec, a.Armer, p.rearm)
+		}
+	}
+
+	c.endDeclare(t, p, got, err)
+	if err != nil {
+		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
+	}
+	if p.write && p.note != noteNone {
+		c.log.Log(ctx, p.note.level(), p.note.String(), logkey.OrgID, a.OrgID, logkey.Hostname, a.Hostname,
+			logkey.Path, a.Path, logkey.SessionID, a.Session, logkey.RecordID, got.ID)
+	}
+	return nil
+}
+
+// declareTurn is one Declare between its planning and its apply: the bind
+// whose turn it holds, the announcing session, its claim on the caps, and
+// what planDeclare reads.
+type declareTurn struct {
+	b   *bind
+	s   *announcer
+	res reservation
+	in  declareIn
+}
+
+// beginDeclare admits a's declaration d (the caps, decided in memory),
+// waits for the bind's turn, registers the announcing session and takes
+// what planDeclare reads, under one lock once the turn is free. The turn
+// must be ended with endDeclare. It fails with the caps' errors, or ctx's
+// while it waits.
+func (c *Controller) beginDeclare(ctx context.Context, a SessionDeclaration, d Declaration) (declareTurn, error) {
+	k := bindKey{a.OrgID, a.Hostname, a.Path}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	// Refused before the bind is remembered: a flood of names over the
 	// caps leaves nothing behind.
 	res, err := c.admitLocked(k, a.Armer)
 	if err != nil {
-		c.mu.Unlock()
-		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
+		return declareTurn{}, err
 	}
 	b := c.binds[k]
 	if b == nil {
 		b = c.newBindLocked(k)
 	}
-	b.declaring++
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.quota.releaseLocked(&res)
-		b.declaring--
-		c.gcLocked(b)
+	b.declaring++ // keeps b from gcLocked while it waits and until endDeclare
+	for b.turn != nil {
+		turn := b.turn
 		c.mu.Unlock()
-	}()
+		select {
+		case <-turn:
+			c.mu.Lock()
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.quota.releaseLocked(&res)
+			b.declaring--
+			c.gcLocked(b)
+			return declareTurn{}, ctx.Err()
+		}
+	}
+	b.turn = make(chan struct{})
+	b.writing++
 
-	b.declMu.Lock()
-	defer b.declMu.Unlock()
-
-	c.mu.Lock()
 	s := b.sessions[a.Session]
 	if s == nil {
 		c.seq++
@@ -293,59 +348,42 @@ func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
 		c.sessionBinds[a.Session] = append(c.sessionBinds[a.Session], k)
 	}
 	s.decl = d
-	newSession := !s.declared
 	eff, conflict := b.effectiveLocked()
-	var stored *Record
+	t := declareTurn{b: b, s: s, res: res, in: declareIn{
+		key: k, armer: a.Armer, eff: eff, conflict: conflict, newSession: !s.declared,
+		refresh: c.cfg.DeclareRefresh,
+	}}
 	if b.rec != nil {
 		r := *b.rec
-		stored = &r
+		t.in.stored = &r
 	}
-	c.mu.Unlock()
+	return t, nil
+}
 
-	if stored == nil {
-		r, err := c.store.ScalingRecordByBind(ctx, a.OrgID, a.Hostname, a.Path)
-		switch {
-		case err == nil && r.OrgID == a.OrgID:
-			stored = &r
-		case err != nil && !errors.Is(err, store.ErrNotFound):
-			return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
+// endDeclare applies the outcome of a turn's plan p, under one lock: the
+// record the write stored (got), unless it failed (err), and the session
+// counts as declared once its declaration is stored or found stored. The
+// claim on the caps goes in the same critical section as the record that
+// now counts itself, so the caps never count it twice. It ends the turn.
+func (c *Controller) endDeclare(t declareTurn, p declarePlan, got Record, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := t.b
+	if err == nil {
+		t.s.declared = true
+		if p.write {
+			c.applyLocked(b, got, p.rearm)
 		}
 	}
-	p := planDeclare(declareIn{
-		key: k, armer: a.Armer, eff: eff, conflict: conflict, newSession: newSession,
-		stored: stored, now: time.Now(), refresh: c.cfg.DeclareRefresh,
-	})
-	if !p.write {
-		c.mu.Lock()
-		s.declared = true
-		c.mu.Unlock()
-		return nil
+	c.quota.releaseLocked(&t.res)
+	b.writing--
+	if p.write {
+		c.landLocked(b)
 	}
-
-	c.mu.Lock()
-	b.seq++
-	b.persisting++
-	c.mu.Unlock()
-	got, _, err := c.store.DeclareScaling(ctx, p.rec, a.Armer, p.rearm)
-	c.mu.Lock()
-	b.seq++
-	b.persisting--
-	if err == nil {
-		s.declared = true
-		c.applyLocked(b, got, p.rearm)
-	}
-	// The record counts itself now (applyLocked): the claim goes in the
-	// same critical section, so the caps never count it twice.
-	c.quota.releaseLocked(&res)
-	c.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
-	}
-	if p.note != noteNone {
-		c.log.Log(ctx, p.note.level(), p.note.String(), logkey.OrgID, a.OrgID, logkey.Hostname, a.Hostname,
-			logkey.Path, a.Path, logkey.SessionID, a.Session, logkey.RecordID, got.ID)
-	}
-	return nil
+	close(b.turn)
+	b.turn = nil
+	b.declaring--
+	c.gcLocked(b)
 }
 
 // declareIn is what planDeclare reads: a valid announcement's bind and

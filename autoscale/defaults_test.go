@@ -13,7 +13,11 @@ func TestDefaultConfigValidates(t *testing.T) {
 		t.Fatalf("DefaultConfig().Validate() = %v, want nil", err)
 	}
 	got := Config{}.withDefaults()
-	got.Events, got.Logger = nil, nil
+	if !strings.HasPrefix(got.Holder, "srv_") || len(got.Holder) < len("srv_")+16 {
+		t.Errorf("Config{}.withDefaults().Holder = %q, want a random srv_ name", got.Holder)
+	}
+	// The holder is random per controller: not a default to compare.
+	got.Events, got.Logger, got.Holder = nil, nil, ""
 	if got != def {
 		t.Errorf("Config{}.withDefaults() = %+v, want DefaultConfig() %+v", got, def)
 	}

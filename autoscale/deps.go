@@ -23,13 +23,21 @@ type Record = store.ScalingRecord
 //   - ScalingRecordByBind and DeleteScalingRecord wrap store.ErrNotFound
 //     when there is no such record; ListScalingRecords with orgID ""
 //     lists every organization.
-//   - RecordScalingCall stores a call's outcome and the breaker state as
-//     given, and wraps store.ErrNotFound when the record is gone.
+//   - RecordScalingCall stores a call's outcome, the breaker and the call
+//     state (next call, penalty) as given, releases the holder's lease of
+//     the record in the same write, and wraps store.ErrNotFound when the
+//     record is gone.
+//   - AcquireScalingLease takes the record's lease for a decision, for a
+//     bounded time, unless another holder's lease is live or the record
+//     is disarmed or in its cooldown, backoff or penalty; taking over an
+//     expired lease of the same decision keeps its key (see
+//     store.DB.AcquireScalingLease).
 type Store interface {
 	DeclareScaling(ctx context.Context, r Record, armer string, rearm bool) (Record, bool, error)
 	ScalingRecordByBind(ctx context.Context, orgID, hostname, path string) (Record, error)
 	ListScalingRecords(ctx context.Context, orgID string) ([]Record, error)
-	RecordScalingCall(ctx context.Context, id string, at time.Time, reason string, status, consecutiveFailures int, disarmed bool) (Record, error)
+	RecordScalingCall(ctx context.Context, id string, c store.ScalingCall) (Record, error)
+	AcquireScalingLease(ctx context.Context, l store.ScalingLease, ttl time.Duration) (store.ScalingLease, Record, bool, error)
 	DeleteScalingRecord(ctx context.Context, orgID, id string) error
 	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 }

@@ -1,12 +1,14 @@
 package autoscale
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,8 +22,14 @@ import (
 type item struct {
 	b     *bind
 	d     decision
-	start *Start // the cold start flight it serves; nil for a sampled decision
-	seq   uint64 // queue order
+	start *Start    // the cold start flight it serves; nil for a sampled decision
+	seq   uint64    // queue order
+	since time.Time // when it was queued
+	// leaseUntil defers it while another server holds the record's lease
+	// (until that lease expires, or its holder's outcome is seen), or its
+	// recorded cooldown runs; leased is set in the first case.
+	leaseUntil time.Time
+	leased     bool
 
 	// Set when the call starts, from the record at that moment.
 	call     HookCall
@@ -39,7 +47,7 @@ func (c *Controller) enqueueLocked(b *bind, d decision, s *Start) error {
 		return ErrQueueFull
 	}
 	c.seq++
-	it := &item{b: b, d: d, start: s, seq: c.seq}
+	it := &item{b: b, d: d, start: s, seq: c.seq, since: time.Now()}
 	c.queue = append(c.queue, it)
 	b.queued = it
 	c.signal()
@@ -297,6 +305,9 @@ func (c *Controller) notBeforeLocked(it *item, now time.Time) time.Time {
 	if h := c.hostUntilLocked(it.b.host, now); h.After(t) {
 		t = h
 	}
+	if it.leaseUntil.After(t) {
+		t = it.leaseUntil
+	}
 	return t
 }
 
@@ -434,10 +445,229 @@ type outcome struct {
 	err      error
 	disarmed bool // this call tripped the breaker
 	persist  bool // the record still exists: write the outcome
+	// next and penalty are the call state it leaves: no call for the
+	// record before next, none to its provider before penalty.
+	next, penalty time.Time
 }
 
-// callHook makes one call and records its outcome.
+// leaseTimeout bounds the store access that takes a call's lease.
+const leaseTimeout = 5 * time.Second
+
+// lease takes the record's lease for its decision (one call per decision
+// across every server sharing the store) and reports whether the call is
+// to be made. When another server holds the lease, or has called and its
+// cooldown, backoff or penalty runs, no call is made: the call slot is
+// freed and the decision waits or ends as planLease says. A store that
+// cannot be reached does not stop the call: each server then decides
+// alone, as a server without a shared store always does.
+func (c *Controller) lease(ctx context.Context, it *item) bool {
+	lctx, cancel := context.WithTimeout(ctx, leaseTimeout)
+	held, rec, ok, err := c.store.AcquireScalingLease(lctx, store.ScalingLease{
+		RecordID: it.recordID, Holder: c.cfg.Holder, Reason: string(it.d.reason),
+		Current: it.d.current, Desired: it.d.desired, IdempotencyKey: it.d.key,
+	}, c.cfg.LeaseTTL())
+	cancel()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil && ok:
+		// Taking over a dead holder's lease of the same decision keeps
+		// the key the provider may have seen.
+		it.d.key, it.call.IdempotencyKey = held.IdempotencyKey, held.IdempotencyKey
+		return true
+	case ctx.Err() != nil:
+		c.abandonLocked(it, ErrClosed)
+		return false
+	case errors.Is(err, store.ErrNotFound):
+		c.abandonLocked(it, ErrNoRecord)
+		if b := c.byID[it.recordID]; b != nil {
+			c.setRecLocked(b, nil)
+			c.landLocked(b)
+			c.gcLocked(b)
+		}
+		return false
+	case err != nil:
+		c.log.Warn("scaling lease not taken: calling without it", logkey.RecordID, it.recordID, logkey.Err, err)
+		return true
+	}
+	c.endCallLocked(it)
+	b := it.b
+	now := time.Now()
+	p := planLease(leaseIn{reason: it.d.reason, rec: rec, held: held, since: it.since, now: now})
+	if b.rec != nil && b.rec.ID == rec.ID {
+		// The store's call state is newer than the bind's: take it (the
+		// breaker and the declaration wait for the next reload).
+		b.rec.LastCallAt, b.rec.LastReason, b.rec.LastStatus, b.rec.LastError = rec.LastCallAt, rec.LastReason, rec.LastStatus, rec.LastError
+		b.rec.NextCallAt, b.rec.PenaltyUntil = rec.NextCallAt, rec.PenaltyUntil
+		c.honourLocked(b, &rec, now)
+	}
+	if p.nextAllowed.After(b.nextAllowed) {
+		b.nextAllowed = p.nextAllowed
+	}
+	switch {
+	case p.wait.IsZero():
+		c.settleLocked(it, p)
+	case c.closed:
+		c.abandonLocked(it, ErrClosed)
+	default:
+		if q := b.queued; q != nil {
+			// Only a sampled decision can have been queued while this
+			// one ran (a cold start joins the running flight): this one
+			// waits in its place.
+			c.dropLocked(q, nil, "superseded by a decision waiting for the lease")
+		}
+		it.leaseUntil, it.leased = p.wait, !held.ExpiresAt.IsZero()
+		c.requeueLocked(it)
+		c.log.Debug("scaling call deferred", logkey.RecordID, it.recordID, logkey.Reason, it.d.reason)
+	}
+	c.signal()
+	return false
+}
+
+// settleLocked ends decision it without a call of this server's, as p
+// says: its flight ends with p.err (a success accepted at p.acceptedAt
+// when nil). The decision is counted as dropped and logged.
+func (c *Controller) settleLocked(it *item, p leasePlan) {
+	b := it.b
+	if b.queued == it {
+		c.removeLocked(it)
+	}
+	if it.start != nil {
+		it.start.resolveAtLocked(p.err, p.acceptedAt)
+	}
+	c.metrics.Dropped++
+	c.log.Info("scaling decision dropped",
+		logkey.OrgID, b.key.org, logkey.Hostname, b.key.host, logkey.Path, b.key.path,
+		logkey.Reason, it.d.reason, logkey.Why, p.why)
+	c.gcLocked(b)
+}
+
+// abandonLocked frees the call slot of it, which makes no call: its
+// flight ends with err.
+func (c *Controller) abandonLocked(it *item, err error) {
+	c.endCallLocked(it)
+	if it.start != nil {
+		it.start.resolveLocked(err)
+	}
+	c.gcLocked(it.b)
+}
+
+// requeueLocked puts it back in the queue, in its place by age.
+func (c *Controller) requeueLocked(it *item) {
+	i, _ := slices.BinarySearchFunc(c.queue, it.seq, func(x *item, seq uint64) int { return cmp.Compare(x.seq, seq) })
+	c.queue = slices.Insert(c.queue, i, it)
+	it.b.queued = it
+}
+
+// leaseReleased is told that a call on record id was recorded, by any
+// server: a decision deferred on that record's lease tries again now (it
+// then finds the call's cooldown and joins it, or takes the lease), and
+// the records are reloaded for the call state.
+func (c *Controller) leaseReleased(id string) {
+	c.mu.Lock()
+	if b := c.byID[id]; b != nil && b.queued != nil && !b.queued.leaseUntil.IsZero() {
+		b.queued.leaseUntil = time.Time{}
+		c.signal()
+	}
+	c.mu.Unlock()
+	select {
+	case c.reload <- struct{}{}:
+	default:
+	}
+}
+
+// leaseIn is what planLease reads: a decision the store refused the lease
+// for, and what the store said.
+type leaseIn struct {
+	reason Reason
+	// rec is the record as the store holds it.
+	rec Record
+	// held is the lease of the server that holds it; zero when the
+	// record's own state refused (disarmed, cooldown, backoff, penalty).
+	held store.ScalingLease
+	// since is when the decision was queued.
+	since time.Time
+	now   time.Time
+}
+
+// leasePlan is what becomes of a decision refused its lease.
+type leasePlan struct {
+	// wait, when set, keeps the decision queued until then: another
+	// server's call is in flight, or the cooldown of one ends.
+	wait time.Time
+	// Otherwise the decision is dropped: its flight ends with err (a
+	// success accepted at acceptedAt when nil), and why is logged.
+	err        error
+	acceptedAt time.Time
+	why        string
+	// nextAllowed is when the bind may decide again.
+	nextAllowed time.Time
+}
+
+// planLease decides what a decision whose lease the store refused does.
+// It reads no clock and changes nothing.
+//
+// Another server's call answers the decision as if this server had made
+// it. While that call is in flight (its lease live), a cold start waits
+// for its outcome, at most until the lease expires, and then tries
+// again: a holder that died is taken over once, with the same key. A
+// sampled decision is dropped: the sampler decides afresh after the call.
+// When the record's own state refused: a disarmed record ends the
+// decision with ErrDisarmed; a cold start accepted less than cold_start
+// ago is joined (the instance is on its way); a failed call ends a cold
+// start with that call's error, as its backoff would; any other cold
+// start waits for the cooldown, backoff or penalty to end.
+func planLease(in leaseIn) leasePlan {
+	r := in.rec
+	var next time.Time
+	for _, t := range []*time.Time{r.NextCallAt, r.PenaltyUntil} {
+		if t != nil && t.After(next) {
+			next = *t
+		}
+	}
+	if in.held.Holder != "" {
+		if in.reason == ReasonColdStart {
+			return leasePlan{wait: in.held.ExpiresAt, nextAllowed: next}
+		}
+		return leasePlan{why: "another server is calling", nextAllowed: later(next, in.held.ExpiresAt)}
+	}
+	switch {
+	case r.Disarmed:
+		return leasePlan{err: ErrDisarmed, why: "record disarmed", nextAllowed: next}
+	case in.reason != ReasonColdStart:
+		return leasePlan{why: "another server called", nextAllowed: next}
+	}
+	if at := acceptedColdStart(&r, in.now); !at.IsZero() {
+		return leasePlan{acceptedAt: at, why: "another server's cold start is under way", nextAllowed: next}
+	}
+	if r.LastCallAt != nil && (r.LastStatus < 200 || r.LastStatus > 299) {
+		return leasePlan{err: recordedCallError(&r), why: "another server's call failed", nextAllowed: next}
+	}
+	return leasePlan{wait: later(next, in.now), nextAllowed: next}
+}
+
+// timeOrNil returns &t, or nil for a zero t.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// callHook makes one call, if it takes the lease, and records its outcome.
 func (c *Controller) callHook(ctx context.Context, it *item) {
+	if !c.lease(ctx, it) {
+		return
+	}
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	if it.start != nil && it.start.parent.IsValid() {
 		// The call runs on the controller's context; a tracing Caller
@@ -467,8 +697,8 @@ func (c *Controller) callHook(ctx context.Context, it *item) {
 	c.record(ctx, o)
 
 	c.mu.Lock()
-	it.b.seq++
-	it.b.persisting--
+	it.b.writing--
+	c.landLocked(it.b)
 	c.gcLocked(it.b)
 	c.mu.Unlock()
 }
@@ -485,6 +715,13 @@ func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration
 		cooldown: it.cooldown, status: status, err: err, now: now,
 	})
 	o := p.outcome
+	o.next, o.penalty = p.nextAllowed, c.hostUntilLocked(it.host, now)
+	if o.persist {
+		o.rec.NextCallAt, o.rec.PenaltyUntil, o.rec.LastError = timeOrNil(o.next), timeOrNil(o.penalty), ""
+		if o.err != nil {
+			o.rec.LastError = o.err.Error()
+		}
+	}
 	c.metrics.Calls++
 	if !p.ok {
 		c.metrics.Failures++
@@ -508,8 +745,7 @@ func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration
 			c.dropLocked(q, o.err, "call failed")
 		}
 	}
-	b.seq++
-	b.persisting++
+	b.writing++
 	return o
 }
 
@@ -606,7 +842,13 @@ func (c *Controller) record(ctx context.Context, o outcome) {
 	log := c.log.With(logkey.OrgID, o.rec.OrgID, logkey.Hostname, o.rec.Hostname, logkey.Path, o.rec.Path, logkey.RecordID, o.rec.ID)
 
 	if o.persist {
-		_, err := c.store.RecordScalingCall(ctx, o.rec.ID, o.at, string(o.d.reason), o.status, o.rec.ConsecutiveFailures, o.rec.Disarmed)
+		call := store.ScalingCall{At: o.at, Reason: string(o.d.reason), Status: o.status,
+			ConsecutiveFailures: o.rec.ConsecutiveFailures, Disarmed: o.rec.Disarmed,
+			NextCallAt: o.next, PenaltyUntil: o.penalty, Holder: c.cfg.Holder}
+		if o.err != nil {
+			call.Err = o.err.Error()
+		}
+		_, err := c.store.RecordScalingCall(ctx, o.rec.ID, call)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			c.forgetRecord(o.rec.ID)

@@ -27,6 +27,8 @@ type fakeStore struct {
 	declares []declareCall
 	fail     error // when set, every method returns it
 	changes  chan store.Change
+	leases   map[string]store.ScalingLease // by record ID
+	feeds    []chan store.Change           // each clusterNode's change feed
 }
 
 // declareCall is one DeclareScaling the fake received.
@@ -36,7 +38,72 @@ type declareCall struct {
 	rearm bool
 }
 
-func newFakeStore() *fakeStore { return &fakeStore{recs: map[string]*Record{}} }
+func newFakeStore() *fakeStore {
+	return &fakeStore{recs: map[string]*Record{}, leases: map[string]store.ScalingLease{}}
+}
+
+// emitLocked sends ch to every clusterNode's feed, as a shared database's
+// change feed would.
+func (s *fakeStore) emitLocked(ch store.Change) {
+	for _, f := range s.feeds {
+		select {
+		case f <- ch:
+		default:
+			panic("fake store: change feed full")
+		}
+	}
+}
+
+// clusterNode is one server's view of a fakeStore shared by several
+// controllers: a Store with a change feed of its own.
+type clusterNode struct{ *fakeStore }
+
+func (n clusterNode) Subscribe(ctx context.Context) <-chan store.Change {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ch := make(chan store.Change, 1024)
+	n.feeds = append(n.feeds, ch)
+	return ch
+}
+
+// leaseOf returns the lease of record id, if any.
+func (s *fakeStore) leaseOf(id string) (store.ScalingLease, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.leases[id]
+	return l, ok
+}
+
+// AcquireScalingLease follows store.DB.AcquireScalingLease's contract.
+func (s *fakeStore) AcquireScalingLease(ctx context.Context, want store.ScalingLease, ttl time.Duration) (store.ScalingLease, Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return store.ScalingLease{}, Record{}, false, s.fail
+	}
+	if ttl <= 0 || ttl > store.MaxScalingLeaseTTL || want.Holder == "" || want.IdempotencyKey == "" {
+		return store.ScalingLease{}, Record{}, false, fmt.Errorf("fake store: bad lease %+v for %v", want, ttl)
+	}
+	r := s.recs[want.RecordID]
+	if r == nil {
+		return store.ScalingLease{}, Record{}, false, notFound("scaling record " + want.RecordID)
+	}
+	now := time.Now()
+	if r.Disarmed || (r.NextCallAt != nil && r.NextCallAt.After(now)) || (r.PenaltyUntil != nil && r.PenaltyUntil.After(now)) {
+		return store.ScalingLease{}, clone(*r), false, nil
+	}
+	if h, ok := s.leases[want.RecordID]; ok {
+		if h.ExpiresAt.After(now) && !h.ExpiresAt.After(now.Add(store.MaxScalingLeaseTTL)) && h.Holder != want.Holder {
+			return h, clone(*r), false, nil
+		}
+		if h.Reason == want.Reason && h.Current == want.Current && h.Desired == want.Desired {
+			want.IdempotencyKey = h.IdempotencyKey
+		}
+	}
+	want.AcquiredAt, want.ExpiresAt = now, now.Add(ttl)
+	s.leases[want.RecordID] = want
+	return want, clone(*r), true, nil
+}
 
 // clone copies r, slices and pointers included.
 func clone(r Record) Record {
@@ -149,6 +216,7 @@ func (s *fakeStore) DeclareScaling(ctx context.Context, r Record, armer string, 
 		n.Disarmed, n.ConsecutiveFailures, n.LastCallAt, n.LastReason, n.LastStatus = false, 0, nil, "", 0
 		n.CreatedAt, n.UpdatedAt = time.Now(), time.Now()
 		s.recs[n.ID] = &n
+		s.emitLocked(store.Change{Kind: store.ChangeScalingUpdated, ID: n.ID, OrgID: n.OrgID, Hostname: n.Hostname})
 		return clone(n), true, nil
 	}
 	changed := !(old.URL == r.URL && old.Secret == r.Secret && old.Min == r.Min && old.Max == r.Max &&
@@ -161,9 +229,13 @@ func (s *fakeStore) DeclareScaling(ctx context.Context, r Record, armer string, 
 		old.ArmedBy = append(old.ArmedBy, armer)
 	}
 	if rearm {
-		old.Disarmed, old.ConsecutiveFailures = false, 0
+		old.Disarmed, old.ConsecutiveFailures, old.NextCallAt = false, 0, nil
+		if old.LastCallAt != nil {
+			old.NextCallAt = new(old.LastCallAt.Add(old.Cooldown))
+		}
 	}
 	old.UpdatedAt = time.Now()
+	s.emitLocked(store.Change{Kind: store.ChangeScalingUpdated, ID: old.ID, OrgID: old.OrgID, Hostname: old.Hostname})
 	return clone(*old), changed, nil
 }
 
@@ -198,7 +270,7 @@ func (s *fakeStore) ListScalingRecords(ctx context.Context, orgID string) ([]Rec
 	return rs, nil
 }
 
-func (s *fakeStore) RecordScalingCall(ctx context.Context, id string, at time.Time, reason string, status, failures int, disarmed bool) (Record, error) {
+func (s *fakeStore) RecordScalingCall(ctx context.Context, id string, c store.ScalingCall) (Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -208,8 +280,18 @@ func (s *fakeStore) RecordScalingCall(ctx context.Context, id string, at time.Ti
 	if r == nil {
 		return Record{}, notFound("scaling record " + id)
 	}
-	r.LastCallAt, r.LastReason, r.LastStatus = &at, reason, status
-	r.ConsecutiveFailures, r.Disarmed = failures, disarmed
+	at := c.At
+	r.LastCallAt, r.LastReason, r.LastStatus, r.LastError = &at, c.Reason, c.Status, c.Err
+	r.ConsecutiveFailures, r.Disarmed = c.ConsecutiveFailures, c.Disarmed
+	r.NextCallAt, r.PenaltyUntil = timeOrNil(c.NextCallAt), timeOrNil(c.PenaltyUntil)
+	if l, ok := s.leases[id]; ok && c.Holder != "" && l.Holder == c.Holder {
+		delete(s.leases, id)
+	}
+	kind := store.ChangeScalingCalled
+	if c.Disarmed {
+		kind = store.ChangeScalingDisarmed
+	}
+	s.emitLocked(store.Change{Kind: kind, ID: id, OrgID: r.OrgID, Hostname: r.Hostname})
 	return clone(*r), nil
 }
 
@@ -224,6 +306,8 @@ func (s *fakeStore) DeleteScalingRecord(ctx context.Context, orgID, id string) e
 		return notFound("scaling record " + id)
 	}
 	delete(s.recs, id)
+	delete(s.leases, id)
+	s.emitLocked(store.Change{Kind: store.ChangeScalingDeleted, ID: id, OrgID: r.OrgID, Hostname: r.Hostname})
 	return nil
 }
 
@@ -461,4 +545,10 @@ func (h *harness) callTimes() []time.Duration {
 		ts = append(ts, h.at(c))
 	}
 	return ts
+}
+
+// recIDForTest returns the ID of the record of host in testOrg, or "".
+func (s *fakeStore) recIDForTest(host string) string {
+	r, _ := s.get(host)
+	return r.ID
 }

@@ -96,7 +96,8 @@ func TestListShowsLivePoolAndBreaker(t *testing.T) {
 		}
 		slices.Sort(keys)
 		want := []string{"authenticated", "capacity", "cold_start", "conflict", "consecutive_failures", "cooldown", "disarmed",
-			"hostname", "id", "inflight", "instances", "last_call_at", "last_error", "last_reason", "last_status", "max", "min", "org_id",
+			"hostname", "id", "inflight", "instances", "last_call_at", "last_error", "last_reason", "last_status", "max", "min",
+			"next_call_at", "org_id",
 			"path", "target_utilization", "updated_at", "url", "utilization", "window"}
 		if diff := cmp.Diff(want, keys); diff != "" {
 			t.Errorf("JSON keys (-want +got):\n%s", diff)

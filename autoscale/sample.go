@@ -137,6 +137,9 @@ func (c *Controller) sample(bs []*bind, stats []PoolStats) ([]*bind, []PoolStats
 		} else {
 			b.busy.reset()
 			b.idle.reset()
+			if awaitsInstance(b.start) {
+				bs = append(bs, b)
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -236,11 +239,22 @@ func planSample(in sampleIn) samplePlan {
 	return p
 }
 
+// awaitsInstance reports whether s is a cold start the provider accepted
+// whose instance has not been seen yet: its pool is sampled, so that an
+// instance that comes and dies does not leave later requests joining it.
+// Guarded by Controller.mu.
+func awaitsInstance(s *Start) bool {
+	return s != nil && s.resolved && s.err == nil && !s.served
+}
+
 // observeLocked adds the sample st of b, taken at now (planSample), and
 // queues the scale-out or scale-in it makes due. A queued decision starts
 // both stretches afresh; one the full queue refused leaves them, so the
 // next sample tries again.
 func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
+	if awaitsInstance(b.start) && st.Routable > 0 {
+		b.start.served = true
+	}
 	p := planSample(sampleIn{
 		rec: b.rec, busy: b.busy, idle: b.idle,
 		pending:     b.queued != nil || b.running != nil,

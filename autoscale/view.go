@@ -42,10 +42,11 @@ type View struct {
 	LastReason string
 	// LastStatus is 0 for a transport failure or no call.
 	LastStatus int
-	// LastError says why the last call failed (a fence refusal, a
-	// timeout, the status it answered); "" when it succeeded, or when
-	// this server has made no call for the record since it started.
+	// LastError says why the last call failed; "" after a success or
+	// before any call (kept in the store).
 	LastError string
+	// NextCallAt ends the cooldown or backoff; nil when none runs.
+	NextCallAt *time.Time
 	// Refused says why the latest declaration a live client sent for the
 	// bind was refused (an invalid block, a hook URL the outbound policy
 	// refuses); "" when it was not. A record keeps its older block then;
@@ -65,6 +66,7 @@ func newView(r Record, st PoolStats) View {
 		Instances: st.Instances, Capacity: st.Capacity, Inflight: st.Inflight,
 		Disarmed: r.Disarmed, Conflict: r.Conflict, ConsecutiveFailures: r.ConsecutiveFailures,
 		LastCallAt: r.LastCallAt, LastReason: r.LastReason, LastStatus: r.LastStatus,
+		LastError: r.LastError, NextCallAt: r.NextCallAt,
 		UpdatedAt: r.UpdatedAt,
 	}
 	if st.Capacity > 0 {
@@ -139,7 +141,7 @@ func (c *Controller) forgetRecord(id string) {
 	defer c.mu.Unlock()
 	if b := c.byID[id]; b != nil {
 		c.setRecLocked(b, nil)
-		b.seq++
+		c.landLocked(b)
 		c.gcLocked(b)
 	}
 }
@@ -161,7 +163,7 @@ func (v View) MarshalJSON() ([]byte, error) {
 		Instances: v.Instances, Capacity: v.Capacity, Inflight: v.Inflight, Utilization: util,
 		Disarmed: v.Disarmed, Conflict: v.Conflict, ConsecutiveFailures: v.ConsecutiveFailures,
 		LastCallAt: v.LastCallAt, LastReason: v.LastReason, LastStatus: v.LastStatus,
-		LastError: v.LastError, Refused: v.Refused,
+		LastError: v.LastError, NextCallAt: v.NextCallAt, Refused: v.Refused,
 		UpdatedAt: v.UpdatedAt,
 	})
 }

@@ -16,10 +16,15 @@ import (
 // expires. It returns when ctx ends.
 func (g *Gateway) watchChanges(ctx context.Context) {
 	// Scaling records change on every heartbeat that declares one; the
-	// router's armed set is reloaded at most once per second.
+	// router's armed set is reloaded at most once per second for those.
+	// A record the last load did not read (created through another
+	// server) is armed at once, so that a request for it finds it armed
+	// here too rather than a 502; at most one such load a second, so a
+	// flood of new records costs a load a second, not a load each.
 	reload := time.NewTimer(time.Hour)
 	reload.Stop()
 	pending := false
+	var lastAtOnce time.Time
 	changes := g.db.Subscribe(ctx)
 	// Records nothing re-announced for scaling_record_ttl go; checked hourly.
 	sweep := time.NewTicker(time.Hour)
@@ -66,7 +71,14 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 				reload.Stop()
 				return
 			}
-			if g.ctl != nil && scalingChange(ch.Kind) && !pending {
+			switch {
+			case g.ctl == nil || !scalingChange(ch.Kind):
+			case ch.Kind == store.ChangeScalingUpdated && !g.armed.knows(ch.ID) && time.Since(lastAtOnce) >= time.Second:
+				lastAtOnce = time.Now()
+				if err := g.armed.reload(ctx); err != nil {
+					g.log.Error("scaling records reload failed", "err", err)
+				}
+			case !pending:
 				pending = true
 				reload.Reset(time.Second)
 			}

@@ -48,3 +48,14 @@ func (g *Gateway) DeclarationsLateForTest() int64 {
 func (g *Gateway) RecheckTokensForTest(ctx context.Context) {
 	g.recheckTokens(ctx)
 }
+
+// ColdStartDoneForTest asks the server's controller for a cold start of
+// the bind, as ColdStartForTest does, and returns the flight's Done
+// channel with a function returning the flight's error once it is done.
+func (g *Gateway) ColdStartDoneForTest(ctx context.Context, orgID, hostname, path string) (<-chan struct{}, func() error, error) {
+	s, err := g.ctl.ColdStart(ctx, orgID, hostname, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.Done(), s.Err, nil
+}

@@ -83,7 +83,7 @@ func TestDisarmSeenByEveryServer(t *testing.T) {
 	// One failure short of the breaker, before either server starts: both
 	// load it so.
 	app := declare("app.test")
-	if _, err := dbA.RecordScalingCall(ctx, app.ID, time.Now(), "cold_start", 500, autoscale.MaxFailures-1, false); err != nil {
+	if _, err := dbA.RecordScalingCall(ctx, app.ID, store.ScalingCall{At: time.Now(), Reason: "cold_start", Status: 500, ConsecutiveFailures: autoscale.MaxFailures - 1}); err != nil {
 		t.Fatal(err)
 	}
 

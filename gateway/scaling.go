@@ -585,10 +585,20 @@ type armLoader struct {
 	load  func(ctx context.Context) error
 	asked atomic.Uint64 // reload calls so far
 	loads atomic.Int64  // loads run so far
+	// known holds the IDs of the records the last load read, so that the
+	// change feed can tell a record it has never seen (reloaded at once)
+	// from an update of one it has (left to the debounced reload).
+	known atomic.Pointer[map[string]bool]
 
 	mu   sync.Mutex // serializes loads and guards the following fields
 	done uint64     // the reload calls the last load began after
 	err  error      // the last load's result
+}
+
+// knows reports whether the last load read record id.
+func (l *armLoader) knows(id string) bool {
+	m := l.known.Load()
+	return m != nil && (*m)[id]
 }
 
 // reload makes sure a load of the armed binds begins after the call, and
@@ -637,6 +647,10 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 	})
 	var binds []router.ArmedBind
 	expiring := make(map[string]time.Time)
+	known := make(map[string]bool, len(recs))
+	for _, rec := range recs {
+		known[rec.ID] = true
+	}
 	for _, rec := range recs {
 		for _, armer := range rec.ArmedBy {
 			if armer == wire.Master {
@@ -672,6 +686,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 			ColdStart: rec.ColdStart, AllowedIPs: allowed})
 	}
 	g.router.SetArmed(binds)
+	g.armed.known.Store(&known)
 	g.expiry.set(expiring)
 	return nil
 }

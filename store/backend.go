@@ -52,7 +52,13 @@ type backend interface {
 	scalingRecord(ctx context.Context, orgID, id string) (ScalingRecord, error)
 	scalingRecordByBind(ctx context.Context, orgID, hostname, path string) (ScalingRecord, error)
 	listScalingRecords(ctx context.Context, orgID string) ([]ScalingRecord, error)
-	recordScalingCall(ctx context.Context, id string, c scalingCall) (ScalingRecord, error)
+	// recordScalingCall stores c on the record and deletes c.Holder's
+	// lease of it, in one transaction.
+	recordScalingCall(ctx context.Context, id string, c ScalingCall) (ScalingRecord, error)
+	// acquireScalingLease reads the record and its lease under a lock on
+	// the record, decides with leaseVerdict, and stores the lease when it
+	// is taken.
+	acquireScalingLease(ctx context.Context, want ScalingLease) (ScalingLease, ScalingRecord, bool, error)
 	deleteScalingRecord(ctx context.Context, orgID, id string) error
 	// releaseScalingArmer and deleteStaleScalingRecords announce their
 	// changes in record ID order and return the deleted records' IDs in

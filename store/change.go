@@ -20,11 +20,16 @@ const (
 	// ChangeMaintenanceCleared: Hostname and OrgID name the record.
 	ChangeMaintenanceCleared = "maintenance_cleared"
 	// ChangeScalingUpdated: ID, OrgID and Hostname name the scaling
-	// record, which was declared, had a call recorded, or lost an armer.
+	// record, which was declared or lost an armer.
 	ChangeScalingUpdated = "scaling_updated"
+	// ChangeScalingCalled: ID, OrgID and Hostname name the scaling
+	// record, which had a call recorded that leaves it armed: its call
+	// state (cooldown, backoff, penalty) changed, so that every server
+	// can honour it at once.
+	ChangeScalingCalled = "scaling_called"
 	// ChangeScalingDisarmed: ID, OrgID and Hostname name the scaling
 	// record, which had a call recorded that leaves it disarmed (the
-	// breaker tripped). It is published instead of ChangeScalingUpdated,
+	// breaker tripped). It is published instead of ChangeScalingCalled,
 	// so that subscribers can act on a disarm at once while they leave the
 	// updates every heartbeat makes to a periodic reload.
 	ChangeScalingDisarmed = "scaling_disarmed"

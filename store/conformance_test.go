@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,6 +71,10 @@ func testStore(t *testing.T, b backend) {
 		{"ScalingDeclare", testScalingDeclare},
 		{"ScalingRearm", testScalingRearm},
 		{"ScalingCall", testScalingCall},
+		{"ScalingCallState", testScalingCallState},
+		{"ScalingLease", testScalingLease},
+		{"ScalingLeaseHostile", testScalingLeaseHostile},
+		{"ScalingLeaseConcurrent", testScalingLeaseConcurrent},
 		{"ScalingScopeAndOrder", testScalingScopeAndOrder},
 		{"ScalingRelease", testScalingRelease},
 		{"ScalingTTL", testScalingTTL},
@@ -1224,7 +1229,12 @@ func calls(db *store.DB, f fixtures) []call {
 		}},
 		{"ListScalingRecords", func(ctx context.Context) error { return ignore1(db.ListScalingRecords(ctx, "")) }},
 		{"RecordScalingCall", func(ctx context.Context) error {
-			return ignore1(db.RecordScalingCall(ctx, f.scaling.ID, time.Now(), "cold_start", 200, 0, false))
+			return ignore1(db.RecordScalingCall(ctx, f.scaling.ID, store.ScalingCall{At: time.Now(), Reason: "cold_start", Status: 200}))
+		}},
+		{"AcquireScalingLease", func(ctx context.Context) error {
+			_, _, _, err := db.AcquireScalingLease(ctx, store.ScalingLease{RecordID: f.scaling.ID, Holder: "srv_call",
+				Reason: "cold_start", Desired: 1, IdempotencyKey: "key_call"}, time.Second)
+			return err
 		}},
 		{"ReleaseScalingArmer", func(ctx context.Context) error { return ignore1(db.ReleaseScalingArmer(ctx, "tok_call")) }},
 		{"DeleteStaleScalingRecords", func(ctx context.Context) error {
@@ -1454,7 +1464,7 @@ func testScalingRearm(t *testing.T, b backend) {
 	rec, _ := mustDeclare(t, db, base, "tok_a", true)
 
 	at := clk.Advance(time.Minute)
-	tripped, err := db.RecordScalingCall(ctx, rec.ID, at, "cold_start", 502, 5, true)
+	tripped, err := db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{At: at, Reason: "cold_start", Status: 502, ConsecutiveFailures: 5, Disarmed: true})
 	if err != nil {
 		t.Fatalf("RecordScalingCall(trip) = %v", err)
 	}
@@ -1476,12 +1486,14 @@ func testScalingRearm(t *testing.T, b backend) {
 		wantScaling(t, db, want)
 	}
 
-	// Re-arming clears the breaker and keeps the last call.
+	// Re-arming clears the breaker, keeps the last call, and holds the
+	// next call to the cooldown since it.
 	clk.Advance(time.Second)
 	got, changed := mustDeclare(t, db, base, "tok_a", true)
 	want := tripped
 	want.Disarmed = false
 	want.ConsecutiveFailures = 0
+	want.NextCallAt = new(tripped.LastCallAt.Add(base.Cooldown))
 	want.UpdatedAt = stored(clk.Now())
 	if diff := cmp.Diff(want, got); diff != "" || !changed {
 		t.Errorf("DeclareScaling(rearm) = changed %v, want true (max 3 → 8); mismatch (-want +got):\n%s", changed, diff)
@@ -1502,7 +1514,7 @@ func testScalingCall(t *testing.T, b backend) {
 
 	clk.Advance(time.Hour)
 	at := time.Date(2031, 3, 4, 6, 0, 0, 123456789, time.FixedZone("V", -2*3600))
-	got, err := db.RecordScalingCall(ctx, rec.ID, at, "scale_out", 202, 0, false)
+	got, err := db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{At: at, Reason: "scale_out", Status: 202})
 	if err != nil {
 		t.Fatalf("RecordScalingCall() = %v", err)
 	}
@@ -1517,7 +1529,7 @@ func testScalingCall(t *testing.T, b backend) {
 
 	// A transport failure at a zero time: status 0, now.
 	clk.Advance(time.Minute)
-	got, err = db.RecordScalingCall(ctx, rec.ID, time.Time{}, "scale_in", 0, 1, false)
+	got, err = db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{At: time.Time{}, Reason: "scale_in", Status: 0, ConsecutiveFailures: 1})
 	if err != nil {
 		t.Fatalf("RecordScalingCall(transport failure) = %v", err)
 	}
@@ -1530,8 +1542,247 @@ func testScalingCall(t *testing.T, b backend) {
 	}
 	wantScaling(t, db, want)
 
-	_, err = db.RecordScalingCall(ctx, "scl_missing", at, "cold_start", 200, 0, false)
+	_, err = db.RecordScalingCall(ctx, "scl_missing", store.ScalingCall{At: at, Reason: "cold_start", Status: 200})
 	wantErr(t, "RecordScalingCall(scl_missing)", err, store.ErrNotFound)
+}
+
+// testScalingCallState: the call state a restarted server must honour
+// (cooldown or backoff end, the provider's penalty, the failure's reason)
+// round-trips on every read, a success clears it, and a declaration
+// leaves it alone.
+func testScalingCallState(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	org := mustOrg(t, db, "acme")
+	rec, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	if rec.NextCallAt != nil || rec.PenaltyUntil != nil || rec.LastError != "" {
+		t.Errorf("DeclareScaling(new) = %+v, want no call state", rec)
+	}
+
+	at := clk.Advance(time.Minute)
+	long := strings.Repeat("é", store.MaxScalingErrorBytes) // two bytes a rune: cut in the middle of none
+	got, err := db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{At: at, Reason: "cold_start", Status: 429,
+		Err: long, ConsecutiveFailures: 1, NextCallAt: at.Add(2 * time.Minute), PenaltyUntil: at.Add(time.Second)})
+	if err != nil {
+		t.Fatalf("RecordScalingCall(429) = %v", err)
+	}
+	want := rec
+	want.LastCallAt, want.LastReason, want.LastStatus, want.ConsecutiveFailures = new(stored(at)), "cold_start", 429, 1
+	want.LastError = long[:store.MaxScalingErrorBytes]
+	want.NextCallAt, want.PenaltyUntil = new(stored(at.Add(2*time.Minute))), new(stored(at.Add(time.Second)))
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("RecordScalingCall(429) mismatch (-want +got):\n%s", diff)
+	}
+	wantScaling(t, db, want)
+	if list, err := db.ListScalingRecords(ctx, ""); err != nil || len(list) != 1 || !cmp.Equal(list[0], want) {
+		t.Errorf("ListScalingRecords() = %+v, %v; want the call state", list, err)
+	}
+
+	// A heartbeat keeps the call state; a re-arm forgets the backoff but
+	// not the cooldown since the last call (a minute, as declared).
+	clk.Advance(time.Second)
+	redeclared, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", false)
+	if !cmp.Equal(redeclared.NextCallAt, want.NextCallAt) || !cmp.Equal(redeclared.PenaltyUntil, want.PenaltyUntil) ||
+		redeclared.LastError != want.LastError || !cmp.Equal(redeclared.LastCallAt, want.LastCallAt) {
+		t.Errorf("DeclareScaling(heartbeat) = %+v, want the call state kept", redeclared)
+	}
+	rearmed, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	if want := new(stored(at.Add(time.Minute))); !cmp.Equal(rearmed.NextCallAt, want) || !cmp.Equal(rearmed.PenaltyUntil, redeclared.PenaltyUntil) {
+		t.Errorf("DeclareScaling(rearm) = next call %v, penalty %v; want %v, kept", rearmed.NextCallAt, rearmed.PenaltyUntil, *want)
+	}
+	wantScaling(t, db, rearmed)
+
+	// A success clears the error and the penalty.
+	at = clk.Advance(time.Minute)
+	got, err = db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{At: at, Reason: "cold_start", Status: 200,
+		NextCallAt: at.Add(time.Minute)})
+	if err != nil {
+		t.Fatalf("RecordScalingCall(200) = %v", err)
+	}
+	if got.LastError != "" || got.PenaltyUntil != nil || !cmp.Equal(got.NextCallAt, new(stored(at.Add(time.Minute)))) {
+		t.Errorf("RecordScalingCall(200) = error %q, penalty %v, next %v; want none, none, %v", got.LastError, got.PenaltyUntil, got.NextCallAt, stored(at.Add(time.Minute)))
+	}
+}
+
+// lease is a lease request for rec's cold start by holder.
+func lease(rec store.ScalingRecord, holder, key string) store.ScalingLease {
+	return store.ScalingLease{RecordID: rec.ID, Holder: holder, Reason: "cold_start", Current: 0, Desired: 1, IdempotencyKey: key}
+}
+
+// testScalingLease: one holder at a time; another holder takes over only
+// once the lease expired, keeping the decision's key; the call's outcome
+// releases the lease and its cooldown refuses every holder until it ends.
+func testScalingLease(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	org := mustOrg(t, db, "acme")
+	rec, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	acquire := func(l store.ScalingLease, ttl time.Duration) (store.ScalingLease, store.ScalingRecord, bool) {
+		t.Helper()
+		got, r, ok, err := db.AcquireScalingLease(ctx, l, ttl)
+		if err != nil {
+			t.Fatalf("AcquireScalingLease(%s) = %v", l.Holder, err)
+		}
+		return got, r, ok
+	}
+
+	now := clk.Now()
+	a, r, ok := acquire(lease(rec, "srv_a", "key_a"), 15*time.Second)
+	want := lease(rec, "srv_a", "key_a")
+	want.AcquiredAt, want.ExpiresAt = stored(now), stored(now).Add(15*time.Second)
+	if !ok || !cmp.Equal(a, want) || r.ID != rec.ID {
+		t.Fatalf("AcquireScalingLease(a) = %+v, %v; want %+v, taken", a, ok, want)
+	}
+	// Another holder, even for another decision, is refused while it lasts.
+	clk.Advance(14 * time.Second)
+	other := lease(rec, "srv_b", "key_b")
+	other.Reason, other.Current, other.Desired = "scale_out", 1, 2
+	if held, _, ok := acquire(other, 15*time.Second); ok || !cmp.Equal(held, a) {
+		t.Errorf("AcquireScalingLease(b, live lease) = %+v, %v; want refused, naming a's lease", held, ok)
+	}
+	// a itself may take it again (a retry of its own).
+	if again, _, ok := acquire(lease(rec, "srv_a", "key_a2"), 15*time.Second); !ok || again.IdempotencyKey != "key_a" {
+		t.Errorf("AcquireScalingLease(a again) = %+v, %v; want taken with the decision's key key_a", again, ok)
+	}
+	// Once expired, b takes over the same decision with a's key.
+	clk.Advance(15 * time.Second)
+	b1, _, ok := acquire(lease(rec, "srv_b", "key_b"), 15*time.Second)
+	if !ok || b1.Holder != "srv_b" || b1.IdempotencyKey != "key_a" {
+		t.Errorf("AcquireScalingLease(b, expired) = %+v, %v; want taken by srv_b with key_a", b1, ok)
+	}
+	// The outcome releases b's lease (and only a lease of b's) and starts
+	// the cooldown, which refuses everyone, b included.
+	at := clk.Advance(time.Second)
+	if _, err := db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{At: at, Reason: "cold_start", Status: 200,
+		NextCallAt: at.Add(time.Minute), Holder: "srv_b"}); err != nil {
+		t.Fatalf("RecordScalingCall(b) = %v", err)
+	}
+	for _, h := range []string{"srv_a", "srv_b", "srv_c"} {
+		if held, r, ok := acquire(lease(rec, h, "key_"+h), 15*time.Second); ok || held != (store.ScalingLease{}) ||
+			r.NextCallAt == nil || !r.NextCallAt.Equal(stored(at.Add(time.Minute))) {
+			t.Errorf("AcquireScalingLease(%s, cooldown) = %+v, %v, next call %v; want refused by the cooldown", h, held, ok, r.NextCallAt)
+		}
+	}
+	// After the cooldown, a new decision: a fresh key, the lease free.
+	clk.Advance(time.Minute)
+	c, _, ok := acquire(lease(rec, "srv_c", "key_c"), 15*time.Second)
+	if !ok || c.IdempotencyKey != "key_c" {
+		t.Errorf("AcquireScalingLease(c, after cooldown) = %+v, %v; want taken with key_c", c, ok)
+	}
+	// A penalty refuses too; a disarmed record always.
+	at = clk.Now()
+	if _, err := db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{At: at, Reason: "cold_start", Status: 429,
+		ConsecutiveFailures: 5, Disarmed: true, PenaltyUntil: at.Add(time.Second), Holder: "srv_c"}); err != nil {
+		t.Fatalf("RecordScalingCall(c) = %v", err)
+	}
+	clk.Advance(time.Hour)
+	if _, _, ok := acquire(lease(rec, "srv_d", "key_d"), 15*time.Second); ok {
+		t.Error("AcquireScalingLease(disarmed) = taken, want refused")
+	}
+	_, _, _, err := db.AcquireScalingLease(ctx, lease(store.ScalingRecord{ID: "scl_missing"}, "srv_a", "k"), time.Second)
+	wantErr(t, "AcquireScalingLease(scl_missing)", err, store.ErrNotFound)
+	// The lease goes with its record.
+	if err := db.DeleteScalingRecord(ctx, "", rec.ID); err != nil {
+		t.Fatalf("DeleteScalingRecord() = %v", err)
+	}
+}
+
+// testScalingLeaseHostile: bad input is refused whole; a holder that
+// never releases blocks no one past its expiry; a lease written by a
+// server whose clock ran far ahead blocks no one at all.
+func testScalingLeaseHostile(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	cfg := b.fresh(t)
+	db := openClock(t, cfg, clk)
+	org := mustOrg(t, db, "acme")
+	rec, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+
+	for _, tt := range []struct {
+		name string
+		l    store.ScalingLease
+		ttl  time.Duration
+	}{
+		{"no holder", lease(rec, "", "k"), time.Second},
+		{"no key", lease(rec, "srv_a", ""), time.Second},
+		{"no record", lease(store.ScalingRecord{}, "srv_a", "k"), time.Second},
+		{"zero ttl", lease(rec, "srv_a", "k"), 0},
+		{"negative ttl", lease(rec, "srv_a", "k"), -time.Second},
+		{"ttl beyond the bound", lease(rec, "srv_a", "k"), store.MaxScalingLeaseTTL + time.Nanosecond},
+	} {
+		if _, _, ok, err := db.AcquireScalingLease(ctx, tt.l, tt.ttl); err == nil || ok {
+			t.Errorf("AcquireScalingLease(%s) = %v, %v; want refused with an error", tt.name, ok, err)
+		}
+	}
+
+	// A holder that never releases: the lease blocks until its expiry,
+	// not a moment after.
+	if _, _, ok, err := db.AcquireScalingLease(ctx, lease(rec, "srv_dead", "key_dead"), store.MaxScalingLeaseTTL); err != nil || !ok {
+		t.Fatalf("AcquireScalingLease(dead) = %v, %v", ok, err)
+	}
+	clk.Advance(store.MaxScalingLeaseTTL - time.Microsecond)
+	if _, _, ok, _ := db.AcquireScalingLease(ctx, lease(rec, "srv_b", "key_b"), time.Second); ok {
+		t.Error("AcquireScalingLease(before expiry) = taken, want refused")
+	}
+	clk.Advance(time.Microsecond)
+	if got, _, ok, err := db.AcquireScalingLease(ctx, lease(rec, "srv_b", "key_b"), time.Second); err != nil || !ok || got.IdempotencyKey != "key_dead" {
+		t.Errorf("AcquireScalingLease(at expiry) = %+v, %v, %v; want taken with the dead holder's key", got, ok, err)
+	}
+
+	// A lease from a clock a day ahead, as that server wrote it.
+	skewed := newClock()
+	skewed.Advance(clk.Now().Sub(skewed.Now()) + 24*time.Hour)
+	ahead := openClock(t, cfg, skewed)
+	if _, _, ok, err := ahead.AcquireScalingLease(ctx, lease(rec, "srv_skewed", "key_skewed"), time.Second); err != nil || !ok {
+		// srv_b's lease expired long ago by the skewed clock.
+		t.Fatalf("AcquireScalingLease(skewed) = %v, %v", ok, err)
+	}
+	if got, _, ok, err := db.AcquireScalingLease(ctx, lease(rec, "srv_c", "key_c"), time.Second); err != nil || !ok || got.Holder != "srv_c" {
+		t.Errorf("AcquireScalingLease(after a lease a day ahead) = %+v, %v, %v; want taken at once", got, ok, err)
+	}
+}
+
+// testScalingLeaseConcurrent: holders racing for one record's lease get
+// exactly one lease between them.
+func testScalingLeaseConcurrent(t *testing.T, b backend) {
+	ctx := t.Context()
+	cfg := b.fresh(t)
+	db1 := storetest.Open(t, cfg)
+	db2 := storetest.Open(t, cfg)
+	org := mustOrg(t, db1, "acme")
+	rec, _ := mustDeclare(t, db1, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	const holders = 8
+	var (
+		wg    sync.WaitGroup
+		taken atomic.Int32
+		errs  = make(chan error, holders)
+	)
+	for i := range holders {
+		db := db1
+		if i%2 == 1 {
+			db = db2
+		}
+		wg.Go(func() {
+			_, _, ok, err := db.AcquireScalingLease(ctx, lease(rec, fmt.Sprintf("srv_%d", i), fmt.Sprintf("key_%d", i)), time.Minute)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if ok {
+				taken.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("AcquireScalingLease() = %v", err)
+	}
+	if n := taken.Load(); n != 1 {
+		t.Errorf("%d holders took the lease, want exactly 1", n)
+	}
 }
 
 func testScalingScopeAndOrder(t *testing.T, b backend) {
@@ -1708,7 +1959,7 @@ func testScalingTTL(t *testing.T, b backend) {
 	refreshed, _ := mustDeclare(t, db, declaration(bo.ID, "refreshed.example.com", ""), "tok_b", false)
 	fresh, _ := mustDeclare(t, db, declaration(a.ID, "fresh.example.com", ""), "tok_a", true)
 	// A recorded call is no re-announcement: it does not keep a record.
-	if _, err := db.RecordScalingCall(ctx, old.ID, clk.Now(), "cold_start", 200, 0, false); err != nil {
+	if _, err := db.RecordScalingCall(ctx, old.ID, store.ScalingCall{At: clk.Now(), Reason: "cold_start", Status: 200}); err != nil {
 		t.Fatalf("RecordScalingCall(old) = %v", err)
 	}
 
@@ -1769,10 +2020,10 @@ func testScalingChanges(t *testing.T, b backend) {
 	wantChange(t, sub, updated(app))
 	mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", false) // an unchanged heartbeat
 	wantChange(t, sub, updated(app))
-	if _, err := db.RecordScalingCall(ctx, app.ID, time.Time{}, "cold_start", 200, 0, false); err != nil {
+	if _, err := db.RecordScalingCall(ctx, app.ID, store.ScalingCall{At: time.Time{}, Reason: "cold_start", Status: 200}); err != nil {
 		t.Fatalf("RecordScalingCall() = %v", err)
 	}
-	wantChange(t, sub, updated(app))
+	wantChange(t, sub, scalingChange(store.ChangeScalingCalled, app))
 
 	// Calls that change nothing announce nothing: the next change is
 	// api's.
@@ -1780,7 +2031,7 @@ func testScalingChanges(t *testing.T, b backend) {
 	if err == nil {
 		t.Error(`DeclareScaling(armer "") = nil, want an error`)
 	}
-	_, err = db.RecordScalingCall(ctx, "scl_missing", time.Time{}, "cold_start", 200, 0, false)
+	_, err = db.RecordScalingCall(ctx, "scl_missing", store.ScalingCall{At: time.Time{}, Reason: "cold_start", Status: 200})
 	wantErr(t, "RecordScalingCall(scl_missing)", err, store.ErrNotFound)
 	wantErr(t, "DeleteScalingRecord(scl_missing)", db.DeleteScalingRecord(ctx, "", "scl_missing"), store.ErrNotFound)
 	if ids, err := db.ReleaseScalingArmer(ctx, "tok_unknown"); err != nil || len(ids) != 0 {
@@ -1841,7 +2092,7 @@ func testScalingChangesAcrossDBs(t *testing.T, b backend) {
 	wantScaling(t, db1, app)
 
 	// A breaker tripped on one is seen by all.
-	tripped, err := db1.RecordScalingCall(ctx, app.ID, time.Now(), "cold_start", 500, 5, true)
+	tripped, err := db1.RecordScalingCall(ctx, app.ID, store.ScalingCall{At: time.Now(), Reason: "cold_start", Status: 500, ConsecutiveFailures: 5, Disarmed: true})
 	if err != nil {
 		t.Fatalf("db1.RecordScalingCall() = %v", err)
 	}

@@ -459,7 +459,8 @@ func (b *pgBackend) listMaintenance(ctx context.Context) ([]Maintenance, error) 
 
 const pgScalingCols = `id, org_id, hostname, path, url, secret, min_instances, max_instances,
 	cold_start_ms, window_ms, cooldown_ms, target_utilization, armed_by, conflict, disarmed,
-	consecutive_failures, last_call_at, last_reason, last_status, created_at, updated_at`
+	consecutive_failures, last_call_at, last_reason, last_status, created_at, updated_at,
+	last_error, next_call_at, penalty_until`
 
 // pgDeclareTries bounds how often declareScaling finds its bind inserted by
 // another transaction and then deleted by a third before it could lock it.
@@ -472,7 +473,8 @@ func pgScanScaling(r pgx.Row) (ScalingRecord, error) {
 	)
 	if err := r.Scan(&s.ID, &s.OrgID, &s.Hostname, &s.Path, &s.URL, &s.Secret, &s.Min, &s.Max,
 		&coldStart, &window, &cooldown, &s.TargetUtilization, &s.ArmedBy, &s.Conflict, &s.Disarmed,
-		&s.ConsecutiveFailures, &s.LastCallAt, &s.LastReason, &s.LastStatus, &s.CreatedAt, &s.UpdatedAt); err != nil {
+		&s.ConsecutiveFailures, &s.LastCallAt, &s.LastReason, &s.LastStatus, &s.CreatedAt, &s.UpdatedAt,
+		&s.LastError, &s.NextCallAt, &s.PenaltyUntil); err != nil {
 		return ScalingRecord{}, pgErr(err)
 	}
 	s.ColdStart = time.Duration(coldStart) * time.Millisecond
@@ -480,6 +482,8 @@ func pgScanScaling(r pgx.Row) (ScalingRecord, error) {
 	s.Cooldown = time.Duration(cooldown) * time.Millisecond
 	s.ArmedBy = list(s.ArmedBy)
 	s.LastCallAt = utcPtr(s.LastCallAt)
+	s.NextCallAt = utcPtr(s.NextCallAt)
+	s.PenaltyUntil = utcPtr(s.PenaltyUntil)
 	s.CreatedAt = s.CreatedAt.UTC()
 	s.UpdatedAt = s.UpdatedAt.UTC()
 	return s, nil
@@ -513,12 +517,12 @@ func (b *pgBackend) declareScaling(ctx context.Context, fresh ScalingRecord, arm
 				_, err = tx.Exec(ctx, `UPDATE scaling_records SET url = $2, secret = $3,
 					min_instances = $4, max_instances = $5, cold_start_ms = $6, window_ms = $7, cooldown_ms = $8,
 					target_utilization = $9, armed_by = $10, conflict = $11, disarmed = $12,
-					consecutive_failures = $13, updated_at = $14
+					consecutive_failures = $13, updated_at = $14, next_call_at = $15
 					WHERE id = $1`,
 					rec.ID, rec.URL, rec.Secret, rec.Min, rec.Max,
 					rec.ColdStart.Milliseconds(), rec.Window.Milliseconds(), rec.Cooldown.Milliseconds(),
 					rec.TargetUtilization, rec.ArmedBy, rec.Conflict, rec.Disarmed,
-					rec.ConsecutiveFailures, rec.UpdatedAt)
+					rec.ConsecutiveFailures, rec.UpdatedAt, rec.NextCallAt)
 				if err != nil {
 					return err
 				}
@@ -529,12 +533,13 @@ func (b *pgBackend) declareScaling(ctx context.Context, fresh ScalingRecord, arm
 			}
 			r := fresh
 			tag, err := tx.Exec(ctx, `INSERT INTO scaling_records (`+pgScalingCols+`)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
 				ON CONFLICT (org_id, hostname, path) DO NOTHING`,
 				r.ID, r.OrgID, r.Hostname, r.Path, r.URL, r.Secret, r.Min, r.Max,
 				r.ColdStart.Milliseconds(), r.Window.Milliseconds(), r.Cooldown.Milliseconds(), r.TargetUtilization,
 				r.ArmedBy, r.Conflict, r.Disarmed,
-				r.ConsecutiveFailures, r.LastCallAt, r.LastReason, r.LastStatus, r.CreatedAt, r.UpdatedAt)
+				r.ConsecutiveFailures, r.LastCallAt, r.LastReason, r.LastStatus, r.CreatedAt, r.UpdatedAt,
+				r.LastError, r.NextCallAt, r.PenaltyUntil)
 			if err != nil {
 				return err
 			}
@@ -569,16 +574,23 @@ func (b *pgBackend) listScalingRecords(ctx context.Context, orgID string) ([]Sca
 	return pgCollect(rows, err, pgScanScaling)
 }
 
-func (b *pgBackend) recordScalingCall(ctx context.Context, id string, c scalingCall) (ScalingRecord, error) {
+func (b *pgBackend) recordScalingCall(ctx context.Context, id string, c ScalingCall) (ScalingRecord, error) {
 	var rec ScalingRecord
 	err := b.write(ctx, func(tx pgx.Tx) error {
 		var err error
 		rec, err = pgScanScaling(tx.QueryRow(ctx,
 			`UPDATE scaling_records SET last_call_at = $2, last_reason = $3, last_status = $4,
-			consecutive_failures = $5, disarmed = $6 WHERE id = $1 RETURNING `+pgScalingCols,
-			id, c.at, c.reason, c.status, c.failures, c.disarmed))
+			consecutive_failures = $5, disarmed = $6, last_error = $7, next_call_at = $8, penalty_until = $9
+			WHERE id = $1 RETURNING `+pgScalingCols,
+			id, c.At, c.Reason, c.Status, c.ConsecutiveFailures, c.Disarmed, c.Err,
+			timePtr(c.NextCallAt), timePtr(c.PenaltyUntil)))
 		if err != nil {
 			return err
+		}
+		if c.Holder != "" {
+			if _, err := tx.Exec(ctx, `DELETE FROM scaling_leases WHERE record_id = $1 AND holder = $2`, id, c.Holder); err != nil {
+				return err
+			}
 		}
 		return notify(ctx, tx, scalingChange(callChangeKind(c), rec))
 	})
@@ -586,6 +598,51 @@ func (b *pgBackend) recordScalingCall(ctx context.Context, id string, c scalingC
 		return ScalingRecord{}, err
 	}
 	return rec, nil
+}
+
+func (b *pgBackend) acquireScalingLease(ctx context.Context, want ScalingLease) (ScalingLease, ScalingRecord, bool, error) {
+	var (
+		got ScalingLease
+		rec ScalingRecord
+		ok  bool
+	)
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		// The record's row lock makes every server's attempt on the record
+		// take turns: the lease row may not exist yet to be locked.
+		var err error
+		rec, err = pgScanScaling(tx.QueryRow(ctx,
+			`SELECT `+pgScalingCols+` FROM scaling_records WHERE id = $1 FOR UPDATE`, want.RecordID))
+		if err != nil {
+			return err
+		}
+		var held *ScalingLease
+		h := ScalingLease{RecordID: want.RecordID}
+		err = pgErr(tx.QueryRow(ctx, `SELECT holder, reason, current_instances, desired_instances, idempotency_key,
+			acquired_at, expires_at FROM scaling_leases WHERE record_id = $1`, want.RecordID).
+			Scan(&h.Holder, &h.Reason, &h.Current, &h.Desired, &h.IdempotencyKey, &h.AcquiredAt, &h.ExpiresAt))
+		switch {
+		case err == nil:
+			h.AcquiredAt, h.ExpiresAt = h.AcquiredAt.UTC(), h.ExpiresAt.UTC()
+			held = &h
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		got, ok = leaseVerdict(rec, held, want)
+		if !ok {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO scaling_leases (record_id, holder, reason, current_instances,
+			desired_instances, idempotency_key, acquired_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			ON CONFLICT (record_id) DO UPDATE SET holder = $2, reason = $3, current_instances = $4,
+			desired_instances = $5, idempotency_key = $6, acquired_at = $7, expires_at = $8`,
+			got.RecordID, got.Holder, got.Reason, got.Current, got.Desired, got.IdempotencyKey,
+			got.AcquiredAt, got.ExpiresAt)
+		return err
+	})
+	if err != nil {
+		return ScalingLease{}, ScalingRecord{}, false, err
+	}
+	return got, rec, ok, nil
 }
 
 func (b *pgBackend) deleteScalingRecord(ctx context.Context, orgID, id string) error {

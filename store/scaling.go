@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -71,6 +72,17 @@ type ScalingRecord struct {
 	// LastStatus is the HTTP status of the last call; 0 means a transport
 	// failure, or no call yet.
 	LastStatus int
+	// LastError says why the last call failed, as given (at most
+	// MaxScalingErrorBytes); "" after a success or before any call.
+	LastError string
+	// NextCallAt is when the record may be called again: the cooldown
+	// after the last call, or the backoff after a failed one; nil means
+	// at once. AcquireScalingLease refuses the lease before it.
+	NextCallAt *time.Time
+	// PenaltyUntil is when the provider may be called again after its
+	// 429 answers or Retry-After, as they stood after the last call; nil
+	// means none. AcquireScalingLease refuses the lease before it.
+	PenaltyUntil *time.Time
 
 	// CreatedAt is assigned by the store.
 	CreatedAt time.Time
@@ -110,6 +122,12 @@ func mergeScaling(old, d ScalingRecord, armer string, rearm bool) (rec ScalingRe
 	if rearm {
 		rec.Disarmed = false
 		rec.ConsecutiveFailures = 0
+		// The backoff of past failures is forgotten; the cooldown since
+		// the last call, as now declared, still holds.
+		rec.NextCallAt = nil
+		if rec.LastCallAt != nil {
+			rec.NextCallAt = new(rec.LastCallAt.Add(rec.Cooldown))
+		}
 	}
 	rec.UpdatedAt = d.UpdatedAt
 	return rec, changed
@@ -121,8 +139,10 @@ func mergeScaling(old, d ScalingRecord, armer string, rearm bool) (rec ScalingRe
 // It stores r's declaration fields and Conflict, adds armer (a token ID, or
 // "master"; never "") to ArmedBy when absent, and sets UpdatedAt to now.
 // When rearm is true it also clears Disarmed and ConsecutiveFailures (a new
-// client session announcing the record, or a changed declaration); when
-// false it leaves the breaker alone. It never touches the last call
+// client session announcing the record, or a changed declaration) and
+// sets NextCallAt to the end of the cooldown since the last call (nil
+// without one), forgetting a backoff; when false it leaves the breaker
+// and the call state alone. It never touches the last call
 // (LastCallAt, LastReason, LastStatus). A new record starts armed, with no
 // call. r's ID, ArmedBy, breaker, call and time fields are ignored.
 //
@@ -231,21 +251,65 @@ func (db *DB) ListScalingRecords(ctx context.Context, orgID string) ([]ScalingRe
 	return rs, nil
 }
 
+// MaxScalingErrorBytes bounds ScalingCall.Err: a longer text is cut, on
+// a rune boundary.
+const MaxScalingErrorBytes = 512
+
+// ScalingCall is the outcome of one hook call, as RecordScalingCall
+// stores it on its record.
+type ScalingCall struct {
+	// At is when the call ended; zero means now.
+	At time.Time
+	// Reason is the call's reason ("cold_start", "scale_out",
+	// "scale_in"), kept as given.
+	Reason string
+	// Status is the HTTP status; 0 for a transport failure.
+	Status int
+	// Err says why the call failed; "" for a success. Cut to
+	// MaxScalingErrorBytes.
+	Err string
+	// ConsecutiveFailures and Disarmed are the breaker after the call,
+	// as the caller decided.
+	ConsecutiveFailures int
+	Disarmed            bool
+	// NextCallAt ends the cooldown or backoff the call started; zero
+	// means none.
+	NextCallAt time.Time
+	// PenaltyUntil ends the provider's penalty or Retry-After; zero means
+	// none.
+	PenaltyUntil time.Time
+	// Holder is the lease holder that made the call (see
+	// AcquireScalingLease): its lease of the record is released in the
+	// same transaction, so that no server finds the lease free before it
+	// can see the cooldown. "" releases nothing.
+	Holder string
+}
+
 // RecordScalingCall stores the outcome of one hook call on the record id,
-// in any organization, and returns the record: LastCallAt = at (zero means
-// now), LastReason, LastStatus, and ConsecutiveFailures and Disarmed as
-// given (the controller owns the breaker rule). It leaves UpdatedAt alone
-// and publishes ChangeScalingDisarmed when disarmed is set,
-// ChangeScalingUpdated otherwise. The error wraps ErrNotFound when
+// in any organization, and returns the record: LastCallAt = c.At (zero
+// means now), LastReason, LastStatus, LastError, ConsecutiveFailures,
+// Disarmed, NextCallAt and PenaltyUntil as given (the controller owns the
+// breaker rule), and releases c.Holder's lease of the record. It leaves
+// UpdatedAt alone and publishes ChangeScalingDisarmed when c.Disarmed is
+// set, ChangeScalingCalled otherwise. The error wraps ErrNotFound when
 // there is no such record (deleted while the call was in flight, say).
-func (db *DB) RecordScalingCall(ctx context.Context, id string, at time.Time, reason string, status, consecutiveFailures int, disarmed bool) (ScalingRecord, error) {
+func (db *DB) RecordScalingCall(ctx context.Context, id string, c ScalingCall) (ScalingRecord, error) {
 	if db.closed.Load() {
 		return ScalingRecord{}, errClosed
 	}
-	if at.IsZero() {
-		at = db.now()
+	if c.At.IsZero() {
+		c.At = db.now()
 	}
-	c := scalingCall{at: stamp(at), reason: reason, status: status, failures: consecutiveFailures, disarmed: disarmed}
+	c.At = stamp(c.At)
+	if !c.NextCallAt.IsZero() {
+		c.NextCallAt = stamp(c.NextCallAt)
+	}
+	if !c.PenaltyUntil.IsZero() {
+		c.PenaltyUntil = stamp(c.PenaltyUntil)
+	}
+	if len(c.Err) > MaxScalingErrorBytes {
+		c.Err = strings.ToValidUTF8(c.Err[:MaxScalingErrorBytes], "")
+	}
 	r, err := db.b.recordScalingCall(ctx, id, c)
 	if err != nil {
 		return ScalingRecord{}, db.fail("record scaling call on "+id, err)
@@ -253,23 +317,113 @@ func (db *DB) RecordScalingCall(ctx context.Context, id string, at time.Time, re
 	return r, nil
 }
 
-// scalingCall is what RecordScalingCall stores.
-type scalingCall struct {
-	at       time.Time
-	reason   string
-	status   int
-	failures int
-	disarmed bool
+// timePtr returns &t, or nil for a zero t.
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // callChangeKind is the change a recorded call publishes:
 // ChangeScalingDisarmed when it leaves the record disarmed, so that every
-// server stops calling at once, ChangeScalingUpdated otherwise.
-func callChangeKind(c scalingCall) string {
-	if c.disarmed {
+// server stops calling at once, ChangeScalingCalled otherwise.
+func callChangeKind(c ScalingCall) string {
+	if c.Disarmed {
 		return ChangeScalingDisarmed
 	}
-	return ChangeScalingUpdated
+	return ChangeScalingCalled
+}
+
+// MaxScalingLeaseTTL bounds a lease's duration. A stored lease expiring
+// further in the future than this (written by a server whose clock runs
+// ahead) counts as expired: no clock can make a lease block a record for
+// longer.
+const MaxScalingLeaseTTL = 2 * time.Minute
+
+// ScalingLease is one server's claim to call the provider for a record:
+// while it lasts, no other server calls for it. It names the decision it
+// calls for and that decision's Idempotency-Key.
+type ScalingLease struct {
+	// RecordID is the record's ID.
+	RecordID string
+	// Holder identifies the server process holding it; never "".
+	Holder string
+	// Reason, Current and Desired name the decision.
+	Reason           string
+	Current, Desired int
+	// IdempotencyKey is the decision's key; never "".
+	IdempotencyKey string
+	// AcquiredAt and ExpiresAt are assigned by the store.
+	AcquiredAt, ExpiresAt time.Time
+}
+
+// sameDecision reports whether a and b are leases for the same decision.
+func (a ScalingLease) sameDecision(b ScalingLease) bool {
+	return a.Reason == b.Reason && a.Current == b.Current && a.Desired == b.Desired
+}
+
+// AcquireScalingLease tries to take the lease of record l.RecordID for
+// l's decision, for ttl (in (0, MaxScalingLeaseTTL]), in one transaction
+// that serializes every server's attempt on the record. It returns the
+// record in every case, and:
+//
+//   - ok and the lease as stored when it is taken: AcquiredAt is now and
+//     ExpiresAt now+ttl. When it replaces an expired lease (or the
+//     holder's own) for the same decision, that lease's IdempotencyKey is
+//     kept, so a server taking over from one that died sends the key the
+//     provider may already have seen: use the returned key.
+//   - not ok and the holding lease when another holder's lease is live:
+//     not yet expired, and expiring no later than now+MaxScalingLeaseTTL.
+//   - not ok and a zero lease when the record is disarmed, or its
+//     NextCallAt or PenaltyUntil is after now: a call was made (by any
+//     server) and its cooldown, backoff or penalty runs.
+//
+// The error wraps ErrNotFound when there is no such record.
+func (db *DB) AcquireScalingLease(ctx context.Context, l ScalingLease, ttl time.Duration) (ScalingLease, ScalingRecord, bool, error) {
+	if db.closed.Load() {
+		return ScalingLease{}, ScalingRecord{}, false, errClosed
+	}
+	var errs []error
+	if l.RecordID == "" || l.Holder == "" || l.IdempotencyKey == "" {
+		errs = append(errs, errors.New("store: acquire scaling lease: empty record, holder or key"))
+	}
+	if ttl <= 0 || ttl > MaxScalingLeaseTTL {
+		errs = append(errs, fmt.Errorf("store: acquire scaling lease: ttl %v is not in (0,%v]", ttl, MaxScalingLeaseTTL))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return ScalingLease{}, ScalingRecord{}, false, err
+	}
+	now := stamp(db.now())
+	l.AcquiredAt, l.ExpiresAt = now, now.Add(ttl)
+	got, rec, ok, err := db.b.acquireScalingLease(ctx, l)
+	if err != nil {
+		return ScalingLease{}, ScalingRecord{}, false, db.fail("acquire scaling lease on "+l.RecordID, err)
+	}
+	return got, rec, ok, nil
+}
+
+// leaseVerdict decides an acquisition of want (AcquiredAt is now) on rec,
+// whose current lease is held (nil: none). It returns the lease to store
+// when ok, or else the lease that stands in the way (zero when the
+// record's own state refuses). Each backend calls it with rec and held
+// read under a lock on the record.
+func leaseVerdict(rec ScalingRecord, held *ScalingLease, want ScalingLease) (ScalingLease, bool) {
+	now := want.AcquiredAt
+	if rec.Disarmed || (rec.NextCallAt != nil && rec.NextCallAt.After(now)) ||
+		(rec.PenaltyUntil != nil && rec.PenaltyUntil.After(now)) {
+		return ScalingLease{}, false
+	}
+	if h := held; h != nil {
+		live := h.ExpiresAt.After(now) && !h.ExpiresAt.After(now.Add(MaxScalingLeaseTTL))
+		if live && h.Holder != want.Holder {
+			return *h, false
+		}
+		if h.sameDecision(want) {
+			want.IdempotencyKey = h.IdempotencyKey
+		}
+	}
+	return want, true
 }
 
 // DeleteScalingRecord deletes the record (the admin API's disarm) and

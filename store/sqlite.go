@@ -467,15 +467,17 @@ func (b *sqliteBackend) listMaintenance(ctx context.Context) ([]Maintenance, err
 
 const sqliteScalingCols = `id, org_id, hostname, path, url, secret, min_instances, max_instances,
 	cold_start_ms, window_ms, cooldown_ms, target_utilization, armed_by, conflict, disarmed,
-	consecutive_failures, last_call_at, last_reason, last_status, created_at, updated_at`
+	consecutive_failures, last_call_at, last_reason, last_status, created_at, updated_at,
+	last_error, next_call_at, penalty_until`
 
-// sqliteScalingArgs are r's values in sqliteScalingCols order, as ?1…?21.
+// sqliteScalingArgs are r's values in sqliteScalingCols order, as ?1…?24.
 func sqliteScalingArgs(r ScalingRecord) []any {
 	return []any{r.ID, r.OrgID, r.Hostname, r.Path, r.URL, r.Secret, r.Min, r.Max,
 		r.ColdStart.Milliseconds(), r.Window.Milliseconds(), r.Cooldown.Milliseconds(), r.TargetUtilization,
 		sqliteList(r.ArmedBy), r.Conflict, r.Disarmed,
 		r.ConsecutiveFailures, sqliteFormatPtr(r.LastCallAt), r.LastReason, r.LastStatus,
-		sqliteFormat(r.CreatedAt), sqliteFormat(r.UpdatedAt)}
+		sqliteFormat(r.CreatedAt), sqliteFormat(r.UpdatedAt),
+		r.LastError, sqliteFormatPtr(r.NextCallAt), sqliteFormatPtr(r.PenaltyUntil)}
 }
 
 func sqliteScanScaling(s scanner) (ScalingRecord, error) {
@@ -483,21 +485,24 @@ func sqliteScanScaling(s scanner) (ScalingRecord, error) {
 		r                           ScalingRecord
 		coldStart, window, cooldown int64
 		armedBy, created, updated   string
-		lastCall                    sql.NullString
+		lastCall, nextCall, penalty sql.NullString
 	)
 	if err := s.Scan(&r.ID, &r.OrgID, &r.Hostname, &r.Path, &r.URL, &r.Secret, &r.Min, &r.Max,
 		&coldStart, &window, &cooldown, &r.TargetUtilization, &armedBy, &r.Conflict, &r.Disarmed,
-		&r.ConsecutiveFailures, &lastCall, &r.LastReason, &r.LastStatus, &created, &updated); err != nil {
+		&r.ConsecutiveFailures, &lastCall, &r.LastReason, &r.LastStatus, &created, &updated,
+		&r.LastError, &nextCall, &penalty); err != nil {
 		return ScalingRecord{}, sqliteErr(err)
 	}
 	r.ColdStart = time.Duration(coldStart) * time.Millisecond
 	r.Window = time.Duration(window) * time.Millisecond
 	r.Cooldown = time.Duration(cooldown) * time.Millisecond
-	var errs [4]error
+	var errs [6]error
 	r.ArmedBy, errs[0] = sqliteParseList(armedBy)
 	r.LastCallAt, errs[1] = sqliteParsePtr(lastCall)
 	r.CreatedAt, errs[2] = sqliteParse(created)
 	r.UpdatedAt, errs[3] = sqliteParse(updated)
+	r.NextCallAt, errs[4] = sqliteParsePtr(nextCall)
+	r.PenaltyUntil, errs[5] = sqliteParsePtr(penalty)
 	if err := errors.Join(errs[:]...); err != nil {
 		return ScalingRecord{}, fmt.Errorf("scaling record %s: %w", r.ID, err)
 	}
@@ -520,19 +525,20 @@ func (b *sqliteBackend) declareScaling(ctx context.Context, fresh ScalingRecord,
 		case errors.Is(err, ErrNotFound):
 			rec, changed = fresh, true
 			_, err = tx.ExecContext(ctx, `INSERT INTO scaling_records (`+sqliteScalingCols+`)
-				VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)`,
+				VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)`,
 				sqliteScalingArgs(rec)...)
 			return err
 		case err != nil:
 			return err
 		}
 		rec, changed = mergeScaling(old, fresh, armer, rearm)
-		// Every column but the key and created_at; ?2…?4 and ?20 go unused.
+		// Every declared and breaker column and next_call_at; ?2…?4,
+		// ?17…?20, ?22 and ?24 (the key, created_at and the rest of the
+		// call state) go unused.
 		_, err = tx.ExecContext(ctx, `UPDATE scaling_records SET url = ?5, secret = ?6,
 			min_instances = ?7, max_instances = ?8, cold_start_ms = ?9, window_ms = ?10, cooldown_ms = ?11,
 			target_utilization = ?12, armed_by = ?13, conflict = ?14, disarmed = ?15,
-			consecutive_failures = ?16, last_call_at = ?17, last_reason = ?18, last_status = ?19,
-			updated_at = ?21
+			consecutive_failures = ?16, updated_at = ?21, next_call_at = ?23
 			WHERE id = ?1`, sqliteScalingArgs(rec)...)
 		return err
 	})
@@ -563,14 +569,20 @@ func (b *sqliteBackend) listScalingRecords(ctx context.Context, orgID string) ([
 	return sqliteCollect(rows, sqliteScanScaling)
 }
 
-func (b *sqliteBackend) recordScalingCall(ctx context.Context, id string, c scalingCall) (ScalingRecord, error) {
+func (b *sqliteBackend) recordScalingCall(ctx context.Context, id string, c ScalingCall) (ScalingRecord, error) {
 	var rec ScalingRecord
 	err := b.write(ctx, func(tx *sql.Tx) error {
 		var err error
 		rec, err = sqliteScanScaling(tx.QueryRowContext(ctx,
 			`UPDATE scaling_records SET last_call_at = ?2, last_reason = ?3, last_status = ?4,
-			consecutive_failures = ?5, disarmed = ?6 WHERE id = ?1 RETURNING `+sqliteScalingCols,
-			id, sqliteFormat(c.at), c.reason, c.status, c.failures, c.disarmed))
+			consecutive_failures = ?5, disarmed = ?6, last_error = ?7, next_call_at = ?8, penalty_until = ?9
+			WHERE id = ?1 RETURNING `+sqliteScalingCols,
+			id, sqliteFormat(c.At), c.Reason, c.Status, c.ConsecutiveFailures, c.Disarmed, c.Err,
+			sqliteFormatPtr(timePtr(c.NextCallAt)), sqliteFormatPtr(timePtr(c.PenaltyUntil))))
+		if err != nil || c.Holder == "" {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM scaling_leases WHERE record_id = ?1 AND holder = ?2`, id, c.Holder)
 		return err
 	})
 	if err != nil {
@@ -578,6 +590,58 @@ func (b *sqliteBackend) recordScalingCall(ctx context.Context, id string, c scal
 	}
 	b.publish(scalingChange(callChangeKind(c), rec))
 	return rec, nil
+}
+
+func (b *sqliteBackend) acquireScalingLease(ctx context.Context, want ScalingLease) (ScalingLease, ScalingRecord, bool, error) {
+	var (
+		got ScalingLease
+		rec ScalingRecord
+		ok  bool
+	)
+	// The write transaction holds the database's write lock from the
+	// reads to the write: attempts on the record take turns.
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		rec, err = sqliteScanScaling(tx.QueryRowContext(ctx,
+			`SELECT `+sqliteScalingCols+` FROM scaling_records WHERE id = ?1`, want.RecordID))
+		if err != nil {
+			return err
+		}
+		var held *ScalingLease
+		var h ScalingLease
+		var acquired, expires string
+		err = tx.QueryRowContext(ctx, `SELECT holder, reason, current_instances, desired_instances, idempotency_key,
+			acquired_at, expires_at FROM scaling_leases WHERE record_id = ?1`, want.RecordID).
+			Scan(&h.Holder, &h.Reason, &h.Current, &h.Desired, &h.IdempotencyKey, &acquired, &expires)
+		switch err = sqliteErr(err); {
+		case err == nil:
+			h.RecordID = want.RecordID
+			var errs [2]error
+			h.AcquiredAt, errs[0] = sqliteParse(acquired)
+			h.ExpiresAt, errs[1] = sqliteParse(expires)
+			if err := errors.Join(errs[:]...); err != nil {
+				return fmt.Errorf("scaling lease %s: %w", want.RecordID, err)
+			}
+			held = &h
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
+		got, ok = leaseVerdict(rec, held, want)
+		if !ok {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO scaling_leases (record_id, holder, reason, current_instances,
+			desired_instances, idempotency_key, acquired_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+			ON CONFLICT (record_id) DO UPDATE SET holder = ?2, reason = ?3, current_instances = ?4,
+			desired_instances = ?5, idempotency_key = ?6, acquired_at = ?7, expires_at = ?8`,
+			got.RecordID, got.Holder, got.Reason, got.Current, got.Desired, got.IdempotencyKey,
+			sqliteFormat(got.AcquiredAt), sqliteFormat(got.ExpiresAt))
+		return err
+	})
+	if err != nil {
+		return ScalingLease{}, ScalingRecord{}, false, err
+	}
+	return got, rec, ok, nil
 }
 
 func (b *sqliteBackend) deleteScalingRecord(ctx context.Context, orgID, id string) error {

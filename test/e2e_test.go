@@ -360,6 +360,84 @@ func TestEndToEnd(t *testing.T) {
 			figs.add(t, "cold start from zero, docker create + start of a new container: time to first byte %v (first) / %v (median) / %v (last) for a burst of %d held requests, all served, cold_start calls per server %v",
 				ttfbs[0].Round(time.Millisecond), ttfbs[len(ttfbs)/2].Round(time.Millisecond), ttfbs[len(ttfbs)-1].Round(time.Millisecond), len(ttfbs), perServer)
 		}},
+
+		{"restart_server_right_after_cold_start_call", func(t *testing.T) {
+			tp.t = t
+			// Back to zero, and no stopped container: the next start
+			// creates one, which leaves time to restart a server while
+			// the instance is on its way.
+			tp.waitFor("every app container retires", idleTimeout+60*time.Second, func() bool {
+				return len(tp.apps(false)) == 0
+			})
+			for _, s := range []string{"server-a", "server-b"} {
+				tp.waitFor(s+" lists no client", 30*time.Second, func() bool { return len(tp.clients(s)) == 0 })
+			}
+			if ids := tp.apps(true); len(ids) > 0 {
+				docker(t, append([]string{"rm"}, ids...)...)
+			}
+			tp.waitArmed()
+			before := len(tp.providerCalls())
+			type result struct {
+				status int
+				body   string
+				ttfb   time.Duration
+				err    error
+			}
+			burst := func(base string, n int) []result {
+				rs := make([]result, n)
+				var wg sync.WaitGroup
+				for i := range rs {
+					wg.Go(func() { rs[i].status, rs[i].body, rs[i].ttfb, rs[i].err = tp.visit(base, "/") })
+				}
+				wg.Wait()
+				return rs
+			}
+			viaB := make(chan []result, 1)
+			go func() { viaB <- burst(tp.port("server-b", 8080), 10) }()
+			tp.waitFor("the cold start call reaches the provider", 30*time.Second, func() bool {
+				return len(tp.providerCalls()) > before
+			})
+			// A trickle through server-b keeps the instance from retiring
+			// (idle_timeout) while server-a restarts: a second call is
+			// then never legitimate, the instance the first asked for
+			// being up all along.
+			trickle := tp.startLoad(1, "/", tp.port("server-b", 8080))
+			defer trickle.close()
+			// Restart server-a at once: it must learn of the call from the
+			// store, not make its own.
+			tp.mustCompose("kill", "-s", "SIGKILL", "server-a")
+			tp.mustCompose("start", "server-a")
+			tp.forgetPorts("server-a")
+			a := tp.port("server-a", 8080)
+			tp.waitFor("server-a is ready again", 60*time.Second, func() bool {
+				return tp.statusOf("GET", "http://"+a+"/aperio/readyz") == http.StatusOK
+			})
+			restarted := time.Now()
+			viaA := burst(a, 10)
+			all := append(viaA, <-viaB...)
+			var held time.Duration
+			for i, r := range all {
+				if r.err != nil || r.status != http.StatusOK || !strings.HasPrefix(r.body, "hello from ") {
+					t.Errorf("request %d = %d %q %v, want 200 from the app", i, r.status, r.body, r.err)
+				}
+				if i < len(viaA) {
+					held = max(held, r.ttfb)
+				}
+			}
+			var coldStarts []providerCall
+			for _, c := range tp.providerCalls()[before:] {
+				if c.Reason == "cold_start" {
+					coldStarts = append(coldStarts, c)
+				}
+			}
+			if len(coldStarts) != 1 {
+				t.Errorf("cold_start calls = %+v, want exactly 1: server-a, restarted right after it, must not call again", coldStarts)
+			}
+			if len(coldStarts) > 0 {
+				figs.add(t, "server-a restarted right after a cold_start call: %d cold_start call(s) in all; its requests' longest wait %v (a wait of about the instance's start means they found its pool empty and joined the recorded call; a few ms, that the instance had reconnected first), ready %v after the call, all served",
+					len(coldStarts), held.Round(time.Millisecond), restarted.Sub(coldStarts[0].At).Round(100*time.Millisecond))
+			}
+		}},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -372,9 +450,10 @@ func TestEndToEnd(t *testing.T) {
 
 // coldStart waits until both servers armed the app, sends a burst of GETs
 // split across them while nothing runs, and checks that every request is
-// answered by the app, that each server called the provider once (and
-// only with reason cold_start, desired 1), and that one container runs.
-// It returns the sorted times to first byte and the calls per server.
+// answered by the app, that the servers called the provider once between
+// them (the record's lease makes the call single-flight across servers;
+// reason cold_start, desired 1), and that one container runs. It returns
+// the sorted times to first byte and the calls per server.
 func (tp *topology) coldStart(burst int) ([]time.Duration, map[string]int) {
 	t := tp.t
 	t.Helper()
@@ -384,6 +463,13 @@ func (tp *topology) coldStart(burst int) ([]time.Duration, map[string]int) {
 	tp.waitArmed()
 	before := len(tp.providerCalls())
 	bases := []string{tp.port("server-a", 8080), tp.port("server-b", 8080)}
+	// Resolved before the burst: docker commands are slow on a loaded
+	// host, and the instance retires idle_timeout after the burst, before
+	// the next step's load could reach it.
+	serverIPs := map[string]string{
+		tp.ip(tp.containerID("server-a")): "server-a",
+		tp.ip(tp.containerID("server-b")): "server-b",
+	}
 	type result struct {
 		status int
 		body   string
@@ -409,10 +495,6 @@ func (tp *topology) coldStart(burst int) ([]time.Duration, map[string]int) {
 		ttfbs = append(ttfbs, r.ttfb)
 	}
 	slices.Sort(ttfbs)
-	serverIPs := map[string]string{
-		tp.ip(tp.containerID("server-a")): "server-a",
-		tp.ip(tp.containerID("server-b")): "server-b",
-	}
 	perServer := map[string]int{}
 	calls := tp.providerCalls()[before:]
 	for _, c := range calls {
@@ -438,10 +520,12 @@ func (tp *topology) coldStart(burst int) ([]time.Duration, map[string]int) {
 	if len(perServer) == 0 {
 		t.Fatalf("provider calls after the burst = %+v, want a cold_start", calls)
 	}
-	for s, n := range perServer {
-		if n != 1 {
-			t.Errorf("%s made %d cold_start calls for a burst of %d, want 1", s, n, burst)
-		}
+	total := 0
+	for _, n := range perServer {
+		total += n
+	}
+	if total != 1 {
+		t.Errorf("cold_start calls per server %v for a burst of %d split over both, want 1 in all", perServer, burst)
 	}
 	if got := tp.apps(false); len(got) < 1 {
 		t.Errorf("running app containers after the cold start = %d, want at least 1", len(got))

@@ -227,9 +227,13 @@ type ScalingRecord struct {
 	LastStatus int `json:"last_status"`
 	// LastError says why the last call failed (a refusal by the outbound
 	// policy, a timeout, a transport error, the status the provider
-	// answered); "" when it succeeded, when there was none, or when the
-	// answering server has not called since it started.
+	// answered); "" after a success or before any call. It is kept in the
+	// store, so it survives a restart and every server shows it.
 	LastError string `json:"last_error"`
+	// NextCallAt is when the record may be called again, by any server:
+	// the cooldown after the last call, or the backoff after a failed
+	// one; nil when it may be called now.
+	NextCallAt *time.Time `json:"next_call_at"`
 	// Refused says why the answering server refused the latest
 	// declaration a connected client sent for the bind (an invalid block,
 	// a hook URL the outbound policy refuses); "" when it did not. The
