@@ -299,8 +299,7 @@ type Controller struct {
 	metrics      Metrics
 	quota        quota // records held and being created, per org and armer
 
-	refused  refusals   // declarations refused by validateDeclaration; its own lock
-	callErrs callErrors // why each record's last call failed; its own lock
+	refused refusals // declarations refused by validateDeclaration; its own lock
 }
 
 // bindKey names a bind.

@@ -857,7 +857,6 @@ func (c *Controller) record(ctx context.Context, o outcome) {
 		}
 	}
 
-	c.callErrs.note(o.rec.ID, o.err)
 	typ := EventRequested
 	if o.err != nil {
 		typ = EventFailed

@@ -9,13 +9,9 @@ import (
 )
 
 // maxRefusals bounds the refused declarations remembered at once, across
-// every session, and maxCallErrors the call errors: past them, a refusal
-// still gets its notice and audit entry and a failed call its audit entry
-// and event, but the list does not show them.
-const (
-	maxRefusals   = 4096
-	maxCallErrors = 4096
-)
+// every session: past it, a refusal still gets its notice and audit
+// entry, but the list does not show it.
+const maxRefusals = 4096
 
 // maxErrorBytes bounds one remembered error text, as maxAuditErrBytes
 // bounds it in the audit log.
@@ -150,19 +146,4 @@ func truncate(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:maxErrorBytes], "") + "…"
-}
-
-// callErrors remembers, per record ID, why its last call failed, for
-// List: in memory, so a restarted server shows none until a call fails
-// again.
-type callErrors struct{ boundedMap[string, string] }
-
-// note records the outcome of a call of record id: err's text when it
-// failed, nothing when it succeeded.
-func (ce *callErrors) note(id string, err error) {
-	if err == nil {
-		ce.remove(id)
-		return
-	}
-	ce.set(id, truncate(err.Error()), maxCallErrors)
 }

@@ -87,7 +87,6 @@ func (c *Controller) List(ctx context.Context, orgID string) ([]View, error) {
 	vs := make([]View, 0, len(recs)+len(refused))
 	for _, r := range recs {
 		v := newView(r, c.pool.Pool(r.OrgID, r.Hostname, r.Path))
-		v.LastError, _ = c.callErrs.get(r.ID)
 		k := bindKey{r.OrgID, r.Hostname, r.Path}
 		if rf, ok := refused[k]; ok {
 			v.Refused = rf.reason
@@ -136,7 +135,6 @@ func (c *Controller) Disarm(ctx context.Context, orgID, id string) error {
 
 // forgetRecord drops record id from memory: it was deleted.
 func (c *Controller) forgetRecord(id string) {
-	c.callErrs.remove(id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if b := c.byID[id]; b != nil {
