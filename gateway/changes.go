@@ -76,7 +76,7 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 			case ch.Kind == store.ChangeScalingUpdated && !g.armed.knows(ch.ID) && time.Since(lastAtOnce) >= time.Second:
 				lastAtOnce = time.Now()
 				if err := g.armed.reload(ctx); err != nil {
-					g.log.Error("scaling records reload failed", "err", err)
+					g.log.Error("scaling records reload failed", logkey.Err, err)
 				}
 			case !pending:
 				pending = true
