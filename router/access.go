@@ -1,0 +1,134 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// AccessConfig is the server's side of visitor access control: what every
+// service's gate shares. The zero value is default_access allow, no
+// identity signer, no share links and no outbound client (a service
+// announcing jwt or forward is then refused, with a notice).
+type AccessConfig struct {
+	// Default is default_access: whether a service without auth methods
+	// and without public: true is open.
+	Default access.Posture
+	// Identity signs the identity token of services with identity_jwt;
+	// nil refuses such services, with a notice.
+	Identity *access.Signer
+	// Shares verifies share links; nil: share links are not accepted.
+	Shares *access.Keyring
+	// Client makes the jwt method's key-set fetches and the forward
+	// method's calls. It must enforce the outbound fence (never
+	// http.DefaultClient); nil refuses services using those methods.
+	Client *http.Client
+}
+
+// gateEntry is one service's gate, built once per change of its announced
+// access block, never per request. All members of a bind agree on it (see
+// updateLocked), so a pool uses its first member's.
+type gateEntry struct {
+	gate *access.Gate
+	// spec is the announced block it was built from (nil: none), to tell
+	// a change from a repeat and to compare the members of a bind.
+	spec *tunnel.Access
+	// remote is set when a method calls out (jwt, forward): a dry run
+	// does not call them.
+	remote bool
+	// simple is set when the gate is open with no IP rules: every visitor
+	// passes, and the backend request keeps its credentials.
+	simple bool
+	// ips are the service's allowed_ips and denied_ips, for a dry run.
+	ips access.IPRules
+}
+
+// sameAccess reports whether two announced access blocks are the same
+// settings.
+func sameAccess(a, b *tunnel.Access) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// buildGate builds the gate of an announced access block under the
+// server's settings. The error names what the server refused; the
+// service is then not routed.
+func (ac *AccessConfig) buildGate(spec *tunnel.Access) (*gateEntry, error) {
+	cfg := access.Config{Default: ac.Default, Shares: ac.Shares}
+	e := &gateEntry{spec: spec}
+	if spec != nil {
+		var errs []error
+		ips, err := access.ParseIPRules(spec.AllowedIPs, spec.DeniedIPs)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		cfg.IPs, cfg.Public = ips, spec.Public
+		if spec.IdentityJWT {
+			if ac.Identity == nil {
+				errs = append(errs, errors.New("identity_jwt: this server signs no identity tokens"))
+			}
+			cfg.Identity = ac.Identity
+		}
+		var au access.Auth
+		if b := spec.Basic; b != nil {
+			au.Basic = &access.BasicConfig{Realm: b.Realm, Users: b.Users}
+		}
+		if b := spec.Bearer; b != nil {
+			au.Bearer = &access.BearerConfig{Keys: b.Keys}
+		}
+		if (spec.JWT != nil || spec.Forward != nil) && ac.Client == nil {
+			errs = append(errs, errors.New("jwt and forward need the server's outbound client, which is not configured"))
+		}
+		if j := spec.JWT; j != nil {
+			e.remote = true
+			au.JWT = &access.JWTConfig{
+				JWKSURL: j.JWKSURL, Client: ac.Client, Issuer: j.Issuer, Audience: j.Audience, Claims: j.Claims,
+				Header: j.Header, Cookie: j.Cookie, Algorithms: j.Algorithms, UserClaim: j.UserClaim,
+				Leeway: millis(j.LeewayMS), CacheTTL: millis(j.CacheTTLMS), RefreshInterval: millis(j.RefreshIntervalMS), Timeout: millis(j.TimeoutMS),
+			}
+		}
+		if f := spec.Forward; f != nil {
+			e.remote = true
+			au.Forward = &access.ForwardConfig{URL: f.URL, Client: ac.Client, CopyHeaders: f.CopyHeaders, UserHeader: f.UserHeader, Timeout: millis(f.TimeoutMS), CacheTTL: millis(f.CacheTTLMS)}
+		}
+		if spec.OIDC != nil {
+			errs = append(errs, errors.New("oidc: this server has no oidc: provider"))
+		}
+		if len(errs) == 0 {
+			cfg.Methods, err = au.Methods()
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+	}
+	g, err := access.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.gate, e.ips = g, cfg.IPs
+	e.simple = g.Open() && (spec == nil || len(spec.AllowedIPs)+len(spec.DeniedIPs) == 0)
+	return e, nil
+}
+
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// accessNotice is the notice for a service whose access block the server
+// refused: one line, bounded, naming the service.
+func accessNotice(id string, err error) string {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	if len(msg) > 512 {
+		msg = msg[:512] + "…"
+	}
+	return fmt.Sprintf("service %s: access refused: %s; not routed", id, msg)
+}
