@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/fence"
@@ -102,6 +103,11 @@ type Config struct {
 	// no private addresses, no allowlist.
 	Outbound fence.Policy
 
+	// DefaultAccess is default_access: "allow" (the default; also "")
+	// opens every service without auth methods; "deny" closes those not
+	// public, and a closed service answers like an unclaimed hostname.
+	DefaultAccess string
+
 	// MetricsToken is the bearer token of /aperio/metrics (metrics_token).
 	// Empty means /aperio/metrics answers 404 (on metrics_listen: no token
 	// is asked). Secret.
@@ -157,6 +163,7 @@ func DefaultConfig() Config {
 		MaxHeaderBytes:      1 << 20,
 		KeepAliveTimeout:    2 * time.Minute,
 		MaxConnectionsPerIP: 256,
+		DefaultAccess:       "allow",
 		ShutdownTimeout:     10 * time.Second,
 		Cache:               cache.DefaultConfig(),
 		Scaling:             autoscale.DefaultConfig(),
@@ -176,6 +183,9 @@ func (cfg Config) Validate() error {
 	if cfg.Token == "" {
 		errs = append(errs, errors.New("gateway: server.token is required"))
 	}
+	if _, err := cfg.posture(); err != nil {
+		errs = append(errs, err)
+	}
 	if cfg.Port < 0 || cfg.Port > 65535 {
 		errs = append(errs, fmt.Errorf("gateway: port %d is not a port (0 to 65535)", cfg.Port))
 	}
@@ -194,4 +204,12 @@ func (cfg Config) Validate() error {
 		errs = append(errs, fmt.Errorf("gateway: max_header_bytes %d and max_connections_per_ip %d must not be negative", cfg.MaxHeaderBytes, cfg.MaxConnectionsPerIP))
 	}
 	return errors.Join(errs...)
+}
+
+// posture parses DefaultAccess; "" is allow.
+func (cfg Config) posture() (access.Posture, error) {
+	if cfg.DefaultAccess == "" {
+		return access.Allow, nil
+	}
+	return access.ParsePosture(cfg.DefaultAccess)
 }

@@ -19,6 +19,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
@@ -60,10 +61,11 @@ type Gateway struct {
 	started time.Time
 
 	metrics *telemetry.Metrics
-	calls   *callCounts  // scaling hook calls by reason and outcome
-	tracer  trace.Tracer // nil when tracing is off
-	proxy   http.Handler // the router, observed: visitors' requests
-	api     http.Handler // the admin API under /aperio/api
+	calls   *callCounts    // scaling hook calls by reason and outcome
+	tracer  trace.Tracer   // nil when tracing is off
+	proxy   http.Handler   // the router, observed: visitors' requests
+	signer  *access.Signer // signs the identity tokens backends receive
+	api     http.Handler   // the admin API under /aperio/api
 	db      *store.DB
 	ctl     *autoscale.Controller // nil unless scaling is on
 	armed   *armLoader            // loads the router's armed binds; nil unless scaling is on
@@ -150,6 +152,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	rc := cfg.Router
 	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, stale, log, g.tracer
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
+	if rc.Access, err = g.accessConfig(); err != nil {
+		return nil, err
+	}
 	rt, err := router.New(rc)
 	if err != nil {
 		return nil, err
@@ -245,6 +250,12 @@ func (g *Gateway) Handler() http.Handler {
 		p := r.URL.Path
 		if !router.Reserved(p) {
 			g.proxy.ServeHTTP(w, r)
+			return
+		}
+		if p == access.JWKSPath {
+			// Public on every hostname: backends verify identity tokens
+			// with it.
+			g.serveJWKS(w, r)
 			return
 		}
 		if g.edge.guardAdmin(w, r) || charged(r) && !g.router.Charge(w, r) {
