@@ -1,12 +1,18 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
 )
 
 // IdentityIssuer is the iss of the identity tokens the server signs for
@@ -27,7 +33,8 @@ func (g *Gateway) accessConfig() (router.AccessConfig, error) {
 		return router.AccessConfig{}, fmt.Errorf("gateway: identity signer: %w", err)
 	}
 	g.signer = signer
-	return router.AccessConfig{Default: posture, Identity: signer, Client: g.fence.HTTPClient()}, nil
+	g.authAudit = newAuthAuditor(g.db, g.log)
+	return router.AccessConfig{Default: posture, Identity: signer, Client: g.fence.HTTPClient(), Denied: g.authAudit.denied}, nil
 }
 
 // serveJWKS answers GET and HEAD of access.JWKSPath with the identity
@@ -47,4 +54,81 @@ func (g *Gateway) serveJWKS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Write(body)
+}
+
+// Sampling of auth_denied audit entries. A visitor can be refused as
+// fast as it can send requests, and each entry is permanent; so entries
+// are written per hostname at most maxRefusalAudits a minute (the budget
+// of client_refused), through a queue of authAuditQueue that the request
+// path never waits on: past either bound, refusals are counted, not
+// written, and the next entry written for the hostname says how many.
+const authAuditQueue = 256
+
+// authAuditor audits refused visitors (auth_denied) off the request path.
+type authAuditor struct {
+	db      *store.DB
+	log     *slog.Logger
+	budget  *refusalBudget
+	queue   chan store.AuditEntry
+	dropped atomic.Int64 // entries the full queue refused since the last report
+}
+
+func newAuthAuditor(db *store.DB, log *slog.Logger) *authAuditor {
+	return &authAuditor{db: db, log: log, budget: newRefusalBudget(time.Now), queue: make(chan store.AuditEntry, authAuditQueue)}
+}
+
+// denied is router.AccessConfig.Denied: it samples, then queues without
+// waiting.
+func (a *authAuditor) denied(d router.AccessDenial) {
+	ok, leftOut, first := a.budget.admit(d.Host)
+	if first {
+		a.log.Warn("refused visitors over the audit budget, not auditing the rest of this minute", logkey.Hostname, d.Host, logkey.Limit, maxRefusalAudits)
+	}
+	if !ok {
+		return
+	}
+	answer := "answered as no route"
+	if d.Status != 0 {
+		answer = "answered " + strconv.Itoa(d.Status)
+	}
+	visitor := "an unknown address"
+	if d.Visitor.IsValid() {
+		visitor = d.Visitor.String()
+	}
+	detail := fmt.Sprintf("%s%s from %s, auth %s, %s: %s", d.Host, d.Path, visitor, d.Methods, answer, d.Reason)
+	if leftOut > 0 {
+		detail += fmt.Sprintf(" (%d earlier refusals of this hostname over budget, not audited)", leftOut)
+	}
+	if len(detail) > maxAuditDetail {
+		detail = detail[:maxAuditDetail] + "…"
+	}
+	select {
+	case a.queue <- store.AuditEntry{OrgID: d.OrgID, Event: "auth_denied", Actor: "visitor", Detail: detail}:
+	default:
+		a.dropped.Add(1)
+	}
+}
+
+// maxAuditDetail bounds an auth_denied entry's detail: the path is the
+// visitor's.
+const maxAuditDetail = 1024
+
+// run writes queued entries until ctx ends; entries still queued then are
+// abandoned.
+func (a *authAuditor) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-a.queue:
+			if n := a.dropped.Swap(0); n > 0 {
+				e.Detail += fmt.Sprintf(" (%d refusals not audited: the audit queue was full)", n)
+			}
+			wctx, cancel := context.WithTimeout(ctx, auditTimeout)
+			if _, err := a.db.AppendAudit(wctx, e); err != nil && ctx.Err() == nil {
+				a.log.Error("audit write failed", logkey.Event, e.Event, logkey.Err, err)
+			}
+			cancel()
+		}
+	}
 }

@@ -253,3 +253,44 @@ func TestAccessIdentityJWKS(t *testing.T) {
 		t.Fatalf("identity claims = %+v (%v), want sub ann, aperio_auth basic, aud %s", c, err, appHost)
 	}
 }
+
+// TestAccessAuditAndMetrics: refused visitors are audited as auth_denied
+// (without their credentials) and counted in aperio_auth_total by method
+// and outcome, admitted ones counted too.
+func TestAccessAuditAndMetrics(t *testing.T) {
+	hash, err := passhash.Hash("pw-metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := service(startBackend(t, identityEcho()).URL)
+	svc.Auth = &config.Auth{Basic: &config.BasicAuth{Users: map[string]string{"ann": hash}}}
+	st := startStackFor(t, svc, func(c *gateway.Config) { c.MetricsToken = "m-token" }, false)
+
+	if resp, _ := getWith(t, st, appHost, basicHeader("ann", "secret-guess")); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("wrong password = %d, want 401", resp.StatusCode)
+	}
+	if resp, _ := getWith(t, st, appHost, basicHeader("ann", "pw-metrics")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("right password = %d, want 200", resp.StatusCode)
+	}
+	var entries []map[string]any
+	poll(t, 10*time.Second, func() (bool, string) {
+		entries = auditEvents(t, st.server, "auth_denied")
+		return len(entries) == 1, fmt.Sprintf("%d auth_denied entries, want 1", len(entries))
+	})
+	detail, _ := entries[0]["detail"].(string)
+	if !strings.Contains(detail, appHost+"/ from 127.0.0.1, auth basic, answered 401") || strings.Contains(detail, "secret-guess") {
+		t.Fatalf("auth_denied detail = %q, want the host, visitor, method and status, never the password", detail)
+	}
+
+	req := newRequest(t, t.Context(), st.server, "GET", "anything.test", "/aperio/metrics", nil)
+	req.Header.Set("Authorization", "Bearer m-token")
+	_, body := do(t, st.visitor, req)
+	for _, want := range []string{
+		`aperio_auth_total{method="basic",outcome="denied"} 1`,
+		`aperio_auth_total{method="basic",outcome="admitted"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}

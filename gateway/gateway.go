@@ -65,10 +65,12 @@ type Gateway struct {
 	tracer  trace.Tracer   // nil when tracing is off
 	proxy   http.Handler   // the router, observed: visitors' requests
 	signer  *access.Signer // signs the identity tokens backends receive
-	api     http.Handler   // the admin API under /aperio/api
-	db      *store.DB
-	ctl     *autoscale.Controller // nil unless scaling is on
-	armed   *armLoader            // loads the router's armed binds; nil unless scaling is on
+	// authAudit writes auth_denied entries, sampled, off the request path.
+	authAudit *authAuditor
+	api       http.Handler // the admin API under /aperio/api
+	db        *store.DB
+	ctl       *autoscale.Controller // nil unless scaling is on
+	armed     *armLoader            // loads the router's armed binds; nil unless scaling is on
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *fence.Client
@@ -345,11 +347,17 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}()
+	audited := make(chan struct{})
+	go func() {
+		defer close(audited)
+		g.authAudit.run(wctx)
+	}()
 	defer func() {
 		stopWatch()
 		<-watched
 		<-scaled
 		<-delivered
+		<-audited
 		if g.ownStore {
 			g.db.Close()
 		}

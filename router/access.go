@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"reflect"
 	"strings"
 	"time"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -29,6 +31,28 @@ type AccessConfig struct {
 	// method's calls. It must enforce the outbound fence (never
 	// http.DefaultClient); nil refuses services using those methods.
 	Client *http.Client
+	// Denied, when set, is told of every request a gate refused. It runs
+	// on the request's path: it must not block (sample, then hand off).
+	Denied func(AccessDenial)
+}
+
+// AccessDenial is one request a gate refused, for audit.
+type AccessDenial struct {
+	// Host is the routed hostname and Path the path's normal form.
+	Host, Path string
+	// OrgID is the organization of the bind's oldest client; "" for the
+	// master token's.
+	OrgID string
+	// Visitor is the visitor's real address; the zero Addr when unknown.
+	Visitor netip.Addr
+	// Methods are the gate's methods joined with "+"; "none" for a gate
+	// without any (closed by default_access, or IP rules).
+	Methods string
+	// Status is the answer's status; 0 for a hidden refusal, answered
+	// like no route.
+	Status int
+	// Reason says why; it never holds a credential.
+	Reason string
 }
 
 // gateEntry is one service's gate, built once per change of its announced
@@ -47,6 +71,9 @@ type gateEntry struct {
 	simple bool
 	// ips are the service's allowed_ips and denied_ips, for a dry run.
 	ips access.IPRules
+	// methods names the gate's methods for metrics and audit: their names
+	// joined with "+" in the order they are tried, "none" without any.
+	methods string
 }
 
 // sameAccess reports whether two announced access blocks are the same
@@ -117,6 +144,10 @@ func (ac *AccessConfig) buildGate(spec *tunnel.Access) (*gateEntry, error) {
 		return nil, err
 	}
 	e.gate, e.ips = g, cfg.IPs
+	e.methods = "none"
+	if n := methodNames(cfg.Methods); n != "" {
+		e.methods = n
+	}
 	e.simple = g.Open() && (spec == nil || len(spec.AllowedIPs)+len(spec.DeniedIPs) == 0)
 	return e, nil
 }
@@ -131,4 +162,43 @@ func accessNotice(id string, err error) string {
 		msg = msg[:512] + "…"
 	}
 	return fmt.Sprintf("service %s: access refused: %s; not routed", id, msg)
+}
+
+func methodNames(ms []access.Method) string {
+	names := make([]string, len(ms))
+	for i, m := range ms {
+		names[i] = m.Name()
+	}
+	return strings.Join(names, "+")
+}
+
+// authOutcome labels a refusal for metrics.
+func authOutcome(d *access.Decision) string {
+	switch {
+	case d.Hidden:
+		return "hidden"
+	case d.Status == http.StatusServiceUnavailable:
+		return "unavailable"
+	case d.Status >= 300 && d.Status < 400:
+		return "redirect"
+	}
+	return "denied"
+}
+
+// denied records a refusal of the gate ge in rec and tells the Denied
+// hook, if any.
+func (rt *Router) denied(a *admission, ge *gateEntry, d *access.Decision, rec *telemetry.Request) {
+	rec.AuthMethod, rec.AuthOutcome = ge.methods, authOutcome(d)
+	hook := rt.cfg.Access.Denied
+	if hook == nil {
+		return
+	}
+	den := AccessDenial{Host: a.host, Path: a.path, Visitor: a.ip, Methods: ge.methods, Reason: d.Reason}
+	if !d.Hidden {
+		den.Status = d.Status
+	}
+	if ms := *a.p.members.Load(); len(ms) > 0 {
+		den.OrgID = connOrg(ms[0].conn)
+	}
+	hook(den)
 }

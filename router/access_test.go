@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -257,5 +258,53 @@ func TestAccessIdentityToken(t *testing.T) {
 	tok := lastRequest(t, conn).Header.Get("X-Aperio-Identity")
 	if strings.Count(tok, ".") != 2 {
 		t.Fatalf("X-Aperio-Identity = %q, want a JWT", tok)
+	}
+}
+
+// TestAccessRecordAndDenied checks what a gate's judgement leaves in the
+// request's record (metrics labels) and tells the Denied hook: nothing
+// for an open service, the admitting method, the gate's methods and the
+// outcome of a refusal, and a hidden refusal as status 0.
+func TestAccessRecordAndDenied(t *testing.T) {
+	var got []AccessDenial
+	cfg := Config{Access: AccessConfig{Default: access.Deny, Denied: func(d AccessDenial) { got = append(got, d) }}}
+	rt := newRouter(t, cfg)
+	rt.update(newConn("a", 1), ann(
+		tunnel.Service{Hostnames: []string{"open.test"}, Access: &tunnel.Access{Public: true}},
+		tunnel.Service{Hostnames: []string{"closed.test"}},
+		tunnel.Service{Hostnames: []string{"app.test"}, Access: &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}},
+	))
+	serve := func(host, authz string) telemetry.Request {
+		req := httptest.NewRequest("GET", "/p", nil)
+		req.Host = host
+		req.RemoteAddr = "203.0.113.7:1"
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		var rec telemetry.Request
+		rt.Proxy(httptest.NewRecorder(), req, &rec)
+		return rec
+	}
+	for _, tc := range []struct {
+		host, authz, method, outcome string
+	}{
+		{"open.test", "", "", ""},
+		{"app.test", "Bearer " + testKey, "bearer", "admitted"},
+		{"app.test", "Bearer nope-nope-nope-nope", "bearer", "denied"},
+		{"closed.test", "", "none", "hidden"},
+	} {
+		rec := serve(tc.host, tc.authz)
+		if rec.AuthMethod != tc.method || rec.AuthOutcome != tc.outcome {
+			t.Errorf("%s %q: record %q/%q, want %q/%q", tc.host, tc.authz, rec.AuthMethod, rec.AuthOutcome, tc.method, tc.outcome)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("Denied called %d times, want 2: %+v", len(got), got)
+	}
+	if d := got[0]; d.Host != "app.test" || d.Path != "/p" || d.Status != http.StatusUnauthorized || d.Methods != "bearer" || d.Visitor != visitor || strings.Contains(d.Reason, "nope") {
+		t.Errorf("bearer refusal = %+v, want app.test /p 401 bearer from the visitor, no credential", d)
+	}
+	if d := got[1]; d.Host != "closed.test" || d.Status != 0 || d.Methods != "none" {
+		t.Errorf("hidden refusal = %+v, want closed.test, status 0, methods none", d)
 	}
 }

@@ -190,7 +190,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageBody:
 			ref = rt.checkBody(a)
 		case stageAccess:
-			ref = rt.checkAccess(a)
+			ref = rt.checkAccess(a, rec)
 		case stageAllowedIPs:
 			ref = rt.checkAllowedIPs(a)
 		}
@@ -359,7 +359,8 @@ func (rt *Router) checkBody(a *admission) refusal {
 // route, so that a closed service cannot be discovered; any other is the
 // gate's own answer (401, 403, a redirect, 503 when a method could not
 // decide). An open gate without IP rules costs one load and a branch.
-func (rt *Router) checkAccess(a *admission) refusal {
+// rec is nil in a dry run.
+func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
 	ge := a.p.gate.Load()
 	if ge == nil {
 		ge = rt.defaultGate
@@ -372,14 +373,22 @@ func (rt *Router) checkAccess(a *admission) refusal {
 		return refusal{}
 	}
 	d := ge.gate.Check(a.r, a.accessVisitor())
-	switch {
-	case d.Admitted:
+	if d.Admitted {
 		a.dec = d
+		if d.Method != "" {
+			rec.AuthMethod, rec.AuthOutcome = d.Method, "admitted"
+		}
 		return refusal{}
-	case d.Hidden:
+	}
+	// A copy for the refusal: taking d's address would move every
+	// request's decision to the heap, admitted ones too.
+	dp := new(access.Decision)
+	*dp = d
+	rt.denied(a, ge, dp, rec)
+	if d.Hidden {
 		return refuseWith(refusedAccessHidden)
 	}
-	return refusal{kind: refusedAccess, dec: &d}
+	return refusal{kind: refusedAccess, dec: dp}
 }
 
 // accessVisitor is what the gate knows of the visitor.
