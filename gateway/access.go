@@ -2,14 +2,19 @@ package gateway
 
 import (
 	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
@@ -34,7 +39,45 @@ func (g *Gateway) accessConfig() (router.AccessConfig, error) {
 	}
 	g.signer = signer
 	g.authAudit = newAuthAuditor(g.db, g.log)
-	return router.AccessConfig{Default: posture, Identity: signer, Client: g.fence.HTTPClient(), Denied: g.authAudit.denied}, nil
+	if g.shares, err = shareKeyring(g.cfg.Token); err != nil {
+		return router.AccessConfig{}, err
+	}
+	return router.AccessConfig{Default: posture, Identity: signer, Shares: g.shares, Client: g.fence.HTTPClient(), Denied: g.authAudit.denied}, nil
+}
+
+// shareInfo is the HKDF context of the share key: it keeps the key apart
+// from anything else ever derived from the master token.
+const shareInfo = "aperio share links v1"
+
+// shareKeyring returns the keyring of share links: one key, derived from
+// the master token with HKDF-SHA256, named by a digest of the key. Every
+// server sharing the master token verifies every link; changing the
+// master token revokes them all.
+func shareKeyring(master string) (*access.Keyring, error) {
+	key, err := hkdf.Key(sha256.New, []byte(master), nil, shareInfo, 32)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: share key: %w", err)
+	}
+	sum := sha256.Sum256(key)
+	id := "m" + hex.EncodeToString(sum[:6])
+	return access.NewKeyring(access.KeyringConfig{Keys: map[string][]byte{id: key}, Current: id})
+}
+
+// shareMinter is the admin API's side of the share keyring: it builds
+// the URL for the scheme visitors of this server use.
+type shareMinter struct{ k *access.Keyring }
+
+func (m shareMinter) Mint(r *http.Request, host, path string, ttl time.Duration) (admin.ShareLink, string, error) {
+	tok, link, err := m.k.Mint(host, path, ttl)
+	if err != nil {
+		return admin.ShareLink{}, "", err
+	}
+	scheme := "http"
+	if router.VisitorOf(r).Proto == "https" {
+		scheme = "https"
+	}
+	u := url.URL{Scheme: scheme, Host: link.Host, Path: link.Path, RawQuery: url.Values{access.ShareParam: {tok}}.Encode()}
+	return admin.ShareLink{URL: u.String(), Hostname: link.Host, Path: link.Path, ExpiresAt: link.Expires}, link.Nonce, nil
 }
 
 // serveJWKS answers GET and HEAD of access.JWKSPath with the identity

@@ -61,10 +61,11 @@ type Gateway struct {
 	started time.Time
 
 	metrics *telemetry.Metrics
-	calls   *callCounts    // scaling hook calls by reason and outcome
-	tracer  trace.Tracer   // nil when tracing is off
-	proxy   http.Handler   // the router, observed: visitors' requests
-	signer  *access.Signer // signs the identity tokens backends receive
+	calls   *callCounts     // scaling hook calls by reason and outcome
+	tracer  trace.Tracer    // nil when tracing is off
+	proxy   http.Handler    // the router, observed: visitors' requests
+	signer  *access.Signer  // signs the identity tokens backends receive
+	shares  *access.Keyring // share links: derived from the master token
 	// authAudit writes auth_denied entries, sampled, off the request path.
 	authAudit *authAuditor
 	api       http.Handler // the admin API under /aperio/api
@@ -211,7 +212,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.edge, err = newEdge(cfg); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, Logger: log})
 	if err != nil {
 		return nil, err
 	}
