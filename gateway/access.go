@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
@@ -28,7 +29,7 @@ const IdentityIssuer = "aperio"
 // default_access, an identity signer whose key is generated at start, and
 // the outbound client of the jwt and forward methods, under the same
 // fence as scaling hooks and webhooks (never http.DefaultClient).
-func (g *Gateway) accessConfig() (router.AccessConfig, error) {
+func (g *Gateway) accessConfig(ctx context.Context) (router.AccessConfig, error) {
 	posture, err := g.cfg.posture()
 	if err != nil {
 		return router.AccessConfig{}, err
@@ -42,7 +43,56 @@ func (g *Gateway) accessConfig() (router.AccessConfig, error) {
 	if g.shares, err = shareKeyring(g.cfg.Token); err != nil {
 		return router.AccessConfig{}, err
 	}
-	return router.AccessConfig{Default: posture, Identity: signer, Shares: g.shares, Client: g.fence.HTTPClient(), Denied: g.authAudit.denied}, nil
+	if g.oidc, err = g.oidcProvider(ctx); err != nil {
+		return router.AccessConfig{}, err
+	}
+	return router.AccessConfig{Default: posture, Identity: signer, Shares: g.shares, OIDC: g.oidc, Client: g.fence.HTTPClient(), Denied: g.authAudit.denied}, nil
+}
+
+// oidcInfo is the HKDF context of the OIDC cookies' key.
+const oidcInfo = "aperio oidc cookies v1"
+
+// oidcStartTimeout bounds the provider's discovery at start.
+const oidcStartTimeout = 30 * time.Second
+
+// oidcProvider returns the server's OpenID Connect provider, nil without
+// an oidc: block. It fetches the provider's discovery document through
+// the outbound fence, so an unreachable provider fails the start.
+func (g *Gateway) oidcProvider(ctx context.Context) (*oidc.Provider, error) {
+	o := g.cfg.OIDC
+	if o.Issuer == "" {
+		return nil, nil
+	}
+	key, err := hkdf.Key(sha256.New, []byte(g.cfg.Token), nil, oidcInfo, 32)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: oidc key: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, oidcStartTimeout)
+	defer cancel()
+	p, err := oidc.New(ctx, oidc.Config{
+		Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes, RedirectURL: o.RedirectURL,
+		HTTPClient: g.fence.HTTPClient(), Keys: []oidc.Key{{ID: 1, Secret: key}},
+		AllowHTTP: g.cfg.Outbound.AllowHTTP, Logger: g.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: oidc: %w", err)
+	}
+	return p, nil
+}
+
+// serveAuth answers the login routes under /aperio/auth/ of a hostname
+// whose service requires oidc; 404 elsewhere.
+func (g *Gateway) serveAuth(w http.ResponseWriter, r *http.Request) {
+	if g.oidc == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
+		return
+	}
+	visit, ok := g.router.OIDCVisit(r.Host, router.VisitorOf(r).Proto == "https")
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no service of this hostname requires a login"})
+		return
+	}
+	g.oidc.ServeAuth(w, r, visit)
 }
 
 // shareInfo is the HKDF context of the share key: it keeps the key apart

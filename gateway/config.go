@@ -107,6 +107,9 @@ type Config struct {
 	// opens every service without auth methods; "deny" closes those not
 	// public, and a closed service answers like an unclaimed hostname.
 	DefaultAccess string
+	// OIDC is the server's OpenID Connect provider (the oidc: block), for
+	// services with auth: {oidc: …}; an empty Issuer means none.
+	OIDC OIDCConfig
 
 	// MetricsToken is the bearer token of /aperio/metrics (metrics_token).
 	// Empty means /aperio/metrics answers 404 (on metrics_listen: no token
@@ -200,6 +203,11 @@ func (cfg Config) Validate() error {
 			errs = append(errs, fmt.Errorf("gateway: %s must not be negative, got %v", d.name, d.v))
 		}
 	}
+	if o := cfg.OIDC; o.Issuer == "" && (o.ClientID != "" || o.ClientSecret != "" || o.RedirectURL != "" || len(o.Scopes) > 0) {
+		errs = append(errs, errors.New("gateway: oidc.issuer is required when the oidc block sets anything"))
+	} else if o.Issuer != "" && (o.ClientID == "" || o.ClientSecret == "") {
+		errs = append(errs, errors.New("gateway: oidc.client_id and oidc.client_secret are required with oidc.issuer"))
+	}
 	if cfg.MaxHeaderBytes < 0 || cfg.MaxConnectionsPerIP < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_header_bytes %d and max_connections_per_ip %d must not be negative", cfg.MaxHeaderBytes, cfg.MaxConnectionsPerIP))
 	}
@@ -212,4 +220,22 @@ func (cfg Config) posture() (access.Posture, error) {
 		return access.Allow, nil
 	}
 	return access.ParsePosture(cfg.DefaultAccess)
+}
+
+// OIDCConfig is the server's oidc: block. The login and session cookies
+// are sealed with a key derived from the master token, so every server
+// sharing the token accepts every session and changing the token ends
+// them all.
+type OIDCConfig struct {
+	// Issuer is the provider's issuer URL (oidc.issuer); "" means no
+	// provider.
+	Issuer string
+	// ClientID and ClientSecret identify the server to the provider
+	// (oidc.client_id, oidc.client_secret).
+	ClientID, ClientSecret string
+	// Scopes asked for (oidc.scopes); empty means openid email profile.
+	Scopes []string
+	// RedirectURL is the callback registered for the one hostname it
+	// names (oidc.redirect_url); empty derives every callback.
+	RedirectURL string
 }

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
@@ -66,6 +67,7 @@ type Gateway struct {
 	proxy   http.Handler    // the router, observed: visitors' requests
 	signer  *access.Signer  // signs the identity tokens backends receive
 	shares  *access.Keyring // share links: derived from the master token
+	oidc    *oidc.Provider  // the oidc: block's provider; nil without one
 	// authAudit writes auth_denied entries, sampled, off the request path.
 	authAudit *authAuditor
 	api       http.Handler // the admin API under /aperio/api
@@ -155,7 +157,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	rc := cfg.Router
 	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, stale, log, g.tracer
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
-	if rc.Access, err = g.accessConfig(); err != nil {
+	if rc.Access, err = g.accessConfig(ctx); err != nil {
 		return nil, err
 	}
 	rt, err := router.New(rc)
@@ -253,6 +255,12 @@ func (g *Gateway) Handler() http.Handler {
 		p := r.URL.Path
 		if !router.Reserved(p) {
 			g.proxy.ServeHTTP(w, r)
+			return
+		}
+		if strings.HasPrefix(p, oidc.AuthPrefix) {
+			// The login of a protected hostname: on that hostname, no
+			// admin credential.
+			g.serveAuth(w, r)
 			return
 		}
 		if p == access.JWKSPath {

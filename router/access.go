@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -31,6 +33,9 @@ type AccessConfig struct {
 	// method's calls. It must enforce the outbound fence (never
 	// http.DefaultClient); nil refuses services using those methods.
 	Client *http.Client
+	// OIDC is the server's OpenID Connect provider (the oidc: block); nil
+	// refuses services announcing the oidc method, with a notice.
+	OIDC *oidc.Provider
 	// Denied, when set, is told of every request a gate refused. It runs
 	// on the request's path: it must not block (sample, then hand off).
 	Denied func(AccessDenial)
@@ -71,6 +76,9 @@ type gateEntry struct {
 	simple bool
 	// ips are the service's allowed_ips and denied_ips, for a dry run.
 	ips access.IPRules
+	// oidc is the service's allow rules when it requires the oidc method,
+	// nil otherwise: the login routes of its hostname use them.
+	oidc *oidc.Policy
 	// methods names the gate's methods for metrics and audit: their names
 	// joined with "+" in the order they are tried, "none" without any.
 	methods string
@@ -126,13 +134,31 @@ func (ac *AccessConfig) buildGate(spec *tunnel.Access) (*gateEntry, error) {
 			e.remote = true
 			au.Forward = &access.ForwardConfig{URL: f.URL, Client: ac.Client, CopyHeaders: f.CopyHeaders, UserHeader: f.UserHeader, Timeout: millis(f.TimeoutMS), CacheTTL: millis(f.CacheTTLMS)}
 		}
-		if spec.OIDC != nil {
-			errs = append(errs, errors.New("oidc: this server has no oidc: provider"))
+		var om *oidcMethod
+		if o := spec.OIDC; o != nil {
+			pol := &oidc.Policy{AllowedEmails: o.AllowedEmails, AllowedDomains: o.AllowedDomains, Groups: o.Groups}
+			switch err := pol.Validate(); {
+			case ac.OIDC == nil:
+				errs = append(errs, errors.New("oidc: this server has no oidc: provider"))
+			case err != nil:
+				errs = append(errs, err)
+			default:
+				om, e.oidc = &oidcMethod{p: ac.OIDC, policy: pol}, pol
+			}
 		}
 		if len(errs) == 0 {
 			cfg.Methods, err = au.Methods()
 			if err != nil {
 				errs = append(errs, err)
+			}
+			if om != nil {
+				// Local like bearer and basic, but before forward, which
+				// calls out.
+				at := len(cfg.Methods)
+				if spec.Forward != nil {
+					at--
+				}
+				cfg.Methods = slices.Insert(cfg.Methods, at, access.Method(om))
 			}
 		}
 		if len(errs) > 0 {
