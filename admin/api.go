@@ -134,6 +134,9 @@ type Config struct {
 	// Explainer answers GET /explain. Nil means this server has no router
 	// to ask: GET /explain answers 404.
 	Explainer Explainer
+	// Shares mints share links for POST /share. Nil means share links are
+	// off on this server: POST /share answers 404.
+	Shares ShareMinter
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -186,6 +189,7 @@ type API struct {
 	scaling Scaling // nil when autoscaling is off
 	fence   URLChecker
 	explain Explainer
+	shares  ShareMinter // nil when share links are off
 	log     *slog.Logger
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
@@ -206,6 +210,7 @@ func New(cfg Config) (*API, error) {
 		scaling: cfg.Scaling,
 		fence:   cfg.Outbound,
 		explain: cfg.Explainer,
+		shares:  cfg.Shares,
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		master:  sha256.Sum256([]byte(cfg.MasterToken)),
@@ -257,6 +262,7 @@ func (a *API) routeTable() []route {
 		{http.MethodGet, "/maintenance", roleViewer, a.listMaintenance},
 		{http.MethodPut, "/maintenance/{hostname}", roleOperator, a.setMaintenance},
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},
+		{http.MethodPost, "/share", roleOperator, a.createShare},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
 		{http.MethodGet, "/explain", roleViewer, a.explainRequest},
 		{http.MethodGet, "/openapi.json", roleNone, a.openAPI},

@@ -31,7 +31,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := base.withConfig(t, admin.Config{Clients: base.clients, Scaling: base.scaling, Explainer: rt})
+	f := base.withConfig(t, admin.Config{Clients: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}})
 	f.clients, f.scaling = base.clients, base.scaling
 	w := &orgWorld{f: f, keys: map[string]string{"master": masterToken}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
@@ -186,6 +186,14 @@ var matrix = []matrixCase{
 	{method: "DELETE", pattern: "/maintenance/{hostname}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/maintenance/" + w.newMaintenance(t, w.org(own)), ""
 	}, own: 204, other: 404, master: 204},
+	{method: "POST", pattern: "/share", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		// A key aiming at b names b's hostname in its own organization.
+		field := ""
+		if master {
+			field = fmt.Sprintf(`,"org_id":%q`, w.org(own))
+		}
+		return "/share", fmt.Sprintf(`{"hostname":"s%d.%s","ttl":"1h"%s}`, w.next(), w.suffix(own), field)
+	}, own: 201, other: 403, master: 201},
 	{method: "GET", pattern: "/audit", req: fixed("/audit"), own: 200, other: 200, master: 200, listing: true},
 	{method: "GET", pattern: "/explain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/explain?" + url.Values{"host": {"x." + w.suffix(own)}}.Encode(), ""

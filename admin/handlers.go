@@ -419,15 +419,8 @@ func (a *API) setMaintenance(w http.ResponseWriter, r *http.Request, c caller) e
 	if err := decode(w, r, &req, true); err != nil {
 		return err
 	}
-	orgID, err := a.targetOrg(r.Context(), c, req.OrgID)
+	orgID, own, err := a.ownedHost(r.Context(), c, req.OrgID, host)
 	if err != nil {
-		return err
-	}
-	own, err := a.ownership(r.Context())
-	if err != nil {
-		return err
-	}
-	if err := own.check(orgID, host); err != nil {
 		return err
 	}
 	m := store.Maintenance{Hostname: host, OrgID: orgID, By: c.actor(), Since: a.now()}
@@ -630,4 +623,67 @@ func pathParam(r *http.Request, name string) string {
 		return u
 	}
 	return p
+}
+
+// ShareMinter mints share links: the server's share keyring.
+type ShareMinter interface {
+	// Mint returns the link opening host (exact) under path for ttl, its
+	// URL built for the visitors of r's server, and the link's nonce for
+	// audit; an error says what is wrong with host, path or ttl.
+	Mint(r *http.Request, host, path string, ttl time.Duration) (link ShareLink, nonce string, err error)
+}
+
+// createShare is POST /share: a share link for a hostname the caller's
+// organization owns.
+func (a *API) createShare(w http.ResponseWriter, r *http.Request, c caller) error {
+	if a.shares == nil {
+		return errorf(http.StatusNotFound, "share links are off on this server")
+	}
+	var req CreateShareRequest
+	if err := decode(w, r, &req, false); err != nil {
+		return err
+	}
+	host := strings.ToLower(req.Hostname)
+	if err := hostname.Validate(host); err != nil {
+		return errorf(http.StatusBadRequest, "hostname: %v", err)
+	}
+	if strings.HasPrefix(host, "*") {
+		return errorf(http.StatusBadRequest, "%s is a wildcard: a share link opens one exact hostname", host)
+	}
+	ttl, err := time.ParseDuration(req.TTL)
+	if err != nil || ttl <= 0 {
+		return errorf(http.StatusBadRequest, "ttl %q is not a positive duration (1h, 90m)", req.TTL)
+	}
+	orgID, _, err := a.ownedHost(r.Context(), c, req.OrgID, host)
+	if err != nil {
+		return err
+	}
+	link, nonce, err := a.shares.Mint(r, host, req.Path, ttl)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	a.audit(r, store.AuditEntry{
+		Event:    EventShareCreated,
+		Actor:    c.actor(),
+		OrgID:    orgID,
+		Hostname: host,
+		Detail:   fmt.Sprintf("path %s, expires %s, nonce %s", link.Path, link.ExpiresAt.UTC().Format(time.RFC3339), nonce),
+	})
+	a.writeJSON(w, r, http.StatusCreated, link)
+	return nil
+}
+
+// ownedHost returns the organization a request acts for (requested is
+// its org_id) and the ownership it was judged by, or the error answering
+// it when that organization may not use host.
+func (a *API) ownedHost(ctx context.Context, c caller, requested, host string) (string, ownership, error) {
+	orgID, err := a.targetOrg(ctx, c, requested)
+	if err != nil {
+		return "", ownership{}, err
+	}
+	own, err := a.ownership(ctx)
+	if err != nil {
+		return "", ownership{}, err
+	}
+	return orgID, own, own.check(orgID, host)
 }

@@ -186,6 +186,7 @@ const (
 	EventLoginFailed     = "login_failed"
 	EventWebhookCreated  = "webhook_created"
 	EventWebhookDeleted  = "webhook_deleted"
+	EventShareCreated    = "share_created"
 	// EventScalingDisarmedByOperator is DELETE /scaling/{id}: a person
 	// removed the record. It is named apart from the autoscaler's own
 	// autoscale.EventDisarmed (the breaker tripped, the record stays), so

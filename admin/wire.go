@@ -33,6 +33,10 @@ type (
 	CreateTokenRequest = wire.CreateTokenRequest
 	// Maintenance is a hostname in maintenance mode.
 	Maintenance = wire.Maintenance
+	// CreateShareRequest is the body of POST /share.
+	CreateShareRequest = wire.CreateShareRequest
+	// ShareLink is the answer to POST /share.
+	ShareLink = wire.ShareLink
 	// MaintenanceRequest is the optional body of PUT
 	// /maintenance/{hostname}.
 	MaintenanceRequest = wire.MaintenanceRequest

@@ -259,6 +259,7 @@ func (a *Agent) announcement() tunnel.Announcement {
 			Resilience:    svc.cfg.Resilience,
 			AllowConnect:  svc.cfg.AllowConnect,
 			Concurrency:   cc,
+			Access:        announceAccess(svc.cfg),
 		}
 	}
 	if s := a.cfg.Scaling; s != nil {
@@ -338,4 +339,38 @@ func (a *Agent) service(id string) *service {
 		}
 	}
 	return nil
+}
+
+// announceAccess is the access block of sc as the server receives it;
+// nil when sc sets none, so the server's default_access decides.
+func announceAccess(sc config.Service) *tunnel.Access {
+	if !sc.Public && sc.Auth == nil && len(sc.AllowedIPs) == 0 && len(sc.DeniedIPs) == 0 && !sc.IdentityJWT {
+		return nil
+	}
+	a := &tunnel.Access{Public: sc.Public, AllowedIPs: sc.AllowedIPs, DeniedIPs: sc.DeniedIPs, IdentityJWT: sc.IdentityJWT}
+	au := sc.Auth
+	if au == nil {
+		return a
+	}
+	if b := au.Basic; b != nil {
+		a.Basic = &tunnel.BasicAuth{Realm: b.Realm, Users: b.Users}
+	}
+	if b := au.Bearer; b != nil {
+		a.Bearer = &tunnel.BearerAuth{Keys: b.Keys}
+	}
+	if j := au.JWT; j != nil {
+		a.JWT = &tunnel.JWTAuth{
+			JWKSURL: j.JWKSURL, Issuer: j.Issuer, Audience: j.Audience, Claims: j.Claims,
+			Header: j.Header, Cookie: j.Cookie, Algorithms: j.Algorithms, UserClaim: j.UserClaim,
+			LeewayMS: j.Leeway.Milliseconds(), CacheTTLMS: j.CacheTTL.Milliseconds(),
+			RefreshIntervalMS: j.RefreshInterval.Milliseconds(), TimeoutMS: j.Timeout.Milliseconds(),
+		}
+	}
+	if f := au.Forward; f != nil {
+		a.Forward = &tunnel.ForwardAuth{URL: f.URL, CopyHeaders: f.CopyHeaders, UserHeader: f.UserHeader, TimeoutMS: f.Timeout.Milliseconds(), CacheTTLMS: f.CacheTTL.Milliseconds()}
+	}
+	if o := au.OIDC; o != nil {
+		a.OIDC = &tunnel.OIDCAuth{AllowedEmails: o.AllowedEmails, AllowedDomains: o.AllowedDomains, Groups: o.Groups}
+	}
+	return a
 }

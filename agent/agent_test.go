@@ -492,3 +492,23 @@ func TestRunRetiresWhenIdle(t *testing.T) {
 		}
 	})
 }
+
+// TestAnnouncementCarriesAccess checks that a service's access settings
+// reach the announcement, durations in milliseconds, and that a service
+// without any announces none.
+func TestAnnouncementCarriesAccess(t *testing.T) {
+	cfg := clientConfig("http://backend.test")
+	if got := newAgent(t, cfg).announcement().Services[0].Access; got != nil {
+		t.Fatalf("Access without settings = %+v, want nil", got)
+	}
+	cfg.Services[0].AllowedIPs = []string{"10.0.0.0/8"}
+	cfg.Services[0].IdentityJWT = true
+	cfg.Services[0].Auth = &config.Auth{
+		Basic: &config.BasicAuth{Realm: "staff", Users: map[string]string{"ann": "$2b$..."}},
+		JWT:   &config.JWTAuth{JWKSURL: "https://idp/jwks", Issuer: "i", Audience: []string{"a"}, Timeout: 3 * time.Second},
+	}
+	got := newAgent(t, cfg).announcement().Services[0].Access
+	if got == nil || got.AllowedIPs[0] != "10.0.0.0/8" || !got.IdentityJWT || got.Basic.Realm != "staff" || got.Basic.Users["ann"] != "$2b$..." || got.JWT.TimeoutMS != 3000 || got.Bearer != nil {
+		t.Fatalf("Access = %+v, want the service's settings", got)
+	}
+}

@@ -110,12 +110,20 @@ func serviceSettings() []setting[Service] {
 		intSetting("health.threshold", "failed probes before unhealthy", func(c *S) *int { return &c.Health.Threshold }),
 		boolSetting("resilience", "allow serve-stale", func(c *S) *bool { return &c.Resilience }),
 		boolSetting("allow_connect", "pass CONNECT requests to the target", func(c *S) *bool { return &c.AllowConnect }),
+		boolSetting("public", "open even under the server's default_access deny", func(c *S) *bool { return &c.Public }),
+		authSetting("auth", "visitor auth methods: basic, bearer, jwt, forward, oidc", func(c *S) **Auth { return &c.Auth }),
+		listSetting("allowed_ips", "visitor addresses or CIDRs admitted (others refused)", func(c *S) *[]string { return &c.AllowedIPs }, nil),
+		listSetting("denied_ips", "visitor addresses or CIDRs refused", func(c *S) *[]string { return &c.DeniedIPs }, nil),
+		boolSetting("identity_jwt", "send the backend a signed identity token", func(c *S) *bool { return &c.IdentityJWT }),
 	}
 	for i := range tab {
 		tab[i].Env, tab[i].Flag = "", ""
 	}
 	return tab
 }
+
+// serviceOnly are per-service keys someone may write at the top level.
+var serviceOnly = map[string]bool{"resilience": true, "allow_connect": true, "public": true, "auth": true, "allowed_ips": true, "denied_ips": true, "identity_jwt": true}
 
 // singleFields maps each single-service key to the key of services[0] it
 // fills.
@@ -206,7 +214,7 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	addSettings(sch, ad)
 	sch.add("services", true)
 	sch.hint = func(norm string) string {
-		if _, ok := singleFields[norm]; ok || norm == "resilience" || norm == "allow_connect" {
+		if _, ok := singleFields[norm]; ok || serviceOnly[norm] {
 			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
 		}
 		return ""
@@ -486,6 +494,7 @@ func (c Client) problems(src *Sources) []*Error {
 		v.nonNegative(p+"priority", int64(s.Priority))
 		v.health(p, s.Health, &c.Health)
 		v.adaptive(p, s.Adaptive)
+		v.access(p, s)
 	}
 	v.adaptive("", c.Adaptive)
 

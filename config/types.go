@@ -117,6 +117,18 @@ type Service struct {
 	// LoadClient from max_concurrent and the adaptive blocks. A Service
 	// built by hand has the zero value; Client.ResolveConcurrency fills it.
 	Concurrency Concurrency
+	// Public opens the service even under the server's default_access
+	// deny (public). It excludes Auth.
+	Public bool
+	// Auth is the service's auth: block; nil for none.
+	Auth *Auth
+	// AllowedIPs and DeniedIPs are the visitor addresses or CIDR prefixes
+	// the server admits or refuses for this service (allowed_ips,
+	// denied_ips), judged on the visitor's real address.
+	AllowedIPs, DeniedIPs []string
+	// IdentityJWT asks the server to send the backend a signed identity
+	// token for every visitor Auth admitted (identity_jwt).
+	IdentityJWT bool
 }
 
 // Adaptive is an adaptive_concurrency block: a limit the client learns

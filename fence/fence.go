@@ -425,3 +425,51 @@ func closeBody(req *http.Request) {
 		req.Body.Close() // nothing was sent; a close error changes nothing
 	}
 }
+
+// HTTPClient returns an *http.Client whose every request is checked and
+// connected like Do's (the URL under the policy, one lookup, every
+// address judged, the dialer re-checking the socket's address, no
+// environment proxy, no keep-alive, a 64 KiB header), but whose response
+// body is returned for the caller to read and close. Redirects are never
+// followed: the 3xx is the answer. Each request is bounded by Timeout,
+// and by its context. For callers that need the body (a key set, an auth
+// service's refusal) and bound how much of it they read themselves.
+func (c *Client) HTTPClient() *http.Client {
+	return &http.Client{
+		Transport: fencedTransport{c: c},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+		Timeout: Timeout,
+	}
+}
+
+// fencedTransport is HTTPClient's RoundTripper.
+type fencedTransport struct{ c *Client }
+
+func (ft fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		closeBody(req)
+		return nil, errors.New("fence: request without a URL")
+	}
+	t, err := ft.c.check(req.URL)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	addrs, err := ft.c.addresses(req.Context(), t)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	tr := ft.c.transport(t, addrs)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		tr.CloseIdleConnections()
+		if re, ok := errors.AsType[*RefusedError](err); ok {
+			return nil, re
+		}
+		return nil, fmt.Errorf("fence: %s %s: %w", req.Method, t.origin, err)
+	}
+	return resp, nil
+}

@@ -846,3 +846,49 @@ func TestMetadataFence(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPClient proves the client HTTPClient returns is fenced like Do:
+// a private address is refused under a policy that blocks it, redirects
+// are not followed; and that, unlike Do, it returns the body.
+func TestHTTPClient(t *testing.T) {
+	var hits counter
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+			return
+		}
+		hits.ServeHTTP(httptest.NewRecorder(), r)
+		io.WriteString(w, `{"keys":[]}`)
+	}))
+
+	blocked := newClient(t, Policy{AllowHTTP: true}).HTTPClient()
+	_, err := blocked.Get(srv.URL + "/jwks")
+	if _, ok := errors.AsType[*RefusedError](err); !ok {
+		t.Fatalf("Get(loopback) under a policy without AllowPrivate = %v, want a *RefusedError", err)
+	}
+	if n := hits.hits.Load(); n != 0 {
+		t.Fatalf("origin got %d requests after a refusal, want 0", n)
+	}
+	if _, err := blocked.Get("http://10.0.0.1/jwks"); err == nil {
+		t.Fatal("Get(10.0.0.1) = nil error, want refused")
+	}
+
+	hc := newClient(t, local).HTTPClient()
+	resp, err := hc.Get(srv.URL + "/jwks")
+	if err != nil {
+		t.Fatalf("Get = %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(body) != `{"keys":[]}` {
+		t.Fatalf("body = %q, %v; want the origin's", body, err)
+	}
+	resp, err = hc.Get(srv.URL + "/redirect")
+	if err != nil {
+		t.Fatalf("Get(redirect) = %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || hits.hits.Load() != 1 {
+		t.Fatalf("redirect = %d with %d origin hits, want 302 not followed", resp.StatusCode, hits.hits.Load())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/fence"
@@ -102,6 +103,14 @@ type Config struct {
 	// no private addresses, no allowlist.
 	Outbound fence.Policy
 
+	// DefaultAccess is default_access: "allow" (the default; also "")
+	// opens every service without auth methods; "deny" closes those not
+	// public, and a closed service answers like an unclaimed hostname.
+	DefaultAccess string
+	// OIDC is the server's OpenID Connect provider (the oidc: block), for
+	// services with auth: {oidc: …}; an empty Issuer means none.
+	OIDC OIDCConfig
+
 	// MetricsToken is the bearer token of /aperio/metrics (metrics_token).
 	// Empty means /aperio/metrics answers 404 (on metrics_listen: no token
 	// is asked). Secret.
@@ -157,6 +166,7 @@ func DefaultConfig() Config {
 		MaxHeaderBytes:      1 << 20,
 		KeepAliveTimeout:    2 * time.Minute,
 		MaxConnectionsPerIP: 256,
+		DefaultAccess:       "allow",
 		ShutdownTimeout:     10 * time.Second,
 		Cache:               cache.DefaultConfig(),
 		Scaling:             autoscale.DefaultConfig(),
@@ -176,6 +186,9 @@ func (cfg Config) Validate() error {
 	if cfg.Token == "" {
 		errs = append(errs, errors.New("gateway: server.token is required"))
 	}
+	if _, err := cfg.posture(); err != nil {
+		errs = append(errs, err)
+	}
 	if cfg.Port < 0 || cfg.Port > 65535 {
 		errs = append(errs, fmt.Errorf("gateway: port %d is not a port (0 to 65535)", cfg.Port))
 	}
@@ -190,8 +203,39 @@ func (cfg Config) Validate() error {
 			errs = append(errs, fmt.Errorf("gateway: %s must not be negative, got %v", d.name, d.v))
 		}
 	}
+	if o := cfg.OIDC; o.Issuer == "" && (o.ClientID != "" || o.ClientSecret != "" || o.RedirectURL != "" || len(o.Scopes) > 0) {
+		errs = append(errs, errors.New("gateway: oidc.issuer is required when the oidc block sets anything"))
+	} else if o.Issuer != "" && (o.ClientID == "" || o.ClientSecret == "") {
+		errs = append(errs, errors.New("gateway: oidc.client_id and oidc.client_secret are required with oidc.issuer"))
+	}
 	if cfg.MaxHeaderBytes < 0 || cfg.MaxConnectionsPerIP < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_header_bytes %d and max_connections_per_ip %d must not be negative", cfg.MaxHeaderBytes, cfg.MaxConnectionsPerIP))
 	}
 	return errors.Join(errs...)
+}
+
+// posture parses DefaultAccess; "" is allow.
+func (cfg Config) posture() (access.Posture, error) {
+	if cfg.DefaultAccess == "" {
+		return access.Allow, nil
+	}
+	return access.ParsePosture(cfg.DefaultAccess)
+}
+
+// OIDCConfig is the server's oidc: block. The login and session cookies
+// are sealed with a key derived from the master token, so every server
+// sharing the token accepts every session and changing the token ends
+// them all.
+type OIDCConfig struct {
+	// Issuer is the provider's issuer URL (oidc.issuer); "" means no
+	// provider.
+	Issuer string
+	// ClientID and ClientSecret identify the server to the provider
+	// (oidc.client_id, oidc.client_secret).
+	ClientID, ClientSecret string
+	// Scopes asked for (oidc.scopes); empty means openid email profile.
+	Scopes []string
+	// RedirectURL is the callback registered for the one hostname it
+	// names (oidc.redirect_url); empty derives every callback.
+	RedirectURL string
 }

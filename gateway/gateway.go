@@ -19,6 +19,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
@@ -60,13 +62,18 @@ type Gateway struct {
 	started time.Time
 
 	metrics *telemetry.Metrics
-	calls   *callCounts  // scaling hook calls by reason and outcome
-	tracer  trace.Tracer // nil when tracing is off
-	proxy   http.Handler // the router, observed: visitors' requests
-	api     http.Handler // the admin API under /aperio/api
-	db      *store.DB
-	ctl     *autoscale.Controller // nil unless scaling is on
-	armed   *armLoader            // loads the router's armed binds; nil unless scaling is on
+	calls   *callCounts     // scaling hook calls by reason and outcome
+	tracer  trace.Tracer    // nil when tracing is off
+	proxy   http.Handler    // the router, observed: visitors' requests
+	signer  *access.Signer  // signs the identity tokens backends receive
+	shares  *access.Keyring // share links: derived from the master token
+	oidc    *oidc.Provider  // the oidc: block's provider; nil without one
+	// authAudit writes auth_denied entries, sampled, off the request path.
+	authAudit *authAuditor
+	api       http.Handler // the admin API under /aperio/api
+	db        *store.DB
+	ctl       *autoscale.Controller // nil unless scaling is on
+	armed     *armLoader            // loads the router's armed binds; nil unless scaling is on
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *fence.Client
@@ -150,6 +157,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	rc := cfg.Router
 	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, stale, log, g.tracer
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
+	if rc.Access, err = g.accessConfig(ctx); err != nil {
+		return nil, err
+	}
 	rt, err := router.New(rc)
 	if err != nil {
 		return nil, err
@@ -204,7 +214,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.edge, err = newEdge(cfg); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +255,18 @@ func (g *Gateway) Handler() http.Handler {
 		p := r.URL.Path
 		if !router.Reserved(p) {
 			g.proxy.ServeHTTP(w, r)
+			return
+		}
+		if strings.HasPrefix(p, oidc.AuthPrefix) {
+			// The login of a protected hostname: on that hostname, no
+			// admin credential.
+			g.serveAuth(w, r)
+			return
+		}
+		if p == access.JWKSPath {
+			// Public on every hostname: backends verify identity tokens
+			// with it.
+			g.serveJWKS(w, r)
 			return
 		}
 		if g.edge.guardAdmin(w, r) || charged(r) && !g.router.Charge(w, r) {
@@ -334,11 +356,17 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}()
+	audited := make(chan struct{})
+	go func() {
+		defer close(audited)
+		g.authAudit.run(wctx)
+	}()
 	defer func() {
 		stopWatch()
 		<-watched
 		<-scaled
 		<-delivered
+		<-audited
 		if g.ownStore {
 			g.db.Close()
 		}

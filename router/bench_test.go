@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // BenchmarkAdmission measures route selection and admission, the work the
@@ -145,3 +146,44 @@ func BenchmarkObservedServeHTTP(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkServeHTTPGated is BenchmarkServeHTTP for services behind a
+// gate: the visitor's credential checked on every request (bearer; basic
+// with its verification remembered after the first), the backend request
+// readied without it and with the identity headers.
+func BenchmarkServeHTTPGated(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		access *tunnel.Access
+		authz  string
+	}{
+		{"bearer", &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}, "Bearer " + testKey},
+		{"basic", &tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(b, "pw")}}}, basicAuth("ann", "pw")},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100})
+			a := limited(100, "app.example.com")
+			a.Services[0].Access = tc.access
+			rt.update(&benchConn{fakeConn{id: "c1", at: epoch}}, a)
+			req := httptest.NewRequest(http.MethodGet, "http://app.example.com/index.html", nil)
+			w := &statusWriter{}
+			b.ReportAllocs()
+			for b.Loop() {
+				req.Header = http.Header{"Authorization": {tc.authz}}
+				w.h, w.code = http.Header{}, 0
+				rt.ServeHTTP(w, req)
+				if w.code != 0 && w.code != http.StatusOK {
+					b.Fatalf("status %d: the gate refused the credential", w.code)
+				}
+			}
+		})
+	}
+}
+
+// statusWriter is a discardWriter that keeps the status written.
+type statusWriter struct {
+	discardWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.code = code }

@@ -22,6 +22,7 @@ const (
 	StepIPLimit     = wire.StepIPLimit
 	StepMaintenance = wire.StepMaintenance
 	StepRoute       = wire.StepRoute
+	StepAccess      = wire.StepAccess
 	StepAllowedIPs  = wire.StepAllowedIPs
 	StepPool        = wire.StepPool
 	StepColdStart   = wire.StepColdStart
@@ -114,7 +115,7 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		ex.IP = ip.String()
 	}
 
-	a := admission{ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method}
+	a := admission{ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, header: q.header}
 	if q.header != nil {
 		a.hostField = new(bool)
 		*a.hostField = hostFieldConflicts(&http.Request{Host: q.host, Header: q.header})
@@ -122,6 +123,10 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	if ref := rt.admit(ctx, &a, nil); ref.kind != passed {
 		if refusalInfo[ref.kind].nothing {
 			return rt.explainNothing(&ex, a.path, ref)
+		}
+		if u, ok := rt.cfg.Fallbacks[ex.Host]; ok && ref.kind == refusedAccessHidden {
+			ex.step(StepFallback, OutcomeStop, "fallbacks has "+ex.Host+" (answered as no route: never a stale copy)")
+			return ex.end("302 fallback redirect to "+u, http.StatusFound)
 		}
 		return ex.refuse(ref)
 	}

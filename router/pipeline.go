@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -40,7 +43,7 @@ const (
 	stageHostField                // an HTTP/2 host field other than :authority
 	stageRoute                    // the bind matching host and path, and its liveness
 	stageBody                     // max_body_size, and the body's pacing
-	stageAccess                   // visitor access control: passes every request for now
+	stageAccess                   // visitor access control: the bind's gate
 	stageAllowedIPs               // some client's token admits the visitor
 )
 
@@ -77,6 +80,8 @@ const (
 	refusedColdStartFailed                      // the cold start failed
 	refusedConnect                              // CONNECT to a backend that does not allow it
 	refusedExchange                             // the exchange failed; the error says how
+	refusedAccess                               // the gate refused; its decision is the answer
+	refusedAccessHidden                         // the gate refused unseen: answered like no route
 	numRefusalKinds
 )
 
@@ -110,20 +115,32 @@ var refusalInfo = [numRefusalKinds]struct {
 	refusedColdStartFailed:   {status: http.StatusGatewayTimeout, host: true, before: "aperio: ", after: " could not be started", nothing: true, explainText: "504 cold start failed", setting: "cold_start"},
 	refusedConnect:           {status: http.StatusMethodNotAllowed, allow: []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}, host: true, before: "aperio: CONNECT is not allowed for ", explainText: "405 CONNECT not allowed", setting: "allow_connect"},
 	refusedExchange:          {status: http.StatusBadGateway, explainText: "502 bad gateway"},
+	refusedAccess:            {explainText: "refused by the service's access control"},
+	// Like refusedNoRoute, but never a stale copy: the cache must not
+	// answer for a service the visitor may not reach. An unclaimed
+	// hostname has no copy either, so the answers still match.
+	refusedAccessHidden: {status: http.StatusBadGateway, host: true, before: "aperio: no client is serving ", explainText: "502 no client (refused by access control, answered as no route)"},
 }
 
 // refusal is a stage's verdict: the zero refusal passes. err carries the
-// cause of refusedBodyTooLarge and refusedExchange.
+// cause of refusedBodyTooLarge and refusedExchange, dec the gate's
+// answer of refusedAccess.
 type refusal struct {
 	kind refusalKind
 	err  error
+	dec  *access.Decision
 }
 
 func refuseWith(k refusalKind) refusal { return refusal{kind: k} }
 
 // status is the status the visitor gets for ref, before any stale copy or
 // fallback redirect.
-func (ref refusal) status() int { return refusalInfo[ref.kind].status }
+func (ref refusal) status() int {
+	if ref.kind == refusedAccess && ref.dec != nil {
+		return ref.dec.Status
+	}
+	return refusalInfo[ref.kind].status
+}
 
 // admission is one request on its way through the stages. In a dry run
 // (ex set) there is no request: r and w are nil. The request's record is
@@ -144,6 +161,10 @@ type admission struct {
 	path      string       // normal form once stageReserved passed
 	ip        netip.Addr   // the visitor; the zero Addr when unknown
 	p         *pool        // once stageRoute passed
+	header    http.Header  // a dry run's request headers; nil: none given
+
+	gate *gateEntry      // the bind's gate, once stageAccess ran
+	dec  access.Decision // the gate's admission, for the backend request
 
 	routeStart time.Time // when tracing: when routing began
 }
@@ -169,7 +190,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageBody:
 			ref = rt.checkBody(a)
 		case stageAccess:
-			ref = rt.checkAccess(a)
+			ref = rt.checkAccess(a, rec)
 		case stageAllowedIPs:
 			ref = rt.checkAllowedIPs(a)
 		}
@@ -333,9 +354,89 @@ func (rt *Router) checkBody(a *admission) refusal {
 	return refusal{}
 }
 
-// checkAccess is visitor access control. Nothing is configured for it
-// yet, so it passes every request, and a dry run records no step.
-func (rt *Router) checkAccess(*admission) refusal { return refusal{} }
+// checkAccess asks the bind's gate (built once per announcement, see
+// gateEntry) about the visitor. A hidden refusal is answered like no
+// route, so that a closed service cannot be discovered; any other is the
+// gate's own answer (401, 403, a redirect, 503 when a method could not
+// decide). An open gate without IP rules costs one load and a branch.
+// rec is nil in a dry run.
+func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
+	ge := a.p.gate.Load()
+	if ge == nil {
+		ge = rt.defaultGate
+	}
+	a.gate = ge
+	if a.ex != nil {
+		return rt.explainAccess(a, ge)
+	}
+	if ge.simple {
+		return refusal{}
+	}
+	d := ge.gate.Check(a.r, a.accessVisitor())
+	if d.Admitted {
+		a.dec = d
+		if d.Method != "" {
+			rec.AuthMethod, rec.AuthOutcome = d.Method, "admitted"
+		}
+		return refusal{}
+	}
+	// A copy for the refusal: taking d's address would move every
+	// request's decision to the heap, admitted ones too.
+	dp := new(access.Decision)
+	*dp = d
+	rt.denied(a, ge, dp, rec)
+	if d.Hidden {
+		return refuseWith(refusedAccessHidden)
+	}
+	return refusal{kind: refusedAccess, dec: dp}
+}
+
+// accessVisitor is what the gate knows of the visitor.
+func (a *admission) accessVisitor() access.Visitor {
+	return access.Visitor{Addr: a.ip, HTTPS: a.v.Proto == "https", Host: a.host, Path: a.path}
+}
+
+// explainAccess is checkAccess's dry run. It never calls out: a gate whose
+// methods would (jwt, forward) is described, not consulted, and the dry
+// run goes on as if it admitted. Local methods (basic, bearer) judge the
+// headers the dry run was given.
+func (rt *Router) explainAccess(a *admission, ge *gateEntry) refusal {
+	ex := a.ex
+	switch {
+	case ge.simple:
+		ex.step(StepAccess, OutcomePass, "open: no auth methods, and default_access allow or public: true")
+		return refusal{}
+	case !ge.ips.Admits(a.ip):
+		ex.step(StepAccess, OutcomeStop, "the service's allowed_ips or denied_ips refuse the visitor: answered as if the bind did not exist")
+		return refuseWith(refusedAccessHidden)
+	case ge.gate.Open():
+		ex.step(StepAccess, OutcomePass, "open, and the service's IP rules admit the visitor")
+		return refusal{}
+	case ge.remote:
+		ex.step(StepAccess, OutcomeInfo, "the service's auth methods include jwt or forward, which call out: explain does not consult them; the rest assumes the visitor is admitted")
+		return refusal{}
+	}
+	h := a.header
+	if h == nil {
+		h = http.Header{}
+	}
+	method := a.method
+	if method == "" {
+		method = http.MethodGet
+	}
+	r := &http.Request{Method: method, Host: a.host, URL: &url.URL{Path: a.path}, Header: h}
+	d := ge.gate.Check(r, a.accessVisitor())
+	switch {
+	case d.Admitted:
+		ex.step(StepAccess, OutcomePass, "admitted: "+d.Reason)
+		return refusal{}
+	case d.Hidden:
+		ex.step(StepAccess, OutcomeStop, d.Reason+": answered as if the bind did not exist")
+		return refuseWith(refusedAccessHidden)
+	}
+	ex.step(StepAccess, OutcomeStop, fmt.Sprintf("%d: %s", d.Status, d.Reason))
+	return refusal{kind: refusedAccess, dec: &d}
+}
 
 // checkAllowedIPs refuses a visitor that no client's token admits, as if
 // the route did not exist, so that a blocked address learns nothing.
@@ -381,6 +482,15 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 	case refusedBodyTooLarge, refusedExchange:
 		rt.answerError(w, r, host, ref.err)
 		return
+	case refusedAccess:
+		answerDecision(w, ref.dec)
+		return
+	case refusedAccessHidden:
+		// The fallback redirect of no route, without its stale copy.
+		if u, ok := rt.cfg.Fallbacks[host]; ok {
+			http.Redirect(w, r, u, http.StatusFound)
+			return
+		}
 	}
 	h := w.Header()
 	if info.retryAfter != nil {
@@ -394,6 +504,21 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 		text = info.before + host + info.after
 	}
 	http.Error(w, text, info.status)
+}
+
+// answerDecision writes a gate's refusal: its status and headers, and its
+// body, or a short text when it has none.
+func answerDecision(w http.ResponseWriter, d *access.Decision) {
+	h := w.Header()
+	for k, vv := range d.Header {
+		h[k] = vv
+	}
+	if d.Body == nil {
+		http.Error(w, "aperio: "+strings.ToLower(http.StatusText(d.Status)), d.Status)
+		return
+	}
+	w.WriteHeader(d.Status)
+	w.Write(d.Body)
 }
 
 // answerError answers a failed exchange or an oversized body, choosing the

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -31,6 +32,8 @@ type pipelineCase struct {
 	notProxied bool
 	// setting is the setting Explain must name as deciding the verdict.
 	setting string
+	// header holds request headers (credentials), given to both.
+	header http.Header
 }
 
 // serving returns a setup: a router with cfg and one client "a" announcing
@@ -288,6 +291,55 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			method: http.MethodConnect, want: http.StatusMethodNotAllowed,
 		},
 		{
+			name:  "access: basic without credentials: 401",
+			setup: serving(Config{}, accessAnn(&tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(t, "s3cret")}}})),
+			want:  http.StatusUnauthorized,
+		},
+		{
+			name:   "access: basic with the right password: admitted",
+			setup:  serving(Config{}, accessAnn(&tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(t, "s3cret")}}})),
+			header: http.Header{"Authorization": {basicAuth("ann", "s3cret")}},
+			want:   http.StatusOK,
+		},
+		{
+			name:  "access: default_access deny hides a service without auth",
+			setup: serving(Config{Access: AccessConfig{Default: access.Deny}}, ann(svc("", "app.test"))),
+			want:  http.StatusBadGateway,
+		},
+		{
+			name:  "access: public service open under deny",
+			setup: serving(Config{Access: AccessConfig{Default: access.Deny}}, accessAnn(&tunnel.Access{Public: true})),
+			want:  http.StatusOK,
+		},
+		{
+			name:  "access: denied_ips hides the service",
+			setup: serving(Config{}, accessAnn(&tunnel.Access{DeniedIPs: []string{visitor.String()}})),
+			want:  http.StatusBadGateway,
+		},
+		{
+			name:  "access: allowed_ips admits the visitor",
+			setup: serving(Config{}, accessAnn(&tunnel.Access{AllowedIPs: []string{"203.0.113.0/24"}})),
+			want:  http.StatusOK,
+		},
+		{
+			name:   "access: bearer admitted",
+			setup:  serving(Config{Access: AccessConfig{Default: access.Deny}}, accessAnn(&tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}})),
+			header: http.Header{"Authorization": {"Bearer " + testKey}},
+			want:   http.StatusOK,
+		},
+		{
+			name:   "access: bearer with a wrong key: 401",
+			setup:  serving(Config{}, accessAnn(&tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}})),
+			header: http.Header{"Authorization": {"Bearer " + testKey + "x"}},
+			want:   http.StatusUnauthorized,
+		},
+		{
+			name: "access: hidden with a fallback: the redirect of no route",
+			setup: serving(Config{Access: AccessConfig{Default: access.Deny}, Fallbacks: map[string]string{"app.test": "https://status.example.com/"}},
+				ann(svc("", "app.test"))),
+			want: http.StatusFound,
+		},
+		{
 			name: "CONNECT to a backend that takes it",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{})
@@ -314,8 +366,14 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 					path = "/"
 				}
 				q := explainQuery{host: host, path: path, ip: visitor, method: method}
+				if tt.hostField != "" || tt.header != nil {
+					q.header = tt.header.Clone()
+					if q.header == nil {
+						q.header = http.Header{}
+					}
+				}
 				if tt.hostField != "" {
-					q.header = http.Header{"Host": {tt.hostField}}
+					q.header["Host"] = []string{tt.hostField}
 				}
 				ex := rt.explain(t.Context(), q)
 				predicted := predictedStatus(ex)
@@ -328,7 +386,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 				if ex.Setting != tt.setting {
 					t.Errorf("Explain(%s %s%s).Setting = %q, want %q (verdict %q)", method, host, path, ex.Setting, tt.setting, ex.Verdict)
 				}
-				served := serveOnce(t, rt, method, host, path, tt.hostField)
+				served := serveWith(t, rt, method, host, path, tt.hostField, tt.header)
 				if predicted != served {
 					t.Errorf("Explain(%s %s%s) predicts %d (verdict %q, after wait %q), proxy served %d\nsteps: %+v",
 						method, host, path, predicted, ex.Verdict, ex.AfterWait, served, ex.Steps)
@@ -345,6 +403,12 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 // status served.
 func serveOnce(t testing.TB, rt *Router, method, host, path, hostField string) int {
 	t.Helper()
+	return serveWith(t, rt, method, host, path, hostField, nil)
+}
+
+// serveWith is serveOnce with request headers.
+func serveWith(t testing.TB, rt *Router, method, host, path, hostField string, header http.Header) int {
+	t.Helper()
 	target := path
 	if method == http.MethodConnect {
 		target = host + ":443"
@@ -352,6 +416,9 @@ func serveOnce(t testing.TB, rt *Router, method, host, path, hostField string) i
 	req := httptest.NewRequest(method, target, nil)
 	req.Host = host
 	req.RemoteAddr = netip.AddrPortFrom(visitor, 1234).String()
+	for k, vv := range header {
+		req.Header[k] = vv
+	}
 	if hostField != "" {
 		req.Header["Host"] = []string{hostField}
 	}

@@ -34,6 +34,9 @@ type service struct {
 	allowedIPs []netip.Prefix
 
 	pools atomic.Pointer[[]*pool] // pools this service serves, for permit hand-off
+	// gate is the service's access gate, rebuilt under Router.mu only when
+	// its announced access block changes.
+	gate atomic.Pointer[gateEntry]
 }
 
 // routable reports whether the service may take new requests.
@@ -69,7 +72,11 @@ type pool struct {
 	// restricted is set when some member's token limits its visitors
 	// (allowed_ips), so unrestricted pools skip the check.
 	restricted atomic.Bool
-	next       atomic.Uint64 // round-robin cursor
+	// gate decides every visitor's access: its members' gate (they agree),
+	// kept after the last member leaves so that a bind waiting for its
+	// client's return stays as closed as it was.
+	gate atomic.Pointer[gateEntry]
+	next atomic.Uint64 // round-robin cursor
 
 	// emptiedAt is when the last member left (unix ns), 0 while it has
 	// members. A pool emptied within client_down_threshold still holds

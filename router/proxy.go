@@ -77,6 +77,13 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		return
 	}
 	prepareOutbound(r, &a.v, tunnel.IsUpgrade(r.Header))
+	if err := a.gate.gate.PrepareUpstream(r.Header, a.accessVisitor(), a.dec); err != nil {
+		// No identity token could be signed: the backend asked for one,
+		// so the request must not reach it without.
+		rt.log.Error("identity token not signed", logkey.Hostname, a.host, logkey.Err, err)
+		http.Error(w, "aperio: internal error", http.StatusInternalServerError)
+		return
+	}
 	rt.dispatch(&a, rec)
 }
 
@@ -171,7 +178,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 		}
 		responseStarted(body)
-		rt.respond(w, r, s, resp)
+		rt.respond(w, r, s, resp, !a.gate.gate.Open())
 		if span != nil {
 			span.End()
 		}
@@ -250,15 +257,17 @@ func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, ju
 // respond writes the client's response to the visitor. For a service with
 // resilience, a cacheable response is recorded on its way through, and a
 // client's own "backend unreachable" answer is replaced by a stale copy
-// when there is one.
-func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, resp *http.Response) {
+// when there is one. A gated service's answers are never recorded: a
+// stale copy is served without asking the gate, and one visitor's answer
+// must not reach another.
+func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		rt.relayUpgrade(w, r, resp)
 		return
 	}
 	defer resp.Body.Close()
 	var capture *cache.Capture
-	if rt.cfg.Cache != nil && s.resilience.Load() {
+	if rt.cfg.Cache != nil && s.resilience.Load() && !gated {
 		if resp.Header.Get(tunnel.ErrorHeader) == tunnel.ErrorBackend && rt.serveStale(w, r) {
 			return
 		}

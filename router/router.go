@@ -77,6 +77,11 @@ type Config struct {
 	// request's context, and sends the dispatch span's traceparent to the
 	// backend. Nil means tracing is off: no span, no clock read for one.
 	Tracer trace.Tracer
+
+	// Access is the server's side of visitor access control
+	// (default_access, the identity signer, share links, the outbound
+	// client of jwt and forward).
+	Access AccessConfig
 }
 
 // Router routes visitor requests to connected clients. It implements
@@ -91,6 +96,9 @@ type Router struct {
 	global   atomic.Int64 // proxied requests in flight
 	held     atomic.Int64 // requests held for a cold start
 	tracer   trace.Tracer // nil when tracing is off
+	// defaultGate is the gate of a service that announces no access
+	// block: default_access decides.
+	defaultGate *gateEntry
 
 	table       atomic.Pointer[table]               // read lock-free on every request
 	maintenance atomic.Pointer[map[string]struct{}] // hostnames in maintenance
@@ -112,6 +120,10 @@ type clientEntry struct {
 	services map[string]*service
 	keys     map[poolKey]bool // the pools its services are in
 	notices  []string         // repeated to the client on every heartbeat
+	// retry is set when a bind was refused for disagreeing access: the
+	// next announcement is applied again even if it is the same, so that
+	// the bind is taken once the clients serving it agree or leave.
+	retry bool
 }
 
 // poolKey names a pool: a hostname pattern and a path. It needs no
@@ -151,6 +163,9 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	rt.failover = fp
+	if rt.defaultGate, err = rt.cfg.Access.buildGate(nil); err != nil {
+		return nil, err
+	}
 	if cfg.IPLimitMax > 0 {
 		rt.ips = newIPLimiter(cfg.IPLimitMax, cfg.IPLimitRefill)
 	}
@@ -275,7 +290,7 @@ func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, r rights) []stri
 func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, force bool) ([]string, []*pool) {
 	allowedIPs := r.allowedIPs
 	e := rt.clients[conn]
-	if e != nil && !force && sameRouting(e.ann, ann) {
+	if e != nil && !force && !e.retry && sameRouting(e.ann, ann) {
 		e.ann = ann
 		return e.notices, nil
 	}
@@ -287,6 +302,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 	seen := make(map[string]bool, len(ann.Services))
 	keys := make(map[poolKey][]*service)
 	var notices []string
+	retry := false
 	for _, sa := range ann.Services {
 		seen[sa.ID] = true
 		s := e.services[sa.ID]
@@ -303,15 +319,31 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		s.draining.Store(ann.Draining)
 		s.resilience.Store(sa.Resilience)
 		s.allowConnect.Store(sa.AllowConnect)
+		ge := s.gate.Load()
+		if ge == nil || !sameAccess(ge.spec, sa.Access) {
+			ng, err := rt.cfg.Access.buildGate(sa.Access)
+			if err != nil {
+				notices = append(notices, accessNotice(sa.ID, err))
+				continue
+			}
+			s.gate.Store(ng)
+			ge = ng
+		}
 		for _, h := range sa.Hostnames {
 			if why := rt.refusalLocked(e, e.rights, h, sa.Path); why != "" {
 				notices = append(notices, why+"; not routed")
 				continue
 			}
 			k := poolKey{hostname.Normalize(h), sa.Path}
+			if why := rt.accessConflictLocked(e, k, ge); why != "" {
+				notices = append(notices, why)
+				retry = true
+				continue
+			}
 			keys[k] = append(keys[k], s)
 		}
 	}
+	e.retry = retry
 	for id, s := range e.services {
 		if !seen[id] {
 			s.gone.Store(true)
@@ -320,6 +352,25 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 	}
 	e.notices = notices
 	return notices, rt.rebindLocked(e, keys)
+}
+
+// accessConflictLocked returns why e may not serve the bind k with gate
+// ge: another client serves it with other access settings. The members
+// of a bind must agree, or a visitor's access would depend on which
+// client the balancer picks; the client already serving wins, and the
+// newcomer is refused for that bind until they agree.
+func (rt *Router) accessConflictLocked(e *clientEntry, k poolKey, ge *gateEntry) string {
+	for other, ss := range rt.members[k] {
+		if other == e {
+			continue
+		}
+		for _, s := range ss {
+			if g := s.gate.Load(); g != nil && !sameAccess(g.spec, ge.spec) {
+				return fmt.Sprintf("%s%s is served by another client with other access settings (public, auth, allowed_ips, denied_ips, identity_jwt): they must agree; not routed", k.pattern, k.path)
+			}
+		}
+	}
+	return ""
 }
 
 // Detach implements tunnel.Registry.
@@ -401,6 +452,9 @@ func (rt *Router) rebindLocked(e *clientEntry, keys map[poolKey][]*service) []*p
 			restricted = restricted || len(s.allowedIPs) > 0
 		}
 		p.restricted.Store(restricted)
+		if len(ms) > 0 {
+			p.gate.Store(ms[0].gate.Load())
+		}
 		if len(ms) == 0 {
 			delete(rt.members, k)
 			if p.emptiedAt.Load() == 0 {
@@ -475,7 +529,7 @@ func sameRouting(a, b *tunnel.Announcement) bool {
 	for i := range a.Services {
 		x, y := &a.Services[i], &b.Services[i]
 		if x.ID != y.ID || x.Path != y.Path || x.MaxConcurrent != y.MaxConcurrent ||
-			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect ||
+			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || !sameAccess(x.Access, y.Access) ||
 			len(x.Hostnames) != len(y.Hostnames) {
 			return false
 		}

@@ -27,6 +27,7 @@ const (
 	metricDuration     = "aperio.request.duration"
 	metricQueueWait    = "aperio.queue_wait"
 	metricColdHold     = "aperio.cold_start.hold"
+	metricAuth         = "aperio.auth"
 	attrHostname       = "hostname"
 	attrStatusClass    = "status_class"
 	statusClassAborted = "aborted"
@@ -91,6 +92,7 @@ type Observer struct {
 	duration metric.Float64Histogram
 	wait     metric.Float64Histogram
 	hold     metric.Float64Histogram
+	auth     metric.Int64Counter
 	hosts    *hostLabels
 	prop     propagation.TraceContext
 }
@@ -124,6 +126,10 @@ func NewObserver(cfg ObserverConfig) (*Observer, error) {
 	}
 	if o.hold, err = m.Float64Histogram(metricColdHold, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(secondsBuckets...),
 		metric.WithDescription("Time requests were held for a cold start, by hostname.")); err != nil {
+		return nil, err
+	}
+	if o.auth, err = m.Int64Counter(metricAuth,
+		metric.WithDescription("Requests judged by a service's access gate, by method and outcome.")); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -179,6 +185,11 @@ func (o *Observer) record(ctx context.Context, rec *Request) {
 	}
 	if rec.Hold > 0 {
 		o.hold.Record(ctx, rec.Hold.Seconds(), l.host...)
+	}
+	if rec.AuthOutcome != "" {
+		// Both labels come from small fixed sets (the methods' names and
+		// their combinations, the outcomes), never from the visitor.
+		o.auth.Add(ctx, 1, metric.WithAttributes(attribute.String("method", rec.AuthMethod), attribute.String("outcome", rec.AuthOutcome)))
 	}
 }
 

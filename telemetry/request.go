@@ -38,6 +38,12 @@ type Request struct {
 	Bytes int64
 	// Duration is the time from Start to the end of the response.
 	Duration time.Duration
+	// AuthMethod and AuthOutcome are what the service's access gate made
+	// of the request, when it has one that is not simply open: the method
+	// that admitted it, else the gate's methods joined with "+" ("none"
+	// without any); and "admitted", "denied", "redirect", "unavailable" or
+	// "hidden". Empty when no gate judged the request.
+	AuthMethod, AuthOutcome string
 }
 
 // Proxy is what an Observer wraps: a handler that records its part of a

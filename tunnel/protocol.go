@@ -83,6 +83,9 @@ type Service struct {
 	// carries its Desired, so a server that ignores this field still
 	// enforces the effective limit.
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
+	// Access is the service's visitor access control, nil when it sets
+	// none: the server's default_access then decides.
+	Access *Access `json:"access,omitempty"`
 }
 
 // Concurrency is a service's concurrency limiter as its client announces
@@ -223,6 +226,11 @@ func (a *Announcement) Validate() error {
 		}
 		if c := svc.Concurrency; c != nil && (c.Desired < 0 || c.Min < 0 || c.Max < 0 || len(c.Mode) > 32) {
 			errs = append(errs, fmt.Errorf("announcement: service %s: invalid concurrency %+v", svc.ID, *c))
+		}
+		if svc.Access != nil {
+			if err := svc.Access.validate(svc.ID); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if total > maxHostnames {

@@ -168,6 +168,29 @@ type Maintenance struct {
 	Since time.Time `json:"since"`
 }
 
+// CreateShareRequest is the body of POST /share.
+type CreateShareRequest struct {
+	// Hostname is the exact hostname the link opens; the caller's
+	// organization must own it.
+	Hostname string `json:"hostname"`
+	// Path is the path prefix the link opens (whole segments); "" is "/".
+	Path string `json:"path,omitempty"`
+	// TTL is how long the link works, a Go duration ("1h", "90m"), above
+	// 0 and at most 720h.
+	TTL string `json:"ttl"`
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// ShareLink is the answer to POST /share: the URL to hand out. Its token
+// is not stored anywhere: it cannot be listed or shown again.
+type ShareLink struct {
+	URL       string    `json:"url"`
+	Hostname  string    `json:"hostname"`
+	Path      string    `json:"path"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
 // MaintenanceRequest is the optional body of PUT /maintenance/{hostname}.
 type MaintenanceRequest struct {
 	// OrgID is as in CreateKeyRequest.

@@ -6,6 +6,7 @@ const (
 	StepIPLimit     = "ip_rate_limit"
 	StepMaintenance = "maintenance"
 	StepRoute       = "route"
+	StepAccess      = "access"
 	StepAllowedIPs  = "allowed_ips"
 	StepPool        = "pool"
 	StepColdStart   = "cold_start"

@@ -145,6 +145,13 @@ func (c *Client) SetMaintenance(ctx context.Context, hostname, orgID string) err
 	return c.Do(ctx, http.MethodPut, "/maintenance/"+url.PathEscape(hostname), in, nil)
 }
 
+// CreateShare calls POST /share: a link opening one hostname until it
+// expires.
+func (c *Client) CreateShare(ctx context.Context, req wire.CreateShareRequest) (wire.ShareLink, error) {
+	var out wire.ShareLink
+	return out, c.Do(ctx, http.MethodPost, "/share", req, &out)
+}
+
 // ClearMaintenance calls DELETE /maintenance/{hostname}.
 func (c *Client) ClearMaintenance(ctx context.Context, hostname string) error {
 	return c.Do(ctx, http.MethodDelete, "/maintenance/"+url.PathEscape(hostname), nil, nil)

@@ -54,6 +54,7 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 		a.adminKeysCommand(),
 		a.webhooksCommand(),
 		a.maintenanceCommand(),
+		a.shareCommand(),
 		a.auditCommand(),
 		a.explainCommand(),
 		a.orgsCommand(),
@@ -289,6 +290,42 @@ func (a *apiCLI) maintenanceCommand() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(on, off, list)
+	return cmd
+}
+
+func (a *apiCLI) shareCommand() *cobra.Command {
+	cmd := group("share", "Create share links")
+	var (
+		req wire.CreateShareRequest
+		ttl time.Duration
+	)
+	create := &cobra.Command{
+		Use:   "create --hostname H [--path P] --ttl 1h",
+		Short: "Print a URL that opens HOSTNAME (under PATH) past its access control until it expires",
+		Long: "Print a URL that opens one hostname, under a path prefix, to whoever holds it, until\n" +
+			"--ttl has passed (at most 720h). Anyone with the URL gets in: hand it out like a password.\n" +
+			"The server does not keep it; changing the master token revokes every link.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ttl <= 0 {
+				return fmt.Errorf("--ttl %s is not a positive duration", ttl)
+			}
+			req.TTL = ttl.String()
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.ShareLink, error) {
+				return c.CreateShare(ctx, req)
+			}, func(w io.Writer, l wire.ShareLink) {
+				fmt.Fprintf(w, "url\t%s\n", l.URL)
+				fmt.Fprintf(w, "expires\t%s\n", l.ExpiresAt.UTC().Format(time.RFC3339))
+			})
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&req.Hostname, "hostname", "", "the exact hostname the link opens")
+	f.StringVar(&req.Path, "path", "", "the path prefix it opens, whole segments (default /)")
+	f.DurationVar(&ttl, "ttl", 0, "how long the link works, at most 720h")
+	f.StringVar(&req.OrgID, "org-id", "", "organization owning the hostname (master token only; default: default)")
+	mustRequire(create, "hostname", "ttl")
+	cmd.AddCommand(create)
 	return cmd
 }
 

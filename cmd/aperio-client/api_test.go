@@ -105,7 +105,7 @@ func newAPIServer(t *testing.T) *apiServer {
 		t.Fatalf("router.New: %v", err)
 	}
 	rt.SetMaintenance([]string{"down.example.com"})
-	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Scaling: s.scaling, Explainer: rt})
+	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{}})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}
@@ -658,5 +658,40 @@ func TestExplainTableSetting(t *testing.T) {
 	explainTable(&b, router.Explanation{Host: "app.example.com", Path: "/", Verdict: "502 no client", Status: 502})
 	if strings.Contains(b.String(), "SETTING") {
 		t.Errorf("explain table with no setting has a SETTING line:\n%s", b.String())
+	}
+}
+
+// cliShares mints a fixed link naming what it was asked.
+type cliShares struct{}
+
+func (cliShares) Mint(_ *http.Request, host, path string, ttl time.Duration) (admin.ShareLink, string, error) {
+	if path == "" {
+		path = "/"
+	}
+	return admin.ShareLink{URL: "https://" + host + path + "?aperio_share=t-" + ttl.String(), Hostname: host, Path: path,
+		ExpiresAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}, "n", nil
+}
+
+// TestAPIShare: api share create sends the hostname, path and ttl and
+// prints the URL and expiry; a missing or non-positive --ttl is a usage
+// error.
+func TestAPIShare(t *testing.T) {
+	s := newAPIServer(t)
+	t.Setenv("APERIO_SERVER_URL", s.url)
+	t.Setenv("APERIO_API_KEY", testMaster)
+	out := ok(t, "api", "share", "create", "--hostname", "app.example.com", "--path", "/docs", "--ttl", "90m")
+	if !strings.Contains(out, "https://app.example.com/docs?aperio_share=t-1h30m0s") || !strings.Contains(out, "2030-01-01T00:00:00Z") {
+		t.Fatalf("share create printed %q, want the URL for 1h30m and the expiry", out)
+	}
+	var link admin.ShareLink
+	okJSON(t, &link, "api", "share", "create", "--hostname", "app.example.com", "--ttl", "1h", "--json")
+	if link.Path != "/" || link.Hostname != "app.example.com" {
+		t.Fatalf("share create --json = %+v", link)
+	}
+	if code, _, errOut := cli(t, "api", "share", "create", "--hostname", "app.example.com"); code != 2 || !strings.Contains(errOut, `"ttl" not set`) {
+		t.Fatalf("share create without --ttl = %d %q, want 2", code, errOut)
+	}
+	if code, _, errOut := cli(t, "api", "share", "create", "--hostname", "app.example.com", "--ttl", "-1h"); code != 2 || !strings.Contains(errOut, "not a positive duration") {
+		t.Fatalf("share create --ttl -1h = %d %q, want 2", code, errOut)
 	}
 }

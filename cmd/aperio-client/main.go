@@ -59,6 +59,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration with the source of each value")
 	cmd.AddCommand(newAPICommand(stdout, stderr))
 	cmd.AddCommand(newStatusCommand(stdout, stderr))
+	cmd.AddCommand(newHashPasswordCommand(stdinSource(), stdout, stderr))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		opts := config.ClientOptions{
 			File:          file,

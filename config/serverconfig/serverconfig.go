@@ -71,6 +71,12 @@ func settings() []config.Setting[Config] {
 		config.DurationSetting("gateway_response_timeout", "how long a dispatched request may wait for its response head", func(c *S) *time.Duration { return &c.Tunnel.ResponseHeaderTimeout }),
 		config.IntSetting("max_concurrent_requests", "proxied requests in flight on the whole server", func(c *S) *int { return &c.Router.MaxConcurrentRequests }),
 		config.SizeSetting("max_body_size", "request body ceiling (10MiB, bytes)", func(c *S) *int64 { return &c.Router.MaxBodyBytes }),
+		config.EnumSetting("default_access", "allow or deny: whether a service without auth is open", func(c *S) *string { return &c.DefaultAccess }),
+		config.StringSetting("oidc.issuer", "OpenID Connect provider for services with auth: oidc", func(c *S) *string { return &c.OIDC.Issuer }),
+		config.StringSetting("oidc.client_id", "client id registered at the provider", func(c *S) *string { return &c.OIDC.ClientID }),
+		config.StringSetting("oidc.client_secret", "client secret registered at the provider", func(c *S) *string { return &c.OIDC.ClientSecret }).Secret(),
+		config.ListSetting("oidc.scopes", "scopes asked for (default openid,email,profile)", func(c *S) *[]string { return &c.OIDC.Scopes }),
+		config.StringSetting("oidc.redirect_url", "callback URL registered for the one hostname it names", func(c *S) *string { return &c.OIDC.RedirectURL }),
 		config.IntSetting("ip_limit_max", "per-visitor token bucket size", func(c *S) *int { return &c.Router.IPLimitMax }),
 		config.FloatSetting("ip_limit_refill", "per-visitor refill, tokens per second", func(c *S) *float64 { return &c.Router.IPLimitRefill }),
 		config.DurationSetting("read_header_timeout", "time a visitor may take to send a request head", func(c *S) *time.Duration { return &c.ReadHeaderTimeout }),
@@ -214,6 +220,9 @@ func check(s Config, v *config.Checker) {
 		v.Add("max_concurrent_requests", "must be at least 1, got %d", s.Router.MaxConcurrentRequests)
 	}
 	v.NonNegative("max_body_size", s.Router.MaxBodyBytes)
+	if s.DefaultAccess != "" { // "" is a hand-built Config: allow
+		v.OneOf("default_access", s.DefaultAccess, []string{"allow", "deny"})
+	}
 	v.NonNegative("ip_limit_max", int64(s.Router.IPLimitMax))
 	if !(s.Router.IPLimitRefill >= 0) {
 		v.Add("ip_limit_refill", "must not be negative, got %g", s.Router.IPLimitRefill)

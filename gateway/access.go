@@ -1,0 +1,227 @@
+package gateway
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/access/oidc"
+	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
+)
+
+// IdentityIssuer is the iss of the identity tokens the server signs for
+// backends (identity_jwt).
+const IdentityIssuer = "aperio"
+
+// accessConfig returns the router's side of visitor access control:
+// default_access, an identity signer whose key is generated at start, and
+// the outbound client of the jwt and forward methods, under the same
+// fence as scaling hooks and webhooks (never http.DefaultClient).
+func (g *Gateway) accessConfig(ctx context.Context) (router.AccessConfig, error) {
+	posture, err := g.cfg.posture()
+	if err != nil {
+		return router.AccessConfig{}, err
+	}
+	signer, err := access.NewSigner(access.SignerConfig{Issuer: IdentityIssuer})
+	if err != nil {
+		return router.AccessConfig{}, fmt.Errorf("gateway: identity signer: %w", err)
+	}
+	g.signer = signer
+	g.authAudit = newAuthAuditor(g.db, g.log)
+	if g.shares, err = shareKeyring(g.cfg.Token); err != nil {
+		return router.AccessConfig{}, err
+	}
+	if g.oidc, err = g.oidcProvider(ctx); err != nil {
+		return router.AccessConfig{}, err
+	}
+	return router.AccessConfig{Default: posture, Identity: signer, Shares: g.shares, OIDC: g.oidc, Client: g.fence.HTTPClient(), Denied: g.authAudit.denied}, nil
+}
+
+// oidcInfo is the HKDF context of the OIDC cookies' key.
+const oidcInfo = "aperio oidc cookies v1"
+
+// oidcStartTimeout bounds the provider's discovery at start.
+const oidcStartTimeout = 30 * time.Second
+
+// oidcProvider returns the server's OpenID Connect provider, nil without
+// an oidc: block. It fetches the provider's discovery document through
+// the outbound fence, so an unreachable provider fails the start.
+func (g *Gateway) oidcProvider(ctx context.Context) (*oidc.Provider, error) {
+	o := g.cfg.OIDC
+	if o.Issuer == "" {
+		return nil, nil
+	}
+	key, err := hkdf.Key(sha256.New, []byte(g.cfg.Token), nil, oidcInfo, 32)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: oidc key: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, oidcStartTimeout)
+	defer cancel()
+	p, err := oidc.New(ctx, oidc.Config{
+		Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes, RedirectURL: o.RedirectURL,
+		HTTPClient: g.fence.HTTPClient(), Keys: []oidc.Key{{ID: 1, Secret: key}},
+		AllowHTTP: g.cfg.Outbound.AllowHTTP, Logger: g.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: oidc: %w", err)
+	}
+	return p, nil
+}
+
+// serveAuth answers the login routes under /aperio/auth/ of a hostname
+// whose service requires oidc; 404 elsewhere.
+func (g *Gateway) serveAuth(w http.ResponseWriter, r *http.Request) {
+	if g.oidc == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
+		return
+	}
+	visit, ok := g.router.OIDCVisit(r.Host, router.VisitorOf(r).Proto == "https")
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no service of this hostname requires a login"})
+		return
+	}
+	g.oidc.ServeAuth(w, r, visit)
+}
+
+// shareInfo is the HKDF context of the share key: it keeps the key apart
+// from anything else ever derived from the master token.
+const shareInfo = "aperio share links v1"
+
+// shareKeyring returns the keyring of share links: one key, derived from
+// the master token with HKDF-SHA256, named by a digest of the key. Every
+// server sharing the master token verifies every link; changing the
+// master token revokes them all.
+func shareKeyring(master string) (*access.Keyring, error) {
+	key, err := hkdf.Key(sha256.New, []byte(master), nil, shareInfo, 32)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: share key: %w", err)
+	}
+	sum := sha256.Sum256(key)
+	id := "m" + hex.EncodeToString(sum[:6])
+	return access.NewKeyring(access.KeyringConfig{Keys: map[string][]byte{id: key}, Current: id})
+}
+
+// shareMinter is the admin API's side of the share keyring: it builds
+// the URL for the scheme visitors of this server use.
+type shareMinter struct{ k *access.Keyring }
+
+func (m shareMinter) Mint(r *http.Request, host, path string, ttl time.Duration) (admin.ShareLink, string, error) {
+	tok, link, err := m.k.Mint(host, path, ttl)
+	if err != nil {
+		return admin.ShareLink{}, "", err
+	}
+	scheme := "http"
+	if router.VisitorOf(r).Proto == "https" {
+		scheme = "https"
+	}
+	u := url.URL{Scheme: scheme, Host: link.Host, Path: link.Path, RawQuery: url.Values{access.ShareParam: {tok}}.Encode()}
+	return admin.ShareLink{URL: u.String(), Hostname: link.Host, Path: link.Path, ExpiresAt: link.Expires}, link.Nonce, nil
+}
+
+// serveJWKS answers GET and HEAD of access.JWKSPath with the identity
+// signer's public key set, on every hostname and without auth.
+func (g *Gateway) serveJWKS(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	body := g.signer.JWKS()
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "public, max-age=300")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if r.Method == http.MethodHead {
+		return
+	}
+	w.Write(body)
+}
+
+// Sampling of auth_denied audit entries. A visitor can be refused as
+// fast as it can send requests, and each entry is permanent; so entries
+// are written per hostname at most maxRefusalAudits a minute (the budget
+// of client_refused), through a queue of authAuditQueue that the request
+// path never waits on: past either bound, refusals are counted, not
+// written, and the next entry written for the hostname says how many.
+const authAuditQueue = 256
+
+// authAuditor audits refused visitors (auth_denied) off the request path.
+type authAuditor struct {
+	db      *store.DB
+	log     *slog.Logger
+	budget  *refusalBudget
+	queue   chan store.AuditEntry
+	dropped atomic.Int64 // entries the full queue refused since the last report
+}
+
+func newAuthAuditor(db *store.DB, log *slog.Logger) *authAuditor {
+	return &authAuditor{db: db, log: log, budget: newRefusalBudget(time.Now), queue: make(chan store.AuditEntry, authAuditQueue)}
+}
+
+// denied is router.AccessConfig.Denied: it samples, then queues without
+// waiting.
+func (a *authAuditor) denied(d router.AccessDenial) {
+	ok, leftOut, first := a.budget.admit(d.Host)
+	if first {
+		a.log.Warn("refused visitors over the audit budget, not auditing the rest of this minute", logkey.Hostname, d.Host, logkey.Limit, maxRefusalAudits)
+	}
+	if !ok {
+		return
+	}
+	answer := "answered as no route"
+	if d.Status != 0 {
+		answer = "answered " + strconv.Itoa(d.Status)
+	}
+	visitor := "an unknown address"
+	if d.Visitor.IsValid() {
+		visitor = d.Visitor.String()
+	}
+	detail := fmt.Sprintf("%s%s from %s, auth %s, %s: %s", d.Host, d.Path, visitor, d.Methods, answer, d.Reason)
+	if leftOut > 0 {
+		detail += fmt.Sprintf(" (%d earlier refusals of this hostname over budget, not audited)", leftOut)
+	}
+	if len(detail) > maxAuditDetail {
+		detail = detail[:maxAuditDetail] + "…"
+	}
+	select {
+	case a.queue <- store.AuditEntry{OrgID: d.OrgID, Event: "auth_denied", Actor: "visitor", Detail: detail}:
+	default:
+		a.dropped.Add(1)
+	}
+}
+
+// maxAuditDetail bounds an auth_denied entry's detail: the path is the
+// visitor's.
+const maxAuditDetail = 1024
+
+// run writes queued entries until ctx ends; entries still queued then are
+// abandoned.
+func (a *authAuditor) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-a.queue:
+			if n := a.dropped.Swap(0); n > 0 {
+				e.Detail += fmt.Sprintf(" (%d refusals not audited: the audit queue was full)", n)
+			}
+			wctx, cancel := context.WithTimeout(ctx, auditTimeout)
+			if _, err := a.db.AppendAudit(wctx, e); err != nil && ctx.Err() == nil {
+				a.log.Error("audit write failed", logkey.Event, e.Event, logkey.Err, err)
+			}
+			cancel()
+		}
+	}
+}
