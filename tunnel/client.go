@@ -402,6 +402,10 @@ func (c *Client) acceptLoop(ctx context.Context, mux *yamux.Session) {
 		c.streams.Add(1)
 		go func() {
 			defer c.streams.Done()
+			// The stream closes after a panic is recovered and counted, so
+			// the server never sees the close of a stream whose panic is
+			// not counted yet.
+			defer st.Close()
 			defer recovery.Recover(c.log, "tunnel stream")
 			c.serveStream(ctx, st)
 		}()
@@ -549,9 +553,9 @@ func closeReason(acks <-chan ackMsg) error {
 	}
 }
 
-// serveStream answers the requests of one data stream in turn.
+// serveStream answers the requests of one data stream in turn; its caller
+// closes the stream.
 func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
-	defer st.Close()
 	lim := newHeadLimiter(st, c.cfg.MaxHeaderBytes)
 	br := bufio.NewReaderSize(lim, 4096)
 	for {
