@@ -180,14 +180,16 @@ func TestMissedHeartbeatsDropClient(t *testing.T) {
 		t.Fatalf("heartbeat interval = %v, want %v (a third of the down threshold)", got, threshold/3)
 	}
 	<-reg.attached
-	// One heartbeat keeps it; then silence.
+	// One heartbeat keeps it; then silence. The clock starts before the
+	// heartbeat is sent: the server sees it later, so the drop comes no
+	// sooner than threshold after beat.
+	beat := time.Now()
 	if err := writeMessage(ctrl, &message{Type: msgHeartbeat, Announcement: &ann, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if ack, err := readMessage(ctrl); err != nil || ack.Type != msgAck || ack.Seq != 1 {
 		t.Fatalf("ack = %+v, %v, want ack 1", ack, err)
 	}
-	beat := time.Now()
 	<-reg.detached
 	within(t, "client dropped after its last heartbeat", time.Since(beat), threshold)
 }
