@@ -76,18 +76,32 @@ func (s Session) checkCSRF(token string) bool {
 	return len(token) == len(want) && subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
 }
 
+// check reports a field beyond its bound: encode refuses to write such a
+// session and decodeSession to read one, so that what decodes encodes.
+func (s *Session) check() error {
+	switch {
+	case len(s.Host) == 0 || len(s.Host) > 253:
+		return fmt.Errorf("oidc: session host of %d bytes", len(s.Host))
+	case len(s.Subject) > maxSubjectBytes:
+		return fmt.Errorf("oidc: subject of %d bytes, limit %d", len(s.Subject), maxSubjectBytes)
+	case len(s.Email) > maxEmailBytes:
+		return fmt.Errorf("oidc: email of %d bytes, limit %d", len(s.Email), maxEmailBytes)
+	case len(s.Groups) > maxGroups:
+		return fmt.Errorf("oidc: %d groups, limit %d", len(s.Groups), maxGroups)
+	}
+	for _, g := range s.Groups {
+		if len(g) > maxGroupBytes {
+			return fmt.Errorf("oidc: group of %d bytes, limit %d", len(g), maxGroupBytes)
+		}
+	}
+	return nil
+}
+
 // encode returns the session's payload, or an error when a field is
 // beyond its bound (the callback refuses such a login rather than cut it).
 func (s *Session) encode() ([]byte, error) {
-	switch {
-	case len(s.Host) == 0 || len(s.Host) > 253:
-		return nil, fmt.Errorf("oidc: session host of %d bytes", len(s.Host))
-	case len(s.Subject) > maxSubjectBytes:
-		return nil, fmt.Errorf("oidc: subject of %d bytes, limit %d", len(s.Subject), maxSubjectBytes)
-	case len(s.Email) > maxEmailBytes:
-		return nil, fmt.Errorf("oidc: email of %d bytes, limit %d", len(s.Email), maxEmailBytes)
-	case len(s.Groups) > maxGroups:
-		return nil, fmt.Errorf("oidc: %d groups, limit %d", len(s.Groups), maxGroups)
+	if err := s.check(); err != nil {
+		return nil, err
 	}
 	w := writer{b: make([]byte, 0, 64+len(s.Host)+len(s.Subject)+len(s.Email))}
 	w.byte(sessionVersion)
@@ -103,9 +117,6 @@ func (s *Session) encode() ([]byte, error) {
 	w.str8(s.Email)
 	w.byte(byte(len(s.Groups)))
 	for _, g := range s.Groups {
-		if len(g) > maxGroupBytes {
-			return nil, fmt.Errorf("oidc: group of %d bytes, limit %d", len(g), maxGroupBytes)
-		}
 		w.str8(g)
 	}
 	return w.b, nil
@@ -141,6 +152,9 @@ func decodeSession(p []byte) (Session, error) {
 	}
 	if err := r.done(); err != nil {
 		return Session{}, err
+	}
+	if err := s.check(); err != nil {
+		return Session{}, fmt.Errorf("%w: %w", errPayload, err)
 	}
 	return s, nil
 }
