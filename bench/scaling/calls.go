@@ -43,13 +43,7 @@ func runCalls(ctx context.Context, h *harness, o callsOpts, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := prov.close(cctx); err != nil {
-			h.logf("provider: %v", err)
-		}
-	}()
+	defer h.stopProvider(prov)
 	// One harness run never reuses a hostname, even on a database an
 	// earlier run left records in.
 	tag := randomToken()[len("bench-"):][:8]

@@ -47,13 +47,7 @@ func runFlap(ctx context.Context, h *harness, o flapOpts, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := prov.close(cctx); err != nil {
-			h.logf("provider: %v", err)
-		}
-	}()
+	defer h.stopProvider(prov)
 	srv, err := h.startServer(serverOpts{maxBurst: 4 * o.capacity, records: 1})
 	if err != nil {
 		return err

@@ -180,3 +180,13 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
+
+// stopProvider closes the provider of one mode's run, waiting up to 30 s
+// for its calls to end.
+func (h *harness) stopProvider(prov *provider) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := prov.close(ctx); err != nil {
+		h.logf("provider: %v", err)
+	}
+}

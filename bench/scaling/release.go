@@ -45,13 +45,7 @@ func runRelease(ctx context.Context, h *harness, o releaseOpts, stdout io.Writer
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := prov.close(cctx); err != nil {
-			h.logf("provider: %v", err)
-		}
-	}()
+	defer h.stopProvider(prov)
 	var results []releaseResult
 	for _, n := range o.bursts {
 		res, err := releaseBurst(ctx, h, o, be, prov, n)
