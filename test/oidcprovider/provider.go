@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -166,12 +167,16 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 // logged logs one line per request, without the query (it carries codes
-// and states), so that the suite's log dump shows the logins.
+// and states), so that the suite's log dump shows the logins. Requests
+// from loopback, the health check's every second, are not logged.
 func (p *provider) logged(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
 		h.ServeHTTP(sw, r)
-		p.log.Info("request", logkey.Method, r.Method, logkey.Path, r.URL.Path, logkey.Status, sw.status)
+		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil && ap.Addr().IsLoopback() {
+			return
+		}
+		p.log.Info("request", logkey.Method, r.Method, logkey.Path, r.URL.Path, logkey.Status, sw.status, logkey.RemoteAddr, r.RemoteAddr)
 	})
 }
 
