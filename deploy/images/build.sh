@@ -16,8 +16,7 @@
 #
 # It prints one line per image on stdout, "IMAGE=aperio-<image>:<hash>", with
 # IMAGE the upper-case name and dashes as underscores (SERVER, E2E_APP,
-# E2E_OIDC),
-# ready for eval; progress goes to stderr.
+# E2E_OIDC), ready for eval; progress goes to stderr.
 #
 # Needs: Go (binaries are built static, CGO_ENABLED=0), Docker, the host's
 # CA bundle (/etc/ssl/certs/ca-certificates.crt, Debian's ca-certificates)
