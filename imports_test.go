@@ -103,3 +103,42 @@ func TestOnlyCLIImportsAPIClient(t *testing.T) {
 		t.Errorf("packages importing %s = %v, want %v", apiclientPkg, importers, want)
 	}
 }
+
+// testOnly are the packages and modules of the end-to-end suite that no
+// product binary may link, each with everything under it: its OpenID
+// provider and app (test/...), and mockoidc, which signs any ID token
+// for anyone who asks.
+var testOnly = []string{modulePath + "/test", "github.com/oauth2-proxy/mockoidc"}
+
+// TestProductBinariesDoNotLinkProvider fails when aperio-server or
+// aperio-client depends, directly or not, on the suite's test provider
+// (test/oidcprovider), anything else under test/, or mockoidc.
+func TestProductBinariesDoNotLinkProvider(t *testing.T) {
+	// The forbidden package must exist, or the check below passes for
+	// nothing after a rename.
+	if _, ok := moduleImports(t)[modulePath+"/test/oidcprovider"]; !ok {
+		t.Fatalf("go list ./... lacks %s/test/oidcprovider: update testOnly", modulePath)
+	}
+	for _, bin := range []string{"aperio-server", "aperio-client"} {
+		pkg := modulePath + "/cmd/" + bin
+		cmd := exec.Command("go", "list", "-deps", pkg)
+		cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0") // the release build
+		cmd.Stderr = new(strings.Builder)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, cmd.Stderr)
+		}
+		deps := strings.Fields(string(out))
+		// The list must be the binary's: an empty or wrong one would pass.
+		if !slices.Contains(deps, pkg) || !slices.Contains(deps, modulePath+"/config") {
+			t.Fatalf("go list -deps %s lacks itself or %s/config: not its dependencies", pkg, modulePath)
+		}
+		for _, d := range deps {
+			for _, f := range testOnly {
+				if d == f || strings.HasPrefix(d, f+"/") {
+					t.Errorf("%s links %s (test-only)", bin, d)
+				}
+			}
+		}
+	}
+}

@@ -46,6 +46,13 @@ func TestEndToEnd(t *testing.T) {
 		name string
 		run  func(t *testing.T)
 	}{
+		// First: it needs none of the scaling steps' state, and should not
+		// wait behind them.
+		{"oidc_login", func(t *testing.T) {
+			tp.t = t
+			tp.oidcLogin(t, figs)
+		}},
+
 		{"seed_then_idle_retire_to_zero", func(t *testing.T) {
 			tp.t = t
 			// Every server's image declares a HEALTHCHECK (aperio-server

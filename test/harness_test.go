@@ -47,6 +47,7 @@ type topology struct {
 	network string
 	token   string
 	secret  string
+	oidc    string // the test OpenID provider's admin secret
 	envFile string
 	compose []string // the compose command and its fixed arguments
 	http    *http.Client
@@ -91,7 +92,7 @@ func images(t testing.TB) map[string]string {
 		}
 		out = b
 	} else {
-		cmd := exec.Command("bash", "../deploy/images/build.sh", "server", "provider", "postgres", "e2e-app")
+		cmd := exec.Command("bash", "../deploy/images/build.sh", "server", "provider", "postgres", "e2e-app", "e2e-oidc")
 		cmd.Stderr = os.Stderr
 		b, err := cmd.Output()
 		if err != nil {
@@ -106,7 +107,7 @@ func images(t testing.TB) map[string]string {
 			imgs[k] = v
 		}
 	}
-	for _, k := range []string{"SERVER", "PROVIDER", "POSTGRES", "E2E_APP"} {
+	for _, k := range []string{"SERVER", "PROVIDER", "POSTGRES", "E2E_APP", "E2E_OIDC"} {
 		if imgs[k] == "" {
 			t.Fatalf("no %s image in %q", k, out)
 		}
@@ -136,6 +137,7 @@ func up(t *testing.T) *topology {
 		project: "aperioe2e" + randomHex(t, 4),
 		token:   randomHex(t, 16),
 		secret:  randomHex(t, 16),
+		oidc:    randomHex(t, 16),
 		http:    &http.Client{Timeout: 90 * time.Second},
 	}
 	tp.network = tp.project + "_net"
@@ -144,6 +146,9 @@ func up(t *testing.T) *topology {
 		"E2E_PROVIDER_IMAGE":        imgs["PROVIDER"],
 		"E2E_POSTGRES_IMAGE":        imgs["POSTGRES"],
 		"E2E_APP_IMAGE":             imgs["E2E_APP"],
+		"E2E_OIDC_IMAGE":            imgs["E2E_OIDC"],
+		"E2E_OIDC_CLIENT_SECRET":    randomHex(t, 16),
+		"E2E_OIDC_ADMIN_SECRET":     tp.oidc,
 		"E2E_TOKEN":                 tp.token,
 		"E2E_SCALE_SECRET":          tp.secret,
 		"E2E_PG_PASSWORD":           randomHex(t, 8),
@@ -392,13 +397,19 @@ type liveClient struct {
 // clients lists the app's clients a server sees (nil when it cannot be
 // asked).
 func (tp *topology) clients(server string) []liveClient {
+	return tp.clientsOf(server, appHost)
+}
+
+// clientsOf lists the clients serving host that a server sees (nil when
+// it cannot be asked).
+func (tp *topology) clientsOf(server, host string) []liveClient {
 	var all, mine []liveClient
 	if _, err := tp.api(server, "GET", "/clients", nil, &all); err != nil {
 		return nil
 	}
 	for _, c := range all {
 		for _, h := range c.Hostnames {
-			if h == appHost {
+			if h == host {
 				mine = append(mine, c)
 				break
 			}

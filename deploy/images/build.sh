@@ -5,8 +5,9 @@
 #
 #   bash deploy/images/build.sh [IMAGE...]
 #
-# IMAGE is one of: server client provider postgres e2e-app (default: all
-# but e2e-app). Each image is tagged twice:
+# IMAGE is one of: server client provider postgres e2e-app e2e-oidc
+# (default: all but the e2e suite's e2e-app and e2e-oidc). Each image is
+# tagged twice:
 #
 #   aperio-<image>:<hash>   hash = first 12 hex digits of the sha256 of its
 #                           build context, so a repeat run with the same
@@ -14,8 +15,8 @@
 #   aperio-<image>:local    what deploy/docker-compose.yml runs
 #
 # It prints one line per image on stdout, "IMAGE=aperio-<image>:<hash>", with
-# IMAGE the upper-case name and dashes as underscores (SERVER, E2E_APP),
-# ready for eval; progress goes to stderr.
+# IMAGE the upper-case name and dashes as underscores (SERVER, E2E_APP,
+# E2E_OIDC), ready for eval; progress goes to stderr.
 #
 # Needs: Go (binaries are built static, CGO_ENABLED=0), Docker, the host's
 # CA bundle (/etc/ssl/certs/ca-certificates.crt, Debian's ca-certificates)
@@ -102,6 +103,8 @@ SERVER_HEALTHCHECK='HEALTHCHECK --interval=10s --timeout=5s --start-period=10s -
 CLIENT_HEALTHCHECK='HEALTHCHECK --interval=10s --timeout=6s --start-period=10s --retries=3 CMD ["/aperio-client", "status", "--require-connected"]'
 # The e2e app's instances live for seconds: check them every 2 s.
 E2E_APP_HEALTHCHECK='HEALTHCHECK --interval=2s --timeout=6s --retries=3 CMD ["/aperio-client", "status", "--require-connected"]'
+# The e2e OpenID provider fetches its own discovery document (3 s timeout).
+E2E_OIDC_HEALTHCHECK='HEALTHCHECK --interval=2s --timeout=5s --retries=3 CMD ["/oidcprovider", "--healthcheck"]'
 
 # aperio_image NAME BINARY PKG PORT [HEALTHCHECK] builds a one-binary image,
 # with HEALTHCHECK (a Dockerfile line) when given.
@@ -153,6 +156,12 @@ e2e_app_image() {
   scratch_dockerfile "$dir" "$E2E_APP_HEALTHCHECK
 ENTRYPOINT [\"/e2eapp\", \"--client\", \"/aperio-client\"]"
   build e2e-app "$dir"
+}
+
+# e2e_oidc_image: the test suite's OpenID provider (test/oidcprovider,
+# mockoidc behind a fixed issuer). Test-only: no product image carries it.
+e2e_oidc_image() {
+  aperio_image e2e-oidc oidcprovider ./test/oidcprovider 9400 "$E2E_OIDC_HEALTHCHECK"
 }
 
 # copy_with_libs ROOT FILE... copies each FILE and every shared library it
@@ -242,6 +251,7 @@ for image in "${images[@]}"; do
   provider) provider_image ;;
   postgres) postgres_image ;;
   e2e-app) e2e_app_image ;;
-  *) die "unknown image $image (server, client, provider, postgres, e2e-app)" ;;
+  e2e-oidc) e2e_oidc_image ;;
+  *) die "unknown image $image (server, client, provider, postgres, e2e-app, e2e-oidc)" ;;
   esac
 done

@@ -51,6 +51,7 @@ const (
 	IdempotencyKey        = "idempotency_key"
 	Idle                  = "idle"
 	InFlight              = "in_flight"
+	Issuer                = "issuer" // an OpenID Connect issuer URL
 	KeyID                 = "key_id"
 	Max                   = "max"
 	MaxConcurrentRequests = "max_concurrent_requests"

@@ -15,6 +15,9 @@
 //	GET /           "hello from HOST\n"
 //	GET /slow?ms=N  the same, after N milliseconds (before the response head)
 //	GET /healthz    "ok\n"
+//	GET /headers    the request's headers as a JSON object (canonical name
+//	                to values), so that the suite sees what the server
+//	                forwarded: X-Aperio-User, X-Aperio-Auth, the cookies
 //
 // Usage:
 //
@@ -24,6 +27,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -130,6 +134,11 @@ func routes(host string) http.Handler {
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, "ok\n")
+	})
+	// The head is bounded by the server that forwarded it (max_header_bytes).
+	mux.HandleFunc("GET /headers", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(r.Header) // fails only writing: the visitor left
 	})
 	return mux
 }
