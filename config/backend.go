@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -90,7 +91,6 @@ const DefaultConnectTimeout = 10 * time.Second
 func DefaultService() Service {
 	return Service{
 		TrimBind:       true,
-		PassHostname:   true,
 		ConnectTimeout: DefaultConnectTimeout,
 		Retry:          Retry{Backoff: 100 * time.Millisecond},
 		CircuitBreaker: CircuitBreaker{OpenFor: 30 * time.Second},
@@ -104,7 +104,7 @@ func backendSettings() []setting[Service] {
 	type S = Service
 	return []setting[S]{
 		boolSetting("trim_bind", "strip the path bind's prefix before forwarding (X-Forwarded-Prefix keeps it)", func(c *S) *bool { return &c.TrimBind }),
-		boolSetting("pass_hostname", "send the visitor's Host to the target (false: the target's own)", func(c *S) *bool { return &c.PassHostname }),
+		invertedBoolSetting("pass_hostname", "send the visitor's Host to the target (false: the target's own)", func(c *S) *bool { return &c.RewriteHost }),
 		stringSetting("host_header", "fixed Host sent to the target (wins over pass_hostname)", func(c *S) *string { return &c.HostHeader }),
 		stringSetting("tls_server_name", "name verified in an https target's certificate (default: its host)", func(c *S) *string { return &c.TLSServerName }),
 		stringSetting("tls_ca_file", "PEM file of the CAs an https target's certificate must chain to", func(c *S) *string { return &c.TLSCAFile }),
@@ -120,6 +120,17 @@ func backendSettings() []setting[Service] {
 		durationSetting("circuit_breaker.open_for", "how long an open breaker keeps the service out", func(c *S) *time.Duration { return &c.CircuitBreaker.OpenFor }),
 		boolSetting("wait_for_backend", "announce the service only after its first probe passed", func(c *S) *bool { return &c.WaitForBackend }),
 	}
+}
+
+// invertedBoolSetting binds a boolean key to a field that holds its
+// negation, so that the field's zero value is the key's default true.
+func invertedBoolSetting[C any](name, usage string, field func(*C) *bool) setting[C] {
+	s := scalarSetting(name, usage, field, func(v string) (bool, error) {
+		b, err := parseBool(v)
+		return !b, err
+	}, func(b bool) string { return strconv.FormatBool(!b) })
+	s.Bool = true
+	return s
 }
 
 // isBackendKey reports whether norm is a key of backendSettings or one

@@ -145,13 +145,14 @@ type Service struct {
 	// prefix in X-Forwarded-Prefix (trim_bind). Default true; false (and a
 	// Service built by hand) forwards the path whole.
 	TrimBind bool
-	// PassHostname sends the visitor's Host to the target (pass_hostname).
-	// Default true; false sends the target's own host (localhost for a
-	// unix target). A Service built by hand has false: set it.
-	PassHostname bool
+	// RewriteHost sends the target's own host (localhost for a unix
+	// target) instead of the visitor's Host: the key pass_hostname,
+	// inverted (pass_hostname: false). Default false, so that the zero
+	// value passes the visitor's Host, as Aperio always has.
+	RewriteHost bool
 	// HostHeader is a fixed Host sent to the target whatever the visitor
 	// asked for (host_header), for virtual-hosted backends; it wins over
-	// PassHostname. Empty: none.
+	// RewriteHost. Empty: none.
 	HostHeader string
 	// TLSServerName is the name an https target's certificate is verified
 	// against and sent in SNI (tls_server_name). Empty: the target's host.
