@@ -216,4 +216,3 @@ func (a *Agent) signalHealth() {
 	default:
 	}
 }
-
