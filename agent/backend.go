@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,7 +55,7 @@ func backendTransport(sc config.Service, target *url.URL) (*http.Transport, erro
 		MinVersion:         tls.VersionTLS12,
 	}
 	if sc.TLSCAFile != "" {
-		pem, err := readPEM(sc.TLSCAFile)
+		pem, err := config.ReadPEM(sc.TLSCAFile)
 		if err != nil {
 			return nil, err
 		}
@@ -66,11 +65,11 @@ func backendTransport(sc config.Service, target *url.URL) (*http.Transport, erro
 		}
 	}
 	if sc.TLSClientCert != "" || sc.TLSClientKey != "" {
-		cert, err := readPEM(sc.TLSClientCert)
+		cert, err := config.ReadPEM(sc.TLSClientCert)
 		if err != nil {
 			return nil, err
 		}
-		key, err := readPEM(sc.TLSClientKey)
+		key, err := config.ReadPEM(sc.TLSClientKey)
 		if err != nil {
 			return nil, err
 		}
@@ -82,25 +81,6 @@ func backendTransport(sc config.Service, target *url.URL) (*http.Transport, erro
 	}
 	tr.TLSClientConfig = tc
 	return tr, nil
-}
-
-// readPEM reads a certificate or key file of at most config.MaxPEMBytes.
-// The loader checked the files already; this guards a file that changed
-// since, or a configuration built by hand.
-func readPEM(name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, config.MaxPEMBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	if len(data) > config.MaxPEMBytes {
-		return nil, fmt.Errorf("%s is larger than %d bytes", name, config.MaxPEMBytes)
-	}
-	return data, nil
 }
 
 // rewrite points req at svc's target: the path with the bind's prefix

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -293,24 +294,43 @@ func checkBackendFiles(c Client, read func(string) ([]byte, error), v *checker) 
 	}
 }
 
-// readPEM reads a certificate or key file of at most MaxPEMBytes; the
-// message says what is wrong, "" when nothing is.
+// readPEM reads a certificate or key file of at most MaxPEMBytes, with
+// read (nil: ReadPEM); the message says what is wrong, "" when nothing is.
 func readPEM(read func(string) ([]byte, error), name string) ([]byte, string) {
 	if read == nil {
-		st, err := os.Stat(name)
-		if err == nil && st.Size() > MaxPEMBytes {
-			return nil, fmt.Sprintf("%s is larger than %d bytes", name, MaxPEMBytes)
-		}
-		read = os.ReadFile
+		read = ReadPEM
 	}
 	data, err := read(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Sprintf("%s does not exist", name)
+	case errors.Is(err, errPEMTooLarge) || err == nil && len(data) > MaxPEMBytes:
+		return nil, fmt.Sprintf("%s is larger than %d bytes", name, MaxPEMBytes)
 	case err != nil:
 		return nil, fmt.Sprintf("cannot read %s: %v", name, err)
-	case len(data) > MaxPEMBytes:
-		return nil, fmt.Sprintf("%s is larger than %d bytes", name, MaxPEMBytes)
 	}
 	return data, ""
+}
+
+// errPEMTooLarge is ReadPEM's error for a file above MaxPEMBytes.
+var errPEMTooLarge = fmt.Errorf("config: file larger than %d bytes", MaxPEMBytes)
+
+// ReadPEM reads a certificate or key file a service names, reading no
+// more than MaxPEMBytes and failing if the file holds more. The loader
+// checks the files with it; the agent reads them with it when it builds
+// the service's TLS settings.
+func ReadPEM(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxPEMBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(data) > MaxPEMBytes {
+		return nil, fmt.Errorf("%s: %w", name, errPEMTooLarge)
+	}
+	return data, nil
 }

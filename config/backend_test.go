@@ -7,7 +7,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +133,24 @@ func TestClientWarnsInsecureTLS(t *testing.T) {
 	w := ClientWarnings(c)
 	if len(w) != 1 || !strings.Contains(w[0], "services[0].tls_insecure_skip_verify") {
 		t.Errorf("ClientWarnings(insecure) = %q, want one warning naming services[0].tls_insecure_skip_verify", w)
+	}
+}
+
+// TestReadPEMBounded: a real file above MaxPEMBytes is refused without
+// being read whole; a missing one is named as missing.
+func TestReadPEMBounded(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.pem")
+	if err := os.WriteFile(big, make([]byte, MaxPEMBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadPEM(big); !errors.Is(err, errPEMTooLarge) {
+		t.Errorf("ReadPEM(1 MiB + 1) error = %v, want errPEMTooLarge", err)
+	}
+	if _, msg := readPEM(nil, big); !strings.Contains(msg, "is larger than 1048576 bytes") {
+		t.Errorf("readPEM(1 MiB + 1) = %q, want it named too large", msg)
+	}
+	if _, msg := readPEM(nil, filepath.Join(dir, "none.pem")); !strings.Contains(msg, "does not exist") {
+		t.Errorf("readPEM(missing) = %q, want it named missing", msg)
 	}
 }
