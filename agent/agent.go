@@ -17,12 +17,12 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/aperio-dev/aperio/concurrency"
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -71,7 +71,16 @@ type service struct {
 	cfg       config.Service
 	target    *url.URL
 	transport http.RoundTripper
-	healthy   atomic.Bool
+	// healthy is the probe's verdict; the service is announced healthy
+	// while it holds and the breaker is not open (announcedHealthy).
+	healthy atomic.Bool
+	// announced is false while a wait_for_backend service waits for its
+	// first passing probe: it is left out of the announcement until then.
+	announced atomic.Bool
+	// bind holds the Path and TrimBind the forwarded path derives from.
+	bind tunnel.Service
+	// breaker is the service's circuit breaker; nil when it has none.
+	breaker *breaker
 	// limiter learns or pins the service's concurrency limit; nil when
 	// the service announces no limit.
 	limiter *concurrency.Limiter
@@ -107,6 +116,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		if err != nil {
 			return nil, err
 		}
+		svc.breaker = newBreaker(sc.CircuitBreaker, a.signalHealth)
 		if svc.limiter, err = a.newLimiter(svc.id, sc.Concurrency); err != nil {
 			return nil, fmt.Errorf("agent: service %s: %w", svc.id, err)
 		}
@@ -145,21 +155,28 @@ func newService(id string, sc config.Service) (*service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: service %s target: %w", id, err)
 	}
-	svc := &service{id: id, cfg: sc, target: u}
 	switch u.Scheme {
-	case "http":
-		svc.transport = newTransport(false, false, backendPingAfter)
-	case "https":
-		svc.transport = newTransport(true, false, backendPingAfter)
-	case "h2c":
-		svc.transport = newTransport(false, true, backendPingAfter)
+	case "http", "https", "h2c", config.TargetUnix:
 	default:
-		return nil, fmt.Errorf("agent: service %s target %q: scheme must be http, https or h2c", id, sc.Target)
+		return nil, fmt.Errorf("agent: service %s target %q: scheme must be http, https, h2c or unix", id, sc.Target)
 	}
+	svc := &service{id: id, cfg: sc, target: u, bind: tunnel.Service{Path: sc.Path, TrimBind: sc.TrimBind}}
+	tr, err := backendTransport(sc, u)
+	if err != nil {
+		return nil, fmt.Errorf("agent: service %s: %w", id, err)
+	}
+	svc.transport = tr
 	// Without a probe a service is healthy once connected; with one it
 	// starts unhealthy until the first probe passes (contract §3).
-	svc.healthy.Store(sc.Health.Endpoint == "")
+	svc.healthy.Store(!sc.Health.Probes())
+	svc.announced.Store(!sc.WaitForBackend || !sc.Health.Probes())
 	return svc, nil
+}
+
+// announcedHealthy is the health the service is announced with: its
+// probe's, unless its circuit breaker is open.
+func (svc *service) announcedHealthy() bool {
+	return svc.healthy.Load() && !svc.breaker.open()
 }
 
 // backendPingAfter is how long an HTTP/2 connection to a backend may stay
@@ -235,9 +252,12 @@ func (a *Agent) announcement() tunnel.Announcement {
 		Name:       a.cfg.Name,
 		InstanceID: a.instanceID,
 		Draining:   a.draining.Load(),
-		Services:   make([]tunnel.Service, len(a.services)),
+		Services:   make([]tunnel.Service, 0, len(a.services)),
 	}
-	for i, svc := range a.services {
+	for _, svc := range a.services {
+		if !svc.announced.Load() {
+			continue // wait_for_backend: not before its first passing probe
+		}
 		var mc int
 		var cc *tunnel.Concurrency
 		if svc.limiter != nil {
@@ -249,18 +269,19 @@ func (a *Agent) announcement() tunnel.Announcement {
 		if prio == 0 {
 			prio = a.cfg.Priority
 		}
-		ann.Services[i] = tunnel.Service{
+		ann.Services = append(ann.Services, tunnel.Service{
 			ID:            svc.id,
 			Hostnames:     svc.cfg.Hostnames,
 			Path:          svc.cfg.Path,
 			MaxConcurrent: mc,
 			Priority:      prio,
-			Healthy:       svc.healthy.Load(),
+			Healthy:       svc.announcedHealthy(),
 			Resilience:    svc.cfg.Resilience,
+			TrimBind:      svc.cfg.TrimBind,
 			AllowConnect:  svc.cfg.AllowConnect,
 			Concurrency:   cc,
 			Access:        announceAccess(svc.cfg),
-		}
+		})
 	}
 	if s := a.cfg.Scaling; s != nil {
 		ann.Scaling = &tunnel.Scaling{
@@ -278,7 +299,9 @@ func (a *Agent) announcement() tunnel.Announcement {
 }
 
 // Forward implements tunnel.Forwarder: it sends req to the service's
-// target, keeping the visitor's Host.
+// target (see rewrite for the path and Host it gets), through its circuit
+// breaker and retry block. A path holding a dot segment is answered 400;
+// while the breaker is open the backend is not dialed (errBreakerOpen).
 func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request) (*http.Response, error) {
 	svc := a.service(serviceID)
 	if svc == nil {
@@ -286,27 +309,34 @@ func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request
 	}
 	defer a.lastRequest.Store(time.Now().UnixNano())
 	a.served.Add(1)
-	req.RequestURI = ""
-	req.URL.Scheme = svc.target.Scheme
-	if req.URL.Scheme == "h2c" {
-		req.URL.Scheme = "http"
-	}
-	req.URL.Host = svc.target.Host
-	if p := svc.target.Path; p != "" && p != "/" {
-		req.URL.Path = strings.TrimSuffix(p, "/") + req.URL.Path
-		if req.URL.RawPath != "" {
-			req.URL.RawPath = strings.TrimSuffix(svc.target.EscapedPath(), "/") + req.URL.RawPath
-		}
+	if err := svc.rewrite(req); err != nil {
+		return badRequest(), nil
 	}
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = nil // keep Go's default User-Agent out
 	}
-	if svc.limiter == nil {
-		return svc.transport.RoundTrip(req)
+	if !svc.breaker.allow() {
+		return nil, errBreakerOpen
 	}
-	tk := svc.limiter.Begin()
-	resp, err := svc.transport.RoundTrip(req)
-	svc.limiter.End(tk, outcome(ctx, resp, err))
+	var tk concurrency.Ticket
+	if svc.limiter != nil {
+		tk = svc.limiter.Begin()
+	}
+	resp, err := svc.send(ctx, req)
+	oc := outcome(ctx, resp, err)
+	if svc.limiter != nil {
+		svc.limiter.End(tk, oc)
+	}
+	switch {
+	case err == nil:
+		svc.breaker.done(exchangeOK)
+	case oc == concurrency.Ignored || ctx.Err() != nil:
+		svc.breaker.done(exchangeIgnored)
+	default:
+		if svc.breaker.done(exchangeFailed) {
+			a.log.Warn("circuit breaker open", logkey.Service, svc.id, logkey.Target, svc.cfg.Target, logkey.Err, err)
+		}
+	}
 	return resp, err
 }
 

@@ -148,7 +148,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 func TestProbeHealthTransitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := clientConfig("http://backend.test/base/")
-		cfg.Services[0].Health = config.Health{Endpoint: "/healthz", Interval: 10 * time.Second, Timeout: time.Second, Threshold: 2}
+		// 2xx-3xx: a redirect passes (the default, 2xx, is TestProbeSuccess).
+		cfg.Services[0].Health = config.Health{Endpoint: "/healthz", Interval: 10 * time.Second, Timeout: time.Second, Threshold: 2, Success: config.Success2xx3xx}
 		a := newAgent(t, cfg)
 		svc := a.services[0]
 		if svc.healthy.Load() {

@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +27,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	pctx, stopProbes := context.WithCancel(ctx)
 	for _, svc := range a.services {
-		if svc.cfg.Health.Endpoint != "" {
+		if svc.cfg.Health.Probes() {
 			wg.Go(func() { a.probeLoop(pctx, svc) })
 		}
 	}
@@ -48,6 +46,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		st.close()
 	}
 	wg.Wait()
+	for _, svc := range a.services {
+		svc.breaker.stop()
+	}
 	return reason
 }
 
@@ -152,8 +153,9 @@ func (a *Agent) nudgeLoop(ctx context.Context) {
 	}
 }
 
-// probeLoop probes one service's health endpoint every interval. The
-// service turns healthy on the first success and unhealthy after threshold
+// probeLoop probes one service's health every interval (prober). The
+// service turns healthy on the first success, and a wait_for_backend
+// service is announced from then on; it turns unhealthy after threshold
 // consecutive failures.
 func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 	h, def := svc.cfg.Health, config.DefaultClient().Health
@@ -167,18 +169,7 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 	if threshold <= 0 {
 		threshold = def.Threshold
 	}
-	u := *svc.target
-	if u.Scheme == "h2c" {
-		u.Scheme = "http"
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + h.Endpoint
-	probeURL := u.String()
-	client := &http.Client{
-		Transport: svc.transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
+	pr := newProber(svc)
 	failures := 0
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -188,7 +179,7 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 			return
 		case <-t.C:
 		}
-		ok, detail := probe(ctx, client, probeURL, timeout)
+		ok, detail := pr.probe(ctx, timeout)
 		was := svc.healthy.Load()
 		switch {
 		case ok:
@@ -197,9 +188,15 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 				svc.healthy.Store(true)
 				a.log.Info("service healthy", logkey.Service, svc.id, logkey.Target, svc.cfg.Target)
 				a.signalHealth()
-				if a.connected() {
-					a.markRoutable()
-				}
+			}
+			// Healthy first, then announced: the first announcement of a
+			// wait_for_backend service says healthy.
+			if !svc.announced.Swap(true) {
+				a.log.Info("service announced", logkey.Service, svc.id, logkey.Target, svc.cfg.Target)
+				a.signalHealth()
+			}
+			if !was && a.connected() {
+				a.markRoutable()
 			}
 		default:
 			failures++
@@ -218,24 +215,4 @@ func (a *Agent) signalHealth() {
 	case a.healthChange <- struct{}{}:
 	default:
 	}
-}
-
-// probe performs one health check: any 2xx or 3xx within timeout passes.
-func probe(ctx context.Context, c *http.Client, u string, timeout time.Duration) (bool, string) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return false, err.Error()
-	}
-	req.Header.Set("User-Agent", "aperio-client health probe")
-	resp, err := c.Do(req)
-	if err != nil {
-		return false, err.Error()
-	}
-	resp.Body.Close()
-	if resp.StatusCode >= 200 && resp.StatusCode < 400 {
-		return true, ""
-	}
-	return false, resp.Status
 }

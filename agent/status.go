@@ -84,7 +84,7 @@ func (a *Agent) Status() Status {
 		st.Tunnels = append(st.Tunnels, TunnelStatus{Server: tc.URL(), Connected: tc.Connected()})
 	}
 	for _, svc := range a.services {
-		ss := ServiceStatus{ID: svc.id, Target: svc.cfg.Target, Hostnames: svc.cfg.Hostnames, Path: svc.cfg.Path, Healthy: svc.healthy.Load()}
+		ss := ServiceStatus{ID: svc.id, Target: svc.cfg.Target, Hostnames: svc.cfg.Hostnames, Path: svc.cfg.Path, Healthy: svc.announcedHealthy()}
 		if svc.limiter != nil {
 			snap := svc.limiter.Snapshot()
 			ss.Concurrency = &snap

@@ -195,6 +195,9 @@ func ClientWarnings(c Client) []string {
 			_, ws := a.withFallbacks(fmt.Sprintf("services[%d].", i))
 			w = append(w, ws...)
 		}
+		if s.TLSInsecureSkipVerify {
+			w = append(w, fmt.Sprintf("services[%d].tls_insecure_skip_verify is on: the certificate of %s is not verified, anyone on the path to it can read and change its traffic", i, s.Target))
+		}
 	}
 	return w
 }

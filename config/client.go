@@ -30,6 +30,8 @@ func DefaultClient() Client {
 			Interval:  10 * time.Second,
 			Timeout:   5 * time.Second,
 			Threshold: 2,
+			Type:      HealthHTTP,
+			Success:   Success2xx,
 		},
 		DrainTimeout: 30 * time.Second,
 		LogLevel:     DefaultLogLevel,
@@ -71,6 +73,8 @@ func clientSettings() []setting[Client] {
 		durationSetting("health.interval", "time between health probes", func(c *C) *time.Duration { return &c.Health.Interval }),
 		durationSetting("health.timeout", "timeout of one health probe", func(c *C) *time.Duration { return &c.Health.Timeout }),
 		intSetting("health.threshold", "failed probes before a service is unhealthy", func(c *C) *int { return &c.Health.Threshold }),
+		enumSetting("health.type", "how every service is probed: http or grpc", func(c *C) *string { return &c.Health.Type }),
+		enumSetting("health.success", "statuses an http probe passes on: 2xx or 2xx-3xx", func(c *C) *string { return &c.Health.Success }),
 		durationSetting("idle_timeout", "retire after this long without a request (0 = never)", func(c *C) *time.Duration { return &c.IdleTimeout }),
 		durationSetting("drain_timeout", "how long a graceful drain may take", func(c *C) *time.Duration { return &c.DrainTimeout }),
 		enumSetting("log_level", "debug, info, warn or error", func(c *C) *string { return &c.LogLevel }).alias("LOG_LEVEL"),
@@ -108,6 +112,8 @@ func serviceSettings() []setting[Service] {
 		durationSetting("health.interval", "time between probes", func(c *S) *time.Duration { return &c.Health.Interval }),
 		durationSetting("health.timeout", "timeout of one probe", func(c *S) *time.Duration { return &c.Health.Timeout }),
 		intSetting("health.threshold", "failed probes before unhealthy", func(c *S) *int { return &c.Health.Threshold }),
+		enumSetting("health.type", "probe: http or grpc (h2c targets)", func(c *S) *string { return &c.Health.Type }),
+		enumSetting("health.success", "statuses an http probe passes on: 2xx or 2xx-3xx", func(c *S) *string { return &c.Health.Success }),
 		boolSetting("resilience", "allow serve-stale", func(c *S) *bool { return &c.Resilience }),
 		boolSetting("allow_connect", "pass CONNECT requests to the target", func(c *S) *bool { return &c.AllowConnect }),
 		boolSetting("public", "open even under the server's default_access deny", func(c *S) *bool { return &c.Public }),
@@ -116,6 +122,7 @@ func serviceSettings() []setting[Service] {
 		listSetting("denied_ips", "visitor addresses or CIDRs refused", func(c *S) *[]string { return &c.DeniedIPs }, nil),
 		boolSetting("identity_jwt", "send the backend a signed identity token", func(c *S) *bool { return &c.IdentityJWT }),
 	}
+	tab = append(tab, backendSettings()...)
 	for i := range tab {
 		tab[i].Env, tab[i].Flag = "", ""
 	}
@@ -214,7 +221,7 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	addSettings(sch, ad)
 	sch.add("services", true)
 	sch.hint = func(norm string) string {
-		if _, ok := singleFields[norm]; ok || serviceOnly[norm] {
+		if _, ok := singleFields[norm]; ok || serviceOnly[norm] || isBackendKey(norm) {
 			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
 		}
 		return ""
@@ -289,7 +296,10 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	for i := range cfg.Services {
 		cfg.Services[i].Concurrency = cfg.resolve(i, rank)
 	}
-	return cfg, l.src, l.result(cfg.problems(l.src))
+	problems := cfg.problems(l.src)
+	files := &checker{src: l.src}
+	checkBackendFiles(cfg, o.ReadFile, files)
+	return cfg, l.src, l.result(append(problems, files.errs...))
 }
 
 // flagLayers sorts o.Flags and o.Target into the flag layer of the
@@ -399,8 +409,9 @@ func (l *loader) services(c *Client, d serviceDecl, localFile *yamlFile) []Servi
 	out := make([]Service, len(d.items))
 	for i, item := range d.items {
 		prefix := fmt.Sprintf("services[%d].", i)
-		s := Service{Health: c.Health}
-		for _, k := range []string{"health.endpoint", "health.interval", "health.timeout", "health.threshold"} {
+		s := DefaultService()
+		s.Health = c.Health
+		for _, k := range []string{"health.endpoint", "health.interval", "health.timeout", "health.threshold", "health.type", "health.success"} {
 			l.src.set(prefix+k, l.src.Of(k))
 		}
 		layers := []layer{item}
@@ -470,9 +481,10 @@ func (c Client) problems(src *Sources) []*Error {
 		p := fmt.Sprintf("services[%d].", i)
 		if s.Target == "" {
 			v.add(p+"target", "required: the URL of the local app (a port, host:port or URL)")
-		} else if msg := checkURL(s.Target, targetSchemes...); msg != "" {
+		} else if msg := checkTarget(s.Target); msg != "" {
 			v.add(p+"target", "%s", msg)
 		}
+		v.backend(p, s)
 		if len(s.Hostnames) == 0 {
 			v.add(p+"hostname", "required: the public hostname to serve")
 		}
@@ -546,6 +558,12 @@ func (v *checker) health(prefix string, h Health, parent *Health) {
 	}
 	if own(h.Threshold == p.Threshold) && h.Threshold < 1 {
 		v.add(prefix+"health.threshold", "must be at least 1, got %d", h.Threshold)
+	}
+	if own(h.Type == p.Type) && h.Type != "" {
+		v.oneOf(prefix+"health.type", h.Type, healthTypes)
+	}
+	if own(h.Success == p.Success) && h.Success != "" {
+		v.oneOf(prefix+"health.success", h.Success, healthSuccesses)
 	}
 }
 

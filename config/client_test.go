@@ -384,14 +384,14 @@ scaling:
 	want.Token = "apr_1"
 	want.Name = "host-1"
 	want.MaxConcurrent = 10
-	want.Services = []Service{{
-		Target:      "http://localhost:3000",
-		Hostnames:   []string{"app.example.com"},
-		Path:        "/api",
-		Priority:    1,
-		Health:      want.Health,
-		Concurrency: Concurrency{Mode: ConcurrencyFixed, Limit: 10, Why: "max_concurrent is set"},
-	}}
+	svc := DefaultService()
+	svc.Target = "http://localhost:3000"
+	svc.Hostnames = []string{"app.example.com"}
+	svc.Path = "/api"
+	svc.Priority = 1
+	svc.Health = want.Health
+	svc.Concurrency = Concurrency{Mode: ConcurrencyFixed, Limit: 10, Why: "max_concurrent is set"}
+	want.Services = []Service{svc}
 	scaling := DefaultScaling()
 	scaling.URL = "https://api.provider.example/apps/web/scale"
 	scaling.Max = 8
@@ -570,7 +570,7 @@ scaling:
 `,
 		},
 		want: []string{
-			`config: services[2].target (aperio.yaml:6): "ftp://files": scheme must be http, https or h2c`,
+			`config: services[2].target (aperio.yaml:6): "ftp://files": scheme must be http, https, h2c or unix`,
 			`config: services[0].hostname (aperio.yaml:3): "bad_host.example.com" is not a valid DNS name or *. wildcard`,
 			`config: services[0].path (aperio.yaml:4): "api" does not start with /`,
 			"config: services[1].target: required: the URL of the local app (a port, host:port or URL)",
@@ -642,7 +642,7 @@ scaling:
 			env:    withBase(map[string]string{"APERIO_HOSTNAME": "a.example.com"}),
 			target: "ftp://x",
 		},
-		want: []string{`config: services[0].target (arg TARGET): "ftp://x": scheme must be http, https or h2c`},
+		want: []string{`config: services[0].target (arg TARGET): "ftp://x": scheme must be http, https, h2c or unix`},
 	},
 	{
 		name: "bad TARGET port",

@@ -227,7 +227,7 @@ func splitList(s string) []string {
 
 // normalizeTarget turns a TARGET as users write it into a URL: a port
 // (3000 → http://localhost:3000), host:port (→ http://host:port), or a URL
-// with scheme http, https or h2c, returned as given.
+// with scheme http, https, h2c or unix, returned as given.
 func normalizeTarget(s string) (string, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
@@ -243,7 +243,7 @@ func normalizeTarget(s string) (string, error) {
 		}
 		return "http://" + t, nil
 	}
-	if msg := checkURL(t, targetSchemes...); msg != "" {
+	if msg := checkTarget(t); msg != "" {
 		return "", errors.New(msg)
 	}
 	return t, nil
@@ -264,7 +264,7 @@ func isPort(s string) bool {
 
 var (
 	serverURLSchemes = []string{"http", "https", "ws", "wss"}
-	targetSchemes    = []string{"http", "https", "h2c"}
+	targetSchemes    = []string{"http", "https", "h2c", TargetUnix}
 	hookSchemes      = []string{"http", "https"}
 	databaseSchemes  = []string{"postgres", "postgresql"}
 )

@@ -36,6 +36,13 @@ services:
     path: /grpc
     max_concurrent: 50
     priority: 1
+    trim_bind: false
+    host_header: grpc.internal
+    health: {type: grpc}
+    timeout: 2s
+    retry: {attempts: 3, backoff: 50ms}
+    circuit_breaker: {failures: 5, open_for: 10s}
+    wait_for_backend: true
 scaling:
   url: https://api.provider.example/apps/web/scale
   secret: ${SCALE_SECRET}

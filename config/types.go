@@ -79,6 +79,13 @@ type Health struct {
 	// Threshold is the number of consecutive failures before the service is
 	// unhealthy (health.threshold). Default 2; at least 1.
 	Threshold int
+	// Type is how the target is probed (health.type): http (default), a GET
+	// of Endpoint, or grpc, the grpc.health.v1.Health/Check call of an
+	// h2c:// target (Endpoint unused). Empty means http.
+	Type string
+	// Success is what an http probe's status must be to pass
+	// (health.success): 2xx (default) or 2xx-3xx. Empty means 2xx.
+	Success string
 }
 
 // Service is one local target published under one or more hostnames.
@@ -129,6 +136,53 @@ type Service struct {
 	// IdentityJWT asks the server to send the backend a signed identity
 	// token for every visitor Auth admitted (identity_jwt).
 	IdentityJWT bool
+
+	// The backend settings (config/backend.go); DefaultService holds
+	// their defaults.
+
+	// TrimBind removes Path from the front of the request's path before
+	// the target sees it, keeping the segment boundary, and sends the
+	// prefix in X-Forwarded-Prefix (trim_bind). Default true; false (and a
+	// Service built by hand) forwards the path whole.
+	TrimBind bool
+	// RewriteHost sends the target's own host (localhost for a unix
+	// target) instead of the visitor's Host: the key pass_hostname,
+	// inverted (pass_hostname: false). Default false, so that the zero
+	// value passes the visitor's Host, as Aperio always has.
+	RewriteHost bool
+	// HostHeader is a fixed Host sent to the target whatever the visitor
+	// asked for (host_header), for virtual-hosted backends; it wins over
+	// RewriteHost. Empty: none.
+	HostHeader string
+	// TLSServerName is the name an https target's certificate is verified
+	// against and sent in SNI (tls_server_name). Empty: the target's host.
+	TLSServerName string
+	// TLSCAFile is a PEM file of the CAs an https target's certificate must
+	// chain to (tls_ca_file), at most 1 MiB. Empty: the system's roots.
+	TLSCAFile string
+	// TLSInsecureSkipVerify accepts any certificate from an https target
+	// (tls_insecure_skip_verify); the client warns at start. Default false.
+	TLSInsecureSkipVerify bool
+	// TLSClientCert and TLSClientKey are PEM files of the certificate the
+	// client presents to an https target that asks for one (mTLS)
+	// (tls_client_cert, tls_client_key), both or neither, at most 1 MiB.
+	TLSClientCert, TLSClientKey string
+	// Timeout bounds the wait for the target's response head once the
+	// request is sent (timeout); bodies and streams are not bounded by it.
+	// 0, the default, leaves it to the server's gateway_response_timeout.
+	// At most 1h.
+	Timeout time.Duration
+	// ConnectTimeout bounds dialing the target (connect_timeout). Default
+	// 10s; 0 means the default. At most 5m.
+	ConnectTimeout time.Duration
+	// Retry is the retry: block; the zero value retries nothing.
+	Retry Retry
+	// CircuitBreaker is the circuit_breaker: block; Failures 0 is none.
+	CircuitBreaker CircuitBreaker
+	// WaitForBackend keeps the service out of the announcement until its
+	// first probe passed (wait_for_backend), so the server does not know
+	// the bind before the backend is up. It needs a probe. Default false.
+	WaitForBackend bool
 }
 
 // Adaptive is an adaptive_concurrency block: a limit the client learns

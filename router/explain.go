@@ -204,17 +204,31 @@ func (rt *Router) staleFor(host, path string) bool {
 	return rt.cfg.Cache.Has(r)
 }
 
-// explainClients fills ex.Clients and ex.OrgIDs from p's members.
-func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr) {
+// explainClients fills ex.Clients and ex.OrgIDs from p's members; path
+// is the request's normal path, as matched.
+func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr, path string) {
 	ms := *p.members.Load()
 	var arr [16]*service
 	cands := p.candidates(arr[:0])
 	w := &waiter{ip: ip}
 	names := make(map[Conn]string, len(ms))
+	forwarded := make(map[*service]string, len(ms))
+	// The match key keeps an encoded slash as "%2F": escaping it again
+	// must not turn it into "%252F".
+	escaped := strings.ReplaceAll((&url.URL{Path: path}).EscapedPath(), "%252F", "%2F")
 	rt.mu.Lock()
 	for _, s := range ms {
-		if e := rt.clients[s.conn]; e != nil {
-			names[s.conn] = e.ann.Name
+		e := rt.clients[s.conn]
+		if e == nil {
+			continue
+		}
+		names[s.conn] = e.ann.Name
+		for i := range e.ann.Services {
+			if as := &e.ann.Services[i]; as.ID == s.id {
+				if fwd, _, err := as.ForwardedPath(escaped); err == nil {
+					forwarded[s] = fwd
+				}
+			}
 		}
 	}
 	rt.mu.Unlock()
@@ -227,7 +241,7 @@ func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr) {
 			ID: s.conn.ID(), Name: names[s.conn], Service: s.id,
 			Priority: s.priority.Load(), Healthy: s.healthy.Load(), Draining: s.draining.Load(),
 			Inflight: s.inflight.Load(), Limit: s.limit.Load(), Routable: s.routable(),
-			Admits: w.accepts(s),
+			Admits: w.accepts(s), ForwardedPath: forwarded[s],
 		}
 		c.Tier = "primary"
 		if c.Priority > 0 {

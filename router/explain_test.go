@@ -297,9 +297,9 @@ func TestExplainClientsAndOwners(t *testing.T) {
 		byID[c.ID] = c
 	}
 	want := map[string]ExplainClient{
-		"a": {ID: "a", Name: "t", OrgID: "org_a", Service: "0", Tier: "primary", Healthy: true, Limit: 1, Routable: true, Candidate: true, Admits: true, Free: true},
-		"b": {ID: "b", Name: "t", OrgID: "org_a", Service: "0", Tier: "standby", Priority: 1, Healthy: true, Routable: true, Admits: false, Free: true},
-		"m": {ID: "m", Name: "t", Service: "0", Tier: "primary", Healthy: false, Admits: true, Free: true},
+		"a": {ID: "a", Name: "t", OrgID: "org_a", Service: "0", Tier: "primary", Healthy: true, Limit: 1, Routable: true, Candidate: true, Admits: true, Free: true, ForwardedPath: "/"},
+		"b": {ID: "b", Name: "t", OrgID: "org_a", Service: "0", Tier: "standby", Priority: 1, Healthy: true, Routable: true, Admits: false, Free: true, ForwardedPath: "/"},
+		"m": {ID: "m", Name: "t", Service: "0", Tier: "primary", Healthy: false, Admits: true, Free: true, ForwardedPath: "/"},
 	}
 	for id, w := range want {
 		if byID[id] != w {
@@ -441,6 +441,32 @@ func TestExplainDuringTraffic(t *testing.T) {
 	for _, r := range reqs {
 		if rec := r.wait(t); rec.Code != http.StatusOK {
 			t.Errorf("request during explains = %d, want 200", rec.Code)
+		}
+	}
+}
+
+// TestExplainForwardedPath: explain shows, per client, the path its
+// backend would receive: without the bind's prefix for a client that
+// trims it, whole for one that does not.
+func TestExplainForwardedPath(t *testing.T) {
+	rt := newRouter(t, Config{})
+	trim := svc("/api", "app.test")
+	trim.TrimBind = true
+	rt.update(newConn("a", 1), ann(trim))
+	rt.update(newConn("b", 2), ann(svc("/api", "app.test")))
+	tests := []struct{ path, a, b string }{
+		{"/api/users", "/users", "/api/users"},
+		{"/api", "/", "/api"},
+		{"/api/x%2Fy", "/x%2Fy", "/api/x%2Fy"},
+	}
+	for _, tc := range tests {
+		ex := rt.Explain(t.Context(), "app.test", tc.path, visitor)
+		got := map[string]string{}
+		for _, c := range ex.Clients {
+			got[c.ID] = c.ForwardedPath
+		}
+		if got["a"] != tc.a || got["b"] != tc.b {
+			t.Errorf("Explain(%s) forwarded paths = a %q, b %q; want a %q, b %q", tc.path, got["a"], got["b"], tc.a, tc.b)
 		}
 	}
 }

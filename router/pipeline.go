@@ -323,7 +323,7 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 		return refuseWith(refusedNoRoute)
 	}
 	ex.Bind = p.pattern + p.path
-	rt.explainClients(ex, p, a.ip)
+	rt.explainClients(ex, p, a.ip, a.path)
 	if !rt.live(p) {
 		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
 		return refuseWith(refusedNoRoute)

@@ -138,3 +138,42 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += n
 	return n, err
 }
+
+// FuzzForwardedPath checks Service.ForwardedPath on any path and bind: it
+// never panics; what it forwards starts with "/" (or is "*"), holds no dot
+// segment, and is what the backend would have seen of the request's
+// segments after the bind's.
+func FuzzForwardedPath(f *testing.F) {
+	for _, tc := range forwardedPathCases {
+		f.Add(tc.bind, tc.in, tc.trim)
+	}
+	f.Fuzz(func(t *testing.T, bind, in string, trim bool) {
+		s := &Service{Path: bind, TrimBind: trim}
+		got, pref, err := s.ForwardedPath(in)
+		if err != nil {
+			if !errors.Is(err, ErrDotSegment) {
+				t.Fatalf("ForwardedPath(%q) error = %v, want ErrDotSegment", in, err)
+			}
+			return
+		}
+		if got == "*" {
+			return
+		}
+		if !strings.HasPrefix(got, "/") {
+			t.Fatalf("ForwardedPath(%q) = %q, does not start with /", in, got)
+		}
+		if _, _, err := (&Service{}).ForwardedPath(got); err != nil {
+			t.Fatalf("ForwardedPath(%q) = %q, which holds a dot segment", in, got)
+		}
+		switch {
+		case pref == "":
+			if got != in {
+				t.Fatalf("ForwardedPath(%q) = %q with no prefix, want the path unchanged", in, got)
+			}
+		case !trim:
+			t.Fatalf("ForwardedPath(%q) trimmed %q with trim_bind off", in, pref)
+		case got != "/" && !strings.HasSuffix(in, got):
+			t.Fatalf("ForwardedPath(%q) = %q, not a tail of the path", in, got)
+		}
+	})
+}

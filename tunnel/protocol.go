@@ -75,6 +75,11 @@ type Service struct {
 	Priority      int      `json:"priority,omitempty"`       // >0 = standby tier
 	Healthy       bool     `json:"healthy"`
 	Resilience    bool     `json:"resilience,omitempty"`
+	// TrimBind says the client removes Path from the front of a request's
+	// path before its backend sees it (ForwardedPath); the server only
+	// shows it, in explain. False from clients that predate it, which
+	// never trimmed.
+	TrimBind bool `json:"trim_bind,omitempty"`
 	// AllowConnect lets visitors' CONNECT requests reach the service;
 	// without it the server answers them 405.
 	AllowConnect bool `json:"allow_connect,omitempty"`

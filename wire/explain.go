@@ -104,4 +104,8 @@ type ExplainClient struct {
 	Admits bool `json:"admits"`
 	// Free: it has a permit free now.
 	Free bool `json:"free"`
+	// ForwardedPath is the path its backend would receive, the client's
+	// trim_bind applied ("/api/x" under the /api bind: "/x"); "" when the
+	// client would refuse the path (400).
+	ForwardedPath string `json:"forwarded_path"`
 }
