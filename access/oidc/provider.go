@@ -175,7 +175,7 @@ type Provider struct {
 	oauth    oauth2.Config // RedirectURL is set per login
 	verifier *gooidc.IDTokenVerifier
 	sessions *Sealer
-	logins   *Sealer
+	login    loginFlow // services' logins
 	fixed    *url.URL // Config.RedirectURL parsed, or nil
 }
 
@@ -197,7 +197,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p := &Provider{cfg: cfg, sessions: sessions, logins: logins}
+	p := &Provider{cfg: cfg, sessions: sessions, login: loginFlow{sealer: logins, cookie: LoginCookie, secureCookie: SecureLoginCookie}}
 	if cfg.RedirectURL != "" {
 		p.fixed, _ = url.Parse(cfg.RedirectURL) // checked by Validate
 	}
