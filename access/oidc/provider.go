@@ -176,7 +176,7 @@ type Provider struct {
 	verifier *gooidc.IDTokenVerifier
 	sessions *Sealer
 	login    loginFlow // services' logins
-	fixed    *url.URL // Config.RedirectURL parsed, or nil
+	fixed    *url.URL  // Config.RedirectURL parsed, or nil
 }
 
 // New validates cfg and discovers the provider: one GET of the discovery
