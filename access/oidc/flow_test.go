@@ -34,14 +34,14 @@ func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 // the way the server wires it: /aperio/auth/* to ServeAuth, the rest
 // through Gate.
 type harness struct {
-	t         testing.TB
-	op        *oidctest.Provider
-	p         *Provider
-	app       *httptest.Server
-	port      string
-	clock     *clock
-	policies  map[string]*Policy // by host; fixed before the first request
-	secure    bool               // the app is served over TLS
+	t        testing.TB
+	op       *oidctest.Provider
+	p        *Provider
+	app      *httptest.Server
+	port     string
+	clock    *clock
+	policies map[string]*Policy // by host; fixed before the first request
+	secure   bool               // the app is served over TLS
 }
 
 // setup says how a harness differs from the default: per-host policies,
