@@ -17,6 +17,10 @@ const (
 	MaxClaimedGroupBytes = 256
 )
 
+// ErrExpired is wrapped, with ErrSessionInvalid, by App.Session's error
+// for a session past its sealed expiry.
+var ErrExpired = errors.New("oidc: session expired")
+
 // MaxKeptGroups is how many groups an App's session keeps.
 const MaxKeptGroups = maxGroups
 
@@ -240,7 +244,7 @@ func (a *App) openSession(value, host string) (Session, error) {
 		return Session{}, fmt.Errorf("%w: issued on another hostname", ErrSessionInvalid)
 	}
 	if !a.cfg.Now().Before(s.Expires) {
-		return Session{}, fmt.Errorf("%w: expired at %s", ErrSessionInvalid, s.Expires.UTC().Format(time.RFC3339))
+		return Session{}, fmt.Errorf("%w: %w at %s", ErrSessionInvalid, ErrExpired, s.Expires.UTC().Format(time.RFC3339))
 	}
 	return s, nil
 }
