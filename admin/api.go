@@ -201,7 +201,7 @@ type API struct {
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
 	logins  loginBudget
-	login   *adminLogin // the admin login; nil when admin_oidc is off
+	login   *adminLogin            // the admin login; nil when admin_oidc is off
 	defOrg  atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
 	router  *chi.Mux
 }

@@ -24,7 +24,7 @@ type orgWorld struct {
 	// sessions are login sessions of users admin_oidc_roles maps to a,
 	// by role.
 	sessions map[string]*browserSession
-	seq  atomic.Int64
+	seq      atomic.Int64
 	// One record of b's of each kind, which no key of a may see.
 	bRecords []string
 }
