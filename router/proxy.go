@@ -174,6 +174,21 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			}
 			continue
 		}
+		if berr := bodyFailure(r); berr != nil {
+			// The visitor's body failed (too slow, malformed) before the
+			// answer came: the backend answered a truncated request, since
+			// the tunnel can only end the stream, not reset it. That answer
+			// is not the visitor's; the body's failure is.
+			resp.Body.Close()
+			if span != nil {
+				span.RecordError(berr)
+				span.End()
+			}
+			rt.releaseGlobal()
+			s.release()
+			rt.answer(w, r, rec, host, refusal{kind: refusedExchange, err: berr})
+			return
+		}
 		if span != nil {
 			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 		}
