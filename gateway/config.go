@@ -250,9 +250,9 @@ type AdminOIDCRole struct {
 	// Line is the entry's line in the config file; 0 when it came from
 	// the environment.
 	Line   config.Line `yaml:"-"`
-	Email  string      `yaml:"email"`
-	Domain string      `yaml:"domain"`
-	Group  string      `yaml:"group"`
+	Email  string      `yaml:"email,omitempty"`
+	Domain string      `yaml:"domain,omitempty"`
+	Group  string      `yaml:"group,omitempty"`
 	Org    string      `yaml:"org"`
 	Role   string      `yaml:"role"`
 }
