@@ -45,10 +45,16 @@ const (
 	CookieShare = "aperio_share"
 	// CookieSession carries a browser login's session (the oidc method).
 	CookieSession = "aperio_session"
+	// CookieAdmin and CookieAdminLogin are the admin API's login session
+	// and login in progress (admin.SessionCookie, admin.LoginCookie):
+	// sent to every path of the hostname the admin logged in on, so to
+	// any backend on that hostname too, which must never see them.
+	CookieAdmin      = "aperio_admin"
+	CookieAdminLogin = "aperio_admin_login"
 )
 
 // serverCookies are the server's own cookies: never the backend's.
-var serverCookies = []string{CookieShare, CookieSession}
+var serverCookies = []string{CookieShare, CookieSession, CookieAdmin, "__Host-" + CookieAdmin, CookieAdminLogin, "__Host-" + CookieAdminLogin}
 
 // maxUserLen bounds the user a method names; a longer one, or one with
 // characters a header value cannot carry, is refused, never cut.

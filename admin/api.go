@@ -137,6 +137,10 @@ type Config struct {
 	// Shares mints share links for POST /share. Nil means share links are
 	// off on this server: POST /share answers 404.
 	Shares ShareMinter
+	// OIDC is the admin login through the server's OpenID Connect
+	// provider (admin_oidc): LoginHandler, the callback and sessions in
+	// place of a bearer credential. Nil means off.
+	OIDC *OIDCConfig
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -153,6 +157,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.Store == nil {
 		errs = append(errs, errors.New("admin: no store"))
+	}
+	if cfg.OIDC != nil {
+		errs = append(errs, cfg.OIDC.validate())
 	}
 	return errors.Join(errs...)
 }
@@ -194,6 +201,7 @@ type API struct {
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
 	logins  loginBudget
+	login   *adminLogin            // the admin login; nil when admin_oidc is off
 	defOrg  atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
 	router  *chi.Mux
 }
@@ -214,6 +222,13 @@ func New(cfg Config) (*API, error) {
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		master:  sha256.Sum256([]byte(cfg.MasterToken)),
+	}
+	if cfg.OIDC != nil {
+		l, err := newAdminLogin(cfg.OIDC, cfg.MasterToken, cfg.Now)
+		if err != nil {
+			return nil, err
+		}
+		a.login = l
 	}
 	a.router = a.routes()
 	return a, nil
@@ -265,6 +280,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/share", roleOperator, a.createShare},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
 		{http.MethodGet, "/explain", roleViewer, a.explainRequest},
+		{http.MethodGet, "/whoami", roleViewer, a.whoami},
 		{http.MethodGet, "/openapi.json", roleNone, a.openAPI},
 	}
 }
@@ -295,6 +311,9 @@ func (a *API) serve(rt route) http.HandlerFunc {
 			c, err = a.authenticate(r)
 			if err == nil {
 				err = c.allow(rt.min)
+			}
+			if err == nil {
+				err = checkCSRF(r, c)
 			}
 		}
 		if err == nil {

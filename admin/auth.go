@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/wire"
@@ -77,16 +78,27 @@ const (
 	tokenPrefix = "apr_"
 )
 
-// caller is who made a request: the master token, or an admin key.
+// caller is who made a request: the master token, an admin key, or a
+// login session.
 type caller struct {
 	master bool
-	key    store.AdminKey // zero for the master token
+	// key is the admin key; for a login session, only its organization
+	// and role (those of its admin_oidc_roles entry); zero for the master
+	// token.
+	key store.AdminKey
+	// user and session are a login session's user (its email, else its
+	// subject) and session; "" and nil otherwise.
+	user    string
+	session *oidc.Session
 }
 
 // actor names the caller in audit entries and CreatedBy fields.
 func (c caller) actor() string {
-	if c.master {
+	switch {
+	case c.master:
 		return wire.Master
+	case c.session != nil:
+		return "oidc:" + c.user
 	}
 	return "key:" + c.key.ID
 }
@@ -113,7 +125,11 @@ func (c caller) allow(min role) error {
 		return errorf(http.StatusForbidden, "only the master token may do this")
 	}
 	if have := parseRole(c.key.Role); have < min {
-		return errorf(http.StatusForbidden, "an admin key with role %s may not do this: it needs role %s", c.key.Role, min)
+		who := "an admin key"
+		if c.session != nil {
+			who = "a login"
+		}
+		return errorf(http.StatusForbidden, "%s with role %s may not do this: it needs role %s", who, c.key.Role, min)
 	}
 	return nil
 }
@@ -121,12 +137,16 @@ func (c caller) allow(min role) error {
 // errUnauthorized is answered to a request without valid credentials.
 var errUnauthorized = &httpError{
 	status: http.StatusUnauthorized,
-	msg:    "missing or invalid credentials: send Authorization: Bearer <master token or apk_ key>",
+	msg:    "missing or invalid credentials: send Authorization: Bearer <master token or apk_ key>, or log in at " + LoginPath,
 }
 
-// authenticate returns the caller of r. A missing or wrong credential
-// answers errUnauthorized and is audited as login_failed.
+// authenticate returns the caller of r: its bearer credential, or without
+// an Authorization header its admin login session. A missing or wrong
+// credential answers errUnauthorized and is audited as login_failed.
 func (a *API) authenticate(r *http.Request) (caller, error) {
+	if a.hasSession(r) {
+		return a.sessionCaller(r)
+	}
 	secret, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		a.loginFailed(r, "no bearer credential")

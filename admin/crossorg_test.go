@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/internal/oidctest"
 	"github.com/aperio-dev/aperio/router"
 )
 
@@ -19,7 +21,10 @@ type orgWorld struct {
 	f    *fixture
 	a, b string
 	keys map[string]string // role ("viewer", "operator", "admin", "master") → credential; keys are a's
-	seq  atomic.Int64
+	// sessions are login sessions of users admin_oidc_roles maps to a,
+	// by role.
+	sessions map[string]*browserSession
+	seq      atomic.Int64
 	// One record of b's of each kind, which no key of a may see.
 	bRecords []string
 }
@@ -31,10 +36,22 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := base.withConfig(t, admin.Config{Clients: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}})
+	op, p := newProvider(t)
+	var roles []admin.OIDCRole
+	for _, r := range admin.Roles() {
+		roles = append(roles, admin.OIDCRole{Email: r + "@a.test", Org: "a", Role: r})
+	}
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}})
 	f.clients, f.scaling = base.clients, base.scaling
-	w := &orgWorld{f: f, keys: map[string]string{"master": masterToken}}
+	w := &orgWorld{f: f, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
+	for _, r := range admin.Roles() {
+		s := f.login(t, op, oidctest.User(r+"@a.test", true))
+		if s.status != http.StatusOK || s.who.OrgID != w.a || s.who.Role != r {
+			t.Fatalf("login of the %s user = %d %+v, want %s in a", r, s.status, s.who, r)
+		}
+		w.sessions[r] = s
+	}
 	f.own(t, w.a, "a.test", "*.a.test")
 	f.own(t, w.b, "b.test", "*.b.test")
 	for _, r := range admin.Roles() {
@@ -198,14 +215,17 @@ var matrix = []matrixCase{
 	{method: "GET", pattern: "/explain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/explain?" + url.Values{"host": {"x." + w.suffix(own)}}.Encode(), ""
 	}, own: 200, other: 404, master: 200},
+	{method: "GET", pattern: "/whoami", req: fixed("/whoami"), own: 200, other: 200, master: 200},
 	{method: "GET", pattern: "/openapi.json", req: fixed("/openapi.json"), own: 200, other: 200, master: 200},
 }
 
 // TestCrossOrgMatrix calls every route as every role of organization a,
-// at a's records and at b's, and as the master token, and checks the exact
-// status: a key never reaches another organization's records (404 for
-// their IDs, 403 for hostnames it does not own, 400 for org_id), and a
-// listing never shows them.
+// by admin key and by a login session that admin_oidc_roles maps to that
+// role (with its CSRF token), at a's records and at b's, and as the
+// master token, and checks the exact status: neither ever reaches another
+// organization's records (404 for their IDs, 403 for hostnames it does
+// not own, 400 for org_id), a listing never shows them, and a session
+// answers exactly as a key of its role.
 func TestCrossOrgMatrix(t *testing.T) {
 	w := newOrgWorld(t)
 	api, err := admin.New(admin.Config{MasterToken: masterToken, Store: w.f.db})
@@ -224,22 +244,29 @@ func TestCrossOrgMatrix(t *testing.T) {
 	rank := map[string]int{"none": 0, "viewer": 1, "operator": 2, "admin": 3, "master": 4}
 	for _, mc := range matrix {
 		min := api.RolesForTest()[mc.method+" "+mc.pattern]
-		for _, who := range []string{"viewer", "operator", "admin", "master"} {
+		for _, who := range []string{"viewer", "operator", "admin", "master", "oidc-viewer", "oidc-operator", "oidc-admin"} {
 			for _, own := range []bool{true, false} {
 				target := map[bool]string{true: "own", false: "other"}[own]
 				t.Run(fmt.Sprintf("%s %s/%s/%s", mc.method, mc.pattern, who, target), func(t *testing.T) {
 					master := who == "master"
+					role, session := strings.CutPrefix(who, "oidc-")
 					path, body := mc.req(t, w, master, own)
 					want := mc.own
 					switch {
 					case master:
 						want = mc.master
-					case rank[who] < rank[min]:
+					case rank[role] < rank[min]:
 						want = http.StatusForbidden
 					case !own:
 						want = mc.other
 					}
-					status, data := w.f.call(t, mc.method, path, w.keys[who], body)
+					var status int
+					var data []byte
+					if session {
+						status, data = w.sessions[role].api(t, mc.method, path, body)
+					} else {
+						status, data = w.f.call(t, mc.method, path, w.keys[who], body)
+					}
 					if status != want {
 						t.Fatalf("%s %s as %s = %d %s, want %d", mc.method, path, who, status, data, want)
 					}

@@ -209,6 +209,16 @@ func (f *fixture) serve(tb testing.TB, cfg admin.Config) string {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(admin.Prefix+"/", api.Handler())
+	// As the server wires the admin login: its paths, and the OIDC
+	// callback when it ends an admin login.
+	mux.Handle("/aperio/admin/", api.LoginHandler())
+	mux.HandleFunc("/aperio/auth/callback", func(w http.ResponseWriter, r *http.Request) {
+		if !api.LoginCallback(r) {
+			http.Error(w, "no admin login in progress", http.StatusBadRequest)
+			return
+		}
+		api.ServeLoginCallback(w, r)
+	})
 	srv := httptest.NewServer(mux)
 	tb.Cleanup(srv.Close)
 	return srv.URL

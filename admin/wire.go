@@ -49,6 +49,8 @@ type (
 	CreateWebhookRequest = wire.CreateWebhookRequest
 	// AuditEntry is one line of the audit log.
 	AuditEntry = wire.AuditEntry
+	// WhoAmI is the answer to GET /whoami.
+	WhoAmI = wire.WhoAmI
 )
 
 // The statuses of a token.

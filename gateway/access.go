@@ -5,6 +5,7 @@ import (
 	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,12 +14,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/telemetry"
 )
 
 // IdentityIssuer is the iss of the identity tokens the server signs for
@@ -79,6 +84,36 @@ func (g *Gateway) oidcProvider(ctx context.Context) (*oidc.Provider, error) {
 	}
 	return p, nil
 }
+
+// adminLogin returns the admin API's login (admin_oidc) on the server's
+// provider, nil when it is off, with its logins counted in
+// aperio_auth_total{method="admin_oidc"}.
+func (g *Gateway) adminLogin() (*admin.OIDCConfig, error) {
+	if !g.cfg.AdminOIDC {
+		return nil, nil
+	}
+	if g.oidc == nil {
+		return nil, errors.New("gateway: admin_oidc needs the oidc: block")
+	}
+	counter, err := telemetry.AuthCounter(g.metrics.Meter())
+	if err != nil {
+		return nil, err
+	}
+	roles := make([]admin.OIDCRole, len(g.cfg.AdminOIDCRoles))
+	for i, r := range g.cfg.AdminOIDCRoles {
+		roles[i] = r.Entry()
+	}
+	method := attribute.String("method", "admin_oidc")
+	return &admin.OIDCConfig{Provider: g.oidc, Roles: roles, Count: func(outcome string) {
+		// The outcome is one of admin's three constants, never the
+		// visitor's.
+		counter.Add(context.Background(), 1, metric.WithAttributes(method, attribute.String("outcome", outcome)))
+	}}, nil
+}
+
+// adminLoginPrefix is the prefix of the admin login's paths
+// (admin.LoginPath, admin.LogoutPath).
+const adminLoginPrefix = "/aperio/admin/"
 
 // serveAuth answers the login routes under /aperio/auth/ of a hostname
 // whose service requires oidc; 404 elsewhere.

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
@@ -110,6 +112,14 @@ type Config struct {
 	// OIDC is the server's OpenID Connect provider (the oidc: block), for
 	// services with auth: {oidc: …}; an empty Issuer means none.
 	OIDC OIDCConfig
+	// AdminOIDC lets people log in to the admin API through OIDC's
+	// provider (admin_oidc): /aperio/admin/login, a session cookie in
+	// place of a bearer credential. Default off; it needs OIDC.
+	AdminOIDC bool
+	// AdminOIDCRoles maps the users who log in to an organization and a
+	// role, first match wins (admin_oidc_roles); at most
+	// admin.MaxOIDCRoles. Empty maps nobody: every login is refused.
+	AdminOIDCRoles []AdminOIDCRole
 
 	// MetricsToken is the bearer token of /aperio/metrics (metrics_token).
 	// Empty means /aperio/metrics answers 404 (on metrics_listen: no token
@@ -208,6 +218,17 @@ func (cfg Config) Validate() error {
 	} else if o.Issuer != "" && (o.ClientID == "" || o.ClientSecret == "") {
 		errs = append(errs, errors.New("gateway: oidc.client_id and oidc.client_secret are required with oidc.issuer"))
 	}
+	if cfg.AdminOIDC && cfg.OIDC.Issuer == "" {
+		errs = append(errs, errors.New("gateway: admin_oidc needs the oidc: block (oidc.issuer, oidc.client_id, oidc.client_secret)"))
+	}
+	if len(cfg.AdminOIDCRoles) > admin.MaxOIDCRoles {
+		errs = append(errs, fmt.Errorf("gateway: admin_oidc_roles has %d entries, limit %d", len(cfg.AdminOIDCRoles), admin.MaxOIDCRoles))
+	}
+	for i, r := range cfg.AdminOIDCRoles {
+		if err := r.Entry().Check(); err != nil {
+			errs = append(errs, fmt.Errorf("gateway: admin_oidc_roles[%d]: %w", i, err))
+		}
+	}
 	if cfg.MaxHeaderBytes < 0 || cfg.MaxConnectionsPerIP < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_header_bytes %d and max_connections_per_ip %d must not be negative", cfg.MaxHeaderBytes, cfg.MaxConnectionsPerIP))
 	}
@@ -220,6 +241,25 @@ func (cfg Config) posture() (access.Posture, error) {
 		return access.Allow, nil
 	}
 	return access.ParsePosture(cfg.DefaultAccess)
+}
+
+// AdminOIDCRole is one entry of admin_oidc_roles, as the config file
+// spells it: exactly one of Email, Domain, Group; the organization's name;
+// the role (viewer, operator or admin).
+type AdminOIDCRole struct {
+	// Line is the entry's line in the config file; 0 when it came from
+	// the environment.
+	Line   config.Line `yaml:"-"`
+	Email  string      `yaml:"email,omitempty"`
+	Domain string      `yaml:"domain,omitempty"`
+	Group  string      `yaml:"group,omitempty"`
+	Org    string      `yaml:"org"`
+	Role   string      `yaml:"role"`
+}
+
+// Entry returns r as the admin API takes it.
+func (r AdminOIDCRole) Entry() admin.OIDCRole {
+	return admin.OIDCRole{Email: r.Email, Domain: r.Domain, Group: r.Group, Org: r.Org, Role: r.Role}
 }
 
 // OIDCConfig is the server's oidc: block. The login and session cookies

@@ -102,19 +102,33 @@ func (e *edge) guardAdmin(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // charged reports whether a request under /aperio/ costs a token of the
-// visitor's bucket: tunnel handshakes, and admin API requests that
-// present credentials (each a store lookup, or a guess at a secret).
-// Health endpoints, metrics scrapes (compared against one digest, no
-// lookup) and anonymous requests stay free.
+// visitor's bucket: tunnel handshakes, admin API requests that present
+// credentials (each a store lookup, or a guess at a secret) or an admin
+// session cookie (a guess at a seal), and the admin login's paths (a
+// login cookie sealed, a provider called). Health endpoints, metrics
+// scrapes (compared against one digest, no lookup) and anonymous requests
+// stay free. The admin login's callback is charged where it is told
+// apart from a service's.
 func charged(r *http.Request) bool {
 	p := r.URL.Path
-	if p == tunnel.Path {
+	if p == tunnel.Path || strings.HasPrefix(p, adminLoginPrefix) {
 		return true
 	}
 	if p != admin.Prefix && !strings.HasPrefix(p, admin.Prefix+"/") {
 		return false
 	}
-	return r.Header.Get("Authorization") != ""
+	return r.Header.Get("Authorization") != "" || hasAdminSession(r)
+}
+
+// hasAdminSession reports whether r carries an admin session cookie of
+// either name.
+func hasAdminSession(r *http.Request) bool {
+	for _, c := range r.Cookies() {
+		if c.Name == admin.SessionCookie || c.Name == "__Host-"+admin.SessionCookie {
+			return true
+		}
+	}
+	return false
 }
 
 // wrapListener puts PROXY protocol (v1 and v2) on ln when proxy_protocol

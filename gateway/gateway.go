@@ -71,6 +71,7 @@ type Gateway struct {
 	// authAudit writes auth_denied entries, sampled, off the request path.
 	authAudit *authAuditor
 	api       http.Handler // the admin API under /aperio/api
+	admin     *admin.API   // the admin API itself: its login routes
 	db        *store.DB
 	ctl       *autoscale.Controller // nil unless scaling is on
 	armed     *armLoader            // loads the router's armed binds; nil unless scaling is on
@@ -214,11 +215,15 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.edge, err = newEdge(cfg); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, Logger: log})
+	adminLogin, err := g.adminLogin()
 	if err != nil {
 		return nil, err
 	}
-	g.api = api.Handler()
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, OIDC: adminLogin, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	g.api, g.admin = api.Handler(), api
 	if err := g.loadMaintenance(ctx); err != nil {
 		return nil, err
 	}
@@ -257,6 +262,14 @@ func (g *Gateway) Handler() http.Handler {
 			g.proxy.ServeHTTP(w, r)
 			return
 		}
+		if p == oidc.CallbackPath && g.admin.LoginCallback(r) {
+			// The end of an admin login: the operators' like the rest
+			// of the admin API, and a call to the provider.
+			if !g.edge.guardAdmin(w, r) && g.router.Charge(w, r) {
+				g.admin.ServeLoginCallback(w, r)
+			}
+			return
+		}
 		if strings.HasPrefix(p, oidc.AuthPrefix) {
 			// The login of a protected hostname: on that hostname, no
 			// admin credential.
@@ -278,6 +291,10 @@ func (g *Gateway) Handler() http.Handler {
 		}
 		if p == admin.Prefix || strings.HasPrefix(p, admin.Prefix+"/") {
 			g.api.ServeHTTP(w, r)
+			return
+		}
+		if strings.HasPrefix(p, adminLoginPrefix) {
+			g.admin.LoginHandler().ServeHTTP(w, r)
 			return
 		}
 		switch p {

@@ -1,78 +1,16 @@
 package gateway_test
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
-	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/internal/oidctest"
 )
-
-// startOIDCProvider runs a real OpenID Connect provider (mockoidc) on
-// loopback for the test; it logs in its default user, Jane
-// (jane.doe@example.com, verified), at every authorization.
-func startOIDCProvider(t *testing.T) *mockoidc.MockOIDC {
-	t.Helper()
-	op, err := mockoidc.NewServer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// mockoidc keeps its sessions in a plain map: one mutex orders its
-	// handlers for the race detector.
-	var mu sync.Mutex
-	if err := op.AddMiddleware(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			defer mu.Unlock()
-			next.ServeHTTP(w, r)
-		})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := op.Start(ln, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := op.Shutdown(); err != nil {
-			t.Errorf("provider shutdown: %v", err)
-		}
-	})
-	return op
-}
-
-// browser is a visitor with a cookie jar that follows redirects, and
-// reaches every *.test hostname at the server's address, so that cookies
-// are kept per hostname as a real browser keeps them.
-func browser(t *testing.T, s *testServer) *http.Client {
-	t.Helper()
-	jar, err := cookiejar.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{Proxy: nil, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if host, _, _ := net.SplitHostPort(addr); strings.HasSuffix(host, ".test") {
-			addr = s.addr
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
-	}}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Jar: jar, Timeout: 30 * time.Second}
-}
 
 // TestAccessOIDCEndToEnd: a service with auth: {oidc: …} behind a server
 // with an oidc: block. A browser without a session is sent to the
@@ -81,7 +19,7 @@ func browser(t *testing.T, s *testServer) *http.Client {
 // the session cookie; a non-browser client gets 401; a service whose
 // rules do not admit the user answers 403 after the login.
 func TestAccessOIDCEndToEnd(t *testing.T) {
-	op := startOIDCProvider(t)
+	op := oidctest.Start(t)
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "user="+r.Header.Get("X-Aperio-User")+" auth="+r.Header.Get("X-Aperio-Auth")+" cookie="+r.Header.Get("Cookie"))
 	}))
@@ -97,7 +35,7 @@ func TestAccessOIDCEndToEnd(t *testing.T) {
 	waitClients(t, newVisitor(t, srv), srv, 1)
 	_, port, _ := net.SplitHostPort(srv.addr)
 
-	b := browser(t, srv)
+	b := oidctest.Browser(t, srv.addr)
 	get := func(c *http.Client, url string, html bool) (*http.Response, string) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
@@ -142,7 +80,7 @@ func TestAccessOIDCEndToEnd(t *testing.T) {
 
 // newVisitorFor is a cookieless client that reaches *.test at s.
 func newVisitorFor(t *testing.T, s *testServer) *http.Client {
-	c := browser(t, s)
+	c := oidctest.Browser(t, s.addr)
 	c.Jar = nil
 	return c
 }

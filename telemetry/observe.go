@@ -128,11 +128,19 @@ func NewObserver(cfg ObserverConfig) (*Observer, error) {
 		metric.WithDescription("Time requests were held for a cold start, by hostname.")); err != nil {
 		return nil, err
 	}
-	if o.auth, err = m.Int64Counter(metricAuth,
-		metric.WithDescription("Requests judged by a service's access gate, by method and outcome.")); err != nil {
+	if o.auth, err = AuthCounter(m); err != nil {
 		return nil, err
 	}
 	return o, nil
+}
+
+// AuthCounter returns the counter aperio_auth_total{method,outcome} on m:
+// the requests a service's access gate judged, and the server's own
+// logins (method admin_oidc). Creating it again on the same meter returns
+// the same counter.
+func AuthCounter(m metric.Meter) (metric.Int64Counter, error) {
+	return m.Int64Counter(metricAuth,
+		metric.WithDescription("Requests judged by a service's access gate, and the admin logins, by method and outcome."))
 }
 
 // Wrap returns the handler that observes every request next serves.

@@ -305,7 +305,8 @@ type AuditEntry struct {
 	OrgID string `json:"org_id"`
 	// Event is one of the Event constants of package admin.
 	Event string `json:"event"`
-	// Actor is "master", "key:<id>", or "anonymous" for a failed login.
+	// Actor is "master", "key:<id>", "oidc:<email>" (a login session),
+	// or "anonymous" for a failed login.
 	Actor    string `json:"actor"`
 	Hostname string `json:"hostname"`
 	Detail   string `json:"detail"`
@@ -363,4 +364,20 @@ type Concurrency struct {
 	Min     int    `json:"min"`
 	Max     int    `json:"max"`
 	Fixed   bool   `json:"fixed"`
+}
+
+// WhoAmI is the answer to GET /whoami: who the API takes the caller for.
+type WhoAmI struct {
+	// Actor is how audit entries name the caller: "master", "key:<id>" or
+	// "oidc:<email>".
+	Actor string `json:"actor"`
+	// OrgID is the organization the caller acts in: the default
+	// organization's for the master token ("" while it does not exist).
+	OrgID string `json:"org_id"`
+	// Role is "master", "viewer", "operator" or "admin".
+	Role string `json:"role"`
+	// CSRF is the token every state-changing request of a login session
+	// must send in the X-Aperio-CSRF header; "" for a bearer credential,
+	// which needs none.
+	CSRF string `json:"csrf"`
 }

@@ -89,13 +89,6 @@ func sessionCookieName(secure bool) string {
 	return SessionCookie
 }
 
-func loginCookieName(secure bool) string {
-	if secure {
-		return SecureLoginCookie
-	}
-	return LoginCookie
-}
-
 // Check returns the session r carries for v: sealed by the keyring, not
 // expired, issued on v.Host, and admitted by v.Policy. Its errors wrap
 // ErrNoSession, ErrSessionInvalid or ErrForbidden; the latter comes with
@@ -224,17 +217,39 @@ func (p *Provider) ServeLogin(w http.ResponseWriter, r *http.Request, v Visit) {
 	p.startLogin(w, r, v, ret)
 }
 
+// loginFlow is where one kind of login keeps its state between the
+// redirect to the provider and the callback: the login cookie's names and
+// its sealer. Services' logins and each App's have their own, so that a
+// login started for one never finishes as the other.
+type loginFlow struct {
+	sealer               *Sealer
+	cookie, secureCookie string
+}
+
+func (f *loginFlow) name(secure bool) string {
+	if secure {
+		return f.secureCookie
+	}
+	return f.cookie
+}
+
 // startLogin redirects to the provider's authorization endpoint, with the
 // state, nonce and PKCE verifier sealed in the login cookie.
 func (p *Provider) startLogin(w http.ResponseWriter, r *http.Request, v Visit, ret string) {
-	redirectURI, err := p.redirectURI(r, v)
+	p.begin(w, r, &p.login, v.Host, v.Secure, ret)
+}
+
+// begin starts a login of flow fl on host, returning to ret (a checked
+// same-host path) afterwards.
+func (p *Provider) begin(w http.ResponseWriter, r *http.Request, fl *loginFlow, host string, secure bool, ret string) {
+	redirectURI, err := p.redirectURI(r, host, secure)
 	if err != nil {
-		p.cfg.Logger.Debug("oidc login refused", logkey.Hostname, v.Host, logkey.Err, err)
+		p.cfg.Logger.Debug("oidc login refused", logkey.Hostname, host, logkey.Err, err)
 		refuse(w, http.StatusBadRequest, "bad request: unusable host")
 		return
 	}
 	l := loginState{
-		Host:        v.Host,
+		Host:        host,
 		State:       random(32),
 		Nonce:       random(32),
 		Verifier:    oauth2.GenerateVerifier(),
@@ -243,12 +258,12 @@ func (p *Provider) startLogin(w http.ResponseWriter, r *http.Request, v Visit, r
 		Expires:     p.cfg.Now().Add(p.cfg.LoginTTL),
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name:     loginCookieName(v.Secure),
-		Value:    p.logins.Seal(l.encode()),
+		Name:     fl.name(secure),
+		Value:    fl.sealer.Seal(l.encode()),
 		Path:     "/",
 		MaxAge:   int(p.cfg.LoginTTL / time.Second),
 		HttpOnly: true,
-		Secure:   v.Secure,
+		Secure:   secure,
 		SameSite: http.SameSiteLaxMode,
 	})
 	oc := p.oauth
@@ -256,24 +271,24 @@ func (p *Provider) startLogin(w http.ResponseWriter, r *http.Request, v Visit, r
 	redirect(w, oc.AuthCodeURL(l.State, oauth2.S256ChallengeOption(l.Verifier), gooidc.Nonce(l.Nonce)))
 }
 
-// redirectURI returns the callback URL for v: Config.RedirectURL when it
-// names v.Host, else <scheme>://<v.Host>[:port]/aperio/auth/callback,
+// redirectURI returns the callback URL for host: Config.RedirectURL when
+// it names host, else <scheme>://<host>[:port]/aperio/auth/callback,
 // with the port of r's Host header if it names the same host.
-func (p *Provider) redirectURI(r *http.Request, v Visit) (string, error) {
-	if p.fixed != nil && hostname.Normalize(p.fixed.Host) == v.Host {
+func (p *Provider) redirectURI(r *http.Request, host string, secure bool) (string, error) {
+	if p.fixed != nil && hostname.Normalize(p.fixed.Host) == host {
 		return p.cfg.RedirectURL, nil
 	}
-	if !plainHost(v.Host) {
-		return "", fmt.Errorf("oidc: host %q is not a DNS name", v.Host)
+	if !plainHost(host) {
+		return "", fmt.Errorf("oidc: host %q is not a DNS name", host)
 	}
-	authority := v.Host
-	if hostname.Normalize(r.Host) == v.Host {
+	authority := host
+	if hostname.Normalize(r.Host) == host {
 		if i := strings.LastIndexByte(r.Host, ':'); i >= 0 && digits(r.Host[i+1:]) {
 			authority += r.Host[i:]
 		}
 	}
 	scheme := "http"
-	if v.Secure {
+	if secure {
 		scheme = "https"
 	}
 	return scheme + "://" + authority + CallbackPath, nil
@@ -338,75 +353,26 @@ func (p *Provider) ServeCallback(w http.ResponseWriter, r *http.Request, v Visit
 // callback does ServeCallback's work; on failure it returns the status
 // and the short text for the visitor, and the error for the log.
 func (p *Provider) callback(w http.ResponseWriter, r *http.Request, v Visit) (int, string, error) {
-	name := loginCookieName(v.Secure)
-	cookies := r.CookiesNamed(name)
-	if len(cookies) == 0 {
-		return http.StatusBadRequest, "bad request: no login in progress", errors.New("oidc: callback without a login cookie")
-	}
-	clearCookie(w, name, v.Secure)
-	l, err := p.openLogin(cookies, v.Host)
+	id, l, err := p.finish(w, r, &p.login, v.Host, v.Secure)
 	if err != nil {
-		return http.StatusBadRequest, "bad request: no login in progress", err
-	}
-	if !p.cfg.Now().Before(l.Expires) {
-		return http.StatusBadRequest, "bad request: login expired, try again", fmt.Errorf("oidc: login expired at %s", l.Expires.UTC().Format(time.RFC3339))
-	}
-	// The state comes first: only the provider this login went to knows
-	// it, so nobody else can end the login, even with an error.
-	q := r.URL.Query()
-	if st := q.Get("state"); subtle.ConstantTimeCompare([]byte(st), []byte(l.State)) != 1 {
-		return http.StatusBadRequest, "bad request: state mismatch", errors.New("oidc: state mismatch")
-	}
-	if e := q.Get("error"); e != "" {
-		return http.StatusUnauthorized, "unauthorized: the identity provider refused the login", fmt.Errorf("oidc: provider error %.64q: %.256q", e, q.Get("error_description"))
-	}
-	code := q.Get("code")
-	if code == "" || len(code) > maxCodeBytes {
-		return http.StatusBadRequest, "bad request: no authorization code", fmt.Errorf("oidc: code of %d bytes", len(code))
-	}
-
-	ctx, cancel := context.WithTimeout(p.clientContext(r.Context()), p.cfg.Timeout)
-	defer cancel()
-	oc := p.oauth
-	oc.RedirectURL = l.RedirectURI
-	tok, err := oc.Exchange(ctx, code, oauth2.VerifierOption(l.Verifier))
-	if err != nil {
-		if _, ok := errors.AsType[*oauth2.RetrieveError](err); ok {
-			return http.StatusUnauthorized, "unauthorized: the identity provider refused the code", err
-		}
-		return http.StatusBadGateway, "bad gateway: identity provider unreachable", err
-	}
-	raw, ok := tok.Extra("id_token").(string)
-	if !ok || raw == "" {
-		return http.StatusBadGateway, "bad gateway: identity provider sent no ID token", errors.New("oidc: token response without id_token")
-	}
-	idt, err := p.verifier.Verify(ctx, raw)
-	if err != nil {
-		return http.StatusUnauthorized, "unauthorized: ID token refused", err
-	}
-	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(l.Nonce)) != 1 {
-		return http.StatusUnauthorized, "unauthorized: ID token refused", errors.New("oidc: nonce mismatch")
-	}
-	cl, err := readClaims(idt)
-	if err != nil {
-		return http.StatusUnauthorized, "unauthorized: ID token refused", err
+		return err.Status, err.Reason, err.Err
 	}
 	pol := v.policy()
 	s := Session{
 		Host:          v.Host,
-		Subject:       idt.Subject,
-		Email:         strings.ToLower(cl.email),
-		EmailVerified: cl.emailVerified,
-		Groups:        pol.keptGroups(cl.groups),
+		Subject:       id.Subject,
+		Email:         id.Email,
+		EmailVerified: id.EmailVerified,
+		Groups:        pol.keptGroups(id.Groups),
 		Expires:       p.cfg.Now().Add(p.cfg.SessionTTL).Truncate(time.Second),
 	}
 	rand.Read(s.csrf[:]) // never fails
 	if !pol.Allows(&s) {
 		return http.StatusForbidden, "forbidden: your account may not use this site", fmt.Errorf("%w: %s on %s", ErrForbidden, s.User(), v.Host)
 	}
-	payload, err := s.encode()
-	if err != nil {
-		return http.StatusForbidden, "forbidden: identity too large to hold", err
+	payload, perr := s.encode()
+	if perr != nil {
+		return http.StatusForbidden, "forbidden: identity too large to hold", perr
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookieName(v.Secure),
@@ -422,16 +388,99 @@ func (p *Provider) callback(w http.ResponseWriter, r *http.Request, v Visit) (in
 	return 0, "", nil
 }
 
+// LoginError is a callback refused before any session was issued: the
+// status and the short text the browser gets, and the cause for the log.
+type LoginError struct {
+	// Status is 400 (no matching login in progress), 401 (the provider
+	// refused, or its ID token does not verify), 403 (the identity cannot
+	// be held) or 502 (the provider could not be reached).
+	Status int
+	// Reason is a short text safe to show the visitor.
+	Reason string
+	// Err is the cause, for the log only.
+	Err error
+}
+
+func (e *LoginError) Error() string { return e.Reason + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *LoginError) Unwrap() error { return e.Err }
+
+func loginErr(status int, reason string, err error) *LoginError {
+	return &LoginError{Status: status, Reason: reason, Err: err}
+}
+
+// finish checks a callback of flow fl on host against its login cookie
+// (state, host, age), exchanges the code with the PKCE verifier and
+// verifies the ID token (signature, issuer, audience, expiry, nonce). It
+// clears the login cookie whatever happens, so a callback URL works once.
+func (p *Provider) finish(w http.ResponseWriter, r *http.Request, fl *loginFlow, host string, secure bool) (Identity, loginState, *LoginError) {
+	name := fl.name(secure)
+	cookies := r.CookiesNamed(name)
+	if len(cookies) == 0 {
+		return Identity{}, loginState{}, loginErr(http.StatusBadRequest, "bad request: no login in progress", errors.New("oidc: callback without a login cookie"))
+	}
+	clearCookie(w, name, secure)
+	l, err := p.openLogin(fl, cookies, host)
+	if err != nil {
+		return Identity{}, loginState{}, loginErr(http.StatusBadRequest, "bad request: no login in progress", err)
+	}
+	if !p.cfg.Now().Before(l.Expires) {
+		return Identity{}, loginState{}, loginErr(http.StatusBadRequest, "bad request: login expired, try again", fmt.Errorf("oidc: login expired at %s", l.Expires.UTC().Format(time.RFC3339)))
+	}
+	// The state comes first: only the provider this login went to knows
+	// it, so nobody else can end the login, even with an error.
+	q := r.URL.Query()
+	if st := q.Get("state"); subtle.ConstantTimeCompare([]byte(st), []byte(l.State)) != 1 {
+		return Identity{}, loginState{}, loginErr(http.StatusBadRequest, "bad request: state mismatch", errors.New("oidc: state mismatch"))
+	}
+	if e := q.Get("error"); e != "" {
+		return Identity{}, loginState{}, loginErr(http.StatusUnauthorized, "unauthorized: the identity provider refused the login", fmt.Errorf("oidc: provider error %.64q: %.256q", e, q.Get("error_description")))
+	}
+	code := q.Get("code")
+	if code == "" || len(code) > maxCodeBytes {
+		return Identity{}, loginState{}, loginErr(http.StatusBadRequest, "bad request: no authorization code", fmt.Errorf("oidc: code of %d bytes", len(code)))
+	}
+
+	ctx, cancel := context.WithTimeout(p.clientContext(r.Context()), p.cfg.Timeout)
+	defer cancel()
+	oc := p.oauth
+	oc.RedirectURL = l.RedirectURI
+	tok, err := oc.Exchange(ctx, code, oauth2.VerifierOption(l.Verifier))
+	if err != nil {
+		if _, ok := errors.AsType[*oauth2.RetrieveError](err); ok {
+			return Identity{}, loginState{}, loginErr(http.StatusUnauthorized, "unauthorized: the identity provider refused the code", err)
+		}
+		return Identity{}, loginState{}, loginErr(http.StatusBadGateway, "bad gateway: identity provider unreachable", err)
+	}
+	raw, ok := tok.Extra("id_token").(string)
+	if !ok || raw == "" {
+		return Identity{}, loginState{}, loginErr(http.StatusBadGateway, "bad gateway: identity provider sent no ID token", errors.New("oidc: token response without id_token"))
+	}
+	idt, err := p.verifier.Verify(ctx, raw)
+	if err != nil {
+		return Identity{}, loginState{}, loginErr(http.StatusUnauthorized, "unauthorized: ID token refused", err)
+	}
+	if subtle.ConstantTimeCompare([]byte(idt.Nonce), []byte(l.Nonce)) != 1 {
+		return Identity{}, loginState{}, loginErr(http.StatusUnauthorized, "unauthorized: ID token refused", errors.New("oidc: nonce mismatch"))
+	}
+	cl, err := readClaims(idt)
+	if err != nil {
+		return Identity{}, loginState{}, loginErr(http.StatusUnauthorized, "unauthorized: ID token refused", err)
+	}
+	return Identity{Subject: idt.Subject, Email: strings.ToLower(cl.email), EmailVerified: cl.emailVerified, Groups: cl.groups}, l, nil
+}
+
 // openLogin returns the first of cookies that opens as a login on host
 // (see session for why there may be several).
-func (p *Provider) openLogin(cookies []*http.Cookie, host string) (loginState, error) {
+func (p *Provider) openLogin(fl *loginFlow, cookies []*http.Cookie, host string) (loginState, error) {
 	var err error
 	for i, c := range cookies {
 		if i == maxCandidates {
 			break
 		}
 		var plain []byte
-		if plain, err = p.logins.Open(c.Value); err != nil {
+		if plain, err = fl.sealer.Open(c.Value); err != nil {
 			continue
 		}
 		var l loginState

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/oidctest"
 )
 
 // clock is a fake clock: real time plus an offset the test advances, so
@@ -34,15 +34,14 @@ func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 // the way the server wires it: /aperio/auth/* to ServeAuth, the rest
 // through Gate.
 type harness struct {
-	t         testing.TB
-	op        *mockoidc.MockOIDC
-	p         *Provider
-	app       *httptest.Server
-	port      string
-	clock     *clock
-	policies  map[string]*Policy // by host; fixed before the first request
-	secure    bool               // the app is served over TLS
-	authorize atomic.Int64       // authorization requests the provider saw
+	t        testing.TB
+	op       *oidctest.Provider
+	p        *Provider
+	app      *httptest.Server
+	port     string
+	clock    *clock
+	policies map[string]*Policy // by host; fixed before the first request
+	secure   bool               // the app is served over TLS
 }
 
 // setup says how a harness differs from the default: per-host policies,
@@ -56,38 +55,7 @@ type setup struct {
 func newHarness(t testing.TB, su setup) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: &clock{}, policies: su.policies, secure: su.secure}
-	op, err := mockoidc.NewServer(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// mockoidc keeps its sessions in a plain map; one mutex around its
-	// handlers orders them for the race detector, as a real provider's
-	// storage would.
-	var mu sync.Mutex
-	if err := op.AddMiddleware(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			defer mu.Unlock()
-			if r.URL.Path == mockoidc.AuthorizationEndpoint {
-				h.authorize.Add(1)
-			}
-			next.ServeHTTP(w, r)
-		})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := op.Start(ln, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := op.Shutdown(); err != nil {
-			t.Errorf("provider shutdown: %v", err)
-		}
-	})
+	op := oidctest.Start(t)
 	h.op = op
 
 	tr := &http.Transport{}
@@ -106,10 +74,11 @@ func newHarness(t testing.TB, su setup) *harness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h.p, err = New(ctx, cfg)
+	p, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	h.p = p
 
 	h.app = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := hostname.Normalize(r.Host)
@@ -292,7 +261,7 @@ func TestLoginFlow(t *testing.T) {
 	if a.url.Host != "app.test:"+h.port {
 		t.Errorf("landed on %s, want app.test", a.url)
 	}
-	if got := h.authorize.Load(); got != 1 {
+	if got := h.op.Authorizations(); got != 1 {
 		t.Errorf("provider saw %d authorizations, want 1", got)
 	}
 	if h.cookie(c, "app.test", SessionCookie) == "" {
@@ -310,7 +279,7 @@ func TestLoginFlow(t *testing.T) {
 	if a := h.do(c, http.MethodPost, h.url("app.test", "/api"), false, url.Values{"x": {"1"}}); a.status != http.StatusOK {
 		t.Errorf("POST with session = %d %q, want 200", a.status, a.body)
 	}
-	if got := h.authorize.Load(); got != 1 {
+	if got := h.op.Authorizations(); got != 1 {
 		t.Errorf("provider saw %d authorizations after the session was set, want 1", got)
 	}
 }
@@ -334,7 +303,7 @@ func TestNonBrowserGets401(t *testing.T) {
 			}
 		})
 	}
-	if got := h.authorize.Load(); got != 0 {
+	if got := h.op.Authorizations(); got != 0 {
 		t.Errorf("provider saw %d authorizations, want 0", got)
 	}
 }

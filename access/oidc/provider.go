@@ -175,8 +175,8 @@ type Provider struct {
 	oauth    oauth2.Config // RedirectURL is set per login
 	verifier *gooidc.IDTokenVerifier
 	sessions *Sealer
-	logins   *Sealer
-	fixed    *url.URL // Config.RedirectURL parsed, or nil
+	login    loginFlow // services' logins
+	fixed    *url.URL  // Config.RedirectURL parsed, or nil
 }
 
 // New validates cfg and discovers the provider: one GET of the discovery
@@ -197,7 +197,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p := &Provider{cfg: cfg, sessions: sessions, logins: logins}
+	p := &Provider{cfg: cfg, sessions: sessions, login: loginFlow{sealer: logins, cookie: LoginCookie, secureCookie: SecureLoginCookie}}
 	if cfg.RedirectURL != "" {
 		p.fixed, _ = url.Parse(cfg.RedirectURL) // checked by Validate
 	}

@@ -100,7 +100,7 @@ func TestRedirectURI(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := requestWith()
 			r.Host = tc.reqHost
-			got, err := tc.p.redirectURI(r, tc.v)
+			got, err := tc.p.redirectURI(r, tc.v.Host, tc.v.Secure)
 			if (err != nil) != (tc.want == "") || got != tc.want {
 				t.Errorf("redirectURI(Host %q, %+v) = %q, %v; want %q", tc.reqHost, tc.v, got, err, tc.want)
 			}

@@ -20,7 +20,7 @@ func testProvider(t testing.TB, now time.Time, keys ...Key) *Provider {
 		keys = []Key{testKey(1, "a")}
 	}
 	cfg := Config{Keys: keys, Now: func() time.Time { return now }}.withDefaults()
-	return &Provider{cfg: cfg, sessions: mustSealer(t, "session", keys...), logins: mustSealer(t, "login", keys...)}
+	return &Provider{cfg: cfg, sessions: mustSealer(t, "session", keys...), login: loginFlow{sealer: mustSealer(t, "login", keys...), cookie: LoginCookie, secureCookie: SecureLoginCookie}}
 }
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -152,7 +152,7 @@ func TestCheckRefusesHostileCookies(t *testing.T) {
 		{"parent host", &http.Cookie{Name: SessionCookie, Value: seal(func(s *Session) { s.Host = "example.com" })}, ErrSessionInvalid},
 		{"unknown key", &http.Cookie{Name: SessionCookie, Value: sealSession(t, other.sessions, good)}, ErrSessionInvalid},
 		{"same key id, other secret", &http.Cookie{Name: SessionCookie, Value: sealSession(t, sameIDOtherSecret.sessions, good)}, ErrSessionInvalid},
-		{"login cookie as session", &http.Cookie{Name: SessionCookie, Value: p.logins.Seal(func() []byte { b, _ := good.encode(); return b }())}, ErrSessionInvalid},
+		{"login cookie as session", &http.Cookie{Name: SessionCookie, Value: p.login.sealer.Seal(func() []byte { b, _ := good.encode(); return b }())}, ErrSessionInvalid},
 		{"oversized", &http.Cookie{Name: SessionCookie, Value: strings.Repeat("A", 5000)}, ErrSessionInvalid},
 		{"valid, policy refuses", &http.Cookie{Name: SessionCookie, Value: seal(func(s *Session) { s.Email = "mallory@example.net"; s.Groups = nil })}, ErrForbidden},
 		{"valid, unverified email", &http.Cookie{Name: SessionCookie, Value: seal(func(s *Session) { s.EmailVerified = false; s.Groups = nil })}, ErrForbidden},

@@ -77,6 +77,8 @@ func settings() []config.Setting[Config] {
 		config.StringSetting("oidc.client_secret", "client secret registered at the provider", func(c *S) *string { return &c.OIDC.ClientSecret }).Secret(),
 		config.ListSetting("oidc.scopes", "scopes asked for (default openid,email,profile)", func(c *S) *[]string { return &c.OIDC.Scopes }),
 		config.StringSetting("oidc.redirect_url", "callback URL registered for the one hostname it names", func(c *S) *string { return &c.OIDC.RedirectURL }),
+		config.BoolSetting("admin_oidc", "admin API login through the oidc: provider at /aperio/admin/login", func(c *S) *bool { return &c.AdminOIDC }),
+		config.YAMLSetting(adminOIDCRolesKey, "who logs in as what: [{email|domain|group, org, role}], first match wins", func(c *S) *[]gateway.AdminOIDCRole { return &c.AdminOIDCRoles }, parseAdminOIDCRoles),
 		config.IntSetting("ip_limit_max", "per-visitor token bucket size", func(c *S) *int { return &c.Router.IPLimitMax }),
 		config.FloatSetting("ip_limit_refill", "per-visitor refill, tokens per second", func(c *S) *float64 { return &c.Router.IPLimitRefill }),
 		config.DurationSetting("read_header_timeout", "time a visitor may take to send a request head", func(c *S) *time.Duration { return &c.ReadHeaderTimeout }),
@@ -277,4 +279,5 @@ func check(s Config, v *config.Checker) {
 	v.OneOf("log_level", s.LogLevel, config.LogLevels)
 	v.OneOf("log_format", s.LogFormat, config.LogFormats)
 	edgeProblems(s, v)
+	adminOIDCProblems(s, v)
 }
