@@ -9,10 +9,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -91,9 +93,42 @@ func BenchmarkServeHTTP(b *testing.B) {
 	benchRequests(b, benchRouter(b, nil))
 }
 
+// BenchmarkServeHTTPPolicy is BenchmarkServeHTTP with a traffic policy
+// of 50 route rules (exact, wildcard and host-less globs, none matching
+// the request, so every index list is tried) and 10 header rules (one of
+// them setting a response header of app.example.com).
+func BenchmarkServeHTTPPolicy(b *testing.B) {
+	var pc policy.Config
+	for i := range 50 {
+		r := policy.Route{Policy: &policy.RoutePolicy{Timeout: time.Second}}
+		switch i % 3 {
+		case 0:
+			r.Host = fmt.Sprintf("r%d.example.com", i)
+		case 1:
+			r.Host = fmt.Sprintf("*.wild%d.example.com", i)
+		default:
+			r.Path = fmt.Sprintf("/static%d/*.css", i)
+		}
+		pc.Routes = append(pc.Routes, r)
+	}
+	for i := range 10 {
+		host := fmt.Sprintf("h%d.example.com", i)
+		if i == 0 {
+			host = "app.example.com"
+		}
+		pc.Headers = append(pc.Headers, policy.HeaderRule{Host: host, Response: policy.HeaderOps{Set: map[string]string{"X-Served-By": "aperio"}}})
+	}
+	benchRequests(b, benchRouterWith(b, nil, pc))
+}
+
 // benchRouter returns a router with one client serving app.example.com.
 func benchRouter(b *testing.B, tracer trace.Tracer) *Router {
-	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100, Tracer: tracer})
+	return benchRouterWith(b, tracer, policy.Config{})
+}
+
+// benchRouterWith is benchRouter with a traffic policy.
+func benchRouterWith(b *testing.B, tracer trace.Tracer, pc policy.Config) *Router {
+	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100, Tracer: tracer, Policy: pc})
 	rt.update(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"))
 	return rt
 }
