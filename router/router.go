@@ -98,9 +98,9 @@ type Router struct {
 	strategy strategy
 	failover failoverPolicy
 	ips      *ipLimiter
-	global   atomic.Int64 // proxied requests in flight
-	held     atomic.Int64 // requests held for a cold start
-	tracer   trace.Tracer // nil when tracing is off
+	global   atomic.Int64   // proxied requests in flight
+	held     atomic.Int64   // requests held for a cold start
+	tracer   trace.Tracer   // nil when tracing is off
 	policy   *policy.Policy // nil when there is none
 	// defaultGate is the gate of a service that announces no access
 	// block: default_access decides.
