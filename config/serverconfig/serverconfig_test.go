@@ -843,8 +843,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 63 {
-		t.Errorf("len(Keys()) = %d, want 63", len(keys))
+	if len(keys) != 67 {
+		t.Errorf("len(Keys()) = %d, want 67", len(keys))
 	}
 }
 
