@@ -129,6 +129,9 @@ type Service struct {
 	// IdentityJWT asks the server to send the backend a signed identity
 	// token for every visitor Auth admitted (identity_jwt).
 	IdentityJWT bool
+	// Headers are the service's response header rules (headers); nil for
+	// none.
+	Headers *HeaderRules
 }
 
 // Adaptive is an adaptive_concurrency block: a limit the client learns

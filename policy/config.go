@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/aperio-dev/aperio/internal/headerrule"
 )
 
 // Bounds of a policy: a config past them fails to load.
@@ -26,12 +28,10 @@ const (
 	MaxBodyBytes   = 64 << 10 // body of one respond answer
 	// MaxServiceHeaders bounds the header entries one client service may
 	// announce.
-	MaxServiceHeaders = 64
+	MaxServiceHeaders = headerrule.MaxService
 	// MaxKeys is the default and the greatest max_keys of a rate limit:
 	// the buckets one limit keeps, least recently used dropped first.
 	MaxKeys = 100_000
-	// maxHeaderValue bounds one header value of a rule.
-	maxHeaderValue = 4096
 )
 
 // Config is the traffic policy as the server's config file writes it. The

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/aperio-dev/aperio/internal/headerrule"
 )
 
 // headerOps are compiled header operations: canonical names, values in
@@ -79,56 +81,11 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 	}
 }
 
-// refusedHeaders are the names no rule may touch: hop-by-hop and framing
-// headers (the proxy owns them; changing one would desynchronize the
-// exchange) and Host (routing). X-Aperio-* is refused too, in CheckField:
-// those carry the visitor's identity and the server's own answers.
-var refusedHeaders = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
-	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true,
-	"Upgrade": true, "Content-Length": true, "Host": true,
-}
-
 // CheckField reports what is wrong with a header rule's name and value:
 // an empty or non-token name, a hop-by-hop or framing header, X-Aperio-*,
 // or a value with a control character (CR, LF, NUL) or longer than 4 KiB.
-func CheckField(name, value string) error {
-	if !validName(name) {
-		return fmt.Errorf("%q is not a header name", name)
-	}
-	canon := http.CanonicalHeaderKey(name)
-	if refusedHeaders[canon] {
-		return fmt.Errorf("%s is a hop-by-hop or framing header: the proxy owns it", canon)
-	}
-	if strings.HasPrefix(canon, "X-Aperio-") {
-		return fmt.Errorf("%s: X-Aperio-* headers are aperio's own", canon)
-	}
-	if err := checkValue(value); err != nil {
-		return fmt.Errorf("%s: %w", canon, err)
-	}
-	return nil
-}
-
-func checkValue(v string) error {
-	if len(v) > maxHeaderValue {
-		return fmt.Errorf("value of %d bytes, at most %d", len(v), maxHeaderValue)
-	}
-	if strings.ContainsFunc(v, func(c rune) bool { return c < ' ' && c != '\t' || c == 0x7f }) {
-		return errors.New("value holds a control character (CR, LF, NUL...)")
-	}
-	return nil
-}
-
-// validName reports whether name is a header name of at most 256 bytes.
-func validName(name string) bool {
-	return name != "" && len(name) <= 256 && !strings.ContainsFunc(name, func(c rune) bool { return !isTokenChar(c) })
-}
-
-// isTokenChar reports whether c may appear in a header name (RFC 9110
-// tchar).
-func isTokenChar(c rune) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)
-}
+// The client runs the same check on its services' rules.
+func CheckField(name, value string) error { return headerrule.Check(name, value) }
 
 // hostOps are the header operations of one entry of headers:.
 type hostOps struct{ req, resp *headerOps }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/aperio-dev/aperio/internal/headerrule"
 )
 
 // keyKind is what a rate limit keys its buckets by.
@@ -71,7 +73,7 @@ func newLimiter(i int, rl RateLimit) (*limiter, string) {
 		l.kind = keyToken
 	case strings.HasPrefix(key, "header:"):
 		h := strings.TrimSpace(strings.TrimPrefix(key, "header:"))
-		if !validName(h) {
+		if !headerrule.ValidName(h) {
 			return nil, fmt.Sprintf("key %q: %q is not a header name", key, h)
 		}
 		l.kind, l.header = keyHeader, http.CanonicalHeaderKey(h)

@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/aperio-dev/aperio/internal/headerrule"
 	"github.com/aperio-dev/aperio/internal/hostname"
 )
 
@@ -291,7 +292,7 @@ func compileRespond(r *Respond) (*respond, error) {
 	if ct == "" {
 		ct = "text/plain; charset=utf-8"
 	}
-	if err := checkValue(ct); err != nil {
+	if err := headerrule.CheckValue(ct); err != nil {
 		return nil, fmt.Errorf("content_type: %w", err)
 	}
 	if len(r.Headers) > MaxServiceHeaders {

@@ -2,13 +2,16 @@ package router
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // The traffic policy's stages (package policy does the matching and keeps
@@ -104,11 +107,45 @@ type responseHeaders struct {
 	host string
 	rule *policy.Rule
 	tls  bool
+	svc  *policy.ServiceRules // the serving service's; nil: none
 }
 
-// apply runs the policy's response rules on h (nil-safe).
+// apply runs the service's response rules on h, then the policy's, which
+// so win on conflict (nil-safe).
 func (rh *responseHeaders) apply(h http.Header) {
-	if rh != nil {
-		rh.p.Response(h, rh.host, rh.rule, rh.tls)
+	if rh == nil {
+		return
 	}
+	if rh.svc != nil {
+		rh.svc.Apply(h)
+	}
+	rh.p.Response(h, rh.host, rh.rule, rh.tls)
+}
+
+// storeServiceHeaders checks the response header rules sa announces
+// again, as a client cannot be trusted to have, keeps those that pass in
+// s and returns a notice for each entry dropped.
+func storeServiceHeaders(s *service, sa tunnel.Service) []string {
+	var h *policy.HeaderOps
+	if sa.Headers != nil {
+		h = &policy.HeaderOps{Set: sa.Headers.Set, Add: sa.Headers.Add, Remove: sa.Headers.Remove}
+	}
+	rules, dropped := policy.CheckService(h)
+	if rules.Empty() {
+		s.headers.Store(nil)
+	} else {
+		s.headers.Store(&rules)
+	}
+	for i, d := range dropped {
+		dropped[i] = "service " + sa.ID + ": " + d
+	}
+	return dropped
+}
+
+// sameHeaders reports whether two announced header rule sets are equal.
+func sameHeaders(a, b *tunnel.HeaderRules) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return maps.Equal(a.Set, b.Set) && maps.Equal(a.Add, b.Add) && slices.Equal(a.Remove, b.Remove)
 }

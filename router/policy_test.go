@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // policyRouter returns a router with cfg's policy and one client c
@@ -126,5 +127,37 @@ func TestNewRefusesBadPolicy(t *testing.T) {
 	_, err := New(Config{Policy: policy.Config{Routes: []policy.Route{{Path: "/[", Policy: &policy.RoutePolicy{}}}}})
 	if err == nil || !strings.Contains(err.Error(), "routes[0]") {
 		t.Errorf("New with a bad glob = %v, want an error naming routes[0]", err)
+	}
+}
+
+// TestServiceHeaders: a client service's announced response rules are
+// checked again on the server (bad entries dropped with a notice) and
+// applied before the server's, which win on conflict.
+func TestServiceHeaders(t *testing.T) {
+	rt := newRouter(t, Config{Policy: policy.Config{Headers: []policy.HeaderRule{
+		{Host: "app.test", Response: policy.HeaderOps{Set: map[string]string{"X-Frame-Options": "DENY"}}},
+	}}})
+	a := ann(svc("", "app.test"))
+	a.Services[0].Headers = &tunnel.HeaderRules{
+		Set:    map[string]string{"X-Frame-Options": "ALLOWALL", "Cache-Control": "public", "Transfer-Encoding": "identity", "X-Aperio-User": "root"},
+		Remove: []string{"Content-Type"},
+	}
+	c := newConn("a", 1)
+	notices := rt.update(c, a)
+	if len(notices) != 2 || !strings.Contains(strings.Join(notices, "\n"), "Transfer-Encoding is a hop-by-hop or framing header") {
+		t.Errorf("notices = %q, want two naming Transfer-Encoding and X-Aperio-User", notices)
+	}
+	w := httptest.NewRecorder()
+	rt.ServeHTTP(w, httptest.NewRequest("GET", "http://app.test/", nil))
+	h := w.Header()
+	if h.Get("X-Frame-Options") != "DENY" || h.Get("Cache-Control") != "public" || h.Get("Content-Type") != "" || h.Get("X-Aperio-User") != "" || h.Get("Transfer-Encoding") != "" {
+		t.Errorf("answer's headers = %v; want the server's X-Frame-Options, the service's Cache-Control, no Content-Type", h)
+	}
+	// A new announcement without headers drops them.
+	rt.update(c, ann(svc("", "app.test")))
+	w = httptest.NewRecorder()
+	rt.ServeHTTP(w, httptest.NewRequest("GET", "http://app.test/", nil))
+	if w.Header().Get("Cache-Control") != "" {
+		t.Errorf("Cache-Control = %q after the service stopped announcing it", w.Header().Get("Cache-Control"))
 	}
 }

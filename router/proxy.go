@@ -184,8 +184,8 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		}
 		responseStarted(body)
 		var rh *responseHeaders
-		if rt.policy.HasResponseRules() {
-			rh = &responseHeaders{p: rt.policy, host: host, rule: a.rule, tls: a.v.Proto == "https"}
+		if svc := s.headers.Load(); svc != nil || rt.policy.HasResponseRules() {
+			rh = &responseHeaders{p: rt.policy, host: host, rule: a.rule, tls: a.v.Proto == "https", svc: svc}
 		}
 		rt.respond(w, r, s, resp, !a.gate.gate.Open(), rh)
 		if span != nil {

@@ -328,6 +328,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		s.draining.Store(ann.Draining)
 		s.resilience.Store(sa.Resilience)
 		s.allowConnect.Store(sa.AllowConnect)
+		notices = append(notices, storeServiceHeaders(s, sa)...)
 		ge := s.gate.Load()
 		if ge == nil || !sameAccess(ge.spec, sa.Access) {
 			ng, err := rt.cfg.Access.buildGate(sa.Access)
@@ -538,7 +539,7 @@ func sameRouting(a, b *tunnel.Announcement) bool {
 	for i := range a.Services {
 		x, y := &a.Services[i], &b.Services[i]
 		if x.ID != y.ID || x.Path != y.Path || x.MaxConcurrent != y.MaxConcurrent ||
-			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || !sameAccess(x.Access, y.Access) ||
+			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || !sameAccess(x.Access, y.Access) || !sameHeaders(x.Headers, y.Headers) ||
 			len(x.Hostnames) != len(y.Hostnames) {
 			return false
 		}
