@@ -12,6 +12,7 @@ import (
 	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // The traffic policy's stages (package policy does the matching and keeps
@@ -21,10 +22,10 @@ import (
 // (max_body_size at stageBody, the rate limit at stageRateLimit, the
 // timeout and headers at dispatch).
 
-// Explain's step names of the policy stages.
+// Explain's step names of the policy stages, as wire documents them.
 const (
-	StepRouteRule = "route_rule"
-	StepRateLimit = "rate_limit"
+	StepRouteRule = wire.StepRouteRule
+	StepRateLimit = wire.StepRateLimit
 )
 
 // checkRouteRule matches the route rules. CONNECT has no path and is
