@@ -9,12 +9,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/policy/policytest"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -98,27 +98,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 // the request, so every index list is tried) and 10 header rules (one of
 // them setting a response header of app.example.com).
 func BenchmarkServeHTTPPolicy(b *testing.B) {
-	var pc policy.Config
-	for i := range 50 {
-		r := policy.Route{Policy: &policy.RoutePolicy{Timeout: time.Second}}
-		switch i % 3 {
-		case 0:
-			r.Host = fmt.Sprintf("r%d.example.com", i)
-		case 1:
-			r.Host = fmt.Sprintf("*.wild%d.example.com", i)
-		default:
-			r.Path = fmt.Sprintf("/static%d/*.css", i)
-		}
-		pc.Routes = append(pc.Routes, r)
-	}
-	for i := range 10 {
-		host := fmt.Sprintf("h%d.example.com", i)
-		if i == 0 {
-			host = "app.example.com"
-		}
-		pc.Headers = append(pc.Headers, policy.HeaderRule{Host: host, Response: policy.HeaderOps{Set: map[string]string{"X-Served-By": "aperio"}}})
-	}
-	benchRequests(b, benchRouterWith(b, nil, pc))
+	benchRequests(b, benchRouterWith(b, nil, policytest.Config(50, 10)))
 }
 
 // benchRouter returns a router with one client serving app.example.com.
