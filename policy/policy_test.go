@@ -76,7 +76,8 @@ func TestAnswer(t *testing.T) {
 	p := mustNew(t, Config{
 		Routes: []Route{
 			{Host: "old.test", Path: "/keep", Redirect: &Redirect{To: "https://new.test/", Status: 308, PreservePath: true}},
-			{Host: "old.test", Redirect: &Redirect{To: "/moved"}},
+			{Host: "old.test", Path: "/moved", Redirect: &Redirect{To: "/moved"}},
+			{Host: "old.test", Redirect: &Redirect{To: "/", PreservePath: true}},
 			{Host: "app.test", Respond: &Respond{Status: 503, Body: "down", ContentType: "text/html", Headers: map[string]string{"cache-control": "no-store"}}},
 			{Host: "proxy.test", Policy: proxied()},
 		},
@@ -91,8 +92,10 @@ func TestAnswer(t *testing.T) {
 	}{
 		{name: "redirect keeps path and query", target: "http://old.test/keep/a%20b?q=1", status: 308,
 			header: map[string]string{"Location": "https://new.test/keep/a%20b?q=1", "X-Frame-Options": "SAMEORIGIN"}},
-		{name: "redirect to a path, default 302", target: "http://old.test/x", status: 302,
+		{name: "redirect to a path, default 302", target: "http://old.test/moved/x", status: 302,
 			header: map[string]string{"Location": "/moved", "Strict-Transport-Security": ""}},
+		{name: "preserved path never leaves the host", target: "http://old.test//evil.test/x", status: 302,
+			header: map[string]string{"Location": "/evil.test/x"}},
 		{name: "respond over TLS: HSTS", target: "https://app.test/", tls: true, status: 503,
 			header: map[string]string{"Content-Type": "text/html", "Cache-Control": "no-store", "Content-Length": "4", "Strict-Transport-Security": "max-age=31536000", "X-Content-Type-Options": "nosniff"},
 			body:   "down"},

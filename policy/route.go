@@ -221,7 +221,13 @@ func (p *Policy) Answer(w http.ResponseWriter, r *http.Request, host string, rul
 	case rule.redirect != nil:
 		rd := rule.redirect
 		if rd.preserve {
-			h["Location"] = []string{rd.to + r.URL.RequestURI()}
+			loc := rd.to + r.URL.RequestURI()
+			if strings.HasPrefix(loc, "//") {
+				// to is "/" and the path starts with "//": that would be a
+				// redirect to another host (protocol-relative). One slash.
+				loc = "/" + strings.TrimLeft(loc, "/")
+			}
+			h["Location"] = []string{loc}
 		} else {
 			h["Location"] = rd.location
 		}

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -159,5 +160,24 @@ func TestServiceHeaders(t *testing.T) {
 	rt.ServeHTTP(w, httptest.NewRequest("GET", "http://app.test/", nil))
 	if w.Header().Get("Cache-Control") != "" {
 		t.Errorf("Cache-Control = %q after the service stopped announcing it", w.Header().Get("Cache-Control"))
+	}
+}
+
+// TestRouteRuleTimeout: a route's timeout reaches the tunnel as the
+// request's response timeout; other requests keep the server's.
+func TestRouteRuleTimeout(t *testing.T) {
+	rt, c := policyRouter(t, policy.Config{Routes: []policy.Route{{Path: "/slow", Policy: &policy.RoutePolicy{Timeout: 2 * time.Minute}}}})
+	for _, path := range []string{"/slow/report", "/fast"} {
+		w := httptest.NewRecorder()
+		rt.ServeHTTP(w, httptest.NewRequest("GET", "http://app.test"+path, nil))
+		if w.Code != 200 {
+			t.Fatalf("GET %s = %d, want 200", path, w.Code)
+		}
+	}
+	if d, ok := tunnel.ResponseTimeout(c.got[0].Context()); !ok || d != 2*time.Minute {
+		t.Errorf("response timeout of /slow/report = %v, %v; want 2m from routes[0]", d, ok)
+	}
+	if d, ok := tunnel.ResponseTimeout(c.got[1].Context()); ok {
+		t.Errorf("response timeout of /fast = %v, want none (the server's)", d)
 	}
 }

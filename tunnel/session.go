@@ -184,6 +184,13 @@ func WithResponseTimeout(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, responseTimeoutKey{}, d)
 }
 
+// ResponseTimeout returns the response timeout WithResponseTimeout put in
+// ctx, and whether there is one.
+func ResponseTimeout(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Value(responseTimeoutKey{}).(time.Duration)
+	return d, ok
+}
+
 // smallBody is the largest known-length request body that is sent together
 // with its head.
 const smallBody = 16 << 10
@@ -249,7 +256,7 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 	})
 	var headTimer *time.Timer
 	headTimeout := s.headTimeout
-	if d, ok := req.Context().Value(responseTimeoutKey{}).(time.Duration); ok {
+	if d, ok := ResponseTimeout(req.Context()); ok {
 		headTimeout = d
 	}
 	if headTimeout > 0 {
