@@ -40,8 +40,8 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // time it waited in a queue or was held for a cold start.
 //
 // The request runs the admission stages (admissionStages: path, the
-// visitor's token bucket, maintenance, host field, route, body size,
-// access, allowed_ips), then dispatch: a permit on a client of the pool,
+// visitor's token bucket, maintenance, host field, route rules, route,
+// body size, access, allowed_ips, the route's rate limit), then dispatch: a permit on a client of the pool,
 // waiting in the pool's FIFO queue up to gateway_timeout (or held for a
 // cold start) when all are busy (429 client-concurrency) or none is
 // routable (504); a global slot, taken only once a client is chosen (429
