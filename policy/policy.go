@@ -169,8 +169,8 @@ func compileRoute(i int, r Route, names map[string]int, limits []*limiter) (Rule
 		if rule.path[0] != '/' {
 			return rule, fmt.Errorf("path %q must start with /", rule.path)
 		}
-		if strings.ContainsAny(rule.path, "*?[") {
-			rule.glob = true
+		if i := strings.IndexAny(rule.path, "*?[\\"); i >= 0 && strings.ContainsAny(rule.path, "*?[") {
+			rule.glob, rule.lit = true, rule.path[:i]
 			// path.Match checks the whole pattern: a malformed one fails
 			// here, whatever it is matched against.
 			if _, err := path.Match(rule.path, ""); err != nil {
