@@ -281,6 +281,7 @@ func (a *Agent) announcement() tunnel.Announcement {
 			AllowConnect:  svc.cfg.AllowConnect,
 			Concurrency:   cc,
 			Access:        announceAccess(svc.cfg),
+			Headers:       announceHeaders(svc.cfg.Headers),
 		})
 	}
 	if s := a.cfg.Scaling; s != nil {
@@ -373,6 +374,15 @@ func (a *Agent) service(id string) *service {
 
 // announceAccess is the access block of sc as the server receives it;
 // nil when sc sets none, so the server's default_access decides.
+// announceHeaders is the announcement of a service's response header
+// rules; nil for none.
+func announceHeaders(h *config.HeaderRules) *tunnel.HeaderRules {
+	if h == nil {
+		return nil
+	}
+	return &tunnel.HeaderRules{Set: h.Set, Add: h.Add, Remove: h.Remove}
+}
+
 func announceAccess(sc config.Service) *tunnel.Access {
 	if !sc.Public && sc.Auth == nil && len(sc.AllowedIPs) == 0 && len(sc.DeniedIPs) == 0 && !sc.IdentityJWT {
 		return nil

@@ -121,6 +121,7 @@ func serviceSettings() []setting[Service] {
 		listSetting("allowed_ips", "visitor addresses or CIDRs admitted (others refused)", func(c *S) *[]string { return &c.AllowedIPs }, nil),
 		listSetting("denied_ips", "visitor addresses or CIDRs refused", func(c *S) *[]string { return &c.DeniedIPs }, nil),
 		boolSetting("identity_jwt", "send the backend a signed identity token", func(c *S) *bool { return &c.IdentityJWT }),
+		YAMLSetting("headers", "response header rules the server applies: set, add, remove", func(c *S) **HeaderRules { return &c.Headers }, nil).s,
 	}
 	tab = append(tab, backendSettings()...)
 	for i := range tab {
@@ -130,7 +131,7 @@ func serviceSettings() []setting[Service] {
 }
 
 // serviceOnly are per-service keys someone may write at the top level.
-var serviceOnly = map[string]bool{"resilience": true, "allow_connect": true, "public": true, "auth": true, "allowed_ips": true, "denied_ips": true, "identity_jwt": true}
+var serviceOnly = map[string]bool{"resilience": true, "allow_connect": true, "public": true, "auth": true, "allowed_ips": true, "denied_ips": true, "identity_jwt": true, "headers": true}
 
 // singleFields maps each single-service key to the key of services[0] it
 // fills.
@@ -507,6 +508,7 @@ func (c Client) problems(src *Sources) []*Error {
 		v.health(p, s.Health, &c.Health)
 		v.adaptive(p, s.Adaptive)
 		v.access(p, s)
+		v.headers(p, s)
 	}
 	v.adaptive("", c.Adaptive)
 

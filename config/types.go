@@ -183,6 +183,10 @@ type Service struct {
 	// first probe passed (wait_for_backend), so the server does not know
 	// the bind before the backend is up. It needs a probe. Default false.
 	WaitForBackend bool
+
+	// Headers are the service's response header rules (headers); nil for
+	// none.
+	Headers *HeaderRules
 }
 
 // Adaptive is an adaptive_concurrency block: a limit the client learns

@@ -13,6 +13,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/policy/policytest"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -91,9 +93,22 @@ func BenchmarkServeHTTP(b *testing.B) {
 	benchRequests(b, benchRouter(b, nil))
 }
 
+// BenchmarkServeHTTPPolicy is BenchmarkServeHTTP with a traffic policy
+// of 50 route rules (exact, wildcard and host-less globs, none matching
+// the request, so every index list is tried) and 10 header rules (one of
+// them setting a response header of app.example.com).
+func BenchmarkServeHTTPPolicy(b *testing.B) {
+	benchRequests(b, benchRouterWith(b, nil, policytest.Config(50, 10)))
+}
+
 // benchRouter returns a router with one client serving app.example.com.
 func benchRouter(b *testing.B, tracer trace.Tracer) *Router {
-	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100, Tracer: tracer})
+	return benchRouterWith(b, tracer, policy.Config{})
+}
+
+// benchRouterWith is benchRouter with a traffic policy.
+func benchRouterWith(b *testing.B, tracer trace.Tracer, pc policy.Config) *Router {
+	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100, Tracer: tracer, Policy: pc})
 	rt.update(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"))
 	return rt
 }

@@ -321,7 +321,14 @@ func (ex *explanation) refuse(ref refusal) Explanation {
 		status = 0
 	}
 	ex.Setting = refusalInfo[ref.kind].setting
-	return ex.end(refusalInfo[ref.kind].explainText, status)
+	verdict := refusalInfo[ref.kind].explainText
+	switch ref.kind {
+	case answeredByRule:
+		ex.Setting, verdict = ref.rule.Name, fmt.Sprintf("%d from %s", status, ref.rule.Describe())
+	case refusedRouteLimit:
+		ex.Setting = ref.rule.LimitName()
+	}
+	return ex.end(verdict, status)
 }
 
 func (ex *explanation) end(verdict string, status int) Explanation {

@@ -20,6 +20,7 @@ const (
 	limitServerConcurrency
 	limitClientConcurrency
 	limitTokenRate
+	limitRoute // a route's rate limit: its setting is the rate_limits entry
 	numLimitKinds
 )
 
@@ -33,6 +34,7 @@ var limitInfo = [numLimitKinds]struct {
 	limitServerConcurrency: {"server-concurrency", "max_concurrent_requests", false},
 	limitClientConcurrency: {"client-concurrency", "max_concurrent", false},
 	limitTokenRate:         {"token-rate", "token_rate", true},
+	limitRoute:             {"route", "rate_limits", true},
 }
 
 // limitHeader holds the precomputed x-aperio-limit values.

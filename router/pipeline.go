@@ -16,6 +16,7 @@ import (
 
 	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -41,10 +42,12 @@ const (
 	stageIPLimit                  // the visitor's token bucket
 	stageMaintenance              // hostnames in maintenance
 	stageHostField                // an HTTP/2 host field other than :authority
+	stageRouteRule                // routes: a redirect or fixed answer, or a route's policy
 	stageRoute                    // the bind matching host and path, and its liveness
 	stageBody                     // max_body_size, and the body's pacing
 	stageAccess                   // visitor access control: the bind's gate
 	stageAllowedIPs               // some client's token admits the visitor
+	stageRateLimit                // the route's rate limit (rate_limits), keyed by the admitted user too
 )
 
 // admissionStages is the order in which a request meets the admission
@@ -54,10 +57,12 @@ var admissionStages = [...]stage{
 	stageIPLimit,
 	stageMaintenance,
 	stageHostField,
+	stageRouteRule,
 	stageRoute,
 	stageBody,
 	stageAccess,
 	stageAllowedIPs,
+	stageRateLimit,
 }
 
 // refusalKind is what a refusal is; refusalInfo says how each is answered.
@@ -82,6 +87,8 @@ const (
 	refusedExchange                             // the exchange failed; the error says how
 	refusedAccess                               // the gate refused; its decision is the answer
 	refusedAccessHidden                         // the gate refused unseen: answered like no route
+	answeredByRule                              // a route rule answers itself: redirect or fixed answer
+	refusedRouteLimit                           // the route's rate limit bucket is empty
 	numRefusalKinds
 )
 
@@ -120,15 +127,21 @@ var refusalInfo = [numRefusalKinds]struct {
 	// answer for a service the visitor may not reach. An unclaimed
 	// hostname has no copy either, so the answers still match.
 	refusedAccessHidden: {status: http.StatusBadGateway, host: true, before: "aperio: no client is serving ", explainText: "502 no client (refused by access control, answered as no route)"},
+	// Both are answered from the rule; their setting is the rule's.
+	answeredByRule:    {explainText: "answered by a route rule"},
+	refusedRouteLimit: {status: http.StatusTooManyRequests, limit: limitRoute, explainText: "429 route: the route's rate limit bucket is empty"},
 }
 
 // refusal is a stage's verdict: the zero refusal passes. err carries the
 // cause of refusedBodyTooLarge and refusedExchange, dec the gate's
-// answer of refusedAccess.
+// answer of refusedAccess, rule the route rule of answeredByRule and
+// refusedRouteLimit (with retry, when its bucket has a token again).
 type refusal struct {
-	kind refusalKind
-	err  error
-	dec  *access.Decision
+	kind  refusalKind
+	err   error
+	dec   *access.Decision
+	rule  *policy.Rule
+	retry time.Duration
 }
 
 func refuseWith(k refusalKind) refusal { return refusal{kind: k} }
@@ -138,6 +151,9 @@ func refuseWith(k refusalKind) refusal { return refusal{kind: k} }
 func (ref refusal) status() int {
 	if ref.kind == refusedAccess && ref.dec != nil {
 		return ref.dec.Status
+	}
+	if ref.kind == answeredByRule {
+		return ref.rule.Status()
 	}
 	return refusalInfo[ref.kind].status
 }
@@ -161,6 +177,7 @@ type admission struct {
 	path      string       // normal form once stageReserved passed
 	ip        netip.Addr   // the visitor; the zero Addr when unknown
 	p         *pool        // once stageRoute passed
+	rule      *policy.Rule // the route rule matched at stageRouteRule; nil: none
 	header    http.Header  // a dry run's request headers; nil: none given
 
 	gate *gateEntry      // the bind's gate, once stageAccess ran
@@ -185,6 +202,8 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 			ref = rt.checkMaintenance(a)
 		case stageHostField:
 			ref = rt.checkHostField(a)
+		case stageRouteRule:
+			ref = rt.checkRouteRule(a)
 		case stageRoute:
 			ref = rt.checkRoute(ctx, a, rec)
 		case stageBody:
@@ -193,6 +212,8 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 			ref = rt.checkAccess(a, rec)
 		case stageAllowedIPs:
 			ref = rt.checkAllowedIPs(a)
+		case stageRateLimit:
+			ref = rt.checkRateLimit(a, rec)
 		}
 		if ref.kind != passed {
 			return ref
@@ -340,13 +361,17 @@ func (rt *Router) checkBody(a *admission) refusal {
 		return refusal{}
 	}
 	r := a.r
-	if rt.cfg.MaxBodyBytes > 0 && r.ContentLength > rt.cfg.MaxBodyBytes {
-		return refusal{kind: refusedBodyTooLarge, err: &http.MaxBytesError{Limit: rt.cfg.MaxBodyBytes}}
+	maxBody := rt.cfg.MaxBodyBytes
+	if a.rule != nil && a.rule.MaxBodyBytes > 0 {
+		maxBody = a.rule.MaxBodyBytes // the route's max_body_size
+	}
+	if maxBody > 0 && r.ContentLength > maxBody {
+		return refusal{kind: refusedBodyTooLarge, err: &http.MaxBytesError{Limit: maxBody}}
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		rc := r.Body
-		if rt.cfg.MaxBodyBytes > 0 {
-			rc = http.MaxBytesReader(a.w, rc, rt.cfg.MaxBodyBytes)
+		if maxBody > 0 {
+			rc = http.MaxBytesReader(a.w, rc, maxBody)
 		}
 		a.body = &countingBody{ReadCloser: rt.paceBody(a.w, rc, r.ContentLength)}
 		r.Body = a.body
@@ -484,6 +509,12 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 		return
 	case refusedAccess:
 		answerDecision(w, ref.dec)
+		return
+	case answeredByRule:
+		rt.policy.Answer(w, r, host, ref.rule, VisitorOf(r).Proto == "https")
+		return
+	case refusedRouteLimit:
+		rt.refuseRoute(w, rec, ref)
 		return
 	case refusedAccessHidden:
 		// The fallback redirect of no route, without its stale copy.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -338,6 +339,53 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			setup: serving(Config{Access: AccessConfig{Default: access.Deny}, Fallbacks: map[string]string{"app.test": "https://status.example.com/"}},
 				ann(svc("", "app.test"))),
 			want: http.StatusFound,
+		},
+		{
+			name: "route rule: redirect", setting: "routes[1]",
+			setup: serving(Config{Policy: policy.Config{Routes: []policy.Route{
+				{Host: "other.test", Respond: &policy.Respond{}},
+				{Host: "app.test", Path: "/old", Redirect: &policy.Redirect{To: "https://new.test", Status: 301, PreservePath: true}},
+			}}}, ann(svc("", "app.test"))),
+			path: "/old/page", want: http.StatusMovedPermanently,
+		},
+		{
+			name: "route rule: fixed answer without any client", setting: "routes[0]",
+			setup: func(t *testing.T) *Router {
+				return newRouter(t, Config{Policy: policy.Config{Routes: []policy.Route{
+					{Host: "*.test", Path: "/healthz", Respond: &policy.Respond{Status: 299, Body: "ok"}},
+				}}})
+			},
+			path: "/healthz", want: 299,
+		},
+		{
+			name: "route rule with a policy: dispatch",
+			setup: serving(Config{Policy: policy.Config{Routes: []policy.Route{
+				{Host: "app.test", Policy: &policy.RoutePolicy{Timeout: time.Minute}},
+			}}}, ann(svc("", "app.test"))),
+			want: http.StatusOK,
+		},
+		{
+			name: "route rule's rate limit: 429 route", setting: "rate_limits[1]",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{Policy: policy.Config{
+					RateLimits: []policy.RateLimit{{Name: "other", Rate: 1}, {Name: "api", Rate: 0.001, Burst: 1}},
+					Routes:     []policy.Route{{Path: "/api", Policy: &policy.RoutePolicy{RateLimit: "api"}}},
+				}})
+				rt.update(newConn("a", 1), ann(svc("", "app.test")))
+				if code := serveOnce(t, rt, "GET", "app.test", "/api", ""); code != http.StatusOK {
+					t.Fatalf("the first request = %d, want 200", code)
+				}
+				return rt
+			},
+			path: "/api/x", want: http.StatusTooManyRequests,
+		},
+		{
+			name: "route rule's rate limit with tokens left: dispatch",
+			setup: serving(Config{Policy: policy.Config{
+				RateLimits: []policy.RateLimit{{Name: "api", Rate: 1, Burst: 5}},
+				Routes:     []policy.Route{{Path: "/api", Policy: &policy.RoutePolicy{RateLimit: "api"}}},
+			}}, ann(svc("", "app.test"))),
+			path: "/api/x", want: http.StatusOK,
 		},
 		{
 			name: "CONNECT to a backend that takes it",

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"github.com/aperio-dev/aperio/policy"
+
 	"context"
 	"errors"
 	"net/netip"
@@ -37,6 +39,9 @@ type service struct {
 	// gate is the service's access gate, rebuilt under Router.mu only when
 	// its announced access block changes.
 	gate atomic.Pointer[gateEntry]
+	// headers are the response header rules the service announced, as
+	// the server checked them; nil when none.
+	headers atomic.Pointer[policy.ServiceRules]
 }
 
 // routable reports whether the service may take new requests.

@@ -40,8 +40,8 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // time it waited in a queue or was held for a cold start.
 //
 // The request runs the admission stages (admissionStages: path, the
-// visitor's token bucket, maintenance, host field, route, body size,
-// access, allowed_ips), then dispatch: a permit on a client of the pool,
+// visitor's token bucket, maintenance, host field, route rules, route,
+// body size, access, allowed_ips, the route's rate limit), then dispatch: a permit on a client of the pool,
 // waiting in the pool's FIFO queue up to gateway_timeout (or held for a
 // cold start) when all are busy (429 client-concurrency) or none is
 // routable (504); a global slot, taken only once a client is chosen (429
@@ -83,6 +83,11 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		rt.log.Error("identity token not signed", logkey.Hostname, a.host, logkey.Err, err)
 		http.Error(w, "aperio: internal error", http.StatusInternalServerError)
 		return
+	}
+	rt.policy.Request(r.Header, a.host, a.rule)
+	if a.rule != nil && a.rule.Timeout > 0 {
+		// The route's timeout replaces gateway_response_timeout.
+		a.r = r.WithContext(tunnel.WithResponseTimeout(r.Context(), a.rule.Timeout))
 	}
 	rt.dispatch(&a, rec)
 }
@@ -193,7 +198,11 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 		}
 		responseStarted(body)
-		rt.respond(w, r, s, resp, !a.gate.gate.Open())
+		var rh *responseHeaders
+		if svc := s.headers.Load(); svc != nil || rt.policy.HasResponseRules() {
+			rh = &responseHeaders{p: rt.policy, host: host, rule: a.rule, tls: a.v.Proto == "https", svc: svc}
+		}
+		rt.respond(w, r, s, resp, !a.gate.gate.Open(), rh)
 		if span != nil {
 			span.End()
 		}
@@ -275,7 +284,10 @@ func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, ju
 // when there is one. A gated service's answers are never recorded: a
 // stale copy is served without asking the gate, and one visitor's answer
 // must not reach another.
-func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool) {
+//
+// rh, when not nil, edits the answer's headers (the policy's response
+// rules) before they are written.
+func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool, rh *responseHeaders) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		rt.relayUpgrade(w, r, resp)
 		return
@@ -289,7 +301,7 @@ func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, re
 		capture = rt.cfg.Cache.Capture(r, resp)
 	}
 	pw := rt.paceResponse(w)
-	complete := copyResponse(pw, resp, capture)
+	complete := copyResponse(pw, resp, capture, rh)
 	pw.finish()
 	capture.Finish(complete)
 }
@@ -318,14 +330,15 @@ func prepareOutbound(r *http.Request, v *Visitor, upgrade bool) {
 }
 
 // copyResponse writes resp to the visitor, and every body byte also to
-// capture (nil-safe). A body of unknown length (SSE, gRPC, chunked) is flushed after
+// capture (nil-safe), after rh (nil-safe) edited its header. A body of unknown length (SSE, gRPC, chunked) is flushed after
 // every read; trailers follow the body. It reports whether the whole body
 // reached the visitor.
-func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Capture) bool {
+func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Capture, rh *responseHeaders) bool {
 	dst := w.Header()
 	for k, vv := range resp.Header {
 		dst[k] = vv
 	}
+	rh.apply(dst)
 	if resp.ContentLength >= 0 && resp.Header.Get("Content-Length") == "" && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified {
 		dst["Content-Length"] = []string{strconv.FormatInt(resp.ContentLength, 10)}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -78,6 +79,10 @@ type Config struct {
 	// backend. Nil means tracing is off: no span, no clock read for one.
 	Tracer trace.Tracer
 
+	// Policy is the traffic policy (routes, rate_limits, headers,
+	// security_headers), compiled by New. The zero value is none.
+	Policy policy.Config
+
 	// Access is the server's side of visitor access control
 	// (default_access, the identity signer, share links, the outbound
 	// client of jwt and forward).
@@ -93,9 +98,10 @@ type Router struct {
 	strategy strategy
 	failover failoverPolicy
 	ips      *ipLimiter
-	global   atomic.Int64 // proxied requests in flight
-	held     atomic.Int64 // requests held for a cold start
-	tracer   trace.Tracer // nil when tracing is off
+	global   atomic.Int64   // proxied requests in flight
+	held     atomic.Int64   // requests held for a cold start
+	tracer   trace.Tracer   // nil when tracing is off
+	policy   *policy.Policy // nil when there is none
 	// defaultGate is the gate of a service that announces no access
 	// block: default_access decides.
 	defaultGate *gateEntry
@@ -165,6 +171,9 @@ func New(cfg Config) (*Router, error) {
 	rt.failover = fp
 	if rt.defaultGate, err = rt.cfg.Access.buildGate(nil); err != nil {
 		return nil, err
+	}
+	if rt.policy, err = policy.New(cfg.Policy); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
 	}
 	if cfg.IPLimitMax > 0 {
 		rt.ips = newIPLimiter(cfg.IPLimitMax, cfg.IPLimitRefill)
@@ -319,6 +328,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		s.draining.Store(ann.Draining)
 		s.resilience.Store(sa.Resilience)
 		s.allowConnect.Store(sa.AllowConnect)
+		notices = append(notices, storeServiceHeaders(s, sa)...)
 		ge := s.gate.Load()
 		if ge == nil || !sameAccess(ge.spec, sa.Access) {
 			ng, err := rt.cfg.Access.buildGate(sa.Access)
@@ -529,7 +539,7 @@ func sameRouting(a, b *tunnel.Announcement) bool {
 	for i := range a.Services {
 		x, y := &a.Services[i], &b.Services[i]
 		if x.ID != y.ID || x.Path != y.Path || x.MaxConcurrent != y.MaxConcurrent ||
-			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || !sameAccess(x.Access, y.Access) ||
+			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || !sameAccess(x.Access, y.Access) || !sameHeaders(x.Headers, y.Headers) ||
 			len(x.Hostnames) != len(y.Hostnames) {
 			return false
 		}

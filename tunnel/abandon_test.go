@@ -88,3 +88,21 @@ func abandonRequest(body bool) *http.Request {
 	}
 	return httptest.NewRequest("GET", "/", nil)
 }
+
+// TestWithResponseTimeout: a request's own response timeout replaces the
+// server's, shorter or longer.
+func TestWithResponseTimeout(t *testing.T) {
+	f := newCauseForwarder()
+	p := startPair(t, "pipe", f, func(s *ServerConfig, _ *ClientConfig) { s.ResponseHeaderTimeout = time.Hour })
+	req := abandonRequest(false)
+	req = req.WithContext(WithResponseTimeout(req.Context(), 100*time.Millisecond))
+	start := time.Now()
+	_, err := p.session.RoundTrip(req, "0")
+	if !errors.Is(err, ErrResponseTimeout) {
+		t.Fatalf("RoundTrip = %v, want ErrResponseTimeout after the request's own 100ms", err)
+	}
+	if waited := time.Since(start); waited > time.Minute {
+		t.Errorf("RoundTrip waited %s, want about 100ms", waited)
+	}
+	waitFor(t, f.started, 10*time.Second, "the request at the client")
+}

@@ -91,6 +91,20 @@ type Service struct {
 	// Access is the service's visitor access control, nil when it sets
 	// none: the server's default_access then decides.
 	Access *Access `json:"access,omitempty"`
+	// Headers are response header rules the service asks the server to
+	// apply to its answers, nil when none. The server checks them again
+	// (its rules win on conflict) and drops bad entries with a notice.
+	Headers *HeaderRules `json:"headers,omitempty"`
+}
+
+// HeaderRules are a service's response header operations, applied
+// remove, then set, then add. Names are header names other than
+// hop-by-hop, framing and X-Aperio-* headers; values have no control
+// character; at most 64 entries in all.
+type HeaderRules struct {
+	Set    map[string]string `json:"set,omitempty"`
+	Add    map[string]string `json:"add,omitempty"`
+	Remove []string          `json:"remove,omitempty"`
 }
 
 // Concurrency is a service's concurrency limiter as its client announces

@@ -174,6 +174,23 @@ func (s *Session) RoundTrip(req *http.Request, service string) (*http.Response, 
 	return resp, err
 }
 
+// responseTimeoutKey is the context key of WithResponseTimeout.
+type responseTimeoutKey struct{}
+
+// WithResponseTimeout returns a context under which RoundTrip waits up to
+// d for the response head, instead of the server's ResponseHeaderTimeout
+// (a route's own timeout). Zero means no bound.
+func WithResponseTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, responseTimeoutKey{}, d)
+}
+
+// ResponseTimeout returns the response timeout WithResponseTimeout put in
+// ctx, and whether there is one.
+func ResponseTimeout(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Value(responseTimeoutKey{}).(time.Duration)
+	return d, ok
+}
+
 // smallBody is the largest known-length request body that is sent together
 // with its head.
 const smallBody = 16 << 10
@@ -238,8 +255,12 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 		ab.abortAndCloseBody(context.Cause(req.Context()))
 	})
 	var headTimer *time.Timer
-	if s.headTimeout > 0 {
-		headTimer = time.AfterFunc(s.headTimeout, func() {
+	headTimeout := s.headTimeout
+	if d, ok := ResponseTimeout(req.Context()); ok {
+		headTimeout = d
+	}
+	if headTimeout > 0 {
+		headTimer = time.AfterFunc(headTimeout, func() {
 			defer recovery.Recover(s.log, "tunnel head timer")
 			ab.abortAndCloseBody(ErrResponseTimeout)
 		})

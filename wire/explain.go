@@ -5,9 +5,11 @@ const (
 	StepReserved    = "reserved_prefix"
 	StepIPLimit     = "ip_rate_limit"
 	StepMaintenance = "maintenance"
+	StepRouteRule   = "route_rule" // routes: the first rule that matches
 	StepRoute       = "route"
 	StepAccess      = "access"
 	StepAllowedIPs  = "allowed_ips"
+	StepRateLimit   = "rate_limit" // rate_limits: the matched route's bucket
 	StepPool        = "pool"
 	StepColdStart   = "cold_start"
 	StepPermit      = "permit"

@@ -8,6 +8,7 @@
 package serverconfig
 
 import (
+	"errors"
 	"io"
 	"maps"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/router"
 )
 
@@ -99,6 +101,12 @@ func settings() []config.Setting[Config] {
 		config.IntSetting("failover_max_jumps", "re-dispatches of one request", func(c *S) *int { return &c.Router.FailoverMaxJumps }),
 		config.DurationSetting("failover_window", "time one request may spend failing over", func(c *S) *time.Duration { return &c.Router.FailoverWindow }),
 		config.MapSetting("fallbacks", "hostname=URL redirects when no client can serve", func(c *S) *map[string]string { return &c.Router.Fallbacks }),
+		// The traffic policy (docs/traffic-policy.md): structured lists,
+		// written in the file only.
+		config.YAMLSetting("routes", "ordered route rules: redirect, respond or a per-route policy", func(c *S) *[]policy.Route { return &c.Router.Policy.Routes }, nil),
+		config.YAMLSetting("rate_limits", "token buckets routes name, per route and key", func(c *S) *[]policy.RateLimit { return &c.Router.Policy.RateLimits }, nil),
+		config.YAMLSetting("headers", "request and response header rules per hostname", func(c *S) *[]policy.HeaderRule { return &c.Router.Policy.Headers }, nil),
+		config.BoolSetting("security_headers", "HSTS (over HTTPS), nosniff, Referrer-Policy, X-Frame-Options on every answer", func(c *S) *bool { return &c.Router.Policy.SecurityHeaders }),
 		config.BoolSetting("cache", "serve-stale cache for services that opt into resilience", func(c *S) *bool { return &c.CacheEnabled }),
 		config.SizeSetting("cache_max_bytes", "cache size (64MiB, bytes)", func(c *S) *int64 { return &c.Cache.MaxBytes }),
 		config.DurationSetting("cache_max_stale", "oldest cached answer served", func(c *S) *time.Duration { return &c.Cache.MaxStale }),
@@ -257,6 +265,7 @@ func check(s Config, v *config.Checker) {
 			v.Add("fallbacks", "%s: %s", host, msg)
 		}
 	}
+	policyProblems(s.Router.Policy, v)
 	v.NonNegative("cache_max_bytes", s.Cache.MaxBytes)
 	v.NonNegativeDuration("cache_max_stale", s.Cache.MaxStale)
 	v.NonNegativeDuration("scaling_record_ttl", s.ScalingRecordTTL)
@@ -280,4 +289,34 @@ func check(s Config, v *config.Checker) {
 	v.OneOf("log_format", s.LogFormat, config.LogFormats)
 	edgeProblems(s, v)
 	adminOIDCProblems(s, v)
+}
+
+// policyProblems reports every problem of the traffic policy under the
+// key of its list (routes, rate_limits, headers), naming the entry and its
+// line, and every route rule an earlier one fully covers.
+func policyProblems(pc policy.Config, v *config.Checker) {
+	p, err := policy.New(pc)
+	if err != nil {
+		for _, e := range unjoin(err) {
+			var re *policy.RuleError
+			if errors.As(e, &re) {
+				v.Add(re.Key, "%s", re.Error())
+			} else {
+				v.Add("routes", "%v", e)
+			}
+		}
+		return
+	}
+	_, unreachable := p.Check()
+	for _, msg := range unreachable {
+		v.Add("routes", "%s", msg)
+	}
+}
+
+// unjoin returns the errors err joins, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

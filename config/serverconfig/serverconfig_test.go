@@ -843,8 +843,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 65 {
-		t.Errorf("len(Keys()) = %d, want 65", len(keys))
+	if len(keys) != 69 {
+		t.Errorf("len(Keys()) = %d, want 69", len(keys))
 	}
 }
 

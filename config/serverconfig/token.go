@@ -3,6 +3,8 @@ package serverconfig
 import (
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/aperio-dev/aperio/policy"
 )
 
 // Master token length rules. The master token (server.token) authorizes
@@ -30,13 +32,20 @@ func shortMasterToken(token string, min int) string {
 
 // Warnings returns what is valid in s but weak, one line each, for
 // --check-config to print and the server to log at startup: today a master
-// token shorter than WeakMasterTokenLen characters. An empty result means
+// token shorter than WeakMasterTokenLen characters, and route rules that
+// partly overlap (the earlier wins). An empty result means
 // nothing to warn about.
 func Warnings(s Config) []string {
 	var w []string
 	if s.Token != "" {
 		if msg := shortMasterToken(s.Token, WeakMasterTokenLen); msg != "" && utf8.RuneCountInString(s.Token) >= MinMasterTokenLen {
 			w = append(w, fmt.Sprintf("server.token: %s recommended: generate one with `openssl rand -hex 32`", msg))
+		}
+	}
+	if p, err := policy.New(s.Router.Policy); err == nil {
+		overlaps, _ := p.Check()
+		for _, o := range overlaps {
+			w = append(w, "routes: "+o)
 		}
 	}
 	return w

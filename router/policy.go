@@ -1,0 +1,152 @@
+package router
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/wire"
+)
+
+// The traffic policy's stages (package policy does the matching and keeps
+// the buckets): stageRouteRule matches the request against routes, and a
+// redirect or fixed answer ends it there, before the route table, so that
+// it needs no client; a route with a policy is kept for what follows
+// (max_body_size at stageBody, the rate limit at stageRateLimit, the
+// timeout and headers at dispatch).
+
+// Explain's step names of the policy stages, as wire documents them.
+const (
+	StepRouteRule = wire.StepRouteRule
+	StepRateLimit = wire.StepRateLimit
+)
+
+// checkRouteRule matches the route rules. CONNECT has no path and is
+// never matched.
+func (rt *Router) checkRouteRule(a *admission) refusal {
+	if rt.policy.Rules() == 0 {
+		return refusal{}
+	}
+	method := a.method
+	if a.ex == nil {
+		method = a.r.Method
+	} else if method == "" {
+		method = http.MethodGet
+	}
+	if method == http.MethodConnect {
+		return refusal{}
+	}
+	rule := rt.policy.Match(a.host, a.path, method)
+	a.rule = rule
+	if a.ex != nil {
+		switch {
+		case rule == nil:
+			a.ex.step(StepRouteRule, OutcomePass, fmt.Sprintf("none of %d route rules matches", rt.policy.Rules()))
+		case rule.Answers():
+			a.ex.step(StepRouteRule, OutcomeStop, rule.Describe())
+		default:
+			a.ex.step(StepRouteRule, OutcomePass, rule.Describe())
+		}
+	}
+	if rule != nil && rule.Answers() {
+		return refusal{kind: answeredByRule, rule: rule}
+	}
+	return refusal{}
+}
+
+// checkRateLimit takes a token of the request's bucket of its route's
+// rate limit (a dry run only reads it). It runs after access control, so
+// that a limit keyed by user sees the admitted one.
+func (rt *Router) checkRateLimit(a *admission, rec *telemetry.Request) refusal {
+	rule := a.rule
+	if rule == nil || !rule.Limited() {
+		return refusal{}
+	}
+	if a.ex == nil {
+		retry, ok := rule.Allow(time.Now(), policy.Visitor{Addr: a.ip, Header: a.r.Header, User: a.dec.User})
+		if !ok {
+			rec.Routed = true
+			return refusal{kind: refusedRouteLimit, rule: rule, retry: retry}
+		}
+		return refusal{}
+	}
+	tokens, burst, rate := rule.Tokens(a.now, policy.Visitor{Addr: a.ip, Header: a.header})
+	detail := fmt.Sprintf("%s of %s, keyed by %s: %.1f of %g tokens left (refill %g/s)", rule.LimitName(), rule.Name, rule.KeyName(), tokens, burst, rate)
+	if tokens < 1 {
+		a.ex.step(StepRateLimit, OutcomeStop, detail)
+		return refusal{kind: refusedRouteLimit, rule: rule}
+	}
+	a.ex.step(StepRateLimit, OutcomePass, detail)
+	return refusal{}
+}
+
+// refuseRoute answers 429 for a route's rate limit, naming the
+// rate_limits entry to raise, counts it and records it in rec.
+func (rt *Router) refuseRoute(w http.ResponseWriter, rec *telemetry.Request, ref refusal) {
+	rt.limited[limitRoute].Add(1)
+	rec.Limit = limitInfo[limitRoute].kind
+	name := ref.rule.LimitName()
+	h := w.Header()
+	h["X-Aperio-Limit"] = []string{"route; setting=" + name}
+	h["Retry-After"] = []string{strconv.FormatInt(max(1, int64(math.Ceil(ref.retry.Seconds()))), 10)}
+	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+	w.WriteHeader(http.StatusTooManyRequests)
+	fmt.Fprintf(w, "aperio: too many requests (route limit; raise %s)\n", name)
+}
+
+// responseHeaders is what the response header rules of one proxied
+// request need; nil means there are none.
+type responseHeaders struct {
+	p    *policy.Policy
+	host string
+	rule *policy.Rule
+	tls  bool
+	svc  *policy.ServiceRules // the serving service's; nil: none
+}
+
+// apply runs the service's response rules on h, then the policy's, which
+// so win on conflict (nil-safe).
+func (rh *responseHeaders) apply(h http.Header) {
+	if rh == nil {
+		return
+	}
+	if rh.svc != nil {
+		rh.svc.Apply(h)
+	}
+	rh.p.Response(h, rh.host, rh.rule, rh.tls)
+}
+
+// storeServiceHeaders checks the response header rules sa announces
+// again, as a client cannot be trusted to have, keeps those that pass in
+// s and returns a notice for each entry dropped.
+func storeServiceHeaders(s *service, sa tunnel.Service) []string {
+	var h *policy.HeaderOps
+	if sa.Headers != nil {
+		h = &policy.HeaderOps{Set: sa.Headers.Set, Add: sa.Headers.Add, Remove: sa.Headers.Remove}
+	}
+	rules, dropped := policy.CheckService(h)
+	if rules.Empty() {
+		s.headers.Store(nil)
+	} else {
+		s.headers.Store(&rules)
+	}
+	for i, d := range dropped {
+		dropped[i] = "service " + sa.ID + ": " + d
+	}
+	return dropped
+}
+
+// sameHeaders reports whether two announced header rule sets are equal.
+func sameHeaders(a, b *tunnel.HeaderRules) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return maps.Equal(a.Set, b.Set) && maps.Equal(a.Add, b.Add) && slices.Equal(a.Remove, b.Remove)
+}
