@@ -104,7 +104,7 @@ func newAPIServer(t *testing.T) *apiServer {
 	if err != nil {
 		t.Fatalf("router.New: %v", err)
 	}
-	rt.SetMaintenance([]string{"down.example.com"})
+	rt.SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
 	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{}})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
