@@ -115,9 +115,9 @@ type Router struct {
 	windows   []MaintenanceWindow
 	fallbacks hostMap[*Fallback]
 
-	table       atomic.Pointer[table]                       // read lock-free on every request
+	table       atomic.Pointer[table]                      // read lock-free on every request
 	maintenance atomic.Pointer[hostMap[*maintenanceEntry]] // the entries of maintenance mode
-	owners      atomic.Pointer[ownership]                   // nil until SetOwnership: not enforced
+	owners      atomic.Pointer[ownership]                  // nil until SetOwnership: not enforced
 
 	limited [numLimitKinds]atomic.Int64 // 429s by kind
 

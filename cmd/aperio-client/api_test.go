@@ -100,7 +100,7 @@ func newAPIServer(t *testing.T) *apiServer {
 		}
 	})
 	s := &apiServer{clients: &staticClients{}, scaling: &staticScaling{}}
-	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: map[string]string{"gone.example.com": "https://status.example.com/"}})
+	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: []router.Fallback{{Hostname: "gone.example.com", URL: "https://status.example.com/"}}})
 	if err != nil {
 		t.Fatalf("router.New: %v", err)
 	}

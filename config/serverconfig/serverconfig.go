@@ -9,8 +9,6 @@ package serverconfig
 
 import (
 	"io"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/aperio-dev/aperio/config"
@@ -42,6 +40,13 @@ type Config struct {
 	LogLevel string
 	// LogFormat is text or json (log_format). Default text.
 	LogFormat string
+	// ErrorPages, MaintenanceWindows and Fallbacks are error_pages,
+	// maintenance_windows and fallbacks as written, with their lines;
+	// Load sets the router's typed forms of them (Router.ErrorPages,
+	// Router.MaintenanceWindows, Router.Fallbacks). Empty by default.
+	ErrorPages         []ErrorPageEntry
+	MaintenanceWindows []WindowEntry
+	Fallbacks          FallbackEntries
 }
 
 // Default returns the server configuration with every default of the
@@ -96,7 +101,9 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("failover_all_methods", "fail over non-idempotent methods too", func(c *S) *bool { return &c.Router.FailoverAllMethods }),
 		config.IntSetting("failover_max_jumps", "re-dispatches of one request", func(c *S) *int { return &c.Router.FailoverMaxJumps }),
 		config.DurationSetting("failover_window", "time one request may spend failing over", func(c *S) *time.Duration { return &c.Router.FailoverWindow }),
-		config.MapSetting("fallbacks", "hostname=URL redirects when no client can serve", func(c *S) *map[string]string { return &c.Router.Fallbacks }),
+		config.YAMLSetting("fallbacks", "redirects when no client can serve: [{hostname, url, preserve_path, permanent}] or hostname: URL", func(c *S) *FallbackEntries { return &c.Fallbacks }, fallbacksFromText),
+		config.YAMLSetting("error_pages", "HTML pages by status and hostname: [{status, hostname, html}]", func(c *S) *[]ErrorPageEntry { return &c.ErrorPages }, nil),
+		config.YAMLSetting("maintenance_windows", "recurring maintenance: [{hostname, weekdays, start, end, time_zone, reason}]", func(c *S) *[]WindowEntry { return &c.MaintenanceWindows }, nil),
 		config.BoolSetting("cache", "serve-stale cache for services that opt into resilience", func(c *S) *bool { return &c.CacheEnabled }),
 		config.SizeSetting("cache_max_bytes", "cache size (64MiB, bytes)", func(c *S) *int64 { return &c.Cache.MaxBytes }),
 		config.DurationSetting("cache_max_stale", "oldest cached answer served", func(c *S) *time.Duration { return &c.Cache.MaxStale }),
@@ -167,7 +174,9 @@ func Load(o Options) (Config, *config.Sources, error) {
 			file = File
 		}
 	}
-	return config.LoadTable(settings(), config.TableOptions{File: file, FileMustExist: mustExist, Env: o.Env, ReadFile: o.ReadFile}, Default, check)
+	c, src, err := config.LoadTable(settings(), config.TableOptions{File: file, FileMustExist: mustExist, Env: o.Env, ReadFile: o.ReadFile}, Default, check)
+	resolveTraffic(&c)
+	return c, src, err
 }
 
 // lookup reads name from env; a nil env is empty.
@@ -247,14 +256,7 @@ func check(s Config, v *config.Checker) {
 	v.OneOf("failover", s.Router.Failover, router.Failovers)
 	v.NonNegative("failover_max_jumps", int64(s.Router.FailoverMaxJumps))
 	v.NonNegativeDuration("failover_window", s.Router.FailoverWindow)
-	for _, host := range slices.Sorted(maps.Keys(s.Router.Fallbacks)) {
-		if !config.ValidHostname(host) {
-			v.Add("fallbacks", "%q is not a valid hostname", host)
-		}
-		if msg := config.CheckURL(s.Router.Fallbacks[host], config.HookSchemes()...); msg != "" {
-			v.Add("fallbacks", "%s: %s", host, msg)
-		}
-	}
+	trafficProblems(s, v)
 	v.NonNegative("cache_max_bytes", s.Cache.MaxBytes)
 	v.NonNegativeDuration("cache_max_stale", s.Cache.MaxStale)
 	v.NonNegativeDuration("scaling_record_ttl", s.ScalingRecordTTL)
