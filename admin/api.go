@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/webhook"
 	"github.com/aperio-dev/aperio/wire"
 )
 
@@ -137,6 +138,9 @@ type Config struct {
 	// Shares mints share links for POST /share. Nil means share links are
 	// off on this server: POST /share answers 404.
 	Shares ShareMinter
+	// Events receives maintenance turned on and off, for webhook
+	// delivery (*webhook.Dispatcher). Nil discards them.
+	Events MaintenanceEvents
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -168,6 +172,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Clients == nil {
 		cfg.Clients = noClients{}
 	}
+	if cfg.Events == nil {
+		cfg.Events = noEvents{}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -178,6 +185,17 @@ func (cfg Config) withDefaults() Config {
 }
 
 type noClients struct{}
+
+// MaintenanceEvents receives maintenance changes for webhook delivery.
+// EmitMaintenance must not block (queue the delivery) and must be safe for
+// concurrent use.
+type MaintenanceEvents interface {
+	EmitMaintenance(ctx context.Context, e webhook.MaintenanceEvent)
+}
+
+type noEvents struct{}
+
+func (noEvents) EmitMaintenance(context.Context, webhook.MaintenanceEvent) {}
 
 func (noClients) Clients() []ClientInfo { return nil }
 
@@ -190,6 +208,7 @@ type API struct {
 	fence   URLChecker
 	explain Explainer
 	shares  ShareMinter // nil when share links are off
+	events  MaintenanceEvents
 	log     *slog.Logger
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
@@ -211,6 +230,7 @@ func New(cfg Config) (*API, error) {
 		fence:   cfg.Outbound,
 		explain: cfg.Explainer,
 		shares:  cfg.Shares,
+		events:  cfg.Events,
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		master:  sha256.Sum256([]byte(cfg.MasterToken)),

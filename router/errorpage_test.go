@@ -293,7 +293,7 @@ func TestMaintenanceWildcardAndTTL(t *testing.T) {
 		}
 	}
 	ex := rt.Explain(t.Context(), "a.example.com", "/", netipZero)
-	if ex.Status != 503 || ex.Verdict != "503 maintenance: upgrade until 2026-12-02T01:01:30Z" || !strings.Contains(ex.ErrorPage, "built-in") {
+	if ex.Status != 503 || ex.Verdict != "503 maintenance: upgrade, until 2026-12-02T01:01:30Z (Retry-After: 90)" || !strings.Contains(ex.ErrorPage, "built-in") {
 		t.Errorf("Explain in maintenance = %d %q (page %q), want 503 with reason and end, built-in page", ex.Status, ex.Verdict, ex.ErrorPage)
 	}
 	now = now.Add(89500 * time.Millisecond)

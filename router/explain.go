@@ -201,15 +201,16 @@ func (rt *Router) explainRefusal(ex *explanation, ref refusal, header http.Heade
 		}
 		ex.ErrorPage = detail
 	}
-	if ref.kind == refusedMaintenance && ref.maint != nil {
-		ex.Verdict = "503 maintenance"
-		if ref.maint.reason != "" {
-			ex.Verdict += ": " + ref.maint.reason
+	if e := ref.maint; ref.kind == refusedMaintenance && e != nil {
+		v := "503 maintenance"
+		if e.reason != "" {
+			v += ": " + e.reason
 		}
-		if !ref.maint.until.IsZero() {
-			ex.Verdict += " until " + ref.maint.until.UTC().Format(time.RFC3339)
+		if !e.until.IsZero() {
+			v += ", until " + e.until.UTC().Format(time.RFC3339)
 		}
-		return ex.end(ex.Verdict, http.StatusServiceUnavailable)
+		v += " (Retry-After: " + retryAfter(rt.now(), e.until) + ")"
+		return ex.end(v, http.StatusServiceUnavailable)
 	}
 	return ex.refuse(ref)
 }
