@@ -39,6 +39,8 @@ func (f Fallback) Check() error {
 	u, err := url.Parse(f.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("url %q is not an absolute http or https URL", f.URL))
+	} else if f.PreservePath && (u.RawQuery != "" || u.Fragment != "") {
+		errs = append(errs, fmt.Errorf("url %q has a query or fragment: preserve_path appends the request's path and query to it", f.URL))
 	}
 	return errors.Join(errs...)
 }
