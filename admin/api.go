@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/webhook"
 	"github.com/aperio-dev/aperio/wire"
 )
 
@@ -141,6 +142,9 @@ type Config struct {
 	// provider (admin_oidc): LoginHandler, the callback and sessions in
 	// place of a bearer credential. Nil means off.
 	OIDC *OIDCConfig
+	// Events receives maintenance turned on and off, for webhook
+	// delivery (*webhook.Dispatcher). Nil discards them.
+	Events MaintenanceEvents
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -175,6 +179,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Clients == nil {
 		cfg.Clients = noClients{}
 	}
+	if cfg.Events == nil {
+		cfg.Events = noEvents{}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -185,6 +192,17 @@ func (cfg Config) withDefaults() Config {
 }
 
 type noClients struct{}
+
+// MaintenanceEvents receives maintenance changes for webhook delivery.
+// EmitMaintenance must not block (queue the delivery) and must be safe for
+// concurrent use.
+type MaintenanceEvents interface {
+	EmitMaintenance(ctx context.Context, e webhook.MaintenanceEvent)
+}
+
+type noEvents struct{}
+
+func (noEvents) EmitMaintenance(context.Context, webhook.MaintenanceEvent) {}
 
 func (noClients) Clients() []ClientInfo { return nil }
 
@@ -197,6 +215,7 @@ type API struct {
 	fence   URLChecker
 	explain Explainer
 	shares  ShareMinter // nil when share links are off
+	events  MaintenanceEvents
 	log     *slog.Logger
 	now     func() time.Time
 	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
@@ -219,6 +238,7 @@ func New(cfg Config) (*API, error) {
 		fence:   cfg.Outbound,
 		explain: cfg.Explainer,
 		shares:  cfg.Shares,
+		events:  cfg.Events,
 		log:     cfg.Logger,
 		now:     cfg.Now,
 		master:  sha256.Sum256([]byte(cfg.MasterToken)),

@@ -394,7 +394,9 @@ func TestMaintenance(t *testing.T) {
 	f.expect(t, "PUT", "/maintenance/App.Example.com", opA.Secret, "", http.StatusNoContent, nil)
 	f.expect(t, "PUT", "/maintenance/app.example.com", opA.Secret, "", http.StatusNoContent, nil) // idempotent
 	f.expect(t, "PUT", "/maintenance/w.b.example.com", opB.Secret, "{}", http.StatusNoContent, nil)
-	f.expectError(t, "PUT", "/maintenance/*.b.example.com", opB.Secret, "", http.StatusBadRequest, "maintenance applies to exact hostnames only")
+	f.expect(t, "PUT", "/maintenance/*.b.example.com", opB.Secret, "", http.StatusNoContent, nil) // a wildcard b owns
+	f.expect(t, "DELETE", "/maintenance/*.b.example.com", opB.Secret, "", http.StatusNoContent, nil)
+	f.expectError(t, "PUT", "/maintenance/*.example.com", opA.Secret, "", http.StatusForbidden, "not among the hostnames organization "+a+" owns")
 	f.expectError(t, "PUT", "/maintenance/app.example.com", opB.Secret, "", http.StatusForbidden, "not among the hostnames organization "+b+" owns")
 	f.expectError(t, "PUT", "/maintenance/bad_host!", opA.Secret, "", http.StatusBadRequest, "invalid hostname")
 	f.expectError(t, "PUT", "/maintenance/x.example.com", opA.Secret, `{"org_id":"`+b+`"}`, http.StatusBadRequest, "org_id may only be set with the master token")
@@ -430,6 +432,8 @@ func TestMaintenance(t *testing.T) {
 	want := []string{
 		"maintenance_off w.b.example.com master",
 		"maintenance_on m.b.example.com master",
+		"maintenance_off *.b.example.com key:" + opB.ID,
+		"maintenance_on *.b.example.com key:" + opB.ID,
 		"maintenance_on w.b.example.com key:" + opB.ID,
 		"org_hostnames_set  master",
 		"admin_key_created  master",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/admin/apiclient"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // TestClient drives every method of Client against a real server.
@@ -58,10 +59,10 @@ func TestClient(t *testing.T) {
 	if err != nil || len(keys) != 1 || keys[0].ID != k.ID {
 		t.Errorf("Keys = %+v, %v, want %s", keys, err, k.ID)
 	}
-	if err := c.SetMaintenance(ctx, "app.example.com", ""); err != nil {
+	if err := c.SetMaintenance(ctx, "app.example.com", wire.MaintenanceRequest{}); err != nil {
 		t.Errorf("SetMaintenance: %v", err)
 	}
-	if err := master.SetMaintenance(ctx, "other.app.example.com", org.ID); err != nil {
+	if err := master.SetMaintenance(ctx, "other.app.example.com", wire.MaintenanceRequest{OrgID: org.ID}); err != nil {
 		t.Errorf("SetMaintenance as master with org: %v", err)
 	}
 	ms, err := c.Maintenance(ctx)

@@ -23,12 +23,12 @@ func explainFixture(t *testing.T) (f *fixture, keyA, keyB admin.MintedKey) {
 	adminA := f.key(t, a, admin.RoleAdmin)
 	f.own(t, a, "*.a.example.com")
 	f.token(t, adminA.Secret, "*.a.example.com")
-	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: map[string]string{"gone.example.com": "https://status.example.com/"}})
+	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: []router.Fallback{{Hostname: "gone.example.com", URL: "https://status.example.com/"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt.SetArmed([]router.ArmedBind{{OrgID: a, Pattern: "cold.example.com", ColdStart: time.Minute}})
-	rt.SetMaintenance([]string{"web.a.example.com"})
+	rt.SetMaintenance([]router.Maintenance{{Hostname: "web.a.example.com"}})
 	g := *f
 	g.url = g.serve(t, admin.Config{Explainer: rt})
 	return &g, keyA, keyB
@@ -49,7 +49,7 @@ func TestExplainEndpoint(t *testing.T) {
 		{"master, unknown host", masterToken, "nope.example.com", "/", "", 200, "502 no client", ""},
 		{"master, fallback", masterToken, "gone.example.com", "/x", "203.0.113.7", 200, "302 fallback redirect to https://status.example.com/", ""},
 		{"owner of the armed bind", keyA.Secret, "cold.example.com", "/", "", 200, "wait for a client behind 0", ""}, // armed, but no scaler on this router: the usual wait
-		{"owner by token, maintenance", keyA.Secret, "web.a.example.com", "/", "", 200, "503 maintenance (Retry-After: 60)", ""},
+		{"owner by token, maintenance", keyA.Secret, "web.a.example.com", "/", "", 200, "503 maintenance (Retry-After: 300)", ""},
 		{"owner by token, nothing bound", keyA.Secret, "api.a.example.com", "/", "", 200, "502 no client", ""},
 		{"another org's armed bind", keyB.Secret, "cold.example.com", "/", "", 404, "", "not found in your organization"},
 		{"another org's token hostname", keyB.Secret, "web.a.example.com", "/", "", 404, "", "not found in your organization"},

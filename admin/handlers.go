@@ -13,12 +13,15 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/webhook"
 )
 
 // maxNameLen bounds the names of organizations, tokens and keys, in bytes.
@@ -404,8 +407,12 @@ func (a *API) listMaintenance(w http.ResponseWriter, r *http.Request, c caller) 
 	if err != nil {
 		return err
 	}
-	// The owner of a hostname sees a record on it whoever set it.
-	ms = slices.DeleteFunc(ms, func(m store.Maintenance) bool { return !c.sees(m.OrgID) && !own.owns(c.scope(), m.Hostname) })
+	// The owner of a hostname sees a record on it whoever set it. A
+	// record past its end has no effect any more: it is not listed.
+	now := a.now()
+	ms = slices.DeleteFunc(ms, func(m store.Maintenance) bool {
+		return !c.sees(m.OrgID) && !own.owns(c.scope(), m.Hostname) || m.ExpiresAt != nil && !now.Before(*m.ExpiresAt)
+	})
 	a.writeJSON(w, r, http.StatusOK, mapList(ms, maintenanceOf))
 	return nil
 }
@@ -419,11 +426,19 @@ func (a *API) setMaintenance(w http.ResponseWriter, r *http.Request, c caller) e
 	if err := decode(w, r, &req, true); err != nil {
 		return err
 	}
+	if err := checkMaintenanceRequest(req); err != nil {
+		return err
+	}
 	orgID, own, err := a.ownedHost(r.Context(), c, req.OrgID, host)
 	if err != nil {
 		return err
 	}
-	m := store.Maintenance{Hostname: host, OrgID: orgID, By: c.actor(), Since: a.now()}
+	now := a.now()
+	m := store.Maintenance{Hostname: host, OrgID: orgID, By: c.actor(), Since: now, Reason: req.Reason}
+	if req.TTLSeconds > 0 {
+		end := now.Add(time.Duration(req.TTLSeconds) * time.Second)
+		m.ExpiresAt = &end
+	}
 	err = a.store.SetMaintenance(r.Context(), m)
 	if errors.Is(err, store.ErrConflict) && own.owns(orgID, host) {
 		// Another organization's record on a hostname orgID owns (set
@@ -445,9 +460,42 @@ func (a *API) setMaintenance(w http.ResponseWriter, r *http.Request, c caller) e
 		Actor:    c.actor(),
 		OrgID:    orgID,
 		Hostname: host,
+		Detail:   maintenanceAuditDetail(m),
 	})
+	a.events.EmitMaintenance(r.Context(), webhook.MaintenanceEvent{Type: webhook.EventMaintenanceOn, At: now, OrgID: orgID, Hostname: host, By: m.By, Reason: m.Reason, ExpiresAt: m.ExpiresAt})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// checkMaintenanceRequest bounds the body of PUT /maintenance: a reason
+// of at most router.MaxMaintenanceReasonBytes of printable UTF-8 (it is
+// shown to visitors), a ttl_seconds from 0 to router.MaxMaintenanceTTL.
+func checkMaintenanceRequest(req MaintenanceRequest) error {
+	var problems []string
+	if len(req.Reason) > router.MaxMaintenanceReasonBytes {
+		problems = append(problems, fmt.Sprintf("reason: %d bytes, at most %d", len(req.Reason), router.MaxMaintenanceReasonBytes))
+	} else if !utf8.ValidString(req.Reason) || strings.ContainsFunc(req.Reason, unicode.IsControl) {
+		problems = append(problems, "reason: must be printable UTF-8 text on one line")
+	}
+	if max := int64(router.MaxMaintenanceTTL / time.Second); req.TTLSeconds < 0 || req.TTLSeconds > max {
+		problems = append(problems, fmt.Sprintf("ttl_seconds: %d is not from 0 to %d (30 days)", req.TTLSeconds, max))
+	}
+	if len(problems) > 0 {
+		return errorf(http.StatusBadRequest, "%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// maintenanceAuditDetail describes m's reason and end for the audit log.
+func maintenanceAuditDetail(m store.Maintenance) string {
+	var parts []string
+	if m.Reason != "" {
+		parts = append(parts, "reason="+strconv.Quote(m.Reason))
+	}
+	if m.ExpiresAt != nil {
+		parts = append(parts, "expires_at="+m.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return strings.Join(parts, " ")
 }
 
 func (a *API) clearMaintenance(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -486,6 +534,7 @@ func (a *API) clearMaintenance(w http.ResponseWriter, r *http.Request, c caller)
 		OrgID:    orgID,
 		Hostname: host,
 	})
+	a.events.EmitMaintenance(r.Context(), webhook.MaintenanceEvent{Type: webhook.EventMaintenanceOff, At: a.now(), OrgID: orgID, Hostname: host, By: c.actor()})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -600,16 +649,13 @@ func parseAllowedIP(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(addr, addr.BitLen()), nil
 }
 
-// hostParam returns the normalized {hostname} of the path, or a 400.
-// Maintenance applies to exact hostnames only: a wildcard is refused
-// rather than accepted without effect.
+// hostParam returns the normalized {hostname} of the path, or a 400: an
+// exact hostname or a "*." wildcard, which puts every subdomain in
+// maintenance (an exact record wins over it).
 func hostParam(r *http.Request) (string, error) {
 	h := strings.ToLower(pathParam(r, "hostname"))
 	if err := hostname.Validate(h); err != nil {
 		return "", errorf(http.StatusBadRequest, "%v", err)
-	}
-	if strings.HasPrefix(h, "*") {
-		return "", errorf(http.StatusBadRequest, "%s is a wildcard: maintenance applies to exact hostnames only", h)
 	}
 	return h, nil
 }

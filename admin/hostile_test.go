@@ -299,14 +299,30 @@ func TestHostileAdmin(t *testing.T) {
 			}
 		}},
 
-		// Wildcard maintenance was accepted and had no effect.
-		{"guard/cross-org/wildcard-maintenance-refused", func(t *testing.T, e *tenants) {
-			e.f.expectError(t, "PUT", "/maintenance/%2A.a.test", masterToken, `{"org_id":"`+e.a+`"}`, http.StatusBadRequest, "exact hostnames only")
-			e.f.expectError(t, "PUT", "/maintenance/*.a.test", e.opA, "", http.StatusBadRequest, "exact hostnames only")
-			e.f.expectError(t, "DELETE", "/maintenance/*.a.test", e.opA, "", http.StatusBadRequest, "exact hostnames only")
-			if ms := e.maintenanceOf(t, masterToken); len(ms) != 0 {
-				t.Errorf("maintenance = %v, want none", ms)
+		// Wildcard maintenance is org-scoped like an exact one: a wildcard
+		// another organization owns, or one wider than the caller's, is
+		// refused; the owner's own is taken.
+		{"guard/cross-org/wildcard-maintenance", func(t *testing.T, e *tenants) {
+			e.f.expectError(t, "PUT", "/maintenance/*.b.test", e.opA, "", http.StatusForbidden, "not among the hostnames")
+			e.f.expectError(t, "PUT", "/maintenance/%2A.test", e.opA, "", http.StatusForbidden, "not among the hostnames")
+			e.f.expectError(t, "PUT", "/maintenance/*.b.test", masterToken, `{"org_id":"`+e.a+`"}`, http.StatusForbidden, "not among the hostnames")
+			e.f.expect(t, "PUT", "/maintenance/%2A.a.test", e.opA, `{"reason":"upgrade","ttl_seconds":60}`, http.StatusNoContent, nil)
+			e.f.expectError(t, "DELETE", "/maintenance/*.a.test", e.opB, "", http.StatusNotFound, "not in maintenance")
+			if ms := e.maintenanceOf(t, masterToken); len(ms) != 1 || ms["*.a.test"] != e.a {
+				t.Errorf("maintenance = %v, want *.a.test of a alone", ms)
 			}
+		}},
+		// The body's fields are bounded.
+		{"bounds/maintenance-body", func(t *testing.T, e *tenants) {
+			e.f.expectError(t, "PUT", "/maintenance/shop.a.test", e.opA, `{"reason":"`+strings.Repeat("r", 501)+`"}`, http.StatusBadRequest, "reason: 501 bytes, at most 500")
+			e.f.expectError(t, "PUT", "/maintenance/shop.a.test", e.opA, `{"reason":"line\nbreak"}`, http.StatusBadRequest, "printable UTF-8 text on one line")
+			e.f.expectError(t, "PUT", "/maintenance/shop.a.test", e.opA, `{"ttl_seconds":2592001}`, http.StatusBadRequest, "ttl_seconds: 2592001 is not from 0 to 2592000")
+			e.f.expectError(t, "PUT", "/maintenance/shop.a.test", e.opA, `{"ttl_seconds":-1}`, http.StatusBadRequest, "ttl_seconds: -1")
+			e.f.expectError(t, "PUT", "/maintenance/shop.a.test", e.opA, `{"ttl_seconds":1e30}`, http.StatusBadRequest, "")
+			if ms := e.maintenanceOf(t, masterToken); len(ms) != 0 {
+				t.Errorf("maintenance after refused bodies = %v, want none", ms)
+			}
+			e.f.expect(t, "PUT", "/maintenance/shop.a.test", e.opA, `{"reason":"`+strings.Repeat("r", 500)+`","ttl_seconds":2592000}`, http.StatusNoContent, nil)
 		}},
 	}
 	for _, tt := range tests {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // handlerFunc serves one route for an authenticated caller. It writes the
@@ -181,8 +182,8 @@ const (
 	EventAdminKeyDeleted = "admin_key_deleted"
 	EventTokenMinted     = "token_minted"
 	EventTokenRevoked    = "token_revoked"
-	EventMaintenanceOn   = "maintenance_on"
-	EventMaintenanceOff  = "maintenance_off"
+	EventMaintenanceOn   = wire.EventMaintenanceOn
+	EventMaintenanceOff  = wire.EventMaintenanceOff
 	EventLoginFailed     = "login_failed"
 	EventWebhookCreated  = "webhook_created"
 	EventWebhookDeleted  = "webhook_deleted"

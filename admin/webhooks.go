@@ -9,9 +9,9 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // maxSecretLen bounds a webhook secret, in bytes.
@@ -117,9 +117,9 @@ func (a *API) checkWebhookURL(raw string) []string {
 }
 
 // validEvents returns events without duplicates, and the problems: none
-// given, or a name autoscale does not emit.
+// given, or a name the server does not emit.
 func validEvents(events []string) ([]string, []string) {
-	known := autoscale.EventTypes()
+	known := wire.WebhookEvents()
 	if len(events) == 0 {
 		return nil, []string{"events: at least one is required (" + strings.Join(known, ", ") + ")"}
 	}

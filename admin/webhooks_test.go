@@ -12,6 +12,7 @@ import (
 	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/webhook"
 	"github.com/aperio-dev/aperio/wire"
 )
 
@@ -94,7 +95,7 @@ func TestWebhookValidation(t *testing.T) {
 		{"userinfo", `{"url":"https://u:p@hooks.example.com/","events":["scaling_failed"]}`, "userinfo"},
 		{"scheme", `{"url":"ftp://hooks.example.com/","events":["scaling_failed"]}`, "scheme"},
 		{"relative", `{"url":"/hook","events":["scaling_failed"]}`, "not an absolute URL"},
-		{"no events", `{"url":"https://hooks.example.com/"}`, "events: at least one is required (scaling_requested, scaling_failed, scaling_disarmed)"},
+		{"no events", `{"url":"https://hooks.example.com/"}`, "events: at least one is required (scaling_requested, scaling_failed, scaling_disarmed, maintenance_on, maintenance_off)"},
 		{"empty events", `{"url":"https://hooks.example.com/","events":[]}`, "events: at least one"},
 		{"unknown event", `{"url":"https://hooks.example.com/","events":["scaling_failed","token_minted"]}`, `events[1]: "token_minted" is not one of`},
 		{"long secret", `{"url":"https://hooks.example.com/","events":["scaling_failed"],"secret":"` + strings.Repeat("s", 1025) + `"}`, "secret is longer than 1024 bytes"},
@@ -216,7 +217,7 @@ func TestClientWebhooks(t *testing.T) {
 // (aperio-client api webhooks create --events, which must not link
 // autoscale) equal to the events the server accepts and delivers.
 func TestWebhookEventsMatchAutoscale(t *testing.T) {
-	if got, want := wire.WebhookEvents(), autoscale.EventTypes(); !slices.Equal(got, want) {
-		t.Errorf("wire.WebhookEvents() = %q, want autoscale.EventTypes() %q", got, want)
+	if got, want := wire.WebhookEvents(), append(autoscale.EventTypes(), webhook.EventMaintenanceOn, webhook.EventMaintenanceOff); !slices.Equal(got, want) {
+		t.Errorf("wire.WebhookEvents() = %q, want autoscale.EventTypes() and the maintenance events %q", got, want)
 	}
 }

@@ -112,7 +112,7 @@ func webhookOf(w store.Webhook) Webhook {
 }
 
 func maintenanceOf(m store.Maintenance) Maintenance {
-	return Maintenance{Hostname: m.Hostname, OrgID: m.OrgID, By: m.By, Since: m.Since}
+	return Maintenance{Hostname: m.Hostname, OrgID: m.OrgID, By: m.By, Since: m.Since, Reason: m.Reason, ExpiresAt: m.ExpiresAt}
 }
 
 func auditOf(e store.AuditEntry) AuditEntry {

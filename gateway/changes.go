@@ -6,6 +6,7 @@ import (
 
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -184,11 +185,14 @@ func (g *Gateway) loadMaintenance(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hosts := make([]string, len(ms))
+	entries := make([]router.Maintenance, len(ms))
 	for i, m := range ms {
-		hosts[i] = m.Hostname
+		entries[i] = router.Maintenance{Hostname: m.Hostname, Reason: m.Reason}
+		if m.ExpiresAt != nil {
+			entries[i].Until = *m.ExpiresAt
+		}
 	}
-	g.router.SetMaintenance(hosts)
+	g.router.SetMaintenance(entries)
 	return nil
 }
 

@@ -78,8 +78,8 @@ type Gateway struct {
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *fence.Client
-	// hooks delivers the controller's events to webhooks; nil unless
-	// scaling is on (nothing else emits events).
+	// hooks delivers the controller's events and the admin API's
+	// maintenance changes to webhooks.
 	hooks *webhook.Dispatcher
 	// expiry times the release of scaling records armed by tokens that
 	// expire; nil unless scaling is on.
@@ -134,6 +134,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	g.fence, err = fence.New(cfg.Outbound)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: outbound policy: %w", err)
+	}
+	// Webhooks carry the autoscaler's events and the admin API's
+	// maintenance changes, through the same fence as scaling hooks.
+	g.hooks, err = webhook.New(webhook.Config{Subscriptions: g.db, Client: g.fence, Logger: log})
+	if err != nil {
+		return nil, err
 	}
 	var stale *cache.Cache
 	if cfg.CacheEnabled {
@@ -219,7 +225,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, OIDC: adminLogin, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, OIDC: adminLogin, Events: g.hooks, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ func (g *Gateway) registerMetrics() error {
 	var hooksDropped metric.Int64ObservableCounter
 	if g.hooks != nil {
 		hooksDropped, err = m.Int64ObservableCounter(metricHooksDropped,
-			metric.WithDescription("Autoscaling events not delivered to webhooks because the delivery queue was full."))
+			metric.WithDescription("Webhook events (autoscaling, maintenance) not delivered because the delivery queue was full."))
 		if err != nil {
 			return err
 		}

@@ -21,7 +21,6 @@ import (
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
-	"github.com/aperio-dev/aperio/webhook"
 	"github.com/aperio-dev/aperio/wire"
 )
 
@@ -543,14 +542,6 @@ func (l lazyScaler) PlanColdStart(ctx context.Context, org, host, path string) (
 // subscribed webhooks through the same fence.
 func (g *Gateway) newController() error {
 	var err error
-	g.hooks, err = webhook.New(webhook.Config{
-		Subscriptions: g.db,
-		Client:        g.fence,
-		Logger:        g.log,
-	})
-	if err != nil {
-		return err
-	}
 	g.expiry = newArmerExpiry()
 	g.armed = &armLoader{load: g.loadArmed}
 	sc := g.cfg.Scaling

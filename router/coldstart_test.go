@@ -102,7 +102,7 @@ func TestNoColdStartForRefusedVisitor(t *testing.T) {
 func TestNoColdStartInMaintenance(t *testing.T) {
 	sc := newFakeScaler()
 	rt := armedRouter(t, sc)
-	rt.SetMaintenance([]string{"app.test"})
+	rt.SetMaintenance([]Maintenance{{Hostname: "app.test"}})
 	rec := serveAsync(rt, "app.test", "/").wait(t)
 	if rec.Code != 503 || sc.calls.Load() != 0 {
 		t.Fatalf("armed bind in maintenance = %d with %d cold starts, want 503 and none", rec.Code, sc.calls.Load())

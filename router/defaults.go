@@ -69,5 +69,6 @@ func (cfg Config) Validate() error {
 	if _, err := parseFailover(cfg.Failover); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkErrorPages(cfg.ErrorPages), checkWindows(cfg.MaintenanceWindows), checkFallbacks(cfg.Fallbacks))
 	return errors.Join(errs...)
 }

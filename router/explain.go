@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,7 +105,7 @@ const stepHostField = "host-field"
 
 func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	host, path, ip := q.host, q.path, q.ip
-	now := time.Now()
+	now := rt.now()
 	host = hostname.Normalize(host)
 	if path == "" {
 		path = "/"
@@ -122,13 +123,13 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	}
 	if ref := rt.admit(ctx, &a, nil); ref.kind != passed {
 		if refusalInfo[ref.kind].nothing {
-			return rt.explainNothing(&ex, a.path, ref)
+			return rt.explainNothing(&ex, a.path, ref, q.header)
 		}
-		if u, ok := rt.cfg.Fallbacks[ex.Host]; ok && ref.kind == refusedAccessHidden {
-			ex.step(StepFallback, OutcomeStop, "fallbacks has "+ex.Host+" (answered as no route: never a stale copy)")
-			return ex.end("302 fallback redirect to "+u, http.StatusFound)
+		if f := rt.fallbackFor(ex.Host); f != nil && ref.kind == refusedAccessHidden {
+			ex.step(StepFallback, OutcomeStop, "fallbacks has "+f.Hostname+" (answered as no route: never a stale copy)")
+			return ex.end(fallbackVerdict(f, path), f.status())
 		}
-		return ex.refuse(ref)
+		return rt.explainRefusal(&ex, ref, q.header)
 	}
 	path = a.path
 
@@ -145,7 +146,7 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		}
 	}
 	if ref.kind != passed {
-		return ex.refuse(ref)
+		return rt.explainRefusal(&ex, ref, q.header)
 	}
 	if pick := a.plan.pick; pick != nil {
 		return ex.end(fmt.Sprintf("dispatch to client %s (%s)", pick.Name, pick.ID), 0)
@@ -165,27 +166,63 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 
 // explainNothing ends ex the way answer answers a refusal of the "nothing
 // can serve" kinds at once: stale copy, fallback redirect, else ref.
-func (rt *Router) explainNothing(ex *explanation, path string, ref refusal) Explanation {
+func (rt *Router) explainNothing(ex *explanation, path string, ref refusal, header http.Header) Explanation {
 	if rt.staleFor(ex.Host, path) {
 		ex.step(StepFallback, OutcomeStop, "the serve-stale cache has a copy of GET "+ex.Host+path)
 		return ex.end("serve stale copy from cache", http.StatusOK)
 	}
-	if u, ok := rt.cfg.Fallbacks[ex.Host]; ok {
-		ex.step(StepFallback, OutcomeStop, "fallbacks has "+ex.Host)
-		return ex.end("302 fallback redirect to "+u, http.StatusFound)
+	if f := rt.fallbackFor(ex.Host); f != nil {
+		ex.step(StepFallback, OutcomeStop, "fallbacks has "+f.Hostname)
+		return ex.end(fallbackVerdict(f, path), f.status())
 	}
 	ex.step(StepFallback, OutcomeSkip, "no stale copy and no fallback for "+ex.Host)
+	return rt.explainRefusal(ex, ref, header)
+}
+
+// fallbackVerdict is Explain's verdict for f's redirect of path.
+func fallbackVerdict(f *Fallback, path string) string {
+	return strconv.Itoa(f.status()) + " fallback redirect to " + f.target(path)
+}
+
+// explainRefusal ends ex with ref, and says in ErrorPage which page answers it:
+// the format the Accept header of header picks, and for html whose page.
+// A gate's refusal with a body of its own and a reserved path have none.
+func (rt *Router) explainRefusal(ex *explanation, ref refusal, header http.Header) Explanation {
+	if status := ref.status(); ref.kind != refusedReserved && (ref.kind != refusedAccess || ref.dec == nil || ref.dec.Body == nil) {
+		format := negotiate(header["Accept"])
+		detail := format.String() + " (by the Accept header)"
+		if header == nil {
+			detail = "text (no Accept header given; a browser gets html, an API client json)"
+		}
+		if _, operator := rt.pages.page(status, ex.Host); operator {
+			detail += fmt.Sprintf("; the html page is error_pages' for %d on %s", status, ex.Host)
+		} else {
+			detail += fmt.Sprintf("; the html page is the built-in one for %d", status)
+		}
+		ex.ErrorPage = detail
+	}
+	if e := ref.maint; ref.kind == refusedMaintenance && e != nil {
+		v := "503 maintenance"
+		if e.reason != "" {
+			v += ": " + e.reason
+		}
+		if !e.until.IsZero() {
+			v += ", until " + e.until.UTC().Format(time.RFC3339)
+		}
+		v += " (Retry-After: " + retryAfter(rt.now(), e.until) + ")"
+		return ex.end(v, http.StatusServiceUnavailable)
+	}
 	return ex.refuse(ref)
 }
 
 // fallbackText says what a request that waited for timeout and got no
 // client would be answered.
 func (rt *Router) fallbackText(host, path, setting string, timeout time.Duration) string {
-	switch u, ok := rt.cfg.Fallbacks[host]; {
+	switch f := rt.fallbackFor(host); {
 	case rt.staleFor(host, path):
 		return "stale copy from cache after " + setting + " (" + timeout.String() + ")"
-	case ok:
-		return "302 fallback redirect to " + u + " after " + setting + " (" + timeout.String() + ")"
+	case f != nil:
+		return fallbackVerdict(f, path) + " after " + setting + " (" + timeout.String() + ")"
 	default:
 		return "504 after " + setting + " (" + timeout.String() + ")"
 	}

@@ -120,7 +120,7 @@ func TestExplainVerdicts(t *testing.T) {
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{})
 				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				rt.SetMaintenance([]string{"APP.test"})
+				rt.SetMaintenance([]Maintenance{{Hostname: "APP.test"}})
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "503 maintenance", status: 503, step: StepMaintenance, outcome: OutcomeStop,
@@ -137,7 +137,7 @@ func TestExplainVerdicts(t *testing.T) {
 		{
 			name: "fallback redirect",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
-				return newRouter(t, Config{Fallbacks: map[string]string{"gone.test": "https://status.example.com/"}}), "gone.test", "/", visitor
+				return newRouter(t, Config{Fallbacks: []Fallback{{Hostname: "gone.test", URL: "https://status.example.com/"}}}), "gone.test", "/", visitor
 			},
 			verdict: "302 fallback redirect to https://status.example.com/", status: 302, step: StepFallback, outcome: OutcomeStop,
 		},
@@ -205,7 +205,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "no clients, armed, start under way: join",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{Scaler: &planScaler{join: true}, MaxHeld: 3,
-					Fallbacks: map[string]string{"app.test": "https://status.example.com/"}})
+					Fallbacks: []Fallback{{Hostname: "app.test", URL: "https://status.example.com/"}}})
 				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt, "app.test", "/", visitor
 			},
@@ -322,7 +322,7 @@ func TestExplainChangesNothing(t *testing.T) {
 	sc := &planScaler{}
 	rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001, GatewayTimeout: time.Second,
 		MaxConcurrentRequests: 5, Scaler: sc, Cache: stale, MaxHeld: 2,
-		Fallbacks: map[string]string{"cold.test": "https://status.example.com/"}})
+		Fallbacks: []Fallback{{Hostname: "cold.test", URL: "https://status.example.com/"}}})
 	rt.update(newConn("a", 1), limited(1, "app.test"))
 	rt.update(newConn("b", 2), limited(1, "app.test"))
 	rt.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "cold.test", ColdStart: time.Minute}})

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"fmt"
 	"net/http"
 	"net/netip"
 	"sync"
@@ -9,6 +8,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/telemetry"
 )
 
@@ -24,17 +24,18 @@ const (
 	numLimitKinds
 )
 
-// limitInfo is what a 429 of each kind says: its name, the setting to
-// raise, and whether it refills (then Retry-After: 1 is sent).
+// limitInfo is what a 429 of each kind says in x-aperio-limit: its name
+// and the setting to raise. Every kind here is retried soon: its 429
+// carries Retry-After: 1 (a quota kind, which refills only with its
+// period, would carry none).
 var limitInfo = [numLimitKinds]struct {
 	kind, setting string
-	refills       bool
 }{
-	limitIP:                {"ip", "ip_limit_max", true},
-	limitServerConcurrency: {"server-concurrency", "max_concurrent_requests", false},
-	limitClientConcurrency: {"client-concurrency", "max_concurrent", false},
-	limitTokenRate:         {"token-rate", "token_rate", true},
-	limitRoute:             {"route", "rate_limits", true},
+	limitIP:                {"ip", "ip_limit_max"},
+	limitServerConcurrency: {"server-concurrency", "max_concurrent_requests"},
+	limitClientConcurrency: {"client-concurrency", "max_concurrent"},
+	limitTokenRate:         {"token-rate", "token.max_rps"},
+	limitRoute:             {"route", "rate_limits"},
 }
 
 // limitHeader holds the precomputed x-aperio-limit values.
@@ -47,18 +48,19 @@ var limitHeader = func() (h [numLimitKinds][]string) {
 
 var retryAfterOne = []string{"1"}
 
-// refuse answers 429 for kind, counts it and records it in rec.
-func (rt *Router) refuse(w http.ResponseWriter, rec *telemetry.Request, kind limitKind) {
+// refuse answers 429 for kind, counts it and records it in rec. The
+// visitor's page names no setting: x-aperio-limit does, for the operator.
+func (rt *Router) refuse(w http.ResponseWriter, r *http.Request, rec *telemetry.Request, kind limitKind) {
 	rt.limited[kind].Add(1)
 	rec.Limit = limitInfo[kind].kind
 	h := w.Header()
 	h["X-Aperio-Limit"] = limitHeader[kind]
-	if limitInfo[kind].refills {
-		h["Retry-After"] = retryAfterOne
+	h["Retry-After"] = retryAfterOne
+	host := ""
+	if r != nil {
+		host = hostname.Normalize(r.Host)
 	}
-	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
-	w.WriteHeader(http.StatusTooManyRequests)
-	fmt.Fprintf(w, "aperio: too many requests (%s limit; raise %s)\n", limitInfo[kind].kind, limitInfo[kind].setting)
+	rt.writePage(w, r, host, visitorAnswer{status: http.StatusTooManyRequests, reason: "too many requests: try again in a moment"})
 }
 
 // RateLimited returns the number of 429 answers by kind, every kind
@@ -152,6 +154,6 @@ func (rt *Router) Charge(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	var rec telemetry.Request
-	rt.refuse(w, &rec, limitIP)
+	rt.refuse(w, r, &rec, limitIP)
 	return false
 }

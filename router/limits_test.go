@@ -198,8 +198,8 @@ func TestClientConcurrency429(t *testing.T) {
 	if rec.Code != 429 || rec.Header().Get("X-Aperio-Limit") != "client-concurrency; setting=max_concurrent" {
 		t.Fatalf("request over the client limit = %d %q, want 429 client-concurrency", rec.Code, rec.Header().Get("X-Aperio-Limit"))
 	}
-	if rec.Header().Get("Retry-After") != "" {
-		t.Fatalf("client-concurrency 429 has Retry-After %q, want none (concurrency does not refill)", rec.Header().Get("Retry-After"))
+	if got := rec.Header().Get("Retry-After"); got != "1" {
+		t.Fatalf("client-concurrency 429 has Retry-After %q, want 1", got)
 	}
 	close(g.release)
 	first.wait(t)
@@ -411,9 +411,9 @@ func TestFailoverWaitsForSameInstance(t *testing.T) {
 }
 
 func TestMaintenanceAndFallbacks(t *testing.T) {
-	rt := newRouter(t, Config{Fallbacks: map[string]string{"gone.test": "https://status.example.com/"}})
+	rt := newRouter(t, Config{Fallbacks: []Fallback{{Hostname: "gone.test", URL: "https://status.example.com/"}}})
 	rt.update(newConn("a", 1), ann(svc("", "app.test")))
-	rt.SetMaintenance([]string{"App.Test"})
+	rt.SetMaintenance([]Maintenance{{Hostname: "App.Test"}})
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Host = "app.test"
 	rec := httptest.NewRecorder()

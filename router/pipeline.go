@@ -93,40 +93,42 @@ const (
 )
 
 // refusalInfo is how each refusal kind is answered: status, the limit it
-// counts as (a 429, with x-aperio-limit), extra headers, and the text
-// around the hostname. A kind with nothing set is answered in answer.
+// counts as (a 429, with x-aperio-limit), extra headers, and the reason
+// visitors read, around the hostname. A reason never names a setting, an
+// address or a client: the operator reads those in explainText and
+// setting. A kind with nothing set is answered in answer.
 var refusalInfo = [numRefusalKinds]struct {
 	status      int
 	limit       limitKind // meaningful for 429s only
 	retryAfter  []string  // Retry-After, if any
 	allow       []string  // Allow, if any
-	before      string    // visitor-facing text before the hostname
+	before      string    // the visitor's reason before the hostname
 	after       string    // and after it
-	host        bool      // the text names the hostname between before and after
+	host        bool      // the reason names the hostname between before and after
 	nothing     bool      // stale copy, then fallback redirect, come first
 	explainText string    // Explain's verdict for it
 	setting     string    // the setting to raise (or change) for another answer; "" when none
 }{
-	refusedReserved:          {status: http.StatusBadRequest, before: "aperio: bad request path", explainText: "answered by aperio-server itself, not proxied"},
-	refusedBadPath:           {status: http.StatusBadRequest, before: "aperio: bad request path", explainText: "refused with 400 before routing"},
+	refusedReserved:          {status: http.StatusBadRequest, before: "bad request path", explainText: "answered by aperio-server itself, not proxied"},
+	refusedBadPath:           {status: http.StatusBadRequest, before: "bad request path", explainText: "refused with 400 before routing"},
 	refusedIP:                {status: http.StatusTooManyRequests, limit: limitIP, explainText: "429 ip: the visitor's token bucket is empty", setting: "ip_limit_max"},
-	refusedMaintenance:       {status: http.StatusServiceUnavailable, retryAfter: []string{"60"}, host: true, before: "aperio: ", after: " is down for maintenance", explainText: "503 maintenance (Retry-After: 60)"},
-	refusedHostField:         {status: http.StatusBadRequest, before: "aperio: the host field differs from :authority", explainText: "400 host field differs from :authority"},
-	refusedNoRoute:           {status: http.StatusBadGateway, host: true, before: "aperio: no client is serving ", nothing: true, explainText: "502 no client"},
+	refusedMaintenance:       {status: http.StatusServiceUnavailable, host: true, after: " is down for maintenance", explainText: "503 maintenance"},
+	refusedHostField:         {status: http.StatusBadRequest, before: "the host field differs from :authority", explainText: "400 host field differs from :authority"},
+	refusedNoRoute:           {status: http.StatusBadGateway, host: true, before: "no client is serving ", nothing: true, explainText: "502 no client"},
 	refusedBodyTooLarge:      {status: http.StatusRequestEntityTooLarge, explainText: "413 request body larger than max_body_size", setting: "max_body_size"},
-	refusedHeldFull:          {status: http.StatusServiceUnavailable, retryAfter: []string{"5"}, host: true, before: "aperio: too many requests are waiting for ", after: " to start", explainText: "503 too many requests held for the cold start (Retry-After: 5)", setting: "scaling_max_held"},
+	refusedHeldFull:          {status: http.StatusServiceUnavailable, retryAfter: []string{"5"}, host: true, before: "too many requests are waiting for ", after: " to start", explainText: "503 too many requests held for the cold start (Retry-After: 5)", setting: "scaling_max_held"},
 	refusedClientConcurrency: {status: http.StatusTooManyRequests, limit: limitClientConcurrency, explainText: "429 client-concurrency", setting: "max_concurrent"},
 	refusedServerConcurrency: {status: http.StatusTooManyRequests, limit: limitServerConcurrency, explainText: "429 server-concurrency", setting: "max_concurrent_requests"},
-	refusedNoRoutable:        {status: http.StatusBadGateway, host: true, before: "aperio: no client of ", after: " can take requests now", nothing: true, explainText: "502 no routable client"},
-	refusedQueueTimeout:      {status: http.StatusGatewayTimeout, host: true, before: "aperio: no client of ", after: " became available in time", nothing: true, explainText: "504 no client in time", setting: "gateway_timeout"},
-	refusedColdStartFailed:   {status: http.StatusGatewayTimeout, host: true, before: "aperio: ", after: " could not be started", nothing: true, explainText: "504 cold start failed", setting: "cold_start"},
-	refusedConnect:           {status: http.StatusMethodNotAllowed, allow: []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}, host: true, before: "aperio: CONNECT is not allowed for ", explainText: "405 CONNECT not allowed", setting: "allow_connect"},
+	refusedNoRoutable:        {status: http.StatusBadGateway, host: true, before: "no client of ", after: " can take requests now", nothing: true, explainText: "502 no routable client"},
+	refusedQueueTimeout:      {status: http.StatusGatewayTimeout, host: true, before: "no client of ", after: " became available in time", nothing: true, explainText: "504 no client in time", setting: "gateway_timeout"},
+	refusedColdStartFailed:   {status: http.StatusGatewayTimeout, host: true, before: "", after: " could not be started", nothing: true, explainText: "504 cold start failed", setting: "cold_start"},
+	refusedConnect:           {status: http.StatusMethodNotAllowed, allow: []string{"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"}, host: true, before: "CONNECT is not allowed for ", explainText: "405 CONNECT not allowed", setting: "allow_connect"},
 	refusedExchange:          {status: http.StatusBadGateway, explainText: "502 bad gateway"},
 	refusedAccess:            {explainText: "refused by the service's access control"},
 	// Like refusedNoRoute, but never a stale copy: the cache must not
 	// answer for a service the visitor may not reach. An unclaimed
 	// hostname has no copy either, so the answers still match.
-	refusedAccessHidden: {status: http.StatusBadGateway, host: true, before: "aperio: no client is serving ", explainText: "502 no client (refused by access control, answered as no route)"},
+	refusedAccessHidden: {status: http.StatusBadGateway, host: true, before: "no client is serving ", explainText: "502 no client (refused by access control, answered as no route)"},
 	// Both are answered from the rule; their setting is the rule's.
 	answeredByRule:    {explainText: "answered by a route rule"},
 	refusedRouteLimit: {status: http.StatusTooManyRequests, limit: limitRoute, explainText: "429 route: the route's rate limit bucket is empty"},
@@ -134,14 +136,16 @@ var refusalInfo = [numRefusalKinds]struct {
 
 // refusal is a stage's verdict: the zero refusal passes. err carries the
 // cause of refusedBodyTooLarge and refusedExchange, dec the gate's
-// answer of refusedAccess, rule the route rule of answeredByRule and
-// refusedRouteLimit (with retry, when its bucket has a token again).
+// answer of refusedAccess, maint the maintenance of refusedMaintenance,
+// rule the route rule of answeredByRule and refusedRouteLimit (with
+// retry, when its bucket has a token again).
 type refusal struct {
 	kind  refusalKind
 	err   error
 	dec   *access.Decision
 	rule  *policy.Rule
 	retry time.Duration
+	maint *maintenanceEntry
 }
 
 func refuseWith(k refusalKind) refusal { return refusal{kind: k} }
@@ -283,19 +287,42 @@ func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) refusal {
 	return refusal{}
 }
 
+// checkMaintenance refuses a hostname in maintenance: an entry of the
+// admin API's that has not ended, or an open window.
 func (rt *Router) checkMaintenance(a *admission) refusal {
-	_, down := (*rt.maintenance.Load())[a.host]
+	now := a.now
+	if a.ex == nil {
+		if m := rt.maintenance.Load(); m.empty() && len(rt.windows) == 0 {
+			return refusal{} // no clock read when nothing is in maintenance
+		}
+		now = rt.now()
+	}
+	e := rt.inMaintenance(a.host, now)
 	if a.ex != nil {
-		if down {
-			a.ex.step(StepMaintenance, OutcomeStop, a.host+" is in maintenance mode")
+		if e != nil {
+			a.ex.step(StepMaintenance, OutcomeStop, a.host+" is in maintenance"+maintenanceDetail(e, now))
 		} else {
 			a.ex.step(StepMaintenance, OutcomePass, a.host+" is not in maintenance")
 		}
 	}
-	if down {
-		return refuseWith(refusedMaintenance)
+	if e != nil {
+		return refusal{kind: refusedMaintenance, maint: e}
 	}
 	return refusal{}
+}
+
+// maintenanceDetail describes e for Explain: its reason and its end.
+func maintenanceDetail(e *maintenanceEntry, now time.Time) string {
+	var b strings.Builder
+	if e.reason != "" {
+		b.WriteString(" (reason: " + strconv.Quote(e.reason) + ")")
+	}
+	if e.until.IsZero() {
+		b.WriteString(" until it is turned off (Retry-After: " + retryAfter(now, e.until) + ")")
+	} else {
+		b.WriteString(" until " + e.until.UTC().Format(time.RFC3339) + " (Retry-After: " + retryAfter(now, e.until) + ")")
+	}
+	return b.String()
 }
 
 // checkHostField refuses a request whose host field differs from its
@@ -485,41 +512,42 @@ func (rt *Router) checkAllowedIPs(a *admission) refusal {
 }
 
 // answer is the one place where a refusal becomes the visitor's response:
-// status, headers (x-aperio-limit, Retry-After, Allow) and text. A refusal
-// of the "nothing can serve" kinds is answered with a stale copy if the
-// cache has one, else a fallback redirect if the hostname has one. A
-// visitor that left gets nothing. 429s are counted and recorded in rec.
+// status, headers (x-aperio-limit, Retry-After, Allow) and the page, in
+// the format the visitor accepts (writePage). A refusal of the "nothing
+// can serve" kinds is answered with a stale copy if the cache has one,
+// else a fallback redirect if the hostname has one. A visitor that left
+// gets nothing. 429s are counted and recorded in rec.
 func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.Request, host string, ref refusal) {
 	info := &refusalInfo[ref.kind]
 	if info.nothing {
 		if r.Context().Err() == nil && rt.serveStale(w, r) {
 			return
 		}
-		if u, ok := rt.cfg.Fallbacks[host]; ok {
-			http.Redirect(w, r, u, http.StatusFound)
+		if f := rt.fallbackFor(host); f != nil {
+			f.redirect(w, r)
 			return
 		}
 	}
 	switch ref.kind {
 	case refusedIP, refusedClientConcurrency, refusedServerConcurrency:
-		rt.refuse(w, rec, info.limit)
+		rt.refuse(w, r, rec, info.limit)
 		return
 	case refusedBodyTooLarge, refusedExchange:
 		rt.answerError(w, r, host, ref.err)
 		return
 	case refusedAccess:
-		answerDecision(w, ref.dec)
+		rt.answerDecision(w, r, host, ref.dec)
 		return
 	case answeredByRule:
 		rt.policy.Answer(w, r, host, ref.rule, VisitorOf(r).Proto == "https")
 		return
 	case refusedRouteLimit:
-		rt.refuseRoute(w, rec, ref)
+		rt.refuseRoute(w, r, rec, host, ref)
 		return
 	case refusedAccessHidden:
 		// The fallback redirect of no route, without its stale copy.
-		if u, ok := rt.cfg.Fallbacks[host]; ok {
-			http.Redirect(w, r, u, http.StatusFound)
+		if f := rt.fallbackFor(host); f != nil {
+			f.redirect(w, r)
 			return
 		}
 	}
@@ -530,22 +558,29 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 	if info.allow != nil {
 		h["Allow"] = info.allow
 	}
-	text := info.before
+	ans := visitorAnswer{status: info.status, reason: info.before}
 	if info.host {
-		text = info.before + host + info.after
+		ans.reason = info.before + host + info.after
 	}
-	http.Error(w, text, info.status)
+	if e := ref.maint; e != nil {
+		h["Retry-After"] = []string{retryAfter(rt.now(), e.until)}
+		if e.reason != "" {
+			ans.reason += ": " + e.reason
+		}
+		ans.until = e.until
+	}
+	rt.writePage(w, r, host, ans)
 }
 
 // answerDecision writes a gate's refusal: its status and headers, and its
-// body, or a short text when it has none.
-func answerDecision(w http.ResponseWriter, d *access.Decision) {
+// body, or a page when it has none.
+func (rt *Router) answerDecision(w http.ResponseWriter, r *http.Request, host string, d *access.Decision) {
 	h := w.Header()
 	for k, vv := range d.Header {
 		h[k] = vv
 	}
 	if d.Body == nil {
-		http.Error(w, "aperio: "+strings.ToLower(http.StatusText(d.Status)), d.Status)
+		rt.writePage(w, r, host, visitorAnswer{status: d.Status, reason: strings.ToLower(http.StatusText(d.Status))})
 		return
 	}
 	w.WriteHeader(d.Status)
@@ -553,36 +588,40 @@ func answerDecision(w http.ResponseWriter, d *access.Decision) {
 }
 
 // answerError answers a failed exchange or an oversized body, choosing the
-// status from the error.
+// status from the error. The log names the cause; the visitor's reason
+// names no setting.
 func (rt *Router) answerError(w http.ResponseWriter, r *http.Request, host string, err error) {
 	if berr := bodyFailure(r); berr != nil {
 		err = berr
 	}
 	var mbe *http.MaxBytesError
 	var vbe *visitorBodyError
+	var ans visitorAnswer
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil:
 		return // the visitor left; nobody reads an answer
 	case errors.As(err, &mbe):
-		http.Error(w, "aperio: request body larger than max_body_size ("+strconv.FormatInt(mbe.Limit, 10)+" bytes)", http.StatusRequestEntityTooLarge)
+		ans = visitorAnswer{http.StatusRequestEntityTooLarge, "request body too large (at most " + strconv.FormatInt(mbe.Limit, 10) + " bytes)", time.Time{}}
 	case errors.As(err, &vbe):
 		// The visitor's fault: debug only, so that bad bodies cannot flood
 		// the log.
 		rt.log.Debug("bad visitor request body", logkey.Hostname, host, logkey.Err, err)
 		if vbe.slow() {
-			http.Error(w, "aperio: request body sent too slowly", http.StatusRequestTimeout)
+			ans = visitorAnswer{http.StatusRequestTimeout, "request body sent too slowly", time.Time{}}
 		} else {
-			http.Error(w, "aperio: malformed request body", http.StatusBadRequest)
+			ans = visitorAnswer{http.StatusBadRequest, "malformed request body", time.Time{}}
 		}
 	case errors.Is(err, tunnel.ErrResponseTimeout):
-		http.Error(w, "aperio: "+host+" did not answer within gateway_response_timeout", http.StatusGatewayTimeout)
+		rt.log.Debug("no response head within gateway_response_timeout", logkey.Hostname, host, logkey.Err, err)
+		ans = visitorAnswer{http.StatusGatewayTimeout, host + " did not answer in time", time.Time{}}
 	case errors.Is(err, tunnel.ErrSessionClosed):
 		rt.log.Debug("client went away mid-request", logkey.Hostname, host, logkey.Err, err)
-		http.Error(w, "aperio: the client serving "+host+" disconnected", http.StatusBadGateway)
+		ans = visitorAnswer{http.StatusBadGateway, "the client serving " + host + " disconnected", time.Time{}}
 	default:
 		rt.log.Warn("proxy error", logkey.Hostname, host, logkey.Err, err)
-		http.Error(w, "aperio: bad gateway", http.StatusBadGateway)
+		ans = visitorAnswer{http.StatusBadGateway, "bad gateway", time.Time{}}
 	}
+	rt.writePage(w, r, host, ans)
 }
 
 // acquireRefusal maps an error of pool.acquire to its refusal. After a

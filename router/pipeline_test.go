@@ -122,7 +122,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{})
 				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				rt.SetMaintenance([]string{"app.test"})
+				rt.SetMaintenance([]Maintenance{{Hostname: "app.test"}})
 				return rt
 			},
 			want: http.StatusServiceUnavailable,
@@ -145,7 +145,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 		{
 			name: "fallback redirect",
 			setup: func(t *testing.T) *Router {
-				return newRouter(t, Config{Fallbacks: map[string]string{"gone.test": "https://status.example.com/"}})
+				return newRouter(t, Config{Fallbacks: []Fallback{{Hostname: "gone.test", URL: "https://status.example.com/"}}})
 			},
 			host: "gone.test", want: http.StatusFound,
 		},
@@ -203,7 +203,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "client just left: wait, then fallback redirect", setting: "gateway_timeout",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{GatewayTimeout: 10 * time.Second, DownThreshold: time.Minute,
-					Fallbacks: map[string]string{"app.test": "https://status.example.com/"}})
+					Fallbacks: []Fallback{{Hostname: "app.test", URL: "https://status.example.com/"}}})
 				conn := newConn("a", 1)
 				rt.update(conn, ann(svc("", "app.test")))
 				rt.detach(conn)
@@ -224,7 +224,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "armed, start under way: join, then fallback redirect", setting: "cold_start",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{join: true}, MaxHeld: 3,
-					Fallbacks: map[string]string{"app.test": "https://status.example.com/"}})
+					Fallbacks: []Fallback{{Hostname: "app.test", URL: "https://status.example.com/"}}})
 				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt
 			},
@@ -336,7 +336,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 		},
 		{
 			name: "access: hidden with a fallback: the redirect of no route",
-			setup: serving(Config{Access: AccessConfig{Default: access.Deny}, Fallbacks: map[string]string{"app.test": "https://status.example.com/"}},
+			setup: serving(Config{Access: AccessConfig{Default: access.Deny}, Fallbacks: []Fallback{{Hostname: "app.test", URL: "https://status.example.com/"}}},
 				ann(svc("", "app.test"))),
 			want: http.StatusFound,
 		},

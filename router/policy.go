@@ -88,17 +88,16 @@ func (rt *Router) checkRateLimit(a *admission, rec *telemetry.Request) refusal {
 }
 
 // refuseRoute answers 429 for a route's rate limit, naming the
-// rate_limits entry to raise, counts it and records it in rec.
-func (rt *Router) refuseRoute(w http.ResponseWriter, rec *telemetry.Request, ref refusal) {
+// rate_limits entry to raise in x-aperio-limit (the visitor's page names
+// no setting), counts it and records it in rec. Retry-After is the wait
+// until the visitor's bucket has a token again.
+func (rt *Router) refuseRoute(w http.ResponseWriter, r *http.Request, rec *telemetry.Request, host string, ref refusal) {
 	rt.limited[limitRoute].Add(1)
 	rec.Limit = limitInfo[limitRoute].kind
-	name := ref.rule.LimitName()
 	h := w.Header()
-	h["X-Aperio-Limit"] = []string{"route; setting=" + name}
+	h["X-Aperio-Limit"] = []string{"route; setting=" + ref.rule.LimitName()}
 	h["Retry-After"] = []string{strconv.FormatInt(max(1, int64(math.Ceil(ref.retry.Seconds()))), 10)}
-	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
-	w.WriteHeader(http.StatusTooManyRequests)
-	fmt.Fprintf(w, "aperio: too many requests (route limit; raise %s)\n", name)
+	rt.writePage(w, r, host, visitorAnswer{status: http.StatusTooManyRequests, reason: "too many requests: try again in a moment"})
 }
 
 // responseHeaders is what the response header rules of one proxied

@@ -51,9 +51,19 @@ type Config struct {
 	FailoverAllMethods bool
 	FailoverMaxJumps   int
 	FailoverWindow     time.Duration
-	// Fallbacks maps a hostname to a URL visitors are redirected to (302)
-	// when no client can serve it.
-	Fallbacks map[string]string
+	// Fallbacks are the redirects visitors get when no client can serve
+	// their hostname (fallbacks); at most one per hostname pattern, see
+	// Fallback.
+	Fallbacks []Fallback
+	// ErrorPages are the operator's HTML pages (error_pages); nil means
+	// the built-in page for every status and hostname. See ErrorPage.
+	ErrorPages []ErrorPage
+	// MaintenanceWindows are the recurring maintenance windows
+	// (maintenance_windows), applied beside the entries of SetMaintenance.
+	MaintenanceWindows []MaintenanceWindow
+	// Now is the clock of maintenance (entries' ends, windows); nil means
+	// time.Now. Tests inject one.
+	Now func() time.Time
 	// Scaler, when set, starts instances for armed binds (cold start).
 	Scaler Scaler
 	// MaxHeld bounds the requests held for one bind's cold start
@@ -106,9 +116,14 @@ type Router struct {
 	// block: default_access decides.
 	defaultGate *gateEntry
 
-	table       atomic.Pointer[table]               // read lock-free on every request
-	maintenance atomic.Pointer[map[string]struct{}] // hostnames in maintenance
-	owners      atomic.Pointer[ownership]           // nil until SetOwnership: not enforced
+	now       func() time.Time // cfg.Now, or time.Now
+	pages     errorPages       // the operator's error pages by status
+	windows   []MaintenanceWindow
+	fallbacks hostMap[*Fallback]
+
+	table       atomic.Pointer[table]                      // read lock-free on every request
+	maintenance atomic.Pointer[hostMap[*maintenanceEntry]] // the entries of maintenance mode
+	owners      atomic.Pointer[ownership]                  // nil until SetOwnership: not enforced
 
 	limited [numLimitKinds]atomic.Int64 // 429s by kind
 
@@ -179,8 +194,17 @@ func New(cfg Config) (*Router, error) {
 		rt.ips = newIPLimiter(cfg.IPLimitMax, cfg.IPLimitRefill)
 	}
 	rt.table.Store(buildTable(nil))
-	empty := map[string]struct{}{}
-	rt.maintenance.Store(&empty)
+	rt.maintenance.Store(&hostMap[*maintenanceEntry]{})
+	rt.now = cfg.Now
+	if rt.now == nil {
+		rt.now = time.Now
+	}
+	rt.pages = compileErrorPages(cfg.ErrorPages)
+	rt.windows = slices.Clone(cfg.MaintenanceWindows)
+	for i := range cfg.Fallbacks {
+		f := cfg.Fallbacks[i]
+		rt.fallbacks.set(hostname.Normalize(f.Hostname), &f)
+	}
 	return rt, nil
 }
 
@@ -513,15 +537,6 @@ func sortServices(ms []*service) {
 		}
 		return ms[i].id < ms[j].id
 	})
-}
-
-// SetMaintenance replaces the set of hostnames in maintenance mode.
-func (rt *Router) SetMaintenance(hosts []string) {
-	m := make(map[string]struct{}, len(hosts))
-	for _, h := range hosts {
-		m[hostname.Normalize(h)] = struct{}{}
-	}
-	rt.maintenance.Store(&m)
 }
 
 // ConnectedClients returns the number of attached sessions.

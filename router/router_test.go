@@ -196,8 +196,8 @@ func TestServeHTTP(t *testing.T) {
 		{"routes by host, case-insensitive, port ignored", "app.test:8080", "", 200, "ok/0"},
 		{"unknown host names it", "nobody.test", "", 502, "nobody.test"},
 		{"client gone", "broken.test", "", 502, "disconnected"},
-		{"response timeout", "slow.test", "", 504, "gateway_response_timeout"},
-		{"declared body too large", "app.test", "01234567890", 413, "max_body_size"},
+		{"response timeout", "slow.test", "", 504, "slow.test did not answer in time"},
+		{"declared body too large", "app.test", "01234567890", 413, "request body too large"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ func TestServeStaleThenFallbackThen504(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := newRouter(t, Config{Cache: c, GatewayTimeout: 20 * time.Millisecond, DownThreshold: time.Minute,
-		Fallbacks: map[string]string{"app.test": "https://status.example.com/"}})
+		Fallbacks: []Fallback{{Hostname: "app.test", URL: "https://status.example.com/"}}})
 	conn := newConn("a", 1)
 	a := ann(svc("", "app.test"))
 	a.Services[0].Resilience = true

@@ -632,6 +632,23 @@ func testMaintenance(t *testing.T, b backend) {
 		t.Errorf("ListMaintenance() after upsert mismatch (-want +got):\n%s", diff)
 	}
 
+	// Reason and end round-trip; setting again without them drops them.
+	ends := time.Date(2031, 6, 8, 8, 9, 10, 999888777, time.FixedZone("E", 7200))
+	wildcard := store.Maintenance{Hostname: "*.example.com", OrgID: a.ID, By: "alice", Since: later, Reason: "db upgrade", ExpiresAt: &ends}
+	wantErr(t, "SetMaintenance(wildcard, reason, end)", db.SetMaintenance(ctx, wildcard), nil)
+	storedEnd := stored(ends)
+	wildcard.Since, wildcard.ExpiresAt = stored(later), &storedEnd
+	if got := list(); len(got) != 3 || !cmp.Equal(got[1], wildcard) && !cmp.Equal(got[0], wildcard) {
+		t.Errorf("ListMaintenance() = %+v, want %+v among them", got, wildcard)
+	}
+	wantErr(t, "SetMaintenance(wildcard) without reason", db.SetMaintenance(ctx, store.Maintenance{Hostname: "*.example.com", OrgID: a.ID, By: "alice", Since: later}), nil)
+	for _, m := range list() {
+		if m.Hostname == "*.example.com" && (m.Reason != "" || m.ExpiresAt != nil) {
+			t.Errorf("wildcard set again without reason and end = %+v, want neither", m)
+		}
+	}
+	wantErr(t, "ClearMaintenance(wildcard)", db.ClearMaintenance(ctx, a.ID, "*.example.com"), nil)
+
 	// Another org cannot take or clear the hostname.
 	err := db.SetMaintenance(ctx, store.Maintenance{Hostname: "app.example.com", OrgID: bo.ID, By: "mallory"})
 	wantErr(t, "SetMaintenance(app, other org)", err, store.ErrConflict)

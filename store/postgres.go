@@ -416,10 +416,11 @@ func (b *pgBackend) setMaintenance(ctx context.Context, m Maintenance) error {
 		// The WHERE makes the upsert a no-op when another org holds the
 		// hostname; no row changed then means conflict.
 		tag, err := tx.Exec(ctx,
-			`INSERT INTO maintenance (hostname, org_id, set_by, since) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (hostname) DO UPDATE SET set_by = excluded.set_by, since = excluded.since
+			`INSERT INTO maintenance (hostname, org_id, set_by, since, reason, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (hostname) DO UPDATE SET set_by = excluded.set_by, since = excluded.since,
+				reason = excluded.reason, expires_at = excluded.expires_at
 			WHERE maintenance.org_id = excluded.org_id`,
-			m.Hostname, m.OrgID, m.By, m.Since)
+			m.Hostname, m.OrgID, m.By, m.Since, m.Reason, m.ExpiresAt)
 		if err != nil {
 			return err
 		}
@@ -444,13 +445,17 @@ func (b *pgBackend) clearMaintenance(ctx context.Context, orgID, hostname string
 }
 
 func (b *pgBackend) listMaintenance(ctx context.Context) ([]Maintenance, error) {
-	rows, err := b.pool.Query(ctx, `SELECT hostname, org_id, set_by, since FROM maintenance ORDER BY since DESC, hostname`)
+	rows, err := b.pool.Query(ctx, `SELECT hostname, org_id, set_by, since, reason, expires_at FROM maintenance ORDER BY since DESC, hostname`)
 	return pgCollect(rows, err, func(r pgx.Row) (Maintenance, error) {
 		var m Maintenance
-		if err := r.Scan(&m.Hostname, &m.OrgID, &m.By, &m.Since); err != nil {
+		if err := r.Scan(&m.Hostname, &m.OrgID, &m.By, &m.Since, &m.Reason, &m.ExpiresAt); err != nil {
 			return Maintenance{}, pgErr(err)
 		}
 		m.Since = m.Since.UTC()
+		if m.ExpiresAt != nil {
+			e := m.ExpiresAt.UTC()
+			m.ExpiresAt = &e
+		}
 		return m, nil
 	})
 }

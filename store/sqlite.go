@@ -413,10 +413,11 @@ func (b *sqliteBackend) setMaintenance(ctx context.Context, m Maintenance) error
 	// The WHERE makes the upsert a no-op when another org holds the
 	// hostname; no row changed then means conflict.
 	res, err := b.w.ExecContext(ctx,
-		`INSERT INTO maintenance (hostname, org_id, set_by, since) VALUES (?1, ?2, ?3, ?4)
-		ON CONFLICT (hostname) DO UPDATE SET set_by = excluded.set_by, since = excluded.since
+		`INSERT INTO maintenance (hostname, org_id, set_by, since, reason, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+		ON CONFLICT (hostname) DO UPDATE SET set_by = excluded.set_by, since = excluded.since,
+			reason = excluded.reason, expires_at = excluded.expires_at
 		WHERE maintenance.org_id = excluded.org_id`,
-		m.Hostname, m.OrgID, m.By, sqliteFormat(m.Since))
+		m.Hostname, m.OrgID, m.By, sqliteFormat(m.Since), m.Reason, sqliteFormatPtr(m.ExpiresAt))
 	if err != nil {
 		return sqliteErr(err)
 	}
@@ -445,20 +446,24 @@ func (b *sqliteBackend) clearMaintenance(ctx context.Context, orgID, hostname st
 
 func (b *sqliteBackend) listMaintenance(ctx context.Context) ([]Maintenance, error) {
 	rows, err := b.r.QueryContext(ctx,
-		`SELECT hostname, org_id, set_by, since FROM maintenance ORDER BY since DESC, hostname`)
+		`SELECT hostname, org_id, set_by, since, reason, expires_at FROM maintenance ORDER BY since DESC, hostname`)
 	if err != nil {
 		return nil, sqliteErr(err)
 	}
 	return sqliteCollect(rows, func(s scanner) (Maintenance, error) {
 		var (
-			m     Maintenance
-			since string
+			m       Maintenance
+			since   string
+			expires sql.NullString
 		)
-		if err := s.Scan(&m.Hostname, &m.OrgID, &m.By, &since); err != nil {
+		if err := s.Scan(&m.Hostname, &m.OrgID, &m.By, &since, &m.Reason, &expires); err != nil {
 			return Maintenance{}, sqliteErr(err)
 		}
 		var err error
-		m.Since, err = sqliteParse(since)
+		if m.Since, err = sqliteParse(since); err != nil {
+			return m, err
+		}
+		m.ExpiresAt, err = sqliteParsePtr(expires)
 		return m, err
 	})
 }

@@ -529,10 +529,16 @@ type Maintenance struct {
 	By string
 	// Since is when maintenance began; zero means now.
 	Since time.Time
+	// Reason is shown to visitors; "" for none. The caller bounds it.
+	Reason string
+	// ExpiresAt is when maintenance ends by itself; nil means when it is
+	// cleared. A record past its end stays until it is cleared or set
+	// again: the servers reading it apply the end themselves.
+	ExpiresAt *time.Time
 }
 
-// SetMaintenance puts m.Hostname in maintenance, or updates By and Since
-// when it already is (an upsert by hostname: idempotent), and publishes
+// SetMaintenance puts m.Hostname in maintenance, or updates By, Since,
+// Reason and ExpiresAt when it already is (an upsert by hostname: idempotent), and publishes
 // ChangeMaintenanceSet. The error wraps ErrConflict when the hostname is in
 // maintenance for another organization and ErrNotFound when m.OrgID does
 // not exist.
@@ -547,6 +553,10 @@ func (db *DB) SetMaintenance(ctx context.Context, m Maintenance) error {
 		m.Since = db.now()
 	}
 	m.Since = stamp(m.Since)
+	if m.ExpiresAt != nil {
+		e := stamp(*m.ExpiresAt)
+		m.ExpiresAt = &e
+	}
 	if err := db.b.setMaintenance(ctx, m); err != nil {
 		return db.fail("set maintenance "+m.Hostname, err)
 	}

@@ -154,13 +154,29 @@ type delivery struct {
 	body  []byte
 }
 
-// Dispatcher delivers events to webhooks. Emit queues; Run delivers. It
-// is safe for concurrent use. Create it with New.
+// queued is an event waiting to be fanned out: a scaling event, or (maint
+// set) a maintenance event.
+type queued struct {
+	typ, orgID string
+	scaling    autoscale.Event
+	maint      *MaintenanceEvent
+}
+
+// payload encodes q as a delivery body.
+func (q *queued) payload() ([]byte, error) {
+	if q.maint != nil {
+		return marshalMaintenance(*q.maint)
+	}
+	return marshalPayload(q.scaling)
+}
+
+// Dispatcher delivers events to webhooks. Emit and EmitMaintenance queue;
+// Run delivers. It is safe for concurrent use. Create it with New.
 type Dispatcher struct {
 	cfg     Config
 	log     *slog.Logger
-	events  chan autoscale.Event // bounded by MaxQueue; Emit drops when full
-	work    chan delivery        // bounded by MaxQueue; fanLoop waits
+	events  chan queued   // bounded by MaxQueue; Emit drops when full
+	work    chan delivery // bounded by MaxQueue; fanLoop waits
 	started atomic.Bool
 	dropped atomic.Int64
 	// dropping is set by the first drop of an overflow and cleared by the
@@ -185,7 +201,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	return &Dispatcher{
 		cfg:    cfg,
 		log:    cfg.Logger,
-		events: make(chan autoscale.Event, cfg.MaxQueue),
+		events: make(chan queued, cfg.MaxQueue),
 		work:   make(chan delivery, cfg.MaxQueue),
 	}, nil
 }
@@ -196,14 +212,25 @@ func New(cfg Config) (*Dispatcher, error) {
 // is not running wait for it; those still queued when Run returns are not
 // delivered. Emit implements autoscale.Events.
 func (d *Dispatcher) Emit(_ context.Context, e autoscale.Event) {
+	d.enqueue(queued{typ: e.Type, orgID: e.OrgID, scaling: e})
+}
+
+// EmitMaintenance queues e for delivery to every subscription of e.OrgID
+// that lists e.Type, like Emit: it never blocks, and drops the event when
+// the queue is full.
+func (d *Dispatcher) EmitMaintenance(_ context.Context, e MaintenanceEvent) {
+	d.enqueue(queued{typ: e.Type, orgID: e.OrgID, maint: &e})
+}
+
+func (d *Dispatcher) enqueue(q queued) {
 	select {
-	case d.events <- e:
+	case d.events <- q:
 		d.dropping.Store(false)
 	default:
 		n := d.dropped.Add(1)
 		if !d.dropping.Swap(true) {
 			d.log.Warn("webhook queue full, dropping events",
-				logkey.Event, e.Type, logkey.OrgID, e.OrgID, logkey.Dropped, n)
+				logkey.Event, q.typ, logkey.OrgID, q.orgID, logkey.Dropped, n)
 		}
 	}
 }
@@ -233,32 +260,32 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // difference, then drops.
 func (d *Dispatcher) fanLoop(ctx context.Context) {
 	for {
-		var e autoscale.Event
+		var e queued
 		select {
 		case <-ctx.Done():
 			return
 		case e = <-d.events:
 		}
-		subs, err := d.cfg.Subscriptions.WebhooksFor(ctx, e.OrgID, e.Type)
+		subs, err := d.cfg.Subscriptions.WebhooksFor(ctx, e.orgID, e.typ)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("webhook lookup failed, event not delivered",
-					logkey.Event, e.Type, logkey.OrgID, e.OrgID, logkey.Err, err)
+					logkey.Event, e.typ, logkey.OrgID, e.orgID, logkey.Err, err)
 			}
 			continue
 		}
 		var body []byte
 		for _, s := range subs {
-			if s.OrgID != e.OrgID || !slices.Contains(s.Events, e.Type) {
+			if s.OrgID != e.orgID || !slices.Contains(s.Events, e.typ) {
 				continue // the lister's job, checked again: never cross orgs
 			}
 			if body == nil {
-				if body, err = marshalPayload(e); err != nil {
-					d.log.Warn("webhook payload encoding failed", logkey.Event, e.Type, logkey.Err, err)
+				if body, err = e.payload(); err != nil {
+					d.log.Warn("webhook payload encoding failed", logkey.Event, e.typ, logkey.Err, err)
 					break
 				}
 			}
-			dl := delivery{id: newDeliveryID(), sub: s, event: e.Type, body: body}
+			dl := delivery{id: newDeliveryID(), sub: s, event: e.typ, body: body}
 			select {
 			case <-ctx.Done():
 				return
@@ -404,5 +431,65 @@ func marshalPayload(e autoscale.Event) ([]byte, error) {
 			Status: e.Status, ConsecutiveFailures: e.ConsecutiveFailures,
 			Utilization: util, IdempotencyKey: e.IdempotencyKey, Error: e.Err,
 		},
+	})
+}
+
+// Maintenance events, as the admin API emits them.
+const (
+	// EventMaintenanceOn is maintenance turned on (or set again) for a
+	// hostname.
+	EventMaintenanceOn = "maintenance_on"
+	// EventMaintenanceOff is maintenance turned off for a hostname.
+	EventMaintenanceOff = "maintenance_off"
+)
+
+// MaintenanceEvent is maintenance turned on or off through the admin API.
+type MaintenanceEvent struct {
+	// Type is EventMaintenanceOn or EventMaintenanceOff.
+	Type string
+	// At is when it changed.
+	At time.Time
+	// OrgID is the organization of the record; Hostname is exact or a
+	// "*." wildcard.
+	OrgID, Hostname string
+	// By is the actor that changed it.
+	By string
+	// Reason is what visitors are told; "" for none. Only for
+	// EventMaintenanceOn.
+	Reason string
+	// ExpiresAt is when maintenance ends by itself; nil means when it is
+	// turned off. Only for EventMaintenanceOn.
+	ExpiresAt *time.Time
+}
+
+// MaintenancePayload is the JSON body of a maintenance delivery: the
+// same envelope as Payload (event, at, org_id, hostname, path: always
+// ""), with the record in Detail.
+type MaintenancePayload struct {
+	Event    string            `json:"event"`
+	At       time.Time         `json:"at"`
+	OrgID    string            `json:"org_id"`
+	Hostname string            `json:"hostname"`
+	Path     string            `json:"path"`
+	Detail   MaintenanceDetail `json:"detail"`
+}
+
+// MaintenanceDetail is a maintenance event's own fields.
+type MaintenanceDetail struct {
+	By        string     `json:"by"`
+	Reason    string     `json:"reason,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// marshalMaintenance encodes e as a delivery body.
+func marshalMaintenance(e MaintenanceEvent) ([]byte, error) {
+	var exp *time.Time
+	if e.ExpiresAt != nil {
+		t := e.ExpiresAt.UTC()
+		exp = &t
+	}
+	return json.Marshal(MaintenancePayload{
+		Event: e.Type, At: e.At.UTC(), OrgID: e.OrgID, Hostname: e.Hostname,
+		Detail: MaintenanceDetail{By: e.By, Reason: e.Reason, ExpiresAt: exp},
 	})
 }

@@ -29,8 +29,9 @@ const Master = "master"
 func Roles() []string { return []string{RoleViewer, RoleOperator, RoleAdmin} }
 
 // The events a webhook subscription may name: the autoscaler's event types
-// (autoscale.EventTypes on the server, which a test in package admin keeps
-// equal to WebhookEvents).
+// (autoscale.EventTypes on the server) and the admin API's maintenance
+// events (webhook.EventMaintenanceOn and Off); a test in package admin
+// keeps them equal to WebhookEvents.
 const (
 	// EventScalingRequested is a scaling call the provider accepted (2xx).
 	EventScalingRequested = "scaling_requested"
@@ -40,12 +41,17 @@ const (
 	// EventScalingDisarmed is the breaker tripping after repeated failed
 	// calls.
 	EventScalingDisarmed = "scaling_disarmed"
+	// EventMaintenanceOn is maintenance turned on (or set again) for a
+	// hostname through the API.
+	EventMaintenanceOn = "maintenance_on"
+	// EventMaintenanceOff is maintenance turned off through the API.
+	EventMaintenanceOff = "maintenance_off"
 )
 
 // WebhookEvents returns the events a webhook subscription may name, in the
 // server's fixed order.
 func WebhookEvents() []string {
-	return []string{EventScalingRequested, EventScalingFailed, EventScalingDisarmed}
+	return []string{EventScalingRequested, EventScalingFailed, EventScalingDisarmed, EventMaintenanceOn, EventMaintenanceOff}
 }
 
 // Org is an organization as the API shows it.
@@ -166,6 +172,11 @@ type Maintenance struct {
 	// By is the actor that turned maintenance on.
 	By    string    `json:"by"`
 	Since time.Time `json:"since"`
+	// Reason is what visitors are told; "" for none.
+	Reason string `json:"reason,omitempty"`
+	// ExpiresAt is when maintenance ends by itself; absent: when it is
+	// turned off.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // CreateShareRequest is the body of POST /share.
@@ -195,6 +206,12 @@ type ShareLink struct {
 type MaintenanceRequest struct {
 	// OrgID is as in CreateKeyRequest.
 	OrgID string `json:"org_id,omitempty"`
+	// Reason is what visitors are told: at most 500 bytes of printable
+	// text; "" for none.
+	Reason string `json:"reason,omitempty"`
+	// TTLSeconds ends maintenance by itself after this many seconds, at
+	// most 30 days (2592000); 0 means when it is turned off.
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 }
 
 // ScalingRecord is a scaling record as GET /scaling shows it: one bind's

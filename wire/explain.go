@@ -69,6 +69,13 @@ type Explanation struct {
 	// wait (gateway_timeout or cold_start). "" when no setting decides:
 	// dispatch, a stale copy or redirect, a bad path, no route.
 	Setting string `json:"setting"`
+	// ErrorPage says which page a refusal by aperio-server would be
+	// answered with: the format (html, json or text, chosen by the Accept
+	// header given; text without one) and whether the html page is the
+	// operator's (error_pages) or the built-in one. "" when aperio-server
+	// writes no page (dispatch, a wait, a redirect, a stale copy, a gate's
+	// own answer).
+	ErrorPage string `json:"error_page"`
 }
 
 // ExplainStep is one check of the request path.

@@ -135,12 +135,14 @@ func (c *Client) Maintenance(ctx context.Context) ([]wire.Maintenance, error) {
 	return out, c.Do(ctx, http.MethodGet, "/maintenance", nil, &out)
 }
 
-// SetMaintenance calls PUT /maintenance/{hostname}. orgID is for the
-// master token only; "" means the default.
-func (c *Client) SetMaintenance(ctx context.Context, hostname, orgID string) error {
+// SetMaintenance calls PUT /maintenance/{hostname} (exact or a "*."
+// wildcard) with req: its OrgID is for the master token only ("" means the
+// default), Reason and TTLSeconds are optional. The zero req sends no
+// body.
+func (c *Client) SetMaintenance(ctx context.Context, hostname string, req wire.MaintenanceRequest) error {
 	var in any
-	if orgID != "" {
-		in = wire.MaintenanceRequest{OrgID: orgID}
+	if req != (wire.MaintenanceRequest{}) {
+		in = req
 	}
 	return c.Do(ctx, http.MethodPut, "/maintenance/"+url.PathEscape(hostname), in, nil)
 }

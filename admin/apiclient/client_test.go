@@ -47,9 +47,13 @@ func TestClientRequests(t *testing.T) {
 	}{
 		{"revoke token", func(c *apiclient.Client) error { _, err := c.RevokeToken(ctx, "tok/1"); return err },
 			request{method: "DELETE", uri: "/aperio/api/tokens/tok%2F1"}},
-		{"set maintenance for an org", func(c *apiclient.Client) error { return c.SetMaintenance(ctx, "app.example.com", "org_1") },
+		{"set maintenance for an org", func(c *apiclient.Client) error {
+			return c.SetMaintenance(ctx, "app.example.com", wire.MaintenanceRequest{OrgID: "org_1"})
+		},
 			request{method: "PUT", uri: "/aperio/api/maintenance/app.example.com", contentType: "application/json", body: `{"org_id":"org_1"}`}},
-		{"set maintenance", func(c *apiclient.Client) error { return c.SetMaintenance(ctx, "app.example.com", "") },
+		{"set maintenance", func(c *apiclient.Client) error {
+			return c.SetMaintenance(ctx, "app.example.com", wire.MaintenanceRequest{})
+		},
 			request{method: "PUT", uri: "/aperio/api/maintenance/app.example.com"}},
 		{"disarm scaling", func(c *apiclient.Client) error { return c.DisarmScaling(ctx, "scl 1") },
 			request{method: "DELETE", uri: "/aperio/api/scaling/scl%201"}},

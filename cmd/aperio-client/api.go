@@ -259,18 +259,29 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 
 func (a *apiCLI) maintenanceCommand() *cobra.Command {
 	cmd := group("maintenance", "Turn maintenance mode on or off, or list it")
-	var orgID string
+	var (
+		req wire.MaintenanceRequest
+		ttl time.Duration
+	)
 	on := &cobra.Command{
 		Use:   "on HOSTNAME",
-		Short: "Answer 503 to the visitors of HOSTNAME",
+		Short: "Answer 503 to the visitors of HOSTNAME (exact or *.wildcard)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if ttl < 0 {
+				fmt.Fprintln(a.stderr, "aperio-client: --ttl", ttl, "is negative")
+				return exitcode.ErrUsage
+			}
+			// Whole seconds, rounded up: a ttl never ends early.
+			req.TTLSeconds = int64((ttl + time.Second - 1) / time.Second)
 			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (done, error) {
-				return done("maintenance on for " + args[0]), c.SetMaintenance(ctx, args[0], orgID)
+				return done("maintenance on for " + args[0]), c.SetMaintenance(ctx, args[0], req)
 			}, printDone)
 		},
 	}
-	on.Flags().StringVar(&orgID, "org-id", "", "organization the hostname belongs to (master token only; default: default)")
+	on.Flags().StringVar(&req.OrgID, "org-id", "", "organization the hostname belongs to (master token only; default: default)")
+	on.Flags().StringVar(&req.Reason, "reason", "", "what visitors are told (at most 500 bytes)")
+	on.Flags().DurationVar(&ttl, "ttl", 0, "end maintenance by itself after this long (at most 720h); 0: when turned off")
 	off := &cobra.Command{
 		Use:   "off HOSTNAME",
 		Short: "Serve the visitors of HOSTNAME again",
@@ -633,9 +644,9 @@ func webhooksTable(w io.Writer, ws []wire.Webhook) {
 }
 
 func maintenanceTable(w io.Writer, ms []wire.Maintenance) {
-	fmt.Fprintln(w, "HOSTNAME\tORG\tBY\tSINCE")
+	fmt.Fprintln(w, "HOSTNAME\tORG\tBY\tSINCE\tUNTIL\tREASON")
 	for _, m := range ms {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.Hostname, m.OrgID, cell(m.By), when(&m.Since))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Hostname, m.OrgID, cell(m.By), when(&m.Since), when(m.ExpiresAt), cell(m.Reason))
 	}
 }
 
@@ -676,6 +687,9 @@ func explainTable(w io.Writer, ex wire.Explanation) {
 	}
 	if ex.Setting != "" {
 		fmt.Fprintf(w, "SETTING\t%s\n", ex.Setting)
+	}
+	if ex.ErrorPage != "" {
+		fmt.Fprintf(w, "PAGE\t%s\n", ex.ErrorPage)
 	}
 }
 

@@ -100,11 +100,11 @@ func newAPIServer(t *testing.T) *apiServer {
 		}
 	})
 	s := &apiServer{clients: &staticClients{}, scaling: &staticScaling{}}
-	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: map[string]string{"gone.example.com": "https://status.example.com/"}})
+	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: []router.Fallback{{Hostname: "gone.example.com", URL: "https://status.example.com/"}}})
 	if err != nil {
 		t.Fatalf("router.New: %v", err)
 	}
-	rt.SetMaintenance([]string{"down.example.com"})
+	rt.SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
 	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{}})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
@@ -270,9 +270,20 @@ func TestAPICommands(t *testing.T) {
 	if out := ok(t, "api", "maintenance", "on", "api.example.com", "--json"); out != "" {
 		t.Errorf("maintenance on --json printed %q, want nothing", out)
 	}
-	rows = table(t, ok(t, "api", "maintenance", "list"), "HOSTNAME", "ORG", "BY", "SINCE")
-	if len(rows) != 2 || rows[0]["HOSTNAME"] != "api.example.com" || rows[1]["ORG"] != org.ID || !strings.HasPrefix(rows[1]["BY"], "key:") {
+	rows = table(t, ok(t, "api", "maintenance", "list"), "HOSTNAME", "ORG", "BY", "SINCE", "UNTIL", "REASON")
+	if len(rows) != 2 || rows[0]["HOSTNAME"] != "api.example.com" || rows[1]["ORG"] != org.ID || !strings.HasPrefix(rows[1]["BY"], "key:") || rows[0]["UNTIL"] != "-" {
 		t.Errorf("maintenance list = %v", rows)
+	}
+	if out := ok(t, "api", "maintenance", "on", "*.app.example.com", "--reason", "db upgrade", "--ttl", "90m"); out != "maintenance on for *.app.example.com\n" {
+		t.Errorf("maintenance on with reason and ttl printed %q", out)
+	}
+	var ms []admin.Maintenance
+	okJSON(t, &ms, "api", "maintenance", "list", "--json")
+	if len(ms) != 3 || ms[0].Hostname != "*.app.example.com" || ms[0].Reason != "db upgrade" || ms[0].ExpiresAt == nil || ms[0].ExpiresAt.Sub(ms[0].Since).Round(time.Second) != 90*time.Minute {
+		t.Errorf("maintenance list --json = %+v, want *.app.example.com first, with its reason, ending 90m after it began", ms)
+	}
+	if out := ok(t, "api", "maintenance", "off", "*.app.example.com"); out != "maintenance off for *.app.example.com\n" {
+		t.Errorf("maintenance off printed %q", out)
 	}
 	if out := ok(t, "api", "maintenance", "off", "app.example.com"); out != "maintenance off for app.example.com\n" {
 		t.Errorf("maintenance off printed %q", out)
@@ -609,8 +620,9 @@ func TestAPIExplain(t *testing.T) {
 	for _, want := range []string{
 		"REQUEST  down.example.com/shop from 203.0.113.7",
 		"maintenance      stop",
-		"VERDICT  503 maintenance (Retry-After: 60)",
+		"VERDICT  503 maintenance (Retry-After: 300)",
 		"STATUS   503",
+		"PAGE     text (no Accept header given; a browser gets html, an API client json); the html page is the built-in one for 503",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("api explain output lacks %q:\n%s", want, out)

@@ -10,8 +10,6 @@ package serverconfig
 import (
 	"errors"
 	"io"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/aperio-dev/aperio/config"
@@ -44,6 +42,13 @@ type Config struct {
 	LogLevel string
 	// LogFormat is text or json (log_format). Default text.
 	LogFormat string
+	// ErrorPages, MaintenanceWindows and Fallbacks are error_pages,
+	// maintenance_windows and fallbacks as written, with their lines;
+	// Load sets the router's typed forms of them (Router.ErrorPages,
+	// Router.MaintenanceWindows, Router.Fallbacks). Empty by default.
+	ErrorPages         []ErrorPageEntry
+	MaintenanceWindows []WindowEntry
+	Fallbacks          FallbackEntries
 }
 
 // Default returns the server configuration with every default of the
@@ -100,7 +105,9 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("failover_all_methods", "fail over non-idempotent methods too", func(c *S) *bool { return &c.Router.FailoverAllMethods }),
 		config.IntSetting("failover_max_jumps", "re-dispatches of one request", func(c *S) *int { return &c.Router.FailoverMaxJumps }),
 		config.DurationSetting("failover_window", "time one request may spend failing over", func(c *S) *time.Duration { return &c.Router.FailoverWindow }),
-		config.MapSetting("fallbacks", "hostname=URL redirects when no client can serve", func(c *S) *map[string]string { return &c.Router.Fallbacks }),
+		config.YAMLSetting("fallbacks", "redirects when no client can serve: [{hostname, url, preserve_path, permanent}] or hostname: URL", func(c *S) *FallbackEntries { return &c.Fallbacks }, fallbacksFromText),
+		config.YAMLSetting("error_pages", "HTML pages by status and hostname: [{status, hostname, html}]", func(c *S) *[]ErrorPageEntry { return &c.ErrorPages }, nil),
+		config.YAMLSetting("maintenance_windows", "recurring maintenance: [{hostname, weekdays, start, end, time_zone, reason}]", func(c *S) *[]WindowEntry { return &c.MaintenanceWindows }, nil),
 		// The traffic policy (docs/traffic-policy.md): structured lists,
 		// written in the file only.
 		config.YAMLSetting("routes", "ordered route rules: redirect, respond or a per-route policy", func(c *S) *[]policy.Route { return &c.Router.Policy.Routes }, nil),
@@ -177,7 +184,9 @@ func Load(o Options) (Config, *config.Sources, error) {
 			file = File
 		}
 	}
-	return config.LoadTable(settings(), config.TableOptions{File: file, FileMustExist: mustExist, Env: o.Env, ReadFile: o.ReadFile}, Default, check)
+	c, src, err := config.LoadTable(settings(), config.TableOptions{File: file, FileMustExist: mustExist, Env: o.Env, ReadFile: o.ReadFile}, Default, check)
+	resolveTraffic(&c)
+	return c, src, err
 }
 
 // lookup reads name from env; a nil env is empty.
@@ -257,14 +266,7 @@ func check(s Config, v *config.Checker) {
 	v.OneOf("failover", s.Router.Failover, router.Failovers)
 	v.NonNegative("failover_max_jumps", int64(s.Router.FailoverMaxJumps))
 	v.NonNegativeDuration("failover_window", s.Router.FailoverWindow)
-	for _, host := range slices.Sorted(maps.Keys(s.Router.Fallbacks)) {
-		if !config.ValidHostname(host) {
-			v.Add("fallbacks", "%q is not a valid hostname", host)
-		}
-		if msg := config.CheckURL(s.Router.Fallbacks[host], config.HookSchemes()...); msg != "" {
-			v.Add("fallbacks", "%s: %s", host, msg)
-		}
-	}
+	trafficProblems(s, v)
 	policyProblems(s.Router.Policy, v)
 	v.NonNegative("cache_max_bytes", s.Cache.MaxBytes)
 	v.NonNegativeDuration("cache_max_stale", s.Cache.MaxStale)

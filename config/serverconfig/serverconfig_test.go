@@ -10,6 +10,7 @@ import (
 
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/router"
 )
 
 // serverLoadCases is shared by TestLoadServer and FuzzLoadServerYAML's
@@ -177,7 +178,7 @@ var serverLoadCases = []struct {
 		},
 		want: []string{
 			"outbound_allowlist = a.example.com,*.b.example.com,192.0.2.0/24  # env APERIO_OUTBOUND_ALLOWLIST",
-			"fallbacks = app.example.com=https://status.example.com,www.example.com=https://example.org/down  # env APERIO_FALLBACKS",
+			"fallbacks = [{hostname: app.example.com, url: 'https://status.example.com'}, {hostname: www.example.com, url: 'https://example.org/down'}]  # env APERIO_FALLBACKS",
 		},
 	},
 	{
@@ -185,7 +186,7 @@ var serverLoadCases = []struct {
 		file: "server.token: token-0123456789abcdef\nfallbacks:\n  app.example.com: https://status.example.com\n  API.example.com: http://backup.example.com\n",
 		env:  map[string]string{"APERIO_FALLBACKS": "x.example.com=https://x.example.com"},
 		want: []string{
-			"fallbacks = api.example.com=http://backup.example.com,app.example.com=https://status.example.com  # file:aperio-server.yaml:2",
+			"fallbacks = [{hostname: app.example.com, url: 'https://status.example.com'}, {hostname: api.example.com, url: 'http://backup.example.com'}]  # file:aperio-server.yaml:2",
 		},
 	},
 	{
@@ -355,7 +356,8 @@ outbound.allowlist: [hooks.example.com]
 	want.Router.IPLimitRefill = 2.5
 	want.Router.Failover = "retry-wait"
 	want.Router.FailoverAllMethods = true
-	want.Router.Fallbacks = map[string]string{"app.example.com": "https://status.example.com"}
+	want.Fallbacks = FallbackEntries{{Line: 9, Hostname: "app.example.com", URL: "https://status.example.com"}}
+	want.Router.Fallbacks = []router.Fallback{{Hostname: "app.example.com", URL: "https://status.example.com"}}
 	want.Outbound.Allowlist = []string{"hooks.example.com"}
 	want.Store.DatabaseURL = "postgres://u:p@db/aperio"
 	want.Router.MaxHeld = 10
@@ -588,8 +590,8 @@ var serverErrorCases = []struct {
 		name: "bad fallbacks",
 		file: "server.token: token-0123456789abcdef\nfallbacks:\n  bad_host: https://x.example.com\n  ok.example.com: ftp://x\n",
 		want: []string{
-			`config: fallbacks (aperio-server.yaml:2): "bad_host" is not a valid hostname`,
-			`config: fallbacks (aperio-server.yaml:2): ok.example.com: "ftp://x": scheme must be http or https`,
+			`config: fallbacks (aperio-server.yaml:2): entry 0 (line 3): "bad_host" is not a valid hostname`,
+			`config: fallbacks (aperio-server.yaml:2): entry 1 (line 4): url "ftp://x" is not an absolute http or https URL`,
 		},
 	},
 	{
@@ -843,8 +845,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 69 {
-		t.Errorf("len(Keys()) = %d, want 69", len(keys))
+	if len(keys) != 71 {
+		t.Errorf("len(Keys()) = %d, want 71", len(keys))
 	}
 }
 
