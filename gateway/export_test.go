@@ -66,6 +66,8 @@ func (g *Gateway) ColdStartDoneForTest(ctx context.Context, orgID, hostname, pat
 
 // SharesForTest returns the server's share keyring, so that a test can
 // ask whether this server verifies a token.
-func (g *Gateway) SharesForTest() interface{ Verify(string) (access.ShareLink, error) } {
+func (g *Gateway) SharesForTest() interface {
+	Verify(string) (access.ShareLink, error)
+} {
 	return g.shares
 }
