@@ -417,8 +417,16 @@ func (k *Keys) Run(ctx context.Context) {
 	changes := k.db.Subscribe(ctx)
 	tick := time.NewTicker(k.refresh)
 	defer tick.Stop()
+	// A rotation committed between New and Subscribe reached no
+	// subscriber: reload once now that the feed is followed.
+	rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+	err := k.Reload(rctx)
+	cancel()
 	for {
-		var err error
+		if err != nil && ctx.Err() == nil {
+			k.log.Error("signing keys not reloaded", logkey.Err, err)
+		}
+		err = nil
 		select {
 		case <-ctx.Done():
 			return
@@ -436,9 +444,6 @@ func (k *Keys) Run(ctx context.Context) {
 			rctx, cancel := context.WithTimeout(ctx, reloadTimeout)
 			err = k.Refresh(rctx)
 			cancel()
-		}
-		if err != nil && ctx.Err() == nil {
-			k.log.Error("signing keys not reloaded", logkey.Err, err)
 		}
 	}
 }
