@@ -24,7 +24,7 @@ func FuzzShareVerify(f *testing.F) {
 			return
 		}
 		i := strings.LastIndexByte(s, '.')
-		want := s[:i] + "." + base64.RawURLEncoding.EncodeToString(k.mac(k.keys["k1"], s[:i]))
+		want := s[:i] + "." + base64.RawURLEncoding.EncodeToString(k.mac(k.state.Load().keys["k1"], s[:i]))
 		if s != want || link.Host == "" {
 			t.Fatalf("Verify(%q) = %+v, nil; the key signs %q", s, link, want)
 		}

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -39,8 +40,12 @@ type SignerConfig struct {
 	Issuer string
 	// Key is the Ed25519 signing key; nil means a key generated now, so
 	// tokens signed before a restart stop verifying (they live a minute).
-	// LoadSignerKey reads one from PEM, for several servers to share.
+	// LoadSignerKey reads one from PEM; the server keeps its key in the
+	// store and sets it with SetKeys.
 	Key ed25519.PrivateKey
+	// Previous, when set, is the key Key replaced: JWKS publishes it
+	// too, so tokens it signed keep verifying. It never signs.
+	Previous ed25519.PrivateKey
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -49,13 +54,18 @@ type SignerConfig struct {
 // JWTs signed with Ed25519 (alg EdDSA), with iss the server, aud the
 // hostname, sub the user, aperio_auth the method, and a lifetime of
 // IdentityTTL. Backends verify them with the key set JWKS returns. It is
-// safe for concurrent use.
+// safe for concurrent use; SetKeys replaces its keys at once.
 type Signer struct {
 	issuer string
+	now    func() time.Time
+	state  atomic.Pointer[signerState]
+}
+
+// signerState is one immutable pair of keys.
+type signerState struct {
 	signer jose.Signer
 	kid    string
 	jwks   []byte
-	now    func() time.Time
 	tokens *ttlCache[string] // recent tokens by hostname, user and method
 }
 
@@ -72,29 +82,61 @@ func NewSigner(cfg SignerConfig) (*Signer, error) {
 		}
 		key = priv
 	}
+	s := &Signer{issuer: cfg.Issuer, now: clock(cfg.Now)}
+	if err := s.SetKeys(key, cfg.Previous); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// publicJWK returns key's public half with its kid: the first 16
+// characters of its RFC 7638 thumbprint, so the same key has the same kid
+// on every server and after every restart.
+func publicJWK(key ed25519.PrivateKey) (jose.JSONWebKey, error) {
 	if len(key) != ed25519.PrivateKeySize {
-		return nil, fmt.Errorf("access: identity key is %d bytes, want an Ed25519 private key", len(key))
+		return jose.JSONWebKey{}, fmt.Errorf("access: identity key is %d bytes, want an Ed25519 private key", len(key))
 	}
 	pub := jose.JSONWebKey{Key: key.Public(), Algorithm: string(jose.EdDSA), Use: "sig"}
 	thumb, err := pub.Thumbprint(crypto.SHA256)
 	if err != nil {
-		return nil, fmt.Errorf("access: identity key thumbprint: %w", err)
+		return jose.JSONWebKey{}, fmt.Errorf("access: identity key thumbprint: %w", err)
 	}
 	pub.KeyID = base64.RawURLEncoding.EncodeToString(thumb)[:16]
-	jwks, err := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{pub}})
+	return pub, nil
+}
+
+// SetKeys makes key the signing key and publishes previous (nil: none)
+// beside it in JWKS, or changes nothing and returns why a key is not an
+// Ed25519 private key. Tokens kept for reuse are dropped, so every token
+// signed from now on is signed by key.
+func (s *Signer) SetKeys(key, previous ed25519.PrivateKey) error {
+	cur, err := publicJWK(key)
 	if err != nil {
-		return nil, fmt.Errorf("access: identity key set: %w", err)
+		return err
+	}
+	set := []jose.JSONWebKey{cur}
+	if previous != nil {
+		prev, err := publicJWK(previous)
+		if err != nil {
+			return fmt.Errorf("previous: %w", err)
+		}
+		if prev.KeyID != cur.KeyID {
+			set = append(set, prev)
+		}
+	}
+	jwks, err := json.Marshal(jose.JSONWebKeySet{Keys: set})
+	if err != nil {
+		return fmt.Errorf("access: identity key set: %w", err)
 	}
 	signer, err := jose.NewSigner(
-		jose.SigningKey{Algorithm: jose.EdDSA, Key: jose.JSONWebKey{Key: key, KeyID: pub.KeyID}},
+		jose.SigningKey{Algorithm: jose.EdDSA, Key: jose.JSONWebKey{Key: key, KeyID: cur.KeyID}},
 		(&jose.SignerOptions{}).WithType("JWT"),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("access: identity signer: %w", err)
+		return fmt.Errorf("access: identity signer: %w", err)
 	}
-	now := clock(cfg.Now)
-	return &Signer{issuer: cfg.Issuer, signer: signer, kid: pub.KeyID, jwks: jwks, now: now,
-		tokens: newTTLCache[string](identityCacheSize, now)}, nil
+	s.state.Store(&signerState{signer: signer, kid: cur.KeyID, jwks: jwks, tokens: newTTLCache[string](identityCacheSize, s.now)})
+	return nil
 }
 
 // LoadSignerKey parses an Ed25519 private key from PEM (a PKCS #8
@@ -117,11 +159,12 @@ func LoadSignerKey(pemBytes []byte) (ed25519.PrivateKey, error) {
 
 // KeyID returns the kid of the signing key: the first 16 characters of
 // its RFC 7638 thumbprint.
-func (s *Signer) KeyID() string { return s.kid }
+func (s *Signer) KeyID() string { return s.state.Load().kid }
 
-// JWKS returns the JSON key set to serve at JWKSPath: the public key,
-// with its kid, alg EdDSA and use sig. The caller must not modify it.
-func (s *Signer) JWKS() []byte { return s.jwks }
+// JWKS returns the JSON key set to serve at JWKSPath: the signing key's
+// public half, then the previous key's when there is one, each with its
+// kid, alg EdDSA and use sig. The caller must not modify it.
+func (s *Signer) JWKS() []byte { return s.state.Load().jwks }
 
 // identityClaims are the claims beyond the registered ones.
 type identityClaims struct {
@@ -132,8 +175,9 @@ type identityClaims struct {
 // token signed in the last 30 seconds for the same three is returned
 // again.
 func (s *Signer) Sign(host, user, method string) (string, error) {
+	st := s.state.Load()
 	key := fieldsDigest(nil, host, user, method)
-	if tok, ok := s.tokens.get(key); ok {
+	if tok, ok := st.tokens.get(key); ok {
 		return tok, nil
 	}
 	now := s.now()
@@ -145,10 +189,10 @@ func (s *Signer) Sign(host, user, method string) (string, error) {
 		NotBefore: jwt.NewNumericDate(now),
 		Expiry:    jwt.NewNumericDate(now.Add(IdentityTTL)),
 	}
-	tok, err := jwt.Signed(s.signer).Claims(c).Claims(identityClaims{Auth: method}).Serialize()
+	tok, err := jwt.Signed(st.signer).Claims(c).Claims(identityClaims{Auth: method}).Serialize()
 	if err != nil {
 		return "", fmt.Errorf("access: sign identity: %w", err)
 	}
-	s.tokens.add(key, tok, now.Add(identityReuse))
+	st.tokens.add(key, tok, now.Add(identityReuse))
 	return tok, nil
 }

@@ -142,3 +142,62 @@ func TestSignerReusesRecentTokens(t *testing.T) {
 		t.Error("a token signed 30 s ago was reused: the backend would get one with under 30 s left")
 	}
 }
+
+// TestSignerSetKeys: after SetKeys the new key signs (not a token kept
+// from before), JWKS publishes it and the previous one, so a token of the
+// previous key still verifies; a bad key changes nothing.
+func TestSignerSetKeys(t *testing.T) {
+	_, k1, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, k2, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSigner(SignerConfig{Issuer: "aperio", Key: k1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Sign("app.example.com", "ann", "basic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid1 := s.KeyID()
+	if err := s.SetKeys(k2, k1); err != nil {
+		t.Fatalf("SetKeys() = %v", err)
+	}
+	if s.KeyID() == kid1 {
+		t.Fatalf("KeyID() after SetKeys = %s, the old key's", kid1)
+	}
+	var set jose.JSONWebKeySet
+	if err := json.Unmarshal(s.JWKS(), &set); err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Keys) != 2 || set.Keys[0].KeyID != s.KeyID() || set.Keys[1].KeyID != kid1 {
+		t.Fatalf("JWKS kids = %v, want [%s %s]", set.Keys, s.KeyID(), kid1)
+	}
+	fresh, err := s.Sign("app.example.com", "ann", "basic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tok := range map[string]string{"previous key's": old, "current key's": fresh} {
+		parsed, err := jwt.ParseSigned(tok, []jose.SignatureAlgorithm{jose.EdDSA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c jwt.Claims
+		if err := parsed.Claims(&set, &c); err != nil {
+			t.Errorf("%s token does not verify with the published set: %v", name, err)
+		}
+		if name == "current key's" && parsed.Headers[0].KeyID != s.KeyID() {
+			t.Errorf("token signed after SetKeys has kid %s, want %s", parsed.Headers[0].KeyID, s.KeyID())
+		}
+	}
+	if err := s.SetKeys(ed25519.PrivateKey("short"), nil); err == nil {
+		t.Error("SetKeys(short key) = nil, want an error")
+	}
+	if got := s.JWKS(); len(got) == 0 || s.KeyID() == kid1 {
+		t.Error("a refused SetKeys changed the signer")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
@@ -30,11 +31,13 @@ const (
 	MaxShareTTL = 30 * 24 * time.Hour
 	// MinShareKeyLen is the shortest signing key accepted.
 	MinShareKeyLen = 32
+	// MaxShareKeys bounds the keys of a keyring: every organization's
+	// current and previous key.
+	MaxShareKeys = 1 << 16
 
 	shareVersion     = "v1"
 	maxShareTokenLen = 2048
 	maxSharePathLen  = 1024
-	maxShareKeys     = 16
 	maxKeyIDLen      = 32
 	shareCacheSize   = 4096
 )
@@ -42,25 +45,37 @@ const (
 // KeyringConfig configures the share-link keyring.
 type KeyringConfig struct {
 	// Keys maps key ids (1 to 32 of [A-Za-z0-9_-]) to secrets of at least
-	// MinShareKeyLen random bytes; at most 16. Every key verifies; removing
-	// a key revokes every link it signed.
+	// MinShareKeyLen random bytes; at most MaxShareKeys. Every key
+	// verifies; removing a key revokes every link it signed. Empty means
+	// no link verifies.
 	Keys map[string][]byte
-	// Current is the id of the key that signs new links.
+	// Current is the id of the key that signs the links Mint makes; ""
+	// means Mint refuses (the keys are per organization: see Orgs).
 	Current string
-	// Now is the clock; nil means time.Now.
+	// Orgs maps organization IDs to the id of the key that signs the
+	// links MintFor makes for them; each must be among Keys. Nil means
+	// none.
+	Orgs map[string]string
+	// Now is the clock; nil means time.Now. Update keeps the first one.
 	Now func() time.Time
 }
 
-// Keyring signs and verifies share links. It is immutable and safe for
-// concurrent use.
+// Keyring signs and verifies share links. It is safe for concurrent use;
+// Update replaces its keys at once for every gate holding it.
 type Keyring struct {
+	now   func() time.Time
+	state atomic.Pointer[keyringState]
+}
+
+// keyringState is one immutable set of keys.
+type keyringState struct {
 	current string
 	keys    map[string][]byte
-	now     func() time.Time
+	orgs    map[string]string
 	// verified remembers tokens that verified, until they expire: a
 	// share cookie then costs a digest instead of an HMAC and a JSON
-	// decode on every request. Revoking means a new Keyring without the
-	// key, and so an empty cache.
+	// decode on every request. A new set of keys (Update) starts with
+	// an empty cache, so a removed key's tokens stop at once.
 	verified *ttlCache[ShareLink]
 }
 
@@ -88,9 +103,21 @@ type shareClaims struct {
 // NewKeyring returns the keyring for cfg, or every problem of cfg joined
 // with errors.Join. Errors name keys, never show secrets.
 func NewKeyring(cfg KeyringConfig) (*Keyring, error) {
+	k := &Keyring{now: clock(cfg.Now)}
+	if err := k.Update(cfg); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Update replaces the keyring's keys, Current and Orgs with cfg's (its Now
+// is ignored), or changes nothing and returns every problem of cfg. Tokens
+// signed by a key cfg lacks are refused from the next Verify on, cookies
+// already set included.
+func (k *Keyring) Update(cfg KeyringConfig) error {
 	var errs []error
-	if len(cfg.Keys) == 0 || len(cfg.Keys) > maxShareKeys {
-		errs = append(errs, fmt.Errorf("access: share keys: want 1 to %d keys, have %d", maxShareKeys, len(cfg.Keys)))
+	if len(cfg.Keys) > MaxShareKeys {
+		errs = append(errs, fmt.Errorf("access: share keys: want at most %d keys, have %d", MaxShareKeys, len(cfg.Keys)))
 	}
 	ids := make([]string, 0, len(cfg.Keys))
 	for id := range cfg.Keys {
@@ -109,14 +136,21 @@ func NewKeyring(cfg KeyringConfig) (*Keyring, error) {
 		}
 		keys[id] = append([]byte(nil), cfg.Keys[id]...)
 	}
-	if _, ok := cfg.Keys[cfg.Current]; !ok {
+	if _, ok := cfg.Keys[cfg.Current]; cfg.Current != "" && !ok {
 		errs = append(errs, fmt.Errorf("access: share current key %s is not among the keys", quote(cfg.Current)))
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	orgs := make(map[string]string, len(cfg.Orgs))
+	for org, id := range cfg.Orgs {
+		if _, ok := cfg.Keys[id]; !ok {
+			errs = append(errs, fmt.Errorf("access: share key %s of organization %s is not among the keys", quote(id), quote(org)))
+		}
+		orgs[org] = id
 	}
-	now := clock(cfg.Now)
-	return &Keyring{current: cfg.Current, keys: keys, now: now, verified: newTTLCache[ShareLink](shareCacheSize, now)}, nil
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	k.state.Store(&keyringState{current: cfg.Current, keys: keys, orgs: orgs, verified: newTTLCache[ShareLink](shareCacheSize, k.now)})
+	return nil
 }
 
 func validKeyID(id string) bool {
@@ -132,10 +166,34 @@ func validKeyID(id string) bool {
 	return true
 }
 
+// ErrShareNoKey is Mint's and MintFor's refusal when the keyring has no
+// current key for the link.
+var ErrShareNoKey = errors.New("access: no share key to sign with")
+
 // Mint returns a token for host (an exact hostname) and the path prefix
 // path ("" means "/"), valid for ttl (at most MaxShareTTL), signed with
-// the current key, and the link it grants.
+// the Current key, and the link it grants.
 func (k *Keyring) Mint(host, path string, ttl time.Duration) (string, ShareLink, error) {
+	st := k.state.Load()
+	return k.mint(st, st.current, host, path, ttl)
+}
+
+// MintFor is Mint with the current key of organization org (KeyringConfig.Orgs).
+func (k *Keyring) MintFor(org, host, path string, ttl time.Duration) (string, ShareLink, error) {
+	st := k.state.Load()
+	return k.mint(st, st.orgs[org], host, path, ttl)
+}
+
+// KeyFor returns the id of org's current key, false when it has none.
+func (k *Keyring) KeyFor(org string) (string, bool) {
+	id, ok := k.state.Load().orgs[org]
+	return id, ok
+}
+
+func (k *Keyring) mint(st *keyringState, kid, host, path string, ttl time.Duration) (string, ShareLink, error) {
+	if kid == "" {
+		return "", ShareLink{}, ErrShareNoKey
+	}
 	h := hostname.Normalize(host)
 	if err := hostname.Validate(h); err != nil || strings.HasPrefix(h, "*") {
 		return "", ShareLink{}, fmt.Errorf("access: share hostname %s is not an exact hostname", quote(host))
@@ -154,8 +212,8 @@ func (k *Keyring) Mint(host, path string, ttl time.Duration) (string, ShareLink,
 	if err != nil {
 		return "", ShareLink{}, fmt.Errorf("access: share: %w", err)
 	}
-	signed := shareVersion + "." + k.current + "." + base64.RawURLEncoding.EncodeToString(payload)
-	tok := signed + "." + base64.RawURLEncoding.EncodeToString(k.mac(k.keys[k.current], signed))
+	signed := shareVersion + "." + kid + "." + base64.RawURLEncoding.EncodeToString(payload)
+	tok := signed + "." + base64.RawURLEncoding.EncodeToString(k.mac(st.keys[kid], signed))
 	return tok, c.link(), nil
 }
 
@@ -202,8 +260,9 @@ func (k *Keyring) Verify(tok string) (ShareLink, error) {
 	if len(tok) > maxShareTokenLen {
 		return ShareLink{}, fmt.Errorf("%w: longer than %d bytes", ErrShareMalformed, maxShareTokenLen)
 	}
+	st := k.state.Load()
 	sum := fieldsDigest(nil, tok)
-	if link, ok := k.verified.get(sum); ok {
+	if link, ok := st.verified.get(sum); ok {
 		return link, nil
 	}
 	version, rest, _ := strings.Cut(tok, ".")
@@ -212,7 +271,7 @@ func (k *Keyring) Verify(tok string) (ShareLink, error) {
 	if !ok || version != shareVersion || strings.Contains(mac, ".") {
 		return ShareLink{}, fmt.Errorf("%w: not v1.<key>.<payload>.<mac>", ErrShareMalformed)
 	}
-	key, ok := k.keys[kid]
+	key, ok := st.keys[kid]
 	if !ok {
 		return ShareLink{}, ErrShareKey
 	}
@@ -235,7 +294,7 @@ func (k *Keyring) Verify(tok string) (ShareLink, error) {
 	if !k.now().Before(link.Expires) {
 		return ShareLink{}, ErrShareExpired
 	}
-	k.verified.add(sum, link, link.Expires)
+	st.verified.add(sum, link, link.Expires)
 	return link, nil
 }
 

@@ -265,3 +265,55 @@ func TestWithoutParam(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyringUpdate: per-organization keys sign MintFor's links; Update
+// swaps the keys for every holder at once, a verified token of a removed
+// key included (the cache goes with the old keys), and a bad update
+// changes nothing.
+func TestKeyringUpdate(t *testing.T) {
+	clk := newFakeClock()
+	keyA1, keyA2, keyB := []byte(strings.Repeat("a", 32)), []byte(strings.Repeat("A", 32)), []byte(strings.Repeat("b", 32))
+	k, err := NewKeyring(KeyringConfig{Keys: map[string][]byte{"a1": keyA1, "b1": keyB}, Orgs: map[string]string{"org_a": "a1", "org_b": "b1"}, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := k.Mint("app.example.com", "/", time.Hour); !errors.Is(err, ErrShareNoKey) {
+		t.Errorf("Mint() without a Current key = %v, want ErrShareNoKey", err)
+	}
+	if _, _, err := k.MintFor("org_c", "app.example.com", "/", time.Hour); !errors.Is(err, ErrShareNoKey) {
+		t.Errorf("MintFor(org without a key) = %v, want ErrShareNoKey", err)
+	}
+	tokA, _, err := k.MintFor("org_a", "a.example.com", "/", time.Hour)
+	if err != nil || !strings.HasPrefix(tokA, "v1.a1.") {
+		t.Fatalf("MintFor(org_a) = %q, %v; want a token of key a1", tokA, err)
+	}
+	tokB, _, err := k.MintFor("org_b", "b.example.com", "/", time.Hour)
+	if err != nil || !strings.HasPrefix(tokB, "v1.b1.") {
+		t.Fatalf("MintFor(org_b) = %q, %v; want a token of key b1", tokB, err)
+	}
+	for _, tok := range []string{tokA, tokB} {
+		if _, err := k.Verify(tok); err != nil {
+			t.Fatalf("Verify() = %v", err)
+		}
+	}
+	bad := KeyringConfig{Keys: map[string][]byte{"a2": []byte("short")}, Orgs: map[string]string{"org_a": "zz"}}
+	if err := k.Update(bad); err == nil {
+		t.Fatal("Update(short key, unknown org key) = nil, want an error")
+	}
+	if _, err := k.Verify(tokA); err != nil {
+		t.Errorf("Verify() after a refused Update = %v, want the old keys kept", err)
+	}
+	// org_a rotates with revoke: a1 goes; b1 stays.
+	if err := k.Update(KeyringConfig{Keys: map[string][]byte{"a2": keyA2, "b1": keyB}, Orgs: map[string]string{"org_a": "a2", "org_b": "b1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Verify(tokA); !errors.Is(err, ErrShareKey) {
+		t.Errorf("Verify(revoked org_a link, verified before) = %v, want ErrShareKey", err)
+	}
+	if _, err := k.Verify(tokB); err != nil {
+		t.Errorf("Verify(org_b link) after org_a's rotation = %v, want valid", err)
+	}
+	if id, ok := k.KeyFor("org_a"); !ok || id != "a2" {
+		t.Errorf("KeyFor(org_a) = %q, %v; want a2", id, ok)
+	}
+}

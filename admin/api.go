@@ -298,6 +298,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPut, "/maintenance/{hostname}", roleOperator, a.setMaintenance},
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},
 		{http.MethodPost, "/share", roleOperator, a.createShare},
+		{http.MethodPost, "/share/keys/rotate", roleAdmin, a.rotateShareKey},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
 		{http.MethodGet, "/explain", roleViewer, a.explainRequest},
 		{http.MethodGet, "/whoami", roleViewer, a.whoami},

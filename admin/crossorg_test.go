@@ -211,6 +211,9 @@ var matrix = []matrixCase{
 		}
 		return "/share", fmt.Sprintf(`{"hostname":"s%d.%s","ttl":"1h"%s}`, w.next(), w.suffix(own), field)
 	}, own: 201, other: 403, master: 201},
+	{method: "POST", pattern: "/share/keys/rotate", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		return "/share/keys/rotate", fmt.Sprintf(`{"revoke_previous":true%s}`, orgField(w, master, own))
+	}, own: 200, other: 400, master: 200},
 	{method: "GET", pattern: "/audit", req: fixed("/audit"), own: 200, other: 200, master: 200, listing: true},
 	{method: "GET", pattern: "/explain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/explain?" + url.Values{"host": {"x." + w.suffix(own)}}.Encode(), ""

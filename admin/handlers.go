@@ -673,11 +673,20 @@ func pathParam(r *http.Request, name string) string {
 
 // ShareMinter mints share links: the server's share keyring.
 type ShareMinter interface {
-	// Mint returns the link opening host (exact) under path for ttl, its
-	// URL built for the visitors of r's server, and the link's nonce for
-	// audit; an error says what is wrong with host, path or ttl.
-	Mint(r *http.Request, host, path string, ttl time.Duration) (link ShareLink, nonce string, err error)
+	// Mint returns the link opening host (exact) under path for ttl,
+	// signed with organization orgID's current key, its URL built for the
+	// visitors of r's server, and the link's nonce for audit; an error
+	// wrapping ErrBadShare says what is wrong with host, path or ttl, any
+	// other is the server's.
+	Mint(r *http.Request, orgID, host, path string, ttl time.Duration) (link ShareLink, nonce string, err error)
+	// RotateKey gives organization orgID a new current share key; with
+	// revokePrevious the key it replaces stops verifying on every server.
+	RotateKey(ctx context.Context, orgID string, revokePrevious bool) (ShareKey, error)
 }
+
+// ErrBadShare marks a ShareMinter.Mint error the caller's request caused
+// (answered 400); other errors are the server's.
+var ErrBadShare = errors.New("bad share link request")
 
 // createShare is POST /share: a share link for a hostname the caller's
 // organization owns.
@@ -704,9 +713,12 @@ func (a *API) createShare(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err != nil {
 		return err
 	}
-	link, nonce, err := a.shares.Mint(r, host, req.Path, ttl)
-	if err != nil {
+	link, nonce, err := a.shares.Mint(r, orgID, host, req.Path, ttl)
+	if errors.Is(err, ErrBadShare) {
 		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	if err != nil {
+		return fmt.Errorf("mint share link: %w", err)
 	}
 	a.audit(r, store.AuditEntry{
 		Event:    EventShareCreated,
@@ -716,6 +728,34 @@ func (a *API) createShare(w http.ResponseWriter, r *http.Request, c caller) erro
 		Detail:   fmt.Sprintf("path %s, expires %s, nonce %s", link.Path, link.ExpiresAt.UTC().Format(time.RFC3339), nonce),
 	})
 	a.writeJSON(w, r, http.StatusCreated, link)
+	return nil
+}
+
+// rotateShareKey is POST /share/keys/rotate: a new current share key for
+// the caller's organization (only the master token may name another),
+// the previous one kept or revoked.
+func (a *API) rotateShareKey(w http.ResponseWriter, r *http.Request, c caller) error {
+	if a.shares == nil {
+		return errorf(http.StatusNotFound, "share links are off on this server")
+	}
+	var req RotateShareKeyRequest
+	if err := decode(w, r, &req, true); err != nil {
+		return err
+	}
+	orgID, err := a.targetOrg(r.Context(), c, req.OrgID)
+	if err != nil {
+		return err
+	}
+	key, err := a.shares.RotateKey(r.Context(), orgID, req.RevokePrevious)
+	if err != nil {
+		return fmt.Errorf("rotate share key: %w", err)
+	}
+	detail := fmt.Sprintf("key %s, generation %d, previous kept", key.ID, key.Generation)
+	if req.RevokePrevious {
+		detail = fmt.Sprintf("key %s, generation %d, previous revoked", key.ID, key.Generation)
+	}
+	a.audit(r, store.AuditEntry{Event: EventShareKeyRotated, Actor: c.actor(), OrgID: orgID, Detail: detail})
+	a.writeJSON(w, r, http.StatusOK, key)
 	return nil
 }
 

@@ -188,6 +188,7 @@ const (
 	EventWebhookCreated  = "webhook_created"
 	EventWebhookDeleted  = "webhook_deleted"
 	EventShareCreated    = "share_created"
+	EventShareKeyRotated = "share_key_rotated"
 	// EventScalingDisarmedByOperator is DELETE /scaling/{id}: a person
 	// removed the record. It is named apart from the autoscaler's own
 	// autoscale.EventDisarmed (the breaker tripped, the record stays), so

@@ -37,6 +37,10 @@ type (
 	CreateShareRequest = wire.CreateShareRequest
 	// ShareLink is the answer to POST /share.
 	ShareLink = wire.ShareLink
+	// RotateShareKeyRequest is the body of POST /share/keys/rotate.
+	RotateShareKeyRequest = wire.RotateShareKeyRequest
+	// ShareKey is the answer to POST /share/keys/rotate.
+	ShareKey = wire.ShareKey
 	// MaintenanceRequest is the optional body of PUT
 	// /maintenance/{hostname}.
 	MaintenanceRequest = wire.MaintenanceRequest

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/signing"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 )
@@ -31,7 +31,8 @@ import (
 const IdentityIssuer = "aperio"
 
 // accessConfig returns the router's side of visitor access control:
-// default_access, an identity signer whose key is generated at start, and
+// default_access, the identity signer and share keyring of the signing
+// keys kept in the store (shared by every server on the database), and
 // the outbound client of the jwt and forward methods, under the same
 // fence as scaling hooks and webhooks (never http.DefaultClient).
 func (g *Gateway) accessConfig(ctx context.Context) (router.AccessConfig, error) {
@@ -39,15 +40,17 @@ func (g *Gateway) accessConfig(ctx context.Context) (router.AccessConfig, error)
 	if err != nil {
 		return router.AccessConfig{}, err
 	}
-	signer, err := access.NewSigner(access.SignerConfig{Issuer: IdentityIssuer})
+	g.keys, err = signing.New(ctx, signing.Config{
+		Store: g.db, MasterToken: g.cfg.Token, Issuer: IdentityIssuer,
+		IdentityRotation: g.cfg.IdentityKeyRotation, Logger: g.log,
+	})
 	if err != nil {
-		return router.AccessConfig{}, fmt.Errorf("gateway: identity signer: %w", err)
+		return router.AccessConfig{}, fmt.Errorf("gateway: signing keys (servers sharing a database must share server.token): %w", err)
 	}
+	signer := g.keys.Signer()
 	g.signer = signer
 	g.authAudit = newAuthAuditor(g.db, g.log)
-	if g.shares, err = shareKeyring(g.cfg.Token); err != nil {
-		return router.AccessConfig{}, err
-	}
+	g.shares = g.keys.Shares()
 	if g.oidc, err = g.oidcProvider(ctx); err != nil {
 		return router.AccessConfig{}, err
 	}
@@ -130,32 +133,21 @@ func (g *Gateway) serveAuth(w http.ResponseWriter, r *http.Request) {
 	g.oidc.ServeAuth(w, r, visit)
 }
 
-// shareInfo is the HKDF context of the share key: it keeps the key apart
-// from anything else ever derived from the master token.
-const shareInfo = "aperio share links v1"
+// shareMinter is the admin API's side of the share keyring: it mints
+// with the organization's key (created at its first link) and builds the
+// URL for the scheme visitors of this server use.
+type shareMinter struct{ k *signing.Keys }
 
-// shareKeyring returns the keyring of share links: one key, derived from
-// the master token with HKDF-SHA256, named by a digest of the key. Every
-// server sharing the master token verifies every link; changing the
-// master token revokes them all.
-func shareKeyring(master string) (*access.Keyring, error) {
-	key, err := hkdf.Key(sha256.New, []byte(master), nil, shareInfo, 32)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: share key: %w", err)
-	}
-	sum := sha256.Sum256(key)
-	id := "m" + hex.EncodeToString(sum[:6])
-	return access.NewKeyring(access.KeyringConfig{Keys: map[string][]byte{id: key}, Current: id})
-}
-
-// shareMinter is the admin API's side of the share keyring: it builds
-// the URL for the scheme visitors of this server use.
-type shareMinter struct{ k *access.Keyring }
-
-func (m shareMinter) Mint(r *http.Request, host, path string, ttl time.Duration) (admin.ShareLink, string, error) {
-	tok, link, err := m.k.Mint(host, path, ttl)
-	if err != nil {
+func (m shareMinter) Mint(r *http.Request, orgID, host, path string, ttl time.Duration) (admin.ShareLink, string, error) {
+	if err := m.k.EnsureShareKey(r.Context(), orgID); err != nil {
 		return admin.ShareLink{}, "", err
+	}
+	tok, link, err := m.k.Shares().MintFor(orgID, host, path, ttl)
+	if errors.Is(err, access.ErrShareNoKey) {
+		return admin.ShareLink{}, "", err
+	}
+	if err != nil {
+		return admin.ShareLink{}, "", fmt.Errorf("%w: %w", admin.ErrBadShare, err)
 	}
 	scheme := "http"
 	if router.VisitorOf(r).Proto == "https" {
@@ -163,6 +155,14 @@ func (m shareMinter) Mint(r *http.Request, host, path string, ttl time.Duration)
 	}
 	u := url.URL{Scheme: scheme, Host: link.Host, Path: link.Path, RawQuery: url.Values{access.ShareParam: {tok}}.Encode()}
 	return admin.ShareLink{URL: u.String(), Hostname: link.Host, Path: link.Path, ExpiresAt: link.Expires}, link.Nonce, nil
+}
+
+func (m shareMinter) RotateKey(ctx context.Context, orgID string, revokePrevious bool) (admin.ShareKey, error) {
+	row, err := m.k.RotateShareKey(ctx, orgID, revokePrevious)
+	if err != nil {
+		return admin.ShareKey{}, err
+	}
+	return admin.ShareKey{ID: row.ID, OrgID: row.OrgID, Generation: row.Generation, RevokedPrevious: revokePrevious, CreatedAt: row.CreatedAt}, nil
 }
 
 // serveJWKS answers GET and HEAD of access.JWKSPath with the identity

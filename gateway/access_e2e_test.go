@@ -300,7 +300,8 @@ func TestAccessAuditAndMetrics(t *testing.T) {
 // basic-protected service: its first visit sets the cookie and redirects
 // without the token, the cookie then passes the gate (the backend sees
 // X-Aperio-Auth share), a tampered token does not, and the link is
-// audited as share_created.
+// audited as share_created; after a rotation of the share key the cookie
+// still passes, after a rotation with revoke it is refused.
 func TestAccessShareLink(t *testing.T) {
 	hash, err := passhash.Hash("pw-share")
 	if err != nil {
@@ -355,5 +356,18 @@ func TestAccessShareLink(t *testing.T) {
 	}
 	if got := auditEvents(t, st.server, "share_created"); len(got) != 1 || strings.Contains(fmt.Sprint(got[0]), u.Query().Get("aperio_share")) {
 		t.Fatalf("share_created entries = %v, want one without the token", got)
+	}
+	// A plain rotation keeps the cookie valid; one that revokes refuses
+	// it at the next request.
+	rotate(t, st.server, false)
+	if resp, _ := visit("/docs/page", &http.Cookie{Name: "aperio_share", Value: cookie.Value}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the cookie after a plain rotation = %d, want 200", resp.StatusCode)
+	}
+	rotate(t, st.server, true)
+	if resp, _ := visit("/docs/page", &http.Cookie{Name: "aperio_share", Value: cookie.Value}); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the cookie after a rotation with revoke = %d, want 401", resp.StatusCode)
+	}
+	if got := auditEvents(t, st.server, "share_key_rotated"); len(got) != 2 {
+		t.Fatalf("share_key_rotated entries = %v, want 2", got)
 	}
 }

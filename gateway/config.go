@@ -12,6 +12,7 @@ import (
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/signing"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -109,6 +110,12 @@ type Config struct {
 	// opens every service without auth methods; "deny" closes those not
 	// public, and a closed service answers like an unclaimed hostname.
 	DefaultAccess string
+	// IdentityKeyRotation is the identity JWT signing key's lifetime
+	// (identity_key_rotation): an older key is replaced, by whichever
+	// server notices first, the old one still published in the JWKS
+	// beside the new one. Default 720h; 0 never rotates; otherwise 1h
+	// to 87600h (MinIdentityKeyRotation, MaxIdentityKeyRotation).
+	IdentityKeyRotation time.Duration
 	// OIDC is the server's OpenID Connect provider (the oidc: block), for
 	// services with auth: {oidc: …}; an empty Issuer means none.
 	OIDC OIDCConfig
@@ -162,6 +169,14 @@ type Config struct {
 	AdminAllowedIPs []string
 }
 
+// Bounds of IdentityKeyRotation when it is not 0: a key lives at least
+// an hour (rotations are checked every signing.DefaultRefresh, and a
+// backend caches the key set), and at most ten years.
+const (
+	MinIdentityKeyRotation = time.Hour
+	MaxIdentityKeyRotation = 87600 * time.Hour
+)
+
 // DefaultConfig returns every default of aperio-server: the packages' own
 // (router, tunnel, cache, autoscale) and the gateway's, each written once.
 // Token is empty, so New refuses it as it is.
@@ -177,6 +192,7 @@ func DefaultConfig() Config {
 		KeepAliveTimeout:    2 * time.Minute,
 		MaxConnectionsPerIP: 256,
 		DefaultAccess:       "allow",
+		IdentityKeyRotation: signing.DefaultIdentityRotation,
 		ShutdownTimeout:     10 * time.Second,
 		Cache:               cache.DefaultConfig(),
 		Scaling:             autoscale.DefaultConfig(),
@@ -208,10 +224,13 @@ func (cfg Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"read_header_timeout", cfg.ReadHeaderTimeout}, {"keepalive_timeout", cfg.KeepAliveTimeout}, {"shutdown_timeout", cfg.ShutdownTimeout}, {"scaling_record_ttl", cfg.ScalingRecordTTL}} {
+	}{{"read_header_timeout", cfg.ReadHeaderTimeout}, {"keepalive_timeout", cfg.KeepAliveTimeout}, {"shutdown_timeout", cfg.ShutdownTimeout}, {"scaling_record_ttl", cfg.ScalingRecordTTL}, {"identity_key_rotation", cfg.IdentityKeyRotation}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("gateway: %s must not be negative, got %v", d.name, d.v))
 		}
+	}
+	if r := cfg.IdentityKeyRotation; r != 0 && (r < MinIdentityKeyRotation || r > MaxIdentityKeyRotation) {
+		errs = append(errs, fmt.Errorf("gateway: identity_key_rotation %v is neither 0 nor between %v and %v", r, MinIdentityKeyRotation, MaxIdentityKeyRotation))
 	}
 	if o := cfg.OIDC; o.Issuer == "" && (o.ClientID != "" || o.ClientSecret != "" || o.RedirectURL != "" || len(o.Scopes) > 0) {
 		errs = append(errs, errors.New("gateway: oidc.issuer is required when the oidc block sets anything"))

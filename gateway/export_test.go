@@ -1,6 +1,10 @@
 package gateway
 
-import "context"
+import (
+	"context"
+
+	"github.com/aperio-dev/aperio/access"
+)
 
 // ColdStartForTest asks the server's autoscaling controller for a cold
 // start of the bind and returns its refusal, or nil when it starts (or
@@ -58,4 +62,12 @@ func (g *Gateway) ColdStartDoneForTest(ctx context.Context, orgID, hostname, pat
 		return nil, nil, err
 	}
 	return s.Done(), s.Err, nil
+}
+
+// SharesForTest returns the server's share keyring, so that a test can
+// ask whether this server verifies a token.
+func (g *Gateway) SharesForTest() interface {
+	Verify(string) (access.ShareLink, error)
+} {
+	return g.shares
 }

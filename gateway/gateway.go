@@ -28,6 +28,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/signing"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -66,7 +67,8 @@ type Gateway struct {
 	tracer  trace.Tracer    // nil when tracing is off
 	proxy   http.Handler    // the router, observed: visitors' requests
 	signer  *access.Signer  // signs the identity tokens backends receive
-	shares  *access.Keyring // share links: derived from the master token
+	shares  *access.Keyring // share links, keys per organization
+	keys    *signing.Keys   // the store's signing keys behind signer and shares
 	oidc    *oidc.Provider  // the oidc: block's provider; nil without one
 	// authAudit writes auth_denied entries, sampled, off the request path.
 	authAudit *authAuditor
@@ -225,7 +227,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, OIDC: adminLogin, Events: g.hooks, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -384,12 +386,20 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(audited)
 		g.authAudit.run(wctx)
 	}()
+	// Rotations made by other servers reach this one through the change
+	// feed, and at least every signing.DefaultRefresh.
+	keyed := make(chan struct{})
+	go func() {
+		defer close(keyed)
+		g.keys.Run(wctx)
+	}()
 	defer func() {
 		stopWatch()
 		<-watched
 		<-scaled
 		<-delivered
 		<-audited
+		<-keyed
 		if g.ownStore {
 			g.db.Close()
 		}

@@ -95,6 +95,16 @@ type backend interface {
 	readAuditChain(ctx context.Context, fn func(AuditEntry) bool) (auditChain, error)
 	listAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error)
 
+	// addSigningKey inserts k after checking, under a lock that
+	// serializes writers of the series, that k.Generation is one more
+	// than its highest (ErrConflict otherwise); it removes the
+	// generations below k.Generation-1 and, with revokeAt set, marks
+	// k.Generation-1 revoked then, all in one transaction.
+	addSigningKey(ctx context.Context, k SigningKey, revokeAt *time.Time) error
+	// signingKeys returns every key of purpose, by org_id then generation
+	// descending.
+	signingKeys(ctx context.Context, purpose string) ([]SigningKey, error)
+
 	// execForTest runs raw SQL, bypassing the store's API.
 	execForTest(ctx context.Context, query string) error
 }

@@ -40,6 +40,10 @@ const (
 	// ChangeOrgHostnames: OrgID names the organization whose hostname
 	// patterns were replaced; read them with ListOrgHostnames.
 	ChangeOrgHostnames = "org_hostnames"
+	// ChangeSigningKeys: ID names a new signing key (a first key or a
+	// rotation) and OrgID its series' organization, "" for a server-wide
+	// one; read them with SigningKeys.
+	ChangeSigningKeys = "signing_keys"
 	// ChangeResync carries no record: changes may have been missed (this
 	// subscriber fell behind, or the PostgreSQL listener lost its
 	// connection and has just reconnected). A subscriber that caches

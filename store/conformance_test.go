@@ -89,6 +89,9 @@ func testStore(t *testing.T, b backend) {
 		{"ClosedIsUnavailable", testClosed},
 		{"OrgHostnames", testOrgHostnames},
 		{"OrgHostnamesConcurrent", testOrgHostnamesConcurrent},
+		{"SigningKeys", testSigningKeys},
+		{"SigningKeysHostile", testSigningKeysHostile},
+		{"SigningKeysConcurrent", testSigningKeysConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -862,6 +862,62 @@ func (b *pgBackend) listAudit(ctx context.Context, orgID string, limit int) ([]A
 	return pgCollect(rows, err, pgScanAudit)
 }
 
+// Signing keys.
+
+const pgSigningKeyCols = `id, purpose, org_id, generation, sealed, created_at, revoked_at`
+
+func pgScanSigningKey(r pgx.Row) (SigningKey, error) {
+	var k SigningKey
+	if err := r.Scan(&k.ID, &k.Purpose, &k.OrgID, &k.Generation, &k.Sealed, &k.CreatedAt, &k.RevokedAt); err != nil {
+		return SigningKey{}, pgErr(err)
+	}
+	k.CreatedAt = k.CreatedAt.UTC()
+	k.RevokedAt = utcPtr(k.RevokedAt)
+	return k, nil
+}
+
+func (b *pgBackend) addSigningKey(ctx context.Context, k SigningKey, revokeAt *time.Time) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		// Two writers reading the same highest generation both insert the
+		// next one: the unique (purpose, org_id, generation) refuses the
+		// second, which waits for the first's commit. A writer that read
+		// a stale highest one is refused by the check.
+		var top int64
+		if err := tx.QueryRow(ctx,
+			`SELECT COALESCE(MAX(generation), 0) FROM signing_keys WHERE purpose = $1 AND org_id = $2`,
+			k.Purpose, k.OrgID).Scan(&top); err != nil {
+			return err
+		}
+		if top != k.Generation-1 {
+			return fmt.Errorf("%w: generation %d exists", ErrConflict, top)
+		}
+		if _, err := tx.Exec(ctx,
+			`INSERT INTO signing_keys (`+pgSigningKeyCols+`) VALUES ($1, $2, $3, $4, $5, $6, NULL)`,
+			k.ID, k.Purpose, k.OrgID, k.Generation, k.Sealed, k.CreatedAt); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx,
+			`DELETE FROM signing_keys WHERE purpose = $1 AND org_id = $2 AND generation < $3`,
+			k.Purpose, k.OrgID, k.Generation-1); err != nil {
+			return err
+		}
+		if revokeAt != nil {
+			if _, err := tx.Exec(ctx,
+				`UPDATE signing_keys SET revoked_at = $4 WHERE purpose = $1 AND org_id = $2 AND generation = $3 AND revoked_at IS NULL`,
+				k.Purpose, k.OrgID, k.Generation-1, *revokeAt); err != nil {
+				return err
+			}
+		}
+		return notify(ctx, tx, Change{Kind: ChangeSigningKeys, ID: k.ID, OrgID: k.OrgID})
+	})
+}
+
+func (b *pgBackend) signingKeys(ctx context.Context, purpose string) ([]SigningKey, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT `+pgSigningKeyCols+` FROM signing_keys WHERE purpose = $1 ORDER BY org_id, generation DESC`, purpose)
+	return pgCollect(rows, err, pgScanSigningKey)
+}
+
 func (b *pgBackend) execForTest(ctx context.Context, query string) error {
 	_, err := b.pool.Exec(ctx, query)
 	return pgErr(err)

@@ -883,6 +883,71 @@ func (b *sqliteBackend) listAudit(ctx context.Context, orgID string, limit int) 
 	return sqliteCollect(rows, sqliteScanAudit)
 }
 
+// Signing keys.
+
+const sqliteSigningKeyCols = `id, purpose, org_id, generation, sealed, created_at, revoked_at`
+
+func sqliteScanSigningKey(s scanner) (SigningKey, error) {
+	var (
+		k       SigningKey
+		created string
+		revoked sql.NullString
+	)
+	if err := s.Scan(&k.ID, &k.Purpose, &k.OrgID, &k.Generation, &k.Sealed, &created, &revoked); err != nil {
+		return SigningKey{}, sqliteErr(err)
+	}
+	var errs [2]error
+	k.CreatedAt, errs[0] = sqliteParse(created)
+	k.RevokedAt, errs[1] = sqliteParsePtr(revoked)
+	return k, errors.Join(errs[:]...)
+}
+
+func (b *sqliteBackend) addSigningKey(ctx context.Context, k SigningKey, revokeAt *time.Time) error {
+	// One writer connection with BEGIN IMMEDIATE: the check and the
+	// insert cannot interleave with another writer of this file.
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		var top int64
+		if err := tx.QueryRowContext(ctx,
+			`SELECT COALESCE(MAX(generation), 0) FROM signing_keys WHERE purpose = ?1 AND org_id = ?2`,
+			k.Purpose, k.OrgID).Scan(&top); err != nil {
+			return err
+		}
+		if top != k.Generation-1 {
+			return fmt.Errorf("%w: generation %d exists", ErrConflict, top)
+		}
+		if _, err := tx.ExecContext(ctx,
+			`DELETE FROM signing_keys WHERE purpose = ?1 AND org_id = ?2 AND generation < ?3`,
+			k.Purpose, k.OrgID, k.Generation-1); err != nil {
+			return err
+		}
+		if revokeAt != nil {
+			if _, err := tx.ExecContext(ctx,
+				`UPDATE signing_keys SET revoked_at = ?4 WHERE purpose = ?1 AND org_id = ?2 AND generation = ?3 AND revoked_at IS NULL`,
+				k.Purpose, k.OrgID, k.Generation-1, sqliteFormat(*revokeAt)); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO signing_keys (`+sqliteSigningKeyCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL)`,
+			k.ID, k.Purpose, k.OrgID, k.Generation, k.Sealed, sqliteFormat(k.CreatedAt))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	b.publish(Change{Kind: ChangeSigningKeys, ID: k.ID, OrgID: k.OrgID})
+	return nil
+}
+
+func (b *sqliteBackend) signingKeys(ctx context.Context, purpose string) ([]SigningKey, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT `+sqliteSigningKeyCols+` FROM signing_keys WHERE purpose = ?1 ORDER BY org_id, generation DESC`, purpose)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanSigningKey)
+}
+
 func (b *sqliteBackend) execForTest(ctx context.Context, query string) error {
 	_, err := b.w.ExecContext(ctx, query)
 	return sqliteErr(err)

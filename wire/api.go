@@ -202,6 +202,29 @@ type ShareLink struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// RotateShareKeyRequest is the body of POST /share/keys/rotate.
+type RotateShareKeyRequest struct {
+	// RevokePrevious refuses, from the next request on and on every
+	// server, every link (and cookie) signed by the key being replaced.
+	// False keeps them valid until the next rotation.
+	RevokePrevious bool `json:"revoke_previous"`
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// ShareKey is the answer to POST /share/keys/rotate: the organization's
+// new current share key. Its secret is never shown.
+type ShareKey struct {
+	// ID is the key's id, which the links it signs carry.
+	ID    string `json:"id"`
+	OrgID string `json:"org_id"`
+	// Generation numbers the organization's keys from 1.
+	Generation int64 `json:"generation"`
+	// RevokedPrevious says whether the key it replaced was revoked.
+	RevokedPrevious bool      `json:"revoked_previous"`
+	CreatedAt       time.Time `json:"created_at"`
+}
+
 // MaintenanceRequest is the optional body of PUT /maintenance/{hostname}.
 type MaintenanceRequest struct {
 	// OrgID is as in CreateKeyRequest.

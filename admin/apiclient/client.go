@@ -154,6 +154,13 @@ func (c *Client) CreateShare(ctx context.Context, req wire.CreateShareRequest) (
 	return out, c.Do(ctx, http.MethodPost, "/share", req, &out)
 }
 
+// RotateShareKey calls POST /share/keys/rotate: a new current share key
+// for the caller's organization (req.OrgID: master token only).
+func (c *Client) RotateShareKey(ctx context.Context, req wire.RotateShareKeyRequest) (wire.ShareKey, error) {
+	var out wire.ShareKey
+	return out, c.Do(ctx, http.MethodPost, "/share/keys/rotate", req, &out)
+}
+
 // ClearMaintenance calls DELETE /maintenance/{hostname}.
 func (c *Client) ClearMaintenance(ctx context.Context, hostname string) error {
 	return c.Do(ctx, http.MethodDelete, "/maintenance/"+url.PathEscape(hostname), nil, nil)

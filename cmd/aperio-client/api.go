@@ -305,7 +305,7 @@ func (a *apiCLI) maintenanceCommand() *cobra.Command {
 }
 
 func (a *apiCLI) shareCommand() *cobra.Command {
-	cmd := group("share", "Create share links")
+	cmd := group("share", "Create share links and rotate their key")
 	var (
 		req wire.CreateShareRequest
 		ttl time.Duration
@@ -315,7 +315,7 @@ func (a *apiCLI) shareCommand() *cobra.Command {
 		Short: "Print a URL that opens HOSTNAME (under PATH) past its access control until it expires",
 		Long: "Print a URL that opens one hostname, under a path prefix, to whoever holds it, until\n" +
 			"--ttl has passed (at most 720h). Anyone with the URL gets in: hand it out like a password.\n" +
-			"The server does not keep it; changing the master token revokes every link.",
+			"The server does not keep it; `share rotate --revoke` run twice revokes every link of the organization.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ttl <= 0 {
@@ -336,7 +336,28 @@ func (a *apiCLI) shareCommand() *cobra.Command {
 	f.DurationVar(&ttl, "ttl", 0, "how long the link works, at most 720h")
 	f.StringVar(&req.OrgID, "org-id", "", "organization owning the hostname (master token only; default: default)")
 	mustRequire(create, "hostname", "ttl")
-	cmd.AddCommand(create)
+	var rot wire.RotateShareKeyRequest
+	rotate := &cobra.Command{
+		Use:   "rotate [--revoke]",
+		Short: "Give the organization a new share key; with --revoke, refuse the links of the key it replaces",
+		Long: "Sign the organization's new share links with a new key. Links signed by the key it replaces\n" +
+			"keep working until the next rotation, unless --revoke: then every server refuses them (and the\n" +
+			"cookies they set) from its next request on. Other organizations' links are never touched.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.ShareKey, error) {
+				return c.RotateShareKey(ctx, rot)
+			}, func(w io.Writer, k wire.ShareKey) {
+				fmt.Fprintf(w, "key\t%s\n", k.ID)
+				fmt.Fprintf(w, "generation\t%d\n", k.Generation)
+				fmt.Fprintf(w, "previous\t%s\n", map[bool]string{true: "revoked", false: "still valid"}[k.RevokedPrevious])
+			})
+		},
+	}
+	rf := rotate.Flags()
+	rf.BoolVar(&rot.RevokePrevious, "revoke", false, "refuse every link signed by the replaced key")
+	rf.StringVar(&rot.OrgID, "org-id", "", "organization whose key to rotate (master token only; default: default)")
+	cmd.AddCommand(create, rotate)
 	return cmd
 }
 

@@ -676,12 +676,36 @@ func TestExplainTableSetting(t *testing.T) {
 // cliShares mints a fixed link naming what it was asked.
 type cliShares struct{}
 
-func (cliShares) Mint(_ *http.Request, host, path string, ttl time.Duration) (admin.ShareLink, string, error) {
+func (cliShares) Mint(_ *http.Request, _, host, path string, ttl time.Duration) (admin.ShareLink, string, error) {
 	if path == "" {
 		path = "/"
 	}
 	return admin.ShareLink{URL: "https://" + host + path + "?aperio_share=t-" + ttl.String(), Hostname: host, Path: path,
 		ExpiresAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}, "n", nil
+}
+
+func (cliShares) RotateKey(_ context.Context, orgID string, revoke bool) (admin.ShareKey, error) {
+	return admin.ShareKey{ID: "sk_cli", OrgID: orgID, Generation: 3, RevokedPrevious: revoke}, nil
+}
+
+// TestAPIShareRotate: api share rotate sends revoke_previous as --revoke
+// says and prints the new key.
+func TestAPIShareRotate(t *testing.T) {
+	s := newAPIServer(t)
+	t.Setenv("APERIO_SERVER_URL", s.url)
+	t.Setenv("APERIO_API_KEY", testMaster)
+	out := ok(t, "api", "share", "rotate")
+	if !strings.Contains(out, "sk_cli") || !strings.Contains(out, "still valid") {
+		t.Fatalf("share rotate printed %q, want the new key, previous still valid", out)
+	}
+	var key admin.ShareKey
+	okJSON(t, &key, "api", "share", "rotate", "--revoke", "--json")
+	if !key.RevokedPrevious || key.Generation != 3 {
+		t.Fatalf("share rotate --revoke --json = %+v, want the previous key revoked", key)
+	}
+	if code, _, errOut := cli(t, "api", "share", "rotate", "extra"); code != 2 || errOut == "" {
+		t.Fatalf("share rotate extra = %d %q, want a usage error", code, errOut)
+	}
 }
 
 // TestAPIShare: api share create sends the hostname, path and ttl and

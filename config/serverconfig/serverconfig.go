@@ -79,6 +79,7 @@ func settings() []config.Setting[Config] {
 		config.IntSetting("max_concurrent_requests", "proxied requests in flight on the whole server", func(c *S) *int { return &c.Router.MaxConcurrentRequests }),
 		config.SizeSetting("max_body_size", "request body ceiling (10MiB, bytes)", func(c *S) *int64 { return &c.Router.MaxBodyBytes }),
 		config.EnumSetting("default_access", "allow or deny: whether a service without auth is open", func(c *S) *string { return &c.DefaultAccess }),
+		config.DurationSetting("identity_key_rotation", "age at which the identity JWT key is replaced; 0 = never", func(c *S) *time.Duration { return &c.IdentityKeyRotation }),
 		config.StringSetting("oidc.issuer", "OpenID Connect provider for services with auth: oidc", func(c *S) *string { return &c.OIDC.Issuer }),
 		config.StringSetting("oidc.client_id", "client id registered at the provider", func(c *S) *string { return &c.OIDC.ClientID }),
 		config.StringSetting("oidc.client_secret", "client secret registered at the provider", func(c *S) *string { return &c.OIDC.ClientSecret }).Secret(),
@@ -241,6 +242,9 @@ func check(s Config, v *config.Checker) {
 	v.NonNegative("max_body_size", s.Router.MaxBodyBytes)
 	if s.DefaultAccess != "" { // "" is a hand-built Config: allow
 		v.OneOf("default_access", s.DefaultAccess, []string{"allow", "deny"})
+	}
+	if r := s.IdentityKeyRotation; r != 0 && (r < gateway.MinIdentityKeyRotation || r > gateway.MaxIdentityKeyRotation) {
+		v.Add("identity_key_rotation", "must be 0 (never) or between %v and %v, got %v", gateway.MinIdentityKeyRotation, gateway.MaxIdentityKeyRotation, r)
 	}
 	v.NonNegative("ip_limit_max", int64(s.Router.IPLimitMax))
 	if !(s.Router.IPLimitRefill >= 0) {

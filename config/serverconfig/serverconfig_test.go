@@ -657,6 +657,13 @@ var serverErrorCases = []struct {
 		},
 	},
 	{
+		name: "identity key rotation out of bounds",
+		file: "server.token: token-0123456789abcdef\nidentity_key_rotation: 30m\n",
+		want: []string{
+			"config: identity_key_rotation (aperio-server.yaml:2): must be 0 (never) or between 1h0m0s and 87600h0m0s, got 30m0s",
+		},
+	},
+	{
 		name: "two documents",
 		file: "server.token: token-0123456789abcdef\n---\nport: 80\n",
 		want: []string{"config: aperio-server.yaml:2: only one yaml document is allowed"},
@@ -845,8 +852,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 71 {
-		t.Errorf("len(Keys()) = %d, want 71", len(keys))
+	if len(keys) != 72 {
+		t.Errorf("len(Keys()) = %d, want 72", len(keys))
 	}
 }
 

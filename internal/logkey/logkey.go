@@ -47,6 +47,7 @@ const (
 	Event                 = "event"
 	First                 = "first"
 	From                  = "from"
+	Generation            = "generation" // a signing key's place in its series
 	Heartbeat             = "heartbeat"
 	IdempotencyKey        = "idempotency_key"
 	Idle                  = "idle"
@@ -63,6 +64,7 @@ const (
 	Owner                 = "owner"
 	Panic                 = "panic"
 	Problem               = "problem"
+	Purpose               = "purpose" // a signing key's: share or identity
 	Queued                = "queued"
 	Reason                = "reason"
 	User                  = "user" // a visitor a gate admitted or refused
