@@ -349,6 +349,14 @@ type ClientInfo struct {
 	Healthy bool `json:"healthy"`
 	// Draining is set once the client stopped taking new requests.
 	Draining bool `json:"draining"`
+	// Disabled is set while an operator disabled the client (POST
+	// /clients/{id}/disable): it takes no new requests, its tunnel stays
+	// up.
+	Disabled bool `json:"disabled"`
+	// RefusedBinds lists the binds of the client's announcement the
+	// server refused (hostname and path, or "(catch-all)"), which the
+	// rest of its binds serve without; empty when none.
+	RefusedBinds []string `json:"refused_binds"`
 	// ConnectedAt is when the connection was established.
 	ConnectedAt time.Time `json:"connected_at"`
 	// RemoteAddr is the client's address as the server sees it.
