@@ -157,6 +157,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	rc := cfg.Router
 	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, stale, log, g.tracer
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
+	rc.CatchAll = !cfg.RequireHostnameBind
 	if rc.Access, err = g.accessConfig(ctx); err != nil {
 		return nil, err
 	}
@@ -185,7 +186,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	tc := cfg.Tunnel
 	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now}
-	tc.Registry = auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now)}
+	tc.Registry = auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now),
+		binds: newBindAudits(rt, time.Now)}
 	tc.Logger = log
 	ts, err := tunnel.NewServer(tc)
 	if err != nil {
@@ -214,7 +216,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.edge, err = newEdge(cfg); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.shares}, Logger: log})
 	if err != nil {
 		return nil, err
 	}

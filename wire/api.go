@@ -132,6 +132,9 @@ type Token struct {
 	// Status is TokenActive, TokenRevoked or TokenExpired, as of the
 	// answer.
 	Status string `json:"status"`
+	// AllowCatchAll is set when the token's clients may serve catch-all
+	// services (no hostname), on servers with require_hostname_bind off.
+	AllowCatchAll bool `json:"allow_catch_all"`
 }
 
 // MintedToken is the answer to POST /tokens: the new token and, this
@@ -147,8 +150,12 @@ type MintedToken struct {
 type CreateTokenRequest struct {
 	Name string `json:"name"`
 	// Hostnames are the hostnames the token may bind, exact or "*."
-	// wildcards. At least one.
+	// wildcards. At least one, unless AllowCatchAll.
 	Hostnames []string `json:"hostnames"`
+	// AllowCatchAll lets the token's clients announce services with no
+	// hostname, which serve the hostnames nobody else binds (on servers
+	// with require_hostname_bind off). Default false.
+	AllowCatchAll bool `json:"allow_catch_all,omitempty"`
 	// AllowedIPs are the CIDRs (or bare addresses) of the visitors allowed
 	// on the routes the token publishes. Empty means any visitor.
 	AllowedIPs []string `json:"allowed_ips,omitempty"`
