@@ -824,6 +824,7 @@ func TestServerKeys(t *testing.T) {
 		{"visitor_min_bytes_per_second", "APERIO_VISITOR_MIN_BYTES_PER_SECOND", nil, false},
 		{"max_connections_per_ip", "APERIO_MAX_CONNECTIONS_PER_IP", nil, false},
 		{"tunnel_handshake_timeout", "APERIO_TUNNEL_HANDSHAKE_TIMEOUT", nil, false},
+		{"require_hostname_bind", "APERIO_REQUIRE_HOSTNAME_BIND", nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -843,8 +844,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 63 {
-		t.Errorf("len(Keys()) = %d, want 63", len(keys))
+	if len(keys) != 64 {
+		t.Errorf("len(Keys()) = %d, want 64", len(keys))
 	}
 }
 
