@@ -121,6 +121,10 @@ type Config struct {
 	// Clients lists the connected clients. Nil means none: GET /clients
 	// answers an empty list.
 	Clients ClientLister
+	// Disabler disables and enables connected clients (the kill switch).
+	// Nil means none can be: POST /clients/{id}/disable and /enable
+	// answer 404.
+	Disabler ClientDisabler
 	// Scaling lists and disarms scaling records. Nil means autoscaling is
 	// off: GET /scaling answers an empty list and DELETE /scaling/{id}
 	// answers 404. It must be nil itself then, not an interface holding a
@@ -211,18 +215,20 @@ func (noClients) Clients() []ClientInfo { return nil }
 type API struct {
 	store   Store
 	clients ClientLister
-	scaling Scaling // nil when autoscaling is off
-	fence   URLChecker
-	explain Explainer
-	shares  ShareMinter // nil when share links are off
-	events  MaintenanceEvents
-	log     *slog.Logger
-	now     func() time.Time
-	master  [sha256.Size]byte // SHA-256 of the master token, compared in constant time
-	logins  loginBudget
-	login   *adminLogin            // the admin login; nil when admin_oidc is off
-	defOrg  atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
-	router  *chi.Mux
+	// disabler is the kill switch; nil when there is none.
+	disabler ClientDisabler
+	scaling  Scaling // nil when autoscaling is off
+	fence    URLChecker
+	explain  Explainer
+	shares   ShareMinter // nil when share links are off
+	events   MaintenanceEvents
+	log      *slog.Logger
+	now      func() time.Time
+	master   [sha256.Size]byte // SHA-256 of the master token, compared in constant time
+	logins   loginBudget
+	login    *adminLogin            // the admin login; nil when admin_oidc is off
+	defOrg   atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
+	router   *chi.Mux
 }
 
 // New returns the admin API cfg describes, or the problems of cfg.
@@ -232,16 +238,17 @@ func New(cfg Config) (*API, error) {
 	}
 	cfg = cfg.withDefaults()
 	a := &API{
-		store:   cfg.Store,
-		clients: cfg.Clients,
-		scaling: cfg.Scaling,
-		fence:   cfg.Outbound,
-		explain: cfg.Explainer,
-		shares:  cfg.Shares,
-		events:  cfg.Events,
-		log:     cfg.Logger,
-		now:     cfg.Now,
-		master:  sha256.Sum256([]byte(cfg.MasterToken)),
+		store:    cfg.Store,
+		clients:  cfg.Clients,
+		disabler: cfg.Disabler,
+		scaling:  cfg.Scaling,
+		fence:    cfg.Outbound,
+		explain:  cfg.Explainer,
+		shares:   cfg.Shares,
+		events:   cfg.Events,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		master:   sha256.Sum256([]byte(cfg.MasterToken)),
 	}
 	if cfg.OIDC != nil {
 		l, err := newAdminLogin(cfg.OIDC, cfg.MasterToken, cfg.Now)
@@ -289,6 +296,8 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/tokens", roleAdmin, a.createToken},
 		{http.MethodDelete, "/tokens/{id}", roleAdmin, a.revokeToken},
 		{http.MethodGet, "/clients", roleViewer, a.listClients},
+		{http.MethodPost, "/clients/{id}/disable", roleOperator, a.disableClient},
+		{http.MethodPost, "/clients/{id}/enable", roleOperator, a.enableClient},
 		{http.MethodGet, "/scaling", roleViewer, a.listScaling},
 		{http.MethodDelete, "/scaling/{id}", roleOperator, a.disarmScaling},
 		{http.MethodGet, "/webhooks", roleViewer, a.listWebhooks},

@@ -40,7 +40,7 @@ type role int
 const (
 	roleNone     role = iota // no authentication at all
 	roleViewer               // reads
-	roleOperator             // maintenance, scaling disarm
+	roleOperator             // maintenance, scaling disarm, client disable
 	roleAdmin                // tokens and admin keys
 	roleMaster               // organizations: the master token only
 )

@@ -41,7 +41,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	for _, r := range admin.Roles() {
 		roles = append(roles, admin.OIDCRole{Email: r + "@a.test", Org: "a", Role: r})
 	}
-	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}})
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}})
 	f.clients, f.scaling = base.clients, base.scaling
 	w := &orgWorld{f: f, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
@@ -180,6 +180,12 @@ var matrix = []matrixCase{
 		return "/tokens/" + w.newToken(t, w.org(own)), ""
 	}, own: 200, other: 404, master: 200},
 	{method: "GET", pattern: "/clients", req: fixed("/clients"), own: 200, other: 200, master: 200, listing: true},
+	{method: "POST", pattern: "/clients/{id}/disable", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/disable", ""
+	}, own: 204, other: 404, master: 204},
+	{method: "POST", pattern: "/clients/{id}/enable", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/enable", ""
+	}, own: 204, other: 404, master: 204},
 	{method: "GET", pattern: "/scaling", req: fixed("/scaling"), own: 200, other: 200, master: 200, listing: true},
 	{method: "DELETE", pattern: "/scaling/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/scaling/" + w.newScaling(t, w.org(own)), ""

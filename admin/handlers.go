@@ -182,6 +182,8 @@ type createTokenBody struct {
 	AllowedIPs []string `json:"allowed_ips"`
 	ExpiresAt  string   `json:"expires_at"`
 	OrgID      string   `json:"org_id"`
+	// AllowCatchAll is as in CreateTokenRequest.
+	AllowCatchAll bool `json:"allow_catch_all"`
 }
 
 func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -195,7 +197,9 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	hosts, hostProblems := validPatterns("hostnames", req.Hostnames, maxTokenHostnames, true)
+	// A catch-all token serves what nobody else binds: it needs no
+	// hostname of its own.
+	hosts, hostProblems := validPatterns("hostnames", req.Hostnames, maxTokenHostnames, !req.AllowCatchAll)
 	problems = append(problems, hostProblems...)
 	ips, ipProblems := validAllowedIPs(req.AllowedIPs)
 	problems = append(problems, ipProblems...)
@@ -237,6 +241,8 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 		AllowedIPs: ips,
 		ExpiresAt:  expires,
 		CreatedBy:  c.actor(),
+
+		AllowCatchAll: req.AllowCatchAll,
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return errorf(http.StatusNotFound, "organization %q not found", orgID)
@@ -248,7 +254,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 		Event:  EventTokenMinted,
 		Actor:  c.actor(),
 		OrgID:  t.OrgID,
-		Detail: fmt.Sprintf("token %s name=%q hostnames=%s", t.ID, t.Name, auditList(t.Hostnames)),
+		Detail: fmt.Sprintf("token %s name=%q hostnames=%s allow_catch_all=%t", t.ID, t.Name, auditList(t.Hostnames), t.AllowCatchAll),
 	}
 	if len(t.Hostnames) == 1 {
 		e.Hostname = t.Hostnames[0]

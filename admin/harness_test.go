@@ -60,6 +60,19 @@ func (f *fakeClients) Clients() []admin.ClientInfo {
 	return append([]admin.ClientInfo(nil), f.list...)
 }
 
+// SetClientDisabled implements admin.ClientDisabler over the list.
+func (f *fakeClients) SetClientDisabled(id string, disabled bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.list {
+		if f.list[i].ID == id {
+			f.list[i].Disabled = disabled
+			return nil
+		}
+	}
+	return admin.ErrNoClient
+}
+
 func (f *fakeClients) set(l ...admin.ClientInfo) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -101,6 +101,8 @@ func tokenOf(t store.Token, now time.Time) Token {
 		CreatedBy:  t.CreatedBy,
 		CreatedAt:  t.CreatedAt,
 		Status:     status,
+
+		AllowCatchAll: t.AllowCatchAll,
 	}
 }
 

@@ -486,9 +486,9 @@ func (c Client) problems(src *Sources) []*Error {
 			v.add(p+"target", "%s", msg)
 		}
 		v.backend(p, s)
-		if len(s.Hostnames) == 0 {
-			v.add(p+"hostname", "required: the public hostname to serve")
-		}
+		// No hostname is valid: the server binds the token's exact
+		// hostnames (auto-bind) or, where allowed, a catch-all, and tells
+		// the client when it may have neither.
 		for _, h := range s.Hostnames {
 			if !validHostname(h) {
 				v.add(p+"hostname", "%q is not a valid DNS name or *. wildcard", h)

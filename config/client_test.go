@@ -575,7 +575,6 @@ scaling:
 			`config: services[0].path (aperio.yaml:4): "api" does not start with /`,
 			"config: services[1].target: required: the URL of the local app (a port, host:port or URL)",
 			`config: services[1].hostname (aperio.yaml:5): "app.*.example.com" is not a valid DNS name or *. wildcard`,
-			"config: services[2].hostname: required: the public hostname to serve",
 			"config: services[3].hostname (aperio.yaml:8): ok.example.com is already served by services[1]",
 		},
 	},
@@ -588,7 +587,6 @@ scaling:
 		want: []string{
 			"config: services[0].hostnme (aperio.yaml:3): unknown key, did you mean hostname?",
 			"config: services[0].health.endpont (aperio.yaml:4): unknown key, did you mean health.endpoint?",
-			"config: services[0].hostname: required: the public hostname to serve",
 		},
 	},
 	{
@@ -700,7 +698,6 @@ scaling:
 		want: []string{
 			"config: services[0] (aperio.yaml:2): expected a mapping of service settings (target, hostname, ...)",
 			"config: services[0].target: required: the URL of the local app (a port, host:port or URL)",
-			"config: services[0].hostname: required: the public hostname to serve",
 		},
 	},
 	{

@@ -53,7 +53,7 @@ func (a *tokenAuth) Authenticate(ctx context.Context, token string) (tunnel.Iden
 	case t.ExpiresAt != nil && !a.now().Before(*t.ExpiresAt):
 		return tunnel.Identity{}, errors.New("token expired")
 	}
-	id := tunnel.Identity{TokenID: t.ID, OrgID: t.OrgID, Name: t.Name, Hostnames: t.Hostnames}
+	id := tunnel.Identity{TokenID: t.ID, OrgID: t.OrgID, Name: t.Name, Hostnames: t.Hostnames, AllowCatchAll: t.AllowCatchAll}
 	if t.ExpiresAt != nil {
 		id.ExpiresAt = *t.ExpiresAt
 	}
@@ -77,6 +77,7 @@ type auditingRegistry struct {
 	db     *store.DB
 	log    *slog.Logger
 	budget *refusalBudget
+	binds  *bindAudits // nil: refused binds are not audited
 }
 
 func (r auditingRegistry) Attach(ctx context.Context, s *tunnel.Session) error {

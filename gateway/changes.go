@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/aperio-dev/aperio/admin"
@@ -205,18 +207,40 @@ func (g *Gateway) adminScaling() admin.Scaling {
 	return g.ctl
 }
 
+// nonNilStrings returns ss, or an empty slice for nil, so that JSON shows
+// [] rather than null.
+func nonNilStrings(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
+// SetClientDisabled implements admin.ClientDisabler: the router's kill
+// switch.
+func (g *Gateway) SetClientDisabled(id string, disabled bool) error {
+	err := g.router.SetDisabled(id, disabled)
+	if errors.Is(err, router.ErrNoClient) {
+		return fmt.Errorf("%w: %w", admin.ErrNoClient, err)
+	}
+	return err
+}
+
 // Clients implements admin.ClientLister: one entry per connected client
 // and announced service.
 func (g *Gateway) Clients() []admin.ClientInfo {
 	var out []admin.ClientInfo
 	for _, s := range g.tunnels.Sessions() {
 		ann := s.Announcement()
+		binds := g.router.Binds(s)
 		for _, svc := range ann.Services {
 			var cc *admin.Concurrency
 			if c := svc.Concurrency; c != nil {
 				cc = &admin.Concurrency{Mode: c.Mode, Desired: c.Desired, Min: c.Min, Max: c.Max, Fixed: c.Fixed}
 			}
 			out = append(out, admin.ClientInfo{
+				Disabled:      binds.Disabled,
+				RefusedBinds:  nonNilStrings(binds.Refused),
 				ID:            s.ID(),
 				Name:          ann.Name,
 				OrgID:         s.Identity().OrgID,

@@ -142,6 +142,11 @@ type Config struct {
 	// AccessLogIPs adds the visitor's address to access log lines
 	// (access_log_ips). Default off.
 	AccessLogIPs bool
+	// RequireHostnameBind refuses services that name no hostname unless
+	// their token lists exact hostnames to auto-bind
+	// (require_hostname_bind). Default on; off, the master token's and
+	// allow_catch_all tokens' services with no hostname are catch-alls.
+	RequireHostnameBind bool
 	// ServerTiming adds Server-Timing (aperio-queue, aperio-hold) to
 	// answers that waited for a permit or a cold start (server_timing).
 	// Default on.
@@ -199,6 +204,7 @@ func DefaultConfig() Config {
 		ScalingRecordTTL:    30 * 24 * time.Hour,
 		AccessLog:           true,
 		ServerTiming:        true,
+		RequireHostnameBind: true,
 		RealIPHeader:        "X-Forwarded-For",
 	}
 }

@@ -166,6 +166,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	rc := cfg.Router
 	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, stale, log, g.tracer
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
+	rc.CatchAll = !cfg.RequireHostnameBind
 	if rc.Access, err = g.accessConfig(ctx); err != nil {
 		return nil, err
 	}
@@ -194,7 +195,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	tc := cfg.Tunnel
 	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now}
-	tc.Registry = auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now)}
+	tc.Registry = auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now),
+		binds: newBindAudits(rt, time.Now)}
 	tc.Logger = log
 	ts, err := tunnel.NewServer(tc)
 	if err != nil {
@@ -227,7 +229,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -103,7 +103,7 @@ func (rt *Router) SetArmed(binds []ArmedBind) {
 	now := time.Now()
 	sets := make(map[poolKey]*armedSet, len(binds))
 	for _, b := range binds {
-		k := poolKey{hostname.Normalize(b.Pattern), b.Path}
+		k := poolKey{pattern: hostname.Normalize(b.Pattern), path: b.Path}
 		set := sets[k]
 		if set == nil {
 			set = &armedSet{byOrg: make(map[string]*armedInfo, 1)}
@@ -172,7 +172,7 @@ func (rt *Router) coldStart(ctx context.Context, p *pool, w *waiter) (failed <-c
 func (rt *Router) poolOf(pattern, path string) *pool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return rt.pools[poolKey{hostname.Normalize(pattern), path}]
+	return rt.pools[poolKey{pattern: hostname.Normalize(pattern), path: path}]
 }
 
 // Armed reports whether the bind of pattern and path is armed by any
@@ -213,7 +213,7 @@ func (rt *Router) Bound(conn Conn, pattern, path string) bool {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	e := rt.clients[conn]
-	return e != nil && e.keys[poolKey{hostname.Normalize(pattern), path}]
+	return e != nil && e.keys[poolKey{pattern: hostname.Normalize(pattern), path: path}]
 }
 
 // MayArm reports whether a token with the hostname patterns may arm a

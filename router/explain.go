@@ -276,7 +276,7 @@ func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr, path s
 	for _, s := range ms {
 		c := ExplainClient{
 			ID: s.conn.ID(), Name: names[s.conn], Service: s.id,
-			Priority: s.priority.Load(), Healthy: s.healthy.Load(), Draining: s.draining.Load(),
+			Priority: s.priority.Load(), Healthy: s.healthy.Load(), Draining: s.draining.Load(), Disabled: s.disabled.Load(),
 			Inflight: s.inflight.Load(), Limit: s.limit.Load(), Routable: s.routable(),
 			Admits: w.accepts(s), ForwardedPath: forwarded[s],
 		}

@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
 )
@@ -83,6 +84,10 @@ func (rt *Router) SetOwnership(o Ownership) {
 	for _, c := range conns {
 		rt.reapply(c)
 	}
+	// The catch-all serving a hostname depends on who owns it.
+	rt.mu.Lock()
+	rt.rebuildTableLocked(time.Now())
+	rt.mu.Unlock()
 }
 
 // reapply applies conn's current announcement again, as if it had changed,
@@ -108,6 +113,9 @@ type rights struct {
 	allowedIPs []netip.Prefix
 	master     bool
 	org        string
+	// catchAll is set when the token may serve a catch-all (the master
+	// token, or allow_catch_all).
+	catchAll bool
 }
 
 // refusalLocked returns why e (of rights r) may not bind host at path, or
@@ -122,7 +130,7 @@ func (rt *Router) refusalLocked(e *clientEntry, r rights, host, path string) str
 	}
 	// A connection that names no organization (only tests make them)
 	// shares any pool.
-	for other := range rt.members[poolKey{hostname.Normalize(host), path}] {
+	for other := range rt.members[poolKey{pattern: hostname.Normalize(host), path: path}] {
 		if other != e && other.rights.org != r.org && other.rights.org != "" && r.org != "" {
 			return fmt.Sprintf("bind %s%s is served by another organization's clients", host, path)
 		}

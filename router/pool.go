@@ -27,6 +27,9 @@ type service struct {
 	healthy  atomic.Bool
 	draining atomic.Bool
 	gone     atomic.Bool // the session ended
+	// disabled is set while an operator disabled the client (the kill
+	// switch): no new requests, in-flight ones finish.
+	disabled atomic.Bool
 	// resilience is set when the service allows serve-stale copies.
 	resilience atomic.Bool
 	// allowConnect is set when the service takes CONNECT requests.
@@ -46,7 +49,7 @@ type service struct {
 
 // routable reports whether the service may take new requests.
 func (s *service) routable() bool {
-	return s.healthy.Load() && !s.draining.Load() && !s.gone.Load()
+	return s.healthy.Load() && !s.draining.Load() && !s.gone.Load() && !s.disabled.Load()
 }
 
 // tryTake takes a permit if one is free.
@@ -70,6 +73,11 @@ type pool struct {
 	seq     uint64 // creation order; pools are locked in seq order
 	pattern string
 	path    string
+	// catchAll is set for the pool of services that name no hostname, of
+	// organization org: it serves what no other bind matches (pattern is
+	// "").
+	catchAll bool
+	org      string
 
 	members atomic.Pointer[[]*service] // sorted oldest first; swapped on change
 	// armed is set while the bind has armed scaling records, one per org.

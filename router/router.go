@@ -92,6 +92,12 @@ type Config struct {
 	// Policy is the traffic policy (routes, rate_limits, headers,
 	// security_headers), compiled by New. The zero value is none.
 	Policy policy.Config
+	// CatchAll lets services that name no hostname serve the hostnames no
+	// other bind matches, for the master token and tokens minted with
+	// allow_catch_all (require_hostname_bind false). False, the zero
+	// value, refuses such services, unless their token lists exact
+	// hostnames (auto-bind).
+	CatchAll bool
 
 	// Access is the server's side of visitor access control
 	// (default_access, the identity signer, share links, the outbound
@@ -141,6 +147,12 @@ type clientEntry struct {
 	services map[string]*service
 	keys     map[poolKey]bool // the pools its services are in
 	notices  []string         // repeated to the client on every heartbeat
+	// refused lists the binds of the announcement its rights refuse
+	// (hostname and path, or catchAllBind), at most one per announced
+	// hostname or service.
+	refused []string
+	// disabled is set while an operator disabled the client (SetDisabled).
+	disabled bool
 	// retry is set when a bind was refused for disagreeing access: the
 	// next announcement is applied again even if it is the same, so that
 	// the bind is taken once the clients serving it agree or leave.
@@ -150,7 +162,13 @@ type clientEntry struct {
 // poolKey names a pool: a hostname pattern and a path. It needs no
 // organization, unlike autoscale's bindKey: the router refuses binds into
 // another organization's pool, so every pool has one.
-type poolKey struct{ pattern, path string }
+type poolKey struct {
+	pattern, path string
+	// catchAll keys a catch-all pool, one per organization (org), with an
+	// empty pattern; org is "" for every other pool.
+	catchAll bool
+	org      string
+}
 
 // New returns a Router with no clients, or an error naming a bad setting.
 func New(cfg Config) (*Router, error) {
@@ -193,7 +211,7 @@ func New(cfg Config) (*Router, error) {
 	if cfg.IPLimitMax > 0 {
 		rt.ips = newIPLimiter(cfg.IPLimitMax, cfg.IPLimitRefill)
 	}
-	rt.table.Store(buildTable(nil))
+	rt.table.Store(buildTable(nil, nil))
 	rt.maintenance.Store(&hostMap[*maintenanceEntry]{})
 	rt.now = cfg.Now
 	if rt.now == nil {
@@ -208,35 +226,88 @@ func New(cfg Config) (*Router, error) {
 	return rt, nil
 }
 
-// Attach implements tunnel.Registry: a session whose token may not bind a
-// hostname it announces is refused, with the hostnames named, and so is
-// one announcing a hostname its organization may not bind (see
-// SetOwnership) or a bind whose pool has members of another organization,
-// with the reasons.
+// Attach implements tunnel.Registry: a session none of whose binds may be
+// taken is refused, with the reasons: hostnames its token may not bind,
+// hostnames its organization may not bind (see SetOwnership), binds whose
+// pool has members of another organization, a service with no hostname
+// where no catch-all is allowed. A session with at least one bind it may
+// take is attached; the binds it may not take are left out with a notice
+// (see Update). A session announcing no service is attached.
 func (rt *Router) Attach(_ context.Context, s *tunnel.Session) error {
-	id := s.Identity()
-	if bad := disallowed(id, s.Announcement()); len(bad) > 0 {
-		return fmt.Errorf("token %q may not bind %s", id.Name, strings.Join(bad, ", "))
-	}
-	r := sessionRights(s)
+	return rt.attachRefusal(s.Identity().Name, sessionRights(s), s.Announcement())
+}
+
+// attachRefusal is Attach's verdict on ann, announced with rights r by a
+// token called name.
+func (rt *Router) attachRefusal(name string, r rights, ann *tunnel.Announcement) error {
 	probe := &clientEntry{rights: r}
 	var why []string
+	accepted, refused := 0, 0
 	rt.mu.Lock()
-	for _, svc := range s.Announcement().Services {
-		for _, h := range svc.Hostnames {
-			if reason := rt.refusalLocked(probe, r, h, svc.Path); reason != "" && !slices.Contains(why, reason) {
+	for i := range ann.Services {
+		keys, bad, reasons := rt.bindsLocked(probe, r, &ann.Services[i])
+		accepted += len(keys)
+		refused += len(bad)
+		for _, reason := range reasons {
+			if !slices.Contains(why, reason) && len(why) <= maxRefusalReasons {
 				why = append(why, reason)
 			}
 		}
 	}
 	rt.mu.Unlock()
+	if accepted > 0 || refused == 0 {
+		return nil
+	}
 	if len(why) > maxRefusalReasons {
-		why = append(why[:maxRefusalReasons], fmt.Sprintf("and %d more", len(why)-maxRefusalReasons))
+		why = append(why[:maxRefusalReasons], fmt.Sprintf("and %d more", refused-maxRefusalReasons))
 	}
-	if len(why) > 0 {
-		return fmt.Errorf("token %q refused: %s", id.Name, strings.Join(why, "; "))
+	return fmt.Errorf("token %q refused: %s", name, strings.Join(why, "; "))
+}
+
+// catchAllBind names a refused catch-all in a client's refused binds.
+const catchAllBind = "(catch-all)"
+
+// bindsLocked returns the pools sa may join with rights r (e is the
+// client, for the pool-membership check), the binds it may not take and
+// why. A service with no hostname binds the token's exact hostnames when
+// it lists some (auto-bind, never its wildcards), else the catch-all of
+// r's organization when r and the server allow it.
+func (rt *Router) bindsLocked(e *clientEntry, r rights, sa *tunnel.Service) (keys []poolKey, refused, why []string) {
+	hosts := sa.Hostnames
+	if len(hosts) == 0 {
+		hosts = exactPatterns(r.allowed)
 	}
-	return nil
+	if len(hosts) == 0 {
+		switch {
+		case !r.catchAll:
+			why = append(why, fmt.Sprintf("service %s names no hostname, and its token lists no exact hostname to bind and may not serve a catch-all (allow_catch_all)", sa.ID))
+		case !rt.cfg.CatchAll:
+			why = append(why, fmt.Sprintf("service %s names no hostname, and this server refuses catch-all services (require_hostname_bind)", sa.ID))
+		default:
+			return []poolKey{{path: sa.Path, catchAll: true, org: r.org}}, nil, nil
+		}
+		return nil, []string{catchAllBind + sa.Path}, why
+	}
+	for _, h := range hosts {
+		if reason := rt.refusalLocked(e, r, h, sa.Path); reason != "" {
+			refused = append(refused, h+sa.Path)
+			why = append(why, reason)
+			continue
+		}
+		keys = append(keys, poolKey{pattern: hostname.Normalize(h), path: sa.Path})
+	}
+	return keys, refused, why
+}
+
+// exactPatterns returns the exact hostnames among a token's patterns.
+func exactPatterns(patterns []string) []string {
+	var out []string
+	for _, p := range patterns {
+		if !strings.HasPrefix(p, "*") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // maxRefusalReasons bounds the reasons a refusal spells out, so that the
@@ -247,7 +318,8 @@ const maxRefusalReasons = 5
 // sessionRights returns what s may bind.
 func sessionRights(s *tunnel.Session) rights {
 	id := s.Identity()
-	return rights{allowed: id.Hostnames, allowedIPs: id.AllowedIPs, master: id.TokenID == "", org: id.OrgID}
+	master := id.TokenID == ""
+	return rights{allowed: id.Hostnames, allowedIPs: id.AllowedIPs, master: master, org: id.OrgID, catchAll: master || id.AllowCatchAll}
 }
 
 // Update implements tunnel.Registry: it applies the session's announcement
@@ -256,22 +328,6 @@ func sessionRights(s *tunnel.Session) rights {
 // out, and the client is told.
 func (rt *Router) Update(_ context.Context, s *tunnel.Session) []string {
 	return rt.updateAs(s, s.Announcement(), sessionRights(s))
-}
-
-// disallowed returns the announced hostnames id may not bind.
-func disallowed(id tunnel.Identity, ann *tunnel.Announcement) []string {
-	if id.TokenID == "" {
-		return nil
-	}
-	var bad []string
-	for _, svc := range ann.Services {
-		for _, h := range svc.Hostnames {
-			if !mayBind(id.Hostnames, h) {
-				bad = append(bad, h)
-			}
-		}
-	}
-	return bad
 }
 
 // mayBind reports whether a token with patterns may bind host. An exact
@@ -299,7 +355,7 @@ func mayBind(patterns []string, host string) bool {
 // update applies ann as the announcement of a client with every right
 // (the master token).
 func (rt *Router) update(conn Conn, ann *tunnel.Announcement) []string {
-	return rt.updateAs(conn, ann, rights{master: true, org: connOrg(conn)})
+	return rt.updateAs(conn, ann, rights{master: true, catchAll: true, org: connOrg(conn)})
 }
 
 // updateAs applies ann as conn's announcement, binding only the hostnames
@@ -334,7 +390,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 	e.ann = ann
 	seen := make(map[string]bool, len(ann.Services))
 	keys := make(map[poolKey][]*service)
-	var notices []string
+	var notices, refused []string
 	retry := false
 	for _, sa := range ann.Services {
 		seen[sa.ID] = true
@@ -350,6 +406,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		s.priority.Store(int64(sa.Priority))
 		s.healthy.Store(sa.Healthy)
 		s.draining.Store(ann.Draining)
+		s.disabled.Store(e.disabled)
 		s.resilience.Store(sa.Resilience)
 		s.allowConnect.Store(sa.AllowConnect)
 		notices = append(notices, storeServiceHeaders(s, sa)...)
@@ -363,12 +420,12 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 			s.gate.Store(ng)
 			ge = ng
 		}
-		for _, h := range sa.Hostnames {
-			if why := rt.refusalLocked(e, e.rights, h, sa.Path); why != "" {
-				notices = append(notices, why+"; not routed")
-				continue
-			}
-			k := poolKey{hostname.Normalize(h), sa.Path}
+		ks, bad, whys := rt.bindsLocked(e, e.rights, &sa)
+		refused = append(refused, bad...)
+		for _, why := range whys {
+			notices = append(notices, why+"; not routed")
+		}
+		for _, k := range ks {
 			if why := rt.accessConflictLocked(e, k, ge); why != "" {
 				notices = append(notices, why)
 				retry = true
@@ -385,6 +442,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		}
 	}
 	e.notices = notices
+	e.refused = refused
 	return notices, rt.rebindLocked(e, keys)
 }
 
@@ -461,7 +519,7 @@ func (rt *Router) rebindLocked(e *clientEntry, keys map[poolKey][]*service) []*p
 		p := rt.pools[k]
 		if p == nil {
 			rt.poolSeq++
-			p = &pool{seq: rt.poolSeq, pattern: k.pattern, path: k.path}
+			p = &pool{seq: rt.poolSeq, pattern: k.pattern, path: k.path, catchAll: k.catchAll, org: k.org}
 			rt.pools[k] = p
 			tableDirty = true
 		}
@@ -521,7 +579,7 @@ func (rt *Router) rebuildTableLocked(now time.Time) {
 		}
 		live = append(live, p)
 	}
-	rt.table.Store(buildTable(live))
+	rt.table.Store(buildTable(live, rt.owners.Load()))
 }
 
 // sortServices orders a pool's members oldest connection first, so
@@ -625,7 +683,7 @@ type PoolStats struct {
 // disconnected services are not capacity.
 func (rt *Router) Stats(pattern, path string) PoolStats {
 	rt.mu.Lock()
-	p := rt.pools[poolKey{hostname.Normalize(pattern), path}]
+	p := rt.pools[poolKey{pattern: hostname.Normalize(pattern), path: path}]
 	rt.mu.Unlock()
 	var st PoolStats
 	if p == nil {

@@ -25,6 +25,14 @@ type hostPools []*pool
 type table struct {
 	exact    map[string]hostPools
 	wildcard map[string]hostPools // by suffix: "*.example.com" is ".example.com"
+	// catchAll holds the pools of services that name no hostname, by
+	// organization; they serve what no exact or wildcard bind matches.
+	catchAll map[string]hostPools
+	// owners is the hostname ownership at build time, which picks the
+	// organization whose catch-all serves a hostname; nil when ownership
+	// is not enforced (anyOrg's catch-all serves then).
+	owners *ownership
+	anyOrg string
 }
 
 // match returns the pool serving host (normalized) and path, or nil.
@@ -38,7 +46,7 @@ func (t *table) match(host, path string) *pool {
 		}
 	}
 	if len(t.wildcard) == 0 {
-		return nil
+		return t.matchCatchAll(host, path)
 	}
 	// Try every suffix that starts at a dot, longest first, so the most
 	// specific wildcard wins; a wildcard needs a label in front of it.
@@ -52,7 +60,27 @@ func (t *table) match(host, path string) *pool {
 			}
 		}
 	}
-	return nil
+	return t.matchCatchAll(host, path)
+}
+
+// matchCatchAll returns the catch-all pool serving host and path, or nil:
+// the one of the organization that may bind host under the ownership (see
+// ownership.refusal), any one when ownership is not enforced.
+func (t *table) matchCatchAll(host, path string) *pool {
+	if len(t.catchAll) == 0 {
+		return nil
+	}
+	org := t.anyOrg
+	if o := t.owners; o != nil {
+		if who, _, ok := o.owners.Owner(host); ok {
+			org = who
+		} else if o.counts[o.defaultOrg] == 0 {
+			org = o.defaultOrg
+		} else {
+			return nil
+		}
+	}
+	return t.catchAll[org].match(path)
 }
 
 // match returns the pool with the longest path prefix that matches path.
@@ -75,10 +103,18 @@ func pathMatch(prefix, path string) bool {
 		(len(path) == len(prefix) || path[len(prefix)] == '/' || prefix[len(prefix)-1] == '/')
 }
 
-// buildTable indexes pools by hostname pattern.
-func buildTable(pools []*pool) *table {
-	t := &table{exact: make(map[string]hostPools), wildcard: make(map[string]hostPools)}
+// buildTable indexes pools by hostname pattern, with o the ownership in
+// force (nil: not enforced).
+func buildTable(pools []*pool, o *ownership) *table {
+	t := &table{exact: make(map[string]hostPools), wildcard: make(map[string]hostPools), owners: o}
 	for _, p := range pools {
+		if p.catchAll {
+			if t.catchAll == nil {
+				t.catchAll = make(map[string]hostPools)
+			}
+			t.catchAll[p.org] = append(t.catchAll[p.org], p)
+			continue
+		}
 		if suffix, ok := strings.CutPrefix(p.pattern, "*"); ok {
 			t.wildcard[suffix] = append(t.wildcard[suffix], p)
 		} else {
@@ -90,6 +126,13 @@ func buildTable(pools []*pool) *table {
 	}
 	for _, ps := range t.wildcard {
 		sortPools(ps)
+	}
+	first := true
+	for org, ps := range t.catchAll {
+		sortPools(ps)
+		if first || org < t.anyOrg {
+			t.anyOrg, first = org, false
+		}
 	}
 	return t
 }

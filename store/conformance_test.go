@@ -352,6 +352,8 @@ func testTokenRoundTrip(t *testing.T, b backend) {
 		AllowedIPs: []string{"10.0.0.0/8", "2001:db8::/32"},
 		ExpiresAt:  &expires,
 		CreatedBy:  "master",
+		// A field added by a later migration reads back as written.
+		AllowCatchAll: true,
 	}
 	created := mustToken(t, db, in)
 	want := in
@@ -409,6 +411,9 @@ func testTokenRoundTrip(t *testing.T, b backend) {
 		}
 		if tok.ExpiresAt != nil || tok.RevokedAt != nil {
 			t.Errorf("%s ExpiresAt, RevokedAt = %v, %v; want nil", name, tok.ExpiresAt, tok.RevokedAt)
+		}
+		if tok.AllowCatchAll {
+			t.Errorf("%s AllowCatchAll = true, want false (the default)", name)
 		}
 	}
 }

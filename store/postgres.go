@@ -303,12 +303,12 @@ func (b *pgBackend) listOrgs(ctx context.Context) ([]Org, error) {
 
 // Tokens.
 
-const pgTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by`
+const pgTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by, allow_catch_all`
 
 func pgScanToken(r pgx.Row) (Token, error) {
 	var t Token
 	if err := r.Scan(&t.ID, &t.OrgID, &t.Name, &t.Prefix, &t.Hash, &t.Hostnames, &t.AllowedIPs,
-		&t.ExpiresAt, &t.RevokedAt, &t.CreatedAt, &t.CreatedBy); err != nil {
+		&t.ExpiresAt, &t.RevokedAt, &t.CreatedAt, &t.CreatedBy, &t.AllowCatchAll); err != nil {
 		return Token{}, pgErr(err)
 	}
 	t.Hostnames = list(t.Hostnames)
@@ -321,9 +321,9 @@ func pgScanToken(r pgx.Row) (Token, error) {
 
 func (b *pgBackend) insertToken(ctx context.Context, t Token) error {
 	_, err := b.pool.Exec(ctx,
-		`INSERT INTO tokens (`+pgTokenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		`INSERT INTO tokens (`+pgTokenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, list(t.Hostnames), list(t.AllowedIPs),
-		t.ExpiresAt, t.RevokedAt, t.CreatedAt, t.CreatedBy)
+		t.ExpiresAt, t.RevokedAt, t.CreatedAt, t.CreatedBy, t.AllowCatchAll)
 	return pgErr(err)
 }
 

@@ -278,7 +278,7 @@ func sqliteCollect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, e
 
 // Tokens.
 
-const sqliteTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by`
+const sqliteTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by, allow_catch_all`
 
 func sqliteScanToken(s scanner) (Token, error) {
 	var (
@@ -288,7 +288,7 @@ func sqliteScanToken(s scanner) (Token, error) {
 		created               string
 	)
 	if err := s.Scan(&t.ID, &t.OrgID, &t.Name, &t.Prefix, &t.Hash, &hostnames, &allowedIPs,
-		&expires, &revoked, &created, &t.CreatedBy); err != nil {
+		&expires, &revoked, &created, &t.CreatedBy, &t.AllowCatchAll); err != nil {
 		return Token{}, sqliteErr(err)
 	}
 	var errs [5]error
@@ -305,9 +305,9 @@ func sqliteScanToken(s scanner) (Token, error) {
 
 func (b *sqliteBackend) insertToken(ctx context.Context, t Token) error {
 	_, err := b.w.ExecContext(ctx,
-		`INSERT INTO tokens (`+sqliteTokenCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)`,
+		`INSERT INTO tokens (`+sqliteTokenCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`,
 		t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, sqliteList(t.Hostnames), sqliteList(t.AllowedIPs),
-		sqliteFormatPtr(t.ExpiresAt), sqliteFormatPtr(t.RevokedAt), sqliteFormat(t.CreatedAt), t.CreatedBy)
+		sqliteFormatPtr(t.ExpiresAt), sqliteFormatPtr(t.RevokedAt), sqliteFormat(t.CreatedAt), t.CreatedBy, t.AllowCatchAll)
 	return sqliteErr(err)
 }
 

@@ -355,6 +355,11 @@ type Token struct {
 	CreatedAt time.Time
 	// CreatedBy names the actor that minted the token (free text).
 	CreatedBy string
+	// AllowCatchAll lets the token's clients announce a service with no
+	// hostname, which serves the hostnames nobody else binds (when the
+	// server allows catch-alls at all). False, the zero value and the
+	// value of every token minted before the field, refuses them.
+	AllowCatchAll bool
 }
 
 // CreateToken stores t with a new ID and CreatedAt and returns it as stored

@@ -68,7 +68,10 @@ type Announcement struct {
 type Service struct {
 	// ID names the service within its client; the server echoes it in
 	// ServiceHeader. The client uses the service's index.
-	ID            string   `json:"id"`
+	ID string `json:"id"`
+	// Hostnames are the hostnames the service binds. Empty asks the
+	// server for the token's exact hostnames (auto-bind) or, where the
+	// token and server allow it, the catch-all; the registry decides.
 	Hostnames     []string `json:"hostnames"`
 	Path          string   `json:"path,omitempty"`
 	MaxConcurrent int      `json:"max_concurrent,omitempty"` // 0 = not announced
@@ -228,9 +231,6 @@ func (a *Announcement) Validate() error {
 			errs = append(errs, fmt.Errorf("announcement: service %d: empty or duplicate id %q", i, svc.ID))
 		}
 		seen[svc.ID] = true
-		if len(svc.Hostnames) == 0 {
-			errs = append(errs, fmt.Errorf("announcement: service %s: no hostname", svc.ID))
-		}
 		total += len(svc.Hostnames)
 		for _, h := range svc.Hostnames {
 			if err := hostname.Validate(h); err != nil {

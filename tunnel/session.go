@@ -53,6 +53,9 @@ type Identity struct {
 	AllowedIPs []netip.Prefix
 	// ExpiresAt ends the sessions of the token; zero means never.
 	ExpiresAt time.Time
+	// AllowCatchAll is set when the token may serve a catch-all (a
+	// service with no hostname); the master token always may.
+	AllowCatchAll bool
 }
 
 // Session is one connected client as the server sees it. It is safe for

@@ -138,6 +138,9 @@ type Token struct {
 	// Status is TokenActive, TokenRevoked or TokenExpired, as of the
 	// answer.
 	Status string `json:"status"`
+	// AllowCatchAll is set when the token's clients may serve catch-all
+	// services (no hostname), on servers with require_hostname_bind off.
+	AllowCatchAll bool `json:"allow_catch_all"`
 }
 
 // MintedToken is the answer to POST /tokens: the new token and, this
@@ -153,8 +156,12 @@ type MintedToken struct {
 type CreateTokenRequest struct {
 	Name string `json:"name"`
 	// Hostnames are the hostnames the token may bind, exact or "*."
-	// wildcards. At least one.
+	// wildcards. At least one, unless AllowCatchAll.
 	Hostnames []string `json:"hostnames"`
+	// AllowCatchAll lets the token's clients announce services with no
+	// hostname, which serve the hostnames nobody else binds (on servers
+	// with require_hostname_bind off). Default false.
+	AllowCatchAll bool `json:"allow_catch_all,omitempty"`
 	// AllowedIPs are the CIDRs (or bare addresses) of the visitors allowed
 	// on the routes the token publishes. Empty means any visitor.
 	AllowedIPs []string `json:"allowed_ips,omitempty"`
@@ -390,6 +397,14 @@ type ClientInfo struct {
 	Healthy bool `json:"healthy"`
 	// Draining is set once the client stopped taking new requests.
 	Draining bool `json:"draining"`
+	// Disabled is set while an operator disabled the client (POST
+	// /clients/{id}/disable): it takes no new requests, its tunnel stays
+	// up.
+	Disabled bool `json:"disabled"`
+	// RefusedBinds lists the binds of the client's announcement the
+	// server refused (hostname and path, or "(catch-all)"), which the
+	// rest of its binds serve without; empty when none.
+	RefusedBinds []string `json:"refused_binds"`
 	// ConnectedAt is when the connection was established.
 	ConnectedAt time.Time `json:"connected_at"`
 	// RemoteAddr is the client's address as the server sees it.

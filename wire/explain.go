@@ -100,7 +100,10 @@ type ExplainClient struct {
 	Priority int64  `json:"priority"`
 	Healthy  bool   `json:"healthy"`
 	Draining bool   `json:"draining"`
-	Inflight int64  `json:"inflight"`
+	// Disabled is set while an operator disabled the client (POST
+	// /clients/{id}/disable): it takes no new requests.
+	Disabled bool  `json:"disabled"`
+	Inflight int64 `json:"inflight"`
 	// Limit is the announced max_concurrent; 0 means unbounded.
 	Limit int64 `json:"limit"`
 	// Routable: healthy, not draining, still connected.

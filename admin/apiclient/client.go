@@ -100,6 +100,16 @@ func (c *Client) Clients(ctx context.Context) ([]wire.ClientInfo, error) {
 	return out, c.Do(ctx, http.MethodGet, "/clients", nil, &out)
 }
 
+// SetClientDisabled calls POST /clients/{id}/disable (disabled) or
+// /clients/{id}/enable: the kill switch of one connected client.
+func (c *Client) SetClientDisabled(ctx context.Context, id string, disabled bool) error {
+	verb := "/enable"
+	if disabled {
+		verb = "/disable"
+	}
+	return c.Do(ctx, http.MethodPost, "/clients/"+url.PathEscape(id)+verb, nil, nil)
+}
+
 // Scaling calls GET /scaling.
 func (c *Client) Scaling(ctx context.Context) ([]wire.ScalingRecord, error) {
 	var out []wire.ScalingRecord

@@ -87,14 +87,31 @@ func (a *apiCLI) scalingCommand() *cobra.Command {
 }
 
 func (a *apiCLI) clientsCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "clients",
-		Short: "List the clients connected to the server",
+		Short: "List the clients connected to the server; disable or enable one",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return callAPI(a, cmd, (*apiclient.Client).Clients, clientsTable)
 		},
 	}
+	toggle := func(verb string, disabled bool, short string) *cobra.Command {
+		return &cobra.Command{
+			Use:   verb + " ID",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (done, error) {
+					return done("client " + args[0] + " " + verb + "d"), c.SetClientDisabled(ctx, args[0], disabled)
+				}, printDone)
+			},
+		}
+	}
+	cmd.AddCommand(
+		toggle("disable", true, "Stop routing new requests to a client; in-flight ones finish, its tunnel stays up"),
+		toggle("enable", false, "Route new requests to a disabled client again"),
+	)
+	return cmd
 }
 
 func (a *apiCLI) tokensCommand() *cobra.Command {
@@ -105,7 +122,7 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 		expiresIn, expiresAt string
 	)
 	create := &cobra.Command{
-		Use:   "create --name NAME --hostname HOST [--hostname HOST…] [--allowed-ip CIDR…] [--expires-in 30d | --expires-at TIME]",
+		Use:   "create --name NAME --hostname HOST [--hostname HOST…] [--allow-catch-all] [--allowed-ip CIDR…] [--expires-in 30d | --expires-at TIME]",
 		Short: "Mint a client token; its secret is shown once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -140,8 +157,10 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 	f.StringVar(&expiresIn, "expires-in", "", "expire after this long (45m, 12h, 30d)")
 	f.StringVar(&expiresAt, "expires-at", "", "expire at this RFC 3339 time")
 	f.StringVar(&req.OrgID, "org-id", "", "organization of the token (master token only; default: default)")
+	f.BoolVar(&req.AllowCatchAll, "allow-catch-all", false, "let the token's services with no hostname serve what nobody else binds (servers with require_hostname_bind false); --hostname may then be left out")
 	create.MarkFlagsMutuallyExclusive("expires-in", "expires-at")
-	mustRequire(create, "name", "hostname")
+	create.MarkFlagsOneRequired("hostname", "allow-catch-all")
+	mustRequire(create, "name")
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -562,11 +581,11 @@ func mustRequire(cmd *cobra.Command, names ...string) {
 }
 
 func clientsTable(w io.Writer, cs []wire.ClientInfo) {
-	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tLIMIT\tHEALTHY\tDRAINING\tCONNECTED\tREMOTE")
+	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tLIMIT\tHEALTHY\tDRAINING\tDISABLED\tREFUSED\tCONNECTED\tREMOTE")
 	for _, c := range cs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			c.ID, cell(c.Name), cell(c.OrgID), joined(c.Hostnames), cell(c.Path), c.Priority, c.Inflight,
-			orNone(c.MaxConcurrent), limitCell(c.Concurrency), yesNo(c.Healthy), yesNo(c.Draining), when(&c.ConnectedAt), cell(c.RemoteAddr))
+			orNone(c.MaxConcurrent), limitCell(c.Concurrency), yesNo(c.Healthy), yesNo(c.Draining), yesNo(c.Disabled), joined(c.RefusedBinds), when(&c.ConnectedAt), cell(c.RemoteAddr))
 	}
 }
 

@@ -38,6 +38,17 @@ type staticClients struct{ list []admin.ClientInfo }
 
 func (s *staticClients) Clients() []admin.ClientInfo { return s.list }
 
+// SetClientDisabled implements admin.ClientDisabler over the list.
+func (s *staticClients) SetClientDisabled(id string, disabled bool) error {
+	for i := range s.list {
+		if s.list[i].ID == id {
+			s.list[i].Disabled = disabled
+			return nil
+		}
+	}
+	return admin.ErrNoClient
+}
+
 // staticScaling is an admin.Scaling with a fixed list of records: List
 // scopes it by organization, Disarm removes a record and is recorded.
 type staticScaling struct {
@@ -105,7 +116,7 @@ func newAPIServer(t *testing.T) *apiServer {
 		t.Fatalf("router.New: %v", err)
 	}
 	rt.SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
-	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{}})
+	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Disabler: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{}})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}
@@ -320,13 +331,24 @@ func TestAPICommands(t *testing.T) {
 			Concurrency: &admin.Concurrency{Mode: "aimd", Desired: 10, Min: 1, Max: 40}},
 		{ID: "c2", Name: "elsewhere", OrgID: "org_other"},
 	}
-	rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "LIMIT", "HEALTHY", "DRAINING", "CONNECTED", "REMOTE")
+	s.clients.list[0].RefusedBinds = []string{"evil.example.com"}
+	rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "LIMIT", "HEALTHY", "DRAINING", "DISABLED", "REFUSED", "CONNECTED", "REMOTE")
 	want := map[string]string{
 		"ID": "c1", "NAME": "web-1", "ORG": org.ID, "HOSTNAMES": "app.example.com", "PATH": "-", "PRIORITY": "0", "INFLIGHT": "2",
-		"MAX": "10", "LIMIT": "aimd 1..40", "HEALTHY": "yes", "DRAINING": "no", "CONNECTED": "2030-01-02T03:04:05Z", "REMOTE": "192.0.2.9:4000",
+		"MAX": "10", "LIMIT": "aimd 1..40", "HEALTHY": "yes", "DRAINING": "no", "DISABLED": "no", "REFUSED": "evil.example.com",
+		"CONNECTED": "2030-01-02T03:04:05Z", "REMOTE": "192.0.2.9:4000",
 	}
 	if len(rows) != 1 || !equalMaps(rows[0], want) {
 		t.Errorf("clients = %v, want one row %v", rows, want)
+	}
+	if out := ok(t, "api", "clients", "disable", "c1"); !strings.Contains(out, "client c1 disabled") {
+		t.Errorf("api clients disable c1 = %q, want the confirmation", out)
+	}
+	if rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "LIMIT", "HEALTHY", "DRAINING", "DISABLED", "REFUSED", "CONNECTED", "REMOTE"); len(rows) != 1 || rows[0]["DISABLED"] != "yes" {
+		t.Errorf("clients after disable = %v, want c1 DISABLED yes", rows)
+	}
+	if out := ok(t, "api", "clients", "enable", "c1"); !strings.Contains(out, "client c1 enabled") || s.clients.list[0].Disabled {
+		t.Errorf("api clients enable c1 = %q, disabled %v; want the confirmation and the client enabled", out, s.clients.list[0].Disabled)
 	}
 	var cs []admin.ClientInfo
 	okJSON(t, &cs, "api", "clients", "--json")

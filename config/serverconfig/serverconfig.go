@@ -102,6 +102,7 @@ func settings() []config.Setting[Config] {
 		config.DurationSetting("tunnel_announce_interval", "least time between announcements applied per session", func(c *S) *time.Duration { return &c.Tunnel.AnnounceInterval }),
 		config.DurationSetting("shutdown_timeout", "how long SIGTERM waits for in-flight requests", func(c *S) *time.Duration { return &c.ShutdownTimeout }),
 		config.EnumSetting("lb_strategy", "round-robin, least-inflight or primary-standby", func(c *S) *string { return &c.Router.Strategy }),
+		config.BoolSetting("require_hostname_bind", "refuse services that name no hostname (no catch-all)", func(c *S) *bool { return &c.RequireHostnameBind }),
 		config.EnumSetting("failover", "fail, retry, wait or retry-wait", func(c *S) *string { return &c.Router.Failover }),
 		config.BoolSetting("failover_all_methods", "fail over non-idempotent methods too", func(c *S) *bool { return &c.Router.FailoverAllMethods }),
 		config.IntSetting("failover_max_jumps", "re-dispatches of one request", func(c *S) *int { return &c.Router.FailoverMaxJumps }),

@@ -833,6 +833,7 @@ func TestServerKeys(t *testing.T) {
 		{"visitor_min_bytes_per_second", "APERIO_VISITOR_MIN_BYTES_PER_SECOND", nil, false},
 		{"max_connections_per_ip", "APERIO_MAX_CONNECTIONS_PER_IP", nil, false},
 		{"tunnel_handshake_timeout", "APERIO_TUNNEL_HANDSHAKE_TIMEOUT", nil, false},
+		{"require_hostname_bind", "APERIO_REQUIRE_HOSTNAME_BIND", nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -852,8 +853,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 72 {
-		t.Errorf("len(Keys()) = %d, want 72", len(keys))
+	if len(keys) != 73 {
+		t.Errorf("len(Keys()) = %d, want 73", len(keys))
 	}
 }
 

@@ -1,0 +1,77 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/aperio-dev/aperio/store"
+)
+
+// ClientDisabler is the kill switch of connected clients, for POST
+// /clients/{id}/disable and /enable: *gateway.Gateway, over the router's.
+// SetClientDisabled must be safe for concurrent use and wrap
+// ErrNoClient when no connected client has the id.
+type ClientDisabler interface {
+	SetClientDisabled(id string, disabled bool) error
+}
+
+// ErrNoClient is wrapped by a ClientDisabler's error when no connected
+// client has the id (it left since the lookup); the API answers 404.
+var ErrNoClient = errors.New("admin: no such client")
+
+// Events of the kill switch.
+const (
+	EventClientDisabled = "client_disabled"
+	EventClientEnabled  = "client_enabled"
+)
+
+// maxClientIDBytes bounds a client id in a path; session ids are far
+// shorter.
+const maxClientIDBytes = 256
+
+func (a *API) disableClient(w http.ResponseWriter, r *http.Request, c caller) error {
+	return a.setClientDisabled(w, r, c, true)
+}
+
+func (a *API) enableClient(w http.ResponseWriter, r *http.Request, c caller) error {
+	return a.setClientDisabled(w, r, c, false)
+}
+
+// setClientDisabled disables or enables the client named in the path,
+// when c may see it: another organization's client answers 404 exactly
+// like an unknown one.
+func (a *API) setClientDisabled(w http.ResponseWriter, r *http.Request, c caller, disabled bool) error {
+	id := pathParam(r, "id")
+	if len(id) > maxClientIDBytes {
+		return errorf(http.StatusBadRequest, "client id is %d bytes, at most %d", len(id), maxClientIDBytes)
+	}
+	notFound := errorf(http.StatusNotFound, "client %q not found", id)
+	var found *ClientInfo
+	for _, ci := range a.clients.Clients() {
+		if ci.ID == id && c.sees(ci.OrgID) {
+			found = &ci
+			break
+		}
+	}
+	if found == nil || a.disabler == nil {
+		return notFound
+	}
+	if err := a.disabler.SetClientDisabled(id, disabled); errors.Is(err, ErrNoClient) {
+		return notFound // it left since the lookup
+	} else if err != nil {
+		return err
+	}
+	event, verb := EventClientEnabled, "enabled"
+	if disabled {
+		event, verb = EventClientDisabled, "disabled"
+	}
+	a.audit(r, store.AuditEntry{
+		Event:  event,
+		Actor:  c.actor(),
+		OrgID:  found.OrgID,
+		Detail: fmt.Sprintf("client %s name=%q from %s %s", id, found.Name, found.RemoteAddr, verb),
+	})
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,7 @@
+-- A client token may be minted to allow catch-all services: a service that
+-- names no hostname serves the hostnames no other client binds (when the
+-- server's require_hostname_bind is off). false means it may not, the
+-- behaviour of every token minted before.
+
+-- +goose Up
+ALTER TABLE tokens ADD COLUMN allow_catch_all boolean NOT NULL DEFAULT false;
