@@ -265,7 +265,7 @@ func (rt *Router) predictPick(ex *explanation, p *pool) *ExplainClient {
 		}
 	}
 	ok := func(c *ExplainClient) bool { return c.Admits && c.Free }
-	switch rt.strategy {
+	switch p.effective(rt.strategy) {
 	case leastInflight:
 		var best *ExplainClient
 		for _, c := range usable {
@@ -335,6 +335,8 @@ func strategyName(st strategy) string {
 		return "least-inflight"
 	case primaryStandby:
 		return "primary-standby"
+	case sticky:
+		return "sticky"
 	default:
 		return "round-robin"
 	}
