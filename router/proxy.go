@@ -121,7 +121,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		defer rt.replayKept.Add(-int64(len(kept)))
 	}
 	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
-	var next *service // a permit taken for a retry on 5xx
+	var next *service                           // a permit taken for a retry on 5xx
 	retried := false
 	for jumps := 0; ; jumps++ {
 		if kept != nil {
