@@ -258,6 +258,8 @@ func (a *Agent) announcement() tunnel.Announcement {
 			Healthy:       svc.healthy.Load(),
 			Resilience:    svc.cfg.Resilience,
 			AllowConnect:  svc.cfg.AllowConnect,
+			Weight:        svc.cfg.Weight,
+			LBStrategy:    svc.cfg.LBStrategy,
 			Concurrency:   cc,
 			Access:        announceAccess(svc.cfg),
 		}
