@@ -279,6 +279,8 @@ func (a *Agent) announcement() tunnel.Announcement {
 			Resilience:    svc.cfg.Resilience,
 			TrimBind:      svc.cfg.TrimBind,
 			AllowConnect:  svc.cfg.AllowConnect,
+			Weight:        svc.cfg.Weight,
+			LBStrategy:    svc.cfg.LBStrategy,
 			Concurrency:   cc,
 			Access:        announceAccess(svc.cfg),
 			Headers:       announceHeaders(svc.cfg.Headers),

@@ -108,6 +108,8 @@ func serviceSettings() []setting[Service] {
 		stringSetting("path", "prefix bind", func(c *S) *string { return &c.Path }),
 		intSetting("max_concurrent", "concurrency limit", func(c *S) *int { return &c.MaxConcurrent }),
 		intSetting("priority", "tier: 0 primary, >0 standby", func(c *S) *int { return &c.Priority }),
+		intSetting("weight", "share among the clients of a bind, 1..1000 (default 1)", func(c *S) *int { return &c.Weight }),
+		stringSetting("lb_strategy", "the server's balancing for this service's binds; empty = the server's", func(c *S) *string { return &c.LBStrategy }),
 		stringSetting("health.endpoint", "path probed on the target", func(c *S) *string { return &c.Health.Endpoint }),
 		durationSetting("health.interval", "time between probes", func(c *S) *time.Duration { return &c.Health.Interval }),
 		durationSetting("health.timeout", "timeout of one probe", func(c *S) *time.Duration { return &c.Health.Timeout }),
@@ -130,8 +132,16 @@ func serviceSettings() []setting[Service] {
 	return tab
 }
 
+// lbStrategies are the values of a service's lb_strategy: the server's
+// (router.Strategies), repeated because the client links no server package.
+var lbStrategies = []string{"round-robin", "least-inflight", "primary-standby", "sticky"}
+
+// maxWeight is the largest weight a service may announce; the server
+// clamps larger ones.
+const maxWeight = 1000
+
 // serviceOnly are per-service keys someone may write at the top level.
-var serviceOnly = map[string]bool{"resilience": true, "allow_connect": true, "public": true, "auth": true, "allowed_ips": true, "denied_ips": true, "identity_jwt": true, "headers": true}
+var serviceOnly = map[string]bool{"weight": true, "lb_strategy": true, "resilience": true, "allow_connect": true, "public": true, "auth": true, "allowed_ips": true, "denied_ips": true, "identity_jwt": true, "headers": true}
 
 // singleFields maps each single-service key to the key of services[0] it
 // fills.
@@ -505,6 +515,12 @@ func (c Client) problems(src *Sources) []*Error {
 		}
 		v.nonNegative(p+"max_concurrent", int64(s.MaxConcurrent))
 		v.nonNegative(p+"priority", int64(s.Priority))
+		if s.Weight < 0 || s.Weight > maxWeight {
+			v.add(p+"weight", "must be within 1..%d, got %d", maxWeight, s.Weight)
+		}
+		if s.LBStrategy != "" {
+			v.oneOf(p+"lb_strategy", s.LBStrategy, lbStrategies)
+		}
 		v.health(p, s.Health, &c.Health)
 		v.adaptive(p, s.Adaptive)
 		v.access(p, s)

@@ -602,13 +602,25 @@ scaling:
 		},
 	},
 	{
+		name: "hostile weight and lb_strategy",
+		in: clientCase{
+			env:  withBase(nil),
+			file: "services:\n  - target: http://127.0.0.1:1\n    hostname: a.example.com\n    weight: 5000\n    lb_strategy: random\n  - target: http://127.0.0.1:2\n    hostname: b.example.com\n    weight: -1\n",
+		},
+		want: []string{
+			"config: services[0].weight (aperio.yaml:4): must be within 1..1000, got 5000",
+			`config: services[0].lb_strategy (aperio.yaml:5): "random" is not round-robin, least-inflight, primary-standby or sticky`,
+			"config: services[1].weight (aperio.yaml:8): must be within 1..1000, got -1",
+		},
+	},
+	{
 		name: "server key in the client file",
 		in: clientCase{
 			env:  withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com"}),
 			file: "lb_strategy: round-robin\nscaling:\n  enabled: true\n",
 		},
 		want: []string{
-			"config: lb_strategy (aperio.yaml:1): unknown key",
+			"config: lb_strategy (aperio.yaml:1): unknown top-level key; lb_strategy is a per-service setting, put it in an entry of services:",
 			"config: scaling.enabled (aperio.yaml:3): unknown key",
 		},
 	},

@@ -160,6 +160,31 @@ func listSetting[C any](name, usage string, field func(*C) *[]string, each func(
 	}, func(c *C) string { return strings.Join(*field(c), ",") })
 }
 
+// intListSetting builds a list setting of integers.
+func intListSetting[C any](name, usage string, field func(*C) *[]int) setting[C] {
+	return newSetting(name, usage, func(c *C, v value) error {
+		items, err := v.list()
+		if err != nil {
+			return err
+		}
+		ns := make([]int, len(items))
+		for i, it := range items {
+			if ns[i], err = parseInt(strings.TrimSpace(it)); err != nil {
+				return err
+			}
+		}
+		*field(c) = ns
+		return nil
+	}, func(c *C) string {
+		ns := *field(c)
+		parts := make([]string, len(ns))
+		for i, n := range ns {
+			parts[i] = strconv.Itoa(n)
+		}
+		return strings.Join(parts, ",")
+	})
+}
+
 // mapSetting builds a map setting: a yaml mapping, or "k=v,k2=v2". Keys are
 // lowercased (they are hostnames, not config keys).
 func mapSetting[C any](name, usage string, field func(*C) *map[string]string) setting[C] {

@@ -92,6 +92,12 @@ func ListSetting[C any](name, usage string, field func(*C) *[]string) Setting[C]
 	return Setting[C]{listSetting(name, usage, field, nil)}
 }
 
+// IntListSetting binds a list of integers: a yaml sequence or a
+// comma-separated value; an item that is not an integer is an error.
+func IntListSetting[C any](name, usage string, field func(*C) *[]int) Setting[C] {
+	return Setting[C]{intListSetting(name, usage, field)}
+}
+
 // MapSetting binds a map of lowercased keys: a yaml mapping or "k=v,k2=v2".
 func MapSetting[C any](name, usage string, field func(*C) *map[string]string) Setting[C] {
 	return Setting[C]{mapSetting(name, usage, field)}

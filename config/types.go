@@ -106,6 +106,13 @@ type Service struct {
 	MaxConcurrent int
 	// Priority overrides Client.Priority when greater than 0 (priority).
 	Priority int
+	// Weight is the service's share among the clients of its binds under
+	// weighted round-robin (weight), 1..1000; 0 means the default, 1.
+	Weight int
+	// LBStrategy is the server's lb_strategy for this service's binds
+	// (lb_strategy: round-robin, least-inflight, primary-standby, sticky);
+	// empty means the server's own.
+	LBStrategy string
 	// Health is the probe of this service (health.*): Client.Health with the
 	// service's own fields laid over it by the loader.
 	Health Health

@@ -238,6 +238,10 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 			if c := svc.Concurrency; c != nil {
 				cc = &admin.Concurrency{Mode: c.Mode, Desired: c.Desired, Min: c.Min, Max: c.Max, Fixed: c.Fixed}
 			}
+			var ejected *time.Time
+			if t := g.router.EjectedUntil(s, svc.ID); !t.IsZero() {
+				ejected = &t
+			}
 			out = append(out, admin.ClientInfo{
 				Disabled:      binds.Disabled,
 				RefusedBinds:  nonNilStrings(binds.Refused),
@@ -254,6 +258,8 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 				Draining:      ann.Draining,
 				ConnectedAt:   s.ConnectedAt(),
 				RemoteAddr:    s.RemoteAddr(),
+				Weight:        g.router.Weight(s, svc.ID),
+				EjectedUntil:  ejected,
 			})
 		}
 	}

@@ -23,6 +23,7 @@ const (
 	metricHooksDropped = "aperio.webhook_events_dropped"
 	metricDeclCoalesce = "aperio.scaling.declarations_coalesced"
 	metricDeclLate     = "aperio.scaling.declarations_late"
+	metricEjections    = "aperio.outlier_ejections"
 )
 
 // registerMetrics exposes the live figures of the router, the tunnels, the
@@ -66,7 +67,12 @@ func (g *Gateway) registerMetrics() error {
 	if err != nil {
 		return err
 	}
-	instruments := []metric.Observable{limited, clients, inflight, queued, held, tunnelBytes, calls}
+	ejections, err := m.Int64ObservableCounter(metricEjections,
+		metric.WithDescription("Client services taken out of rotation by passive outlier ejection (outlier_consecutive_5xx answers of 5xx in a row)."))
+	if err != nil {
+		return err
+	}
+	instruments := []metric.Observable{limited, clients, inflight, queued, held, tunnelBytes, calls, ejections}
 	var hooksDropped metric.Int64ObservableCounter
 	if g.hooks != nil {
 		hooksDropped, err = m.Int64ObservableCounter(metricHooksDropped,
@@ -88,6 +94,7 @@ func (g *Gateway) registerMetrics() error {
 		o.ObserveInt64(inflight, g.router.InFlight())
 		o.ObserveInt64(queued, int64(g.router.Queued()))
 		o.ObserveInt64(held, g.router.Held())
+		o.ObserveInt64(ejections, g.router.OutlierEjections())
 		in, out := g.tunnels.Bytes()
 		o.ObserveInt64(tunnelBytes, in, dirIn)
 		o.ObserveInt64(tunnelBytes, out, dirOut)

@@ -249,6 +249,7 @@ func TestObservabilityEndToEnd(t *testing.T) {
 			`aperio_request_duration_seconds_count{hostname="app.test"} 5`,
 			`aperio_cold_start_hold_seconds_count{hostname="app.test"} 1`,
 			`aperio_requests_held 0`,
+			`aperio_outlier_ejections_total 0`,
 			`aperio_requests_in_flight 0`,
 			`aperio_connected_clients 1`,
 			`aperio_rate_limited_total{limit="ip"} 1`,

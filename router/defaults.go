@@ -11,7 +11,10 @@ import (
 
 // Strategies are the values of Config.Strategy (lb_strategy), the default
 // first.
-var Strategies = []string{"round-robin", "least-inflight", "primary-standby"}
+var Strategies = []string{"round-robin", "least-inflight", "primary-standby", "sticky"}
+
+// MaxRetryOn5xx bounds the statuses of Config.RetryOn5xx (retry_on_5xx).
+const MaxRetryOn5xx = 16
 
 // Failovers are the values of Config.Failover (failover), the default
 // first.
@@ -21,7 +24,9 @@ var Failovers = []string{"fail", "retry", "wait", "retry-wait"}
 // place they are written: 10 MiB bodies, a 10s gateway_timeout, 100
 // requests in flight, a visitor bucket of 100 refilled at 5 a second,
 // round-robin, no failover (at most 2 jumps in 15s once one is chosen),
-// 1000 held requests, and visitor pacing of 1m idle and 512 bytes a second.
+// 1000 held requests, visitor pacing of 1m idle and 512 bytes a second,
+// outlier ejection after 5 5xx answers in a row for 30s (at most half a
+// pool ejected), and request bodies up to 256 KiB kept for failover.
 // DownThreshold is the tunnel's (tunnel.DefaultServerConfig), since one
 // threshold both drops a silent client and ends the wait for it to return.
 // Scaler, Cache, Logger and Tracer are nil.
@@ -40,6 +45,11 @@ func DefaultConfig() Config {
 		MaxHeld:               1000,
 		VisitorIdleTimeout:    time.Minute,
 		VisitorMinRate:        512,
+
+		OutlierConsecutive5xx:    5,
+		OutlierEjectionTime:      30 * time.Second,
+		OutlierMaxEjectedPercent: 50,
+		FailoverReplayMaxBody:    256 << 10,
 	}
 }
 
@@ -63,6 +73,20 @@ func (cfg Config) Validate() error {
 	negative("MaxHeld", cfg.MaxHeld < 0, cfg.MaxHeld)
 	negative("VisitorIdleTimeout", cfg.VisitorIdleTimeout < 0, cfg.VisitorIdleTimeout)
 	negative("VisitorMinRate", cfg.VisitorMinRate < 0, cfg.VisitorMinRate)
+	negative("OutlierConsecutive5xx", cfg.OutlierConsecutive5xx < 0, cfg.OutlierConsecutive5xx)
+	negative("OutlierEjectionTime", cfg.OutlierEjectionTime < 0, cfg.OutlierEjectionTime)
+	negative("FailoverReplayMaxBody", cfg.FailoverReplayMaxBody < 0, cfg.FailoverReplayMaxBody)
+	if cfg.OutlierMaxEjectedPercent < 0 || cfg.OutlierMaxEjectedPercent > 100 {
+		errs = append(errs, fmt.Errorf("router: OutlierMaxEjectedPercent must be within 0..100, got %d", cfg.OutlierMaxEjectedPercent))
+	}
+	if len(cfg.RetryOn5xx) > MaxRetryOn5xx {
+		errs = append(errs, fmt.Errorf("router: RetryOn5xx lists %d statuses, at most %d", len(cfg.RetryOn5xx), MaxRetryOn5xx))
+	}
+	for _, st := range cfg.RetryOn5xx {
+		if st < 500 || st > 599 {
+			errs = append(errs, fmt.Errorf("router: RetryOn5xx status %d is not a 5xx", st))
+		}
+	}
 	if cfg.Strategy != "" && !slices.Contains(Strategies, cfg.Strategy) {
 		errs = append(errs, fmt.Errorf("router: unknown lb_strategy %q", cfg.Strategy))
 	}

@@ -316,7 +316,7 @@ func (rt *Router) predictPick(ex *explanation, p *pool) *ExplainClient {
 		}
 	}
 	ok := func(c *ExplainClient) bool { return c.Admits && c.Free }
-	switch rt.strategy {
+	switch p.effective(rt.strategy) {
 	case leastInflight:
 		var best *ExplainClient
 		for _, c := range usable {
@@ -393,6 +393,8 @@ func strategyName(st strategy) string {
 		return "least-inflight"
 	case primaryStandby:
 		return "primary-standby"
+	case sticky:
+		return "sticky"
 	default:
 		return "round-robin"
 	}

@@ -1,9 +1,12 @@
 package router
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync/atomic"
 )
 
@@ -54,4 +57,54 @@ func (b *countingBody) Read(p []byte) (int, error) {
 		b.read.Store(true)
 	}
 	return n, err
+}
+
+// keepBody reads the request's body in full before its first dispatch,
+// so that failover and retry_on_5xx may send it again, and returns it;
+// nil when the body streams instead. It keeps a body only when a re-send
+// could happen (a failover policy, or retry_on_5xx for an idempotent
+// method), its length is declared and at most failover_replay_max_body,
+// and the bytes kept across all requests stay within that bound too: the
+// bound caps the server's memory, not one request's. A body of unknown
+// length (chunked) always streams. The read is paced like the body's own
+// (visitor_idle_timeout); its error is the visitor's.
+func (rt *Router) keepBody(a *admission) ([]byte, error) {
+	max, r := rt.cfg.FailoverReplayMaxBody, a.r
+	if a.body == nil || max <= 0 || r.ContentLength <= 0 || r.ContentLength > max {
+		return nil, nil
+	}
+	resend := (rt.failover != failoverFail && (rt.cfg.FailoverAllMethods || idempotent(r.Method))) ||
+		(len(rt.cfg.RetryOn5xx) > 0 && idempotent(r.Method))
+	if !resend {
+		return nil, nil
+	}
+	n := r.ContentLength
+	if rt.replayKept.Add(n) > max {
+		rt.replayKept.Add(-n)
+		return nil, nil
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(a.body, buf); err != nil {
+		rt.replayKept.Add(-n)
+		if bf := bodyFailure(r); bf != nil {
+			err = bf
+		} else if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = &visitorBodyError{err} // shorter than it declared
+		}
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	return buf, nil
+}
+
+// replayBody is one sending of a kept request body. Each attempt gets its
+// own reader over the shared bytes, so a failed attempt still reading
+// cannot disturb the next.
+type replayBody struct{ *bytes.Reader }
+
+// Close does nothing: the bytes stay for the next attempt.
+func (replayBody) Close() error { return nil }
+
+// retryOn reports whether status is one of retry_on_5xx.
+func (rt *Router) retryOn(status int) bool {
+	return status >= 500 && slices.Contains(rt.cfg.RetryOn5xx, status)
 }

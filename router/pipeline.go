@@ -685,6 +685,12 @@ func (rt *Router) checkPool(a *admission) {
 	p.mu.Unlock()
 	ex.step(StepPool, OutcomeInfo, fmt.Sprintf("%d client services, %d routable, %d in the serving tier, %d of those admit the visitor, %d with a free permit; %d waiting in the queue (%d held for a cold start)",
 		len(ex.Clients), pl.routable, pl.candidates, pl.usable, pl.free, pl.queued, pl.held))
+	for _, s := range *p.members.Load() {
+		if s.ejected() {
+			ex.step(StepPool, OutcomeInfo, fmt.Sprintf("client %s service %s is ejected as an outlier until %s (outlier_consecutive_5xx answers of 5xx in a row)",
+				s.conn.ID(), s.id, time.Unix(0, s.ejectedUntil.Load()).UTC().Format(time.RFC3339)))
+		}
+	}
 }
 
 // checkColdStart starts an instance for an armed bind with nobody to
@@ -771,7 +777,7 @@ func (rt *Router) takePermit(ctx context.Context, a *admission, wt *waiter, time
 	switch {
 	case pl.free > 0:
 		pl.pick = rt.predictPick(ex, a.p)
-		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s)", pl.pick.Name, pl.pick.Inflight, limitText(pl.pick.Limit), strategyName(rt.strategy)))
+		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s; serving tier: priority %d)", pl.pick.Name, pl.pick.Inflight, limitText(pl.pick.Limit), strategyName(a.p.effective(rt.strategy)), pl.pick.Priority))
 	case pl.usable > 0 && timeout <= 0:
 		ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
 		return nil, refuseWith(refusedClientConcurrency)

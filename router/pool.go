@@ -37,6 +37,22 @@ type service struct {
 	// allowedIPs are the visitors its token admits; empty admits all. Set
 	// under Router.mu before the service is published in a pool.
 	allowedIPs []netip.Prefix
+	// affinity is the value of the aperio_affinity cookie that sticks a
+	// visitor to this service's client instance (see affinityValue), and
+	// cookie the Set-Cookie line that issues it over http; set before the
+	// service is published.
+	affinity, cookie string
+
+	weight   atomic.Int64 // announced weight, 1..1000
+	override atomic.Int32 // announced lb_strategy + 1; 0 = the server's
+
+	// Passive outlier ejection (see outlier.go): consecutive 5xx answers,
+	// the end of the current ejection (unix ns, 0 when never ejected or
+	// since reinstated by a good answer), and how many ejections in a row
+	// it has had without a good answer in between.
+	fails        atomic.Int64
+	ejectedUntil atomic.Int64
+	ejections    atomic.Int64
 
 	pools atomic.Pointer[[]*pool] // pools this service serves, for permit hand-off
 	// gate is the service's access gate, rebuilt under Router.mu only when
@@ -49,7 +65,13 @@ type service struct {
 
 // routable reports whether the service may take new requests.
 func (s *service) routable() bool {
-	return s.healthy.Load() && !s.draining.Load() && !s.gone.Load() && !s.disabled.Load()
+	return s.healthy.Load() && !s.draining.Load() && !s.gone.Load() && !s.disabled.Load() && !s.ejected()
+}
+
+// free reports whether the service has a permit free now.
+func (s *service) free() bool {
+	limit := s.limit.Load()
+	return limit <= 0 || s.inflight.Load() < limit
 }
 
 // tryTake takes a permit if one is free.
@@ -90,6 +112,16 @@ type pool struct {
 	// client's return stays as closed as it was.
 	gate atomic.Pointer[gateEntry]
 	next atomic.Uint64 // round-robin cursor
+	// override is the bind's own lb_strategy + 1, from its oldest member
+	// that announces one; 0 = the server's.
+	override atomic.Int32
+	// weighted is set when some member's weight is not 1: round-robin is
+	// then smooth weighted round-robin (see pickWeighted).
+	weighted atomic.Bool
+
+	wrrMu  sync.Mutex  // guards the following fields
+	wrrFor *[]*service // the member list wrrCW belongs to
+	wrrCW  []int64     // smooth WRR current weights, by member index
 
 	// emptiedAt is when the last member left (unix ns), 0 while it has
 	// members. A pool emptied within client_down_threshold still holds
@@ -142,8 +174,11 @@ func (p *pool) admitsAny(ip netip.Addr) bool {
 type waiter struct {
 	ip       netip.Addr // the visitor, checked against allowed_ips
 	enq      time.Time
-	instance string          // when set, only this client instance may serve it
-	exclude  Conn            // when set, never this connection (a failed one)
+	instance string // when set, only this client instance may serve it
+	exclude  Conn   // when set, never this connection (a failed one)
+	// affinity is the visitor's aperio_affinity cookie, when it sent one
+	// of the right length; a sticky pool tries its instance first.
+	affinity string
 	abort    <-chan struct{} // when closed, stop waiting (a failed cold start)
 	// held marks a request held for a cold start; maxHeld (when > 0)
 	// replaces maxWaiters as its queue's bound (scaling_max_held).
@@ -176,7 +211,17 @@ const (
 	roundRobin strategy = iota
 	leastInflight
 	primaryStandby
+	sticky
 )
+
+// effective returns the strategy p balances with: its own override, else
+// the server's st.
+func (p *pool) effective(st strategy) strategy {
+	if o := p.override.Load(); o > 0 {
+		return strategy(o - 1)
+	}
+	return st
+}
 
 // candidates returns the routable members of the first tier that has any:
 // standby clients (priority > 0) serve only while no primary is routable,
@@ -218,7 +263,7 @@ func (p *pool) tryAcquire(st strategy, w *waiter) (s *service, routable bool) {
 	if usable == 0 {
 		return nil, false
 	}
-	switch st {
+	switch p.effective(st) {
 	case leastInflight:
 		var best *service
 		for _, c := range cands {
@@ -234,25 +279,46 @@ func (p *pool) tryAcquire(st strategy, w *waiter) (s *service, routable bool) {
 		if best != nil && best.tryTake() {
 			return best, true
 		}
-		fallthrough
+		return takeInOrder(cands, w), true
 	case primaryStandby:
-		for _, c := range cands {
-			if (w == nil || w.accepts(c)) && c.tryTake() {
-				return c, true
+		return takeInOrder(cands, w), true
+	case sticky:
+		// The visitor's instance first, if it is in the serving tier and
+		// has a permit; else the base strategy, and the answer re-issues
+		// the cookie.
+		if w != nil && w.affinity != "" {
+			for _, c := range cands {
+				if c.affinity == w.affinity && w.accepts(c) && c.tryTake() {
+					return c, true
+				}
 			}
 		}
-		return nil, true
-	default:
-		// Each attempt advances the shared cursor, so members that are
-		// skipped do not hand their turns to their neighbour.
-		for range n {
-			c := cands[p.next.Add(1)%uint64(n)]
-			if (w == nil || w.accepts(c)) && c.tryTake() {
-				return c, true
-			}
-		}
-		return nil, true
 	}
+	if p.weighted.Load() {
+		if c := p.pickWeighted(cands, w); c != nil && c.tryTake() {
+			return c, true
+		}
+	}
+	// Each attempt advances the shared cursor, so members that are
+	// skipped do not hand their turns to their neighbour.
+	for range n {
+		c := cands[p.next.Add(1)%uint64(n)]
+		if (w == nil || w.accepts(c)) && c.tryTake() {
+			return c, true
+		}
+	}
+	return nil, true
+}
+
+// takeInOrder takes a permit on the first candidate that accepts w and
+// has one free, or returns nil.
+func takeInOrder(cands []*service, w *waiter) *service {
+	for _, c := range cands {
+		if (w == nil || w.accepts(c)) && c.tryTake() {
+			return c
+		}
+	}
+	return nil
 }
 
 // acquire returns a service holding a permit for the request, waiting in

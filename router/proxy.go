@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -109,11 +110,35 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 	w, r, host, body, visitor := a.w, a.r, a.host, a.body, a.ip
 	ctx := r.Context()
 	start := time.Now()
-	wt := &waiter{ip: visitor}
+	stick := a.p.effective(rt.strategy) == sticky
+	affinity := ""
+	if stick {
+		affinity = affinityFrom(r.Header)
+	}
+	wt := &waiter{ip: visitor, affinity: affinity}
 	wait := true
+	kept, err := rt.keepBody(a)
+	if err != nil {
+		rt.answer(w, r, rec, host, refusal{kind: refusedExchange, err: err})
+		return
+	}
+	if kept != nil {
+		defer rt.replayKept.Add(-int64(len(kept)))
+	}
 	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
+	var next *service                           // a permit taken for a retry on 5xx
+	retried := false
 	for jumps := 0; ; jumps++ {
-		s, ref := rt.takePermit(ctx, a, wt, timeout, wait, rec)
+		if kept != nil {
+			r.Body = &replayBody{Reader: bytes.NewReader(kept)}
+		}
+		var s *service
+		var ref refusal
+		if next != nil {
+			s, next = next, nil
+		} else {
+			s, ref = rt.takePermit(ctx, a, wt, timeout, wait, rec)
+		}
 		if ref.kind == passed {
 			ref = rt.checkConnect(a, s)
 		}
@@ -151,7 +176,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			// a request goes to another client whatever the failover policy,
 			// under the same rules (idempotent, no body byte sent, budgets).
 			drained := s.draining.Load()
-			if !rt.mayFailover(r, err, body, jumps, start, drained) {
+			if !rt.mayFailover(r, err, body, kept != nil, jumps, start, drained) {
 				if !rt.serveStale(w, r) {
 					rt.answer(w, r, rec, host, refusal{kind: refusedExchange, err: err})
 				}
@@ -196,6 +221,25 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		}
 		if span != nil {
 			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+		}
+		rt.observe(s, resp.StatusCode)
+		if !retried && rt.retryOn(resp.StatusCode) && idempotent(r.Method) && (body == nil || kept != nil) {
+			// Once, and only to a client that has a permit free now: a
+			// retry must not queue, or the first answer would be lost.
+			if other, _ := a.p.tryAcquire(rt.strategy, &waiter{ip: visitor, exclude: s.conn}); other != nil {
+				resp.Body.Close()
+				if span != nil {
+					span.End()
+				}
+				rt.releaseGlobal()
+				s.release()
+				rt.log.Debug("retrying on 5xx", logkey.Hostname, host, logkey.From, s.conn.ID(), logkey.Status, resp.StatusCode)
+				retried, next = true, other
+				continue
+			}
+		}
+		if stick {
+			stickTo(resp, s, affinity, a.v.Proto == "https")
 		}
 		responseStarted(body)
 		var rh *responseHeaders
@@ -263,16 +307,17 @@ func sessionEnded(c Conn) bool {
 // mayFailover reports whether a failed exchange may be re-dispatched: the
 // failover policy allows it or the client was draining, the client
 // vanished before any response byte, the method is idempotent (or
-// failover_all_methods is set), no request body byte was sent, and the
+// failover_all_methods is set), no request body byte was sent or the body
+// was kept for replay (keepBody), and the
 // jump and time budgets allow it.
-func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, jumps int, start time.Time, drained bool) bool {
+func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, kept bool, jumps int, start time.Time, drained bool) bool {
 	if (rt.failover == failoverFail && !drained) || !errors.Is(err, tunnel.ErrSessionClosed) || r.Context().Err() != nil {
 		return false
 	}
 	if !rt.cfg.FailoverAllMethods && !idempotent(r.Method) {
 		return false
 	}
-	if body != nil && body.read.Load() {
+	if body != nil && body.read.Load() && !kept {
 		return false
 	}
 	return jumps < rt.cfg.FailoverMaxJumps && time.Since(start) < rt.cfg.FailoverWindow

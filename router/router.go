@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,9 +34,23 @@ type Config struct {
 	// still waits for one to return instead of answering 502 at once
 	// (client_down_threshold).
 	DownThreshold time.Duration
-	// Strategy is lb_strategy: "round-robin" (default), "least-inflight"
-	// or "primary-standby".
+	// Strategy is lb_strategy: "round-robin" (default), "least-inflight",
+	// "primary-standby" or "sticky". A client service may announce its
+	// own for its binds.
 	Strategy string
+	// AffinityKey signs the aperio_affinity cookies of lb_strategy sticky.
+	// Nil means a random key per Router: cookies stop matching when the
+	// server restarts, and visitors are balanced anew (and re-issued one).
+	AffinityKey []byte
+	// OutlierConsecutive5xx is how many 5xx answers in a row take a client
+	// service out of rotation (outlier_consecutive_5xx); zero turns
+	// ejection off. OutlierEjectionTime is how long the first ejection
+	// lasts (outlier_ejection_time), doubling with each ejection in a row
+	// up to ten times; OutlierMaxEjectedPercent bounds the share of a
+	// pool's members ejected at once (outlier_max_ejected_percent, 0..100).
+	OutlierConsecutive5xx    int
+	OutlierEjectionTime      time.Duration
+	OutlierMaxEjectedPercent int
 	// MaxConcurrentRequests bounds proxied requests in flight across the
 	// server (max_concurrent_requests). Zero means unbounded.
 	MaxConcurrentRequests int
@@ -51,6 +66,15 @@ type Config struct {
 	FailoverAllMethods bool
 	FailoverMaxJumps   int
 	FailoverWindow     time.Duration
+	// FailoverReplayMaxBody (failover_replay_max_body, bytes) is the
+	// largest request body kept so that failover may send it again, and
+	// also the bound on the bytes kept across all requests at once; a body
+	// beyond either streams and cannot fail over. Zero keeps none.
+	FailoverReplayMaxBody int64
+	// RetryOn5xx lists statuses (500..599, at most 16) on which an
+	// idempotent request is sent once more, to another client
+	// (retry_on_5xx). Empty means never.
+	RetryOn5xx []int
 	// Fallbacks are the redirects visitors get when no client can serve
 	// their hostname (fallbacks); at most one per hostname pattern, see
 	// Fallback.
@@ -133,6 +157,11 @@ type Router struct {
 
 	limited [numLimitKinds]atomic.Int64 // 429s by kind
 
+	affinityKey    []byte       // signs aperio_affinity values
+	replayKept     atomic.Int64 // request body bytes kept for replay
+	ejectionsTotal atomic.Int64 // outlier ejections
+	ejectMu        sync.Mutex   // makes an ejection's bound check and the ejection one step
+
 	mu      sync.Mutex // guards the following fields and table swaps
 	clients map[Conn]*clientEntry
 	pools   map[poolKey]*pool
@@ -194,6 +223,8 @@ func New(cfg Config) (*Router, error) {
 		rt.strategy = leastInflight
 	case "primary-standby":
 		rt.strategy = primaryStandby
+	case "sticky":
+		rt.strategy = sticky
 	default:
 		return nil, fmt.Errorf("router: unknown lb_strategy %q", cfg.Strategy)
 	}
@@ -202,6 +233,11 @@ func New(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	rt.failover = fp
+	rt.affinityKey = cfg.AffinityKey
+	if len(rt.affinityKey) == 0 {
+		rt.affinityKey = make([]byte, 32)
+		rand.Read(rt.affinityKey) // never fails (crypto/rand)
+	}
 	if rt.defaultGate, err = rt.cfg.Access.buildGate(nil); err != nil {
 		return nil, err
 	}
@@ -400,6 +436,8 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 			// set once, before the service is published, because the hot
 			// path reads it without a lock.
 			s = &service{conn: conn, id: sa.ID, instance: ann.InstanceID, allowedIPs: allowedIPs}
+			s.affinity = affinityValue(rt.affinityKey, ann.InstanceID)
+			s.cookie = affinityCookieLine(s.affinity)
 			e.services[sa.ID] = s
 		}
 		s.limit.Store(int64(sa.MaxConcurrent))
@@ -410,6 +448,19 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		s.resilience.Store(sa.Resilience)
 		s.allowConnect.Store(sa.AllowConnect)
 		notices = append(notices, storeServiceHeaders(s, sa)...)
+		wt, clamped := clampWeight(sa.Weight)
+		if clamped {
+			notices = append(notices, fmt.Sprintf("service %s: weight %d is outside %d..%d; using %d", sa.ID, sa.Weight, minWeight, maxWeight, wt))
+		}
+		s.weight.Store(wt)
+		s.override.Store(0)
+		if sa.LBStrategy != "" {
+			if i := slices.Index(Strategies, sa.LBStrategy); i >= 0 {
+				s.override.Store(int32(i) + 1)
+			} else {
+				notices = append(notices, fmt.Sprintf("service %s: unknown lb_strategy %.32q; using the server's", sa.ID, sa.LBStrategy))
+			}
+		}
 		ge := s.gate.Load()
 		if ge == nil || !sameAccess(ge.spec, sa.Access) {
 			ng, err := rt.cfg.Access.buildGate(sa.Access)
@@ -544,6 +595,15 @@ func (rt *Router) rebindLocked(e *clientEntry, keys map[poolKey][]*service) []*p
 			restricted = restricted || len(s.allowedIPs) > 0
 		}
 		p.restricted.Store(restricted)
+		override, weighted := int32(0), false
+		for _, s := range ms {
+			if override == 0 {
+				override = s.override.Load() // the oldest member's wins
+			}
+			weighted = weighted || s.weight.Load() != 1
+		}
+		p.override.Store(override)
+		p.weighted.Store(weighted)
 		if len(ms) > 0 {
 			p.gate.Store(ms[0].gate.Load())
 		}
@@ -612,7 +672,7 @@ func sameRouting(a, b *tunnel.Announcement) bool {
 	for i := range a.Services {
 		x, y := &a.Services[i], &b.Services[i]
 		if x.ID != y.ID || x.Path != y.Path || x.MaxConcurrent != y.MaxConcurrent ||
-			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || !sameAccess(x.Access, y.Access) || !sameHeaders(x.Headers, y.Headers) ||
+			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || x.Weight != y.Weight || x.LBStrategy != y.LBStrategy || !sameAccess(x.Access, y.Access) || !sameHeaders(x.Headers, y.Headers) ||
 			len(x.Hostnames) != len(y.Hostnames) {
 			return false
 		}

@@ -86,6 +86,13 @@ type Service struct {
 	// AllowConnect lets visitors' CONNECT requests reach the service;
 	// without it the server answers them 405.
 	AllowConnect bool `json:"allow_connect,omitempty"`
+	// Weight is the service's share among the clients of one bind under
+	// weighted round-robin; 0 (not announced) counts as 1. The server
+	// clamps it to 1..1000.
+	Weight int `json:"weight,omitempty"`
+	// LBStrategy overrides the server's lb_strategy for the binds of this
+	// service; empty means the server's.
+	LBStrategy string `json:"lb_strategy,omitempty"`
 	// Concurrency is the client's limiter of the service, nil when the
 	// client has none (no limit) or predates it. MaxConcurrent always
 	// carries its Desired, so a server that ignores this field still

@@ -409,6 +409,11 @@ type ClientInfo struct {
 	ConnectedAt time.Time `json:"connected_at"`
 	// RemoteAddr is the client's address as the server sees it.
 	RemoteAddr string `json:"remote_addr"`
+	// Weight is the service's weight under weighted round-robin (1..1000).
+	Weight int `json:"weight"`
+	// EjectedUntil is when the service's outlier ejection ends; nil while
+	// it is in rotation.
+	EjectedUntil *time.Time `json:"ejected_until"`
 }
 
 // Concurrency is a service's concurrency limiter in GET /clients: its mode

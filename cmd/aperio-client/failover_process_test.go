@@ -21,8 +21,9 @@ import (
 // failover "retry" and two clients serving one hostname. The client
 // serving a request is SIGKILLed while its backend holds the request: a
 // GET is answered by the other client; a POST whose body already went out
-// is not sent again, whether or not failover_all_methods is set, and the
-// visitor gets 502.
+// is sent again, body and all, only with failover_all_methods and a body
+// within failover_replay_max_body (kept for replay); otherwise the visitor
+// gets 502.
 func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 	bin := buildBinaries(t)
 
@@ -36,8 +37,13 @@ func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 		{name: "GET goes to the other client", env: []string{"APERIO_FAILOVER=retry"}, method: http.MethodGet, want: http.StatusOK},
 		{name: "POST with a body is not re-sent", env: []string{"APERIO_FAILOVER=retry"}, method: http.MethodPost, body: "order=1", want: http.StatusBadGateway},
 		{
-			name:   "POST with a body is not re-sent even with failover_all_methods",
+			name:   "POST with a body is replayed with failover_all_methods",
 			env:    []string{"APERIO_FAILOVER=retry", "APERIO_FAILOVER_ALL_METHODS=1"},
+			method: http.MethodPost, body: "order=1", want: http.StatusOK,
+		},
+		{
+			name:   "POST with a body beyond failover_replay_max_body is not re-sent",
+			env:    []string{"APERIO_FAILOVER=retry", "APERIO_FAILOVER_ALL_METHODS=1", "APERIO_FAILOVER_REPLAY_MAX_BODY=4"},
 			method: http.MethodPost, body: "order=1", want: http.StatusBadGateway,
 		},
 	}
@@ -68,18 +74,24 @@ func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 			}))
 			t.Cleanup(a.Close)
 			var (
-				bMu   sync.Mutex // guards bSeen
-				bSeen []string   // method and path of every request that reached b
+				bMu   sync.Mutex        // guards the following fields
+				bSeen []string          // method and path of every request that reached b
+				bBody map[string]string // the last body b read, by method and path
 			)
+			bBody = map[string]string{}
 			b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				// Counted on arrival: a re-sent request whose body is gone
 				// is a re-send too.
 				bMu.Lock()
 				bSeen = append(bSeen, r.Method+" "+r.URL.Path)
 				bMu.Unlock()
-				if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
 					return
 				}
+				bMu.Lock()
+				bBody[r.Method+" "+r.URL.Path] = string(body)
+				bMu.Unlock()
 				io.WriteString(w, "b")
 			}))
 			t.Cleanup(b.Close)
@@ -199,7 +211,13 @@ func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 					t.Errorf("%s /hold after failover answered %q, want %q (client b)", tc.method, r.body, "b")
 				}
 				if failedOver != "failing over" {
-					t.Errorf("server logged %q for the GET, want %q first", failedOver, "failing over")
+					t.Errorf("server logged %q for the %s, want %q first", failedOver, tc.method, "failing over")
+				}
+				bMu.Lock()
+				got := bBody[tc.method+" /hold"]
+				bMu.Unlock()
+				if got != tc.body {
+					t.Errorf("%s /hold re-sent to client b with body %q, want %q", tc.method, got, tc.body)
 				}
 				wantB = before + 1
 			} else if failedOver != "client went away mid-request" {

@@ -101,12 +101,17 @@ func settings() []config.Setting[Config] {
 		config.IntSetting("tunnel_max_streams", "streams open per tunnel session", func(c *S) *int { return &c.Tunnel.MaxStreams }),
 		config.DurationSetting("tunnel_announce_interval", "least time between announcements applied per session", func(c *S) *time.Duration { return &c.Tunnel.AnnounceInterval }),
 		config.DurationSetting("shutdown_timeout", "how long SIGTERM waits for in-flight requests", func(c *S) *time.Duration { return &c.ShutdownTimeout }),
-		config.EnumSetting("lb_strategy", "round-robin, least-inflight or primary-standby", func(c *S) *string { return &c.Router.Strategy }),
+		config.EnumSetting("lb_strategy", "round-robin, least-inflight, primary-standby or sticky", func(c *S) *string { return &c.Router.Strategy }),
+		config.IntSetting("outlier_consecutive_5xx", "5xx answers in a row that eject a client from rotation; 0 = never", func(c *S) *int { return &c.Router.OutlierConsecutive5xx }),
+		config.DurationSetting("outlier_ejection_time", "first ejection's length, doubling while it keeps failing (at most 10x)", func(c *S) *time.Duration { return &c.Router.OutlierEjectionTime }),
+		config.IntSetting("outlier_max_ejected_percent", "most of a bind's clients ejected at once, percent", func(c *S) *int { return &c.Router.OutlierMaxEjectedPercent }),
 		config.BoolSetting("require_hostname_bind", "refuse services that name no hostname (no catch-all)", func(c *S) *bool { return &c.RequireHostnameBind }),
 		config.EnumSetting("failover", "fail, retry, wait or retry-wait", func(c *S) *string { return &c.Router.Failover }),
 		config.BoolSetting("failover_all_methods", "fail over non-idempotent methods too", func(c *S) *bool { return &c.Router.FailoverAllMethods }),
 		config.IntSetting("failover_max_jumps", "re-dispatches of one request", func(c *S) *int { return &c.Router.FailoverMaxJumps }),
 		config.DurationSetting("failover_window", "time one request may spend failing over", func(c *S) *time.Duration { return &c.Router.FailoverWindow }),
+		config.SizeSetting("failover_replay_max_body", "request bodies kept for failover to re-send (256KiB, bytes; also the total kept)", func(c *S) *int64 { return &c.Router.FailoverReplayMaxBody }),
+		config.IntListSetting("retry_on_5xx", "statuses on which an idempotent request is sent once more to another client", func(c *S) *[]int { return &c.Router.RetryOn5xx }),
 		config.YAMLSetting("fallbacks", "redirects when no client can serve: [{hostname, url, preserve_path, permanent}] or hostname: URL", func(c *S) *FallbackEntries { return &c.Fallbacks }, fallbacksFromText),
 		config.YAMLSetting("error_pages", "HTML pages by status and hostname: [{status, hostname, html}]", func(c *S) *[]ErrorPageEntry { return &c.ErrorPages }, nil),
 		config.YAMLSetting("maintenance_windows", "recurring maintenance: [{hostname, weekdays, start, end, time_zone, reason}]", func(c *S) *[]WindowEntry { return &c.MaintenanceWindows }, nil),
@@ -271,6 +276,22 @@ func check(s Config, v *config.Checker) {
 	v.OneOf("failover", s.Router.Failover, router.Failovers)
 	v.NonNegative("failover_max_jumps", int64(s.Router.FailoverMaxJumps))
 	v.NonNegativeDuration("failover_window", s.Router.FailoverWindow)
+	v.NonNegative("outlier_consecutive_5xx", int64(s.Router.OutlierConsecutive5xx))
+	if s.Router.OutlierConsecutive5xx > 0 {
+		v.Positive("outlier_ejection_time", s.Router.OutlierEjectionTime)
+	}
+	if p := s.Router.OutlierMaxEjectedPercent; p < 0 || p > 100 {
+		v.Add("outlier_max_ejected_percent", "must be within 0..100, got %d", p)
+	}
+	v.NonNegative("failover_replay_max_body", s.Router.FailoverReplayMaxBody)
+	if n := len(s.Router.RetryOn5xx); n > router.MaxRetryOn5xx {
+		v.Add("retry_on_5xx", "lists %d statuses, at most %d", n, router.MaxRetryOn5xx)
+	}
+	for _, st := range s.Router.RetryOn5xx {
+		if st < 500 || st > 599 {
+			v.Add("retry_on_5xx", "%d is not a 5xx status", st)
+		}
+	}
 	trafficProblems(s, v)
 	policyProblems(s.Router.Policy, v)
 	v.NonNegative("cache_max_bytes", s.Cache.MaxBytes)

@@ -570,11 +570,27 @@ var serverErrorCases = []struct {
 		file: "server.token: token-0123456789abcdef\nlb_strategy: random\nfailover: sometimes\nlog_level: trace\n",
 		env:  map[string]string{"APERIO_LOG_FORMAT": "xml"},
 		want: []string{
-			`config: lb_strategy (aperio-server.yaml:2): "random" is not round-robin, least-inflight or primary-standby`,
+			`config: lb_strategy (aperio-server.yaml:2): "random" is not round-robin, least-inflight, primary-standby or sticky`,
 			`config: failover (aperio-server.yaml:3): "sometimes" is not fail, retry, wait or retry-wait`,
 			`config: log_level (aperio-server.yaml:4): "trace" is not debug, info, warn or error`,
 			`config: log_format (env APERIO_LOG_FORMAT): "xml" is not text or json`,
 		},
+	},
+	{
+		name: "hostile balancing values",
+		file: "server.token: token-0123456789abcdef\noutlier_consecutive_5xx: -1\noutlier_max_ejected_percent: 150\nfailover_replay_max_body: -1\nretry_on_5xx: [503, 404, 500, 501, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511, 512, 513, 514]\n",
+		want: []string{
+			`config: failover_replay_max_body (aperio-server.yaml:4): size "-1" is negative`,
+			"config: outlier_consecutive_5xx (aperio-server.yaml:2): must not be negative, got -1",
+			"config: outlier_max_ejected_percent (aperio-server.yaml:3): must be within 0..100, got 150",
+			"config: retry_on_5xx (aperio-server.yaml:5): lists 17 statuses, at most 16",
+			"config: retry_on_5xx (aperio-server.yaml:5): 404 is not a 5xx status",
+		},
+	},
+	{
+		name: "retry_on_5xx not a number",
+		file: "server.token: token-0123456789abcdef\nretry_on_5xx: [503, five]\n",
+		want: []string{`config: retry_on_5xx (aperio-server.yaml:2): invalid integer "five"`},
 	},
 	{
 		name: "tls cert without key",
@@ -693,7 +709,7 @@ var serverErrorCases = []struct {
 			`config: max_body_size (aperio-server.yaml:3): invalid size "lots" (want e.g. 10MiB, 64MB, 512KiB or a number of bytes)`,
 			`config: failover_window (env APERIO_FAILOVER_WINDOW): invalid duration "forever" (want e.g. 45s, 15m, 2d, or a number of seconds)`,
 			"config: server.token: required: set server.token in aperio-server.yaml or APERIO_SERVER_TOKEN",
-			`config: lb_strategy (aperio-server.yaml:2): "random" is not round-robin, least-inflight or primary-standby`,
+			`config: lb_strategy (aperio-server.yaml:2): "random" is not round-robin, least-inflight, primary-standby or sticky`,
 		},
 	},
 }
@@ -768,7 +784,7 @@ func TestServerValidate(t *testing.T) {
 			"config: tunnel_max_header_bytes: must be positive, got 0",
 			"config: tunnel_max_streams: must be at least 2, got 0",
 			"config: tunnel_announce_interval: must be positive, got 0s",
-			`config: lb_strategy: "" is not round-robin, least-inflight or primary-standby`,
+			`config: lb_strategy: "" is not round-robin, least-inflight, primary-standby or sticky`,
 			`config: failover: "" is not fail, retry, wait or retry-wait`,
 			"config: scaling_max_records_per_org: must be at least 1, got 0",
 			"config: scaling_max_records_per_token: must be at least 1, got 0",
@@ -853,8 +869,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 73 {
-		t.Errorf("len(Keys()) = %d, want 73", len(keys))
+	if len(keys) != 78 {
+		t.Errorf("len(Keys()) = %d, want 78", len(keys))
 	}
 }
 

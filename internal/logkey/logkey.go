@@ -87,6 +87,8 @@ const (
 	TLS                   = "tls"
 	TokenID               = "token_id"
 	TunnelMaxStreams      = "tunnel_max_streams"
+	Ejections             = "ejections" // ejections of one client service in a row
+	Until                 = "until"
 	Value                 = "value"
 	Version               = "version"
 	WebhookID             = "webhook_id"
