@@ -232,16 +232,9 @@ func (a *App) Session(r *http.Request, host string, secure bool) (Session, error
 }
 
 func (a *App) openSession(value, host string) (Session, error) {
-	plain, err := a.sessions.Open(value)
+	s, err := openSealedSession(a.sessions, value, host)
 	if err != nil {
-		return Session{}, fmt.Errorf("%w: %w", ErrSessionInvalid, err)
-	}
-	s, err := decodeSession(plain)
-	if err != nil {
-		return Session{}, fmt.Errorf("%w: %w", ErrSessionInvalid, err)
-	}
-	if s.Host != host {
-		return Session{}, fmt.Errorf("%w: issued on another hostname", ErrSessionInvalid)
+		return Session{}, err
 	}
 	if !a.cfg.Now().Before(s.Expires) {
 		return Session{}, fmt.Errorf("%w: %w at %s", ErrSessionInvalid, ErrExpired, s.Expires.UTC().Format(time.RFC3339))

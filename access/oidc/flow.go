@@ -131,7 +131,14 @@ func (p *Provider) session(r *http.Request, v Visit) (Session, error) {
 }
 
 func (p *Provider) openSession(value, host string) (Session, error) {
-	plain, err := p.sessions.Open(value)
+	return openSealedSession(p.sessions, value, host)
+}
+
+// openSealedSession opens a session cookie's value sealed by sessions and
+// checks that it was issued on host; every failure wraps
+// ErrSessionInvalid.
+func openSealedSession(sessions *Sealer, value, host string) (Session, error) {
+	plain, err := sessions.Open(value)
 	if err != nil {
 		return Session{}, fmt.Errorf("%w: %w", ErrSessionInvalid, err)
 	}
