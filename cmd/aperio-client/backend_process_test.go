@@ -93,21 +93,7 @@ func TestProcessesBackendSettings(t *testing.T) {
 	t.Cleanup(tr.CloseIdleConnections)
 	visitor := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	get := func(host, path string) (int, string) {
-		req, err := http.NewRequest("GET", base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		resp, err := visitor.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, err.Error()
-		}
-		return resp.StatusCode, string(body)
+		return getHost(t, visitor, base, host, path)
 	}
 
 	if code, body := get("routing.test", "/api/x?q=1"); code != 200 || body != "api" {

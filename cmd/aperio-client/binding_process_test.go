@@ -64,21 +64,7 @@ func TestProcessesBinding(t *testing.T) {
 		return l
 	}
 	get := func(host string) (int, string) {
-		req, err := http.NewRequest("GET", base+"/", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, err.Error()
-		}
-		return resp.StatusCode, string(b)
+		return getHost(t, http.DefaultClient, base, host, "/")
 	}
 	serves := func(host, want string) func() bool {
 		return func() bool { code, body := get(host); return code == 200 && body == want }

@@ -50,21 +50,7 @@ func TestProcessesDrainOnSIGTERM(t *testing.T) {
 	startAndFind(t, client, regexp.MustCompile(`msg="tunnel connected"`))
 
 	get := func(path string) (int, string) {
-		req, err := http.NewRequest("GET", base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = "proc.test"
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return 0, err.Error()
-		}
-		return resp.StatusCode, string(b)
+		return getHost(t, http.DefaultClient, base, "proc.test", path)
 	}
 	waitFor(t, "the hostname answers 200", func() bool { code, _ := get("/"); return code == 200 })
 
@@ -183,4 +169,26 @@ func waitExit(t *testing.T, cmd *exec.Cmd) int {
 		t.Fatalf("%s did not exit within 20s", filepath.Base(cmd.Path))
 		return -1
 	}
+}
+
+// getHost sends GET base+path with Host host through c and returns the
+// status and body; on a transport error, 0 and the error's text, so that
+// callers may poll with it.
+func getHost(t testing.TB, c *http.Client, base, host, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return resp.StatusCode, string(b)
 }
