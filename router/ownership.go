@@ -123,7 +123,7 @@ type rights struct {
 // must all be of e's organization.
 func (rt *Router) refusalLocked(e *clientEntry, r rights, host, path string) string {
 	if !r.master && !mayBind(r.allowed, host) {
-		return "hostname " + host + " is not allowed for this token"
+		return "may not bind " + host + ": not one of the token's hostnames"
 	}
 	if why := rt.owners.Load().refusal(r.org, host); why != "" {
 		return why
