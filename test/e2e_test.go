@@ -171,11 +171,12 @@ func TestEndToEnd(t *testing.T) {
 				}
 				return false
 			})
-			docker(t, "kill", "-s", "KILL", victim)
-			// docker wait returns the exit code of this death: the
-			// provider may start the container again on the next
-			// scale_out, after which inspect would show the new run.
-			if code := docker(t, "wait", victim); code != "137" {
+			// docker wait, started before the kill, returns the exit code
+			// of this run's end: the provider may start the container
+			// again on the next scale_out, and a wait started after that
+			// would block until the new run ends (inspect would show the
+			// new run).
+			if code := killAndWait(t, victim); code != "137" {
 				t.Errorf("killed container exit code = %s, want 137 (SIGKILL)", code)
 			}
 			tp.waitFor("the load goes on for 100 more requests", 60*time.Second, func() bool {

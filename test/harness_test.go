@@ -625,3 +625,24 @@ func (l *loadGen) close() {
 	}
 	l.wg.Wait()
 }
+
+// killAndWait SIGKILLs a container and returns the exit code of the run it
+// killed, as docker wait reports it. The wait starts before the kill, so a
+// container started again at once (a scale_out) cannot make it wait for
+// the next run's end; it is bounded all the same.
+func killAndWait(t testing.TB, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out strings.Builder
+	wait := exec.CommandContext(ctx, "docker", "wait", id)
+	wait.Stdout = &out
+	if err := wait.Start(); err != nil {
+		t.Fatalf("docker wait %s: %v", id, err)
+	}
+	docker(t, "kill", "-s", "KILL", id)
+	if err := wait.Wait(); err != nil {
+		t.Fatalf("docker wait %s: %v (output %q)", id, err, out.String())
+	}
+	return strings.TrimSpace(out.String())
+}
