@@ -43,7 +43,7 @@ const (
 
 // CSRFHeader carries a session's CSRF token (GET /whoami returns it) on
 // every request of a login session other than GET and HEAD.
-const CSRFHeader = "X-Aperio-CSRF"
+const CSRFHeader = wire.CSRFHeader
 
 // SessionTTL is the lifetime of an admin session, sealed inside the
 // cookie: a session ends 8 hours after its login whatever the browser

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/dashboard"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -113,6 +114,10 @@ func charged(r *http.Request) bool {
 	p := r.URL.Path
 	if p == tunnel.Path || strings.HasPrefix(p, adminLoginPrefix) {
 		return true
+	}
+	if dashboard.Owns(p) && !strings.HasPrefix(p, dashboard.AssetPrefix) {
+		// A page is one or more API calls made with the browser's cookie.
+		return hasAdminSession(r)
 	}
 	if p != admin.Prefix && !strings.HasPrefix(p, admin.Prefix+"/") {
 		return false

@@ -24,6 +24,7 @@ import (
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/dashboard"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -72,8 +73,9 @@ type Gateway struct {
 	oidc    *oidc.Provider  // the oidc: block's provider; nil without one
 	// authAudit writes auth_denied entries, sampled, off the request path.
 	authAudit *authAuditor
-	api       http.Handler // the admin API under /aperio/api
-	admin     *admin.API   // the admin API itself: its login routes
+	api       http.Handler  // the admin API under /aperio/api
+	admin     *admin.API    // the admin API itself: its login routes
+	ui        *dashboard.UI // the dashboard under /aperio/, a client of api
 	db        *store.DB
 	ctl       *autoscale.Controller // nil unless scaling is on
 	armed     *armLoader            // loads the router's armed binds; nil unless scaling is on
@@ -234,6 +236,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.api, g.admin = api.Handler(), api
+	if g.ui, err = dashboard.New(dashboard.Config{API: g.api, Login: api.LoginHandler(), OIDC: adminLogin != nil, Logger: log}); err != nil {
+		return nil, err
+	}
 	if err := g.loadMaintenance(ctx); err != nil {
 		return nil, err
 	}
@@ -305,6 +310,10 @@ func (g *Gateway) Handler() http.Handler {
 		}
 		if strings.HasPrefix(p, adminLoginPrefix) {
 			g.admin.LoginHandler().ServeHTTP(w, r)
+			return
+		}
+		if dashboard.Owns(p) {
+			g.ui.ServeHTTP(w, r)
 			return
 		}
 		switch p {

@@ -6,6 +6,11 @@ import "time"
 // to its base URL.
 const Prefix = "/aperio/api"
 
+// CSRFHeader carries a login session's CSRF token (WhoAmI.CSRF) on every
+// state-changing request of that session: the admin API refuses one
+// without it.
+const CSRFHeader = "X-Aperio-CSRF"
+
 // The roles of admin keys, as the API and the store spell them. Each role
 // may do what the roles before it may.
 const (

@@ -1,0 +1,42 @@
+package dashboard
+
+import (
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+)
+
+// funcs are the templates' helpers beside the view's methods (T, Can).
+var funcs = template.FuncMap{
+	// when formats a time for a table cell: UTC, to the second; "" for
+	// the zero time or nil.
+	"when": func(v any) string {
+		var t time.Time
+		switch x := v.(type) {
+		case time.Time:
+			t = x
+		case *time.Time:
+			if x != nil {
+				t = *x
+			}
+		}
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	// iso is a time in RFC 3339, for <time datetime> and scripts.
+	"iso": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	},
+	// join joins a list for a table cell.
+	"join": func(xs []string, sep string) string { return strings.Join(xs, sep) },
+	// pct formats a fraction as a percentage.
+	"pct": func(f float64) string { return fmt.Sprintf("%.1f%%", f*100) },
+	// path is the path of the page called name.
+	"path": pagePath,
+}
