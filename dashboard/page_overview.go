@@ -1,28 +1,197 @@
 package dashboard
 
-import "github.com/aperio-dev/aperio/wire"
+import (
+	"fmt"
+	"net/url"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/wire"
+)
 
 func init() {
 	register(&page{
 		Name: "overview", Title: "overview.title", Order: 0,
-		Load: func(c *Ctx) (any, error) {
-			var clients []wire.ClientInfo
-			if err := c.Get("/clients", &clients); err != nil {
-				return nil, err
-			}
-			hosts := map[string]bool{}
-			for _, ci := range clients {
-				for _, h := range ci.Hostnames {
-					hosts[h] = true
-				}
-			}
-			return overview{Clients: clients, Hostnames: len(hosts)}, nil
-		},
+		Scripts: []string{"overview.js"},
+		Load:    loadOverview,
 	})
 }
 
-// overview is the overview page's data.
+// overview is the overview page's data: the connected clients from GET
+// /clients, and the traffic figures from GET /stats when it answered
+// (nil otherwise: the cards show a dash until the script fills them).
 type overview struct {
-	Clients   []wire.ClientInfo
-	Hostnames int
+	Clients []wire.ClientInfo
+	// Connections counts the distinct client connections (Clients has one
+	// entry per connection and service).
+	Connections int
+	Hostnames   int
+	Stats       *trafficStats
+	Summary     statsSummary
+	Hosts       []hostRow
+}
+
+func loadOverview(c *Ctx) (any, error) {
+	var clients []wire.ClientInfo
+	if err := c.Get("/clients", &clients); err != nil {
+		return overview{Summary: summarize(nil)}, err
+	}
+	sortClients(clients)
+	ov := overview{Clients: clients, Connections: countConnections(clients), Hostnames: countHostnames(clients)}
+	ov.Stats = readStats(c, "")
+	ov.Summary = summarize(ov.Stats)
+	ov.Hosts = hostRows(ov.Stats)
+	return ov, nil
+}
+
+// countConnections counts the distinct connections among clients.
+func countConnections(clients []wire.ClientInfo) int {
+	ids := map[string]bool{}
+	for _, ci := range clients {
+		ids[ci.ID] = true
+	}
+	return len(ids)
+}
+
+// countHostnames counts the distinct hostnames clients serve.
+func countHostnames(clients []wire.ClientInfo) int {
+	hosts := map[string]bool{}
+	for _, ci := range clients {
+		for _, h := range ci.Hostnames {
+			hosts[h] = true
+		}
+	}
+	return len(hosts)
+}
+
+// trafficStats is GET /stats as the pages read it: only the fields they
+// show. The traffic page and the overview's script read the same answer.
+type trafficStats struct {
+	Clients         int         `json:"clients"`
+	Hostnames       int         `json:"hostnames"`
+	Held            int         `json:"held"`
+	ScalingEvents1h int         `json:"scaling_events_1h"`
+	Hosts           []hostStats `json:"hosts"`
+}
+
+// hostStats is one hostname's entry of trafficStats.
+type hostStats struct {
+	Hostname string                 `json:"hostname"`
+	Windows  map[string]statsWindow `json:"windows"`
+}
+
+// statsWindow is one rolling window of a hostname's traffic.
+type statsWindow struct {
+	Requests  int64   `json:"requests"`
+	RPS       float64 `json:"rps"`
+	Errors    int64   `json:"errors"`
+	ErrorRate float64 `json:"error_rate"`
+	S2xx      int64   `json:"2xx"`
+	S3xx      int64   `json:"3xx"`
+	S4xx      int64   `json:"4xx"`
+	S5xx      int64   `json:"5xx"`
+	Aborted   int64   `json:"aborted"`
+	P50MS     float64 `json:"p50_ms"`
+	P99MS     float64 `json:"p99_ms"`
+	QueueP99  float64 `json:"queue_wait_p99_ms"`
+	Held      int64   `json:"held"`
+}
+
+// readStats reads GET /stats (of hostname only, when not ""). The figures
+// are an addition to the pages, not their substance: when the API cannot
+// answer them, the page renders without (a dash in each card) and the
+// failure is logged, not shown.
+func readStats(c *Ctx, hostname string) *trafficStats {
+	p := "/stats"
+	if hostname != "" {
+		p += "?hostname=" + url.QueryEscape(hostname)
+	}
+	var st trafficStats
+	if err := c.Get(p, &st); err != nil {
+		c.u.log.Warn("dashboard could not read the stats", logkey.Path, c.R.URL.Path, logkey.Err, err)
+		return nil
+	}
+	return &st
+}
+
+// noFigure is what a card or cell shows for a figure it does not have.
+const noFigure = "—"
+
+// statsSummary is the overview's cards, formatted: the last minute over
+// every hostname the caller sees.
+type statsSummary struct {
+	RPS, ErrorRate, P50, P99, Held, Scaling string
+}
+
+// summarize sums the hostnames' last minute: request rates add up, the
+// error rate is errors over requests, and the latency quantiles are the
+// slowest hostname's (quantiles of different hostnames do not combine).
+func summarize(st *trafficStats) statsSummary {
+	if st == nil {
+		return statsSummary{noFigure, noFigure, noFigure, noFigure, noFigure, noFigure}
+	}
+	var rps, p50, p99 float64
+	var reqs, errs int64
+	for _, h := range st.Hosts {
+		w := h.Windows["1m"]
+		rps += w.RPS
+		reqs += w.Requests
+		errs += w.Errors
+		p50 = max(p50, w.P50MS)
+		p99 = max(p99, w.P99MS)
+	}
+	rate := 0.0
+	if reqs > 0 {
+		rate = float64(errs) / float64(reqs)
+	}
+	return statsSummary{
+		RPS: fmtRate(rps), ErrorRate: fmtPct(rate), P50: fmtMS(p50), P99: fmtMS(p99),
+		Held: fmt.Sprint(st.Held), Scaling: fmt.Sprint(st.ScalingEvents1h),
+	}
+}
+
+// hostRow is one hostname's line of the overview's and the traffic
+// page's tables, formatted.
+type hostRow struct {
+	Hostname string
+	// Special is "other" or "unrouted" for the API's pseudo-hostnames
+	// (the hostnames past its bound, the requests no bind matched).
+	Special                            string
+	RPS, ErrorRate, P50, P99, QueueP99 string
+	Requests5m                         int64
+	Hour                               statsWindow
+}
+
+// hostRows formats st's hostnames, in the API's order (by hostname).
+func hostRows(st *trafficStats) []hostRow {
+	if st == nil {
+		return nil
+	}
+	out := make([]hostRow, 0, len(st.Hosts))
+	for _, h := range st.Hosts {
+		m := h.Windows["1m"]
+		r := hostRow{
+			Hostname: h.Hostname, RPS: fmtRate(m.RPS), ErrorRate: fmtPct(m.ErrorRate),
+			P50: fmtMS(m.P50MS), P99: fmtMS(m.P99MS), QueueP99: fmtMS(m.QueueP99),
+			Requests5m: h.Windows["5m"].Requests, Hour: h.Windows["1h"],
+		}
+		switch h.Hostname {
+		case "__other":
+			r.Special = "other"
+		case "__unrouted":
+			r.Special = "unrouted"
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// The figures' formats; assets/figures.js formats the same way, so a
+// live update does not change how a number looks.
+func fmtRate(f float64) string { return fmt.Sprintf("%.1f", f) }
+func fmtPct(f float64) string  { return fmt.Sprintf("%.1f%%", f*100) }
+func fmtMS(f float64) string {
+	if f < 10 {
+		return fmt.Sprintf("%.1f ms", f)
+	}
+	return fmt.Sprintf("%.0f ms", f)
 }

@@ -27,10 +27,15 @@ export async function api(method, path, payload) {
 
 // stream follows the server's event stream (GET /aperio/api/stream) and
 // calls onEvent(type, data) for each event of the given types; onState
-// gets "live" or "reconnecting". EventSource reconnects by itself. It
-// answers a function that closes the stream.
-export function stream(types, onEvent, onState) {
-  const q = types && types.length ? "?type=" + encodeURIComponent(types.join(",")) : "";
+// gets "live" or "reconnecting". params (optional) adds query parameters,
+// as {hostname: "app.example.com"}; empty values are left out.
+// EventSource reconnects by itself. It answers a function that closes
+// the stream.
+export function stream(types, onEvent, onState, params) {
+  const sp = new URLSearchParams();
+  if (types && types.length) sp.set("type", types.join(","));
+  for (const [k, v] of Object.entries(params || {})) if (v) sp.set(k, v);
+  const q = sp.toString() ? "?" + sp.toString() : "";
   const es = new EventSource("/aperio/api/stream" + q);
   const kinds = (types && types.length ? types : ["access", "scaling", "client"]).concat(["dropped"]);
   for (const k of kinds) {
