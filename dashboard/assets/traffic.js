@@ -4,7 +4,7 @@
 // GET /stats every 5 s.
 import { api, stream, el } from "./app.js";
 import { lineChart, stackedBars, swatch } from "./chart.js";
-import { dash, fill, fmtMs, fmtRate, hostLabel, every } from "./figures.js";
+import { dash, fill, fmtInt, fmtMs, fmtPct, fmtRate, hostLabel, every } from "./figures.js";
 
 const MAX_ROWS = 500;
 const $ = (id) => document.getElementById(id);
@@ -188,6 +188,22 @@ async function drawCharts() {
     : d.empty;
   stackedBars($("chart-status"), xs, layers, statusSummary);
   legend("legend-status", layers.map((l) => [l.color, l.name]));
+  showHosts(st && Array.isArray(st.hosts) ? st.hosts : []);
+}
+
+// showHosts draws the hostnames' table again, in the server's cells.
+function showHosts(hosts) {
+  const table = $("hosts-table");
+  if (!table) return;
+  const rows = hosts.map((h) => {
+    const w = h.windows || {}, m = w["1m"] || {}, f = w["5m"] || {}, hr = w["1h"] || {};
+    const n = (v) => el("td", { class: "num" }, v);
+    return el("tr", {}, el("td", {}, hostLabel(h.hostname, charts)),
+      n(fmtRate(m.rps)), n(fmtInt(f.requests)), n(fmtPct(m.error_rate)), n(fmtMs(m.p50_ms)), n(fmtMs(m.p99_ms)),
+      n(fmtMs(m.queue_wait_p99_ms)), ...CLASSES.map((c) => n(fmtInt(hr[c]))));
+  });
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 12 }, table.dataset.none || "")));
+  table.tBodies[0].replaceChildren(...rows);
 }
 
 connect();
