@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"fmt"
-	"net/url"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/wire"
@@ -37,7 +36,7 @@ func loadOverview(c *Ctx) (any, error) {
 	}
 	sortClients(clients)
 	ov := overview{Clients: clients, Connections: countConnections(clients), Hostnames: countHostnames(clients)}
-	ov.Stats = readStats(c, "")
+	ov.Stats = readStats(c)
 	ov.Summary = summarize(ov.Stats)
 	ov.Hosts = hostRows(ov.Stats)
 	return ov, nil
@@ -96,17 +95,12 @@ type statsWindow struct {
 	Held      int64   `json:"held"`
 }
 
-// readStats reads GET /stats (of hostname only, when not ""). The figures
-// are an addition to the pages, not their substance: when the API cannot
-// answer them, the page renders without (a dash in each card) and the
-// failure is logged, not shown.
-func readStats(c *Ctx, hostname string) *trafficStats {
-	p := "/stats"
-	if hostname != "" {
-		p += "?hostname=" + url.QueryEscape(hostname)
-	}
+// readStats reads GET /stats. The figures are an addition to the pages,
+// not their substance: when the API cannot answer them, the page renders
+// without (a dash in each card) and the failure is logged, not shown.
+func readStats(c *Ctx) *trafficStats {
 	var st trafficStats
-	if err := c.Get(p, &st); err != nil {
+	if err := c.Get("/stats", &st); err != nil {
 		c.u.log.Warn("dashboard could not read the stats", logkey.Path, c.R.URL.Path, logkey.Err, err)
 		return nil
 	}

@@ -79,7 +79,7 @@ func loadTraffic(c *Ctx) (any, error) {
 		return trafficView{}, err
 	}
 	v := trafficView{Filter: f}
-	all := readStats(c, "")
+	all := readStats(c)
 	if all != nil {
 		v.StatsOK = true
 		for _, h := range all.Hosts {
