@@ -50,11 +50,28 @@ func (s *staticClients) SetClientDisabled(id string, disabled bool) error {
 }
 
 // staticScaling is an admin.Scaling with a fixed list of records: List
-// scopes it by organization, Disarm removes a record and is recorded.
+// scopes it by organization, Disarm removes a record and is recorded,
+// History answers what setHistory set.
 type staticScaling struct {
-	mu      sync.Mutex // guards the following fields
-	views   []autoscale.View
-	disarms []string // "orgID/id" of every Disarm call
+	mu        sync.Mutex // guards the following fields
+	views     []autoscale.View
+	disarms   []string                     // "orgID/id" of every Disarm call
+	histories map[string]autoscale.History // by record ID
+}
+
+func (s *staticScaling) History(id string) autoscale.History {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.histories[id]
+}
+
+func (s *staticScaling) setHistory(id string, h autoscale.History) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.histories == nil {
+		s.histories = map[string]autoscale.History{}
+	}
+	s.histories[id] = h
 }
 
 func (s *staticScaling) List(_ context.Context, orgID string) ([]autoscale.View, error) {
