@@ -257,8 +257,8 @@ func (cfg Config) Validate() error {
 }
 
 // Controller makes the autoscaling decisions for every record. Declare,
-// Leave, ColdStart, List, Disarm and Metrics are safe for concurrent use;
-// sampling and calls happen only while Run runs.
+// Leave, ColdStart, List, Disarm, History and Metrics are safe for
+// concurrent use; sampling and calls happen only while Run runs.
 //
 // All decision state (the records it knows, each bind's samples, cooldown
 // and breaker, the call queue, host penalties, the token bucket) is guarded

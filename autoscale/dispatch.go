@@ -737,8 +737,8 @@ func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration
 	if o.disarmed {
 		c.metrics.Disarms++
 	}
-	// Noted before the record takes the outcome: a record deleted while
-	// the call ran keeps no history.
+	// A record deleted (or deleted and declared again) while the call
+	// ran has no history of it left: the note is then dropped.
 	outcome, errText := wire.ScalingOutcomeAccepted, ""
 	if !p.ok {
 		outcome, errText = wire.ScalingOutcomeFailed, o.err.Error()

@@ -3,6 +3,7 @@ package autoscale
 import (
 	"context"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/aperio-dev/aperio/wire"
@@ -42,10 +43,11 @@ const (
 // history is what the controller remembers of one record: its latest
 // decisions and pool samples, in rings of fixed size. It is allocated once,
 // when the record is first sampled or decided, and never grows: under
-// 9 KiB (TestHistorySize pins the bound), so a server holding N records
-// spends at most N × 9 KiB on them (900 KiB for the 100 records one
-// organization may hold by default). It belongs to one record ID and is
-// dropped with it. Guarded by Controller.mu.
+// 9 KiB (TestHistorySize pins the bound), plus at most maxAuditErrBytes of
+// error text per decision (the reasons are constants), so under 14 KiB: a
+// server holding N records spends at most N × 14 KiB on them (1.4 MiB for
+// the 100 records one organization may hold by default). It belongs to one
+// record ID and is dropped with it. Guarded by Controller.mu.
 type history struct {
 	recordID  string
 	decisions [HistoryDecisions]histDecision
@@ -200,8 +202,17 @@ func (c *Controller) endNoteLocked(b *bind, seq uint64, now time.Time, outcome s
 	if d == nil {
 		return
 	}
-	d.updated, d.outcome, d.status, d.err, d.disarmed = now, outcome, status, err, disarmed
+	d.updated, d.outcome, d.status, d.err, d.disarmed = now, outcome, status, clipError(err), disarmed
 	c.reportLocked(b, d)
+}
+
+// clipError bounds an error text kept in a history to maxAuditErrBytes, as
+// in the audit log, so that a history's size stays bounded.
+func clipError(s string) string {
+	if len(s) <= maxAuditErrBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxAuditErrBytes], "") + "…"
 }
 
 // renoteLocked updates the body of decision seq of b, brought up to date

@@ -2,11 +2,14 @@ package autoscale
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/aperio-dev/aperio/wire"
@@ -262,4 +265,25 @@ func TestHistoryHoldAllocates(t *testing.T) {
 	if d := b.hist.newest(); d.repeats != 101 || b.hist.nd != 1 {
 		t.Errorf("after 102 held samples: %d decisions, newest repeated %d times; want 1, 101", b.hist.nd, d.repeats)
 	}
+}
+
+// TestHistoryClipsErrors: a failed call's error is kept cut at
+// maxAuditErrBytes, as the audit log keeps it, so a history stays bounded.
+func TestHistoryClipsErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, []Record{rec("app.example.com")})
+		id := h.store.recIDForTest("app.example.com")
+		long := strings.Repeat("é", 4096)
+		h.caller.answer = func(int, HookCall) (int, time.Duration, error) { return 0, 0, errors.New(long) }
+		s, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", "")
+		if err != nil {
+			t.Fatalf("ColdStart: %v", err)
+		}
+		synctest.Wait()
+		<-s.Failed()
+		d := h.c.History(id).Decisions[0]
+		if len(d.Error) > maxAuditErrBytes+len("…") || !utf8.ValidString(d.Error) || !strings.Contains(d.Error, "éé") {
+			t.Errorf("kept error has %d bytes (valid UTF-8 %v), want at most %d of the error, valid", len(d.Error), utf8.ValidString(d.Error), maxAuditErrBytes+len("…"))
+		}
+	})
 }
