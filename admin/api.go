@@ -82,17 +82,21 @@ type ClientInfo = wire.ClientInfo
 type Concurrency = wire.Concurrency
 
 // Scaling is the autoscaler as the API needs it: the subset of
-// *autoscale.Controller that GET /scaling and DELETE /scaling/{id} call.
-// Both methods are called from request goroutines and must be safe for
-// concurrent use.
+// *autoscale.Controller that GET /scaling, GET /scaling/{id} and DELETE
+// /scaling/{id} call. Every method is called from request goroutines and
+// must be safe for concurrent use.
 //
 // List returns the records of orgID ("" means every organization) with
 // their live pool. Disarm removes record id of orgID; its error wraps
 // autoscale.ErrNoRecord or store.ErrNotFound when there is no such record.
-// Errors that wrap store.ErrUnavailable answer 503, as for Store.
+// Errors that wrap store.ErrUnavailable answer 503, as for Store. History
+// returns what the server remembers of record id (its latest decisions and
+// pool samples), without I/O; the API asks only for a record List showed
+// the caller.
 type Scaling interface {
 	List(ctx context.Context, orgID string) ([]autoscale.View, error)
 	Disarm(ctx context.Context, orgID, id string) error
+	History(id string) autoscale.History
 }
 
 // URLChecker judges an outbound URL without calling it: the static checks
@@ -299,6 +303,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/clients/{id}/disable", roleOperator, a.disableClient},
 		{http.MethodPost, "/clients/{id}/enable", roleOperator, a.enableClient},
 		{http.MethodGet, "/scaling", roleViewer, a.listScaling},
+		{http.MethodGet, "/scaling/{id}", roleViewer, a.getScaling},
 		{http.MethodDelete, "/scaling/{id}", roleOperator, a.disarmScaling},
 		{http.MethodGet, "/webhooks", roleViewer, a.listWebhooks},
 		{http.MethodPost, "/webhooks", roleAdmin, a.createWebhook},

@@ -187,6 +187,9 @@ var matrix = []matrixCase{
 		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/enable", ""
 	}, own: 204, other: 404, master: 204},
 	{method: "GET", pattern: "/scaling", req: fixed("/scaling"), own: 200, other: 200, master: 200, listing: true},
+	{method: "GET", pattern: "/scaling/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/scaling/" + w.newScaling(t, w.org(own)), ""
+	}, own: 200, other: 404, master: 200},
 	{method: "DELETE", pattern: "/scaling/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/scaling/" + w.newScaling(t, w.org(own)), ""
 	}, own: 204, other: 404, master: 204},
