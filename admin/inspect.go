@@ -188,11 +188,11 @@ func entryParam(r *http.Request) (string, error) {
 }
 
 func (a *API) getInspectRequest(w http.ResponseWriter, r *http.Request, c caller) error {
-	cp, host, err := a.capture(r, c)
+	id, err := entryParam(r)
 	if err != nil {
 		return err
 	}
-	id, err := entryParam(r)
+	cp, host, err := a.capture(r, c)
 	if err != nil {
 		return err
 	}
@@ -208,16 +208,16 @@ func (a *API) getInspectRequest(w http.ResponseWriter, r *http.Request, c caller
 // whole pipeline (Config.Replay), as the caller's visitor: it takes a
 // token of the caller's visitor bucket like any request.
 func (a *API) replayInspectRequest(w http.ResponseWriter, r *http.Request, c caller) error {
+	id, err := entryParam(r)
+	if err != nil {
+		return err
+	}
 	cp, host, err := a.capture(r, c)
 	if err != nil {
 		return err
 	}
 	if a.replay == nil {
 		return errorf(http.StatusNotFound, "replay is off on this server")
-	}
-	id, err := entryParam(r)
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), replayTimeout)
 	defer cancel()
