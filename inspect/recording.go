@@ -153,8 +153,8 @@ func (rc *Recording) recordHead(status int, h http.Header) {
 	hdr, trunc := rc.c.copyHeader(h)
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if rc.head {
-		return
+	if rc.head || rc.done {
+		return // the entry may be published already: it is not written again
 	}
 	rc.head, rc.status, rc.headAt = true, status, d
 	rc.e.Response.Header, rc.e.Response.HeadersTruncated = hdr, trunc
@@ -190,15 +190,19 @@ type bodyBuf struct {
 	data     []byte
 	size     int64
 	complete bool
+	frozen   bool // result was taken: bytes read later (a body still copied after the answer) are not counted
 }
 
 func (b *bodyBuf) add(p []byte) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.frozen {
+		return
+	}
 	if room := b.limit - len(b.data); room > 0 {
 		b.data = append(b.data, p[:min(room, len(p))]...)
 	}
 	b.size += int64(len(p))
-	b.mu.Unlock()
 }
 
 func (b *bodyBuf) end() {
@@ -210,6 +214,7 @@ func (b *bodyBuf) end() {
 func (b *bodyBuf) result() ([]byte, int64, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.frozen = true
 	data := b.data
 	if data == nil {
 		data = []byte{}
