@@ -14,6 +14,7 @@ import (
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/webhook"
@@ -150,6 +151,13 @@ type Config struct {
 	// provider (admin_oidc): LoginHandler, the callback and sessions in
 	// place of a bearer credential. Nil means off.
 	OIDC *OIDCConfig
+	// Inspector holds the request inspector's captures: the routes under
+	// /inspect. Nil means the inspector is off: they answer 404.
+	Inspector *inspect.Inspector
+	// Replay is the server's pipeline (the observed router) through which
+	// POST /inspect/{hostname}/requests/{id}/replay sends a captured
+	// request again. Nil means replay is off: that route answers 404.
+	Replay http.Handler
 	// Events receives maintenance turned on and off, for webhook
 	// delivery (*webhook.Dispatcher). Nil discards them.
 	Events MaintenanceEvents
@@ -226,6 +234,8 @@ type API struct {
 	explain  Explainer
 	shares   ShareMinter // nil when share links are off
 	events   MaintenanceEvents
+	inspect  *inspect.Inspector // nil when the inspector is off
+	replay   http.Handler       // nil when replay is off
 	log      *slog.Logger
 	now      func() time.Time
 	master   [sha256.Size]byte // SHA-256 of the master token, compared in constant time
@@ -250,6 +260,8 @@ func New(cfg Config) (*API, error) {
 		explain:  cfg.Explainer,
 		shares:   cfg.Shares,
 		events:   cfg.Events,
+		inspect:  cfg.Inspector,
+		replay:   cfg.Replay,
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		master:   sha256.Sum256([]byte(cfg.MasterToken)),
@@ -313,6 +325,12 @@ func (a *API) routeTable() []route {
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},
 		{http.MethodPost, "/share", roleOperator, a.createShare},
 		{http.MethodPost, "/share/keys/rotate", roleAdmin, a.rotateShareKey},
+		{http.MethodGet, "/inspect", roleViewer, a.listInspect},
+		{http.MethodPut, "/inspect/{hostname}", roleOperator, a.startInspect},
+		{http.MethodDelete, "/inspect/{hostname}", roleOperator, a.stopInspect},
+		{http.MethodGet, "/inspect/{hostname}/requests", roleViewer, a.listInspectRequests},
+		{http.MethodGet, "/inspect/{hostname}/requests/{id}", roleViewer, a.getInspectRequest},
+		{http.MethodPost, "/inspect/{hostname}/requests/{id}/replay", roleOperator, a.replayInspectRequest},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
 		{http.MethodGet, "/explain", roleViewer, a.explainRequest},
 		{http.MethodGet, "/whoami", roleViewer, a.whoami},

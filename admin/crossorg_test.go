@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/oidctest"
 	"github.com/aperio-dev/aperio/router"
 )
@@ -19,6 +20,7 @@ import (
 // organization a: the callers of the cross-org matrix.
 type orgWorld struct {
 	f    *fixture
+	in   *inspect.Inspector
 	a, b string
 	keys map[string]string // role ("viewer", "operator", "admin", "master") → credential; keys are a's
 	// sessions are login sessions of users admin_oidc_roles maps to a,
@@ -41,9 +43,10 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	for _, r := range admin.Roles() {
 		roles = append(roles, admin.OIDCRole{Email: r + "@a.test", Org: "a", Role: r})
 	}
-	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}})
+	in := newTestInspector(t)
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}, Inspector: in, Replay: fakePipeline(in)})
 	f.clients, f.scaling = base.clients, base.scaling
-	w := &orgWorld{f: f, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}}
+	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
 	for _, r := range admin.Roles() {
 		s := f.login(t, op, oidctest.User(r+"@a.test", true))
@@ -63,7 +66,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	)
 	w.bRecords = []string{
 		w.newKey(t, w.b), w.newToken(t, w.b), w.newWebhook(t, w.b), w.newScaling(t, w.b),
-		w.newMaintenance(t, w.b), "cli_b",
+		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false),
 	}
 	return w
 }
@@ -118,6 +121,24 @@ func (w *orgWorld) newMaintenance(t *testing.T, org string) string {
 	host := fmt.Sprintf("m%d.%s", w.next(), w.suffix(org == w.a))
 	w.f.expect(t, "PUT", "/maintenance/"+host, masterToken, fmt.Sprintf(`{"org_id":%q}`, org), http.StatusNoContent, nil)
 	return host
+}
+
+// inspected returns a's hostname under capture for own, b's otherwise,
+// starting its capture with one request recorded if need be.
+func (w *orgWorld) inspected(t *testing.T, own bool) string {
+	host := "i." + w.suffix(own)
+	if w.in.Lookup(host) == nil {
+		w.f.expect(t, "PUT", "/inspect/"+host, masterToken, "", http.StatusOK, nil)
+		recordOne(t, w.in, host, "body")
+	}
+	return host
+}
+
+// inspectedEntry returns the path of a captured request of a's hostname
+// for own, b's otherwise.
+func (w *orgWorld) inspectedEntry(t *testing.T, own bool) string {
+	host := w.inspected(t, own)
+	return "/inspect/" + host + "/requests/" + w.in.Capture(host).Requests()[0].ID
 }
 
 // matrixCase is one route of the matrix: req builds the request a caller
@@ -223,6 +244,24 @@ var matrix = []matrixCase{
 	{method: "POST", pattern: "/share/keys/rotate", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
 		return "/share/keys/rotate", fmt.Sprintf(`{"revoke_previous":true%s}`, orgField(w, master, own))
 	}, own: 200, other: 400, master: 200},
+	{method: "GET", pattern: "/inspect", req: fixed("/inspect"), own: 200, other: 200, master: 200, listing: true},
+	{method: "PUT", pattern: "/inspect/{hostname}", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/inspect/p." + w.suffix(own), `{"max_requests":5}`
+	}, own: 200, other: 403, master: 200},
+	{method: "DELETE", pattern: "/inspect/{hostname}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		host := fmt.Sprintf("d%d.%s", w.next(), w.suffix(own))
+		w.f.expect(t, "PUT", "/inspect/"+host, masterToken, `{"max_requests":1,"body_bytes":1}`, http.StatusOK, nil)
+		return "/inspect/" + host, ""
+	}, own: 204, other: 403, master: 204},
+	{method: "GET", pattern: "/inspect/{hostname}/requests", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/inspect/" + w.inspected(t, own) + "/requests", ""
+	}, own: 200, other: 403, master: 200},
+	{method: "GET", pattern: "/inspect/{hostname}/requests/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return w.inspectedEntry(t, own), ""
+	}, own: 200, other: 403, master: 200},
+	{method: "POST", pattern: "/inspect/{hostname}/requests/{id}/replay", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return w.inspectedEntry(t, own) + "/replay", ""
+	}, own: 200, other: 403, master: 200},
 	{method: "GET", pattern: "/audit", req: fixed("/audit"), own: 200, other: 200, master: 200, listing: true},
 	{method: "GET", pattern: "/explain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/explain?" + url.Values{"host": {"x." + w.suffix(own)}}.Encode(), ""
