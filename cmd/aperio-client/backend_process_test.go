@@ -45,15 +45,7 @@ func TestProcessesBackendSettings(t *testing.T) {
 	unixApp.Start()
 	t.Cleanup(unixApp.Close)
 
-	// A port nobody listens on: connections to it are refused.
-	gone, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := gone.Addr().String()
-	if err := gone.Close(); err != nil {
-		t.Fatal(err)
-	}
+	refused := refusedAddr(t)
 	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "b") }))
 	t.Cleanup(b.Close)
 

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -100,45 +100,10 @@ func buildBinaries(t *testing.T) string {
 }
 
 // startAndFind starts cmd and returns the first submatch of re in its
-// stderr, waiting up to 20 s. Later stderr is drained into the test log.
+// stderr, waiting up to 20 s (startLogged and wait).
 func startAndFind(t *testing.T, cmd *exec.Cmd, re *regexp.Regexp) string {
 	t.Helper()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			if m := re.FindStringSubmatch(line); m != nil && !sent {
-				sent = true
-				if len(m) > 1 {
-					found <- m[1]
-				} else {
-					found <- m[0]
-				}
-			}
-		}
-	}()
-	select {
-	case s := <-found:
-		return s
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not log %q within 20s", filepath.Base(cmd.Path), re)
-		return ""
-	}
+	return startLogged(t, cmd).wait(t, re)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -321,4 +286,19 @@ func statusBackend(t *testing.T, name string, status int) string {
 	}))
 	t.Cleanup(s.Close)
 	return s.URL
+}
+
+// refusedAddr returns a loopback host:port nobody listens on any more:
+// dials to it are refused (until the test listens on it itself).
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

@@ -112,16 +112,8 @@ func TestProcessesBackendResilience(t *testing.T) {
 
 	t.Run("retry", func(t *testing.T) {
 		const backoff = 500 * time.Millisecond
-		// A port nobody listens on yet: dials to it are refused until the
-		// backend takes it below.
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		if err := ln.Close(); err != nil {
-			t.Fatal(err)
-		}
+		// Dials are refused until the backend takes the port below.
+		addr := refusedAddr(t)
 		// Six tries 500ms apart: a 2.5 s window in which the backend
 		// starts.
 		retry := fmt.Sprintf("{attempts: 6, backoff: %s", backoff)
@@ -170,6 +162,7 @@ func TestProcessesBackendResilience(t *testing.T) {
 			}
 			return true
 		})
+		var err error
 		backend.Listener, err = net.Listen("tcp", addr)
 		if err != nil {
 			t.Fatalf("listen on %s again: %v", addr, err)
