@@ -212,7 +212,8 @@ func (f fleet) startServer(t *testing.T, env ...string) *serverProcess {
 
 // startClient starts a client named name, connected to the server at
 // base with the master token, with services (the yaml list of
-// services:, indented by two), and waits for its tunnel.
+// services:, indented by two, then any further top-level keys), and
+// waits for its tunnel.
 func (f fleet) startClient(t *testing.T, base, name, services string) (*exec.Cmd, *processLog) {
 	t.Helper()
 	dir := t.TempDir()

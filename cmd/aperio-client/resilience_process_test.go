@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/agent"
 	"github.com/aperio-dev/aperio/internal/blackhole"
 )
 
@@ -29,27 +31,27 @@ func TestProcessesBackendResilience(t *testing.T) {
 		took time.Duration
 	}
 	// send sends method host/path (a POST with a body) and reports the
-	// answer; a transport error fails the test.
+	// answer; on a transport error, code 0 and the error's text. It may
+	// run on a goroutine of its own.
 	send := func(t *testing.T, method, host, path string) answer {
-		t.Helper()
 		var body io.Reader
 		if method == http.MethodPost {
 			body = strings.NewReader("order=1")
 		}
 		req, err := http.NewRequestWithContext(t.Context(), method, base+path, body)
 		if err != nil {
-			t.Fatal(err)
+			return answer{body: err.Error()}
 		}
 		req.Host = host
 		start := time.Now()
 		resp, err := f.http.Do(req)
 		if err != nil {
-			t.Fatalf("%s %s%s: %v, want an answer", method, host, path, err)
+			return answer{body: err.Error(), took: time.Since(start)}
 		}
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
 		if err != nil {
-			t.Fatalf("%s %s%s: reading the answer: %v", method, host, path, err)
+			return answer{body: err.Error(), took: time.Since(start)}
 		}
 		return answer{resp.StatusCode, string(b), time.Since(start)}
 	}
@@ -115,19 +117,18 @@ func TestProcessesBackendResilience(t *testing.T) {
 		// Dials are refused until the backend takes the port below.
 		addr := refusedAddr(t)
 		// Six tries 500ms apart: a 2.5 s window in which the backend
-		// starts.
+		// starts. One client a service, each with a status socket of its
+		// own: its in-flight count says when its request has arrived.
 		retry := fmt.Sprintf("{attempts: 6, backoff: %s", backoff)
-		f.startClient(t, base, "retrier", fmt.Sprintf(`  - target: http://%[1]s
-    hostname: get.retry.test
-    retry: %[2]s}
-  - target: http://%[1]s
-    hostname: post.retry.test
-    retry: %[2]s}
-  - target: http://%[1]s
-    hostname: all.retry.test
-    retry: %[2]s, all_methods: true}
-`, addr, retry))
-		f.waitHealthy(t, base, map[string]string{"retrier": "get.retry.test"})
+		sockets := map[string]string{}
+		for _, c := range []struct{ name, retry string }{
+			{"get", retry + "}"}, {"post", retry + "}"}, {"all", retry + ", all_methods: true}"},
+		} {
+			sockets[c.name] = filepath.Join(t.TempDir(), "status.sock")
+			f.startClient(t, base, c.name, fmt.Sprintf("  - target: http://%s\n    hostname: %s.retry.test\n    retry: %s\nstatus_socket: %s\n",
+				addr, c.name, c.retry, sockets[c.name]))
+		}
+		f.waitHealthy(t, base, map[string]string{"get": "get.retry.test", "post": "post.retry.test", "all": "all.retry.test"})
 
 		var mu sync.Mutex
 		seen := map[string]string{} // "METHOD host" → the body the backend read
@@ -151,12 +152,16 @@ func TestProcessesBackendResilience(t *testing.T) {
 			reqs[i].got = make(chan answer, 1)
 			go func(r sent) { r.got <- send(t, r.method, r.host, "/") }(reqs[i])
 		}
-		// The two that may be retried are being served (their first dial
-		// refused) before the backend starts.
-		waitFor(t, "the GET and the all_methods POST are in flight at the client", func() bool {
-			list := f.clients(t, base)
-			for _, host := range []string{"get.retry.test", "all.retry.test"} {
-				if c, ok := clientEntry(list, "retrier", host); !ok || c.Inflight == 0 {
+		// The two that may be retried have reached their clients, which
+		// dial at once (and are refused), before the backend starts: the
+		// count goes up just before Forward.
+		waitFor(t, "the GET and the all_methods POST are in flight at their clients", func() bool {
+			for _, name := range []string{"get", "all"} {
+				st, err := agent.ReadStatus(t.Context(), sockets[name])
+				if err != nil {
+					t.Fatalf("status of client %s: %v", name, err)
+				}
+				if st.InFlight == 0 {
 					return false
 				}
 			}
