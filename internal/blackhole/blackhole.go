@@ -7,7 +7,6 @@ package blackhole
 import (
 	"errors"
 	"net"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -35,7 +34,7 @@ func Addr(tb testing.TB) string {
 		tb.Fatalf("blackhole: %v", err)
 	}
 	var lerr error
-	if err := rc.Control(func(fd uintptr) { lerr = syscall.Listen(int(fd), 0) }); err != nil || lerr != nil {
+	if err := rc.Control(func(fd uintptr) { lerr = relisten(fd) }); err != nil || lerr != nil {
 		tb.Fatalf("blackhole: listen with backlog 0: %v", errors.Join(err, lerr))
 	}
 	addr := ln.Addr().String()
