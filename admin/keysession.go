@@ -29,8 +29,12 @@ const (
 	KeySessionPath = "/aperio/admin/session"
 	// KeySessionCookie holds the session's secret over plain http; over
 	// https its name gets the __Host- prefix. The store keeps only the
-	// secret's SHA-256.
-	KeySessionCookie = "aperio_session"
+	// secret's SHA-256. It is not aperio_session, the cookie of the
+	// services' OIDC logins (oidc.SessionCookie), which /aperio/ on a
+	// protected hostname also receives: the two logins would overwrite
+	// each other's cookie. The server never forwards it to a backend
+	// (access.CookieAdminSession).
+	KeySessionCookie = "aperio_admin_session"
 	// KeyLoginPage is where a refused form login is sent back to, with
 	// error=invalid: the dashboard's login page.
 	KeyLoginPage = "/aperio/ui/login"

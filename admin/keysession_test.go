@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/store"
 )
@@ -300,7 +302,7 @@ func TestKeyLoginJSONRefused(t *testing.T) {
 	}
 }
 
-// TestKeyLoginHTTPS: over TLS the cookie is __Host-aperio_session and
+// TestKeyLoginHTTPS: over TLS the cookie is __Host-aperio_admin_session and
 // Secure; the plain name is not read there.
 func TestKeyLoginHTTPS(t *testing.T) {
 	f := newFixture(t)
@@ -582,7 +584,7 @@ func TestKeyLoginHostile(t *testing.T) {
 	unknown := base64.RawURLEncoding.EncodeToString(make([]byte, 32))
 	for _, tc := range []struct {
 		name    string
-		cookies []string // values of aperio_session, in order
+		cookies []string // values of the key session cookie, in order
 		want    int
 	}{
 		{"empty", []string{""}, http.StatusUnauthorized},
@@ -648,4 +650,17 @@ func TestKeyLoginSlowBody(t *testing.T) {
 	// A login in time is admitted with the short deadline in place.
 	k := f.key(t, "", admin.RoleViewer)
 	f.keyLogin(t, k.Secret)
+}
+
+// TestKeySessionCookieName: the key session's cookie is one the server
+// strips from what it forwards to backends, and not a service login's.
+func TestKeySessionCookieName(t *testing.T) {
+	if admin.KeySessionCookie != access.CookieAdminSession {
+		t.Errorf("KeySessionCookie = %q, access.CookieAdminSession = %q: the backends would receive the session", admin.KeySessionCookie, access.CookieAdminSession)
+	}
+	for _, other := range []string{oidc.SessionCookie, oidc.LoginCookie, admin.SessionCookie, admin.LoginCookie, access.CookieShare} {
+		if admin.KeySessionCookie == other {
+			t.Errorf("KeySessionCookie = %q, the name of another cookie of the server", other)
+		}
+	}
 }
