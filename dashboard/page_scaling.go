@@ -80,6 +80,9 @@ type scalingDetail struct {
 	// means the pool had no capacity in any of them.
 	Samples   int
 	Decisions []decisionRow
+	// NewestSeq is the newest decision's Seq, 0 for none: the script
+	// reloads the page when a newer one appears.
+	NewestSeq uint64
 }
 
 // decisionRow is a decision with its table cells worked out.
@@ -117,6 +120,9 @@ func loadScaling(c *Ctx) (any, error) {
 	det.Chart = newUtilChart(d.Series, d.TargetUtilization, chartPlot)
 	if det.Chart != nil {
 		det.Chart.Label = c.T("scaling.chart.label", len(d.Series), det.Row.Util, det.Row.Target)
+	}
+	if len(d.Decisions) > 0 {
+		det.NewestSeq = d.Decisions[0].Seq
 	}
 	for _, dec := range d.Decisions {
 		det.Decisions = append(det.Decisions, decisionRow{

@@ -200,7 +200,7 @@ func TestScalingDetailRoles(t *testing.T) {
 			}
 			b := w.Body.String()
 			for _, want := range []string{
-				`data-id="scl_a"`, `data-field="instances">2<`, `data-field="capacity">20<`, `data-field="inflight">17<`,
+				`data-id="scl_a" data-seq="7"`, `data-field="instances">2<`, `data-field="capacity">20<`, `data-field="inflight">17<`,
 				`data-field="utilization">85%<`, "hooks.example:8443", "45s", "1m0s",
 				// the decisions, newest first
 				"utilization at or above target for a whole window", "2 → 3", `<span class="bad">failed</span>`,
@@ -238,7 +238,7 @@ func TestScalingDetailChart(t *testing.T) {
 		`<svg class="chart" id="scaling-chart" role="img" aria-label="Utilization over the last 3 samples: now 85%, target 80%"`,
 		`<polyline points="44,150 614,80 1184,10"/>`,
 		`id="scaling-target" x1="44" y1="38" x2="1184" y2="38"`, `stroke-dasharray="6 4"`,
-		`cx="1184" cy="10"`, ">0%<", ">50%<", ">100%<", ">19:22:00<", ">19:22:02<", "Target 80%",
+		`cx="1184" cy="10"`, `data-x="44" data-y="10" data-w="1140" data-h="140" data-ymax="1"`, ">0%<", ">50%<", ">100%<", ">19:22:00<", ">19:22:02<", "Target 80%",
 	} {
 		if !strings.Contains(b, want) {
 			t.Errorf("chart lacks %q", want)

@@ -1,7 +1,8 @@
 // Autoscaling page: keeps a record's detail live. Every 5 s, while the
 // tab is visible, it reads GET /scaling/{id} and updates the pool's
 // figures and the utilization chart, computed as the server draws it
-// (page_scaling.go, newUtilChart). Without this script the page is the
+// (page_scaling.go, newUtilChart). A new decision reloads the page, which
+// renders the decisions table. Without this script the page is the
 // server's snapshot.
 
 import { api } from "./app.js";
@@ -90,7 +91,13 @@ async function refresh() {
   setField("inflight", d.inflight);
   setField("utilization", d.utilization === null ? "–" : pct(d.utilization));
   setField("consecutive_failures", d.consecutive_failures);
-  if (!draw(d.series || [], d.target_utilization)) window.location.reload();
+  const decisions = d.decisions || [];
+  const seq = decisions.length ? String(decisions[0].seq) : "0";
+  if (seq !== section.dataset.seq || !draw(d.series || [], d.target_utilization)) {
+    stop();
+    window.location.reload();
+    return;
+  }
   if (status) status.textContent = status.dataset.live;
 }
 
