@@ -119,7 +119,11 @@ func loadScaling(c *Ctx) (any, error) {
 	det := &scalingDetail{Row: newScalingRow(c, d.ScalingRecord), Samples: len(d.Series)}
 	det.Chart = newUtilChart(d.Series, d.TargetUtilization, chartPlot)
 	if det.Chart != nil {
-		det.Chart.Label = c.T("scaling.chart.label", len(d.Series), det.Row.Util, det.Row.Target)
+		now := det.Row.Util
+		if now == "" {
+			now = "–" // the pool has no capacity now, though it had
+		}
+		det.Chart.Label = c.T("scaling.chart.label", len(d.Series), now, det.Row.Target)
 	}
 	if len(d.Decisions) > 0 {
 		det.NewestSeq = d.Decisions[0].Seq
