@@ -134,7 +134,7 @@ func loadScaling(c *Ctx) (any, error) {
 			ActionText:      textOr(c, "scaling.action."+dec.Action, dec.Action),
 			OutcomeText:     textOr(c, "scaling.outcome."+dec.Outcome, dec.Outcome),
 			OutcomeClass:    outcomeClass(dec.Outcome),
-			Spark:           newSparkline(dec.Samples),
+			Spark:           newSparkline(dec.Samples, d.TargetUtilization),
 		})
 	}
 	return scalingData{Detail: det}, nil
@@ -329,19 +329,21 @@ var sparkBox = plotBox{W: 60, H: 16}
 // sparkline is the small chart of a decision's samples.
 type sparkline struct {
 	Points string
+	// TargetY is the height of the record's target, for a dashed line.
+	TargetY float64
 	// Text lists the samples compactly (the first and last three when
 	// there are more than six), for screen readers and the tooltip.
 	Text string
 }
 
 // newSparkline returns the sparkline of samples (oldest first, each
-// drawn at its index), or nil for none. The scale is 0 to the larger of
-// 1 and the highest sample, capped like the detail chart's.
-func newSparkline(samples []float64) *sparkline {
+// drawn at its index) against target, or nil for none. The scale is 0 to
+// the larger of 1 and the highest sample, capped like the detail chart's.
+func newSparkline(samples []float64, target float64) *sparkline {
 	if len(samples) == 0 {
 		return nil
 	}
-	top := 1.0
+	top := math.Max(1, target)
 	for _, s := range samples {
 		top = math.Max(top, s)
 	}
@@ -367,5 +369,6 @@ func newSparkline(samples []float64) *sparkline {
 			}
 		}
 	}
-	return &sparkline{Points: pts.String(), Text: txt.String()}
+	ty := round2(sparkBox.H * (1 - math.Max(0, math.Min(target, top))/top))
+	return &sparkline{Points: pts.String(), TargetY: ty, Text: txt.String()}
 }

@@ -437,21 +437,49 @@ func TestUtilChartStaysInBox(t *testing.T) {
 }
 
 func TestSparkline(t *testing.T) {
-	if s := newSparkline(nil); s != nil {
+	if s := newSparkline(nil, 0.8); s != nil {
 		t.Errorf("newSparkline(nil) = %+v, want nil", s)
 	}
 	for _, c := range []struct {
 		in          []float64
+		target      float64
 		points, txt string
+		targetY     float64
 	}{
-		{[]float64{0, 0.5, 1}, "0,16 30,8 60,0", "0% 50% 100%"},
-		{[]float64{0.5}, "60,8", "50%"},
-		{[]float64{0, 2}, "0,16 60,0", "0% 200%"},
-		{[]float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, "0,14.4 8.57,12.8 17.14,11.2 25.71,9.6 34.29,8 42.86,6.4 51.43,4.8 60,3.2", "10% 20% 30% … 60% 70% 80%"},
+		{[]float64{0, 0.5, 1}, 0.75, "0,16 30,8 60,0", "0% 50% 100%", 4},
+		{[]float64{0.5}, 0.5, "60,8", "50%", 8},
+		{[]float64{0, 2}, 1, "0,16 60,0", "0% 200%", 8},
+		{[]float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, 0.8, "0,14.4 8.57,12.8 17.14,11.2 25.71,9.6 34.29,8 42.86,6.4 51.43,4.8 60,3.2", "10% 20% 30% … 60% 70% 80%", 3.2},
 	} {
-		s := newSparkline(c.in)
-		if s.Points != c.points || s.Text != c.txt {
-			t.Errorf("newSparkline(%v) = %q, %q, want %q, %q", c.in, s.Points, s.Text, c.points, c.txt)
+		s := newSparkline(c.in, c.target)
+		if s.Points != c.points || s.Text != c.txt || s.TargetY != c.targetY {
+			t.Errorf("newSparkline(%v, %v) = %q, %q, %v, want %q, %q, %v", c.in, c.target, s.Points, s.Text, s.TargetY, c.points, c.txt, c.targetY)
 		}
 	}
+}
+
+// FuzzScalingDetailID renders the detail for any id: it never panics,
+// and either refuses the id with 400 before calling the API or looks up
+// exactly that id.
+func FuzzScalingDetailID(f *testing.F) {
+	for _, seed := range []string{"scl_a", "scl_other", "", "../x", "a/b", "%2F", "é", strings.Repeat("a", 65)} {
+		f.Add(seed)
+	}
+	u, api := newScalingUI(f)
+	f.Fuzz(func(t *testing.T, id string) {
+		api.calls = nil
+		w := get(t, u, UIPrefix+"scaling?id="+url.QueryEscape(id), wire.RoleViewer)
+		if !validScalingID(id) {
+			if w.Code != http.StatusBadRequest || len(api.calls) != 0 {
+				t.Fatalf("id %q = %d with API calls %q, want 400 and none", id, w.Code, api.calls)
+			}
+			return
+		}
+		if want := "GET /aperio/api/scaling/" + id + " csrf="; len(api.calls) != 1 || api.calls[0] != want {
+			t.Fatalf("id %q: API calls %q, want [%q]", id, api.calls, want)
+		}
+		if w.Code != http.StatusOK && w.Code != http.StatusNotFound {
+			t.Fatalf("id %q = %d, want 200 or 404", id, w.Code)
+		}
+	})
 }
