@@ -54,6 +54,12 @@ type Store interface {
 	AdminKeyByHash(ctx context.Context, hash []byte) (store.AdminKey, error)
 	ListAdminKeys(ctx context.Context, orgID string) ([]store.AdminKey, error)
 	DeleteAdminKey(ctx context.Context, orgID, id string) error
+	AdminKey(ctx context.Context, orgID, id string) (store.AdminKey, error)
+
+	CreateAdminSession(ctx context.Context, s store.AdminSession, keep int) (store.AdminSession, error)
+	AdminSessionByHash(ctx context.Context, hash []byte) (store.AdminSession, error)
+	DeleteAdminSession(ctx context.Context, hash []byte) error
+	DeleteExpiredAdminSessions(ctx context.Context, now time.Time) (int64, error)
 
 	SetMaintenance(ctx context.Context, m store.Maintenance) error
 	ClearMaintenance(ctx context.Context, orgID, hostname string) error
@@ -158,6 +164,10 @@ type Config struct {
 	// POST /inspect/{hostname}/requests/{id}/replay sends a captured
 	// request again. Nil means replay is off: that route answers 404.
 	Replay http.Handler
+	// KeySessionTTL is the lifetime of a key session (KeySessionPath),
+	// from its login, whatever the browser keeps. Zero means SessionTTL;
+	// negative is invalid.
+	KeySessionTTL time.Duration
 	// Events receives maintenance turned on and off, for webhook
 	// delivery (*webhook.Dispatcher). Nil discards them.
 	Events MaintenanceEvents
@@ -165,7 +175,8 @@ type Config struct {
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
 	// Now is the clock used for token expiry, revocation and maintenance
-	// times and the failed-login budget. Nil means time.Now.
+	// times, key sessions' expiry and the failed-login budget. Nil means
+	// time.Now.
 	Now func() time.Time
 }
 
@@ -180,6 +191,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.OIDC != nil {
 		errs = append(errs, cfg.OIDC.validate())
+	}
+	if cfg.KeySessionTTL < 0 {
+		errs = append(errs, errors.New("admin: negative key session lifetime"))
 	}
 	return errors.Join(errs...)
 }
@@ -203,6 +217,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.KeySessionTTL == 0 {
+		cfg.KeySessionTTL = SessionTTL
 	}
 	return cfg
 }
@@ -241,6 +258,7 @@ type API struct {
 	master   [sha256.Size]byte // SHA-256 of the master token, compared in constant time
 	logins   loginBudget
 	login    *adminLogin            // the admin login; nil when admin_oidc is off
+	keyTTL   time.Duration          // lifetime of a key session
 	defOrg   atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
 	router   *chi.Mux
 }
@@ -265,6 +283,7 @@ func New(cfg Config) (*API, error) {
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		master:   sha256.Sum256([]byte(cfg.MasterToken)),
+		keyTTL:   cfg.KeySessionTTL,
 	}
 	if cfg.OIDC != nil {
 		l, err := newAdminLogin(cfg.OIDC, cfg.MasterToken, cfg.Now)

@@ -26,7 +26,10 @@ type orgWorld struct {
 	// sessions are login sessions of users admin_oidc_roles maps to a,
 	// by role.
 	sessions map[string]*browserSession
-	seq      atomic.Int64
+	// keySessions are key sessions (POST /aperio/admin/session) of
+	// keys, by role, and of the master token.
+	keySessions map[string]*keySession
+	seq         atomic.Int64
 	// One record of b's of each kind, which no key of a may see.
 	bRecords []string
 }
@@ -46,7 +49,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	in := newTestInspector(t)
 	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}, Inspector: in, Replay: fakePipeline(in)})
 	f.clients, f.scaling = base.clients, base.scaling
-	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}}
+	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}, keySessions: map[string]*keySession{}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
 	for _, r := range admin.Roles() {
 		s := f.login(t, op, oidctest.User(r+"@a.test", true))
@@ -59,6 +62,9 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	f.own(t, w.b, "b.test", "*.b.test")
 	for _, r := range admin.Roles() {
 		w.keys[r] = f.key(t, w.a, r).Secret
+	}
+	for who, cred := range w.keys {
+		w.keySessions[who] = f.keyLogin(t, cred)
 	}
 	f.clients.set(
 		admin.ClientInfo{ID: "cli_a", OrgID: w.a, Hostnames: []string{"a.test"}},
@@ -271,12 +277,13 @@ var matrix = []matrixCase{
 }
 
 // TestCrossOrgMatrix calls every route as every role of organization a,
-// by admin key and by a login session that admin_oidc_roles maps to that
-// role (with its CSRF token), at a's records and at b's, and as the
-// master token, and checks the exact status: neither ever reaches another
-// organization's records (404 for their IDs, 403 for hostnames it does
-// not own, 400 for org_id), a listing never shows them, and a session
-// answers exactly as a key of its role.
+// by admin key, by a key session of that key and by a login session that
+// admin_oidc_roles maps to that role (each session with its CSRF token),
+// at a's records and at b's, and as the master token and its key session,
+// and checks the exact status: none ever reaches another organization's
+// records (404 for their IDs, 403 for hostnames it does not own, 400 for
+// org_id), a listing never shows them, and a session answers exactly as
+// the key (or token) it stands for.
 func TestCrossOrgMatrix(t *testing.T) {
 	w := newOrgWorld(t)
 	api, err := admin.New(admin.Config{MasterToken: masterToken, Store: w.f.db})
@@ -295,12 +302,14 @@ func TestCrossOrgMatrix(t *testing.T) {
 	rank := map[string]int{"none": 0, "viewer": 1, "operator": 2, "admin": 3, "master": 4}
 	for _, mc := range matrix {
 		min := api.RolesForTest()[mc.method+" "+mc.pattern]
-		for _, who := range []string{"viewer", "operator", "admin", "master", "oidc-viewer", "oidc-operator", "oidc-admin"} {
+		for _, who := range []string{"viewer", "operator", "admin", "master", "oidc-viewer", "oidc-operator", "oidc-admin",
+			"ks-viewer", "ks-operator", "ks-admin", "ks-master"} {
 			for _, own := range []bool{true, false} {
 				target := map[bool]string{true: "own", false: "other"}[own]
 				t.Run(fmt.Sprintf("%s %s/%s/%s", mc.method, mc.pattern, who, target), func(t *testing.T) {
-					master := who == "master"
 					role, session := strings.CutPrefix(who, "oidc-")
+					role, keySession := strings.CutPrefix(role, "ks-")
+					master := role == "master"
 					path, body := mc.req(t, w, master, own)
 					want := mc.own
 					switch {
@@ -313,9 +322,12 @@ func TestCrossOrgMatrix(t *testing.T) {
 					}
 					var status int
 					var data []byte
-					if session {
+					switch {
+					case session:
 						status, data = w.sessions[role].api(t, mc.method, path, body)
-					} else {
+					case keySession:
+						status, data = w.keySessions[role].api(t, mc.method, path, body)
+					default:
 						status, data = w.f.call(t, mc.method, path, w.keys[who], body)
 					}
 					if status != want {

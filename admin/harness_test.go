@@ -242,6 +242,15 @@ func (f *fixture) withConfig(tb testing.TB, cfg admin.Config) *fixture {
 // logger and clock, serves it, and returns the server's URL.
 func (f *fixture) serve(tb testing.TB, cfg admin.Config) string {
 	tb.Helper()
+	srv := httptest.NewServer(f.handler(tb, cfg))
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// handler builds the API of cfg as serve does and returns the handler
+// the server mounts it in.
+func (f *fixture) handler(tb testing.TB, cfg admin.Config) http.Handler {
+	tb.Helper()
 	cfg.MasterToken = masterToken
 	cfg.Store = f.db
 	cfg.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -262,9 +271,7 @@ func (f *fixture) serve(tb testing.TB, cfg admin.Config) string {
 		}
 		api.ServeLoginCallback(w, r)
 	})
-	srv := httptest.NewServer(mux)
-	tb.Cleanup(srv.Close)
-	return srv.URL
+	return mux
 }
 
 // call sends method to Prefix+path with body as the raw JSON body ("" for
