@@ -201,7 +201,7 @@ func TestInspectCaptureAndDetailByRole(t *testing.T) {
 			if i2 < 0 || i1 < 0 || i2 > i1 {
 				t.Errorf("requests not listed newest first with links (req_2 at %d, req_1 at %d)", i2, i1)
 			}
-			for _, want := range []string{"43.2 ms", "sess-7", "201", "&lt;script&gt;alert(1)&lt;/script&gt;", `data-host="app.test"`, `data-live="1"`} {
+			for _, want := range []string{"43.2 ms", "sess-7", "201", `<span class="muted">429 ip</span>`, "&lt;script&gt;alert(1)&lt;/script&gt;", `data-host="app.test"`, `data-live="1"`} {
 				if !strings.Contains(b, want) {
 					t.Errorf("capture page lacks %q", want)
 				}
@@ -487,6 +487,9 @@ func TestInspectTimeline(t *testing.T) {
 				t.Errorf("newTimeline(%+v) segments = %v, want %v", c.tl, keys, c.keys)
 			}
 		})
+	}
+	if got := newTimeline(wire.InspectTimeline{DoneMS: 0.2}).Done; got != "0.20 ms" {
+		t.Errorf("a sub-millisecond done = %q, want 0.20 ms", got)
 	}
 	v := newTimeline(wire.InspectTimeline{HoldMS: 10, QueueWaitMS: 5, DispatchMS: f(20), ResponseHeadMS: f(60), DoneMS: 100})
 	if s := v.Segments[3]; s.X != "120.0" || s.W != "240.0" {

@@ -232,8 +232,15 @@ func left(d time.Duration) string {
 	return fmt.Sprintf("%ds", s)
 }
 
-// ms writes milliseconds for a cell.
-func ms(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" }
+// ms writes milliseconds for a cell: to a tenth, to a hundredth below
+// one, where a tenth would round most stages to zero.
+func ms(v float64) string {
+	prec := 1
+	if v < 1 {
+		prec = 2
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64) + " ms"
+}
 
 // captureHost is the hostname of a capture named by a form or the query:
 // an exact hostname (a capture has no wildcard), lowercased, so that the

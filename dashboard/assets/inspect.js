@@ -1,5 +1,6 @@
 // Aperio dashboard, the inspector: while the shown capture records, its
-// list of requests follows the API every 2 s. The page works without it.
+// list of requests follows the API every 2 s, and the captures' time left
+// counts down. The page works without it.
 
 import { api, el } from "./app.js";
 
@@ -27,7 +28,7 @@ function row(s) {
     el("td", null, el("a", { href: link(s.id), text: when(s.at) })),
     el("td", { text: s.method }),
     path,
-    el("td", { class: "num", text: s.status ? String(s.status) : "—" }),
+    el("td", { class: "num" }, s.status ? String(s.status) : "—", ...(s.error ? [" ", el("span", { class: "muted", text: s.error })] : [])),
     el("td", { class: "num", text: Number(s.duration_ms || 0).toFixed(1) + " ms" }),
     el("td", { text: s.client_id || "" }));
 }
@@ -56,4 +57,21 @@ async function tick() {
 if (table && host && table.dataset.live === "1") {
   if (live) live.hidden = false;
   setTimeout(tick, period);
+}
+
+// left matches the server's "9m 05s".
+function left(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  return s >= 60 ? Math.floor(s / 60) + "m " + String(s % 60).padStart(2, "0") + "s" : s + "s";
+}
+
+const clocks = document.querySelectorAll("time[data-left]");
+if (clocks.length) {
+  setInterval(() => {
+    const now = Date.now();
+    for (const c of clocks) {
+      const end = Date.parse(c.dateTime);
+      if (!isNaN(end)) c.textContent = left(end - now);
+    }
+  }, 1000);
 }
