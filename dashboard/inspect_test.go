@@ -496,3 +496,41 @@ func TestInspectTimeline(t *testing.T) {
 		t.Errorf("backend segment at x=%s w=%s, want 120.0 240.0", s.X, s.W)
 	}
 }
+
+// FuzzInspectStartForm posts arbitrary start forms: the page answers a
+// redirect (the capture started) or a 400 with a message, and a PUT it
+// makes names an exact hostname and carries only bounded values.
+func FuzzInspectStartForm(f *testing.F) {
+	f.Add("app.test", "120", "50", "8", "X-Api-Key, X-Session")
+	f.Add("app.test/x", "-5", "1.5", "65", strings.Repeat("X-A,", 2500))
+	f.Add("*.app.test", "0x10", "", "", "X Bad:")
+	f.Add(" App.Test ", "3600", "1000", "64", "")
+	u, api := newInspectUI(f)
+	hostRe := regexp.MustCompile(`^/aperio/api/inspect/[a-z0-9_-]+(\.[a-z0-9_-]+)*$`)
+	f.Fuzz(func(t *testing.T, host, dur, max, kib, redact string) {
+		api.calls = nil
+		form := url.Values{"csrf": {"tok-operator"}, "hostname": {host}, "duration": {dur}, "max_requests": {max}, "body_kib": {kib}, "redact_headers": {redact}}
+		w := post(t, u, UIPrefix+"inspect/start", wire.RoleOperator, form)
+		writes := api.writes()
+		switch w.Code {
+		case http.StatusSeeOther:
+			if len(writes) != 1 || !hostRe.MatchString(writes[0].Path) {
+				t.Fatalf("started with writes %+v", writes)
+			}
+			var req wire.InspectRequest
+			if err := json.Unmarshal([]byte(writes[0].Body), &req); err != nil {
+				t.Fatalf("PUT body %q: %v", writes[0].Body, err)
+			}
+			if req.DurationSeconds < 0 || req.DurationSeconds > 3600 || req.MaxRequests < 0 || req.MaxRequests > 1000 ||
+				req.BodyBytes < 0 || req.BodyBytes > 64<<10 || len(req.RedactHeaders) > 32 {
+				t.Fatalf("PUT body out of bounds: %+v", req)
+			}
+		case http.StatusBadRequest:
+			if len(writes) != 0 || alertRe.FindString(w.Body.String()) == "" {
+				t.Fatalf("refused form: writes %+v, alert %q", writes, alertRe.FindString(w.Body.String()))
+			}
+		default:
+			t.Fatalf("POST start = %d", w.Code)
+		}
+	})
+}
