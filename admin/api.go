@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/webhook"
 	"github.com/aperio-dev/aperio/wire"
 )
@@ -64,6 +65,8 @@ type Store interface {
 
 	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	ListAudit(ctx context.Context, orgID string, limit int) ([]store.AuditEntry, error)
+	QueryAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditEntry, error)
+	VerifyAudit(ctx context.Context) (int64, error)
 }
 
 // ClientLister reports the clients connected to this server, for GET
@@ -149,6 +152,19 @@ type Config struct {
 	// Events receives maintenance turned on and off, for webhook
 	// delivery (*webhook.Dispatcher). Nil discards them.
 	Events MaintenanceEvents
+	// Traffic answers GET /stats. Nil means no figures: the answer counts
+	// the clients but no request.
+	Traffic Traffic
+	// Stream is the live stream GET /stream follows. Nil means it is off:
+	// GET /stream answers 404.
+	Stream Stream
+	// StreamHeartbeat is the interval of the stream's comment lines; zero
+	// means DefaultStreamHeartbeat.
+	StreamHeartbeat time.Duration
+	// StreamWriteTimeout bounds each write to a stream subscriber: one
+	// that does not read for that long is dropped. Zero means
+	// telemetry.StreamWriteTimeout.
+	StreamWriteTimeout time.Duration
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -192,6 +208,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.StreamHeartbeat <= 0 {
+		cfg.StreamHeartbeat = DefaultStreamHeartbeat
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = telemetry.StreamWriteTimeout
+	}
 	return cfg
 }
 
@@ -222,13 +244,18 @@ type API struct {
 	explain  Explainer
 	shares   ShareMinter // nil when share links are off
 	events   MaintenanceEvents
-	log      *slog.Logger
-	now      func() time.Time
-	master   [sha256.Size]byte // SHA-256 of the master token, compared in constant time
-	logins   loginBudget
-	login    *adminLogin            // the admin login; nil when admin_oidc is off
-	defOrg   atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
-	router   *chi.Mux
+	traffic  Traffic // nil when there are no figures
+	stream   Stream  // nil when the live stream is off
+	// heartbeat and streamWrite are the stream's comment interval and
+	// write deadline.
+	heartbeat, streamWrite time.Duration
+	log                    *slog.Logger
+	now                    func() time.Time
+	master                 [sha256.Size]byte // SHA-256 of the master token, compared in constant time
+	logins                 loginBudget
+	login                  *adminLogin            // the admin login; nil when admin_oidc is off
+	defOrg                 atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
+	router                 *chi.Mux
 }
 
 // New returns the admin API cfg describes, or the problems of cfg.
@@ -238,17 +265,21 @@ func New(cfg Config) (*API, error) {
 	}
 	cfg = cfg.withDefaults()
 	a := &API{
-		store:    cfg.Store,
-		clients:  cfg.Clients,
-		disabler: cfg.Disabler,
-		scaling:  cfg.Scaling,
-		fence:    cfg.Outbound,
-		explain:  cfg.Explainer,
-		shares:   cfg.Shares,
-		events:   cfg.Events,
-		log:      cfg.Logger,
-		now:      cfg.Now,
-		master:   sha256.Sum256([]byte(cfg.MasterToken)),
+		store:       cfg.Store,
+		clients:     cfg.Clients,
+		disabler:    cfg.Disabler,
+		scaling:     cfg.Scaling,
+		fence:       cfg.Outbound,
+		explain:     cfg.Explainer,
+		shares:      cfg.Shares,
+		events:      cfg.Events,
+		traffic:     cfg.Traffic,
+		stream:      cfg.Stream,
+		log:         cfg.Logger,
+		heartbeat:   cfg.StreamHeartbeat,
+		streamWrite: cfg.StreamWriteTimeout,
+		now:         cfg.Now,
+		master:      sha256.Sum256([]byte(cfg.MasterToken)),
 	}
 	if cfg.OIDC != nil {
 		l, err := newAdminLogin(cfg.OIDC, cfg.MasterToken, cfg.Now)
@@ -309,6 +340,9 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/share", roleOperator, a.createShare},
 		{http.MethodPost, "/share/keys/rotate", roleAdmin, a.rotateShareKey},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
+		{http.MethodGet, "/audit/verify", roleAdmin, a.verifyAudit},
+		{http.MethodGet, "/stats", roleViewer, a.stats},
+		{http.MethodGet, "/stream", roleViewer, a.streamEvents},
 		{http.MethodGet, "/explain", roleViewer, a.explainRequest},
 		{http.MethodGet, "/whoami", roleViewer, a.whoami},
 		{http.MethodGet, "/openapi.json", roleNone, a.openAPI},

@@ -12,6 +12,7 @@ import (
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/internal/oidctest"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/telemetry"
 )
 
 // orgWorld is two organizations side by side, each owning its hostnames
@@ -41,7 +42,9 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	for _, r := range admin.Roles() {
 		roles = append(roles, admin.OIDCRole{Email: r + "@a.test", Org: "a", Role: r})
 	}
-	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}})
+	traffic := &fakeTraffic{hosts: []string{"a.test", "traffic.b.test", "__other"}, held: 1}
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
+		Traffic: traffic, Stream: newHub(t, telemetry.HubConfig{})})
 	f.clients, f.scaling = base.clients, base.scaling
 	w := &orgWorld{f: f, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
@@ -63,7 +66,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	)
 	w.bRecords = []string{
 		w.newKey(t, w.b), w.newToken(t, w.b), w.newWebhook(t, w.b), w.newScaling(t, w.b),
-		w.newMaintenance(t, w.b), "cli_b",
+		w.newMaintenance(t, w.b), "cli_b", "traffic.b.test", "__other",
 	}
 	return w
 }
@@ -221,6 +224,11 @@ var matrix = []matrixCase{
 		return "/share/keys/rotate", fmt.Sprintf(`{"revoke_previous":true%s}`, orgField(w, master, own))
 	}, own: 200, other: 400, master: 200},
 	{method: "GET", pattern: "/audit", req: fixed("/audit"), own: 200, other: 200, master: 200, listing: true},
+	{method: "GET", pattern: "/audit/verify", req: fixed("/audit/verify"), own: 200, other: 200, master: 200},
+	{method: "GET", pattern: "/stats", req: fixed("/stats"), own: 200, other: 200, master: 200, listing: true},
+	// A stream never ends by itself: a malformed one answers at once,
+	// after the role check (TestStreamScope follows a real one).
+	{method: "GET", pattern: "/stream", req: fixed("/stream?type=bogus"), own: 400, other: 400, master: 400},
 	{method: "GET", pattern: "/explain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/explain?" + url.Values{"host": {"x." + w.suffix(own)}}.Encode(), ""
 	}, own: 200, other: 404, master: 200},
