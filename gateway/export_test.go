@@ -71,3 +71,10 @@ func (g *Gateway) SharesForTest() interface {
 } {
 	return g.shares
 }
+
+// StreamDroppedForTest returns the live stream's events dropped so far,
+// over every subscriber.
+func (g *Gateway) StreamDroppedForTest() int64 { return g.hub.Dropped() }
+
+// StreamSubscribersForTest returns the live stream's subscribers now.
+func (g *Gateway) StreamSubscribersForTest() int { return g.hub.Subscribers() }
