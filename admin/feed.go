@@ -208,6 +208,11 @@ func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, c caller) err
 		case <-sub.Done():
 			return nil
 		case <-beat.C:
+			// The credential is judged again: a deleted key or an
+			// expired login session ends its stream within a heartbeat.
+			if now, err := a.authenticate(r); err != nil || now.allow(roleViewer) != nil {
+				return nil
+			}
 			werr = sw.comment("heartbeat")
 			if !c.master {
 				if o, err := a.ownership(r.Context()); err == nil {

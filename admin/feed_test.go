@@ -321,6 +321,25 @@ func TestStreamScope(t *testing.T) {
 	}
 }
 
+// TestStreamEndsWhenKeyDeleted deletes the key a stream follows with: the
+// stream ends at its next heartbeat.
+func TestStreamEndsWhenKeyDeleted(t *testing.T) {
+	base := newFixture(t)
+	org := base.org(t, "a")
+	k := base.key(t, org, "viewer")
+	f := base.withConfig(t, admin.Config{Stream: newHub(t, telemetry.HubConfig{}), StreamHeartbeat: 20 * time.Millisecond})
+	c := openStream(t, f, k.Secret, "")
+	f.expect(t, "DELETE", "/admin-keys/"+k.ID, masterToken, "", http.StatusNoContent, nil)
+	select {
+	case _, ok := <-c:
+		if ok {
+			t.Error("an event after the key was deleted, want the stream's end")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream of a deleted key did not end within 30s")
+	}
+}
+
 func TestStreamSubscriberLimit(t *testing.T) {
 	w := newFeedWorld(t, telemetry.HubConfig{MaxSubscribers: 1})
 	openStream(t, w.f, w.viewer, "")
