@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // ColdStartForTest asks the server's autoscaling controller for a cold
@@ -78,3 +80,10 @@ func (g *Gateway) StreamDroppedForTest() int64 { return g.hub.Dropped() }
 
 // StreamSubscribersForTest returns the live stream's subscribers now.
 func (g *Gateway) StreamSubscribersForTest() int { return g.hub.Subscribers() }
+
+// StallForTest subscribes to every event of the live stream and never
+// reads: a follower whose writer is stuck. It is removed at the test's end
+// by the caller's Close.
+func (g *Gateway) StallForTest() (*telemetry.Subscription, error) {
+	return g.hub.Subscribe(telemetry.StreamFilter{Types: []string{wire.StreamAccess}})
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/wire"
 )
 
@@ -191,9 +192,10 @@ func (a adminClient) getJSON(t testing.TB, path string, out any) {
 }
 
 // TestStreamManySubscribers follows the stream with 100 subscribers, half
-// of which never read, while 500 visitor requests go through: every
-// request succeeds, and each reading subscriber accounts for every
-// request, delivered or told dropped.
+// of which never read, and one more whose writer is stuck, while 500
+// visitor requests go through: every request succeeds, the stuck one drops
+// all but its buffer's worth, and each reading subscriber accounts for
+// every request, delivered or told dropped.
 func TestStreamManySubscribers(t *testing.T) {
 	const (
 		subscribers = 100
@@ -231,8 +233,13 @@ func TestStreamManySubscribers(t *testing.T) {
 			tallies <- tl
 		}()
 	}
-	if n := st.server.gw.StreamSubscribersForTest(); n != subscribers {
-		t.Fatalf("%d subscribers, want %d", n, subscribers)
+	stuck, err := st.server.gw.StallForTest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	if n := st.server.gw.StreamSubscribersForTest(); n != subscribers+1 {
+		t.Fatalf("%d subscribers, want %d", n, subscribers+1)
 	}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // generous: no timing is asserted
@@ -287,8 +294,11 @@ func TestStreamManySubscribers(t *testing.T) {
 		told += tl.dropped
 	}
 	dropped := st.server.gw.StreamDroppedForTest()
-	if dropped < told {
-		t.Errorf("hub dropped %d events, fewer than the %d its readers were told of", dropped, told)
+	if got, want := stuck.TakeDropped(), int64(requests-telemetry.DefaultStreamBuffer); got != want {
+		t.Errorf("the stuck subscriber dropped %d events, want %d (all past its buffer)", got, want)
+	}
+	if min := told + requests - telemetry.DefaultStreamBuffer; dropped < min {
+		t.Errorf("hub dropped %d events, fewer than the %d its readers were told of and the stuck one's", dropped, min)
 	}
 	body := scrapeMetrics(t, st.visitor, st.server, "metrics-token")
 	m := regexp.MustCompile(`(?m)^aperio_stream_dropped_total (\d+)$`).FindStringSubmatch(body)
