@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -461,5 +462,49 @@ func TestStreamStalledSubscriberToldDropped(t *testing.T) {
 	}
 	if n := strings.Count(sw.String(), "event: access\n"); n != 1+buffer {
 		t.Errorf("stream delivered %d access events, want %d (the one held and the buffer)", n, 1+buffer)
+	}
+}
+
+// TestStreamStalledReaderDisconnected follows the stream over TCP and
+// stops reading: once the connection's buffers are full, a write misses
+// its deadline and the server lets the subscriber go.
+func TestStreamStalledReaderDisconnected(t *testing.T) {
+	base := newFixture(t)
+	hub := newHub(t, telemetry.HubConfig{})
+	f := base.withConfig(t, admin.Config{Stream: hub, StreamHeartbeat: time.Hour, StreamWriteTimeout: 50 * time.Millisecond})
+	u, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET %s/stream HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", admin.Prefix, u.Host, masterToken)
+	br := bufio.NewReader(conn)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the stream's head: %v", err)
+		}
+		if strings.Contains(line, "stream open") {
+			break
+		}
+	}
+	// From here on nothing is read. Large events fill the socket buffers.
+	big := wire.StreamAccessEvent{Path: "/" + strings.Repeat("x", 64<<10)}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(60 * time.Second)
+	for hub.Subscribers() > 0 {
+		for range 8 {
+			hub.Emit(wire.StreamAccess, "a.test", nil, "", big)
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("a subscriber that stopped reading was still subscribed after 60s")
+		}
 	}
 }
