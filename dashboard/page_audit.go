@@ -1,0 +1,113 @@
+package dashboard
+
+import (
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/aperio-dev/aperio/wire"
+)
+
+func init() {
+	register(&page{
+		Name: "audit", Title: "audit.title", Order: 100,
+		Load: func(c *Ctx) (any, error) { return loadAudit(c) },
+		Actions: map[string]func(*Ctx) (any, error){
+			"verify": verifyAudit,
+		},
+	})
+}
+
+// maxAuditLimit is the API's largest GET /audit limit.
+const maxAuditLimit = 1000
+
+// auditPage is the audit page's data.
+type auditPage struct {
+	Entries []wire.AuditEntry
+	// Filter is the filter form's values as given (the page's query).
+	Filter url.Values
+	// Query is the filter as the API's query string, for the verify
+	// form to keep it.
+	Query string
+	// Verify is the chain check's answer; nil until it is asked for.
+	Verify *auditVerify
+}
+
+// auditVerify is the answer to GET /audit/verify.
+type auditVerify struct {
+	OK      bool   `json:"ok"`
+	Entries int64  `json:"entries"`
+	Error   string `json:"error"`
+}
+
+// loadAudit reads the audit log with the filter of the page's query:
+// event, actor, hostname, since and until (RFC 3339, or a datetime-local
+// value read as UTC) and limit (1 to 1000).
+func loadAudit(c *Ctx) (*auditPage, error) {
+	f := c.R.URL.Query()
+	d := &auditPage{Filter: f}
+	q := url.Values{}
+	for _, k := range []struct {
+		name, label string
+		max         int
+	}{{"event", "audit.field.event", 100}, {"actor", "audit.field.actor", maxNameBytes + 10}, {"hostname", "audit.field.hostname", 300}} {
+		v, err := fieldText(c, f, k.name, k.label, k.max, false)
+		if err != nil {
+			return d, err
+		}
+		if v != "" {
+			q.Set(k.name, v)
+		}
+	}
+	var since time.Time
+	for _, k := range []struct{ name, label string }{{"since", "audit.field.since"}, {"until", "audit.field.until"}} {
+		v, err := fieldText(c, f, k.name, k.label, 64, false)
+		if err != nil || v == "" {
+			if err != nil {
+				return d, err
+			}
+			continue
+		}
+		t, ok := parseTime(v)
+		if !ok {
+			return d, &FormError{Message: c.T("audit.bad_time", c.T(k.label), v)}
+		}
+		if k.name == "since" {
+			since = t
+		} else if !since.IsZero() && t.Before(since) {
+			return d, &FormError{Message: c.T("audit.until_before_since")}
+		}
+		q.Set(k.name, t.Format(time.RFC3339))
+	}
+	if s := f.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxAuditLimit {
+			return d, &FormError{Message: c.T("audit.bad_limit", maxAuditLimit)}
+		}
+		q.Set("limit", strconv.Itoa(n))
+	}
+	d.Query = q.Encode()
+	path := "/audit"
+	if d.Query != "" {
+		path += "?" + d.Query
+	}
+	return d, c.Get(path, &d.Entries)
+}
+
+// verifyAudit checks the audit hash chain (GET /audit/verify) and shows
+// the answer above the filtered log.
+func verifyAudit(c *Ctx) (any, error) {
+	var v auditVerify
+	if err := c.Get("/audit/verify", &v); err != nil {
+		return nil, err
+	}
+	d, err := loadAudit(c)
+	d.Verify = &v
+	if err != nil {
+		// The check's answer stands; the listing's trouble is shown in
+		// its place.
+		d.Entries = nil
+		v.Error = v.Error + " " + errText(c, err)
+	}
+	return d, nil
+}
