@@ -26,9 +26,8 @@ type auditPage struct {
 	Entries []wire.AuditEntry
 	// Filter is the filter form's values as given (the page's query).
 	Filter url.Values
-	// Query is the filter as the API's query string, for the verify
-	// form to keep it.
-	Query string
+	// VerifyAction is the verify form's action, the filter kept.
+	VerifyAction string
 	// Verify is the chain check's answer; nil until it is asked for.
 	Verify *auditVerify
 }
@@ -45,7 +44,7 @@ type auditVerify struct {
 // value read as UTC) and limit (1 to 1000).
 func loadAudit(c *Ctx) (*auditPage, error) {
 	f := c.R.URL.Query()
-	d := &auditPage{Filter: f}
+	d := &auditPage{Filter: f, VerifyAction: UIPrefix + "audit/verify"}
 	q := url.Values{}
 	for _, k := range []struct {
 		name, label string
@@ -86,10 +85,10 @@ func loadAudit(c *Ctx) (*auditPage, error) {
 		}
 		q.Set("limit", strconv.Itoa(n))
 	}
-	d.Query = q.Encode()
 	path := "/audit"
-	if d.Query != "" {
-		path += "?" + d.Query
+	if enc := q.Encode(); enc != "" {
+		path += "?" + enc
+		d.VerifyAction += "?" + enc
 	}
 	return d, c.Get(path, &d.Entries)
 }
