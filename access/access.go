@@ -51,10 +51,15 @@ const (
 	// any backend on that hostname too, which must never see them.
 	CookieAdmin      = "aperio_admin"
 	CookieAdminLogin = "aperio_admin_login"
+	// CookieAdminSession is the admin API's key session
+	// (admin.KeySessionCookie), sent to every path of its hostname like
+	// CookieAdmin.
+	CookieAdminSession = "aperio_admin_session"
 )
 
 // serverCookies are the server's own cookies: never the backend's.
-var serverCookies = []string{CookieShare, CookieSession, CookieAdmin, "__Host-" + CookieAdmin, CookieAdminLogin, "__Host-" + CookieAdminLogin}
+var serverCookies = []string{CookieShare, CookieSession, CookieAdmin, "__Host-" + CookieAdmin, CookieAdminLogin, "__Host-" + CookieAdminLogin,
+	CookieAdminSession, "__Host-" + CookieAdminSession}
 
 // maxUserLen bounds the user a method names; a longer one, or one with
 // characters a header value cannot carry, is refused, never cut.

@@ -202,7 +202,7 @@ func TestPrepareUpstream(t *testing.T) {
 			"X-Aperio-User": {"root"},
 			"X-Aperio-Auth": {"forged"},
 			HeaderIdentity:  {"forged"},
-			"Cookie":        {"a=1; aperio_share=tok; idp_token=t", "aperio_session=s", "b=2"},
+			"Cookie":        {"a=1; aperio_share=tok; idp_token=t", "aperio_session=s; aperio_admin_session=k; __Host-aperio_admin_session=k", "b=2"},
 			"X-Request-Id":  {"r1"},
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/webhook"
@@ -53,6 +54,12 @@ type Store interface {
 	AdminKeyByHash(ctx context.Context, hash []byte) (store.AdminKey, error)
 	ListAdminKeys(ctx context.Context, orgID string) ([]store.AdminKey, error)
 	DeleteAdminKey(ctx context.Context, orgID, id string) error
+	AdminKey(ctx context.Context, orgID, id string) (store.AdminKey, error)
+
+	CreateAdminSession(ctx context.Context, s store.AdminSession, keep int) (store.AdminSession, error)
+	AdminSessionByHash(ctx context.Context, hash []byte) (store.AdminSession, error)
+	DeleteAdminSession(ctx context.Context, hash []byte) error
+	DeleteExpiredAdminSessions(ctx context.Context, now time.Time) (int64, error)
 
 	SetMaintenance(ctx context.Context, m store.Maintenance) error
 	ClearMaintenance(ctx context.Context, orgID, hostname string) error
@@ -82,17 +89,21 @@ type ClientInfo = wire.ClientInfo
 type Concurrency = wire.Concurrency
 
 // Scaling is the autoscaler as the API needs it: the subset of
-// *autoscale.Controller that GET /scaling and DELETE /scaling/{id} call.
-// Both methods are called from request goroutines and must be safe for
-// concurrent use.
+// *autoscale.Controller that GET /scaling, GET /scaling/{id} and DELETE
+// /scaling/{id} call. Every method is called from request goroutines and
+// must be safe for concurrent use.
 //
 // List returns the records of orgID ("" means every organization) with
 // their live pool. Disarm removes record id of orgID; its error wraps
 // autoscale.ErrNoRecord or store.ErrNotFound when there is no such record.
-// Errors that wrap store.ErrUnavailable answer 503, as for Store.
+// Errors that wrap store.ErrUnavailable answer 503, as for Store. History
+// returns what the server remembers of record id (its latest decisions and
+// pool samples), without I/O; the API asks only for a record List showed
+// the caller.
 type Scaling interface {
 	List(ctx context.Context, orgID string) ([]autoscale.View, error)
 	Disarm(ctx context.Context, orgID, id string) error
+	History(id string) autoscale.History
 }
 
 // URLChecker judges an outbound URL without calling it: the static checks
@@ -146,6 +157,17 @@ type Config struct {
 	// provider (admin_oidc): LoginHandler, the callback and sessions in
 	// place of a bearer credential. Nil means off.
 	OIDC *OIDCConfig
+	// Inspector holds the request inspector's captures: the routes under
+	// /inspect. Nil means the inspector is off: they answer 404.
+	Inspector *inspect.Inspector
+	// Replay is the server's pipeline (the observed router) through which
+	// POST /inspect/{hostname}/requests/{id}/replay sends a captured
+	// request again. Nil means replay is off: that route answers 404.
+	Replay http.Handler
+	// KeySessionTTL is the lifetime of a key session (KeySessionPath),
+	// from its login, whatever the browser keeps. Zero means SessionTTL;
+	// negative is invalid.
+	KeySessionTTL time.Duration
 	// Events receives maintenance turned on and off, for webhook
 	// delivery (*webhook.Dispatcher). Nil discards them.
 	Events MaintenanceEvents
@@ -153,7 +175,8 @@ type Config struct {
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
 	// Now is the clock used for token expiry, revocation and maintenance
-	// times and the failed-login budget. Nil means time.Now.
+	// times, key sessions' expiry and the failed-login budget. Nil means
+	// time.Now.
 	Now func() time.Time
 }
 
@@ -168,6 +191,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.OIDC != nil {
 		errs = append(errs, cfg.OIDC.validate())
+	}
+	if cfg.KeySessionTTL < 0 {
+		errs = append(errs, errors.New("admin: negative key session lifetime"))
 	}
 	return errors.Join(errs...)
 }
@@ -191,6 +217,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.KeySessionTTL == 0 {
+		cfg.KeySessionTTL = SessionTTL
 	}
 	return cfg
 }
@@ -222,11 +251,14 @@ type API struct {
 	explain  Explainer
 	shares   ShareMinter // nil when share links are off
 	events   MaintenanceEvents
+	inspect  *inspect.Inspector // nil when the inspector is off
+	replay   http.Handler       // nil when replay is off
 	log      *slog.Logger
 	now      func() time.Time
 	master   [sha256.Size]byte // SHA-256 of the master token, compared in constant time
 	logins   loginBudget
 	login    *adminLogin            // the admin login; nil when admin_oidc is off
+	keyTTL   time.Duration          // lifetime of a key session
 	defOrg   atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
 	router   *chi.Mux
 }
@@ -246,9 +278,12 @@ func New(cfg Config) (*API, error) {
 		explain:  cfg.Explainer,
 		shares:   cfg.Shares,
 		events:   cfg.Events,
+		inspect:  cfg.Inspector,
+		replay:   cfg.Replay,
 		log:      cfg.Logger,
 		now:      cfg.Now,
 		master:   sha256.Sum256([]byte(cfg.MasterToken)),
+		keyTTL:   cfg.KeySessionTTL,
 	}
 	if cfg.OIDC != nil {
 		l, err := newAdminLogin(cfg.OIDC, cfg.MasterToken, cfg.Now)
@@ -299,6 +334,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/clients/{id}/disable", roleOperator, a.disableClient},
 		{http.MethodPost, "/clients/{id}/enable", roleOperator, a.enableClient},
 		{http.MethodGet, "/scaling", roleViewer, a.listScaling},
+		{http.MethodGet, "/scaling/{id}", roleViewer, a.getScaling},
 		{http.MethodDelete, "/scaling/{id}", roleOperator, a.disarmScaling},
 		{http.MethodGet, "/webhooks", roleViewer, a.listWebhooks},
 		{http.MethodPost, "/webhooks", roleAdmin, a.createWebhook},
@@ -308,6 +344,12 @@ func (a *API) routeTable() []route {
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},
 		{http.MethodPost, "/share", roleOperator, a.createShare},
 		{http.MethodPost, "/share/keys/rotate", roleAdmin, a.rotateShareKey},
+		{http.MethodGet, "/inspect", roleViewer, a.listInspect},
+		{http.MethodPut, "/inspect/{hostname}", roleOperator, a.startInspect},
+		{http.MethodDelete, "/inspect/{hostname}", roleOperator, a.stopInspect},
+		{http.MethodGet, "/inspect/{hostname}/requests", roleViewer, a.listInspectRequests},
+		{http.MethodGet, "/inspect/{hostname}/requests/{id}", roleViewer, a.getInspectRequest},
+		{http.MethodPost, "/inspect/{hostname}/requests/{id}/replay", roleOperator, a.replayInspectRequest},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
 		{http.MethodGet, "/explain", roleViewer, a.explainRequest},
 		{http.MethodGet, "/whoami", roleViewer, a.whoami},

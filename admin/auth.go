@@ -79,7 +79,7 @@ const (
 )
 
 // caller is who made a request: the master token, an admin key, or a
-// login session.
+// login session (OIDC, or a key session standing for either).
 type caller struct {
 	master bool
 	// key is the admin key; for a login session, only its organization
@@ -90,6 +90,9 @@ type caller struct {
 	// subject) and session; "" and nil otherwise.
 	user    string
 	session *oidc.Session
+	// keySession is the key session the request came with (of the master
+	// token or of key); nil otherwise.
+	keySession *store.AdminSession
 }
 
 // actor names the caller in audit entries and CreatedBy fields.
@@ -141,9 +144,13 @@ var errUnauthorized = &httpError{
 }
 
 // authenticate returns the caller of r: its bearer credential, or without
-// an Authorization header its admin login session. A missing or wrong
-// credential answers errUnauthorized and is audited as login_failed.
+// an Authorization header its key session, else its admin login session.
+// A missing or wrong credential answers errUnauthorized and is audited as
+// login_failed.
 func (a *API) authenticate(r *http.Request) (caller, error) {
+	if hasKeySession(r) {
+		return a.keySessionCaller(r)
+	}
 	if a.hasSession(r) {
 		return a.sessionCaller(r)
 	}
@@ -152,6 +159,13 @@ func (a *API) authenticate(r *http.Request) (caller, error) {
 		a.loginFailed(r, "no bearer credential")
 		return caller{}, errUnauthorized
 	}
+	return a.credential(r, secret)
+}
+
+// credential returns the caller secret stands for: the master token or an
+// admin key, as a bearer credential or a key login presents it. A wrong
+// secret answers errUnauthorized and is audited as login_failed.
+func (a *API) credential(r *http.Request, secret string) (caller, error) {
 	sum := sha256.Sum256([]byte(secret))
 	if subtle.ConstantTimeCompare(sum[:], a.master[:]) == 1 {
 		return caller{master: true}, nil

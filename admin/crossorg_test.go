@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/oidctest"
 	"github.com/aperio-dev/aperio/router"
 )
@@ -19,12 +20,16 @@ import (
 // organization a: the callers of the cross-org matrix.
 type orgWorld struct {
 	f    *fixture
+	in   *inspect.Inspector
 	a, b string
 	keys map[string]string // role ("viewer", "operator", "admin", "master") → credential; keys are a's
 	// sessions are login sessions of users admin_oidc_roles maps to a,
 	// by role.
 	sessions map[string]*browserSession
-	seq      atomic.Int64
+	// keySessions are key sessions (POST /aperio/admin/session) of
+	// keys, by role, and of the master token.
+	keySessions map[string]*keySession
+	seq         atomic.Int64
 	// One record of b's of each kind, which no key of a may see.
 	bRecords []string
 }
@@ -41,9 +46,10 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	for _, r := range admin.Roles() {
 		roles = append(roles, admin.OIDCRole{Email: r + "@a.test", Org: "a", Role: r})
 	}
-	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}})
+	in := newTestInspector(t)
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}, Inspector: in, Replay: fakePipeline(in)})
 	f.clients, f.scaling = base.clients, base.scaling
-	w := &orgWorld{f: f, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}}
+	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}, keySessions: map[string]*keySession{}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
 	for _, r := range admin.Roles() {
 		s := f.login(t, op, oidctest.User(r+"@a.test", true))
@@ -57,13 +63,16 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	for _, r := range admin.Roles() {
 		w.keys[r] = f.key(t, w.a, r).Secret
 	}
+	for who, cred := range w.keys {
+		w.keySessions[who] = f.keyLogin(t, cred)
+	}
 	f.clients.set(
 		admin.ClientInfo{ID: "cli_a", OrgID: w.a, Hostnames: []string{"a.test"}},
 		admin.ClientInfo{ID: "cli_b", OrgID: w.b, Hostnames: []string{"b.test"}},
 	)
 	w.bRecords = []string{
 		w.newKey(t, w.b), w.newToken(t, w.b), w.newWebhook(t, w.b), w.newScaling(t, w.b),
-		w.newMaintenance(t, w.b), "cli_b",
+		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false),
 	}
 	return w
 }
@@ -118,6 +127,24 @@ func (w *orgWorld) newMaintenance(t *testing.T, org string) string {
 	host := fmt.Sprintf("m%d.%s", w.next(), w.suffix(org == w.a))
 	w.f.expect(t, "PUT", "/maintenance/"+host, masterToken, fmt.Sprintf(`{"org_id":%q}`, org), http.StatusNoContent, nil)
 	return host
+}
+
+// inspected returns a's hostname under capture for own, b's otherwise,
+// starting its capture with one request recorded if need be.
+func (w *orgWorld) inspected(t *testing.T, own bool) string {
+	host := "i." + w.suffix(own)
+	if w.in.Lookup(host) == nil {
+		w.f.expect(t, "PUT", "/inspect/"+host, masterToken, "", http.StatusOK, nil)
+		recordOne(t, w.in, host, "body")
+	}
+	return host
+}
+
+// inspectedEntry returns the path of a captured request of a's hostname
+// for own, b's otherwise.
+func (w *orgWorld) inspectedEntry(t *testing.T, own bool) string {
+	host := w.inspected(t, own)
+	return "/inspect/" + host + "/requests/" + w.in.Capture(host).Requests()[0].ID
 }
 
 // matrixCase is one route of the matrix: req builds the request a caller
@@ -187,6 +214,9 @@ var matrix = []matrixCase{
 		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/enable", ""
 	}, own: 204, other: 404, master: 204},
 	{method: "GET", pattern: "/scaling", req: fixed("/scaling"), own: 200, other: 200, master: 200, listing: true},
+	{method: "GET", pattern: "/scaling/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/scaling/" + w.newScaling(t, w.org(own)), ""
+	}, own: 200, other: 404, master: 200},
 	{method: "DELETE", pattern: "/scaling/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/scaling/" + w.newScaling(t, w.org(own)), ""
 	}, own: 204, other: 404, master: 204},
@@ -220,6 +250,24 @@ var matrix = []matrixCase{
 	{method: "POST", pattern: "/share/keys/rotate", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
 		return "/share/keys/rotate", fmt.Sprintf(`{"revoke_previous":true%s}`, orgField(w, master, own))
 	}, own: 200, other: 400, master: 200},
+	{method: "GET", pattern: "/inspect", req: fixed("/inspect"), own: 200, other: 200, master: 200, listing: true},
+	{method: "PUT", pattern: "/inspect/{hostname}", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/inspect/p." + w.suffix(own), `{"max_requests":5}`
+	}, own: 200, other: 403, master: 200},
+	{method: "DELETE", pattern: "/inspect/{hostname}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		host := fmt.Sprintf("d%d.%s", w.next(), w.suffix(own))
+		w.f.expect(t, "PUT", "/inspect/"+host, masterToken, `{"max_requests":1,"body_bytes":1}`, http.StatusOK, nil)
+		return "/inspect/" + host, ""
+	}, own: 204, other: 403, master: 204},
+	{method: "GET", pattern: "/inspect/{hostname}/requests", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/inspect/" + w.inspected(t, own) + "/requests", ""
+	}, own: 200, other: 403, master: 200},
+	{method: "GET", pattern: "/inspect/{hostname}/requests/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return w.inspectedEntry(t, own), ""
+	}, own: 200, other: 403, master: 200},
+	{method: "POST", pattern: "/inspect/{hostname}/requests/{id}/replay", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return w.inspectedEntry(t, own) + "/replay", ""
+	}, own: 200, other: 403, master: 200},
 	{method: "GET", pattern: "/audit", req: fixed("/audit"), own: 200, other: 200, master: 200, listing: true},
 	{method: "GET", pattern: "/explain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/explain?" + url.Values{"host": {"x." + w.suffix(own)}}.Encode(), ""
@@ -229,12 +277,13 @@ var matrix = []matrixCase{
 }
 
 // TestCrossOrgMatrix calls every route as every role of organization a,
-// by admin key and by a login session that admin_oidc_roles maps to that
-// role (with its CSRF token), at a's records and at b's, and as the
-// master token, and checks the exact status: neither ever reaches another
-// organization's records (404 for their IDs, 403 for hostnames it does
-// not own, 400 for org_id), a listing never shows them, and a session
-// answers exactly as a key of its role.
+// by admin key, by a key session of that key and by a login session that
+// admin_oidc_roles maps to that role (each session with its CSRF token),
+// at a's records and at b's, and as the master token and its key session,
+// and checks the exact status: none ever reaches another organization's
+// records (404 for their IDs, 403 for hostnames it does not own, 400 for
+// org_id), a listing never shows them, and a session answers exactly as
+// the key (or token) it stands for.
 func TestCrossOrgMatrix(t *testing.T) {
 	w := newOrgWorld(t)
 	api, err := admin.New(admin.Config{MasterToken: masterToken, Store: w.f.db})
@@ -253,12 +302,14 @@ func TestCrossOrgMatrix(t *testing.T) {
 	rank := map[string]int{"none": 0, "viewer": 1, "operator": 2, "admin": 3, "master": 4}
 	for _, mc := range matrix {
 		min := api.RolesForTest()[mc.method+" "+mc.pattern]
-		for _, who := range []string{"viewer", "operator", "admin", "master", "oidc-viewer", "oidc-operator", "oidc-admin"} {
+		for _, who := range []string{"viewer", "operator", "admin", "master", "oidc-viewer", "oidc-operator", "oidc-admin",
+			"ks-viewer", "ks-operator", "ks-admin", "ks-master"} {
 			for _, own := range []bool{true, false} {
 				target := map[bool]string{true: "own", false: "other"}[own]
 				t.Run(fmt.Sprintf("%s %s/%s/%s", mc.method, mc.pattern, who, target), func(t *testing.T) {
-					master := who == "master"
 					role, session := strings.CutPrefix(who, "oidc-")
+					role, keySession := strings.CutPrefix(role, "ks-")
+					master := role == "master"
 					path, body := mc.req(t, w, master, own)
 					want := mc.own
 					switch {
@@ -271,9 +322,12 @@ func TestCrossOrgMatrix(t *testing.T) {
 					}
 					var status int
 					var data []byte
-					if session {
+					switch {
+					case session:
 						status, data = w.sessions[role].api(t, mc.method, path, body)
-					} else {
+					case keySession:
+						status, data = w.keySessions[role].api(t, mc.method, path, body)
+					default:
 						status, data = w.f.call(t, mc.method, path, w.keys[who], body)
 					}
 					if status != want {

@@ -1,6 +1,10 @@
 package admin
 
-import "github.com/go-chi/chi/v5"
+import (
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
 
 // RoutesForTest returns the router, for chi.Walk.
 func (a *API) RoutesForTest() chi.Routes { return a.router }
@@ -18,3 +22,12 @@ func (a *API) RolesForTest() map[string]string {
 
 // RedactForTest is redact: an explanation as a key of orgID sees it.
 var RedactForTest = redact
+
+// SetKeyLoginReadTimeoutForTest sets the time a login's body may take and
+// returns a function that restores it. Tests that call it must not run in
+// parallel.
+func SetKeyLoginReadTimeoutForTest(d time.Duration) (restore func()) {
+	old := keyLoginReadTimeout
+	keyLoginReadTimeout = d
+	return func() { keyLoginReadTimeout = old }
+}

@@ -340,6 +340,55 @@ func (a *API) listScaling(w http.ResponseWriter, r *http.Request, c caller) erro
 	return nil
 }
 
+// maxScalingIDBytes bounds the ID GET /scaling/{id} looks up: a record's
+// is "scl_" and 26 characters.
+const maxScalingIDBytes = 64
+
+// scalingIDParam returns the {id} of a scaling route, or a 400 for one no
+// record can have (too long, or outside [A-Za-z0-9_-]), refused before any
+// store access.
+func scalingIDParam(r *http.Request) (string, error) {
+	id := pathParam(r, "id")
+	if id == "" || len(id) > maxScalingIDBytes {
+		return "", errorf(http.StatusBadRequest, "scaling record id must be 1 to %d characters", maxScalingIDBytes)
+	}
+	for _, ch := range []byte(id) {
+		if !('a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || ch == '_' || ch == '-') {
+			return "", errorf(http.StatusBadRequest, "scaling record id may hold only letters, digits, _ and -")
+		}
+	}
+	return id, nil
+}
+
+// getScaling is GET /scaling/{id}: one record as the listing shows it,
+// scoped exactly as the listing is, with the decisions and pool samples
+// this server remembers of it.
+func (a *API) getScaling(w http.ResponseWriter, r *http.Request, c caller) error {
+	id, err := scalingIDParam(r)
+	if err != nil {
+		return err
+	}
+	notFound := errorf(http.StatusNotFound, "scaling record %q not found", id)
+	if a.scaling == nil {
+		return notFound
+	}
+	vs, err := a.scopedScaling(r, c)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(vs, func(v autoscale.View) bool { return v.ID == id })
+	if i < 0 {
+		return notFound
+	}
+	h := a.scaling.History(id)
+	a.writeJSON(w, r, http.StatusOK, ScalingRecordDetail{
+		ScalingRecord: vs[i].Wire(),
+		Decisions:     nonNil(h.Decisions),
+		Series:        nonNil(h.Series),
+	})
+	return nil
+}
+
 func (a *API) disarmScaling(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := pathParam(r, "id")
 	notFound := errorf(http.StatusNotFound, "scaling record %q not found", id)

@@ -81,18 +81,22 @@ func (f *fakeClients) set(l ...admin.ClientInfo) {
 
 // fakeScaling is a Scaling with a fixed list of records. List scopes it by
 // organization as the controller does, Disarm removes a record, and every
-// Disarm call is recorded.
+// Disarm and History call is recorded.
 type fakeScaling struct {
 	mu        sync.Mutex // guards the following fields
 	views     []autoscale.View
-	disarms   []string // "orgID/id" of every Disarm call, in order
-	listErr   error    // returned by List when set
-	disarmErr error    // returned by Disarm when set
+	histories map[string]autoscale.History // by record ID
+	disarms   []string                     // "orgID/id" of every Disarm call, in order
+	histCalls []string                     // the id of every History call, in order
+	lists     int                          // List calls
+	listErr   error                        // returned by List when set
+	disarmErr error                        // returned by Disarm when set
 }
 
 func (f *fakeScaling) List(_ context.Context, orgID string) ([]autoscale.View, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	if f.listErr != nil {
 		return nil, f.listErr
 	}
@@ -119,6 +123,32 @@ func (f *fakeScaling) Disarm(_ context.Context, orgID, id string) error {
 		}
 	}
 	return fmt.Errorf("autoscale: disarm %s: %w (%w)", id, autoscale.ErrNoRecord, store.ErrNotFound)
+}
+
+// History returns the history set for id (zero when none), and records
+// the call.
+func (f *fakeScaling) History(id string) autoscale.History {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.histCalls = append(f.histCalls, id)
+	return f.histories[id]
+}
+
+// setHistory makes History(id) answer h.
+func (f *fakeScaling) setHistory(id string, h autoscale.History) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.histories == nil {
+		f.histories = map[string]autoscale.History{}
+	}
+	f.histories[id] = h
+}
+
+// calls returns the List calls and the History calls so far.
+func (f *fakeScaling) calls() (lists int, histories []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists, append([]string(nil), f.histCalls...)
 }
 
 func (f *fakeScaling) set(vs ...autoscale.View) {
@@ -212,6 +242,15 @@ func (f *fixture) withConfig(tb testing.TB, cfg admin.Config) *fixture {
 // logger and clock, serves it, and returns the server's URL.
 func (f *fixture) serve(tb testing.TB, cfg admin.Config) string {
 	tb.Helper()
+	srv := httptest.NewServer(f.handler(tb, cfg))
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// handler builds the API of cfg as serve does and returns the handler
+// the server mounts it in.
+func (f *fixture) handler(tb testing.TB, cfg admin.Config) http.Handler {
+	tb.Helper()
 	cfg.MasterToken = masterToken
 	cfg.Store = f.db
 	cfg.Logger = slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -232,9 +271,7 @@ func (f *fixture) serve(tb testing.TB, cfg admin.Config) string {
 		}
 		api.ServeLoginCallback(w, r)
 	})
-	srv := httptest.NewServer(mux)
-	tb.Cleanup(srv.Close)
-	return srv.URL
+	return mux
 }
 
 // call sends method to Prefix+path with body as the raw JSON body ("" for

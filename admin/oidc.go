@@ -26,7 +26,8 @@ import (
 const (
 	// LoginPath starts a login: GET ?redirect=<same-host path>.
 	LoginPath = "/aperio/admin/login"
-	// LogoutPath ends the session: POST with the CSRF header.
+	// LogoutPath ends the session, an OIDC one or a key session
+	// (KeySessionPath): POST with the CSRF header.
 	LogoutPath = "/aperio/admin/logout"
 )
 
@@ -45,9 +46,10 @@ const (
 // every request of a login session other than GET and HEAD.
 const CSRFHeader = wire.CSRFHeader
 
-// SessionTTL is the lifetime of an admin session, sealed inside the
-// cookie: a session ends 8 hours after its login whatever the browser
-// keeps.
+// SessionTTL is the lifetime of an admin session: an OIDC session's is
+// sealed inside its cookie, a key session's kept in the store (unless
+// Config.KeySessionTTL says otherwise). A session ends 8 hours after its
+// login whatever the browser keeps.
 const SessionTTL = 8 * time.Hour
 
 // MaxOIDCRoles bounds admin_oidc_roles: every request of a session scans
@@ -344,30 +346,41 @@ func (a *API) hasSession(r *http.Request) bool {
 	return a.login != nil && r.Header.Get("Authorization") == "" && a.login.app.HasSession(r, secure(r))
 }
 
-// checkCSRF refuses a state-changing request of a login session without
-// the session's token in CSRFHeader.
+// checkCSRF refuses a state-changing request of a login session (OIDC or
+// key) without the session's token in CSRFHeader.
 func checkCSRF(r *http.Request, c caller) error {
-	if c.session == nil || r.Method == http.MethodGet || r.Method == http.MethodHead {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return nil
 	}
-	if !c.session.CheckCSRF(r.Header.Get(CSRFHeader)) {
+	var ok bool
+	switch {
+	case c.session != nil:
+		ok = c.session.CheckCSRF(r.Header.Get(CSRFHeader))
+	case c.keySession != nil:
+		ok = checkCSRFToken(r.Header.Get(CSRFHeader), c.keySession.CSRF)
+	default:
+		return nil // a bearer credential: no browser sends it by itself
+	}
+	if !ok {
 		return errorf(http.StatusForbidden, "missing or wrong %s header: send the csrf token GET %s/whoami returns", CSRFHeader, Prefix)
 	}
 	return nil
 }
 
-// LoginHandler returns the handler of LoginPath and LogoutPath (and 404
-// under /aperio/admin/ otherwise, or everywhere when admin_oidc is off).
-// The server serves it behind admin_allowed_ips and charges each request
-// to the visitor's bucket.
+// LoginHandler returns the handler of KeySessionPath, LogoutPath and,
+// when admin_oidc is on, LoginPath (and 404 under /aperio/admin/
+// otherwise). The server serves it behind admin_allowed_ips and charges
+// each request to the visitor's bucket.
 func (a *API) LoginHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.login == nil {
-			a.fail(w, r, errorf(http.StatusNotFound, "no such endpoint: %s (admin_oidc is off)", r.URL.Path))
-			return
-		}
 		switch r.URL.Path {
+		case KeySessionPath:
+			a.serveKeyLogin(w, r)
 		case LoginPath:
+			if a.login == nil {
+				a.fail(w, r, errorf(http.StatusNotFound, "no such endpoint: %s (admin_oidc is off)", r.URL.Path))
+				return
+			}
 			a.serveLogin(w, r)
 		case LogoutPath:
 			a.serveLogout(w, r)
@@ -458,13 +471,21 @@ func (a *API) ServeLoginCallback(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusFound)
 }
 
-// serveLogout ends the session of a POST carrying its CSRF token: 204,
-// the cookie cleared. Without a session it answers 401, without the token
-// 403.
+// serveLogout ends the session (a key session, else an OIDC one) of a
+// POST carrying its CSRF token: 204, the cookie cleared. Without a
+// session it answers 401, without the token 403.
 func (a *API) serveLogout(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		a.fail(w, r, errorf(http.StatusMethodNotAllowed, "method %s is not allowed on %s: POST with the %s header", r.Method, r.URL.Path, CSRFHeader))
+		return
+	}
+	if hasKeySession(r) {
+		a.serveKeyLogout(w, r)
+		return
+	}
+	if a.login == nil {
+		a.fail(w, r, errUnauthorized)
 		return
 	}
 	s, err := a.login.app.Session(r, host(r), secure(r))
@@ -493,6 +514,9 @@ func (a *API) whoami(w http.ResponseWriter, r *http.Request, c caller) error {
 	}
 	if c.session != nil {
 		out.CSRF = c.session.CSRFToken()
+	}
+	if c.keySession != nil {
+		out.CSRF = c.keySession.CSRF
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 	return nil

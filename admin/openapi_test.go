@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // openAPIDoc is the part of the OpenAPI document the checks read.
@@ -147,6 +148,47 @@ func TestOpenAPIClientSchema(t *testing.T) {
 		}
 		if req := slices.Sorted(slices.Values(c.s.Required)); !slices.Equal(req, c.want) {
 			t.Errorf("openapi.json %s required = %q, want %q", c.what, req, c.want)
+		}
+	}
+}
+
+// TestOpenAPIScalingDetailSchema fails when the ScalingDecision and
+// ScalingPoint schemas' properties differ from the JSON fields GET
+// /scaling/{id} writes, or require one that may be left out.
+func TestOpenAPIScalingDetailSchema(t *testing.T) {
+	f := newFixture(t)
+	type schema struct {
+		Required   []string          `json:"required"`
+		Properties map[string]schema `json:"properties"`
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]schema `json:"schemas"`
+		} `json:"components"`
+	}
+	f.expect(t, "GET", "/openapi.json", "", "", http.StatusOK, &doc)
+	// fields returns v's JSON names, and those not omitempty.
+	fields := func(v any) (all, required []string) {
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			name, opts, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			all = append(all, name)
+			if opts != "omitempty" {
+				required = append(required, name)
+			}
+		}
+		slices.Sort(all)
+		slices.Sort(required)
+		return all, required
+	}
+	for name, v := range map[string]any{"ScalingDecision": wire.ScalingDecision{}, "ScalingPoint": wire.ScalingPoint{}} {
+		s := doc.Components.Schemas[name]
+		all, required := fields(v)
+		if props := slices.Sorted(maps.Keys(s.Properties)); !slices.Equal(props, all) {
+			t.Errorf("openapi.json %s properties = %q, want the wire fields %q", name, props, all)
+		}
+		if req := slices.Sorted(slices.Values(s.Required)); !slices.Equal(req, required) {
+			t.Errorf("openapi.json %s required = %q, want %q", name, req, required)
 		}
 	}
 }

@@ -100,6 +100,11 @@ func decode(w http.ResponseWriter, r *http.Request, dst any, optional bool) erro
 		}
 		return errorf(http.StatusBadRequest, "cannot read the request body: %v", err)
 	}
+	return decodeBody(body, dst, optional)
+}
+
+// decodeBody is decode for a body already read.
+func decodeBody(body []byte, dst any, optional bool) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		if optional {
 			return nil

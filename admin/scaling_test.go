@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // scalingFields are the keys of a record in GET /scaling: the contract's
@@ -345,5 +348,166 @@ func TestScalingWithController(t *testing.T) {
 		if strings.Contains(f.logs.String(), s) {
 			t.Errorf("log holds the secret %q", s)
 		}
+	}
+}
+
+// detailHistory is a history as the fake serves it for scl_a_busy.
+func detailHistory() autoscale.History {
+	u := 0.85
+	return autoscale.History{
+		Decisions: []wire.ScalingDecision{
+			{Seq: 2, RecordID: "scl_a_busy", Action: wire.ScalingActionNone, Reason: "held by the cooldown",
+				Samples: []float64{0.85, 0.9}, SampleCount: 2, Current: 2, Desired: 2, Outcome: wire.ScalingOutcomeHeld, Repeats: 3},
+			{Seq: 1, RecordID: "scl_a_busy", Action: wire.ScalingActionScaleOut, Reason: "busy",
+				Samples: []float64{0.9}, SampleCount: 16, Current: 1, Desired: 2, Outcome: wire.ScalingOutcomeFailed, Status: 502, Error: "bad gateway"},
+		},
+		Series: []wire.ScalingPoint{
+			{At: declaredAt(2), Instances: 2, Capacity: 20, Inflight: 17, Utilization: &u},
+			{At: declaredAt(3), Instances: 2},
+		},
+	}
+}
+
+// TestScalingDetail: GET /scaling/{id} answers the record exactly as the
+// listing shows it, with its decisions newest first and its series oldest
+// first, to every role of its organization; another organization's record
+// is 404 as an unknown one is, and History is never asked for either.
+func TestScalingDetail(t *testing.T) {
+	f := newFixture(t)
+	a, b := f.org(t, "a"), f.org(t, "b")
+	keys := map[string]string{"master": masterToken}
+	for _, r := range admin.Roles() {
+		keys[r] = f.key(t, a, r).Secret
+	}
+	viewerB := f.key(t, b, admin.RoleViewer)
+	quiet := scalingView("scl_a_quiet", a, "quiet.a.example.com", 1)
+	f.scaling.set(scalingView("scl_a_busy", a, "busy.a.example.com", 2), quiet, scalingView("scl_b", b, "b.example.com", 3))
+	f.scaling.setHistory("scl_a_busy", detailHistory())
+
+	for who, cred := range keys {
+		t.Run("as "+who, func(t *testing.T) {
+			status, body := f.call(t, "GET", "/scaling/scl_a_busy", cred, "")
+			if status != http.StatusOK {
+				t.Fatalf("GET /scaling/scl_a_busy as %s = %d %s, want 200", who, status, body)
+			}
+			var got map[string]json.RawMessage
+			if err := json.Unmarshal(body, &got); err != nil {
+				t.Fatal(err)
+			}
+			want := slices.Sorted(slices.Values(append(slices.Clone(scalingFields), "decisions", "series")))
+			if keys := slices.Sorted(maps.Keys(got)); !slices.Equal(keys, want) {
+				t.Errorf("GET /scaling/{id} keys = %q, want the listing's and decisions, series: %q", keys, want)
+			}
+			listed, _ := f.listScaling(t, masterToken)
+			var rows []map[string]json.RawMessage
+			if err := json.Unmarshal(listed, &rows); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range rows[slices.IndexFunc(rows, func(r map[string]json.RawMessage) bool { return string(r["id"]) == `"scl_a_busy"` })] {
+				if string(got[k]) != string(v) {
+					t.Errorf("GET /scaling/{id} %s = %s, the listing says %s", k, got[k], v)
+				}
+			}
+			var detail admin.ScalingRecordDetail
+			if err := json.Unmarshal(body, &detail); err != nil {
+				t.Fatal(err)
+			}
+			wantH := detailHistory()
+			if diff := cmp.Diff(wantH.Decisions, detail.Decisions); diff != "" {
+				t.Errorf("decisions (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(wantH.Series, detail.Series); diff != "" {
+				t.Errorf("series (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	t.Run("no history answers empty lists", func(t *testing.T) {
+		status, body := f.call(t, "GET", "/scaling/scl_a_quiet", keys[admin.RoleViewer], "")
+		if status != http.StatusOK || !bytes.Contains(body, []byte(`"decisions":[]`)) || !bytes.Contains(body, []byte(`"series":[]`)) {
+			t.Errorf("GET /scaling/scl_a_quiet = %d %s, want 200 with [] decisions and series", status, body)
+		}
+	})
+
+	t.Run("another organization's record is not found", func(t *testing.T) {
+		_, before := f.scaling.calls()
+		f.expectError(t, "GET", "/scaling/scl_b", keys[admin.RoleAdmin], "", http.StatusNotFound, `scaling record "scl_b" not found`)
+		f.expectError(t, "GET", "/scaling/scl_a_busy", viewerB.Secret, "", http.StatusNotFound, `scaling record "scl_a_busy" not found`)
+		f.expectError(t, "GET", "/scaling/scl_nope", keys[admin.RoleViewer], "", http.StatusNotFound, `scaling record "scl_nope" not found`)
+		if _, after := f.scaling.calls(); len(after) != len(before) {
+			t.Errorf("History calls for records the caller may not see: %q, want none", after[len(before):])
+		}
+	})
+
+	t.Run("no credential", func(t *testing.T) {
+		if status, _ := f.call(t, "GET", "/scaling/scl_a_busy", "", ""); status != http.StatusUnauthorized {
+			t.Errorf("GET /scaling/scl_a_busy without a credential = %d, want 401", status)
+		}
+	})
+
+	t.Run("scaling off", func(t *testing.T) {
+		g := f.withScaling(t, nil)
+		g.expectError(t, "GET", "/scaling/scl_a_busy", masterToken, "", http.StatusNotFound, `scaling record "scl_a_busy" not found`)
+	})
+}
+
+// TestScalingDetailHostileID: an ID no record can have is refused with
+// 400 before any lookup, so a huge one costs no store scan; the answer
+// does not echo it.
+func TestScalingDetailHostileID(t *testing.T) {
+	f := newFixture(t)
+	f.scaling.set(scalingView("scl_1", "org_x", "app.example.com", 0))
+	huge := strings.Repeat("a", 64<<10)
+	tests := []struct {
+		name, id string
+	}{
+		{"huge", huge},
+		{"one past the bound", strings.Repeat("s", 65)},
+		{"escaped slash", "scl_1%2F..%2Fx"},
+		{"quote", "scl_%22"},
+		{"control character", "scl_%00"},
+		{"unicode", "scl_%C3%A9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lists, hist := f.scaling.calls()
+			status, body := f.call(t, "GET", "/scaling/"+tt.id, masterToken, "")
+			if status != http.StatusBadRequest {
+				t.Errorf("GET /scaling/%.40s = %d %.200s, want 400", tt.id, status, body)
+			}
+			if len(body) > 512 {
+				t.Errorf("GET /scaling/%.40s answered %d bytes, want a short error that does not echo the ID", tt.id, len(body))
+			}
+			if l, h := f.scaling.calls(); l != lists || len(h) != len(hist) {
+				t.Errorf("GET /scaling/%.40s called List %d and History %d times, want neither", tt.id, l-lists, len(h)-len(hist))
+			}
+		})
+	}
+	// The longest ID accepted is looked up, and simply not found.
+	f.expectError(t, "GET", "/scaling/"+strings.Repeat("s", 64), masterToken, "", http.StatusNotFound, "not found")
+}
+
+// TestScalingDetailWithController serves GET /scaling/{id} from a real
+// controller: a record it has not sampled yet answers empty lists.
+func TestScalingDetailWithController(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	r, _, err := f.db.DeclareScaling(ctx, store.ScalingRecord{
+		OrgID: f.org(t, "a"), Hostname: "app.example.com", URL: "https://provider.example/scale",
+		Min: 0, Max: 4, ColdStart: 45 * time.Second, Window: 15 * time.Second, Cooldown: time.Minute, TargetUtilization: 0.8,
+	}, "master", true)
+	if err != nil {
+		t.Fatalf("DeclareScaling: %v", err)
+	}
+	ctl, err := autoscale.New(autoscale.Config{Store: f.db, Pool: fixedPool{Instances: 1, Capacity: 10, Inflight: 4}, Caller: refusingCaller{}})
+	if err != nil {
+		t.Fatalf("autoscale.New: %v", err)
+	}
+	g := f.withScaling(t, ctl)
+	var got admin.ScalingRecordDetail
+	g.expect(t, "GET", "/scaling/"+r.ID, masterToken, "", http.StatusOK, &got)
+	if got.ID != r.ID || got.Utilization == nil || *got.Utilization != 0.4 || got.Decisions == nil || got.Series == nil ||
+		len(got.Decisions) != 0 || len(got.Series) != 0 {
+		t.Errorf("GET /scaling/%s = %+v, want the record at 0.4 with empty decisions and series", r.ID, got)
 	}
 }

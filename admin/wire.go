@@ -47,6 +47,8 @@ type (
 	// ScalingRecord is a scaling record as GET /scaling shows it: how
 	// autoscale.View encodes.
 	ScalingRecord = wire.ScalingRecord
+	// ScalingRecordDetail is the answer to GET /scaling/{id}.
+	ScalingRecordDetail = wire.ScalingRecordDetail
 	// Webhook is a webhook subscription as the API shows it.
 	Webhook = wire.Webhook
 	// CreateWebhookRequest is the body of POST /webhooks.

@@ -2,16 +2,10 @@ package agent
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +22,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/blackhole"
+	"github.com/aperio-dev/aperio/internal/testcert"
 )
 
 // seenRequest is what a recording backend saw of one request.
@@ -189,52 +185,6 @@ func TestForwardUnixTarget(t *testing.T) {
 	}
 }
 
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(tb testing.TB) *testCA {
-	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a certificate for cn (a server name too) and its key, PEM.
-func (ca *testCA) issue(tb testing.TB, cn string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
-	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn}, DNSNames: []string{cn},
-		ExtKeyUsage: []x509.ExtKeyUsage{usage}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-}
-
 // writeFile writes data to name in dir and returns its path.
 func writeFile(tb testing.TB, dir, name string, data []byte) string {
 	tb.Helper()
@@ -251,21 +201,16 @@ func writeFile(tb testing.TB, dir, name string, data []byte) string {
 // certificate gets tls_client_cert and refuses a client without one.
 func TestForwardTLSBackend(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t)
-	srvCert, srvKey := ca.issue(t, "backend.internal", x509.ExtKeyUsageServerAuth)
-	cliCert, cliKey := ca.issue(t, "aperio-client", x509.ExtKeyUsageClientAuth)
-	caFile := writeFile(t, dir, "ca.pem", ca.pem)
-	certFile, keyFile := writeFile(t, dir, "client.pem", cliCert), writeFile(t, dir, "client.key", cliKey)
-	pair, err := tls.X509KeyPair(srvCert, srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := testcert.NewCA(t, "test CA")
+	srvCert := ca.Issue(t, testcert.Leaf{CommonName: "backend.internal", DNSNames: []string{"backend.internal"}, Usage: x509.ExtKeyUsageServerAuth})
+	cliCert := ca.Issue(t, testcert.Leaf{CommonName: "aperio-client", Usage: x509.ExtKeyUsageClientAuth})
+	caFile := writeFile(t, dir, "ca.pem", ca.CertPEM)
+	certFile, keyFile := writeFile(t, dir, "client.pem", cliCert.CertPEM), writeFile(t, dir, "client.key", cliCert.KeyPEM)
+	pair := srvCert.Pair(t)
 	start := func(clientAuth tls.ClientAuthType) (*httptest.Server, chan seenRequest) {
 		h, seen := recordingBackend()
 		srv := httptest.NewUnstartedServer(h)
-		pool := x509.NewCertPool()
-		pool.AddCert(ca.cert)
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: clientAuth, ClientCAs: pool}
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: clientAuth, ClientCAs: ca.Pool()}
 		srv.StartTLS()
 		t.Cleanup(srv.Close)
 		return srv, seen
@@ -340,6 +285,49 @@ func TestForwardTimeout(t *testing.T) {
 	}
 	if ctx.Err() != nil {
 		t.Fatalf("Forward failed only at the test's deadline (%v): timeout did not bound the wait", err)
+	}
+}
+
+// TestForwardConnectTimeout: dialing a backend that never completes the
+// TCP handshake ends at connect_timeout, as a connect error, not at the
+// 10 s default; the GET is tried again per retry, each try bounded alike.
+func TestForwardConnectTimeout(t *testing.T) {
+	addr := blackhole.Addr(t)
+	tests := []struct {
+		name     string
+		connect  time.Duration
+		retry    config.Retry
+		min, max time.Duration // the bounds of Forward's duration
+	}{
+		{name: "one try", connect: 150 * time.Millisecond, min: 150 * time.Millisecond, max: 3 * time.Second},
+		{name: "each retry bounded", connect: 150 * time.Millisecond, retry: config.Retry{Attempts: 3, Backoff: 50 * time.Millisecond},
+			min: 3*150*time.Millisecond + 2*50*time.Millisecond, max: 4 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := clientConfig("http://" + addr)
+			cfg.Services[0].ConnectTimeout = tc.connect
+			cfg.Services[0].Retry = tc.retry
+			a := newAgent(t, cfg)
+			// The test's own bound is above the default: a dial that
+			// ignored connect_timeout would run into it.
+			ctx, cancel := context.WithTimeout(t.Context(), config.DefaultConnectTimeout+5*time.Second)
+			defer cancel()
+			start := time.Now()
+			resp, err := a.Forward(ctx, "0", httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+			took := time.Since(start)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("Forward to a backend that never accepts = %d, want a dial timeout", resp.StatusCode)
+			}
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() || !connectError(err) {
+				t.Errorf("Forward() = %v, want a dial timeout (a connect error)", err)
+			}
+			if took < tc.min || took > tc.max {
+				t.Errorf("Forward() took %v, want within [%v, %v] (connect_timeout %v, retry %+v)", took, tc.min, tc.max, tc.connect, tc.retry)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // Rules of calling a provider (docs/autoscaling.md).
@@ -157,6 +158,15 @@ type Config struct {
 	// for a deployment without organizations; every other record's call
 	// carries its organization's ID. "" sends every record's ID.
 	DefaultOrgID string
+	// OnDecision, when set, is told of every decision the controller
+	// records in a record's history (see History): when it is made, and
+	// again when its outcome is known; a held decision repeated by later
+	// samples is told once. It is called from one goroutine of Run's, in
+	// order, never under the controller's mutex: decisions wait for it
+	// in a buffer of DecisionBuffer, and one that finds the buffer full
+	// is not told (counted in Metrics.DecisionsDropped), so a slow
+	// OnDecision never holds the controller up. nil tells no one.
+	OnDecision func(wire.ScalingDecision)
 }
 
 // withDefaults fills the zero fields that have a default.
@@ -247,8 +257,8 @@ func (cfg Config) Validate() error {
 }
 
 // Controller makes the autoscaling decisions for every record. Declare,
-// Leave, ColdStart, List, Disarm and Metrics are safe for concurrent use;
-// sampling and calls happen only while Run runs.
+// Leave, ColdStart, List, Disarm, History and Metrics are safe for
+// concurrent use; sampling and calls happen only while Run runs.
 //
 // All decision state (the records it knows, each bind's samples, cooldown
 // and breaker, the call queue, host penalties, the token bucket) is guarded
@@ -277,10 +287,11 @@ type Controller struct {
 	log    *slog.Logger
 
 	started atomic.Bool
-	loaded  chan struct{} // closed once Run's first load of records is done
-	done    chan struct{} // closed when Run returns
-	wake    chan struct{} // 1-buffered: the dispatcher has work
-	reload  chan struct{} // 1-buffered: reload records soon
+	loaded  chan struct{}             // closed once Run's first load of records is done
+	done    chan struct{}             // closed when Run returns
+	wake    chan struct{}             // 1-buffered: the dispatcher has work
+	reload  chan struct{}             // 1-buffered: reload records soon
+	notes   chan wire.ScalingDecision // decisions for Config.OnDecision; nil without one
 	wg      sync.WaitGroup
 
 	mu           sync.Mutex // guards the following fields
@@ -295,6 +306,7 @@ type Controller struct {
 	bucket       bucket
 	seq          uint64 // orders sessions and queue items
 	writes       uint64 // counts the record writes landed (see bind.landed)
+	noteSeq      uint64 // numbers the decisions recorded in histories
 	closed       bool
 	metrics      Metrics
 	quota        quota // records held and being created, per org and armer
@@ -327,6 +339,7 @@ type bind struct {
 	nextAllowed time.Time // no call before: cooldown, or backoff after a failure
 	lastCallEnd time.Time
 	retry       *decision // the last failed decision: its retry reuses the key
+	hist        *history  // the record's decisions and pool samples; nil until the first
 	queued      *item     // the decision waiting for a slot
 	running     *item     // the call in flight
 	start       *Start    // the latest cold start flight
@@ -356,7 +369,12 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	var notes chan wire.ScalingDecision
+	if cfg.OnDecision != nil {
+		notes = make(chan wire.ScalingDecision, DecisionBuffer)
+	}
 	return &Controller{
+		notes:        notes,
 		cfg:          cfg,
 		store:        cfg.Store,
 		pool:         cfg.Pool,
@@ -396,6 +414,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.wg.Go(func() { c.sampleLoop(ctx) })
 	c.wg.Go(func() { c.refreshLoop(ctx) })
 	c.wg.Go(func() { c.dispatchLoop(ctx) })
+	if c.notes != nil {
+		c.wg.Go(func() { c.noteLoop(ctx) })
+	}
 	if src, ok := c.store.(changeSource); ok {
 		changes := src.Subscribe(ctx)
 		c.wg.Go(func() { c.changeLoop(ctx, changes) })
@@ -469,6 +490,9 @@ func (c *Controller) lookupLocked(orgID, hostname, path string) *bind {
 func (c *Controller) setRecLocked(b *bind, r *Record) {
 	if b.rec != nil && c.byID[b.rec.ID] == b {
 		delete(c.byID, b.rec.ID)
+	}
+	if r == nil || b.hist != nil && b.hist.recordID != r.ID {
+		b.hist = nil // the record's history goes with it
 	}
 	c.quota.count(b.rec, -1)
 	if r != nil && r.Max <= 0 {
@@ -687,6 +711,7 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	switch {
 	case errors.Is(p.Err, ErrQueueFull):
 		c.rejectLocked(b, ReasonColdStart)
+		c.repeatLocked(b, time.Now(), wire.ScalingActionColdStart, whyColdStart, wire.ScalingOutcomeRefused, 0, coldStartDesired(b.rec), nil)
 		return nil, p.Err
 	case p.Err != nil:
 		return nil, p.Err
@@ -696,11 +721,15 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	s := newStart()
 	s.parent = trace.SpanContextFromContext(ctx)
 	d := b.decisionLocked(ReasonColdStart, 0, p.desired, samples{})
+	now := time.Now()
 	if p.replace {
+		c.endNoteLocked(b, b.queued.note, now, wire.ScalingOutcomeDropped, 0, whyReplacedByCS, false)
 		b.queued.d, b.queued.start = d, s
 	} else if err := c.enqueueLocked(b, d, s); err != nil {
+		c.repeatLocked(b, now, wire.ScalingActionColdStart, whyColdStart, wire.ScalingOutcomeRefused, 0, d.desired, nil)
 		return nil, err
 	}
+	b.queued.note = c.noteLocked(b, now, wire.ScalingActionColdStart, whyColdStart, wire.ScalingOutcomePending, 0, d.desired, nil)
 	b.start = s
 	return s, nil
 }
@@ -863,6 +892,9 @@ type Metrics struct {
 	// Dropped counts queued decisions dropped on re-evaluation (the pool
 	// or the record changed while they waited) or at shutdown.
 	Dropped uint64
+	// DecisionsDropped counts decisions Config.OnDecision was not told
+	// of: its buffer was full.
+	DecisionsDropped uint64
 }
 
 // Metrics returns the current figures. It does not block.

@@ -3,6 +3,8 @@ package autoscale
 import (
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestDefaultConfigValidates proves the defaults are valid settings and
@@ -18,8 +20,9 @@ func TestDefaultConfigValidates(t *testing.T) {
 	}
 	// The holder is random per controller: not a default to compare.
 	got.Events, got.Logger, got.Holder = nil, nil, ""
-	if got != def {
-		t.Errorf("Config{}.withDefaults() = %+v, want DefaultConfig() %+v", got, def)
+	// cmp, not ==: OnDecision makes Config incomparable (nil funcs are equal to cmp).
+	if diff := cmp.Diff(def, got); diff != "" {
+		t.Errorf("Config{}.withDefaults() = got, want DefaultConfig(); diff (-want +got):\n%s", diff)
 	}
 	if err := (Config{MaxQueued: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "max queued -1") {
 		t.Errorf("Config{MaxQueued: -1}.Validate() = %v, want the negative bound named", err)

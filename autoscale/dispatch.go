@@ -16,6 +16,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // item is a decision waiting for, or holding, a call slot.
@@ -30,6 +31,8 @@ type item struct {
 	// recorded cooldown runs; leased is set in the first case.
 	leaseUntil time.Time
 	leased     bool
+	// note numbers its decision in the bind's history (0: none).
+	note uint64
 
 	// Set when the call starts, from the record at that moment.
 	call     HookCall
@@ -82,6 +85,7 @@ func (c *Controller) removeLocked(it *item) {
 func (c *Controller) dropLocked(it *item, err error, why string) {
 	c.removeLocked(it)
 	c.metrics.Dropped++
+	c.endNoteLocked(it.b, it.note, time.Now(), wire.ScalingOutcomeDropped, 0, why, false)
 	if it.start != nil {
 		it.start.resolveLocked(err)
 	}
@@ -338,6 +342,7 @@ func (c *Controller) reevaluateLocked(it *item, st PoolStats) bool {
 	if p.current != it.d.current || p.desired != it.d.desired {
 		it.d.current, it.d.desired = p.current, p.desired
 		it.b.rekeyLocked(&it.d)
+		c.renoteLocked(it.b, it.note, p.current, p.desired)
 	}
 	return true
 }
@@ -537,6 +542,7 @@ func (c *Controller) settleLocked(it *item, p leasePlan) {
 		it.start.resolveAtLocked(p.err, p.acceptedAt)
 	}
 	c.metrics.Dropped++
+	c.endNoteLocked(b, it.note, time.Now(), wire.ScalingOutcomeDropped, 0, p.why, false)
 	c.log.Info("scaling decision dropped",
 		logkey.OrgID, b.key.org, logkey.Hostname, b.key.host, logkey.Path, b.key.path,
 		logkey.Reason, it.d.reason, logkey.Why, p.why)
@@ -547,6 +553,7 @@ func (c *Controller) settleLocked(it *item, p leasePlan) {
 // flight ends with err.
 func (c *Controller) abandonLocked(it *item, err error) {
 	c.endCallLocked(it)
+	c.endNoteLocked(it.b, it.note, time.Now(), wire.ScalingOutcomeDropped, 0, err.Error(), false)
 	if it.start != nil {
 		it.start.resolveLocked(err)
 	}
@@ -683,6 +690,7 @@ func (c *Controller) callHook(ctx context.Context, it *item) {
 		// Shutting down: the call's fate is unknown, so it counts neither
 		// as a success nor as a failure.
 		c.endCallLocked(it)
+		c.endNoteLocked(it.b, it.note, now, wire.ScalingOutcomeDropped, 0, ErrClosed.Error(), false)
 		if it.start != nil {
 			it.start.resolveLocked(ErrClosed)
 		}
@@ -729,6 +737,13 @@ func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration
 	if o.disarmed {
 		c.metrics.Disarms++
 	}
+	// A record deleted (or deleted and declared again) while the call
+	// ran has no history of it left: the note is then dropped.
+	outcome, errText := wire.ScalingOutcomeAccepted, ""
+	if !p.ok {
+		outcome, errText = wire.ScalingOutcomeFailed, o.err.Error()
+	}
+	c.endNoteLocked(b, it.note, now, outcome, status, errText, o.disarmed)
 	if o.persist {
 		*b.rec = o.rec
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"time"
+
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // run is one unbroken stretch of samples on the same side of a threshold.
@@ -180,6 +182,12 @@ type samplePlan struct {
 	// call is the scale-out or scale-in to queue; nil when none is due.
 	// Once it is queued, both stretches start afresh.
 	call *sampledCall
+	// hold, when set, says why a stretch that lasted long enough makes no
+	// call (the cooldown or backoff runs, or the pool is at max): a
+	// decision worth recording (the why constants of history.go).
+	// holdBusy says the busy stretch lasted, else the idle one.
+	hold     string
+	holdBusy bool
 }
 
 // sampledCall is a decision a sample made, before it has a key.
@@ -200,7 +208,9 @@ type sampledCall struct {
 // saturated when it ends is scaled out again at once. A record that is
 // missing, disarmed or without a scaling range (max 0) leaves the
 // stretches as they were; a pool without measurable utilization (capacity
-// 0) breaks both.
+// 0) breaks both. A stretch long enough whose call the cooldown or backoff
+// holds back, or that would scale out a pool already at max, makes no call
+// but a hold: a decision the history records.
 func planSample(in sampleIn) samplePlan {
 	p := samplePlan{busy: in.busy, idle: in.idle}
 	r, st := in.rec, in.stats
@@ -223,20 +233,47 @@ func planSample(in sampleIn) samplePlan {
 	} else {
 		p.idle.reset()
 	}
-	if in.pending || in.now.Before(in.nextAllowed) {
-		return p
-	}
+	var reason Reason
+	var want int
 	switch {
 	case p.busy.lasted(in.now, r.Window):
-		if want, ok := scaleOutDesired(st.Instances, r); ok {
-			p.call = &sampledCall{ReasonScaleOut, st.Instances, want, p.busy.samples()}
+		var ok bool
+		if want, ok = scaleOutDesired(st.Instances, r); ok {
+			reason = ReasonScaleOut
+		} else if st.Instances >= r.Max {
+			p.hold, p.holdBusy = whyOutAtMax, true
 		}
 	case p.idle.lasted(in.now, IdleWindows*r.Window):
-		if want, ok := scaleInDesired(st.Instances, r); ok {
-			p.call = &sampledCall{ReasonScaleIn, st.Instances, want, p.idle.samples()}
+		var ok bool
+		if want, ok = scaleInDesired(st.Instances, r); ok {
+			reason = ReasonScaleIn
 		}
 	}
+	switch {
+	case reason == "" || in.pending:
+		// A pending decision is recorded already: nothing to add.
+	case in.now.Before(in.nextAllowed):
+		p.hold, p.holdBusy = holdReason(reason, r.ConsecutiveFailures > 0), reason == ReasonScaleOut
+	case reason == ReasonScaleOut:
+		p.call = &sampledCall{reason, st.Instances, want, p.busy.samples()}
+	default:
+		p.call = &sampledCall{reason, st.Instances, want, p.idle.samples()}
+	}
 	return p
+}
+
+// holdReason says why a decision for reason waits: the cooldown, or the
+// backoff after failed calls.
+func holdReason(reason Reason, failing bool) string {
+	switch {
+	case reason == ReasonScaleOut && failing:
+		return whyOutBackoff
+	case reason == ReasonScaleOut:
+		return whyOutCooldown
+	case failing:
+		return whyInBackoff
+	}
+	return whyInCooldown
 }
 
 // awaitsInstance reports whether s is a cold start the provider accepted
@@ -255,6 +292,7 @@ func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
 	if awaitsInstance(b.start) && st.Routable > 0 {
 		b.start.served = true
 	}
+	c.pointLocked(b, st, now)
 	p := planSample(sampleIn{
 		rec: b.rec, busy: b.busy, idle: b.idle,
 		pending:     b.queued != nil || b.running != nil,
@@ -262,12 +300,39 @@ func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
 		stats:       st, now: now,
 	})
 	b.busy, b.idle = p.busy, p.idle
+	if p.hold != "" {
+		src := &b.idle
+		if p.holdBusy {
+			src = &b.busy
+		}
+		c.repeatLocked(b, now, wire.ScalingActionNone, p.hold, wire.ScalingOutcomeHeld, st.Instances, st.Instances, src)
+	}
 	if p.call == nil {
 		return
 	}
 	d := b.decisionLocked(p.call.reason, p.call.current, p.call.desired, p.call.samples)
-	if c.enqueueLocked(b, d, nil) == nil {
-		b.busy.reset()
-		b.idle.reset()
+	if c.enqueueLocked(b, d, nil) != nil {
+		src := &b.idle
+		if p.call.reason == ReasonScaleOut {
+			src = &b.busy
+		}
+		c.repeatLocked(b, now, string(d.reason), whyOf(d.reason), wire.ScalingOutcomeRefused, d.current, d.desired, src)
+		return
 	}
+	s := d.samples
+	b.queued.note = c.noteLocked(b, now, string(d.reason), whyOf(d.reason), wire.ScalingOutcomePending, d.current, d.desired,
+		func(h *histDecision) { h.setSamples(s.n, s.recent) })
+	b.busy.reset()
+	b.idle.reset()
+}
+
+// whyOf is why a decision for reason is made, in words.
+func whyOf(reason Reason) string {
+	switch reason {
+	case ReasonScaleOut:
+		return whyScaleOut
+	case ReasonScaleIn:
+		return whyScaleIn
+	}
+	return whyColdStart
 }

@@ -378,6 +378,8 @@ func viewOf(r run) stretchView {
 type planView struct {
 	Busy, Idle stretchView
 	Call       *callView
+	Hold       string
+	HoldBusy   bool
 }
 
 // callView is a sampledCall as the tests compare it.
@@ -388,7 +390,7 @@ type callView struct {
 }
 
 func viewOfPlan(p samplePlan) planView {
-	v := planView{Busy: viewOf(p.busy), Idle: viewOf(p.idle)}
+	v := planView{Busy: viewOf(p.busy), Idle: viewOf(p.idle), Hold: p.hold, HoldBusy: p.holdBusy}
 	if c := p.call; c != nil {
 		v.Call = &callView{Reason: c.reason, Current: c.current, Desired: c.desired,
 			Samples: stretchView{N: c.samples.n, Min: c.samples.min, Max: c.samples.max, Recent: c.samples.recent}}
@@ -495,9 +497,9 @@ func TestPlanSample(t *testing.T) {
 			want: scaledOut,
 		},
 		{
-			name: "busy for the whole window at max makes no call",
+			name: "busy for the whole window at max makes no call, held at max",
 			in:   sampleIn{rec: armed(func(r *Record) { r.Max = 2 }), busy: busy15, stats: pool(2, 18), now: sec(15)},
-			want: planView{Busy: view(t0, repeat(0.9, 16)...)},
+			want: planView{Busy: view(t0, repeat(0.9, 16)...), Hold: whyOutAtMax, HoldBusy: true},
 		},
 		{
 			name: "busy for the whole window while a decision is pending makes no call",
@@ -505,9 +507,25 @@ func TestPlanSample(t *testing.T) {
 			want: planView{Busy: view(t0, repeat(0.9, 16)...)},
 		},
 		{
-			name: "busy for the whole window inside the cooldown makes no call",
+			name: "busy for the whole window inside the cooldown makes no call, held by the cooldown",
 			in:   sampleIn{rec: armed(nil), busy: busy15, nextAllowed: sec(16), stats: pool(2, 18), now: sec(15)},
-			want: planView{Busy: view(t0, repeat(0.9, 16)...)},
+			want: planView{Busy: view(t0, repeat(0.9, 16)...), Hold: whyOutCooldown, HoldBusy: true},
+		},
+		{
+			name: "busy for the whole window inside the backoff is held by the backoff",
+			in: sampleIn{rec: armed(func(r *Record) { r.ConsecutiveFailures = 2 }), busy: busy15, nextAllowed: sec(16),
+				stats: pool(2, 18), now: sec(15)},
+			want: planView{Busy: view(t0, repeat(0.9, 16)...), Hold: whyOutBackoff, HoldBusy: true},
+		},
+		{
+			name: "idle for four windows inside the cooldown is held by the cooldown",
+			in:   sampleIn{rec: armed(nil), idle: idle60, nextAllowed: sec(61), stats: pool(3, 3), now: sec(60)},
+			want: planView{Idle: view(t0, repeat(0.1, 61)...), Hold: whyInCooldown},
+		},
+		{
+			name: "busy short of the window inside the cooldown holds nothing",
+			in:   sampleIn{rec: armed(nil), busy: stretch(0.9), nextAllowed: sec(16), stats: pool(2, 18), now: sec(1)},
+			want: planView{Busy: view(t0, 0.9, 0.9)},
 		},
 		{
 			name: "busy for the whole window as the cooldown ends scales out",

@@ -149,11 +149,16 @@ func (c *Controller) forgetRecord(id string) {
 // utilization null when the pool has no measurable capacity, and
 // "authenticated" in place of the secret.
 func (v View) MarshalJSON() ([]byte, error) {
+	return json.Marshal(v.Wire())
+}
+
+// Wire returns v as the API's scaling record, as MarshalJSON encodes it.
+func (v View) Wire() wire.ScalingRecord {
 	var util *float64
 	if v.Capacity > 0 {
 		util = &v.Utilization
 	}
-	return json.Marshal(wire.ScalingRecord{
+	return wire.ScalingRecord{
 		ID: v.ID, Hostname: v.Hostname, Path: v.Path, OrgID: v.OrgID,
 		URL: v.URL, Authenticated: v.Authenticated, Min: v.Min, Max: v.Max,
 		ColdStart: v.ColdStart.String(), TargetUtilization: v.TargetUtilization,
@@ -163,5 +168,5 @@ func (v View) MarshalJSON() ([]byte, error) {
 		LastCallAt: v.LastCallAt, LastReason: v.LastReason, LastStatus: v.LastStatus,
 		LastError: v.LastError, NextCallAt: v.NextCallAt, Refused: v.Refused,
 		UpdatedAt: v.UpdatedAt,
-	})
+	}
 }

@@ -92,6 +92,7 @@ const DefaultConnectTimeout = 10 * time.Second
 func DefaultService() Service {
 	return Service{
 		TrimBind:       true,
+		Weight:         1,
 		ConnectTimeout: DefaultConnectTimeout,
 		Retry:          Retry{Backoff: 100 * time.Millisecond},
 		CircuitBreaker: CircuitBreaker{OpenFor: 30 * time.Second},

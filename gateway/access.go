@@ -115,7 +115,7 @@ func (g *Gateway) adminLogin() (*admin.OIDCConfig, error) {
 }
 
 // adminLoginPrefix is the prefix of the admin login's paths
-// (admin.LoginPath, admin.LogoutPath).
+// (admin.LoginPath, admin.KeySessionPath, admin.LogoutPath).
 const adminLoginPrefix = "/aperio/admin/"
 
 // serveAuth answers the login routes under /aperio/auth/ of a hostname

@@ -118,7 +118,7 @@ func TestAdminOIDCEndToEnd(t *testing.T) {
 }
 
 // TestAdminOIDCChargedToIPBucket: requests carrying an admin session
-// cookie, valid or not, and the admin login's paths cost a token of the
+// cookie (OIDC or key), valid or not, and the admin login's paths cost a token of the
 // visitor's bucket like credentialed admin requests; anonymous ones stay
 // free.
 func TestAdminOIDCChargedToIPBucket(t *testing.T) {
@@ -130,7 +130,10 @@ func TestAdminOIDCChargedToIPBucket(t *testing.T) {
 	}{
 		{"forged session cookie", admin.Prefix + "/whoami", http.Header{"Cookie": {admin.SessionCookie + "=forged"}}, true},
 		{"forged __Host- session cookie", admin.Prefix + "/whoami", http.Header{"Cookie": {"__Host-" + admin.SessionCookie + "=forged"}}, true},
+		{"forged key session cookie", admin.Prefix + "/whoami", http.Header{"Cookie": {admin.KeySessionCookie + "=forged"}}, true},
+		{"forged __Host- key session cookie", admin.Prefix + "/whoami", http.Header{"Cookie": {"__Host-" + admin.KeySessionCookie + "=forged"}}, true},
 		{"login", admin.LoginPath, nil, true},
+		{"key login", admin.KeySessionPath, nil, true},
 		{"logout", admin.LogoutPath, nil, true},
 		{"anonymous", admin.Prefix + "/whoami", nil, false},
 	} {

@@ -11,6 +11,7 @@ import (
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/signing"
 	"github.com/aperio-dev/aperio/store"
@@ -172,6 +173,12 @@ type Config struct {
 	// the admin API, metrics and the rest of /aperio/ other than the
 	// tunnel and health endpoints (admin_allowed_ips). Empty allows all.
 	AdminAllowedIPs []string
+
+	// Inspect is the request inspector's server side: the headers it
+	// redacts in every capture (inspect_redact_headers). Captures are
+	// started through the admin API; the zero value redacts only the
+	// credentials every capture redacts.
+	Inspect inspect.Config
 }
 
 // Bounds of IdentityKeyRotation when it is not 0: a key lives at least

@@ -105,8 +105,9 @@ func (e *edge) guardAdmin(w http.ResponseWriter, r *http.Request) bool {
 // charged reports whether a request under /aperio/ costs a token of the
 // visitor's bucket: tunnel handshakes, admin API requests that present
 // credentials (each a store lookup, or a guess at a secret) or an admin
-// session cookie (a guess at a seal), and the admin login's paths (a
-// login cookie sealed, a provider called). Health endpoints, metrics
+// session cookie (a guess at a seal or a store lookup), and the admin
+// login's paths (a login cookie sealed, a provider called, a key
+// checked). Health endpoints, metrics
 // scrapes (compared against one digest, no lookup) and anonymous requests
 // stay free. The admin login's callback is charged where it is told
 // apart from a service's.
@@ -125,11 +126,13 @@ func charged(r *http.Request) bool {
 	return r.Header.Get("Authorization") != "" || hasAdminSession(r)
 }
 
-// hasAdminSession reports whether r carries an admin session cookie of
-// either name.
+// hasAdminSession reports whether r carries an admin session cookie, OIDC
+// (admin.SessionCookie) or key (admin.KeySessionCookie), of either name.
 func hasAdminSession(r *http.Request) bool {
 	for _, c := range r.Cookies() {
-		if c.Name == admin.SessionCookie || c.Name == "__Host-"+admin.SessionCookie {
+		switch c.Name {
+		case admin.SessionCookie, "__Host-" + admin.SessionCookie,
+			admin.KeySessionCookie, "__Host-" + admin.KeySessionCookie:
 			return true
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/dashboard"
 	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
@@ -167,6 +168,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	rc := cfg.Router
 	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, stale, log, g.tracer
+	if rc.Inspector, err = inspect.New(cfg.Inspect); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
 	rc.CatchAll = !cfg.RequireHostnameBind
 	if rc.Access, err = g.accessConfig(ctx); err != nil {
@@ -231,7 +235,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Logger: log})
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Logger: log,
+		Inspector: rc.Inspector, Replay: g.proxy})
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/telemetry"
@@ -188,6 +189,8 @@ type admission struct {
 	dec  access.Decision // the gate's admission, for the backend request
 
 	routeStart time.Time // when tracing: when routing began
+
+	ins *inspect.Recording // the inspector's recording of the request; nil: not captured
 }
 
 // admit runs the admission stages in order and returns the first refusal.
@@ -519,6 +522,9 @@ func (rt *Router) checkAllowedIPs(a *admission) refusal {
 // gets nothing. 429s are counted and recorded in rec.
 func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.Request, host string, ref refusal) {
 	info := &refusalInfo[ref.kind]
+	if ir := inspect.RecordingOf(w); ir != nil {
+		ir.Fail(refusalReason(ref))
+	}
 	if info.nothing {
 		if r.Context().Err() == nil && rt.serveStale(w, r) {
 			return
@@ -832,4 +838,15 @@ func (rt *Router) takeSlot(a *admission, s *service) refusal {
 	}
 	a.ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(rt.cfg.MaxConcurrentRequests))))
 	return refusal{}
+}
+
+// refusalReason is what the inspector records of ref: Explain's verdict
+// for its kind, with the error of a failed exchange. Only captured
+// requests pay for it.
+func refusalReason(ref refusal) string {
+	reason := refusalInfo[ref.kind].explainText
+	if ref.err != nil {
+		reason += ": " + ref.err.Error()
+	}
+	return reason
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/bufpool"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -59,15 +60,35 @@ func (rt *Router) Proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		}
 	}()
 	defer recovery.Recover(rt.log, "proxied request")
-	rt.proxy(w, r, rec)
+	host := hostname.Normalize(r.Host)
+	// One atomic load when nothing is captured (inspect.Lookup).
+	if c := rt.cfg.Inspector.Lookup(host); c != nil {
+		rt.proxyCaptured(c, w, r, rec, host)
+	} else {
+		rt.proxy(w, r, rec, host, nil)
+	}
 	served = true
 }
 
-func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.Request) {
+// proxyCaptured proxies a request of a hostname the inspector captures:
+// through the capture's writer and body tee, then records what the
+// router measured. Refusals pass through the same writer, so they are
+// captured with their status.
+func (rt *Router) proxyCaptured(c *inspect.Capture, w http.ResponseWriter, r *http.Request, rec *telemetry.Request, host string) {
+	ir, cw := c.Begin(w, r, rec.Start, VisitorOf(r).Proto == "https")
+	if ir != nil {
+		// Deferred: a request the visitor left, or that panicked, is
+		// recorded too.
+		defer func() { ir.Finish(rec.QueueWait, rec.Hold, rec.ClientID) }()
+	}
+	rt.proxy(cw, r, rec, host, ir)
+}
+
+func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.Request, host string, ir *inspect.Recording) {
 	if proxyHookForTest != nil {
 		proxyHookForTest(r)
 	}
-	a := admission{w: w, r: r, v: VisitorOf(r), host: hostname.Normalize(r.Host), path: r.URL.Path}
+	a := admission{w: w, r: r, v: VisitorOf(r), host: host, path: r.URL.Path, ins: ir}
 	if rt.tracer != nil {
 		a.routeStart = time.Now()
 	}
@@ -150,6 +171,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			return
 		}
 		rec.ClientID = s.conn.ID()
+		a.ins.Dispatched() // nil-safe: nothing when not captured
 		var span trace.Span
 		if rt.tracer != nil {
 			span = rt.startDispatch(ctx, r, rec.ClientID)

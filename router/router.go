@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -127,6 +128,11 @@ type Config struct {
 	// (default_access, the identity signer, share links, the outbound
 	// client of jwt and forward).
 	Access AccessConfig
+
+	// Inspector, when set, holds the request inspector's captures: the
+	// requests of a hostname it captures are recorded on their way
+	// (docs/inspector.md). Nil captures nothing.
+	Inspector *inspect.Inspector
 }
 
 // Router routes visitor requests to connected clients. It implements

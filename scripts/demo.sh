@@ -17,6 +17,13 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# A port already in use would leave the server unable to listen while the
+# rest of the demo talks to whatever holds it: stop here instead.
+if ! python3 -c 'import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' "$PORT" 2>/dev/null; then
+  echo "demo: port $PORT on 127.0.0.1 is in use; pick another with PORT=9000 make demo" >&2
+  exit 1
+fi
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 3000; }
 BACKEND_PORT=$(free_port)
 TOKEN=demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -25,7 +32,8 @@ TOKEN=demo-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 pids+=($!)
 APERIO_SERVER_TOKEN=$TOKEN APERIO_PORT=$PORT APERIO_HOST=127.0.0.1 APERIO_DATA_DIR="$work/data" \
   "$BIN/aperio-server" &
-pids+=($!)
+server_pid=$!
+pids+=($server_pid)
 APERIO_SERVER_TOKEN=$TOKEN "$BIN/aperio-client" "127.0.0.1:$BACKEND_PORT" --hostname demo.localhost \
   --server-url "http://127.0.0.1:$PORT" &
 pids+=($!)
@@ -34,8 +42,13 @@ url="http://127.0.0.1:$PORT/"
 for _ in $(seq 1 100); do
   code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: demo.localhost' "$url" || true)
   [ "$code" = 200 ] && break
+  kill -0 "$server_pid" 2>/dev/null || { echo "demo: aperio-server exited; see its log above" >&2; exit 1; }
   sleep 0.1
 done
+if [ "$code" != 200 ]; then
+  echo "demo: no answer through the tunnel after 10 s (last status $code)" >&2
+  exit 1
+fi
 echo
 echo "== a request through the tunnel: curl -H 'Host: demo.localhost' $url"
 curl -s -H 'Host: demo.localhost' "$url"
@@ -44,5 +57,8 @@ curl -s -H 'Host: demo.localhost' "${url}echo"
 echo
 echo "Aperio is running: open http://demo.localhost:$PORT/ in a browser, or"
 echo "  curl -H 'Host: demo.localhost' $url"
+echo
+echo "Dashboard: http://127.0.0.1:$PORT/aperio/"
+echo "  log in with the master token: $TOKEN"
 echo "Press Ctrl-C to stop."
 wait

@@ -39,7 +39,16 @@ type backend interface {
 	insertAdminKey(ctx context.Context, k AdminKey) error
 	adminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error)
 	listAdminKeys(ctx context.Context, orgID string) ([]AdminKey, error)
+	adminKey(ctx context.Context, orgID, id string) (AdminKey, error)
+	// deleteAdminKey deletes the key and its sessions in one transaction.
 	deleteAdminKey(ctx context.Context, orgID, id string) error
+
+	// insertAdminSession inserts s and deletes the oldest sessions of its
+	// key (or of the master token) beyond keep, in one transaction.
+	insertAdminSession(ctx context.Context, s AdminSession, keep int) error
+	adminSessionByHash(ctx context.Context, hash []byte) (AdminSession, error)
+	deleteAdminSession(ctx context.Context, hash []byte) error
+	deleteExpiredAdminSessions(ctx context.Context, now time.Time) (int64, error)
 
 	setMaintenance(ctx context.Context, m Maintenance) error
 	clearMaintenance(ctx context.Context, orgID, hostname string) error

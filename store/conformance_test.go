@@ -58,6 +58,9 @@ func testStore(t *testing.T, b backend) {
 		{"TokenScopeAndOrder", testTokenScopeAndOrder},
 		{"RevokeToken", testRevokeToken},
 		{"AdminKeys", testAdminKeys},
+		{"AdminSessions", testAdminSessions},
+		{"AdminSessionsBound", testAdminSessionsBound},
+		{"AdminSessionsExpiry", testAdminSessionsExpiry},
 		{"Maintenance", testMaintenance},
 		{"Audit", testAudit},
 		{"AuditLimits", testAuditLimits},
@@ -1202,6 +1205,10 @@ func seed(t testing.TB, db *store.DB) fixtures {
 	if err := db.SetMaintenance(context.Background(), store.Maintenance{Hostname: f.host, OrgID: org.ID}); err != nil {
 		t.Fatalf("SetMaintenance(seed) = %v", err)
 	}
+	if _, err := db.CreateAdminSession(context.Background(), store.AdminSession{Hash: hash("seed-session"), KeyID: f.key.ID,
+		CSRF: "c", ExpiresAt: time.Now().Add(time.Hour)}, 32); err != nil {
+		t.Fatalf("CreateAdminSession(seed) = %v", err)
+	}
 	f.scaling, _ = mustDeclare(t, db, declaration(org.ID, f.host, ""), f.token.ID, true)
 	return f
 }
@@ -1234,6 +1241,16 @@ func calls(db *store.DB, f fixtures) []call {
 		}},
 		{"AdminKeyByHash", func(ctx context.Context) error { return ignore1(db.AdminKeyByHash(ctx, f.key.Hash)) }},
 		{"ListAdminKeys", func(ctx context.Context) error { return ignore1(db.ListAdminKeys(ctx, "")) }},
+		{"AdminKey", func(ctx context.Context) error { return ignore1(db.AdminKey(ctx, "", f.key.ID)) }},
+		{"CreateAdminSession", func(ctx context.Context) error {
+			return ignore1(db.CreateAdminSession(ctx, store.AdminSession{Hash: hash("call-session"), KeyID: f.key.ID,
+				CSRF: "c", ExpiresAt: time.Now().Add(time.Hour)}, 32))
+		}},
+		{"AdminSessionByHash", func(ctx context.Context) error { return ignore1(db.AdminSessionByHash(ctx, hash("seed-session"))) }},
+		{"DeleteAdminSession", func(ctx context.Context) error { return db.DeleteAdminSession(ctx, hash("seed-session")) }},
+		{"DeleteExpiredAdminSessions", func(ctx context.Context) error {
+			return ignore1(db.DeleteExpiredAdminSessions(ctx, time.Now()))
+		}},
 		{"DeleteAdminKey", func(ctx context.Context) error { return db.DeleteAdminKey(ctx, "", f.key.ID) }},
 		{"SetMaintenance", func(ctx context.Context) error {
 			return db.SetMaintenance(ctx, store.Maintenance{Hostname: "call.example.com", OrgID: f.org.ID})

@@ -397,6 +397,11 @@ func (b *pgBackend) listAdminKeys(ctx context.Context, orgID string) ([]AdminKey
 	return pgCollect(rows, err, pgScanAdminKey)
 }
 
+func (b *pgBackend) adminKey(ctx context.Context, orgID, id string) (AdminKey, error) {
+	return pgScanAdminKey(b.pool.QueryRow(ctx,
+		`SELECT `+pgAdminKeyCols+` FROM admin_keys WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID))
+}
+
 func (b *pgBackend) deleteAdminKey(ctx context.Context, orgID, id string) error {
 	return b.write(ctx, func(tx pgx.Tx) error {
 		var keyOrg string
@@ -405,8 +410,69 @@ func (b *pgBackend) deleteAdminKey(ctx context.Context, orgID, id string) error 
 		if err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM admin_sessions WHERE key_id = $1 AND NOT master`, id); err != nil {
+			return err
+		}
 		return notify(ctx, tx, Change{Kind: ChangeAdminKeyDeleted, ID: id, OrgID: keyOrg})
 	})
+}
+
+// Admin sessions.
+
+const pgAdminSessionCols = `id, key_id, master, org_id, csrf, created_at, expires_at, remote_addr`
+
+func pgScanAdminSession(r pgx.Row) (AdminSession, error) {
+	var a AdminSession
+	if err := r.Scan(&a.Hash, &a.KeyID, &a.Master, &a.OrgID, &a.CSRF, &a.CreatedAt, &a.ExpiresAt, &a.RemoteAddr); err != nil {
+		return AdminSession{}, pgErr(err)
+	}
+	a.CreatedAt, a.ExpiresAt = a.CreatedAt.UTC(), a.ExpiresAt.UTC()
+	return a, nil
+}
+
+func (b *pgBackend) insertAdminSession(ctx context.Context, s AdminSession, keep int) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		// Concurrent logins of one key take turns, so that the bound
+		// holds exactly: each sees the rows the one before committed.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('admin_sessions:' || $1, 0))`, s.KeyID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx,
+			`INSERT INTO admin_sessions (`+pgAdminSessionCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			s.Hash, s.KeyID, s.Master, s.OrgID, s.CSRF, s.CreatedAt, s.ExpiresAt, s.RemoteAddr)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx,
+			`DELETE FROM admin_sessions WHERE key_id = $1 AND master = $2 AND seq NOT IN
+				(SELECT seq FROM admin_sessions WHERE key_id = $1 AND master = $2 ORDER BY seq DESC LIMIT $3)`,
+			s.KeyID, s.Master, keep)
+		return err
+	})
+}
+
+func (b *pgBackend) adminSessionByHash(ctx context.Context, hash []byte) (AdminSession, error) {
+	return pgScanAdminSession(b.pool.QueryRow(ctx,
+		`SELECT `+pgAdminSessionCols+` FROM admin_sessions WHERE id = $1`, hash))
+}
+
+func (b *pgBackend) deleteAdminSession(ctx context.Context, hash []byte) error {
+	tag, err := b.pool.Exec(ctx, `DELETE FROM admin_sessions WHERE id = $1`, hash)
+	if err != nil {
+		return pgErr(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+func (b *pgBackend) deleteExpiredAdminSessions(ctx context.Context, now time.Time) (int64, error) {
+	tag, err := b.pool.Exec(ctx, `DELETE FROM admin_sessions WHERE expires_at <= $1`, now)
+	if err != nil {
+		return 0, pgErr(err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Maintenance.

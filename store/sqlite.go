@@ -396,15 +396,91 @@ func (b *sqliteBackend) listAdminKeys(ctx context.Context, orgID string) ([]Admi
 	return sqliteCollect(rows, sqliteScanAdminKey)
 }
 
+func (b *sqliteBackend) adminKey(ctx context.Context, orgID, id string) (AdminKey, error) {
+	return sqliteScanAdminKey(b.r.QueryRowContext(ctx,
+		`SELECT `+sqliteAdminKeyCols+` FROM admin_keys WHERE id = ?1 AND (?2 = '' OR org_id = ?2)`, id, orgID))
+}
+
 func (b *sqliteBackend) deleteAdminKey(ctx context.Context, orgID, id string) error {
 	var keyOrg string
-	err := b.w.QueryRowContext(ctx,
-		`DELETE FROM admin_keys WHERE id = ?1 AND (?2 = '' OR org_id = ?2) RETURNING org_id`, id, orgID).Scan(&keyOrg)
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx,
+			`DELETE FROM admin_keys WHERE id = ?1 AND (?2 = '' OR org_id = ?2) RETURNING org_id`, id, orgID).Scan(&keyOrg)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM admin_sessions WHERE key_id = ?1 AND master = 0`, id)
+		return err
+	})
 	if err != nil {
-		return sqliteErr(err)
+		return err
 	}
 	b.publish(Change{Kind: ChangeAdminKeyDeleted, ID: id, OrgID: keyOrg})
 	return nil
+}
+
+// Admin sessions.
+
+const sqliteAdminSessionCols = `id, key_id, master, org_id, csrf, created_at, expires_at, remote_addr`
+
+func sqliteScanAdminSession(s scanner) (AdminSession, error) {
+	var (
+		a                AdminSession
+		created, expires string
+	)
+	if err := s.Scan(&a.Hash, &a.KeyID, &a.Master, &a.OrgID, &a.CSRF, &created, &expires, &a.RemoteAddr); err != nil {
+		return AdminSession{}, sqliteErr(err)
+	}
+	var errs [2]error
+	a.CreatedAt, errs[0] = sqliteParse(created)
+	a.ExpiresAt, errs[1] = sqliteParse(expires)
+	return a, errors.Join(errs[:]...)
+}
+
+func (b *sqliteBackend) insertAdminSession(ctx context.Context, s AdminSession, keep int) error {
+	return b.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO admin_sessions (`+sqliteAdminSessionCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`,
+			s.Hash, s.KeyID, s.Master, s.OrgID, s.CSRF, sqliteFormat(s.CreatedAt), sqliteFormat(s.ExpiresAt), s.RemoteAddr)
+		if err != nil {
+			return err
+		}
+		// SQLite has one writer: nobody inserts between the two.
+		_, err = tx.ExecContext(ctx,
+			`DELETE FROM admin_sessions WHERE key_id = ?1 AND master = ?2 AND seq NOT IN
+				(SELECT seq FROM admin_sessions WHERE key_id = ?1 AND master = ?2 ORDER BY seq DESC LIMIT ?3)`,
+			s.KeyID, s.Master, keep)
+		return err
+	})
+}
+
+func (b *sqliteBackend) adminSessionByHash(ctx context.Context, hash []byte) (AdminSession, error) {
+	return sqliteScanAdminSession(b.r.QueryRowContext(ctx,
+		`SELECT `+sqliteAdminSessionCols+` FROM admin_sessions WHERE id = ?1`, hash))
+}
+
+func (b *sqliteBackend) deleteAdminSession(ctx context.Context, hash []byte) error {
+	res, err := b.w.ExecContext(ctx, `DELETE FROM admin_sessions WHERE id = ?1`, hash)
+	if err != nil {
+		return sqliteErr(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return sqliteErr(err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+func (b *sqliteBackend) deleteExpiredAdminSessions(ctx context.Context, now time.Time) (int64, error) {
+	res, err := b.w.ExecContext(ctx, `DELETE FROM admin_sessions WHERE expires_at <= ?1`, sqliteFormat(now))
+	if err != nil {
+		return 0, sqliteErr(err)
+	}
+	n, err := res.RowsAffected()
+	return n, sqliteErr(err)
 }
 
 // Maintenance.

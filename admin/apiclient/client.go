@@ -116,6 +116,14 @@ func (c *Client) Scaling(ctx context.Context) ([]wire.ScalingRecord, error) {
 	return out, c.Do(ctx, http.MethodGet, "/scaling", nil, &out)
 }
 
+// ScalingRecord calls GET /scaling/{id}: one record, with the decisions
+// (newest first) and pool samples (oldest first) the answering server
+// remembers of it.
+func (c *Client) ScalingRecord(ctx context.Context, id string) (wire.ScalingRecordDetail, error) {
+	var out wire.ScalingRecordDetail
+	return out, c.Do(ctx, http.MethodGet, "/scaling/"+url.PathEscape(id), nil, &out)
+}
+
 // DisarmScaling calls DELETE /scaling/{id}, which removes the record. A
 // client still declaring it arms it again on its next announcement.
 func (c *Client) DisarmScaling(ctx context.Context, id string) error {

@@ -55,6 +55,8 @@ func TestClientRequests(t *testing.T) {
 			return c.SetMaintenance(ctx, "app.example.com", wire.MaintenanceRequest{})
 		},
 			request{method: "PUT", uri: "/aperio/api/maintenance/app.example.com"}},
+		{"show scaling", func(c *apiclient.Client) error { _, err := c.ScalingRecord(ctx, "scl/1"); return err },
+			request{method: "GET", uri: "/aperio/api/scaling/scl%2F1"}},
 		{"disarm scaling", func(c *apiclient.Client) error { return c.DisarmScaling(ctx, "scl 1") },
 			request{method: "DELETE", uri: "/aperio/api/scaling/scl%201"}},
 		{"audit with a limit", func(c *apiclient.Client) error { _, err := c.Audit(ctx, 5); return err },

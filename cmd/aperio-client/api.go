@@ -82,7 +82,17 @@ func (a *apiCLI) scalingCommand() *cobra.Command {
 			}, printDone)
 		},
 	}
-	cmd.AddCommand(list, disarm)
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a scaling record, its latest decisions and its pool's utilization over the last two minutes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.ScalingRecordDetail, error) {
+				return c.ScalingRecord(ctx, args[0])
+			}, scalingDetail)
+		},
+	}
+	cmd.AddCommand(list, show, disarm)
 	return cmd
 }
 
@@ -596,6 +606,93 @@ func scalingTable(w io.Writer, rs []wire.ScalingRecord) {
 			cell(r.ID), cell(r.Hostname), cell(r.Path), r.Instances, r.Capacity, r.Inflight,
 			percent(r.Utilization), scalingState(r), lastCall(r), cell(scalingError(r)))
 	}
+}
+
+// scalingDetail prints one record as name/value lines, its pool's
+// utilization as a sparkline with the samples at or above target marked
+// under it, then its decisions, newest first.
+func scalingDetail(w io.Writer, d wire.ScalingRecordDetail) {
+	r := d.ScalingRecord
+	target := r.TargetUtilization
+	fmt.Fprintf(w, "id\t%s\nhostname\t%s\npath\t%s\norg_id\t%s\nstate\t%s\n",
+		cell(r.ID), cell(r.Hostname), cell(r.Path), cell(r.OrgID), scalingState(r))
+	fmt.Fprintf(w, "pool\t%d instances, %d in flight of %d, utilization %s\n", r.Instances, r.Inflight, r.Capacity, percent(r.Utilization))
+	fmt.Fprintf(w, "rules\tmin %d, max %d, target %s, window %s, cooldown %s, cold_start %s\n",
+		r.Min, r.Max, percent(&target), r.Window, r.Cooldown, r.ColdStart)
+	fmt.Fprintf(w, "last call\t%s\nnext call\t%s\nerror\t%s\n", lastCall(r), when(r.NextCallAt), cell(scalingError(r)))
+	if len(d.Series) > 0 {
+		line, marks := sparkline(d.Series, target, sparkWidth)
+		span := d.Series[len(d.Series)-1].At.Sub(d.Series[0].At).Round(time.Second)
+		fmt.Fprintf(w, "utilization\t%s  %s over %s\n", line, percent(d.Series[len(d.Series)-1].Utilization), span)
+		fmt.Fprintf(w, "\t%s  ^ at or above the %s target\n", marks, percent(&target))
+	} else {
+		fmt.Fprintf(w, "utilization\t-\n")
+	}
+	fmt.Fprintln(w)
+	if len(d.Decisions) == 0 {
+		fmt.Fprintln(w, "no decisions remembered by this server")
+		return
+	}
+	fmt.Fprintln(w, "AT\tACTION\tOUTCOME\tINSTANCES\tSTATUS\tSAMPLES\tREASON\tERROR")
+	for _, dec := range d.Decisions {
+		outcome := dec.Outcome
+		if dec.Repeats > 0 {
+			outcome += " x" + strconv.Itoa(dec.Repeats+1)
+		}
+		if dec.Disarmed {
+			outcome += ",disarmed"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d->%d\t%s\t%s\t%s\t%s\n", when(&dec.At), cell(dec.Action), cell(outcome),
+			dec.Current, dec.Desired, orNone(dec.Status), sampleRange(dec), cell(dec.Reason), cell(dec.Error))
+	}
+}
+
+// sparkWidth is the most characters a utilization sparkline takes.
+const sparkWidth = 60
+
+// sparkBlocks are the sparkline's eight levels, lowest first.
+var sparkBlocks = []rune("▁▂▃▄▅▆▇█")
+
+// sparkline draws the utilization of ps, oldest first, in at most width
+// characters (each the highest of the samples it stands for; a blank for
+// samples with no measurable utilization), and under it a line marking
+// with ^ the characters at or above target.
+func sparkline(ps []wire.ScalingPoint, target float64, width int) (line, marks string) {
+	cols := min(len(ps), width)
+	var lb, mb strings.Builder
+	for c := range cols {
+		lo, hi := c*len(ps)/cols, (c+1)*len(ps)/cols
+		u, seen := 0.0, false
+		for _, p := range ps[lo:hi] {
+			if p.Utilization != nil && (!seen || *p.Utilization > u) {
+				u, seen = *p.Utilization, true
+			}
+		}
+		if !seen {
+			lb.WriteRune(' ')
+			mb.WriteRune(' ')
+			continue
+		}
+		level := int(min(max(u, 0), 1)*float64(len(sparkBlocks)-1) + 0.5)
+		lb.WriteRune(sparkBlocks[level])
+		if u >= target {
+			mb.WriteRune('^')
+		} else {
+			mb.WriteRune(' ')
+		}
+	}
+	return lb.String(), mb.String()
+}
+
+// sampleRange shows a decision's samples as their count and the range of
+// those kept ("16 0.85..0.9"); "-" for none.
+func sampleRange(d wire.ScalingDecision) string {
+	if len(d.Samples) == 0 {
+		return "-"
+	}
+	lo, hi := slices.Min(d.Samples), slices.Max(d.Samples)
+	f := func(u float64) string { return strconv.FormatFloat(u, 'f', -1, 64) }
+	return strconv.Itoa(d.SampleCount) + " " + f(lo) + ".." + f(hi)
 }
 
 // percent shows a utilization as a whole percentage, "-" when it cannot be

@@ -21,6 +21,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 const testMaster = "cli-test-master-token"
@@ -50,11 +51,28 @@ func (s *staticClients) SetClientDisabled(id string, disabled bool) error {
 }
 
 // staticScaling is an admin.Scaling with a fixed list of records: List
-// scopes it by organization, Disarm removes a record and is recorded.
+// scopes it by organization, Disarm removes a record and is recorded,
+// History answers what setHistory set.
 type staticScaling struct {
-	mu      sync.Mutex // guards the following fields
-	views   []autoscale.View
-	disarms []string // "orgID/id" of every Disarm call
+	mu        sync.Mutex // guards the following fields
+	views     []autoscale.View
+	disarms   []string                     // "orgID/id" of every Disarm call
+	histories map[string]autoscale.History // by record ID
+}
+
+func (s *staticScaling) History(id string) autoscale.History {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.histories[id]
+}
+
+func (s *staticScaling) setHistory(id string, h autoscale.History) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.histories == nil {
+		s.histories = map[string]autoscale.History{}
+	}
+	s.histories[id] = h
 }
 
 func (s *staticScaling) List(_ context.Context, orgID string) ([]autoscale.View, error) {
@@ -751,5 +769,149 @@ func TestAPIShare(t *testing.T) {
 	}
 	if code, _, errOut := cli(t, "api", "share", "create", "--hostname", "app.example.com", "--ttl", "-1h"); code != 2 || !strings.Contains(errOut, "not a positive duration") {
 		t.Fatalf("share create --ttl -1h = %d %q, want 2", code, errOut)
+	}
+}
+
+// TestAPIScalingShow: `api scaling show ID` prints the record, its pool's
+// utilization as a sparkline with the samples at or above target marked,
+// and its decisions newest first; --json is GET /scaling/{id}'s answer;
+// another organization's record is not found.
+func TestAPIScalingShow(t *testing.T) {
+	s := newAPIServer(t)
+	t.Setenv("APERIO_SERVER_URL", s.url)
+	t.Setenv("APERIO_API_KEY", testMaster)
+	var acme, other admin.Org
+	okJSON(t, &acme, "api", "orgs", "create", "--name", "acme", "--json")
+	okJSON(t, &other, "api", "orgs", "create", "--name", "other", "--json")
+	var viewer admin.MintedKey
+	okJSON(t, &viewer, "api", "admin-keys", "create", "--name", "ro", "--role", "viewer", "--org-id", acme.ID, "--json")
+
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	busy := autoscale.View{
+		ID: "scl_busy", OrgID: acme.ID, Hostname: "app.example.com", Path: "/api", URL: "https://provider.example/scale",
+		Min: 1, Max: 8, ColdStart: 45 * time.Second, TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: time.Minute,
+		Instances: 2, Capacity: 20, Inflight: 18, Utilization: 0.9, UpdatedAt: at,
+	}
+	s.scaling.set(busy, autoscale.View{ID: "scl_other", OrgID: other.ID, Hostname: "other.example.com", UpdatedAt: at})
+	// Utilization 0, 1/7 … 1 over eight seconds, then one unmeasured sample.
+	var series []wire.ScalingPoint
+	for i := range 8 {
+		u := float64(i) / 7
+		series = append(series, wire.ScalingPoint{At: at.Add(time.Duration(i) * time.Second), Instances: 2, Capacity: 20, Inflight: i * 20 / 7, Utilization: &u})
+	}
+	series = append(series, wire.ScalingPoint{At: at.Add(8 * time.Second), Instances: 0})
+	s.scaling.setHistory("scl_busy", autoscale.History{
+		Decisions: []wire.ScalingDecision{
+			{Seq: 3, At: at.Add(8 * time.Second), Action: "none", Reason: "held by the cooldown", Samples: []float64{0.85, 0.9},
+				SampleCount: 20, Current: 2, Desired: 2, Outcome: "held", Repeats: 4},
+			{Seq: 2, At: at.Add(7 * time.Second), Action: "scale_out", Reason: "busy", Samples: []float64{0.8, 0.95, 0.9},
+				SampleCount: 16, Current: 2, Desired: 3, Outcome: "failed", Status: 502, Error: "bad gateway", Disarmed: true},
+			{Seq: 1, At: at, Action: "cold_start", Reason: "empty", Samples: []float64{}, Current: 0, Desired: 1, Outcome: "accepted", Status: 202},
+		},
+		Series: series,
+	})
+
+	out := ok(t, "api", "scaling", "show", "scl_busy", "--api-key", viewer.Secret)
+	head, decisions, found := strings.Cut(out, "\n\n")
+	if !found {
+		t.Fatalf("scaling show = %q, want the record, a blank line, the decisions", out)
+	}
+	for _, want := range []string{
+		"id           scl_busy\n",
+		"state        armed\n",
+		"pool         2 instances, 18 in flight of 20, utilization 90%\n",
+		"rules        min 1, max 8, target 80%, window 15s, cooldown 1m0s, cold_start 45s\n",
+		// One block per level, a blank for the unmeasured sample; the
+		// last two (6/7 and 1) are at or above the 80% target.
+		"utilization  ▁▂▃▄▅▆▇█   - over 8s\n",
+		"                   ^^   ^ at or above the 80% target\n",
+	} {
+		if !strings.Contains(head+"\n", want) {
+			t.Errorf("scaling show record part =\n%s\nwant a line %q", head, want)
+		}
+	}
+	rows := table(t, decisions, "AT", "ACTION", "OUTCOME", "INSTANCES", "STATUS", "SAMPLES", "REASON", "ERROR")
+	want := []map[string]string{
+		{"AT": "2030-01-02T03:04:13Z", "ACTION": "none", "OUTCOME": "held x5", "INSTANCES": "2->2", "STATUS": "-", "SAMPLES": "20 0.85..0.9", "REASON": "held by the cooldown", "ERROR": "-"},
+		{"AT": "2030-01-02T03:04:12Z", "ACTION": "scale_out", "OUTCOME": "failed,disarmed", "INSTANCES": "2->3", "STATUS": "502", "SAMPLES": "16 0.8..0.95", "REASON": "busy", "ERROR": "bad gateway"},
+		{"AT": "2030-01-02T03:04:05Z", "ACTION": "cold_start", "OUTCOME": "accepted", "INSTANCES": "0->1", "STATUS": "202", "SAMPLES": "-", "REASON": "empty", "ERROR": "-"},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("scaling show decisions = %v, want %d rows", rows, len(want))
+	}
+	for i := range want {
+		if !equalMaps(rows[i], want[i]) {
+			t.Errorf("scaling show decision %d = %v, want %v", i, rows[i], want[i])
+		}
+	}
+
+	t.Run("--json", func(t *testing.T) {
+		var got wire.ScalingRecordDetail
+		okJSON(t, &got, "api", "scaling", "show", "scl_busy", "--json")
+		if got.ID != "scl_busy" || len(got.Decisions) != 3 || got.Decisions[0].Seq != 3 || len(got.Series) != 9 || got.Series[8].Utilization != nil {
+			t.Errorf("scaling show --json = %+v, want the record, 3 decisions newest first, 9 points", got)
+		}
+	})
+	t.Run("no history", func(t *testing.T) {
+		s.scaling.setHistory("scl_busy", autoscale.History{})
+		out := ok(t, "api", "scaling", "show", "scl_busy")
+		if !strings.Contains(out, "utilization  -\n") || !strings.HasSuffix(out, "\nno decisions remembered by this server\n") {
+			t.Errorf("scaling show with no history = %q, want no sparkline and no decisions said", out)
+		}
+	})
+	for _, tt := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"another organization's record", []string{"api", "scaling", "show", "scl_other", "--api-key", viewer.Secret}, 1, `aperio-client: scaling record "scl_other" not found`},
+		{"unknown record", []string{"api", "scaling", "show", "scl_nope"}, 1, `aperio-client: scaling record "scl_nope" not found`},
+		{"an ID no record has", []string{"api", "scaling", "show", strings.Repeat("x", 100)}, 1, "aperio-client: scaling record id must be 1 to 64 characters"},
+		{"no ID", []string{"api", "scaling", "show"}, 2, "accepts 1 arg(s), received 0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := cli(t, tt.args...)
+			if code != tt.code || out != "" || !strings.Contains(errOut, tt.stderr) {
+				t.Errorf("aperio-client %.60s = exit %d, %q, stderr %q; want %d, nothing, %q", strings.Join(tt.args, " "), code, out, errOut, tt.code, tt.stderr)
+			}
+		})
+	}
+}
+
+// TestSparkline pins the sparkline's levels, its blanks for unmeasured
+// samples, its target marks and its width: more samples than columns are
+// each column's highest.
+func TestSparkline(t *testing.T) {
+	pt := func(us ...float64) []wire.ScalingPoint {
+		var ps []wire.ScalingPoint
+		for _, u := range us {
+			if u < 0 {
+				ps = append(ps, wire.ScalingPoint{})
+				continue
+			}
+			ps = append(ps, wire.ScalingPoint{Utilization: &u})
+		}
+		return ps
+	}
+	tests := []struct {
+		name        string
+		ps          []wire.ScalingPoint
+		width       int
+		line, marks string
+	}{
+		{"levels", pt(0, 0.5, 1, 1.5), 60, "▁▅██", "  ^^"},
+		{"unmeasured", pt(-1, 0.9, -1), 60, " ▇ ", " ^ "},
+		{"at target is marked", pt(0.8, 0.79), 60, "▇▇", "^ "},
+		{"wider than width takes each column's highest", pt(0, 1, 0, 0, 0.5, 0), 3, "█▁▅", "^  "},
+		{"none", nil, 60, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			line, marks := sparkline(tt.ps, 0.8, tt.width)
+			if line != tt.line || marks != tt.marks {
+				t.Errorf("sparkline(%s) = %q, %q; want %q, %q", tt.name, line, marks, tt.line, tt.marks)
+			}
+		})
 	}
 }

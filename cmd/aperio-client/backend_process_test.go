@@ -45,23 +45,11 @@ func TestProcessesBackendSettings(t *testing.T) {
 	unixApp.Start()
 	t.Cleanup(unixApp.Close)
 
-	// A port nobody listens on: connections to it are refused.
-	gone, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := gone.Addr().String()
-	if err := gone.Close(); err != nil {
-		t.Fatal(err)
-	}
+	refused := refusedAddr(t)
 	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "b") }))
 	t.Cleanup(b.Close)
 
-	server := exec.Command(filepath.Join(bin, "aperio-server"))
-	server.Dir = t.TempDir()
-	server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN=proc-token-0123456789", "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
-		"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=info", "APERIO_GATEWAY_TIMEOUT=1s")
-	base := "http://" + startAndFind(t, server, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
+	base := startServer(t, bin, "APERIO_SERVER_TOKEN=proc-token-0123456789", "APERIO_GATEWAY_TIMEOUT=1s").url
 
 	clientA := exec.Command(filepath.Join(bin, "aperio-client"), "--name", "a")
 	clientA.Dir = t.TempDir()

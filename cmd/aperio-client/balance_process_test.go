@@ -1,16 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"syscall"
 	"testing"
@@ -25,55 +21,16 @@ import (
 // re-issue when the instance it names is SIGKILLed), and passive outlier
 // ejection of a client whose backend answers 503.
 func TestProcessesBalancing(t *testing.T) {
-	bin := buildBinaries(t)
-	const (
-		master = "balance-master-token-0123456789abcdef"
-		host   = "balance.test"
-	)
-
-	// backend answers every request with status and its own name.
-	backend := func(t *testing.T, name string, status int) string {
-		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(status)
-			io.WriteString(w, name)
-		}))
-		t.Cleanup(s.Close)
-		return s.URL
-	}
-	// startServer starts a server with env beyond the defaults and returns
-	// its log and base URL. The visitor bucket is raised: these tests send
-	// more requests a second from one address than its default allows,
-	// and it is not what they test.
-	startServer := func(t *testing.T, env ...string) (*processLog, string) {
-		server := exec.Command(filepath.Join(bin, "aperio-server"))
-		server.Dir = t.TempDir()
-		server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN="+master, "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
-			"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=info", "APERIO_IP_LIMIT_MAX=100000")
-		server.Env = append(server.Env, env...)
-		l := startLogged(t, server)
-		return l, "http://" + l.wait(t, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
-	}
+	const host = "balance.test"
+	f := newFleet(t, "balance-master-token-0123456789abcdef")
 	// startClient starts a client named name serving host from target,
 	// with service holding more keys of its services: entry (indented
 	// for it), and waits for its tunnel.
 	startClient := func(t *testing.T, base, name, target, service string) *exec.Cmd {
-		dir := t.TempDir()
-		writeFile(t, filepath.Join(dir, "aperio.yaml"), `
-server: {url: `+base+`, token: `+master+`}
-name: `+name+`
-services:
-  - target: `+target+`
-    hostname: `+host+`
-`+service)
-		c := exec.Command(filepath.Join(bin, "aperio-client"))
-		c.Dir = dir
-		c.Env = append(os.Environ(), "HOME="+dir)
-		startLogged(t, c).wait(t, regexp.MustCompile(`msg="tunnel connected"`))
+		c, _ := f.startClient(t, base, name, "  - target: "+target+"\n    hostname: "+host+"\n"+service)
 		return c
 	}
-	tr := &http.Transport{Proxy: nil}
-	t.Cleanup(tr.CloseIdleConnections)
-	plain := &http.Client{Transport: tr, Timeout: time.Minute}
+	plain := f.http
 
 	type answer struct {
 		code      int
@@ -105,26 +62,8 @@ services:
 	}
 	// clients returns the server's GET /aperio/api/clients by client name.
 	clients := func(t *testing.T, base string) map[string]wire.ClientInfo {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+wire.Prefix+"/clients", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+master)
-		resp, err := plain.Do(req)
-		if err != nil {
-			t.Fatalf("GET /aperio/api/clients: %v, want an answer", err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET /aperio/api/clients = %d %q, %v, want 200", resp.StatusCode, b, err)
-		}
-		var list []wire.ClientInfo
-		if err := json.Unmarshal(b, &list); err != nil {
-			t.Fatalf("GET /aperio/api/clients: %v in %q, want a JSON list", err, b)
-		}
 		m := map[string]wire.ClientInfo{}
-		for _, c := range list {
+		for _, c := range f.clients(t, base) {
 			m[c.Name] = c
 		}
 		return m
@@ -150,9 +89,9 @@ services:
 	}
 
 	t.Run("weighted", func(t *testing.T) {
-		_, base := startServer(t)
-		startClient(t, base, "heavy", backend(t, "heavy", http.StatusOK), "    weight: 9\n")
-		startClient(t, base, "light", backend(t, "light", http.StatusOK), "    weight: 1\n")
+		base := f.startServer(t).url
+		startClient(t, base, "heavy", statusBackend(t, "heavy", http.StatusOK), "    weight: 9\n")
+		startClient(t, base, "light", statusBackend(t, "light", http.StatusOK), "    weight: 1\n")
 		waitClients(t, base, map[string]int{"heavy": 9, "light": 1})
 
 		counts := map[string]int{}
@@ -180,10 +119,10 @@ services:
 	})
 
 	t.Run("sticky", func(t *testing.T) {
-		_, base := startServer(t, "APERIO_LB_STRATEGY=sticky")
+		base := f.startServer(t, "APERIO_LB_STRATEGY=sticky").url
 		procs := map[string]*exec.Cmd{
-			"a": startClient(t, base, "a", backend(t, "a", http.StatusOK), ""),
-			"b": startClient(t, base, "b", backend(t, "b", http.StatusOK), ""),
+			"a": startClient(t, base, "a", statusBackend(t, "a", http.StatusOK), ""),
+			"b": startClient(t, base, "b", statusBackend(t, "b", http.StatusOK), ""),
 		}
 		waitClients(t, base, map[string]int{"a": 1, "b": 1})
 		other := map[string]string{"a": "b", "b": "a"}
@@ -202,7 +141,7 @@ services:
 			}
 			return ""
 		}
-		visitor := &http.Client{Transport: tr, Jar: jar, Timeout: time.Minute}
+		visitor := &http.Client{Transport: f.http.Transport, Jar: jar, Timeout: time.Minute}
 
 		first := get(t, visitor, base)
 		if first.err != nil || first.code != http.StatusOK || (first.body != "a" && first.body != "b") {
@@ -273,9 +212,10 @@ services:
 
 	t.Run("outlier_ejection", func(t *testing.T) {
 		const ejection = 2 * time.Second
-		srv, base := startServer(t, "APERIO_OUTLIER_CONSECUTIVE_5XX=3", "APERIO_OUTLIER_EJECTION_TIME="+ejection.String())
-		startClient(t, base, "bad", backend(t, "bad", http.StatusServiceUnavailable), "")
-		startClient(t, base, "good", backend(t, "good", http.StatusOK), "")
+		srv := f.startServer(t, "APERIO_OUTLIER_CONSECUTIVE_5XX=3", "APERIO_OUTLIER_EJECTION_TIME="+ejection.String())
+		base := srv.url
+		startClient(t, base, "bad", statusBackend(t, "bad", http.StatusServiceUnavailable), "")
+		startClient(t, base, "good", statusBackend(t, "good", http.StatusOK), "")
 		waitClients(t, base, map[string]int{"bad": 1, "good": 1})
 
 		// check fails unless a is one of the two backends' own answers.
@@ -314,7 +254,7 @@ services:
 		if cs["good"].EjectedUntil != nil {
 			t.Errorf("good's ejected_until = %v, want null", cs["good"].EjectedUntil)
 		}
-		srv.wait(t, regexp.MustCompile(`msg="client ejected"`))
+		srv.log.wait(t, regexp.MustCompile(`msg="client ejected"`))
 
 		// Back in rotation once the ejection is over.
 		var back time.Time

@@ -32,13 +32,7 @@ func TestProcessesBinding(t *testing.T) {
 		return strings.TrimPrefix(s.URL, "http://")
 	}
 	const master = "binding-master-token-0123456789abcdef"
-	server := exec.Command(filepath.Join(bin, "aperio-server"))
-	server.Dir = t.TempDir()
-	server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN="+master, "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
-		"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=info",
-		"APERIO_GATEWAY_TIMEOUT=200ms", "APERIO_REQUIRE_HOSTNAME_BIND=false")
-	srv := startLogged(t, server)
-	base := "http://" + srv.wait(t, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
+	base := startServer(t, bin, "APERIO_SERVER_TOKEN="+master, "APERIO_GATEWAY_TIMEOUT=200ms", "APERIO_REQUIRE_HOSTNAME_BIND=false").url
 
 	api := func(args ...string) []byte {
 		t.Helper()

@@ -107,13 +107,8 @@ func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 				return n
 			}
 
-			server := exec.Command(filepath.Join(bin, "aperio-server"))
-			server.Dir = t.TempDir()
-			server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN=proc-token-0123456789", "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
-				"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=debug")
-			server.Env = append(server.Env, tc.env...)
-			serverLog := startLogged(t, server)
-			base := "http://" + serverLog.wait(t, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
+			server := startServer(t, bin, append([]string{"APERIO_SERVER_TOKEN=proc-token-0123456789", "APERIO_LOG_LEVEL=debug"}, tc.env...)...)
+			serverLog, base := server.log, server.url
 			clients := map[string]*exec.Cmd{}
 			for _, c := range []struct {
 				name    string

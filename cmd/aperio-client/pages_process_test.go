@@ -34,12 +34,7 @@ func TestProcessesErrorPagesAndMaintenanceTTL(t *testing.T) {
 	if err := os.WriteFile(conf, []byte(yml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	server := exec.Command(filepath.Join(bin, "aperio-server"))
-	server.Dir = dir
-	server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN="+token, "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
-		"APERIO_DATA_DIR="+filepath.Join(dir, "data"), "APERIO_LOG_LEVEL=info", "APERIO_SERVER_CONFIG="+conf)
-	addr := startAndFind(t, server, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
-	base := "http://" + addr
+	base := startServer(t, bin, "APERIO_SERVER_TOKEN="+token, "APERIO_SERVER_CONFIG="+conf).url
 
 	client := exec.Command(filepath.Join(bin, "aperio-client"), strings.TrimPrefix(backend.URL, "http://"),
 		"--hostname", "web.proc.test", "--server-url", base, "--server-token", token)

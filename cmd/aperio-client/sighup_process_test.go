@@ -27,14 +27,10 @@ func TestProcessesIgnoreSIGHUP(t *testing.T) {
 	t.Cleanup(backend.Close)
 
 	const token = "hup-master-token-0123456789"
-	server := exec.Command(filepath.Join(bin, "aperio-server"))
-	server.Dir = t.TempDir()
-	server.Env = append(os.Environ(), "APERIO_SERVER_TOKEN="+token, "APERIO_HOST=127.0.0.1", "APERIO_PORT=0",
-		"APERIO_DATA_DIR="+filepath.Join(server.Dir, "data"), "APERIO_LOG_LEVEL=info")
-	srv := startLogged(t, server)
+	sp := startServer(t, bin, "APERIO_SERVER_TOKEN="+token)
+	server, srv, base := sp.cmd, sp.log, sp.url
 	// A 27-character master token starts the server, with a warning.
 	srv.wait(t, regexp.MustCompile(`level=WARN msg="weak configuration" problem="server.token: 27 characters, at least 32 recommended`))
-	base := "http://" + srv.wait(t, regexp.MustCompile(`msg="server listening" addr=(\S+)`))
 
 	client := exec.Command(filepath.Join(bin, "aperio-client"), strings.TrimPrefix(backend.URL, "http://"),
 		"--hostname", scalingHost, "--server-url", base, "--server-token", token)

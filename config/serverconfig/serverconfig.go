@@ -147,6 +147,7 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("proxy_protocol", "PROXY protocol v1/v2 on the public port, from trusted_proxies only", func(c *S) *bool { return &c.ProxyProtocol }),
 		config.ListSetting("denied_ips", "CIDRs/IPs answered 403 before any handler", func(c *S) *[]string { return &c.DeniedIPs }),
 		config.ListSetting("admin_allowed_ips", "CIDRs/IPs that may reach the admin API and metrics; empty = all", func(c *S) *[]string { return &c.AdminAllowedIPs }),
+		config.ListSetting("inspect_redact_headers", "headers whose values the request inspector never keeps, beside Authorization and cookies", func(c *S) *[]string { return &c.Inspect.RedactHeaders }),
 		config.StringSetting("metrics_listen", "host:port of a separate metrics listener; empty = /aperio/metrics on the public port", func(c *S) *string { return &c.MetricsListen }),
 	}
 	for i := range tab {
@@ -284,6 +285,9 @@ func check(s Config, v *config.Checker) {
 		v.Add("outlier_max_ejected_percent", "must be within 0..100, got %d", p)
 	}
 	v.NonNegative("failover_replay_max_body", s.Router.FailoverReplayMaxBody)
+	if err := s.Inspect.Validate(); err != nil {
+		v.Add("inspect_redact_headers", "%v", err)
+	}
 	if n := len(s.Router.RetryOn5xx); n > router.MaxRetryOn5xx {
 		v.Add("retry_on_5xx", "lists %d statuses, at most %d", n, router.MaxRetryOn5xx)
 	}

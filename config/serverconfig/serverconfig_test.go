@@ -869,8 +869,21 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 78 {
-		t.Errorf("len(Keys()) = %d, want 78", len(keys))
+	if len(keys) != 79 {
+		t.Errorf("len(Keys()) = %d, want 79", len(keys))
+	}
+}
+
+func TestInspectRedactHeadersValidate(t *testing.T) {
+	s := Default()
+	s.Token = "token-0123456789abcdef"
+	s.Inspect.RedactHeaders = []string{"X-Api-Key", "bad name"}
+	diffLines(t, "Validate()", problems(t, s.Validate()), []string{
+		`config: inspect_redact_headers: "bad name" is not a header name`,
+	})
+	s.Inspect.RedactHeaders = []string{"X-Api-Key"}
+	if err := s.Validate(); err != nil {
+		t.Errorf("Validate() with inspect_redact_headers [X-Api-Key] = %v, want nil", err)
 	}
 }
 
