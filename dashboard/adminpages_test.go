@@ -197,3 +197,21 @@ func lacks(t testing.TB, what, body string, unwanted ...string) {
 		}
 	}
 }
+
+// TestReferrerPolicyKeepsFormOrigin pins the Referrer-Policy: under
+// no-referrer a browser posts every form with "Origin: null", which the
+// forms' origin check (and the key login's) refuse, so no form of the
+// dashboard would work in a browser (TestDashboardAdminPagesInBrowser
+// saw it).
+func TestReferrerPolicyKeepsFormOrigin(t *testing.T) {
+	u, _ := newAdminUI(t)
+	for _, p := range []string{LoginPage, UIPrefix + "tokens"} {
+		if got := get(t, u, p, wire.RoleAdmin).Header().Get("Referrer-Policy"); got != "same-origin" {
+			t.Errorf("GET %s: Referrer-Policy = %q, want same-origin", p, got)
+		}
+	}
+	w := post(t, u, UIPrefix+"tokens/revoke", wire.RoleAdmin, url.Values{"csrf": {"tok-admin"}, "id": {"t"}}, "Origin", "null")
+	if w.Code != http.StatusForbidden {
+		t.Errorf("a form posted with Origin: null = %d, want 403", w.Code)
+	}
+}
