@@ -26,6 +26,9 @@ type auditPage struct {
 	Entries []wire.AuditEntry
 	// Filter is the filter form's values as given (the page's query).
 	Filter url.Values
+	// Since and Until are the time range as a datetime-local input shows
+	// it (UTC); "" when not given or not a time.
+	Since, Until string
 	// VerifyAction is the verify form's action, the filter kept.
 	VerifyAction string
 	// Verify is the chain check's answer; nil until it is asked for.
@@ -71,9 +74,13 @@ func loadAudit(c *Ctx) (*auditPage, error) {
 		if !ok {
 			return d, &FormError{Message: c.T("audit.bad_time", c.T(k.label), v)}
 		}
+		local := t.Format("2006-01-02T15:04:05")
 		if k.name == "since" {
-			since = t
-		} else if !since.IsZero() && t.Before(since) {
+			since, d.Since = t, local
+		} else {
+			d.Until = local
+		}
+		if k.name == "until" && !since.IsZero() && t.Before(since) {
 			return d, &FormError{Message: c.T("audit.until_before_since")}
 		}
 		q.Set(k.name, t.Format(time.RFC3339))

@@ -39,7 +39,7 @@ func TestAuditFilters(t *testing.T) {
 		t.Fatalf("filtered audit page asked %v, want ?%s", r, want)
 	}
 	// The filter is kept in the form and in the verify action.
-	contains(t, "filtered audit page", b, `value="token_minted "`, `value="2026-12-01T08:30"`, `action="/aperio/ui/audit/verify?`+strings.ReplaceAll(want, "&", "&amp;")+`"`)
+	contains(t, "filtered audit page", b, `value="token_minted "`, `value="2026-12-01T08:30:00"`, `value="2026-12-02T10:00:00"`, `action="/aperio/ui/audit/verify?`+strings.ReplaceAll(want, "&", "&amp;")+`"`)
 	for name, c := range map[string]struct{ q, msg string }{
 		"bad-since":    {"since=yesterday", "is not a time"},
 		"bad-until":    {"until=2026-13-01T00:00", "is not a time"},
