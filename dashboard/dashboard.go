@@ -174,10 +174,8 @@ func securityHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", ContentSecurityPolicy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	// same-origin, not no-referrer: under no-referrer a browser sends
-	// "Origin: null" with every form post, and the origin checks (the
-	// forms', the key login's) refuse them all. Other sites still get
-	// no Referer.
+	// same-origin, not no-referrer: with no-referrer browsers send
+	// "Origin: null" on form posts, which the Origin checks refuse.
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 }

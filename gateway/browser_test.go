@@ -166,14 +166,24 @@ func (b *browser) eval(t *testing.T, expr string) string {
 }
 
 // waitText waits until the text of the element css contains want (the
-// page updating itself, live), up to browserWait.
+// page updating itself, live, or the next page after a click), up to
+// browserWait. It polls from Go, so a navigation in between is no error.
 func (b *browser) waitText(t *testing.T, css, want string) {
 	t.Helper()
 	expr := "(() => { const e = document.querySelector(" + jsString(css) + "); return !!e && e.textContent.includes(" + jsString(want) + "); })()"
-	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
-	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
-		t.Fatalf("browser: waiting for %q in %s: %v (it reads %q)", want, css, err, b.eval(t, "(document.querySelector("+jsString(css)+")||{}).textContent||''"))
+	deadline := time.Now().Add(browserWait)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		cancel()
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("browser: waiting for %q in %s: not there after %v (last error %v; it reads %s)", want, css, browserWait, err,
+				b.eval(t, "(document.querySelector("+jsString(css)+")||{}).textContent||''"))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -254,5 +264,47 @@ func TestDashboardLoginPageInBrowser(t *testing.T) {
 	b.click(t, `a[lang="de"]`, "#key")
 	b.waitText(t, "label[for=key]", "Admin-Schlüssel")
 	b.screenshot(t, "login")
+	b.noErrors(t)
+}
+
+// login logs the browser in to s's dashboard with key (an admin key or
+// the master token) through the login form, and waits for the overview.
+func (b *browser) login(t *testing.T, s *testServer, key string) {
+	t.Helper()
+	b.open(t, s.url+"/aperio/ui/login", "#key")
+	b.fill(t, "#key", key)
+	b.click(t, "#login", "#logout")
+}
+
+func TestDashboardLoginLogoutInBrowser(t *testing.T) {
+	s := startServer(t, serverConfig(t), nil, nil)
+	b := newBrowser(t, 1280, 800)
+
+	// A wrong key stays on the login page with a message.
+	b.open(t, s.url+"/aperio/ui/login", "#key")
+	b.fill(t, "#key", "apk_wrong")
+	b.click(t, "#login", "#key")
+	b.waitText(t, "[role=alert]", "not accepted")
+
+	// The master token: the overview, as master.
+	b.login(t, s, testToken)
+	if got := b.text(t, "[data-testid=role]"); got != "master" {
+		t.Errorf("role shown after the master token's login = %q, want master", got)
+	}
+	if loc := b.location(t); !strings.HasSuffix(loc, "/aperio/") {
+		t.Errorf("after login the browser is at %s, want the overview", loc)
+	}
+	// The cookie is not readable by the page's scripts (HttpOnly).
+	if got := b.eval(t, "document.cookie"); strings.Contains(got, "aperio_admin_session") {
+		t.Errorf("document.cookie = %s: the session cookie is readable by scripts", got)
+	}
+	b.screenshot(t, "overview-empty")
+
+	// Logout ends the session server-side: the overview asks for a login again.
+	b.click(t, "#logout", "#key")
+	b.open(t, s.url+"/aperio/", "#key")
+	if loc := b.location(t); !strings.Contains(loc, "/aperio/ui/login") {
+		t.Errorf("after logout /aperio/ shows %s, want the login page", loc)
+	}
 	b.noErrors(t)
 }
