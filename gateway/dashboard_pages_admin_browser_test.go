@@ -8,15 +8,6 @@ import (
 	"testing"
 )
 
-// dashboardLogin logs b in on the dashboard of s with key, through the
-// login form, and waits for the overview.
-func dashboardLogin(t *testing.T, b *browser, s *testServer, key string) {
-	t.Helper()
-	b.open(t, s.url+"/aperio/", "#key")
-	b.fill(t, "#key", key)
-	b.click(t, "#login", "#logout")
-}
-
 // acceptConfirms makes the page's next confirmation (data-confirm) answer
 // yes: headless Chromium would otherwise hold the click on the dialog.
 func acceptConfirms(t *testing.T, b *browser) {
@@ -33,7 +24,7 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }), nil)
 	s := st.server
 	b := newBrowser(t, 1280, 800)
-	dashboardLogin(t, b, s, testToken)
+	b.login(t, s, testToken)
 
 	// Tokens: create, see the secret once, revoke.
 	b.open(t, s.url+"/aperio/ui/tokens", "#create-token")
@@ -104,7 +95,7 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 		t.Fatalf("POST /admin-keys = %d %s", code, body)
 	}
 	b.click(t, "#logout", "#key")
-	dashboardLogin(t, b, s, minted.Key)
+	b.login(t, s, minted.Key)
 	for _, p := range []struct{ page, list, control string }{
 		{"tokens", "#tokens", `#create-token, form[action$="/revoke"]`},
 		{"keys", "#keys", `#create-key, form[action$="/delete"]`},
