@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,17 @@ import (
 func acceptConfirms(t *testing.T, b *browser) {
 	t.Helper()
 	b.eval(t, "(() => { window.confirm = () => true; return true; })()")
+}
+
+// visitorGets waits until a visitor of app.test gets status, up to
+// waitFor: maintenance reaches the router through the store's change
+// feed.
+func visitorGets(t *testing.T, st *stack, status int) {
+	t.Helper()
+	poll(t, waitFor, func() (bool, string) {
+		code, body, err := fetch(st.visitor, newRequest(t, t.Context(), st.server, http.MethodGet, appHost, "/", nil))
+		return err == nil && code == status, fmt.Sprintf("visitor of %s = %d %q (%v), want %d", appHost, code, body, err, status)
+	})
 }
 
 // TestDashboardAdminPagesInBrowser logs in with the master token, mints
@@ -42,8 +54,8 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 		t.Errorf("the tokens page shows the secret again")
 	}
 	acceptConfirms(t, b)
-	b.click(t, `#tokens tr:has(form[action$="/revoke"]) button`, ".notice.done")
-	b.waitText(t, ".notice.done", "revoked")
+	b.click(t, `#tokens tr:has(form[action$="/revoke"]) button`, "")
+	b.waitText(t, ".notice.done", "The token was revoked.")
 	b.waitText(t, "#tokens", "revoked")
 
 	// Maintenance: on for app.test, a visitor gets 503; off again.
@@ -55,16 +67,14 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	b.fill(t, "#m-reason", "browser test")
 	b.fill(t, "#m-ttl", "1h")
 	b.click(t, "#set-maintenance-submit", "#maintenance")
+	b.waitText(t, ".notice.done", "Maintenance is on.")
 	b.waitText(t, "#maintenance", appHost)
 	b.screenshot(t, "maintenance")
-	if code, body := get(t, st.visitor, s, appHost, "/"); code != http.StatusServiceUnavailable {
-		t.Errorf("visitor in maintenance = %d %q, want 503", code, body)
-	}
+	visitorGets(t, st, http.StatusServiceUnavailable)
 	acceptConfirms(t, b)
-	b.click(t, `#maintenance form[action$="/clear"] button`, ".notice.done")
-	if code, body := get(t, st.visitor, s, appHost, "/"); code != http.StatusOK {
-		t.Errorf("visitor after maintenance = %d %q, want 200", code, body)
-	}
+	b.click(t, `#maintenance form[action$="/clear"] button`, "")
+	b.waitText(t, ".notice.done", "Maintenance is off.")
+	visitorGets(t, st, http.StatusOK)
 
 	// Audit: the token's minting is there.
 	b.open(t, s.url+"/aperio/ui/audit", "#audit-filter")
@@ -84,6 +94,11 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 		b.screenshot(t, name)
 	}
 	b.waitText(t, "#steps", "route")
+	// At a phone's width the tables scroll inside the page.
+	b.viewport(t, 390, 844)
+	b.open(t, s.url+"/aperio/ui/tokens", "#tokens")
+	b.screenshot(t, "tokens-phone")
+	b.viewport(t, 1280, 800)
 	b.noErrors(t)
 
 	// A viewer key sees no write control.
