@@ -99,11 +99,12 @@ func checkHostnames(c *Ctx, label string, patterns []string) ([]string, error) {
 }
 
 // checkID refuses an ID a form names that cannot be one: empty, too
-// long, or holding anything but letters, digits and "_-.". IDs go into
-// API paths, escaped anyway.
+// long, or holding anything but ASCII letters, digits, "_" and "-" (the
+// store's IDs are "tok_…" in lowercase base32). IDs go into API paths,
+// escaped anyway; refusing dots keeps "." and ".." out of them.
 func checkID(c *Ctx, id string) error {
 	if id == "" || len(id) > maxIDBytes || strings.IndexFunc(id, func(r rune) bool {
-		return !(r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-' || r == '.'))
+		return !(r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-'))
 	}) >= 0 {
 		return &FormError{Message: c.T("form.bad_id")}
 	}

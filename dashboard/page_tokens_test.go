@@ -133,7 +133,7 @@ func TestTokensRevoke(t *testing.T) {
 	}
 	wantCalls(t, f, wire.RoleAdmin, "DELETE /tokens/tok_1")
 	contains(t, "page after revoke", render(t, u, "tokens?done=revoke", wire.RoleAdmin), "The token was revoked.")
-	for _, id := range []string{"", "../admin-keys", "a/b", "tok 1", strings.Repeat("x", 201), "ü"} {
+	for _, id := range []string{"", "../admin-keys", "..", ".", "a/b", "tok 1", "tok%2F1", strings.Repeat("x", 201), "ü"} {
 		if code, _ := submit(t, u, "tokens/revoke", wire.RoleAdmin, url.Values{"id": {id}}); code != http.StatusBadRequest {
 			t.Errorf("revoke id %.20q = %d, want 400", id, code)
 		}
