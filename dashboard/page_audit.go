@@ -32,14 +32,7 @@ type auditPage struct {
 	// VerifyAction is the verify form's action, the filter kept.
 	VerifyAction string
 	// Verify is the chain check's answer; nil until it is asked for.
-	Verify *auditVerify
-}
-
-// auditVerify is the answer to GET /audit/verify.
-type auditVerify struct {
-	OK      bool   `json:"ok"`
-	Entries int64  `json:"entries"`
-	Error   string `json:"error"`
+	Verify *wire.AuditVerify
 }
 
 // loadAudit reads the audit log with the filter of the page's query:
@@ -103,7 +96,7 @@ func loadAudit(c *Ctx) (*auditPage, error) {
 // verifyAudit checks the audit hash chain (GET /audit/verify) and shows
 // the answer above the filtered log.
 func verifyAudit(c *Ctx) (any, error) {
-	var v auditVerify
+	var v wire.AuditVerify
 	if err := c.Get("/audit/verify", &v); err != nil {
 		return nil, err
 	}

@@ -69,7 +69,7 @@ func TestAuditFilters(t *testing.T) {
 func TestAuditVerify(t *testing.T) {
 	u, f := newAdminUI(t)
 	auditFixture(f)
-	f.answer(http.MethodGet, "/audit/verify", 200, auditVerify{OK: true, Entries: 42})
+	f.answer(http.MethodGet, "/audit/verify", 200, wire.AuditVerify{OK: true, Entries: 42})
 	code, b := submit(t, u, "audit/verify?event=token_minted", wire.RoleAdmin, nil)
 	if code != http.StatusOK {
 		t.Fatalf("verify = %d; %s", code, b)
@@ -81,7 +81,7 @@ func TestAuditVerify(t *testing.T) {
 	if r := f.reads("/audit/verify"); len(r) != 1 {
 		t.Errorf("verify called /audit/verify %d times", len(r))
 	}
-	f.answer(http.MethodGet, "/audit/verify", 200, auditVerify{OK: false, Entries: 9, Error: "entry 9: hash mismatch"})
+	f.answer(http.MethodGet, "/audit/verify", 200, wire.AuditVerify{OK: false, Entries: 9, Error: "entry 9: hash mismatch"})
 	_, b = submit(t, u, "audit/verify", wire.RoleAdmin, nil)
 	contains(t, "broken chain page", b, "broken", "(9 entries checked)", "entry 9: hash mismatch", `role="alert"`)
 	f.answer(http.MethodGet, "/audit/verify", http.StatusForbidden, map[string]string{"error": "role viewer may not do this: admin required"})

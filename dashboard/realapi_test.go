@@ -164,6 +164,17 @@ func TestAdminPagesAgainstRealAPI(t *testing.T) {
 	realWant(t, "audit limit", realDo(t, u, m, "audit?limit=1", nil), http.StatusOK, "webhook_deleted")
 	lacks(t, "audit limit", realDo(t, u, m, "audit?limit=1", nil).Body.String(), "org_created")
 
+	// Filtered (the API's filters), and the chain verified.
+	b = realWant(t, "audit by event", realDo(t, u, m, "audit?event=token_minted", nil), http.StatusOK, "token_minted")
+	lacks(t, "audit by event", b, "<code>org_created</code>", "<code>token_revoked</code>")
+	b = realWant(t, "audit by actor and hostname", realDo(t, u, m, "audit?actor=master&hostname=*.app.test", nil), http.StatusOK, "maintenance_on", "maintenance_off")
+	lacks(t, "audit by actor and hostname", b, "<code>token_minted</code>")
+	future := time.Now().Add(time.Hour).UTC().Format("2006-01-02T15:04")
+	realWant(t, "audit since the future", realDo(t, u, m, "audit?since="+future, nil), http.StatusOK, "No entry matches.")
+	realWant(t, "audit until the future", realDo(t, u, m, "audit?until="+future+"&event=org_created", nil), http.StatusOK, "org_created")
+	realWant(t, "verify", realDo(t, u, m, "audit/verify?event=token_minted", url.Values{}), http.StatusOK, "intact", "entries verifies.", "token_minted")
+	realWant(t, "viewer verifies", realDo(t, u, viewer, "audit/verify", url.Values{}), http.StatusForbidden)
+
 	// This API has no router to explain with: its refusal is shown.
 	realWant(t, "explain", realDo(t, u, m, "explain?url=app.test", nil), http.StatusNotFound, "explain is not available")
 }

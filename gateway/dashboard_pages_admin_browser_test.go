@@ -30,8 +30,9 @@ func visitorGets(t *testing.T, st *stack, status int) {
 // TestDashboardAdminPagesInBrowser logs in with the master token, mints
 // and revokes a token (its secret shown once), turns maintenance on for
 // app.test (a visitor gets 503) and off again, finds the token's minting
-// in the audit log, explains a request, and screenshots every admin page;
-// then a viewer key sees no write control.
+// in the audit log (filtered, the hash chain verified), explains a
+// request, and screenshots every admin page; then a viewer key sees no
+// write control.
 func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }), nil)
 	s := st.server
@@ -80,6 +81,19 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	b.open(t, s.url+"/aperio/ui/audit", "#audit-filter")
 	b.waitText(t, "#audit", "token_minted")
 	b.waitText(t, "#audit", "browser-token")
+	// Filtered by event (a GET: the filter is in the URL), then the
+	// chain verified with the filter kept.
+	b.fill(t, "#a-event", "token_minted")
+	b.click(t, "#audit-filter-submit", "#audit")
+	if loc := b.location(t); !strings.Contains(loc, "event=token_minted") {
+		t.Errorf("the filtered audit page is %s, want event=token_minted in its URL", loc)
+	}
+	if got := b.text(t, "#audit tbody"); strings.Contains(got, "maintenance_on") || !strings.Contains(got, "token_minted") {
+		t.Errorf("the audit log filtered by token_minted reads %q", got)
+	}
+	b.click(t, "#audit-verify-submit", "#verify-result")
+	b.waitText(t, "#verify-result", "intact")
+	b.waitText(t, "#audit", "token_minted")
 	b.screenshot(t, "audit")
 
 	// The other pages render, with their write controls for the master.
