@@ -251,7 +251,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.api, g.admin = api.Handler(), api
-	if g.ui, err = dashboard.New(dashboard.Config{API: g.api, Login: api.LoginHandler(), OIDC: adminLogin != nil, Logger: log}); err != nil {
+	if g.ui, err = dashboard.New(dashboard.Config{API: g.api, Login: api.LoginHandler(), HasSession: hasAdminSession, OIDC: adminLogin != nil, Logger: log}); err != nil {
 		return nil, err
 	}
 	if err := g.loadMaintenance(ctx); err != nil {
