@@ -17,6 +17,7 @@ import (
 	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/webhook"
 	"github.com/aperio-dev/aperio/wire"
 )
@@ -71,6 +72,8 @@ type Store interface {
 
 	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	ListAudit(ctx context.Context, orgID string, limit int) ([]store.AuditEntry, error)
+	QueryAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditEntry, error)
+	VerifyAudit(ctx context.Context) (int64, error)
 }
 
 // ClientLister reports the clients connected to this server, for GET
@@ -171,6 +174,19 @@ type Config struct {
 	// Events receives maintenance turned on and off, for webhook
 	// delivery (*webhook.Dispatcher). Nil discards them.
 	Events MaintenanceEvents
+	// Traffic answers GET /stats. Nil means no figures: the answer counts
+	// the clients but no request.
+	Traffic Traffic
+	// Stream is the live stream GET /stream follows. Nil means it is off:
+	// GET /stream answers 404.
+	Stream Stream
+	// StreamHeartbeat is the interval of the stream's comment lines; zero
+	// means DefaultStreamHeartbeat.
+	StreamHeartbeat time.Duration
+	// StreamWriteTimeout bounds each write to a stream subscriber: one
+	// that does not read for that long is dropped. Zero means
+	// telemetry.StreamWriteTimeout.
+	StreamWriteTimeout time.Duration
 	// Logger receives store outages, internal errors and suppressed
 	// failed-login audits. Nil discards. Secrets are never logged.
 	Logger *slog.Logger
@@ -221,6 +237,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.KeySessionTTL == 0 {
 		cfg.KeySessionTTL = SessionTTL
 	}
+	if cfg.StreamHeartbeat <= 0 {
+		cfg.StreamHeartbeat = DefaultStreamHeartbeat
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = telemetry.StreamWriteTimeout
+	}
 	return cfg
 }
 
@@ -251,16 +273,21 @@ type API struct {
 	explain  Explainer
 	shares   ShareMinter // nil when share links are off
 	events   MaintenanceEvents
-	inspect  *inspect.Inspector // nil when the inspector is off
-	replay   http.Handler       // nil when replay is off
-	log      *slog.Logger
-	now      func() time.Time
-	master   [sha256.Size]byte // SHA-256 of the master token, compared in constant time
-	logins   loginBudget
-	login    *adminLogin            // the admin login; nil when admin_oidc is off
-	keyTTL   time.Duration          // lifetime of a key session
-	defOrg   atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
-	router   *chi.Mux
+	traffic  Traffic // nil when there are no figures
+	stream   Stream  // nil when the live stream is off
+	// heartbeat and streamWrite are the stream's comment interval and
+	// write deadline.
+	heartbeat, streamWrite time.Duration
+	log                    *slog.Logger
+	now                    func() time.Time
+	master                 [sha256.Size]byte // SHA-256 of the master token, compared in constant time
+	logins                 loginBudget
+	login                  *adminLogin            // the admin login; nil when admin_oidc is off
+	defOrg                 atomic.Pointer[string] // ID of DefaultOrg once seen: see defaultOrgID
+	router                 *chi.Mux
+	inspect                *inspect.Inspector // nil when the inspector is off
+	replay                 http.Handler       // nil when replay is off
+	keyTTL                 time.Duration      // lifetime of a key session
 }
 
 // New returns the admin API cfg describes, or the problems of cfg.
@@ -270,20 +297,24 @@ func New(cfg Config) (*API, error) {
 	}
 	cfg = cfg.withDefaults()
 	a := &API{
-		store:    cfg.Store,
-		clients:  cfg.Clients,
-		disabler: cfg.Disabler,
-		scaling:  cfg.Scaling,
-		fence:    cfg.Outbound,
-		explain:  cfg.Explainer,
-		shares:   cfg.Shares,
-		events:   cfg.Events,
-		inspect:  cfg.Inspector,
-		replay:   cfg.Replay,
-		log:      cfg.Logger,
-		now:      cfg.Now,
-		master:   sha256.Sum256([]byte(cfg.MasterToken)),
-		keyTTL:   cfg.KeySessionTTL,
+		store:       cfg.Store,
+		clients:     cfg.Clients,
+		disabler:    cfg.Disabler,
+		scaling:     cfg.Scaling,
+		fence:       cfg.Outbound,
+		explain:     cfg.Explainer,
+		shares:      cfg.Shares,
+		events:      cfg.Events,
+		traffic:     cfg.Traffic,
+		stream:      cfg.Stream,
+		log:         cfg.Logger,
+		heartbeat:   cfg.StreamHeartbeat,
+		streamWrite: cfg.StreamWriteTimeout,
+		now:         cfg.Now,
+		master:      sha256.Sum256([]byte(cfg.MasterToken)),
+		inspect:     cfg.Inspector,
+		replay:      cfg.Replay,
+		keyTTL:      cfg.KeySessionTTL,
 	}
 	if cfg.OIDC != nil {
 		l, err := newAdminLogin(cfg.OIDC, cfg.MasterToken, cfg.Now)
@@ -351,6 +382,9 @@ func (a *API) routeTable() []route {
 		{http.MethodGet, "/inspect/{hostname}/requests/{id}", roleViewer, a.getInspectRequest},
 		{http.MethodPost, "/inspect/{hostname}/requests/{id}/replay", roleOperator, a.replayInspectRequest},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
+		{http.MethodGet, "/audit/verify", roleAdmin, a.verifyAudit},
+		{http.MethodGet, "/stats", roleViewer, a.stats},
+		{http.MethodGet, "/stream", roleViewer, a.streamEvents},
 		{http.MethodGet, "/explain", roleViewer, a.explainRequest},
 		{http.MethodGet, "/whoami", roleViewer, a.whoami},
 		{http.MethodGet, "/openapi.json", roleNone, a.openAPI},

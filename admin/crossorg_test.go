@@ -13,6 +13,7 @@ import (
 	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/oidctest"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/telemetry"
 )
 
 // orgWorld is two organizations side by side, each owning its hostnames
@@ -47,7 +48,9 @@ func newOrgWorld(t *testing.T) *orgWorld {
 		roles = append(roles, admin.OIDCRole{Email: r + "@a.test", Org: "a", Role: r})
 	}
 	in := newTestInspector(t)
-	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{}, Inspector: in, Replay: fakePipeline(in)})
+	traffic := &fakeTraffic{hosts: []string{"a.test", "traffic.b.test", "__other"}, held: 1}
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
+		Traffic: traffic, Stream: newHub(t, telemetry.HubConfig{}), Inspector: in, Replay: fakePipeline(in)})
 	f.clients, f.scaling = base.clients, base.scaling
 	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}, keySessions: map[string]*keySession{}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
@@ -72,7 +75,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	)
 	w.bRecords = []string{
 		w.newKey(t, w.b), w.newToken(t, w.b), w.newWebhook(t, w.b), w.newScaling(t, w.b),
-		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false),
+		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false), "traffic.b.test", "__other",
 	}
 	return w
 }
@@ -269,6 +272,11 @@ var matrix = []matrixCase{
 		return w.inspectedEntry(t, own) + "/replay", ""
 	}, own: 200, other: 403, master: 200},
 	{method: "GET", pattern: "/audit", req: fixed("/audit"), own: 200, other: 200, master: 200, listing: true},
+	{method: "GET", pattern: "/audit/verify", req: fixed("/audit/verify"), own: 200, other: 200, master: 200},
+	{method: "GET", pattern: "/stats", req: fixed("/stats"), own: 200, other: 200, master: 200, listing: true},
+	// A stream never ends by itself: a malformed one answers at once,
+	// after the role check (TestStreamScope follows a real one).
+	{method: "GET", pattern: "/stream", req: fixed("/stream?type=bogus"), own: 400, other: 400, master: 400},
 	{method: "GET", pattern: "/explain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/explain?" + url.Values{"host": {"x." + w.suffix(own)}}.Encode(), ""
 	}, own: 200, other: 404, master: 200},

@@ -595,15 +595,40 @@ func (a *API) clearMaintenance(w http.ResponseWriter, r *http.Request, c caller)
 }
 
 func (a *API) listAudit(w http.ResponseWriter, r *http.Request, c caller) error {
-	limit := defaultAuditLimit
-	if s := r.URL.Query().Get("limit"); s != "" {
+	q := r.URL.Query()
+	aq := store.AuditQuery{OrgID: c.scope(), Limit: defaultAuditLimit}
+	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxAuditLimit {
 			return errorf(http.StatusBadRequest, "limit %q is not a number from 1 to %d", s, maxAuditLimit)
 		}
-		limit = n
+		aq.Limit = n
 	}
-	es, err := a.store.ListAudit(r.Context(), c.scope(), limit)
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"event", &aq.Event}, {"actor", &aq.Actor}, {"hostname", &aq.Hostname}} {
+		v := q.Get(f.name)
+		if len(v) > store.MaxAuditQueryField {
+			return errorf(http.StatusBadRequest, "%s: %d bytes, at most %d", f.name, len(v), store.MaxAuditQueryField)
+		}
+		*f.dst = v
+	}
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &aq.Since}, {"until", &aq.Until}} {
+		v := q.Get(f.name)
+		if v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil || len(v) > 64 {
+			return errorf(http.StatusBadRequest, "%s %.64q is not an RFC 3339 time (2006-01-02T15:04:05Z)", f.name, v)
+		}
+		*f.dst = t
+	}
+	es, err := a.store.QueryAudit(r.Context(), aq)
 	if err != nil {
 		return err
 	}

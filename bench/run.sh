@@ -4,7 +4,8 @@
 #
 #   (a) wrk straight to aperio-demo
 #   (b) wrk through one nginx reverse-proxy hop
-#   (c) wrk through aperio-server + aperio-client
+#   (c) wrk through aperio-server + aperio-client, then again with one
+#       subscriber of the live event stream (a dashboard open)
 #   (d) wrk through frps + frpc (HTTP vhost mode)
 #
 # each with 1 and 64 connections, then a 1 GiB download and upload through
@@ -512,6 +513,20 @@ row_aperio() {
 	IDLE_CLIENT_KIB=$(rss_kb "$APERIO_CLIENT_PID")
 
 	bench_row aperio "http://127.0.0.1:$sport/"
+
+	# The same with a dashboard open: one subscriber of the live stream
+	# (GET /aperio/api/stream), receiving an access event per request.
+	start_bg aperio-sse curl -sN -o /dev/null \
+		-H "Authorization: Bearer bench-master-token-0123456789abcdef" \
+		"http://127.0.0.1:$sport/aperio/api/stream?type=access"
+	local sse_pid=$BG_PID
+	sleep 0.5
+	if kill -0 "$sse_pid" 2>/dev/null; then
+		bench_row aperio_sse "http://127.0.0.1:$sport/"
+		stop_bg "$sse_pid"
+	else
+		SKIP[aperio_sse]="the stream subscriber did not stay connected: $(last_log aperio-sse)"
+	fi
 	stream_aperio "$sport"
 }
 
@@ -589,11 +604,11 @@ ratio() { # ratio NUM DEN prints NUM/DEN as "1.23x", or "-"
 
 print_report() {
 	local row label conns key
-	local -A labels=([direct]="(a) direct" [nginx]="(b) nginx" [aperio]="(c) aperio" [frp]="(d) frp")
+	local -A labels=([direct]="(a) direct" [nginx]="(b) nginx" [aperio]="(c) aperio" [aperio_sse]="(c) +stream" [frp]="(d) frp")
 	echo
 	echo "== HTTP GET / (19-byte body), wrk ${DURATION} per run after a ${WARMUP} warm-up at 64 conns"
 	printf '%-12s %5s %11s %9s %9s %8s %7s %7s %9s\n' row conns req/s p50_ms p99_ms non-2xx errors vs_frp vs_direct
-	for row in direct nginx aperio frp; do
+	for row in direct nginx aperio aperio_sse frp; do
 		label=${labels[$row]}
 		if [[ -n ${SKIP[$row]:-} ]]; then
 			printf '%-12s skipped: %s\n' "$label" "${SKIP[$row]}"

@@ -69,6 +69,11 @@ type Config struct {
 	// OIDC says the admin login through OpenID Connect is on: the login
 	// page offers it beside the key form.
 	OIDC bool
+	// HasSession reports whether a request carries an admin session
+	// cookie at all. A page request without one goes to the login page
+	// without asking the API, so an anonymous visit is no failed login in
+	// the audit log. Nil asks the API every time.
+	HasSession func(*http.Request) bool
 	// Logger receives the dashboard's errors; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil is time.Now.
@@ -78,6 +83,7 @@ type Config struct {
 // UI is the dashboard's handler. It is safe for concurrent use.
 type UI struct {
 	api, login http.Handler
+	hasSession func(*http.Request) bool
 	oidc       bool
 	log        *slog.Logger
 	now        func() time.Time
@@ -94,7 +100,7 @@ func New(cfg Config) (*UI, error) {
 	if cfg.API == nil || cfg.Login == nil {
 		return nil, errors.New("dashboard: Config.API and Config.Login are required")
 	}
-	u := &UI{api: cfg.API, login: cfg.Login, oidc: cfg.OIDC, log: cfg.Logger, now: cfg.Now, pages: map[string]*page{}, tmpl: map[string]*template.Template{}}
+	u := &UI{api: cfg.API, login: cfg.Login, hasSession: cfg.HasSession, oidc: cfg.OIDC, log: cfg.Logger, now: cfg.Now, pages: map[string]*page{}, tmpl: map[string]*template.Template{}}
 	if u.log == nil {
 		u.log = slog.New(slog.DiscardHandler)
 	}
@@ -251,6 +257,10 @@ func (v *view) Title() string { return v.T(v.Page.Title) }
 // page (GET, HEAD) or runs its action (POST to <page>/<action>).
 func (u *UI) servePage(w http.ResponseWriter, r *http.Request, pg *page, action string) {
 	c := &Ctx{W: w, R: r, Lang: u.msgs.pick(r), u: u}
+	if u.hasSession != nil && !u.hasSession(r) {
+		redirect(w, LoginPage+"?redirect="+url.QueryEscape(r.URL.RequestURI()))
+		return
+	}
 	if err := u.call(r, "", http.MethodGet, wire.Prefix+"/whoami", nil, &c.Who); err != nil {
 		if status(err) == http.StatusUnauthorized {
 			redirect(w, LoginPage+"?redirect="+url.QueryEscape(r.URL.RequestURI()))

@@ -33,6 +33,13 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format(time.RFC3339)
 	},
+	// deref is the time a pointer points to; the zero time for nil.
+	"deref": func(t *time.Time) time.Time {
+		if t == nil {
+			return time.Time{}
+		}
+		return *t
+	},
 	// join joins a list for a table cell.
 	"join": func(xs []string, sep string) string { return strings.Join(xs, sep) },
 	// pct formats a fraction as a percentage.

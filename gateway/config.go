@@ -15,6 +15,7 @@ import (
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/signing"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -152,6 +153,10 @@ type Config struct {
 	// answers that waited for a permit or a cold start (server_timing).
 	// Default on.
 	ServerTiming bool
+	// MaxStreamSubscribers bounds the followers of GET /aperio/api/stream
+	// at once (max_stream_subscribers); one more is answered 503. Default
+	// telemetry.DefaultMaxStreamSubscribers (128); 0 means that default.
+	MaxStreamSubscribers int
 
 	// TrustedProxies lists the CIDR prefixes and addresses of the proxies
 	// in front of the server (trusted_proxies). Only a peer inside them may
@@ -194,25 +199,26 @@ const (
 // Token is empty, so New refuses it as it is.
 func DefaultConfig() Config {
 	return Config{
-		Host:                "0.0.0.0",
-		Port:                8080,
-		Store:               store.Config{DataDir: "./data"},
-		Router:              router.DefaultConfig(),
-		Tunnel:              tunnel.DefaultServerConfig(),
-		ReadHeaderTimeout:   10 * time.Second,
-		MaxHeaderBytes:      1 << 20,
-		KeepAliveTimeout:    2 * time.Minute,
-		MaxConnectionsPerIP: 256,
-		DefaultAccess:       "allow",
-		IdentityKeyRotation: signing.DefaultIdentityRotation,
-		ShutdownTimeout:     10 * time.Second,
-		Cache:               cache.DefaultConfig(),
-		Scaling:             autoscale.DefaultConfig(),
-		ScalingRecordTTL:    30 * 24 * time.Hour,
-		AccessLog:           true,
-		ServerTiming:        true,
-		RequireHostnameBind: true,
-		RealIPHeader:        "X-Forwarded-For",
+		Host:                 "0.0.0.0",
+		Port:                 8080,
+		Store:                store.Config{DataDir: "./data"},
+		Router:               router.DefaultConfig(),
+		Tunnel:               tunnel.DefaultServerConfig(),
+		ReadHeaderTimeout:    10 * time.Second,
+		MaxHeaderBytes:       1 << 20,
+		KeepAliveTimeout:     2 * time.Minute,
+		MaxConnectionsPerIP:  256,
+		DefaultAccess:        "allow",
+		IdentityKeyRotation:  signing.DefaultIdentityRotation,
+		ShutdownTimeout:      10 * time.Second,
+		Cache:                cache.DefaultConfig(),
+		Scaling:              autoscale.DefaultConfig(),
+		ScalingRecordTTL:     30 * 24 * time.Hour,
+		AccessLog:            true,
+		ServerTiming:         true,
+		MaxStreamSubscribers: telemetry.DefaultMaxStreamSubscribers,
+		RequireHostnameBind:  true,
+		RealIPHeader:         "X-Forwarded-For",
 	}
 }
 
@@ -241,6 +247,9 @@ func (cfg Config) Validate() error {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("gateway: %s must not be negative, got %v", d.name, d.v))
 		}
+	}
+	if cfg.MaxStreamSubscribers < 0 {
+		errs = append(errs, fmt.Errorf("gateway: max_stream_subscribers must not be negative, got %d", cfg.MaxStreamSubscribers))
 	}
 	if r := cfg.IdentityKeyRotation; r != 0 && (r < MinIdentityKeyRotation || r > MaxIdentityKeyRotation) {
 		errs = append(errs, fmt.Errorf("gateway: identity_key_rotation %v is neither 0 nor between %v and %v", r, MinIdentityKeyRotation, MaxIdentityKeyRotation))

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // ColdStartForTest asks the server's autoscaling controller for a cold
@@ -70,4 +72,18 @@ func (g *Gateway) SharesForTest() interface {
 	Verify(string) (access.ShareLink, error)
 } {
 	return g.shares
+}
+
+// StreamDroppedForTest returns the live stream's events dropped so far,
+// over every subscriber.
+func (g *Gateway) StreamDroppedForTest() int64 { return g.hub.Dropped() }
+
+// StreamSubscribersForTest returns the live stream's subscribers now.
+func (g *Gateway) StreamSubscribersForTest() int { return g.hub.Subscribers() }
+
+// StallForTest subscribes to every event of the live stream and never
+// reads: a follower whose writer is stuck. It is removed at the test's end
+// by the caller's Close.
+func (g *Gateway) StallForTest() (*telemetry.Subscription, error) {
+	return g.hub.Subscribe(telemetry.StreamFilter{Types: []string{wire.StreamAccess}})
 }

@@ -65,13 +65,17 @@ type Gateway struct {
 	started time.Time
 
 	metrics *telemetry.Metrics
-	calls   *callCounts     // scaling hook calls by reason and outcome
-	tracer  trace.Tracer    // nil when tracing is off
-	proxy   http.Handler    // the router, observed: visitors' requests
-	signer  *access.Signer  // signs the identity tokens backends receive
-	shares  *access.Keyring // share links, keys per organization
-	keys    *signing.Keys   // the store's signing keys behind signer and shares
-	oidc    *oidc.Provider  // the oidc: block's provider; nil without one
+	stats   *telemetry.Stats // the admin API's figures per hostname
+	// hub is the admin API's live stream; Serve closes it first at
+	// shutdown, so that no follower holds the server's Shutdown.
+	hub    *telemetry.Hub
+	calls  *callCounts     // scaling hook calls by reason and outcome
+	tracer trace.Tracer    // nil when tracing is off
+	proxy  http.Handler    // the router, observed: visitors' requests
+	signer *access.Signer  // signs the identity tokens backends receive
+	shares *access.Keyring // share links, keys per organization
+	keys   *signing.Keys   // the store's signing keys behind signer and shares
+	oidc   *oidc.Provider  // the oidc: block's provider; nil without one
 	// authAudit writes auth_denied entries, sampled, off the request path.
 	authAudit *authAuditor
 	api       http.Handler  // the admin API under /aperio/api
@@ -162,6 +166,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.calls = new(callCounts)
+	g.stats = telemetry.NewStats(telemetry.StatsConfig{})
+	if g.hub, err = telemetry.NewHub(telemetry.HubConfig{MaxSubscribers: cfg.MaxStreamSubscribers, Meter: g.metrics.Meter()}); err != nil {
+		return nil, err
+	}
 	var scaler router.Scaler
 	if cfg.ScalingEnabled {
 		scaler = lazyScaler{g}
@@ -201,8 +209,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	tc := cfg.Tunnel
 	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now}
-	tc.Registry = auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now),
-		binds: newBindAudits(rt, time.Now)}
+	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now),
+		binds: newBindAudits(rt, time.Now)}}
 	tc.Logger = log
 	ts, err := tunnel.NewServer(tc)
 	if err != nil {
@@ -212,7 +220,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := g.registerMetrics(); err != nil {
 		return nil, err
 	}
-	obs := telemetry.ObserverConfig{Meter: g.metrics.Meter(), AccessLogIPs: cfg.AccessLogIPs, ServerTiming: cfg.ServerTiming, Tracer: g.tracer}
+	obs := telemetry.ObserverConfig{Meter: g.metrics.Meter(), AccessLogIPs: cfg.AccessLogIPs, ServerTiming: cfg.ServerTiming, Tracer: g.tracer,
+		Stats: g.stats, Hub: g.hub}
 	if cfg.AccessLog {
 		obs.AccessLog = opts.AccessLog
 		if obs.AccessLog == nil {
@@ -236,12 +245,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Logger: log,
-		Inspector: rc.Inspector, Replay: g.proxy})
+		Inspector: rc.Inspector, Replay: g.proxy,
+		Traffic: trafficView{stats: g.stats, rt: rt}, Stream: g.hub})
 	if err != nil {
 		return nil, err
 	}
 	g.api, g.admin = api.Handler(), api
-	if g.ui, err = dashboard.New(dashboard.Config{API: g.api, Login: api.LoginHandler(), OIDC: adminLogin != nil, Logger: log}); err != nil {
+	if g.ui, err = dashboard.New(dashboard.Config{API: g.api, Login: api.LoginHandler(), HasSession: hasAdminSession, OIDC: adminLogin != nil, Logger: log}); err != nil {
 		return nil, err
 	}
 	if err := g.loadMaintenance(ctx); err != nil {
@@ -449,6 +459,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	g.stopping.Store(true)
+	// Stream followers never finish by themselves: ended now, they do
+	// not hold Shutdown, which waits for every active request.
+	g.hub.Close()
 	timeout := g.cfg.ShutdownTimeout
 	if timeout <= 0 {
 		timeout = DefaultConfig().ShutdownTimeout

@@ -545,7 +545,8 @@ func (g *Gateway) newController() error {
 	g.expiry = newArmerExpiry()
 	g.armed = &armLoader{load: g.loadArmed}
 	sc := g.cfg.Scaling
-	sc.Store, sc.Pool, sc.Events, sc.Logger = g.db, poolView{g.router}, g.hooks, g.log
+	sc.Store, sc.Pool, sc.Logger = g.db, poolView{g.router}, g.log
+	sc.Events = streamEvents{next: g.hooks, hub: g.hub, stats: g.stats}
 	sc.Caller = observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer}
 	sc.DeclareRefresh = declareRefresh(sc.DeclareRefresh, g.cfg.ScalingRecordTTL)
 	sc.DefaultOrgID, sc.Policy = g.defaultOrg, g.fence

@@ -723,6 +723,26 @@ func (rt *Router) Queued() int {
 	return n
 }
 
+// QueuedOn returns the requests waiting now (queued for a permit or held
+// for a cold start) in the pools whose hostname pattern keep accepts; a
+// catch-all pool's pattern is "". It locks each pool briefly, for the
+// admin API's figures.
+func (rt *Router) QueuedOn(keep func(pattern string) bool) int {
+	rt.mu.Lock()
+	pools := make([]*pool, 0, len(rt.pools))
+	for k, p := range rt.pools {
+		if keep(k.pattern) {
+			pools = append(pools, p)
+		}
+	}
+	rt.mu.Unlock()
+	n := 0
+	for _, p := range pools {
+		n += p.queued()
+	}
+	return n
+}
+
 // PoolStats are the live figures autoscaling reads for one bind.
 type PoolStats struct {
 	// Instances counts client processes (distinct instance ids) with a

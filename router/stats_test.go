@@ -69,3 +69,49 @@ func TestStatsCapacityWithUnlimitedClient(t *testing.T) {
 		}
 	})
 }
+
+// TestQueuedOn counts the requests waiting in the pools of the hostnames
+// the caller keeps, and none of the others'.
+func TestQueuedOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := newRouter(t, Config{GatewayTimeout: time.Minute})
+		a, b := newGateConn("a", 1), newGateConn("b", 2)
+		rt.update(a, limited(1, "a.test"))
+		rt.update(b, limited(1, "b.test"))
+		var reqs []*served
+		reqs = append(reqs, serveAsync(rt, "a.test", "/0"))
+		recv(t, a.entered, "a's first request")
+		reqs = append(reqs, serveAsync(rt, "b.test", "/0"))
+		recv(t, b.entered, "b's first request")
+		for i := 1; i <= 2; i++ {
+			reqs = append(reqs, serveAsync(rt, "a.test", fmt.Sprint("/", i)))
+		}
+		reqs = append(reqs, serveAsync(rt, "b.test", "/1"))
+		synctest.Wait()
+		for _, tt := range []struct {
+			name string
+			keep func(string) bool
+			want int
+		}{
+			{"all", func(string) bool { return true }, 3},
+			{"a", func(h string) bool { return h == "a.test" }, 2},
+			{"b", func(h string) bool { return h == "b.test" }, 1},
+			{"none", func(string) bool { return false }, 0},
+		} {
+			if got := rt.QueuedOn(tt.keep); got != tt.want {
+				t.Errorf("QueuedOn(%s) = %d, want %d", tt.name, got, tt.want)
+			}
+		}
+		for range 3 {
+			a.release <- struct{}{}
+		}
+		for range 2 {
+			b.release <- struct{}{}
+		}
+		for _, r := range reqs {
+			if rec := r.wait(t); rec.Code != 200 {
+				t.Errorf("request = %d, want 200", rec.Code)
+			}
+		}
+	})
+}

@@ -64,6 +64,7 @@ func testStore(t *testing.T, b backend) {
 		{"Maintenance", testMaintenance},
 		{"Audit", testAudit},
 		{"AuditLimits", testAuditLimits},
+		{"AuditQuery", testAuditQuery},
 		{"AuditAppendOnly", testAuditAppendOnly},
 		{"Webhooks", testWebhooks},
 		{"WebhooksFor", testWebhooksFor},
@@ -739,6 +740,59 @@ func testAudit(t *testing.T, b backend) {
 	}
 }
 
+func testAuditQuery(t *testing.T, b backend) {
+	ctx := t.Context()
+	db := storetest.Open(t, b.fresh(t))
+	a := mustOrg(t, db, "a")
+	t0 := time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)
+	add := func(min int, e store.AuditEntry) store.AuditEntry {
+		t.Helper()
+		e.At = t0.Add(time.Duration(min) * time.Minute)
+		got, err := db.AppendAudit(ctx, e)
+		if err != nil {
+			t.Fatalf("AppendAudit(%s) = %v", e.Event, err)
+		}
+		return got
+	}
+	e1 := add(0, store.AuditEntry{OrgID: a.ID, Event: "token_minted", Actor: "master", Hostname: "app.example.com"})
+	e2 := add(1, store.AuditEntry{OrgID: a.ID, Event: "token_revoked", Actor: "key:k1", Hostname: "app.example.com"})
+	e3 := add(2, store.AuditEntry{Event: "token_minted", Actor: "key:k1", Hostname: "other.example.com"})
+	e4 := add(3, store.AuditEntry{OrgID: a.ID, Event: "maintenance_set", Actor: "master"})
+	tests := []struct {
+		name string
+		q    store.AuditQuery
+		want []store.AuditEntry
+	}{
+		{"none", store.AuditQuery{}, []store.AuditEntry{e4, e3, e2, e1}},
+		{"event", store.AuditQuery{Event: "token_minted"}, []store.AuditEntry{e3, e1}},
+		{"actor", store.AuditQuery{Actor: "key:k1"}, []store.AuditEntry{e3, e2}},
+		{"hostname exact", store.AuditQuery{Hostname: "app.example.com"}, []store.AuditEntry{e2, e1}},
+		{"hostname no prefix match", store.AuditQuery{Hostname: "example.com"}, []store.AuditEntry{}},
+		{"since inclusive", store.AuditQuery{Since: e2.At}, []store.AuditEntry{e4, e3, e2}},
+		{"until exclusive", store.AuditQuery{Until: e2.At}, []store.AuditEntry{e1}},
+		{"window", store.AuditQuery{Since: e2.At, Until: e4.At}, []store.AuditEntry{e3, e2}},
+		{"org and event", store.AuditQuery{OrgID: a.ID, Event: "token_minted"}, []store.AuditEntry{e1}},
+		{"all filters", store.AuditQuery{OrgID: a.ID, Event: "token_revoked", Actor: "key:k1", Hostname: "app.example.com", Since: t0, Until: t0.Add(time.Hour)}, []store.AuditEntry{e2}},
+		{"limit", store.AuditQuery{Actor: "master", Limit: 1}, []store.AuditEntry{e4}},
+		{"like is not a pattern", store.AuditQuery{Event: "token%"}, []store.AuditEntry{}},
+		{"empty window", store.AuditQuery{Since: e4.At, Until: e1.At}, []store.AuditEntry{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := db.QueryAudit(ctx, tt.q)
+			if err != nil {
+				t.Fatalf("QueryAudit(%+v) = %v", tt.q, err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("QueryAudit(%+v) mismatch (-want +got):\n%s", tt.q, diff)
+			}
+		})
+	}
+	if _, err := db.QueryAudit(ctx, store.AuditQuery{Hostname: strings.Repeat("h", store.MaxAuditQueryField+1)}); err == nil {
+		t.Error("QueryAudit(huge hostname) = nil error, want a refusal")
+	}
+}
+
 func testAuditLimits(t *testing.T, b backend) {
 	ctx := t.Context()
 	db := storetest.Open(t, b.fresh(t))
@@ -798,7 +852,7 @@ func testAuditAppendOnly(t *testing.T, b backend) {
 			methods = append(methods, name)
 		}
 	}
-	if want := []string{"AppendAudit", "ListAudit", "VerifyAudit"}; !slices.Equal(methods, want) {
+	if want := []string{"AppendAudit", "ListAudit", "QueryAudit", "VerifyAudit"}; !slices.Equal(methods, want) {
 		t.Errorf("audit methods of *store.DB = %v, want %v", methods, want)
 	}
 }

@@ -661,14 +661,44 @@ func (db *DB) AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
 // all), newest first: at most limit, where limit <= 0 means
 // DefaultAuditLimit and anything above MaxAuditLimit means MaxAuditLimit.
 func (db *DB) ListAudit(ctx context.Context, orgID string, limit int) ([]AuditEntry, error) {
+	return db.QueryAudit(ctx, AuditQuery{OrgID: orgID, Limit: limit})
+}
+
+// AuditQuery selects audit entries for QueryAudit. Every field is a filter
+// that its zero value turns off; set ones must all hold.
+type AuditQuery struct {
+	// OrgID is the organization; "" means every one.
+	OrgID string
+	// Event, Actor and Hostname match exactly.
+	Event, Actor, Hostname string
+	// Since and Until bound At: Since <= At < Until.
+	Since, Until time.Time
+	// Limit bounds the entries returned: <= 0 means DefaultAuditLimit,
+	// anything above MaxAuditLimit means MaxAuditLimit.
+	Limit int
+}
+
+// MaxAuditQueryField bounds the length in bytes of each of AuditQuery's
+// text filters: a longer one is refused before the database sees it.
+const MaxAuditQueryField = 512
+
+// QueryAudit returns the newest entries q selects, newest first, at most
+// q.Limit (bounded as ListAudit's limit). A text filter longer than
+// MaxAuditQueryField is an error.
+func (db *DB) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
 	if db.closed.Load() {
 		return nil, errClosed
 	}
-	if limit <= 0 {
-		limit = DefaultAuditLimit
+	for _, f := range [...]string{q.OrgID, q.Event, q.Actor, q.Hostname} {
+		if len(f) > MaxAuditQueryField {
+			return nil, fmt.Errorf("store: audit filter of %d bytes, at most %d", len(f), MaxAuditQueryField)
+		}
 	}
-	limit = min(limit, MaxAuditLimit)
-	es, err := db.b.listAudit(ctx, orgID, limit)
+	if q.Limit <= 0 {
+		q.Limit = DefaultAuditLimit
+	}
+	q.Limit = min(q.Limit, MaxAuditLimit)
+	es, err := db.b.listAudit(ctx, q)
 	if err != nil {
 		return nil, db.fail("list audit", err)
 	}

@@ -81,6 +81,12 @@ type ObserverConfig struct {
 	// Tracer starts each request's span; nil means tracing is off and the
 	// request path creates no span and no context.
 	Tracer trace.Tracer
+	// Stats counts each request in the rolling windows of GET
+	// /aperio/api/stats; nil counts nothing.
+	Stats *Stats
+	// Hub receives each request as an access event of the live stream;
+	// nil, or a hub without subscribers, publishes nothing.
+	Hub *Hub
 }
 
 // Observer reports each proxied request: it wraps a Proxy, hands it a
@@ -165,6 +171,14 @@ func (o *Observer) Wrap(next Proxy) http.Handler {
 		rec := &ow.rec
 		rec.Duration = time.Since(rec.Start)
 		o.record(r.Context(), rec)
+		if o.cfg.Stats != nil {
+			o.cfg.Stats.Record(rec)
+		}
+		if o.cfg.Hub.Active() {
+			// Checked before anything is built: with no subscriber the
+			// stream costs this one atomic load.
+			o.cfg.Hub.publishAccess(r, rec)
+		}
 		if o.cfg.AccessLog != nil {
 			o.logAccess(r, rec)
 		}

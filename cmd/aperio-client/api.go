@@ -58,6 +58,8 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 		a.auditCommand(),
 		a.explainCommand(),
 		a.orgsCommand(),
+		a.statsCommand(),
+		a.tailCommand(),
 	)
 	return cmd
 }
@@ -391,18 +393,42 @@ func (a *apiCLI) shareCommand() *cobra.Command {
 }
 
 func (a *apiCLI) auditCommand() *cobra.Command {
-	var limit int
+	var (
+		q            apiclient.AuditQuery
+		since, until string
+	)
 	cmd := &cobra.Command{
-		Use:   "audit [--limit N]",
-		Short: "Show the audit log, newest first",
+		Use:   "audit [--limit N] [--event E] [--actor A] [--hostname H] [--since TIME] [--until TIME]",
+		Short: "Show the audit log, newest first; audit verify checks its hash chain",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, f := range []struct {
+				name, v string
+				dst     *time.Time
+			}{{"since", since, &q.Since}, {"until", until, &q.Until}} {
+				if f.v == "" {
+					continue
+				}
+				t, err := time.Parse(time.RFC3339, f.v)
+				if err != nil {
+					fmt.Fprintf(a.stderr, "aperio-client: --%s %q is not an RFC 3339 time (like 2030-01-02T15:04:05Z)\n", f.name, f.v)
+					return exitcode.ErrUsage
+				}
+				*f.dst = t
+			}
 			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]wire.AuditEntry, error) {
-				return c.Audit(ctx, limit)
+				return c.QueryAudit(ctx, q)
 			}, auditTable)
 		},
 	}
-	cmd.Flags().IntVar(&limit, "limit", 0, "how many entries, 1 to 1000 (default 100)")
+	f := cmd.Flags()
+	f.IntVar(&q.Limit, "limit", 0, "how many entries, 1 to 1000 (default 100)")
+	f.StringVar(&q.Event, "event", "", "only entries of this event")
+	f.StringVar(&q.Actor, "actor", "", "only entries by this actor (master, key:ID, oidc:USER)")
+	f.StringVar(&q.Hostname, "hostname", "", "only entries on this hostname (exact)")
+	f.StringVar(&since, "since", "", "only entries at or after this RFC 3339 time")
+	f.StringVar(&until, "until", "", "only entries before this RFC 3339 time")
+	cmd.AddCommand(a.auditVerifyCommand())
 	return cmd
 }
 

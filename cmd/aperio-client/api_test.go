@@ -21,6 +21,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/wire"
 )
 
@@ -33,6 +34,9 @@ type apiServer struct {
 	url     string
 	clients *staticClients
 	scaling *staticScaling
+	hub     *telemetry.Hub
+	stream  *signalledStream
+	stats   *telemetry.Stats
 }
 
 type staticClients struct{ list []admin.ClientInfo }
@@ -128,13 +132,20 @@ func newAPIServer(t *testing.T) *apiServer {
 			t.Errorf("store Close: %v", err)
 		}
 	})
-	s := &apiServer{clients: &staticClients{}, scaling: &staticScaling{}}
+	hub, err := telemetry.NewHub(telemetry.HubConfig{})
+	if err != nil {
+		t.Fatalf("NewHub: %v", err)
+	}
+	t.Cleanup(hub.Close)
+	s := &apiServer{clients: &staticClients{}, scaling: &staticScaling{}, hub: hub,
+		stream: &signalledStream{hub: hub, subscribed: make(chan struct{}, 16)}, stats: telemetry.NewStats(telemetry.StatsConfig{})}
 	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: []router.Fallback{{Hostname: "gone.example.com", URL: "https://status.example.com/"}}})
 	if err != nil {
 		t.Fatalf("router.New: %v", err)
 	}
 	rt.SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
-	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Disabler: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{}})
+	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Disabler: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{},
+		Traffic: cliTraffic{s.stats}, Stream: s.stream})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}

@@ -138,6 +138,7 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("access_log", "one log line per proxied request (logger=access)", func(c *S) *bool { return &c.AccessLog }),
 		config.BoolSetting("access_log_ips", "visitor addresses in access log lines", func(c *S) *bool { return &c.AccessLogIPs }),
 		config.BoolSetting("server_timing", "Server-Timing header on answers that waited", func(c *S) *bool { return &c.ServerTiming }),
+		config.IntSetting("max_stream_subscribers", "followers of the admin API's live stream at once", func(c *S) *int { return &c.MaxStreamSubscribers }),
 		config.FloatSetting("otel_sample_rate", "fraction of traces sampled when OTEL_EXPORTER_OTLP_* turns tracing on", func(c *S) *float64 { return &c.OTelSampleRate }),
 		config.EnumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).Alias("LOG_LEVEL"),
 		config.EnumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }),
@@ -263,6 +264,7 @@ func check(s Config, v *config.Checker) {
 	v.NonNegativeDuration("visitor_idle_timeout", s.Router.VisitorIdleTimeout)
 	v.NonNegative("visitor_min_bytes_per_second", int64(s.Router.VisitorMinRate))
 	v.NonNegative("max_connections_per_ip", int64(s.MaxConnectionsPerIP))
+	v.NonNegative("max_stream_subscribers", int64(s.MaxStreamSubscribers))
 	v.NonNegativeDuration("tunnel_handshake_timeout", s.Tunnel.HandshakeTimeout)
 	v.Positive("client_down_threshold", s.Tunnel.DownThreshold)
 	if s.Tunnel.MaxHeaderBytes < 1 {

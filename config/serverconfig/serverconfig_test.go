@@ -838,6 +838,7 @@ func TestServerKeys(t *testing.T) {
 		{"access_log", "APERIO_ACCESS_LOG", nil, false},
 		{"access_log_ips", "APERIO_ACCESS_LOG_IPS", nil, false},
 		{"server_timing", "APERIO_SERVER_TIMING", nil, false},
+		{"max_stream_subscribers", "APERIO_MAX_STREAM_SUBSCRIBERS", nil, false},
 		{"otel_sample_rate", "APERIO_OTEL_SAMPLE_RATE", nil, false},
 		{"tunnel_max_header_bytes", "APERIO_TUNNEL_MAX_HEADER_BYTES", nil, false},
 		{"tunnel_max_streams", "APERIO_TUNNEL_MAX_STREAMS", nil, false},
@@ -869,8 +870,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 79 {
-		t.Errorf("len(Keys()) = %d, want 79", len(keys))
+	if len(keys) != 80 {
+		t.Errorf("len(Keys()) = %d, want 80", len(keys))
 	}
 }
 
