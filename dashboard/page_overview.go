@@ -24,7 +24,7 @@ type overview struct {
 	// entry per connection and service).
 	Connections int
 	Hostnames   int
-	Stats       *trafficStats
+	Stats       *wire.Stats
 	Summary     statsSummary
 	Hosts       []hostRow
 }
@@ -62,44 +62,11 @@ func countHostnames(clients []wire.ClientInfo) int {
 	return len(hosts)
 }
 
-// trafficStats is GET /stats as the pages read it: only the fields they
-// show. The traffic page and the overview's script read the same answer.
-type trafficStats struct {
-	Clients         int         `json:"clients"`
-	Hostnames       int         `json:"hostnames"`
-	Held            int         `json:"held"`
-	ScalingEvents1h int         `json:"scaling_events_1h"`
-	Hosts           []hostStats `json:"hosts"`
-}
-
-// hostStats is one hostname's entry of trafficStats.
-type hostStats struct {
-	Hostname string                 `json:"hostname"`
-	Windows  map[string]statsWindow `json:"windows"`
-}
-
-// statsWindow is one rolling window of a hostname's traffic.
-type statsWindow struct {
-	Requests  int64   `json:"requests"`
-	RPS       float64 `json:"rps"`
-	Errors    int64   `json:"errors"`
-	ErrorRate float64 `json:"error_rate"`
-	S2xx      int64   `json:"2xx"`
-	S3xx      int64   `json:"3xx"`
-	S4xx      int64   `json:"4xx"`
-	S5xx      int64   `json:"5xx"`
-	Aborted   int64   `json:"aborted"`
-	P50MS     float64 `json:"p50_ms"`
-	P99MS     float64 `json:"p99_ms"`
-	QueueP99  float64 `json:"queue_wait_p99_ms"`
-	Held      int64   `json:"held"`
-}
-
 // readStats reads GET /stats. The figures are an addition to the pages,
 // not their substance: when the API cannot answer them, the page renders
 // without (a dash in each card) and the failure is logged, not shown.
-func readStats(c *Ctx) *trafficStats {
-	var st trafficStats
+func readStats(c *Ctx) *wire.Stats {
+	var st wire.Stats
 	if err := c.Get("/stats", &st); err != nil {
 		c.u.log.Warn("dashboard could not read the stats", logkey.Path, c.R.URL.Path, logkey.Err, err)
 		return nil
@@ -119,14 +86,14 @@ type statsSummary struct {
 // summarize sums the hostnames' last minute: request rates add up, the
 // error rate is errors over requests, and the latency quantiles are the
 // slowest hostname's (quantiles of different hostnames do not combine).
-func summarize(st *trafficStats) statsSummary {
+func summarize(st *wire.Stats) statsSummary {
 	if st == nil {
 		return statsSummary{noFigure, noFigure, noFigure, noFigure, noFigure, noFigure}
 	}
 	var rps, p50, p99 float64
 	var reqs, errs int64
 	for _, h := range st.Hosts {
-		w := h.Windows["1m"]
+		w := h.Windows[wire.Window1m]
 		rps += w.RPS
 		reqs += w.Requests
 		errs += w.Errors
@@ -152,21 +119,21 @@ type hostRow struct {
 	Special                            string
 	RPS, ErrorRate, P50, P99, QueueP99 string
 	Requests5m                         int64
-	Hour                               statsWindow
+	Hour                               wire.StatsWindow
 }
 
 // hostRows formats st's hostnames, in the API's order (by hostname).
-func hostRows(st *trafficStats) []hostRow {
+func hostRows(st *wire.Stats) []hostRow {
 	if st == nil {
 		return nil
 	}
 	out := make([]hostRow, 0, len(st.Hosts))
 	for _, h := range st.Hosts {
-		m := h.Windows["1m"]
+		m := h.Windows[wire.Window1m]
 		r := hostRow{
 			Hostname: h.Hostname, RPS: fmtRate(m.RPS), ErrorRate: fmtPct(m.ErrorRate),
-			P50: fmtMS(m.P50MS), P99: fmtMS(m.P99MS), QueueP99: fmtMS(m.QueueP99),
-			Requests5m: h.Windows["5m"].Requests, Hour: h.Windows["1h"],
+			P50: fmtMS(m.P50MS), P99: fmtMS(m.P99MS), QueueP99: fmtMS(m.QueueWaitP99MS),
+			Requests5m: h.Windows[wire.Window5m].Requests, Hour: h.Windows[wire.Window1h],
 		}
 		switch h.Hostname {
 		case "__other":
