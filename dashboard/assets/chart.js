@@ -23,7 +23,8 @@ function niceMax(v) {
 
 function label(v) {
   if (v >= 1000) return (v / 1000).toFixed(v >= 10000 ? 0 : 1) + "k";
-  return v >= 10 || Number.isInteger(v) ? v.toFixed(0) : v.toFixed(1);
+  if (v >= 10 || Number.isInteger(v)) return v.toFixed(0);
+  return String(Number(v.toFixed(v < 1 ? 2 : 1)));
 }
 
 function clock(unix) {
