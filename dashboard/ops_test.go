@@ -155,7 +155,7 @@ func TestOverviewCards(t *testing.T) {
 			t.Errorf("overview card %s = %q, want %q", id, got, want)
 		}
 	}
-	for _, want := range []string{"app.test", "jobs.test", "(no route)", "4.2 ms", "85 ms", "1.1%", `src="/aperio/ui/assets/overview.js"`, "web-1", "worker"} {
+	for _, want := range []string{"app.test", "jobs.test", "(no route)", "4.2 ms", "85 ms", "1.1%", "<td class=\"num\">0.50</td>", "<td class=\"num\">3.0</td>", `src="/aperio/ui/assets/overview.js"`, "web-1", "worker"} {
 		if !strings.Contains(b, want) {
 			t.Errorf("overview lacks %q", want)
 		}

@@ -148,8 +148,13 @@ func hostRows(st *wire.Stats) []hostRow {
 
 // The figures' formats; assets/figures.js formats the same way, so a
 // live update does not change how a number looks.
-func fmtRate(f float64) string { return fmt.Sprintf("%.1f", f) }
-func fmtPct(f float64) string  { return fmt.Sprintf("%.1f%%", f*100) }
+func fmtRate(f float64) string {
+	if f > 0 && f < 1 {
+		return fmt.Sprintf("%.2f", f) // a few requests a minute is not 0.0
+	}
+	return fmt.Sprintf("%.1f", f)
+}
+func fmtPct(f float64) string { return fmt.Sprintf("%.1f%%", f*100) }
 func fmtMS(f float64) string {
 	if f < 10 {
 		return fmt.Sprintf("%.1f ms", f)

@@ -6,7 +6,7 @@ export const dash = "\u2014";
 
 const num = (x) => typeof x === "number" && Number.isFinite(x);
 
-export function fmtRate(x) { return num(x) ? x.toFixed(1) : dash; }
+export function fmtRate(x) { return num(x) ? x.toFixed(x > 0 && x < 1 ? 2 : 1) : dash; }
 export function fmtPct(x) { return num(x) ? (x * 100).toFixed(1) + "%" : dash; }
 export function fmtMs(x) { return num(x) ? (x < 10 ? x.toFixed(1) : x.toFixed(0)) + " ms" : dash; }
 export function fmtInt(x) { return num(x) ? String(Math.round(x)) : dash; }
