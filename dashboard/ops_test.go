@@ -418,3 +418,66 @@ func TestOpsScriptsBuildNoMarkup(t *testing.T) {
 		}
 	}
 }
+
+// FuzzClientsActionID: any id in the disable form is either refused (400,
+// no call) or one POST to /clients/{id}/disable whose id is a single path
+// segment equal to the form's.
+func FuzzClientsActionID(f *testing.F) {
+	for _, s := range []string{"c1", "0123456789abcdef", "a/b", "..", "../tokens", "a%2Fb", "a?x", "", "a.b", "ü"} {
+		f.Add(s)
+	}
+	u, api := newOpsUI(f)
+	seg := regexp.MustCompile(`^POST /aperio/api/clients/([^/?#]+)/disable csrf=tok-operator$`)
+	f.Fuzz(func(t *testing.T, id string) {
+		api.calls = nil
+		w := post(t, u, UIPrefix+"clients/disable", wire.RoleOperator, url.Values{"csrf": {"tok-operator"}, "id": {id}})
+		posts := api.posts()
+		switch w.Code {
+		case http.StatusBadRequest:
+			if len(posts) != 0 {
+				t.Fatalf("id %q refused but reached the API: %v", id, posts)
+			}
+		case http.StatusSeeOther:
+			if len(posts) != 1 {
+				t.Fatalf("id %q: API calls %v, want one", id, posts)
+			}
+			m := seg.FindStringSubmatch(posts[0])
+			if m == nil {
+				t.Fatalf("id %q: call %q is not one POST to /clients/{id}/disable", id, posts[0])
+			}
+			if got, err := url.PathUnescape(m[1]); err != nil || got != id {
+				t.Fatalf("id %q: the call names %q", id, got)
+			}
+		default:
+			t.Fatalf("id %q: POST = %d, want 303 or 400", id, w.Code)
+		}
+	})
+}
+
+// FuzzTrafficFilter: any filter is either a 400 with no API call, or the
+// page with its one /stats call.
+func FuzzTrafficFilter(f *testing.F) {
+	f.Add("app.test", "5xx", "/api")
+	f.Add("*.x", "", "")
+	f.Add("", "6xx", "")
+	f.Add("", "", "a\x00b")
+	f.Add(strings.Repeat("a", 300), "aborted", "")
+	u, api := newOpsUI(f)
+	f.Fuzz(func(t *testing.T, host, status, path string) {
+		api.calls = nil
+		q := url.Values{"hostname": {host}, "status": {status}, "path": {path}}.Encode()
+		w := get(t, u, UIPrefix+"traffic?"+q, wire.RoleViewer)
+		switch w.Code {
+		case http.StatusBadRequest:
+			if len(api.calls) != 0 {
+				t.Fatalf("filter %q refused but reached the API: %v", q, api.calls)
+			}
+		case http.StatusOK:
+			if len(api.calls) != 1 || api.calls[0] != "GET /aperio/api/stats csrf=" {
+				t.Fatalf("filter %q: API calls %v, want one GET /stats", q, api.calls)
+			}
+		default:
+			t.Fatalf("filter %q: GET = %d, want 200 or 400", q, w.Code)
+		}
+	})
+}
