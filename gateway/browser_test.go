@@ -107,7 +107,17 @@ func (b *browser) do(t *testing.T, what string, actions ...chromedp.Action[chrom
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
 	defer cancel()
-	if err := chromedp.Do(ctx, actions...); err != nil {
+	for attempt := 1; ; attempt++ {
+		err := chromedp.Do(ctx, actions...)
+		if err == nil {
+			return
+		}
+		// A page script that replaced the element between the query and
+		// the action (a live table redrawn) leaves a stale node id: the
+		// action did not happen, so the step is run again.
+		if attempt < 3 && strings.Contains(err.Error(), "No node with given id") {
+			continue
+		}
 		t.Fatalf("browser: %s: %v", what, err)
 	}
 }
