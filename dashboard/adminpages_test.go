@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -83,30 +82,20 @@ func (f *adminFake) reads(path string) []fakeCall {
 }
 
 func (f *adminFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ck, err := r.Cookie("s")
-	if err != nil || ck.Value == "" {
-		w.WriteHeader(http.StatusUnauthorized)
-		json.NewEncoder(w).Encode(map[string]string{"error": "missing or invalid credentials"})
+	role, done := fakeSession(w, r, "org1")
+	if done {
 		return
 	}
-	role := ck.Value
 	path := strings.TrimPrefix(r.URL.Path, wire.Prefix)
-	if path == "/whoami" {
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, CSRF: "tok-" + role, OrgID: "org1"})
-		return
-	}
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
+	b, done := readBody(w, r)
+	if done {
 		return
 	}
 	f.mu.Lock()
-	f.calls = append(f.calls, fakeCall{r.Method, path, r.URL.RawQuery, string(b), r.Header.Get(wire.CSRFHeader)})
+	f.calls = append(f.calls, fakeCall{r.Method, path, r.URL.RawQuery, b, r.Header.Get(wire.CSRFHeader)})
 	a, ok := f.answers[r.Method+" "+path]
 	f.mu.Unlock()
-	if r.Method != http.MethodGet && r.Header.Get(wire.CSRFHeader) != "tok-"+role {
-		w.WriteHeader(http.StatusForbidden)
-		json.NewEncoder(w).Encode(map[string]string{"error": "missing or wrong X-Aperio-CSRF header"})
+	if r.Method != http.MethodGet && csrfRefused(w, r, role) {
 		return
 	}
 	if !ok {
@@ -114,8 +103,7 @@ func (f *adminFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Write([]byte("[]"))
 			return
 		}
-		w.WriteHeader(http.StatusNotFound)
-		json.NewEncoder(w).Encode(map[string]string{"error": "no such endpoint"})
+		apiError(w, http.StatusNotFound, "no such endpoint")
 		return
 	}
 	if a.body == nil {

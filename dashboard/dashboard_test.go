@@ -27,31 +27,23 @@ type fakeAPI struct {
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, err := r.Cookie("s")
-	if err != nil || c.Value == "" {
-		w.WriteHeader(http.StatusUnauthorized)
-		json.NewEncoder(w).Encode(map[string]string{"error": "missing or invalid credentials"})
+	role, done := fakeSession(w, r, "")
+	if done {
 		return
 	}
-	role := c.Value
 	if r.Method != http.MethodGet {
 		f.posts = append(f.posts, r.Method+" "+r.URL.Path+" csrf="+r.Header.Get(wire.CSRFHeader))
-		if r.Header.Get(wire.CSRFHeader) != "tok-"+role {
-			w.WriteHeader(http.StatusForbidden)
-			json.NewEncoder(w).Encode(map[string]string{"error": "missing or wrong X-Aperio-CSRF header"})
+		if csrfRefused(w, r, role) {
 			return
 		}
 	}
 	switch r.URL.Path {
-	case wire.Prefix + "/whoami":
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, CSRF: "tok-" + role})
 	case wire.Prefix + "/clients":
 		json.NewEncoder(w).Encode(f.clients)
 	case wire.Prefix + "/things":
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		w.WriteHeader(http.StatusNotFound)
-		json.NewEncoder(w).Encode(map[string]string{"error": "no such endpoint"})
+		apiError(w, http.StatusNotFound, "no such endpoint")
 	}
 }
 
@@ -85,35 +77,6 @@ func newTestUI(t testing.TB) (*UI, *fakeAPI, *fakeLogin) {
 		t.Fatalf("New() = %v", err)
 	}
 	return u, api, login
-}
-
-func get(t testing.TB, h http.Handler, path, role string, hdr ...string) *httptest.ResponseRecorder {
-	t.Helper()
-	r := httptest.NewRequest(http.MethodGet, path, nil)
-	if role != "" {
-		r.AddCookie(&http.Cookie{Name: "s", Value: role})
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-func post(t testing.TB, h http.Handler, path, role string, form url.Values, hdr ...string) *httptest.ResponseRecorder {
-	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
-	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if role != "" {
-		r.AddCookie(&http.Cookie{Name: "s", Value: role})
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
 }
 
 func TestPageNeedsLogin(t *testing.T) {

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -36,36 +35,19 @@ type inspectCall struct {
 }
 
 func (f *inspectFakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	fail := func(status int, msg string) {
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(map[string]string{"error": msg})
-	}
-	c, err := r.Cookie("s")
-	if err != nil || c.Value == "" {
-		fail(http.StatusUnauthorized, "missing or invalid credentials")
+	fail := func(status int, msg string) { apiError(w, status, msg) }
+	role, done := fakeSession(w, r, "")
+	if done {
 		return
 	}
-	role := c.Value
 	p := strings.TrimPrefix(r.URL.Path, wire.Prefix)
-	if p == "/whoami" {
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, CSRF: "tok-" + role})
+	b, done := readBody(w, r)
+	if done {
 		return
 	}
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		fail(http.StatusBadRequest, "unreadable body")
+	f.calls = append(f.calls, inspectCall{r.Method, r.URL.Path, r.Header.Get(wire.CSRFHeader), b})
+	if r.Method != http.MethodGet && (csrfRefused(w, r, role) || roleRefused(w, role, wire.RoleOperator, "this needs the operator role")) {
 		return
-	}
-	f.calls = append(f.calls, inspectCall{r.Method, r.URL.Path, r.Header.Get(wire.CSRFHeader), string(b)})
-	if r.Method != http.MethodGet {
-		if r.Header.Get(wire.CSRFHeader) != "tok-"+role {
-			fail(http.StatusForbidden, "missing or wrong X-Aperio-CSRF header")
-			return
-		}
-		if !roleAtLeast(role, wire.RoleOperator) {
-			fail(http.StatusForbidden, "this needs the operator role")
-			return
-		}
 	}
 	if rf, ok := f.refuse[r.Method+" "+p]; ok {
 		fail(rf.status, rf.msg)

@@ -31,51 +31,38 @@ type opsAPI struct {
 }
 
 func (f *opsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, err := r.Cookie("s")
-	if err != nil || c.Value == "" {
-		opsError(w, http.StatusUnauthorized, "missing or invalid credentials")
+	role, done := fakeSession(w, r, "")
+	if done {
 		return
 	}
-	role := c.Value
-	if r.URL.Path != wire.Prefix+"/whoami" {
-		f.calls = append(f.calls, r.Method+" "+r.URL.RequestURI()+" csrf="+r.Header.Get(wire.CSRFHeader))
-	}
+	f.calls = append(f.calls, r.Method+" "+r.URL.RequestURI()+" csrf="+r.Header.Get(wire.CSRFHeader))
 	if r.Method != http.MethodGet {
+		if csrfRefused(w, r, role) || roleRefused(w, role, wire.RoleOperator, "this needs the operator role") {
+			return
+		}
 		switch {
-		case r.Header.Get(wire.CSRFHeader) != "tok-"+role:
-			opsError(w, http.StatusForbidden, "missing or wrong X-Aperio-CSRF header")
-		case !roleAtLeast(role, wire.RoleOperator):
-			opsError(w, http.StatusForbidden, "this needs the operator role")
 		case f.refuseStatus != 0:
-			opsError(w, f.refuseStatus, f.refuseMsg)
+			apiError(w, f.refuseStatus, f.refuseMsg)
 		case regexp.MustCompile(`^/aperio/api/clients/[^/]+/(disable|enable)$`).MatchString(r.URL.Path):
 			w.WriteHeader(http.StatusNoContent)
 		default:
-			opsError(w, http.StatusNotFound, "no such endpoint")
+			apiError(w, http.StatusNotFound, "no such endpoint")
 		}
 		return
 	}
 	switch r.URL.Path {
-	case wire.Prefix + "/whoami":
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, CSRF: "tok-" + role})
 	case wire.Prefix + "/clients":
 		json.NewEncoder(w).Encode(f.clients)
 	case wire.Prefix + "/stats":
 		if f.stats == "" {
-			opsError(w, http.StatusNotFound, "no such endpoint")
+			apiError(w, http.StatusNotFound, "no such endpoint")
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(f.stats))
 	default:
-		opsError(w, http.StatusNotFound, "no such endpoint")
+		apiError(w, http.StatusNotFound, "no such endpoint")
 	}
-}
-
-func opsError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
 // posts returns the recorded calls other than GETs.
@@ -207,7 +194,7 @@ type refusingAPI struct {
 
 func (f *refusingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == f.path {
-		opsError(w, http.StatusServiceUnavailable, "registry unavailable")
+		apiError(w, http.StatusServiceUnavailable, "registry unavailable")
 		return
 	}
 	f.opsAPI.ServeHTTP(w, r)

@@ -27,14 +27,8 @@ type fakeScalingAPI struct {
 }
 
 func (f *fakeScalingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, err := r.Cookie("s")
-	if err != nil || c.Value == "" {
-		writeJSONErr(w, http.StatusUnauthorized, "missing or invalid credentials")
-		return
-	}
-	role := c.Value
-	if r.URL.Path == wire.Prefix+"/whoami" {
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, OrgID: "o1", CSRF: "tok-" + role})
+	role, done := fakeSession(w, r, "o1")
+	if done {
 		return
 	}
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path+" csrf="+r.Header.Get(wire.CSRFHeader))
@@ -50,7 +44,7 @@ func (f *fakeScalingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id, ok := strings.CutPrefix(r.URL.Path, wire.Prefix+"/scaling/")
 	if !ok {
-		writeJSONErr(w, http.StatusNotFound, "no such endpoint")
+		apiError(w, http.StatusNotFound, "no such endpoint")
 		return
 	}
 	var rec *wire.ScalingRecord
@@ -62,34 +56,24 @@ func (f *fakeScalingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
 		if rec == nil {
-			writeJSONErr(w, http.StatusNotFound, "scaling record "+strconv.Quote(id)+" not found")
+			apiError(w, http.StatusNotFound, "scaling record "+strconv.Quote(id)+" not found")
 			return
 		}
 		d := f.history[id]
 		d.ScalingRecord = *rec
 		json.NewEncoder(w).Encode(d)
 	case http.MethodDelete:
-		if r.Header.Get(wire.CSRFHeader) != "tok-"+role {
-			writeJSONErr(w, http.StatusForbidden, "missing or wrong X-Aperio-CSRF header")
-			return
-		}
-		if !roleAtLeast(role, wire.RoleOperator) {
-			writeJSONErr(w, http.StatusForbidden, "this needs role operator")
+		if csrfRefused(w, r, role) || roleRefused(w, role, wire.RoleOperator, "this needs role operator") {
 			return
 		}
 		if rec == nil {
-			writeJSONErr(w, http.StatusNotFound, "scaling record "+strconv.Quote(id)+" not found")
+			apiError(w, http.StatusNotFound, "scaling record "+strconv.Quote(id)+" not found")
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		writeJSONErr(w, http.StatusMethodNotAllowed, "method not allowed")
+		apiError(w, http.StatusMethodNotAllowed, "method not allowed")
 	}
-}
-
-func writeJSONErr(w http.ResponseWriter, code int, msg string) {
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
 func fptr(f float64) *float64 { return &f }
