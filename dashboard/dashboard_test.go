@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"compress/gzip"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,36 +15,6 @@ import (
 
 	"github.com/aperio-dev/aperio/wire"
 )
-
-// fakeAPI answers the admin API's routes the pages call, taking the
-// cookie "s=<role>" for a session of that role (csrf "tok-<role>") and
-// refusing anything else with 401, as the real API does.
-type fakeAPI struct {
-	clients []wire.ClientInfo
-	// posts records the state-changing calls with the CSRF header sent.
-	posts []string
-}
-
-func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	role, done := fakeSession(w, r, "")
-	if done {
-		return
-	}
-	if r.Method != http.MethodGet {
-		f.posts = append(f.posts, r.Method+" "+r.URL.Path+" csrf="+r.Header.Get(wire.CSRFHeader))
-		if csrfRefused(w, r, role) {
-			return
-		}
-	}
-	switch r.URL.Path {
-	case wire.Prefix + "/clients":
-		json.NewEncoder(w).Encode(f.clients)
-	case wire.Prefix + "/things":
-		w.WriteHeader(http.StatusNoContent)
-	default:
-		apiError(w, http.StatusNotFound, "no such endpoint")
-	}
-}
 
 // fakeLogin answers the admin logout: 204 and a cleared cookie.
 type fakeLogin struct{ calls int }
@@ -69,9 +38,14 @@ func init() {
 	register(&page{Name: "testmaster", Title: "overview.title", Order: 1001, Min: wire.Master, Template: "overview"})
 }
 
-func newTestUI(t testing.TB) (*UI, *fakeAPI, *fakeLogin) {
+// newTestUI is a dashboard on the scripted admin API with one client,
+// no stats endpoint and the test page's POST /things.
+func newTestUI(t testing.TB) (*UI, *adminFake, *fakeLogin) {
 	t.Helper()
-	api, login := &fakeAPI{clients: []wire.ClientInfo{{ID: "c1", Name: "web-1", Hostnames: []string{"app.test"}, Healthy: true}}}, &fakeLogin{}
+	api, login := newAdminFake(), &fakeLogin{}
+	api.answer(http.MethodGet, "/clients", http.StatusOK, []wire.ClientInfo{{ID: "c1", Name: "web-1", Hostnames: []string{"app.test"}, Healthy: true}})
+	api.answer(http.MethodGet, "/stats", http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+	api.answer(http.MethodPost, "/things", http.StatusNoContent, nil)
 	u, err := New(Config{API: api, Login: login})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
@@ -182,16 +156,14 @@ func TestFormActions(t *testing.T) {
 			t.Errorf("%s: POST = %d, want 403", name, w.Code)
 		}
 	}
-	if len(api.posts) != 0 {
-		t.Fatalf("refused forms reached the API: %v", api.posts)
+	if calls := api.writes(); len(calls) != 0 {
+		t.Fatalf("refused forms reached the API: %v", calls)
 	}
 	w := post(t, u, action, wire.RoleOperator, url.Values{"csrf": {"tok-operator"}}, "Origin", "http://example.com")
 	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != UIPrefix+"testpage?done=poke" {
 		t.Fatalf("POST with token = %d %q, want 303 to the page", w.Code, w.Header().Get("Location"))
 	}
-	if len(api.posts) != 1 || api.posts[0] != "POST /aperio/api/things csrf=tok-operator" {
-		t.Errorf("API calls = %v, want one POST with the session's token", api.posts)
-	}
+	wantCalls(t, api, wire.RoleOperator, "POST /things")
 	if w := post(t, u, UIPrefix+"testpage/nosuch", wire.RoleOperator, url.Values{"csrf": {"tok-operator"}}); w.Code != http.StatusNotFound {
 		t.Errorf("unknown action = %d, want 404", w.Code)
 	}
