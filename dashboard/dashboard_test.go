@@ -78,11 +78,7 @@ func TestOverviewRenders(t *testing.T) {
 		t.Fatalf("GET / = %d, body %s", w.Code, w.Body)
 	}
 	b := w.Body.String()
-	for _, want := range []string{"web-1", "app.test", `data-csrf="tok-viewer"`, "<html lang=\"en\">", `aria-current="page"`} {
-		if !strings.Contains(b, want) {
-			t.Errorf("overview lacks %q", want)
-		}
-	}
+	contains(t, "overview", b, "web-1", "app.test", `data-csrf="tok-viewer"`, "<html lang=\"en\">", `aria-current="page"`)
 	if got := w.Header().Get("Cache-Control"); got != "no-store" {
 		t.Errorf("Cache-Control = %q, want no-store", got)
 	}
