@@ -166,6 +166,37 @@ func wantCalls(t testing.TB, f *adminFake, role string, want ...string) {
 	}
 }
 
+// badForm is a form a page's action refuses with 400 and msg.
+type badForm struct {
+	form url.Values
+	msg  string
+}
+
+// wantBadForms submits each form to action as role (with its CSRF token)
+// and fails t unless each answers 400 with its message.
+func wantBadForms(t testing.TB, u *UI, action, role string, forms map[string]badForm) {
+	t.Helper()
+	for name, c := range forms {
+		if code, b := submit(t, u, action, role, c.form); code != http.StatusBadRequest || !strings.Contains(b, c.msg) {
+			t.Errorf("%s: %s = %d, want 400 with %q", name, action, code, c.msg)
+		}
+	}
+}
+
+// badQuery is a page query the page refuses with 400 and msg.
+type badQuery struct{ q, msg string }
+
+// wantBadQueries GETs page?q for each query as role and fails t unless
+// each answers 400 with its message.
+func wantBadQueries(t testing.TB, u *UI, page, role string, queries map[string]badQuery) {
+	t.Helper()
+	for name, c := range queries {
+		if w := get(t, u, UIPrefix+page+"?"+c.q, role); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), c.msg) {
+			t.Errorf("%s: GET %s?%.40s = %d, want 400 with %q", name, page, c.q, w.Code, c.msg)
+		}
+	}
+}
+
 // contains fails t for each of want that body lacks.
 func contains(t testing.TB, what, body string, want ...string) {
 	t.Helper()
