@@ -129,7 +129,7 @@ func New(cfg Config) (*UI, error) {
 		}
 	}
 	for _, name := range []string{"login", "error"} {
-		t, err := template.New(name+".html").Funcs(funcs).ParseFS(templateFS, "templates/"+name+".html")
+		t, err := template.New(name+".html").Funcs(funcs).ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %s page: %w", name, err)
 		}
