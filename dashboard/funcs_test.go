@@ -70,3 +70,27 @@ func TestRowActionPartial(t *testing.T) {
 		t.Errorf("rowaction with odd args = %q, %v, want an error and no form", b, err)
 	}
 }
+
+// TestListPartial pins the list frame: the table with the page's head
+// and rows while there are items, only the none line without.
+func TestListPartial(t *testing.T) {
+	const page = `{{template "list" args "view" . "id" "things" "items" .Data "none" "None yet."}}` +
+		`{{define "list-head"}}<th scope="col">Name</th>{{end}}` +
+		`{{define "list-rows"}}{{range .Data}}<tr><td>{{.}}</td></tr>{{end}}{{end}}`
+	b, err := renderPart(t, page, &view{Data: []string{"a<b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<div class="table-wrap">`, `<table id="things">`, `<thead><tr><th scope="col">Name</th>`, `<tbody><tr><td>a&lt;b</td></tr>`} {
+		if !strings.Contains(b, want) {
+			t.Errorf("list with an item = %s, want it to contain %s", b, want)
+		}
+	}
+	if strings.Contains(b, "None yet.") {
+		t.Errorf("list with an item shows the none line: %s", b)
+	}
+	b, err = renderPart(t, page, &view{Data: []string{}})
+	if err != nil || strings.TrimSpace(b) != "<p>None yet.</p>" {
+		t.Errorf("empty list = %q, %v, want only <p>None yet.</p>", b, err)
+	}
+}
