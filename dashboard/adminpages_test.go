@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -83,30 +82,20 @@ func (f *adminFake) reads(path string) []fakeCall {
 }
 
 func (f *adminFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ck, err := r.Cookie("s")
-	if err != nil || ck.Value == "" {
-		w.WriteHeader(http.StatusUnauthorized)
-		json.NewEncoder(w).Encode(map[string]string{"error": "missing or invalid credentials"})
+	role, done := fakeSession(w, r, "org1")
+	if done {
 		return
 	}
-	role := ck.Value
 	path := strings.TrimPrefix(r.URL.Path, wire.Prefix)
-	if path == "/whoami" {
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, CSRF: "tok-" + role, OrgID: "org1"})
-		return
-	}
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
+	b, done := readBody(w, r)
+	if done {
 		return
 	}
 	f.mu.Lock()
-	f.calls = append(f.calls, fakeCall{r.Method, path, r.URL.RawQuery, string(b), r.Header.Get(wire.CSRFHeader)})
+	f.calls = append(f.calls, fakeCall{r.Method, path, r.URL.RawQuery, b, r.Header.Get(wire.CSRFHeader)})
 	a, ok := f.answers[r.Method+" "+path]
 	f.mu.Unlock()
-	if r.Method != http.MethodGet && r.Header.Get(wire.CSRFHeader) != "tok-"+role {
-		w.WriteHeader(http.StatusForbidden)
-		json.NewEncoder(w).Encode(map[string]string{"error": "missing or wrong X-Aperio-CSRF header"})
+	if r.Method != http.MethodGet && csrfRefused(w, r, role) {
 		return
 	}
 	if !ok {
@@ -114,8 +103,7 @@ func (f *adminFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Write([]byte("[]"))
 			return
 		}
-		w.WriteHeader(http.StatusNotFound)
-		json.NewEncoder(w).Encode(map[string]string{"error": "no such endpoint"})
+		apiError(w, http.StatusNotFound, "no such endpoint")
 		return
 	}
 	if a.body == nil {
@@ -175,6 +163,37 @@ func wantCalls(t testing.TB, f *adminFake, role string, want ...string) {
 	}
 	if strings.Join(gs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("API writes:\n%s\nwant:\n%s", strings.Join(gs, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// badForm is a form a page's action refuses with 400 and msg.
+type badForm struct {
+	form url.Values
+	msg  string
+}
+
+// wantBadForms submits each form to action as role (with its CSRF token)
+// and fails t unless each answers 400 with its message.
+func wantBadForms(t testing.TB, u *UI, action, role string, forms map[string]badForm) {
+	t.Helper()
+	for name, c := range forms {
+		if code, b := submit(t, u, action, role, c.form); code != http.StatusBadRequest || !strings.Contains(b, c.msg) {
+			t.Errorf("%s: %s = %d, want 400 with %q", name, action, code, c.msg)
+		}
+	}
+}
+
+// badQuery is a page query the page refuses with 400 and msg.
+type badQuery struct{ q, msg string }
+
+// wantBadQueries GETs page?q for each query as role and fails t unless
+// each answers 400 with its message.
+func wantBadQueries(t testing.TB, u *UI, page, role string, queries map[string]badQuery) {
+	t.Helper()
+	for name, c := range queries {
+		if w := get(t, u, UIPrefix+page+"?"+c.q, role); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), c.msg) {
+			t.Errorf("%s: GET %s?%.40s = %d, want 400 with %q", name, page, c.q, w.Code, c.msg)
+		}
 	}
 }
 

@@ -117,7 +117,7 @@ func New(cfg Config) (*UI, error) {
 	for _, p := range registered() {
 		u.pages[p.Name] = p
 		u.nav = append(u.nav, p)
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p.template()+".html")
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html", "templates/"+p.template()+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: page %s: %w", p.Name, err)
 		}
@@ -129,7 +129,7 @@ func New(cfg Config) (*UI, error) {
 		}
 	}
 	for _, name := range []string{"login", "error"} {
-		t, err := template.New(name+".html").Funcs(funcs).ParseFS(templateFS, "templates/"+name+".html")
+		t, err := template.New(name+".html").Funcs(funcs).ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %s page: %w", name, err)
 		}

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"compress/gzip"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,44 +15,6 @@ import (
 
 	"github.com/aperio-dev/aperio/wire"
 )
-
-// fakeAPI answers the admin API's routes the pages call, taking the
-// cookie "s=<role>" for a session of that role (csrf "tok-<role>") and
-// refusing anything else with 401, as the real API does.
-type fakeAPI struct {
-	clients []wire.ClientInfo
-	// posts records the state-changing calls with the CSRF header sent.
-	posts []string
-}
-
-func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, err := r.Cookie("s")
-	if err != nil || c.Value == "" {
-		w.WriteHeader(http.StatusUnauthorized)
-		json.NewEncoder(w).Encode(map[string]string{"error": "missing or invalid credentials"})
-		return
-	}
-	role := c.Value
-	if r.Method != http.MethodGet {
-		f.posts = append(f.posts, r.Method+" "+r.URL.Path+" csrf="+r.Header.Get(wire.CSRFHeader))
-		if r.Header.Get(wire.CSRFHeader) != "tok-"+role {
-			w.WriteHeader(http.StatusForbidden)
-			json.NewEncoder(w).Encode(map[string]string{"error": "missing or wrong X-Aperio-CSRF header"})
-			return
-		}
-	}
-	switch r.URL.Path {
-	case wire.Prefix + "/whoami":
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, CSRF: "tok-" + role})
-	case wire.Prefix + "/clients":
-		json.NewEncoder(w).Encode(f.clients)
-	case wire.Prefix + "/things":
-		w.WriteHeader(http.StatusNoContent)
-	default:
-		w.WriteHeader(http.StatusNotFound)
-		json.NewEncoder(w).Encode(map[string]string{"error": "no such endpoint"})
-	}
-}
 
 // fakeLogin answers the admin logout: 204 and a cleared cookie.
 type fakeLogin struct{ calls int }
@@ -77,43 +38,19 @@ func init() {
 	register(&page{Name: "testmaster", Title: "overview.title", Order: 1001, Min: wire.Master, Template: "overview"})
 }
 
-func newTestUI(t testing.TB) (*UI, *fakeAPI, *fakeLogin) {
+// newTestUI is a dashboard on the scripted admin API with one client,
+// no stats endpoint and the test page's POST /things.
+func newTestUI(t testing.TB) (*UI, *adminFake, *fakeLogin) {
 	t.Helper()
-	api, login := &fakeAPI{clients: []wire.ClientInfo{{ID: "c1", Name: "web-1", Hostnames: []string{"app.test"}, Healthy: true}}}, &fakeLogin{}
+	api, login := newAdminFake(), &fakeLogin{}
+	api.answer(http.MethodGet, "/clients", http.StatusOK, []wire.ClientInfo{{ID: "c1", Name: "web-1", Hostnames: []string{"app.test"}, Healthy: true}})
+	api.answer(http.MethodGet, "/stats", http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+	api.answer(http.MethodPost, "/things", http.StatusNoContent, nil)
 	u, err := New(Config{API: api, Login: login})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
 	return u, api, login
-}
-
-func get(t testing.TB, h http.Handler, path, role string, hdr ...string) *httptest.ResponseRecorder {
-	t.Helper()
-	r := httptest.NewRequest(http.MethodGet, path, nil)
-	if role != "" {
-		r.AddCookie(&http.Cookie{Name: "s", Value: role})
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-func post(t testing.TB, h http.Handler, path, role string, form url.Values, hdr ...string) *httptest.ResponseRecorder {
-	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(form.Encode()))
-	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if role != "" {
-		r.AddCookie(&http.Cookie{Name: "s", Value: role})
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
 }
 
 func TestPageNeedsLogin(t *testing.T) {
@@ -141,11 +78,7 @@ func TestOverviewRenders(t *testing.T) {
 		t.Fatalf("GET / = %d, body %s", w.Code, w.Body)
 	}
 	b := w.Body.String()
-	for _, want := range []string{"web-1", "app.test", `data-csrf="tok-viewer"`, "<html lang=\"en\">", `aria-current="page"`} {
-		if !strings.Contains(b, want) {
-			t.Errorf("overview lacks %q", want)
-		}
-	}
+	contains(t, "overview", b, "web-1", "app.test", `data-csrf="tok-viewer"`, "<html lang=\"en\">", `aria-current="page"`)
 	if got := w.Header().Get("Cache-Control"); got != "no-store" {
 		t.Errorf("Cache-Control = %q, want no-store", got)
 	}
@@ -219,16 +152,14 @@ func TestFormActions(t *testing.T) {
 			t.Errorf("%s: POST = %d, want 403", name, w.Code)
 		}
 	}
-	if len(api.posts) != 0 {
-		t.Fatalf("refused forms reached the API: %v", api.posts)
+	if calls := api.writes(); len(calls) != 0 {
+		t.Fatalf("refused forms reached the API: %v", calls)
 	}
 	w := post(t, u, action, wire.RoleOperator, url.Values{"csrf": {"tok-operator"}}, "Origin", "http://example.com")
 	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != UIPrefix+"testpage?done=poke" {
 		t.Fatalf("POST with token = %d %q, want 303 to the page", w.Code, w.Header().Get("Location"))
 	}
-	if len(api.posts) != 1 || api.posts[0] != "POST /aperio/api/things csrf=tok-operator" {
-		t.Errorf("API calls = %v, want one POST with the session's token", api.posts)
-	}
+	wantCalls(t, api, wire.RoleOperator, "POST /things")
 	if w := post(t, u, UIPrefix+"testpage/nosuch", wire.RoleOperator, url.Values{"csrf": {"tok-operator"}}); w.Code != http.StatusNotFound {
 		t.Errorf("unknown action = %d, want 404", w.Code)
 	}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"errors"
 	"fmt"
 	"html/template"
 	"strings"
@@ -46,4 +47,35 @@ var funcs = template.FuncMap{
 	"pct": func(f float64) string { return fmt.Sprintf("%.1f%%", f*100) },
 	// path is the path of the page called name.
 	"path": pagePath,
+	// args passes several values to a partial (parts.html):
+	// {{template "rowaction" args "view" $ "action" "/aperio/ui/..."}}.
+	"args": args,
+}
+
+// maxArgs bounds an args call: a partial takes a handful of values.
+const maxArgs = 32
+
+// args makes a map of alternating string keys and values. An odd count,
+// a key that is not a string, a repeated key or more than maxArgs pairs
+// is an error, which stops the template rather than rendering half a
+// form.
+func args(kv ...any) (map[string]any, error) {
+	if len(kv)%2 != 0 {
+		return nil, errors.New("dashboard: args: odd number of arguments")
+	}
+	if len(kv)/2 > maxArgs {
+		return nil, fmt.Errorf("dashboard: args: more than %d pairs", maxArgs)
+	}
+	m := make(map[string]any, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		k, ok := kv[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("dashboard: args: key %d is a %T, not a string", i/2, kv[i])
+		}
+		if _, dup := m[k]; dup {
+			return nil, fmt.Errorf("dashboard: args: key %q repeated", k)
+		}
+		m[k] = kv[i+1]
+	}
+	return m, nil
 }

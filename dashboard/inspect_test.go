@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -36,36 +35,19 @@ type inspectCall struct {
 }
 
 func (f *inspectFakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	fail := func(status int, msg string) {
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(map[string]string{"error": msg})
-	}
-	c, err := r.Cookie("s")
-	if err != nil || c.Value == "" {
-		fail(http.StatusUnauthorized, "missing or invalid credentials")
+	fail := func(status int, msg string) { apiError(w, status, msg) }
+	role, done := fakeSession(w, r, "")
+	if done {
 		return
 	}
-	role := c.Value
 	p := strings.TrimPrefix(r.URL.Path, wire.Prefix)
-	if p == "/whoami" {
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, CSRF: "tok-" + role})
+	b, done := readBody(w, r)
+	if done {
 		return
 	}
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		fail(http.StatusBadRequest, "unreadable body")
+	f.calls = append(f.calls, inspectCall{r.Method, r.URL.Path, r.Header.Get(wire.CSRFHeader), b})
+	if r.Method != http.MethodGet && (csrfRefused(w, r, role) || roleRefused(w, role, wire.RoleOperator, "this needs the operator role")) {
 		return
-	}
-	f.calls = append(f.calls, inspectCall{r.Method, r.URL.Path, r.Header.Get(wire.CSRFHeader), string(b)})
-	if r.Method != http.MethodGet {
-		if r.Header.Get(wire.CSRFHeader) != "tok-"+role {
-			fail(http.StatusForbidden, "missing or wrong X-Aperio-CSRF header")
-			return
-		}
-		if !roleAtLeast(role, wire.RoleOperator) {
-			fail(http.StatusForbidden, "this needs the operator role")
-			return
-		}
 	}
 	if rf, ok := f.refuse[r.Method+" "+p]; ok {
 		fail(rf.status, rf.msg)
@@ -162,16 +144,8 @@ func TestInspectListByRole(t *testing.T) {
 	} {
 		t.Run(c.role, func(t *testing.T) {
 			u, _ := newInspectUI(t)
-			w := get(t, u, UIPrefix+"inspect", c.role)
-			if w.Code != http.StatusOK {
-				t.Fatalf("GET inspect = %d, body %s", w.Code, w.Body)
-			}
-			b := w.Body.String()
-			for _, want := range []string{`href="/aperio/ui/inspect?hostname=app.test"`, "old.test", "9m 05s", "recording", "ended", "X-Api-Key", "16 KiB", `/aperio/ui/assets/inspect.js`} {
-				if !strings.Contains(b, want) {
-					t.Errorf("list lacks %q", want)
-				}
-			}
+			b := render(t, u, "inspect", c.role)
+			contains(t, "list", b, `href="/aperio/ui/inspect?hostname=app.test"`, "old.test", "9m 05s", "recording", "ended", "X-Api-Key", "16 KiB", `/aperio/ui/assets/inspect.js`)
 			for _, write := range []string{`action="/aperio/ui/inspect/start"`, `action="/aperio/ui/inspect/stop"`} {
 				if got := strings.Contains(b, write); got != c.canWrite {
 					t.Errorf("list shows %s: %t, want %t", write, got, c.canWrite)
@@ -201,11 +175,7 @@ func TestInspectCaptureAndDetailByRole(t *testing.T) {
 			if i2 < 0 || i1 < 0 || i2 > i1 {
 				t.Errorf("requests not listed newest first with links (req_2 at %d, req_1 at %d)", i2, i1)
 			}
-			for _, want := range []string{"43.2 ms", "sess-7", "201", `<span class="muted">429 ip</span>`, "&lt;script&gt;alert(1)&lt;/script&gt;", `data-host="app.test"`, `data-live="1"`} {
-				if !strings.Contains(b, want) {
-					t.Errorf("capture page lacks %q", want)
-				}
-			}
+			contains(t, "capture page", b, "43.2 ms", "sess-7", "201", `<span class="muted">429 ip</span>`, "&lt;script&gt;alert(1)&lt;/script&gt;", `data-host="app.test"`, `data-live="1"`)
 			if strings.Contains(b, "<script>alert") {
 				t.Errorf("a captured path is not escaped")
 			}
@@ -231,7 +201,7 @@ func TestInspectCaptureAndDetailByRole(t *testing.T) {
 			if curl == nil || curl[1] != "curl -X POST &#39;https://app.test/api/items?x=1&#39; -H &#39;X-Evil: &lt;script&gt;alert(1)&lt;/script&gt;&#39;" {
 				t.Errorf("curl block = %q", curl)
 			}
-			for _, want := range []string{
+			contains(t, "detail", b,
 				`data-copy="curl"`,
 				// Redacted values show as the placeholder, marked.
 				`<code>Authorization</code></th><td><span class="redacted">[redacted]</span>`,
@@ -245,11 +215,7 @@ func TestInspectCaptureAndDetailByRole(t *testing.T) {
 				// The timeline as a bar and as ms values.
 				`<svg class="timeline"`, `<rect x="34.7" y="2" width="541.0" height="20" fill="#2454c5">`, "1.5 ms", "2.5 ms", "41.5 ms", "43.2 ms",
 				"rid-1",
-			} {
-				if !strings.Contains(b, want) {
-					t.Errorf("detail lacks %q", want)
-				}
-			}
+			)
 		})
 	}
 }
@@ -381,11 +347,7 @@ func TestInspectReplay(t *testing.T) {
 		t.Errorf("API writes = %+v, want one POST to the replay path with the CSRF token", calls)
 	}
 	b := w.Body.String()
-	for _, want := range []string{"answered 201", `<a href="/aperio/ui/inspect?hostname=app.test&amp;id=req_3" id="replayed-link">req_3</a>`, "The request was replayed.", `id="curl"`} {
-		if !strings.Contains(b, want) {
-			t.Errorf("page after replay lacks %q", want)
-		}
-	}
+	contains(t, "page after replay", b, "answered 201", `<a href="/aperio/ui/inspect?hostname=app.test&amp;id=req_3" id="replayed-link">req_3</a>`, "The request was replayed.", `id="curl"`)
 
 	for name, form := range map[string]url.Values{
 		"bad-id":       {"hostname": {"app.test"}, "id": {"req_2/../../tokens"}},

@@ -52,7 +52,7 @@ func TestExplainPage(t *testing.T) {
 func TestExplainBadInput(t *testing.T) {
 	u, f := newAdminUI(t)
 	explainFixture(f)
-	for name, c := range map[string]struct{ q, msg string }{
+	wantBadQueries(t, u, "explain", wire.RoleViewer, map[string]badQuery{
 		"ftp":      {"url=ftp%3A%2F%2Fa.test%2F", "http or https URL"},
 		"no-host":  {"url=https%3A%2F%2F%2Fx", "http or https URL"},
 		"userinfo": {"url=https%3A%2F%2Fu%3Ap%40a.test%2F", "http or https URL"},
@@ -60,12 +60,7 @@ func TestExplainBadInput(t *testing.T) {
 		"zone-ip":  {"url=a.test&ip=fe80%3A%3A1%25eth0", "is not an IP address"},
 		"long-url": {"url=a.test%2F" + strings.Repeat("a", 1100), "longer than"},
 		"ctl-url":  {"url=a.test%2F%01", "control characters"},
-	} {
-		w := get(t, u, UIPrefix+"explain?"+c.q, wire.RoleViewer)
-		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), c.msg) {
-			t.Errorf("%s: explain = %d, want 400 with %q", name, w.Code, c.msg)
-		}
-	}
+	})
 	if r := f.reads("/explain"); len(r) != 0 {
 		t.Errorf("bad input reached the API: %v", r)
 	}

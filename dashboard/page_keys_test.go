@@ -52,20 +52,13 @@ func TestKeysCreateShowsSecretOnce(t *testing.T) {
 func TestKeysBadInput(t *testing.T) {
 	u, f := newAdminUI(t)
 	keysFixture(f)
-	for name, c := range map[string]struct {
-		form url.Values
-		msg  string
-	}{
+	wantBadForms(t, u, "keys/create", wire.RoleAdmin, map[string]badForm{
 		"no-name":    {url.Values{"role": {"viewer"}}, "Name is required."},
 		"bad-role":   {url.Values{"name": {"n"}, "role": {"master"}}, "Role must be viewer, operator or admin."},
 		"no-role":    {url.Values{"name": {"n"}}, "Role must be"},
 		"newline":    {url.Values{"name": {"a\nb"}, "role": {"viewer"}}, "control characters"},
 		"org-as-key": {url.Values{"name": {"n"}, "role": {"viewer"}, "org_id": {"org2"}}, "no valid item"},
-	} {
-		if code, b := submit(t, u, "keys/create", wire.RoleAdmin, c.form); code != http.StatusBadRequest || !strings.Contains(b, c.msg) {
-			t.Errorf("%s: create = %d, want 400 with %q", name, code, c.msg)
-		}
-	}
+	})
 	if code, _ := submit(t, u, "keys/delete", wire.RoleAdmin, url.Values{"id": {"../tokens"}}); code != http.StatusBadRequest {
 		t.Errorf("delete with a path for an id = %d, want 400", code)
 	}

@@ -56,10 +56,7 @@ func TestWebhooksCreateAndDelete(t *testing.T) {
 func TestWebhooksBadInput(t *testing.T) {
 	u, f := newAdminUI(t)
 	webhooksFixture(f)
-	for name, c := range map[string]struct {
-		form url.Values
-		msg  string
-	}{
+	wantBadForms(t, u, "webhooks/create", wire.RoleAdmin, map[string]badForm{
 		"no-url":       {url.Values{"events": {"scaling_failed"}}, "URL is required."},
 		"relative":     {url.Values{"url": {"/hook"}, "events": {"scaling_failed"}}, "absolute http or https"},
 		"ftp":          {url.Values{"url": {"ftp://x.example"}, "events": {"scaling_failed"}}, "absolute http or https"},
@@ -69,12 +66,7 @@ func TestWebhooksBadInput(t *testing.T) {
 		"ctl-secret":   {url.Values{"url": {"https://x.example/"}, "events": {"scaling_failed"}, "secret": {"a\x01b"}}, "control characters"},
 		"long-secret":  {url.Values{"url": {"https://x.example/"}, "events": {"scaling_failed"}, "secret": {strings.Repeat("s", maxFieldBytes+1)}}, "longer than"},
 		"keeps-events": {url.Values{"url": {"nope"}, "events": {"maintenance_on"}}, `value="maintenance_on" checked`},
-	} {
-		code, b := submit(t, u, "webhooks/create", wire.RoleAdmin, c.form)
-		if code != http.StatusBadRequest || !strings.Contains(b, c.msg) {
-			t.Errorf("%s: create = %d, want 400 with %q", name, code, c.msg)
-		}
-	}
+	})
 	wantCalls(t, f, wire.RoleAdmin)
 	f.answer(http.MethodPost, "/webhooks", http.StatusBadRequest, map[string]string{"error": "url is not permitted by the outbound policy: private address"})
 	if code, b := submit(t, u, "webhooks/create", wire.RoleAdmin, url.Values{"url": {"https://10.0.0.1/"}, "events": {"scaling_failed"}, "secret": {"s"}}); code != http.StatusBadRequest || !strings.Contains(b, "outbound policy: private address") || strings.Contains(b, `value="s"`) {

@@ -68,18 +68,12 @@ func newRealUI(t *testing.T) (*UI, *admin.API) {
 // nil, else a form post with the CSRF token.
 func realDo(t *testing.T, u *UI, cred, path string, form url.Values) *httptest.ResponseRecorder {
 	t.Helper()
-	var r *http.Request
-	if form == nil {
-		r = httptest.NewRequest(http.MethodGet, UIPrefix+path, nil)
-	} else {
+	r := httptest.NewRequest(http.MethodGet, UIPrefix+path, nil)
+	if form != nil {
 		form.Set("csrf", "tok")
-		r = httptest.NewRequest(http.MethodPost, UIPrefix+path, strings.NewReader(form.Encode()))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r = formRequest(UIPrefix+path, form)
 	}
-	r.AddCookie(&http.Cookie{Name: "bearer", Value: cred})
-	w := httptest.NewRecorder()
-	u.ServeHTTP(w, r)
-	return w
+	return send(t, u, r, &http.Cookie{Name: "bearer", Value: cred})
 }
 
 // realWant fails t unless w has status code and contains every want.

@@ -27,14 +27,8 @@ type fakeScalingAPI struct {
 }
 
 func (f *fakeScalingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c, err := r.Cookie("s")
-	if err != nil || c.Value == "" {
-		writeJSONErr(w, http.StatusUnauthorized, "missing or invalid credentials")
-		return
-	}
-	role := c.Value
-	if r.URL.Path == wire.Prefix+"/whoami" {
-		json.NewEncoder(w).Encode(wire.WhoAmI{Actor: "key:k1", Role: role, OrgID: "o1", CSRF: "tok-" + role})
+	role, done := fakeSession(w, r, "o1")
+	if done {
 		return
 	}
 	f.calls = append(f.calls, r.Method+" "+r.URL.Path+" csrf="+r.Header.Get(wire.CSRFHeader))
@@ -50,7 +44,7 @@ func (f *fakeScalingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id, ok := strings.CutPrefix(r.URL.Path, wire.Prefix+"/scaling/")
 	if !ok {
-		writeJSONErr(w, http.StatusNotFound, "no such endpoint")
+		apiError(w, http.StatusNotFound, "no such endpoint")
 		return
 	}
 	var rec *wire.ScalingRecord
@@ -62,34 +56,24 @@ func (f *fakeScalingAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
 		if rec == nil {
-			writeJSONErr(w, http.StatusNotFound, "scaling record "+strconv.Quote(id)+" not found")
+			apiError(w, http.StatusNotFound, "scaling record "+strconv.Quote(id)+" not found")
 			return
 		}
 		d := f.history[id]
 		d.ScalingRecord = *rec
 		json.NewEncoder(w).Encode(d)
 	case http.MethodDelete:
-		if r.Header.Get(wire.CSRFHeader) != "tok-"+role {
-			writeJSONErr(w, http.StatusForbidden, "missing or wrong X-Aperio-CSRF header")
-			return
-		}
-		if !roleAtLeast(role, wire.RoleOperator) {
-			writeJSONErr(w, http.StatusForbidden, "this needs role operator")
+		if csrfRefused(w, r, role) || roleRefused(w, role, wire.RoleOperator, "this needs role operator") {
 			return
 		}
 		if rec == nil {
-			writeJSONErr(w, http.StatusNotFound, "scaling record "+strconv.Quote(id)+" not found")
+			apiError(w, http.StatusNotFound, "scaling record "+strconv.Quote(id)+" not found")
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		writeJSONErr(w, http.StatusMethodNotAllowed, "method not allowed")
+		apiError(w, http.StatusMethodNotAllowed, "method not allowed")
 	}
-}
-
-func writeJSONErr(w http.ResponseWriter, code int, msg string) {
-	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
 func fptr(f float64) *float64 { return &f }
@@ -144,21 +128,13 @@ func TestScalingListRenders(t *testing.T) {
 	u, api := newScalingUI(t)
 	for _, role := range []string{wire.RoleViewer, wire.RoleOperator} {
 		t.Run(role, func(t *testing.T) {
-			w := get(t, u, UIPrefix+"scaling", role)
-			if w.Code != http.StatusOK {
-				t.Fatalf("GET scaling = %d, body %s", w.Code, w.Body)
-			}
-			b := w.Body.String()
-			for _, want := range []string{
+			b := render(t, u, "scaling", role)
+			contains(t, "list", b,
 				`href="/aperio/ui/scaling?id=scl_a"`, "app.test/api", "hooks.example:8443", "1–5",
 				"85% / 80%", `<span class="badge ok">armed</span>`,
 				`href="/aperio/ui/scaling?id=scl_b"`, `<span class="badge bad">disarmed</span>`, `<td class="num">5</td>`,
 				"2026-11-29 19:21:00Z", "scale out", "202", "never called",
-			} {
-				if !strings.Contains(b, want) {
-					t.Errorf("list lacks %q", want)
-				}
-			}
+			)
 			for _, leak := range []string{"HOOKSECRET", "/scale?", "other-org.test", disarmAction} {
 				if strings.Contains(b, leak) {
 					t.Errorf("list shows %q", leak)
@@ -194,23 +170,15 @@ func TestScalingDetailRoles(t *testing.T) {
 		disarm bool
 	}{{wire.RoleViewer, false}, {wire.RoleOperator, true}, {wire.RoleAdmin, true}} {
 		t.Run(c.role, func(t *testing.T) {
-			w := get(t, u, UIPrefix+"scaling?id=scl_a", c.role)
-			if w.Code != http.StatusOK {
-				t.Fatalf("GET detail = %d, body %s", w.Code, w.Body)
-			}
-			b := w.Body.String()
-			for _, want := range []string{
+			b := render(t, u, "scaling?id=scl_a", c.role)
+			contains(t, "detail", b,
 				`data-id="scl_a" data-seq="7"`, `data-field="instances">2<`, `data-field="capacity">20<`, `data-field="inflight">17<`,
 				`data-field="utilization">85%<`, "hooks.example:8443", "45s", "1m0s",
 				// the decisions, newest first
 				"utilization at or above target for a whole window", "2 → 3", `<span class="bad">failed</span>`,
 				"provider answered 503", "16 samples", `aria-label="85% 90% 95%"`, "held by the cooldown", "×41",
 				`src="/aperio/ui/assets/scaling.js"`,
-			} {
-				if !strings.Contains(b, want) {
-					t.Errorf("detail lacks %q", want)
-				}
-			}
+			)
 			if strings.Index(b, "2 → 3") > strings.Index(b, "2 → 2") {
 				t.Errorf("decisions are not newest first")
 			}
@@ -218,11 +186,7 @@ func TestScalingDetailRoles(t *testing.T) {
 				t.Errorf("disarm form shown = %v, want %v", got, c.disarm)
 			}
 			if c.disarm {
-				for _, want := range []string{`name="id" value="scl_a"`, `name="csrf" value="tok-` + c.role + `"`, `data-confirm="Disarm this scaling record?`} {
-					if !strings.Contains(b, want) {
-						t.Errorf("disarm form lacks %q", want)
-					}
-				}
+				contains(t, "disarm form", b, `name="id" value="scl_a"`, `name="csrf" value="tok-`+c.role+`"`, `data-confirm="Disarm this scaling record?`)
 			}
 		})
 	}
@@ -234,16 +198,12 @@ func TestScalingDetailRoles(t *testing.T) {
 func TestScalingDetailChart(t *testing.T) {
 	u, _ := newScalingUI(t)
 	b := get(t, u, UIPrefix+"scaling?id=scl_a", wire.RoleViewer).Body.String()
-	for _, want := range []string{
+	contains(t, "chart", b,
 		`<svg class="chart" id="scaling-chart" role="img" aria-label="Utilization over the last 3 samples: now 85%, target 80%"`,
 		`<polyline points="44,150 614,80 1184,10"/>`,
 		`id="scaling-target" x1="44" y1="38" x2="1184" y2="38"`, `stroke-dasharray="6 4"`,
 		`cx="1184" cy="10"`, `data-x="44" data-y="10" data-w="1140" data-h="140" data-ymax="1"`, ">0%<", ">50%<", ">100%<", ">19:22:00<", ">19:22:02<", "Target 80%",
-	} {
-		if !strings.Contains(b, want) {
-			t.Errorf("chart lacks %q", want)
-		}
-	}
+	)
 	if strings.Count(b, `<polyline`) != 2 { // the chart's one line and one sparkline
 		t.Errorf("detail has %d polylines, want 2", strings.Count(b, `<polyline`))
 	}
@@ -357,17 +317,9 @@ func TestScalingDisarm(t *testing.T) {
 func TestScalingGerman(t *testing.T) {
 	u, _ := newScalingUI(t)
 	b := get(t, u, UIPrefix+"scaling", wire.RoleOperator, "Accept-Language", "de").Body.String()
-	for _, want := range []string{`lang="de"`, "<h1>Autoskalierung</h1>", "Hostname und Pfad", "deaktiviert", "hochskalieren"} {
-		if !strings.Contains(b, want) {
-			t.Errorf("German list lacks %q", want)
-		}
-	}
+	contains(t, "German list", b, `lang="de"`, "<h1>Autoskalierung</h1>", "Hostname und Pfad", "deaktiviert", "hochskalieren")
 	b = get(t, u, UIPrefix+"scaling?id=scl_a", wire.RoleOperator, "Accept-Language", "de").Body.String()
-	for _, want := range []string{"Auslastung über die letzten 3 Messwerte", "Letzte Entscheidungen", "fehlgeschlagen", "zurückgehalten", "Eintrag deaktivieren", "16 Messwerte"} {
-		if !strings.Contains(b, want) {
-			t.Errorf("German detail lacks %q", want)
-		}
-	}
+	contains(t, "German detail", b, "Auslastung über die letzten 3 Messwerte", "Letzte Entscheidungen", "fehlgeschlagen", "zurückgehalten", "Eintrag deaktivieren", "16 Messwerte")
 }
 
 func TestUtilChart(t *testing.T) {

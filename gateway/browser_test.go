@@ -209,6 +209,13 @@ func (b *browser) location(t *testing.T) string {
 	return loc
 }
 
+// acceptConfirms makes the page's confirmations (a form's data-confirm)
+// answer yes until the next page load.
+func (b *browser) acceptConfirms(t *testing.T) {
+	t.Helper()
+	b.eval(t, "(() => { window.confirm = () => true; return true; })()")
+}
+
 // viewport resizes the page's viewport (a phone's width, say).
 func (b *browser) viewport(t *testing.T, width, height int64) {
 	t.Helper()

@@ -50,7 +50,7 @@ func TestDashboardOpsPagesInBrowser(t *testing.T) {
 
 	// Disable it from its button (the confirmation accepted), see it
 	// disabled, and enable it again.
-	b.eval(t, "window.confirm = () => true")
+	b.acceptConfirms(t)
 	b.click(t, `#clients-table button[data-action="disable"]`, ".notice.done")
 	b.waitText(t, "#clients-table tbody", "Enable")
 	b.click(t, `#clients-table button[data-action="enable"]`, ".notice.done")

@@ -9,13 +9,6 @@ import (
 	"testing"
 )
 
-// acceptConfirms makes the page's next confirmation (data-confirm) answer
-// yes: headless Chromium would otherwise hold the click on the dialog.
-func acceptConfirms(t *testing.T, b *browser) {
-	t.Helper()
-	b.eval(t, "(() => { window.confirm = () => true; return true; })()")
-}
-
 // visitorGets waits until a visitor of app.test gets status, up to
 // waitFor: maintenance reaches the router through the store's change
 // feed.
@@ -54,7 +47,7 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	if b.has(t, "#new-secret") {
 		t.Errorf("the tokens page shows the secret again")
 	}
-	acceptConfirms(t, b)
+	b.acceptConfirms(t)
 	b.click(t, `#tokens tr:has(form[action$="/revoke"]) button`, "")
 	b.waitText(t, ".notice.done", "The token was revoked.")
 	b.waitText(t, "#tokens", "revoked")
@@ -72,7 +65,7 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	b.waitText(t, "#maintenance", appHost)
 	b.screenshot(t, "maintenance")
 	visitorGets(t, st, http.StatusServiceUnavailable)
-	acceptConfirms(t, b)
+	b.acceptConfirms(t)
 	b.click(t, `#maintenance form[action$="/clear"] button`, "")
 	b.waitText(t, ".notice.done", "Maintenance is off.")
 	visitorGets(t, st, http.StatusOK)

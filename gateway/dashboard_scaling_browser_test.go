@@ -129,7 +129,7 @@ func TestDashboardScalingInBrowser(t *testing.T) {
 	}
 
 	// Disarm, confirming the question data-confirm asks.
-	b.eval(t, `window.confirm = () => true`)
+	b.acceptConfirms(t)
 	b.click(t, "#disarm", ".notice.done")
 	b.waitText(t, ".notice.done", "disarmed")
 	if loc := b.location(t); !strings.HasSuffix(loc, "/aperio/ui/scaling?done=disarm") {
