@@ -229,7 +229,7 @@ func TestClientsPageRoles(t *testing.T) {
 			t.Errorf("clients page lacks %q", want)
 		}
 	}
-	for _, bad := range []string{`data-action="disable"`, `data-action="enable"`, `data-action="drain"`, "/aperio/ui/clients/disable", "/aperio/ui/clients/enable", "/aperio/ui/clients/drain"} {
+	for _, bad := range []string{`data-action="disable"`, `data-action="enable"`, "/aperio/ui/clients/disable", "/aperio/ui/clients/enable"} {
 		if strings.Contains(vb, bad) {
 			t.Errorf("a viewer's clients page has a write control: %q", bad)
 		}
@@ -242,16 +242,6 @@ func TestClientsPageRoles(t *testing.T) {
 	}
 	if n := strings.Count(op, `data-action="enable"`); n != 1 {
 		t.Errorf("operator's page has %d enable buttons, want 1", n)
-	}
-	// Drain, beside it, once per connection whose first row does not say
-	// draining: web-1 and the worker.
-	if n, want := strings.Count(op, `data-action="drain"`), 2; n != want {
-		t.Errorf("operator's page has %d drain buttons, want %d (one per connection not draining)", n, want)
-	}
-	for _, want := range []string{`action="/aperio/ui/clients/drain"`, `data-confirm="Drain web-1?`, `aria-label="Drain web-1"`} {
-		if !strings.Contains(op, want) {
-			t.Errorf("operator's clients page lacks %q", want)
-		}
 	}
 	for _, want := range []string{
 		`action="/aperio/ui/clients/disable"`, `<input type="hidden" name="id" value="c1">`, `name="csrf" value="tok-operator"`,
@@ -490,23 +480,4 @@ func FuzzTrafficFilter(f *testing.F) {
 			t.Fatalf("filter %q: GET = %d, want 200 or 400", q, w.Code)
 		}
 	})
-}
-
-// TestClientsDrainButtonHidden: a client that already announces draining
-// offers no Drain button, and a viewer's POST to drain is refused by the
-// API with its message.
-func TestClientsDrainButtonHidden(t *testing.T) {
-	u, api := newOpsUI(t)
-	api.clients = []wire.ClientInfo{{ID: "c5", Name: "leaving", Hostnames: []string{"a.test"}, Healthy: true, Draining: true}}
-	op := get(t, u, UIPrefix+"clients", wire.RoleOperator).Body.String()
-	if strings.Contains(op, `data-action="drain"`) {
-		t.Error("a draining client offers a Drain button")
-	}
-	if !strings.Contains(op, `data-action="disable"`) {
-		t.Error("a draining client lost its Disable button")
-	}
-	w := post(t, u, UIPrefix+"clients/drain", wire.RoleViewer, url.Values{"csrf": {"tok-viewer"}, "id": {"c5"}})
-	if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "operator role") {
-		t.Errorf("viewer drain = %d, want 403 with the API's message; body %s", w.Code, w.Body)
-	}
 }
