@@ -1,7 +1,8 @@
 // Package agent owns the aperio-client process: it turns the client's
 // configuration into tunnels to every configured server, forwards the
 // requests they carry to the local targets, probes the targets' health,
-// and drains gracefully on shutdown or after idle_timeout.
+// and drains gracefully on shutdown, after idle_timeout or when a server
+// asks it to (an operator's drain, carried on a heartbeat's ack).
 package agent
 
 import (
