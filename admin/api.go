@@ -139,6 +139,9 @@ type Config struct {
 	// Nil means none can be: POST /clients/{id}/disable and /enable
 	// answer 404.
 	Disabler ClientDisabler
+	// Drainer asks connected clients to retire. Nil means none can be:
+	// POST /clients/{id}/drain answers 404.
+	Drainer ClientDrainer
 	// Scaling lists and disarms scaling records. Nil means autoscaling is
 	// off: GET /scaling answers an empty list and DELETE /scaling/{id}
 	// answers 404. It must be nil itself then, not an interface holding a
@@ -273,8 +276,9 @@ type API struct {
 	explain  Explainer
 	shares   ShareMinter // nil when share links are off
 	events   MaintenanceEvents
-	traffic  Traffic // nil when there are no figures
-	stream   Stream  // nil when the live stream is off
+	traffic  Traffic       // nil when there are no figures
+	stream   Stream        // nil when the live stream is off
+	drainer  ClientDrainer // nil when clients cannot be asked to retire
 	// heartbeat and streamWrite are the stream's comment interval and
 	// write deadline.
 	heartbeat, streamWrite time.Duration
@@ -300,6 +304,7 @@ func New(cfg Config) (*API, error) {
 		store:       cfg.Store,
 		clients:     cfg.Clients,
 		disabler:    cfg.Disabler,
+		drainer:     cfg.Drainer,
 		scaling:     cfg.Scaling,
 		fence:       cfg.Outbound,
 		explain:     cfg.Explainer,
@@ -364,6 +369,7 @@ func (a *API) routeTable() []route {
 		{http.MethodGet, "/clients", roleViewer, a.listClients},
 		{http.MethodPost, "/clients/{id}/disable", roleOperator, a.disableClient},
 		{http.MethodPost, "/clients/{id}/enable", roleOperator, a.enableClient},
+		{http.MethodPost, "/clients/{id}/drain", roleOperator, a.drainClient},
 		{http.MethodGet, "/scaling", roleViewer, a.listScaling},
 		{http.MethodGet, "/scaling/{id}", roleViewer, a.getScaling},
 		{http.MethodDelete, "/scaling/{id}", roleOperator, a.disarmScaling},

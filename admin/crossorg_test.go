@@ -49,7 +49,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	}
 	in := newTestInspector(t)
 	traffic := &fakeTraffic{hosts: []string{"a.test", "traffic.b.test", "__other"}, held: 1}
-	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Drainer: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
 		Traffic: traffic, Stream: newHub(t, telemetry.HubConfig{}), Inspector: in, Replay: fakePipeline(in)})
 	f.clients, f.scaling = base.clients, base.scaling
 	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}, keySessions: map[string]*keySession{}}
@@ -215,6 +215,9 @@ var matrix = []matrixCase{
 	}, own: 204, other: 404, master: 204},
 	{method: "POST", pattern: "/clients/{id}/enable", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/enable", ""
+	}, own: 204, other: 404, master: 204},
+	{method: "POST", pattern: "/clients/{id}/drain", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/drain", ""
 	}, own: 204, other: 404, master: 204},
 	{method: "GET", pattern: "/scaling", req: fixed("/scaling"), own: 200, other: 200, master: 200, listing: true},
 	{method: "GET", pattern: "/scaling/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {

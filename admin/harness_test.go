@@ -50,8 +50,9 @@ func (c *clock) Advance(d time.Duration) {
 
 // fakeClients is a ClientLister with a fixed list.
 type fakeClients struct {
-	mu   sync.Mutex // guards list
-	list []admin.ClientInfo
+	mu      sync.Mutex // guards list and drained
+	list    []admin.ClientInfo
+	drained []string // the id of every DrainClient call that found its client, in order
 }
 
 func (f *fakeClients) Clients() []admin.ClientInfo {
@@ -71,6 +72,26 @@ func (f *fakeClients) SetClientDisabled(id string, disabled bool) error {
 		}
 	}
 	return admin.ErrNoClient
+}
+
+// DrainClient implements admin.ClientDrainer over the list.
+func (f *fakeClients) DrainClient(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.list {
+		if f.list[i].ID == id {
+			f.drained = append(f.drained, id)
+			return nil
+		}
+	}
+	return admin.ErrNoClient
+}
+
+// drains returns the ids DrainClient was called with, in order.
+func (f *fakeClients) drains() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.drained...)
 }
 
 func (f *fakeClients) set(l ...admin.ClientInfo) {

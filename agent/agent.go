@@ -1,7 +1,8 @@
 // Package agent owns the aperio-client process: it turns the client's
 // configuration into tunnels to every configured server, forwards the
 // requests they carry to the local targets, probes the targets' health,
-// and drains gracefully on shutdown or after idle_timeout.
+// and drains gracefully on shutdown, after idle_timeout or when a server
+// asks it to (an operator's drain, carried on a heartbeat's ack).
 package agent
 
 import (
@@ -63,6 +64,10 @@ type Agent struct {
 	// it is set.
 	routableSince atomic.Int64
 	routable      chan struct{}
+	// drainAsked carries the URL of the first server whose ack asked the
+	// client to retire (an operator's drain); capacity 1, later asks are
+	// dropped, since one retires the whole process.
+	drainAsked chan string
 }
 
 // service is one configured target.
@@ -86,6 +91,15 @@ type service struct {
 	limiter *concurrency.Limiter
 }
 
+// askDrain records that the server at url asked the client to retire. It
+// never blocks: it runs on that tunnel's control loop, once per ack.
+func (a *Agent) askDrain(url string) {
+	select {
+	case a.drainAsked <- url:
+	default:
+	}
+}
+
 // New checks cfg and builds the agent.
 func New(cfg config.Client, opts Options) (*Agent, error) {
 	if len(cfg.Services) == 0 {
@@ -102,6 +116,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		healthChange: make(chan struct{}, 1),
 		limitChange:  make(chan struct{}, 1),
 		routable:     make(chan struct{}, 1),
+		drainAsked:   make(chan string, 1),
 		statusSocket: cfg.StatusSocket,
 	}
 	if opts.StatusSocket != "" {
@@ -136,6 +151,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 			Forwarder:   a,
 			Logger:      log,
 			OnConnect:   func(string) { a.markRoutable() },
+			OnDrain:     func() { a.askDrain(u) },
 			DialContext: opts.DialServer,
 			TLSConfig:   opts.TLSConfig,
 		})

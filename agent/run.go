@@ -13,11 +13,14 @@ import (
 // ErrIdle is returned by Run when the client retired after idle_timeout.
 var ErrIdle = errors.New("agent: idle timeout reached")
 
-// Run holds the tunnels, probes health and watches idleness until ctx ends
-// or idle_timeout passes, then drains: it announces draining, waits for the
-// server to acknowledge, lets in-flight requests finish (up to
-// drain_timeout) and closes the tunnels. It returns nil after a drain on
-// ctx, ErrIdle after an idle retirement.
+// Run holds the tunnels, probes health and watches idleness until ctx
+// ends, idle_timeout passes or a server asks the client to drain (an
+// operator's POST /clients/{id}/drain, carried on a heartbeat's ack), then
+// drains: it announces draining to every server, waits for them to
+// acknowledge, lets in-flight requests finish (up to drain_timeout) and
+// closes the tunnels. A drain asked by one of several servers retires the
+// whole process. It returns nil after a drain on ctx or a server's ask,
+// ErrIdle after an idle retirement.
 func (a *Agent) Run(ctx context.Context) error {
 	tctx, stopTunnels := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopTunnels()
@@ -52,14 +55,19 @@ func (a *Agent) Run(ctx context.Context) error {
 	return reason
 }
 
-// waitForStop blocks until ctx ends (nil) or the client has been idle for
+// waitForStop blocks until ctx ends or a server asks the client to drain
+// (nil), or the client has been idle for
 // idle_timeout (ErrIdle): since its last request, or, before its first,
 // since it became routable, so that an instance started for nothing (a
 // cold start whose visitor gave up, a scale-out the load never reached)
 // retires too. A client that never became routable waits.
 func (a *Agent) waitForStop(ctx context.Context) error {
 	if a.cfg.IdleTimeout <= 0 {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case u := <-a.drainAsked:
+			a.log.Info("server asked to drain", logkey.ServerURL, u)
+		}
 		return nil
 	}
 	t := time.NewTimer(a.cfg.IdleTimeout)
@@ -67,6 +75,9 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			return nil
+		case u := <-a.drainAsked:
+			a.log.Info("server asked to drain", logkey.ServerURL, u)
 			return nil
 		case <-t.C:
 		case <-a.routable:

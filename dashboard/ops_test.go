@@ -43,7 +43,7 @@ func (f *opsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case f.refuseStatus != 0:
 			apiError(w, f.refuseStatus, f.refuseMsg)
-		case regexp.MustCompile(`^/aperio/api/clients/[^/]+/(disable|enable)$`).MatchString(r.URL.Path):
+		case regexp.MustCompile(`^/aperio/api/clients/[^/]+/(disable|enable|drain)$`).MatchString(r.URL.Path):
 			w.WriteHeader(http.StatusNoContent)
 		default:
 			apiError(w, http.StatusNotFound, "no such endpoint")
@@ -232,7 +232,7 @@ func TestClientsPageRoles(t *testing.T) {
 }
 
 func TestClientsActions(t *testing.T) {
-	for _, verb := range []string{"disable", "enable"} {
+	for _, verb := range []string{"disable", "enable", "drain"} {
 		t.Run(verb, func(t *testing.T) {
 			u, api := newOpsUI(t)
 			w := post(t, u, UIPrefix+"clients/"+verb, wire.RoleOperator, url.Values{"csrf": {"tok-operator"}, "id": {"c1"}})
@@ -243,7 +243,7 @@ func TestClientsActions(t *testing.T) {
 				t.Errorf("API calls = %q, want %q", got, want)
 			}
 			done := get(t, u, UIPrefix+"clients?done="+verb, wire.RoleOperator).Body.String()
-			if want := map[string]string{"disable": "The client is disabled", "enable": "The client is enabled again"}[verb]; !strings.Contains(done, want) {
+			if want := map[string]string{"disable": "The client is disabled", "enable": "The client is enabled again", "drain": "The client was asked to drain"}[verb]; !strings.Contains(done, want) {
 				t.Errorf("page after %s lacks %q", verb, want)
 			}
 		})

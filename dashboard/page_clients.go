@@ -8,10 +8,9 @@ import (
 	"github.com/aperio-dev/aperio/wire"
 )
 
-// The clients page has no "drain": the tunnel protocol has no message by
-// which the server asks one client to drain (the client drains itself on
-// SIGTERM or idle_timeout and announces it). Disable is the server's own
-// lever: the client takes no new requests, its tunnel stays up.
+// The clients page's levers over one connection: Disable is the server's
+// own (the client takes no new requests, its tunnel stays up); Drain asks
+// the client process to retire, on its next heartbeat's ack.
 
 func init() {
 	register(&page{
@@ -21,6 +20,7 @@ func init() {
 		Actions: map[string]func(*Ctx) (any, error){
 			"disable": clientAction("disable"),
 			"enable":  clientAction("enable"),
+			"drain":   clientAction("drain"),
 		},
 	})
 }
@@ -96,7 +96,8 @@ func validClientID(id string) bool {
 	return true
 }
 
-// clientAction is the disable or enable form: POST /clients/{id}/<verb>.
+// clientAction is the disable, enable or drain form: POST
+// /clients/{id}/<verb>.
 func clientAction(verb string) func(*Ctx) (any, error) {
 	return func(c *Ctx) (any, error) {
 		id := c.Form("id")

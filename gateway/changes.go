@@ -226,6 +226,18 @@ func (g *Gateway) SetClientDisabled(id string, disabled bool) error {
 	return err
 }
 
+// DrainClient implements admin.ClientDrainer: the session whose id is id
+// says drain on every ack from now on (tunnel.Session.AskDrain).
+func (g *Gateway) DrainClient(id string) error {
+	for _, s := range g.tunnels.Sessions() {
+		if s.ID() == id {
+			s.AskDrain()
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s", admin.ErrNoClient, id)
+}
+
 // Clients implements admin.ClientLister: one entry per connected client
 // and announced service.
 func (g *Gateway) Clients() []admin.ClientInfo {

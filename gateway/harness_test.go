@@ -150,6 +150,26 @@ type testAgent struct {
 	// stop cancels Run (the SIGTERM path) and returns its result. It is
 	// idempotent.
 	stop func() error
+	// exited is closed once Run returned, on its own or after stop; res
+	// is its result then.
+	exited chan struct{}
+	res    error
+}
+
+// waitExit waits up to timeout for Run to return on its own (a drain or
+// an idle retirement) and returns its result; it fails the test if Run
+// is still going.
+func (ta *testAgent) waitExit(t testing.TB, timeout time.Duration) error {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-ta.exited:
+		return ta.res
+	case <-timer.C:
+		t.Fatalf("agent Run still going after %v", timeout)
+		return nil
+	}
 }
 
 // agentConfig returns a client configuration holding one tunnel to s and
@@ -178,16 +198,18 @@ func startAgent(t testing.TB, s *testServer, cfg config.Client) *testAgent {
 		t.Fatalf("agent.New() = %v, want nil", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	ta := &testAgent{}
+	ta := &testAgent{exited: make(chan struct{})}
+	go func() {
+		defer close(ta.exited)
+		ta.res = a.Run(ctx)
+	}()
 	ta.stop = sync.OnceValue(func() error {
 		cancel()
 		timer := time.NewTimer(cfg.DrainTimeout + 20*time.Second)
 		defer timer.Stop()
 		select {
-		case err := <-done:
-			return err
+		case <-ta.exited:
+			return ta.res
 		case <-timer.C:
 			return errors.New("Run did not return after its ctx ended")
 		}

@@ -81,6 +81,11 @@ type ClientConfig struct {
 	// end (notices from the welcome are logged regardless).
 	OnConnect    func(sessionID string)
 	OnDisconnect func(err error)
+	// OnDrain, when set, is called on each ack by which the server asks
+	// the client to retire (an operator's drain); it is called on the
+	// control loop's goroutine, so it must not block. Nil ignores the
+	// request, as clients that predate it do.
+	OnDrain func()
 	// MaxHeaderBytes bounds each request head the server sends on a data
 	// stream; a larger one closes the stream. Zero means
 	// DefaultMaxHeaderBytes (1 MiB).
@@ -503,6 +508,9 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 						log.Warn("server notice", logkey.Notice, n)
 					}
 					lastNotices = a.m.Notices
+				}
+				if a.m.Drain && c.cfg.OnDrain != nil {
+					c.cfg.OnDrain()
 				}
 				for s, r := range waiting {
 					if s <= a.m.Seq {

@@ -89,7 +89,7 @@ func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.St
 		sess.ann.Store(m.Announcement)
 		last = time.Now()
 		notices := s.cfg.Registry.Update(ctx, sess)
-		return sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq}, s.cfg.DownThreshold)
+		return sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq, Drain: sess.drainAsked.Load()}, s.cfg.DownThreshold)
 	}
 	for {
 		select {

@@ -154,6 +154,11 @@ type message struct {
 	// ResponseTimeoutMS is, in a welcome, how long the server waits for a
 	// response head before it abandons the request (0: it does not say).
 	ResponseTimeoutMS int64 `json:"response_timeout_ms,omitempty"`
+	// Drain is set, in an ack, on every ack of a session an operator asked
+	// to drain (Session.AskDrain), until the session ends: the client
+	// should retire. Clients that predate it ignore the unknown field
+	// (json.Unmarshal does), so it needs no new Version.
+	Drain bool `json:"drain,omitempty"`
 }
 
 // ErrFrameTooLarge reports a control frame above MaxFrameSize.

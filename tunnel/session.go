@@ -78,6 +78,9 @@ type Session struct {
 	headWarn *warnLimiter
 
 	ann atomic.Pointer[Announcement]
+	// drainAsked is set once an operator asked the client to retire
+	// (AskDrain); every later ack carries it.
+	drainAsked atomic.Bool
 
 	mu   sync.Mutex // guards the following fields
 	idle []*dataStream
@@ -111,6 +114,17 @@ func (s *Session) ConnectedAt() time.Time { return s.connectedAt }
 
 // Announcement returns the latest announcement. Callers must not modify it.
 func (s *Session) Announcement() *Announcement { return s.ann.Load() }
+
+// AskDrain asks the client to retire: every ack of a heartbeat from now
+// until the session ends says drain, so the client learns it within one
+// heartbeat interval. A client that understands it announces draining to
+// every server it holds a tunnel to, finishes its requests in flight and
+// exits; one that predates it ignores it. It is idempotent, never blocks
+// and is safe for concurrent use.
+func (s *Session) AskDrain() { s.drainAsked.Store(true) }
+
+// DrainAsked reports whether AskDrain was called on the session.
+func (s *Session) DrainAsked() bool { return s.drainAsked.Load() }
 
 // Done is closed when the session has ended.
 func (s *Session) Done() <-chan struct{} { return s.mux.CloseChan() }

@@ -110,6 +110,13 @@ func (c *Client) SetClientDisabled(ctx context.Context, id string, disabled bool
 	return c.Do(ctx, http.MethodPost, "/clients/"+url.PathEscape(id)+verb, nil, nil)
 }
 
+// DrainClient calls POST /clients/{id}/drain: it asks one connected
+// client to retire (finish its requests in flight, leave every server,
+// exit). Asking again is harmless.
+func (c *Client) DrainClient(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodPost, "/clients/"+url.PathEscape(id)+"/drain", nil, nil)
+}
+
 // Scaling calls GET /scaling.
 func (c *Client) Scaling(ctx context.Context) ([]wire.ScalingRecord, error) {
 	var out []wire.ScalingRecord

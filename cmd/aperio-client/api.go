@@ -101,7 +101,7 @@ func (a *apiCLI) scalingCommand() *cobra.Command {
 func (a *apiCLI) clientsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "clients",
-		Short: "List the clients connected to the server; disable or enable one",
+		Short: "List the clients connected to the server; disable, enable or drain one",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return callAPI(a, cmd, (*apiclient.Client).Clients, clientsTable)
@@ -122,6 +122,16 @@ func (a *apiCLI) clientsCommand() *cobra.Command {
 	cmd.AddCommand(
 		toggle("disable", true, "Stop routing new requests to a client; in-flight ones finish, its tunnel stays up"),
 		toggle("enable", false, "Route new requests to a disabled client again"),
+		&cobra.Command{
+			Use:   "drain ID",
+			Short: "Ask a client to retire: it finishes in-flight requests, leaves every server and exits",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (done, error) {
+					return done("client " + args[0] + " asked to drain"), c.DrainClient(ctx, args[0])
+				}, printDone)
+			},
+		},
 	)
 	return cmd
 }

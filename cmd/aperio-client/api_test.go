@@ -39,7 +39,21 @@ type apiServer struct {
 	stats   *telemetry.Stats
 }
 
-type staticClients struct{ list []admin.ClientInfo }
+type staticClients struct {
+	list    []admin.ClientInfo
+	drained []string // the id of every DrainClient call that found its client
+}
+
+// DrainClient implements admin.ClientDrainer over the list.
+func (s *staticClients) DrainClient(id string) error {
+	for i := range s.list {
+		if s.list[i].ID == id {
+			s.drained = append(s.drained, id)
+			return nil
+		}
+	}
+	return admin.ErrNoClient
+}
 
 func (s *staticClients) Clients() []admin.ClientInfo { return s.list }
 
@@ -144,7 +158,7 @@ func newAPIServer(t *testing.T) *apiServer {
 		t.Fatalf("router.New: %v", err)
 	}
 	rt.SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
-	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Disabler: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{},
+	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Disabler: s.clients, Drainer: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{},
 		Traffic: cliTraffic{s.stats}, Stream: s.stream})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
@@ -378,6 +392,12 @@ func TestAPICommands(t *testing.T) {
 	}
 	if out := ok(t, "api", "clients", "enable", "c1"); !strings.Contains(out, "client c1 enabled") || s.clients.list[0].Disabled {
 		t.Errorf("api clients enable c1 = %q, disabled %v; want the confirmation and the client enabled", out, s.clients.list[0].Disabled)
+	}
+	if out := ok(t, "api", "clients", "drain", "c1"); !strings.Contains(out, "client c1 asked to drain") || len(s.clients.drained) != 1 || s.clients.drained[0] != "c1" {
+		t.Errorf("api clients drain c1 = %q, drained %v; want the confirmation and one drain of c1", out, s.clients.drained)
+	}
+	if code, _, errOut := cli(t, "api", "clients", "drain", "c2"); code == 0 || !strings.Contains(errOut, "not found") || len(s.clients.drained) != 1 {
+		t.Errorf("api clients drain c2 (another organization's) = exit %d, stderr %q, drained %v; want a failure naming 404 not found and no drain", code, errOut, s.clients.drained)
 	}
 	var cs []admin.ClientInfo
 	okJSON(t, &cs, "api", "clients", "--json")

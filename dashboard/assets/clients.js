@@ -38,6 +38,19 @@ function action(c) {
   return f;
 }
 
+// drainAction is the Drain form, offered until the client says it drains.
+function drainAction(c) {
+  const f = el("form", { method: "post", action: "/aperio/ui/clients/drain", class: "inline" },
+    el("input", { type: "hidden", name: "csrf", value: csrf }),
+    el("input", { type: "hidden", name: "id", value: c.id }),
+    el("button", {
+      type: "submit", class: "danger", "data-action": "drain",
+      "aria-label": fill(d.drainNamed, c.name),
+    }, d.drain));
+  f.dataset.confirm = fill(d.confirmDrain, c.name);
+  return f;
+}
+
 function row(c, first, now) {
   const binds = [(c.hostnames || []).join(", ")];
   if (c.path) binds.push(" ", el("code", {}, c.path));
@@ -60,7 +73,9 @@ function row(c, first, now) {
     el("td", {}, el("code", {}, c.remote_addr || "")),
     el("td", {}, el("time", { datetime: c.connected_at || "" }, when(c.connected_at))),
     el("td", {}, refused));
-  if (canOperate) tr.append(el("td", {}, ...(first ? [action(c)] : [])));
+  const actions = first ? [action(c)] : [];
+  if (first && !c.draining) actions.push(" ", drainAction(c));
+  if (canOperate) tr.append(el("td", {}, ...actions));
   return tr;
 }
 
