@@ -368,21 +368,13 @@ func (a *API) getScaling(w http.ResponseWriter, r *http.Request, c caller) error
 	if err != nil {
 		return err
 	}
-	notFound := errorf(http.StatusNotFound, "scaling record %q not found", id)
-	if a.scaling == nil {
-		return notFound
-	}
-	vs, err := a.scopedScaling(r, c)
+	v, err := a.scopedRecord(r, c, id)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(vs, func(v autoscale.View) bool { return v.ID == id })
-	if i < 0 {
-		return notFound
-	}
 	h := a.scaling.History(id)
 	a.writeJSON(w, r, http.StatusOK, ScalingRecordDetail{
-		ScalingRecord: vs[i].Wire(),
+		ScalingRecord: v.Wire(),
 		Decisions:     nonNil(h.Decisions),
 		Series:        nonNil(h.Series),
 	})
@@ -391,26 +383,15 @@ func (a *API) getScaling(w http.ResponseWriter, r *http.Request, c caller) error
 
 func (a *API) disarmScaling(w http.ResponseWriter, r *http.Request, c caller) error {
 	id := pathParam(r, "id")
-	notFound := errorf(http.StatusNotFound, "scaling record %q not found", id)
-	if a.scaling == nil {
-		return notFound
-	}
 	// Look the record up within the caller's scope first: for the
-	// organization and hostname the audit entry records, and so that
-	// another organization's record answers 404 exactly like an unknown
-	// one.
-	vs, err := a.scopedScaling(r, c)
+	// organization and hostname the audit entry records.
+	v, err := a.scopedRecord(r, c, id)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(vs, func(v autoscale.View) bool { return v.ID == id })
-	if i < 0 {
-		return notFound
-	}
-	v := vs[i]
 	err = a.scaling.Disarm(r.Context(), v.OrgID, id)
 	if errors.Is(err, autoscale.ErrNoRecord) || errors.Is(err, store.ErrNotFound) {
-		return notFound // removed since the lookup
+		return errScalingNotFound(id) // removed since the lookup
 	}
 	if err != nil {
 		return err
@@ -424,6 +405,29 @@ func (a *API) disarmScaling(w http.ResponseWriter, r *http.Request, c caller) er
 	})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// scopedRecord returns the scaling record id among those c may see; an
+// unknown record, another organization's, or any with autoscaling off
+// answers the same 404.
+func (a *API) scopedRecord(r *http.Request, c caller, id string) (autoscale.View, error) {
+	if a.scaling == nil {
+		return autoscale.View{}, errScalingNotFound(id)
+	}
+	vs, err := a.scopedScaling(r, c)
+	if err != nil {
+		return autoscale.View{}, err
+	}
+	i := slices.IndexFunc(vs, func(v autoscale.View) bool { return v.ID == id })
+	if i < 0 {
+		return autoscale.View{}, errScalingNotFound(id)
+	}
+	return vs[i], nil
+}
+
+// errScalingNotFound is the 404 of a scaling record the caller cannot see.
+func errScalingNotFound(id string) error {
+	return errorf(http.StatusNotFound, "scaling record %q not found", id)
 }
 
 // scopedScaling returns the scaling records c may see and disarm: its
