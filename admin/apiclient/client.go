@@ -232,6 +232,29 @@ func (c *Client) Explain(ctx context.Context, host, path, ip string) (wire.Expla
 	return out, c.Do(ctx, http.MethodGet, "/explain?"+q.Encode(), nil, &out)
 }
 
+// send sends one request to url with the key, asking for accept; a body
+// (nil for none) is sent as JSON. The caller closes the answer's body.
+func (c *Client) send(ctx context.Context, method, url, accept string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Key)
+	req.Header.Set("Accept", accept)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	return resp, nil
+}
+
 // Do sends one request to path (relative to wire.Prefix, with its query) with
 // in as the JSON body (nil for none) and decodes the JSON answer into out
 // (nil to discard it). An answer other than 2xx is a *ResponseError.
@@ -248,22 +271,9 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+	resp, err := c.send(ctx, method, base+path, "application/json", body)
 	if err != nil {
-		return fmt.Errorf("admin: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.Key)
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	hc := c.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("admin: %w", err)
+		return err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))

@@ -102,19 +102,9 @@ func (c *Client) Stream(ctx context.Context, types []string, hostname string, fn
 	if len(v) > 0 {
 		u += "?" + v.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, err := c.send(ctx, http.MethodGet, u, "text/event-stream", nil)
 	if err != nil {
-		return fmt.Errorf("admin: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.Key)
-	req.Header.Set("Accept", "text/event-stream")
-	hc := c.HTTPClient
-	if hc == nil {
-		hc = &http.Client{}
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("admin: %w", err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
