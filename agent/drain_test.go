@@ -151,22 +151,7 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 			go func() { ran <- a.Run(ctx) }()
 			sess := recv(t, reg.attached, "the agent's session")
 
-			type result struct {
-				status int
-				body   string
-				err    error
-			}
-			answered := make(chan result, 1)
-			go func() {
-				resp, err := sess.RoundTrip(httptest.NewRequest("GET", "http://app.test/slow", nil), "0")
-				if err != nil {
-					answered <- result{err: err}
-					return
-				}
-				defer resp.Body.Close()
-				b, err := io.ReadAll(resp.Body)
-				answered <- result{resp.StatusCode, string(b), err}
-			}()
+			answered := sendSlow(sess)
 			recv(t, be.entered, "the request at the backend")
 			if n := a.active(); n != 1 {
 				t.Fatalf("active() with one request at the backend = %d, want 1", n)
@@ -230,4 +215,29 @@ func TestRunRetiresWithoutRequest(t *testing.T) {
 	if el := time.Since(up); el < idle*9/10 {
 		t.Errorf("Run retired %v after the tunnel came up, want at least idle_timeout %v", el, idle)
 	}
+}
+
+// slowAnswer is the end of a request sent through a session: its status
+// and body, or the error that ended it.
+type slowAnswer struct {
+	status int
+	body   string
+	err    error
+}
+
+// sendSlow sends GET http://app.test/slow through sess on service "0"
+// and delivers its end on the channel it returns.
+func sendSlow(sess *tunnel.Session) <-chan slowAnswer {
+	answered := make(chan slowAnswer, 1)
+	go func() {
+		resp, err := sess.RoundTrip(httptest.NewRequest("GET", "http://app.test/slow", nil), "0")
+		if err != nil {
+			answered <- slowAnswer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answered <- slowAnswer{resp.StatusCode, string(b), err}
+	}()
+	return answered
 }

@@ -3,10 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -72,22 +70,7 @@ func TestServerAskedDrain(t *testing.T) {
 	sessA := recv(t, regA.attached, "the session with server A")
 	recv(t, regB.attached, "the session with server B")
 
-	type result struct {
-		status int
-		body   string
-		err    error
-	}
-	answered := make(chan result, 1)
-	go func() {
-		resp, err := sessA.RoundTrip(httptest.NewRequest("GET", "http://app.test/slow", nil), "0")
-		if err != nil {
-			answered <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		answered <- result{resp.StatusCode, string(b), err}
-	}()
+	answered := sendSlow(sessA)
 	recv(t, be.entered, "the request at the backend")
 
 	sessA.AskDrain()
