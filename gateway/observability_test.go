@@ -240,6 +240,14 @@ func TestObservabilityEndToEnd(t *testing.T) {
 		n := len(access.lines(t))
 		return n >= 5, fmt.Sprintf("%d access lines, want 5", n)
 	})
+	// The hook call is counted when its answer arrives, and the hook
+	// answers only after the client it started has connected: the held
+	// request can be served, and all five lines written, before the
+	// server has read that answer.
+	coldCall := `aperio_scaling_calls_total{outcome="accepted",reason="cold_start"} 1` + "\n"
+	poll(t, waitFor, func() (bool, string) {
+		return strings.Contains(scrapeMetrics(t, visitor, srv, "m-token"), coldCall), "the cold-start hook call is not counted"
+	})
 
 	t.Run("metrics", func(t *testing.T) {
 		m := scrapeMetrics(t, visitor, srv, "m-token")
