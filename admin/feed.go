@@ -227,9 +227,17 @@ func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, c caller) err
 				e = <-sub.C()
 				werr = sw.event(e.Type, e.Data)
 			}
+		case <-sub.AccessReady():
 		}
-		if n := sub.TakeDropped(); n > 0 && werr == nil {
-			werr = sw.dropped(n)
+		// Access events wait in the hub's ring rather than in sub.C():
+		// they are read at each write, whatever woke the writer.
+		sent := 0
+		if werr == nil && sub.AccessPending() {
+			sent, werr = sub.ReadAccess(maxStreamBatch, func(data []byte) error { return sw.event(wire.StreamAccess, data) })
+		}
+		dropped, sampled := sub.TakeDropped(), sub.TakeSampled()
+		if dropped+sampled > 0 && werr == nil {
+			werr = sw.dropped(dropped+sampled, sampled)
 		}
 		if werr != nil || sw.flush() != nil {
 			// The subscriber left or stalled past the write deadline;
@@ -237,12 +245,12 @@ func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, c caller) err
 			return nil
 		}
 		// Events that come in the next streamCoalesce wait in the buffer
-		// and go out in one write: at thousands of requests a second this
-		// is a wake-up and a write per interval rather than per request.
-		// A person watching cannot tell; the buffer (256 events) holds
-		// the interval's events up to 25 000 requests a second, and a
-		// backlog of a full batch is written without a pause.
-		if len(sub.C()) >= maxStreamBatch {
+		// and the ring, and go out in one write: at thousands of requests
+		// a second this is a wake-up and a write per interval rather than
+		// per request. A person watching cannot tell; the buffer (256
+		// events) and the ring (1024 requests) hold the interval's events,
+		// and a backlog of a full batch is written without a pause.
+		if len(sub.C()) >= maxStreamBatch || sent == maxStreamBatch {
 			continue // a backlog goes out at once
 		}
 		pause.Reset(streamCoalesce)
@@ -295,9 +303,11 @@ func (s *sseWriter) comment(text string) error {
 	return s.write()
 }
 
-func (s *sseWriter) dropped(n int64) error {
+func (s *sseWriter) dropped(n, sampled int64) error {
 	s.buf = append(s.buf, "event: "+wire.StreamDropped+"\ndata: {\"count\":"...)
 	s.buf = strconv.AppendInt(s.buf, n, 10)
+	s.buf = append(s.buf, ",\"sampled\":"...)
+	s.buf = strconv.AppendInt(s.buf, sampled, 10)
 	s.buf = append(s.buf, "}\n\n"...)
 	return s.write()
 }

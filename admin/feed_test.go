@@ -451,7 +451,7 @@ func TestStreamStalledSubscriberToldDropped(t *testing.T) {
 	if got := w.hub.Dropped(); got != wantDropped {
 		t.Errorf("Hub.Dropped() = %d, want %d", got, wantDropped)
 	}
-	want := fmt.Sprintf("event: dropped\ndata: {\"count\":%d}\n\n", wantDropped)
+	want := fmt.Sprintf("event: dropped\ndata: {\"count\":%d,\"sampled\":0}\n\n", wantDropped)
 	select {
 	case <-told:
 	case <-time.After(30 * time.Second):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,11 +86,13 @@ type Hub struct {
 	closed      bool
 	done        chan struct{}
 	dropped     atomic.Int64
+	access      *accessRing
+	accessSubs  atomic.Int32 // subscribers that want access events
 }
 
 // NewHub returns a hub with no subscriber.
 func NewHub(cfg HubConfig) (*Hub, error) {
-	h := &Hub{max: cfg.MaxSubscribers, buffer: cfg.Buffer, done: make(chan struct{})}
+	h := &Hub{max: cfg.MaxSubscribers, buffer: cfg.Buffer, done: make(chan struct{}), access: newAccessRing()}
 	if h.max <= 0 {
 		h.max = DefaultMaxStreamSubscribers
 	}
@@ -159,6 +160,10 @@ func (h *Hub) Subscribe(f StreamFilter) (*Subscription, error) {
 	next := make([]*Subscription, len(old), len(old)+1)
 	copy(next, old)
 	next = append(next, s)
+	if s.wantsAccess() {
+		s.cursor = accessCursor{next: h.access.next.Load(), tokens: accessBurst, last: time.Now()}
+		h.accessSubs.Add(1)
+	}
 	h.subs.Store(&next)
 	h.n.Store(int32(len(next)))
 	return s, nil
@@ -172,6 +177,8 @@ func (h *Hub) remove(s *Subscription) {
 	for _, x := range old {
 		if x != s {
 			next = append(next, x)
+		} else if s.wantsAccess() {
+			h.accessSubs.Add(-1)
 		}
 	}
 	h.subs.Store(&next)
@@ -226,26 +233,6 @@ func (h *Hub) Emit(typ, host string, hosts []string, org string, v any) {
 	h.Publish(&StreamEvent{Type: typ, Hostname: host, Hostnames: hosts, OrgID: org, Data: data})
 }
 
-// publishAccess publishes rec, a request r that ended, as an access event.
-func (h *Hub) publishAccess(r *http.Request, rec *Request) {
-	ev := wire.StreamAccessEvent{
-		At:          rec.Start.Add(rec.Duration).UTC(),
-		Hostname:    rec.Hostname,
-		Method:      r.Method,
-		Path:        r.URL.Path,
-		Status:      rec.Status,
-		DurationMS:  millis(rec.Duration),
-		QueueWaitMS: millis(rec.QueueWait),
-		HoldMS:      millis(rec.Hold),
-		Limit:       rec.Limit,
-		Client:      rec.ClientID,
-	}
-	if id := r.Header["X-Request-Id"]; len(id) == 1 {
-		ev.RequestID = id[0]
-	}
-	h.Emit(wire.StreamAccess, rec.Hostname, nil, "", ev)
-}
-
 // Subscription is one subscriber of a Hub. C, Dropped and Close are safe
 // for concurrent use.
 type Subscription struct {
@@ -255,8 +242,12 @@ type Subscription struct {
 	hostname string
 	allow    func(*StreamEvent) bool
 	dropped  atomic.Int64
+	sampled  atomic.Int64
 	once     sync.Once
+	cursor   accessCursor // ReadAccess's, on the subscriber's goroutine
 }
+
+func (s *Subscription) wantsAccess() bool { return s.types&typeBit(wire.StreamAccess) != 0 }
 
 func (s *Subscription) keeps(e *StreamEvent) bool {
 	if s.hostname == "" || e.Hostname == s.hostname {

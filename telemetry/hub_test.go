@@ -126,10 +126,12 @@ func TestObserverPublishesAccess(t *testing.T) {
 	req := httptest.NewRequest("GET", "http://app.example.com/a/b?secret=1", nil)
 	req.Header.Set("X-Request-Id", "rid-1")
 	o.Wrap(p).ServeHTTP(httptest.NewRecorder(), req)
-	if len(s.C()) != 1 {
-		t.Fatalf("%d events after one request, want 1", len(s.C()))
+	var events [][]byte
+	collect := func(data []byte) error { events = append(events, data); return nil }
+	if _, err := s.ReadAccess(64, collect); err != nil || len(events) != 1 {
+		t.Fatalf("ReadAccess() = %d events, %v after one request, want 1", len(events), err)
 	}
-	e := <-s.C()
+	e := &StreamEvent{Type: wire.StreamAccess, Data: events[0]}
 	var got wire.StreamAccessEvent
 	if err := json.Unmarshal(e.Data, &got); err != nil {
 		t.Fatal(err)

@@ -84,8 +84,9 @@ const (
 	StreamAccess  = "access"
 	StreamScaling = "scaling"
 	StreamClient  = "client"
-	// StreamDropped tells a subscriber how many events its full buffer
-	// lost since the last time it was told.
+	// StreamDropped tells a subscriber how many events it was not sent
+	// since the last time it was told: lost to its full buffer, or left
+	// out of a sample of the access events (see StreamDroppedEvent).
 	StreamDropped = "dropped"
 )
 
@@ -142,9 +143,18 @@ type StreamClientEvent struct {
 	Event string `json:"event"`
 }
 
-// StreamDroppedEvent is a "dropped" event.
+// StreamMaxAccessRate is the access events a second one subscriber of the
+// stream is sent at most; the others are counted in a "dropped" event's
+// Sampled.
+const StreamMaxAccessRate = 1000
+
+// StreamDroppedEvent is a "dropped" event. Count is every event not sent;
+// Sampled is the part of it that was left out on purpose: a subscriber is
+// sent at most StreamMaxAccessRate access events a second, the rest
+// counted here.
 type StreamDroppedEvent struct {
-	Count int64 `json:"count"`
+	Count   int64 `json:"count"`
+	Sampled int64 `json:"sampled"`
 }
 
 // AuditVerify is GET /aperio/api/audit/verify: whether the audit log's

@@ -156,7 +156,11 @@ func eventLine(e apiclient.StreamEvent) string {
 		if json.Unmarshal(e.Data, &v) != nil {
 			return raw
 		}
-		return fmt.Sprintf("%s dropped %d events: this terminal fell behind", time.Now().Format(time.TimeOnly), v.Count)
+		now := time.Now().Format(time.TimeOnly)
+		if lost := v.Count - v.Sampled; lost > 0 {
+			return fmt.Sprintf("%s dropped %d events: this terminal fell behind", now, lost)
+		}
+		return fmt.Sprintf("%s sampled: %d requests not shown (at most %d a second are)", now, v.Sampled, wire.StreamMaxAccessRate)
 	}
 	return cell(raw)
 }

@@ -13,7 +13,7 @@ const pauseBtn = $("tail-pause"), badge = $("live-state"), charts = $("charts");
 const hostRe = /^[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?$/;
 
 let filter = readFilter();
-let paused = false, buffered = [], dropped = 0, state = "reconnecting", closeStream = null;
+let paused = false, buffered = [], dropped = 0, sampled = 0, state = "reconnecting", closeStream = null;
 
 function readFilter() {
   const host = ($("f-hostname").value || "").trim().toLowerCase().replace(/\.$/, "");
@@ -72,6 +72,7 @@ function showState() {
   let text = paused ? d.paused : (d[state] || state);
   if (paused && buffered.length) text += " \u00b7 " + fill(d.buffered, buffered.length);
   if (dropped) text += " \u00b7 " + fill(d.dropped, dropped);
+  if (sampled) text += " \u00b7 " + fill(d.sampled, sampled);
   badge.textContent = text;
   badge.classList.toggle("ok", !paused && state === "live");
   badge.classList.toggle("warn", paused || state !== "live");
@@ -79,7 +80,10 @@ function showState() {
 
 function onEvent(type, data) {
   if (type === "dropped") {
-    dropped += data && typeof data.count === "number" ? data.count : 0;
+    const count = data && typeof data.count === "number" ? data.count : 0;
+    const skipped = data && typeof data.sampled === "number" ? Math.min(data.sampled, count) : 0;
+    dropped += count - skipped;
+    sampled += skipped;
     showState();
     return;
   }
