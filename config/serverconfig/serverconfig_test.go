@@ -191,7 +191,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "variables expand in file values",
-		file: "server:\n  token: ${TOKEN}\ndata_dir: ${DATA:-/var/lib/aperio}\ntls_cert: ${CERT_DIR}/cert.pem\nhost: ${NOPE}\nmetrics_token: $${TOKEN}\nport: ${PORT_NUMBER}\ntls_key: '${CERT_DIR}/$$key.pem'\n",
+		file: "server:\n  token: ${TOKEN}\ndata_dir: ${DATA:-/var/lib/aperio}\ntls_cert: ${CERT_DIR}/cert.pem\nhost: ${NOPE:-}\nmetrics_token: $${TOKEN}\nport: ${PORT_NUMBER}\ntls_key: '${CERT_DIR}/$$key.pem'\n",
 		env:  map[string]string{"TOKEN": "abc-0123456789abcdef", "CERT_DIR": "/etc/aperio", "PORT_NUMBER": "8443"},
 		want: []string{
 			"server.token = <set>  # file:aperio-server.yaml:2",
@@ -940,4 +940,16 @@ func TestSuggest(t *testing.T) {
 			diffLines(t, "Load() errors", problems(t, err), want)
 		})
 	}
+}
+
+// An unset ${VAR} used to become "" silently, so a secret that was not
+// exported meant an empty one (issue 19); now it stops startup naming the
+// variable and the file:line.
+func TestLoadUnsetVariable(t *testing.T) {
+	files := filesOf(map[string]string{File: "server:\n  token: token-0123456789abcdef\nmetrics_token: ${METRICS_SECRET}\noidc:\n  client_secret: ${OIDC_SECRET:?export OIDC_SECRET from the vault}\n"})
+	_, _, err := Load(Options{ReadFile: files})
+	diffLines(t, "Load() errors", problems(t, err), []string{
+		"config: oidc.client_secret (aperio-server.yaml:5): variable OIDC_SECRET is unset or empty: export OIDC_SECRET from the vault",
+		"config: metrics_token (aperio-server.yaml:3): variable METRICS_SECRET is not set (write ${METRICS_SECRET:-default} for a default, or ${METRICS_SECRET:-} for empty)",
+	})
 }
