@@ -58,7 +58,7 @@ func (l *loader) result(problems []*Error) error {
 // higher one overrides it.
 func apply[C any](l *loader, cfg *C, tab []setting[C], layers []layer, scratch func() *C, prefix string) {
 	for _, s := range tab {
-		won := false
+		won, winner := false, value{}
 		for _, lay := range layers {
 			v, ok := lay[s.norm]
 			if !ok {
@@ -73,10 +73,29 @@ func apply[C any](l *loader, cfg *C, tab []setting[C], layers []layer, scratch f
 			}
 			if !won {
 				l.src.set(prefix+s.Name, v.src)
-				won = true
+				won, winner = true, v
+			} else if overridesEnv(winner, v) {
+				l.src.warn(fmt.Sprintf("%s sets %s, overriding %s", winner.src.location(), prefix+s.Name, v.src.Name))
 			}
 		}
 	}
+}
+
+// overridesEnv reports whether the file value won over the environment
+// value lower: the documented order, but a trap when the file is an
+// example copied into the working directory (issue 19), so the loaders
+// warn. A file that writes the same text (server.token: ${APERIO_SERVER_TOKEN})
+// overrides nothing.
+func overridesEnv(won, lower value) bool {
+	if won.src.Kind != SourceFile || lower.src.Kind != SourceEnv {
+		return false
+	}
+	if won.node != nil && deref(won.node).Kind == yaml.ScalarNode {
+		if s, err := won.scalar(); err == nil && strings.TrimSpace(s) == strings.TrimSpace(lower.text) {
+			return false
+		}
+	}
+	return true
 }
 
 // envLayer reads the environment spelling of every setting of tab: Env, or
@@ -153,6 +172,7 @@ func (l *loader) readYAML(read func(string) ([]byte, error), path string, mustEx
 		l.broken = true
 		return out, f
 	}
+	l.src.read(path)
 	root, err := decodeYAML(data)
 	if err != nil {
 		line, msg := yamlErrorLine(err)

@@ -2,6 +2,7 @@ package serverconfig
 
 import (
 	"errors"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -952,4 +953,31 @@ func TestLoadUnsetVariable(t *testing.T) {
 		"config: oidc.client_secret (aperio-server.yaml:5): variable OIDC_SECRET is unset or empty: export OIDC_SECRET from the vault",
 		"config: metrics_token (aperio-server.yaml:3): variable METRICS_SECRET is not set (write ${METRICS_SECRET:-default} for a default, or ${METRICS_SECRET:-} for empty)",
 	})
+}
+
+// The server's file wins over its environment, as documented; the load
+// warns about each key where that hides an exported variable.
+func TestLoadWarnsFileOverridingEnv(t *testing.T) {
+	files := filesOf(map[string]string{File: "server:\n  token: token-0123456789abcdef\nport: 9000\nlog_level: info\n"})
+	env := envOf(map[string]string{"APERIO_PORT": "8080", "LOG_LEVEL": "info", "APERIO_SERVER_TOKEN": "other-0123456789abcdef"})
+	_, src, err := Load(Options{Env: env, ReadFile: files})
+	if err != nil {
+		t.Fatalf("Load() error = %v", err)
+	}
+	diffLines(t, "Warnings()", src.Warnings(), []string{
+		"aperio-server.yaml:3 sets port, overriding APERIO_PORT",
+		"aperio-server.yaml:2 sets server.token, overriding APERIO_SERVER_TOKEN",
+	})
+	if got, want := src.Files(), []string{mustAbs(t, File)}; !slices.Equal(got, want) {
+		t.Errorf("Files() = %q, want %q", got, want)
+	}
+}
+
+func mustAbs(tb testing.TB, p string) string {
+	tb.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return abs
 }
