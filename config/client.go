@@ -377,23 +377,31 @@ type serviceDecl struct {
 }
 
 // serviceItems flattens a services: list into one layer per entry.
+// The lists of the main file and its includes are concatenated, in the
+// order the files are read (see readIncludes).
 func (l *loader) serviceItems(v value, f *yamlFile, sch *schema) []layer {
-	n := deref(v.node)
-	if n.Kind != yaml.SequenceNode {
-		l.fail("services", v.src, "expected a list of services")
-		return nil
-	}
-	items := make([]layer, 0, len(n.Content))
-	for i, it := range n.Content {
-		it = deref(it)
-		item := layer{}
-		prefix := fmt.Sprintf("services[%d].", i)
-		if it.Kind != yaml.MappingNode {
-			l.fail(strings.TrimSuffix(prefix, "."), f.source(it), "expected a mapping of service settings (target, hostname, ...)")
-		} else {
-			f.walk(it, "", nil, prefix, sch, item, 1)
+	var items []layer
+	for _, part := range append([]value{v}, v.more...) {
+		pf := part.file
+		if pf == nil {
+			pf = f
 		}
-		items = append(items, item)
+		n := deref(part.node)
+		if n.Kind != yaml.SequenceNode {
+			l.fail("services", part.src, "expected a list of services")
+			continue
+		}
+		for _, it := range n.Content {
+			it = deref(it)
+			item := layer{}
+			prefix := fmt.Sprintf("services[%d].", len(items))
+			if it.Kind != yaml.MappingNode {
+				l.fail(strings.TrimSuffix(prefix, "."), pf.source(it), "expected a mapping of service settings (target, hostname, ...)")
+			} else {
+				pf.walk(it, "", nil, prefix, sch, item, 1)
+			}
+			items = append(items, item)
+		}
 	}
 	return items
 }

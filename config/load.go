@@ -152,6 +152,12 @@ type yamlFile struct {
 // readYAML reads path and flattens its top-level mapping by sch. A missing
 // file is an empty layer unless mustExist.
 func (l *loader) readYAML(read func(string) ([]byte, error), path string, mustExist bool, env Env, sch *schema) (layer, *yamlFile) {
+	return l.readFile(read, path, mustExist, env, sch, &includes{}, nil)
+}
+
+// readFile reads one file of an include tree: chain holds the files that
+// include it, outermost first.
+func (l *loader) readFile(read func(string) ([]byte, error), path string, mustExist bool, env Env, sch *schema, inc *includes, chain []string) (layer, *yamlFile) {
 	out := layer{}
 	f := &yamlFile{l: l, path: path, env: env}
 	if read == nil {
@@ -173,6 +179,11 @@ func (l *loader) readYAML(read func(string) ([]byte, error), path string, mustEx
 		return out, f
 	}
 	l.src.read(path)
+	if len(data) > MaxFileBytes {
+		l.fail("", Source{Kind: SourceFile, Name: path}, fmt.Sprintf("file is larger than %d bytes", MaxFileBytes))
+		l.broken = true
+		return out, f
+	}
 	root, err := decodeYAML(data)
 	if err != nil {
 		line, msg := yamlErrorLine(err)
@@ -188,8 +199,12 @@ func (l *loader) readYAML(read func(string) ([]byte, error), path string, mustEx
 		l.broken = true
 		return out, f
 	}
+	root, includeNode := splitInclude(root)
 	f.walk(root, "", nil, "", sch, out, 0)
-	return out, f
+	if includeNode == nil {
+		return out, f
+	}
+	return l.readIncludes(f, includeNode, out, read, sch, inc, append(chain, path)), f
 }
 
 // decodeYAML parses exactly one yaml document and returns its root node,
@@ -287,7 +302,7 @@ func (f *yamlFile) walk(n *yaml.Node, prefix string, display []string, keyPrefix
 			}
 			// The source is the key's line: that is where the setting is
 			// written, even when the value is a block below it or an alias.
-			out[full] = value{src: f.source(kn), node: vn, env: f.env}
+			out[full] = value{src: f.source(kn), node: vn, env: f.env, file: f}
 		case isBlock || sch.groups[full] && isNull:
 			if !isNull {
 				f.walk(vn, full, path, keyPrefix, sch, out, depth+1)

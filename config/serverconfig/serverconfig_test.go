@@ -2,6 +2,7 @@ package serverconfig
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -980,4 +981,30 @@ func mustAbs(tb testing.TB, p string) string {
 		tb.Fatal(err)
 	}
 	return abs
+}
+
+func TestLoadInclude(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("aperio-server.yaml", "include: [limits.yaml, secret.yaml]\nport: 9000\n")
+	write("limits.yaml", "port: 1\nmax_concurrent_requests: 7\n")
+	write("secret.yaml", "server:\n  token: token-0123456789abcdef\n")
+	main := filepath.Join(dir, "aperio-server.yaml")
+	cfg, src, err := Load(Options{File: main, FileMustExist: true})
+	if err != nil {
+		t.Fatalf("Load() error = %v", err)
+	}
+	if cfg.Port != 9000 || cfg.Router.MaxConcurrentRequests != 7 || cfg.Token != "token-0123456789abcdef" {
+		t.Errorf("Load() port, max_concurrent_requests, token = %d, %d, %q, want 9000, 7, the included one", cfg.Port, cfg.Router.MaxConcurrentRequests, cfg.Token)
+	}
+	if got, want := src.Of("max_concurrent_requests").String(), "file:"+filepath.Join(dir, "limits.yaml")+":2"; got != want {
+		t.Errorf("Sources.Of(max_concurrent_requests) = %q, want %q", got, want)
+	}
+	if got := len(src.Files()); got != 3 {
+		t.Errorf("Files() = %q, want the main file and both includes", src.Files())
+	}
 }
