@@ -307,10 +307,18 @@ func (f *yamlFile) walk(n *yaml.Node, prefix string, display []string, keyPrefix
 			if !isNull {
 				f.walk(vn, full, path, keyPrefix, sch, out, depth+1)
 			}
+		case sch.groups[full] && co3mozHint(full) != "":
+			// denied, outlier_ejection: co3moz keys that happen to
+			// prefix Aperio's own (denied_ips, outlier_ejection_time).
+			f.l.fail(shown, f.source(kn), co3mozHint(full))
 		case sch.groups[full]:
 			f.l.fail(shown, f.source(kn), "expected a block of settings, got a single value")
 		default:
-			f.l.fail(shown, f.source(kn), sch.unknown(full))
+			msg := co3mozHint(full)
+			if msg == "" {
+				msg = sch.unknown(full)
+			}
+			f.l.fail(shown, f.source(kn), msg)
 		}
 	}
 }

@@ -1008,3 +1008,19 @@ func TestLoadInclude(t *testing.T) {
 		t.Errorf("Files() = %q, want the main file and both includes", src.Files())
 	}
 }
+
+func TestCo3mozServerKeysRefused(t *testing.T) {
+	for _, key := range config.Co3mozKeys("server") {
+		t.Run(key, func(t *testing.T) {
+			file := "server: {token: token-0123456789abcdef}\n" + key + ": 1\n"
+			if key == "failover_mode" {
+				file = "server: {token: token-0123456789abcdef}\nfailover:\n  mode: 1\n"
+			}
+			_, _, err := Load(Options{ReadFile: filesOf(map[string]string{File: file})})
+			got := problems(t, err)
+			if len(got) != 1 || !strings.Contains(got[0], "a co3moz/aperio key that Aperio does not support: ") || !strings.Contains(got[0], "(aperio-server.yaml:") {
+				t.Errorf("Load(%s) errors = %q, want one naming the co3moz key and its line", key, got)
+			}
+		})
+	}
+}
