@@ -45,3 +45,28 @@ func TestCo3mozKeysDocumented(t *testing.T) {
 		}
 	}
 }
+
+func TestServiceName(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		want []string
+	}{
+		{"valid names", "services:\n  - {name: web-1, target: 3000, hostname: a.example.com}\n  - {name: api, target: 3001, hostname: b.example.com}\n", nil},
+		{"duplicate", "services:\n  - {name: web, target: 3000, hostname: a.example.com}\n  - {name: web, target: 3001, hostname: b.example.com}\n",
+			[]string{`config: services[1].name (aperio.yaml:3): "web" is already the name of services[0]`}},
+		{"bad characters", "services:\n  - {name: Web_1, target: 3000, hostname: a.example.com}\n",
+			[]string{`config: services[0].name (aperio.yaml:2): "Web_1" is not a handle: 1 to 63 of a-z, 0-9 and -, not starting or ending with -`}},
+		{"too long", "services:\n  - {name: " + strings.Repeat("a", 64) + ", target: 3000, hostname: a.example.com}\n",
+			[]string{`config: services[0].name (aperio.yaml:2): "` + strings.Repeat("a", 64) + `" is not a handle: 1 to 63 of a-z, 0-9 and -, not starting or ending with -`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := LoadClient(ClientOptions{Env: envOf(withBase(nil)), ReadFile: filesOf(map[string]string{ClientFile: tc.file})})
+			diffLines(t, "LoadClient() errors", problems(t, err), tc.want)
+			if tc.want == nil && cfg.Services[0].Name != "web-1" {
+				t.Errorf("Services[0].Name = %q, want web-1", cfg.Services[0].Name)
+			}
+		})
+	}
+}
