@@ -287,6 +287,7 @@ func (a *Agent) announcement() tunnel.Announcement {
 		}
 		ann.Services = append(ann.Services, tunnel.Service{
 			ID:            svc.id,
+			Name:          svc.cfg.Name,
 			Hostnames:     svc.cfg.Hostnames,
 			Path:          svc.cfg.Path,
 			MaxConcurrent: mc,

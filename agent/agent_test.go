@@ -513,3 +513,14 @@ func TestAnnouncementCarriesAccess(t *testing.T) {
 		t.Fatalf("Access = %+v, want the service's settings", got)
 	}
 }
+
+func TestAnnouncementCarriesServiceName(t *testing.T) {
+	cfg := clientConfig("http://backend.test")
+	if got := newAgent(t, cfg).announcement().Services[0].Name; got != "" {
+		t.Fatalf("Name without services[].name = %q, want empty", got)
+	}
+	cfg.Services[0].Name = "web"
+	if got := newAgent(t, cfg).announcement().Services[0].Name; got != "web" {
+		t.Fatalf("announcement().Services[0].Name = %q, want web", got)
+	}
+}

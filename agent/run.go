@@ -197,13 +197,13 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 			failures = 0
 			if !was {
 				svc.healthy.Store(true)
-				a.log.Info("service healthy", logkey.Service, svc.id, logkey.Target, svc.cfg.Target)
+				a.log.Info("service healthy", logkey.Service, svc.id, logkey.ServiceName, svc.cfg.Name, logkey.Target, svc.cfg.Target)
 				a.signalHealth()
 			}
 			// Healthy first, then announced: the first announcement of a
 			// wait_for_backend service says healthy.
 			if !svc.announced.Swap(true) {
-				a.log.Info("service announced", logkey.Service, svc.id, logkey.Target, svc.cfg.Target)
+				a.log.Info("service announced", logkey.Service, svc.id, logkey.ServiceName, svc.cfg.Name, logkey.Target, svc.cfg.Target)
 				a.signalHealth()
 			}
 			if !was && a.connected() {
@@ -213,7 +213,7 @@ func (a *Agent) probeLoop(ctx context.Context, svc *service) {
 			failures++
 			if was && failures >= threshold {
 				svc.healthy.Store(false)
-				a.log.Warn("service unhealthy", logkey.Service, svc.id, logkey.Target, svc.cfg.Target, logkey.Reason, detail)
+				a.log.Warn("service unhealthy", logkey.Service, svc.id, logkey.ServiceName, svc.cfg.Name, logkey.Target, svc.cfg.Target, logkey.Reason, detail)
 				a.signalHealth()
 			}
 		}

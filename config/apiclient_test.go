@@ -66,7 +66,7 @@ var apiClientLoadCases = []struct {
 	},
 	{
 		name: "the rest of a client file is not needed and not parsed",
-		in: clientCase{file: "server:\n  url: https://t.example.com\n  token: ${NOPE}\n  api_key: ${KEY}\n" +
+		in: clientCase{file: "server:\n  url: https://t.example.com\n  token: ${NOPE:-}\n  api_key: ${KEY}\n" +
 			"max_concurrent: lots\nscaling: {min: 2}\nservices:\n  - target: nonsense://\n"},
 		want:    APIClient{ServerURL: "https://t.example.com", APIKey: "apk_expanded"},
 		sources: [2]string{"file:aperio.yaml:2", "file:aperio.yaml:4"},

@@ -103,6 +103,7 @@ func scalingSettings() []setting[Scaling] {
 func serviceSettings() []setting[Service] {
 	type S = Service
 	tab := []setting[S]{
+		stringSetting("name", "handle of the service in logs, status and the server's client list (a-z, 0-9, -; unique)", func(c *S) *string { return &c.Name }),
 		scalarSetting("target", "URL of the local app", func(c *S) *string { return &c.Target }, normalizeTarget, identity),
 		listSetting("hostname", "public hostnames", func(c *S) *[]string { return &c.Hostnames }, strings.ToLower),
 		stringSetting("path", "prefix bind", func(c *S) *string { return &c.Path }),
@@ -377,23 +378,31 @@ type serviceDecl struct {
 }
 
 // serviceItems flattens a services: list into one layer per entry.
+// The lists of the main file and its includes are concatenated, in the
+// order the files are read (see readIncludes).
 func (l *loader) serviceItems(v value, f *yamlFile, sch *schema) []layer {
-	n := deref(v.node)
-	if n.Kind != yaml.SequenceNode {
-		l.fail("services", v.src, "expected a list of services")
-		return nil
-	}
-	items := make([]layer, 0, len(n.Content))
-	for i, it := range n.Content {
-		it = deref(it)
-		item := layer{}
-		prefix := fmt.Sprintf("services[%d].", i)
-		if it.Kind != yaml.MappingNode {
-			l.fail(strings.TrimSuffix(prefix, "."), f.source(it), "expected a mapping of service settings (target, hostname, ...)")
-		} else {
-			f.walk(it, "", nil, prefix, sch, item, 1)
+	var items []layer
+	for _, part := range append([]value{v}, v.more...) {
+		pf := part.file
+		if pf == nil {
+			pf = f
 		}
-		items = append(items, item)
+		n := deref(part.node)
+		if n.Kind != yaml.SequenceNode {
+			l.fail("services", part.src, "expected a list of services")
+			continue
+		}
+		for _, it := range n.Content {
+			it = deref(it)
+			item := layer{}
+			prefix := fmt.Sprintf("services[%d].", len(items))
+			if it.Kind != yaml.MappingNode {
+				l.fail(strings.TrimSuffix(prefix, "."), pf.source(it), "expected a mapping of service settings (target, hostname, ...)")
+			} else {
+				pf.walk(it, "", nil, prefix, sch, item, 1)
+			}
+			items = append(items, item)
+		}
 	}
 	return items
 }
@@ -488,8 +497,18 @@ func (c Client) problems(src *Sources) []*Error {
 		v.add("services", "no service: declare services: in %s, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)", ClientFile)
 	}
 	bound := make(map[string]int) // hostname and path → index of the service serving it
+	names := make(map[string]int) // services[].name → index
 	for i, s := range c.Services {
 		p := fmt.Sprintf("services[%d].", i)
+		if s.Name != "" {
+			if !validServiceName(s.Name) {
+				v.add(p+"name", "%q is not a handle: 1 to %d of a-z, 0-9 and -, not starting or ending with -", s.Name, maxServiceName)
+			} else if j, dup := names[s.Name]; dup {
+				v.add(p+"name", "%q is already the name of services[%d]", s.Name, j)
+			} else {
+				names[s.Name] = i
+			}
+		}
 		if s.Target == "" {
 			v.add(p+"target", "required: the URL of the local app (a port, host:port or URL)")
 		} else if msg := checkTarget(s.Target); msg != "" {
@@ -589,4 +608,22 @@ func (v *checker) atLeastSecond(key string, d time.Duration) {
 	if d < wire.MinWindow {
 		v.add(key, "%s is below the minimum of %s", formatDuration(d), formatDuration(wire.MinWindow))
 	}
+}
+
+// maxServiceName bounds services[].name: a handle, shown in lists and
+// logs, so short; the same bound as a DNS label.
+const maxServiceName = 63
+
+// validServiceName reports whether n is a service handle: 1 to 63 of
+// a-z, 0-9 and -, not starting or ending with -.
+func validServiceName(n string) bool {
+	if n == "" || len(n) > maxServiceName || n[0] == '-' || n[len(n)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		if c := n[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -505,7 +505,7 @@ scaling:
 	{
 		name: "scaling max below min",
 		in: clientCase{
-			env: withBase(nil),
+			env: withBase(map[string]string{"SCALE_SECRET": "s"}),
 			file: `# aperio.yaml
 services:
   - target: 3000

@@ -18,9 +18,20 @@ func (e Env) lookup(key string) (string, bool) {
 	return e(key)
 }
 
-// expand replaces ${VAR} with VAR's value (empty when unset) and
-// ${VAR:-default} with VAR's value or, when VAR is unset or empty, default;
-// "$$" is a literal "$". A "$" followed by anything else is kept as is.
+// maxExpandBytes bounds what one value may expand to: a variable's value
+// is inserted as is, never expanded again (no recursion), so the result is
+// at most the text plus the variables' values; this bound keeps a huge
+// environment variable from making a huge setting.
+const maxExpandBytes = 1 << 20
+
+// expand replaces ${VAR} with VAR's value, ${VAR:-default} with VAR's
+// value or, when VAR is unset or empty, default, and ${VAR:?message} with
+// VAR's value or, when VAR is unset or empty, an error carrying message.
+// An unset ${VAR} with no default is an error naming VAR: an unset secret
+// must not silently become an empty one (set VAR="" or write ${VAR:-} for
+// an empty value on purpose). "$$" is a literal "$"; a "$" followed by
+// anything else is kept as is. Values are inserted as they are: a value
+// holding "${X}" is not expanded again.
 func expand(s string, env Env) (string, error) {
 	if !strings.Contains(s, "$") {
 		return s, nil
@@ -41,22 +52,51 @@ func expand(s string, env Env) (string, error) {
 			if end < 0 {
 				return "", fmt.Errorf("unterminated \"${\" in %q", s)
 			}
-			expr := s[i+2 : i+2+end]
-			name, def, hasDef := strings.Cut(expr, ":-")
-			if !validVarName(name) {
-				return "", fmt.Errorf("invalid variable reference \"${%s}\"", expr)
-			}
-			v, ok := env.lookup(name)
-			if hasDef && (!ok || v == "") {
-				v = def
+			v, err := expandRef(s[i+2:i+2+end], env)
+			if err != nil {
+				return "", err
 			}
 			b.WriteString(v)
+			if b.Len() > maxExpandBytes {
+				return "", fmt.Errorf("value expands to more than %d bytes", maxExpandBytes)
+			}
 			i += 2 + end
 		default:
 			b.WriteByte(c)
 		}
 	}
 	return b.String(), nil
+}
+
+// expandRef returns the value of one reference, the text between "${"
+// and "}": NAME, NAME:-default or NAME:?message.
+func expandRef(expr string, env Env) (string, error) {
+	name, arg, op := expr, "", ""
+	if i := strings.Index(expr, ":"); i >= 0 && i+1 < len(expr) && (expr[i+1] == '-' || expr[i+1] == '?') {
+		name, op, arg = expr[:i], expr[i:i+2], expr[i+2:]
+	}
+	if !validVarName(name) {
+		return "", fmt.Errorf("invalid variable reference \"${%s}\"", expr)
+	}
+	v, ok := env.lookup(name)
+	switch op {
+	case ":-":
+		if !ok || v == "" {
+			return arg, nil
+		}
+	case ":?":
+		if !ok || v == "" {
+			if arg == "" {
+				arg = "required"
+			}
+			return "", fmt.Errorf("variable %s is unset or empty: %s", name, arg)
+		}
+	default:
+		if !ok {
+			return "", fmt.Errorf("variable %s is not set (write ${%s:-default} for a default, or ${%s:-} for empty)", name, name, name)
+		}
+	}
+	return v, nil
 }
 
 func validVarName(name string) bool {

@@ -226,6 +226,12 @@ type value struct {
 	node *yaml.Node // file values; nil for environment and flag values
 	text string     // environment and flag values
 	env  Env        // expands ${VAR} in file scalars
+	// file is the file that holds node; nil for environment and flag
+	// values.
+	file *yamlFile
+	// more are the services lists of further included files, in order,
+	// concatenated after this one (see readIncludes).
+	more []value
 }
 
 // scalar returns v as one string, ${VAR}-expanded when it comes from a file.

@@ -58,7 +58,7 @@ func (l *loader) result(problems []*Error) error {
 // higher one overrides it.
 func apply[C any](l *loader, cfg *C, tab []setting[C], layers []layer, scratch func() *C, prefix string) {
 	for _, s := range tab {
-		won := false
+		won, winner := false, value{}
 		for _, lay := range layers {
 			v, ok := lay[s.norm]
 			if !ok {
@@ -73,10 +73,29 @@ func apply[C any](l *loader, cfg *C, tab []setting[C], layers []layer, scratch f
 			}
 			if !won {
 				l.src.set(prefix+s.Name, v.src)
-				won = true
+				won, winner = true, v
+			} else if overridesEnv(winner, v) {
+				l.src.warn(fmt.Sprintf("%s sets %s, overriding %s", winner.src.location(), prefix+s.Name, v.src.Name))
 			}
 		}
 	}
+}
+
+// overridesEnv reports whether the file value won over the environment
+// value lower: the documented order, but a trap when the file is an
+// example copied into the working directory (issue 19), so the loaders
+// warn. A file that writes the same text (server.token: ${APERIO_SERVER_TOKEN})
+// overrides nothing.
+func overridesEnv(won, lower value) bool {
+	if won.src.Kind != SourceFile || lower.src.Kind != SourceEnv {
+		return false
+	}
+	if won.node != nil && deref(won.node).Kind == yaml.ScalarNode {
+		if s, err := won.scalar(); err == nil && strings.TrimSpace(s) == strings.TrimSpace(lower.text) {
+			return false
+		}
+	}
+	return true
 }
 
 // envLayer reads the environment spelling of every setting of tab: Env, or
@@ -133,6 +152,12 @@ type yamlFile struct {
 // readYAML reads path and flattens its top-level mapping by sch. A missing
 // file is an empty layer unless mustExist.
 func (l *loader) readYAML(read func(string) ([]byte, error), path string, mustExist bool, env Env, sch *schema) (layer, *yamlFile) {
+	return l.readFile(read, path, mustExist, env, sch, &includes{}, nil)
+}
+
+// readFile reads one file of an include tree: chain holds the files that
+// include it, outermost first.
+func (l *loader) readFile(read func(string) ([]byte, error), path string, mustExist bool, env Env, sch *schema, inc *includes, chain []string) (layer, *yamlFile) {
 	out := layer{}
 	f := &yamlFile{l: l, path: path, env: env}
 	if read == nil {
@@ -153,6 +178,12 @@ func (l *loader) readYAML(read func(string) ([]byte, error), path string, mustEx
 		l.broken = true
 		return out, f
 	}
+	l.src.read(path)
+	if len(data) > MaxFileBytes {
+		l.fail("", Source{Kind: SourceFile, Name: path}, fmt.Sprintf("file is larger than %d bytes", MaxFileBytes))
+		l.broken = true
+		return out, f
+	}
 	root, err := decodeYAML(data)
 	if err != nil {
 		line, msg := yamlErrorLine(err)
@@ -168,8 +199,12 @@ func (l *loader) readYAML(read func(string) ([]byte, error), path string, mustEx
 		l.broken = true
 		return out, f
 	}
+	root, includeNode := splitInclude(root)
 	f.walk(root, "", nil, "", sch, out, 0)
-	return out, f
+	if includeNode == nil {
+		return out, f
+	}
+	return l.readIncludes(f, includeNode, out, read, sch, inc, append(chain, path)), f
 }
 
 // decodeYAML parses exactly one yaml document and returns its root node,
@@ -267,15 +302,23 @@ func (f *yamlFile) walk(n *yaml.Node, prefix string, display []string, keyPrefix
 			}
 			// The source is the key's line: that is where the setting is
 			// written, even when the value is a block below it or an alias.
-			out[full] = value{src: f.source(kn), node: vn, env: f.env}
+			out[full] = value{src: f.source(kn), node: vn, env: f.env, file: f}
 		case isBlock || sch.groups[full] && isNull:
 			if !isNull {
 				f.walk(vn, full, path, keyPrefix, sch, out, depth+1)
 			}
+		case sch.groups[full] && co3mozHint(full) != "":
+			// denied, outlier_ejection: co3moz keys that happen to
+			// prefix Aperio's own (denied_ips, outlier_ejection_time).
+			f.l.fail(shown, f.source(kn), co3mozHint(full))
 		case sch.groups[full]:
 			f.l.fail(shown, f.source(kn), "expected a block of settings, got a single value")
 		default:
-			f.l.fail(shown, f.source(kn), sch.unknown(full))
+			msg := co3mozHint(full)
+			if msg == "" {
+				msg = sch.unknown(full)
+			}
+			f.l.fail(shown, f.source(kn), msg)
 		}
 	}
 }

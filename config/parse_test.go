@@ -185,7 +185,7 @@ func TestParseBool(t *testing.T) {
 }
 
 func TestExpand(t *testing.T) {
-	env := envOf(map[string]string{"TOKEN": "s3cret", "EMPTY": "", "HOST": "example.com"})
+	env := envOf(map[string]string{"TOKEN": "s3cret", "EMPTY": "", "HOST": "example.com", "LOOP": "${LOOP}"})
 	tests := []struct {
 		name string
 		in   string
@@ -196,7 +196,13 @@ func TestExpand(t *testing.T) {
 		{"set", "${TOKEN}", "s3cret", true},
 		{"inside text", "https://${HOST}/scale", "https://example.com/scale", true},
 		{"two vars", "${HOST}:${TOKEN}", "example.com:s3cret", true},
-		{"unset is empty", "a${NOPE}b", "ab", true},
+		// An unset variable used to become "" silently (issue 19).
+		{"unset is an error", "a${NOPE}b", "", false},
+		{"set but empty is empty", "a${EMPTY}b", "ab", true},
+		{"required set", "${TOKEN:?set TOKEN}", "s3cret", true},
+		{"required unset", "${NOPE:?set NOPE to the key}", "", false},
+		{"required empty", "${EMPTY:?}", "", false},
+		{"value not expanded again", "${LOOP}", "${LOOP}", true},
 		{"default when unset", "${NOPE:-fallback}", "fallback", true},
 		{"default when empty", "${EMPTY:-fallback}", "fallback", true},
 		{"default unused when set", "${TOKEN:-fallback}", "s3cret", true},

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -73,7 +75,42 @@ func (s Source) location() string {
 // SourceDefault for every key. Sources is immutable once returned by a
 // loader and then safe for concurrent use.
 type Sources struct {
-	m map[string]Source // normalized key → source
+	m        map[string]Source // normalized key → source
+	files    []string          // absolute paths of the files read, in order
+	warnings []string          // see Warnings
+}
+
+// maxWarnings bounds the warnings one load keeps: one per key at most,
+// and a config has a few hundred keys.
+const maxWarnings = 256
+
+// Warnings returns what the load noticed that is not an error but may
+// surprise: a file value that overrides an environment variable set for
+// the same key ("aperio.yaml:3 sets server.url, overriding
+// APERIO_SERVER_URL"). Each is one line, naming sources, never values.
+// Main logs them at WARN and --check-config prints them. A nil *Sources
+// has none.
+func (s *Sources) Warnings() []string {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s.warnings)
+}
+
+func (s *Sources) warn(msg string) {
+	if len(s.warnings) < maxWarnings && !slices.Contains(s.warnings, msg) {
+		s.warnings = append(s.warnings, msg)
+	}
+}
+
+// read records path as a file the load read.
+func (s *Sources) read(path string) {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if !slices.Contains(s.files, path) {
+		s.files = append(s.files, path)
+	}
 }
 
 func newSources() *Sources {

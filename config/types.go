@@ -90,6 +90,12 @@ type Health struct {
 
 // Service is one local target published under one or more hostnames.
 type Service struct {
+	// Name is the service's optional handle (services[].name): 1 to 63 of
+	// a-z, 0-9 and -, unique within the config. It is shown in the
+	// client's logs, --print-config and status, and announced so the
+	// server's client list and explain show it. Empty means none: the
+	// service is known by its index.
+	Name string
 	// Target is the URL of the local app, with scheme http, https or h2c
 	// (target). The loader turns a bare port (3000) into
 	// http://localhost:3000 and host:port into http://host:port. Required.

@@ -259,6 +259,7 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 				RefusedBinds:  nonNilStrings(binds.Refused),
 				ID:            s.ID(),
 				Name:          ann.Name,
+				Service:       svc.Name,
 				OrgID:         s.Identity().OrgID,
 				Hostnames:     svc.Hostnames,
 				Path:          svc.Path,

@@ -164,3 +164,15 @@ func TestOversizedAccessHelloRefused(t *testing.T) {
 	default:
 	}
 }
+
+func TestValidateServiceName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{{"web-1", true}, {"", true}, {strings.Repeat("a", 64), false}, {"a\x00b", false}} {
+		a := &Announcement{Name: "n", InstanceID: "i", Services: []Service{{ID: "0", Name: tc.name, Hostnames: []string{"app.test"}}}}
+		if err := a.Validate(); (err == nil) != tc.ok {
+			t.Errorf("Validate(name %q) = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+}

@@ -69,6 +69,11 @@ type Service struct {
 	// ID names the service within its client; the server echoes it in
 	// ServiceHeader. The client uses the service's index.
 	ID string `json:"id"`
+	// Name is the service's handle (services[].name), "" when it has
+	// none; shown in the server's client list and explain, nothing routes
+	// on it. Servers that predate it ignore the field. At most 63 bytes,
+	// printable.
+	Name string `json:"name,omitempty"`
 	// Hostnames are the hostnames the service binds. Empty asks the
 	// server for the token's exact hostnames (auto-bind) or, where the
 	// token and server allow it, the catch-all; the registry decides.
@@ -239,6 +244,9 @@ func (a *Announcement) Validate() error {
 	seen := make(map[string]bool, len(a.Services))
 	var errs []error
 	for i, svc := range a.Services {
+		if len(svc.Name) > 63 || !printable(svc.Name) {
+			errs = append(errs, fmt.Errorf("announcement: service %d: name longer than 63 bytes or not printable", i))
+		}
 		if svc.ID == "" || seen[svc.ID] {
 			errs = append(errs, fmt.Errorf("announcement: service %d: empty or duplicate id %q", i, svc.ID))
 		}

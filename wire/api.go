@@ -380,6 +380,9 @@ type ClientInfo struct {
 	ID string `json:"id"`
 	// Name is the client's name setting.
 	Name string `json:"name"`
+	// Service is the service's handle (the client's services[].name), ""
+	// when it has none.
+	Service string `json:"service"`
 	// OrgID is the organization of the token the client connected with.
 	// Keys see only the clients of their own organization; the master
 	// token sees all. Clients with no organization are visible to the

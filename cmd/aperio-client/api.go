@@ -609,10 +609,13 @@ func (a *apiCLI) client(cmd *cobra.Command) (*apiclient.Client, error) {
 			opts.Flags[name] = f.Value.String()
 		}
 	}
-	cfg, _, err := config.LoadAPIClient(opts)
+	cfg, src, err := config.LoadAPIClient(opts)
 	if err != nil {
 		fmt.Fprintln(a.stderr, err)
 		return nil, exitcode.ErrUsage
+	}
+	for _, w := range src.Warnings() {
+		fmt.Fprintln(a.stderr, "warning:", w)
 	}
 	return &apiclient.Client{URL: cfg.ServerURL, Key: cfg.APIKey}, nil
 }

@@ -82,7 +82,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 			fmt.Fprintln(stderr, err)
 			return exitcode.ErrUsage
 		}
-		warnings := config.ClientWarnings(cfg)
+		warnings := append(src.Warnings(), config.ClientWarnings(cfg)...)
 		if checkConfig {
 			for _, w := range warnings {
 				fmt.Fprintln(stderr, "warning:", w)

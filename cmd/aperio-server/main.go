@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			warnings := serverconfig.Warnings(cfg)
 			if checkConfig {
 				warnings = append(warnings, storeWarnings(cmd.Context(), cfg)...)
-				for _, w := range warnings {
+				for _, w := range append(src.Warnings(), warnings...) {
 					fmt.Fprintln(stderr, "warning:", w)
 				}
 				fmt.Fprintln(stdout, "configuration OK")
@@ -94,6 +94,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
+			}
+			for _, w := range src.Warnings() {
+				log.Warn("configuration warning", logkey.Problem, w)
 			}
 			for _, w := range warnings {
 				log.Warn("weak configuration", logkey.Problem, w)

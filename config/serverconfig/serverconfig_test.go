@@ -2,6 +2,8 @@ package serverconfig
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -191,7 +193,7 @@ var serverLoadCases = []struct {
 	},
 	{
 		name: "variables expand in file values",
-		file: "server:\n  token: ${TOKEN}\ndata_dir: ${DATA:-/var/lib/aperio}\ntls_cert: ${CERT_DIR}/cert.pem\nhost: ${NOPE}\nmetrics_token: $${TOKEN}\nport: ${PORT_NUMBER}\ntls_key: '${CERT_DIR}/$$key.pem'\n",
+		file: "server:\n  token: ${TOKEN}\ndata_dir: ${DATA:-/var/lib/aperio}\ntls_cert: ${CERT_DIR}/cert.pem\nhost: ${NOPE:-}\nmetrics_token: $${TOKEN}\nport: ${PORT_NUMBER}\ntls_key: '${CERT_DIR}/$$key.pem'\n",
 		env:  map[string]string{"TOKEN": "abc-0123456789abcdef", "CERT_DIR": "/etc/aperio", "PORT_NUMBER": "8443"},
 		want: []string{
 			"server.token = <set>  # file:aperio-server.yaml:2",
@@ -938,6 +940,87 @@ func TestSuggest(t *testing.T) {
 				want[0] += ", did you mean " + tc.want + "?"
 			}
 			diffLines(t, "Load() errors", problems(t, err), want)
+		})
+	}
+}
+
+// An unset ${VAR} used to become "" silently, so a secret that was not
+// exported meant an empty one (issue 19); now it stops startup naming the
+// variable and the file:line.
+func TestLoadUnsetVariable(t *testing.T) {
+	files := filesOf(map[string]string{File: "server:\n  token: token-0123456789abcdef\nmetrics_token: ${METRICS_SECRET}\noidc:\n  client_secret: ${OIDC_SECRET:?export OIDC_SECRET from the vault}\n"})
+	_, _, err := Load(Options{ReadFile: files})
+	diffLines(t, "Load() errors", problems(t, err), []string{
+		"config: oidc.client_secret (aperio-server.yaml:5): variable OIDC_SECRET is unset or empty: export OIDC_SECRET from the vault",
+		"config: metrics_token (aperio-server.yaml:3): variable METRICS_SECRET is not set (write ${METRICS_SECRET:-default} for a default, or ${METRICS_SECRET:-} for empty)",
+	})
+}
+
+// The server's file wins over its environment, as documented; the load
+// warns about each key where that hides an exported variable.
+func TestLoadWarnsFileOverridingEnv(t *testing.T) {
+	files := filesOf(map[string]string{File: "server:\n  token: token-0123456789abcdef\nport: 9000\nlog_level: info\n"})
+	env := envOf(map[string]string{"APERIO_PORT": "8080", "LOG_LEVEL": "info", "APERIO_SERVER_TOKEN": "other-0123456789abcdef"})
+	_, src, err := Load(Options{Env: env, ReadFile: files})
+	if err != nil {
+		t.Fatalf("Load() error = %v", err)
+	}
+	diffLines(t, "Warnings()", src.Warnings(), []string{
+		"aperio-server.yaml:3 sets port, overriding APERIO_PORT",
+		"aperio-server.yaml:2 sets server.token, overriding APERIO_SERVER_TOKEN",
+	})
+	if got, want := src.Files(), []string{mustAbs(t, File)}; !slices.Equal(got, want) {
+		t.Errorf("Files() = %q, want %q", got, want)
+	}
+}
+
+func mustAbs(tb testing.TB, p string) string {
+	tb.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return abs
+}
+
+func TestLoadInclude(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("aperio-server.yaml", "include: [limits.yaml, secret.yaml]\nport: 9000\n")
+	write("limits.yaml", "port: 1\nmax_concurrent_requests: 7\n")
+	write("secret.yaml", "server:\n  token: token-0123456789abcdef\n")
+	main := filepath.Join(dir, "aperio-server.yaml")
+	cfg, src, err := Load(Options{File: main, FileMustExist: true})
+	if err != nil {
+		t.Fatalf("Load() error = %v", err)
+	}
+	if cfg.Port != 9000 || cfg.Router.MaxConcurrentRequests != 7 || cfg.Token != "token-0123456789abcdef" {
+		t.Errorf("Load() port, max_concurrent_requests, token = %d, %d, %q, want 9000, 7, the included one", cfg.Port, cfg.Router.MaxConcurrentRequests, cfg.Token)
+	}
+	if got, want := src.Of("max_concurrent_requests").String(), "file:"+filepath.Join(dir, "limits.yaml")+":2"; got != want {
+		t.Errorf("Sources.Of(max_concurrent_requests) = %q, want %q", got, want)
+	}
+	if got := len(src.Files()); got != 3 {
+		t.Errorf("Files() = %q, want the main file and both includes", src.Files())
+	}
+}
+
+func TestCo3mozServerKeysRefused(t *testing.T) {
+	for _, key := range config.Co3mozKeys("server") {
+		t.Run(key, func(t *testing.T) {
+			file := "server: {token: token-0123456789abcdef}\n" + key + ": 1\n"
+			if key == "failover_mode" {
+				file = "server: {token: token-0123456789abcdef}\nfailover:\n  mode: 1\n"
+			}
+			_, _, err := Load(Options{ReadFile: filesOf(map[string]string{File: file})})
+			got := problems(t, err)
+			if len(got) != 1 || !strings.Contains(got[0], "a co3moz/aperio key that Aperio does not support: ") || !strings.Contains(got[0], "(aperio-server.yaml:") {
+				t.Errorf("Load(%s) errors = %q, want one naming the co3moz key and its line", key, got)
+			}
 		})
 	}
 }

@@ -76,6 +76,7 @@ const (
 	SampleRate            = "sample_rate"
 	ServerURL             = "server_url"
 	Service               = "service"
+	ServiceName           = "service_name"
 	Services              = "services"
 	SessionID             = "session_id"
 	Signal                = "signal"
