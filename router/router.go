@@ -185,7 +185,7 @@ type Router struct {
 	poolSeq uint64
 	rates   map[string]*tokenRate // max_rps buckets by token ID, while a client of the token is attached
 
-	streams *ipStreams   // concurrent requests per visitor address; nil: max_streams_per_ip off
+	streams   *ipStreams   // concurrent requests per visitor address; nil: max_streams_per_ip off
 	wsOpen    atomic.Int64 // WebSocket relays open or being opened
 	wsRefused atomic.Int64 // upgrades refused by max_ws_connections
 }
