@@ -61,6 +61,12 @@ type Identity struct {
 	// MaxRPS is the visitor requests per second the token's clients
 	// serve together; 0 means no limit.
 	MaxRPS float64
+	// ClientAllowedIPs are the addresses the token's tunnels may connect
+	// from; empty means anywhere. The registry enforces it.
+	ClientAllowedIPs []netip.Prefix
+	// MaxConnections bounds the token's sessions at once; 0 means no
+	// bound. The registry enforces it.
+	MaxConnections int
 	// Generation is the rotation of the token's secret the session
 	// authenticated with (the store's Token.Generation, or one less for
 	// the previous secret).
