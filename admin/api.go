@@ -50,6 +50,9 @@ type Store interface {
 	Token(ctx context.Context, orgID, id string) (store.Token, error)
 	ListTokens(ctx context.Context, orgID string) ([]store.Token, error)
 	RevokeToken(ctx context.Context, orgID, id string, at time.Time) (store.Token, error)
+	UpdateToken(ctx context.Context, orgID, id string, e store.TokenEdit) (store.Token, error)
+	RotateToken(ctx context.Context, orgID, id string, hash []byte, prefix string, graceEnds time.Time) (store.Token, error)
+	SetOrgLimits(ctx context.Context, id string, l store.OrgLimits) (store.Org, error)
 
 	CreateAdminKey(ctx context.Context, k store.AdminKey) (store.AdminKey, error)
 	AdminKeyByHash(ctx context.Context, hash []byte) (store.AdminKey, error)
@@ -360,12 +363,15 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/orgs", roleMaster, a.createOrg},
 		{http.MethodGet, "/orgs/{id}/hostnames", roleViewer, a.getOrgHostnames},
 		{http.MethodPut, "/orgs/{id}/hostnames", roleMaster, a.setOrgHostnames},
+		{http.MethodPatch, "/orgs/{id}", roleMaster, a.updateOrg},
 		{http.MethodGet, "/admin-keys", roleViewer, a.listKeys},
 		{http.MethodPost, "/admin-keys", roleAdmin, a.createKey},
 		{http.MethodDelete, "/admin-keys/{id}", roleAdmin, a.deleteKey},
 		{http.MethodGet, "/tokens", roleViewer, a.listTokens},
 		{http.MethodPost, "/tokens", roleAdmin, a.createToken},
 		{http.MethodDelete, "/tokens/{id}", roleAdmin, a.revokeToken},
+		{http.MethodPatch, "/tokens/{id}", roleAdmin, a.updateToken},
+		{http.MethodPost, "/tokens/{id}/rotate", roleAdmin, a.rotateToken},
 		{http.MethodGet, "/clients", roleViewer, a.listClients},
 		{http.MethodPost, "/clients/{id}/disable", roleOperator, a.disableClient},
 		{http.MethodPost, "/clients/{id}/enable", roleOperator, a.enableClient},

@@ -182,6 +182,10 @@ func (a *API) credential(r *http.Request, secret string) (caller, error) {
 	case err != nil:
 		return caller{}, fmt.Errorf("look up admin key: %w", err)
 	}
+	if k.ExpiresAt != nil && !a.now().Before(*k.ExpiresAt) {
+		a.loginFailed(r, "expired admin key "+secretPrefix(secret))
+		return caller{}, errUnauthorized
+	}
 	if parseRole(k.Role) == roleNone {
 		// Written by something other than this API; refuse rather than
 		// guess what it may do.

@@ -209,6 +209,15 @@ var matrix = []matrixCase{
 	{method: "DELETE", pattern: "/tokens/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/tokens/" + w.newToken(t, w.org(own)), ""
 	}, own: 200, other: 404, master: 200},
+	{method: "PATCH", pattern: "/tokens/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/tokens/" + w.newToken(t, w.org(own)), `{"name":"renamed","max_rps":5,"paths":["/api"]}`
+	}, own: 200, other: 404, master: 200},
+	{method: "POST", pattern: "/tokens/{id}/rotate", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/tokens/" + w.newToken(t, w.org(own)) + "/rotate", `{"grace":"1h"}`
+	}, own: 200, other: 404, master: 200},
+	{method: "PATCH", pattern: "/orgs/{id}", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/orgs/" + w.org(own), `{"max_clients":50}`
+	}, master: 200},
 	{method: "GET", pattern: "/clients", req: fixed("/clients"), own: 200, other: 200, master: 200, listing: true},
 	{method: "POST", pattern: "/clients/{id}/disable", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/disable", ""

@@ -102,6 +102,10 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, c caller) error 
 	if parseRole(req.Role) == roleNone {
 		problems = append(problems, fmt.Sprintf("role %q is not one of %s", req.Role, strings.Join(Roles(), ", ")))
 	}
+	expires, expProblem := keyExpiry(req, a.now())
+	if expProblem != "" {
+		problems = append(problems, expProblem)
+	}
 	if len(problems) > 0 {
 		return errorf(http.StatusBadRequest, "%s", strings.Join(problems, "; "))
 	}
@@ -117,9 +121,13 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, c caller) error 
 		Prefix:    m.prefix,
 		Hash:      m.hash,
 		CreatedBy: c.actor(),
+		ExpiresAt: expires,
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return errorf(http.StatusNotFound, "organization %q not found", orgID)
+	}
+	if errors.Is(err, store.ErrLimit) {
+		return errorf(http.StatusConflict, "the organization has its max_admin_keys keys: delete one or raise max_admin_keys")
 	}
 	if err != nil {
 		return err
@@ -184,6 +192,12 @@ type createTokenBody struct {
 	OrgID      string   `json:"org_id"`
 	// AllowCatchAll is as in CreateTokenRequest.
 	AllowCatchAll bool `json:"allow_catch_all"`
+	// The limits, as in CreateTokenRequest.
+	MaxRPS           float64  `json:"max_rps"`
+	DailyMaxBytes    int64    `json:"daily_max_bytes"`
+	MaxConnections   int      `json:"max_connections"`
+	Paths            []string `json:"paths"`
+	ClientAllowedIPs []string `json:"client_allowed_ips"`
 }
 
 func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -203,17 +217,12 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 	problems = append(problems, hostProblems...)
 	ips, ipProblems := validAllowedIPs(req.AllowedIPs)
 	problems = append(problems, ipProblems...)
-	var expires *time.Time
-	if req.ExpiresAt != "" {
-		t, err := time.Parse(time.RFC3339, req.ExpiresAt)
-		switch {
-		case err != nil:
-			problems = append(problems, fmt.Sprintf("expires_at %q is not an RFC 3339 time (like 2030-01-02T15:04:05Z)", req.ExpiresAt))
-		case !t.After(now):
-			problems = append(problems, fmt.Sprintf("expires_at %s is not in the future", req.ExpiresAt))
-		default:
-			expires = &t
-		}
+	limits, limitProblems := validTokenLimits(store.TokenLimits{MaxRPS: req.MaxRPS, DailyMaxBytes: req.DailyMaxBytes,
+		MaxConnections: req.MaxConnections, Paths: req.Paths, ClientAllowedIPs: req.ClientAllowedIPs})
+	problems = append(problems, limitProblems...)
+	expires, expProblem := validExpiry(req.ExpiresAt, now)
+	if expProblem != "" {
+		problems = append(problems, expProblem)
 	}
 	if len(problems) > 0 {
 		return errorf(http.StatusBadRequest, "%s", strings.Join(problems, "; "))
@@ -243,9 +252,13 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 		CreatedBy:  c.actor(),
 
 		AllowCatchAll: req.AllowCatchAll,
+		Limits:        limits,
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return errorf(http.StatusNotFound, "organization %q not found", orgID)
+	}
+	if errors.Is(err, store.ErrLimit) {
+		return errorf(http.StatusConflict, "the organization has its max_tokens live tokens: revoke one or raise max_tokens")
 	}
 	if err != nil {
 		return err
@@ -691,15 +704,21 @@ func validName(field, s string) (string, error) {
 // deduplicates them in their first order, and reports every invalid one;
 // more than maxTokenAllowedIPs entries is one problem.
 func validAllowedIPs(ips []string) ([]string, []string) {
-	if len(ips) > maxTokenAllowedIPs {
-		return nil, []string{fmt.Sprintf("allowed_ips: %d entries, at most %d", len(ips), maxTokenAllowedIPs)}
+	return validCIDRs("allowed_ips", ips, maxTokenAllowedIPs)
+}
+
+// validCIDRs is validAllowedIPs for the list called field, of at most max
+// entries.
+func validCIDRs(field string, ips []string, max int) ([]string, []string) {
+	if len(ips) > max {
+		return nil, []string{fmt.Sprintf("%s: %d entries, at most %d", field, len(ips), max)}
 	}
 	var out, problems []string
 	seen := make(map[netip.Prefix]bool, len(ips))
 	for i, s := range ips {
 		p, err := parseAllowedIP(s)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("allowed_ips[%d]: %v", i, err))
+			problems = append(problems, fmt.Sprintf("%s[%d]: %v", field, i, err))
 			continue
 		}
 		if !seen[p] {

@@ -169,6 +169,11 @@ func (a *API) keySessionCaller(r *http.Request) (caller, error) {
 	case err != nil:
 		return caller{}, err
 	}
+	if k.ExpiresAt != nil && !a.now().Before(*k.ExpiresAt) {
+		a.endKeySession(r, s.Hash)
+		a.loginFailed(r, "admin key session refused: key "+s.KeyID+" expired")
+		return caller{}, errUnauthorized
+	}
 	if parseRole(k.Role) == roleNone {
 		a.log.Error("admin key with unknown role", logkey.KeyID, k.ID, logkey.Role, k.Role)
 		return caller{}, errorf(http.StatusForbidden, "admin key has unknown role %q", k.Role)

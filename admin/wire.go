@@ -31,6 +31,12 @@ type (
 	MintedToken = wire.MintedToken
 	// CreateTokenRequest is the body of POST /tokens.
 	CreateTokenRequest = wire.CreateTokenRequest
+	// UpdateTokenRequest is the body of PATCH /tokens/{id}.
+	UpdateTokenRequest = wire.UpdateTokenRequest
+	// RotateTokenRequest is the body of POST /tokens/{id}/rotate.
+	RotateTokenRequest = wire.RotateTokenRequest
+	// UpdateOrgRequest is the body of PATCH /orgs/{id}.
+	UpdateOrgRequest = wire.UpdateOrgRequest
 	// Maintenance is a hostname in maintenance mode.
 	Maintenance = wire.Maintenance
 	// CreateShareRequest is the body of POST /share.
@@ -67,7 +73,9 @@ const (
 )
 
 func orgOf(o store.Org) Org {
-	return Org{ID: o.ID, Name: o.Name, CreatedAt: o.CreatedAt}
+	l := o.Limits
+	return Org{ID: o.ID, Name: o.Name, CreatedAt: o.CreatedAt, OrgLimits: wire.OrgLimits{
+		MonthlyMaxBytes: l.MonthlyMaxBytes, MaxClients: l.MaxClients, MaxTokens: l.MaxTokens, MaxAdminKeys: l.MaxAdminKeys}}
 }
 
 func keyOf(k store.AdminKey) Key {
@@ -79,6 +87,7 @@ func keyOf(k store.AdminKey) Key {
 		Prefix:    k.Prefix,
 		CreatedBy: k.CreatedBy,
 		CreatedAt: k.CreatedAt,
+		ExpiresAt: k.ExpiresAt,
 	}
 }
 
@@ -105,6 +114,9 @@ func tokenOf(t store.Token, now time.Time) Token {
 		Status:     status,
 
 		AllowCatchAll: t.AllowCatchAll,
+		TokenLimits: wire.TokenLimits{MaxRPS: t.Limits.MaxRPS, DailyMaxBytes: t.Limits.DailyMaxBytes,
+			MaxConnections: t.Limits.MaxConnections, Paths: nonNil(t.Limits.Paths), ClientAllowedIPs: nonNil(t.Limits.ClientAllowedIPs)},
+		PreviousExpiresAt: t.PrevExpiresAt,
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -53,21 +54,55 @@ func (a *tokenAuth) Authenticate(ctx context.Context, token string) (tunnel.Iden
 	case t.ExpiresAt != nil && !a.now().Before(*t.ExpiresAt):
 		return tunnel.Identity{}, errors.New("token expired")
 	}
-	id := tunnel.Identity{TokenID: t.ID, OrgID: t.OrgID, Name: t.Name, Hostnames: t.Hostnames, AllowCatchAll: t.AllowCatchAll}
+	previous := !bytes.Equal(t.Hash, h[:])
+	if previous && (t.PrevExpiresAt == nil || !a.now().Before(*t.PrevExpiresAt)) {
+		return tunnel.Identity{}, errors.New("token secret rotated: connect with the new secret")
+	}
+	return identityOf(t, previous)
+}
+
+// identityOf is what token t grants a session that authenticated with its
+// current secret, or with its previous one (previous), whose sessions end
+// with the rotation's grace and are told so with every heartbeat.
+func identityOf(t store.Token, previous bool) (tunnel.Identity, error) {
+	id := tunnel.Identity{TokenID: t.ID, OrgID: t.OrgID, Name: t.Name, Hostnames: t.Hostnames, AllowCatchAll: t.AllowCatchAll,
+		Paths: t.Limits.Paths, MaxRPS: t.Limits.MaxRPS, MaxConnections: t.Limits.MaxConnections, Generation: t.Generation}
 	if t.ExpiresAt != nil {
 		id.ExpiresAt = *t.ExpiresAt
 	}
-	for _, s := range t.AllowedIPs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			// The API validates CIDRs before storing them; a bad one here
-			// means the record was edited by hand. Admitting no visitor
-			// is the safe reading.
-			return tunnel.Identity{}, fmt.Errorf("token %s has an invalid allowed_ips entry %q", t.ID, s)
+	if previous {
+		id.Generation = t.Generation - 1
+		if t.PrevExpiresAt != nil && (id.ExpiresAt.IsZero() || t.PrevExpiresAt.Before(id.ExpiresAt)) {
+			id.ExpiresAt = *t.PrevExpiresAt
+			id.EndReason = "token secret rotated: the previous secret's grace ended; connect with the new secret"
 		}
-		id.AllowedIPs = append(id.AllowedIPs, p)
+		if t.PrevExpiresAt != nil {
+			id.Notice = fmt.Sprintf("token %s was rotated: this client's secret stops working at %s; switch to the new secret", t.ID, t.PrevExpiresAt.UTC().Format(time.RFC3339))
+		}
+	}
+	var err error
+	if id.AllowedIPs, err = parsePrefixes(t.ID, "allowed_ips", t.AllowedIPs); err != nil {
+		return tunnel.Identity{}, err
+	}
+	if id.ClientAllowedIPs, err = parsePrefixes(t.ID, "client_allowed_ips", t.Limits.ClientAllowedIPs); err != nil {
+		return tunnel.Identity{}, err
 	}
 	return id, nil
+}
+
+// parsePrefixes parses a token's stored CIDRs. The API validates them
+// before storing them; a bad one here means the record was edited by
+// hand, and refusing the token is the safe reading.
+func parsePrefixes(tokenID, field string, cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("token %s has an invalid %s entry %q", tokenID, field, s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // auditingRegistry records refused clients in the audit log, within a

@@ -96,6 +96,8 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 	case store.ChangeTokenRevoked:
 		g.disconnectToken(ch.ID, "token revoked")
 		g.releaseArmer(ctx, ch.ID, "revoked")
+	case store.ChangeTokenUpdated:
+		g.refreshToken(ctx, ch.ID)
 	case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
 		g.reloadMaintenance(ctx)
 	case store.ChangeOrgHostnames:
@@ -150,7 +152,7 @@ func (g *Gateway) disconnectToken(tokenID, reason string) {
 const tokenRecheckTimeout = 10 * time.Second
 
 // recheckTokens disconnects sessions whose token was revoked while this
-// server was not listening. It reads each token once, and blocks at most
+// server was not listening, and applies the edits and rotations it missed. It reads each token once, and blocks at most
 // tokenRecheckTimeout: tokens it could not read in time keep their
 // sessions until the next resync.
 func (g *Gateway) recheckTokens(ctx context.Context) {
@@ -169,6 +171,13 @@ func (g *Gateway) recheckTokens(ctx context.Context) {
 		}
 		if t.RevokedAt != nil {
 			g.disconnectToken(id, "token revoked")
+			continue
+		}
+		// Edits and rotations may have been missed too.
+		for _, s := range g.tunnels.Sessions() {
+			if s.Identity().TokenID == id {
+				g.refreshSession(s, t)
+			}
 		}
 	}
 }

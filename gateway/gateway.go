@@ -209,6 +209,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	tc := cfg.Tunnel
 	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now}
+	// Admission (client_allowed_ips, max_connections, max_clients) comes
+	// before the router and after the audit of refusals.
+	registry = newAdmissionRegistry(registry, g.db, log)
 	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now),
 		binds: newBindAudits(rt, time.Now)}}
 	tc.Logger = log
@@ -412,6 +415,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(audited)
 		g.authAudit.run(wctx)
 	}()
+	warned := make(chan struct{})
+	go func() {
+		defer close(warned)
+		g.expiryWarnLoop(wctx)
+	}()
 	// Rotations made by other servers reach this one through the change
 	// feed, and at least every signing.DefaultRefresh.
 	keyed := make(chan struct{})
@@ -425,6 +433,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		<-scaled
 		<-delivered
 		<-audited
+		<-warned
 		<-keyed
 		if g.ownStore {
 			g.db.Close()

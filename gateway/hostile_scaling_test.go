@@ -293,6 +293,17 @@ func (h *scalingHarness) clientWith(t *testing.T, token, hookPath string, health
 // service for hosts and the scaling block scaling.
 func (h *scalingHarness) clientBlock(t *testing.T, token string, scaling *tunnel.Scaling, healthy bool, hosts ...string) *rawClient {
 	t.Helper()
+	rc := h.startRawClient(t, token, scaling, healthy, hosts...)
+	// Connected turns true once the session's control loop runs, the one
+	// that serves AnnounceNow.
+	poll(t, waitFor, func() (bool, string) { return rc.c.Connected(), "the raw client has not connected" })
+	return rc
+}
+
+// startRawClient is clientBlock without waiting for the client to connect
+// (for clients the server refuses).
+func (h *scalingHarness) startRawClient(t *testing.T, token string, scaling *tunnel.Scaling, healthy bool, hosts ...string) *rawClient {
+	t.Helper()
 	rc := &rawClient{healthy: healthy, hosts: hosts, notices: &noticeLog{}}
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
 		URL:   h.srv.url,
@@ -318,9 +329,6 @@ func (h *scalingHarness) clientBlock(t *testing.T, token string, scaling *tunnel
 		wait(t, done, waitFor, "the raw client's Run to return")
 	})
 	t.Cleanup(func() { rc.stop() })
-	// Connected turns true once the session's control loop runs, the one
-	// that serves AnnounceNow.
-	poll(t, waitFor, func() (bool, string) { return c.Connected(), "the raw client has not connected" })
 	return rc
 }
 

@@ -22,7 +22,8 @@ var Failovers = []string{"fail", "retry", "wait", "retry-wait"}
 
 // DefaultConfig returns aperio-server's default routing settings, the one
 // place they are written: 10 MiB bodies, a 10s gateway_timeout, 100
-// requests in flight, a visitor bucket of 100 refilled at 5 a second,
+// requests in flight (256 per visitor address, 10000 WebSocket relays),
+// a visitor bucket of 100 refilled at 5 a second,
 // round-robin, no failover (at most 2 jumps in 15s once one is chosen),
 // 1000 held requests, visitor pacing of 1m idle and 512 bytes a second,
 // outlier ejection after 5 5xx answers in a row for 30s (at most half a
@@ -37,6 +38,8 @@ func DefaultConfig() Config {
 		DownThreshold:         tunnel.DefaultServerConfig().DownThreshold,
 		Strategy:              Strategies[0],
 		MaxConcurrentRequests: 100,
+		MaxStreamsPerIP:       256,
+		MaxWSConnections:      10000,
 		IPLimitMax:            100,
 		IPLimitRefill:         5,
 		Failover:              Failovers[0],
@@ -66,6 +69,8 @@ func (cfg Config) Validate() error {
 	negative("GatewayTimeout", cfg.GatewayTimeout < 0, cfg.GatewayTimeout)
 	negative("DownThreshold", cfg.DownThreshold < 0, cfg.DownThreshold)
 	negative("MaxConcurrentRequests", cfg.MaxConcurrentRequests < 0, cfg.MaxConcurrentRequests)
+	negative("MaxStreamsPerIP", cfg.MaxStreamsPerIP < 0, cfg.MaxStreamsPerIP)
+	negative("MaxWSConnections", cfg.MaxWSConnections < 0, cfg.MaxWSConnections)
 	negative("IPLimitMax", cfg.IPLimitMax < 0, cfg.IPLimitMax)
 	negative("IPLimitRefill", !(cfg.IPLimitRefill >= 0), cfg.IPLimitRefill)
 	negative("FailoverMaxJumps", cfg.FailoverMaxJumps < 0, cfg.FailoverMaxJumps)

@@ -21,6 +21,7 @@ const (
 	limitClientConcurrency
 	limitTokenRate
 	limitRoute // a route's rate limit: its setting is the rate_limits entry
+	limitStreamsPerIP
 	numLimitKinds
 )
 
@@ -36,6 +37,7 @@ var limitInfo = [numLimitKinds]struct {
 	limitClientConcurrency: {"client-concurrency", "max_concurrent"},
 	limitTokenRate:         {"token-rate", "token.max_rps"},
 	limitRoute:             {"route", "rate_limits"},
+	limitStreamsPerIP:      {"streams-per-ip", "max_streams_per_ip"},
 }
 
 // limitHeader holds the precomputed x-aperio-limit values.

@@ -3,6 +3,8 @@ package router
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
@@ -116,6 +118,45 @@ type rights struct {
 	// catchAll is set when the token may serve a catch-all (the master
 	// token, or allow_catch_all).
 	catchAll bool
+	// tokenID is the token's ID; "" for the master token.
+	tokenID string
+	// paths are the path prefixes the token may bind; empty: any.
+	paths []string
+	// maxRPS is the token's max_rps; 0: no limit.
+	maxRPS float64
+}
+
+// pathOrRoot names a bind's path: "/" for the whole hostname.
+func pathOrRoot(path string) string {
+	if path == "" {
+		return "/"
+	}
+	return path
+}
+
+// sameRights reports whether a and b allow the same binds and limits.
+func sameRights(a, b rights) bool {
+	return a.master == b.master && a.org == b.org && a.catchAll == b.catchAll && a.tokenID == b.tokenID &&
+		a.maxRPS == b.maxRPS && slices.Equal(a.allowed, b.allowed) && slices.Equal(a.paths, b.paths) &&
+		slices.Equal(a.allowedIPs, b.allowedIPs)
+}
+
+// mayBindPath reports whether a token limited to prefixes may bind path:
+// path is one of them or below one ("/api" allows "/api" and "/api/v1",
+// not "/apix"). No prefixes allow every path; "/" allows every path.
+func mayBindPath(prefixes []string, path string) bool {
+	if len(prefixes) == 0 {
+		return true
+	}
+	if path == "" {
+		path = "/"
+	}
+	for _, p := range prefixes {
+		if p == "/" || path == p || (strings.HasPrefix(path, p) && path[len(p)] == '/') {
+			return true
+		}
+	}
+	return false
 }
 
 // refusalLocked returns why e (of rights r) may not bind host at path, or
@@ -124,6 +165,9 @@ type rights struct {
 func (rt *Router) refusalLocked(e *clientEntry, r rights, host, path string) string {
 	if !r.master && !mayBind(r.allowed, host) {
 		return "may not bind " + host + ": not one of the token's hostnames"
+	}
+	if !r.master && !mayBindPath(r.paths, path) {
+		return "may not bind " + host + pathOrRoot(path) + ": not under the token's paths"
 	}
 	if why := rt.owners.Load().refusal(r.org, host); why != "" {
 		return why

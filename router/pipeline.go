@@ -90,6 +90,7 @@ const (
 	refusedAccessHidden                         // the gate refused unseen: answered like no route
 	answeredByRule                              // a route rule answers itself: redirect or fixed answer
 	refusedRouteLimit                           // the route's rate limit bucket is empty
+	refusedTokenRate                            // the max_rps bucket of the chosen client's token is empty
 	numRefusalKinds
 )
 
@@ -133,6 +134,7 @@ var refusalInfo = [numRefusalKinds]struct {
 	// Both are answered from the rule; their setting is the rule's.
 	answeredByRule:    {explainText: "answered by a route rule"},
 	refusedRouteLimit: {status: http.StatusTooManyRequests, limit: limitRoute, explainText: "429 route: the route's rate limit bucket is empty"},
+	refusedTokenRate:  {status: http.StatusTooManyRequests, limit: limitTokenRate, explainText: "429 token-rate: the token's max_rps bucket is empty", setting: "token.max_rps"},
 }
 
 // refusal is a stage's verdict: the zero refusal passes. err carries the
@@ -535,7 +537,7 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 		}
 	}
 	switch ref.kind {
-	case refusedIP, refusedClientConcurrency, refusedServerConcurrency:
+	case refusedIP, refusedClientConcurrency, refusedServerConcurrency, refusedTokenRate:
 		rt.refuse(w, r, rec, info.limit)
 		return
 	case refusedBodyTooLarge, refusedExchange:

@@ -2,6 +2,7 @@ package router
 
 import (
 	"github.com/aperio-dev/aperio/policy"
+	"golang.org/x/time/rate"
 
 	"context"
 	"errors"
@@ -27,6 +28,10 @@ type service struct {
 	healthy  atomic.Bool
 	draining atomic.Bool
 	gone     atomic.Bool // the session ended
+	// rate is the max_rps bucket of the client's token, shared by every
+	// client of the token; nil when the token has no max_rps (and for the
+	// master token).
+	rate atomic.Pointer[rate.Limiter]
 	// disabled is set while an operator disabled the client (the kill
 	// switch): no new requests, in-flight ones finish.
 	disabled atomic.Bool

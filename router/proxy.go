@@ -98,7 +98,18 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		rt.answer(w, r, rec, a.host, ref)
 		return
 	}
-	prepareOutbound(r, &a.v, tunnel.IsUpgrade(r.Header))
+	if !rt.takeStream(w, r, rec, a.ip) {
+		return
+	}
+	defer rt.releaseStream(a.ip)
+	upgrade := tunnel.IsUpgrade(r.Header)
+	if upgrade {
+		if !rt.takeWS(w, r) {
+			return
+		}
+		defer rt.wsOpen.Add(-1)
+	}
+	prepareOutbound(r, &a.v, upgrade)
 	if err := a.gate.gate.PrepareUpstream(r.Header, a.accessVisitor(), a.dec); err != nil {
 		// No identity token could be signed: the backend asked for one,
 		// so the request must not reach it without.
@@ -159,6 +170,9 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			s, next = next, nil
 		} else {
 			s, ref = rt.takePermit(ctx, a, wt, timeout, wait, rec)
+		}
+		if ref.kind == passed {
+			ref = rt.checkTokenRate(a, s)
 		}
 		if ref.kind == passed {
 			ref = rt.checkConnect(a, s)

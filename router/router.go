@@ -55,6 +55,16 @@ type Config struct {
 	// MaxConcurrentRequests bounds proxied requests in flight across the
 	// server (max_concurrent_requests). Zero means unbounded.
 	MaxConcurrentRequests int
+	// MaxStreamsPerIP bounds the proxied requests in flight of one
+	// visitor address (max_streams_per_ip, the real client address behind
+	// trusted proxies); beyond it: 429 streams-per-ip with Retry-After: 1.
+	// Zero means no bound. Default 256.
+	MaxStreamsPerIP int
+	// MaxWSConnections bounds the WebSocket (and other upgraded)
+	// relays open at once (max_ws_connections), counted from the upgrade
+	// request until the relay ends; beyond it: 503 with Retry-After.
+	// Zero means no bound. Default 10000.
+	MaxWSConnections int
 	// IPLimitMax and IPLimitRefill are the per-visitor token bucket
 	// (ip_limit_max burst, ip_limit_refill tokens per second). A zero
 	// IPLimitMax disables it.
@@ -173,12 +183,17 @@ type Router struct {
 	pools   map[poolKey]*pool
 	members map[poolKey]map[*clientEntry][]*service // who serves each pool
 	poolSeq uint64
+	rates   map[string]*tokenRate // max_rps buckets by token ID, while a client of the token is attached
+
+	streams   *ipStreams   // concurrent requests per visitor address; nil: max_streams_per_ip off
+	wsOpen    atomic.Int64 // WebSocket relays open or being opened
+	wsRefused atomic.Int64 // upgrades refused by max_ws_connections
 }
 
 // clientEntry is the control-plane record of one connected client.
 type clientEntry struct {
 	ann      *tunnel.Announcement
-	rights   rights // fixed for the session's life
+	rights   rights // the token's, replaced when the token is edited
 	services map[string]*service
 	keys     map[poolKey]bool // the pools its services are in
 	notices  []string         // repeated to the client on every heartbeat
@@ -192,6 +207,9 @@ type clientEntry struct {
 	// next announcement is applied again even if it is the same, so that
 	// the bind is taken once the clients serving it agree or leave.
 	retry bool
+	// rateToken is the token whose max_rps bucket (Router.rates) the
+	// client holds a reference on; "" for none.
+	rateToken string
 }
 
 // poolKey names a pool: a hostname pattern and a path. It needs no
@@ -221,6 +239,10 @@ func New(cfg Config) (*Router, error) {
 		clients: make(map[Conn]*clientEntry),
 		pools:   make(map[poolKey]*pool),
 		members: make(map[poolKey]map[*clientEntry][]*service),
+		rates:   make(map[string]*tokenRate),
+	}
+	if cfg.MaxStreamsPerIP > 0 {
+		rt.streams = newIPStreams(cfg.MaxStreamsPerIP)
 	}
 	switch cfg.Strategy {
 	case "", "round-robin":
@@ -325,6 +347,8 @@ func (rt *Router) bindsLocked(e *clientEntry, r rights, sa *tunnel.Service) (key
 			why = append(why, fmt.Sprintf("service %s names no hostname, and its token lists no exact hostname to bind and may not serve a catch-all (allow_catch_all)", sa.ID))
 		case !rt.cfg.CatchAll:
 			why = append(why, fmt.Sprintf("service %s names no hostname, and this server refuses catch-all services (require_hostname_bind)", sa.ID))
+		case !r.master && !mayBindPath(r.paths, sa.Path):
+			why = append(why, fmt.Sprintf("service %s: may not bind the catch-all at %s: not under the token's paths", sa.ID, pathOrRoot(sa.Path)))
 		default:
 			return []poolKey{{path: sa.Path, catchAll: true, org: r.org}}, nil, nil
 		}
@@ -361,7 +385,8 @@ const maxRefusalReasons = 5
 func sessionRights(s *tunnel.Session) rights {
 	id := s.Identity()
 	master := id.TokenID == ""
-	return rights{allowed: id.Hostnames, allowedIPs: id.AllowedIPs, master: master, org: id.OrgID, catchAll: master || id.AllowCatchAll}
+	return rights{allowed: id.Hostnames, allowedIPs: id.AllowedIPs, master: master, org: id.OrgID, catchAll: master || id.AllowCatchAll,
+		tokenID: id.TokenID, paths: id.Paths, maxRPS: id.MaxRPS}
 }
 
 // Update implements tunnel.Registry: it applies the session's announcement
@@ -421,6 +446,14 @@ func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, r rights) []stri
 func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, force bool) ([]string, []*pool) {
 	allowedIPs := r.allowedIPs
 	e := rt.clients[conn]
+	if e != nil && !sameRights(e.rights, r) {
+		// The token was edited (PATCH /tokens/{id}): its binds are judged
+		// again under the new rights. The visitor allowed_ips of services
+		// already published stay until the client reconnects: the hot
+		// path reads them without a lock.
+		e.rights = r
+		force = true
+	}
 	if e != nil && !force && !e.retry && sameRouting(e.ann, ann) {
 		e.ann = ann
 		return e.notices, nil
@@ -492,11 +525,14 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		}
 	}
 	e.retry = retry
+	lim := rt.tokenRateLocked(e, e.rights)
 	for id, s := range e.services {
 		if !seen[id] {
 			s.gone.Store(true)
 			delete(e.services, id)
+			continue
 		}
+		s.rate.Store(lim)
 	}
 	e.notices = notices
 	e.refused = refused
@@ -543,6 +579,7 @@ func (rt *Router) detach(conn Conn) {
 	for _, s := range e.services {
 		s.gone.Store(true)
 	}
+	rt.releaseTokenRateLocked(e)
 	rt.rebindLocked(e, nil)
 	delete(rt.clients, conn)
 	rt.mu.Unlock()

@@ -30,13 +30,31 @@ type backend interface {
 	org(ctx context.Context, id string) (Org, error)
 	listOrgs(ctx context.Context) ([]Org, error)
 
-	insertToken(ctx context.Context, t Token) error
+	setOrgLimits(ctx context.Context, id string, l OrgLimits) (Org, error)
+
+	// insertToken inserts t after counting, under a lock on its
+	// organization, the live tokens (not revoked, not expired at now)
+	// against the organization's MaxTokens (ErrLimit beyond it).
+	insertToken(ctx context.Context, t Token, now time.Time) error
+	// updateToken writes e over the token's editable fields (ErrConflict
+	// when it is revoked), clearing expiry_warned when the expiry changed.
+	updateToken(ctx context.Context, orgID, id string, e TokenEdit) (Token, error)
+	// rotateToken moves hash to prev_hash (valid until graceEnds), stores
+	// the new hash and prefix and bumps generation (ErrConflict when it
+	// is revoked).
+	rotateToken(ctx context.Context, orgID, id string, hash []byte, prefix string, graceEnds time.Time) (Token, error)
+	tokensExpiring(ctx context.Context, now, by time.Time) ([]Token, error)
+	// claimExpiryWarning sets bit in expiry_warned when it is clear and
+	// the expiry is still expiresAt, reporting whether it did.
+	claimExpiryWarning(ctx context.Context, id string, expiresAt time.Time, bit int) (bool, error)
 	tokenByHash(ctx context.Context, hash []byte) (Token, error)
 	token(ctx context.Context, orgID, id string) (Token, error)
 	listTokens(ctx context.Context, orgID string) ([]Token, error)
 	revokeToken(ctx context.Context, orgID, id string, at time.Time) (Token, error)
 
-	insertAdminKey(ctx context.Context, k AdminKey) error
+	// insertAdminKey inserts k after counting the organization's
+	// unexpired keys against its MaxAdminKeys, as insertToken does.
+	insertAdminKey(ctx context.Context, k AdminKey, now time.Time) error
 	adminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error)
 	listAdminKeys(ctx context.Context, orgID string) ([]AdminKey, error)
 	adminKey(ctx context.Context, orgID, id string) (AdminKey, error)

@@ -13,6 +13,13 @@ import (
 const (
 	// ChangeTokenRevoked: ID and OrgID name the token.
 	ChangeTokenRevoked = "token_revoked"
+	// ChangeTokenUpdated: ID and OrgID name the token, whose editable
+	// fields (UpdateToken) or secret (RotateToken) changed; read it with
+	// Token.
+	ChangeTokenUpdated = "token_updated"
+	// ChangeOrgLimits: OrgID names the organization whose limits were
+	// replaced (SetOrgLimits).
+	ChangeOrgLimits = "org_limits"
 	// ChangeAdminKeyDeleted: ID and OrgID name the key.
 	ChangeAdminKeyDeleted = "admin_key_deleted"
 	// ChangeMaintenanceSet: Hostname and OrgID name the record.

@@ -57,6 +57,13 @@ func testStore(t *testing.T, b backend) {
 		{"TokenErrors", testTokenErrors},
 		{"TokenScopeAndOrder", testTokenScopeAndOrder},
 		{"RevokeToken", testRevokeToken},
+		{"TokenLimits", testTokenLimits},
+		{"TokenLimitsRefused", testTokenLimitsRefused},
+		{"RotateToken", testRotateToken},
+		{"OrgCaps", testOrgCaps},
+		{"OrgCapsConcurrent", testOrgCapsConcurrent},
+		{"ExpiryWarnings", testExpiryWarnings},
+		{"AdminKeyExpiry", testAdminKeyExpiry},
 		{"AdminKeys", testAdminKeys},
 		{"AdminSessions", testAdminSessions},
 		{"AdminSessionsBound", testAdminSessionsBound},
@@ -366,6 +373,7 @@ func testTokenRoundTrip(t *testing.T, b backend) {
 	want.ID = created.ID
 	want.ExpiresAt = new(stored(expires))
 	want.CreatedAt = stored(clk.Now())
+	want.Limits = store.TokenLimits{Paths: []string{}, ClientAllowedIPs: []string{}}
 	if diff := cmp.Diff(want, created); diff != "" {
 		t.Errorf("CreateToken() mismatch (-want +got):\n%s", diff)
 	}
@@ -1290,6 +1298,17 @@ func calls(db *store.DB, f fixtures) []call {
 		{"Token", func(ctx context.Context) error { return ignore1(db.Token(ctx, f.org.ID, f.token.ID)) }},
 		{"ListTokens", func(ctx context.Context) error { return ignore1(db.ListTokens(ctx, "")) }},
 		{"RevokeToken", func(ctx context.Context) error { return ignore1(db.RevokeToken(ctx, "", f.token.ID, time.Now())) }},
+		{"UpdateToken", func(ctx context.Context) error {
+			return ignore1(db.UpdateToken(ctx, "", f.token.ID, store.EditOf(f.token)))
+		}},
+		{"RotateToken", func(ctx context.Context) error {
+			return ignore1(db.RotateToken(ctx, "", f.token.ID, hash("call-rotated"), "apr_c", time.Now()))
+		}},
+		{"TokensExpiringBy", func(ctx context.Context) error { return ignore1(db.TokensExpiringBy(ctx, time.Now(), time.Now())) }},
+		{"ClaimExpiryWarning", func(ctx context.Context) error {
+			return ignore1(db.ClaimExpiryWarning(ctx, f.token.ID, time.Now(), store.ExpiryWarn7d))
+		}},
+		{"SetOrgLimits", func(ctx context.Context) error { return ignore1(db.SetOrgLimits(ctx, f.org.ID, store.OrgLimits{})) }},
 		{"CreateAdminKey", func(ctx context.Context) error {
 			return ignore1(db.CreateAdminKey(ctx, store.AdminKey{OrgID: f.org.ID, Role: "viewer", Hash: hash("call-key")}))
 		}},

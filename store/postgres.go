@@ -265,11 +265,12 @@ func utcPtr(t *time.Time) *time.Time {
 
 // Orgs.
 
-const pgOrgCols = `id, name, created_at`
+const pgOrgCols = `id, name, created_at, monthly_max_bytes, max_clients, max_tokens, max_admin_keys`
 
 func pgScanOrg(r pgx.Row) (Org, error) {
 	var o Org
-	if err := r.Scan(&o.ID, &o.Name, &o.CreatedAt); err != nil {
+	if err := r.Scan(&o.ID, &o.Name, &o.CreatedAt, &o.Limits.MonthlyMaxBytes, &o.Limits.MaxClients,
+		&o.Limits.MaxTokens, &o.Limits.MaxAdminKeys); err != nil {
 		return Org{}, pgErr(err)
 	}
 	o.CreatedAt = o.CreatedAt.UTC()
@@ -301,34 +302,154 @@ func (b *pgBackend) listOrgs(ctx context.Context) ([]Org, error) {
 	return pgCollect(rows, err, pgScanOrg)
 }
 
+func (b *pgBackend) setOrgLimits(ctx context.Context, id string, l OrgLimits) (Org, error) {
+	var o Org
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		var err error
+		o, err = pgScanOrg(tx.QueryRow(ctx,
+			`UPDATE orgs SET monthly_max_bytes = $2, max_clients = $3, max_tokens = $4, max_admin_keys = $5
+			WHERE id = $1 RETURNING `+pgOrgCols, id, l.MonthlyMaxBytes, l.MaxClients, l.MaxTokens, l.MaxAdminKeys))
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx, Change{Kind: ChangeOrgLimits, OrgID: o.ID})
+	})
+	return o, err
+}
+
+// pgCheckCap returns ErrLimit when the organization's cap (the orgs
+// column capCol) is set and count, a query of $1 (the org) and $2 (now),
+// reaches it; ErrNotFound when there is no such organization. It locks
+// the organization's row for the transaction, so that concurrent inserts
+// on every server take turns and none passes the cap.
+func pgCheckCap(ctx context.Context, tx pgx.Tx, orgID, capCol, count string, now time.Time) error {
+	var capN int
+	if err := tx.QueryRow(ctx, `SELECT `+capCol+` FROM orgs WHERE id = $1 FOR UPDATE`, orgID).Scan(&capN); err != nil {
+		return err
+	}
+	if capN == 0 {
+		return nil
+	}
+	var n int
+	if err := tx.QueryRow(ctx, count, orgID, now).Scan(&n); err != nil {
+		return err
+	}
+	if n >= capN {
+		return fmt.Errorf("%w: %s %d", ErrLimit, capCol, capN)
+	}
+	return nil
+}
+
 // Tokens.
 
-const pgTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by, allow_catch_all`
+const pgTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by, allow_catch_all, ` +
+	`max_rps, daily_max_bytes, max_connections, paths, client_allowed_ips, generation, prev_hash, prev_expires_at, expiry_warned`
 
 func pgScanToken(r pgx.Row) (Token, error) {
 	var t Token
 	if err := r.Scan(&t.ID, &t.OrgID, &t.Name, &t.Prefix, &t.Hash, &t.Hostnames, &t.AllowedIPs,
-		&t.ExpiresAt, &t.RevokedAt, &t.CreatedAt, &t.CreatedBy, &t.AllowCatchAll); err != nil {
+		&t.ExpiresAt, &t.RevokedAt, &t.CreatedAt, &t.CreatedBy, &t.AllowCatchAll,
+		&t.Limits.MaxRPS, &t.Limits.DailyMaxBytes, &t.Limits.MaxConnections, &t.Limits.Paths, &t.Limits.ClientAllowedIPs,
+		&t.Generation, &t.PrevHash, &t.PrevExpiresAt, &t.ExpiryWarned); err != nil {
 		return Token{}, pgErr(err)
 	}
 	t.Hostnames = list(t.Hostnames)
 	t.AllowedIPs = list(t.AllowedIPs)
+	t.Limits = t.Limits.clean()
 	t.ExpiresAt = utcPtr(t.ExpiresAt)
 	t.RevokedAt = utcPtr(t.RevokedAt)
+	t.PrevExpiresAt = utcPtr(t.PrevExpiresAt)
 	t.CreatedAt = t.CreatedAt.UTC()
 	return t, nil
 }
 
-func (b *pgBackend) insertToken(ctx context.Context, t Token) error {
-	_, err := b.pool.Exec(ctx,
-		`INSERT INTO tokens (`+pgTokenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-		t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, list(t.Hostnames), list(t.AllowedIPs),
-		t.ExpiresAt, t.RevokedAt, t.CreatedAt, t.CreatedBy, t.AllowCatchAll)
-	return pgErr(err)
+func (b *pgBackend) insertToken(ctx context.Context, t Token, now time.Time) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		err := pgCheckCap(ctx, tx, t.OrgID, "max_tokens",
+			`SELECT count(*) FROM tokens WHERE org_id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)`, now)
+		if err != nil {
+			return err
+		}
+		l := t.Limits
+		_, err = tx.Exec(ctx,
+			`INSERT INTO tokens (`+pgTokenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0, NULL, NULL, 0)`,
+			t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, list(t.Hostnames), list(t.AllowedIPs),
+			t.ExpiresAt, t.RevokedAt, t.CreatedAt, t.CreatedBy, t.AllowCatchAll,
+			l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, list(l.Paths), list(l.ClientAllowedIPs))
+		return err
+	})
 }
 
 func (b *pgBackend) tokenByHash(ctx context.Context, hash []byte) (Token, error) {
-	return pgScanToken(b.pool.QueryRow(ctx, `SELECT `+pgTokenCols+` FROM tokens WHERE hash = $1`, hash))
+	return pgScanToken(b.pool.QueryRow(ctx,
+		`(SELECT `+pgTokenCols+` FROM tokens WHERE hash = $1) UNION ALL (SELECT `+pgTokenCols+` FROM tokens WHERE prev_hash = $1) LIMIT 1`, hash))
+}
+
+func (b *pgBackend) updateToken(ctx context.Context, orgID, id string, e TokenEdit) (Token, error) {
+	return b.editToken(ctx, orgID, id, func(tx pgx.Tx) error {
+		l := e.Limits
+		_, err := tx.Exec(ctx,
+			`UPDATE tokens SET name = $3, hostnames = $4, allowed_ips = $5,
+			expiry_warned = CASE WHEN expires_at IS NOT DISTINCT FROM $6 THEN expiry_warned ELSE 0 END, expires_at = $6,
+			allow_catch_all = $7, max_rps = $8, daily_max_bytes = $9, max_connections = $10, paths = $11, client_allowed_ips = $12
+			WHERE id = $1 AND ($2 = '' OR org_id = $2)`,
+			id, orgID, e.Name, list(e.Hostnames), list(e.AllowedIPs), e.ExpiresAt,
+			e.AllowCatchAll, l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, list(l.Paths), list(l.ClientAllowedIPs))
+		return err
+	})
+}
+
+func (b *pgBackend) rotateToken(ctx context.Context, orgID, id string, hash []byte, prefix string, graceEnds time.Time) (Token, error) {
+	return b.editToken(ctx, orgID, id, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx,
+			`UPDATE tokens SET prev_hash = hash, prev_expires_at = $5, hash = $3, prefix = $4, generation = generation + 1
+			WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID, hash, prefix, graceEnds)
+		return err
+	})
+}
+
+// editToken runs change on a token that exists in orgID and is not
+// revoked, under its row lock, and announces ChangeTokenUpdated.
+func (b *pgBackend) editToken(ctx context.Context, orgID, id string, change func(tx pgx.Tx) error) (Token, error) {
+	var t Token
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		cur, err := pgScanToken(tx.QueryRow(ctx,
+			`SELECT `+pgTokenCols+` FROM tokens WHERE id = $1 AND ($2 = '' OR org_id = $2) FOR UPDATE`, id, orgID))
+		if err != nil {
+			return err
+		}
+		if cur.RevokedAt != nil {
+			return fmt.Errorf("%w: token %s is revoked", ErrConflict, id)
+		}
+		if err := change(tx); err != nil {
+			return err
+		}
+		t, err = pgScanToken(tx.QueryRow(ctx, `SELECT `+pgTokenCols+` FROM tokens WHERE id = $1`, id))
+		if err != nil {
+			return err
+		}
+		return notify(ctx, tx, Change{Kind: ChangeTokenUpdated, ID: t.ID, OrgID: t.OrgID})
+	})
+	if err != nil {
+		return Token{}, err
+	}
+	return t, nil
+}
+
+func (b *pgBackend) tokensExpiring(ctx context.Context, now, by time.Time) ([]Token, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT `+pgTokenCols+` FROM tokens WHERE revoked_at IS NULL AND expires_at > $1 AND expires_at <= $2 ORDER BY expires_at, seq`, now, by)
+	return pgCollect(rows, err, pgScanToken)
+}
+
+func (b *pgBackend) claimExpiryWarning(ctx context.Context, id string, expiresAt time.Time, bit int) (bool, error) {
+	tag, err := b.pool.Exec(ctx,
+		`UPDATE tokens SET expiry_warned = expiry_warned | $3 WHERE id = $1 AND expires_at = $2 AND expiry_warned & $3 = 0`,
+		id, expiresAt, bit)
+	if err != nil {
+		return false, pgErr(err)
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 func (b *pgBackend) token(ctx context.Context, orgID, id string) (Token, error) {
@@ -369,22 +490,30 @@ func (b *pgBackend) revokeToken(ctx context.Context, orgID, id string, at time.T
 
 // Admin keys.
 
-const pgAdminKeyCols = `id, org_id, name, role, prefix, hash, created_at, created_by`
+const pgAdminKeyCols = `id, org_id, name, role, prefix, hash, created_at, created_by, expires_at`
 
 func pgScanAdminKey(r pgx.Row) (AdminKey, error) {
 	var k AdminKey
-	if err := r.Scan(&k.ID, &k.OrgID, &k.Name, &k.Role, &k.Prefix, &k.Hash, &k.CreatedAt, &k.CreatedBy); err != nil {
+	if err := r.Scan(&k.ID, &k.OrgID, &k.Name, &k.Role, &k.Prefix, &k.Hash, &k.CreatedAt, &k.CreatedBy, &k.ExpiresAt); err != nil {
 		return AdminKey{}, pgErr(err)
 	}
 	k.CreatedAt = k.CreatedAt.UTC()
+	k.ExpiresAt = utcPtr(k.ExpiresAt)
 	return k, nil
 }
 
-func (b *pgBackend) insertAdminKey(ctx context.Context, k AdminKey) error {
-	_, err := b.pool.Exec(ctx,
-		`INSERT INTO admin_keys (`+pgAdminKeyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		k.ID, k.OrgID, k.Name, k.Role, k.Prefix, k.Hash, k.CreatedAt, k.CreatedBy)
-	return pgErr(err)
+func (b *pgBackend) insertAdminKey(ctx context.Context, k AdminKey, now time.Time) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		err := pgCheckCap(ctx, tx, k.OrgID, "max_admin_keys",
+			`SELECT count(*) FROM admin_keys WHERE org_id = $1 AND (expires_at IS NULL OR expires_at > $2)`, now)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx,
+			`INSERT INTO admin_keys (`+pgAdminKeyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			k.ID, k.OrgID, k.Name, k.Role, k.Prefix, k.Hash, k.CreatedAt, k.CreatedBy, k.ExpiresAt)
+		return err
+	})
 }
 
 func (b *pgBackend) adminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error) {

@@ -217,12 +217,13 @@ type scanner interface{ Scan(dest ...any) error }
 
 // Orgs.
 
-const sqliteOrgCols = `id, name, created_at`
+const sqliteOrgCols = `id, name, created_at, monthly_max_bytes, max_clients, max_tokens, max_admin_keys`
 
 func sqliteScanOrg(s scanner) (Org, error) {
 	var o Org
 	var created string
-	if err := s.Scan(&o.ID, &o.Name, &created); err != nil {
+	if err := s.Scan(&o.ID, &o.Name, &created, &o.Limits.MonthlyMaxBytes, &o.Limits.MaxClients,
+		&o.Limits.MaxTokens, &o.Limits.MaxAdminKeys); err != nil {
 		return Org{}, sqliteErr(err)
 	}
 	var err error
@@ -259,6 +260,44 @@ func (b *sqliteBackend) listOrgs(ctx context.Context) ([]Org, error) {
 	return sqliteCollect(rows, sqliteScanOrg)
 }
 
+func (b *sqliteBackend) setOrgLimits(ctx context.Context, id string, l OrgLimits) (Org, error) {
+	var o Org
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		o, err = sqliteScanOrg(tx.QueryRowContext(ctx,
+			`UPDATE orgs SET monthly_max_bytes = ?2, max_clients = ?3, max_tokens = ?4, max_admin_keys = ?5
+			WHERE id = ?1 RETURNING `+sqliteOrgCols, id, l.MonthlyMaxBytes, l.MaxClients, l.MaxTokens, l.MaxAdminKeys))
+		return err
+	})
+	if err != nil {
+		return Org{}, err
+	}
+	b.publish(Change{Kind: ChangeOrgLimits, OrgID: o.ID})
+	return o, nil
+}
+
+// sqliteCheckCap returns ErrLimit when the organization's cap (the orgs
+// column capCol) is set and count, a query of ?1 (the org) and ?2 (now),
+// reaches it; ErrNotFound when there is no such organization. It runs in
+// the write transaction of the insert, which on SQLite is the only writer.
+func sqliteCheckCap(ctx context.Context, tx *sql.Tx, orgID, capCol, count string, now time.Time) error {
+	var capN int
+	if err := tx.QueryRowContext(ctx, `SELECT `+capCol+` FROM orgs WHERE id = ?1`, orgID).Scan(&capN); err != nil {
+		return err
+	}
+	if capN == 0 {
+		return nil
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, count, orgID, sqliteFormat(now)).Scan(&n); err != nil {
+		return err
+	}
+	if n >= capN {
+		return fmt.Errorf("%w: %s %d", ErrLimit, capCol, capN)
+	}
+	return nil
+}
+
 // sqliteCollect scans every row and closes rows. The result is never nil.
 func sqliteCollect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
@@ -278,41 +317,130 @@ func sqliteCollect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, e
 
 // Tokens.
 
-const sqliteTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by, allow_catch_all`
+const sqliteTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by, allow_catch_all, ` +
+	`max_rps, daily_max_bytes, max_connections, paths, client_allowed_ips, generation, prev_hash, prev_expires_at, expiry_warned`
 
 func sqliteScanToken(s scanner) (Token, error) {
 	var (
 		t                     Token
 		hostnames, allowedIPs string
+		paths, clientIPs      string
 		expires, revoked      sql.NullString
+		prevExpires           sql.NullString
 		created               string
 	)
 	if err := s.Scan(&t.ID, &t.OrgID, &t.Name, &t.Prefix, &t.Hash, &hostnames, &allowedIPs,
-		&expires, &revoked, &created, &t.CreatedBy, &t.AllowCatchAll); err != nil {
+		&expires, &revoked, &created, &t.CreatedBy, &t.AllowCatchAll,
+		&t.Limits.MaxRPS, &t.Limits.DailyMaxBytes, &t.Limits.MaxConnections, &paths, &clientIPs,
+		&t.Generation, &t.PrevHash, &prevExpires, &t.ExpiryWarned); err != nil {
 		return Token{}, sqliteErr(err)
 	}
-	var errs [5]error
+	var errs [8]error
 	t.Hostnames, errs[0] = sqliteParseList(hostnames)
 	t.AllowedIPs, errs[1] = sqliteParseList(allowedIPs)
 	t.ExpiresAt, errs[2] = sqliteParsePtr(expires)
 	t.RevokedAt, errs[3] = sqliteParsePtr(revoked)
 	t.CreatedAt, errs[4] = sqliteParse(created)
+	t.Limits.Paths, errs[5] = sqliteParseList(paths)
+	t.Limits.ClientAllowedIPs, errs[6] = sqliteParseList(clientIPs)
+	t.PrevExpiresAt, errs[7] = sqliteParsePtr(prevExpires)
 	if err := errors.Join(errs[:]...); err != nil {
 		return Token{}, fmt.Errorf("token %s: %w", t.ID, err)
 	}
 	return t, nil
 }
 
-func (b *sqliteBackend) insertToken(ctx context.Context, t Token) error {
-	_, err := b.w.ExecContext(ctx,
-		`INSERT INTO tokens (`+sqliteTokenCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`,
-		t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, sqliteList(t.Hostnames), sqliteList(t.AllowedIPs),
-		sqliteFormatPtr(t.ExpiresAt), sqliteFormatPtr(t.RevokedAt), sqliteFormat(t.CreatedAt), t.CreatedBy, t.AllowCatchAll)
-	return sqliteErr(err)
+func (b *sqliteBackend) insertToken(ctx context.Context, t Token, now time.Time) error {
+	return b.write(ctx, func(tx *sql.Tx) error {
+		err := sqliteCheckCap(ctx, tx, t.OrgID, "max_tokens",
+			`SELECT count(*) FROM tokens WHERE org_id = ?1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)`, now)
+		if err != nil {
+			return err
+		}
+		l := t.Limits
+		_, err = tx.ExecContext(ctx,
+			`INSERT INTO tokens (`+sqliteTokenCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 0, NULL, NULL, 0)`,
+			t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, sqliteList(t.Hostnames), sqliteList(t.AllowedIPs),
+			sqliteFormatPtr(t.ExpiresAt), sqliteFormatPtr(t.RevokedAt), sqliteFormat(t.CreatedAt), t.CreatedBy, t.AllowCatchAll,
+			l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, sqliteList(l.Paths), sqliteList(l.ClientAllowedIPs))
+		return err
+	})
 }
 
 func (b *sqliteBackend) tokenByHash(ctx context.Context, hash []byte) (Token, error) {
-	return sqliteScanToken(b.r.QueryRowContext(ctx, `SELECT `+sqliteTokenCols+` FROM tokens WHERE hash = ?1`, hash))
+	return sqliteScanToken(b.r.QueryRowContext(ctx,
+		`SELECT `+sqliteTokenCols+` FROM tokens WHERE hash = ?1 UNION ALL SELECT `+sqliteTokenCols+` FROM tokens WHERE prev_hash = ?1 LIMIT 1`, hash))
+}
+
+func (b *sqliteBackend) updateToken(ctx context.Context, orgID, id string, e TokenEdit) (Token, error) {
+	t, err := b.editToken(ctx, orgID, id, func(tx *sql.Tx) error {
+		l := e.Limits
+		_, err := tx.ExecContext(ctx,
+			`UPDATE tokens SET name = ?3, hostnames = ?4, allowed_ips = ?5,
+			expiry_warned = CASE WHEN expires_at IS ?6 THEN expiry_warned ELSE 0 END, expires_at = ?6,
+			allow_catch_all = ?7, max_rps = ?8, daily_max_bytes = ?9, max_connections = ?10, paths = ?11, client_allowed_ips = ?12
+			WHERE id = ?1 AND (?2 = '' OR org_id = ?2)`,
+			id, orgID, e.Name, sqliteList(e.Hostnames), sqliteList(e.AllowedIPs), sqliteFormatPtr(e.ExpiresAt),
+			e.AllowCatchAll, l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, sqliteList(l.Paths), sqliteList(l.ClientAllowedIPs))
+		return err
+	})
+	return t, err
+}
+
+func (b *sqliteBackend) rotateToken(ctx context.Context, orgID, id string, hash []byte, prefix string, graceEnds time.Time) (Token, error) {
+	return b.editToken(ctx, orgID, id, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx,
+			`UPDATE tokens SET prev_hash = hash, prev_expires_at = ?5, hash = ?3, prefix = ?4, generation = generation + 1
+			WHERE id = ?1 AND (?2 = '' OR org_id = ?2)`, id, orgID, hash, prefix, sqliteFormat(graceEnds))
+		return err
+	})
+}
+
+// editToken runs change on a token that exists in orgID and is not
+// revoked, in one transaction, and publishes ChangeTokenUpdated.
+func (b *sqliteBackend) editToken(ctx context.Context, orgID, id string, change func(tx *sql.Tx) error) (Token, error) {
+	var t Token
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		cur, err := sqliteScanToken(tx.QueryRowContext(ctx,
+			`SELECT `+sqliteTokenCols+` FROM tokens WHERE id = ?1 AND (?2 = '' OR org_id = ?2)`, id, orgID))
+		if err != nil {
+			return err
+		}
+		if cur.RevokedAt != nil {
+			return fmt.Errorf("%w: token %s is revoked", ErrConflict, id)
+		}
+		if err := change(tx); err != nil {
+			return err
+		}
+		t, err = sqliteScanToken(tx.QueryRowContext(ctx, `SELECT `+sqliteTokenCols+` FROM tokens WHERE id = ?1`, id))
+		return err
+	})
+	if err != nil {
+		return Token{}, err
+	}
+	b.publish(Change{Kind: ChangeTokenUpdated, ID: t.ID, OrgID: t.OrgID})
+	return t, nil
+}
+
+func (b *sqliteBackend) tokensExpiring(ctx context.Context, now, by time.Time) ([]Token, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT `+sqliteTokenCols+` FROM tokens WHERE revoked_at IS NULL AND expires_at > ?1 AND expires_at <= ?2 ORDER BY expires_at, seq`,
+		sqliteFormat(now), sqliteFormat(by))
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanToken)
+}
+
+func (b *sqliteBackend) claimExpiryWarning(ctx context.Context, id string, expiresAt time.Time, bit int) (bool, error) {
+	res, err := b.w.ExecContext(ctx,
+		`UPDATE tokens SET expiry_warned = expiry_warned | ?3 WHERE id = ?1 AND expires_at = ?2 AND expiry_warned & ?3 = 0`,
+		id, sqliteFormat(expiresAt), bit)
+	if err != nil {
+		return false, sqliteErr(err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, sqliteErr(err)
 }
 
 func (b *sqliteBackend) token(ctx context.Context, orgID, id string) (Token, error) {
@@ -361,26 +489,35 @@ func (b *sqliteBackend) revokeToken(ctx context.Context, orgID, id string, at ti
 
 // Admin keys.
 
-const sqliteAdminKeyCols = `id, org_id, name, role, prefix, hash, created_at, created_by`
+const sqliteAdminKeyCols = `id, org_id, name, role, prefix, hash, created_at, created_by, expires_at`
 
 func sqliteScanAdminKey(s scanner) (AdminKey, error) {
 	var (
 		k       AdminKey
 		created string
+		expires sql.NullString
 	)
-	if err := s.Scan(&k.ID, &k.OrgID, &k.Name, &k.Role, &k.Prefix, &k.Hash, &created, &k.CreatedBy); err != nil {
+	if err := s.Scan(&k.ID, &k.OrgID, &k.Name, &k.Role, &k.Prefix, &k.Hash, &created, &k.CreatedBy, &expires); err != nil {
 		return AdminKey{}, sqliteErr(err)
 	}
-	var err error
-	k.CreatedAt, err = sqliteParse(created)
-	return k, err
+	var errs [2]error
+	k.CreatedAt, errs[0] = sqliteParse(created)
+	k.ExpiresAt, errs[1] = sqliteParsePtr(expires)
+	return k, errors.Join(errs[:]...)
 }
 
-func (b *sqliteBackend) insertAdminKey(ctx context.Context, k AdminKey) error {
-	_, err := b.w.ExecContext(ctx,
-		`INSERT INTO admin_keys (`+sqliteAdminKeyCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`,
-		k.ID, k.OrgID, k.Name, k.Role, k.Prefix, k.Hash, sqliteFormat(k.CreatedAt), k.CreatedBy)
-	return sqliteErr(err)
+func (b *sqliteBackend) insertAdminKey(ctx context.Context, k AdminKey, now time.Time) error {
+	return b.write(ctx, func(tx *sql.Tx) error {
+		err := sqliteCheckCap(ctx, tx, k.OrgID, "max_admin_keys",
+			`SELECT count(*) FROM admin_keys WHERE org_id = ?1 AND (expires_at IS NULL OR expires_at > ?2)`, now)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx,
+			`INSERT INTO admin_keys (`+sqliteAdminKeyCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`,
+			k.ID, k.OrgID, k.Name, k.Role, k.Prefix, k.Hash, sqliteFormat(k.CreatedAt), k.CreatedBy, sqliteFormatPtr(k.ExpiresAt))
+		return err
+	})
 }
 
 func (b *sqliteBackend) adminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error) {

@@ -44,6 +44,9 @@ var (
 	// name or a token or key hash already taken, or a hostname already in
 	// maintenance for another organization.
 	ErrConflict = errors.New("store: conflict")
+	// ErrLimit means the write would take an organization past one of its
+	// caps (OrgLimits: MaxTokens, MaxAdminKeys). Callers answer 409.
+	ErrLimit = errors.New("store: organization limit reached")
 	// ErrUnavailable means the database cannot be reached (refused or lost
 	// connection, server shutting down, SQLite file locked or unreadable) or
 	// the DB is closed. Callers answer 503. The store recovers on its own
@@ -264,6 +267,9 @@ type Org struct {
 	Name string
 	// CreatedAt is assigned by the store.
 	CreatedAt time.Time
+	// Limits are the organization's caps; the zero value limits nothing.
+	// Set them with SetOrgLimits.
+	Limits OrgLimits
 }
 
 // EnsureOrg returns the organization called name, creating it first if
@@ -360,12 +366,34 @@ type Token struct {
 	// server allows catch-alls at all). False, the zero value and the
 	// value of every token minted before the field, refuses them.
 	AllowCatchAll bool
+	// Limits are what the token's clients may use; the zero value limits
+	// nothing.
+	Limits TokenLimits
+	// Generation counts the rotations of the secret: 0 for a token never
+	// rotated. Assigned by the store.
+	Generation int64
+	// PrevHash is the SHA-256 of the secret before the last rotation,
+	// valid until PrevExpiresAt (the grace); nil when there is none.
+	// Assigned by RotateToken.
+	PrevHash []byte
+	// PrevExpiresAt is when PrevHash stops working; nil when there is no
+	// previous secret.
+	PrevExpiresAt *time.Time
+	// ExpiryWarned is the set of expiry warnings already sent (bits of
+	// ExpiryWarn7d and ExpiryWarn1d); assigned by the store, cleared when
+	// the expiry changes.
+	ExpiryWarned int
 }
 
 // CreateToken stores t with a new ID and CreatedAt and returns it as stored
 // (times in UTC to the microsecond, lists copied and never nil). ID,
-// CreatedAt and RevokedAt in t are ignored. The error wraps ErrConflict when
-// the hash is taken and ErrNotFound when the organization does not exist.
+// CreatedAt, RevokedAt and the rotation fields in t are ignored; limits
+// that fail TokenLimits.Validate are an error. The error wraps ErrConflict
+// when the hash is taken, ErrNotFound when the organization does not
+// exist, and ErrLimit when the organization already has its MaxTokens live
+// tokens (neither revoked nor expired): the count and the insert are one
+// transaction under a lock on the organization, so servers sharing the
+// database never exceed the cap together.
 func (db *DB) CreateToken(ctx context.Context, t Token) (Token, error) {
 	if db.closed.Load() {
 		return Token{}, errClosed
@@ -377,18 +405,25 @@ func (db *DB) CreateToken(ctx context.Context, t Token) (Token, error) {
 	t.Hash = slices.Clone(t.Hash)
 	t.Hostnames = list(t.Hostnames)
 	t.AllowedIPs = list(t.AllowedIPs)
+	t.Limits = t.Limits.clean()
+	if err := t.Limits.Validate(); err != nil {
+		return Token{}, fmt.Errorf("store: create token: %w", err)
+	}
 	t.ExpiresAt = stampPtr(t.ExpiresAt)
 	t.RevokedAt = nil
+	t.Generation, t.PrevHash, t.PrevExpiresAt, t.ExpiryWarned = 0, nil, nil, 0
 	t.CreatedAt = stamp(db.now())
-	if err := db.b.insertToken(ctx, t); err != nil {
+	if err := db.b.insertToken(ctx, t, db.now()); err != nil {
 		return Token{}, db.fail(fmt.Sprintf("create token in org %s", t.OrgID), err)
 	}
 	return t, nil
 }
 
-// TokenByHash returns the token whose secret hashes to hash, revoked and
-// expired ones included (the caller decides what they may do), or an error
-// wrapping ErrNotFound.
+// TokenByHash returns the token whose secret hashes to hash, or whose
+// previous secret (PrevHash, during a rotation's grace or after it) does,
+// revoked and expired ones included (the caller decides what they may do:
+// compare hash with PrevHash and PrevExpiresAt), or an error wrapping
+// ErrNotFound.
 func (db *DB) TokenByHash(ctx context.Context, hash []byte) (Token, error) {
 	if db.closed.Load() {
 		return Token{}, errClosed
@@ -461,11 +496,16 @@ type AdminKey struct {
 	CreatedAt time.Time
 	// CreatedBy names the actor that created the key (free text).
 	CreatedBy string
+	// ExpiresAt is when the key stops working; nil means never. The
+	// store records it; the caller enforces it.
+	ExpiresAt *time.Time
 }
 
 // CreateAdminKey stores k with a new ID and CreatedAt and returns it as
-// stored. The error wraps ErrConflict when the hash is taken and
-// ErrNotFound when the organization does not exist.
+// stored. The error wraps ErrConflict when the hash is taken, ErrNotFound
+// when the organization does not exist, and ErrLimit when the organization
+// already has its MaxAdminKeys unexpired keys (counted and inserted in one
+// transaction, as CreateToken does).
 func (db *DB) CreateAdminKey(ctx context.Context, k AdminKey) (AdminKey, error) {
 	if db.closed.Load() {
 		return AdminKey{}, errClosed
@@ -478,8 +518,9 @@ func (db *DB) CreateAdminKey(ctx context.Context, k AdminKey) (AdminKey, error) 
 	}
 	k.ID = newID("key")
 	k.Hash = slices.Clone(k.Hash)
+	k.ExpiresAt = stampPtr(k.ExpiresAt)
 	k.CreatedAt = stamp(db.now())
-	if err := db.b.insertAdminKey(ctx, k); err != nil {
+	if err := db.b.insertAdminKey(ctx, k, db.now()); err != nil {
 		return AdminKey{}, db.fail(fmt.Sprintf("create admin key in org %s", k.OrgID), err)
 	}
 	return k, nil

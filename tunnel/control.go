@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -88,7 +89,7 @@ func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.St
 	apply := func(m *message) error {
 		sess.ann.Store(m.Announcement)
 		last = time.Now()
-		notices := s.cfg.Registry.Update(ctx, sess)
+		notices := identityNotices(s.cfg.Registry.Update(ctx, sess), sess)
 		return sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq, Drain: sess.drainAsked.Load()}, s.cfg.DownThreshold)
 	}
 	for {
@@ -110,8 +111,12 @@ func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.St
 			if m.Type != msgHeartbeat {
 				return fmt.Errorf("tunnel: unexpected %s frame", m.Type)
 			}
-			if exp := sess.ident.ExpiresAt; !exp.IsZero() && time.Now().After(exp) {
-				sess.writeControl(&message{Type: msgGoAway, Reason: "token expired"}, time.Second)
+			if id := sess.Identity(); !id.ExpiresAt.IsZero() && time.Now().After(id.ExpiresAt) {
+				reason := id.EndReason
+				if reason == "" {
+					reason = "token expired"
+				}
+				sess.writeControl(&message{Type: msgGoAway, Reason: reason}, time.Second)
 				return errTokenExpired
 			}
 			if err := m.Announcement.Validate(); err != nil {
@@ -138,4 +143,15 @@ func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.St
 			holdC = hold.C
 		}
 	}
+}
+
+// identityNotices returns notices with the session identity's Notice
+// after them, if it has one; notices itself is not modified (the registry
+// may keep it).
+func identityNotices(notices []string, sess *Session) []string {
+	n := sess.Identity().Notice
+	if n == "" {
+		return notices
+	}
+	return append(slices.Clip(notices), n)
 }

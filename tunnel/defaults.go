@@ -9,8 +9,8 @@ import (
 // DefaultServerConfig returns the server's default tunnel settings, the one
 // place they are written: a 15s down threshold (heartbeats every 5s), a 30s
 // wait for a response head, the protocol's HandshakeTimeout,
-// DefaultMaxHeaderBytes, DefaultMaxStreams and DefaultAnnounceInterval.
-// Auth, Registry and Logger are nil.
+// DefaultMaxHeaderBytes, DefaultMaxStreams, DefaultAnnounceInterval and
+// at most 10000 sessions (max_tunnels). Auth, Registry and Logger are nil.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
 		DownThreshold:         15 * time.Second,
@@ -19,6 +19,7 @@ func DefaultServerConfig() ServerConfig {
 		MaxHeaderBytes:        DefaultMaxHeaderBytes,
 		MaxStreams:            DefaultMaxStreams,
 		AnnounceInterval:      DefaultAnnounceInterval,
+		MaxSessions:           10000,
 	}
 }
 
@@ -37,6 +38,7 @@ func (cfg ServerConfig) Validate() error {
 	negative("HandshakeTimeout", cfg.HandshakeTimeout < 0, cfg.HandshakeTimeout)
 	negative("MaxHeaderBytes", cfg.MaxHeaderBytes < 0, cfg.MaxHeaderBytes)
 	negative("AnnounceInterval", cfg.AnnounceInterval < 0, cfg.AnnounceInterval)
+	negative("MaxSessions", cfg.MaxSessions < 0, cfg.MaxSessions)
 	if cfg.MaxStreams != 0 && cfg.MaxStreams < 2 {
 		errs = append(errs, fmt.Errorf("tunnel: MaxStreams must be 0 or at least 2 (control stream plus one), got %d", cfg.MaxStreams))
 	}

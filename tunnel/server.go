@@ -87,6 +87,10 @@ type ServerConfig struct {
 	// the interval has passed; one after a quiet interval is applied at
 	// once. Zero means DefaultAnnounceInterval (200ms).
 	AnnounceInterval time.Duration
+	// MaxSessions bounds the sessions attached at once (max_tunnels):
+	// the handshake of one more is refused, with a reason naming the
+	// setting, until one ends. Zero means no bound.
+	MaxSessions int
 	// Logger receives session lifecycle logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -104,7 +108,12 @@ type Server struct {
 	wg sync.WaitGroup // one per running session handler
 
 	bytesIn, bytesOut atomic.Int64 // tunnel bytes, every session's
+	refusedFull       atomic.Int64 // handshakes refused by MaxSessions
 }
+
+// RefusedFull returns the handshakes refused because MaxSessions sessions
+// were attached, since the server started.
+func (s *Server) RefusedFull() int64 { return s.refusedFull.Load() }
 
 // Bytes returns the bytes received from and sent to clients over every
 // tunnel since the server started: yamux frames (requests, responses and
@@ -214,13 +223,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer mux.Close()
 	sess := &Session{
 		id:             newID(),
-		ident:          ident,
 		remoteAddr:     r.RemoteAddr,
 		mux:            mux,
 		headTimeout:    s.cfg.ResponseHeaderTimeout,
 		maxHeaderBytes: s.cfg.MaxHeaderBytes,
 		maxStreams:     s.cfg.MaxStreams,
 	}
+	sess.ident.Store(&ident)
 	sess.log = s.log.With(logkey.SessionID, sess.id, logkey.RemoteAddr, sess.remoteAddr)
 	sess.headWarn = newWarnLimiter(sess.log, "tunnel response head too large", headWarnEvery)
 	s.run(ctx, sess)
@@ -289,6 +298,13 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		refuseHello("server is shutting down")
 		return
 	}
+	if s.cfg.MaxSessions > 0 && len(s.sessions) >= s.cfg.MaxSessions {
+		s.mu.Unlock()
+		s.refusedFull.Add(1)
+		log.Warn("tunnel refused", logkey.Reason, "max_tunnels", logkey.Limit, s.cfg.MaxSessions)
+		refuseHello(fmt.Sprintf("server is full: it has its max_tunnels %d sessions; retry later", s.cfg.MaxSessions))
+		return
+	}
 	s.sessions[sess] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
@@ -303,7 +319,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		return
 	}
 	defer s.cfg.Registry.Detach(ctx, sess)
-	notices := s.cfg.Registry.Update(ctx, sess)
+	notices := identityNotices(s.cfg.Registry.Update(ctx, sess), sess)
 	err = sess.writeControl(&message{
 		Type:        msgWelcome,
 		Version:     Version,

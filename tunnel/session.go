@@ -56,6 +56,27 @@ type Identity struct {
 	// AllowCatchAll is set when the token may serve a catch-all (a
 	// service with no hostname); the master token always may.
 	AllowCatchAll bool
+	// Paths are the path prefixes the token may bind; empty means any.
+	Paths []string
+	// MaxRPS is the visitor requests per second the token's clients
+	// serve together; 0 means no limit.
+	MaxRPS float64
+	// ClientAllowedIPs are the addresses the token's tunnels may connect
+	// from; empty means anywhere. The registry enforces it.
+	ClientAllowedIPs []netip.Prefix
+	// MaxConnections bounds the token's sessions at once; 0 means no
+	// bound. The registry enforces it.
+	MaxConnections int
+	// Generation is the rotation of the token's secret the session
+	// authenticated with (the store's Token.Generation, or one less for
+	// the previous secret).
+	Generation int64
+	// EndReason is what the client is told when ExpiresAt ends the
+	// session; "" means "token expired".
+	EndReason string
+	// Notice, when set, is repeated to the client with every heartbeat's
+	// ack (a secret in its rotation grace, for example).
+	Notice string
 }
 
 // Session is one connected client as the server sees it. It is safe for
@@ -63,7 +84,7 @@ type Identity struct {
 // closed by Server; the registry only reads it.
 type Session struct {
 	id          string
-	ident       Identity
+	ident       atomic.Pointer[Identity] // replaced by SetIdentity when the token is edited
 	remoteAddr  string
 	connectedAt time.Time
 	mux         *yamux.Session
@@ -103,8 +124,15 @@ type dataStream struct {
 // ID returns the session id the server assigned.
 func (s *Session) ID() string { return s.id }
 
-// Identity returns the token identity the session authenticated with.
-func (s *Session) Identity() Identity { return s.ident }
+// Identity returns the token identity the session authenticated with, as
+// SetIdentity last replaced it.
+func (s *Session) Identity() Identity { return *s.ident.Load() }
+
+// SetIdentity replaces the session's identity: the token was edited or
+// rotated. The registry applies the new rights at the next heartbeat
+// (Update), and the control loop the new ExpiresAt; id's slices must not
+// be modified afterwards. Safe for concurrent use.
+func (s *Session) SetIdentity(id Identity) { s.ident.Store(&id) }
 
 // RemoteAddr returns the client's address as the server saw it.
 func (s *Session) RemoteAddr() string { return s.remoteAddr }

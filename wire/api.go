@@ -64,6 +64,32 @@ type Org struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	OrgLimits
+}
+
+// OrgLimits are an organization's caps; 0 in any field means no limit.
+type OrgLimits struct {
+	// MonthlyMaxBytes is the visitor bytes per UTC month through the
+	// organization's clients (enforced by usage accounting).
+	MonthlyMaxBytes int64 `json:"monthly_max_bytes"`
+	// MaxClients is the tunnel sessions of the organization's tokens at
+	// once, per server; the next handshake is refused.
+	MaxClients int `json:"max_clients"`
+	// MaxTokens is the live tokens the organization may have; minting
+	// one more answers 409.
+	MaxTokens int `json:"max_tokens"`
+	// MaxAdminKeys is the unexpired admin keys the organization may
+	// have; creating one more answers 409.
+	MaxAdminKeys int `json:"max_admin_keys"`
+}
+
+// UpdateOrgRequest is the body of PATCH /orgs/{id} (master token only):
+// each field present replaces the organization's; absent ones stay.
+type UpdateOrgRequest struct {
+	MonthlyMaxBytes *int64 `json:"monthly_max_bytes,omitempty"`
+	MaxClients      *int   `json:"max_clients,omitempty"`
+	MaxTokens       *int   `json:"max_tokens,omitempty"`
+	MaxAdminKeys    *int   `json:"max_admin_keys,omitempty"`
 }
 
 // CreateOrgRequest is the body of POST /orgs.
@@ -99,6 +125,8 @@ type Key struct {
 	// CreatedBy is the actor that created the key: "master" or "key:<id>".
 	CreatedBy string    `json:"created_by"`
 	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the key stops working; absent: never.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // MintedKey is the answer to POST /admin-keys: the new key and, this once,
@@ -119,6 +147,10 @@ type CreateKeyRequest struct {
 	// set it; empty means the caller's organization, or the organization
 	// named "default" for the master token.
 	OrgID string `json:"org_id,omitempty"`
+	// ExpiresIn is how long the key works, a duration ("90d", "12h");
+	// ExpiresAt is when it stops. At most one; neither means never.
+	ExpiresIn string     `json:"expires_in,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // The statuses of a token.
@@ -146,6 +178,55 @@ type Token struct {
 	// AllowCatchAll is set when the token's clients may serve catch-all
 	// services (no hostname), on servers with require_hostname_bind off.
 	AllowCatchAll bool `json:"allow_catch_all"`
+	TokenLimits
+	// PreviousExpiresAt is when the secret before the last rotation
+	// stops working; absent when the token was never rotated.
+	PreviousExpiresAt *time.Time `json:"previous_expires_at,omitempty"`
+}
+
+// TokenLimits are what a token's clients may use; 0 (or empty) in any
+// field means no limit. Master-token traffic is never limited.
+type TokenLimits struct {
+	// MaxRPS is the visitor requests per second the token's clients
+	// serve together (429 token-rate beyond).
+	MaxRPS float64 `json:"max_rps"`
+	// DailyMaxBytes is the visitor bytes per UTC day through the token's
+	// clients (429 token-quota beyond; enforced by usage accounting).
+	DailyMaxBytes int64 `json:"daily_max_bytes"`
+	// MaxConnections is the token's tunnel sessions at once, per server;
+	// the next handshake is refused.
+	MaxConnections int `json:"max_connections"`
+	// Paths are the path prefixes the token may bind ("/api" allows
+	// "/api" and "/api/v1"); empty means any.
+	Paths []string `json:"paths"`
+	// ClientAllowedIPs are the CIDRs the token's tunnels may connect
+	// from; empty means anywhere. (AllowedIPs is the visitor fence.)
+	ClientAllowedIPs []string `json:"client_allowed_ips"`
+}
+
+// UpdateTokenRequest is the body of PATCH /tokens/{id}: each field
+// present replaces the token's; absent ones stay. ExpiresAt "" clears the
+// expiry. Changes reach connected clients within a heartbeat.
+type UpdateTokenRequest struct {
+	Name             *string   `json:"name,omitempty"`
+	Hostnames        *[]string `json:"hostnames,omitempty"`
+	AllowedIPs       *[]string `json:"allowed_ips,omitempty"`
+	ExpiresAt        *string   `json:"expires_at,omitempty"`
+	AllowCatchAll    *bool     `json:"allow_catch_all,omitempty"`
+	MaxRPS           *float64  `json:"max_rps,omitempty"`
+	DailyMaxBytes    *int64    `json:"daily_max_bytes,omitempty"`
+	MaxConnections   *int      `json:"max_connections,omitempty"`
+	Paths            *[]string `json:"paths,omitempty"`
+	ClientAllowedIPs *[]string `json:"client_allowed_ips,omitempty"`
+}
+
+// RotateTokenRequest is the body of POST /tokens/{id}/rotate; the answer
+// is a MintedToken with the new secret.
+type RotateTokenRequest struct {
+	// Grace is how long the current secret keeps working, a duration
+	// ("1h", "2d"); "" or "0" ends it at once. At most 30 days. Clients
+	// connected with it are told, and closed when it ends.
+	Grace string `json:"grace,omitempty"`
 }
 
 // MintedToken is the answer to POST /tokens: the new token and, this
@@ -175,6 +256,12 @@ type CreateTokenRequest struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// OrgID is as in CreateKeyRequest.
 	OrgID string `json:"org_id,omitempty"`
+	// The limits, as in TokenLimits; zero values limit nothing.
+	MaxRPS           float64  `json:"max_rps,omitempty"`
+	DailyMaxBytes    int64    `json:"daily_max_bytes,omitempty"`
+	MaxConnections   int      `json:"max_connections,omitempty"`
+	Paths            []string `json:"paths,omitempty"`
+	ClientAllowedIPs []string `json:"client_allowed_ips,omitempty"`
 }
 
 // Maintenance is a hostname in maintenance mode.

@@ -330,3 +330,23 @@ func responseError(status int, body []byte) error {
 	}
 	return &ResponseError{StatusCode: status, Message: msg}
 }
+
+// UpdateToken calls PATCH /tokens/{id} and returns the edited token.
+func (c *Client) UpdateToken(ctx context.Context, id string, req wire.UpdateTokenRequest) (wire.Token, error) {
+	var out wire.Token
+	return out, c.Do(ctx, http.MethodPatch, "/tokens/"+url.PathEscape(id), req, &out)
+}
+
+// RotateToken calls POST /tokens/{id}/rotate and returns the token with
+// its new secret.
+func (c *Client) RotateToken(ctx context.Context, id string, req wire.RotateTokenRequest) (wire.MintedToken, error) {
+	var out wire.MintedToken
+	return out, c.Do(ctx, http.MethodPost, "/tokens/"+url.PathEscape(id)+"/rotate", req, &out)
+}
+
+// UpdateOrg calls PATCH /orgs/{id} and returns the organization with its
+// limits.
+func (c *Client) UpdateOrg(ctx context.Context, id string, req wire.UpdateOrgRequest) (wire.Org, error) {
+	var out wire.Org
+	return out, c.Do(ctx, http.MethodPatch, "/orgs/"+url.PathEscape(id), req, &out)
+}

@@ -137,7 +137,7 @@ func (a *apiCLI) clientsCommand() *cobra.Command {
 }
 
 func (a *apiCLI) tokensCommand() *cobra.Command {
-	cmd := group("tokens", "Mint, list and revoke client tokens")
+	cmd := group("tokens", "Mint, list, edit, rotate and revoke client tokens")
 
 	var (
 		req                  wire.CreateTokenRequest
@@ -180,6 +180,11 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 	f.StringVar(&expiresAt, "expires-at", "", "expire at this RFC 3339 time")
 	f.StringVar(&req.OrgID, "org-id", "", "organization of the token (master token only; default: default)")
 	f.BoolVar(&req.AllowCatchAll, "allow-catch-all", false, "let the token's services with no hostname serve what nobody else binds (servers with require_hostname_bind false); --hostname may then be left out")
+	f.Float64Var(&req.MaxRPS, "max-rps", 0, "requests per second of the token's clients together; 0 = no limit")
+	f.IntVar(&req.MaxConnections, "max-connections", 0, "tunnel sessions at once; 0 = no limit")
+	f.Int64Var(&req.DailyMaxBytes, "daily-max-bytes", 0, "visitor bytes per UTC day; 0 = no limit")
+	f.StringSliceVar(&req.Paths, "path", nil, "path prefix the token may bind (repeatable; default any)")
+	f.StringSliceVar(&req.ClientAllowedIPs, "client-allowed-ip", nil, "CIDR the token's tunnels may connect from (repeatable; default anywhere)")
 	create.MarkFlagsMutuallyExclusive("expires-in", "expires-at")
 	create.MarkFlagsOneRequired("hostname", "allow-catch-all")
 	mustRequire(create, "name")
@@ -202,7 +207,7 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 			}, func(w io.Writer, t wire.Token) { tokensTable(w, []wire.Token{t}) })
 		},
 	}
-	cmd.AddCommand(create, list, revoke)
+	cmd.AddCommand(create, list, revoke, a.tokensUpdateCommand(), a.tokensRotateCommand())
 	return cmd
 }
 
@@ -530,7 +535,7 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 		},
 	}
 	hostnames.Flags().BoolVar(&clear, "clear", false, "replace the organization's patterns with none")
-	cmd.AddCommand(create, list, hostnames)
+	cmd.AddCommand(create, list, hostnames, a.orgsUpdateCommand())
 	return cmd
 }
 

@@ -95,6 +95,9 @@ func settings() []config.Setting[Config] {
 		config.DurationSetting("visitor_idle_timeout", "end a request whose visitor neither reads nor sends for this long", func(c *S) *time.Duration { return &c.Router.VisitorIdleTimeout }),
 		config.Int64Setting("visitor_min_bytes_per_second", "slowest visitor read or upload rate, judged after visitor_idle_timeout of waiting", func(c *S) *int64 { return &c.Router.VisitorMinRate }),
 		config.IntSetting("max_connections_per_ip", "concurrent connections of one visitor address; 0 = no cap", func(c *S) *int { return &c.MaxConnectionsPerIP }),
+		config.IntSetting("max_streams_per_ip", "concurrent proxied requests of one visitor address (429 streams-per-ip); 0 = no cap", func(c *S) *int { return &c.Router.MaxStreamsPerIP }),
+		config.IntSetting("max_ws_connections", "WebSocket relays open at once (503 beyond); 0 = no cap", func(c *S) *int { return &c.Router.MaxWSConnections }),
+		config.IntSetting("max_tunnels", "client tunnel sessions at once; the next handshake is refused; 0 = no cap", func(c *S) *int { return &c.Tunnel.MaxSessions }),
 		config.DurationSetting("tunnel_handshake_timeout", "time from a tunnel upgrade to the client's hello", func(c *S) *time.Duration { return &c.Tunnel.HandshakeTimeout }),
 		config.DurationSetting("client_down_threshold", "heartbeat age after which a client is dropped", func(c *S) *time.Duration { return &c.Tunnel.DownThreshold }),
 		config.SizeSetting("tunnel_max_header_bytes", "largest response head a client may send (1MiB, bytes)", func(c *S) *int64 { return &c.Tunnel.MaxHeaderBytes }),
@@ -264,6 +267,9 @@ func check(s Config, v *config.Checker) {
 	v.NonNegativeDuration("visitor_idle_timeout", s.Router.VisitorIdleTimeout)
 	v.NonNegative("visitor_min_bytes_per_second", int64(s.Router.VisitorMinRate))
 	v.NonNegative("max_connections_per_ip", int64(s.MaxConnectionsPerIP))
+	v.NonNegative("max_streams_per_ip", int64(s.Router.MaxStreamsPerIP))
+	v.NonNegative("max_ws_connections", int64(s.Router.MaxWSConnections))
+	v.NonNegative("max_tunnels", int64(s.Tunnel.MaxSessions))
 	v.NonNegative("max_stream_subscribers", int64(s.MaxStreamSubscribers))
 	v.NonNegativeDuration("tunnel_handshake_timeout", s.Tunnel.HandshakeTimeout)
 	v.Positive("client_down_threshold", s.Tunnel.DownThreshold)
