@@ -1,5 +1,6 @@
 // Package webhook owns the delivery of server events to the HTTP endpoints
-// organizations subscribe: the JSON payload, its HMAC-SHA256 signature,
+// organizations subscribe: the JSON payload, its signatures (the Standard
+// Webhooks webhook-signature, and the older X-Aperio-Signature),
 // the bounded queue between the emitter and the network, and the retries
 // with backoff. Every delivery goes out through the outbound fence.
 package webhook
@@ -362,9 +363,13 @@ func (d *Dispatcher) attempt(ctx context.Context, dl delivery) (int, error) {
 	req.Header.Set("User-Agent", "aperio/"+buildinfo.Version())
 	req.Header.Set(HeaderEvent, dl.event)
 	req.Header.Set(HeaderDelivery, dl.id)
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(time.Now().Unix(), 10))
+	now := time.Now()
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(HeaderID, dl.id)
+	req.Header.Set(HeaderStdTimestamp, strconv.FormatInt(now.Unix(), 10))
 	if dl.sub.Secret != "" {
 		req.Header.Set(HeaderSignature, Sign(dl.sub.Secret, dl.body))
+		req.Header.Set(HeaderStdSignature, SignStandard(dl.sub.Secret, dl.id, now, dl.body))
 	}
 	resp, err := d.cfg.Client.Do(ctx, req)
 	if err != nil {
