@@ -21,6 +21,8 @@ const (
 	limitClientConcurrency
 	limitTokenRate
 	limitRoute // a route's rate limit: its setting is the rate_limits entry
+	limitTokenQuota
+	limitOrgQuota
 	numLimitKinds
 )
 
@@ -36,6 +38,8 @@ var limitInfo = [numLimitKinds]struct {
 	limitClientConcurrency: {"client-concurrency", "max_concurrent"},
 	limitTokenRate:         {"token-rate", "token.max_rps"},
 	limitRoute:             {"route", "rate_limits"},
+	limitTokenQuota:        {"token-quota", "token.daily_max_bytes"},
+	limitOrgQuota:          {"org-quota", "org.monthly_max_bytes"},
 }
 
 // limitHeader holds the precomputed x-aperio-limit values.
@@ -55,7 +59,10 @@ func (rt *Router) refuse(w http.ResponseWriter, r *http.Request, rec *telemetry.
 	rec.Limit = limitInfo[kind].kind
 	h := w.Header()
 	h["X-Aperio-Limit"] = limitHeader[kind]
-	h["Retry-After"] = retryAfterOne
+	if kind != limitTokenQuota && kind != limitOrgQuota {
+		// A quota refills only with its period: no Retry-After.
+		h["Retry-After"] = retryAfterOne
+	}
 	host := ""
 	if r != nil {
 		host = hostname.Normalize(r.Host)

@@ -116,6 +116,9 @@ type rights struct {
 	// catchAll is set when the token may serve a catch-all (the master
 	// token, or allow_catch_all).
 	catchAll bool
+	// tokenID is the session's token, "" for the master token: usage is
+	// counted against it.
+	tokenID string
 }
 
 // refusalLocked returns why e (of rights r) may not bind host at path, or

@@ -90,6 +90,8 @@ const (
 	refusedAccessHidden                         // the gate refused unseen: answered like no route
 	answeredByRule                              // a route rule answers itself: redirect or fixed answer
 	refusedRouteLimit                           // the route's rate limit bucket is empty
+	refusedTokenQuota                           // the client's token is over daily_max_bytes
+	refusedOrgQuota                             // the client's organization is over monthly_max_bytes
 	numRefusalKinds
 )
 
@@ -133,6 +135,8 @@ var refusalInfo = [numRefusalKinds]struct {
 	// Both are answered from the rule; their setting is the rule's.
 	answeredByRule:    {explainText: "answered by a route rule"},
 	refusedRouteLimit: {status: http.StatusTooManyRequests, limit: limitRoute, explainText: "429 route: the route's rate limit bucket is empty"},
+	refusedTokenQuota: {status: http.StatusTooManyRequests, limit: limitTokenQuota, explainText: "429 token-quota", setting: "token.daily_max_bytes"},
+	refusedOrgQuota:   {status: http.StatusTooManyRequests, limit: limitOrgQuota, explainText: "429 org-quota", setting: "org.monthly_max_bytes"},
 }
 
 // refusal is a stage's verdict: the zero refusal passes. err carries the
@@ -535,7 +539,7 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 		}
 	}
 	switch ref.kind {
-	case refusedIP, refusedClientConcurrency, refusedServerConcurrency:
+	case refusedIP, refusedClientConcurrency, refusedServerConcurrency, refusedTokenQuota, refusedOrgQuota:
 		rt.refuse(w, r, rec, info.limit)
 		return
 	case refusedBodyTooLarge, refusedExchange:

@@ -256,7 +256,7 @@ func (m *Meter) addCounter(k Key) *Counter {
 			return c
 		}
 	}
-	c := &Counter{key: k, tok: m.accountLocked(m.tokens, k.TokenID), org: m.accountLocked(m.orgs, k.OrgID)}
+	c := &Counter{key: k, tok: m.accountLocked(m.tokens, k.TokenID, m.tokenMax), org: m.accountLocked(m.orgs, k.OrgID, m.orgMax)}
 	c.tok.master = k.TokenID == ""
 	next := make(counters, len(old)+1)
 	for kk, v := range old {
@@ -267,13 +267,31 @@ func (m *Meter) addCounter(k Key) *Counter {
 	return c
 }
 
-func (m *Meter) accountLocked(in map[string]*account, id string) *account {
+// accountLocked returns id's account in in, creating it with its limit
+// read at once (a new token is limited from its first request; its
+// stored total arrives with the next flush).
+func (m *Meter) accountLocked(in map[string]*account, id string, limit func(string) int64) *account {
 	a := in[id]
 	if a == nil {
 		a = &account{id: id}
+		a.limit.Store(limit(id))
 		in[id] = a
 	}
 	return a
+}
+
+func (m *Meter) tokenMax(id string) int64 {
+	if m.cfg.Limits == nil {
+		return 0
+	}
+	return m.cfg.Limits.TokenDailyMax(id)
+}
+
+func (m *Meter) orgMax(id string) int64 {
+	if m.cfg.Limits == nil {
+		return 0
+	}
+	return m.cfg.Limits.OrgMonthlyMax(id)
 }
 
 // Flushes returns how many flushes succeeded and failed since New.
