@@ -42,7 +42,6 @@ type dailyMax int64
 func (d dailyMax) TokenDailyMax(string) int64 { return int64(d) }
 func (dailyMax) OrgMonthlyMax(string) int64   { return 0 }
 
-
 // TestTokenQuota: the visitor bytes through a token's client count
 // against it per bind hostname, and once the token's daily_max_bytes is
 // used up its requests get 429 token-quota without Retry-After; master
