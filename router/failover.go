@@ -49,12 +49,14 @@ func idempotent(method string) bool {
 type countingBody struct {
 	io.ReadCloser
 	read atomic.Bool
+	n    atomic.Int64 // bytes read, for usage
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
 		b.read.Store(true)
+		b.n.Add(int64(n))
 	}
 	return n, err
 }

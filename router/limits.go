@@ -22,6 +22,8 @@ const (
 	limitTokenRate
 	limitRoute // a route's rate limit: its setting is the rate_limits entry
 	limitStreamsPerIP
+	limitTokenQuota
+	limitOrgQuota
 	numLimitKinds
 )
 
@@ -38,6 +40,8 @@ var limitInfo = [numLimitKinds]struct {
 	limitTokenRate:         {"token-rate", "token.max_rps"},
 	limitRoute:             {"route", "rate_limits"},
 	limitStreamsPerIP:      {"streams-per-ip", "max_streams_per_ip"},
+	limitTokenQuota:        {"token-quota", "token.daily_max_bytes"},
+	limitOrgQuota:          {"org-quota", "org.monthly_max_bytes"},
 }
 
 // limitHeader holds the precomputed x-aperio-limit values.
@@ -57,7 +61,10 @@ func (rt *Router) refuse(w http.ResponseWriter, r *http.Request, rec *telemetry.
 	rec.Limit = limitInfo[kind].kind
 	h := w.Header()
 	h["X-Aperio-Limit"] = limitHeader[kind]
-	h["Retry-After"] = retryAfterOne
+	if kind != limitTokenQuota && kind != limitOrgQuota {
+		// A quota refills only with its period: no Retry-After.
+		h["Retry-After"] = retryAfterOne
+	}
 	host := ""
 	if r != nil {
 		host = hostname.Normalize(r.Host)

@@ -268,8 +268,8 @@ func TestIPLimit(t *testing.T) {
 		t.Fatalf("another visitor's first request = %d, want 200", rec.Code)
 	}
 	kinds := rt.RateLimited()
-	if len(kinds) != 6 || kinds["ip"] != 1 || kinds["server-concurrency"] != 0 || kinds["streams-per-ip"] != 0 {
-		t.Fatalf("RateLimited() = %v, want all six kinds with ip 1", kinds)
+	if len(kinds) != int(numLimitKinds) || kinds["ip"] != 1 || kinds["server-concurrency"] != 0 || kinds["streams-per-ip"] != 0 {
+		t.Fatalf("RateLimited() = %v, want all %d kinds with ip 1", kinds, numLimitKinds)
 	}
 }
 

@@ -91,6 +91,8 @@ const (
 	answeredByRule                              // a route rule answers itself: redirect or fixed answer
 	refusedRouteLimit                           // the route's rate limit bucket is empty
 	refusedTokenRate                            // the max_rps bucket of the chosen client's token is empty
+	refusedTokenQuota                           // the client's token is over daily_max_bytes
+	refusedOrgQuota                             // the client's organization is over monthly_max_bytes
 	numRefusalKinds
 )
 
@@ -135,6 +137,8 @@ var refusalInfo = [numRefusalKinds]struct {
 	answeredByRule:    {explainText: "answered by a route rule"},
 	refusedRouteLimit: {status: http.StatusTooManyRequests, limit: limitRoute, explainText: "429 route: the route's rate limit bucket is empty"},
 	refusedTokenRate:  {status: http.StatusTooManyRequests, limit: limitTokenRate, explainText: "429 token-rate: the token's max_rps bucket is empty", setting: "token.max_rps"},
+	refusedTokenQuota: {status: http.StatusTooManyRequests, limit: limitTokenQuota, explainText: "429 token-quota", setting: "token.daily_max_bytes"},
+	refusedOrgQuota:   {status: http.StatusTooManyRequests, limit: limitOrgQuota, explainText: "429 org-quota", setting: "org.monthly_max_bytes"},
 }
 
 // refusal is a stage's verdict: the zero refusal passes. err carries the
@@ -537,7 +541,7 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 		}
 	}
 	switch ref.kind {
-	case refusedIP, refusedClientConcurrency, refusedServerConcurrency, refusedTokenRate:
+	case refusedIP, refusedClientConcurrency, refusedServerConcurrency, refusedTokenRate, refusedTokenQuota, refusedOrgQuota:
 		rt.refuse(w, r, rec, info.limit)
 		return
 	case refusedBodyTooLarge, refusedExchange:

@@ -42,6 +42,10 @@ type service struct {
 	// allowedIPs are the visitors its token admits; empty admits all. Set
 	// under Router.mu before the service is published in a pool.
 	allowedIPs []netip.Prefix
+	// tokenID and org are the session's token ("" for the master token)
+	// and organization, which usage is counted against; set before the
+	// service is published.
+	tokenID, org string
 	// affinity is the value of the aperio_affinity cookie that sticks a
 	// visitor to this service's client instance (see affinityValue), and
 	// cookie the Set-Cookie line that issues it over http; set before the

@@ -22,6 +22,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/usage"
 )
 
 // proxyHookForTest, when set by a test, runs first on every proxied request.
@@ -157,6 +158,18 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 	if kept != nil {
 		defer rt.replayKept.Add(-int64(len(kept)))
 	}
+	// counted is the usage counter of the client that served the request,
+	// charged once as it ends with the visitor's bytes both ways.
+	var counted *usage.Counter
+	defer func() {
+		if counted != nil {
+			var in int64
+			if body != nil {
+				in = body.n.Load()
+			}
+			counted.Record(in + rec.Bytes)
+		}
+	}()
 	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
 	var next *service                           // a permit taken for a retry on 5xx
 	retried := false
@@ -176,6 +189,9 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		}
 		if ref.kind == passed {
 			ref = rt.checkConnect(a, s)
+		}
+		if ref.kind == passed {
+			ref = rt.checkQuota(a, s, &counted)
 		}
 		if ref.kind == passed {
 			ref = rt.takeSlot(a, s)
@@ -480,4 +496,30 @@ func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *htt
 	bufpool.Copy(conn, backend)
 	conn.Close()
 	<-done
+}
+
+// checkQuota looks up the usage counter of s's token, organization and
+// a's bind (one map lookup in an immutable snapshot) into *counted, and
+// refuses the request, releasing s's permit, when the token is over its
+// daily_max_bytes or the organization over its monthly_max_bytes. Without
+// a meter it passes.
+func (rt *Router) checkQuota(a *admission, s *service, counted **usage.Counter) refusal {
+	if rt.cfg.Usage == nil {
+		return refusal{}
+	}
+	c := rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
+	*counted = c
+	kind := passed
+	switch c.Check() {
+	case usage.TokenQuota:
+		kind = refusedTokenQuota
+	case usage.OrgQuota:
+		kind = refusedOrgQuota
+	}
+	if kind == passed {
+		return refusal{}
+	}
+	*counted = nil
+	s.release()
+	return refusal{kind: kind}
 }

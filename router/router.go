@@ -20,6 +20,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/policy"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/usage"
 )
 
 // Config configures a Router. The zero value routes with round-robin, no
@@ -143,6 +144,11 @@ type Config struct {
 	// requests of a hostname it captures are recorded on their way
 	// (docs/inspector.md). Nil captures nothing.
 	Inspector *inspect.Inspector
+	// Usage counts each dispatched request's visitor bytes against its
+	// client's token, organization and bind hostname, and refuses a
+	// request whose token or organization is over its byte quota (429
+	// token-quota or org-quota). Nil counts nothing.
+	Usage *usage.Meter
 }
 
 // Router routes visitor requests to connected clients. It implements
@@ -474,7 +480,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 			// allowedIPs is the session's token's, fixed for its life: it is
 			// set once, before the service is published, because the hot
 			// path reads it without a lock.
-			s = &service{conn: conn, id: sa.ID, instance: ann.InstanceID, allowedIPs: allowedIPs}
+			s = &service{conn: conn, id: sa.ID, instance: ann.InstanceID, allowedIPs: allowedIPs, tokenID: r.tokenID, org: r.org}
 			s.affinity = affinityValue(rt.affinityKey, ann.InstanceID)
 			s.cookie = affinityCookieLine(s.affinity)
 			e.services[sa.ID] = s

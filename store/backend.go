@@ -132,6 +132,16 @@ type backend interface {
 	// descending.
 	signingKeys(ctx context.Context, purpose string) ([]SigningKey, error)
 
+	// addUsage increments the rows of ds (days at midnight UTC) in one
+	// transaction.
+	addUsage(ctx context.Context, ds []UsageDelta) error
+	// usageTotals sums bytes per token on day and per org for
+	// from <= day < to.
+	usageTotals(ctx context.Context, day, from, to time.Time, tokens, orgs []string) (map[string]int64, map[string]int64, error)
+	// queryUsage returns the rows q selects, newest day first, at most
+	// limit.
+	queryUsage(ctx context.Context, q UsageQuery, limit int) ([]UsageRow, error)
+
 	// execForTest runs raw SQL, bypassing the store's API.
 	execForTest(ctx context.Context, query string) error
 }

@@ -103,6 +103,7 @@ func testStore(t *testing.T, b backend) {
 		{"SigningKeys", testSigningKeys},
 		{"SigningKeysHostile", testSigningKeysHostile},
 		{"SigningKeysConcurrent", testSigningKeysConcurrent},
+		{"Usage", testUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1313,3 +1313,74 @@ func (b *pgBackend) listOrgHostnames(ctx context.Context, orgID string) ([]OrgHo
 		`SELECT pattern, org_id FROM org_hostnames WHERE ($1 = '' OR org_id = $1) ORDER BY pattern`, orgID)
 	return pgCollect(rows, err, pgScanOrgHostname)
 }
+
+// Usage.
+
+func (b *pgBackend) addUsage(ctx context.Context, ds []UsageDelta) error {
+	return b.write(ctx, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		for _, d := range ds {
+			batch.Queue(`INSERT INTO usage (day, token_id, org_id, hostname, bytes, requests) VALUES ($1, $2, $3, $4, $5, $6)
+				ON CONFLICT (day, token_id, org_id, hostname) DO UPDATE SET bytes = usage.bytes + EXCLUDED.bytes, requests = usage.requests + EXCLUDED.requests`,
+				d.Day, d.TokenID, d.OrgID, d.Hostname, d.Bytes, d.Requests)
+		}
+		return tx.SendBatch(ctx, batch).Close()
+	})
+}
+
+// pgSums runs query (two columns: id, sum) with args into a map.
+func (b *pgBackend) pgSums(ctx context.Context, query string, args ...any) (map[string]int64, error) {
+	rows, err := b.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, pgErr(err)
+		}
+		out[id] = n
+	}
+	return out, pgErr(rows.Err())
+}
+
+func (b *pgBackend) usageTotals(ctx context.Context, day, from, to time.Time, tokens, orgs []string) (map[string]int64, map[string]int64, error) {
+	tt, err := b.pgSums(ctx,
+		`SELECT token_id, SUM(bytes)::bigint FROM usage WHERE day = $1 AND token_id = ANY($2) GROUP BY token_id`, day, tokens)
+	if err != nil {
+		return nil, nil, err
+	}
+	ot, err := b.pgSums(ctx,
+		`SELECT org_id, SUM(bytes)::bigint FROM usage WHERE day >= $1 AND day < $2 AND org_id = ANY($3) GROUP BY org_id`, from, to, orgs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tt, ot, nil
+}
+
+func (b *pgBackend) queryUsage(ctx context.Context, q UsageQuery, limit int) ([]UsageRow, error) {
+	var from, to *time.Time
+	if !q.From.IsZero() {
+		from = &q.From
+	}
+	if !q.To.IsZero() {
+		to = &q.To
+	}
+	rows, err := b.pool.Query(ctx,
+		`SELECT day, token_id, org_id, hostname, bytes, requests FROM usage
+		 WHERE ($1 = '' OR org_id = $1) AND ($2 = '' OR token_id = $2) AND ($3 = '' OR hostname = $3)
+		   AND ($4::date IS NULL OR day >= $4) AND ($5::date IS NULL OR day <= $5)
+		 ORDER BY day DESC, org_id, token_id, hostname LIMIT $6`,
+		q.OrgID, q.TokenID, q.Hostname, from, to, limit)
+	return pgCollect(rows, err, func(r pgx.Row) (UsageRow, error) {
+		var u UsageRow
+		if err := r.Scan(&u.Day, &u.TokenID, &u.OrgID, &u.Hostname, &u.Bytes, &u.Requests); err != nil {
+			return UsageRow{}, pgErr(err)
+		}
+		u.Day = u.Day.UTC()
+		return u, nil
+	})
+}

@@ -1289,3 +1289,85 @@ func (b *sqliteBackend) listOrgHostnames(ctx context.Context, orgID string) ([]O
 	}
 	return sqliteCollect(rows, sqliteScanOrgHostname)
 }
+
+// Usage. Days are TEXT in time.DateOnly form, which sorts as dates do.
+
+func (b *sqliteBackend) addUsage(ctx context.Context, ds []UsageDelta) error {
+	return b.write(ctx, func(tx *sql.Tx) error {
+		for _, d := range ds {
+			if _, err := tx.ExecContext(ctx,
+				`INSERT INTO usage (day, token_id, org_id, hostname, bytes, requests) VALUES (?, ?, ?, ?, ?, ?)
+				 ON CONFLICT (day, token_id, org_id, hostname) DO UPDATE SET bytes = bytes + excluded.bytes, requests = requests + excluded.requests`,
+				d.Day.Format(time.DateOnly), d.TokenID, d.OrgID, d.Hostname, d.Bytes, d.Requests); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// sqliteSums runs query (two columns: id, sum) with args into a map.
+func (b *sqliteBackend) sqliteSums(ctx context.Context, query string, args ...any) (map[string]int64, error) {
+	rows, err := b.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, sqliteErr(err)
+		}
+		out[id] = n
+	}
+	return out, sqliteErr(rows.Err())
+}
+
+func (b *sqliteBackend) usageTotals(ctx context.Context, day, from, to time.Time, tokens, orgs []string) (map[string]int64, map[string]int64, error) {
+	tt, err := b.sqliteSums(ctx,
+		`SELECT token_id, SUM(bytes) FROM usage WHERE day = ? AND token_id IN (SELECT value FROM json_each(?)) GROUP BY token_id`,
+		day.Format(time.DateOnly), sqliteList(tokens))
+	if err != nil {
+		return nil, nil, err
+	}
+	ot, err := b.sqliteSums(ctx,
+		`SELECT org_id, SUM(bytes) FROM usage WHERE day >= ? AND day < ? AND org_id IN (SELECT value FROM json_each(?)) GROUP BY org_id`,
+		from.Format(time.DateOnly), to.Format(time.DateOnly), sqliteList(orgs))
+	if err != nil {
+		return nil, nil, err
+	}
+	return tt, ot, nil
+}
+
+func (b *sqliteBackend) queryUsage(ctx context.Context, q UsageQuery, limit int) ([]UsageRow, error) {
+	from, to := "", "9999-12-31"
+	if !q.From.IsZero() {
+		from = q.From.Format(time.DateOnly)
+	}
+	if !q.To.IsZero() {
+		to = q.To.Format(time.DateOnly)
+	}
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT day, token_id, org_id, hostname, bytes, requests FROM usage
+		 WHERE (? = '' OR org_id = ?) AND (? = '' OR token_id = ?) AND (? = '' OR hostname = ?) AND day >= ? AND day <= ?
+		 ORDER BY day DESC, org_id, token_id, hostname LIMIT ?`,
+		q.OrgID, q.OrgID, q.TokenID, q.TokenID, q.Hostname, q.Hostname, from, to, limit)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, func(s scanner) (UsageRow, error) {
+		var r UsageRow
+		var day string
+		if err := s.Scan(&day, &r.TokenID, &r.OrgID, &r.Hostname, &r.Bytes, &r.Requests); err != nil {
+			return UsageRow{}, err
+		}
+		d, err := time.Parse(time.DateOnly, day)
+		if err != nil {
+			return UsageRow{}, fmt.Errorf("usage day %q: %w", day, err)
+		}
+		r.Day = d
+		return r, nil
+	})
+}

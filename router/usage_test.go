@@ -1,0 +1,97 @@
+package router
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/usage"
+)
+
+// usageStore is a fake usage store: it keeps the sum of every flush.
+type usageStore struct {
+	mu    sync.Mutex // guards bytes
+	bytes map[string]int64
+}
+
+func (s *usageStore) AddUsage(_ context.Context, ds []usage.Delta) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range ds {
+		s.bytes[d.TokenID+"|"+d.Hostname] += d.Bytes
+	}
+	return nil
+}
+
+func (s *usageStore) UsageTotals(_ context.Context, _, _ time.Time, tokens, _ []string) (map[string]int64, map[string]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tt := map[string]int64{}
+	for k, v := range s.bytes {
+		tt[strings.Split(k, "|")[0]] += v
+	}
+	return tt, map[string]int64{}, nil
+}
+
+type dailyMax int64
+
+func (d dailyMax) TokenDailyMax(string) int64 { return int64(d) }
+func (dailyMax) OrgMonthlyMax(string) int64   { return 0 }
+
+// TestTokenQuota: the visitor bytes through a token's client count
+// against it per bind hostname, and once the token's daily_max_bytes is
+// used up its requests get 429 token-quota without Retry-After; master
+// token traffic is never refused.
+func TestTokenQuota(t *testing.T) {
+	st := &usageStore{bytes: map[string]int64{}}
+	m, err := usage.New(usage.Config{Store: st, Limits: dailyMax(1000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := newRouter(t, Config{Usage: m})
+	c := &readingConn{fakeConn: newConn("a", 1), bodies: make(chan string, 10)}
+	rt.updateAs(c, ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, org: "org_a", tokenID: "tok_a"})
+	if err := m.Flush(t.Context()); err != nil { // learns the limit
+		t.Fatal(err)
+	}
+	post := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		rt.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "http://app.test/up", strings.NewReader(strings.Repeat("x", 600))))
+		return rec
+	}
+	for i := range 2 { // 600, then 1200 bytes: the second starts under the quota
+		if rec := post(); rec.Code != 200 {
+			t.Fatalf("request %d under the quota = %d, want 200", i, rec.Code)
+		}
+	}
+	rec := post()
+	if rec.Code != 429 || rec.Header().Get("X-Aperio-Limit") != "token-quota; setting=token.daily_max_bytes" {
+		t.Fatalf("request over the quota = %d %q, want 429 token-quota; setting=token.daily_max_bytes", rec.Code, rec.Header().Get("X-Aperio-Limit"))
+	}
+	if got := rec.Header().Get("Retry-After"); got != "" {
+		t.Errorf("token-quota 429 has Retry-After %q, want none", got)
+	}
+	if got := rt.RateLimited()["token-quota"]; got != 1 {
+		t.Errorf("RateLimited()[token-quota] = %d, want 1", got)
+	}
+	if err := m.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.bytes["tok_a|app.test"]; got != 1200 {
+		t.Errorf("flushed bytes of tok_a on app.test = %d, want 1200 (the refused request uncounted)", got)
+	}
+	// The master token's clients are counted, never refused.
+	mc := &readingConn{fakeConn: newConn("m", 2), bodies: make(chan string, 10)}
+	rt.update(mc, ann(svc("", "master.test")))
+	for range 3 {
+		rec := httptest.NewRecorder()
+		rt.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "http://master.test/", strings.NewReader(strings.Repeat("x", 600))))
+		if rec.Code != 200 {
+			t.Fatalf("master-token request = %d, want 200", rec.Code)
+		}
+	}
+}
