@@ -10,7 +10,7 @@ import (
 
 // backendWarnEvery is the least time between two "backend unreachable"
 // warnings of one service; the ones in between are counted.
-const backendWarnEvery = 5 * time.Second
+const backendWarnEvery = 10 * time.Second
 
 // headWarnEvery is the least time between two warnings of one session's
 // oversized response heads for one service.
