@@ -5,7 +5,8 @@
 #   (a) wrk straight to aperio-demo
 #   (b) wrk through one nginx reverse-proxy hop
 #   (c) wrk through aperio-server + aperio-client, then again with one
-#       subscriber of the live event stream (a dashboard open)
+#       subscriber of the live event stream (a dashboard open), then
+#       plain again (the spread of the two plain rows is the run's noise)
 #   (d) wrk through frps + frpc (HTTP vhost mode)
 #
 # each with 1 and 64 connections, then a 1 GiB download and upload through
@@ -524,8 +525,12 @@ row_aperio() {
 	if kill -0 "$sse_pid" 2>/dev/null; then
 		bench_row aperio_sse "http://127.0.0.1:$sport/"
 		stop_bg "$sse_pid"
+		# Plain again: the spread between the two plain rows is the
+		# run's noise, against which the stream's cost is read.
+		bench_row aperio_again "http://127.0.0.1:$sport/"
 	else
 		SKIP[aperio_sse]="the stream subscriber did not stay connected: $(last_log aperio-sse)"
+		SKIP[aperio_again]="skipped with (c) +stream"
 	fi
 	stream_aperio "$sport"
 }
@@ -604,12 +609,15 @@ ratio() { # ratio NUM DEN prints NUM/DEN as "1.23x", or "-"
 
 print_report() {
 	local row label conns key
-	local -A labels=([direct]="(a) direct" [nginx]="(b) nginx" [aperio]="(c) aperio" [aperio_sse]="(c) +stream" [frp]="(d) frp")
+	local -A labels=([direct]="(a) direct" [nginx]="(b) nginx" [aperio]="(c) aperio" [aperio_sse]="(c) +stream" [aperio_again]="(c) again" [frp]="(d) frp")
 	echo
 	echo "== HTTP GET / (19-byte body), wrk ${DURATION} per run after a ${WARMUP} warm-up at 64 conns"
 	printf '%-12s %5s %11s %9s %9s %8s %7s %7s %9s\n' row conns req/s p50_ms p99_ms non-2xx errors vs_frp vs_direct
-	for row in direct nginx aperio aperio_sse frp; do
+	for row in direct nginx aperio aperio_sse aperio_again frp; do
 		label=${labels[$row]}
+		if [[ $row == aperio_* && -n ${SKIP[aperio]:-} ]]; then
+			SKIP[$row]="skipped with (c) aperio"
+		fi
 		if [[ -n ${SKIP[$row]:-} ]]; then
 			printf '%-12s skipped: %s\n' "$label" "${SKIP[$row]}"
 			continue
