@@ -143,9 +143,9 @@ type Router struct {
 	log      *slog.Logger
 	strategy strategy
 	failover failoverPolicy
-	global   atomic.Int64   // proxied requests in flight
-	held     atomic.Int64   // requests held for a cold start
-	tracer   trace.Tracer   // nil when tracing is off
+	global   atomic.Int64 // proxied requests in flight
+	held     atomic.Int64 // requests held for a cold start
+	tracer   trace.Tracer // nil when tracing is off
 	// cur is the configuration Reconfigure replaces (limits, policy,
 	// pages, windows, fallbacks, default_access); never nil after New.
 	cur atomic.Pointer[settings]
