@@ -6,6 +6,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -103,8 +105,19 @@ type Gateway struct {
 	// metricsHandler serves /aperio/metrics on every hostname (404 unless
 	// metrics_token is set, and when metrics_listen moves it elsewhere).
 	metricsHandler http.Handler
-	edge           *edge        // the visitor's identity and the refusals before any handler
-	metricsAddr    atomic.Value // string: the metrics listener's address, once listening
+	// edge is the visitor's identity and the refusals before any
+	// handler; Reload replaces it (denied_ips, admin_allowed_ips).
+	edge        atomic.Pointer[edge]
+	metricsAddr atomic.Value // string: the metrics listener's address, once listening
+	// cert is the public port's certificate, read by every handshake;
+	// nil without tls_cert. Reload replaces it.
+	cert atomic.Pointer[tls.Certificate]
+	// current is the configuration in effect: cfg with what Reload
+	// applied. cfg stays the one New was given.
+	current    atomic.Pointer[Config]
+	reloadMu   sync.Mutex   // serializes Reload
+	reloads    atomic.Int64 // reloads applied
+	reloadedAt atomic.Int64 // unix nanoseconds of the last reload applied; 0: none
 
 	stopping atomic.Bool // readyz answers 503 once set
 }
@@ -240,8 +253,18 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if cfg.MetricsListen != "" {
 		g.metricsHandler = http.NotFoundHandler()
 	}
-	if g.edge, err = newEdge(cfg); err != nil {
+	e, err := newEdge(cfg)
+	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.edge.Store(e)
+	g.current.Store(&cfg)
+	if cfg.TLSCert != "" {
+		cert, err := loadCertificate(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, err
+		}
+		g.cert.Store(cert)
 	}
 	adminLogin, err := g.adminLogin()
 	if err != nil {
@@ -267,7 +290,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		IdleTimeout:       cfg.KeepAliveTimeout,
 		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		TLSConfig:         serverTLSConfig(),
+		TLSConfig:         serverTLSConfig(g.getCertificate),
 		ConnContext:       framingContext,
 	}
 	if cfg.TLSCert == "" {
@@ -286,7 +309,8 @@ func (g *Gateway) Handler() http.Handler {
 		if refuseSmuggled(w, r) {
 			return
 		}
-		r, ok := g.edge.admit(w, r)
+		edge := g.edge.Load() // one for the whole request
+		r, ok := edge.admit(w, r)
 		if !ok {
 			return
 		}
@@ -298,7 +322,7 @@ func (g *Gateway) Handler() http.Handler {
 		if p == oidc.CallbackPath && g.admin.LoginCallback(r) {
 			// The end of an admin login: the operators' like the rest
 			// of the admin API, and a call to the provider.
-			if !g.edge.guardAdmin(w, r) && g.router.Charge(w, r) {
+			if !edge.guardAdmin(w, r) && g.router.Charge(w, r) {
 				g.admin.ServeLoginCallback(w, r)
 			}
 			return
@@ -315,7 +339,7 @@ func (g *Gateway) Handler() http.Handler {
 			g.serveJWKS(w, r)
 			return
 		}
-		if g.edge.guardAdmin(w, r) || charged(r) && !g.router.Charge(w, r) {
+		if edge.guardAdmin(w, r) || charged(r) && !g.router.Charge(w, r) {
 			return
 		}
 		if p == metricsPath {
@@ -355,11 +379,22 @@ func (g *Gateway) Handler() http.Handler {
 
 func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
-		"status":            "healthy",
-		"version":           buildinfo.Version(),
-		"connected_clients": g.router.ConnectedClients(),
-		"uptime_seconds":    int64(time.Since(g.started).Seconds()),
+		"status":             "healthy",
+		"version":            buildinfo.Version(),
+		"connected_clients":  g.router.ConnectedClients(),
+		"uptime_seconds":     int64(time.Since(g.started).Seconds()),
+		"config_reloads":     g.reloads.Load(),
+		"config_reloaded_at": reloadedAt(g.reloadedAt.Load()),
 	})
+}
+
+// reloadedAt is the time of the last reload for /aperio/health: RFC 3339,
+// or nil when there was none.
+func reloadedAt(ns int64) any {
+	if ns == 0 {
+		return nil
+	}
+	return time.Unix(0, ns).UTC().Format(time.RFC3339)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -442,8 +477,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	// Connections are counted per TCP peer before anything reads from
 	// them (a PROXY header from a trusted proxy may take seconds to come),
 	// and the framing follower sees the bytes after the PROXY header.
-	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP, Exempt: g.edge.resolve.Trusts}) // a trusted proxy carries many visitors
-	ln = g.edge.wrapListener(ln, g.cfg.ProxyProtocol)
+	// trusted_proxies and proxy_protocol need a restart: Reload keeps
+	// them, so the first edge's are every edge's.
+	first := g.edge.Load()
+	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP, Exempt: first.resolve.Trusts}) // a trusted proxy carries many visitors
+	ln = first.wrapListener(ln, g.cfg.ProxyProtocol)
 	if g.cfg.TLSCert == "" {
 		ln = framingListener{ln}
 	}
@@ -456,7 +494,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	go func() {
 		var err error
 		if g.cfg.TLSCert != "" {
-			err = g.srv.ServeTLS(ln, g.cfg.TLSCert, g.cfg.TLSKey)
+			// The certificate comes from getCertificate: New loaded it,
+			// Reload replaces it.
+			err = g.srv.ServeTLS(ln, "", "")
 		} else {
 			err = g.srv.Serve(ln)
 		}

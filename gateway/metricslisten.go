@@ -37,7 +37,7 @@ func (g *Gateway) serveMetrics() (stop func(), err error) {
 			peer, _ := netip.ParseAddrPort(r.RemoteAddr)
 			addr := peer.Addr().Unmap()
 			switch {
-			case inAny(g.edge.denied, addr) || !g.edge.adminAllowedFor(addr):
+			case inAny(g.edge.Load().denied, addr) || !g.edge.Load().adminAllowedFor(addr):
 				http.Error(w, "aperio: forbidden", http.StatusForbidden)
 			case r.URL.Path != "/metrics" && r.URL.Path != metricsPath:
 				http.NotFound(w, r)

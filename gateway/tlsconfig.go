@@ -15,7 +15,8 @@ var aeadSuites = []uint16{
 }
 
 // serverTLSConfig is the public port's TLS configuration (used only when
-// tls_cert is set): TLS 1.2 at least, AEAD suites only.
-func serverTLSConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: aeadSuites}
+// tls_cert is set): TLS 1.2 at least, AEAD suites only, the certificate
+// from get (called per handshake, so that a reload replaces it).
+func serverTLSConfig(get func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: aeadSuites, GetCertificate: get}
 }

@@ -149,9 +149,9 @@ type visitorBody struct {
 
 // paceBody wraps a visitor's request body rc of declared length (-1:
 // unknown) with the read rules.
-func (rt *Router) paceBody(w http.ResponseWriter, rc io.ReadCloser, length int64) *visitorBody {
+func (rt *Router) paceBody(set *settings, w http.ResponseWriter, rc io.ReadCloser, length int64) *visitorBody {
 	b := &visitorBody{ReadCloser: rc, ctl: *http.NewResponseController(w), stream: length < 0}
-	if b.own.init(rt.cfg.VisitorIdleTimeout, rt.cfg.VisitorMinRate, b) {
+	if b.own.init(set.cfg.VisitorIdleTimeout, set.cfg.VisitorMinRate, b) {
 		b.clock = &b.own
 	}
 	return b
@@ -244,9 +244,9 @@ type pacedWriter struct {
 
 // paceResponse returns w with the write rules, or w itself when pacing is
 // off. The caller calls finish on the result when the body is written.
-func (rt *Router) paceResponse(w http.ResponseWriter) *pacedWriter {
+func (rt *Router) paceResponse(set *settings, w http.ResponseWriter) *pacedWriter {
 	pw := &pacedWriter{ResponseWriter: w, ctl: *http.NewResponseController(w)}
-	if pw.own.init(rt.cfg.VisitorIdleTimeout, rt.cfg.VisitorMinRate, pw) {
+	if pw.own.init(set.cfg.VisitorIdleTimeout, set.cfg.VisitorMinRate, pw) {
 		pw.clock = &pw.own
 	}
 	return pw

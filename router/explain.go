@@ -116,7 +116,7 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		ex.IP = ip.String()
 	}
 
-	a := admission{ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, header: q.header}
+	a := admission{set: rt.cur.Load(), ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, header: q.header}
 	if q.header != nil {
 		a.hostField = new(bool)
 		*a.hostField = hostFieldConflicts(&http.Request{Host: q.host, Header: q.header})
@@ -194,7 +194,7 @@ func (rt *Router) explainRefusal(ex *explanation, ref refusal, header http.Heade
 		if header == nil {
 			detail = "text (no Accept header given; a browser gets html, an API client json)"
 		}
-		if _, operator := rt.pages.page(status, ex.Host); operator {
+		if _, operator := rt.cur.Load().pages.page(status, ex.Host); operator {
 			detail += fmt.Sprintf("; the html page is error_pages' for %d on %s", status, ex.Host)
 		} else {
 			detail += fmt.Sprintf("; the html page is the built-in one for %d", status)

@@ -110,7 +110,7 @@ func TestExplainVerdicts(t *testing.T) {
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
 				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				rt.ips.allow(visitor, time.Now()) // the visitor spent its one token
+				rt.cur.Load().ips.allow(visitor, time.Now()) // the visitor spent its one token
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "429 ip", status: 429, step: StepIPLimit, outcome: OutcomeStop,
@@ -164,7 +164,7 @@ func TestExplainVerdicts(t *testing.T) {
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{MaxConcurrentRequests: 1})
 				rt.update(newConn("a", 1), limited(2, "app.test"))
-				rt.takeGlobal()
+				rt.takeGlobal(rt.cfg.MaxConcurrentRequests)
 				t.Cleanup(rt.releaseGlobal)
 				return rt, "app.test", "/", visitor
 			},

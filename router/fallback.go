@@ -68,7 +68,7 @@ func checkFallbacks(fs []Fallback) error {
 
 // fallbackFor returns host's fallback, or nil.
 func (rt *Router) fallbackFor(host string) *Fallback {
-	f, _ := rt.fallbacks.lookup(host)
+	f, _ := rt.cur.Load().fallbacks.lookup(host)
 	return f
 }
 

@@ -83,8 +83,8 @@ func (rt *Router) RateLimited() map[string]int64 {
 }
 
 // takeGlobal takes a server-wide slot, or reports that none is free.
-func (rt *Router) takeGlobal() bool {
-	max := int64(rt.cfg.MaxConcurrentRequests)
+func (rt *Router) takeGlobal(limit int) bool {
+	max := int64(limit)
 	if max <= 0 {
 		rt.global.Add(1)
 		return true
@@ -159,7 +159,7 @@ func (l *ipLimiter) sweepLocked(now time.Time) {
 // empty it answers 429 with x-aperio-limit ip, counts it, and reports
 // false. Without ip_limit_max it always reports true.
 func (rt *Router) Charge(w http.ResponseWriter, r *http.Request) bool {
-	if rt.ips == nil || rt.ips.allow(VisitorOf(r).Addr, time.Now()) {
+	if ips := rt.cur.Load().ips; ips == nil || ips.allow(VisitorOf(r).Addr, time.Now()) {
 		return true
 	}
 	var rec telemetry.Request

@@ -81,8 +81,9 @@ func (rt *Router) inMaintenance(host string, now time.Time) *maintenanceEntry {
 			}
 		}
 	}
-	for i := range rt.windows {
-		w := &rt.windows[i]
+	windows := rt.cur.Load().windows
+	for i := range windows {
+		w := &windows[i]
 		if !hostname.Match(w.Hostname, host) {
 			continue
 		}

@@ -191,6 +191,7 @@ type admission struct {
 	rule      *policy.Rule // the route rule matched at stageRouteRule; nil: none
 	header    http.Header  // a dry run's request headers; nil: none given
 
+	set  *settings       // the router's configuration when the request came: one for all its stages
 	gate *gateEntry      // the bind's gate, once stageAccess ran
 	dec  access.Decision // the gate's admission, for the backend request
 
@@ -272,7 +273,7 @@ func (rt *Router) checkPath(a *admission) refusal {
 // it).
 func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) refusal {
 	if a.ex == nil {
-		if rt.ips != nil && !rt.ips.allow(a.ip, time.Now()) {
+		if a.set.ips != nil && !a.set.ips.allow(a.ip, time.Now()) {
 			// Only refusals pay for the match: it names the hostname in metrics.
 			rec.Routed = rt.table.Load().match(a.host, a.path) != nil
 			return refuseWith(refusedIP)
@@ -280,13 +281,13 @@ func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) refusal {
 		return refusal{}
 	}
 	switch {
-	case rt.ips == nil:
+	case a.set.ips == nil:
 		a.ex.step(StepIPLimit, OutcomeSkip, "ip_limit_max is 0: no per-visitor limit")
 	case !a.ip.IsValid():
 		a.ex.step(StepIPLimit, OutcomeSkip, "no visitor ip given")
 	default:
-		tokens := rt.ips.tokens(a.ip, a.now)
-		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, rt.ips.burst, rt.ips.burst, float64(rt.ips.refill))
+		tokens := a.set.ips.tokens(a.ip, a.now)
+		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, a.set.ips.burst, a.set.ips.burst, float64(a.set.ips.refill))
 		if tokens < 1 {
 			a.ex.step(StepIPLimit, OutcomeStop, detail)
 			return refuseWith(refusedIP)
@@ -301,7 +302,7 @@ func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) refusal {
 func (rt *Router) checkMaintenance(a *admission) refusal {
 	now := a.now
 	if a.ex == nil {
-		if m := rt.maintenance.Load(); m.empty() && len(rt.windows) == 0 {
+		if m := rt.maintenance.Load(); m.empty() && len(a.set.windows) == 0 {
 			return refusal{} // no clock read when nothing is in maintenance
 		}
 		now = rt.now()
@@ -397,7 +398,7 @@ func (rt *Router) checkBody(a *admission) refusal {
 		return refusal{}
 	}
 	r := a.r
-	maxBody := rt.cfg.MaxBodyBytes
+	maxBody := a.set.cfg.MaxBodyBytes
 	if a.rule != nil && a.rule.MaxBodyBytes > 0 {
 		maxBody = a.rule.MaxBodyBytes // the route's max_body_size
 	}
@@ -409,7 +410,7 @@ func (rt *Router) checkBody(a *admission) refusal {
 		if maxBody > 0 {
 			rc = http.MaxBytesReader(a.w, rc, maxBody)
 		}
-		a.body = &countingBody{ReadCloser: rt.paceBody(a.w, rc, r.ContentLength)}
+		a.body = &countingBody{ReadCloser: rt.paceBody(a.set, a.w, rc, r.ContentLength)}
 		r.Body = a.body
 	}
 	return refusal{}
@@ -424,7 +425,7 @@ func (rt *Router) checkBody(a *admission) refusal {
 func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
 	ge := a.p.gate.Load()
 	if ge == nil {
-		ge = rt.defaultGate
+		ge = a.set.defaultGate
 	}
 	a.gate = ge
 	if a.ex != nil {
@@ -551,7 +552,7 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 		rt.answerDecision(w, r, host, ref.dec)
 		return
 	case answeredByRule:
-		rt.policy.Answer(w, r, host, ref.rule, VisitorOf(r).Proto == "https")
+		rt.cur.Load().policy.Answer(w, r, host, ref.rule, VisitorOf(r).Proto == "https")
 		return
 	case refusedRouteLimit:
 		rt.refuseRoute(w, r, rec, host, ref)
@@ -716,10 +717,10 @@ func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) 
 	if a.ex == nil {
 		if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
 			wt.abort = failed
-			wt.held, wt.maxHeld = true, rt.cfg.MaxHeld
+			wt.held, wt.maxHeld = true, a.set.cfg.MaxHeld
 			return budget, refusal{}
 		}
-		return rt.cfg.GatewayTimeout, refusal{}
+		return a.set.cfg.GatewayTimeout, refusal{}
 	}
 	ex, pl := a.ex, a.plan
 	pl.waitFor = "gateway_timeout"
@@ -746,8 +747,8 @@ func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) 
 			break
 		}
 		bound := maxWaiters
-		if rt.cfg.MaxHeld > 0 {
-			bound = rt.cfg.MaxHeld
+		if a.set.cfg.MaxHeld > 0 {
+			bound = a.set.cfg.MaxHeld
 		}
 		if pl.queued >= bound {
 			ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", pl.queued, bound))
@@ -762,7 +763,7 @@ func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) 
 		pl.waitFor = "cold_start"
 		return d.coldStart, refusal{}
 	}
-	return rt.cfg.GatewayTimeout, refusal{}
+	return a.set.cfg.GatewayTimeout, refusal{}
 }
 
 // takePermit takes a permit on a client of the pool, waiting in the
@@ -832,17 +833,17 @@ func (rt *Router) checkConnect(a *admission, s *service) refusal {
 // or returns the permit and refuses. A dry run reads the count.
 func (rt *Router) takeSlot(a *admission, s *service) refusal {
 	if a.ex == nil {
-		if !rt.takeGlobal() {
+		if !rt.takeGlobal(a.set.cfg.MaxConcurrentRequests) {
 			s.release()
 			return refuseWith(refusedServerConcurrency)
 		}
 		return refusal{}
 	}
-	if max := int64(rt.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
+	if max := int64(a.set.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
 		a.ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
 		return refuseWith(refusedServerConcurrency)
 	}
-	a.ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(rt.cfg.MaxConcurrentRequests))))
+	a.ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(a.set.cfg.MaxConcurrentRequests))))
 	return refusal{}
 }
 

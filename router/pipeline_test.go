@@ -112,7 +112,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
 				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				rt.ips.allow(visitor, time.Now()) // the visitor spent its one token
+				rt.cur.Load().ips.allow(visitor, time.Now()) // the visitor spent its one token
 				return rt
 			},
 			want: http.StatusTooManyRequests,
@@ -168,7 +168,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{MaxConcurrentRequests: 1})
 				rt.update(newConn("a", 1), limited(2, "app.test"))
-				rt.takeGlobal()
+				rt.takeGlobal(rt.cfg.MaxConcurrentRequests)
 				t.Cleanup(rt.releaseGlobal)
 				return rt
 			},

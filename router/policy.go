@@ -31,7 +31,7 @@ const (
 // checkRouteRule matches the route rules. CONNECT has no path and is
 // never matched.
 func (rt *Router) checkRouteRule(a *admission) refusal {
-	if rt.policy.Rules() == 0 {
+	if a.set.policy.Rules() == 0 {
 		return refusal{}
 	}
 	method := a.method
@@ -43,12 +43,12 @@ func (rt *Router) checkRouteRule(a *admission) refusal {
 	if method == http.MethodConnect {
 		return refusal{}
 	}
-	rule := rt.policy.Match(a.host, a.path, method)
+	rule := a.set.policy.Match(a.host, a.path, method)
 	a.rule = rule
 	if a.ex != nil {
 		switch {
 		case rule == nil:
-			a.ex.step(StepRouteRule, OutcomePass, fmt.Sprintf("none of %d route rules matches", rt.policy.Rules()))
+			a.ex.step(StepRouteRule, OutcomePass, fmt.Sprintf("none of %d route rules matches", a.set.policy.Rules()))
 		case rule.Answers():
 			a.ex.step(StepRouteRule, OutcomeStop, rule.Describe())
 		default:

@@ -89,7 +89,7 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	if proxyHookForTest != nil {
 		proxyHookForTest(r)
 	}
-	a := admission{w: w, r: r, v: VisitorOf(r), host: host, path: r.URL.Path, ins: ir}
+	a := admission{set: rt.cur.Load(), w: w, r: r, v: VisitorOf(r), host: host, path: r.URL.Path, ins: ir}
 	if rt.tracer != nil {
 		a.routeStart = time.Now()
 	}
@@ -118,7 +118,7 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		http.Error(w, "aperio: internal error", http.StatusInternalServerError)
 		return
 	}
-	rt.policy.Request(r.Header, a.host, a.rule)
+	a.set.policy.Request(r.Header, a.host, a.rule)
 	if a.rule != nil && a.rule.Timeout > 0 {
 		// The route's timeout replaces gateway_response_timeout.
 		a.r = r.WithContext(tunnel.WithResponseTimeout(r.Context(), a.rule.Timeout))
@@ -295,10 +295,10 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		}
 		responseStarted(body)
 		var rh *responseHeaders
-		if svc := s.headers.Load(); svc != nil || rt.policy.HasResponseRules() {
-			rh = &responseHeaders{p: rt.policy, host: host, rule: a.rule, tls: a.v.Proto == "https", svc: svc}
+		if svc := s.headers.Load(); svc != nil || a.set.policy.HasResponseRules() {
+			rh = &responseHeaders{p: a.set.policy, host: host, rule: a.rule, tls: a.v.Proto == "https", svc: svc}
 		}
-		rt.respond(w, r, s, resp, !a.gate.gate.Open(), rh)
+		rt.respond(a.set, w, r, s, resp, !a.gate.gate.Open(), rh)
 		if span != nil {
 			span.End()
 		}
@@ -384,7 +384,7 @@ func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, ke
 //
 // rh, when not nil, edits the answer's headers (the policy's response
 // rules) before they are written.
-func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool, rh *responseHeaders) {
+func (rt *Router) respond(set *settings, w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool, rh *responseHeaders) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		rt.relayUpgrade(w, r, resp)
 		return
@@ -397,7 +397,7 @@ func (rt *Router) respond(w http.ResponseWriter, r *http.Request, s *service, re
 		}
 		capture = rt.cfg.Cache.Capture(r, resp)
 	}
-	pw := rt.paceResponse(w)
+	pw := rt.paceResponse(set, w)
 	complete := copyResponse(pw, resp, capture, rh)
 	pw.finish()
 	capture.Finish(complete)

@@ -159,19 +159,14 @@ type Router struct {
 	log      *slog.Logger
 	strategy strategy
 	failover failoverPolicy
-	ips      *ipLimiter
-	global   atomic.Int64   // proxied requests in flight
-	held     atomic.Int64   // requests held for a cold start
-	tracer   trace.Tracer   // nil when tracing is off
-	policy   *policy.Policy // nil when there is none
-	// defaultGate is the gate of a service that announces no access
-	// block: default_access decides.
-	defaultGate *gateEntry
+	global   atomic.Int64 // proxied requests in flight
+	held     atomic.Int64 // requests held for a cold start
+	tracer   trace.Tracer // nil when tracing is off
+	// cur is the configuration Reconfigure replaces (limits, policy,
+	// pages, windows, fallbacks, default_access); never nil after New.
+	cur atomic.Pointer[settings]
 
-	now       func() time.Time // cfg.Now, or time.Now
-	pages     errorPages       // the operator's error pages by status
-	windows   []MaintenanceWindow
-	fallbacks hostMap[*Fallback]
+	now func() time.Time // cfg.Now, or time.Now
 
 	table       atomic.Pointer[table]                      // read lock-free on every request
 	maintenance atomic.Pointer[hostMap[*maintenanceEntry]] // the entries of maintenance mode
@@ -272,26 +267,16 @@ func New(cfg Config) (*Router, error) {
 		rt.affinityKey = make([]byte, 32)
 		rand.Read(rt.affinityKey) // never fails (crypto/rand)
 	}
-	if rt.defaultGate, err = rt.cfg.Access.buildGate(nil); err != nil {
+	set, err := rt.buildSettings(cfg, nil)
+	if err != nil {
 		return nil, err
 	}
-	if rt.policy, err = policy.New(cfg.Policy); err != nil {
-		return nil, fmt.Errorf("router: %w", err)
-	}
-	if cfg.IPLimitMax > 0 {
-		rt.ips = newIPLimiter(cfg.IPLimitMax, cfg.IPLimitRefill)
-	}
+	rt.cur.Store(set)
 	rt.table.Store(buildTable(nil, nil))
 	rt.maintenance.Store(&hostMap[*maintenanceEntry]{})
 	rt.now = cfg.Now
 	if rt.now == nil {
 		rt.now = time.Now
-	}
-	rt.pages = compileErrorPages(cfg.ErrorPages)
-	rt.windows = slices.Clone(cfg.MaintenanceWindows)
-	for i := range cfg.Fallbacks {
-		f := cfg.Fallbacks[i]
-		rt.fallbacks.set(hostname.Normalize(f.Hostname), &f)
 	}
 	return rt, nil
 }
