@@ -6,7 +6,7 @@
 -- revoked token and the master token has no row in tokens.
 --
 -- The quota columns (tokens.daily_max_bytes, orgs.monthly_max_bytes; 0 =
--- none) come from 0013.
+-- none) come from 0012.
 --
 -- Conventions as in 0001.
 
