@@ -68,6 +68,9 @@ var reloadKeys = []reloadKey{
 	{"Router.VisitorIdleTimeout", "visitor_idle_timeout", true},
 	{"Router.VisitorMinRate", "visitor_min_bytes_per_second", true},
 	{"MaxConnectionsPerIP", "max_connections_per_ip", false},
+	{"Router.MaxStreamsPerIP", "max_streams_per_ip", false},
+	{"Router.MaxWSConnections", "max_ws_connections", false},
+	{"Tunnel.MaxSessions", "max_tunnels", false},
 	{"Tunnel.HandshakeTimeout", "tunnel_handshake_timeout", false},
 	{"Tunnel.DownThreshold", "client_down_threshold", false},
 	{"Tunnel.MaxHeaderBytes", "tunnel_max_header_bytes", false},
@@ -118,6 +121,25 @@ var reloadKeys = []reloadKey{
 	{"Router.RetryOn5xx", "retry_on_5xx", false},
 	{"Router.OutlierConsecutive5xx", "outlier_consecutive_5xx", false},
 	{"AdminOIDCRoles", "admin_oidc_roles", false},
+}
+
+// ReloadKey is one key of the server's configuration as Reload treats
+// it: its name, and whether a change of it applies while the server runs
+// (Live) or keeps its running value until a restart.
+type ReloadKey struct {
+	Name string
+	Live bool
+}
+
+// ReloadKeys returns every key Reload compares, in --print-config order,
+// for the documentation and its test. The process settings main applies
+// itself (log_level, log_format, otel_sample_rate) are not among them.
+func ReloadKeys() []ReloadKey {
+	keys := make([]ReloadKey, len(reloadKeys))
+	for i, k := range reloadKeys {
+		keys[i] = ReloadKey{Name: k.name, Live: k.live}
+	}
+	return keys
 }
 
 // fieldOf returns the field of c that path names.

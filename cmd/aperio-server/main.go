@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,7 +26,6 @@ import (
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/exitcode"
-	"github.com/aperio-dev/aperio/internal/hangup"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
@@ -79,7 +79,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if healthcheck {
 				return selfCheck(cmd.Context(), cfg, stderr)
 			}
-			log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat)
+			// log_level is live: a reload sets level.
+			level := new(slog.LevelVar)
+			lv, err := logging.ParseLevel(cfg.LogLevel)
+			if err != nil {
+				fmt.Fprintln(stderr, err)
+				return exitcode.ErrUsage
+			}
+			level.Set(lv)
+			log, err := logging.NewVar(stderr, level, cfg.LogFormat)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return exitcode.ErrUsage
@@ -103,7 +111,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			defer hangup.Ignore(log)()
 			if verifyAudit {
 				return verifyAuditChain(ctx, cfg, stdout, stderr)
 			}
@@ -134,6 +141,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 				log.Error("server failed to start", logkey.Err, err)
 				return exitcode.ErrFailure
 			}
+			// Reload on SIGHUP and on a change of the files, from
+			// before the port opens.
+			defer newReloader(opts, cfg, src.Files(), g, log, level).start(ctx)()
 			if err := g.ListenAndServe(ctx); err != nil {
 				log.Error("server failed", logkey.Err, err)
 				return exitcode.ErrFailure

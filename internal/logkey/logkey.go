@@ -70,6 +70,7 @@ const (
 	User                  = "user" // a visitor a gate admitted or refused
 	RecordID              = "record_id"
 	RemoteAddr            = "remote_addr"
+	RestartNeeded         = "restart_needed"
 	RetryIn               = "retry_in"
 	Role                  = "role"
 	Running               = "running"

@@ -62,6 +62,11 @@ type Options struct {
 	// Files named it). Calls are serialized: Watch calls it from its own
 	// goroutine and waits for it to return. Required.
 	OnChange func(reason string)
+	// Started, when set, is called once Watch watches the files'
+	// directories and (with Signal) catches SIGHUP, before it waits for
+	// either: a caller may wait for it before it serves, so that a
+	// SIGHUP from then on reloads rather than ends the process.
+	Started func()
 }
 
 // Watch calls o.OnChange on SIGHUP (when o.Signal) and after a debounced
@@ -94,15 +99,11 @@ func Watch(ctx context.Context, o Options) error {
 	}
 	w := &watcher{o: o, fw: fw, dirs: map[string]bool{}}
 	w.refresh()
-	if watchingForTest != nil {
-		watchingForTest()
+	if o.Started != nil {
+		o.Started()
 	}
 	return w.loop(ctx, hup)
 }
-
-// watchingForTest, when set (by tests only), is called once Watch watches
-// its directories and listens for SIGHUP, before it waits for either.
-var watchingForTest func()
 
 // watcher is the state of one Watch, owned by its goroutine.
 type watcher struct {

@@ -63,8 +63,10 @@ func (r *recorder) none(t testing.TB, d time.Duration) {
 func start(t *testing.T, o Options) {
 	t.Helper()
 	ready := make(chan struct{})
-	watchingForTest = func() { close(ready) }
-	t.Cleanup(func() { watchingForTest = nil })
+	if o.Started != nil {
+		t.Fatal("start sets Options.Started itself")
+	}
+	o.Started = func() { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
