@@ -172,7 +172,8 @@ func (g *Gateway) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 // max_concurrent_requests, ip_limit_*, scaling_max_held, the visitor
 // pacing), the traffic policy (routes, rate_limits, headers,
 // security_headers), error_pages, maintenance_windows, fallbacks,
-// default_access (for services announcing no access block), denied_ips,
+// default_access (for services announcing no access block, and those
+// whose announced block leaves their openness to it), denied_ips,
 // admin_allowed_ips and the TLS certificate (tls_cert, tls_key: read
 // again even when their names did not change). applied names the live
 // keys that changed, plus "tls certificate" when the certificate's content

@@ -82,6 +82,23 @@ type gateEntry struct {
 	// methods names the gate's methods for metrics and audit: their names
 	// joined with "+" in the order they are tried, "none" without any.
 	methods string
+	// posture is the default_access the gate was built under. other is
+	// the same block's gate under the other posture, for a block whose
+	// openness default_access decides (announced, no methods, not
+	// public), nil for every other: a request takes the one its settings
+	// snapshot's default_access names (gateFor), so that a reload of
+	// default_access reaches announced blocks without rebuilding them.
+	posture access.Posture
+	other   *gateEntry
+}
+
+// gateFor returns the gate of ge to judge a request under default_access
+// def: ge, or its twin built under def.
+func (ge *gateEntry) gateFor(def access.Posture) *gateEntry {
+	if ge.other != nil && ge.posture != def {
+		return ge.other
+	}
+	return ge
 }
 
 // sameAccess reports whether two announced access blocks are the same
@@ -94,11 +111,31 @@ func sameAccess(a, b *tunnel.Access) bool {
 }
 
 // buildGate builds the gate of an announced access block under the
-// server's settings. The error names what the server refused; the
-// service is then not routed.
+// server's settings, and its twin under the other default_access when
+// that decides whether the block is open (see gateEntry.other): a gate
+// without methods is only its IP rules, cheap to build twice. The error
+// names what the server refused; the service is then not routed.
 func (ac *AccessConfig) buildGate(spec *tunnel.Access) (*gateEntry, error) {
-	cfg := access.Config{Default: ac.Default, Shares: ac.Shares}
-	e := &gateEntry{spec: spec}
+	e, err := ac.buildGateUnder(spec, ac.Default)
+	if err != nil || spec == nil || spec.Public || e.methods != "none" {
+		return e, err
+	}
+	flip := access.Deny
+	if ac.Default == access.Deny {
+		flip = access.Allow
+	}
+	o, err := ac.buildGateUnder(spec, flip)
+	if err != nil {
+		return nil, err
+	}
+	e.other, o.other = o, e
+	return e, nil
+}
+
+// buildGateUnder builds the gate of spec under default_access def.
+func (ac *AccessConfig) buildGateUnder(spec *tunnel.Access, def access.Posture) (*gateEntry, error) {
+	cfg := access.Config{Default: def, Shares: ac.Shares}
+	e := &gateEntry{spec: spec, posture: def}
 	if spec != nil {
 		var errs []error
 		ips, err := access.ParseIPRules(spec.AllowedIPs, spec.DeniedIPs)

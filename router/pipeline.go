@@ -426,6 +426,8 @@ func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
 	ge := a.p.gate.Load()
 	if ge == nil {
 		ge = a.set.defaultGate
+	} else {
+		ge = ge.gateFor(a.set.cfg.Access.Default)
 	}
 	a.gate = ge
 	if a.ex != nil {

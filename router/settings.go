@@ -76,8 +76,9 @@ func (rt *Router) buildSettings(cfg Config, prev *settings) (*settings, error) {
 // Reconfigure applies the live part of cfg (max_body_size,
 // gateway_timeout, max_concurrent_requests, ip_limit_*, scaling_max_held,
 // the visitor pacing, the traffic policy, error_pages,
-// maintenance_windows, fallbacks and default_access for services that
-// announce no access block) in one step: a request that started before
+// maintenance_windows, fallbacks and default_access, for services that
+// announce no access block and those whose block leaves their openness
+// to it, see gateEntry.other) in one step: a request that started before
 // it finishes on the old settings, the next one sees all of the new. The
 // other fields of cfg are ignored; they need a new Router. On error
 // (cfg does not validate or compile) nothing changes. Safe for concurrent

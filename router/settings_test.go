@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // heldConn answers like fakeConn once release is closed, and tells
@@ -138,4 +140,37 @@ func TestReconfigureKeepsBuckets(t *testing.T) {
 	if code := get(); code != http.StatusOK {
 		t.Fatalf("GET after ip_limit_max 0 = %d, want 200", code)
 	}
+}
+
+// TestReconfigureDefaultAccessReachesAnnouncedBlocks: default_access
+// applies live to a service whose announced access block leaves its
+// openness to it (IP rules only), without the client announcing again; a
+// public service and one with an auth method are not moved by it.
+func TestReconfigureDefaultAccessReachesAnnouncedBlocks(t *testing.T) {
+	rt := newRouter(t, Config{})
+	ipOnly := svc("", "ips.test")
+	ipOnly.Access = &tunnel.Access{AllowedIPs: []string{visitor.String() + "/32"}}
+	public := svc("", "public.test")
+	public.Access = &tunnel.Access{Public: true}
+	bearer := svc("", "bearer.test")
+	bearer.Access = &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
+	rt.update(newConn("a", 1), ann(ipOnly, public, bearer))
+	want := func(step string, codes map[string]int) {
+		t.Helper()
+		for host, code := range codes {
+			if got := serveOnce(t, rt, "GET", host, "/", ""); got != code {
+				t.Errorf("%s: GET %s = %d, want %d", step, host, got, code)
+			}
+		}
+	}
+	want("default_access allow", map[string]int{"ips.test": 200, "public.test": 200, "bearer.test": 401})
+	if err := rt.Reconfigure(Config{Access: AccessConfig{Default: access.Deny}}); err != nil {
+		t.Fatal(err)
+	}
+	// Closed by default_access: hidden, answered like no route (502).
+	want("reloaded to deny", map[string]int{"ips.test": 502, "public.test": 200, "bearer.test": 401})
+	if err := rt.Reconfigure(Config{}); err != nil {
+		t.Fatal(err)
+	}
+	want("reloaded back to allow", map[string]int{"ips.test": 200, "public.test": 200, "bearer.test": 401})
 }
