@@ -29,21 +29,21 @@ var processKeys = []gateway.ReloadKey{
 }
 
 // reloader re-reads the server's configuration when internal/reload says
-// so and applies it to the running gateway. Its methods are called from
-// Watch's goroutine, one at a time; mu guards its state for Files.
+// so and applies it to the running gateway. reload runs on Watch's
+// goroutine, one call at a time; Files may be called from any.
 type reloader struct {
 	opts  serverconfig.Options
 	g     *gateway.Gateway
 	log   *slog.Logger
 	level *slog.LevelVar // the diagnostic log's level: log_level is live
 
-	mu      sync.Mutex
+	mu      sync.Mutex          // guards the following fields
 	running serverconfig.Config // the process settings in force
 	files   []string            // what the last load read, and the certificate files
 }
 
-// newReloader returns the reloader of a server started with cfg, loaded
-// from opts with the sources src.
+// newReloader returns the reloader of a server started with cfg, which
+// loading with opts read from files.
 func newReloader(opts serverconfig.Options, cfg serverconfig.Config, files []string, g *gateway.Gateway, log *slog.Logger, level *slog.LevelVar) *reloader {
 	r := &reloader{opts: opts, g: g, log: log, level: level, running: cfg}
 	r.files = r.watched(cfg, files, nil)
