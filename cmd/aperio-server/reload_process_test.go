@@ -183,7 +183,8 @@ func fixedRoute(body string) string {
 // TestProcessReloadBrokenEditKeepsOld: an edit of an included file that
 // does not validate, and a main file past the size bound, are refused:
 // the server answers on as before, logs why at ERROR and audits
-// config_reload_failed; fixing the file (still watched) applies it.
+// config_reload_failed; fixing the file (still watched) applies it, and
+// a file newly included is watched from then on.
 func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 	bin := binaries(t)
 	s := newReloadServer(t)
@@ -242,6 +243,21 @@ func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 		es := audit(t, s, c, gateway.EventConfigReloaded)
 		return len(es) > 0 && strings.Contains(es[0].Detail, "applied: routes;")
 	})
+
+	// A file the main one comes to include is watched from that reload
+	// on: an edit of it alone reloads.
+	s.write(t, "more.yaml", "max_body_size: 1000\n")
+	from = s.mark()
+	s.write(t, "aperio-server.yaml", "include: [routes.yaml, more.yaml]\n")
+	if m := s.waitLine(t, from, reloaded); m[2] != "max_body_size" {
+		t.Errorf("reload that adds an include applied %q, want max_body_size", m[2])
+	}
+	from = s.mark()
+	s.write(t, "more.yaml", "max_body_size: 2000\n")
+	m = s.waitLine(t, from, reloaded)
+	if want := "file changed: " + filepath.Join(s.dir, "more.yaml"); m[1] != want || m[2] != "max_body_size" {
+		t.Errorf("edit of the new include: reason %q, applied %q; want %q, max_body_size", m[1], m[2], want)
+	}
 }
 
 // TestProcessReloadOnSIGHUP: SIGHUP reloads the configuration (logged and
