@@ -122,17 +122,15 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 // keyFlagSet maps the flags registered for config keys back to their keys.
 type keyFlagSet map[string]string // flag name → canonical key
 
-// registerKeyFlags adds one --flag per client config key.
+// registerKeyFlags adds one --flag per client config key, typed by its kind
+// (keyflags.go).
 func registerKeyFlags(fs *pflag.FlagSet) keyFlagSet {
 	out := keyFlagSet{}
 	for _, k := range config.ClientKeys() {
 		if k.Flag == "" {
 			continue
 		}
-		fs.String(k.Flag, "", k.Usage)
-		if k.Bool {
-			fs.Lookup(k.Flag).NoOptDefVal = "true"
-		}
+		fs.AddFlag(newKeyFlag(k))
 		out[k.Flag] = k.Name
 	}
 	return out
