@@ -60,6 +60,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd.AddCommand(newAPICommand(stdout, stderr))
 	cmd.AddCommand(newStatusCommand(stdout, stderr))
 	cmd.AddCommand(newHashPasswordCommand(stdinSource(), stdout, stderr))
+	buildinfo.AddVersion(cmd, "aperio-client", stdout)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		opts := config.ClientOptions{
 			File:          file,
