@@ -69,7 +69,7 @@ func Int64Setting[C any](name, usage string, field func(*C) *int64) Setting[C] {
 	return Setting[C]{scalarSetting(name, usage, field, func(s string) (int64, error) {
 		n, err := parseInt(s)
 		return int64(n), err
-	}, func(n int64) string { return strconv.FormatInt(n, 10) })}
+	}, func(n int64) string { return strconv.FormatInt(n, 10) }).kind(KindInt)}
 }
 
 // FloatSetting binds a float64.

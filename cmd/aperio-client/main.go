@@ -117,6 +117,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
+	addPrintSchema(cmd, stdout)
 	return cmd
 }
 
