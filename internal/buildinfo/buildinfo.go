@@ -11,6 +11,11 @@ import (
 // version is set at link time: -ldflags "-X github.com/aperio-dev/aperio/internal/buildinfo.version=v1.2.3".
 var version string
 
+// commit may be set at link time the same way (buildinfo.commit=SHA), for
+// builds from a tree without its .git (an image build): it is used when
+// the build recorded no vcs.revision.
+var commit string
+
 // Version returns the linked version, the module version when built with
 // `go install`, or "dev".
 func Version() string { return read().Version }
@@ -38,13 +43,16 @@ func read() Info {
 	if !ok {
 		bi = nil
 	}
-	return fromBuild(version, bi)
+	return fromBuild(version, commit, bi)
 }
 
-// fromBuild assembles Info from the linked version and the build's record
-// (nil when there is none).
-func fromBuild(linked string, bi *debug.BuildInfo) Info {
+// fromBuild assembles Info from the linked version and commit and the
+// build's record (nil when there is none).
+func fromBuild(linked, linkedCommit string, bi *debug.BuildInfo) Info {
 	in := Info{Version: linked, Commit: "unknown", GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if linkedCommit != "" {
+		in.Commit = linkedCommit
+	}
 	if bi != nil {
 		if in.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			in.Version = bi.Main.Version

@@ -21,23 +21,27 @@ func TestFromBuild(t *testing.T) {
 		},
 	}
 	tests := []struct {
-		name   string
-		linked string
-		bi     *debug.BuildInfo
-		want   Info
+		name         string
+		linked       string
+		linkedCommit string
+		bi           *debug.BuildInfo
+		want         Info
 	}{
-		{"no record", "", nil, Info{Version: "dev", Commit: "unknown", GoVersion: runtime.Version()}},
-		{"devel, no vcs", "", &debug.BuildInfo{GoVersion: "go1.99.1", Main: debug.Module{Version: "(devel)"}},
+		{"no record", "", "", nil, Info{Version: "dev", Commit: "unknown", GoVersion: runtime.Version()}},
+		{"devel, no vcs", "", "", &debug.BuildInfo{GoVersion: "go1.99.1", Main: debug.Module{Version: "(devel)"}},
 			Info{Version: "dev", Commit: "unknown", GoVersion: "go1.99.1"}},
-		{"stamped", "", stamped, Info{Version: "v1.4.0", Commit: "0123456789abcdef0123456789abcdef01234567", Modified: true, GoVersion: "go1.99.1"}},
-		{"linked wins", "v2.0.0-rc1", stamped, Info{Version: "v2.0.0-rc1", Commit: "0123456789abcdef0123456789abcdef01234567", Modified: true, GoVersion: "go1.99.1"}},
-		{"empty revision", "", &debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision"}}},
+		{"stamped", "", "", stamped, Info{Version: "v1.4.0", Commit: "0123456789abcdef0123456789abcdef01234567", Modified: true, GoVersion: "go1.99.1"}},
+		{"linked version wins", "v2.0.0-rc1", "", stamped, Info{Version: "v2.0.0-rc1", Commit: "0123456789abcdef0123456789abcdef01234567", Modified: true, GoVersion: "go1.99.1"}},
+		{"linked commit without vcs", "v2.0.0", "feedface", &debug.BuildInfo{GoVersion: "go1.99.1"},
+			Info{Version: "v2.0.0", Commit: "feedface", GoVersion: "go1.99.1"}},
+		{"vcs wins over a linked commit", "", "feedface", stamped, Info{Version: "v1.4.0", Commit: "0123456789abcdef0123456789abcdef01234567", Modified: true, GoVersion: "go1.99.1"}},
+		{"empty revision", "", "", &debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision"}}},
 			Info{Version: "dev", Commit: "unknown", GoVersion: runtime.Version()}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.want.OS, tt.want.Arch = runtime.GOOS, runtime.GOARCH
-			if got := fromBuild(tt.linked, tt.bi); got != tt.want {
+			if got := fromBuild(tt.linked, tt.linkedCommit, tt.bi); got != tt.want {
 				t.Errorf("fromBuild = %+v, want %+v", got, tt.want)
 			}
 		})
