@@ -125,7 +125,7 @@ func authSetting(name, usage string, field func(*Service) **Auth) setting[Servic
 		return nil
 	}, func(c *Service) string { return strings.Join((*field(c)).Methods(), ",") })
 	s.whole = true
-	return s
+	return s.kind(KindBlock)
 }
 
 // access checks the access settings of the service at prefix p.

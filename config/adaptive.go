@@ -68,7 +68,7 @@ func adaptiveSettings() []setting[Adaptive] {
 	type A = Adaptive
 	return []setting[A]{
 		boolSetting("adaptive_concurrency", "learn each service's concurrency limit from its backend", func(c *A) *bool { return &c.Enabled }),
-		enumSetting("adaptive_concurrency.mode", "aimd or load-signal", func(c *A) *string { return &c.Mode }),
+		enumSetting("adaptive_concurrency.mode", "aimd or load-signal", func(c *A) *string { return &c.Mode }).oneOf(adaptiveModes),
 		intSetting("adaptive_concurrency.min", "lowest learnt limit", func(c *A) *int { return &c.Min }),
 		intSetting("adaptive_concurrency.max", "ceiling of the learnt limit (max_concurrent wins when set; 0 = 100)", func(c *A) *int { return &c.Max }),
 		intSetting("adaptive_concurrency.initial", "first limit (0 = min)", func(c *A) *int { return &c.Initial }),

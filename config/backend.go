@@ -132,7 +132,7 @@ func invertedBoolSetting[C any](name, usage string, field func(*C) *bool) settin
 		return !b, err
 	}, func(b bool) string { return strconv.FormatBool(!b) })
 	s.Bool = true
-	return s
+	return s.kind(KindBool)
 }
 
 // isBackendKey reports whether norm is a key of backendSettings or one

@@ -65,7 +65,7 @@ func clientSettings() []setting[Client] {
 		stringSetting("server.url", "URL of the server (https://, wss://)", func(c *C) *string { return &c.ServerURL }),
 		listSetting("server.urls", "more servers to hold tunnels to (comma list)", func(c *C) *[]string { return &c.ServerURLs }, nil),
 		stringSetting("server.token", "client token (apr_...)", func(c *C) *string { return &c.Token }).secret(),
-		stringSetting("server.api_key", "admin key for `aperio-client api`", func(c *C) *string { return &c.APIKey }).secret().alias("APERIO_API_KEY"),
+		stringSetting("server.api_key", "admin key for the aperio-client api commands", func(c *C) *string { return &c.APIKey }).secret().alias("APERIO_API_KEY"),
 		stringSetting("name", "name shown in the API (default: the machine's hostname)", func(c *C) *string { return &c.Name }),
 		intSetting("max_concurrent", "concurrency limit of every service (0 = none announced)", func(c *C) *int { return &c.MaxConcurrent }),
 		intSetting("priority", "tier of every service: 0 primary, >0 standby", func(c *C) *int { return &c.Priority }),
@@ -73,13 +73,13 @@ func clientSettings() []setting[Client] {
 		durationSetting("health.interval", "time between health probes", func(c *C) *time.Duration { return &c.Health.Interval }),
 		durationSetting("health.timeout", "timeout of one health probe", func(c *C) *time.Duration { return &c.Health.Timeout }),
 		intSetting("health.threshold", "failed probes before a service is unhealthy", func(c *C) *int { return &c.Health.Threshold }),
-		enumSetting("health.type", "how every service is probed: http or grpc", func(c *C) *string { return &c.Health.Type }),
-		enumSetting("health.success", "statuses an http probe passes on: 2xx or 2xx-3xx", func(c *C) *string { return &c.Health.Success }),
+		enumSetting("health.type", "how every service is probed: http or grpc", func(c *C) *string { return &c.Health.Type }).oneOf(healthTypes),
+		enumSetting("health.success", "statuses an http probe passes on: 2xx or 2xx-3xx", func(c *C) *string { return &c.Health.Success }).oneOf(healthSuccesses),
 		durationSetting("idle_timeout", "retire after this long without a request (0 = never)", func(c *C) *time.Duration { return &c.IdleTimeout }),
 		durationSetting("drain_timeout", "how long a graceful drain may take", func(c *C) *time.Duration { return &c.DrainTimeout }),
-		enumSetting("log_level", "debug, info, warn or error", func(c *C) *string { return &c.LogLevel }).alias("LOG_LEVEL"),
-		enumSetting("log_format", "text or json", func(c *C) *string { return &c.LogFormat }),
-		stringSetting("status_socket", "unix socket `aperio-client status` reads (default: one per process; off = none)", func(c *C) *string { return &c.StatusSocket }),
+		enumSetting("log_level", "debug, info, warn or error", func(c *C) *string { return &c.LogLevel }).oneOf(LogLevels).alias("LOG_LEVEL"),
+		enumSetting("log_format", "text or json", func(c *C) *string { return &c.LogFormat }).oneOf(LogFormats),
+		stringSetting("status_socket", "unix socket aperio-client status reads (default: one per process; off = none)", func(c *C) *string { return &c.StatusSocket }),
 	}
 }
 
@@ -115,8 +115,8 @@ func serviceSettings() []setting[Service] {
 		durationSetting("health.interval", "time between probes", func(c *S) *time.Duration { return &c.Health.Interval }),
 		durationSetting("health.timeout", "timeout of one probe", func(c *S) *time.Duration { return &c.Health.Timeout }),
 		intSetting("health.threshold", "failed probes before unhealthy", func(c *S) *int { return &c.Health.Threshold }),
-		enumSetting("health.type", "probe: http or grpc (h2c targets)", func(c *S) *string { return &c.Health.Type }),
-		enumSetting("health.success", "statuses an http probe passes on: 2xx or 2xx-3xx", func(c *S) *string { return &c.Health.Success }),
+		enumSetting("health.type", "probe: http or grpc (h2c targets)", func(c *S) *string { return &c.Health.Type }).oneOf(healthTypes),
+		enumSetting("health.success", "statuses an http probe passes on: 2xx or 2xx-3xx", func(c *S) *string { return &c.Health.Success }).oneOf(healthSuccesses),
 		boolSetting("resilience", "allow serve-stale", func(c *S) *bool { return &c.Resilience }),
 		boolSetting("allow_connect", "pass CONNECT requests to the target", func(c *S) *bool { return &c.AllowConnect }),
 		boolSetting("public", "open even under the server's default_access deny", func(c *S) *bool { return &c.Public }),
@@ -162,7 +162,7 @@ func singleSettings() []setting[Service] {
 	empty := func(*S) string { return "" }
 	return []setting[S]{
 		newSetting("target", "local app: a port, host:port or URL (also the TARGET argument)", none, empty),
-		newSetting("hostname", "public hostnames of the single service (comma list)", none, empty),
+		newSetting("hostname", "public hostnames of the single service (comma list)", none, empty).kind(KindList),
 		newSetting("path", "prefix bind of the single service", none, empty),
 		newSetting("target_health", "health endpoint path of the single service", none, empty),
 	}
@@ -172,12 +172,24 @@ func singleSettings() []setting[Service] {
 // flag spelling: the top-level keys, the single-service keys (target,
 // hostname, path, target_health), the scaling block and the
 // adaptive_concurrency block. services is file-only and not listed.
+//
+// Each Default is the contract's: DefaultClient, and the defaults a
+// scaling or adaptive_concurrency block starts from; adaptive_concurrency
+// itself defaults to false, as no block means no adaptive limit.
 func ClientKeys() []Key {
-	keys := keysOf(clientSettings())
-	keys = append(keys, keysOf(singleSettings())...)
-	keys = append(keys, keysOf(scalingSettings())...)
-	return append(keys, keysOf(adaptiveSettings())...)
+	keys := keysOf(clientSettings(), ptr(DefaultClient()))
+	keys = append(keys, keysOf(singleSettings(), nil)...)
+	keys = append(keys, keysOf(scalingSettings(), ptr(DefaultScaling()))...)
+	ad := keysOf(adaptiveSettings(), newDefaultAdaptive())
+	for i := range ad {
+		if ad[i].Name == "adaptive_concurrency" {
+			ad[i].Default = "false"
+		}
+	}
+	return append(keys, ad...)
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // ClientOptions says where LoadClient finds its surfaces.
 type ClientOptions struct {

@@ -38,7 +38,35 @@ type Key struct {
 	// Bool marks a boolean setting: a flag for it may stand alone and means
 	// true.
 	Bool bool
+	// Kind is the type of the value, as the key's parser reads it.
+	Kind Kind
+	// Default is the value the key has when no surface sets it, as
+	// --print-config prints it ("30s", "10MiB", "a,b"); empty for a secret
+	// and for a key with no default of its own.
+	Default string
+	// Values are the values an enum key accepts, in order; nil for other
+	// kinds.
+	Values []string
 }
+
+// Kind is the type of a key's value: what its flag is, and what the
+// configuration schema says of it.
+type Kind string
+
+// The kinds of value a key takes.
+const (
+	KindString   Kind = "string"
+	KindEnum     Kind = "enum"     // a string from Key.Values, lowercased
+	KindInt      Kind = "int"      // an integer
+	KindFloat    Kind = "float"    // a decimal number
+	KindBool     Kind = "bool"     // 1/0, true/false
+	KindDuration Kind = "duration" // 90s, 5m, 1h30m, 7d (ParseDuration)
+	KindSize     Kind = "size"     // bytes: 1048576, 512KiB, 10MiB (ParseSize)
+	KindList     Kind = "list"     // strings: a yaml sequence or a comma list
+	KindIntList  Kind = "intlist"  // integers: a yaml sequence or a comma list
+	KindMap      Kind = "map"      // a yaml mapping or k=v,k2=v2
+	KindBlock    Kind = "block"    // a yaml structure, written in the file only
+)
 
 // normalize returns the form in which keys compare: lowercase, with "." and
 // "-" turned into "_".
@@ -71,6 +99,7 @@ func newSetting[C any](name, usage string, parse func(*C, value) error, format f
 			Env:   "APERIO_" + strings.ToUpper(norm),
 			Flag:  strings.ReplaceAll(norm, "_", "-"),
 			Usage: usage,
+			Kind:  KindString,
 		},
 		norm:   norm,
 		parse:  parse,
@@ -85,6 +114,18 @@ func (s setting[C]) secret() setting[C] {
 
 func (s setting[C]) alias(env ...string) setting[C] {
 	s.EnvAliases = env
+	return s
+}
+
+func (s setting[C]) kind(k Kind) setting[C] {
+	s.Kind = k
+	return s
+}
+
+// oneOf records the values an enum setting accepts, for help and the
+// schema; the table's check still compares the value with them.
+func (s setting[C]) oneOf(set []string) setting[C] {
+	s.Values = slices.Clone(set)
 	return s
 }
 
@@ -115,31 +156,31 @@ func stringSetting[C any](name, usage string, field func(*C) *string) setting[C]
 func enumSetting[C any](name, usage string, field func(*C) *string) setting[C] {
 	return scalarSetting(name, usage, field, func(s string) (string, error) {
 		return strings.ToLower(strings.TrimSpace(s)), nil
-	}, identity)
+	}, identity).kind(KindEnum)
 }
 
 func intSetting[C any](name, usage string, field func(*C) *int) setting[C] {
-	return scalarSetting(name, usage, field, parseInt, strconv.Itoa)
+	return scalarSetting(name, usage, field, parseInt, strconv.Itoa).kind(KindInt)
 }
 
 func floatSetting[C any](name, usage string, field func(*C) *float64) setting[C] {
 	return scalarSetting(name, usage, field, parseFloat, func(f float64) string {
 		return strconv.FormatFloat(f, 'g', -1, 64)
-	})
+	}).kind(KindFloat)
 }
 
 func boolSetting[C any](name, usage string, field func(*C) *bool) setting[C] {
 	s := scalarSetting(name, usage, field, parseBool, strconv.FormatBool)
 	s.Bool = true
-	return s
+	return s.kind(KindBool)
 }
 
 func durationSetting[C any](name, usage string, field func(*C) *time.Duration) setting[C] {
-	return scalarSetting(name, usage, field, ParseDuration, formatDuration)
+	return scalarSetting(name, usage, field, ParseDuration, formatDuration).kind(KindDuration)
 }
 
 func sizeSetting[C any](name, usage string, field func(*C) *int64) setting[C] {
-	return scalarSetting(name, usage, field, ParseSize, formatSize)
+	return scalarSetting(name, usage, field, ParseSize, formatSize).kind(KindSize)
 }
 
 // listSetting builds a list setting: a yaml sequence, or a comma-separated
@@ -157,7 +198,7 @@ func listSetting[C any](name, usage string, field func(*C) *[]string, each func(
 		}
 		*field(c) = items
 		return nil
-	}, func(c *C) string { return strings.Join(*field(c), ",") })
+	}, func(c *C) string { return strings.Join(*field(c), ",") }).kind(KindList)
 }
 
 // intListSetting builds a list setting of integers.
@@ -182,7 +223,7 @@ func intListSetting[C any](name, usage string, field func(*C) *[]int) setting[C]
 			parts[i] = strconv.Itoa(n)
 		}
 		return strings.Join(parts, ",")
-	})
+	}).kind(KindIntList)
 }
 
 // mapSetting builds a map setting: a yaml mapping, or "k=v,k2=v2". Keys are
@@ -215,7 +256,7 @@ func mapSetting[C any](name, usage string, field func(*C) *map[string]string) se
 		return b.String()
 	})
 	s.whole = true
-	return s
+	return s.kind(KindMap)
 }
 
 func identity(s string) string { return s }
@@ -421,10 +462,17 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-func keysOf[C any](tab []setting[C]) []Key {
+// keysOf returns the keys of tab, in order. With def, each key's Default is
+// its field of *def as --print-config prints it (none for secrets).
+func keysOf[C any](tab []setting[C], def *C) []Key {
 	keys := make([]Key, len(tab))
 	for i, s := range tab {
 		keys[i] = s.Key
+		keys[i].EnvAliases = slices.Clone(s.EnvAliases)
+		keys[i].Values = slices.Clone(s.Values)
+		if def != nil && !s.Secret {
+			keys[i].Default = s.format(def)
+		}
 	}
 	return keys
 }

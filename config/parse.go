@@ -93,6 +93,22 @@ func isNumberByte(c byte) bool {
 	return c == '.' || '0' <= c && c <= '9'
 }
 
+// ParseDurationUnit is ParseDuration without the bare-number form: the
+// value must carry its unit (30d, 12h, 90m, 45s, 1d12h). It reads the spans
+// of command-line flags, where a bare 1 could as well mean a day as a
+// second.
+func ParseDurationUnit(s string) (time.Duration, error) {
+	t := strings.TrimPrefix(strings.TrimSpace(s), "+")
+	if isDecimal(t) {
+		return 0, fmt.Errorf("duration %q has no unit (write e.g. 30d, 12h, 90m or 45s)", s)
+	}
+	d, err := ParseDuration(s)
+	if err != nil && !strings.Contains(err.Error(), "negative") {
+		return 0, fmt.Errorf("invalid duration %q (want a number and a unit: 30d, 12h, 90m, 45s)", s)
+	}
+	return d, err
+}
+
 // isDecimal reports whether s is digits with at most one '.', and at least
 // one digit: the bare-seconds form.
 func isDecimal(s string) bool {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,6 +60,28 @@ func TestParseDuration(t *testing.T) {
 				t.Errorf("ParseDuration(%q) = %v, want %v", tc.in, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseDurationUnit: every form ParseDuration reads with a unit reads
+// the same; the bare numbers it takes as seconds are refused.
+func TestParseDurationUnit(t *testing.T) {
+	for _, tc := range durationCases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseDurationUnit(tc.in)
+			bare := isDecimal(strings.TrimPrefix(strings.TrimSpace(tc.in), "+"))
+			if want := tc.ok && !bare; (err == nil) != want {
+				t.Fatalf("ParseDurationUnit(%q) error = %v, want ok %v", tc.in, err, want)
+			}
+			if err == nil && got != tc.want {
+				t.Errorf("ParseDurationUnit(%q) = %v, want %v", tc.in, got, tc.want)
+			}
+		})
+	}
+	for _, in := range []string{"1", "30", "0", "1.5", " 7 ", "+2"} {
+		if _, err := ParseDurationUnit(in); err == nil || !strings.Contains(err.Error(), "has no unit") {
+			t.Errorf("ParseDurationUnit(%q) error = %v, want one saying it has no unit", in, err)
+		}
 	}
 }
 

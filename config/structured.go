@@ -59,7 +59,7 @@ func YAMLSetting[C, T any](name, usage string, field func(*C) *T, fromText func(
 		return nil
 	}, func(c *C) string { return formatStructured(*field(c)) })
 	s.whole = true
-	return Setting[C]{s}
+	return Setting[C]{s.kind(KindBlock)}
 }
 
 // decodeStructured decodes n into a T: scalars expanded, unknown keys

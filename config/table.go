@@ -35,6 +35,11 @@ func (s Setting[C]) Secret() Setting[C] { return Setting[C]{s.s.secret()} }
 // Alias adds environment variables read, in order, when Env is unset.
 func (s Setting[C]) Alias(env ...string) Setting[C] { return Setting[C]{s.s.alias(env...)} }
 
+// Values records the values an enum setting accepts, for --help and the
+// schema (Key.Values); the table's check still compares with them
+// (Checker.OneOf).
+func (s Setting[C]) Values(set ...string) Setting[C] { return Setting[C]{s.s.oneOf(set)} }
+
 // NoFlag drops the setting's command-line spelling (the server takes no
 // per-key flags).
 func (s Setting[C]) NoFlag() Setting[C] {
@@ -64,7 +69,7 @@ func Int64Setting[C any](name, usage string, field func(*C) *int64) Setting[C] {
 	return Setting[C]{scalarSetting(name, usage, field, func(s string) (int64, error) {
 		n, err := parseInt(s)
 		return int64(n), err
-	}, func(n int64) string { return strconv.FormatInt(n, 10) })}
+	}, func(n int64) string { return strconv.FormatInt(n, 10) }).kind(KindInt)}
 }
 
 // FloatSetting binds a float64.
@@ -103,8 +108,12 @@ func MapSetting[C any](name, usage string, field func(*C) *map[string]string) Se
 	return Setting[C]{mapSetting(name, usage, field)}
 }
 
-// KeysOf returns the keys of tab, in order.
-func KeysOf[C any](tab []Setting[C]) []Key { return keysOf(unwrap(tab)) }
+// KeysOf returns the keys of tab, in order, with no Default.
+func KeysOf[C any](tab []Setting[C]) []Key { return keysOf(unwrap(tab), nil) }
+
+// KeysWithDefaults returns the keys of tab, in order, each Default its
+// field of def as --print-config prints it.
+func KeysWithDefaults[C any](tab []Setting[C], def C) []Key { return keysOf(unwrap(tab), &def) }
 
 func unwrap[C any](tab []Setting[C]) []setting[C] {
 	out := make([]setting[C], len(tab))

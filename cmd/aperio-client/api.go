@@ -140,8 +140,9 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 	cmd := group("tokens", "Mint, list, edit, rotate and revoke client tokens")
 
 	var (
-		req                  wire.CreateTokenRequest
-		expiresIn, expiresAt string
+		req       wire.CreateTokenRequest
+		expiresIn spanFlag
+		expiresAt string
 	)
 	create := &cobra.Command{
 		Use:   "create --name NAME --hostname HOST [--hostname HOST…] [--allow-catch-all] [--allowed-ip CIDR…] [--expires-in 30d | --expires-at TIME]",
@@ -149,12 +150,8 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
-			case expiresIn != "":
-				d, err := config.ParseDuration(expiresIn)
-				if err != nil {
-					return fmt.Errorf("--expires-in: %w", err)
-				}
-				t := time.Now().Add(d)
+			case cmd.Flags().Changed("expires-in"):
+				t := time.Now().Add(expiresIn.d)
 				req.ExpiresAt = &t
 			case expiresAt != "":
 				t, err := time.Parse(time.RFC3339, expiresAt)
@@ -176,7 +173,7 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 	f.StringVar(&req.Name, "name", "", "name of the token, for people")
 	f.StringSliceVar(&req.Hostnames, "hostname", nil, "hostname the token may bind, exact or *.wildcard (repeatable)")
 	f.StringSliceVar(&req.AllowedIPs, "allowed-ip", nil, "CIDR or address of the visitors allowed (repeatable; default any)")
-	f.StringVar(&expiresIn, "expires-in", "", "expire after this long (45m, 12h, 30d)")
+	spanVar(f, &expiresIn, "expires-in", "expire after this long, with a unit (45m, 12h, 30d)")
 	f.StringVar(&expiresAt, "expires-at", "", "expire at this RFC 3339 time")
 	f.StringVar(&req.OrgID, "org-id", "", "organization of the token (master token only; default: default)")
 	f.BoolVar(&req.AllowCatchAll, "allow-catch-all", false, "let the token's services with no hostname serve what nobody else binds (servers with require_hostname_bind false); --hostname may then be left out")

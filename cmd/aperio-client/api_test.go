@@ -440,7 +440,7 @@ func TestAPIExitCodes(t *testing.T) {
 		{"unknown flag", []string{"api", "tokens", "list", "--nope"}, 2, "unknown flag: --nope"},
 		{"missing argument", []string{"api", "tokens", "revoke"}, 2, "accepts 1 arg(s), received 0"},
 		{"missing required flag", []string{"api", "tokens", "create", "--hostname", "a.example.com"}, 2, `required flag(s) "name" not set`},
-		{"bad --expires-in", []string{"api", "tokens", "create", "--name", "x", "--hostname", "a.example.com", "--expires-in", "soon"}, 2, "--expires-in: invalid duration"},
+		{"bad --expires-in", []string{"api", "tokens", "create", "--name", "x", "--hostname", "a.example.com", "--expires-in", "soon"}, 2, `invalid argument "soon" for "--expires-in" flag: invalid duration`},
 		{"bad --expires-at", []string{"api", "tokens", "create", "--name", "x", "--hostname", "a.example.com", "--expires-at", "tomorrow"}, 2, "is not an RFC 3339 time"},
 		{"both expiries", []string{"api", "tokens", "create", "--name", "x", "--hostname", "a.example.com", "--expires-in", "1d", "--expires-at", "2099-01-01T00:00:00Z"}, 2, "if any flags in the group [expires-in expires-at] are set none of the others can be"},
 		{"bad --role", []string{"api", "admin-keys", "create", "--name", "x", "--role", "root"}, 2, `--role "root" is not one of viewer, operator, admin`},

@@ -84,12 +84,18 @@ func (a *apiCLI) tokensUpdateCommand() *cobra.Command {
 
 // tokensRotateCommand is `api tokens rotate ID --grace 1h`.
 func (a *apiCLI) tokensRotateCommand() *cobra.Command {
-	var req wire.RotateTokenRequest
+	var (
+		req   wire.RotateTokenRequest
+		grace spanFlag
+	)
 	cmd := &cobra.Command{
 		Use:   "rotate ID [--grace 1h]",
 		Short: "Give a client token a new secret (shown once); the old one works for the grace",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("grace") {
+				req.Grace = grace.wire()
+			}
 			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.MintedToken, error) {
 				return c.RotateToken(ctx, args[0], req)
 			}, func(w io.Writer, t wire.MintedToken) {
@@ -99,7 +105,7 @@ func (a *apiCLI) tokensRotateCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&req.Grace, "grace", "", "how long the current secret keeps working (1h, 2d; at most 30d); default: it stops now")
+	spanVar(cmd.Flags(), &grace, "grace", "how long the current secret keeps working, with a unit (1h, 2d; at most 30d); default: it stops now")
 	return cmd
 }
 

@@ -60,6 +60,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd.AddCommand(newAPICommand(stdout, stderr))
 	cmd.AddCommand(newStatusCommand(stdout, stderr))
 	cmd.AddCommand(newHashPasswordCommand(stdinSource(), stdout, stderr))
+	buildinfo.AddVersion(cmd, "aperio-client", stdout)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		opts := config.ClientOptions{
 			File:          file,
@@ -116,23 +117,22 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		}
 		return nil
 	}
+	addPrintSchema(cmd, stdout)
 	return cmd
 }
 
 // keyFlagSet maps the flags registered for config keys back to their keys.
 type keyFlagSet map[string]string // flag name → canonical key
 
-// registerKeyFlags adds one --flag per client config key.
+// registerKeyFlags adds one --flag per client config key, typed by its kind
+// (keyflags.go).
 func registerKeyFlags(fs *pflag.FlagSet) keyFlagSet {
 	out := keyFlagSet{}
 	for _, k := range config.ClientKeys() {
 		if k.Flag == "" {
 			continue
 		}
-		fs.String(k.Flag, "", k.Usage)
-		if k.Bool {
-			fs.Lookup(k.Flag).NoOptDefVal = "true"
-		}
+		fs.AddFlag(newKeyFlag(k))
 		out[k.Flag] = k.Name
 	}
 	return out

@@ -159,6 +159,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration with the source of each value")
 	cmd.Flags().BoolVar(&verifyAudit, "verify-audit", false, "check the audit log's hash chain in the configured store, print the result, and exit 0 (intact) or 1 (broken or unreadable)")
 	cmd.Flags().BoolVar(&healthcheck, "healthcheck", false, "ask the server this configuration describes for /aperio/readyz on this machine, and exit 0 (200 within 3s) or 1 (for a Docker HEALTHCHECK)")
+	buildinfo.AddVersion(cmd, "aperio-server", stdout)
+	addSettingsHelp(cmd, stdout)
 	return exitcode.Execute(cmd, stderr, "aperio-server")
 }
 

@@ -26,6 +26,9 @@ const File = "aperio-server.yaml"
 // file, like --config.
 const FileEnv = "APERIO_SERVER_CONFIG"
 
+// defaultAccesses are the values of default_access.
+var defaultAccesses = []string{"allow", "deny"}
+
 // databaseSchemes are the schemes of database_url.
 var databaseSchemes = []string{"postgres", "postgresql"}
 
@@ -78,7 +81,7 @@ func settings() []config.Setting[Config] {
 		config.DurationSetting("gateway_response_timeout", "how long a dispatched request may wait for its response head", func(c *S) *time.Duration { return &c.Tunnel.ResponseHeaderTimeout }),
 		config.IntSetting("max_concurrent_requests", "proxied requests in flight on the whole server", func(c *S) *int { return &c.Router.MaxConcurrentRequests }),
 		config.SizeSetting("max_body_size", "request body ceiling (10MiB, bytes)", func(c *S) *int64 { return &c.Router.MaxBodyBytes }),
-		config.EnumSetting("default_access", "allow or deny: whether a service without auth is open", func(c *S) *string { return &c.DefaultAccess }),
+		config.EnumSetting("default_access", "allow or deny: whether a service without auth is open", func(c *S) *string { return &c.DefaultAccess }).Values(defaultAccesses...),
 		config.DurationSetting("identity_key_rotation", "age at which the identity JWT key is replaced; 0 = never", func(c *S) *time.Duration { return &c.IdentityKeyRotation }),
 		config.StringSetting("oidc.issuer", "OpenID Connect provider for services with auth: oidc", func(c *S) *string { return &c.OIDC.Issuer }),
 		config.StringSetting("oidc.client_id", "client id registered at the provider", func(c *S) *string { return &c.OIDC.ClientID }),
@@ -104,12 +107,12 @@ func settings() []config.Setting[Config] {
 		config.IntSetting("tunnel_max_streams", "streams open per tunnel session", func(c *S) *int { return &c.Tunnel.MaxStreams }),
 		config.DurationSetting("tunnel_announce_interval", "least time between announcements applied per session", func(c *S) *time.Duration { return &c.Tunnel.AnnounceInterval }),
 		config.DurationSetting("shutdown_timeout", "how long SIGTERM waits for in-flight requests", func(c *S) *time.Duration { return &c.ShutdownTimeout }),
-		config.EnumSetting("lb_strategy", "round-robin, least-inflight, primary-standby or sticky", func(c *S) *string { return &c.Router.Strategy }),
+		config.EnumSetting("lb_strategy", "round-robin, least-inflight, primary-standby or sticky", func(c *S) *string { return &c.Router.Strategy }).Values(router.Strategies...),
 		config.IntSetting("outlier_consecutive_5xx", "5xx answers in a row that eject a client from rotation; 0 = never", func(c *S) *int { return &c.Router.OutlierConsecutive5xx }),
 		config.DurationSetting("outlier_ejection_time", "first ejection's length, doubling while it keeps failing (at most 10x)", func(c *S) *time.Duration { return &c.Router.OutlierEjectionTime }),
 		config.IntSetting("outlier_max_ejected_percent", "most of a bind's clients ejected at once, percent", func(c *S) *int { return &c.Router.OutlierMaxEjectedPercent }),
 		config.BoolSetting("require_hostname_bind", "refuse services that name no hostname (no catch-all)", func(c *S) *bool { return &c.RequireHostnameBind }),
-		config.EnumSetting("failover", "fail, retry, wait or retry-wait", func(c *S) *string { return &c.Router.Failover }),
+		config.EnumSetting("failover", "fail, retry, wait or retry-wait", func(c *S) *string { return &c.Router.Failover }).Values(router.Failovers...),
 		config.BoolSetting("failover_all_methods", "fail over non-idempotent methods too", func(c *S) *bool { return &c.Router.FailoverAllMethods }),
 		config.IntSetting("failover_max_jumps", "re-dispatches of one request", func(c *S) *int { return &c.Router.FailoverMaxJumps }),
 		config.DurationSetting("failover_window", "time one request may spend failing over", func(c *S) *time.Duration { return &c.Router.FailoverWindow }),
@@ -143,8 +146,8 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("server_timing", "Server-Timing header on answers that waited", func(c *S) *bool { return &c.ServerTiming }),
 		config.IntSetting("max_stream_subscribers", "followers of the admin API's live stream at once", func(c *S) *int { return &c.MaxStreamSubscribers }),
 		config.FloatSetting("otel_sample_rate", "fraction of traces sampled when OTEL_EXPORTER_OTLP_* turns tracing on", func(c *S) *float64 { return &c.OTelSampleRate }),
-		config.EnumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).Alias("LOG_LEVEL"),
-		config.EnumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }),
+		config.EnumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).Values(config.LogLevels...).Alias("LOG_LEVEL"),
+		config.EnumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }).Values(config.LogFormats...),
 		// The edge: who may speak for the visitor, who is refused.
 		config.ListSetting("trusted_proxies", "CIDRs/IPs whose forwarding headers and PROXY headers are believed", func(c *S) *[]string { return &c.TrustedProxies }),
 		config.StringSetting("real_ip_header", "header a trusted proxy names the visitor in (X-Forwarded-For)", func(c *S) *string { return &c.RealIPHeader }),
@@ -160,10 +163,11 @@ func settings() []config.Setting[Config] {
 	return tab
 }
 
-// Keys returns every key of aperio-server, in --print-config order.
-// Flag is empty: the server takes no per-key flags.
+// Keys returns every key of aperio-server, in --print-config order, each
+// with its Default from Default. Flag is empty: the server takes no
+// per-key flags.
 func Keys() []config.Key {
-	return config.KeysOf(settings())
+	return config.KeysWithDefaults(settings(), Default())
 }
 
 // Options says where Load finds its surfaces.
@@ -252,7 +256,7 @@ func check(s Config, v *config.Checker) {
 	}
 	v.NonNegative("max_body_size", s.Router.MaxBodyBytes)
 	if s.DefaultAccess != "" { // "" is a hand-built Config: allow
-		v.OneOf("default_access", s.DefaultAccess, []string{"allow", "deny"})
+		v.OneOf("default_access", s.DefaultAccess, defaultAccesses)
 	}
 	if r := s.IdentityKeyRotation; r != 0 && (r < gateway.MinIdentityKeyRotation || r > gateway.MaxIdentityKeyRotation) {
 		v.Add("identity_key_rotation", "must be 0 (never) or between %v and %v, got %v", gateway.MinIdentityKeyRotation, gateway.MaxIdentityKeyRotation, r)
