@@ -392,6 +392,11 @@ func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request
 			a.log.Warn("circuit breaker open", logkey.Service, svc.id, logkey.Target, svc.cfg.Target, logkey.Err, err)
 		}
 	}
+	if err != nil {
+		// The tunnel logs it (rate-limited) and answers the visitor a
+		// page that names no address: the target is for the log alone.
+		err = fmt.Errorf("target %s: %w", svc.cfg.Target, err)
+	}
 	return resp, err
 }
 
