@@ -77,6 +77,20 @@ func TestOldServerRefusalsClassified(t *testing.T) {
 	}
 }
 
+// TestHelloRefusalHostileCode: a refused frame's code is the server's
+// word, so a long or unprintable one is dropped and the flag kept.
+func TestHelloRefusalHostileCode(t *testing.T) {
+	for _, code := range []string{strings.Repeat("x", 65), "tok\x1ben", "token\u202e"} {
+		r := helloRefusal(&message{Type: msgRefused, Reason: "no", Code: code, Permanent: true})
+		if r.Code != "" || !r.Permanent {
+			t.Errorf("helloRefusal(code %q) = %+v, want no code, permanent", code, r)
+		}
+	}
+	if r := helloRefusal(&message{Type: msgRefused, Reason: "no", Code: RefusalHostname, Permanent: true}); r.Code != RefusalHostname {
+		t.Errorf("helloRefusal(code %q) = %+v, want the code kept", RefusalHostname, r)
+	}
+}
+
 // TestHandshakeChecksWithoutServing runs Handshake against a server: it
 // gets the welcome's notices and leaves no session attached; with a
 // wrong token it returns the refusal.
