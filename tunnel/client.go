@@ -406,8 +406,10 @@ func (c *Client) runSession(ctx context.Context) error {
 }
 
 // handshake dials the server and exchanges the hello, announcing what
-// announce returns once dialed, for the welcome. With serve, data streams are served from the hello on: the
-// server may dispatch to the session as soon as it has attached it,
+// announce returns once dialed, for the welcome; the exchange is bounded
+// by HandshakeTimeout, or by ctx's deadline if earlier. With serve, data
+// streams are served from the hello on: the server may dispatch to the
+// session as soon as it has attached it,
 // before its welcome is written (requests held for a cold start are
 // released then), and a stream opened before the welcome would otherwise
 // wait for it. The caller closes the returned session, which is non-nil
@@ -425,7 +427,11 @@ func (c *Client) handshake(ctx context.Context, announce func() Announcement, se
 		go c.acceptLoop(ctx, mux)
 	}
 	ann := announce()
-	ctrl.SetDeadline(time.Now().Add(HandshakeTimeout))
+	deadline := time.Now().Add(HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	ctrl.SetDeadline(deadline)
 	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
 		// A server that refused the hello closes the session right after
 		// its answer, and yamux may report that close to this write even
@@ -454,8 +460,8 @@ func (c *Client) handshake(ctx context.Context, announce func() Announcement, se
 // closes the session. It returns the welcome's notices (binds the server
 // left out, for one), or the refusal (*RefusedError) or network error.
 // ann should be Draining, so that the server routes nothing to the
-// session while it lasts. It blocks for at most twice HandshakeTimeout
-// (the dial, then the exchange); it is safe to call while Run runs.
+// session while it lasts. It blocks for at most HandshakeTimeout, less
+// when ctx has an earlier deadline; it is safe to call while Run runs.
 func (c *Client) Handshake(ctx context.Context, ann Announcement) ([]string, error) {
 	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()

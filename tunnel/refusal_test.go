@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRefusalCodes checks that each permanent refusal reaches the client
@@ -123,5 +124,41 @@ func TestHandshakeChecksWithoutServing(t *testing.T) {
 	var refused *RefusedError
 	if !errors.As(err, &refused) || refused.Code != RefusalToken {
 		t.Fatalf("Handshake(wrong token) = %v, want a %q refusal", err, RefusalToken)
+	}
+}
+
+// stallRegistry holds every Attach until release is closed: a server that
+// took the upgrade and the hello and never answers.
+type stallRegistry struct {
+	fakeRegistry
+	release chan struct{}
+}
+
+func (r *stallRegistry) Attach(ctx context.Context, s *Session) error {
+	<-r.release
+	return errors.New("released")
+}
+
+// TestHandshakeBoundedByContext: Handshake against a server that never
+// answers the hello returns at ctx's deadline, not HandshakeTimeout's.
+func TestHandshakeBoundedByContext(t *testing.T) {
+	reg := &stallRegistry{fakeRegistry: *newFakeRegistry(), release: make(chan struct{})}
+	srv, err := NewServer(ServerConfig{Auth: tokenAuth{}, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, dial, _ := startServer(t, "pipe", srv)
+	t.Cleanup(func() { close(reg.release) }) // before the server's cleanup
+	c, err := NewClient(ClientConfig{URL: url, Token: testToken, DialContext: dial,
+		Announce: testAnnouncement, Forwarder: newHandlerForwarder(t, echoHandler())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c.Handshake(ctx, testAnnouncement())
+	if d := time.Since(start); err == nil || d > 2*time.Second {
+		t.Fatalf("Handshake(200ms) against a silent server = %v after %v, want an error at about 200ms", err, d)
 	}
 }
