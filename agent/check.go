@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -52,7 +55,7 @@ func (a *Agent) Check(ctx context.Context, timeout time.Duration) []CheckItem {
 		items = append(items, svc.checkTarget(ctx, timeout))
 		if svc.cfg.Health.Probes() {
 			ok, detail := newProber(svc).probe(ctx, timeout)
-			it := CheckItem{What: fmt.Sprintf("service %s: health endpoint %s", svc.label(), svc.cfg.Health.Endpoint), OK: ok, Detail: detail}
+			it := CheckItem{What: fmt.Sprintf("service %s: health endpoint %s", svc.label(), svc.cfg.Health.Endpoint), OK: ok, Detail: terminalText(detail)}
 			if svc.cfg.Health.Type == config.HealthGRPC {
 				it.What = fmt.Sprintf("service %s: grpc health check", svc.label())
 			}
@@ -108,14 +111,9 @@ func handshakeItem(ctx context.Context, tc *tunnel.Client, ann tunnel.Announceme
 	var refused *tunnel.RefusedError
 	switch {
 	case err == nil:
-		for i, n := range notices {
-			if i > 0 {
-				it.Detail += "; "
-			}
-			it.Detail += n
-		}
+		it.Detail = terminalText(strings.Join(notices, "; "))
 	case errors.As(err, &refused):
-		it.Detail = refused.Reason
+		it.Detail = terminalText(refused.Reason)
 		it.Fix = RefusalHint(err)
 		if it.Fix == "" {
 			it.Fix = "the server refused for now: try again later, or ask its operator"
@@ -125,6 +123,25 @@ func handshakeItem(ctx context.Context, tc *tunnel.Client, ann tunnel.Announceme
 		it.Fix = "the server could not be reached: check server.url (and server.urls), and that this machine reaches it"
 	}
 	return it
+}
+
+// maxDetail bounds the bytes of a server's words a check item shows.
+const maxDetail = 1024
+
+// terminalText makes a server's or an app's words (a reason, notices, a
+// status) safe to print on a terminal: control and formatting characters,
+// which could forge lines or recolour and reorder what the operator reads,
+// become '?', and it is cut at maxDetail bytes.
+func terminalText(s string) string {
+	if len(s) > maxDetail {
+		s = strings.ToValidUTF8(s[:maxDetail], "") + "…"
+	}
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // checkTarget sends one GET to the service's target: any answer passes,
@@ -146,7 +163,7 @@ func (svc *service) checkTarget(ctx context.Context, timeout time.Duration) Chec
 		var resp *http.Response
 		if resp, err = svc.transport.RoundTrip(req); err == nil {
 			resp.Body.Close()
-			it.OK, it.Detail = true, resp.Status
+			it.OK, it.Detail = true, terminalText(resp.Status)
 			return it
 		}
 	}

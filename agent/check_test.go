@@ -118,3 +118,30 @@ func TestCheckBounded(t *testing.T) {
 		t.Errorf("Check() = %+v, want the server and the target failed, with what to do", items)
 	}
 }
+
+// TestCheckHostileReason: a server's refusal reason reaches the checklist
+// without its control and formatting characters, and cut short.
+func TestCheckHostileReason(t *testing.T) {
+	reason := "may not bind\x1b[2J\r\nforged ✓ line\u202e" + strings.Repeat("x", 5000)
+	ln := startTunnelServer(t, tunnel.ServerConfig{Registry: refuseAll{tunnel.PermanentRefusal(tunnel.RefusalHostname, reason)}})
+	cfg := clientConfig("http://backend.test")
+	cfg.ServerURL = "http://memnet"
+	a, err := New(cfg, Options{DialServer: ln.Dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := a.checkServer(t.Context(), a.tunnels[0], time.Second)[0]
+	if it.OK || strings.ContainsFunc(it.Detail, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\u202e' }) || len(it.Detail) > maxDetail+8 {
+		t.Errorf("check of a hostile refusal: detail %q (%d bytes), want no control or formatting character and at most about %d bytes", it.Detail, len(it.Detail), maxDetail)
+	}
+	if !strings.HasPrefix(it.Detail, "may not bind?[2J??forged ✓ line?x") {
+		t.Errorf("check of a hostile refusal: detail %.60q, want the reason with each control character as '?'", it.Detail)
+	}
+}
+
+// refuseAll is a Registry that refuses every session with err.
+type refuseAll struct{ err error }
+
+func (r refuseAll) Attach(context.Context, *tunnel.Session) error  { return r.err }
+func (refuseAll) Update(context.Context, *tunnel.Session) []string { return nil }
+func (refuseAll) Detach(context.Context, *tunnel.Session)          {}
