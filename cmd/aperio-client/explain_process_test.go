@@ -52,10 +52,18 @@ func TestProcessesClientExplainsItself(t *testing.T) {
 	// A refused token: exit 1 within the three attempts' backoff (under
 	// 1 s + 2 s of jittered waits), saying what to do.
 	bad := f.client(t, base, "app.test", "apr_not-a-token")
+	started := time.Now()
 	badLog := startLogged(t, bad)
 	badLog.wait(t, regexp.MustCompile(`level=ERROR msg="giving up: every server refused the tunnel.*code=token.*aperio-client api tokens create`))
 	if code := waitExit(t, bad); code != 1 {
 		t.Errorf("client with a refused token exited %d, want 1", code)
+	}
+	// Three handshakes and two waits of at most 1 s and 2 s: 10 s leaves
+	// room for a loaded machine and still fails an unbounded retry.
+	if d := time.Since(started); d > 10*time.Second {
+		t.Errorf("client with a refused token exited after %v, want within 10s", d)
+	} else {
+		t.Logf("client with a refused token exited 1 after %v", d.Round(time.Millisecond))
 	}
 	if n := badLog.count(regexp.MustCompile(`msg="tunnel refused"`)); n != 3 {
 		t.Errorf("client with a refused token logged %d refusals before giving up, want 3", n)
