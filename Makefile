@@ -36,8 +36,11 @@ vet:
 fuzz:
 	bash scripts/fuzz.sh
 
-# Build and run a server, a client and a demo backend on this machine.
-demo: build
+# Build and run a server, a client and a demo backend on this machine. The
+# port check comes first, so a taken port fails before the build.
+demo:
+	bash scripts/demo.sh --check-port
+	$(MAKE) build
 	bash scripts/demo.sh
 
 bench:

@@ -68,6 +68,11 @@ type Agent struct {
 	// client to retire (an operator's drain); capacity 1, later asks are
 	// dropped, since one retires the whole process.
 	drainAsked chan string
+	// refusals counts each tunnel's permanent refusals in a row; gaveUp
+	// carries, once, the error to give up with when every tunnel has had
+	// enough of them (never with retry_forever). Capacity 1.
+	refusals *refusals
+	gaveUp   chan error
 }
 
 // service is one configured target.
@@ -89,6 +94,32 @@ type service struct {
 	// limiter learns or pins the service's concurrency limit; nil when
 	// the service announces no limit.
 	limiter *concurrency.Limiter
+}
+
+// serverURLs is server.url then server.urls, each once.
+func serverURLs(cfg config.Client) []string {
+	var out []string
+	for _, u := range append([]string{cfg.ServerURL}, cfg.ServerURLs...) {
+		if u != "" && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// noteAttempt counts how an attempt of tunnel i ended and, unless
+// retry_forever is set, hands Run the error to give up with once every
+// server has refused the tunnel for good enough times in a row. It never
+// blocks: it runs on the tunnel's goroutine.
+func (a *Agent) noteAttempt(i int, err error) {
+	giveUp := a.refusals.attempt(i, err)
+	if giveUp == nil || a.cfg.RetryForever {
+		return
+	}
+	select {
+	case a.gaveUp <- giveUp:
+	default:
+	}
 }
 
 // askDrain records that the server at url asked the client to retire. It
@@ -117,6 +148,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		limitChange:  make(chan struct{}, 1),
 		routable:     make(chan struct{}, 1),
 		drainAsked:   make(chan string, 1),
+		gaveUp:       make(chan error, 1),
 		statusSocket: cfg.StatusSocket,
 	}
 	if opts.StatusSocket != "" {
@@ -137,23 +169,26 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		}
 		a.services = append(a.services, svc)
 	}
-	urls := append([]string{cfg.ServerURL}, cfg.ServerURLs...)
-	seen := map[string]bool{}
-	for _, u := range urls {
-		if u == "" || seen[u] {
-			continue
-		}
-		seen[u] = true
+	urls := serverURLs(cfg)
+	a.refusals = newRefusals(len(urls))
+	for i, u := range urls {
 		tc, err := tunnel.NewClient(tunnel.ClientConfig{
-			URL:         u,
-			Token:       cfg.Token,
-			Announce:    a.announcement,
-			Forwarder:   a,
-			Logger:      log,
-			OnConnect:   func(string) { a.markRoutable() },
-			OnDrain:     func() { a.askDrain(u) },
-			DialContext: opts.DialServer,
-			TLSConfig:   opts.TLSConfig,
+			URL:       u,
+			Token:     cfg.Token,
+			Announce:  a.announcement,
+			Forwarder: a,
+			Logger:    log,
+			OnConnect: func(string) {
+				a.markRoutable()
+				a.refusals.attempt(i, nil)
+				for _, line := range publicURLs(u, a.cfg.Services) {
+					a.log.Info("serving", logkey.ServerURL, u, logkey.PublicURL, line)
+				}
+			},
+			OnDisconnect: func(err error) { a.noteAttempt(i, err) },
+			OnDrain:      func() { a.askDrain(u) },
+			DialContext:  opts.DialServer,
+			TLSConfig:    opts.TLSConfig,
 		})
 		if err != nil {
 			return nil, err
@@ -356,6 +391,11 @@ func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request
 		if svc.breaker.done(exchangeFailed) {
 			a.log.Warn("circuit breaker open", logkey.Service, svc.id, logkey.Target, svc.cfg.Target, logkey.Err, err)
 		}
+	}
+	if err != nil {
+		// The tunnel logs it (rate-limited) and answers the visitor a
+		// page that names no address: the target is for the log alone.
+		err = fmt.Errorf("target %s: %w", svc.cfg.Target, err)
 	}
 	return resp, err
 }

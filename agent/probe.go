@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -25,14 +26,7 @@ type prober struct {
 
 func newProber(svc *service) *prober {
 	h := svc.cfg.Health
-	u := *svc.target
-	switch u.Scheme {
-	case "h2c":
-		u.Scheme = "http"
-	case config.TargetUnix:
-		u.Scheme, u.Host, u.Path = "http", unixHost, ""
-	}
-	u.RawPath = ""
+	u := svc.dialURL()
 	if h.Type == config.HealthGRPC {
 		u.Path = grpcHealthPath
 	} else {
@@ -53,6 +47,21 @@ func newProber(svc *service) *prober {
 		p.success = 3
 	}
 	return p
+}
+
+// dialURL is the service's target as its transport is asked for it: h2c
+// as http, a unix socket as http to the placeholder host, with the path
+// (none for a socket) but no RawPath.
+func (svc *service) dialURL() url.URL {
+	u := *svc.target
+	switch u.Scheme {
+	case "h2c":
+		u.Scheme = "http"
+	case config.TargetUnix:
+		u.Scheme, u.Host, u.Path = "http", unixHost, ""
+	}
+	u.RawPath = ""
+	return u
 }
 
 // probe performs one health check within timeout. An http probe passes on

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // ErrIdle is returned by Run when the client retired after idle_timeout.
@@ -20,7 +21,9 @@ var ErrIdle = errors.New("agent: idle timeout reached")
 // acknowledge, lets in-flight requests finish (up to drain_timeout) and
 // closes the tunnels. A drain asked by one of several servers retires the
 // whole process. It returns nil after a drain on ctx or a server's ask,
-// ErrIdle after an idle retirement.
+// ErrIdle after an idle retirement, and an error wrapping ErrRefused when
+// every server refused the tunnel for good, three times in a row, unless
+// retry_forever is set.
 func (a *Agent) Run(ctx context.Context) error {
 	tctx, stopTunnels := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopTunnels()
@@ -56,7 +59,8 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // waitForStop blocks until ctx ends or a server asks the client to drain
-// (nil), or the client has been idle for
+// (nil), every server refused the tunnel for good (an ErrRefused), or the
+// client has been idle for
 // idle_timeout (ErrIdle): since its last request, or, before its first,
 // since it became routable, so that an instance started for nothing (a
 // cold start whose visitor gave up, a scale-out the load never reached)
@@ -67,6 +71,8 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 		case <-ctx.Done():
 		case u := <-a.drainAsked:
 			a.log.Info("server asked to drain", logkey.ServerURL, u)
+		case err := <-a.gaveUp:
+			return a.giveUp(err)
 		}
 		return nil
 	}
@@ -79,6 +85,8 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 		case u := <-a.drainAsked:
 			a.log.Info("server asked to drain", logkey.ServerURL, u)
 			return nil
+		case err := <-a.gaveUp:
+			return a.giveUp(err)
 		case <-t.C:
 		case <-a.routable:
 		}
@@ -97,6 +105,18 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 		}
 		t.Reset(next)
 	}
+}
+
+// giveUp logs why the client stops retrying and what to do, and returns
+// err (which wraps ErrRefused) for Run.
+func (a *Agent) giveUp(err error) error {
+	code, reason := "", err.Error()
+	if refused := (*tunnel.RefusedError)(nil); errors.As(err, &refused) {
+		code, reason = refused.Code, refused.Reason
+	}
+	a.log.Error("giving up: every server refused the tunnel (retry_forever keeps trying)",
+		logkey.Code, code, logkey.Reason, reason, logkey.Hint, RefusalHint(err))
+	return err
 }
 
 // active sums in-flight requests over every tunnel.

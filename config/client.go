@@ -79,6 +79,7 @@ func clientSettings() []setting[Client] {
 		durationSetting("drain_timeout", "how long a graceful drain may take", func(c *C) *time.Duration { return &c.DrainTimeout }),
 		enumSetting("log_level", "debug, info, warn or error", func(c *C) *string { return &c.LogLevel }).oneOf(LogLevels).alias("LOG_LEVEL"),
 		enumSetting("log_format", "text or json", func(c *C) *string { return &c.LogFormat }).oneOf(LogFormats),
+		boolSetting("retry_forever", "keep retrying a server that refuses the tunnel for good (bad token, hostname not allowed) instead of exiting 1", func(c *C) *bool { return &c.RetryForever }),
 		stringSetting("status_socket", "unix socket aperio-client status reads (default: one per process; off = none)", func(c *C) *string { return &c.StatusSocket }),
 	}
 }

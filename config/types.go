@@ -52,6 +52,14 @@ type Client struct {
 	// otherwise DefaultAdaptive fills the fields left unset. Which limit a
 	// service ends with is Service.Concurrency.
 	Adaptive *Adaptive
+	// RetryForever keeps the client retrying servers that refuse its
+	// tunnel for good (retry_forever): a token refused, no hostname
+	// allowed, another protocol version. False (the default) exits with
+	// code 1 once every server has refused three times in a row, so that a
+	// wrong setting is not retried in silence; supervisors that restart
+	// the client anyway may prefer true. Network errors are retried in
+	// either case.
+	RetryForever bool
 	// StatusSocket is the unix socket on which the running client answers
 	// `aperio-client status` (status_socket). Empty means one socket per
 	// process in StatusDir(); "off" opens none.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // TestAutoBind: a service with no hostname, announced with a token that
@@ -204,5 +206,30 @@ func TestSetDisabled(t *testing.T) {
 		if err := rt.SetDisabled(id, true); !errors.Is(err, ErrNoClient) {
 			t.Errorf("SetDisabled(%.20q) = %v, want ErrNoClient", id, err)
 		}
+	}
+}
+
+// TestAttachRefusalPermanence: a session refused because its token may not
+// bind the hostname is refused for good (tunnel.RefusalHostname); one
+// refused because another organization's clients hold the pool is not,
+// since that passes once they leave.
+func TestAttachRefusalPermanence(t *testing.T) {
+	rt := newRouter(t, Config{})
+	other := newConn("other", 1)
+	rt.updateAs(other, ann(svc("", "shared.test")), rights{allowed: []string{"shared.test"}, org: "org_b"})
+
+	r := rights{allowed: []string{"shared.test", "mine.test"}, org: "org_a"}
+	err := rt.attachRefusal("tok", r, ann(svc("", "other.test")))
+	if err == nil || tunnel.RefusalCode(err) != tunnel.RefusalHostname {
+		t.Errorf("attachRefusal(hostname not the token's) = %v (code %q), want a permanent %q refusal", err, tunnel.RefusalCode(err), tunnel.RefusalHostname)
+	}
+	err = rt.attachRefusal("tok", r, ann(svc("", "shared.test")))
+	if err == nil || tunnel.RefusalCode(err) != "" {
+		t.Errorf("attachRefusal(pool of another organization) = %v (code %q), want a refusal with no code", err, tunnel.RefusalCode(err))
+	}
+	// One bind refused for good and one for now: retrying may succeed.
+	err = rt.attachRefusal("tok", r, ann(svc("", "other.test"), svc("", "shared.test")))
+	if err == nil || tunnel.RefusalCode(err) != "" {
+		t.Errorf("attachRefusal(one of each) = %v (code %q), want a refusal with no code", err, tunnel.RefusalCode(err))
 	}
 }

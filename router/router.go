@@ -309,6 +309,7 @@ func (rt *Router) attachRefusal(name string, r rights, ann *tunnel.Announcement)
 			}
 		}
 	}
+	permanent := accepted == 0 && refused > 0 && !rt.poolRefusedLocked(probe, r, ann)
 	rt.mu.Unlock()
 	if accepted > 0 || refused == 0 {
 		return nil
@@ -316,7 +317,30 @@ func (rt *Router) attachRefusal(name string, r rights, ann *tunnel.Announcement)
 	if len(why) > maxRefusalReasons {
 		why = append(why[:maxRefusalReasons], fmt.Sprintf("and %d more", refused-maxRefusalReasons))
 	}
-	return fmt.Errorf("token %q refused: %s", name, strings.Join(why, "; "))
+	reason := fmt.Sprintf("token %q refused: %s", name, strings.Join(why, "; "))
+	if permanent {
+		return tunnel.PermanentRefusal(tunnel.RefusalHostname, reason)
+	}
+	return errors.New(reason)
+}
+
+// poolRefusedLocked reports whether a bind of ann that rights r allow is
+// refused only because another organization's clients serve its pool: a
+// refusal that passes once they leave, so the session's is not permanent.
+func (rt *Router) poolRefusedLocked(e *clientEntry, r rights, ann *tunnel.Announcement) bool {
+	for i := range ann.Services {
+		sa := &ann.Services[i]
+		hosts := sa.Hostnames
+		if len(hosts) == 0 {
+			hosts = exactPatterns(r.allowed)
+		}
+		for _, h := range hosts {
+			if rt.rightsRefusalLocked(r, h, sa.Path) == "" && rt.poolRefusalLocked(e, r, h, sa.Path) != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // catchAllBind names a refused catch-all in a client's refused binds.

@@ -8,6 +8,30 @@ cd "$(dirname "$0")/.."
 
 PORT=${PORT:-8080}
 BIN=${BIN:-bin}
+
+# port_taken says whether something holds 127.0.0.1:$1: a bind (python3's)
+# also sees a port bound and not listening; without python3, a connect
+# sees a listener.
+port_taken() {
+  if command -v python3 >/dev/null 2>&1; then
+    ! python3 -c 'import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
+  else
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  fi
+}
+
+# A port already in use would leave the server unable to listen while the
+# rest of the demo talks to whatever holds it: stop here instead, before
+# anything is built or started. --check-port stops after this check
+# (make demo runs it before the build).
+if port_taken "$PORT"; then
+  echo "demo: port $PORT on 127.0.0.1 is in use; stop what holds it, or pick another port: PORT=9000 make demo" >&2
+  exit 1
+fi
+if [ "${1:-}" = --check-port ]; then
+  exit 0
+fi
+
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -16,13 +40,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
-
-# A port already in use would leave the server unable to listen while the
-# rest of the demo talks to whatever holds it: stop here instead.
-if ! python3 -c 'import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' "$PORT" 2>/dev/null; then
-  echo "demo: port $PORT on 127.0.0.1 is in use; pick another with PORT=9000 make demo" >&2
-  exit 1
-fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 3000; }
 BACKEND_PORT=$(free_port)

@@ -78,7 +78,9 @@ type ClientConfig struct {
 	// math/rand/v2. Tests script it.
 	Jitter func() float64
 	// OnConnect and OnDisconnect, when set, are called as sessions begin and
-	// end (notices from the welcome are logged regardless).
+	// end (notices from the welcome are logged regardless). OnDisconnect
+	// is also called after each attempt that did not connect, with its
+	// error: a *RefusedError when the server refused the tunnel.
 	OnConnect    func(sessionID string)
 	OnDisconnect func(err error)
 	// OnDrain, when set, is called on each ack by which the server asks
@@ -105,6 +107,13 @@ const (
 type RefusedError struct {
 	Status int    // HTTP status of the upgrade answer; 0 after the upgrade
 	Reason string // the server's words
+	// Code is the refusal's cause, a Refusal* constant; "" when the
+	// server gave none.
+	Code string
+	// Permanent says that retrying with the same token and announcement
+	// gets the same answer. The server says so; a 401 or 426 answer to the
+	// upgrade from a server that predates the flag is permanent too.
+	Permanent bool
 }
 
 func (e *RefusedError) Error() string {
@@ -234,7 +243,7 @@ func (c *Client) Run(ctx context.Context) error {
 		wait := b.next(up)
 		var refused *RefusedError
 		if errors.As(err, &refused) {
-			c.log.Error("tunnel refused", logkey.Reason, refused.Reason, logkey.Status, refused.Status, logkey.RetryIn, wait.Round(time.Millisecond))
+			c.log.Error("tunnel refused", logkey.Reason, refused.Reason, logkey.Status, refused.Status, logkey.Code, refused.Code, logkey.RetryIn, wait.Round(time.Millisecond))
 		} else {
 			c.log.Warn("tunnel down", logkey.Err, errString(err), logkey.RetryIn, wait.Round(time.Millisecond))
 		}
@@ -321,60 +330,59 @@ func (c *Client) dial(ctx context.Context) (*yamux.Session, error) {
 	return yamux.Client(newWSConn(ws), yamuxConfig())
 }
 
-// refusal reads the server's JSON reason from a failed upgrade.
+// refusal reads the server's JSON reason from a failed upgrade. A 401
+// (the token) or 426 (the protocol) is permanent whatever the body says:
+// servers that predate the code send none.
 func refusal(resp *http.Response) error {
-	var body struct {
-		Error string `json:"error"`
-	}
-	reason := http.StatusText(resp.StatusCode)
+	var body refusalBody
+	r := &RefusedError{Status: resp.StatusCode, Reason: http.StatusText(resp.StatusCode)}
 	if resp.Body != nil {
 		if json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body) == nil && body.Error != "" {
-			reason = body.Error
+			r.Reason = body.Error
+			r.Code, r.Permanent = printableCode(body.Code), body.Permanent
 		}
 		resp.Body.Close()
 	}
-	return &RefusedError{Status: resp.StatusCode, Reason: reason}
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		r.Permanent = true
+		if r.Code == "" {
+			r.Code = RefusalToken
+		}
+	case http.StatusUpgradeRequired:
+		r.Permanent = true
+		if r.Code == "" {
+			r.Code = RefusalVersion
+		}
+	}
+	return r
+}
+
+// helloRefusal is the error of a refused frame.
+func helloRefusal(m *message) *RefusedError {
+	return &RefusedError{Reason: m.Reason, Code: printableCode(m.Code), Permanent: m.Permanent}
+}
+
+// printableCode returns code when it is a short printable word, "" for
+// anything else: the client logs it and branches on it, and the server
+// that sent it is not trusted to keep it short.
+func printableCode(code string) string {
+	if len(code) > 64 || !printable(code) {
+		return ""
+	}
+	return code
 }
 
 // runSession holds one session from dial to its end.
 func (c *Client) runSession(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	mux, err := c.dial(sctx)
+	mux, ctrl, welcome, err := c.handshake(sctx, c.cfg.Announce, true)
+	if mux != nil {
+		defer mux.Close()
+	}
 	if err != nil {
 		return err
-	}
-	defer mux.Close()
-	ctrl, err := mux.OpenStream()
-	if err != nil {
-		return fmt.Errorf("tunnel: open control stream: %w", err)
-	}
-	// Serve data streams from the hello on: the server may dispatch to
-	// this session as soon as it has attached it, before its welcome is
-	// written (requests held for a cold start are released then), and a
-	// stream opened before the welcome would otherwise wait for it.
-	go c.acceptLoop(sctx, mux)
-	ann := c.cfg.Announce()
-	ctrl.SetDeadline(time.Now().Add(HandshakeTimeout))
-	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
-		// A server that refused the hello closes the session right after
-		// its answer, and yamux may report that close to this write even
-		// though the hello went out: the answer, if it came, is still in
-		// the stream's buffer and says why.
-		if m, rerr := readMessage(ctrl); rerr == nil && m.Type == msgRefused {
-			return &RefusedError{Reason: m.Reason}
-		}
-		return fmt.Errorf("tunnel: send hello: %w", err)
-	}
-	welcome, err := readMessage(ctrl)
-	if err != nil {
-		return fmt.Errorf("tunnel: read welcome: %w", err)
-	}
-	if welcome.Type == msgRefused {
-		return &RefusedError{Reason: welcome.Reason}
-	}
-	if welcome.Type != msgWelcome {
-		return fmt.Errorf("tunnel: expected welcome, got %s", welcome.Type)
 	}
 	ctrl.SetDeadline(time.Time{})
 	interval := time.Duration(welcome.HeartbeatMS) * time.Millisecond
@@ -395,6 +403,76 @@ func (c *Client) runSession(ctx context.Context) error {
 	c.upSince.Store(time.Now().UnixNano())
 	c.responseTimeout.Store(max(welcome.ResponseTimeoutMS, 0) * int64(time.Millisecond))
 	return c.controlLoop(sctx, log, mux, ctrl, interval, welcome.Notices)
+}
+
+// handshake dials the server and exchanges the hello, announcing what
+// announce returns once dialed, for the welcome; the exchange is bounded
+// by HandshakeTimeout, or by ctx's deadline if earlier. With serve, data
+// streams are served from the hello on: the server may dispatch to the
+// session as soon as it has attached it,
+// before its welcome is written (requests held for a cold start are
+// released then), and a stream opened before the welcome would otherwise
+// wait for it. The caller closes the returned session, which is non-nil
+// whenever the dial succeeded, error or not.
+func (c *Client) handshake(ctx context.Context, announce func() Announcement, serve bool) (*yamux.Session, *yamux.Stream, *message, error) {
+	mux, err := c.dial(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctrl, err := mux.OpenStream()
+	if err != nil {
+		return mux, nil, nil, fmt.Errorf("tunnel: open control stream: %w", err)
+	}
+	if serve {
+		go c.acceptLoop(ctx, mux)
+	}
+	ann := announce()
+	deadline := time.Now().Add(HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	ctrl.SetDeadline(deadline)
+	if err := writeMessage(ctrl, &message{Type: msgHello, Version: Version, Announcement: &ann}); err != nil {
+		// A server that refused the hello closes the session right after
+		// its answer, and yamux may report that close to this write even
+		// though the hello went out: the answer, if it came, is still in
+		// the stream's buffer and says why.
+		if m, rerr := readMessage(ctrl); rerr == nil && m.Type == msgRefused {
+			return mux, nil, nil, helloRefusal(m)
+		}
+		return mux, nil, nil, fmt.Errorf("tunnel: send hello: %w", err)
+	}
+	welcome, err := readMessage(ctrl)
+	if err != nil {
+		return mux, nil, nil, fmt.Errorf("tunnel: read welcome: %w", err)
+	}
+	if welcome.Type == msgRefused {
+		return mux, nil, nil, helloRefusal(welcome)
+	}
+	if welcome.Type != msgWelcome {
+		return mux, nil, nil, fmt.Errorf("tunnel: expected welcome, got %s", welcome.Type)
+	}
+	return mux, ctrl, welcome, nil
+}
+
+// Handshake checks, without serving anything, that the server accepts ann
+// from this client: it dials, sends ann in a hello, reads the answer and
+// closes the session. It returns the welcome's notices (binds the server
+// left out, for one), or the refusal (*RefusedError) or network error.
+// ann should be Draining, so that the server routes nothing to the
+// session while it lasts. It blocks for at most HandshakeTimeout, less
+// when ctx has an earlier deadline; it is safe to call while Run runs.
+func (c *Client) Handshake(ctx context.Context, ann Announcement) ([]string, error) {
+	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+	defer cancel()
+	mux, _, welcome, err := c.handshake(hctx, func() Announcement { return ann }, false)
+	if mux != nil {
+		mux.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return welcome.Notices, nil
 }
 
 // acceptLoop serves every data stream the server opens.

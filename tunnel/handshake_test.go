@@ -119,15 +119,18 @@ func TestClientStopsMidHello(t *testing.T) {
 }
 
 func TestGarbageHelloRefused(t *testing.T) {
+	// Only the wrong version is refused for good (code and permanent):
+	// the others are a broken client, not a setting to fix.
 	tests := []struct {
 		name  string
 		frame []byte
+		code  string
 	}{
-		{"not json", []byte("\x00\x00\x00\x05hello")},
-		{"oversized", []byte("\x7f\xff\xff\xff")},
-		{"wrong type", frame(t, &message{Type: msgAck})},
-		{"wrong version", frame(t, &message{Type: msgHello, Version: 99, Announcement: &Announcement{}})},
-		{"no announcement", []byte("\x00\x00\x00\x10{\"type\":\"hello\"}")},
+		{"not json", []byte("\x00\x00\x00\x05hello"), ""},
+		{"oversized", []byte("\x7f\xff\xff\xff"), ""},
+		{"wrong type", frame(t, &message{Type: msgAck}), ""},
+		{"wrong version", frame(t, &message{Type: msgHello, Version: 99, Announcement: &Announcement{}}), RefusalVersion},
+		{"no announcement", []byte("\x00\x00\x00\x10{\"type\":\"hello\"}"), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,8 +148,8 @@ func TestGarbageHelloRefused(t *testing.T) {
 			if err != nil {
 				t.Fatalf("read answer to %s: %v", tt.name, err)
 			}
-			if m.Type != msgRefused || m.Reason == "" {
-				t.Fatalf("answer to %s = %+v, want refused with a reason", tt.name, m)
+			if m.Type != msgRefused || m.Reason == "" || m.Code != tt.code || m.Permanent != (tt.code != "") {
+				t.Fatalf("answer to %s = %+v, want refused with a reason, code %q", tt.name, m, tt.code)
 			}
 			start := time.Now()
 			<-rc.mux.CloseChan()

@@ -47,6 +47,21 @@ const (
 	msgGoAway    = "goaway"    // server → client: close and reconnect (shutdown, revoke)
 )
 
+// Refusal codes: the machine-readable cause of a refused tunnel
+// (RefusedError.Code), in the refused frame and in the JSON body of a
+// refused upgrade. Each of these refusals is permanent: retrying the same
+// token and announcement gets the same answer. A refusal with no code
+// (a full server, one shutting down) may pass on its own.
+const (
+	// RefusalToken: the token is missing, unknown, revoked or expired.
+	RefusalToken = "token"
+	// RefusalHostname: no bind of the announcement may be taken; the
+	// token or its organization may not bind the hostnames (or paths).
+	RefusalHostname = "hostname_not_allowed"
+	// RefusalVersion: the two ends speak different protocol versions.
+	RefusalVersion = "version_mismatch"
+)
+
 // Announcement is everything a client declares about itself. It is sent in
 // the hello and again on every heartbeat; the server applies it
 // idempotently, so a heartbeat that repeats the last one changes nothing.
@@ -153,7 +168,13 @@ type message struct {
 	SessionID    string        `json:"session_id,omitempty"`
 	HeartbeatMS  int64         `json:"heartbeat_ms,omitempty"`
 	Reason       string        `json:"reason,omitempty"`
-	Notices      []string      `json:"notices,omitempty"`
+	// Code and Permanent, in a refused frame, say why in a word the
+	// client can act on (a Refusal* constant) and whether retrying the
+	// same configuration can succeed. Both are optional: servers that
+	// predate them send neither, clients that predate them ignore them.
+	Code      string   `json:"code,omitempty"`
+	Permanent bool     `json:"permanent,omitempty"`
+	Notices   []string `json:"notices,omitempty"`
 	// Seq numbers heartbeats; the ack carries the heartbeat's Seq.
 	Seq uint64 `json:"seq,omitempty"`
 	// ResponseTimeoutMS is, in a welcome, how long the server waits for a

@@ -41,7 +41,8 @@ var ErrUnavailable = errors.New("tunnel: token check unavailable")
 // intervals without an ack drops the session.
 type Registry interface {
 	// Attach is called once per session after its hello; an error refuses
-	// the session and its text is sent to the client.
+	// the session and its text is sent to the client, with the code of a
+	// PermanentRefusal.
 	Attach(ctx context.Context, s *Session) error
 	// Update is called after each heartbeat with the session's new
 	// announcement in place. It returns notices for the client (binds it
@@ -160,39 +161,70 @@ func (s *Server) heartbeatInterval() time.Duration {
 	return s.cfg.DownThreshold / heartbeatsPerThreshold
 }
 
-// refuse answers a request that cannot become a tunnel.
-func refuse(w http.ResponseWriter, status int, reason string) {
+// PermanentRefusal returns the error by which a Registry's Attach refuses
+// a session for good: the client is told code (a Refusal* constant) and
+// that retrying the same announcement is no use. Its text is reason.
+func PermanentRefusal(code, reason string) error {
+	return &permanentRefusal{code: code, reason: reason}
+}
+
+type permanentRefusal struct{ code, reason string }
+
+func (p *permanentRefusal) Error() string { return p.reason }
+
+// RefusalCode returns the code of the PermanentRefusal in err's chain, ""
+// when there is none (err may be nil).
+func RefusalCode(err error) string {
+	var p *permanentRefusal
+	if errors.As(err, &p) {
+		return p.code
+	}
+	return ""
+}
+
+// refusalBody is the JSON answer to an upgrade that cannot become a
+// tunnel: the reason, and, for a permanent refusal, its code (a Refusal*
+// constant). Clients that predate code and permanent read error alone.
+type refusalBody struct {
+	Error     string `json:"error"`
+	Code      string `json:"code,omitempty"`
+	Permanent bool   `json:"permanent,omitempty"`
+}
+
+// refuse answers a request that cannot become a tunnel; code is "" for a
+// refusal that may pass on its own, a Refusal* constant for a permanent one.
+func refuse(w http.ResponseWriter, status int, code, reason string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]string{"error": reason})
+	json.NewEncoder(w).Encode(refusalBody{Error: reason, Code: code, Permanent: code != ""})
 }
 
 // ServeHTTP upgrades an authenticated request to a tunnel session and runs
 // it until it ends.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet || !IsUpgrade(r.Header) || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		refuse(w, http.StatusBadRequest, "the tunnel endpoint expects a WebSocket upgrade (use aperio-client)")
+		refuse(w, http.StatusBadRequest, "", "the tunnel endpoint expects a WebSocket upgrade (use aperio-client)")
 		return
 	}
 	if !offersSubprotocol(r.Header) {
-		refuse(w, http.StatusUpgradeRequired, "unsupported tunnel protocol: this server speaks "+Subprotocol)
+		refuse(w, http.StatusUpgradeRequired, RefusalVersion, "unsupported tunnel protocol: this server speaks "+Subprotocol)
 		return
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
-		refuse(w, http.StatusUnauthorized, "missing token: send Authorization: Bearer <token>")
+		refuse(w, http.StatusUnauthorized, RefusalToken, "missing token: send Authorization: Bearer <token>")
 		return
 	}
 	ident, err := s.cfg.Auth.Authenticate(r.Context(), token)
 	if errors.Is(err, ErrUnavailable) {
 		s.log.Error("tunnel token check failed", logkey.RemoteAddr, r.RemoteAddr, logkey.Err, err)
-		refuse(w, http.StatusServiceUnavailable, "tokens cannot be checked right now; retry later")
+		refuse(w, http.StatusServiceUnavailable, "", "tokens cannot be checked right now; retry later")
 		return
 	}
 	if err != nil {
 		s.log.Warn("tunnel refused", logkey.RemoteAddr, r.RemoteAddr, logkey.Reason, err.Error())
-		refuse(w, http.StatusUnauthorized, err.Error())
+		refuse(w, http.StatusUnauthorized, RefusalToken, err.Error())
 		return
 	}
 	s.mu.Lock()
@@ -202,7 +234,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if closing {
-		refuse(w, http.StatusServiceUnavailable, "server is shutting down")
+		refuse(w, http.StatusServiceUnavailable, "", "server is shutting down")
 		return
 	}
 	defer s.wg.Done()
@@ -263,30 +295,31 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	sess.ctrlMu.Lock()
 	sess.ctrl = ctrl
 	sess.ctrlMu.Unlock()
-	refuseHello := func(reason string) {
-		sess.writeControl(&message{Type: msgRefused, Reason: reason}, time.Second)
+	// refuseHello answers the hello with a refusal; code as for refuse.
+	refuseHello := func(code, reason string) {
+		sess.writeControl(&message{Type: msgRefused, Reason: reason, Code: code, Permanent: code != ""}, time.Second)
 	}
 	ctrl.SetReadDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	hello, err := readMessage(ctrl)
 	if err != nil {
 		log.Info("tunnel handshake failed", logkey.Err, err)
-		refuseHello("bad hello: " + err.Error())
+		refuseHello("", "bad hello: "+err.Error())
 		return
 	}
 	if hello.Type != msgHello {
 		log.Info("tunnel handshake failed", logkey.Err, "first frame is "+hello.Type)
-		refuseHello("expected hello")
+		refuseHello("", "expected hello")
 		return
 	}
 	if hello.Version != Version {
 		reason := fmt.Sprintf("unsupported protocol version %d: this server speaks version %d", hello.Version, Version)
 		log.Info("tunnel handshake failed", logkey.Err, reason)
-		refuseHello(reason)
+		refuseHello(RefusalVersion, reason)
 		return
 	}
 	if err := hello.Announcement.Validate(); err != nil {
 		log.Info("tunnel handshake failed", logkey.Err, err)
-		refuseHello(err.Error())
+		refuseHello("", err.Error())
 		return
 	}
 	sess.ann.Store(hello.Announcement)
@@ -295,14 +328,14 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
-		refuseHello("server is shutting down")
+		refuseHello("", "server is shutting down")
 		return
 	}
 	if s.cfg.MaxSessions > 0 && len(s.sessions) >= s.cfg.MaxSessions {
 		s.mu.Unlock()
 		s.refusedFull.Add(1)
 		log.Warn("tunnel refused", logkey.Reason, "max_tunnels", logkey.Limit, s.cfg.MaxSessions)
-		refuseHello(fmt.Sprintf("server is full: it has its max_tunnels %d sessions; retry later", s.cfg.MaxSessions))
+		refuseHello("", fmt.Sprintf("server is full: it has its max_tunnels %d sessions; retry later", s.cfg.MaxSessions))
 		return
 	}
 	s.sessions[sess] = struct{}{}
@@ -315,7 +348,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 
 	if err := s.cfg.Registry.Attach(ctx, sess); err != nil {
 		log.Info("tunnel refused", logkey.Reason, err.Error())
-		refuseHello(err.Error())
+		refuseHello(RefusalCode(err), err.Error())
 		return
 	}
 	defer s.cfg.Registry.Detach(ctx, sess)

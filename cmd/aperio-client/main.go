@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -60,24 +59,10 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd.AddCommand(newAPICommand(stdout, stderr))
 	cmd.AddCommand(newStatusCommand(stdout, stderr))
 	cmd.AddCommand(newHashPasswordCommand(stdinSource(), stdout, stderr))
+	cmd.AddCommand(newCheckCommand(stdout, stderr))
 	buildinfo.AddVersion(cmd, "aperio-client", stdout)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		opts := config.ClientOptions{
-			File:          file,
-			FileMustExist: file != "",
-			Flags:         keyFlags.changed(cmd.Flags()),
-			Env:           os.LookupEnv,
-			Hostname:      os.Hostname,
-		}
-		if opts.File == "" {
-			opts.File = "aperio.yaml"
-		}
-		if home, err := os.UserHomeDir(); err == nil {
-			opts.HomeFile = filepath.Join(home, ".aperio.yaml")
-		}
-		if len(args) == 1 {
-			opts.Target = args[0]
-		}
+		opts := clientOptions(file, keyFlags.changed(cmd.Flags()), args)
 		cfg, src, err := config.LoadClient(opts)
 		if err != nil {
 			fmt.Fprintln(stderr, err)

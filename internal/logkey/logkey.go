@@ -32,6 +32,7 @@ const (
 	Applied               = "applied"
 	Attempts              = "attempts"
 	Backend               = "backend"
+	Code                  = "code" // a machine-readable cause, such as a tunnel refusal's
 	Chained               = "chained"
 	ClientName            = "client_name"
 	ConsecutiveFailures   = "consecutive_failures"
@@ -48,6 +49,7 @@ const (
 	First                 = "first"
 	From                  = "from"
 	Generation            = "generation" // a signing key's place in its series
+	Hint                  = "hint"       // what the operator can do about an error
 	Heartbeat             = "heartbeat"
 	IdempotencyKey        = "idempotency_key"
 	Idle                  = "idle"
@@ -89,7 +91,8 @@ const (
 	TLS                   = "tls"
 	TokenID               = "token_id"
 	TunnelMaxStreams      = "tunnel_max_streams"
-	Ejections             = "ejections" // ejections of one client service in a row
+	Ejections             = "ejections"  // ejections of one client service in a row
+	PublicURL             = "public_url" // a URL visitors reach a service at, and its target
 	Until                 = "until"
 	Value                 = "value"
 	Version               = "version"
