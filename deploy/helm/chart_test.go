@@ -157,6 +157,9 @@ func TestChartDefaults(t *testing.T) {
 	if n := len(find[*networkingv1.Ingress](r.objs)); n != 0 {
 		t.Errorf("%d Ingresses by default, want none", n)
 	}
+	if strings.Contains(r.notes, "not the tunnels") {
+		t.Error("NOTES warn about several servers with one replica")
+	}
 	if strings.Contains(r.notes, "LOST") {
 		t.Error("NOTES warn of a lost store although the store has a volume")
 	}
@@ -192,6 +195,9 @@ func TestChartHAWithDatabase(t *testing.T) {
 		if strings.Contains(e.Value, "pw@") || strings.Contains(e.Value, "master-token") {
 			t.Errorf("env %s carries a secret in plain text", e.Name)
 		}
+	}
+	if !strings.Contains(r.notes, "share the database, not the tunnels") {
+		t.Errorf("NOTES for 3 replicas do not warn that tunnels are per server:\n%s", r.notes)
 	}
 
 	// The same with an existing Secret: the chart creates none.
