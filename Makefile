@@ -15,10 +15,12 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 # The test suite: vet, formatting, and every test with the race detector;
-# then the Kubernetes provider, its own module (client-go stays out of ours).
+# then the Kubernetes provider and the Helm chart, modules of their own
+# (client-go and Helm stay out of ours).
 test: vet
 	$(GO) test -race -count=1 -timeout 25m ./...
 	cd examples/kubernetes-provider && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 # The reference Kubernetes provider's static binary (docs/kubernetes.md).
 .PHONY: kubernetes-provider
