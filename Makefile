@@ -7,20 +7,36 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench bench-ab bench-scaling clean images e2e fuzz
+.PHONY: all build test vet demo bench bench-ab bench-scaling clean images e2e fuzz release packages
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
+# Release artifacts in dist/: both binaries for linux, darwin and windows
+# on amd64 and arm64 (static, -trimpath, version stamped), one archive and
+# one SBOM per platform, and SHA256SUMS; reproducible (deploy/release).
+release:
+	$(GO) run ./deploy/release -out dist -version $(VERSION)
+
+# Linux packages in dist/packages: .deb and .rpm of both binaries for
+# amd64 and arm64, with hardened systemd units (deploy/packages).
+packages:
+	@for arch in amd64 arm64; do \
+		mkdir -p $(BIN)/linux_$$arch && \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -buildid=' -o $(BIN)/linux_$$arch/ ./cmd/aperio-server ./cmd/aperio-client && \
+		(cd deploy/packages && $(GO) run . -bin $(abspath $(BIN))/linux_$$arch -arch $$arch -version $(VERSION) -out $(abspath dist/packages)) || exit 1; \
+	done
+
 # The test suite: vet, formatting, and every test with the race detector;
-# then the Kubernetes provider and the Helm chart, modules of their own
-# (client-go and Helm stay out of ours).
+# then the Kubernetes provider, the Helm chart and the packaging tool,
+# modules of their own (client-go, Helm and nfpm stay out of ours).
 test: vet
 	$(GO) test -race -count=1 -timeout 25m ./...
 	cd examples/kubernetes-provider && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+	cd deploy/packages && $(GO) vet ./... && $(GO) test -count=1 -timeout 15m ./...
 
 # The reference Kubernetes provider's static binary (docs/kubernetes.md).
 .PHONY: kubernetes-provider
@@ -74,4 +90,4 @@ e2e: vet
 	cd test && E2E_IMAGES=$(abspath $(BIN))/e2e-images.env $(GO) test -tags e2e -count=1 -v -timeout 15m ./...
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist

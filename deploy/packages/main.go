@@ -1,0 +1,241 @@
+// Command packages builds Aperio's Linux packages, .deb and .rpm for
+// aperio-server and aperio-client, from binaries already built for one
+// architecture:
+//
+//	go run . -bin DIR -arch amd64 -version v1.2.3 -out DIR
+//
+// DIR holds aperio-server and aperio-client for linux/ARCH. `make packages`
+// builds those and runs this for amd64 and arm64. It is a module of its own
+// so that nfpm, the packaging library, stays out of Aperio's go.mod and
+// binaries.
+//
+// What a package holds (files/ and scripts/ next to this file):
+//   - the binary in /usr/bin;
+//   - a hardened systemd unit: aperio-server.service (with
+//     CAP_NET_BIND_SERVICE only), or aperio-client@.service (one client
+//     config per instance, no capability);
+//   - a system user (sysusers.d, and a preinst that creates it with
+//     useradd on systems that do not run systemd-sysusers);
+//   - default config files in /etc/aperio, kept on upgrade (conffiles);
+//   - the server's state directory through tmpfiles.d and StateDirectory.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goreleaser/nfpm/v2"
+	_ "github.com/goreleaser/nfpm/v2/deb" // registers the deb packager
+	"github.com/goreleaser/nfpm/v2/files"
+	_ "github.com/goreleaser/nfpm/v2/rpm" // registers the rpm packager
+)
+
+// Formats are the package formats built for each binary.
+var Formats = []string{"deb", "rpm"}
+
+// Archs are the architectures packages are built for (Go's names; nfpm
+// maps them to each format's: amd64→x86_64 for rpm, arm64→aarch64).
+var Archs = []string{"amd64", "arm64"}
+
+// Build is one architecture's packages.
+type Build struct {
+	Bin     string    // directory with aperio-server and aperio-client for linux/Arch
+	Arch    string    // amd64 or arm64
+	Version string    // the release version (v1.2.3, or a git description)
+	Out     string    // where the packages are written
+	Here    string    // the directory holding files/ and scripts/
+	MTime   time.Time // every file's time in the packages
+}
+
+func main() {
+	var b Build
+	flag.StringVar(&b.Bin, "bin", "", "directory holding aperio-server and aperio-client built for linux/ARCH")
+	flag.StringVar(&b.Arch, "arch", "amd64", "architecture: "+strings.Join(Archs, " or "))
+	flag.StringVar(&b.Version, "version", "", "version of the packages (v1.2.3; anything else becomes 0.0.0~git<it>)")
+	flag.StringVar(&b.Out, "out", "dist/packages", "directory the packages are written to")
+	flag.Parse()
+	if b.Bin == "" || b.Version == "" || flag.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "usage: packages -bin DIR -arch amd64|arm64 -version V [-out DIR]")
+		os.Exit(2)
+	}
+	here, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "packages:", err)
+		os.Exit(1)
+	}
+	b.Here = here
+	b.MTime = time.Unix(0, 0).UTC()
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		var n int64
+		if _, err := fmt.Sscan(s, &n); err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "packages: SOURCE_DATE_EPOCH %q is not a count of seconds\n", s)
+			os.Exit(2)
+		}
+		b.MTime = time.Unix(n, 0).UTC()
+	}
+	names, err := b.Run()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "packages:", err)
+		os.Exit(1)
+	}
+	for _, n := range names {
+		fmt.Println(n)
+	}
+}
+
+// PackageVersion turns a release version into one dpkg and rpm order
+// correctly: v1.2.3 → 1.2.3; a git description (a commit hash, "-dirty")
+// → 0.0.0~git<description>, which sorts before any release.
+func PackageVersion(v string) (string, error) {
+	if v == "" || len(v) > 64 {
+		return "", fmt.Errorf("version %q: want 1 to 64 characters", v)
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-+_~", r)) {
+			return "", fmt.Errorf("version %q: only letters, digits and . - + _ ~ are allowed", v)
+		}
+	}
+	s := strings.TrimPrefix(v, "v")
+	if s != "" && s[0] >= '0' && s[0] <= '9' {
+		return s, nil
+	}
+	return "0.0.0~git" + strings.NewReplacer("-", ".", "_", ".").Replace(v), nil
+}
+
+// Run writes the packages and returns their paths.
+func (b Build) Run() ([]string, error) {
+	if !slices.Contains(Archs, b.Arch) {
+		return nil, fmt.Errorf("arch %q: want one of %s", b.Arch, strings.Join(Archs, ", "))
+	}
+	version, err := PackageVersion(b.Version)
+	if err != nil {
+		return nil, err
+	}
+	for _, bin := range []string{"aperio-server", "aperio-client"} {
+		if st, err := os.Stat(filepath.Join(b.Bin, bin)); err != nil {
+			return nil, err
+		} else if st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("%s is not executable", filepath.Join(b.Bin, bin))
+		}
+	}
+	if err := os.MkdirAll(b.Out, 0o755); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, info := range []*nfpm.Info{b.server(version), b.client(version)} {
+		for _, format := range Formats {
+			path, err := b.write(info, format)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", info.Name, format, err)
+			}
+			out = append(out, path)
+		}
+	}
+	return out, nil
+}
+
+func (b Build) write(info *nfpm.Info, format string) (string, error) {
+	p, err := nfpm.Get(format)
+	if err != nil {
+		return "", err
+	}
+	// Each format fills its own defaults into the Info: give it a copy.
+	cp := *info
+	cp.Contents = append(files.Contents(nil), info.Contents...)
+	nfpm.WithDefaults(&cp)
+	if err := nfpm.Validate(&cp); err != nil {
+		return "", err
+	}
+	path := filepath.Join(b.Out, p.ConventionalFileName(&cp))
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if err := p.Package(&cp, f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return "", err
+	}
+	return path, f.Close()
+}
+
+func (b Build) file(name string) string   { return filepath.Join(b.Here, "files", name) }
+func (b Build) script(name string) string { return filepath.Join(b.Here, "scripts", name) }
+
+// common is what both packages share.
+func (b Build) common(name, version, desc string) *nfpm.Info {
+	return &nfpm.Info{
+		Name:          name,
+		Arch:          b.Arch,
+		Platform:      "linux",
+		Version:       version,
+		VersionSchema: "none",
+		Release:       "1",
+		Section:       "net",
+		Priority:      "optional",
+		Maintainer:    "Aperio developers <aperio@users.noreply.github.com>",
+		Description:   desc,
+		Homepage:      "https://github.com/aperio-dev/aperio",
+		License:       "Apache-2.0",
+		MTime:         b.MTime,
+		Overridables: nfpm.Overridables{
+			RPM: nfpm.RPM{BuildHost: "aperio-release", Group: "System Environment/Daemons"},
+		},
+	}
+}
+
+func (b Build) content(src, dst, typ string, mode os.FileMode) *files.Content {
+	return &files.Content{
+		Source:      src,
+		Destination: dst,
+		Type:        typ,
+		FileInfo:    &files.ContentFileInfo{Owner: "root", Group: "root", Mode: mode, MTime: b.MTime},
+	}
+}
+
+func (b Build) server(version string) *nfpm.Info {
+	info := b.common("aperio-server", version,
+		"Aperio's public server: routes visitors' HTTP through tunnels to aperio-clients,\n"+
+			"with per-client limits and autoscaling. Embedded SQLite store by default.")
+	info.Overridables.Contents = files.Contents{
+		b.content(filepath.Join(b.Bin, "aperio-server"), "/usr/bin/aperio-server", "", 0o755),
+		b.content(b.file("aperio-server.service"), "/usr/lib/systemd/system/aperio-server.service", "", 0o644),
+		b.content(b.file("aperio-server.sysusers"), "/usr/lib/sysusers.d/aperio-server.conf", "", 0o644),
+		b.content(b.file("aperio-server.tmpfiles"), "/usr/lib/tmpfiles.d/aperio-server.conf", "", 0o644),
+		b.content(b.file("aperio-server.yaml"), "/etc/aperio/aperio-server.yaml", files.TypeConfigNoReplace, 0o644),
+		b.content(b.file("aperio-server.env"), "/etc/aperio/aperio-server.env", files.TypeConfigNoReplace, 0o600),
+	}
+	info.Overridables.Scripts = nfpm.Scripts{
+		PreInstall:  b.script("preinstall-server.sh"),
+		PostInstall: b.script("postinstall.sh"),
+		PreRemove:   b.script("preremove-server.sh"),
+		PostRemove:  b.script("postremove.sh"),
+	}
+	return info
+}
+
+func (b Build) client(version string) *nfpm.Info {
+	info := b.common("aperio-client", version,
+		"Aperio's client: runs beside a local app, dials out to an aperio-server\n"+
+			"and publishes the app's hostnames through the tunnel.")
+	info.Overridables.Contents = files.Contents{
+		b.content(filepath.Join(b.Bin, "aperio-client"), "/usr/bin/aperio-client", "", 0o755),
+		b.content(b.file("aperio-client@.service"), "/usr/lib/systemd/system/aperio-client@.service", "", 0o644),
+		b.content(b.file("aperio-client.sysusers"), "/usr/lib/sysusers.d/aperio-client.conf", "", 0o644),
+		b.content(b.file("client-example.yaml"), "/usr/share/doc/aperio-client/example.yaml", "", 0o644),
+		{Destination: "/etc/aperio/client", Type: files.TypeDir,
+			FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: 0o755, MTime: b.MTime}},
+	}
+	info.Overridables.Scripts = nfpm.Scripts{
+		PreInstall:  b.script("preinstall-client.sh"),
+		PostInstall: b.script("postinstall.sh"),
+		PreRemove:   b.script("preremove-client.sh"),
+		PostRemove:  b.script("postremove.sh"),
+	}
+	return info
+}
