@@ -15,11 +15,16 @@ package acme
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -71,7 +76,7 @@ const manageInterval = 5 * time.Minute
 type Config struct {
 	// Email is the ACME account's contact (optional for Let's Encrypt).
 	Email string
-	// CA is the ACME directory URL; default LetsEncrypt.
+	// CA is the ACME directory URL; empty means LetsEncrypt.
 	CA string
 	// CARoot is a PEM file of roots trusted for the CA's own API (a
 	// private CA, or Pebble in tests); empty means the system's roots.
@@ -90,32 +95,47 @@ type Config struct {
 	Redirect bool
 }
 
-// DefaultConfig is the acme: block's defaults.
+// DefaultConfig is the acme: block's defaults. Automatic TLS is off
+// until acme.email or acme.ca is set (Enabled).
 func DefaultConfig() Config {
-	return Config{CA: LetsEncrypt, Challenges: []string{ChallengeTLSALPN, ChallengeHTTP}, OnDemand: true, HTTPPort: 80, Redirect: true}
+	return Config{Challenges: []string{ChallengeTLSALPN, ChallengeHTTP}, OnDemand: true, HTTPPort: 80, Redirect: true}
 }
 
-// Validate reports the first problem of c, naming the key.
+// Enabled reports whether the block turns automatic TLS on: it names an
+// account email or a CA.
+func (c Config) Enabled() bool { return c.Email != "" || c.CA != "" }
+
+// ConfigError is a problem of the acme: block: the key and what is
+// wrong with its value.
+type ConfigError struct{ Key, Msg string }
+
+func (e *ConfigError) Error() string { return e.Key + ": " + e.Msg }
+
+func bad(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first problem of c as a *ConfigError.
 func (c Config) Validate() error {
 	if c.CA != "" && !strings.HasPrefix(c.CA, "https://") {
-		return fmt.Errorf("acme.ca %q: want an https:// ACME directory URL", c.CA)
+		return bad("acme.ca", "%q: want an https:// ACME directory URL", c.CA)
 	}
 	if len(c.Email) > 254 || strings.ContainsAny(c.Email, " \t\r\n") || (c.Email != "" && !strings.Contains(c.Email, "@")) {
-		return fmt.Errorf("acme.email %q: want an email address", c.Email)
+		return bad("acme.email", "%q: want an email address", c.Email)
 	}
 	if len(c.Challenges) == 0 {
-		return errors.New("acme.challenges: want at least one of tls-alpn-01, http-01")
+		return bad("acme.challenges", "want at least one of tls-alpn-01, http-01")
 	}
 	for _, ch := range c.Challenges {
 		if ch != ChallengeTLSALPN && ch != ChallengeHTTP {
-			return fmt.Errorf("acme.challenges: %q is not one of tls-alpn-01, http-01 (dns-01 is not supported)", ch)
+			return bad("acme.challenges", "%q is not one of tls-alpn-01, http-01 (dns-01 is not supported)", ch)
 		}
 	}
 	if c.HTTPPort < 0 || c.HTTPPort > 65535 {
-		return fmt.Errorf("acme.http_port %d: want 0 (off) to 65535", c.HTTPPort)
+		return bad("acme.http_port", "%d: want 0 (off) to 65535", c.HTTPPort)
 	}
 	if c.HTTPPort == 0 && slices.Equal(c.Challenges, []string{ChallengeHTTP}) {
-		return errors.New("acme.challenges: http-01 alone needs acme.http_port")
+		return bad("acme.challenges", "http-01 alone needs acme.http_port")
 	}
 	return nil
 }
@@ -139,16 +159,19 @@ type Options struct {
 
 // Manager obtains, renews and serves the certificates.
 type Manager struct {
-	c       Config
-	o       Options
-	cache   *certmagic.Cache
-	magic   *certmagic.Config
-	issuer  *certmagic.ACMEIssuer
-	limit   *rate.Limiter
-	log     *slog.Logger
-	denied  atomic.Int64
-	limited atomic.Int64
-	issued  atomic.Int64
+	c      Config
+	o      Options
+	cache  *certmagic.Cache
+	magic  *certmagic.Config
+	issuer *certmagic.ACMEIssuer
+	limit  *rate.Limiter
+	// selfSigned answers loopback handshakes without a name (the
+	// healthcheck); made at New, never trusted by anyone.
+	selfSigned *tls.Certificate
+	log        *slog.Logger
+	denied     atomic.Int64
+	limited    atomic.Int64
+	issued     atomic.Int64
 }
 
 // New builds the manager; Run starts its background work.
@@ -170,11 +193,11 @@ func New(c Config, o Options) (*Manager, error) {
 	if c.CARoot != "" {
 		pem, err := os.ReadFile(c.CARoot)
 		if err != nil {
-			return nil, fmt.Errorf("acme.ca_root: %w", err)
+			return nil, bad("acme.ca_root", "%v", err)
 		}
 		roots = x509.NewCertPool()
 		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("acme.ca_root %s: no PEM certificate in it", c.CARoot)
+			return nil, bad("acme.ca_root", "%s: no PEM certificate in it", c.CARoot)
 		}
 	}
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
@@ -205,6 +228,10 @@ func New(c Config, o Options) (*Manager, error) {
 		Logger:         zap.NewNop(),
 	})
 	m.magic.Issuers = []certmagic.Issuer{m.issuer}
+	var err error
+	if m.selfSigned, err = selfSigned(); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -260,6 +287,15 @@ func (m *Manager) Stats() Stats {
 // GetCertificate serves a handshake: a TLS-ALPN-01 challenge, a cached or
 // stored certificate, or one obtained now for an allowed name.
 func (m *Manager) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if name := hello.ServerName; name == "" || net.ParseIP(name) != nil {
+		// No name to obtain a certificate for. The server's own
+		// healthcheck (loopback, by address) gets a self-signed one;
+		// anyone else a failed handshake, as for a name not allowed.
+		if hello.Conn != nil && isLoopback(hello.Conn.RemoteAddr()) {
+			return m.selfSigned, nil
+		}
+		return nil, errors.New("acme: a handshake without a server name gets no certificate")
+	}
 	if !m.c.OnDemand && !slices.Contains(hello.SupportedProtos, "acme-tls/1") {
 		// Without on_demand only names already managed are served: no
 		// handshake starts an order.
@@ -335,4 +371,37 @@ func (m *Manager) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// selfSigned makes the certificate loopback handshakes without a name
+// get: ECDSA P-256, valid for a year, for no name anyone could resolve.
+func selfSigned() (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "aperio-server self-check"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
