@@ -93,6 +93,10 @@ type Config struct {
 	// Redirect makes the HTTP port redirect requests other than
 	// challenges to HTTPS; off, it answers them 404. Default true.
 	Redirect bool
+	// Hostnames are the server's own names (the URL clients dial and
+	// operators open the dashboard at): always allowed, and obtained at
+	// start rather than at the first handshake. Exact names only.
+	Hostnames []string
 }
 
 // DefaultConfig is the acme: block's defaults. Automatic TLS is off
@@ -133,6 +137,14 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPPort < 0 || c.HTTPPort > 65535 {
 		return bad("acme.http_port", "%d: want 0 (off) to 65535", c.HTTPPort)
+	}
+	if len(c.Hostnames) > 100 {
+		return bad("acme.hostnames", "%d names: at most 100", len(c.Hostnames))
+	}
+	for _, h := range c.Hostnames {
+		if err := hostname.Validate(h); err != nil || strings.HasPrefix(h, "*.") {
+			return bad("acme.hostnames", "%q: want an exact hostname (wildcards need DNS-01, which is not supported)", h)
+		}
 	}
 	if c.HTTPPort == 0 && slices.Equal(c.Challenges, []string{ChallengeHTTP}) {
 		return bad("acme.challenges", "http-01 alone needs acme.http_port")
@@ -243,6 +255,9 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 		m.denied.Add(1)
 		return fmt.Errorf("acme: %q is not a hostname", name)
 	}
+	if slices.Contains(m.c.Hostnames, name) {
+		return nil
+	}
 	if err := m.o.Allowed(ctx, name); err != nil {
 		m.denied.Add(1)
 		return err
@@ -340,10 +355,16 @@ func (m *Manager) HTTPHandler() http.Handler {
 	return m.issuer.HTTPChallengeHandler(next)
 }
 
-// Run manages the names up front without on_demand (listing them again
-// every manageInterval) and stops the cache's maintenance when ctx ends.
+// Run obtains acme.hostnames, manages the tokens' names up front without
+// on_demand (listing them again every manageInterval), and stops the
+// cache's maintenance when ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	defer m.cache.Stop()
+	if len(m.c.Hostnames) > 0 {
+		if err := m.magic.ManageAsync(ctx, m.c.Hostnames); err != nil {
+			m.log.Warn("certificates for acme.hostnames not managed", logkey.Err, err)
+		}
+	}
 	if m.c.OnDemand || m.o.Names == nil {
 		<-ctx.Done()
 		return

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/acme/acmetest"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -32,10 +33,10 @@ type server struct {
 
 // startServer runs a manager over db with the ask check allowing allowed,
 // its TLS listener on tlsPort and HTTP listener on httpPort.
-func startServer(t *testing.T, p pebble, db *store.DB, c Config, tlsPort, httpPort int, allowed ...string) *server {
+func startServer(t *testing.T, p acmetest.Pebble, db *store.DB, c Config, tlsPort, httpPort int, allowed ...string) *server {
 	t.Helper()
 	s := &server{tlsPort: tlsPort, httpPort: httpPort, asked: make(chan string, 100)}
-	c.CA, c.CARoot, c.HTTPPort = p.dir, p.apiRoot, httpPort
+	c.CA, c.CARoot, c.HTTPPort = p.Dir, p.APIRoot, httpPort
 	m, err := New(c, Options{
 		Storage: NewStorage(db),
 		Allowed: func(_ context.Context, name string) error {
@@ -106,15 +107,15 @@ func openStore(t *testing.T, dir string) *store.DB {
 func TestPebbleIssuesOnDemand(t *testing.T) {
 	for _, ch := range []string{ChallengeTLSALPN, ChallengeHTTP} {
 		t.Run(ch, func(t *testing.T) {
-			tlsPort, httpPort := freePort(t), freePort(t)
-			p := startPebble(t, httpPort, tlsPort, time.Hour)
+			tlsPort, httpPort := acmetest.FreePort(t), acmetest.FreePort(t)
+			p := acmetest.Start(t, httpPort, tlsPort, time.Hour)
 			db := openStore(t, t.TempDir())
 			c := DefaultConfig()
 			c.Challenges = []string{ch}
 			c.Email = "ops@example.com"
 			s := startServer(t, p, db, c, tlsPort, httpPort, "app.test")
 
-			conn, leaf, err := visit(t, tlsPort, "app.test", p.roots)
+			conn, leaf, err := acmetest.Visit(t, tlsPort, "app.test", p.Roots)
 			if err != nil {
 				t.Fatalf("handshake for app.test: %v", err)
 			}
@@ -122,7 +123,7 @@ func TestPebbleIssuesOnDemand(t *testing.T) {
 			if leaf.Subject.CommonName != "app.test" && (len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != "app.test") {
 				t.Errorf("certificate for %v %q, want app.test", leaf.DNSNames, leaf.Subject.CommonName)
 			}
-			if got := get(t, conn, "app.test"); got != "hello from app.test" {
+			if got := acmetest.Get(t, conn, "app.test"); got != "hello from app.test" {
 				t.Errorf("request over the issued certificate: %q", got)
 			}
 			if st := s.m.Stats(); st.Issued != 1 {
@@ -144,7 +145,7 @@ func TestPebbleIssuesOnDemand(t *testing.T) {
 
 			// A name no token may serve: the handshake fails and nothing
 			// is ordered.
-			if c, _, err := visit(t, tlsPort, "evil.test", p.roots); err == nil {
+			if c, _, err := acmetest.Visit(t, tlsPort, "evil.test", p.Roots); err == nil {
 				c.Close()
 				t.Fatal("a handshake for evil.test succeeded")
 			}
@@ -167,8 +168,8 @@ func TestPebbleIssuesOnDemand(t *testing.T) {
 // when the second starts the order, the first answers the challenge from
 // the shared store.
 func TestPebbleTwoServersOneCertificate(t *testing.T) {
-	tlsA, httpA, tlsB := freePort(t), freePort(t), freePort(t)
-	p := startPebble(t, httpA, tlsA, time.Hour)
+	tlsA, httpA, tlsB := acmetest.FreePort(t), acmetest.FreePort(t), acmetest.FreePort(t)
+	p := acmetest.Start(t, httpA, tlsA, time.Hour)
 	dir := t.TempDir()
 	dbA, dbB := openStore(t, dir), openStore(t, dir) // two servers, one database
 	c := DefaultConfig()
@@ -183,7 +184,7 @@ func TestPebbleTwoServersOneCertificate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, leaf, err := visit(t, port, "app.test", p.roots)
+			conn, leaf, err := acmetest.Visit(t, port, "app.test", p.Roots)
 			if err != nil {
 				errs[i] = err
 				return
@@ -209,11 +210,11 @@ func TestPebbleTwoServersOneCertificate(t *testing.T) {
 // meanwhile, a connection opened on the first certificate keeps working,
 // and new handshakes get the new one.
 func TestPebbleRenewsWithoutDropping(t *testing.T) {
-	tlsPort, httpPort := freePort(t), freePort(t)
-	p := startPebble(t, httpPort, tlsPort, 30*time.Second)
+	tlsPort, httpPort := acmetest.FreePort(t), acmetest.FreePort(t)
+	p := acmetest.Start(t, httpPort, tlsPort, 30*time.Second)
 	db := openStore(t, t.TempDir())
 	s := startServer(t, p, db, DefaultConfig(), tlsPort, httpPort, "app.test")
-	conn, first, err := visit(t, tlsPort, "app.test", p.roots)
+	conn, first, err := acmetest.Visit(t, tlsPort, "app.test", p.Roots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,14 +228,14 @@ func TestPebbleRenewsWithoutDropping(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no renewal within 40 s of a 30 s certificate: %+v", s.m.Stats())
 		}
-		if c, _, err := visit(t, tlsPort, "app.test", p.roots); err != nil {
+		if c, _, err := acmetest.Visit(t, tlsPort, "app.test", p.Roots); err != nil {
 			t.Fatalf("a handshake while the certificate is valid failed: %v", err)
 		} else {
 			c.Close()
 		}
 		time.Sleep(500 * time.Millisecond) // a visitor every half second
 	}
-	c2, second, err := visit(t, tlsPort, "app.test", p.roots)
+	c2, second, err := acmetest.Visit(t, tlsPort, "app.test", p.Roots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestPebbleRenewsWithoutDropping(t *testing.T) {
 	if second.SerialNumber.Cmp(first.SerialNumber) == 0 {
 		t.Error("a handshake after the renewal got the old certificate")
 	}
-	if got := get(t, conn, "app.test"); got != "hello from app.test" {
+	if got := acmetest.Get(t, conn, "app.test"); got != "hello from app.test" {
 		t.Errorf("the connection opened before the renewal: %q", got)
 	}
 }

@@ -16,12 +16,14 @@ import (
 	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
-// acmeTokenRefresh is how long the ask check trusts its list of the
-// hostname patterns of live tokens before reading the store again: a
-// token minted a moment ago may wait this long for its first
-// certificate, and a flood of unknown names reads the store at most once
-// per interval.
-const acmeTokenRefresh = 30 * time.Second
+// The ask check keeps the hostname patterns of live tokens in memory: it
+// reads the store again after acmeTokenRefresh, or after acmeMissRefresh
+// when a name matches none (a token minted a moment ago). A flood of
+// unknown names thus reads the store at most once per acmeMissRefresh.
+const (
+	acmeTokenRefresh = 30 * time.Second
+	acmeMissRefresh  = 2 * time.Second
+)
 
 // acmeAsk is the ask check of automatic TLS: a certificate may be
 // obtained for a name that a live token's hostname pattern covers, or
@@ -37,13 +39,13 @@ type acmeAsk struct {
 	now      func() time.Time
 }
 
-// tokens returns the patterns of live tokens, reading the store when the
-// list is older than acmeTokenRefresh.
-func (a *acmeAsk) tokens(ctx context.Context) ([]string, []string, error) {
+// tokens returns the patterns (and the exact names among them) of live
+// tokens, reading the store when the list is older than maxAge.
+func (a *acmeAsk) tokens(ctx context.Context, maxAge time.Duration) ([]string, []string, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
-	if !a.loaded.IsZero() && now.Sub(a.loaded) < acmeTokenRefresh {
+	if !a.loaded.IsZero() && now.Sub(a.loaded) < maxAge {
 		return a.patterns, a.exact, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -71,11 +73,20 @@ func (a *acmeAsk) tokens(ctx context.Context) ([]string, []string, error) {
 // Allowed implements the ask check.
 func (a *acmeAsk) Allowed(ctx context.Context, name string) error {
 	name = strings.ToLower(name)
-	patterns, _, err := a.tokens(ctx)
-	for _, p := range patterns {
-		if hostname.Match(p, name) {
-			return nil
+	covered := func(patterns []string) bool {
+		for _, p := range patterns {
+			if hostname.Match(p, name) {
+				return true
+			}
 		}
+		return false
+	}
+	patterns, _, err := a.tokens(ctx, acmeTokenRefresh)
+	if covered(patterns) {
+		return nil
+	}
+	if patterns, _, err = a.tokens(ctx, acmeMissRefresh); covered(patterns) {
+		return nil
 	}
 	for _, s := range a.g.tunnels.Sessions() {
 		if s.Identity().TokenID != "" {
@@ -97,7 +108,7 @@ func (a *acmeAsk) Allowed(ctx context.Context, name string) error {
 
 // Names lists the exact hostnames of live tokens (acme.on_demand off).
 func (a *acmeAsk) Names(ctx context.Context) ([]string, error) {
-	_, exact, err := a.tokens(ctx)
+	_, exact, err := a.tokens(ctx, acmeTokenRefresh)
 	return exact, err
 }
 

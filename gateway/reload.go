@@ -54,6 +54,7 @@ var reloadKeys = []reloadKey{
 	{"ACME.OnDemand", "acme.on_demand", false},
 	{"ACME.HTTPPort", "acme.http_port", false},
 	{"ACME.Redirect", "acme.redirect", false},
+	{"ACME.Hostnames", "acme.hostnames", false},
 	{"TLSKey", "tls_key", true},
 	{"Router.GatewayTimeout", "gateway_timeout", true},
 	{"Tunnel.ResponseHeaderTimeout", "gateway_response_timeout", false},

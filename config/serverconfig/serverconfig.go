@@ -81,6 +81,7 @@ func settings() []config.Setting[Config] {
 		config.ListSetting("acme.challenges", "challenge types offered: tls-alpn-01, http-01", func(c *S) *[]string { return &c.ACME.Challenges }),
 		config.BoolSetting("acme.on_demand", "obtain a certificate at the first handshake for a name a token may serve", func(c *S) *bool { return &c.ACME.OnDemand }),
 		config.IntSetting("acme.http_port", "port answering HTTP-01 and redirecting to HTTPS; 0 = off", func(c *S) *int { return &c.ACME.HTTPPort }),
+		config.ListSetting("acme.hostnames", "the server's own names (its tunnel and dashboard URL), obtained at start", func(c *S) *[]string { return &c.ACME.Hostnames }),
 		config.BoolSetting("acme.redirect", "redirect plain HTTP on acme.http_port to HTTPS", func(c *S) *bool { return &c.ACME.Redirect }),
 		config.DurationSetting("gateway_timeout", "how long a request may wait for a client or a permit", func(c *S) *time.Duration { return &c.Router.GatewayTimeout }),
 		config.DurationSetting("gateway_response_timeout", "how long a dispatched request may wait for its response head", func(c *S) *time.Duration { return &c.Tunnel.ResponseHeaderTimeout }),

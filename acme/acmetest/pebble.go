@@ -1,4 +1,6 @@
-package acme
+// Package acmetest runs Debian's pebble, an ACME test CA that really
+// validates challenges, for the tests of automatic TLS.
+package acmetest
 
 import (
 	"bufio"
@@ -28,20 +30,18 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The Pebble tests run Debian's pebble (an ACME test CA that really
-// validates challenges) with a DNS server of the test's that resolves
-// every name to 127.0.0.1, so Pebble's validation connects to the
-// listeners under test.
+// Pebble runs with a DNS server of the test's that resolves every name
+// to 127.0.0.1, so its validation connects to the listeners under test.
 
-// pebble is a running Pebble.
-type pebble struct {
-	dir     string         // the ACME directory URL
-	apiRoot string         // PEM file of the root Pebble's API serves under
-	roots   *x509.CertPool // the root Pebble's issued certificates chain to
+// Pebble is a running Pebble.
+type Pebble struct {
+	Dir     string         // the ACME directory URL
+	APIRoot string         // PEM file of the root Pebble's API serves under (acme.ca_root)
+	Roots   *x509.CertPool // the root Pebble's issued certificates chain to
 }
 
-// freePort returns a TCP port free on 127.0.0.1 at the time of the call.
-func freePort(t *testing.T) int {
+// FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -53,7 +53,7 @@ func freePort(t *testing.T) int {
 
 // startDNS answers every A query with 127.0.0.1 and every other query
 // with no answer; it returns its UDP address.
-func startDNS(t *testing.T) string {
+func startDNS(t testing.TB) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -76,7 +76,7 @@ func startDNS(t *testing.T) string {
 
 // apiCert writes a CA and a certificate for 127.0.0.1 signed by it (for
 // Pebble's own HTTPS API) and returns the three PEM files.
-func apiCert(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+func apiCert(t testing.TB, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pebble api test CA"},
@@ -106,9 +106,10 @@ func apiCert(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	return caFile, certFile, keyFile
 }
 
-// startPebble runs Pebble validating HTTP-01 on httpPort and TLS-ALPN-01
-// on tlsPort of 127.0.0.1, issuing certificates valid for validity.
-func startPebble(t *testing.T, httpPort, tlsPort int, validity time.Duration) pebble {
+// Start runs Pebble validating HTTP-01 on httpPort and TLS-ALPN-01 on
+// tlsPort of 127.0.0.1, issuing certificates valid for validity. Without
+// pebble installed the test is skipped, or fails under CI=true.
+func Start(t testing.TB, httpPort, tlsPort int, validity time.Duration) Pebble {
 	t.Helper()
 	bin, err := exec.LookPath("pebble")
 	if err != nil {
@@ -119,7 +120,7 @@ func startPebble(t *testing.T, httpPort, tlsPort int, validity time.Duration) pe
 	}
 	dir := t.TempDir()
 	caFile, certFile, keyFile := apiCert(t, dir)
-	listen, mgmt := freePort(t), freePort(t)
+	listen, mgmt := FreePort(t), FreePort(t)
 	cfg := map[string]any{"pebble": map[string]any{
 		"listenAddress":             "127.0.0.1:" + strconv.Itoa(listen),
 		"managementListenAddress":   "127.0.0.1:" + strconv.Itoa(mgmt),
@@ -175,12 +176,12 @@ func startPebble(t *testing.T, httpPort, tlsPort int, validity time.Duration) pe
 	if !roots.AppendCertsFromPEM(rootPEM) {
 		t.Fatalf("pebble's root is not PEM: %q", rootPEM)
 	}
-	return pebble{dir: fmt.Sprintf("https://127.0.0.1:%d/dir", listen), apiRoot: caFile, roots: roots}
+	return Pebble{Dir: fmt.Sprintf("https://127.0.0.1:%d/dir", listen), APIRoot: caFile, Roots: roots}
 }
 
-// visit makes a TLS handshake with 127.0.0.1:port for name, trusting
+// Visit makes a TLS handshake with 127.0.0.1:port for name, trusting
 // roots, and returns the connection (open) and the leaf certificate.
-func visit(t *testing.T, port int, name string, roots *x509.CertPool) (*tls.Conn, *x509.Certificate, error) {
+func Visit(t testing.TB, port int, name string, roots *x509.CertPool) (*tls.Conn, *x509.Certificate, error) {
 	t.Helper()
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -197,8 +198,8 @@ func visit(t *testing.T, port int, name string, roots *x509.CertPool) (*tls.Conn
 	return c, c.ConnectionState().PeerCertificates[0], nil
 }
 
-// get sends one HTTP/1.1 request for name on c and returns the body.
-func get(t *testing.T, c *tls.Conn, name string) string {
+// Get sends one HTTP/1.1 request for name on c and returns the body.
+func Get(t testing.TB, c *tls.Conn, name string) string {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", name)
