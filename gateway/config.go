@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/access"
+	"github.com/aperio-dev/aperio/acme"
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
@@ -44,6 +45,10 @@ type Config struct {
 	// TLSCert is a PEM certificate file (tls_cert). With TLSKey the server
 	// speaks HTTPS and HTTP/2; with both empty it speaks plain HTTP and h2c.
 	TLSCert string
+	// ACME is the acme: block: automatic TLS from an ACME CA when it
+	// is Enabled (an email or a CA set); tls_cert and tls_key are then
+	// refused.
+	ACME acme.Config
 	// TLSKey is the PEM key file of TLSCert (tls_key).
 	TLSKey string
 
@@ -202,6 +207,7 @@ func DefaultConfig() Config {
 		Host:                 "0.0.0.0",
 		Port:                 8080,
 		Store:                store.Config{DataDir: "./data"},
+		ACME:                 acme.DefaultConfig(),
 		Router:               router.DefaultConfig(),
 		Tunnel:               tunnel.DefaultServerConfig(),
 		ReadHeaderTimeout:    10 * time.Second,
@@ -239,6 +245,17 @@ func (cfg Config) Validate() error {
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		errs = append(errs, errors.New("gateway: tls_cert and tls_key go together"))
+	}
+	if cfg.ACME.Enabled() {
+		if cfg.TLSCert != "" {
+			errs = append(errs, errors.New("gateway: acme and tls_cert exclude each other: certificates come from the CA or from the files"))
+		}
+		if err := cfg.ACME.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("gateway: %w", err))
+		}
+		if cfg.ACME.HTTPPort != 0 && cfg.ACME.HTTPPort == cfg.Port {
+			errs = append(errs, fmt.Errorf("gateway: acme.http_port %d is the public port", cfg.Port))
+		}
 	}
 	for _, d := range []struct {
 		name string

@@ -23,6 +23,7 @@ import (
 
 	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/access/oidc"
+	"github.com/aperio-dev/aperio/acme"
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
@@ -112,6 +113,9 @@ type Gateway struct {
 	// cert is the public port's certificate, read by every handshake;
 	// nil without tls_cert. Reload replaces it.
 	cert atomic.Pointer[tls.Certificate]
+	// acme obtains and serves certificates when acme: is enabled; nil
+	// otherwise (then cert, from tls_cert, is served if set).
+	acme *acme.Manager
 	// current is the configuration in effect: cfg with what Reload
 	// applied. cfg stays the one New was given.
 	current    atomic.Pointer[Config]
@@ -284,16 +288,23 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.warnUnowned(ctx)
+	if g.acme, err = g.newACME(); err != nil {
+		return nil, err
+	}
+	tlsConfig := serverTLSConfig(g.getCertificate)
+	if g.acme != nil {
+		tlsConfig = g.acme.TLSConfig(serverTLSConfig(nil))
+	}
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.KeepAliveTimeout,
 		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		TLSConfig:         serverTLSConfig(g.getCertificate),
+		TLSConfig:         tlsConfig,
 		ConnContext:       framingContext,
 	}
-	if cfg.TLSCert == "" {
+	if !g.servesTLS() {
 		p := new(http.Protocols)
 		p.SetHTTP1(true)
 		p.SetUnencryptedHTTP2(true)
@@ -418,7 +429,7 @@ func (g *Gateway) ListenAndServe(ctx context.Context) error {
 // shutdown_timeout), and the tunnels close last so those requests can
 // complete through them. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	g.log.Info("server listening", logkey.Addr, ln.Addr().String(), logkey.TLS, g.cfg.TLSCert != "", logkey.Version, buildinfo.Version(), logkey.Store, g.db.Backend())
+	g.log.Info("server listening", logkey.Addr, ln.Addr().String(), logkey.TLS, g.servesTLS(), logkey.Version, buildinfo.Version(), logkey.Store, g.db.Backend())
 	wctx, stopWatch := context.WithCancel(context.Background())
 	watched := make(chan struct{})
 	go func() {
@@ -457,6 +468,13 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 	// Rotations made by other servers reach this one through the change
 	// feed, and at least every signing.DefaultRefresh.
+	certs := make(chan struct{})
+	go func() {
+		defer close(certs)
+		if g.acme != nil {
+			g.acme.Run(wctx)
+		}
+	}()
 	keyed := make(chan struct{})
 	go func() {
 		defer close(keyed)
@@ -470,6 +488,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		<-audited
 		<-warned
 		<-keyed
+		<-certs
 		if g.ownStore {
 			g.db.Close()
 		}
@@ -482,7 +501,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	first := g.edge.Load()
 	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP, Exempt: first.resolve.Trusts}) // a trusted proxy carries many visitors
 	ln = first.wrapListener(ln, g.cfg.ProxyProtocol)
-	if g.cfg.TLSCert == "" {
+	if !g.servesTLS() {
 		ln = framingListener{ln}
 	}
 	stopMetrics, merr := g.serveMetrics()
@@ -490,12 +509,18 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		return merr
 	}
 	defer stopMetrics()
+	stopACME, aerr := g.serveACMEHTTP()
+	if aerr != nil {
+		return aerr
+	}
+	defer stopACME()
 	errc := make(chan error, 1)
 	go func() {
 		var err error
-		if g.cfg.TLSCert != "" {
-			// The certificate comes from getCertificate: New loaded it,
-			// Reload replaces it.
+		if g.servesTLS() {
+			// The certificate comes from the TLS config's GetCertificate:
+			// the ACME manager's, or getCertificate (New loaded it,
+			// Reload replaces it).
 			err = g.srv.ServeTLS(ln, "", "")
 		} else {
 			err = g.srv.Serve(ln)
@@ -532,3 +557,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.log.Info("server stopped")
 	return nil
 }
+
+// servesTLS reports whether the public port speaks TLS: with tls_cert or
+// with automatic TLS.
+func (g *Gateway) servesTLS() bool { return g.cfg.TLSCert != "" || g.acme != nil }

@@ -93,6 +93,16 @@ type backend interface {
 	releaseScalingArmer(ctx context.Context, armer string) ([]string, error)
 	deleteStaleScalingRecords(ctx context.Context, cutoff time.Time) ([]string, error)
 
+	// The automatic TLS storage: acmeDelete deletes key and the keys
+	// under key + "/"; acmeLock takes or extends the lock when it is
+	// free, expired or owner's, and reports whether owner holds it.
+	acmePut(ctx context.Context, key string, value []byte, at time.Time) error
+	acmeGet(ctx context.Context, key string) ([]byte, error)
+	acmeDelete(ctx context.Context, key string) (int64, error)
+	acmeList(ctx context.Context, prefix string) ([]ACMEItem, error)
+	acmeLock(ctx context.Context, name, owner string, now, until time.Time) (bool, error)
+	acmeUnlock(ctx context.Context, name, owner string) error
+
 	insertWebhook(ctx context.Context, w Webhook) error
 	listWebhooks(ctx context.Context, orgID string) ([]Webhook, error)
 	deleteWebhook(ctx context.Context, orgID, id string) error

@@ -104,6 +104,7 @@ func testStore(t *testing.T, b backend) {
 		{"SigningKeysHostile", testSigningKeysHostile},
 		{"SigningKeysConcurrent", testSigningKeysConcurrent},
 		{"Usage", testUsage},
+		{"ACME", testACME},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

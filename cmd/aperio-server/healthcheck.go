@@ -33,7 +33,7 @@ func readyzURL(cfg serverconfig.Config) string {
 		host = "::1"
 	}
 	scheme := "http"
-	if cfg.TLSCert != "" {
+	if cfg.TLSCert != "" || cfg.ACME.Enabled() {
 		scheme = "https"
 	}
 	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(cfg.Port)), Path: "/aperio/readyz"}

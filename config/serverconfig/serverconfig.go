@@ -12,6 +12,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/aperio-dev/aperio/acme"
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/policy"
@@ -77,6 +78,14 @@ func settings() []config.Setting[Config] {
 		config.StringSetting("database_url", "postgres:// URL; use PostgreSQL instead of the embedded store", func(c *S) *string { return &c.Store.DatabaseURL }).Secret(),
 		config.StringSetting("tls_cert", "PEM certificate file; with tls_key serves HTTPS", func(c *S) *string { return &c.TLSCert }),
 		config.StringSetting("tls_key", "PEM key file of tls_cert", func(c *S) *string { return &c.TLSKey }),
+		config.StringSetting("acme.email", "ACME account email; with it (or acme.ca) certificates come from the CA automatically", func(c *S) *string { return &c.ACME.Email }),
+		config.StringSetting("acme.ca", "ACME directory URL (default Let's Encrypt production)", func(c *S) *string { return &c.ACME.CA }),
+		config.StringSetting("acme.ca_root", "PEM file of roots trusted for the CA's own API (private CAs, tests)", func(c *S) *string { return &c.ACME.CARoot }),
+		config.ListSetting("acme.challenges", "challenge types offered: tls-alpn-01, http-01", func(c *S) *[]string { return &c.ACME.Challenges }),
+		config.BoolSetting("acme.on_demand", "obtain a certificate at the first handshake for a name a token may serve", func(c *S) *bool { return &c.ACME.OnDemand }),
+		config.IntSetting("acme.http_port", "port answering HTTP-01 and redirecting to HTTPS; 0 = off", func(c *S) *int { return &c.ACME.HTTPPort }),
+		config.ListSetting("acme.hostnames", "the server's own names (its tunnel and dashboard URL), obtained at start", func(c *S) *[]string { return &c.ACME.Hostnames }),
+		config.BoolSetting("acme.redirect", "redirect plain HTTP on acme.http_port to HTTPS", func(c *S) *bool { return &c.ACME.Redirect }),
 		config.DurationSetting("gateway_timeout", "how long a request may wait for a client or a permit", func(c *S) *time.Duration { return &c.Router.GatewayTimeout }),
 		config.DurationSetting("gateway_response_timeout", "how long a dispatched request may wait for its response head", func(c *S) *time.Duration { return &c.Tunnel.ResponseHeaderTimeout }),
 		config.IntSetting("max_concurrent_requests", "proxied requests in flight on the whole server", func(c *S) *int { return &c.Router.MaxConcurrentRequests }),
@@ -248,6 +257,18 @@ func check(s Config, v *config.Checker) {
 	}
 	if s.TLSKey != "" && s.TLSCert == "" {
 		v.Add("tls_cert", "required when tls_key is set")
+	}
+	if s.ACME.Enabled() {
+		if s.TLSCert != "" {
+			v.Add("acme.email", "automatic TLS and tls_cert exclude each other: remove one")
+		}
+		var bad *acme.ConfigError
+		if err := s.ACME.Validate(); errors.As(err, &bad) {
+			v.Add(bad.Key, "%s", bad.Msg)
+		}
+		if s.ACME.HTTPPort != 0 && s.ACME.HTTPPort == s.Port {
+			v.Add("acme.http_port", "%d is the public port", s.Port)
+		}
 	}
 	v.Positive("gateway_timeout", s.Router.GatewayTimeout)
 	v.Positive("gateway_response_timeout", s.Tunnel.ResponseHeaderTimeout)

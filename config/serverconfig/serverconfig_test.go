@@ -872,8 +872,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 83 {
-		t.Errorf("len(Keys()) = %d, want 83", len(keys))
+	if len(keys) != 91 {
+		t.Errorf("len(Keys()) = %d, want 91", len(keys))
 	}
 }
 

@@ -69,7 +69,8 @@ const (
 	Purpose               = "purpose" // a signing key's: share or identity
 	Queued                = "queued"
 	Reason                = "reason"
-	User                  = "user" // a visitor a gate admitted or refused
+	Renewal               = "renewal" // a certificate event: a renewal (true) or a first issuance
+	User                  = "user"    // a visitor a gate admitted or refused
 	RecordID              = "record_id"
 	RemoteAddr            = "remote_addr"
 	RestartNeeded         = "restart_needed"
