@@ -161,10 +161,6 @@ func tokenActor(id tunnel.Identity) string {
 	return wire.Master
 }
 
-// auditTimeout bounds the audit write of a refusal. Only a session being
-// refused at its handshake waits for it; heartbeats never do.
-const auditTimeout = 5 * time.Second
-
 // refused emits the refusal of a client called name, from remote, when
 // the budget of its token admits it. It blocks for the audit write, at
 // most the emitter's audit timeout.
