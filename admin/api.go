@@ -13,12 +13,12 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
-	"github.com/aperio-dev/aperio/webhook"
 	"github.com/aperio-dev/aperio/wire"
 )
 
@@ -177,9 +177,15 @@ type Config struct {
 	// from its login, whatever the browser keeps. Zero means SessionTTL;
 	// negative is invalid.
 	KeySessionTTL time.Duration
-	// Events receives maintenance turned on and off, for webhook
-	// delivery (*webhook.Dispatcher). Nil discards them.
-	Events MaintenanceEvents
+	// Events receives the events the API emits (token_created,
+	// token_revoked, token_rotated, maintenance_on, maintenance_off), each
+	// after its audit entry, for webhook delivery (*webhook.Dispatcher).
+	// Nil delivers none; the audit entries are written all the same.
+	Events events.Sink
+	// Subscriptions is told when an organization's webhooks are created
+	// or deleted, so that deliveries use them at once
+	// (*webhook.Dispatcher). Nil means no cache to invalidate.
+	Subscriptions SubscriptionCache
 	// Traffic answers GET /stats. Nil means no figures: the answer counts
 	// the clients but no request.
 	Traffic Traffic
@@ -231,8 +237,8 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Clients == nil {
 		cfg.Clients = noClients{}
 	}
-	if cfg.Events == nil {
-		cfg.Events = noEvents{}
+	if cfg.Subscriptions == nil {
+		cfg.Subscriptions = noSubscriptionCache{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -254,16 +260,15 @@ func (cfg Config) withDefaults() Config {
 
 type noClients struct{}
 
-// MaintenanceEvents receives maintenance changes for webhook delivery.
-// EmitMaintenance must not block (queue the delivery) and must be safe for
-// concurrent use.
-type MaintenanceEvents interface {
-	EmitMaintenance(ctx context.Context, e webhook.MaintenanceEvent)
+// SubscriptionCache caches webhook subscriptions. Invalidate forgets
+// orgID's; it must not block and must be safe for concurrent use.
+type SubscriptionCache interface {
+	Invalidate(orgID string)
 }
 
-type noEvents struct{}
+type noSubscriptionCache struct{}
 
-func (noEvents) EmitMaintenance(context.Context, webhook.MaintenanceEvent) {}
+func (noSubscriptionCache) Invalidate(string) {}
 
 func (noClients) Clients() []ClientInfo { return nil }
 
@@ -278,10 +283,13 @@ type API struct {
 	fence    URLChecker
 	explain  Explainer
 	shares   ShareMinter // nil when share links are off
-	events   MaintenanceEvents
-	traffic  Traffic       // nil when there are no figures
-	stream   Stream        // nil when the live stream is off
-	drainer  ClientDrainer // nil when clients cannot be asked to retire
+	// emitter appends the audit entry of each event webhooks may
+	// receive and hands the event on to Config.Events.
+	emitter *events.Emitter
+	subs    SubscriptionCache
+	traffic Traffic       // nil when there are no figures
+	stream  Stream        // nil when the live stream is off
+	drainer ClientDrainer // nil when clients cannot be asked to retire
 	// heartbeat and streamWrite are the stream's comment interval and
 	// write deadline.
 	heartbeat, streamWrite time.Duration
@@ -304,15 +312,18 @@ func New(cfg Config) (*API, error) {
 	}
 	cfg = cfg.withDefaults()
 	a := &API{
-		store:       cfg.Store,
-		clients:     cfg.Clients,
-		disabler:    cfg.Disabler,
-		drainer:     cfg.Drainer,
-		scaling:     cfg.Scaling,
-		fence:       cfg.Outbound,
-		explain:     cfg.Explainer,
-		shares:      cfg.Shares,
-		events:      cfg.Events,
+		store:    cfg.Store,
+		clients:  cfg.Clients,
+		disabler: cfg.Disabler,
+		drainer:  cfg.Drainer,
+		scaling:  cfg.Scaling,
+		fence:    cfg.Outbound,
+		explain:  cfg.Explainer,
+		shares:   cfg.Shares,
+		emitter: events.New(events.Config{
+			Audit: cfg.Store, Sink: cfg.Events, Logger: cfg.Logger, Now: cfg.Now, AuditTimeout: auditTimeout,
+		}),
+		subs:        cfg.Subscriptions,
 		traffic:     cfg.Traffic,
 		stream:      cfg.Stream,
 		log:         cfg.Logger,

@@ -523,7 +523,7 @@ func TestOrgScoping(t *testing.T) {
 			}
 		}
 		if len(es) == 0 {
-			t.Errorf("a's audit is empty, want its org_created, admin_key_created and token_minted")
+			t.Errorf("a's audit is empty, want its org_created, admin_key_created and token_created")
 		}
 		orgsSeen := map[string]bool{}
 		for _, e := range f.audit(t) {
@@ -573,7 +573,7 @@ func TestAuditEveryMutation(t *testing.T) {
 		"maintenance_off | " + byKey + " | " + org + " | app.example.com",
 		"maintenance_on | " + byKey + " | " + org + " | app.example.com",
 		"token_revoked | " + byKey + " | " + org + " | ",
-		"token_minted | " + byKey + " | " + org + " | app.example.com",
+		"token_created | " + byKey + " | " + org + " | app.example.com",
 		"org_hostnames_set | master | " + org + " | ",
 		"admin_key_created | master | " + org + " | ",
 		"org_created | master | " + org + " | ",

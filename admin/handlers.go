@@ -18,6 +18,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
@@ -263,16 +264,17 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err != nil {
 		return err
 	}
-	e := store.AuditEntry{
-		Event:  EventTokenMinted,
+	e := events.Event{
+		Kind:   EventTokenCreated,
 		Actor:  c.actor(),
 		OrgID:  t.OrgID,
 		Detail: fmt.Sprintf("token %s name=%q hostnames=%s allow_catch_all=%t", t.ID, t.Name, auditList(t.Hostnames), t.AllowCatchAll),
+		Fields: tokenFields(t),
 	}
 	if len(t.Hostnames) == 1 {
 		e.Hostname = t.Hostnames[0]
 	}
-	a.audit(r, e)
+	a.emit(r, e)
 	a.writeJSON(w, r, http.StatusCreated, MintedToken{Token: tokenOf(t, now), Secret: m.secret})
 	return nil
 }
@@ -300,11 +302,12 @@ func (a *API) revokeToken(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err != nil {
 		return err
 	}
-	a.audit(r, store.AuditEntry{
-		Event:  EventTokenRevoked,
+	a.emit(r, events.Event{
+		Kind:   EventTokenRevoked,
 		Actor:  c.actor(),
 		OrgID:  t.OrgID,
 		Detail: fmt.Sprintf("token %s name=%q", t.ID, t.Name),
+		Fields: tokenFields(t),
 	})
 	a.writeJSON(w, r, http.StatusOK, tokenOf(t, now))
 	return nil
@@ -527,14 +530,15 @@ func (a *API) setMaintenance(w http.ResponseWriter, r *http.Request, c caller) e
 	case err != nil:
 		return err
 	}
-	a.audit(r, store.AuditEntry{
-		Event:    EventMaintenanceOn,
+	a.emit(r, events.Event{
+		Kind:     EventMaintenanceOn,
+		At:       now,
 		Actor:    c.actor(),
 		OrgID:    orgID,
 		Hostname: host,
 		Detail:   maintenanceAuditDetail(m),
+		Data:     webhook.MaintenanceEvent{Type: webhook.EventMaintenanceOn, At: now, OrgID: orgID, Hostname: host, By: m.By, Reason: m.Reason, ExpiresAt: m.ExpiresAt},
 	})
-	a.events.EmitMaintenance(r.Context(), webhook.MaintenanceEvent{Type: webhook.EventMaintenanceOn, At: now, OrgID: orgID, Hostname: host, By: m.By, Reason: m.Reason, ExpiresAt: m.ExpiresAt})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -600,13 +604,15 @@ func (a *API) clearMaintenance(w http.ResponseWriter, r *http.Request, c caller)
 	if err != nil {
 		return err
 	}
-	a.audit(r, store.AuditEntry{
-		Event:    EventMaintenanceOff,
+	now := a.now()
+	a.emit(r, events.Event{
+		Kind:     EventMaintenanceOff,
+		At:       now,
 		Actor:    c.actor(),
 		OrgID:    orgID,
 		Hostname: host,
+		Data:     webhook.MaintenanceEvent{Type: webhook.EventMaintenanceOff, At: now, OrgID: orgID, Hostname: host, By: c.actor()},
 	})
-	a.events.EmitMaintenance(r.Context(), webhook.MaintenanceEvent{Type: webhook.EventMaintenanceOff, At: a.now(), OrgID: orgID, Hostname: host, By: c.actor()})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -275,7 +275,7 @@ func TestHostileAdmin(t *testing.T) {
 			}
 			e.f.expect(t, "POST", "/tokens", e.adminA, tokenBody(t, hosts...), http.StatusCreated, nil)
 			es := e.f.audit(t)
-			if es[0].Event != admin.EventTokenMinted || len(es[0].Detail) > 600 || !strings.Contains(es[0].Detail, "(100 in all)") {
+			if es[0].Event != admin.EventTokenCreated || len(es[0].Detail) > 600 || !strings.Contains(es[0].Detail, "(100 in all)") {
 				t.Errorf("audit detail of a 100-hostname token = %d bytes %q, want at most 600 with the count", len(es[0].Detail), es[0].Detail)
 			}
 		}},

@@ -9,13 +9,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // Audit events of token edits, rotations and organization limits.
 const (
 	EventTokenUpdated = "token_updated"
-	EventTokenRotated = "token_rotated"
+	EventTokenRotated = wire.EventTokenRotated
 	EventOrgLimitsSet = "org_limits_set"
 )
 
@@ -280,12 +282,14 @@ func (a *API) rotateToken(w http.ResponseWriter, r *http.Request, c caller) erro
 	case err != nil:
 		return err
 	}
-	// EVENT: token_rotated (the webhook event; the lead wires the emit).
-	a.audit(r, store.AuditEntry{
-		Event:  EventTokenRotated,
+	f := tokenFields(t)
+	f["generation"], f["grace_seconds"] = t.Generation, int64(grace/time.Second)
+	a.emit(r, events.Event{
+		Kind:   EventTokenRotated,
 		Actor:  c.actor(),
 		OrgID:  t.OrgID,
 		Detail: fmt.Sprintf("token %s name=%q generation=%d grace=%s", t.ID, t.Name, t.Generation, grace),
+		Fields: f,
 	})
 	a.writeJSON(w, r, http.StatusOK, MintedToken{Token: tokenOf(t, now), Secret: m.secret})
 	return nil

@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/webhook"
 )
 
@@ -19,10 +19,14 @@ type fakeEvents struct {
 	got []webhook.MaintenanceEvent
 }
 
-func (f *fakeEvents) EmitMaintenance(_ context.Context, e webhook.MaintenanceEvent) {
+func (f *fakeEvents) Publish(e events.Event) {
+	m, ok := e.Data.(webhook.MaintenanceEvent)
+	if !ok || m.Type != e.Kind {
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.got = append(f.got, e)
+	f.got = append(f.got, m)
 }
 
 func (f *fakeEvents) events() []webhook.MaintenanceEvent {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/wire"
@@ -185,8 +186,8 @@ const (
 	EventOrgCreated      = "org_created"
 	EventAdminKeyCreated = "admin_key_created"
 	EventAdminKeyDeleted = "admin_key_deleted"
-	EventTokenMinted     = "token_minted"
-	EventTokenRevoked    = "token_revoked"
+	EventTokenCreated    = wire.EventTokenCreated
+	EventTokenRevoked    = wire.EventTokenRevoked
 	EventMaintenanceOn   = wire.EventMaintenanceOn
 	EventMaintenanceOff  = wire.EventMaintenanceOff
 	EventLoginFailed     = "login_failed"
@@ -207,6 +208,16 @@ const (
 // has gone.
 const auditTimeout = 5 * time.Second
 
+// emit is events.Emitter.Emit for the events webhooks may receive: it
+// appends ev's audit entry, stamped now, then hands ev to webhook
+// delivery. Like audit, it reports no failure to the caller.
+func (a *API) emit(r *http.Request, ev events.Event) {
+	if ev.At.IsZero() {
+		ev.At = a.now()
+	}
+	a.emitter.Emit(r.Context(), ev)
+}
+
 // audit appends e to the audit log, stamped now. A failure is logged, not
 // returned: the change it records has already been made and answering an
 // error would tell the caller it had not.
@@ -217,4 +228,18 @@ func (a *API) audit(r *http.Request, e store.AuditEntry) {
 	if _, err := a.store.AppendAudit(ctx, e); err != nil {
 		a.log.Error("audit entry lost", logkey.Event, e.Event, logkey.Actor, e.Actor, logkey.OrgID, e.OrgID, logkey.Err, err)
 	}
+}
+
+// tokenFields are the webhook fields of the token events: the token's ID,
+// name, hostnames and expiry (RFC 3339, "" for none), never its secret.
+func tokenFields(t store.Token) map[string]any {
+	exp := ""
+	if t.ExpiresAt != nil {
+		exp = t.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	hosts := t.Hostnames
+	if hosts == nil {
+		hosts = []string{}
+	}
+	return map[string]any{"token_id": t.ID, "name": t.Name, "hostnames": hosts, "expires_at": exp}
 }

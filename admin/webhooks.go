@@ -59,6 +59,7 @@ func (a *API) createWebhook(w http.ResponseWriter, r *http.Request, c caller) er
 	if err != nil {
 		return err
 	}
+	a.subs.Invalidate(wh.OrgID)
 	a.audit(r, store.AuditEntry{
 		Event:  EventWebhookCreated,
 		Actor:  c.actor(),
@@ -89,6 +90,7 @@ func (a *API) deleteWebhook(w http.ResponseWriter, r *http.Request, c caller) er
 	if err != nil {
 		return err
 	}
+	a.subs.Invalidate(wh.OrgID)
 	a.audit(r, store.AuditEntry{
 		Event:  EventWebhookDeleted,
 		Actor:  c.actor(),

@@ -95,7 +95,7 @@ func TestWebhookValidation(t *testing.T) {
 		{"userinfo", `{"url":"https://u:p@hooks.example.com/","events":["scaling_failed"]}`, "userinfo"},
 		{"scheme", `{"url":"ftp://hooks.example.com/","events":["scaling_failed"]}`, "scheme"},
 		{"relative", `{"url":"/hook","events":["scaling_failed"]}`, "not an absolute URL"},
-		{"no events", `{"url":"https://hooks.example.com/"}`, "events: at least one is required (scaling_requested, scaling_failed, scaling_disarmed, maintenance_on, maintenance_off)"},
+		{"no events", `{"url":"https://hooks.example.com/"}`, "events: at least one is required (" + strings.Join(wire.WebhookEvents(), ", ") + ")"},
 		{"empty events", `{"url":"https://hooks.example.com/","events":[]}`, "events: at least one"},
 		{"unknown event", `{"url":"https://hooks.example.com/","events":["scaling_failed","token_minted"]}`, `events[1]: "token_minted" is not one of`},
 		{"long secret", `{"url":"https://hooks.example.com/","events":["scaling_failed"],"secret":"` + strings.Repeat("s", 1025) + `"}`, "secret is longer than 1024 bytes"},
@@ -215,9 +215,19 @@ func TestClientWebhooks(t *testing.T) {
 
 // TestWebhookEventsMatchAutoscale keeps the client's list of webhook events
 // (aperio-client api webhooks create --events, which must not link
-// autoscale) equal to the events the server accepts and delivers.
+// autoscale) holding the events the autoscaler and the maintenance routes
+// emit, and exactly issue #20's list.
 func TestWebhookEventsMatchAutoscale(t *testing.T) {
-	if got, want := wire.WebhookEvents(), append(autoscale.EventTypes(), webhook.EventMaintenanceOn, webhook.EventMaintenanceOff); !slices.Equal(got, want) {
-		t.Errorf("wire.WebhookEvents() = %q, want autoscale.EventTypes() and the maintenance events %q", got, want)
+	got := wire.WebhookEvents()
+	for _, e := range append(autoscale.EventTypes(), webhook.EventMaintenanceOn, webhook.EventMaintenanceOff) {
+		if !slices.Contains(got, e) {
+			t.Errorf("wire.WebhookEvents() = %q, want it to hold %q", got, e)
+		}
+	}
+	want := []string{"client_connected", "client_disconnected", "client_refused", "token_created", "token_revoked",
+		"token_rotated", "token_expiring", "quota_exceeded", "maintenance_on", "maintenance_off", "scaling_requested",
+		"scaling_failed", "scaling_disarmed", "auth_denied", "config_reloaded"}
+	if !slices.Equal(got, want) {
+		t.Errorf("wire.WebhookEvents() = %q, want %q", got, want)
 	}
 }

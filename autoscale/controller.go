@@ -15,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/wire"
@@ -104,9 +105,10 @@ type Config struct {
 	Pool PoolView
 	// Caller makes the hook calls.
 	Caller Caller
-	// Events receives each call and disarm for webhook delivery; nil
-	// discards them.
-	Events Events
+	// Events receives each call and disarm for webhook delivery, after
+	// its audit entry (the event's Data is an Event); nil delivers none,
+	// and the audit entries are written all the same.
+	Events events.Sink
 	// Logger receives state changes (armed, disarmed, conflicts, dropped
 	// decisions, store failures); nil discards them.
 	Logger *slog.Logger
@@ -172,9 +174,6 @@ type Config struct {
 // withDefaults fills the zero fields that have a default.
 func (cfg Config) withDefaults() Config {
 	def := DefaultConfig()
-	if cfg.Events == nil {
-		cfg.Events = noEvents{}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -283,8 +282,10 @@ type Controller struct {
 	store  Store
 	pool   PoolView
 	caller Caller
-	events Events
-	log    *slog.Logger
+	// emitter writes each event's audit entry and hands it to
+	// Config.Events: the server's one emit path.
+	emitter *events.Emitter
+	log     *slog.Logger
 
 	started atomic.Bool
 	loaded  chan struct{}             // closed once Run's first load of records is done
@@ -379,7 +380,7 @@ func New(cfg Config) (*Controller, error) {
 		store:        cfg.Store,
 		pool:         cfg.Pool,
 		caller:       cfg.Caller,
-		events:       cfg.Events,
+		emitter:      events.New(events.Config{Audit: cfg.Store, Sink: cfg.Events, Logger: cfg.Logger}),
 		log:          cfg.Logger,
 		loaded:       make(chan struct{}),
 		done:         make(chan struct{}),

@@ -155,16 +155,3 @@ type Event struct {
 	// Err says why a call failed; "" on success.
 	Err string
 }
-
-// Events receives the controller's events, for webhook delivery. Emit is
-// called from the goroutine that made the call, after the audit entry is
-// written; it must not block for long (queue the delivery) and must be safe
-// for concurrent use. A nil Config.Events discards them.
-type Events interface {
-	Emit(ctx context.Context, e Event)
-}
-
-// noEvents is the default Events.
-type noEvents struct{}
-
-func (noEvents) Emit(context.Context, Event) {}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/wire"
@@ -881,24 +881,20 @@ func (c *Controller) record(ctx context.Context, o outcome) {
 		log.Info("scaling call accepted", logkey.Reason, o.d.reason, logkey.Current, o.d.current,
 			logkey.Desired, o.d.desired, logkey.Status, o.status)
 	}
-	c.audit(ctx, log, typ, o)
-	c.events.Emit(ctx, o.event(typ))
+	c.emit(ctx, typ, o)
 	if o.disarmed {
 		log.Error("scaling record disarmed", logkey.ConsecutiveFailures, o.rec.ConsecutiveFailures)
-		c.audit(ctx, log, EventDisarmed, o)
-		c.events.Emit(ctx, o.event(EventDisarmed))
+		c.emit(ctx, EventDisarmed, o)
 	}
 }
 
-// audit appends one entry about o.
-func (c *Controller) audit(ctx context.Context, log *slog.Logger, event string, o outcome) {
-	_, err := c.store.AppendAudit(ctx, store.AuditEntry{
-		At: o.at, OrgID: o.rec.OrgID, Event: event, Actor: auditActor,
-		Hostname: o.rec.Hostname, Detail: o.detail(),
+// emit appends one audit entry about o and hands the event to webhook
+// delivery, through the server's one emit path.
+func (c *Controller) emit(ctx context.Context, typ string, o outcome) {
+	c.emitter.Emit(ctx, events.Event{
+		Kind: typ, At: o.at, OrgID: o.rec.OrgID, Actor: auditActor,
+		Hostname: o.rec.Hostname, Path: o.rec.Path, Detail: o.detail(), Data: o.event(typ),
 	})
-	if err != nil {
-		log.Error("scaling audit entry lost", logkey.Event, event, logkey.Err, err)
-	}
 }
 
 // maxAuditErrBytes bounds the error text in an audit entry's detail.

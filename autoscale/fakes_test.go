@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -441,10 +442,14 @@ type fakeEvents struct {
 	events []Event
 }
 
-func (e *fakeEvents) Emit(ctx context.Context, ev Event) {
+func (e *fakeEvents) Publish(ev events.Event) {
+	se, ok := ev.Data.(Event)
+	if !ok || se.Type != ev.Kind {
+		panic("autoscale: event " + ev.Kind + " without its Event")
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.events = append(e.events, ev)
+	e.events = append(e.events, se)
 }
 
 func (e *fakeEvents) types() []string {

@@ -6,11 +6,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -19,11 +17,11 @@ import (
 	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/admin"
-	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/signing"
-	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // IdentityIssuer is the iss of the identity tokens the server signs for
@@ -49,12 +47,11 @@ func (g *Gateway) accessConfig(ctx context.Context) (router.AccessConfig, error)
 	}
 	signer := g.keys.Signer()
 	g.signer = signer
-	g.authAudit = newAuthAuditor(g.db, g.log)
 	g.shares = g.keys.Shares()
 	if g.oidc, err = g.oidcProvider(ctx); err != nil {
 		return router.AccessConfig{}, err
 	}
-	return router.AccessConfig{Default: posture, Identity: signer, Shares: g.shares, OIDC: g.oidc, Client: g.fence.HTTPClient(), Denied: g.authAudit.denied}, nil
+	return router.AccessConfig{Default: posture, Identity: signer, Shares: g.shares, OIDC: g.oidc, Client: g.fence.HTTPClient(), Denied: g.authDenied}, nil
 }
 
 // oidcInfo is the HKDF context of the OIDC cookies' key.
@@ -184,37 +181,12 @@ func (g *Gateway) serveJWKS(w http.ResponseWriter, r *http.Request) {
 	w.Write(body)
 }
 
-// Sampling of auth_denied audit entries. A visitor can be refused as
-// fast as it can send requests, and each entry is permanent; so entries
-// are written per hostname at most maxRefusalAudits a minute (the budget
-// of client_refused), through a queue of authAuditQueue that the request
-// path never waits on: past either bound, refusals are counted, not
-// written, and the next entry written for the hostname says how many.
-const authAuditQueue = 256
-
-// authAuditor audits refused visitors (auth_denied) off the request path.
-type authAuditor struct {
-	db      *store.DB
-	log     *slog.Logger
-	budget  *refusalBudget
-	queue   chan store.AuditEntry
-	dropped atomic.Int64 // entries the full queue refused since the last report
-}
-
-func newAuthAuditor(db *store.DB, log *slog.Logger) *authAuditor {
-	return &authAuditor{db: db, log: log, budget: newRefusalBudget(time.Now), queue: make(chan store.AuditEntry, authAuditQueue)}
-}
-
-// denied is router.AccessConfig.Denied: it samples, then queues without
-// waiting.
-func (a *authAuditor) denied(d router.AccessDenial) {
-	ok, leftOut, first := a.budget.admit(d.Host)
-	if first {
-		a.log.Warn("refused visitors over the audit budget, not auditing the rest of this minute", logkey.Hostname, d.Host, logkey.Limit, maxRefusalAudits)
-	}
-	if !ok {
-		return
-	}
+// authDenied is router.AccessConfig.Denied: it offers an auth_denied
+// event, which the emitter samples (at most one per organization and
+// hostname each events.DefaultSampleInterval, the rest counted in the
+// next) and queues without waiting: a visitor can be refused as fast as
+// it can send requests, and each audit entry is permanent.
+func (g *Gateway) authDenied(d router.AccessDenial) {
 	answer := "answered as no route"
 	if d.Status != 0 {
 		answer = "answered " + strconv.Itoa(d.Status)
@@ -223,40 +195,18 @@ func (a *authAuditor) denied(d router.AccessDenial) {
 	if d.Visitor.IsValid() {
 		visitor = d.Visitor.String()
 	}
-	detail := fmt.Sprintf("%s%s from %s, auth %s, %s: %s", d.Host, d.Path, visitor, d.Methods, answer, d.Reason)
-	if leftOut > 0 {
-		detail += fmt.Sprintf(" (%d earlier refusals of this hostname over budget, not audited)", leftOut)
+	path := d.Path
+	if len(path) > maxAuditDetail {
+		path = path[:maxAuditDetail] + "…"
 	}
+	detail := fmt.Sprintf("%s%s from %s, auth %s, %s: %s", d.Host, path, visitor, d.Methods, answer, d.Reason)
 	if len(detail) > maxAuditDetail {
 		detail = detail[:maxAuditDetail] + "…"
 	}
-	select {
-	case a.queue <- store.AuditEntry{OrgID: d.OrgID, Event: "auth_denied", Actor: "visitor", Detail: detail}:
-	default:
-		a.dropped.Add(1)
-	}
+	g.events.Offer(events.Event{Kind: wire.EventAuthDenied, OrgID: d.OrgID, Actor: "visitor", Hostname: d.Host, Detail: detail,
+		Fields: map[string]any{"path": path, "visitor": visitor, "methods": d.Methods, "status": d.Status, "reason": d.Reason}})
 }
 
 // maxAuditDetail bounds an auth_denied entry's detail: the path is the
 // visitor's.
 const maxAuditDetail = 1024
-
-// run writes queued entries until ctx ends; entries still queued then are
-// abandoned.
-func (a *authAuditor) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e := <-a.queue:
-			if n := a.dropped.Swap(0); n > 0 {
-				e.Detail += fmt.Sprintf(" (%d refusals not audited: the audit queue was full)", n)
-			}
-			wctx, cancel := context.WithTimeout(ctx, auditTimeout)
-			if _, err := a.db.AppendAudit(wctx, e); err != nil && ctx.Err() == nil {
-				a.log.Error("audit write failed", logkey.Event, e.Event, logkey.Err, err)
-			}
-			cancel()
-		}
-	}
-}

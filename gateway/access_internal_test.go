@@ -1,38 +1,84 @@
 package gateway
 
 import (
-	"log/slog"
+	"context"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 )
 
-// TestAuthAuditSampled: a flood of refusals for one hostname queues at
-// most the per-minute budget, a flood over many hostnames at most the
-// queue, and neither ever blocks the caller; what is left out is counted.
+// memAudit is an events.Auditor that keeps entries in memory.
+type memAudit struct {
+	mu  sync.Mutex // guards got
+	got []store.AuditEntry
+}
+
+func (m *memAudit) AppendAudit(_ context.Context, e store.AuditEntry) (store.AuditEntry, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.got = append(m.got, e)
+	return e, nil
+}
+
+func (m *memAudit) entries() []store.AuditEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]store.AuditEntry(nil), m.got...)
+}
+
+// TestAuthAuditSampled: a flood of refusals for one hostname is one
+// auth_denied entry, with a bounded detail that names the hostname and
+// never blocks the caller (nothing drains the queue while it runs); the
+// next interval's entry says how many were left out.
 func TestAuthAuditSampled(t *testing.T) {
-	a := newAuthAuditor(nil, slog.New(slog.DiscardHandler))
-	d := router.AccessDenial{Host: "app.test", Path: "/" + strings.Repeat("x", 4000), Visitor: netip.MustParseAddr("203.0.113.7"), Methods: "basic", Status: 401, Reason: "basic: wrong password"}
-	for range 3 * maxRefusalAudits {
-		a.denied(d) // nothing drains the queue: it must not block
+	audit := &memAudit{}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	g := &Gateway{events: events.New(events.Config{Audit: audit, Now: clock, Queue: 8})}
+	d := router.AccessDenial{OrgID: "org-1", Host: "app.test", Path: "/" + strings.Repeat("x", 4000), Visitor: netip.MustParseAddr("203.0.113.7"), Methods: "basic", Status: 401, Reason: "basic: wrong password"}
+	const flood = 1000
+	for range flood {
+		g.authDenied(d) // Run is not running: a queued event would block here if Offer waited
 	}
-	if n := len(a.queue); n != maxRefusalAudits {
-		t.Fatalf("queued %d entries for one hostname, want the budget %d", n, maxRefusalAudits)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- g.events.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	})
+	waitEntries := func(n int) []store.AuditEntry {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(audit.entries()) < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // polling the fake audit the Run goroutine writes
+		}
+		es := audit.entries()
+		if len(es) != n {
+			t.Fatalf("%d audit entries, want %d: %+v", len(es), n, es)
+		}
+		return es
 	}
-	e := <-a.queue
-	if e.Event != "auth_denied" || len(e.Detail) > maxAuditDetail+len("…") || !strings.Contains(e.Detail, "app.test/xxx") {
-		t.Fatalf("entry = %+v, want auth_denied with a bounded detail", e)
+	es := waitEntries(1)
+	if e := es[0]; e.Event != wire.EventAuthDenied || e.OrgID != "org-1" || e.Hostname != "app.test" || len(e.Detail) > maxAuditDetail+len("…") || !strings.Contains(e.Detail, "app.test/xxx") {
+		t.Fatalf("entry = %+v, want one auth_denied of org-1 for app.test with a bounded detail", e)
 	}
-	for i := range 2 * authAuditQueue {
-		d.Host = "h" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + ".test"
-		a.denied(d)
-	}
-	if n := len(a.queue); n != authAuditQueue {
-		t.Fatalf("queued %d entries, want the queue's bound %d", n, authAuditQueue)
-	}
-	if a.dropped.Load() == 0 {
-		t.Fatal("refusals past the full queue were not counted")
+	mu.Lock()
+	now = now.Add(events.DefaultSampleInterval)
+	mu.Unlock()
+	g.authDenied(d)
+	es = waitEntries(2)
+	if want := "(999 more refusals since the last entry, not audited)"; !strings.Contains(es[1].Detail, want) {
+		t.Errorf("second entry's detail = %q, want it to say %s", es[1].Detail, want)
 	}
 }

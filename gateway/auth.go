@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -105,11 +107,13 @@ func parsePrefixes(tokenID, field string, cidrs []string) ([]netip.Prefix, error
 	return out, nil
 }
 
-// auditingRegistry records refused clients in the audit log, within a
-// per-token budget (see refusalBudget).
+// auditingRegistry emits client_refused, within a per-token budget (see
+// refusalBudget), client_connected and client_disconnected, and audits
+// refused binds.
 type auditingRegistry struct {
 	tunnel.Registry
 	db     *store.DB
+	events *events.Emitter
 	log    *slog.Logger
 	budget *refusalBudget
 	binds  *bindAudits // nil: refused binds are not audited
@@ -119,22 +123,49 @@ func (r auditingRegistry) Attach(ctx context.Context, s *tunnel.Session) error {
 	err := r.Registry.Attach(ctx, s)
 	if err != nil {
 		r.refused(ctx, s.Identity(), s.Announcement().Name, s.RemoteAddr(), err)
+		return err
 	}
-	return err
+	r.events.Offer(sessionEvent(wire.EventClientConnected, s))
+	return nil
 }
 
-// auditTimeout bounds the audit write of a refusal. Only a session being
-// refused at its handshake waits for it; heartbeats never do.
-const auditTimeout = 5 * time.Second
-
-// refused audits the refusal of a client called name, from remote, when
-// the budget of its token admits it. It blocks for the write, at most
-// auditTimeout.
-func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name, remote string, why error) {
-	actor := wire.Master
-	if id.TokenID != "" {
-		actor = "token:" + id.TokenID
+// sessionEvent is the client_connected or client_disconnected event of
+// s. Offered, not emitted: the handshake and the session's end never wait
+// for the audit write.
+func sessionEvent(kind string, s *tunnel.Session) events.Event {
+	id, ann := s.Identity(), s.Announcement()
+	hosts := []string{}
+	for _, svc := range ann.Services {
+		for _, h := range svc.Hostnames {
+			if !slices.Contains(hosts, h) && len(hosts) < maxBindsNamed {
+				hosts = append(hosts, h)
+			}
+		}
 	}
+	ev := events.Event{
+		Kind: kind, OrgID: id.OrgID, Actor: tokenActor(id),
+		Detail: fmt.Sprintf("client %s %q from %s, hostnames %s", s.ID(), ann.Name, s.RemoteAddr(), strings.Join(hosts, ", ")),
+		Fields: map[string]any{"client_id": s.ID(), "name": ann.Name, "token_id": id.TokenID, "remote_addr": s.RemoteAddr(), "hostnames": hosts},
+	}
+	if len(hosts) == 1 {
+		ev.Hostname = hosts[0]
+	}
+	return ev
+}
+
+// tokenActor names the token of id as the audit log's actor.
+func tokenActor(id tunnel.Identity) string {
+	if id.TokenID != "" {
+		return "token:" + id.TokenID
+	}
+	return wire.Master
+}
+
+// refused emits the refusal of a client called name, from remote, when
+// the budget of its token admits it. It blocks for the audit write, at
+// most the emitter's audit timeout.
+func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name, remote string, why error) {
+	actor := tokenActor(id)
 	ok, leftOut, first := r.budget.admit(actor)
 	if first {
 		r.log.Warn("refused clients over budget, not auditing the rest of this minute",
@@ -147,10 +178,6 @@ func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name,
 	if leftOut > 0 {
 		detail += fmt.Sprintf(" (%d earlier refusals of this token over budget, not audited)", leftOut)
 	}
-	ctx, cancel := context.WithTimeout(ctx, auditTimeout)
-	defer cancel()
-	_, aerr := r.db.AppendAudit(ctx, store.AuditEntry{OrgID: id.OrgID, Event: "client_refused", Actor: actor, Detail: detail})
-	if aerr != nil {
-		r.log.Error("audit write failed", logkey.Event, "client_refused", logkey.Err, aerr)
-	}
+	r.events.Emit(ctx, events.Event{Kind: wire.EventClientRefused, OrgID: id.OrgID, Actor: actor, Detail: detail,
+		Fields: map[string]any{"name": name, "token_id": id.TokenID, "remote_addr": remote, "reason": why.Error(), "suppressed": leftOut}})
 }

@@ -106,10 +106,12 @@ func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []strin
 	return notices
 }
 
-// Detach forgets the session's refused binds.
+// Detach forgets the session's refused binds and emits
+// client_disconnected.
 func (r auditingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
 	r.Registry.Detach(ctx, s)
 	if r.binds != nil {
 		r.binds.forget(s)
 	}
+	r.events.Offer(sessionEvent(wire.EventClientDisconnected, s))
 }

@@ -72,24 +72,24 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 
 	// Audit: the token's minting is there.
 	b.open(t, s.url+"/aperio/ui/audit", "#audit-filter")
-	b.waitText(t, "#audit", "token_minted")
+	b.waitText(t, "#audit", "token_created")
 	b.waitText(t, "#audit", "browser-token")
 	// Filtered by event (a GET: the filter is in the URL), then the
 	// chain verified with the filter kept.
-	b.fill(t, "#a-event", "token_minted")
+	b.fill(t, "#a-event", "token_created")
 	b.click(t, "#audit-filter-submit", "")
 	// The unfiltered page has #audit too: wait for the filtered one.
 	poll(t, browserWait, func() (bool, string) {
 		loc := b.location(t)
-		return strings.Contains(loc, "event=token_minted"), "the filtered audit page is " + loc + ", want event=token_minted in its URL"
+		return strings.Contains(loc, "event=token_created"), "the filtered audit page is " + loc + ", want event=token_created in its URL"
 	})
 	b.open(t, b.location(t), "#audit")
-	if got := b.text(t, "#audit tbody"); strings.Contains(got, "maintenance_on") || !strings.Contains(got, "token_minted") {
-		t.Errorf("the audit log filtered by token_minted reads %q", got)
+	if got := b.text(t, "#audit tbody"); strings.Contains(got, "maintenance_on") || !strings.Contains(got, "token_created") {
+		t.Errorf("the audit log filtered by token_created reads %q", got)
 	}
 	b.click(t, "#audit-verify-submit", "#verify-result")
 	b.waitText(t, "#verify-result", "intact")
-	b.waitText(t, "#audit", "token_minted")
+	b.waitText(t, "#audit", "token_created")
 	b.screenshot(t, "audit")
 
 	// The other pages render, with their write controls for the master.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"time"
 
 	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/telemetry"
@@ -87,3 +88,7 @@ func (g *Gateway) StreamSubscribersForTest() int { return g.hub.Subscribers() }
 func (g *Gateway) StallForTest() (*telemetry.Subscription, error) {
 	return g.hub.Subscribe(telemetry.StreamFilter{Types: []string{wire.StreamAccess}})
 }
+
+// WarnExpiringForTest runs one check of expiring tokens now, as the
+// minute's tick does.
+func (g *Gateway) WarnExpiringForTest(ctx context.Context) { g.warnExpiring(ctx, time.Now()) }

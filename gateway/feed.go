@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -70,13 +71,17 @@ func (r streamRegistry) publish(s *tunnel.Session, event string) {
 // streamEvents passes the autoscaler's events on to webhooks (next), and
 // counts and publishes each for the admin API's figures and stream.
 type streamEvents struct {
-	next  autoscale.Events
+	next  events.Sink
 	hub   *telemetry.Hub
 	stats *telemetry.Stats
 }
 
-func (e streamEvents) Emit(ctx context.Context, ev autoscale.Event) {
-	e.next.Emit(ctx, ev)
+func (e streamEvents) Publish(em events.Event) {
+	e.next.Publish(em)
+	ev, ok := em.Data.(autoscale.Event)
+	if !ok {
+		return // only the autoscaler's events come this way
+	}
 	e.stats.Scaling(ev.Hostname, ev.At)
 	if !e.hub.Active() {
 		return

@@ -28,6 +28,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/cache"
 	"github.com/aperio-dev/aperio/dashboard"
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
@@ -79,14 +80,17 @@ type Gateway struct {
 	shares *access.Keyring // share links, keys per organization
 	keys   *signing.Keys   // the store's signing keys behind signer and shares
 	oidc   *oidc.Provider  // the oidc: block's provider; nil without one
-	// authAudit writes auth_denied entries, sampled, off the request path.
-	authAudit *authAuditor
-	api       http.Handler  // the admin API under /aperio/api
-	admin     *admin.API    // the admin API itself: its login routes
-	ui        *dashboard.UI // the dashboard under /aperio/, a client of api
-	db        *store.DB
-	ctl       *autoscale.Controller // nil unless scaling is on
-	armed     *armLoader            // loads the router's armed binds; nil unless scaling is on
+	// events is the emit path of the gateway's own events (client
+	// connections and refusals, auth_denied, token_expiring,
+	// config_reloaded): each audited, then handed to hooks. Its queue
+	// takes those of the request and handshake paths off them.
+	events *events.Emitter
+	api    http.Handler  // the admin API under /aperio/api
+	admin  *admin.API    // the admin API itself: its login routes
+	ui     *dashboard.UI // the dashboard under /aperio/, a client of api
+	db     *store.DB
+	ctl    *autoscale.Controller // nil unless scaling is on
+	armed  *armLoader            // loads the router's armed binds; nil unless scaling is on
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *fence.Client
@@ -167,6 +171,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	g.events = events.New(events.Config{Audit: g.db, Sink: g.hooks, Logger: log})
 	var stale *cache.Cache
 	if cfg.CacheEnabled {
 		cc := cfg.Cache
@@ -229,7 +234,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	// Admission (client_allowed_ips, max_connections, max_clients) comes
 	// before the router and after the audit of refusals.
 	registry = newAdmissionRegistry(registry, g.db, log)
-	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, log: log, budget: newRefusalBudget(time.Now),
+	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, events: g.events, log: log, budget: newRefusalBudget(time.Now),
 		binds: newBindAudits(rt, time.Now)}}
 	tc.Logger = log
 	ts, err := tunnel.NewServer(tc)
@@ -274,7 +279,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Logger: log,
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, rt: rt}, Stream: g.hub})
 	if err != nil {
@@ -456,10 +461,15 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}
 	}()
+	// The events queued off the request and handshake paths are written
+	// for the server's lifetime; those still queued at shutdown are
+	// abandoned.
 	audited := make(chan struct{})
 	go func() {
 		defer close(audited)
-		g.authAudit.run(wctx)
+		if err := g.events.Run(wctx); err != nil {
+			g.log.Error("event queue stopped", logkey.Err, err)
+		}
 	}()
 	warned := make(chan struct{})
 	go func() {

@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // orgLookupTimeout bounds the read of a token's organization limits at a
@@ -251,15 +253,13 @@ func (g *Gateway) warnExpiring(ctx context.Context, now time.Time) {
 			if !ok {
 				continue // another server sent it
 			}
-			// EVENT: token_expiring (the webhook event; the lead wires the emit).
-			_, err = g.db.AppendAudit(ctx, store.AuditEntry{OrgID: t.OrgID, Event: EventTokenExpiring, Actor: "server",
-				Detail: fmt.Sprintf("token %s name=%q expires at %s (warning %s)", t.ID, t.Name, t.ExpiresAt.UTC().Format(time.RFC3339), th.name)})
-			if err != nil {
-				g.log.Error("audit write failed", logkey.Event, EventTokenExpiring, logkey.Err, err)
-			}
+			exp := t.ExpiresAt.UTC().Format(time.RFC3339)
+			g.events.Emit(ctx, events.Event{Kind: EventTokenExpiring, OrgID: t.OrgID, Actor: "server",
+				Detail: fmt.Sprintf("token %s name=%q expires at %s (warning %s)", t.ID, t.Name, exp, th.name),
+				Fields: map[string]any{"token_id": t.ID, "name": t.Name, "expires_at": exp, "warning": th.name}})
 		}
 	}
 }
 
 // EventTokenExpiring is the audit event of an expiry warning.
-const EventTokenExpiring = "token_expiring"
+const EventTokenExpiring = wire.EventTokenExpiring

@@ -76,7 +76,7 @@ func (g *Gateway) registerMetrics() error {
 	var hooksDropped metric.Int64ObservableCounter
 	if g.hooks != nil {
 		hooksDropped, err = m.Int64ObservableCounter(metricHooksDropped,
-			metric.WithDescription("Webhook events (autoscaling, maintenance) not delivered because the delivery queue was full."))
+			metric.WithDescription("Webhook events not delivered because the delivery queue, or their subscription's own queue (a receiver slower than its events), was full."))
 		if err != nil {
 			return err
 		}

@@ -3,14 +3,13 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"time"
 
-	"github.com/aperio-dev/aperio/internal/logkey"
-	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/events"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // Audit events of a configuration reload.
@@ -18,7 +17,7 @@ const (
 	// EventConfigReloaded is audited when a reload applied a new
 	// configuration; its detail names the reason, the keys applied and
 	// those that need a restart.
-	EventConfigReloaded = "config_reloaded"
+	EventConfigReloaded = wire.EventConfigReloaded
 	// EventConfigReloadFailed is audited when a reload was refused (the
 	// file did not load or validate, a certificate did not load): the
 	// server runs on as it was; its detail holds the reason and the error.
@@ -264,11 +263,22 @@ func (g *Gateway) AuditReload(ctx context.Context, reason string, applied, resta
 	if len(detail) > maxReloadDetailBytes {
 		detail = strings.ToValidUTF8(detail[:maxReloadDetailBytes], "") + "…"
 	}
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, aerr := g.db.AppendAudit(actx, store.AuditEntry{Event: ev, Actor: "server", Detail: detail}); aerr != nil && !errors.Is(aerr, context.Canceled) {
-		g.log.Warn("reload not audited", logkey.Err, aerr)
+	// A reload is the operator's: its webhook goes to the default
+	// organization's subscriptions, and the entry is in its audit log.
+	e := events.Event{Kind: ev, OrgID: g.defaultOrg, Actor: "server", Detail: detail,
+		Fields: map[string]any{"reason": reason, "applied": nonNil(applied), "restart_needed": nonNil(restart)}}
+	if err != nil {
+		e.Fields = map[string]any{"reason": reason, "error": err.Error()}
 	}
+	g.events.Emit(ctx, e)
+}
+
+// nonNil is keys, or an empty list: a payload says [] rather than null.
+func nonNil(keys []string) []string {
+	if keys == nil {
+		return []string{}
+	}
+	return keys
 }
 
 // listOrNone joins keys, or says none.

@@ -130,7 +130,7 @@ type backend interface {
 	// fn returns false, then returns the head and the oldest unchained
 	// entry, all read from one snapshot.
 	readAuditChain(ctx context.Context, fn func(AuditEntry) bool) (auditChain, error)
-	listAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error)
+	listAudit(ctx context.Context, q AuditQuery, alias string) ([]AuditEntry, error)
 
 	// addSigningKey inserts k after checking, under a lock that
 	// serializes writers of the series, that k.Generation is one more

@@ -768,22 +768,27 @@ func testAuditQuery(t *testing.T, b backend) {
 	e2 := add(1, store.AuditEntry{OrgID: a.ID, Event: "token_revoked", Actor: "key:k1", Hostname: "app.example.com"})
 	e3 := add(2, store.AuditEntry{Event: "token_minted", Actor: "key:k1", Hostname: "other.example.com"})
 	e4 := add(3, store.AuditEntry{OrgID: a.ID, Event: "maintenance_set", Actor: "master"})
+	e5 := add(4, store.AuditEntry{OrgID: a.ID, Event: "token_created", Actor: "master"})
 	tests := []struct {
 		name string
 		q    store.AuditQuery
 		want []store.AuditEntry
 	}{
-		{"none", store.AuditQuery{}, []store.AuditEntry{e4, e3, e2, e1}},
-		{"event", store.AuditQuery{Event: "token_minted"}, []store.AuditEntry{e3, e1}},
+		{"none", store.AuditQuery{}, []store.AuditEntry{e5, e4, e3, e2, e1}},
+		{"event", store.AuditQuery{Event: "token_revoked"}, []store.AuditEntry{e2}},
+		// token_minted was renamed token_created: the new name finds the
+		// stored old one, the old name only itself.
+		{"renamed event", store.AuditQuery{Event: "token_created"}, []store.AuditEntry{e5, e3, e1}},
+		{"old name", store.AuditQuery{Event: "token_minted"}, []store.AuditEntry{e3, e1}},
 		{"actor", store.AuditQuery{Actor: "key:k1"}, []store.AuditEntry{e3, e2}},
 		{"hostname exact", store.AuditQuery{Hostname: "app.example.com"}, []store.AuditEntry{e2, e1}},
 		{"hostname no prefix match", store.AuditQuery{Hostname: "example.com"}, []store.AuditEntry{}},
-		{"since inclusive", store.AuditQuery{Since: e2.At}, []store.AuditEntry{e4, e3, e2}},
+		{"since inclusive", store.AuditQuery{Since: e2.At}, []store.AuditEntry{e5, e4, e3, e2}},
 		{"until exclusive", store.AuditQuery{Until: e2.At}, []store.AuditEntry{e1}},
 		{"window", store.AuditQuery{Since: e2.At, Until: e4.At}, []store.AuditEntry{e3, e2}},
 		{"org and event", store.AuditQuery{OrgID: a.ID, Event: "token_minted"}, []store.AuditEntry{e1}},
 		{"all filters", store.AuditQuery{OrgID: a.ID, Event: "token_revoked", Actor: "key:k1", Hostname: "app.example.com", Since: t0, Until: t0.Add(time.Hour)}, []store.AuditEntry{e2}},
-		{"limit", store.AuditQuery{Actor: "master", Limit: 1}, []store.AuditEntry{e4}},
+		{"limit", store.AuditQuery{Actor: "master", Limit: 1}, []store.AuditEntry{e5}},
 		{"like is not a pattern", store.AuditQuery{Event: "token%"}, []store.AuditEntry{}},
 		{"empty window", store.AuditQuery{Since: e4.At, Until: e1.At}, []store.AuditEntry{}},
 	}

@@ -1050,16 +1050,16 @@ func (b *pgBackend) readAuditChain(ctx context.Context, fn func(AuditEntry) bool
 	return c, pgErr(err)
 }
 
-func (b *pgBackend) listAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
+func (b *pgBackend) listAudit(ctx context.Context, q AuditQuery, alias string) ([]AuditEntry, error) {
 	// A zero filter is '' or NULL and turns its condition off, so that one
 	// statement serves every combination.
 	rows, err := b.pool.Query(ctx,
 		`SELECT `+pgAuditCols+` FROM audit
-		WHERE ($1 = '' OR org_id = $1) AND ($2 = '' OR event = $2) AND ($3 = '' OR actor = $3)
+		WHERE ($1 = '' OR org_id = $1) AND ($2 = '' OR event = $2 OR event = $8) AND ($3 = '' OR actor = $3)
 		AND ($4 = '' OR hostname = $4)
 		AND ($5::timestamptz IS NULL OR at >= $5) AND ($6::timestamptz IS NULL OR at < $6)
 		ORDER BY at DESC, id DESC LIMIT $7`,
-		q.OrgID, q.Event, q.Actor, q.Hostname, pgTimeOrNull(q.Since), pgTimeOrNull(q.Until), q.Limit)
+		q.OrgID, q.Event, q.Actor, q.Hostname, pgTimeOrNull(q.Since), pgTimeOrNull(q.Until), q.Limit, alias)
 	return pgCollect(rows, err, pgScanAudit)
 }
 

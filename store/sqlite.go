@@ -1086,7 +1086,7 @@ func sqliteReadAuditChain(ctx context.Context, tx *sql.Tx, fn func(AuditEntry) b
 	return c, nil
 }
 
-func (b *sqliteBackend) listAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
+func (b *sqliteBackend) listAudit(ctx context.Context, q AuditQuery, alias string) ([]AuditEntry, error) {
 	// Times are stored fixed-width in UTC, so text order is time order;
 	// an empty bound turns its condition off.
 	var since, until string
@@ -1098,10 +1098,10 @@ func (b *sqliteBackend) listAudit(ctx context.Context, q AuditQuery) ([]AuditEnt
 	}
 	rows, err := b.r.QueryContext(ctx,
 		`SELECT `+sqliteAuditCols+` FROM audit
-		WHERE (?1 = '' OR org_id = ?1) AND (?2 = '' OR event = ?2) AND (?3 = '' OR actor = ?3)
+		WHERE (?1 = '' OR org_id = ?1) AND (?2 = '' OR event = ?2 OR event = ?8) AND (?3 = '' OR actor = ?3)
 		AND (?4 = '' OR hostname = ?4) AND (?5 = '' OR at >= ?5) AND (?6 = '' OR at < ?6)
 		ORDER BY at DESC, id DESC LIMIT ?7`,
-		q.OrgID, q.Event, q.Actor, q.Hostname, since, until, q.Limit)
+		q.OrgID, q.Event, q.Actor, q.Hostname, since, until, q.Limit, alias)
 	if err != nil {
 		return nil, sqliteErr(err)
 	}

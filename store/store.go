@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/wire"
 )
 
 // Sentinel errors. Callers test for them with errors.Is; the store wraps
@@ -710,7 +711,9 @@ func (db *DB) ListAudit(ctx context.Context, orgID string, limit int) ([]AuditEn
 type AuditQuery struct {
 	// OrgID is the organization; "" means every one.
 	OrgID string
-	// Event, Actor and Hostname match exactly.
+	// Event, Actor and Hostname match exactly, except that an event
+	// renamed since entries were stored also matches its old name
+	// (wire.EventTokenCreated matches wire.EventTokenMintedLegacy).
 	Event, Actor, Hostname string
 	// Since and Until bound At: Since <= At < Until.
 	Since, Until time.Time
@@ -739,11 +742,21 @@ func (db *DB) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error
 		q.Limit = DefaultAuditLimit
 	}
 	q.Limit = min(q.Limit, MaxAuditLimit)
-	es, err := db.b.listAudit(ctx, q)
+	es, err := db.b.listAudit(ctx, q, auditAlias(q.Event))
 	if err != nil {
 		return nil, db.fail("list audit", err)
 	}
 	return es, nil
+}
+
+// auditAlias returns the name that entries stored before event was
+// renamed carry, or event itself: the audit log is append-only and
+// hash-chained, so renamed events are matched, never rewritten.
+func auditAlias(event string) string {
+	if event == wire.EventTokenCreated {
+		return wire.EventTokenMintedLegacy
+	}
+	return event
 }
 
 // checkOwned validates what every secret-backed record needs.

@@ -1,8 +1,11 @@
 // Package webhook owns the delivery of server events to the HTTP endpoints
 // organizations subscribe: the JSON payload, its signatures (the Standard
 // Webhooks webhook-signature, and the older X-Aperio-Signature),
-// the bounded queue between the emitter and the network, and the retries
-// with backoff. Every delivery goes out through the outbound fence.
+// the bounded queues between the emitter and the network (one for fan-out,
+// one per subscription, so that a slow receiver holds up only its own
+// deliveries), the short-lived cache of each organization's subscriptions,
+// and the retries with backoff. Every delivery goes out through the
+// outbound fence.
 package webhook
 
 import (
@@ -24,6 +27,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/events"
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -47,10 +51,28 @@ const (
 
 // Defaults and limits.
 const (
-	// DefaultMaxQueue is the default bound on queued events.
+	// DefaultMaxQueue is the default bound on events waiting for fan-out.
 	DefaultMaxQueue = 1000
-	// DefaultWorkers is the default number of concurrent deliveries.
-	DefaultWorkers = 4
+	// DefaultSubscriptionQueue is the default bound on the deliveries
+	// waiting for one subscription.
+	DefaultSubscriptionQueue = 100
+	// DefaultWorkers is the default number of concurrent deliveries to
+	// one subscription: one, so that a receiver sees its events in order.
+	DefaultWorkers = 1
+	// MaxWorkers bounds Config.Workers: a receiver is never sent more
+	// than two deliveries at once.
+	MaxWorkers = 2
+	// CacheTTL is how long an organization's subscriptions are reused
+	// before they are read from the store again. Invalidate drops them at
+	// once on the server that changed them; another server sharing the
+	// database sees a new or deleted subscription within CacheTTL (the
+	// store has no change notification for webhooks).
+	CacheTTL = 5 * time.Second
+	// lookupTimeout bounds one read of the subscriptions.
+	lookupTimeout = 5 * time.Second
+	// idleWorker is how long a subscription's worker waits for a delivery
+	// before it exits; the next delivery starts it again.
+	idleWorker = time.Minute
 	// MaxAttempts is how many times one delivery is tried before it is
 	// given up.
 	MaxAttempts = 5
@@ -84,14 +106,21 @@ type Config struct {
 	// Logger receives deliveries given up, dropped events and lookup
 	// failures at Warn, successful deliveries at Debug; nil discards them.
 	Logger *slog.Logger
-	// MaxQueue bounds the events waiting for delivery, and separately the
-	// deliveries waiting for a worker; 0 means DefaultMaxQueue. Emit drops
-	// an event that finds the queue full.
+	// MaxQueue bounds the events waiting for fan-out; 0 means
+	// DefaultMaxQueue. Publish (and Emit, EmitMaintenance) drops an event
+	// that finds it full.
 	MaxQueue int
-	// Workers is how many deliveries run at once; 0 means DefaultWorkers.
-	// A worker is busy for the whole of a delivery, its waits between
-	// attempts included.
+	// SubscriptionQueue bounds the deliveries waiting for one
+	// subscription; 0 means DefaultSubscriptionQueue. A delivery that
+	// finds its subscription's queue full is dropped and counted, so a
+	// receiver that hangs never holds up another's deliveries.
+	SubscriptionQueue int
+	// Workers is how many deliveries to one subscription run at once,
+	// 1 to MaxWorkers; 0 means DefaultWorkers. A worker is busy for the
+	// whole of a delivery, its waits between attempts included.
 	Workers int
+	// Now is the clock of the subscription cache; nil means time.Now.
+	Now func() time.Time
 	// Backoff returns the wait after the attempt-th failed attempt
 	// (1-based); nil means DefaultBackoff. Tests pass tiny durations.
 	Backoff func(attempt int) time.Duration
@@ -106,6 +135,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.MaxQueue == 0 {
 		cfg.MaxQueue = def.MaxQueue
 	}
+	if cfg.SubscriptionQueue == 0 {
+		cfg.SubscriptionQueue = def.SubscriptionQueue
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Workers == 0 {
 		cfg.Workers = def.Workers
 	}
@@ -116,10 +151,10 @@ func (cfg Config) withDefaults() Config {
 }
 
 // DefaultConfig returns the default delivery settings: DefaultMaxQueue,
-// DefaultWorkers and DefaultBackoff. Subscriptions, Client and Logger are
-// nil.
+// DefaultSubscriptionQueue, DefaultWorkers and DefaultBackoff.
+// Subscriptions, Client, Logger and Now are nil.
 func DefaultConfig() Config {
-	return Config{MaxQueue: DefaultMaxQueue, Workers: DefaultWorkers, Backoff: DefaultBackoff}
+	return Config{MaxQueue: DefaultMaxQueue, SubscriptionQueue: DefaultSubscriptionQueue, Workers: DefaultWorkers, Backoff: DefaultBackoff}
 }
 
 // Validate reports every problem with cfg's settings; the required
@@ -129,8 +164,11 @@ func (cfg Config) Validate() error {
 	if cfg.MaxQueue < 0 {
 		errs = append(errs, fmt.Errorf("webhook: max queue %d is negative", cfg.MaxQueue))
 	}
-	if cfg.Workers < 0 {
-		errs = append(errs, fmt.Errorf("webhook: workers %d is negative", cfg.Workers))
+	if cfg.SubscriptionQueue < 0 {
+		errs = append(errs, fmt.Errorf("webhook: subscription queue %d is negative", cfg.SubscriptionQueue))
+	}
+	if cfg.Workers < 0 || cfg.Workers > MaxWorkers {
+		errs = append(errs, fmt.Errorf("webhook: workers %d is not between 1 and %d", cfg.Workers, MaxWorkers))
 	}
 	return errors.Join(errs...)
 }
@@ -155,34 +193,57 @@ type delivery struct {
 	body  []byte
 }
 
-// queued is an event waiting to be fanned out: a scaling event, or (maint
-// set) a maintenance event.
+// queued is an event waiting to be fanned out: a scaling event, (maint
+// set) a maintenance event, or (ev set) any other.
 type queued struct {
 	typ, orgID string
 	scaling    autoscale.Event
 	maint      *MaintenanceEvent
+	ev         *events.Event
 }
 
 // payload encodes q as a delivery body.
 func (q *queued) payload() ([]byte, error) {
-	if q.maint != nil {
+	switch {
+	case q.maint != nil:
 		return marshalMaintenance(*q.maint)
+	case q.ev != nil:
+		return marshalEvent(*q.ev)
 	}
 	return marshalPayload(q.scaling)
 }
 
-// Dispatcher delivers events to webhooks. Emit and EmitMaintenance queue;
-// Run delivers. It is safe for concurrent use. Create it with New.
+// Dispatcher delivers events to webhooks. Publish, Emit and
+// EmitMaintenance queue; Run delivers. It is safe for concurrent use.
+// Create it with New.
 type Dispatcher struct {
 	cfg     Config
 	log     *slog.Logger
-	events  chan queued   // bounded by MaxQueue; Emit drops when full
-	work    chan delivery // bounded by MaxQueue; fanLoop waits
+	events  chan queued // bounded by MaxQueue; Publish drops when full
 	started atomic.Bool
-	dropped atomic.Int64
+	dropped atomic.Int64 // events and deliveries dropped, both queues
+	// subDropped counts the deliveries dropped on a full subscription
+	// queue (also in dropped).
+	subDropped atomic.Int64
 	// dropping is set by the first drop of an overflow and cleared by the
 	// next event queued, so that each overflow is logged once.
 	dropping atomic.Bool
+	cache    subCache
+	wg       sync.WaitGroup // Run's goroutines: fanLoop and the workers
+
+	mu   sync.Mutex           // guards the following fields
+	subs map[string]*subQueue // by subscription ID; workers remove their own when idle
+}
+
+// subQueue is one subscription's deliveries, with the count of its
+// running workers.
+type subQueue struct {
+	id      string
+	work    chan delivery // bounded by SubscriptionQueue; fanLoop drops when full
+	workers int           // guarded by Dispatcher.mu
+	// dropping is set by the first drop of an overflow and cleared by the
+	// next delivery queued, so that each overflow is logged once.
+	dropping bool // guarded by Dispatcher.mu
 }
 
 // New returns a Dispatcher, or every problem of cfg: a missing
@@ -203,7 +264,8 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 		events: make(chan queued, cfg.MaxQueue),
-		work:   make(chan delivery, cfg.MaxQueue),
+		cache:  subCache{ttl: CacheTTL, now: cfg.Now, orgs: make(map[string]*orgSubs)},
+		subs:   make(map[string]*subQueue),
 	}, nil
 }
 
@@ -223,6 +285,27 @@ func (d *Dispatcher) EmitMaintenance(_ context.Context, e MaintenanceEvent) {
 	d.enqueue(queued{typ: e.Type, orgID: e.OrgID, maint: &e})
 }
 
+// Publish queues e for delivery to every subscription of e.OrgID that
+// lists e.Kind, like Emit: it never blocks, and drops the event when the
+// queue is full. An e.Data of type autoscale.Event or MaintenanceEvent is
+// delivered with that kind's payload, anything else with the generic one
+// (see EventPayload). Publish implements events.Sink.
+func (d *Dispatcher) Publish(e events.Event) {
+	switch data := e.Data.(type) {
+	case autoscale.Event:
+		d.enqueue(queued{typ: e.Kind, orgID: e.OrgID, scaling: data})
+	case MaintenanceEvent:
+		d.enqueue(queued{typ: e.Kind, orgID: e.OrgID, maint: &data})
+	default:
+		d.enqueue(queued{typ: e.Kind, orgID: e.OrgID, ev: &e})
+	}
+}
+
+// Invalidate forgets the cached subscriptions of orgID, so that the next
+// event of orgID reads them from the store: call it after creating or
+// deleting one of its webhooks. It never blocks on a lookup.
+func (d *Dispatcher) Invalidate(orgID string) { d.cache.invalidate(orgID) }
+
 func (d *Dispatcher) enqueue(q queued) {
 	select {
 	case d.events <- q:
@@ -236,9 +319,15 @@ func (d *Dispatcher) enqueue(q queued) {
 	}
 }
 
-// Dropped returns how many events Emit has dropped because the queue was
-// full, since New.
+// Dropped returns how many events Publish, Emit and EmitMaintenance have
+// dropped because the fan-out queue was full, plus how many deliveries were
+// dropped because their subscription's queue was full, since New.
 func (d *Dispatcher) Dropped() int64 { return d.dropped.Load() }
+
+// SubscriptionDropped returns how many deliveries were dropped because
+// their subscription's queue was full (a receiver slower than its
+// events), since New. They are counted in Dropped too.
+func (d *Dispatcher) SubscriptionDropped() int64 { return d.subDropped.Load() }
 
 // Run delivers queued events until ctx is done, then abandons deliveries
 // in progress, waits for its goroutines to exit and returns nil. It may be
@@ -247,18 +336,15 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if d.started.Swap(true) {
 		return errors.New("webhook: Run called twice")
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { d.fanLoop(ctx) })
-	for range d.cfg.Workers {
-		wg.Go(func() { d.deliverLoop(ctx) })
-	}
-	wg.Wait()
+	d.wg.Go(func() { d.fanLoop(ctx) })
+	d.wg.Wait()
 	return nil
 }
 
-// fanLoop turns each event into one delivery per subscription. When the
-// workers fall behind it waits for room, and Emit's queue absorbs the
-// difference, then drops.
+// fanLoop turns each event into one delivery per subscription, each put
+// in its subscription's queue without waiting: a full queue drops the
+// delivery. It never waits for a receiver, so one that hangs delays only
+// its own deliveries.
 func (d *Dispatcher) fanLoop(ctx context.Context) {
 	for {
 		var e queued
@@ -267,7 +353,7 @@ func (d *Dispatcher) fanLoop(ctx context.Context) {
 			return
 		case e = <-d.events:
 		}
-		subs, err := d.cfg.Subscriptions.WebhooksFor(ctx, e.orgID, e.typ)
+		subs, err := d.subscriptions(ctx, e.orgID, e.typ)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("webhook lookup failed, event not delivered",
@@ -286,26 +372,92 @@ func (d *Dispatcher) fanLoop(ctx context.Context) {
 					break
 				}
 			}
-			dl := delivery{id: newDeliveryID(), sub: s, event: e.typ, body: body}
-			select {
-			case <-ctx.Done():
-				return
-			case d.work <- dl:
-			}
+			d.queue(ctx, delivery{id: newDeliveryID(), sub: s, event: e.typ, body: body})
 		}
 	}
 }
 
-// deliverLoop runs deliveries one at a time.
-func (d *Dispatcher) deliverLoop(ctx context.Context) {
+// subscriptions returns the subscriptions of orgID that list event, from
+// the cache when it has them, else from the Lister (bounded by
+// lookupTimeout), cached for CacheTTL.
+func (d *Dispatcher) subscriptions(ctx context.Context, orgID, event string) ([]Subscription, error) {
+	subs, gen, ok := d.cache.get(orgID, event)
+	if ok {
+		return subs, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	subs, err := d.cfg.Subscriptions.WebhooksFor(lctx, orgID, event)
+	if err != nil {
+		return nil, err
+	}
+	d.cache.put(orgID, event, gen, subs)
+	return subs, nil
+}
+
+// queue puts dl in its subscription's queue, starting the subscription's
+// workers if they are not all running; it drops dl, counted, when the
+// queue is full. It never blocks.
+func (d *Dispatcher) queue(ctx context.Context, dl delivery) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	q := d.subs[dl.sub.ID]
+	if q == nil {
+		q = &subQueue{id: dl.sub.ID, work: make(chan delivery, d.cfg.SubscriptionQueue)}
+		d.subs[dl.sub.ID] = q
+	}
+	for q.workers < d.cfg.Workers {
+		q.workers++
+		d.wg.Go(func() { d.deliverLoop(ctx, q) })
+	}
+	select {
+	case q.work <- dl:
+		q.dropping = false
+	default:
+		d.subDropped.Add(1)
+		n := d.dropped.Add(1)
+		if !q.dropping {
+			q.dropping = true
+			d.log.Warn("webhook subscription queue full, dropping deliveries",
+				logkey.Event, dl.event, logkey.OrgID, dl.sub.OrgID, logkey.WebhookID, dl.sub.ID, logkey.Dropped, n)
+		}
+	}
+}
+
+// deliverLoop runs q's deliveries one at a time until ctx is done, or
+// until it has waited idleWorker for one with the queue empty: then it
+// exits, and the subscription's next delivery starts a worker again.
+func (d *Dispatcher) deliverLoop(ctx context.Context, q *subQueue) {
+	idle := time.NewTimer(idleWorker)
+	defer idle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case dl := <-d.work:
+		case dl := <-q.work:
 			d.deliver(ctx, dl)
+		case <-idle.C:
+			if d.retire(q) {
+				return
+			}
 		}
+		idle.Reset(idleWorker)
 	}
+}
+
+// retire ends one of q's workers if q is empty, forgetting q with its last
+// worker; it reports whether the worker ends.
+func (d *Dispatcher) retire(q *subQueue) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(q.work) > 0 {
+		return false
+	}
+	q.workers--
+	if q.workers == 0 && d.subs[q.id] == q {
+		delete(d.subs, q.id)
+	}
+	return true
 }
 
 // deliver tries dl up to MaxAttempts times, waiting Backoff between
@@ -496,5 +648,32 @@ func marshalMaintenance(e MaintenanceEvent) ([]byte, error) {
 	return json.Marshal(MaintenancePayload{
 		Event: e.Type, At: e.At.UTC(), OrgID: e.OrgID, Hostname: e.Hostname,
 		Detail: MaintenanceDetail{By: e.By, Reason: e.Reason, ExpiresAt: exp},
+	})
+}
+
+// EventPayload is the JSON body of a delivery of any event that has no
+// payload of its own (all but the scaling and maintenance ones): the same
+// envelope as Payload, with Detail holding "actor" (who did it),
+// "summary" (the audit entry's text) and the kind's own fields
+// (docs/webhooks.md).
+type EventPayload struct {
+	Event    string         `json:"event"`
+	At       time.Time      `json:"at"`
+	OrgID    string         `json:"org_id"`
+	Hostname string         `json:"hostname"`
+	Path     string         `json:"path"`
+	Detail   map[string]any `json:"detail"`
+}
+
+// marshalEvent encodes e as a delivery body. The kind's own fields never
+// replace actor or summary.
+func marshalEvent(e events.Event) ([]byte, error) {
+	detail := make(map[string]any, len(e.Fields)+2)
+	for k, v := range e.Fields {
+		detail[k] = v
+	}
+	detail["actor"], detail["summary"] = e.Actor, e.Detail
+	return json.Marshal(EventPayload{
+		Event: e.Kind, At: e.At.UTC(), OrgID: e.OrgID, Hostname: e.Hostname, Path: e.Path, Detail: detail,
 	})
 }

@@ -33,11 +33,39 @@ const Master = "master"
 // Roles returns the roles of admin keys, least privileged first.
 func Roles() []string { return []string{RoleViewer, RoleOperator, RoleAdmin} }
 
-// The events a webhook subscription may name: the autoscaler's event types
-// (autoscale.EventTypes on the server) and the admin API's maintenance
-// events (webhook.EventMaintenanceOn and Off); a test in package admin
-// keeps them equal to WebhookEvents.
+// The events a webhook subscription may name, which are also the audit
+// log's names for them. Every one is emitted through package events (one
+// function appends the audit entry and hands the event to webhook
+// delivery); a test in package events keeps this list and the emitters
+// in step.
 const (
+	// EventClientConnected is a client's tunnel session attached.
+	EventClientConnected = "client_connected"
+	// EventClientDisconnected is a client's tunnel session detached.
+	EventClientDisconnected = "client_disconnected"
+	// EventClientRefused is a client refused at its handshake (a bad,
+	// revoked or expired token, a limit reached).
+	EventClientRefused = "client_refused"
+	// EventTokenCreated is a client token minted through the API. Audit
+	// entries written before the rename read "token_minted"; an audit
+	// query for token_created matches them too.
+	EventTokenCreated = "token_created"
+	// EventTokenRevoked is a client token revoked through the API.
+	EventTokenRevoked = "token_revoked"
+	// EventTokenRotated is a client token's secret replaced through the
+	// API.
+	EventTokenRotated = "token_rotated"
+	// EventTokenExpiring is a token's expiry drawing near (7 days, then 1
+	// day before), sent once across servers.
+	EventTokenExpiring = "token_expiring"
+	// EventQuotaExceeded is a token or organization refused for having
+	// used up a byte quota.
+	EventQuotaExceeded = "quota_exceeded"
+	// EventMaintenanceOn is maintenance turned on (or set again) for a
+	// hostname through the API.
+	EventMaintenanceOn = "maintenance_on"
+	// EventMaintenanceOff is maintenance turned off through the API.
+	EventMaintenanceOff = "maintenance_off"
 	// EventScalingRequested is a scaling call the provider accepted (2xx).
 	EventScalingRequested = "scaling_requested"
 	// EventScalingFailed is a scaling call that failed: a non-2xx answer, a
@@ -46,17 +74,28 @@ const (
 	// EventScalingDisarmed is the breaker tripping after repeated failed
 	// calls.
 	EventScalingDisarmed = "scaling_disarmed"
-	// EventMaintenanceOn is maintenance turned on (or set again) for a
-	// hostname through the API.
-	EventMaintenanceOn = "maintenance_on"
-	// EventMaintenanceOff is maintenance turned off through the API.
-	EventMaintenanceOff = "maintenance_off"
+	// EventAuthDenied is a visitor refused by a service's access control;
+	// sampled, at most one per organization and hostname in each
+	// interval, the rest counted in the next one.
+	EventAuthDenied = "auth_denied"
+	// EventConfigReloaded is the server's configuration reloaded.
+	EventConfigReloaded = "config_reloaded"
 )
+
+// EventTokenMintedLegacy is the audit name token_created had before #20;
+// stored entries keep it.
+const EventTokenMintedLegacy = "token_minted"
 
 // WebhookEvents returns the events a webhook subscription may name, in the
 // server's fixed order.
 func WebhookEvents() []string {
-	return []string{EventScalingRequested, EventScalingFailed, EventScalingDisarmed, EventMaintenanceOn, EventMaintenanceOff}
+	return []string{
+		EventClientConnected, EventClientDisconnected, EventClientRefused,
+		EventTokenCreated, EventTokenRevoked, EventTokenRotated, EventTokenExpiring,
+		EventQuotaExceeded, EventMaintenanceOn, EventMaintenanceOff,
+		EventScalingRequested, EventScalingFailed, EventScalingDisarmed,
+		EventAuthDenied, EventConfigReloaded,
+	}
 }
 
 // Org is an organization as the API shows it.
