@@ -87,3 +87,9 @@ func (g *Gateway) StreamSubscribersForTest() int { return g.hub.Subscribers() }
 func (g *Gateway) StallForTest() (*telemetry.Subscription, error) {
 	return g.hub.Subscribe(telemetry.StreamFilter{Types: []string{wire.StreamAccess}})
 }
+
+// FlushUsageForTest writes the usage meter's counts to the store now and
+// refreshes its quotas, as its loop does every usage_flush_interval.
+func (g *Gateway) FlushUsageForTest(ctx context.Context) error {
+	return g.usage.Flush(ctx)
+}
