@@ -362,6 +362,26 @@ func (s meterStore) UsageTotals(ctx context.Context, day, month time.Time, token
 // (aperio_token_bytes_total in Prometheus).
 const metricTokenBytes = "aperio.token_bytes"
 
+// tokenLabels gives each token its label of aperio_token_bytes_total:
+// its ID (wire.Master for the master token) for the first
+// tokenBytesLabels tokens seen, for good, and tokenLabelOther for every
+// later one. A token never moves between its series and other's, so each
+// stays monotonic. Not safe for concurrent use.
+type tokenLabels map[string]bool
+
+func (l tokenLabels) label(id string) string {
+	if id == "" {
+		id = wire.Master
+	}
+	if !l[id] {
+		if len(l) >= tokenBytesLabels {
+			return tokenLabelOther
+		}
+		l[id] = true
+	}
+	return id
+}
+
 // registerUsageMetric exposes the meter's per-token bytes, read at
 // collection time: the request path pays nothing for the metric.
 func (g *Gateway) registerUsageMetric(m metric.Meter) error {
@@ -371,27 +391,14 @@ func (g *Gateway) registerUsageMetric(m metric.Meter) error {
 		return err
 	}
 	type sums struct{ in, out int64 }
-	// seen holds the tokens with a label of their own, for good: a token
-	// never moves between its series and other's, so each stays
-	// monotonic. Two scrapes may collect at once.
-	var mu sync.Mutex // guards seen
-	seen := map[string]bool{}
+	var mu sync.Mutex // guards labels: two scrapes may collect at once
+	labels := tokenLabels{}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		mu.Lock()
 		defer mu.Unlock()
 		by := map[string]*sums{}
 		g.usage.TokenBytes(func(id string, in, out int64) {
-			label := id
-			if id == "" {
-				label = wire.Master
-			}
-			if !seen[label] {
-				if len(seen) >= tokenBytesLabels {
-					label = tokenLabelOther
-				} else {
-					seen[label] = true
-				}
-			}
+			label := labels.label(id)
 			s := by[label]
 			if s == nil {
 				s = &sums{}

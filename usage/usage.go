@@ -8,11 +8,13 @@
 // flushed yet, and says when a token is over its daily_max_bytes or an
 // organization over its monthly_max_bytes.
 //
-// Overshoot: a server learns of the other servers' bytes only at its
-// flush, so a quota can be passed by at most one flush interval × the
-// rate of each server × the number of servers (plus the requests in
-// flight when the quota is reached: a request is admitted or refused as
-// it starts, and counted as it ends).
+// Overshoot: a server learns of another server's bytes only once that
+// server has flushed them and this one has re-read the totals at its own
+// flush, up to two flush intervals after they were served; so servers
+// sharing a quota may pass it by at most two flush intervals of their
+// combined byte rate, plus the requests in flight when it is reached (a
+// request is admitted or refused as it starts, and counted as it ends).
+// A server's own counts are judged at once.
 package usage
 
 import (
