@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/gateway"
 	"github.com/aperio-dev/aperio/store/storetest"
 	"github.com/aperio-dev/aperio/wire"
@@ -294,4 +295,56 @@ func TestQuotaAcrossServers(t *testing.T) {
 			t.Errorf("GET /usage through %s = %d bytes in %d requests, want %d in %d", s.addr, b, n, served, requests)
 		}
 	}
+}
+
+// TestOrgMonthlyQuota: an organization's monthly_max_bytes set while its
+// client is connected applies within a flush (the change feed refreshes
+// the cached limit), refusing its tokens with 429 org-quota and no
+// Retry-After, while the master token's client of the same organization
+// keeps serving.
+func TestOrgMonthlyQuota(t *testing.T) {
+	const size = 1000
+	cfg := serverConfig(t)
+	cfg.UsageFlushInterval = time.Second
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+	_, secret := mintQuotaToken(t, visitor, srv, 0)
+	backend := startBackend(t, fixedBody(size))
+	acfg := agentConfig(srv, service(backend.URL))
+	acfg.Token = secret
+	startAgent(t, srv, acfg)
+	mcfg := agentConfig(srv, config.Service{Target: backend.URL, Hostnames: []string{"master.test"}})
+	startAgent(t, srv, mcfg)
+	waitClients(t, visitor, srv, 2)
+	status, body := adminCall(t, visitor, srv, "GET", "/orgs", nil)
+	var orgs []struct{ ID, Name string }
+	if err := json.Unmarshal([]byte(body), &orgs); status != http.StatusOK || err != nil {
+		t.Fatalf("GET /orgs = %d %s", status, body)
+	}
+	var def string
+	for _, o := range orgs {
+		if o.Name == "default" {
+			def = o.ID
+		}
+	}
+	for i := range 3 {
+		if code, _ := get(t, visitor, srv, appHost, fmt.Sprintf("/before/%d", i)); code != http.StatusOK {
+			t.Fatalf("request %d before any quota = %d, want 200", i, code)
+		}
+	}
+	if status, body := adminCall(t, visitor, srv, "PATCH", "/orgs/"+def, map[string]any{"monthly_max_bytes": 2 * size}); status != http.StatusOK {
+		t.Fatalf("PATCH /orgs/%s = %d %s", def, status, body)
+	}
+	poll(t, waitFor, func() (bool, string) {
+		resp, _ := do(t, visitor, newRequest(t, t.Context(), srv, "GET", appHost, "/after", nil))
+		return resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("X-Aperio-Limit") == "org-quota; setting=org.monthly_max_bytes" &&
+			resp.Header.Get("Retry-After") == "", fmt.Sprintf("429 org-quota without Retry-After once monthly_max_bytes is below the month's %d bytes", 3*size)
+	})
+	if code, _ := get(t, visitor, srv, "master.test", "/"); code != http.StatusOK {
+		t.Errorf("master token's client in the organization over its month = %d, want 200 (never limited)", code)
+	}
+	poll(t, waitFor, func() (bool, string) {
+		_, body := adminCall(t, visitor, srv, "GET", "/audit?event=quota_exceeded", nil)
+		return strings.Contains(body, "org "+def+" monthly_max_bytes=2000"), "a quota_exceeded entry naming the organization; got " + body
+	})
 }
