@@ -210,12 +210,10 @@ func (l *usageLimits) load(ctx context.Context, m usageMiss) {
 			delete(l.tokens, m.id)
 		}
 		l.mu.Unlock()
+	case err != nil && m.org:
+		l.log.Warn("usage quota unreadable: the cached one stays until the next change", logkey.OrgID, m.id, logkey.Err, err)
 	case err != nil:
-		key := logkey.TokenID
-		if m.org {
-			key = logkey.OrgID
-		}
-		l.log.Warn("usage quota unreadable: the cached one stays until the next change", key, m.id, logkey.Err, err)
+		l.log.Warn("usage quota unreadable: the cached one stays until the next change", logkey.TokenID, m.id, logkey.Err, err)
 	}
 }
 
