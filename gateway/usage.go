@@ -306,6 +306,9 @@ func (g *Gateway) runUsage(ctx context.Context) {
 // store skip an entry another one wrote for the same period first (a
 // check, not a claim: two flushing at the same instant may both write).
 func (g *Gateway) quotaExceeded(ctx context.Context, kind, id string) {
+	// The meter's flusher calls this: a panic here must not end the
+	// flushes, nor the server.
+	defer recovery.Recover(g.log, "quota exceeded audit")
 	now := time.Now().UTC()
 	var org, setting, period string
 	var limit int64
