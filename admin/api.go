@@ -77,6 +77,8 @@ type Store interface {
 	ListAudit(ctx context.Context, orgID string, limit int) ([]store.AuditEntry, error)
 	QueryAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditEntry, error)
 	VerifyAudit(ctx context.Context) (int64, error)
+
+	QueryUsage(ctx context.Context, q store.UsageQuery) ([]store.UsageRow, error)
 }
 
 // ClientLister reports the clients connected to this server, for GET
@@ -406,6 +408,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/inspect/{hostname}/requests/{id}/replay", roleOperator, a.replayInspectRequest},
 		{http.MethodGet, "/audit", roleViewer, a.listAudit},
 		{http.MethodGet, "/audit/verify", roleAdmin, a.verifyAudit},
+		{http.MethodGet, "/usage", roleViewer, a.listUsage},
 		{http.MethodGet, "/stats", roleViewer, a.stats},
 		{http.MethodGet, "/stream", roleViewer, a.streamEvents},
 		{http.MethodGet, "/explain", roleViewer, a.explainRequest},

@@ -13,6 +13,7 @@ import (
 	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/oidctest"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 )
 
@@ -73,9 +74,18 @@ func newOrgWorld(t *testing.T) *orgWorld {
 		admin.ClientInfo{ID: "cli_a", OrgID: w.a, Hostnames: []string{"a.test"}},
 		admin.ClientInfo{ID: "cli_b", OrgID: w.b, Hostnames: []string{"b.test"}},
 	)
+	bToken := w.newToken(t, w.b)
 	w.bRecords = []string{
-		w.newKey(t, w.b), w.newToken(t, w.b), w.newWebhook(t, w.b), w.newScaling(t, w.b),
-		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false), "traffic.b.test", "__other",
+		w.newKey(t, w.b), bToken, w.newWebhook(t, w.b), w.newScaling(t, w.b),
+		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false), "traffic.b.test", "__other", "usage.b.test",
+	}
+	today := f.clock.Now() // the API's "today"
+
+	if err := f.db.AddUsage(t.Context(), []store.UsageDelta{
+		{Day: today, TokenID: w.newToken(t, w.a), OrgID: w.a, Hostname: "usage.a.test", Bytes: 10, Requests: 1},
+		{Day: today, TokenID: bToken, OrgID: w.b, Hostname: "usage.b.test", Bytes: 20, Requests: 2},
+	}); err != nil {
+		t.Fatal(err)
 	}
 	return w
 }
@@ -285,6 +295,15 @@ var matrix = []matrixCase{
 	}, own: 200, other: 403, master: 200},
 	{method: "GET", pattern: "/audit", req: fixed("/audit"), own: 200, other: 200, master: 200, listing: true},
 	{method: "GET", pattern: "/audit/verify", req: fixed("/audit/verify"), own: 200, other: 200, master: 200},
+	// A key names its own organization or none; naming b is refused,
+	// and without org it sees a's rows only (the listing check: b's
+	// token and organization have rows too).
+	{method: "GET", pattern: "/usage", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		if !master && own {
+			return "/usage", ""
+		}
+		return "/usage?" + url.Values{"org": {w.org(own)}}.Encode(), ""
+	}, own: 200, other: 400, master: 200, listing: true},
 	{method: "GET", pattern: "/stats", req: fixed("/stats"), own: 200, other: 200, master: 200, listing: true},
 	// A stream never ends by itself: a malformed one answers at once,
 	// after the role check (TestStreamScope follows a real one).

@@ -27,6 +27,9 @@ type tokenAuth struct {
 	db         *store.DB
 	defaultOrg string
 	now        func() time.Time
+	// limits, when set, learns the byte quota of every token that
+	// authenticates, before its first request.
+	limits *usageLimits
 }
 
 // errInvalidToken is the one answer for every unknown token, so a caller
@@ -56,6 +59,7 @@ func (a *tokenAuth) Authenticate(ctx context.Context, token string) (tunnel.Iden
 	case t.ExpiresAt != nil && !a.now().Before(*t.ExpiresAt):
 		return tunnel.Identity{}, errors.New("token expired")
 	}
+	a.limits.setToken(t)
 	previous := !bytes.Equal(t.Hash, h[:])
 	if previous && (t.PrevExpiresAt == nil || !a.now().Before(*t.PrevExpiresAt)) {
 		return tunnel.Identity{}, errors.New("token secret rotated: connect with the new secret")

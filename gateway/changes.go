@@ -98,6 +98,9 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		g.releaseArmer(ctx, ch.ID, "revoked")
 	case store.ChangeTokenUpdated:
 		g.refreshToken(ctx, ch.ID)
+		g.usageLimits.refresh(ctx, usageMiss{id: ch.ID})
+	case store.ChangeOrgLimits:
+		g.usageLimits.refresh(ctx, usageMiss{org: true, id: ch.OrgID})
 	case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
 		g.reloadMaintenance(ctx)
 	case store.ChangeOrgHostnames:
@@ -107,6 +110,7 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		g.reloadMaintenance(ctx)
 		g.reloadOwnership(ctx)
 		g.recheckTokens(ctx)
+		g.usageLimits.reloadAll(ctx)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/usage"
 )
 
 // Config is the configuration of a Gateway: the settings of each package
@@ -184,6 +185,14 @@ type Config struct {
 	// tunnel and health endpoints (admin_allowed_ips). Empty allows all.
 	AdminAllowedIPs []string
 
+	// UsageFlushInterval is the time between two writes of the usage
+	// counts to the store (usage_flush_interval), which also refresh this
+	// server's view of the byte quotas from every server's counts. Default
+	// 5s; 0 means the default; otherwise MinUsageFlushInterval to
+	// MaxUsageFlushInterval. A quota may be passed by about this long of
+	// traffic on each server sharing the store.
+	UsageFlushInterval time.Duration
+
 	// Inspect is the request inspector's server side: the headers it
 	// redacts in every capture (inspect_redact_headers). Captures are
 	// started through the admin API; the zero value redacts only the
@@ -225,6 +234,7 @@ func DefaultConfig() Config {
 		MaxStreamSubscribers: telemetry.DefaultMaxStreamSubscribers,
 		RequireHostnameBind:  true,
 		RealIPHeader:         "X-Forwarded-For",
+		UsageFlushInterval:   usage.DefaultFlushInterval,
 	}
 }
 
@@ -264,6 +274,9 @@ func (cfg Config) Validate() error {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("gateway: %s must not be negative, got %v", d.name, d.v))
 		}
+	}
+	if f := cfg.UsageFlushInterval; f != 0 && (f < MinUsageFlushInterval || f > MaxUsageFlushInterval) {
+		errs = append(errs, fmt.Errorf("gateway: usage_flush_interval %v is not between %v and %v", f, MinUsageFlushInterval, MaxUsageFlushInterval))
 	}
 	if cfg.MaxStreamSubscribers < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_stream_subscribers must not be negative, got %d", cfg.MaxStreamSubscribers))

@@ -92,3 +92,9 @@ func (g *Gateway) StallForTest() (*telemetry.Subscription, error) {
 // WarnExpiringForTest runs one check of expiring tokens now, as the
 // minute's tick does.
 func (g *Gateway) WarnExpiringForTest(ctx context.Context) { g.warnExpiring(ctx, time.Now()) }
+
+// FlushUsageForTest writes the usage meter's counts to the store now and
+// refreshes its quotas, as its loop does every usage_flush_interval.
+func (g *Gateway) FlushUsageForTest(ctx context.Context) error {
+	return g.usage.Flush(ctx)
+}

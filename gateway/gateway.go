@@ -38,6 +38,7 @@ import (
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/telemetry"
 	"github.com/aperio-dev/aperio/tunnel"
+	"github.com/aperio-dev/aperio/usage"
 	"github.com/aperio-dev/aperio/webhook"
 )
 
@@ -89,8 +90,12 @@ type Gateway struct {
 	admin  *admin.API    // the admin API itself: its login routes
 	ui     *dashboard.UI // the dashboard under /aperio/, a client of api
 	db     *store.DB
-	ctl    *autoscale.Controller // nil unless scaling is on
-	armed  *armLoader            // loads the router's armed binds; nil unless scaling is on
+	// usage counts visitor bytes per token, organization and bind and
+	// enforces the byte quotas of usageLimits.
+	usage       *usage.Meter
+	usageLimits *usageLimits
+	ctl         *autoscale.Controller // nil unless scaling is on
+	armed       *armLoader            // loads the router's armed binds; nil unless scaling is on
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *fence.Client
@@ -201,6 +206,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if rc.Inspector, err = inspect.New(cfg.Inspect); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if err := g.newMeter(); err != nil {
+		return nil, err
+	}
+	rc.Usage = g.usage
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
 	rc.CatchAll = !cfg.RequireHostnameBind
 	if rc.Access, err = g.accessConfig(ctx); err != nil {
@@ -230,10 +239,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", logkey.TunnelMaxStreams, cfg.Tunnel.MaxStreams, logkey.MaxConcurrentRequests, cfg.Router.MaxConcurrentRequests)
 	}
 	tc := cfg.Tunnel
-	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now}
+	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usageLimits}
 	// Admission (client_allowed_ips, max_connections, max_clients) comes
 	// before the router and after the audit of refusals.
-	registry = newAdmissionRegistry(registry, g.db, log)
+	admission := newAdmissionRegistry(registry, g.db, log)
+	admission.limits = g.usageLimits
+	registry = admission
 	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, events: g.events, log: log, budget: newRefusalBudget(time.Now),
 		binds: newBindAudits(rt, time.Now)}}
 	tc.Logger = log
@@ -490,8 +501,17 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(keyed)
 		g.keys.Run(wctx)
 	}()
+	// Usage is flushed for the server's lifetime and once more after the
+	// visitors' requests finished (stopWatch runs after Shutdown), before
+	// the store closes.
+	metered := make(chan struct{})
+	go func() {
+		defer close(metered)
+		g.runUsage(wctx)
+	}()
 	defer func() {
 		stopWatch()
+		<-metered
 		<-watched
 		<-scaled
 		<-delivered

@@ -59,15 +59,7 @@ func clusterOn(t *testing.T, n int, hook string) ([]*testServer, string) {
 	t.Helper()
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
 	ctx := t.Context()
-	db, err := store.Open(ctx, store.Config{DatabaseURL: dsn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("store Close() = %v", err)
-		}
-	})
+	db := openStoreOn(t, dsn)
 	org, err := db.EnsureOrg(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -223,15 +215,7 @@ func TestLeaseHolderKilledPostgres(t *testing.T) {
 func TestNewRecordArmedAtOnceOnEveryServer(t *testing.T) {
 	dsn := storetest.PostgresDSN(t)
 	ctx := t.Context()
-	db, err := store.Open(ctx, store.Config{DatabaseURL: dsn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("store Close() = %v", err)
-		}
-	})
+	db := openStoreOn(t, dsn)
 	org, err := db.EnsureOrg(ctx, "default")
 	if err != nil {
 		t.Fatal(err)

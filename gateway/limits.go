@@ -30,6 +30,9 @@ type admissionRegistry struct {
 	tunnel.Registry
 	db  *store.DB
 	log *slog.Logger
+	// limits, when set, learns the monthly_max_bytes of the organization
+	// of every session admitted.
+	limits *usageLimits
 
 	mu      sync.Mutex // guards the following fields
 	byToken map[string]int
@@ -59,6 +62,7 @@ func (a *admissionRegistry) Attach(ctx context.Context, s *tunnel.Session) error
 		a.log.Error("organization limits unreadable at a handshake", logkey.OrgID, id.OrgID, logkey.Err, err)
 		return fmt.Errorf("the organization's limits cannot be checked right now; retry later")
 	}
+	a.limits.setOrg(org)
 	if err := a.take(id, org.Limits.MaxClients); err != nil {
 		return err
 	}

@@ -109,8 +109,14 @@ func (g *Gateway) registerMetrics() error {
 		}
 		return nil
 	}, instruments...)
-	if err != nil || g.ctl == nil {
+	if err != nil {
 		return err
+	}
+	if err := g.registerUsageMetric(m); err != nil {
+		return err
+	}
+	if g.ctl == nil {
+		return nil
 	}
 	return g.registerScalingMetrics(m)
 }

@@ -45,6 +45,22 @@ func startServerOn(t testing.TB, cfg gateway.Config, db *store.DB) *testServer {
 	return s
 }
 
+// openStoreOn opens the store at the PostgreSQL dsn, closed at cleanup
+// (after the servers started later stop).
+func openStoreOn(t testing.TB, dsn string) *store.DB {
+	t.Helper()
+	db, err := store.Open(t.Context(), store.Config{DatabaseURL: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Errorf("store Close() = %v", err)
+		}
+	})
+	return db
+}
+
 // TestDisarmSeenByEveryServer runs two servers on one PostgreSQL database:
 // a record disarmed on one, by its breaker and then through its API,
 // reaches the other server's controller through the change feed, well
@@ -58,15 +74,7 @@ func TestDisarmSeenByEveryServer(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	ctx := t.Context()
-	dbA, err := store.Open(ctx, store.Config{DatabaseURL: dsn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := dbA.Close(); err != nil {
-			t.Errorf("store Close() = %v", err)
-		}
-	})
+	dbA := openStoreOn(t, dsn)
 	org, err := dbA.EnsureOrg(ctx, "default")
 	if err != nil {
 		t.Fatal(err)

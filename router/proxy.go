@@ -160,14 +160,17 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 	}
 	// counted is the usage counter of the client that served the request,
 	// charged once as it ends with the visitor's bytes both ways.
+	// An upgraded stream's bytes bypass rec and body: respond reports them
+	// in relayed.
 	var counted *usage.Counter
+	var relayed relayCounts
 	defer func() {
 		if counted != nil {
-			var in int64
+			in := relayed.in
 			if body != nil {
-				in = body.n.Load()
+				in += body.n.Load()
 			}
-			counted.Record(in + rec.Bytes)
+			counted.Record(in, rec.Bytes+relayed.out)
 		}
 	}()
 	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
@@ -298,7 +301,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		if svc := s.headers.Load(); svc != nil || a.set.policy.HasResponseRules() {
 			rh = &responseHeaders{p: a.set.policy, host: host, rule: a.rule, tls: a.v.Proto == "https", svc: svc}
 		}
-		rt.respond(a.set, w, r, s, resp, !a.gate.gate.Open(), rh)
+		relayed = rt.respond(a.set, w, r, s, resp, !a.gate.gate.Open(), rh)
 		if span != nil {
 			span.End()
 		}
@@ -383,17 +386,18 @@ func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, ke
 // must not reach another.
 //
 // rh, when not nil, edits the answer's headers (the policy's response
-// rules) before they are written.
-func (rt *Router) respond(set *settings, w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool, rh *responseHeaders) {
+// rules) before they are written. It returns the bytes relayed each way
+// when the answer switched protocols (zero otherwise: the observed
+// writer counts an ordinary answer's).
+func (rt *Router) respond(set *settings, w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool, rh *responseHeaders) relayCounts {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		rt.relayUpgrade(w, r, resp)
-		return
+		return rt.relayUpgrade(w, r, resp)
 	}
 	defer resp.Body.Close()
 	var capture *cache.Capture
 	if rt.cfg.Cache != nil && s.resilience.Load() && !gated {
 		if resp.Header.Get(tunnel.ErrorHeader) == tunnel.ErrorBackend && rt.serveStale(w, r) {
-			return
+			return relayCounts{}
 		}
 		capture = rt.cfg.Cache.Capture(r, resp)
 	}
@@ -401,6 +405,7 @@ func (rt *Router) respond(set *settings, w http.ResponseWriter, r *http.Request,
 	complete := copyResponse(pw, resp, capture, rh)
 	pw.finish()
 	capture.Finish(complete)
+	return relayCounts{}
 }
 
 // serveStale answers with a stale copy, if the cache has one.
@@ -468,34 +473,61 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Cap
 	return complete
 }
 
+// relayCounts are the bytes an upgraded stream relayed: in from the
+// visitor, out to it (the 101 head included), for usage.
+type relayCounts struct{ in, out int64 }
+
 // relayUpgrade hands a switched-protocol connection (WebSocket) to the
-// visitor and copies bytes both ways until either side closes.
-func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *http.Response) {
+// visitor and copies bytes both ways until either side closes, and
+// returns how many went each way.
+func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *http.Response) relayCounts {
 	backend := resp.Body.(io.ReadWriteCloser)
 	defer backend.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		rt.log.Debug("upgrade without hijack", logkey.Hostname, r.Host, logkey.Err, err)
-		return
+		return relayCounts{}
 	}
 	defer conn.Close()
-	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
-	resp.Header.Write(brw)
-	brw.WriteString("\r\n")
+	head := countingWriter{w: brw}
+	head.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	resp.Header.Write(&head)
+	head.WriteString("\r\n")
 	if err := brw.Flush(); err != nil {
-		return
+		return relayCounts{}
 	}
 	done := make(chan struct{})
+	var in int64
 	go func() {
 		defer close(done)
 		defer recovery.Recover(rt.log, "upgrade relay")
 		// Bytes the visitor sent after its request are already buffered.
-		bufpool.Copy(backend, brw.Reader)
+		in, _ = bufpool.Copy(backend, brw.Reader)
 		backend.Close()
 	}()
-	bufpool.Copy(conn, backend)
+	out, _ := bufpool.Copy(conn, backend)
 	conn.Close()
 	<-done
+	return relayCounts{in: in, out: head.n + out}
+}
+
+// countingWriter counts the bytes written through it: the 101 head of an
+// upgrade, which the observed writer never sees.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) WriteString(s string) (int, error) {
+	n, err := io.WriteString(c.w, s)
+	c.n += int64(n)
+	return n, err
 }
 
 // checkQuota looks up the usage counter of s's token, organization and

@@ -14,15 +14,20 @@ import (
 
 // usageStore is a fake usage store: it keeps the sum of every flush.
 type usageStore struct {
-	mu    sync.Mutex // guards bytes
-	bytes map[string]int64
+	mu       sync.Mutex // guards the following fields
+	bytes    map[string]int64
+	requests map[string]int64 // nil until a flush
 }
 
 func (s *usageStore) AddUsage(_ context.Context, ds []usage.Delta) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.requests == nil {
+		s.requests = map[string]int64{}
+	}
 	for _, d := range ds {
 		s.bytes[d.TokenID+"|"+d.Hostname] += d.Bytes
+		s.requests[d.TokenID+"|"+d.Hostname] += d.Requests
 	}
 	return nil
 }
@@ -94,4 +99,63 @@ func TestTokenQuota(t *testing.T) {
 			t.Fatalf("master-token request = %d, want 200", rec.Code)
 		}
 	}
+}
+
+// usageBenchRouter is benchRouter with the client on token tok_a of
+// org_a, and m (nil: none) counting its requests.
+func usageBenchRouter(tb testing.TB, m *usage.Meter) *Router {
+	rt := newRouter(tb, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100, Usage: m})
+	rt.updateAs(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"),
+		rights{allowed: []string{"app.example.com"}, org: "org_a", tokenID: "tok_a"})
+	return rt
+}
+
+func newUsageMeter(tb testing.TB, limit int64) (*usage.Meter, *usageStore) {
+	st := &usageStore{bytes: map[string]int64{}}
+	m, err := usage.New(usage.Config{Store: st, Limits: dailyMax(limit)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m, st
+}
+
+// TestUsageAllocatesNothingMore: the request path with a meter (a token
+// with a quota, checked and recorded per request) allocates what it does
+// without one, and every request is counted.
+func TestUsageAllocatesNothingMore(t *testing.T) {
+	measure := func(rt *Router) float64 {
+		req := httptest.NewRequest(http.MethodGet, "http://app.example.com/index.html", nil)
+		w := &discardWriter{}
+		return testing.AllocsPerRun(200, func() {
+			req.Header = http.Header{}
+			w.h = http.Header{}
+			rt.ServeHTTP(w, req)
+		})
+	}
+	base := measure(usageBenchRouter(t, nil))
+	m, st := newUsageMeter(t, 1<<40)
+	if got := measure(usageBenchRouter(t, m)); got > base {
+		t.Errorf("allocations per request with usage on = %v, want at most %v as without", got, base)
+	}
+	if err := m.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// AllocsPerRun runs the function once more to warm up.
+	if got := st.requests["tok_a|app.example.com"]; got != 201 {
+		t.Errorf("flushed requests of tok_a = %d, want 201", got)
+	}
+}
+
+// BenchmarkServeHTTPUsage is BenchmarkServeHTTP with the client on a
+// token with a daily quota: the counter lookup, the check and the record
+// on every request. Compare with BenchmarkServeHTTPNoUsage, the same
+// router without a meter.
+func BenchmarkServeHTTPUsage(b *testing.B) {
+	m, _ := newUsageMeter(b, 1<<50)
+	benchRequests(b, usageBenchRouter(b, m))
+}
+
+// BenchmarkServeHTTPNoUsage is BenchmarkServeHTTPUsage's baseline.
+func BenchmarkServeHTTPNoUsage(b *testing.B) {
+	benchRequests(b, usageBenchRouter(b, nil))
 }

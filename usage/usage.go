@@ -8,11 +8,13 @@
 // flushed yet, and says when a token is over its daily_max_bytes or an
 // organization over its monthly_max_bytes.
 //
-// Overshoot: a server learns of the other servers' bytes only at its
-// flush, so a quota can be passed by at most one flush interval × the
-// rate of each server × the number of servers (plus the requests in
-// flight when the quota is reached: a request is admitted or refused as
-// it starts, and counted as it ends).
+// Overshoot: a server learns of another server's bytes only once that
+// server has flushed them and this one has re-read the totals at its own
+// flush, up to two flush intervals after they were served; so servers
+// sharing a quota may pass it by at most two flush intervals of their
+// combined byte rate, plus the requests in flight when it is reached (a
+// request is admitted or refused as it starts, and counted as it ends).
+// A server's own counts are judged at once.
 package usage
 
 import (
@@ -146,6 +148,9 @@ type account struct {
 	base    atomic.Int64 // the store's total of the period at the last refresh
 	pending atomic.Int64 // swapped out of local, not written to the store yet
 	local   atomic.Int64 // counted since the last flush
+	// in and out are the visitor bytes each way since New, never reset:
+	// the monotonic figures of the aperio_token_bytes_total metric.
+	in, out atomic.Int64
 	// reported is the period (day or month number + 1) quota_exceeded was
 	// reported for; flusher only.
 	reported int64
@@ -172,8 +177,13 @@ type Counter struct {
 }
 
 // Check reports whether the counter's token or organization is over its
-// quota: two to six atomic loads.
+// quota: two to six atomic loads. The master token's traffic is never
+// refused, not even by its organization's monthly_max_bytes (it still
+// counts towards it).
 func (c *Counter) Check() Verdict {
+	if c.tok.master {
+		return Allowed
+	}
 	if c.tok.over() {
 		return TokenQuota
 	}
@@ -183,12 +193,16 @@ func (c *Counter) Check() Verdict {
 	return Allowed
 }
 
-// Record counts one request of bytes visitor bytes (in and out). A nil
-// Counter records nothing.
-func (c *Counter) Record(bytes int64) {
+// Record counts one request of visitor bytes: in from the visitor (its
+// body, or what it sent through an upgraded stream) and out to it. A nil
+// Counter records nothing. Both must not be negative.
+func (c *Counter) Record(in, out int64) {
 	if c == nil {
 		return
 	}
+	bytes := in + out
+	c.tok.in.Add(in)
+	c.tok.out.Add(out)
 	c.bytes.Add(bytes)
 	c.requests.Add(1)
 	c.tok.local.Add(bytes)
@@ -308,6 +322,18 @@ func (m *Meter) TokenUsed(id string) int64 {
 		return 0
 	}
 	return a.used()
+}
+
+// TokenBytes calls fn with the visitor bytes in and out of every token
+// this meter has counted since New ("" is the master token): monotonic
+// figures, for a metric read at collection time. fn must not call the
+// meter.
+func (m *Meter) TokenBytes(fn func(tokenID string, in, out int64)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, a := range m.tokens {
+		fn(id, a.in.Load(), a.out.Load())
+	}
 }
 
 // dayOf returns the days since the epoch of t in UTC, and its midnight.

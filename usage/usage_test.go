@@ -93,9 +93,9 @@ func TestFlushAddsUp(t *testing.T) {
 	if c2 := m.Counter("tok_a", "org_a", "app.test"); c2 != c {
 		t.Fatal("Counter() twice returned two counters, want one")
 	}
-	c.Record(100)
-	c.Record(50)
-	m.Counter("tok_a", "org_a", "api.test").Record(10)
+	c.Record(100, 0)
+	c.Record(50, 0)
+	m.Counter("tok_a", "org_a", "api.test").Record(10, 0)
 	if err := m.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestFlushAddsUp(t *testing.T) {
 	}
 	// The next day starts from zero.
 	now = day1.Add(2 * time.Minute)
-	c.Record(7)
+	c.Record(7, 0)
 	if err := m.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -134,16 +134,16 @@ func TestFailingStoreKeepsCounts(t *testing.T) {
 	now := day1.Add(-time.Hour)
 	m := newMeter(t, st, limits{tok: map[string]int64{"tok_a": 1000}}, &now)
 	c := m.Counter("tok_a", "org_a", "app.test")
-	c.Record(1)
+	c.Record(1, 0)
 	if err := m.Flush(t.Context()); err != nil { // learns the limit
 		t.Fatal(err)
 	}
 	st.setFail(true)
-	c.Record(600)
+	c.Record(600, 0)
 	if err := m.Flush(t.Context()); !errors.Is(err, errDown) {
 		t.Fatalf("Flush() with the store down = %v, want %v", err, errDown)
 	}
-	c.Record(400)
+	c.Record(400, 0)
 	if err := m.Flush(t.Context()); !errors.Is(err, errDown) {
 		t.Fatalf("second Flush() with the store down = %v, want %v", err, errDown)
 	}
@@ -179,24 +179,24 @@ func TestQuotas(t *testing.T) {
 	b := m.Counter("tok_b", "org_b", "b.test")
 	master := m.Counter("", "org_a", "m.test")
 	for _, c := range []*usage.Counter{a, b, master} {
-		c.Record(1)
+		c.Record(1, 0)
 	}
 	if err := m.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	a.Record(98)
+	a.Record(98, 0)
 	if got := a.Check(); got != usage.Allowed {
 		t.Errorf("Check() at 99 of 100 = %v, want Allowed", got)
 	}
-	a.Record(1) // counted locally, before any flush
+	a.Record(1, 0) // counted locally, before any flush
 	if got := a.Check(); got != usage.TokenQuota {
 		t.Errorf("Check() at 100 of 100 = %v, want TokenQuota", got)
 	}
-	b.Record(60)
+	b.Record(60, 0)
 	if got := b.Check(); got != usage.OrgQuota {
 		t.Errorf("Check() of an org over its month = %v, want OrgQuota", got)
 	}
-	master.Record(1000)
+	master.Record(1000, 0)
 	if got := master.Check(); got != usage.Allowed {
 		t.Errorf("Check() of the master token = %v, want Allowed (never limited)", got)
 	}
@@ -243,7 +243,7 @@ func TestTwoMetersShareAQuota(t *testing.T) {
 			c := m.Counter("tok_a", "org_a", "a.test")
 			for range perFlush {
 				if c.Check() == usage.Allowed {
-					c.Record(per)
+					c.Record(per, 0)
 					refusedAll = false
 				}
 			}
@@ -277,13 +277,13 @@ func TestMaxCounters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Counter("t", "o", "a").Record(1)
-	m.Counter("t", "o", "b").Record(1)
+	m.Counter("t", "o", "a").Record(1, 0)
+	m.Counter("t", "o", "b").Record(1, 0)
 	x, y := m.Counter("t", "o", "hostile-1"), m.Counter("t", "o", "hostile-2")
 	if x != y {
 		t.Error("counters beyond MaxCounters are distinct, want them collapsed into one")
 	}
-	x.Record(1)
+	x.Record(1, 0)
 	if err := m.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestRunFlushesAtShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Counter("t", "o", "a").Record(42)
+	m.Counter("t", "o", "a").Record(42, 0)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
@@ -320,7 +320,7 @@ func TestRecordAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() {
 		c := m.Counter("tok_a", "org_a", "app.test")
 		if c.Check() == usage.Allowed {
-			c.Record(512)
+			c.Record(512, 0)
 		}
 	}); n != 0 {
 		t.Errorf("Counter+Check+Record allocates %v times, want 0", n)
@@ -336,7 +336,46 @@ func BenchmarkUsageRecord(b *testing.B) {
 	for b.Loop() {
 		c := m.Counter("tok_0123456789abcdef", "org_0123456789abcdef", "app.example.com")
 		if c.Check() == usage.Allowed {
-			c.Record(512)
+			c.Record(512, 0)
 		}
+	}
+}
+
+// TestMasterNeverLimitedByItsOrg: the master token's traffic counts
+// towards its organization's month but is never refused by it, while a
+// token of the same organization is.
+func TestMasterNeverLimitedByItsOrg(t *testing.T) {
+	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	m := newMeter(t, newMemStore(), limits{org: map[string]int64{"org_d": 100}}, &now)
+	master := m.Counter("", "org_d", "m.test")
+	tok := m.Counter("tok_d", "org_d", "d.test")
+	master.Record(60, 60)
+	if err := m.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := master.Check(); got != usage.Allowed {
+		t.Errorf("master Check() with its org over its month = %v, want Allowed", got)
+	}
+	if got := tok.Check(); got != usage.OrgQuota {
+		t.Errorf("token Check() with its org over its month (master's bytes) = %v, want OrgQuota", got)
+	}
+}
+
+// TestTokenBytes: the per-token figures are in and out apart, and keep
+// growing across flushes (a metric's counter never goes down).
+func TestTokenBytes(t *testing.T) {
+	now := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	m := newMeter(t, newMemStore(), nil, &now)
+	m.Counter("tok_a", "org_a", "a.test").Record(10, 100)
+	m.Counter("tok_a", "org_a", "b.test").Record(1, 2)
+	if err := m.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m.Counter("tok_b", "org_a", "a.test").Record(5, 0)
+	got := map[string][2]int64{}
+	m.TokenBytes(func(id string, in, out int64) { got[id] = [2]int64{in, out} })
+	want := map[string][2]int64{"tok_a": {11, 102}, "tok_b": {5, 0}}
+	if len(got) != len(want) || got["tok_a"] != want["tok_a"] || got["tok_b"] != want["tok_b"] {
+		t.Errorf("TokenBytes = %v, want %v", got, want)
 	}
 }

@@ -499,6 +499,29 @@ type AuditEntry struct {
 	Hash     string `json:"hash"`
 }
 
+// UsageRow is one row of GET /usage: the visitor bytes (in and out
+// together) and requests of one token, organization and bind hostname on
+// one UTC day, summed over every server sharing the store.
+type UsageRow struct {
+	// Day is the UTC date, YYYY-MM-DD.
+	Day string `json:"day"`
+	// TokenID is the token whose clients served; "" for the master
+	// token's.
+	TokenID string `json:"token_id"`
+	OrgID   string `json:"org_id"`
+	// Hostname is the bind's hostname pattern (a wildcard bind's, not
+	// each name a visitor asked for).
+	Hostname string `json:"hostname"`
+	Requests int64  `json:"requests"`
+	// Bytes is the visitor bytes both ways: request bodies and what an
+	// upgraded stream carried in, response bodies and what it carried
+	// out. It is what daily_max_bytes and monthly_max_bytes count.
+	Bytes int64 `json:"bytes"`
+}
+
+// MaxUsageDays bounds the days one GET /usage spans (from..to).
+const MaxUsageDays = 366
+
 // ClientInfo is one connected client as GET /clients shows it: one entry per
 // client connection and service.
 type ClientInfo struct {

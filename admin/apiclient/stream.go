@@ -139,3 +139,27 @@ func (c *Client) Stream(ctx context.Context, types []string, hostname string, fn
 	}
 	return ErrStreamEnded
 }
+
+// UsageQuery is what GET /usage filters by; a zero field filters nothing
+// (From and To: the server's default of the 31 days up to today).
+type UsageQuery struct {
+	TokenID, OrgID, Hostname string
+	// From and To are UTC dates, YYYY-MM-DD, both inclusive.
+	From, To string
+}
+
+// Usage calls GET /usage with q's filters.
+func (c *Client) Usage(ctx context.Context, q UsageQuery) ([]wire.UsageRow, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"token": q.TokenID, "org": q.OrgID, "hostname": q.Hostname, "from": q.From, "to": q.To} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	path := "/usage"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out []wire.UsageRow
+	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
+}

@@ -56,6 +56,7 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 		a.maintenanceCommand(),
 		a.shareCommand(),
 		a.auditCommand(),
+		a.usageCommand(),
 		a.explainCommand(),
 		a.orgsCommand(),
 		a.statsCommand(),

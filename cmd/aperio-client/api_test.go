@@ -32,6 +32,7 @@ const testMaster = "cli-test-master-token"
 // directory and the home directory of whoever runs it.
 type apiServer struct {
 	url     string
+	db      *store.DB
 	clients *staticClients
 	scaling *staticScaling
 	hub     *telemetry.Hub
@@ -151,7 +152,7 @@ func newAPIServer(t *testing.T) *apiServer {
 		t.Fatalf("NewHub: %v", err)
 	}
 	t.Cleanup(hub.Close)
-	s := &apiServer{clients: &staticClients{}, scaling: &staticScaling{}, hub: hub,
+	s := &apiServer{db: db, clients: &staticClients{}, scaling: &staticScaling{}, hub: hub,
 		stream: &signalledStream{hub: hub, subscribed: make(chan struct{}, 16)}, stats: telemetry.NewStats(telemetry.StatsConfig{})}
 	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: []router.Fallback{{Hostname: "gone.example.com", URL: "https://status.example.com/"}}})
 	if err != nil {

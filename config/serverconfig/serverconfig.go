@@ -163,6 +163,7 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("proxy_protocol", "PROXY protocol v1/v2 on the public port, from trusted_proxies only", func(c *S) *bool { return &c.ProxyProtocol }),
 		config.ListSetting("denied_ips", "CIDRs/IPs answered 403 before any handler", func(c *S) *[]string { return &c.DeniedIPs }),
 		config.ListSetting("admin_allowed_ips", "CIDRs/IPs that may reach the admin API and metrics; empty = all", func(c *S) *[]string { return &c.AdminAllowedIPs }),
+		config.DurationSetting("usage_flush_interval", "time between writes of the usage counts to the store (quotas refresh with them)", func(c *S) *time.Duration { return &c.UsageFlushInterval }),
 		config.ListSetting("inspect_redact_headers", "headers whose values the request inspector never keeps, beside Authorization and cookies", func(c *S) *[]string { return &c.Inspect.RedactHeaders }),
 		config.StringSetting("metrics_listen", "host:port of a separate metrics listener; empty = /aperio/metrics on the public port", func(c *S) *string { return &c.MetricsListen }),
 	}
@@ -334,6 +335,9 @@ func check(s Config, v *config.Checker) {
 	v.NonNegative("cache_max_bytes", s.Cache.MaxBytes)
 	v.NonNegativeDuration("cache_max_stale", s.Cache.MaxStale)
 	v.NonNegativeDuration("scaling_record_ttl", s.ScalingRecordTTL)
+	if f := s.UsageFlushInterval; f < gateway.MinUsageFlushInterval || f > gateway.MaxUsageFlushInterval {
+		v.Add("usage_flush_interval", "must be between %v and %v, got %v", gateway.MinUsageFlushInterval, gateway.MaxUsageFlushInterval, f)
+	}
 	v.NonNegative("scaling_max_held", int64(s.Router.MaxHeld))
 	v.NonNegative("scaling_max_calls_per_minute", int64(s.Scaling.MaxCallsPerMinute))
 	if s.Scaling.MaxRecordsPerOrg < 1 {

@@ -682,6 +682,22 @@ var serverErrorCases = []struct {
 		},
 	},
 	{
+		name: "usage flush interval out of bounds",
+		file: "server.token: token-0123456789abcdef\nusage_flush_interval: 500ms\n",
+		env:  map[string]string{},
+		want: []string{
+			"config: usage_flush_interval (aperio-server.yaml:2): must be between 1s and 5m0s, got 500ms",
+		},
+	},
+	{
+		name: "usage flush interval above its bound from the environment",
+		file: "server.token: token-0123456789abcdef\n",
+		env:  map[string]string{"APERIO_USAGE_FLUSH_INTERVAL": "6m"},
+		want: []string{
+			"config: usage_flush_interval (env APERIO_USAGE_FLUSH_INTERVAL): must be between 1s and 5m0s, got 6m0s",
+		},
+	},
+	{
 		name: "two documents",
 		file: "server.token: token-0123456789abcdef\n---\nport: 80\n",
 		want: []string{"config: aperio-server.yaml:2: only one yaml document is allowed"},
@@ -788,6 +804,7 @@ func TestServerValidate(t *testing.T) {
 			"config: tunnel_announce_interval: must be positive, got 0s",
 			`config: lb_strategy: "" is not round-robin, least-inflight, primary-standby or sticky`,
 			`config: failover: "" is not fail, retry, wait or retry-wait`,
+			"config: usage_flush_interval: must be between 1s and 5m0s, got 0s",
 			"config: scaling_max_records_per_org: must be at least 1, got 0",
 			"config: scaling_max_records_per_token: must be at least 1, got 0",
 			`config: log_level: "" is not debug, info, warn or error`,
@@ -834,6 +851,7 @@ func TestServerKeys(t *testing.T) {
 		{"scaling", "APERIO_SCALING", nil, false},
 		{"scaling_allow_http", "APERIO_SCALING_ALLOW_HTTP", nil, false},
 		{"scaling_record_ttl", "APERIO_SCALING_RECORD_TTL", nil, false},
+		{"usage_flush_interval", "APERIO_USAGE_FLUSH_INTERVAL", nil, false},
 		{"outbound_allowlist", "APERIO_OUTBOUND_ALLOWLIST", nil, false},
 		{"outbound_block_private", "APERIO_OUTBOUND_BLOCK_PRIVATE", nil, false},
 		{"max_body_size", "APERIO_MAX_BODY_SIZE", nil, false},
@@ -872,8 +890,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 91 {
-		t.Errorf("len(Keys()) = %d, want 91", len(keys))
+	if len(keys) != 92 {
+		t.Errorf("len(Keys()) = %d, want 92", len(keys))
 	}
 }
 
