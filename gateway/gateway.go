@@ -158,8 +158,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: outbound policy: %w", err)
 	}
 	// Webhooks carry the autoscaler's events and the admin API's
-	// maintenance changes, through the same fence as scaling hooks.
-	g.hooks, err = webhook.New(webhook.Config{Subscriptions: g.db, Client: g.fence, Logger: log})
+	// maintenance changes, through the same fence as scaling hooks; each
+	// attempt lands in the store's delivery log.
+	g.hooks, err = webhook.New(webhook.Config{Subscriptions: g.db, Client: g.fence, Deliveries: g.db, Logger: log})
 	if err != nil {
 		return nil, err
 	}

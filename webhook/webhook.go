@@ -95,6 +95,14 @@ type Config struct {
 	// Backoff returns the wait after the attempt-th failed attempt
 	// (1-based); nil means DefaultBackoff. Tests pass tiny durations.
 	Backoff func(attempt int) time.Duration
+	// Deliveries keeps the outcome of every attempt; nil keeps none.
+	// Writes go through a queue bounded by MaxQueue, so that a slow or
+	// failing store never holds up a delivery.
+	Deliveries DeliveryLog
+	// KeepDeliveries is how many deliveries of each subscription the log
+	// keeps; 0 means store.DefaultDeliveryKeep, at most
+	// store.MaxDeliveryKeep.
+	KeepDeliveries int
 }
 
 // withDefaults fills the zero fields that have a default.
@@ -131,6 +139,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.Workers < 0 {
 		errs = append(errs, fmt.Errorf("webhook: workers %d is negative", cfg.Workers))
+	}
+	if cfg.KeepDeliveries < 0 || cfg.KeepDeliveries > store.MaxDeliveryKeep {
+		errs = append(errs, fmt.Errorf("webhook: keep deliveries %d, want 0 to %d", cfg.KeepDeliveries, store.MaxDeliveryKeep))
 	}
 	return errors.Join(errs...)
 }
@@ -183,6 +194,10 @@ type Dispatcher struct {
 	// dropping is set by the first drop of an overflow and cleared by the
 	// next event queued, so that each overflow is logged once.
 	dropping atomic.Bool
+	// records queues delivery log writes for recordLoop; bounded by
+	// MaxQueue, record drops when full.
+	records        chan Delivery
+	recordsDropped atomic.Int64
 }
 
 // New returns a Dispatcher, or every problem of cfg: a missing
@@ -200,10 +215,11 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Dispatcher{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		events: make(chan queued, cfg.MaxQueue),
-		work:   make(chan delivery, cfg.MaxQueue),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		events:  make(chan queued, cfg.MaxQueue),
+		work:    make(chan delivery, cfg.MaxQueue),
+		records: make(chan Delivery, cfg.MaxQueue),
 	}, nil
 }
 
@@ -249,6 +265,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { d.fanLoop(ctx) })
+	if d.cfg.Deliveries != nil {
+		wg.Go(func() { d.recordLoop(ctx) })
+	}
 	for range d.cfg.Workers {
 		wg.Go(func() { d.deliverLoop(ctx) })
 	}
@@ -309,10 +328,17 @@ func (d *Dispatcher) deliverLoop(ctx context.Context) {
 }
 
 // deliver tries dl up to MaxAttempts times, waiting Backoff between
-// attempts. A fence refusal is not retried: the policy will refuse again.
+// attempts, in the subscription's format, and logs each attempt's
+// outcome. A fence refusal is not retried: the policy will refuse again.
 func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 	log := d.log.With(logkey.Event, dl.event, logkey.OrgID, dl.sub.OrgID,
 		logkey.WebhookID, dl.sub.ID, logkey.DeliveryID, dl.id)
+	body, err := formatBody(dl.sub.Format, dl.body)
+	if err != nil {
+		log.Warn("webhook payload encoding failed", logkey.Err, err)
+		return
+	}
+	dl.body = body
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -320,8 +346,10 @@ func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 		}
 	}()
 	for attempt := 1; ; attempt++ {
+		start := time.Now()
 		status, err := d.attempt(ctx, dl)
 		if err == nil {
+			d.record(d.outcome(dl, attempt, status, time.Since(start), nil, true))
 			log.Debug("webhook delivered", logkey.Attempts, attempt, logkey.Status, status)
 			return
 		}
@@ -329,6 +357,7 @@ func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 			return // shutting down; not the receiver's failure
 		}
 		_, refused := errors.AsType[*fence.RefusedError](err)
+		d.record(d.outcome(dl, attempt, status, time.Since(start), err, attempt >= MaxAttempts))
 		if refused || attempt >= MaxAttempts {
 			log.Warn("webhook delivery given up", logkey.Attempts, attempt, logkey.Status, status, logkey.Err, err)
 			return

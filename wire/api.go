@@ -59,6 +59,30 @@ func WebhookEvents() []string {
 	return []string{EventScalingRequested, EventScalingFailed, EventScalingDisarmed, EventMaintenanceOn, EventMaintenanceOff}
 }
 
+// The formats a webhook subscription's bodies may take.
+const (
+	// WebhookFormatGeneric is the JSON envelope (event, at, org_id,
+	// hostname, path, detail): the default.
+	WebhookFormatGeneric = "generic"
+	// WebhookFormatSlack is a Slack incoming webhook's {"text": …} with a
+	// one-line summary.
+	WebhookFormatSlack = "slack"
+	// WebhookFormatDiscord is a Discord webhook's {"content": …} with the
+	// same summary, mentions disabled.
+	WebhookFormatDiscord = "discord"
+)
+
+// WebhookFormats returns the formats a webhook subscription may take,
+// the default first.
+func WebhookFormats() []string {
+	return []string{WebhookFormatGeneric, WebhookFormatSlack, WebhookFormatDiscord}
+}
+
+// EventPing is the event of a test delivery (POST /webhooks/{id}/test):
+// sent to one subscription whatever events it lists, never emitted
+// otherwise.
+const EventPing = "ping"
+
 // Org is an organization as the API shows it.
 type Org struct {
 	ID        string    `json:"id"`
