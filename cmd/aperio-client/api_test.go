@@ -37,6 +37,7 @@ type apiServer struct {
 	hub     *telemetry.Hub
 	stream  *signalledStream
 	stats   *telemetry.Stats
+	db      *store.DB // the server's store, to check what the API cannot show
 }
 
 type staticClients struct {
@@ -152,14 +153,14 @@ func newAPIServer(t *testing.T) *apiServer {
 	}
 	t.Cleanup(hub.Close)
 	s := &apiServer{clients: &staticClients{}, scaling: &staticScaling{}, hub: hub,
-		stream: &signalledStream{hub: hub, subscribed: make(chan struct{}, 16)}, stats: telemetry.NewStats(telemetry.StatsConfig{})}
+		stream: &signalledStream{hub: hub, subscribed: make(chan struct{}, 16)}, stats: telemetry.NewStats(telemetry.StatsConfig{}), db: db}
 	rt, err := router.New(router.Config{GatewayTimeout: time.Second, Fallbacks: []router.Fallback{{Hostname: "gone.example.com", URL: "https://status.example.com/"}}})
 	if err != nil {
 		t.Fatalf("router.New: %v", err)
 	}
 	rt.SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
 	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Disabler: s.clients, Drainer: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{},
-		Traffic: cliTraffic{s.stats}, Stream: s.stream})
+		Traffic: cliTraffic{s.stats}, Stream: s.stream, Webhooks: &cliSender{db: db}})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}
