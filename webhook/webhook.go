@@ -1,8 +1,10 @@
 // Package webhook owns the delivery of server events to the HTTP endpoints
-// organizations subscribe: the JSON payload, its signatures (the Standard
-// Webhooks webhook-signature, and the older X-Aperio-Signature),
-// the bounded queue between the emitter and the network, and the retries
-// with backoff. Every delivery goes out through the outbound fence.
+// organizations subscribe: the JSON payload and its Slack and Discord
+// formats, its signatures (the Standard Webhooks webhook-signature, and the
+// older X-Aperio-Signature), the bounded queue between the emitter and the
+// network, the retries with backoff, the record of each attempt in a
+// delivery log, and test deliveries and redeliveries sent on request.
+// Every delivery goes out through the outbound fence.
 package webhook
 
 import (
