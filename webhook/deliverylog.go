@@ -87,7 +87,9 @@ func (d *Dispatcher) sendNow(ctx context.Context, dl delivery, attempt int) Deli
 	status, err := d.attempt(ctx, dl)
 	rec := d.outcome(dl, attempt, status, time.Since(start), err, true)
 	if d.cfg.Deliveries != nil {
-		wctx, cancel := context.WithTimeout(ctx, recordTimeout)
+		// The attempt happened: it is logged even when the caller has
+		// gone meanwhile.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		stored, werr := d.cfg.Deliveries.RecordWebhookDelivery(wctx, rec, d.cfg.KeepDeliveries)
 		cancel()
 		if werr != nil {
