@@ -72,6 +72,8 @@ type Store interface {
 	CreateWebhook(ctx context.Context, w store.Webhook) (store.Webhook, error)
 	ListWebhooks(ctx context.Context, orgID string) ([]store.Webhook, error)
 	DeleteWebhook(ctx context.Context, orgID, id string) error
+	ListWebhookDeliveries(ctx context.Context, orgID, webhookID string, limit int) ([]store.WebhookDelivery, error)
+	WebhookDelivery(ctx context.Context, orgID, webhookID, id string) (store.WebhookDelivery, error)
 
 	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	ListAudit(ctx context.Context, orgID string, limit int) ([]store.AuditEntry, error)
@@ -120,6 +122,17 @@ type Scaling interface {
 // *fence.RefusedError, whose Reason the API quotes.
 type URLChecker interface {
 	CheckURL(raw string) error
+}
+
+// WebhookSender sends one delivery to one subscription now, for POST
+// /webhooks/{id}/test and …/redeliver: *webhook.Dispatcher. Both block
+// for one attempt (bounded by fence.Timeout), record it in the delivery
+// log, and return the delivery with the receiver's answer; they must be
+// safe for concurrent use. Redeliver's error wraps webhook.ErrNoBody when
+// the log kept no body.
+type WebhookSender interface {
+	Test(ctx context.Context, sub store.Webhook) (store.WebhookDelivery, error)
+	Redeliver(ctx context.Context, sub store.Webhook, prev store.WebhookDelivery) (store.WebhookDelivery, error)
 }
 
 // Explainer explains what the server would do with a request nobody sends,
@@ -188,6 +201,10 @@ type Config struct {
 	// or deleted, so that deliveries use them at once
 	// (*webhook.Dispatcher). Nil means no cache to invalidate.
 	Subscriptions SubscriptionCache
+	// Webhooks sends test deliveries and redeliveries
+	// (*webhook.Dispatcher). Nil means this server sends none: POST
+	// /webhooks/{id}/test and …/redeliver answer 404.
+	Webhooks WebhookSender
 	// Traffic answers GET /stats. Nil means no figures: the answer counts
 	// the clients but no request.
 	Traffic Traffic
@@ -287,11 +304,12 @@ type API struct {
 	shares   ShareMinter // nil when share links are off
 	// emitter appends the audit entry of each event webhooks may
 	// receive and hands the event on to Config.Events.
-	emitter *events.Emitter
-	subs    SubscriptionCache
-	traffic Traffic       // nil when there are no figures
-	stream  Stream        // nil when the live stream is off
-	drainer ClientDrainer // nil when clients cannot be asked to retire
+	emitter  *events.Emitter
+	subs     SubscriptionCache
+	webhooks WebhookSender // nil when test and redeliver are off
+	traffic  Traffic       // nil when there are no figures
+	stream   Stream        // nil when the live stream is off
+	drainer  ClientDrainer // nil when clients cannot be asked to retire
 	// heartbeat and streamWrite are the stream's comment interval and
 	// write deadline.
 	heartbeat, streamWrite time.Duration
@@ -326,6 +344,7 @@ func New(cfg Config) (*API, error) {
 			Audit: cfg.Store, Sink: cfg.Events, Logger: cfg.Logger, Now: cfg.Now, AuditTimeout: auditTimeout,
 		}),
 		subs:        cfg.Subscriptions,
+		webhooks:    cfg.Webhooks,
 		traffic:     cfg.Traffic,
 		stream:      cfg.Stream,
 		log:         cfg.Logger,
@@ -395,6 +414,9 @@ func (a *API) routeTable() []route {
 		{http.MethodGet, "/webhooks", roleViewer, a.listWebhooks},
 		{http.MethodPost, "/webhooks", roleAdmin, a.createWebhook},
 		{http.MethodDelete, "/webhooks/{id}", roleAdmin, a.deleteWebhook},
+		{http.MethodGet, "/webhooks/{id}/deliveries", roleViewer, a.listWebhookDeliveries},
+		{http.MethodPost, "/webhooks/{id}/test", roleAdmin, a.testWebhook},
+		{http.MethodPost, "/webhooks/{id}/deliveries/{delivery_id}/redeliver", roleAdmin, a.redeliverWebhook},
 		{http.MethodGet, "/maintenance", roleViewer, a.listMaintenance},
 		{http.MethodPut, "/maintenance/{hostname}", roleOperator, a.setMaintenance},
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},

@@ -51,7 +51,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	in := newTestInspector(t)
 	traffic := &fakeTraffic{hosts: []string{"a.test", "traffic.b.test", "__other"}, held: 1}
 	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Drainer: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
-		Traffic: traffic, Stream: newHub(t, telemetry.HubConfig{}), Inspector: in, Replay: fakePipeline(in)})
+		Traffic: traffic, Stream: newHub(t, telemetry.HubConfig{}), Inspector: in, Replay: fakePipeline(in), Webhooks: &fakeSender{db: base.db}})
 	f.clients, f.scaling = base.clients, base.scaling
 	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}, keySessions: map[string]*keySession{}}
 	w.a, w.b = f.org(t, "a"), f.org(t, "b")
@@ -76,7 +76,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	)
 	bToken := w.newToken(t, w.b)
 	w.bRecords = []string{
-		w.newKey(t, w.b), bToken, w.newWebhook(t, w.b), w.newScaling(t, w.b),
+		w.newKey(t, w.b), bToken, w.newWebhook(t, w.b), w.newScaling(t, w.b), w.newDelivery(t, w.b).delivery,
 		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false), "traffic.b.test", "__other", "usage.b.test",
 	}
 	today := f.clock.Now() // the API's "today"
@@ -125,6 +125,20 @@ func (w *orgWorld) newWebhook(t *testing.T, org string) string {
 	var wh admin.Webhook
 	w.f.expect(t, "POST", "/webhooks", masterToken, fmt.Sprintf(`{"url":"https://hooks.example.com/%d","events":["scaling_failed"],"org_id":%q}`, w.next(), org), http.StatusCreated, &wh)
 	return wh.ID
+}
+
+// loggedDelivery names a delivery in a webhook's log.
+type loggedDelivery struct{ webhook, delivery string }
+
+// newDelivery creates a webhook in org with one logged delivery.
+func (w *orgWorld) newDelivery(t *testing.T, org string) loggedDelivery {
+	t.Helper()
+	d := loggedDelivery{webhook: w.newWebhook(t, org), delivery: fmt.Sprintf("dlv_%d", w.next())}
+	if _, err := w.f.db.RecordWebhookDelivery(t.Context(), store.WebhookDelivery{ID: d.delivery, WebhookID: d.webhook, OrgID: org,
+		Event: "scaling_failed", Status: store.DeliveryFailed, Attempts: 5, Body: []byte(`{}`)}, 0); err != nil {
+		t.Fatalf("RecordWebhookDelivery: %v", err)
+	}
+	return d
 }
 
 func (w *orgWorld) newScaling(t *testing.T, org string) string {
@@ -252,6 +266,16 @@ var matrix = []matrixCase{
 	{method: "DELETE", pattern: "/webhooks/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/webhooks/" + w.newWebhook(t, w.org(own)), ""
 	}, own: 204, other: 404, master: 204},
+	{method: "GET", pattern: "/webhooks/{id}/deliveries", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/webhooks/" + w.newDelivery(t, w.org(own)).webhook + "/deliveries", ""
+	}, own: 200, other: 404, master: 200, listing: true},
+	{method: "POST", pattern: "/webhooks/{id}/test", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/webhooks/" + w.newWebhook(t, w.org(own)) + "/test", ""
+	}, own: 200, other: 404, master: 200},
+	{method: "POST", pattern: "/webhooks/{id}/deliveries/{delivery_id}/redeliver", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
+		d := w.newDelivery(t, w.org(own))
+		return "/webhooks/" + d.webhook + "/deliveries/" + d.delivery + "/redeliver", ""
+	}, own: 200, other: 404, master: 200},
 	{method: "GET", pattern: "/maintenance", req: fixed("/maintenance"), own: 200, other: 200, master: 200, listing: true},
 	{method: "PUT", pattern: "/maintenance/{hostname}", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
 		// A key aiming at b names b's hostname in its own organization.

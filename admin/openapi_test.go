@@ -152,9 +152,10 @@ func TestOpenAPIClientSchema(t *testing.T) {
 	}
 }
 
-// TestOpenAPIScalingDetailSchema fails when the ScalingDecision and
-// ScalingPoint schemas' properties differ from the JSON fields GET
-// /scaling/{id} writes, or require one that may be left out.
+// TestOpenAPIScalingDetailSchema fails when the ScalingDecision,
+// ScalingPoint and WebhookDelivery schemas' properties differ from the
+// JSON fields GET /scaling/{id} and GET /webhooks/{id}/deliveries write,
+// or require one that may be left out.
 func TestOpenAPIScalingDetailSchema(t *testing.T) {
 	f := newFixture(t)
 	type schema struct {
@@ -181,7 +182,7 @@ func TestOpenAPIScalingDetailSchema(t *testing.T) {
 		slices.Sort(required)
 		return all, required
 	}
-	for name, v := range map[string]any{"ScalingDecision": wire.ScalingDecision{}, "ScalingPoint": wire.ScalingPoint{}} {
+	for name, v := range map[string]any{"ScalingDecision": wire.ScalingDecision{}, "ScalingPoint": wire.ScalingPoint{}, "WebhookDelivery": wire.WebhookDelivery{}} {
 		s := doc.Components.Schemas[name]
 		all, required := fields(v)
 		if props := slices.Sorted(maps.Keys(s.Properties)); !slices.Equal(props, all) {

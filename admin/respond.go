@@ -193,8 +193,13 @@ const (
 	EventLoginFailed     = "login_failed"
 	EventWebhookCreated  = "webhook_created"
 	EventWebhookDeleted  = "webhook_deleted"
-	EventShareCreated    = "share_created"
-	EventShareKeyRotated = "share_key_rotated"
+	// EventWebhookTested is POST /webhooks/{id}/test: a ping sent.
+	EventWebhookTested = "webhook_tested"
+	// EventWebhookRedelivered is POST
+	// /webhooks/{id}/deliveries/{delivery_id}/redeliver.
+	EventWebhookRedelivered = "webhook_redelivered"
+	EventShareCreated       = "share_created"
+	EventShareKeyRotated    = "share_key_rotated"
 	// EventScalingDisarmedByOperator is DELETE /scaling/{id}: a person
 	// removed the record. It is named apart from the autoscaler's own
 	// autoscale.EventDisarmed (the breaker tripped, the record stays), so

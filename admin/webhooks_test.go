@@ -3,18 +3,39 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/admin/apiclient"
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/webhook"
 	"github.com/aperio-dev/aperio/wire"
 )
+
+// fakeSender is a WebhookSender that reaches no network: every delivery
+// is answered 200 at once, and logged in db as the dispatcher would.
+type fakeSender struct {
+	db   *store.DB
+	next atomic.Int64
+}
+
+func (s *fakeSender) Test(ctx context.Context, sub store.Webhook) (store.WebhookDelivery, error) {
+	return s.db.RecordWebhookDelivery(ctx, store.WebhookDelivery{ID: fmt.Sprintf("ping_%d", s.next.Add(1)), WebhookID: sub.ID,
+		OrgID: sub.OrgID, Event: wire.EventPing, Status: store.DeliveryDelivered, Attempts: 1, LastStatusCode: 200, Body: []byte(`{}`)}, 0)
+}
+
+func (s *fakeSender) Redeliver(ctx context.Context, _ store.Webhook, prev store.WebhookDelivery) (store.WebhookDelivery, error) {
+	prev.Attempts++
+	prev.Status, prev.LastStatusCode, prev.LastError = store.DeliveryDelivered, 200, ""
+	return s.db.RecordWebhookDelivery(ctx, prev, 0)
+}
 
 // webhookSecret is the secret of the fixtures' signed webhooks; it must
 // never appear in an answer, the audit log or the server's log.
@@ -102,6 +123,8 @@ func TestWebhookValidation(t *testing.T) {
 		{"control in secret", `{"url":"https://hooks.example.com/","events":["scaling_failed"],"secret":"a\nb"}`, "control characters"},
 		{"unknown field", `{"url":"https://hooks.example.com/","events":["scaling_failed"],"sekret":"x"}`, `unknown field "sekret"`},
 		{"every problem", `{"url":"http://hooks.example.com/","events":["nope"]}`, `http is not permitted, only https; events[0]: "nope"`},
+		{"unknown format", `{"url":"https://hooks.example.com/","events":["scaling_failed"],"format":"teams"}`, `format: "teams" is not one of generic, slack, discord`},
+		{"long format", `{"url":"https://hooks.example.com/","events":["scaling_failed"],"format":"` + strings.Repeat("f", 5000) + `"}`, `format: "ffff`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"encoding/hex"
 	"time"
 
@@ -59,6 +60,8 @@ type (
 	Webhook = wire.Webhook
 	// CreateWebhookRequest is the body of POST /webhooks.
 	CreateWebhookRequest = wire.CreateWebhookRequest
+	// WebhookDelivery is one delivery of a webhook's log.
+	WebhookDelivery = wire.WebhookDelivery
 	// AuditEntry is one line of the audit log.
 	AuditEntry = wire.AuditEntry
 	// WhoAmI is the answer to GET /whoami.
@@ -127,7 +130,17 @@ func webhookOf(w store.Webhook) Webhook {
 		URL:           w.URL,
 		Events:        nonNil(w.Events),
 		Authenticated: w.Secret != "",
+		Format:        cmp.Or(w.Format, wire.WebhookFormatGeneric),
 		CreatedAt:     w.CreatedAt,
+	}
+}
+
+func deliveryOf(d store.WebhookDelivery) WebhookDelivery {
+	return WebhookDelivery{
+		ID: d.ID, WebhookID: d.WebhookID, OrgID: d.OrgID, Event: d.Event, Status: d.Status,
+		Attempts: d.Attempts, LastError: d.LastError, LastStatusCode: d.LastStatusCode,
+		ResponseTimeMS: d.ResponseTime.Milliseconds(), Redeliverable: len(d.Body) > 0,
+		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt,
 	}
 }
 

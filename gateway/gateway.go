@@ -171,8 +171,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: outbound policy: %w", err)
 	}
 	// Webhooks carry the autoscaler's events and the admin API's
-	// maintenance changes, through the same fence as scaling hooks.
-	g.hooks, err = webhook.New(webhook.Config{Subscriptions: g.db, Client: g.fence, Logger: log})
+	// maintenance changes, through the same fence as scaling hooks; each
+	// attempt lands in the store's delivery log.
+	g.hooks, err = webhook.New(webhook.Config{Subscriptions: g.db, Client: g.fence, Deliveries: g.db, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +291,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Logger: log,
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, rt: rt}, Stream: g.hub})
 	if err != nil {

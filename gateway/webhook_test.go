@@ -198,3 +198,35 @@ func TestWebhooksThroughServer(t *testing.T) {
 		t.Errorf("hook calls = %d, want 6 (one accepted, five failed, none once disarmed)", n)
 	}
 }
+
+// TestWebhookTestThroughServer: the server's admin API sends a test
+// delivery through its dispatcher, and the delivery lands in the store's
+// log, which GET …/deliveries reads.
+func TestWebhookTestThroughServer(t *testing.T) {
+	rcv := startWebhookReceiver(t)
+	cfg := serverConfig(t)
+	cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true // a loopback http receiver
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+	status, body := adminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
+		"url": rcv.srv.URL + "/hook", "events": []string{"scaling_failed"},
+	})
+	var wh struct{ ID string }
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &wh) != nil {
+		t.Fatalf("POST /aperio/api/webhooks = %d %s, want 201", status, body)
+	}
+	status, body = adminCall(t, visitor, srv, "POST", "/webhooks/"+wh.ID+"/test", nil)
+	var sent struct {
+		ID, Status string
+	}
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &sent) != nil || sent.Status != "delivered" {
+		t.Fatalf("POST /webhooks/%s/test = %d %s, want 200 delivered", wh.ID, status, body)
+	}
+	if got := rcv.counts(); got["ping"] != 1 {
+		t.Errorf("receiver got %v, want one ping", got)
+	}
+	status, body = adminCall(t, visitor, srv, "GET", "/webhooks/"+wh.ID+"/deliveries", nil)
+	if status != http.StatusOK || !strings.Contains(body, `"id":"`+sent.ID+`"`) || !strings.Contains(body, `"status":"delivered"`) {
+		t.Errorf("GET /webhooks/%s/deliveries = %d %s, want the test delivery", wh.ID, status, body)
+	}
+}

@@ -110,6 +110,14 @@ type backend interface {
 	// oldest first.
 	webhooksFor(ctx context.Context, orgID, event string) ([]Webhook, error)
 
+	// recordWebhookDelivery updates the stored delivery d.ID of
+	// d.WebhookID (not its body or created_at), or else inserts d and
+	// deletes the subscription's deliveries beyond the keep newest, in
+	// one transaction, and returns the row as stored.
+	recordWebhookDelivery(ctx context.Context, d WebhookDelivery, keep int) (WebhookDelivery, error)
+	listWebhookDeliveries(ctx context.Context, orgID, webhookID string, limit int) ([]WebhookDelivery, error)
+	webhookDelivery(ctx context.Context, orgID, webhookID, id string) (WebhookDelivery, error)
+
 	// setOrgHostnames replaces orgID's patterns (validated, sorted) after
 	// checking them with firstOverlap against every stored pattern, both
 	// under a lock that serializes replacements.

@@ -75,6 +75,9 @@ func testStore(t *testing.T, b backend) {
 		{"AuditAppendOnly", testAuditAppendOnly},
 		{"Webhooks", testWebhooks},
 		{"WebhooksFor", testWebhooksFor},
+		{"WebhookDeliveries", testWebhookDeliveries},
+		{"WebhookDeliveriesBound", testWebhookDeliveriesBound},
+		{"WebhookDeliveriesHostile", testWebhookDeliveriesHostile},
 		{"AuditChain", testAuditChain},
 		{"AuditChainTampered", testAuditChainTampered},
 		{"AuditChainConcurrent", testAuditChainConcurrent},
@@ -1369,6 +1372,12 @@ func calls(db *store.DB, f fixtures) []call {
 		{"ListWebhooks", func(ctx context.Context) error { return ignore1(db.ListWebhooks(ctx, "")) }},
 		{"WebhooksFor", func(ctx context.Context) error { return ignore1(db.WebhooksFor(ctx, f.org.ID, "scaling_failed")) }},
 		{"DeleteWebhook", func(ctx context.Context) error { return db.DeleteWebhook(ctx, "", "whk_seed") }},
+		{"RecordWebhookDelivery", func(ctx context.Context) error {
+			return ignore1(db.RecordWebhookDelivery(ctx, store.WebhookDelivery{ID: "d1", WebhookID: "whk_seed", OrgID: f.org.ID,
+				Event: "ping", Status: store.DeliveryPending}, 0))
+		}},
+		{"ListWebhookDeliveries", func(ctx context.Context) error { return ignore1(db.ListWebhookDeliveries(ctx, "", "whk_seed", 0)) }},
+		{"WebhookDelivery", func(ctx context.Context) error { return ignore1(db.WebhookDelivery(ctx, "", "whk_seed", "d1")) }},
 	}
 }
 

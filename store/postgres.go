@@ -1225,11 +1225,11 @@ func jitter(d time.Duration) time.Duration {
 
 // Webhooks.
 
-const pgWebhookCols = `id, org_id, url, secret, events, created_at`
+const pgWebhookCols = `id, org_id, url, secret, events, created_at, format`
 
 func pgScanWebhook(r pgx.Row) (Webhook, error) {
 	var w Webhook
-	if err := r.Scan(&w.ID, &w.OrgID, &w.URL, &w.Secret, &w.Events, &w.CreatedAt); err != nil {
+	if err := r.Scan(&w.ID, &w.OrgID, &w.URL, &w.Secret, &w.Events, &w.CreatedAt, &w.Format); err != nil {
 		return Webhook{}, pgErr(err)
 	}
 	w.Events = list(w.Events)
@@ -1239,8 +1239,8 @@ func pgScanWebhook(r pgx.Row) (Webhook, error) {
 
 func (b *pgBackend) insertWebhook(ctx context.Context, w Webhook) error {
 	_, err := b.pool.Exec(ctx,
-		`INSERT INTO webhooks (`+pgWebhookCols+`) VALUES ($1, $2, $3, $4, $5, $6)`,
-		w.ID, w.OrgID, w.URL, w.Secret, w.Events, w.CreatedAt)
+		`INSERT INTO webhooks (`+pgWebhookCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		w.ID, w.OrgID, w.URL, w.Secret, w.Events, w.CreatedAt, w.Format)
 	return pgErr(err)
 }
 
@@ -1261,6 +1261,76 @@ func (b *pgBackend) webhooksFor(ctx context.Context, orgID, event string) ([]Web
 	rows, err := b.pool.Query(ctx,
 		`SELECT `+pgWebhookCols+` FROM webhooks WHERE org_id = $1 AND $2 = ANY (events) ORDER BY created_at, seq`, orgID, event)
 	return pgCollect(rows, err, pgScanWebhook)
+}
+
+// Webhook deliveries.
+
+const pgDeliveryCols = `id, webhook_id, org_id, event, status, attempts, last_error, last_status_code,
+	response_time_ms, body, created_at, updated_at`
+
+func pgScanDelivery(r pgx.Row) (WebhookDelivery, error) {
+	var (
+		d  WebhookDelivery
+		ms int64
+	)
+	if err := r.Scan(&d.ID, &d.WebhookID, &d.OrgID, &d.Event, &d.Status, &d.Attempts, &d.LastError,
+		&d.LastStatusCode, &ms, &d.Body, &d.CreatedAt, &d.UpdatedAt); err != nil {
+		return WebhookDelivery{}, pgErr(err)
+	}
+	d.ResponseTime = time.Duration(ms) * time.Millisecond
+	if d.Body == nil {
+		d.Body = []byte{}
+	}
+	d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
+	return d, nil
+}
+
+func (b *pgBackend) recordWebhookDelivery(ctx context.Context, d WebhookDelivery, keep int) (WebhookDelivery, error) {
+	var out WebhookDelivery
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		// Writers of one subscription's log take turns, so that the
+		// bound holds exactly and an update never races its insert.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('webhook_deliveries:' || $1, 0))`, d.WebhookID); err != nil {
+			return err
+		}
+		var err error
+		out, err = pgScanDelivery(tx.QueryRow(ctx,
+			`UPDATE webhook_deliveries SET status = $3, attempts = $4, last_error = $5, last_status_code = $6,
+				response_time_ms = $7, updated_at = $8
+			WHERE id = $1 AND webhook_id = $2 RETURNING `+pgDeliveryCols,
+			d.ID, d.WebhookID, d.Status, d.Attempts, d.LastError, d.LastStatusCode,
+			d.ResponseTime.Milliseconds(), d.UpdatedAt))
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		out = d
+		if _, err := tx.Exec(ctx,
+			`INSERT INTO webhook_deliveries (`+pgDeliveryCols+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			d.ID, d.WebhookID, d.OrgID, d.Event, d.Status, d.Attempts, d.LastError, d.LastStatusCode,
+			d.ResponseTime.Milliseconds(), d.Body, d.CreatedAt, d.UpdatedAt); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx,
+			`DELETE FROM webhook_deliveries WHERE webhook_id = $1 AND seq NOT IN
+				(SELECT seq FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY seq DESC LIMIT $2)`,
+			d.WebhookID, keep)
+		return err
+	})
+	return out, pgErr(err)
+}
+
+func (b *pgBackend) listWebhookDeliveries(ctx context.Context, orgID, webhookID string, limit int) ([]WebhookDelivery, error) {
+	rows, err := b.pool.Query(ctx,
+		`SELECT `+pgDeliveryCols+` FROM webhook_deliveries
+		WHERE webhook_id = $1 AND ($2 = '' OR org_id = $2) ORDER BY seq DESC LIMIT $3`, webhookID, orgID, limit)
+	return pgCollect(rows, err, pgScanDelivery)
+}
+
+func (b *pgBackend) webhookDelivery(ctx context.Context, orgID, webhookID, id string) (WebhookDelivery, error) {
+	return pgScanDelivery(b.pool.QueryRow(ctx,
+		`SELECT `+pgDeliveryCols+` FROM webhook_deliveries
+		WHERE id = $1 AND webhook_id = $2 AND ($3 = '' OR org_id = $3)`, id, webhookID, orgID))
 }
 
 // Hostname ownership.

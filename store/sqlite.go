@@ -1180,14 +1180,14 @@ func (b *sqliteBackend) execForTest(ctx context.Context, query string) error {
 
 // Webhooks.
 
-const sqliteWebhookCols = `id, org_id, url, secret, events, created_at`
+const sqliteWebhookCols = `id, org_id, url, secret, events, created_at, format`
 
 func sqliteScanWebhook(s scanner) (Webhook, error) {
 	var (
 		w               Webhook
 		events, created string
 	)
-	if err := s.Scan(&w.ID, &w.OrgID, &w.URL, &w.Secret, &events, &created); err != nil {
+	if err := s.Scan(&w.ID, &w.OrgID, &w.URL, &w.Secret, &events, &created, &w.Format); err != nil {
 		return Webhook{}, sqliteErr(err)
 	}
 	var err error
@@ -1200,8 +1200,8 @@ func sqliteScanWebhook(s scanner) (Webhook, error) {
 
 func (b *sqliteBackend) insertWebhook(ctx context.Context, w Webhook) error {
 	_, err := b.w.ExecContext(ctx,
-		`INSERT INTO webhooks (`+sqliteWebhookCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6)`,
-		w.ID, w.OrgID, w.URL, w.Secret, sqliteList(w.Events), sqliteFormat(w.CreatedAt))
+		`INSERT INTO webhooks (`+sqliteWebhookCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)`,
+		w.ID, w.OrgID, w.URL, w.Secret, sqliteList(w.Events), sqliteFormat(w.CreatedAt), w.Format)
 	return sqliteErr(err)
 }
 
@@ -1230,6 +1230,80 @@ func (b *sqliteBackend) webhooksFor(ctx context.Context, orgID, event string) ([
 		return nil, sqliteErr(err)
 	}
 	return sqliteCollect(rows, sqliteScanWebhook)
+}
+
+// Webhook deliveries.
+
+const sqliteDeliveryCols = `id, webhook_id, org_id, event, status, attempts, last_error, last_status_code,
+	response_time_ms, body, created_at, updated_at`
+
+func sqliteScanDelivery(s scanner) (WebhookDelivery, error) {
+	var (
+		d                WebhookDelivery
+		ms               int64
+		created, updated string
+	)
+	if err := s.Scan(&d.ID, &d.WebhookID, &d.OrgID, &d.Event, &d.Status, &d.Attempts, &d.LastError,
+		&d.LastStatusCode, &ms, &d.Body, &created, &updated); err != nil {
+		return WebhookDelivery{}, sqliteErr(err)
+	}
+	d.ResponseTime = time.Duration(ms) * time.Millisecond
+	if d.Body == nil {
+		d.Body = []byte{}
+	}
+	var err error
+	if d.CreatedAt, err = sqliteParse(created); err != nil {
+		return WebhookDelivery{}, err
+	}
+	d.UpdatedAt, err = sqliteParse(updated)
+	return d, err
+}
+
+func (b *sqliteBackend) recordWebhookDelivery(ctx context.Context, d WebhookDelivery, keep int) (WebhookDelivery, error) {
+	var out WebhookDelivery
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = sqliteScanDelivery(tx.QueryRowContext(ctx,
+			`UPDATE webhook_deliveries SET status = ?3, attempts = ?4, last_error = ?5, last_status_code = ?6,
+				response_time_ms = ?7, updated_at = ?8
+			WHERE id = ?1 AND webhook_id = ?2 RETURNING `+sqliteDeliveryCols,
+			d.ID, d.WebhookID, d.Status, d.Attempts, d.LastError, d.LastStatusCode,
+			d.ResponseTime.Milliseconds(), sqliteFormat(d.UpdatedAt)))
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		out = d
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO webhook_deliveries (`+sqliteDeliveryCols+`)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)`,
+			d.ID, d.WebhookID, d.OrgID, d.Event, d.Status, d.Attempts, d.LastError, d.LastStatusCode,
+			d.ResponseTime.Milliseconds(), d.Body, sqliteFormat(d.CreatedAt), sqliteFormat(d.UpdatedAt)); err != nil {
+			return err
+		}
+		// SQLite has one writer: nobody inserts between the two.
+		_, err = tx.ExecContext(ctx,
+			`DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND seq NOT IN
+				(SELECT seq FROM webhook_deliveries WHERE webhook_id = ?1 ORDER BY seq DESC LIMIT ?2)`,
+			d.WebhookID, keep)
+		return err
+	})
+	return out, sqliteErr(err)
+}
+
+func (b *sqliteBackend) listWebhookDeliveries(ctx context.Context, orgID, webhookID string, limit int) ([]WebhookDelivery, error) {
+	rows, err := b.r.QueryContext(ctx,
+		`SELECT `+sqliteDeliveryCols+` FROM webhook_deliveries
+		WHERE webhook_id = ?1 AND (?2 = '' OR org_id = ?2) ORDER BY seq DESC LIMIT ?3`, webhookID, orgID, limit)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	return sqliteCollect(rows, sqliteScanDelivery)
+}
+
+func (b *sqliteBackend) webhookDelivery(ctx context.Context, orgID, webhookID, id string) (WebhookDelivery, error) {
+	return sqliteScanDelivery(b.r.QueryRowContext(ctx,
+		`SELECT `+sqliteDeliveryCols+` FROM webhook_deliveries
+		WHERE id = ?1 AND webhook_id = ?2 AND (?3 = '' OR org_id = ?3)`, id, webhookID, orgID))
 }
 
 // Hostname ownership.

@@ -1,7 +1,7 @@
 // Package store owns Aperio's persistent state: organizations and the
 // hostname patterns each owns, client tokens (as hashes), admin keys (as
-// hashes), maintenance mode, autoscaling records, webhook subscriptions,
-// signing keys (sealed by the caller), the append-only, hash-chained audit
+// hashes), maintenance mode, autoscaling records, webhook subscriptions
+// and their bounded delivery log, signing keys (sealed by the caller), the append-only, hash-chained audit
 // log, and the change feed that tells every server sharing the database
 // when a token is revoked, a key deleted, maintenance toggled, an
 // organization's hostnames replaced, a signing key added or a scaling

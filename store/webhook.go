@@ -25,6 +25,10 @@ type Webhook struct {
 	// Events lists the event names delivered, as the caller validated
 	// them, without duplicates. Never empty once stored.
 	Events []string
+	// Format is how the deliveries' bodies are written, as the caller
+	// validated it: "generic" (the JSON envelope), "slack" or "discord".
+	// "" is stored as "generic".
+	Format string
 	// CreatedAt is assigned by the store.
 	CreatedAt time.Time
 }
@@ -59,6 +63,9 @@ func (db *DB) CreateWebhook(ctx context.Context, w Webhook) (Webhook, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Webhook{}, err
+	}
+	if w.Format == "" {
+		w.Format = "generic"
 	}
 	w.ID = newID("whk")
 	w.Events = events

@@ -31,7 +31,7 @@ func testWebhooks(t *testing.T, b backend) {
 		Events: []string{"scaling_failed", "scaling_disarmed", "scaling_failed"}}
 	w1 := mustWebhook(t, db, in)
 	want := store.Webhook{ID: w1.ID, OrgID: a.ID, URL: in.URL, Secret: "s3cret",
-		Events: []string{"scaling_failed", "scaling_disarmed"}, CreatedAt: stored(clk.Now())}
+		Events: []string{"scaling_failed", "scaling_disarmed"}, Format: "generic", CreatedAt: stored(clk.Now())}
 	if diff := cmp.Diff(want, w1); diff != "" {
 		t.Errorf("CreateWebhook() mismatch, want duplicates dropped (-want +got):\n%s", diff)
 	}

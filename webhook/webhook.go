@@ -1,11 +1,12 @@
 // Package webhook owns the delivery of server events to the HTTP endpoints
-// organizations subscribe: the JSON payload, its signatures (the Standard
-// Webhooks webhook-signature, and the older X-Aperio-Signature),
-// the bounded queues between the emitter and the network (one for fan-out,
-// one per subscription, so that a slow receiver holds up only its own
-// deliveries), the short-lived cache of each organization's subscriptions,
-// and the retries with backoff. Every delivery goes out through the
-// outbound fence.
+// organizations subscribe: the JSON payload and its Slack and Discord
+// formats, its signatures (the Standard Webhooks webhook-signature, and the
+// older X-Aperio-Signature), the bounded queues between the emitter and the
+// network (one for fan-out, one per subscription, so that a slow receiver
+// holds up only its own deliveries), the short-lived cache of each
+// organization's subscriptions, the retries with backoff, the record of
+// each attempt in a delivery log, and test deliveries and redeliveries sent
+// on request. Every delivery goes out through the outbound fence.
 package webhook
 
 import (
@@ -124,6 +125,14 @@ type Config struct {
 	// Backoff returns the wait after the attempt-th failed attempt
 	// (1-based); nil means DefaultBackoff. Tests pass tiny durations.
 	Backoff func(attempt int) time.Duration
+	// Deliveries keeps the outcome of every attempt; nil keeps none.
+	// Writes go through a queue bounded by MaxQueue, so that a slow or
+	// failing store never holds up a delivery.
+	Deliveries DeliveryLog
+	// KeepDeliveries is how many deliveries of each subscription the log
+	// keeps; 0 means store.DefaultDeliveryKeep, at most
+	// store.MaxDeliveryKeep.
+	KeepDeliveries int
 }
 
 // withDefaults fills the zero fields that have a default.
@@ -169,6 +178,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.Workers < 0 || cfg.Workers > MaxWorkers {
 		errs = append(errs, fmt.Errorf("webhook: workers %d is not between 1 and %d", cfg.Workers, MaxWorkers))
+	}
+	if cfg.KeepDeliveries < 0 || cfg.KeepDeliveries > store.MaxDeliveryKeep {
+		errs = append(errs, fmt.Errorf("webhook: keep deliveries %d, want 0 to %d", cfg.KeepDeliveries, store.MaxDeliveryKeep))
 	}
 	return errors.Join(errs...)
 }
@@ -231,6 +243,11 @@ type Dispatcher struct {
 	cache    subCache
 	wg       sync.WaitGroup // Run's goroutines: fanLoop and the workers
 
+	// records queues delivery log writes for recordLoop; bounded by
+	// MaxQueue, record drops when full.
+	records        chan Delivery
+	recordsDropped atomic.Int64
+
 	mu   sync.Mutex           // guards the following fields
 	subs map[string]*subQueue // by subscription ID; workers remove their own when idle
 }
@@ -261,11 +278,12 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Dispatcher{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		events: make(chan queued, cfg.MaxQueue),
-		cache:  subCache{ttl: CacheTTL, now: cfg.Now, orgs: make(map[string]*orgSubs)},
-		subs:   make(map[string]*subQueue),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		events:  make(chan queued, cfg.MaxQueue),
+		cache:   subCache{ttl: CacheTTL, now: cfg.Now, orgs: make(map[string]*orgSubs)},
+		subs:    make(map[string]*subQueue),
+		records: make(chan Delivery, cfg.MaxQueue),
 	}, nil
 }
 
@@ -337,6 +355,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.New("webhook: Run called twice")
 	}
 	d.wg.Go(func() { d.fanLoop(ctx) })
+	if d.cfg.Deliveries != nil {
+		d.wg.Go(func() { d.recordLoop(ctx) })
+	}
 	d.wg.Wait()
 	return nil
 }
@@ -461,10 +482,17 @@ func (d *Dispatcher) retire(q *subQueue) bool {
 }
 
 // deliver tries dl up to MaxAttempts times, waiting Backoff between
-// attempts. A fence refusal is not retried: the policy will refuse again.
+// attempts, in the subscription's format, and logs each attempt's
+// outcome. A fence refusal is not retried: the policy will refuse again.
 func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 	log := d.log.With(logkey.Event, dl.event, logkey.OrgID, dl.sub.OrgID,
 		logkey.WebhookID, dl.sub.ID, logkey.DeliveryID, dl.id)
+	body, err := formatBody(dl.sub.Format, dl.body)
+	if err != nil {
+		log.Warn("webhook payload encoding failed", logkey.Err, err)
+		return
+	}
+	dl.body = body
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -472,8 +500,10 @@ func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 		}
 	}()
 	for attempt := 1; ; attempt++ {
+		start := time.Now()
 		status, err := d.attempt(ctx, dl)
 		if err == nil {
+			d.record(d.outcome(dl, attempt, status, time.Since(start), nil, true))
 			log.Debug("webhook delivered", logkey.Attempts, attempt, logkey.Status, status)
 			return
 		}
@@ -481,6 +511,7 @@ func (d *Dispatcher) deliver(ctx context.Context, dl delivery) {
 			return // shutting down; not the receiver's failure
 		}
 		_, refused := errors.AsType[*fence.RefusedError](err)
+		d.record(d.outcome(dl, attempt, status, time.Since(start), err, attempt >= MaxAttempts))
 		if refused || attempt >= MaxAttempts {
 			log.Warn("webhook delivery given up", logkey.Attempts, attempt, logkey.Status, status, logkey.Err, err)
 			return

@@ -19,6 +19,7 @@ import (
 	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/store"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -431,6 +432,9 @@ func TestValidate(t *testing.T) {
 		{"no client", Config{Subscriptions: fakeLister{}}, true},
 		{"negative queue", Config{Subscriptions: fakeLister{}, Client: fc, MaxQueue: -1}, true},
 		{"negative workers", Config{Subscriptions: fakeLister{}, Client: fc, Workers: -1}, true},
+		{"negative keep", Config{Subscriptions: fakeLister{}, Client: fc, KeepDeliveries: -1}, true},
+		{"keep over the store's bound", Config{Subscriptions: fakeLister{}, Client: fc, KeepDeliveries: store.MaxDeliveryKeep + 1}, true},
+		{"keep at the bound", Config{Subscriptions: fakeLister{}, Client: fc, KeepDeliveries: store.MaxDeliveryKeep}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -98,6 +98,30 @@ func WebhookEvents() []string {
 	}
 }
 
+// The formats a webhook subscription's bodies may take.
+const (
+	// WebhookFormatGeneric is the JSON envelope (event, at, org_id,
+	// hostname, path, detail): the default.
+	WebhookFormatGeneric = "generic"
+	// WebhookFormatSlack is a Slack incoming webhook's {"text": …} with a
+	// one-line summary.
+	WebhookFormatSlack = "slack"
+	// WebhookFormatDiscord is a Discord webhook's {"content": …} with the
+	// same summary, mentions disabled.
+	WebhookFormatDiscord = "discord"
+)
+
+// WebhookFormats returns the formats a webhook subscription may take,
+// the default first.
+func WebhookFormats() []string {
+	return []string{WebhookFormatGeneric, WebhookFormatSlack, WebhookFormatDiscord}
+}
+
+// EventPing is the event of a test delivery (POST /webhooks/{id}/test):
+// sent to one subscription whatever events it lists, never emitted
+// otherwise.
+const EventPing = "ping"
+
 // Org is an organization as the API shows it.
 type Org struct {
 	ID        string    `json:"id"`
@@ -455,8 +479,10 @@ type Webhook struct {
 	// Events are the event names delivered, such as "scaling_failed".
 	Events []string `json:"events"`
 	// Authenticated says deliveries are signed (a secret is set).
-	Authenticated bool      `json:"authenticated"`
-	CreatedAt     time.Time `json:"created_at"`
+	Authenticated bool `json:"authenticated"`
+	// Format is how the bodies are written: one of WebhookFormats.
+	Format    string    `json:"format"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // CreateWebhookRequest is the body of POST /webhooks.
@@ -472,6 +498,41 @@ type CreateWebhookRequest struct {
 	Secret string `json:"secret,omitempty"`
 	// OrgID is as in CreateKeyRequest.
 	OrgID string `json:"org_id,omitempty"`
+	// Format is how the bodies are written, one of WebhookFormats;
+	// empty means WebhookFormatGeneric. Every format is signed alike.
+	Format string `json:"format,omitempty"`
+}
+
+// WebhookDelivery is one delivery of an event to a webhook subscription,
+// from its delivery log (GET /webhooks/{id}/deliveries) or as POST
+// /webhooks/{id}/test and …/redeliver answer it. The body sent is not
+// shown.
+type WebhookDelivery struct {
+	// ID is the delivery's webhook-id: the same for every attempt and
+	// for a redelivery, so that receivers can drop repeats.
+	ID        string `json:"id"`
+	WebhookID string `json:"webhook_id"`
+	OrgID     string `json:"org_id"`
+	// Event is the event type, EventPing for a test delivery.
+	Event string `json:"event"`
+	// Status is pending (still being retried), delivered (a 2xx),
+	// failed (given up) or dropped (the outbound policy refused it).
+	Status string `json:"status"`
+	// Attempts counts the attempts, redeliveries included.
+	Attempts int `json:"attempts"`
+	// LastError is the last attempt's error, at most 500 bytes; empty
+	// after a success.
+	LastError string `json:"last_error,omitempty"`
+	// LastStatusCode is the last attempt's HTTP status; 0 without an
+	// answer.
+	LastStatusCode int `json:"last_status_code"`
+	// ResponseTimeMS is how long the last attempt took, in milliseconds.
+	ResponseTimeMS int64 `json:"response_time_ms"`
+	// Redeliverable says the log kept the body, so that it can be sent
+	// again (bodies over 64 KiB are not kept).
+	Redeliverable bool      `json:"redeliverable"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
 }
 
 // AuditEntry is one line of the audit log.

@@ -154,6 +154,32 @@ func (c *Client) DeleteWebhook(ctx context.Context, id string) error {
 	return c.Do(ctx, http.MethodDelete, "/webhooks/"+url.PathEscape(id), nil, nil)
 }
 
+// WebhookDeliveries calls GET /webhooks/{id}/deliveries: the latest
+// deliveries, newest first, at most limit (0 means the server's default).
+func (c *Client) WebhookDeliveries(ctx context.Context, id string, limit int) ([]wire.WebhookDelivery, error) {
+	path := "/webhooks/" + url.PathEscape(id) + "/deliveries"
+	if limit > 0 {
+		path += "?limit=" + strconv.Itoa(limit)
+	}
+	var out []wire.WebhookDelivery
+	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// TestWebhook calls POST /webhooks/{id}/test, which sends a ping to the
+// webhook and answers with its outcome.
+func (c *Client) TestWebhook(ctx context.Context, id string) (wire.WebhookDelivery, error) {
+	var out wire.WebhookDelivery
+	return out, c.Do(ctx, http.MethodPost, "/webhooks/"+url.PathEscape(id)+"/test", nil, &out)
+}
+
+// RedeliverWebhook calls POST
+// /webhooks/{id}/deliveries/{delivery_id}/redeliver, which sends the
+// logged delivery again and answers with its outcome.
+func (c *Client) RedeliverWebhook(ctx context.Context, id, deliveryID string) (wire.WebhookDelivery, error) {
+	var out wire.WebhookDelivery
+	return out, c.Do(ctx, http.MethodPost, "/webhooks/"+url.PathEscape(id)+"/deliveries/"+url.PathEscape(deliveryID)+"/redeliver", nil, &out)
+}
+
 // Maintenance calls GET /maintenance.
 func (c *Client) Maintenance(ctx context.Context) ([]wire.Maintenance, error) {
 	var out []wire.Maintenance

@@ -259,14 +259,29 @@ func (a *apiCLI) adminKeysCommand() *cobra.Command {
 }
 
 func (a *apiCLI) webhooksCommand() *cobra.Command {
-	cmd := group("webhooks", "Subscribe URLs to server events, list and delete subscriptions")
+	cmd := group("webhooks", "Subscribe URLs to server events; list, delete and test subscriptions; read and redeliver their deliveries")
 
-	var req wire.CreateWebhookRequest
+	var (
+		req         wire.CreateWebhookRequest
+		secretStdin bool
+		secretFile  string
+	)
 	create := &cobra.Command{
-		Use:   "create --url URL --events EVENT[,EVENT…] [--secret SECRET]",
+		Use:   "create --url URL --events EVENT[,EVENT…] [--secret-stdin | --secret-file PATH | --secret SECRET] [--format FORMAT]",
 		Short: "Subscribe a URL to events: " + strings.Join(wire.WebhookEvents(), ", "),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			switch {
+			case secretStdin:
+				req.Secret, err = readSecret(cmd.InOrStdin(), "standard input")
+			case secretFile != "":
+				req.Secret, err = readSecretFile(secretFile)
+			}
+			if err != nil {
+				fmt.Fprintln(a.stderr, "aperio-client:", err)
+				return exitcode.ErrUsage
+			}
 			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Webhook, error) {
 				return c.CreateWebhook(ctx, req)
 			}, func(w io.Writer, wh wire.Webhook) { webhooksTable(w, []wire.Webhook{wh}) })
@@ -275,9 +290,46 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 	f := create.Flags()
 	f.StringVar(&req.URL, "url", "", "URL receiving the deliveries (https unless the server allows http)")
 	f.StringSliceVar(&req.Events, "events", nil, "events to deliver, comma-separated or repeated: "+strings.Join(wire.WebhookEvents(), ", "))
-	f.StringVar(&req.Secret, "secret", "", "key of the X-Aperio-Signature HMAC (default: deliveries unsigned)")
+	f.BoolVar(&secretStdin, "secret-stdin", false, "read the signing secret from the first line of standard input")
+	f.StringVar(&secretFile, "secret-file", "", "read the signing secret from the first line of this file")
+	f.StringVar(&req.Secret, "secret", "", "signing secret (visible in the process list: prefer --secret-stdin or --secret-file; default: deliveries unsigned)")
+	f.StringVar(&req.Format, "format", "", "how bodies are written: "+strings.Join(wire.WebhookFormats(), ", ")+" (default generic)")
 	f.StringVar(&req.OrgID, "org-id", "", "organization whose events are delivered (master token only; default: default)")
+	create.MarkFlagsMutuallyExclusive("secret", "secret-stdin", "secret-file")
 	mustRequire(create, "url", "events")
+
+	var limit int
+	deliveries := &cobra.Command{
+		Use:   "deliveries ID [--limit N]",
+		Short: "List a webhook's latest deliveries, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]wire.WebhookDelivery, error) {
+				return c.WebhookDeliveries(ctx, args[0], limit)
+			}, deliveriesTable)
+		},
+	}
+	deliveries.Flags().IntVar(&limit, "limit", 0, "how many, 1 to 100 (default 20)")
+	test := &cobra.Command{
+		Use:   "test ID",
+		Short: "Send a ping to a webhook now and show the receiver's answer",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.WebhookDelivery, error) {
+				return c.TestWebhook(ctx, args[0])
+			}, func(w io.Writer, d wire.WebhookDelivery) { deliveriesTable(w, []wire.WebhookDelivery{d}) })
+		},
+	}
+	redeliver := &cobra.Command{
+		Use:   "redeliver ID DELIVERY",
+		Short: "Send a logged delivery again: same webhook-id, fresh timestamp and signature",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.WebhookDelivery, error) {
+				return c.RedeliverWebhook(ctx, args[0], args[1])
+			}, func(w io.Writer, d wire.WebhookDelivery) { deliveriesTable(w, []wire.WebhookDelivery{d}) })
+		},
+	}
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -297,7 +349,7 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 			}, printDone)
 		},
 	}
-	cmd.AddCommand(create, list, del)
+	cmd.AddCommand(create, list, del, deliveries, test, redeliver)
 	return cmd
 }
 
@@ -816,9 +868,16 @@ func keyFields(w io.Writer, k wire.Key) {
 }
 
 func webhooksTable(w io.Writer, ws []wire.Webhook) {
-	fmt.Fprintln(w, "ID\tURL\tEVENTS\tSIGNED\tORG\tCREATED")
+	fmt.Fprintln(w, "ID\tURL\tEVENTS\tSIGNED\tFORMAT\tORG\tCREATED")
 	for _, wh := range ws {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", wh.ID, cell(wh.URL), joined(wh.Events), yesNo(wh.Authenticated), wh.OrgID, when(&wh.CreatedAt))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", wh.ID, cell(wh.URL), joined(wh.Events), yesNo(wh.Authenticated), cell(wh.Format), wh.OrgID, when(&wh.CreatedAt))
+	}
+}
+
+func deliveriesTable(w io.Writer, ds []wire.WebhookDelivery) {
+	fmt.Fprintln(w, "ID\tEVENT\tSTATUS\tATTEMPTS\tCODE\tTIME\tUPDATED\tERROR")
+	for _, d := range ds {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%dms\t%s\t%s\n", d.ID, d.Event, d.Status, d.Attempts, d.LastStatusCode, d.ResponseTimeMS, when(&d.UpdatedAt), cell(d.LastError))
 	}
 }
 

@@ -38,6 +38,7 @@ type apiServer struct {
 	hub     *telemetry.Hub
 	stream  *signalledStream
 	stats   *telemetry.Stats
+	db      *store.DB // the server's store, to check what the API cannot show
 }
 
 type staticClients struct {
@@ -160,7 +161,7 @@ func newAPIServer(t *testing.T) *apiServer {
 	}
 	rt.SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
 	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Disabler: s.clients, Drainer: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{},
-		Traffic: cliTraffic{s.stats}, Stream: s.stream})
+		Traffic: cliTraffic{s.stats}, Stream: s.stream, Webhooks: &cliSender{db: db}})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -85,15 +83,14 @@ func (s passwordSource) read(prompt io.Writer) (string, error) {
 		}
 		pw = string(a)
 	} else {
-		r := bufio.NewReaderSize(io.LimitReader(s.in, maxPassword+2), maxPassword+2)
-		line, err := r.ReadString('\n')
-		if err != nil && err != io.EOF {
-			return "", err
-		}
-		if !strings.HasSuffix(line, "\n") && len(line) > maxPassword {
+		line, err := firstLine(s.in, maxPassword)
+		if errors.Is(err, errLineTooLong) {
 			return "", fmt.Errorf("the password is longer than %d bytes", maxPassword)
 		}
-		pw = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+		if err != nil {
+			return "", err
+		}
+		pw = line
 	}
 	switch {
 	case pw == "":
