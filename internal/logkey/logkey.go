@@ -71,6 +71,7 @@ const (
 	RecordID              = "record_id"
 	RemoteAddr            = "remote_addr"
 	RetryIn               = "retry_in"
+	Restart               = "restart" // config keys a reload could not change live
 	Role                  = "role"
 	Running               = "running"
 	SampleRate            = "sample_rate"
