@@ -15,8 +15,9 @@ import (
 	"github.com/aperio-dev/aperio/internal/hangup"
 )
 
-// TestProcessesIgnoreSIGHUP: SIGHUP makes neither binary exit; each logs
-// that it ignored it, the tunnel keeps serving, and SIGTERM still ends
+// TestProcessesIgnoreSIGHUP: SIGHUP makes neither binary exit; the server
+// logs that it ignored it, the client reloads its configuration without
+// dropping its tunnel, the tunnel keeps serving, and SIGTERM still ends
 // both with exit 0. The server also warns at startup about its weak (under
 // 32 characters) master token.
 func TestProcessesIgnoreSIGHUP(t *testing.T) {
@@ -48,16 +49,23 @@ func TestProcessesIgnoreSIGHUP(t *testing.T) {
 	}
 	waitFor(t, "the hostname answers 200", func() bool { return get() == 200 })
 
-	ignored := regexp.MustCompile(`level=INFO msg="` + regexp.QuoteMeta(hangup.Message) + `"`)
+	// The server ignores SIGHUP; the client reloads its configuration.
 	procs := []struct {
-		cmd *exec.Cmd
-		log *processLog
-	}{{server, srv}, {client, cli}}
+		cmd  *exec.Cmd
+		log  *processLog
+		line *regexp.Regexp
+	}{
+		{server, srv, regexp.MustCompile(`level=INFO msg="` + regexp.QuoteMeta(hangup.Message) + `"`)},
+		{client, cli, regexp.MustCompile(`level=INFO msg="config reloaded" reason=SIGHUP`)},
+	}
 	for _, p := range procs {
 		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		p.log.wait(t, ignored)
+		p.log.wait(t, p.line)
+	}
+	if n := cli.count(regexp.MustCompile(`msg="tunnel connected"`)); n != 1 {
+		t.Fatalf("client tunnel connections after SIGHUP = %d, want 1 (a reload keeps the tunnel)", n)
 	}
 	if code := get(); code != 200 {
 		t.Fatalf("GET after SIGHUP to both = %d, want 200 (both still running)", code)
