@@ -67,7 +67,7 @@ func TestAbandonedRequestAndLearntLimit(t *testing.T) {
 				tick := time.NewTimer(5 * time.Millisecond)
 				<-tick.C
 			}
-			if got := a.services[0].limiter.Desired(); got != tt.want {
+			if got := a.services()[0].limiter.Desired(); got != tt.want {
 				t.Errorf("learnt limit after the request = %d, want %d", got, tt.want)
 			}
 		})

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,11 +44,32 @@ type Options struct {
 
 // Agent runs one client process. Create it with New and start it with Run.
 type Agent struct {
+	// cfg is the configuration the agent started with. Its services and
+	// the keys a reload changes live (see state) are read from state, not
+	// from here.
 	cfg        config.Client
 	log        *slog.Logger
 	instanceID string
-	services   []*service
 	tunnels    []*tunnel.Client
+	// state is the current service set and live settings, swapped whole
+	// by Apply: a request and an announcement see one state or the next,
+	// never a mix.
+	state atomic.Pointer[state]
+
+	mu sync.Mutex // guards the following fields
+	// nextID is the id of the next service a reload adds: ids are never
+	// reused, so a server never mistakes a new service for a removed one.
+	nextID int
+	// loops is the context the services' probe and limiter loops run
+	// under; nil before Run starts them and after Run stopped them.
+	loops context.Context
+	// stopped is set once Run stops taking reloads.
+	stopped bool
+	// loopsWG joins the services' loops and the reloads' withdrawals.
+	loopsWG sync.WaitGroup
+	// quit is closed when Run starts its drain: a withdrawal still waiting
+	// for a removed service's requests stops waiting.
+	quit chan struct{}
 
 	draining     atomic.Bool
 	served       atomic.Int64 // requests answered since start
@@ -94,6 +116,19 @@ type service struct {
 	// limiter learns or pins the service's concurrency limit; nil when
 	// the service announces no limit.
 	limiter *concurrency.Limiter
+	// inflight counts the service's requests from Forward until their
+	// response body is closed.
+	inflight atomic.Int64
+	// draining is set once a reload removed the service: it is announced
+	// draining (and unhealthy) until withdrawn, and still serves what
+	// reaches it.
+	draining atomic.Bool
+	// withdrawn is set once its drain is over: it is left out of the
+	// announcement, and serves what reaches it until the state drops it.
+	withdrawn atomic.Bool
+	// stop ends the service's probe and limiter loops; nil until they
+	// start. Set and called under Agent.mu.
+	stop context.CancelFunc
 }
 
 // serverURLs is server.url then server.urls, each once.
@@ -150,6 +185,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		drainAsked:   make(chan string, 1),
 		gaveUp:       make(chan error, 1),
 		statusSocket: cfg.StatusSocket,
+		quit:         make(chan struct{}),
 	}
 	if opts.StatusSocket != "" {
 		a.statusSocket = opts.StatusSocket
@@ -158,17 +194,16 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 	cfg.Services = slices.Clone(cfg.Services)
 	cfg.ResolveConcurrency()
 	a.cfg.Services = cfg.Services
+	st := liveState(cfg)
 	for i, sc := range cfg.Services {
-		svc, err := newService(strconv.Itoa(i), sc)
+		svc, err := a.buildService(strconv.Itoa(i), sc)
 		if err != nil {
 			return nil, err
 		}
-		svc.breaker = newBreaker(sc.CircuitBreaker, a.signalHealth)
-		if svc.limiter, err = a.newLimiter(svc.id, sc.Concurrency); err != nil {
-			return nil, fmt.Errorf("agent: service %s: %w", svc.id, err)
-		}
-		a.services = append(a.services, svc)
+		st.services = append(st.services, svc)
 	}
+	a.nextID = len(cfg.Services)
+	a.state.Store(st)
 	urls := serverURLs(cfg)
 	a.refusals = newRefusals(len(urls))
 	for i, u := range urls {
@@ -199,6 +234,20 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		return nil, errors.New("agent: no server url configured")
 	}
 	return a, nil
+}
+
+// buildService builds the service id of sc with its breaker and limiter;
+// its loops are not started.
+func (a *Agent) buildService(id string, sc config.Service) (*service, error) {
+	svc, err := newService(id, sc)
+	if err != nil {
+		return nil, err
+	}
+	svc.breaker = newBreaker(sc.CircuitBreaker, a.signalHealth)
+	if svc.limiter, err = a.newLimiter(svc.id, sc.Concurrency); err != nil {
+		return nil, fmt.Errorf("agent: service %s: %w", svc.id, err)
+	}
+	return svc, nil
 }
 
 func newService(id string, sc config.Service) (*service, error) {
@@ -281,7 +330,7 @@ func newInstanceID() string {
 // while one is up. A client whose services are all unhealthy is not
 // routable yet: idle_timeout must not run out while its backend starts.
 func (a *Agent) markRoutable() {
-	if !slices.ContainsFunc(a.services, func(s *service) bool { return s.healthy.Load() }) {
+	if !slices.ContainsFunc(a.services(), func(s *service) bool { return s.healthy.Load() }) {
 		return
 	}
 	if a.routableSince.CompareAndSwap(0, time.Now().UnixNano()) {
@@ -299,14 +348,15 @@ func (a *Agent) connected() bool {
 
 // announcement is the current state as the server should see it.
 func (a *Agent) announcement() tunnel.Announcement {
+	st := a.state.Load()
 	ann := tunnel.Announcement{
 		Name:       a.cfg.Name,
 		InstanceID: a.instanceID,
 		Draining:   a.draining.Load(),
-		Services:   make([]tunnel.Service, 0, len(a.services)),
+		Services:   make([]tunnel.Service, 0, len(st.services)),
 	}
-	for _, svc := range a.services {
-		if !svc.announced.Load() {
+	for _, svc := range st.services {
+		if !svc.announced.Load() || svc.withdrawn.Load() {
 			continue // wait_for_backend: not before its first passing probe
 		}
 		var mc int
@@ -318,8 +368,9 @@ func (a *Agent) announcement() tunnel.Announcement {
 		}
 		prio := svc.cfg.Priority
 		if prio == 0 {
-			prio = a.cfg.Priority
+			prio = st.priority
 		}
+		draining := svc.draining.Load()
 		ann.Services = append(ann.Services, tunnel.Service{
 			ID:            svc.id,
 			Name:          svc.cfg.Name,
@@ -327,18 +378,21 @@ func (a *Agent) announcement() tunnel.Announcement {
 			Path:          svc.cfg.Path,
 			MaxConcurrent: mc,
 			Priority:      prio,
-			Healthy:       svc.announcedHealthy(),
-			Resilience:    svc.cfg.Resilience,
-			TrimBind:      svc.cfg.TrimBind,
-			AllowConnect:  svc.cfg.AllowConnect,
-			Weight:        svc.cfg.Weight,
-			LBStrategy:    svc.cfg.LBStrategy,
-			Concurrency:   cc,
-			Access:        announceAccess(svc.cfg),
-			Headers:       announceHeaders(svc.cfg.Headers),
+			// A draining service is announced unhealthy too, so that a
+			// server that predates Draining stops routing to it as well.
+			Healthy:      svc.announcedHealthy() && !draining,
+			Draining:     draining,
+			Resilience:   svc.cfg.Resilience,
+			TrimBind:     svc.cfg.TrimBind,
+			AllowConnect: svc.cfg.AllowConnect,
+			Weight:       svc.cfg.Weight,
+			LBStrategy:   svc.cfg.LBStrategy,
+			Concurrency:  cc,
+			Access:       announceAccess(svc.cfg),
+			Headers:      announceHeaders(svc.cfg.Headers),
 		})
 	}
-	if s := a.cfg.Scaling; s != nil {
+	if s := st.scaling; s != nil {
 		ann.Scaling = &tunnel.Scaling{
 			URL:               s.URL,
 			Secret:            s.Secret,
@@ -364,6 +418,17 @@ func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request
 	}
 	defer a.lastRequest.Store(time.Now().UnixNano())
 	a.served.Add(1)
+	svc.inflight.Add(1)
+	resp, err := a.forward(ctx, svc, req)
+	if err != nil {
+		svc.inflight.Add(-1)
+		return resp, err
+	}
+	return svc.countBody(resp), nil
+}
+
+// forward is Forward once the service is known.
+func (a *Agent) forward(ctx context.Context, svc *service, req *http.Request) (*http.Response, error) {
 	if err := svc.rewrite(req); err != nil {
 		return badRequest(), nil
 	}
@@ -421,9 +486,11 @@ func outcome(ctx context.Context, resp *http.Response, err error) concurrency.Ou
 	return concurrency.Success
 }
 
+// service returns the service id of the current state, draining and
+// withdrawn ones included; nil when there is none.
 func (a *Agent) service(id string) *service {
-	// ids are indexes; a linear scan over a handful of services beats a map.
-	for _, s := range a.services {
+	// A linear scan over a handful of services beats a map.
+	for _, s := range a.state.Load().services {
 		if s.id == id {
 			return s
 		}

@@ -151,7 +151,7 @@ func TestProbeHealthTransitions(t *testing.T) {
 		// 2xx-3xx: a redirect passes (the default, 2xx, is TestProbeSuccess).
 		cfg.Services[0].Health = config.Health{Endpoint: "/healthz", Interval: 10 * time.Second, Timeout: time.Second, Threshold: 2, Success: config.Success2xx3xx}
 		a := newAgent(t, cfg)
-		svc := a.services[0]
+		svc := a.services()[0]
 		if svc.healthy.Load() {
 			t.Fatal("service with a probe is healthy before any probe, want unhealthy")
 		}
@@ -202,7 +202,7 @@ func TestProbeTimeoutCounts(t *testing.T) {
 		cfg := clientConfig("http://backend.test")
 		cfg.Services[0].Health = config.Health{Endpoint: "/up", Interval: time.Minute, Timeout: 3 * time.Second, Threshold: 1}
 		a := newAgent(t, cfg)
-		svc := a.services[0]
+		svc := a.services()[0]
 		svc.transport = &fakeBackend{statuses: []int{200, 0}}
 		startLoop(t, func(ctx context.Context) { a.probeLoop(ctx, svc) })
 		synctest.Wait()
@@ -312,7 +312,7 @@ func TestLimiterWiring(t *testing.T) {
 		cfg := clientConfig("http://backend.test")
 		cfg.Services[0].Concurrency = tests[2].conc
 		a := newAgent(t, cfg)
-		a.services[0].transport = &fakeBackend{statuses: []int{503}}
+		a.services()[0].transport = &fakeBackend{statuses: []int{503}}
 		drainSignal(a.limitChange)
 		forward(t, a)
 		if got := a.announcement().Services[0].MaxConcurrent; got != 10 {
@@ -357,7 +357,7 @@ func TestIdleRetirement(t *testing.T) {
 		cfg := clientConfig("http://backend.test")
 		cfg.IdleTimeout = time.Minute
 		a := newAgent(t, cfg)
-		a.services[0].transport = &fakeBackend{statuses: []int{200}}
+		a.services()[0].transport = &fakeBackend{statuses: []int{200}}
 		stopped := make(chan error, 1)
 		go func() { stopped <- a.waitForStop(t.Context()) }()
 
@@ -403,7 +403,7 @@ func TestIdleRetirementFromRoutable(t *testing.T) {
 		cfg := clientConfig("http://backend.test")
 		cfg.IdleTimeout = time.Minute
 		a := newAgent(t, cfg)
-		a.services[0].healthy.Store(false) // its backend is starting
+		a.services()[0].healthy.Store(false) // its backend is starting
 		stopped := make(chan error, 1)
 		go func() { stopped <- a.waitForStop(t.Context()) }()
 
@@ -413,7 +413,7 @@ func TestIdleRetirementFromRoutable(t *testing.T) {
 		if len(stopped) != 0 {
 			t.Fatal("client with no healthy service retired, want it kept")
 		}
-		a.services[0].healthy.Store(true)
+		a.services()[0].healthy.Store(true)
 		a.markRoutable()
 		start := time.Now()
 		time.Sleep(59 * time.Second)
@@ -449,7 +449,7 @@ func TestRunDrainsOnCancel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("New() error = %v", err)
 		}
-		a.services[0].transport = &fakeBackend{statuses: []int{200}}
+		a.services()[0].transport = &fakeBackend{statuses: []int{200}}
 		ctx, cancel := context.WithCancel(t.Context())
 		ran := make(chan error, 1)
 		go func() { ran <- a.Run(ctx) }()
@@ -482,7 +482,7 @@ func TestRunRetiresWhenIdle(t *testing.T) {
 		cfg := clientConfig("http://backend.test")
 		cfg.IdleTimeout = 2 * time.Minute
 		a := newAgent(t, cfg)
-		a.services[0].transport = &fakeBackend{statuses: []int{200}}
+		a.services()[0].transport = &fakeBackend{statuses: []int{200}}
 		forward(t, a)
 		start := time.Now()
 		if err := a.Run(t.Context()); !errors.Is(err, ErrIdle) {

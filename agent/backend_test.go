@@ -179,7 +179,7 @@ func TestForwardUnixTarget(t *testing.T) {
 	if s := <-seen; s.uri != "/x?y=1" || s.host != "app.test" {
 		t.Errorf("backend saw %q with Host %q, want /x?y=1 with app.test", s.uri, s.host)
 	}
-	ok, detail := newProber(a.services[0]).probe(t.Context(), 5*time.Second)
+	ok, detail := newProber(a.services()[0]).probe(t.Context(), 5*time.Second)
 	if s := <-seen; !ok || s.uri != "/healthz" {
 		t.Errorf("probe over the unix socket = %v (%s), backend saw %q; want pass on /healthz", ok, detail, s.uri)
 	}
@@ -403,7 +403,7 @@ func TestForwardRetry(t *testing.T) {
 				cfg.Services[0].Retry = tc.retry
 				a := newAgent(t, cfg)
 				tr := &scriptedDialer{fails: tc.fails, readBody: tc.readBody, other: tc.other}
-				a.services[0].transport = tr
+				a.services()[0].transport = tr
 				var body io.Reader
 				if tc.body != "" {
 					body = strings.NewReader(tc.body)
@@ -442,7 +442,7 @@ func TestCircuitBreaker(t *testing.T) {
 		cfg.Services[0].CircuitBreaker = config.CircuitBreaker{Failures: 3, OpenFor: 10 * time.Second}
 		a := newAgent(t, cfg)
 		tr := &scriptedDialer{fails: 4}
-		a.services[0].transport = tr
+		a.services()[0].transport = tr
 		try := func() error {
 			resp, err := a.Forward(t.Context(), "0", httptest.NewRequest("GET", "/", nil))
 			if err == nil {
@@ -506,9 +506,9 @@ func TestWaitForBackend(t *testing.T) {
 		cfg.Services[0].WaitForBackend = true
 		cfg.Services = append(cfg.Services, config.Service{Target: "http://other.test", Hostnames: []string{"other.test"}, Health: cfg.Services[0].Health})
 		a := newAgent(t, cfg)
-		svc := a.services[0]
+		svc := a.services()[0]
 		svc.transport = &fakeBackend{statuses: []int{503, 503, 200}}
-		a.services[1].transport = &fakeBackend{statuses: []int{503}}
+		a.services()[1].transport = &fakeBackend{statuses: []int{503}}
 		ids := func() []string {
 			var out []string
 			for _, s := range a.announcement().Services {
@@ -552,8 +552,8 @@ func TestProbeSuccess(t *testing.T) {
 		cfg := clientConfig("http://backend.test")
 		cfg.Services[0].Health = config.Health{Endpoint: "/up", Success: tc.success}
 		a := newAgent(t, cfg)
-		a.services[0].transport = &fakeBackend{statuses: []int{tc.status}}
-		if ok, detail := newProber(a.services[0]).probe(t.Context(), time.Second); ok != tc.pass {
+		a.services()[0].transport = &fakeBackend{statuses: []int{tc.status}}
+		if ok, detail := newProber(a.services()[0]).probe(t.Context(), time.Second); ok != tc.pass {
 			t.Errorf("probe(success %q, status %d) = %v (%s), want %v", tc.success, tc.status, ok, detail, tc.pass)
 		}
 	}
@@ -581,7 +581,7 @@ func TestGRPCProbe(t *testing.T) {
 	cfg := clientConfig("h2c://" + ln.Addr().String())
 	cfg.Services[0].Health = config.Health{Type: config.HealthGRPC}
 	a := newAgent(t, cfg)
-	pr := newProber(a.services[0])
+	pr := newProber(a.services()[0])
 	if ok, detail := pr.probe(t.Context(), 5*time.Second); !ok {
 		t.Fatalf("grpc probe of a SERVING server failed: %s", detail)
 	}
@@ -598,7 +598,7 @@ func TestGRPCProbe(t *testing.T) {
 	cfg = clientConfig("h2c://" + strings.TrimPrefix(plain.URL, "http://"))
 	cfg.Services[0].Health = config.Health{Type: config.HealthGRPC}
 	a = newAgent(t, cfg)
-	if ok, _ := newProber(a.services[0]).probe(t.Context(), 5*time.Second); ok {
+	if ok, _ := newProber(a.services()[0]).probe(t.Context(), 5*time.Second); ok {
 		t.Fatal("grpc probe of a server without gRPC passed")
 	}
 }

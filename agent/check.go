@@ -51,7 +51,7 @@ func (a *Agent) Check(ctx context.Context, timeout time.Duration) []CheckItem {
 	for _, tc := range a.tunnels {
 		items = append(items, a.checkServer(ctx, tc, timeout)...)
 	}
-	for _, svc := range a.services {
+	for _, svc := range a.services() {
 		items = append(items, svc.checkTarget(ctx, timeout))
 		if svc.cfg.Health.Probes() {
 			ok, detail := newProber(svc).probe(ctx, timeout)
@@ -77,7 +77,7 @@ func (a *Agent) checkServer(ctx context.Context, tc *tunnel.Client, timeout time
 	if !token.OK {
 		return items
 	}
-	for _, svc := range a.services {
+	for _, svc := range a.services() {
 		hosts := svc.cfg.Hostnames
 		if len(hosts) == 0 {
 			hosts = []string{""}

@@ -124,7 +124,7 @@ func memnetAgent(t *testing.T, srv tunnel.ServerConfig, edit func(*config.Client
 		t.Fatalf("New() error = %v", err)
 	}
 	be := &gateBackend{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	a.services[0].transport = be
+	a.services()[0].transport = be
 	return a, reg, be
 }
 

@@ -1,9 +1,6 @@
 package agent
 
 import (
-	"context"
-	"errors"
-	"sync"
 	"time"
 
 	"github.com/aperio-dev/aperio/concurrency"
@@ -86,19 +83,5 @@ func (a *Agent) signalLimit() {
 	select {
 	case a.limitChange <- struct{}{}:
 	default:
-	}
-}
-
-// runLimiters runs the evaluation loops of the load-signal limiters until
-// ctx ends.
-func (a *Agent) runLimiters(ctx context.Context, wg *sync.WaitGroup) {
-	for _, svc := range a.services {
-		if svc.limiter != nil && svc.limiter.Mode() == concurrency.ModeLoadSignal {
-			wg.Go(func() {
-				if err := svc.limiter.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-					a.log.Warn("concurrency loop ended", logkey.Service, svc.id, logkey.Err, err)
-				}
-			})
-		}
 	}
 }

@@ -32,19 +32,25 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Go(func() { tc.Run(tctx) })
 	}
 	pctx, stopProbes := context.WithCancel(ctx)
-	for _, svc := range a.services {
-		if svc.cfg.Health.Probes() {
-			wg.Go(func() { a.probeLoop(pctx, svc) })
-		}
+	a.mu.Lock()
+	a.loops = pctx
+	for _, svc := range a.services() {
+		a.startLocked(svc)
 	}
+	a.mu.Unlock()
 	wg.Go(func() { a.nudgeLoop(pctx) })
-	a.runLimiters(pctx, &wg)
 	st := a.openStatus()
 	if st != nil {
 		wg.Go(st.serve)
 	}
 
 	reason := a.waitForStop(ctx)
+	// No reload from here on: the drain announces the state as it is.
+	a.mu.Lock()
+	a.stopped = true
+	a.loops = nil
+	close(a.quit)
+	a.mu.Unlock()
 	stopProbes()
 	a.drain(reason)
 	stopTunnels()
@@ -52,9 +58,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		st.close()
 	}
 	wg.Wait()
-	for _, svc := range a.services {
-		svc.breaker.stop()
+	a.loopsWG.Wait()
+	a.mu.Lock()
+	for _, svc := range a.services() {
+		a.retireLocked(svc)
 	}
+	a.mu.Unlock()
 	return reason
 }
 
@@ -132,7 +141,7 @@ func (a *Agent) active() int64 {
 // drain_timeout.
 func (a *Agent) drain(reason error) {
 	a.draining.Store(true)
-	timeout := a.cfg.DrainTimeout
+	timeout := a.state.Load().drainTimeout
 	if timeout <= 0 {
 		timeout = config.DefaultClient().DrainTimeout
 	}

@@ -64,7 +64,7 @@ func TestServerAskedDrain(t *testing.T) {
 		t.Fatalf("New() error = %v", err)
 	}
 	be := &gateBackend{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	a.services[0].transport = be
+	a.services()[0].transport = be
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(t.Context()) }()
 	sessA := recv(t, regA.attached, "the session with server A")

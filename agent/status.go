@@ -65,6 +65,9 @@ type ServiceStatus struct {
 	Hostnames []string `json:"hostnames"`
 	Path      string   `json:"path,omitempty"`
 	Healthy   bool     `json:"healthy"`
+	// Draining is set while a reload's removal of the service waits for
+	// its requests in flight.
+	Draining bool `json:"draining,omitempty"`
 	// Concurrency is the limiter's snapshot, nil when the service
 	// announces no limit.
 	Concurrency *concurrency.Snapshot `json:"concurrency"`
@@ -83,8 +86,11 @@ func (a *Agent) Status() Status {
 	for _, tc := range a.tunnels {
 		st.Tunnels = append(st.Tunnels, TunnelStatus{Server: tc.URL(), Connected: tc.Connected()})
 	}
-	for _, svc := range a.services {
-		ss := ServiceStatus{ID: svc.id, Target: svc.cfg.Target, Hostnames: svc.cfg.Hostnames, Path: svc.cfg.Path, Healthy: svc.announcedHealthy()}
+	for _, svc := range a.services() {
+		if svc.withdrawn.Load() {
+			continue
+		}
+		ss := ServiceStatus{ID: svc.id, Target: svc.cfg.Target, Hostnames: svc.cfg.Hostnames, Path: svc.cfg.Path, Healthy: svc.announcedHealthy(), Draining: svc.draining.Load()}
 		if svc.limiter != nil {
 			snap := svc.limiter.Snapshot()
 			ss.Concurrency = &snap

@@ -34,10 +34,15 @@ func DefaultClient() Client {
 			Success:   Success2xx,
 		},
 		DrainTimeout: 30 * time.Second,
+		ReloadDrain:  30 * time.Second,
 		LogLevel:     DefaultLogLevel,
 		LogFormat:    DefaultLogFormat,
 	}
 }
+
+// MaxReloadDrain bounds reload_drain: a removed service's requests may hold
+// its drain no longer, whatever the setting says.
+const MaxReloadDrain = 10 * time.Minute
 
 // DefaultScaling returns the defaults of a scaling declaration, which apply
 // field by field to the fields a declaration leaves unset. URL is empty.
@@ -77,6 +82,7 @@ func clientSettings() []setting[Client] {
 		enumSetting("health.success", "statuses an http probe passes on: 2xx or 2xx-3xx", func(c *C) *string { return &c.Health.Success }).oneOf(healthSuccesses),
 		durationSetting("idle_timeout", "retire after this long without a request (0 = never)", func(c *C) *time.Duration { return &c.IdleTimeout }),
 		durationSetting("drain_timeout", "how long a graceful drain may take", func(c *C) *time.Duration { return &c.DrainTimeout }),
+		durationSetting("reload_drain", "how long a service removed by a reload may finish its requests (at most 10m)", func(c *C) *time.Duration { return &c.ReloadDrain }),
 		enumSetting("log_level", "debug, info, warn or error", func(c *C) *string { return &c.LogLevel }).oneOf(LogLevels).alias("LOG_LEVEL"),
 		enumSetting("log_format", "text or json", func(c *C) *string { return &c.LogFormat }).oneOf(LogFormats),
 		boolSetting("retry_forever", "keep retrying a server that refuses the tunnel for good (bad token, hostname not allowed) instead of exiting 1", func(c *C) *bool { return &c.RetryForever }),
@@ -505,6 +511,7 @@ func (c Client) problems(src *Sources) []*Error {
 	v.health("", c.Health, nil)
 	v.nonNegativeDuration("idle_timeout", c.IdleTimeout)
 	v.nonNegativeDuration("drain_timeout", c.DrainTimeout)
+	v.durationWithin("reload_drain", c.ReloadDrain, 0, MaxReloadDrain)
 
 	if len(c.Services) == 0 {
 		v.add("services", "no service: declare services: in %s, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)", ClientFile)

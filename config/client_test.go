@@ -70,6 +70,7 @@ var clientLoadCases = []struct {
 			"health.threshold = 2  # default",
 			"idle_timeout = 0s  # default",
 			"drain_timeout = 30s  # default",
+			"reload_drain = 30s  # default",
 			"log_level = info  # default",
 			"log_format = text  # default",
 			"services[0].target = http://localhost:3000  # env APERIO_TARGET",
@@ -77,6 +78,11 @@ var clientLoadCases = []struct {
 			`services[0].path = ""  # default`,
 			"services[0].health.interval = 10s  # default",
 		},
+	},
+	{
+		name: "reload_drain from env",
+		in:   clientCase{env: withBase(map[string]string{"APERIO_RELOAD_DRAIN": "2m", "APERIO_TARGET": "3000", "APERIO_HOSTNAME": "app.example.com"})},
+		want: []string{"reload_drain = 2m  # env APERIO_RELOAD_DRAIN"},
 	},
 	{
 		name: "home file",
@@ -740,6 +746,21 @@ scaling:
 		},
 	},
 	{
+		name: "reload_drain out of bounds",
+		in: clientCase{
+			env:  withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com"}),
+			file: "reload_drain: 11m\n",
+		},
+		want: []string{"config: reload_drain (aperio.yaml:1): 11m is outside [0s, 10m]"},
+	},
+	{
+		name: "negative reload_drain",
+		in: clientCase{
+			env: withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com", "APERIO_RELOAD_DRAIN": "-1s"}),
+		},
+		want: []string{`config: reload_drain (env APERIO_RELOAD_DRAIN): duration "-1s" is negative`},
+	},
+	{
 		name: "negative counts",
 		in: clientCase{
 			env:   withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com", "APERIO_PRIORITY": "-1"}),
@@ -832,6 +853,7 @@ func TestClientKeys(t *testing.T) {
 		{"max_concurrent", "APERIO_MAX_CONCURRENT", "max-concurrent", nil, false},
 		{"health.interval", "APERIO_HEALTH_INTERVAL", "health-interval", nil, false},
 		{"idle_timeout", "APERIO_IDLE_TIMEOUT", "idle-timeout", nil, false},
+		{"reload_drain", "APERIO_RELOAD_DRAIN", "reload-drain", nil, false},
 		{"log_level", "APERIO_LOG_LEVEL", "log-level", []string{"LOG_LEVEL"}, false},
 		{"target", "APERIO_TARGET", "target", nil, false},
 		{"hostname", "APERIO_HOSTNAME", "hostname", nil, false},

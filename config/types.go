@@ -39,6 +39,11 @@ type Client struct {
 	// DrainTimeout bounds the graceful drain on SIGTERM or SIGINT
 	// (drain_timeout). Default 30s; 0 stops at once.
 	DrainTimeout time.Duration
+	// ReloadDrain bounds how long a service that a live reload removed
+	// keeps serving the requests it has in flight before it is withdrawn
+	// (reload_drain). Default 30s, at most MaxReloadDrain; 0 withdraws it
+	// as soon as the servers stopped routing to it.
+	ReloadDrain time.Duration
 
 	// Services lists what this client publishes (services). The loader
 	// builds one from APERIO_TARGET or the TARGET argument in single-service

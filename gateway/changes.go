@@ -281,7 +281,7 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 				Concurrency:   cc,
 				Inflight:      int(g.router.Inflight(s, svc.ID)),
 				Healthy:       svc.Healthy,
-				Draining:      ann.Draining,
+				Draining:      ann.Draining || svc.Draining,
 				ConnectedAt:   s.ConnectedAt(),
 				RemoteAddr:    s.RemoteAddr(),
 				Weight:        g.router.Weight(s, svc.ID),

@@ -497,7 +497,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		s.limit.Store(int64(sa.MaxConcurrent))
 		s.priority.Store(int64(sa.Priority))
 		s.healthy.Store(sa.Healthy)
-		s.draining.Store(ann.Draining)
+		s.draining.Store(ann.Draining || sa.Draining)
 		s.disabled.Store(e.disabled)
 		s.resilience.Store(sa.Resilience)
 		s.allowConnect.Store(sa.AllowConnect)
@@ -730,7 +730,7 @@ func sameRouting(a, b *tunnel.Announcement) bool {
 	for i := range a.Services {
 		x, y := &a.Services[i], &b.Services[i]
 		if x.ID != y.ID || x.Path != y.Path || x.MaxConcurrent != y.MaxConcurrent ||
-			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || x.Weight != y.Weight || x.LBStrategy != y.LBStrategy || !sameAccess(x.Access, y.Access) || !sameHeaders(x.Headers, y.Headers) ||
+			x.Priority != y.Priority || x.Healthy != y.Healthy || x.Draining != y.Draining || x.Resilience != y.Resilience || x.AllowConnect != y.AllowConnect || x.Weight != y.Weight || x.LBStrategy != y.LBStrategy || !sameAccess(x.Access, y.Access) || !sameHeaders(x.Headers, y.Headers) ||
 			len(x.Hostnames) != len(y.Hostnames) {
 			return false
 		}

@@ -155,6 +155,37 @@ func TestRoundRobinSkipsUnroutable(t *testing.T) {
 	}
 }
 
+// TestServiceDrainingSkipped: a service announced draining on its own (a
+// client's reload removing it) takes no new request while the client's
+// other services and the other clients of its bind still do, and routes
+// again once announced without the flag.
+func TestServiceDrainingSkipped(t *testing.T) {
+	rt := newRouter(t, Config{})
+	a, b := newConn("a", 1), newConn("b", 2)
+	both := ann(svc("", "app.test"), svc("", "other.test"))
+	rt.update(a, both)
+	rt.update(b, ann(svc("", "app.test")))
+	removing := ann(svc("", "app.test"), svc("", "other.test"))
+	removing.Services[0].Draining = true
+	rt.update(a, removing)
+	for range 4 {
+		if id := pickID(t, rt, "app.test"); id != "b" {
+			t.Fatalf("pick for app.test with a's service draining = %q, want b", id)
+		}
+	}
+	if id := pickID(t, rt, "other.test"); id != "a" {
+		t.Fatalf("pick for other.test = %q, want a (its service is not draining)", id)
+	}
+	rt.update(a, both)
+	counts := map[string]int{}
+	for range 4 {
+		counts[pickID(t, rt, "app.test")]++
+	}
+	if counts["a"] != 2 || counts["b"] != 2 {
+		t.Fatalf("4 picks after the flag cleared = %v, want a:2 b:2", counts)
+	}
+}
+
 func TestUpdateIsIdempotent(t *testing.T) {
 	rt := newRouter(t, Config{})
 	c := newConn("a", 1)

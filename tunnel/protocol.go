@@ -82,7 +82,9 @@ type Announcement struct {
 // Service is one published target as announced.
 type Service struct {
 	// ID names the service within its client; the server echoes it in
-	// ServiceHeader. The client uses the service's index.
+	// ServiceHeader. The client numbers its services from 0 in config
+	// order and gives a service a reload adds the next unused number, so
+	// an ID is never reused within one process.
 	ID string `json:"id"`
 	// Name is the service's handle (services[].name), "" when it has
 	// none; shown in the server's client list and explain, nothing routes
@@ -125,6 +127,12 @@ type Service struct {
 	// apply to its answers, nil when none. The server checks them again
 	// (its rules win on conflict) and drops bad entries with a notice.
 	Headers *HeaderRules `json:"headers,omitempty"`
+	// Draining says the client is about to withdraw the service (a
+	// reload removed it): the server routes no new request to it, as for
+	// a draining client, while the requests in flight finish. The client
+	// announces such a service unhealthy too, so that servers that predate
+	// the field stop routing to it as well.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // HeaderRules are a service's response header operations, applied

@@ -32,13 +32,12 @@ const testMaster = "cli-test-master-token"
 // directory and the home directory of whoever runs it.
 type apiServer struct {
 	url     string
-	db      *store.DB
+	db      *store.DB // the server's store, to check what the API cannot show
 	clients *staticClients
 	scaling *staticScaling
 	hub     *telemetry.Hub
 	stream  *signalledStream
 	stats   *telemetry.Stats
-	db      *store.DB // the server's store, to check what the API cannot show
 }
 
 type staticClients struct {

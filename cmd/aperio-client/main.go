@@ -19,7 +19,6 @@ import (
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/exitcode"
-	"github.com/aperio-dev/aperio/internal/hangup"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"
 )
@@ -94,7 +93,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		defer hangup.Ignore(log)()
+		defer watchConfig(ctx, log, a, opts, src)()
 		err = a.Run(ctx)
 		if err != nil && !errors.Is(err, agent.ErrIdle) {
 			log.Error("client failed", logkey.Err, err)

@@ -11,15 +11,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/aperio-dev/aperio/internal/hangup"
 )
 
-// TestProcessesIgnoreSIGHUP: SIGHUP makes neither binary exit; the server
-// logs that it reloaded, the client that it ignored it, the tunnel keeps serving, and SIGTERM still ends
-// both with exit 0. The server also warns at startup about its weak (under
+// TestProcessesReloadOnSIGHUP: SIGHUP makes neither binary exit; the
+// server reloads its configuration, the client too without dropping its
+// tunnel, the tunnel keeps serving, and SIGTERM still ends both with exit
+// 0. The server also warns at startup about its weak (under
 // 32 characters) master token.
-func TestProcessesIgnoreSIGHUP(t *testing.T) {
+func TestProcessesReloadOnSIGHUP(t *testing.T) {
 	bin := buildBinaries(t)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "up")
@@ -48,20 +47,24 @@ func TestProcessesIgnoreSIGHUP(t *testing.T) {
 	}
 	waitFor(t, "the hostname answers 200", func() bool { return get() == 200 })
 
-	ignored := regexp.MustCompile(`level=INFO msg="` + regexp.QuoteMeta(hangup.Message) + `"`)
-	// The server reloads its configuration on SIGHUP (cmd/aperio-server
-	// tests what it applies).
-	reloaded := regexp.MustCompile(`level=INFO msg="configuration reloaded" reason=SIGHUP `)
+	// Both reload their configuration on SIGHUP (cmd/aperio-server and
+	// the client's reload tests check what each applies).
 	procs := []struct {
 		cmd  *exec.Cmd
 		log  *processLog
-		want *regexp.Regexp
-	}{{server, srv, reloaded}, {client, cli, ignored}}
+		line *regexp.Regexp
+	}{
+		{server, srv, regexp.MustCompile(`level=INFO msg="configuration reloaded" reason=SIGHUP `)},
+		{client, cli, regexp.MustCompile(`level=INFO msg="config reloaded" reason=SIGHUP`)},
+	}
 	for _, p := range procs {
 		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		p.log.wait(t, p.want)
+		p.log.wait(t, p.line)
+	}
+	if n := cli.count(regexp.MustCompile(`msg="tunnel connected"`)); n != 1 {
+		t.Fatalf("client tunnel connections after SIGHUP = %d, want 1 (a reload keeps the tunnel)", n)
 	}
 	if code := get(); code != 200 {
 		t.Fatalf("GET after SIGHUP to both = %d, want 200 (both still running)", code)

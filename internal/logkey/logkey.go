@@ -75,6 +75,7 @@ const (
 	RemoteAddr            = "remote_addr"
 	RestartNeeded         = "restart_needed"
 	RetryIn               = "retry_in"
+	Restart               = "restart" // config keys a reload could not change live
 	Role                  = "role"
 	Running               = "running"
 	SampleRate            = "sample_rate"
