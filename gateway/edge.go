@@ -34,6 +34,10 @@ type edge struct {
 	denied       []netip.Prefix
 	adminAllowed []netip.Prefix // empty: everyone
 	proxyTimeout time.Duration
+	// settings is the router's live settings published with this edge:
+	// admit pins each request to them, so that a reload, which swaps
+	// both, is seen whole or not at all by every request.
+	settings router.Snapshot
 }
 
 func newEdge(cfg Config) (*edge, error) {
@@ -61,11 +65,13 @@ func inAny(prefixes []netip.Prefix, a netip.Addr) bool {
 	return false
 }
 
-// admit resolves r's visitor, echoes the request id on the response and
-// answers 403 to a visitor in denied_ips. It returns the request the
+// admit resolves r's visitor, pins it to the router settings of this
+// edge, echoes the request id on the response and answers 403 to a
+// visitor in denied_ips. It returns the request the
 // handlers see, or false when it answered.
 func (e *edge) admit(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	r = e.resolve.Resolve(r)
+	router.Pin(r, e.settings)
 	w.Header()[router.HeaderRequestID] = r.Header[router.HeaderRequestID]
 	if len(e.denied) > 0 && inAny(e.denied, router.VisitorOf(r).Addr) {
 		http.Error(w, "aperio: forbidden", http.StatusForbidden)

@@ -278,6 +278,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	e.settings = rt.Snapshot()
 	g.edge.Store(e)
 	g.current.Store(&cfg)
 	if cfg.TLSCert != "" {

@@ -234,6 +234,9 @@ func (g *Gateway) Reload(cfg Config) (applied, restart []string, err error) {
 	if err := g.router.Reconfigure(rc); err != nil {
 		return nil, nil, fmt.Errorf("gateway: reload: %w", err)
 	}
+	// The router's new settings reach requests through the edge (admit
+	// pins them): both switch at this one store.
+	e.settings = g.router.Snapshot()
 	g.edge.Store(e)
 	if cert != nil {
 		g.cert.Store(cert)

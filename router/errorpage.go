@@ -379,7 +379,7 @@ func (rt *Router) writePage(w http.ResponseWriter, r *http.Request, host string,
 	var body []byte
 	switch format {
 	case formatHTML:
-		t, _ := rt.cur.Load().pages.page(ans.status, host)
+		t, _ := rt.settingsOf(r).pages.page(ans.status, host)
 		d := pageData{host: host, reason: ans.reason, requestID: requestID}
 		if !ans.until.IsZero() {
 			d.until = ans.until.UTC().Format(time.RFC3339)

@@ -125,7 +125,7 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		if refusalInfo[ref.kind].nothing {
 			return rt.explainNothing(&ex, a.path, ref, q.header)
 		}
-		if f := rt.fallbackFor(ex.Host); f != nil && ref.kind == refusedAccessHidden {
+		if f := rt.fallbackFor(a.set, ex.Host); f != nil && ref.kind == refusedAccessHidden {
 			ex.step(StepFallback, OutcomeStop, "fallbacks has "+f.Hostname+" (answered as no route: never a stale copy)")
 			return ex.end(fallbackVerdict(f, path), f.status())
 		}
@@ -171,7 +171,7 @@ func (rt *Router) explainNothing(ex *explanation, path string, ref refusal, head
 		ex.step(StepFallback, OutcomeStop, "the serve-stale cache has a copy of GET "+ex.Host+path)
 		return ex.end("serve stale copy from cache", http.StatusOK)
 	}
-	if f := rt.fallbackFor(ex.Host); f != nil {
+	if f := rt.fallbackFor(rt.cur.Load(), ex.Host); f != nil {
 		ex.step(StepFallback, OutcomeStop, "fallbacks has "+f.Hostname)
 		return ex.end(fallbackVerdict(f, path), f.status())
 	}
@@ -218,7 +218,7 @@ func (rt *Router) explainRefusal(ex *explanation, ref refusal, header http.Heade
 // fallbackText says what a request that waited for timeout and got no
 // client would be answered.
 func (rt *Router) fallbackText(host, path, setting string, timeout time.Duration) string {
-	switch f := rt.fallbackFor(host); {
+	switch f := rt.fallbackFor(rt.cur.Load(), host); {
 	case rt.staleFor(host, path):
 		return "stale copy from cache after " + setting + " (" + timeout.String() + ")"
 	case f != nil:

@@ -66,9 +66,9 @@ func checkFallbacks(fs []Fallback) error {
 	return errors.Join(errs...)
 }
 
-// fallbackFor returns host's fallback, or nil.
-func (rt *Router) fallbackFor(host string) *Fallback {
-	f, _ := rt.cur.Load().fallbacks.lookup(host)
+// fallbackFor returns host's fallback in set, or nil.
+func (rt *Router) fallbackFor(set *settings, host string) *Fallback {
+	f, _ := set.fallbacks.lookup(host)
 	return f
 }
 

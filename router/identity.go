@@ -97,20 +97,61 @@ func (e *Edge) Trusts(a netip.Addr) bool {
 	return false
 }
 
-type visitorKey struct{}
+type (
+	visitorKey  struct{}
+	settingsKey struct{}
+	contextKey  struct{} // the *visitorContext itself, for Pin
+)
 
 // visitorContext carries a request's Visitor in one allocation with the
-// context that holds it.
+// context that holds it, and the router settings the request was pinned
+// to (Pin).
 type visitorContext struct {
 	context.Context
-	v Visitor
+	v   Visitor
+	set *settings
 }
 
 func (c *visitorContext) Value(key any) any {
-	if key == (visitorKey{}) {
+	switch key {
+	case visitorKey{}:
 		return &c.v
+	case contextKey{}:
+		return c
+	case settingsKey{}:
+		if c.set != nil {
+			return c.set
+		}
 	}
 	return c.Context.Value(key)
+}
+
+// Snapshot is the router's live settings at one moment (Router.Snapshot):
+// what a request pinned to it (Pin) sees at every stage, whatever
+// Reconfigure publishes meanwhile.
+type Snapshot struct{ set *settings }
+
+// Snapshot returns the live settings now.
+func (rt *Router) Snapshot() Snapshot { return Snapshot{rt.cur.Load()} }
+
+// Pin makes r, which Edge.Resolve returned, see s at every stage of the
+// router instead of the settings live when each stage runs: a caller
+// that swaps its own settings with the router's (the gateway's edge lists
+// on a reload) pins the router's that go with its own, so one request
+// sees all of one configuration. It costs no allocation; a request
+// that did not go through Resolve is left alone.
+func Pin(r *http.Request, s Snapshot) {
+	if vc, ok := r.Context().Value(contextKey{}).(*visitorContext); ok && s.set != nil {
+		vc.set = s.set
+	}
+}
+
+// settingsOf is the settings r was pinned to, else the live ones.
+func (rt *Router) settingsOf(r *http.Request) *settings {
+	if s, ok := r.Context().Value(settingsKey{}).(*settings); ok {
+		return s
+	}
+	return rt.cur.Load()
 }
 
 // Resolve resolves r's Visitor and returns r carrying it. When a trusted

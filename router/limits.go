@@ -159,7 +159,7 @@ func (l *ipLimiter) sweepLocked(now time.Time) {
 // empty it answers 429 with x-aperio-limit ip, counts it, and reports
 // false. Without ip_limit_max it always reports true.
 func (rt *Router) Charge(w http.ResponseWriter, r *http.Request) bool {
-	if ips := rt.cur.Load().ips; ips == nil || ips.allow(VisitorOf(r).Addr, time.Now()) {
+	if ips := rt.settingsOf(r).ips; ips == nil || ips.allow(VisitorOf(r).Addr, time.Now()) {
 		return true
 	}
 	var rec telemetry.Request

@@ -65,8 +65,8 @@ func (rt *Router) SetMaintenance(ms []Maintenance) {
 
 // inMaintenance returns the maintenance host is in at now, or nil: an
 // active exact entry, else the most specific active wildcard entry, else
-// an open window.
-func (rt *Router) inMaintenance(host string, now time.Time) *maintenanceEntry {
+// an open window of set.
+func (rt *Router) inMaintenance(set *settings, host string, now time.Time) *maintenanceEntry {
 	m := rt.maintenance.Load()
 	if e, ok := m.exact[host]; ok && e.activeAt(now) {
 		return e
@@ -81,7 +81,7 @@ func (rt *Router) inMaintenance(host string, now time.Time) *maintenanceEntry {
 			}
 		}
 	}
-	windows := rt.cur.Load().windows
+	windows := set.windows
 	for i := range windows {
 		w := &windows[i]
 		if !hostname.Match(w.Hostname, host) {

@@ -307,7 +307,7 @@ func (rt *Router) checkMaintenance(a *admission) refusal {
 		}
 		now = rt.now()
 	}
-	e := rt.inMaintenance(a.host, now)
+	e := rt.inMaintenance(a.set, a.host, now)
 	if a.ex != nil {
 		if e != nil {
 			a.ex.step(StepMaintenance, OutcomeStop, a.host+" is in maintenance"+maintenanceDetail(e, now))
@@ -538,7 +538,7 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 		if r.Context().Err() == nil && rt.serveStale(w, r) {
 			return
 		}
-		if f := rt.fallbackFor(host); f != nil {
+		if f := rt.fallbackFor(rt.settingsOf(r), host); f != nil {
 			f.redirect(w, r)
 			return
 		}
@@ -554,14 +554,14 @@ func (rt *Router) answer(w http.ResponseWriter, r *http.Request, rec *telemetry.
 		rt.answerDecision(w, r, host, ref.dec)
 		return
 	case answeredByRule:
-		rt.cur.Load().policy.Answer(w, r, host, ref.rule, VisitorOf(r).Proto == "https")
+		rt.settingsOf(r).policy.Answer(w, r, host, ref.rule, VisitorOf(r).Proto == "https")
 		return
 	case refusedRouteLimit:
 		rt.refuseRoute(w, r, rec, host, ref)
 		return
 	case refusedAccessHidden:
 		// The fallback redirect of no route, without its stale copy.
-		if f := rt.fallbackFor(host); f != nil {
+		if f := rt.fallbackFor(rt.settingsOf(r), host); f != nil {
 			f.redirect(w, r)
 			return
 		}
