@@ -46,6 +46,12 @@ type service struct {
 	// and organization, which usage is counted against; set before the
 	// service is published.
 	tokenID, org string
+	// counted caches the usage counter of the last bind pattern served
+	// (usually the service's only one), so that a request finds it with a
+	// pointer load and a string comparison instead of the meter's lookup,
+	// which hashes the token, organization and hostname. Counters live as
+	// long as their meter, so a cached one never goes stale.
+	counted atomic.Pointer[boundCounter]
 	// affinity is the value of the aperio_affinity cookie that sticks a
 	// visitor to this service's client instance (see affinityValue), and
 	// cookie the Set-Cookie line that issues it over http; set before the

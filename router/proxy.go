@@ -530,8 +530,15 @@ func (c *countingWriter) WriteString(s string) (int, error) {
 	return n, err
 }
 
-// checkQuota looks up the usage counter of s's token, organization and
-// a's bind (one map lookup in an immutable snapshot) into *counted, and
+// boundCounter is a service's usage counter for one bind pattern.
+type boundCounter struct {
+	pattern string
+	c       *usage.Counter
+}
+
+// checkQuota finds the usage counter of s's token, organization and a's
+// bind (cached on s, else one map lookup in the meter's snapshot) into
+// *counted, and
 // refuses the request, releasing s's permit, when the token is over its
 // daily_max_bytes or the organization over its monthly_max_bytes. Without
 // a meter it passes.
@@ -539,7 +546,13 @@ func (rt *Router) checkQuota(a *admission, s *service, counted **usage.Counter) 
 	if rt.cfg.Usage == nil {
 		return refusal{}
 	}
-	c := rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
+	var c *usage.Counter
+	if b := s.counted.Load(); b != nil && b.pattern == a.p.pattern {
+		c = b.c
+	} else {
+		c = rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
+		s.counted.Store(&boundCounter{pattern: a.p.pattern, c: c})
+	}
 	*counted = c
 	kind := passed
 	switch c.Check() {
