@@ -19,6 +19,7 @@ import (
 
 	"github.com/aperio-dev/aperio/acme/acmetest"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/store/storetest"
 )
 
 // server is one Aperio-like server under test: a manager, its public TLS
@@ -92,7 +93,12 @@ func startServer(t *testing.T, p acmetest.Pebble, db *store.DB, c Config, tlsPor
 
 func openStore(t *testing.T, dir string) *store.DB {
 	t.Helper()
-	db, err := store.Open(context.Background(), store.Config{DataDir: dir})
+	return openStoreConfig(t, store.Config{DataDir: dir})
+}
+
+func openStoreConfig(t *testing.T, cfg store.Config) *store.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,46 +168,56 @@ func TestPebbleIssuesOnDemand(t *testing.T) {
 	}
 }
 
-// TestPebbleTwoServersOneCertificate: two servers sharing one store, each
-// asked for the same name at once, obtain one certificate between them
-// and serve the same one. Only the first listens where Pebble validates:
-// when the second starts the order, the first answers the challenge from
-// the shared store.
+// TestPebbleTwoServersOneCertificate: two servers sharing one store (an
+// SQLite file, and a PostgreSQL database when APERIO_TEST_POSTGRES_DSN
+// names a server, as in CI), each asked for the same name at once, obtain
+// one certificate between them and serve the same one. Only the first
+// listens where Pebble validates: when the second starts the order, the
+// first answers the challenge from the shared store.
 func TestPebbleTwoServersOneCertificate(t *testing.T) {
-	tlsA, httpA, tlsB := acmetest.FreePort(t), acmetest.FreePort(t), acmetest.FreePort(t)
-	p := acmetest.Start(t, httpA, tlsA, time.Hour)
-	dir := t.TempDir()
-	dbA, dbB := openStore(t, dir), openStore(t, dir) // two servers, one database
-	c := DefaultConfig()
-	c.Challenges = []string{ChallengeTLSALPN}
-	a := startServer(t, p, dbA, c, tlsA, httpA, "app.test")
-	b := startServer(t, p, dbB, c, tlsB, 0, "app.test")
-
-	var wg sync.WaitGroup
-	serials := make([]string, 2)
-	errs := make([]error, 2)
-	for i, port := range []int{tlsA, tlsB} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conn, leaf, err := acmetest.Visit(t, port, "app.test", p.Roots)
-			if err != nil {
-				errs[i] = err
-				return
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			var cfg store.Config
+			if backend == "sqlite" {
+				cfg = store.Config{DataDir: t.TempDir()}
+			} else {
+				cfg = storetest.Postgres(t)
 			}
-			conn.Close()
-			serials[i] = leaf.SerialNumber.String()
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("handshakes: %v", err)
-	}
-	if serials[0] != serials[1] {
-		t.Errorf("the servers serve two certificates (%s, %s), want one", serials[0], serials[1])
-	}
-	if total := a.m.Stats().Issued + b.m.Stats().Issued; total != 1 {
-		t.Errorf("the two servers obtained %d certificates, want 1 (a: %+v, b: %+v)", total, a.m.Stats(), b.m.Stats())
+			tlsA, httpA, tlsB := acmetest.FreePort(t), acmetest.FreePort(t), acmetest.FreePort(t)
+			p := acmetest.Start(t, httpA, tlsA, time.Hour)
+			dbA, dbB := openStoreConfig(t, cfg), openStoreConfig(t, cfg) // two servers, one database
+			c := DefaultConfig()
+			c.Challenges = []string{ChallengeTLSALPN}
+			a := startServer(t, p, dbA, c, tlsA, httpA, "app.test")
+			b := startServer(t, p, dbB, c, tlsB, 0, "app.test")
+
+			var wg sync.WaitGroup
+			serials := make([]string, 2)
+			errs := make([]error, 2)
+			for i, port := range []int{tlsA, tlsB} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					conn, leaf, err := acmetest.Visit(t, port, "app.test", p.Roots)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					conn.Close()
+					serials[i] = leaf.SerialNumber.String()
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("handshakes: %v", err)
+			}
+			if serials[0] != serials[1] {
+				t.Errorf("the servers serve two certificates (%s, %s), want one", serials[0], serials[1])
+			}
+			if total := a.m.Stats().Issued + b.m.Stats().Issued; total != 1 {
+				t.Errorf("the two servers obtained %d certificates, want 1 (a: %+v, b: %+v)", total, a.m.Stats(), b.m.Stats())
+			}
+		})
 	}
 }
 
