@@ -78,6 +78,7 @@ var reloadKeys = []reloadKey{
 	{"Router.MaxStreamsPerIP", "max_streams_per_ip", false},
 	{"Router.MaxWSConnections", "max_ws_connections", false},
 	{"Tunnel.MaxSessions", "max_tunnels", false},
+	{"UsageFlushInterval", "usage_flush_interval", false},
 	{"Tunnel.HandshakeTimeout", "tunnel_handshake_timeout", false},
 	{"Tunnel.DownThreshold", "client_down_threshold", false},
 	{"Tunnel.MaxHeaderBytes", "tunnel_max_header_bytes", false},

@@ -22,7 +22,8 @@ var helpSections = []struct {
 	prefixes []string
 }{
 	{"Listener", []string{"host", "port", "tls_", "read_header_timeout", "max_header_bytes", "keepalive_timeout", "proxy_protocol", "shutdown_timeout"}},
-	{"Credentials and store", []string{"server.token", "data_dir", "database_url", "metrics_token"}},
+	{"Automatic TLS", []string{"acme."}},
+	{"Credentials and store", []string{"server.token", "data_dir", "database_url", "metrics_token", "usage_flush_interval"}},
 	{"Admin API", []string{"admin_"}},
 	{"Visitors and the edge", []string{"visitor_", "ip_limit_", "max_connections_per_ip", "max_streams_per_ip", "max_ws_connections", "max_body_size",
 		"trusted_proxies", "real_ip_header", "denied_ips", "default_access", "identity_key_rotation", "oidc."}},
