@@ -88,6 +88,9 @@ type ClientConfig struct {
 	// control loop's goroutine, so it must not block. Nil ignores the
 	// request, as clients that predate it do.
 	OnDrain func()
+	// RawForwarder connects raw streams (TCP and UDP of exposed ports,
+	// TLS passed through by SNI) to their targets; nil refuses them.
+	RawForwarder RawForwarder
 	// MaxHeaderBytes bounds each request head the server sends on a data
 	// stream; a larger one closes the stream. Zero means
 	// DefaultMaxHeaderBytes (1 MiB).
@@ -644,6 +647,12 @@ func closeReason(acks <-chan ackMsg) error {
 func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
 	lim := newHeadLimiter(st, c.cfg.MaxHeaderBytes)
 	br := bufio.NewReaderSize(lim, 4096)
+	// A raw stream (raw.go) says so in its first byte, which no request
+	// starts with; it never carries a request.
+	if b, err := br.Peek(1); err == nil && b[0] == rawMagic {
+		c.serveRaw(ctx, st, br)
+		return
+	}
 	for {
 		lim.startHead()
 		req, err := http.ReadRequest(br)

@@ -1,0 +1,361 @@
+package tunnel
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rawTarget is a RawForwarder that dials one TCP listener for the name
+// "echo" and refuses every other name.
+type rawTarget struct {
+	addr string
+	mu   sync.Mutex
+	got  []RawHeader
+}
+
+func (f *rawTarget) ForwardRaw(ctx context.Context, h RawHeader) (io.ReadWriteCloser, error) {
+	f.mu.Lock()
+	f.got = append(f.got, h)
+	f.mu.Unlock()
+	if h.Name != "echo" {
+		return nil, errors.New("no expose entry " + h.Name)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", f.addr)
+}
+
+// halfCloseEcho accepts connections and echoes each until the peer's
+// half-close, then writes "bye" and closes: a protocol that needs the
+// half-close to reach it and its answer after it to come back.
+func halfCloseEcho(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				io.Copy(c, c)
+				c.Write([]byte("bye"))
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func startRawPair(t *testing.T, kind string, fwd RawForwarder) *pair {
+	t.Helper()
+	return startPair(t, kind, newHandlerForwarder(t, nil), func(_ *ServerConfig, c *ClientConfig) {
+		c.RawForwarder = fwd
+	})
+}
+
+func TestRawStreamEchoWithHalfClose(t *testing.T) {
+	for _, kind := range connKinds {
+		t.Run(kind, func(t *testing.T) {
+			fwd := &rawTarget{addr: halfCloseEcho(t)}
+			p := startRawPair(t, kind, fwd)
+			defer p.stop()
+			h := RawHeader{Kind: RawTCP, Name: "echo", Port: 2222, Visitor: "203.0.113.7:40000", Local: "192.0.2.1:2222"}
+			conn, err := p.session.OpenRaw(context.Background(), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// Interactive: each line comes back before the next goes.
+			br := bufio.NewReader(conn)
+			for _, line := range []string{"ls\n", "whoami\n"} {
+				if _, err := conn.Write([]byte(line)); err != nil {
+					t.Fatal(err)
+				}
+				got, err := br.ReadString('\n')
+				if err != nil || got != line {
+					t.Fatalf("echo of %q: %q, %v", line, got, err)
+				}
+			}
+			// Half-close: the backend sees EOF and still answers.
+			if err := conn.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			rest, err := io.ReadAll(br)
+			if err != nil || string(rest) != "bye" {
+				t.Fatalf("after half-close: %q, %v", rest, err)
+			}
+			fwd.mu.Lock()
+			defer fwd.mu.Unlock()
+			if len(fwd.got) != 1 || fwd.got[0] != h {
+				t.Fatalf("client saw headers %+v, want [%+v]", fwd.got, h)
+			}
+		})
+	}
+}
+
+func TestRawStreamLargeTransfer(t *testing.T) {
+	fwd := &rawTarget{addr: halfCloseEcho(t)}
+	p := startRawPair(t, "tcp", fwd)
+	defer p.stop()
+	conn, err := p.session.OpenRaw(context.Background(), RawHeader{Kind: RawTCP, Name: "echo", Port: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	data := make([]byte, 8<<20)
+	rand.Read(data)
+	go func() {
+		conn.Write(data)
+		conn.CloseWrite()
+	}()
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, append(data, "bye"...)) {
+		t.Fatalf("got %d bytes back, want %d + bye", len(got), len(data))
+	}
+}
+
+func TestRawStreamRefusals(t *testing.T) {
+	fwd := &rawTarget{addr: halfCloseEcho(t)}
+	p := startRawPair(t, "pipe", fwd)
+	defer p.stop()
+	_, err := p.session.OpenRaw(context.Background(), RawHeader{Kind: RawTCP, Name: "nope", Port: 1})
+	var re *RawRefusedError
+	if !errors.As(err, &re) || !strings.Contains(re.Reason, "no expose entry nope") {
+		t.Fatalf("unknown name: %v, want a refusal naming it", err)
+	}
+	// A target that refuses connections is a refusal too.
+	dead := &rawTarget{addr: closedAddr(t)}
+	p2 := startRawPair(t, "pipe", dead)
+	defer p2.stop()
+	if _, err := p2.session.OpenRaw(context.Background(), RawHeader{Kind: RawTCP, Name: "echo", Port: 1}); !errors.As(err, &re) {
+		t.Fatalf("dead target: %v, want a refusal", err)
+	}
+	// The session still serves HTTP after refusals.
+	if _, err := p.session.OpenRaw(context.Background(), RawHeader{Kind: RawTCP, Name: "echo", Port: 1}); err != nil {
+		t.Fatalf("after refusals: %v", err)
+	}
+}
+
+func TestRawStreamWithoutForwarder(t *testing.T) {
+	p := startRawPair(t, "pipe", nil)
+	defer p.stop()
+	_, err := p.session.OpenRaw(context.Background(), RawHeader{Kind: RawUDP, Name: "dns", Port: 53})
+	var re *RawRefusedError
+	if !errors.As(err, &re) || !strings.Contains(re.Reason, ErrRawUnsupported.Error()) {
+		t.Fatalf("got %v, want the unsupported refusal", err)
+	}
+}
+
+func TestRawHeaderValidation(t *testing.T) {
+	p := startRawPair(t, "pipe", &rawTarget{})
+	defer p.stop()
+	for _, h := range []RawHeader{
+		{Kind: "sctp", Name: "x"},
+		{Kind: RawTCP},
+		{Kind: RawTCP, Name: "x\x00y"},
+		{Kind: RawTCP, Name: strings.Repeat("n", 256)},
+		{Kind: RawTCP, Name: "x", Port: 70000},
+		{Kind: RawTCP, Name: "x", Visitor: "no-port"},
+		{Kind: RawTLS, Name: "x", Hostname: "a\nb"},
+	} {
+		if _, err := p.session.OpenRaw(context.Background(), h); err == nil {
+			t.Errorf("OpenRaw(%+v) succeeded, want a validation error", h)
+		}
+	}
+}
+
+// A hostile or broken server's raw header never reaches the forwarder and
+// never hangs the client: garbage, an oversized length, a truncated frame.
+func TestRawStreamHostileHeaders(t *testing.T) {
+	fwd := &rawTarget{addr: halfCloseEcho(t)}
+	p := startRawPair(t, "pipe", fwd)
+	defer p.stop()
+	for name, frame := range map[string][]byte{
+		"not json":   append([]byte{rawMagic, 0, 0, 0, 3}, "{{{"...),
+		"oversized":  {rawMagic, 0xff, 0xff, 0xff, 0xff},
+		"zero":       {rawMagic, 0, 0, 0, 0},
+		"bad kind":   append([]byte{rawMagic, 0, 0, 0, 26}, `{"kind":"icmp","name":"x"}`...),
+		"no name":    append([]byte{rawMagic, 0, 0, 0, 14}, `{"kind":"tcp"}`...),
+		"null frame": append([]byte{rawMagic, 0, 0, 0, 4}, `null`...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ds, _, err := p.session.getFreshStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ds.st.Close()
+			ds.st.Write(frame)
+			ds.st.SetReadDeadline(time.Now().Add(5 * time.Second))
+			// The client answers with a refusal or closes; either way the
+			// read ends well before the deadline.
+			var reply rawReply
+			err = readRawFrame(ds.st, &reply)
+			if err == nil && reply.OK {
+				t.Fatal("hostile header accepted")
+			}
+			if isTimeout(err) {
+				t.Fatalf("client hung on a hostile header: %v", err)
+			}
+		})
+	}
+	fwd.mu.Lock()
+	defer fwd.mu.Unlock()
+	if len(fwd.got) != 0 {
+		t.Fatalf("forwarder saw %d hostile headers", len(fwd.got))
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// A client slow to reply (its target's connect hangs) is bounded by the
+// caller's context.
+func TestRawOpenHonoursContext(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	fwd := rawFunc(func(ctx context.Context, _ RawHeader) (io.ReadWriteCloser, error) {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil, errors.New("gave up")
+	})
+	p := startRawPair(t, "pipe", fwd)
+	defer p.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := p.session.OpenRaw(ctx, RawHeader{Kind: RawTCP, Name: "slow", Port: 1})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want the deadline", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("OpenRaw returned after %v", el)
+	}
+}
+
+type rawFunc func(context.Context, RawHeader) (io.ReadWriteCloser, error)
+
+func (f rawFunc) ForwardRaw(ctx context.Context, h RawHeader) (io.ReadWriteCloser, error) {
+	return f(ctx, h)
+}
+
+// Closing the server's end abandons the client's relay: its target
+// connection is closed, so nothing leaks (goleak checks goroutines).
+func TestRawConnCloseEndsClientRelay(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, c) // ends when the relay closes the target
+		c.Close()
+		close(closed)
+	}()
+	p := startRawPair(t, "pipe", &rawTarget{addr: ln.Addr().String()})
+	defer p.stop()
+	conn, err := p.session.OpenRaw(context.Background(), RawHeader{Kind: RawTCP, Name: "echo", Port: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write([]byte("hello"))
+	conn.Close()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client kept its target connection after the server closed the stream")
+	}
+}
+
+func TestRelayIdleClosesBoth(t *testing.T) {
+	a1, a2 := net.Pipe()
+	b1, b2 := net.Pipe()
+	defer a2.Close()
+	defer b2.Close()
+	done := make(chan struct{})
+	go func() {
+		Relay(a1, b1, RelayOptions{Idle: 100 * time.Millisecond})
+		close(done)
+	}()
+	// Traffic keeps it open past the idle bound.
+	go io.Copy(io.Discard, b2)
+	for i := 0; i < 5; i++ {
+		if _, err := a2.Write([]byte("x")); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the traffic's pace, under the idle bound
+	}
+	select {
+	case <-done:
+		t.Fatal("relay closed while traffic flowed")
+	default:
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("idle relay not closed")
+	}
+	if _, err := a2.Write([]byte("x")); err == nil {
+		t.Fatal("visitor end still open after idle close")
+	}
+}
+
+// closedAddr is a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// FuzzRawHeader feeds a raw stream's header bytes, as a hostile server
+// would send them, through the client's decoding and checks.
+func FuzzRawHeader(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 26, '{'})
+	f.Add(append([]byte{0, 0, 0, 38}, `{"kind":"tcp","name":"ssh","port":22}`...))
+	f.Add(append([]byte{0, 0, 0, 60}, `{"kind":"tls","name":"0","hostname":"a.test","visitor":"[::1]:1"}`...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h RawHeader
+		if err := readRawFrame(bytes.NewReader(b), &h); err != nil {
+			return
+		}
+		if h.validate() == nil {
+			if h.Name == "" || h.Port < 0 || h.Port > 65535 {
+				t.Fatalf("validate accepted %+v", h)
+			}
+		}
+	})
+}
