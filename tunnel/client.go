@@ -88,6 +88,11 @@ type ClientConfig struct {
 	// control loop's goroutine, so it must not block. Nil ignores the
 	// request, as clients that predate it do.
 	OnDrain func()
+	// OnExposed, when set, is called with the server's answer to the
+	// announcement's Expose entries: on the welcome, and on each ack
+	// whose answer differs from the last. It runs on the control loop's
+	// goroutine, so it must not block.
+	OnExposed func([]ExposeStatus)
 	// RawForwarder connects raw streams (TCP and UDP of exposed ports,
 	// TLS passed through by SNI) to their targets; nil refuses them.
 	RawForwarder RawForwarder
@@ -400,12 +405,15 @@ func (c *Client) runSession(ctx context.Context) error {
 	if c.cfg.OnConnect != nil {
 		c.cfg.OnConnect(welcome.SessionID)
 	}
+	if c.cfg.OnExposed != nil {
+		c.cfg.OnExposed(welcome.Exposed)
+	}
 
 	c.connected.Store(true)
 	defer c.connected.Store(false)
 	c.upSince.Store(time.Now().UnixNano())
 	c.responseTimeout.Store(max(welcome.ResponseTimeoutMS, 0) * int64(time.Millisecond))
-	return c.controlLoop(sctx, log, mux, ctrl, interval, welcome.Notices)
+	return c.controlLoop(sctx, log, mux, ctrl, interval, welcome)
 }
 
 // handshake dials the server and exchanges the hello, announcing what
@@ -501,7 +509,7 @@ func (c *Client) acceptLoop(ctx context.Context, mux *yamux.Session) {
 // controlLoop sends heartbeats and reads acks until the session ends. The
 // server must ack within three heartbeat intervals or the session is
 // considered dead.
-func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration, welcomeNotices []string) (err error) {
+func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration, welcome *message) (err error) {
 	acks := make(chan ackMsg, 1)
 	done := make(chan struct{})
 	defer close(done)
@@ -551,7 +559,8 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 	beat := time.NewTicker(interval)
 	defer beat.Stop()
 	lastAck := time.Now()
-	lastNotices := welcomeNotices
+	lastNotices := welcome.Notices
+	lastExposed := welcome.Exposed
 	for {
 		select {
 		case <-ctx.Done():
@@ -589,6 +598,10 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 						log.Warn("server notice", logkey.Notice, n)
 					}
 					lastNotices = a.m.Notices
+				}
+				if c.cfg.OnExposed != nil && !slices.Equal(a.m.Exposed, lastExposed) {
+					lastExposed = a.m.Exposed
+					c.cfg.OnExposed(lastExposed)
 				}
 				if a.m.Drain && c.cfg.OnDrain != nil {
 					c.cfg.OnDrain()

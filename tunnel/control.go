@@ -90,7 +90,7 @@ func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.St
 		sess.ann.Store(m.Announcement)
 		last = time.Now()
 		notices := identityNotices(s.cfg.Registry.Update(ctx, sess), sess)
-		return sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq, Drain: sess.drainAsked.Load()}, s.cfg.DownThreshold)
+		return sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq, Drain: sess.drainAsked.Load(), Exposed: sess.Exposed()}, s.cfg.DownThreshold)
 	}
 	for {
 		select {

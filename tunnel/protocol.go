@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
@@ -77,7 +78,45 @@ type Announcement struct {
 	Services []Service `json:"services"`
 	// Scaling is the client's scaling declaration, nil when none.
 	Scaling *Scaling `json:"scaling,omitempty"`
+	// Expose lists the public TCP and UDP ports the client asks for
+	// (config `expose:`); servers that predate it ignore the field.
+	Expose []Expose `json:"expose,omitempty"`
 }
+
+// Expose is one public port a client asks the server to open. Visitors'
+// connections to it reach the client as raw streams named Name
+// (RawHeader.Name); where the client connects them (target,
+// proxy_protocol) stays on the client.
+type Expose struct {
+	// Name identifies the entry within its client: printable, at most
+	// 63 bytes, unique.
+	Name string `json:"name"`
+	// Protocol is "tcp" or "udp".
+	Protocol string `json:"protocol"`
+	// RemotePort is the public port asked for; 0 asks the server to
+	// allocate one from its tcp_port_range.
+	RemotePort int `json:"remote_port,omitempty"`
+	// AllowedIPs are the visitor addresses (IPs or CIDR prefixes) that may
+	// connect; empty admits every visitor the server's own rules admit.
+	AllowedIPs []string `json:"allowed_ips,omitempty"`
+}
+
+// ExposeStatus is the server's answer to one Expose entry, in the welcome
+// and every ack: the port it listens on for the client, or why not.
+type ExposeStatus struct {
+	Name     string `json:"name"`
+	Protocol string `json:"protocol"`
+	// Port is the public port open for the entry; 0 when refused.
+	Port int `json:"port,omitempty"`
+	// Error says why the entry was refused ("" when open).
+	Error string `json:"error,omitempty"`
+}
+
+// Protocols of an Expose entry.
+const (
+	ExposeTCP = "tcp"
+	ExposeUDP = "udp"
+)
 
 // Service is one published target as announced.
 type Service struct {
@@ -193,6 +232,9 @@ type message struct {
 	// should retire. Clients that predate it ignore the unknown field
 	// (json.Unmarshal does), so it needs no new Version.
 	Drain bool `json:"drain,omitempty"`
+	// Exposed, in a welcome or an ack, answers the announcement's Expose
+	// entries (Session.SetExposed); clients that predate it ignore it.
+	Exposed []ExposeStatus `json:"exposed,omitempty"`
 }
 
 // ErrFrameTooLarge reports a control frame above MaxFrameSize.
@@ -253,8 +295,10 @@ func decodeMessage(body []byte) (*message, error) {
 // Bounds on one announcement, so that a hostile client cannot make the
 // server hold or index an unbounded route table.
 const (
-	maxServices  = 256
-	maxHostnames = 1024 // over all services
+	maxServices   = 256
+	maxHostnames  = 1024 // over all services
+	maxExpose     = 64   // expose entries of one client
+	maxAllowedIPs = 64   // allowed_ips of one expose entry
 )
 
 // Validate checks an announcement's syntax: hostnames, paths and numbers.
@@ -303,6 +347,32 @@ func (a *Announcement) Validate() error {
 	}
 	if total > maxHostnames {
 		errs = append(errs, fmt.Errorf("announcement: %d hostnames, at most %d", total, maxHostnames))
+	}
+	if len(a.Expose) > maxExpose {
+		errs = append(errs, fmt.Errorf("announcement: %d expose entries, at most %d", len(a.Expose), maxExpose))
+	}
+	names := make(map[string]bool, len(a.Expose))
+	for i, e := range a.Expose {
+		if e.Name == "" || len(e.Name) > 63 || !printable(e.Name) || names[e.Name] {
+			errs = append(errs, fmt.Errorf("announcement: expose %d: name empty, duplicate, longer than 63 bytes or not printable", i))
+		}
+		names[e.Name] = true
+		if e.Protocol != ExposeTCP && e.Protocol != ExposeUDP {
+			errs = append(errs, fmt.Errorf("announcement: expose %d: protocol %q, want tcp or udp", i, e.Protocol))
+		}
+		if e.RemotePort < 0 || e.RemotePort > 65535 {
+			errs = append(errs, fmt.Errorf("announcement: expose %d: remote_port %d out of range", i, e.RemotePort))
+		}
+		if len(e.AllowedIPs) > maxAllowedIPs {
+			errs = append(errs, fmt.Errorf("announcement: expose %d: %d allowed_ips, at most %d", i, len(e.AllowedIPs), maxAllowedIPs))
+		}
+		for _, ip := range e.AllowedIPs {
+			if _, err := netip.ParsePrefix(ip); err != nil {
+				if _, err := netip.ParseAddr(ip); err != nil {
+					errs = append(errs, fmt.Errorf("announcement: expose %d: allowed_ips entry %.64q is not an IP or CIDR prefix", i, ip))
+				}
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -358,4 +359,91 @@ func FuzzRawHeader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// exposeRegistry answers every announcement's Expose entries with ports
+// numbered from 30000, as a server's port manager would.
+type exposeRegistry struct{ *fakeRegistry }
+
+func (r exposeRegistry) Update(ctx context.Context, s *Session) []string {
+	var st []ExposeStatus
+	for i, e := range s.Announcement().Expose {
+		st = append(st, ExposeStatus{Name: e.Name, Protocol: e.Protocol, Port: 30000 + i})
+	}
+	s.SetExposed(st)
+	return r.fakeRegistry.Update(ctx, s)
+}
+
+func TestExposedReachesClient(t *testing.T) {
+	got := make(chan []ExposeStatus, 4)
+	var mu sync.Mutex
+	entries := []Expose{{Name: "ssh", Protocol: ExposeTCP, RemotePort: 0}}
+	p := startPair(t, "pipe", newHandlerForwarder(t, nil), func(s *ServerConfig, c *ClientConfig) {
+		s.Registry = exposeRegistry{s.Registry.(*fakeRegistry)}
+		c.Announce = func() Announcement {
+			a := testAnnouncement()
+			mu.Lock()
+			a.Expose = append([]Expose(nil), entries...)
+			mu.Unlock()
+			return a
+		}
+		c.OnExposed = func(st []ExposeStatus) { got <- st }
+	})
+	defer p.stop()
+	want := []ExposeStatus{{Name: "ssh", Protocol: ExposeTCP, Port: 30000}}
+	select {
+	case st := <-got:
+		if len(st) != 1 || st[0] != want[0] {
+			t.Fatalf("welcome carried %+v, want %+v", st, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to the expose entries with the welcome")
+	}
+	mu.Lock()
+	entries = append(entries, Expose{Name: "dns", Protocol: ExposeUDP, RemotePort: 5353})
+	mu.Unlock()
+	if err := p.client.AnnounceNow(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case st := <-got:
+		if len(st) != 2 || st[1].Name != "dns" || st[1].Port != 30001 {
+			t.Fatalf("ack carried %+v, want two entries with dns on 30001", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the changed answer never reached the client")
+	}
+}
+
+func TestExposeValidation(t *testing.T) {
+	ok := Expose{Name: "ssh", Protocol: ExposeTCP, RemotePort: 2222, AllowedIPs: []string{"10.0.0.0/8", "192.0.2.1", "::1"}}
+	long := make([]string, maxAllowedIPs+1)
+	for i := range long {
+		long[i] = "10.0.0.1"
+	}
+	many := make([]Expose, maxExpose+1)
+	for i := range many {
+		many[i] = Expose{Name: "e" + strconv.Itoa(i), Protocol: ExposeTCP}
+	}
+	for name, tc := range map[string]struct {
+		entries []Expose
+		ok      bool
+	}{
+		"valid":           {[]Expose{ok}, true},
+		"no name":         {[]Expose{{Protocol: ExposeTCP}}, false},
+		"duplicate":       {[]Expose{ok, ok}, false},
+		"bad protocol":    {[]Expose{{Name: "x", Protocol: "sctp"}}, false},
+		"port too big":    {[]Expose{{Name: "x", Protocol: ExposeUDP, RemotePort: 65536}}, false},
+		"negative port":   {[]Expose{{Name: "x", Protocol: ExposeUDP, RemotePort: -1}}, false},
+		"bad ip":          {[]Expose{{Name: "x", Protocol: ExposeTCP, AllowedIPs: []string{"evil.example"}}}, false},
+		"too many ips":    {[]Expose{{Name: "x", Protocol: ExposeTCP, AllowedIPs: long}}, false},
+		"too many":        {many, false},
+		"control in name": {[]Expose{{Name: "a\x1bb", Protocol: ExposeTCP}}, false},
+	} {
+		a := testAnnouncement()
+		a.Expose = tc.entries
+		if err := a.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: Validate() = %v, want ok=%v", name, err, tc.ok)
+		}
+	}
 }

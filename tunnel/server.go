@@ -359,6 +359,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 		SessionID:   sess.id,
 		HeartbeatMS: s.heartbeatInterval().Milliseconds(),
 		Notices:     notices,
+		Exposed:     sess.Exposed(),
 		// The client tells a request abandoned at this deadline (a
 		// timeout, which its adaptive limit counts as a failure) from one
 		// abandoned earlier (the visitor left: no verdict on the backend).

@@ -102,6 +102,9 @@ type Session struct {
 	// drainAsked is set once an operator asked the client to retire
 	// (AskDrain); every later ack carries it.
 	drainAsked atomic.Bool
+	// exposed is the server's answer to the announcement's Expose entries,
+	// sent with the welcome and every ack (SetExposed).
+	exposed atomic.Pointer[[]ExposeStatus]
 
 	mu   sync.Mutex // guards the following fields
 	idle []*dataStream
@@ -150,6 +153,19 @@ func (s *Session) Announcement() *Announcement { return s.ann.Load() }
 // exits; one that predates it ignores it. It is idempotent, never blocks
 // and is safe for concurrent use.
 func (s *Session) AskDrain() { s.drainAsked.Store(true) }
+
+// SetExposed records the answer to the announcement's Expose entries
+// that the welcome and each later ack carry to the client. The registry
+// sets it from Update, before the server writes the frame.
+func (s *Session) SetExposed(st []ExposeStatus) { s.exposed.Store(&st) }
+
+// Exposed returns what SetExposed last recorded.
+func (s *Session) Exposed() []ExposeStatus {
+	if p := s.exposed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // DrainAsked reports whether AskDrain was called on the session.
 func (s *Session) DrainAsked() bool { return s.drainAsked.Load() }
