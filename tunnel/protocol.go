@@ -172,6 +172,11 @@ type Service struct {
 	// announces such a service unhealthy too, so that servers that predate
 	// the field stop routing to it as well.
 	Draining bool `json:"draining,omitempty"`
+	// TLSPassthrough asks the server to pass TLS connections for the
+	// service's hostnames through untouched, routed by their SNI, as raw
+	// streams (RawTLS named by ID) instead of terminating TLS and sending
+	// HTTP. Servers that predate it ignore it.
+	TLSPassthrough bool `json:"tls_passthrough,omitempty"`
 }
 
 // HeaderRules are a service's response header operations, applied
