@@ -313,6 +313,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.acme != nil {
 		tlsConfig = g.acme.TLSConfig(serverTLSConfig(nil))
 	}
+	tlsConfig = g.withPassthrough(tlsConfig)
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -535,6 +536,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	ln = first.wrapListener(ln, g.cfg.ProxyProtocol)
 	if !g.servesTLS() {
 		ln = framingListener{ln}
+	} else {
+		ln = helloListener{ln} // TLS passthrough by SNI (passthrough.go)
 	}
 	stopMetrics, merr := g.serveMetrics()
 	if merr != nil {

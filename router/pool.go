@@ -39,6 +39,10 @@ type service struct {
 	resilience atomic.Bool
 	// allowConnect is set when the service takes CONNECT requests.
 	allowConnect atomic.Bool
+	// passthrough is set when the service takes TLS connections for its
+	// hostnames untouched (tls_passthrough); written under Router.mu
+	// through setPassthroughLocked, which keeps Router.passthroughs.
+	passthrough atomic.Bool
 	// allowedIPs are the visitors its token admits; empty admits all. Set
 	// under Router.mu before the service is published in a pool.
 	allowedIPs []netip.Prefix

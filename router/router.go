@@ -188,6 +188,10 @@ type Router struct {
 
 	streams   *ipStreams   // concurrent requests per visitor address; nil: max_streams_per_ip off
 	wsOpen    atomic.Int64 // WebSocket relays open or being opened
+	// passthroughs counts the attached services with tls_passthrough, so
+	// that a TLS handshake skips the passthrough lookup while there is
+	// none (AnyPassthrough).
+	passthroughs atomic.Int64
 	wsRefused atomic.Int64 // upgrades refused by max_ws_connections
 }
 
@@ -501,6 +505,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		s.disabled.Store(e.disabled)
 		s.resilience.Store(sa.Resilience)
 		s.allowConnect.Store(sa.AllowConnect)
+		rt.setPassthroughLocked(s, sa.TLSPassthrough)
 		notices = append(notices, storeServiceHeaders(s, sa)...)
 		wt, clamped := clampWeight(sa.Weight)
 		if clamped {
@@ -544,6 +549,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 	for id, s := range e.services {
 		if !seen[id] {
 			s.gone.Store(true)
+			rt.setPassthroughLocked(s, false)
 			delete(e.services, id)
 			continue
 		}
@@ -593,6 +599,7 @@ func (rt *Router) detach(conn Conn) {
 	}
 	for _, s := range e.services {
 		s.gone.Store(true)
+		rt.setPassthroughLocked(s, false)
 	}
 	rt.releaseTokenRateLocked(e)
 	rt.rebindLocked(e, nil)
