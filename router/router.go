@@ -186,13 +186,13 @@ type Router struct {
 	poolSeq uint64
 	rates   map[string]*tokenRate // max_rps buckets by token ID, while a client of the token is attached
 
-	streams   *ipStreams   // concurrent requests per visitor address; nil: max_streams_per_ip off
-	wsOpen    atomic.Int64 // WebSocket relays open or being opened
+	streams *ipStreams   // concurrent requests per visitor address; nil: max_streams_per_ip off
+	wsOpen  atomic.Int64 // WebSocket relays open or being opened
 	// passthroughs counts the attached services with tls_passthrough, so
 	// that a TLS handshake skips the passthrough lookup while there is
 	// none (AnyPassthrough).
 	passthroughs atomic.Int64
-	wsRefused atomic.Int64 // upgrades refused by max_ws_connections
+	wsRefused    atomic.Int64 // upgrades refused by max_ws_connections
 }
 
 // clientEntry is the control-plane record of one connected client.
