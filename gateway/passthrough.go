@@ -6,7 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -47,88 +47,85 @@ func (l helloListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &helloConn{Conn: c, recording: true}, nil
+	return &helloConn{Conn: c}, nil
 }
 
 // helloConn records the bytes read until stop, and, once taken, keeps
 // crypto/tls off the connection: its reads and writes fail and its
-// deadlines are ignored, while Close still closes it.
+// deadlines are ignored, while Close still closes it. The record is only
+// touched by the goroutine that runs the handshake (its reads, then
+// GetConfigForClient); the state is atomic because a close or a write may
+// come from elsewhere. After the handshake a read costs one atomic load.
 type helloConn struct {
 	net.Conn
-	mu        sync.Mutex
-	recording bool
-	rec       []byte
-	taken     bool
+	state atomic.Int32 // helloRecording, helloPlain or helloTaken
+	rec   []byte
 }
 
+const (
+	helloRecording int32 = iota
+	helloPlain
+	helloTaken
+)
+
 func (c *helloConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	taken, recording := c.taken, c.recording
-	c.mu.Unlock()
-	if taken {
+	switch c.state.Load() {
+	case helloPlain:
+		return c.Conn.Read(p)
+	case helloTaken:
 		return 0, errConnTaken
 	}
 	n, err := c.Conn.Read(p)
-	if recording && n > 0 {
-		c.mu.Lock()
-		if c.recording {
-			if len(c.rec)+n > maxHelloRecord {
-				c.recording, c.rec = false, nil
-			} else {
-				c.rec = append(c.rec, p[:n]...)
-			}
+	if n > 0 {
+		if len(c.rec)+n > maxHelloRecord {
+			c.stop()
+		} else {
+			c.rec = append(c.rec, p[:n]...)
 		}
-		c.mu.Unlock()
 	}
 	return n, err
 }
 
 func (c *helloConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	taken := c.taken
-	c.mu.Unlock()
-	if taken {
+	if c.state.Load() == helloTaken {
 		return 0, errConnTaken
 	}
 	return c.Conn.Write(p)
 }
 
-func (c *helloConn) setDeadline(f func(time.Time) error, t time.Time) error {
-	c.mu.Lock()
-	taken := c.taken
-	c.mu.Unlock()
-	if taken {
+func (c *helloConn) SetDeadline(t time.Time) error {
+	if c.state.Load() == helloTaken {
 		return nil
 	}
-	return f(t)
+	return c.Conn.SetDeadline(t)
 }
 
-func (c *helloConn) SetDeadline(t time.Time) error {
-	return c.setDeadline(c.Conn.SetDeadline, t)
-}
 func (c *helloConn) SetReadDeadline(t time.Time) error {
-	return c.setDeadline(c.Conn.SetReadDeadline, t)
+	if c.state.Load() == helloTaken {
+		return nil
+	}
+	return c.Conn.SetReadDeadline(t)
 }
+
 func (c *helloConn) SetWriteDeadline(t time.Time) error {
-	return c.setDeadline(c.Conn.SetWriteDeadline, t)
+	if c.state.Load() == helloTaken {
+		return nil
+	}
+	return c.Conn.SetWriteDeadline(t)
 }
 
 // stop ends the recording: the handshake is terminated here.
 func (c *helloConn) stop() {
-	c.mu.Lock()
-	c.recording, c.rec = false, nil
-	c.mu.Unlock()
+	c.state.CompareAndSwap(helloRecording, helloPlain)
+	c.rec = nil
 }
 
 // take hands the connection over and returns what was read so far, or
 // false when the record overflowed.
 func (c *helloConn) take() ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.recording {
+	if !c.state.CompareAndSwap(helloRecording, helloTaken) {
 		return nil, false
 	}
-	c.taken, c.recording = true, false
 	rec := c.rec
 	c.rec = nil
 	return rec, true
