@@ -3,6 +3,7 @@ package helm
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -342,5 +343,60 @@ func TestChartSecretIsEncoded(t *testing.T) {
 	s := one[*corev1.Secret](t, r.objs)
 	if got := string(s.Data["server-token"]); got != "tok with spaces" {
 		t.Errorf("server-token = %q (base64 of it: %s), want the value given", got, base64.StdEncoding.EncodeToString(s.Data["server-token"]))
+	}
+}
+
+// TestChartStatefulSet: workload StatefulSet gives each server a stable
+// address through a headless Service, and the NOTES list them for the
+// clients' server.urls; it refuses to run without a database.
+func TestChartStatefulSet(t *testing.T) {
+	const dsn = "postgres://aperio:pw@db.example:5432/aperio?sslmode=require"
+	r := mustRender(t, "workload: StatefulSet\nreplicaCount: 3\nsecret: {serverToken: master-token-for-test}\ndatabase: {url: '"+dsn+"'}\n")
+	if n := len(find[*appsv1.Deployment](r.objs)); n != 0 {
+		t.Fatalf("%d Deployments with workload StatefulSet, want none", n)
+	}
+	ss := one[*appsv1.StatefulSet](t, r.objs)
+	if ss.Spec.Replicas == nil || *ss.Spec.Replicas != 3 {
+		t.Errorf("replicas = %v, want 3", ss.Spec.Replicas)
+	}
+	// The pod checks are the Deployment's: same template, same selector.
+	asDeployment := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Selector: ss.Spec.Selector, Template: ss.Spec.Template}}
+	c := checkServerPod(t, asDeployment)
+	if _, ok := envOf(c, "APERIO_DATABASE_URL"); !ok {
+		t.Error("no APERIO_DATABASE_URL in the StatefulSet's pods")
+	}
+	var headless, main *corev1.Service
+	for _, svc := range find[*corev1.Service](r.objs) {
+		if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			headless = svc
+		} else {
+			main = svc
+		}
+	}
+	if headless == nil || main == nil {
+		t.Fatalf("want the main Service and a headless one, got headless=%v main=%v", headless != nil, main != nil)
+	}
+	if ss.Spec.ServiceName != headless.Name {
+		t.Errorf("serviceName %q, want the headless Service %q", ss.Spec.ServiceName, headless.Name)
+	}
+	if !headless.Spec.PublishNotReadyAddresses {
+		t.Error("the headless Service hides starting pods: a client could not dial a server until it is ready")
+	}
+	checkService(t, headless, asDeployment, c)
+	checkService(t, main, asDeployment, c)
+	if n := len(find[*corev1.PersistentVolumeClaim](r.objs)); n != 0 {
+		t.Errorf("%d PVCs with PostgreSQL, want none", n)
+	}
+	for i := range 3 {
+		url := fmt.Sprintf("http://%s-%d.%s.aperio.svc.cluster.local:8080", ss.Name, i, headless.Name)
+		if !strings.Contains(r.notes, url) {
+			t.Errorf("NOTES do not list server %d's address %s:\n%s", i, url, r.notes)
+		}
+	}
+	if _, err := render(t, "workload: StatefulSet\nreplicaCount: 1\n"); err == nil || !strings.Contains(err.Error(), "StatefulSet runs servers that share PostgreSQL") {
+		t.Errorf("StatefulSet without a database rendered (err %v), want the explanation", err)
+	}
+	if _, err := render(t, "workload: DaemonSet\n"); err == nil {
+		t.Error("workload DaemonSet rendered, want the schema to refuse it")
 	}
 }

@@ -61,6 +61,9 @@ render here, with what to change. */}}
 {{- if and (gt (int $v.replicaCount) 1) (not (include "aperio.databaseKey" .)) -}}
 {{- fail (printf "aperio: replicaCount is %d, but several servers need PostgreSQL: set database.url (or database.existingSecretKey with secret.existingSecret). Without a database each server keeps its own SQLite file, so run one replica" (int $v.replicaCount)) -}}
 {{- end -}}
+{{- if and (eq $v.workload "StatefulSet") (not (include "aperio.databaseKey" .)) -}}
+{{- fail "aperio: workload StatefulSet runs servers that share PostgreSQL: set database.url (or database.existingSecretKey with secret.existingSecret), or use workload Deployment with one replica on SQLite" -}}
+{{- end -}}
 {{- if not (has $v.service.type (list "ClusterIP" "LoadBalancer")) -}}
 {{- fail (printf "aperio: service.type %q: use ClusterIP (with an Ingress in front) or LoadBalancer" $v.service.type) -}}
 {{- end -}}
@@ -78,4 +81,120 @@ render here, with what to change. */}}
 {{- fail (printf "aperio: config key %q is not a setting name (lower case, digits, _ and .)" $k) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The server's pod template, shared by the Deployment and the
+StatefulSet. */}}
+{{- define "aperio.podTemplate" -}}
+{{- $dbKey := include "aperio.databaseKey" . -}}
+metadata:
+  labels:
+    {{- include "aperio.selectorLabels" . | nindent 8 }}
+    {{- with .Values.podLabels }}
+    {{- toYaml . | nindent 8 }}
+    {{- end }}
+  annotations:
+    # A new token, URL or Secret in the values restarts the pods (a
+    # generated token does not change on upgrade, so it is left out).
+    checksum/secret: {{ printf "%s\n%s\n%s\n%s" .Values.secret.existingSecret .Values.secret.serverToken .Values.database.url $dbKey | sha256sum }}
+    {{- with .Values.podAnnotations }}
+    {{- toYaml . | nindent 8 }}
+    {{- end }}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: {{ int .Values.terminationGracePeriodSeconds }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 8 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.podSecurityContext | nindent 8 }}
+  containers:
+    - name: server
+      image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      env:
+        - name: APERIO_SERVER_TOKEN
+          valueFrom:
+            secretKeyRef:
+              name: {{ include "aperio.secretName" . }}
+              key: {{ .Values.secret.serverTokenKey }}
+        {{- if $dbKey }}
+        - name: APERIO_DATABASE_URL
+          valueFrom:
+            secretKeyRef:
+              name: {{ include "aperio.secretName" . }}
+              key: {{ $dbKey }}
+        {{- end }}
+        - name: APERIO_PORT
+          value: {{ .Values.service.port | int | toString | quote }}
+        {{- if .Values.metrics.enabled }}
+        - name: APERIO_METRICS_LISTEN
+          value: {{ printf "0.0.0.0:%d" (int .Values.metrics.port) | quote }}
+        {{- end }}
+        {{- range $k, $v := .Values.config }}
+        - name: {{ printf "APERIO_%s" ($k | upper | replace "." "_") }}
+          value: {{ if kindIs "slice" $v }}{{ join "," $v | quote }}{{ else }}{{ toString $v | quote }}{{ end }}
+        {{- end }}
+        {{- with .Values.extraEnv }}
+        {{- toYaml . | nindent 12 }}
+        {{- end }}
+      ports:
+        - name: http
+          containerPort: {{ int .Values.service.port }}
+        {{- if .Values.metrics.enabled }}
+        - name: metrics
+          containerPort: {{ int .Values.metrics.port }}
+        {{- end }}
+      # 503 once SIGTERM began: the Service stops sending visitors
+      # while the server drains.
+      readinessProbe:
+        httpGet:
+          path: /aperio/readyz
+          port: http
+        periodSeconds: {{ int .Values.readinessProbe.periodSeconds }}
+        failureThreshold: {{ int .Values.readinessProbe.failureThreshold }}
+      livenessProbe:
+        httpGet:
+          path: /aperio/healthz
+          port: http
+        periodSeconds: {{ int .Values.livenessProbe.periodSeconds }}
+        failureThreshold: {{ int .Values.livenessProbe.failureThreshold }}
+      securityContext:
+        {{- toYaml .Values.securityContext | nindent 12 }}
+      resources:
+        {{- toYaml .Values.resources | nindent 12 }}
+      volumeMounts:
+        - name: data
+          mountPath: /data
+        - name: tmp
+          mountPath: /tmp
+  volumes:
+    - name: tmp
+      emptyDir: {}
+    - name: data
+      {{- if and (not $dbKey) .Values.persistence.enabled }}
+      persistentVolumeClaim:
+        claimName: {{ .Values.persistence.existingClaim | default (printf "%s-data" (include "aperio.fullname" .)) }}
+      {{- else }}
+      # PostgreSQL holds the state (or persistence is off): /data is
+      # scratch space.
+      emptyDir: {}
+      {{- end }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 8 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 8 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 8 }}
+  {{- end }}
+  {{- with .Values.topologySpreadConstraints }}
+  topologySpreadConstraints:
+    {{- toYaml . | nindent 8 }}
+  {{- end }}
 {{- end -}}
