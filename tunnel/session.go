@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"io"
 	"log/slog"
 	"net"
@@ -67,6 +68,13 @@ type Identity struct {
 	// MaxConnections bounds the token's sessions at once; 0 means no
 	// bound. The registry enforces it.
 	MaxConnections int
+	// AllowTCPPorts are the public ports (TCP and UDP) the token's clients
+	// may expose, within the server's tcp_port_range; empty means none.
+	// The master token may use any port of the range (AnyTCPPort).
+	AllowTCPPorts []portspec.Range
+	// AnyTCPPort is set for the master token: every port of the server's
+	// tcp_port_range is allowed.
+	AnyTCPPort bool
 	// Generation is the rotation of the token's secret the session
 	// authenticated with (the store's Token.Generation, or one less for
 	// the previous secret).
