@@ -199,6 +199,7 @@ type createTokenBody struct {
 	MaxConnections   int      `json:"max_connections"`
 	Paths            []string `json:"paths"`
 	ClientAllowedIPs []string `json:"client_allowed_ips"`
+	AllowTCPPorts    []string `json:"allow_tcp_ports"`
 }
 
 func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) error {
@@ -212,14 +213,14 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	// A catch-all token serves what nobody else binds: it needs no
-	// hostname of its own.
-	hosts, hostProblems := validPatterns("hostnames", req.Hostnames, maxTokenHostnames, !req.AllowCatchAll)
+	// A catch-all token serves what nobody else binds, and a token for
+	// public ports may serve no HTTP at all: neither needs a hostname.
+	hosts, hostProblems := validPatterns("hostnames", req.Hostnames, maxTokenHostnames, !req.AllowCatchAll && len(req.AllowTCPPorts) == 0)
 	problems = append(problems, hostProblems...)
 	ips, ipProblems := validAllowedIPs(req.AllowedIPs)
 	problems = append(problems, ipProblems...)
 	limits, limitProblems := validTokenLimits(store.TokenLimits{MaxRPS: req.MaxRPS, DailyMaxBytes: req.DailyMaxBytes,
-		MaxConnections: req.MaxConnections, Paths: req.Paths, ClientAllowedIPs: req.ClientAllowedIPs})
+		MaxConnections: req.MaxConnections, Paths: req.Paths, ClientAllowedIPs: req.ClientAllowedIPs, AllowTCPPorts: req.AllowTCPPorts})
 	problems = append(problems, limitProblems...)
 	expires, expProblem := validExpiry(req.ExpiresAt, now)
 	if expProblem != "" {

@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"math"
 	"net/http"
 	"strconv"
@@ -99,6 +100,7 @@ func validTokenLimits(l store.TokenLimits) (store.TokenLimits, []string) {
 	ips, ipProblems := validCIDRs("client_allowed_ips", l.ClientAllowedIPs, store.MaxTokenClientIPs)
 	problems = append(problems, ipProblems...)
 	l.Paths, l.ClientAllowedIPs = paths, ips
+	l.AllowTCPPorts = canonicalPorts(l.AllowTCPPorts)
 	return l, problems
 }
 
@@ -244,6 +246,9 @@ func applyTokenEdit(e store.TokenEdit, req UpdateTokenRequest, now time.Time) (s
 	if req.ClientAllowedIPs != nil {
 		l.ClientAllowedIPs = *req.ClientAllowedIPs
 	}
+	if req.AllowTCPPorts != nil {
+		l.AllowTCPPorts = *req.AllowTCPPorts
+	}
 	l, limitProblems := validTokenLimits(l)
 	problems = append(problems, limitProblems...)
 	e.Limits = l
@@ -343,4 +348,19 @@ func (a *API) updateOrg(w http.ResponseWriter, r *http.Request, c caller) error 
 	})
 	a.writeJSON(w, r, http.StatusOK, orgOf(o))
 	return nil
+}
+
+// canonicalPorts returns the port specs as portspec prints them ("80",
+// "2000-2100"), or specs unchanged when one fails to parse: Validate has
+// named it already.
+func canonicalPorts(specs []string) []string {
+	rs, err := portspec.ParseList(specs)
+	if err != nil {
+		return specs
+	}
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return out
 }

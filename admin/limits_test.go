@@ -52,6 +52,30 @@ func TestTokenLimitsCreateAndPatch(t *testing.T) {
 	f.expectError(t, "PATCH", "/tokens/"+tok.ID, adminKey, `{"max_rps":1}`, http.StatusConflict, "revoked")
 }
 
+// TestTokenAllowTCPPorts: a token for public ports needs no hostname; its
+// ports are stored canonical, replaced by PATCH and cleared by [].
+func TestTokenAllowTCPPorts(t *testing.T) {
+	f := newFixture(t)
+	org := f.org(t, "acme")
+	adminKey := f.key(t, org, "admin").Secret
+	var tok admin.MintedToken
+	f.expect(t, "POST", "/tokens", adminKey, `{"name":"ssh","allow_tcp_ports":["2222"," 20000 - 20010 "]}`, http.StatusCreated, &tok)
+	if !slices.Equal(tok.AllowTCPPorts, []string{"2222", "20000-20010"}) || len(tok.Hostnames) != 0 {
+		t.Fatalf("POST /tokens allow_tcp_ports = %q hostnames %q, want [2222 20000-20010] and none", tok.AllowTCPPorts, tok.Hostnames)
+	}
+	var up admin.Token
+	f.expect(t, "PATCH", "/tokens/"+tok.ID, adminKey, `{"allow_tcp_ports":["3000-3001"]}`, http.StatusOK, &up)
+	if !slices.Equal(up.AllowTCPPorts, []string{"3000-3001"}) {
+		t.Errorf("PATCH allow_tcp_ports = %q, want [3000-3001]", up.AllowTCPPorts)
+	}
+	f.expect(t, "PATCH", "/tokens/"+tok.ID, adminKey, `{"allow_tcp_ports":[]}`, http.StatusOK, &up)
+	if up.AllowTCPPorts == nil || len(up.AllowTCPPorts) != 0 {
+		t.Errorf("PATCH allow_tcp_ports [] = %#v, want an empty list", up.AllowTCPPorts)
+	}
+	// Without ports, hostnames or catch-all, a token serves nothing.
+	f.expectError(t, "POST", "/tokens", adminKey, `{"name":"none"}`, http.StatusBadRequest, "hostnames")
+}
+
 // TestTokenLimitsHostile sends negative, absurd and malformed limits: each
 // is refused with 400 naming its field, on creation and on edit.
 func TestTokenLimitsHostile(t *testing.T) {
@@ -71,6 +95,11 @@ func TestTokenLimitsHostile(t *testing.T) {
 		{`"paths":[` + strings.Repeat(`"/a",`, 64) + `"/a"]`, "paths"},
 		{`"client_allowed_ips":["not-an-ip"]`, "client_allowed_ips[0]"},
 		{`"client_allowed_ips":["10.0.0.1/8"]`, "client_allowed_ips[0]"},
+		{`"allow_tcp_ports":["0"]`, "allow_tcp_ports"},
+		{`"allow_tcp_ports":["65536"]`, "allow_tcp_ports"},
+		{`"allow_tcp_ports":["2000-1000"]`, "allow_tcp_ports"},
+		{`"allow_tcp_ports":["22,23"]`, "allow_tcp_ports"},
+		{`"allow_tcp_ports":[` + strings.Repeat(`"22",`, 64) + `"22"]`, "allow_tcp_ports"},
 	}
 	for _, c := range cases {
 		t.Run(c.field, func(t *testing.T) {

@@ -118,7 +118,8 @@ func tokenOf(t store.Token, now time.Time) Token {
 
 		AllowCatchAll: t.AllowCatchAll,
 		TokenLimits: wire.TokenLimits{MaxRPS: t.Limits.MaxRPS, DailyMaxBytes: t.Limits.DailyMaxBytes,
-			MaxConnections: t.Limits.MaxConnections, Paths: nonNil(t.Limits.Paths), ClientAllowedIPs: nonNil(t.Limits.ClientAllowedIPs)},
+			MaxConnections: t.Limits.MaxConnections, Paths: nonNil(t.Limits.Paths), ClientAllowedIPs: nonNil(t.Limits.ClientAllowedIPs),
+			AllowTCPPorts: nonNil(t.Limits.AllowTCPPorts)},
 		PreviousExpiresAt: t.PrevExpiresAt,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -42,7 +43,7 @@ func (a *tokenAuth) Authenticate(ctx context.Context, token string) (tunnel.Iden
 	// master token's.
 	got, want := sha256.Sum256([]byte(token)), sha256.Sum256(a.master)
 	if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-		return tunnel.Identity{Name: wire.Master, OrgID: a.defaultOrg}, nil
+		return tunnel.Identity{Name: wire.Master, OrgID: a.defaultOrg, AnyTCPPort: true}, nil
 	}
 	if !strings.HasPrefix(token, "apr_") {
 		return tunnel.Identity{}, errInvalidToken
@@ -92,6 +93,9 @@ func identityOf(t store.Token, previous bool) (tunnel.Identity, error) {
 	}
 	if id.ClientAllowedIPs, err = parsePrefixes(t.ID, "client_allowed_ips", t.Limits.ClientAllowedIPs); err != nil {
 		return tunnel.Identity{}, err
+	}
+	if id.AllowTCPPorts, err = portspec.ParseList(t.Limits.AllowTCPPorts); err != nil {
+		return tunnel.Identity{}, fmt.Errorf("token %s has an invalid allow_tcp_ports: %w", t.ID, err)
 	}
 	return id, nil
 }

@@ -378,7 +378,7 @@ func testTokenRoundTrip(t *testing.T, b backend) {
 	want.ID = created.ID
 	want.ExpiresAt = new(stored(expires))
 	want.CreatedAt = stored(clk.Now())
-	want.Limits = store.TokenLimits{Paths: []string{}, ClientAllowedIPs: []string{}}
+	want.Limits = store.TokenLimits{Paths: []string{}, ClientAllowedIPs: []string{}, AllowTCPPorts: []string{}}
 	if diff := cmp.Diff(want, created); diff != "" {
 		t.Errorf("CreateToken() mismatch (-want +got):\n%s", diff)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"math"
 	"slices"
 	"time"
@@ -55,12 +56,17 @@ type TokenLimits struct {
 	// from; empty means anywhere. Never nil once stored. (AllowedIPs on
 	// Token is the visitor fence.)
 	ClientAllowedIPs []string
+	// AllowTCPPorts are the public ports ("N" or "N-M") the token's
+	// clients may expose (TCP and UDP), within the server's
+	// tcp_port_range; empty means none. Never nil once stored.
+	AllowTCPPorts []string
 }
 
 // clean returns l with its lists copied and never nil.
 func (l TokenLimits) clean() TokenLimits {
 	l.Paths = list(l.Paths)
 	l.ClientAllowedIPs = list(l.ClientAllowedIPs)
+	l.AllowTCPPorts = list(l.AllowTCPPorts)
 	return l
 }
 
@@ -81,6 +87,9 @@ func (l TokenLimits) Validate() error {
 	}
 	if len(l.ClientAllowedIPs) > MaxTokenClientIPs {
 		errs = append(errs, fmt.Errorf("client_allowed_ips: %d entries, at most %d", len(l.ClientAllowedIPs), MaxTokenClientIPs))
+	}
+	if _, err := portspec.ParseList(l.AllowTCPPorts); err != nil {
+		errs = append(errs, fmt.Errorf("allow_tcp_ports: %w", err))
 	}
 	return errors.Join(errs...)
 }

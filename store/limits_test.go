@@ -19,7 +19,7 @@ func testTokenLimits(t *testing.T, b backend) {
 	db := storetest.Open(t, b.fresh(t))
 	org := mustOrg(t, db, "acme")
 	limits := store.TokenLimits{MaxRPS: 2.5, DailyMaxBytes: 1 << 30, MaxConnections: 3,
-		Paths: []string{"/api", "/static"}, ClientAllowedIPs: []string{"10.0.0.0/8"}}
+		Paths: []string{"/api", "/static"}, ClientAllowedIPs: []string{"10.0.0.0/8"}, AllowTCPPorts: []string{"2222", "20000-20010"}}
 	tok := mustToken(t, db, store.Token{OrgID: org.ID, Name: "web", Hash: hash("lim"), Hostnames: []string{"a.example.com"}, Limits: limits})
 	if diff := cmp.Diff(limits, tok.Limits); diff != "" {
 		t.Errorf("CreateToken().Limits mismatch (-want +got):\n%s", diff)
@@ -35,12 +35,12 @@ func testTokenLimits(t *testing.T, b backend) {
 	e.Name = "web-2"
 	e.Hostnames = []string{"b.example.com"}
 	e.ExpiresAt = &exp
-	e.Limits = store.TokenLimits{MaxRPS: 10, Paths: []string{"/v2"}}
+	e.Limits = store.TokenLimits{MaxRPS: 10, Paths: []string{"/v2"}, AllowTCPPorts: []string{"3000"}}
 	up, err := db.UpdateToken(ctx, org.ID, tok.ID, e)
 	if err != nil {
 		t.Fatalf("UpdateToken() = %v", err)
 	}
-	want := store.TokenLimits{MaxRPS: 10, Paths: []string{"/v2"}, ClientAllowedIPs: []string{}}
+	want := store.TokenLimits{MaxRPS: 10, Paths: []string{"/v2"}, ClientAllowedIPs: []string{}, AllowTCPPorts: []string{"3000"}}
 	if up.Name != "web-2" || !slices.Equal(up.Hostnames, []string{"b.example.com"}) || up.ExpiresAt == nil || !up.ExpiresAt.Equal(exp) || !cmp.Equal(want, up.Limits) {
 		t.Errorf("UpdateToken() = %+v, want the edit applied", up)
 	}
@@ -71,6 +71,11 @@ func testTokenLimitsRefused(t *testing.T, b backend) {
 		{DailyMaxBytes: store.MaxLimitBytes + 1},
 		{MaxConnections: -1},
 		{Paths: make([]string, store.MaxTokenPaths+1)},
+		{AllowTCPPorts: []string{"0"}},
+		{AllowTCPPorts: []string{"70000"}},
+		{AllowTCPPorts: []string{"30-20"}},
+		{AllowTCPPorts: []string{"22; DROP TABLE tokens"}},
+		{AllowTCPPorts: make([]string, 65)},
 	}
 	for i, l := range bad {
 		if _, err := db.CreateToken(ctx, store.Token{OrgID: org.ID, Hash: hash(fmt.Sprint("bad", i)), Limits: l}); err == nil {

@@ -343,14 +343,14 @@ func pgCheckCap(ctx context.Context, tx pgx.Tx, orgID, capCol, count string, now
 // Tokens.
 
 const pgTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by, allow_catch_all, ` +
-	`max_rps, daily_max_bytes, max_connections, paths, client_allowed_ips, generation, prev_hash, prev_expires_at, expiry_warned`
+	`max_rps, daily_max_bytes, max_connections, paths, client_allowed_ips, generation, prev_hash, prev_expires_at, expiry_warned, allow_tcp_ports`
 
 func pgScanToken(r pgx.Row) (Token, error) {
 	var t Token
 	if err := r.Scan(&t.ID, &t.OrgID, &t.Name, &t.Prefix, &t.Hash, &t.Hostnames, &t.AllowedIPs,
 		&t.ExpiresAt, &t.RevokedAt, &t.CreatedAt, &t.CreatedBy, &t.AllowCatchAll,
 		&t.Limits.MaxRPS, &t.Limits.DailyMaxBytes, &t.Limits.MaxConnections, &t.Limits.Paths, &t.Limits.ClientAllowedIPs,
-		&t.Generation, &t.PrevHash, &t.PrevExpiresAt, &t.ExpiryWarned); err != nil {
+		&t.Generation, &t.PrevHash, &t.PrevExpiresAt, &t.ExpiryWarned, &t.Limits.AllowTCPPorts); err != nil {
 		return Token{}, pgErr(err)
 	}
 	t.Hostnames = list(t.Hostnames)
@@ -372,10 +372,10 @@ func (b *pgBackend) insertToken(ctx context.Context, t Token, now time.Time) err
 		}
 		l := t.Limits
 		_, err = tx.Exec(ctx,
-			`INSERT INTO tokens (`+pgTokenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0, NULL, NULL, 0)`,
+			`INSERT INTO tokens (`+pgTokenCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 0, NULL, NULL, 0, $18)`,
 			t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, list(t.Hostnames), list(t.AllowedIPs),
 			t.ExpiresAt, t.RevokedAt, t.CreatedAt, t.CreatedBy, t.AllowCatchAll,
-			l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, list(l.Paths), list(l.ClientAllowedIPs))
+			l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, list(l.Paths), list(l.ClientAllowedIPs), list(l.AllowTCPPorts))
 		return err
 	})
 }
@@ -391,10 +391,10 @@ func (b *pgBackend) updateToken(ctx context.Context, orgID, id string, e TokenEd
 		_, err := tx.Exec(ctx,
 			`UPDATE tokens SET name = $3, hostnames = $4, allowed_ips = $5,
 			expiry_warned = CASE WHEN expires_at IS NOT DISTINCT FROM $6 THEN expiry_warned ELSE 0 END, expires_at = $6,
-			allow_catch_all = $7, max_rps = $8, daily_max_bytes = $9, max_connections = $10, paths = $11, client_allowed_ips = $12
+			allow_catch_all = $7, max_rps = $8, daily_max_bytes = $9, max_connections = $10, paths = $11, client_allowed_ips = $12, allow_tcp_ports = $13
 			WHERE id = $1 AND ($2 = '' OR org_id = $2)`,
 			id, orgID, e.Name, list(e.Hostnames), list(e.AllowedIPs), e.ExpiresAt,
-			e.AllowCatchAll, l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, list(l.Paths), list(l.ClientAllowedIPs))
+			e.AllowCatchAll, l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, list(l.Paths), list(l.ClientAllowedIPs), list(l.AllowTCPPorts))
 		return err
 	})
 }

@@ -318,13 +318,14 @@ func sqliteCollect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, e
 // Tokens.
 
 const sqliteTokenCols = `id, org_id, name, prefix, hash, hostnames, allowed_ips, expires_at, revoked_at, created_at, created_by, allow_catch_all, ` +
-	`max_rps, daily_max_bytes, max_connections, paths, client_allowed_ips, generation, prev_hash, prev_expires_at, expiry_warned`
+	`max_rps, daily_max_bytes, max_connections, paths, client_allowed_ips, generation, prev_hash, prev_expires_at, expiry_warned, allow_tcp_ports`
 
 func sqliteScanToken(s scanner) (Token, error) {
 	var (
 		t                     Token
 		hostnames, allowedIPs string
 		paths, clientIPs      string
+		tcpPorts              string
 		expires, revoked      sql.NullString
 		prevExpires           sql.NullString
 		created               string
@@ -332,10 +333,10 @@ func sqliteScanToken(s scanner) (Token, error) {
 	if err := s.Scan(&t.ID, &t.OrgID, &t.Name, &t.Prefix, &t.Hash, &hostnames, &allowedIPs,
 		&expires, &revoked, &created, &t.CreatedBy, &t.AllowCatchAll,
 		&t.Limits.MaxRPS, &t.Limits.DailyMaxBytes, &t.Limits.MaxConnections, &paths, &clientIPs,
-		&t.Generation, &t.PrevHash, &prevExpires, &t.ExpiryWarned); err != nil {
+		&t.Generation, &t.PrevHash, &prevExpires, &t.ExpiryWarned, &tcpPorts); err != nil {
 		return Token{}, sqliteErr(err)
 	}
-	var errs [8]error
+	var errs [9]error
 	t.Hostnames, errs[0] = sqliteParseList(hostnames)
 	t.AllowedIPs, errs[1] = sqliteParseList(allowedIPs)
 	t.ExpiresAt, errs[2] = sqliteParsePtr(expires)
@@ -344,6 +345,7 @@ func sqliteScanToken(s scanner) (Token, error) {
 	t.Limits.Paths, errs[5] = sqliteParseList(paths)
 	t.Limits.ClientAllowedIPs, errs[6] = sqliteParseList(clientIPs)
 	t.PrevExpiresAt, errs[7] = sqliteParsePtr(prevExpires)
+	t.Limits.AllowTCPPorts, errs[8] = sqliteParseList(tcpPorts)
 	if err := errors.Join(errs[:]...); err != nil {
 		return Token{}, fmt.Errorf("token %s: %w", t.ID, err)
 	}
@@ -359,10 +361,10 @@ func (b *sqliteBackend) insertToken(ctx context.Context, t Token, now time.Time)
 		}
 		l := t.Limits
 		_, err = tx.ExecContext(ctx,
-			`INSERT INTO tokens (`+sqliteTokenCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 0, NULL, NULL, 0)`,
+			`INSERT INTO tokens (`+sqliteTokenCols+`) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 0, NULL, NULL, 0, ?18)`,
 			t.ID, t.OrgID, t.Name, t.Prefix, t.Hash, sqliteList(t.Hostnames), sqliteList(t.AllowedIPs),
 			sqliteFormatPtr(t.ExpiresAt), sqliteFormatPtr(t.RevokedAt), sqliteFormat(t.CreatedAt), t.CreatedBy, t.AllowCatchAll,
-			l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, sqliteList(l.Paths), sqliteList(l.ClientAllowedIPs))
+			l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, sqliteList(l.Paths), sqliteList(l.ClientAllowedIPs), sqliteList(l.AllowTCPPorts))
 		return err
 	})
 }
@@ -378,10 +380,10 @@ func (b *sqliteBackend) updateToken(ctx context.Context, orgID, id string, e Tok
 		_, err := tx.ExecContext(ctx,
 			`UPDATE tokens SET name = ?3, hostnames = ?4, allowed_ips = ?5,
 			expiry_warned = CASE WHEN expires_at IS ?6 THEN expiry_warned ELSE 0 END, expires_at = ?6,
-			allow_catch_all = ?7, max_rps = ?8, daily_max_bytes = ?9, max_connections = ?10, paths = ?11, client_allowed_ips = ?12
+			allow_catch_all = ?7, max_rps = ?8, daily_max_bytes = ?9, max_connections = ?10, paths = ?11, client_allowed_ips = ?12, allow_tcp_ports = ?13
 			WHERE id = ?1 AND (?2 = '' OR org_id = ?2)`,
 			id, orgID, e.Name, sqliteList(e.Hostnames), sqliteList(e.AllowedIPs), sqliteFormatPtr(e.ExpiresAt),
-			e.AllowCatchAll, l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, sqliteList(l.Paths), sqliteList(l.ClientAllowedIPs))
+			e.AllowCatchAll, l.MaxRPS, l.DailyMaxBytes, l.MaxConnections, sqliteList(l.Paths), sqliteList(l.ClientAllowedIPs), sqliteList(l.AllowTCPPorts))
 		return err
 	})
 	return t, err

@@ -265,6 +265,10 @@ type TokenLimits struct {
 	// ClientAllowedIPs are the CIDRs the token's tunnels may connect
 	// from; empty means anywhere. (AllowedIPs is the visitor fence.)
 	ClientAllowedIPs []string `json:"client_allowed_ips"`
+	// AllowTCPPorts are the public ports ("N" or "N-M") the token's
+	// clients may expose over TCP and UDP, within the server's
+	// tcp_port_range; empty means none.
+	AllowTCPPorts []string `json:"allow_tcp_ports"`
 }
 
 // UpdateTokenRequest is the body of PATCH /tokens/{id}: each field
@@ -281,6 +285,7 @@ type UpdateTokenRequest struct {
 	MaxConnections   *int      `json:"max_connections,omitempty"`
 	Paths            *[]string `json:"paths,omitempty"`
 	ClientAllowedIPs *[]string `json:"client_allowed_ips,omitempty"`
+	AllowTCPPorts    *[]string `json:"allow_tcp_ports,omitempty"`
 }
 
 // RotateTokenRequest is the body of POST /tokens/{id}/rotate; the answer
@@ -325,6 +330,7 @@ type CreateTokenRequest struct {
 	MaxConnections   int      `json:"max_connections,omitempty"`
 	Paths            []string `json:"paths,omitempty"`
 	ClientAllowedIPs []string `json:"client_allowed_ips,omitempty"`
+	AllowTCPPorts    []string `json:"allow_tcp_ports,omitempty"`
 }
 
 // Maintenance is a hostname in maintenance mode.

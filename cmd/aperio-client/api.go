@@ -183,8 +183,9 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 	f.Int64Var(&req.DailyMaxBytes, "daily-max-bytes", 0, "visitor bytes per UTC day; 0 = no limit")
 	f.StringSliceVar(&req.Paths, "path", nil, "path prefix the token may bind (repeatable; default any)")
 	f.StringSliceVar(&req.ClientAllowedIPs, "client-allowed-ip", nil, "CIDR the token's tunnels may connect from (repeatable; default anywhere)")
+	f.StringSliceVar(&req.AllowTCPPorts, "allow-tcp-port", nil, "public port or range (2222, 20000-20010) the token's clients may expose over TCP/UDP, within the server's tcp_port_range (repeatable; default none)")
 	create.MarkFlagsMutuallyExclusive("expires-in", "expires-at")
-	create.MarkFlagsOneRequired("hostname", "allow-catch-all")
+	create.MarkFlagsOneRequired("hostname", "allow-catch-all", "allow-tcp-port")
 	mustRequire(create, "name")
 
 	list := &cobra.Command{

@@ -17,14 +17,14 @@ func (a *apiCLI) tokensUpdateCommand() *cobra.Command {
 	var (
 		name, expiresAt              string
 		hostnames, allowedIPs, paths []string
-		clientIPs                    []string
+		clientIPs, tcpPorts          []string
 		catchAll                     bool
 		maxRPS                       float64
 		dailyBytes                   int64
 		maxConns                     int
 	)
 	cmd := &cobra.Command{
-		Use:   "update ID [--name N] [--hostname H…] [--max-rps N] [--max-connections N] [--daily-max-bytes N] [--path P…] [--client-allowed-ip CIDR…] [--allowed-ip CIDR…] [--expires-at TIME]",
+		Use:   "update ID [--name N] [--hostname H…] [--max-rps N] [--max-connections N] [--daily-max-bytes N] [--path P…] [--client-allowed-ip CIDR…] [--allow-tcp-port P…] [--allowed-ip CIDR…] [--expires-at TIME]",
 		Short: "Edit a client token in place; connected clients follow within a heartbeat",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,6 +60,9 @@ func (a *apiCLI) tokensUpdateCommand() *cobra.Command {
 			if fl.Changed("client-allowed-ip") {
 				req.ClientAllowedIPs = &clientIPs
 			}
+			if fl.Changed("allow-tcp-port") {
+				req.AllowTCPPorts = &tcpPorts
+			}
 			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Token, error) {
 				return c.UpdateToken(ctx, args[0], req)
 			}, func(w io.Writer, t wire.Token) {
@@ -79,6 +82,7 @@ func (a *apiCLI) tokensUpdateCommand() *cobra.Command {
 	f.IntVar(&maxConns, "max-connections", 0, "tunnel sessions at once; 0 = no limit")
 	f.StringSliceVar(&paths, "path", nil, "path prefixes the token may bind, replacing the list (repeatable)")
 	f.StringSliceVar(&clientIPs, "client-allowed-ip", nil, "CIDRs the token's tunnels may connect from, replacing the list (repeatable)")
+	f.StringSliceVar(&tcpPorts, "allow-tcp-port", nil, "public ports or ranges the token's clients may expose, replacing the list (repeatable; --allow-tcp-port= clears it)")
 	return cmd
 }
 
@@ -153,6 +157,6 @@ func (a *apiCLI) orgsUpdateCommand() *cobra.Command {
 
 // tokenLimitFields prints a token's limits as name/value lines.
 func tokenLimitFields(w io.Writer, l wire.TokenLimits) {
-	fmt.Fprintf(w, "max_rps\t%g\nmax_connections\t%d\ndaily_max_bytes\t%d\npaths\t%s\nclient_allowed_ips\t%s\n",
-		l.MaxRPS, l.MaxConnections, l.DailyMaxBytes, joined(l.Paths), joined(l.ClientAllowedIPs))
+	fmt.Fprintf(w, "max_rps\t%g\nmax_connections\t%d\ndaily_max_bytes\t%d\npaths\t%s\nclient_allowed_ips\t%s\nallow_tcp_ports\t%s\n",
+		l.MaxRPS, l.MaxConnections, l.DailyMaxBytes, joined(l.Paths), joined(l.ClientAllowedIPs), joined(l.AllowTCPPorts))
 }

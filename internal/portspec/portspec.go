@@ -37,7 +37,7 @@ func (r Range) String() string {
 
 // Parse reads "N" or "N-M" (1 ≤ N ≤ M ≤ 65535).
 func Parse(s string) (Range, error) {
-	if len(s) > 11 {
+	if len(s) > 32 {
 		return Range{}, fmt.Errorf("port range %.16q…: too long", s)
 	}
 	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
