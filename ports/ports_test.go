@@ -239,3 +239,58 @@ func TestUDPEchoFlows(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling with a deadline
 	}
 }
+
+func TestTCPLimits(t *testing.T) {
+	echo := echoServer(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	tests := []struct {
+		name    string
+		max     int
+		allowed []string
+	}{
+		{"max_tcp_connections", 1, nil},
+		{"allowed_ips", 10, []string{"10.0.0.0/8"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := freePort(t)
+			m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, MaxTCPConnections: tt.max})
+			defer m.Close()
+			s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, echo: echo, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p, AllowedIPs: tt.allowed}}}}
+			if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+				t.Fatal(st[0].Error)
+			}
+			addr := net.JoinHostPort("127.0.0.1", fmtInt(p))
+			var first net.Conn
+			if tt.allowed == nil {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c.Write([]byte("x"))
+				if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+					t.Fatalf("first connection: %v", err)
+				}
+				first = c
+			}
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			c.Write([]byte("x"))
+			if n, err := c.Read(make([]byte, 1)); err == nil {
+				t.Fatalf("refused connection read %d bytes, want closed", n)
+			}
+			if got := m.Snapshot()[0].Refused; got != 1 {
+				t.Fatalf("Refused = %d, want 1", got)
+			}
+			if first != nil {
+				first.Close()
+			}
+		})
+	}
+}
