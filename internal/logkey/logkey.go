@@ -62,6 +62,9 @@ const (
 	Mode                  = "mode"
 	Notice                = "notice"
 	OrgID                 = "org_id"
+	Port                  = "port"        // a public TCP or UDP port (ports)
+	Protocol              = "protocol"    // tcp or udp, of a public port
+	ExposeName            = "expose_name" // a client's expose entry
 	Orgs                  = "orgs"
 	Owner                 = "owner"
 	Panic                 = "panic"

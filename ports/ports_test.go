@@ -1,0 +1,296 @@
+package ports
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/portspec"
+	"github.com/aperio-dev/aperio/tunnel"
+	"go.uber.org/goleak"
+)
+
+// fakeSession serves raw streams: TCP by dialing echo, UDP by echoing
+// framed datagrams on a pipe.
+type fakeSession struct {
+	id   tunnel.Identity
+	ann  tunnel.Announcement
+	echo string
+}
+
+func (f *fakeSession) Identity() tunnel.Identity          { return f.id }
+func (f *fakeSession) Announcement() *tunnel.Announcement { return &f.ann }
+func (f *fakeSession) OpenRaw(ctx context.Context, h tunnel.RawHeader) (net.Conn, error) {
+	if h.Kind == tunnel.RawTCP {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", f.echo)
+	}
+	a, b := net.Pipe()
+	go func() {
+		defer b.Close()
+		buf := make([]byte, tunnel.MaxDatagram)
+		for {
+			n, err := tunnel.ReadDatagram(b, buf)
+			if err != nil {
+				return
+			}
+			if tunnel.WriteDatagram(b, buf[:n]) != nil {
+				return
+			}
+		}
+	}()
+	return a, nil
+}
+
+func echoServer(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return p
+}
+
+func newManager(t testing.TB, cfg Config) *Manager {
+	t.Helper()
+	cfg.ListenHost = "127.0.0.1"
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestAdmission(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := freePort(t)
+	rng := []portspec.Range{{Lo: p, Hi: p}}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	busy := held.Addr().(*net.TCPAddr).Port
+	tests := []struct {
+		name  string
+		rng   []portspec.Range
+		ident tunnel.Identity
+		port  int
+		want  string // substring of the error, "" for open
+	}{
+		{"off", nil, tunnel.Identity{AnyTCPPort: true}, p, "disabled"},
+		{"outside range", rng, tunnel.Identity{AnyTCPPort: true}, p + 1, "outside"},
+		{"privileged", rng, tunnel.Identity{AnyTCPPort: true}, 22, "privileged"},
+		{"token not allowed", rng, tunnel.Identity{AllowTCPPorts: []portspec.Range{{Lo: p + 1, Hi: p + 1}}}, p, "token does not allow"},
+		{"allowed", rng, tunnel.Identity{AllowTCPPorts: rng}, p, ""},
+		{"allocate", rng, tunnel.Identity{AnyTCPPort: true}, 0, ""},
+		{"bind failure", []portspec.Range{{Lo: busy, Hi: busy}}, tunnel.Identity{AnyTCPPort: true}, busy, "bind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newManager(t, Config{Range: tt.rng})
+			s := &fakeSession{id: tt.ident, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: tt.port}}}}
+			st, notices := m.Apply(context.Background(), "s1", s)
+			if len(st) != 1 {
+				t.Fatalf("Apply = %v, want one status", st)
+			}
+			if tt.want == "" {
+				if st[0].Error != "" || st[0].Port != p {
+					t.Fatalf("Apply = %+v, want open on %d", st[0], p)
+				}
+				return
+			}
+			if !strings.Contains(st[0].Error, tt.want) || st[0].Port != 0 || len(notices) != 1 {
+				t.Fatalf("Apply = %+v %v, want refusal %q and one notice", st[0], notices, tt.want)
+			}
+		})
+	}
+}
+
+func TestPoolAndOtherOrg(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := freePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
+	ann := tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p}}}
+	a := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true}, ann: ann}
+	b := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true}, ann: ann}
+	c := &fakeSession{id: tunnel.Identity{OrgID: "o2", AnyTCPPort: true}, ann: ann}
+	ctx := context.Background()
+	for _, x := range []struct {
+		id string
+		s  *fakeSession
+		ok bool
+	}{{"a", a, true}, {"b", b, true}, {"c", c, false}} {
+		st, _ := m.Apply(ctx, x.id, x.s)
+		if (st[0].Error == "") != x.ok {
+			t.Fatalf("Apply(%s) = %+v, want ok %v", x.id, st[0], x.ok)
+		}
+	}
+	snap := m.Snapshot()
+	if len(snap) != 1 || len(snap[0].Sessions) != 2 {
+		t.Fatalf("Snapshot = %+v, want one port with two sessions", snap)
+	}
+	m.Release(ctx, "a", a.id)
+	if s := m.Snapshot(); len(s) != 1 {
+		t.Fatalf("Snapshot after one release = %+v", s)
+	}
+	m.Release(ctx, "b", b.id)
+	if s := m.Snapshot(); len(s) != 0 {
+		t.Fatalf("Snapshot after both releases = %+v, want none", s)
+	}
+	if _, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", fmtInt(p))); err == nil {
+		t.Fatal("port still listening after the last release")
+	}
+}
+
+func fmtInt(n int) string { return (&net.TCPAddr{Port: n}).String()[1:] }
+
+func TestTCPEchoHalfClose(t *testing.T) {
+	echo := echoServer(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	p := freePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
+	defer m.Close()
+	s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, echo: echo, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p}}}}
+	if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+		t.Fatal(st[0].Error)
+	}
+	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", fmtInt(p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("echo = %q, %v, want hello", got, err)
+	}
+}
+
+func TestUDPEchoFlows(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := freePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, UDPIdle: 200 * time.Millisecond, MaxDatagram: 512})
+	defer m.Close()
+	s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "u", Protocol: "udp", RemotePort: p}}}}
+	if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+		t.Fatal(st[0].Error)
+	}
+	dst := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p}
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.WriteToUDP(make([]byte, 600), dst); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteToUDP([]byte("ping"), dst); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1024)
+	n, _, err := c.ReadFromUDP(buf)
+	if err != nil || string(buf[:n]) != "ping" {
+		t.Fatalf("udp echo = %q, %v, want ping", buf[:n], err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		snap := m.Snapshot()
+		if snap[0].Dropped == 1 && snap[0].Open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Snapshot = %+v, want one drop and the flow expired", snap)
+		}
+		time.Sleep(20 * time.Millisecond) // polling with a deadline
+	}
+}
+
+func TestTCPLimits(t *testing.T) {
+	echo := echoServer(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	tests := []struct {
+		name    string
+		max     int
+		allowed []string
+	}{
+		{"max_tcp_connections", 1, nil},
+		{"allowed_ips", 10, []string{"10.0.0.0/8"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := freePort(t)
+			m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, MaxTCPConnections: tt.max})
+			defer m.Close()
+			s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, echo: echo, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p, AllowedIPs: tt.allowed}}}}
+			if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+				t.Fatal(st[0].Error)
+			}
+			addr := net.JoinHostPort("127.0.0.1", fmtInt(p))
+			var first net.Conn
+			if tt.allowed == nil {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c.Write([]byte("x"))
+				if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+					t.Fatalf("first connection: %v", err)
+				}
+				first = c
+			}
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			c.Write([]byte("x"))
+			if n, err := c.Read(make([]byte, 1)); err == nil {
+				t.Fatalf("refused connection read %d bytes, want closed", n)
+			}
+			if got := m.Snapshot()[0].Refused; got != 1 {
+				t.Fatalf("Refused = %d, want 1", got)
+			}
+			if first != nil {
+				first.Close()
+			}
+		})
+	}
+}
