@@ -3,6 +3,8 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/portspec"
+	"github.com/aperio-dev/aperio/ports"
 	"time"
 
 	"github.com/aperio-dev/aperio/access"
@@ -164,6 +166,14 @@ type Config struct {
 	// telemetry.DefaultMaxStreamSubscribers (128); 0 means that default.
 	MaxStreamSubscribers int
 
+	// TCPPortRange lists the public ports ("N" or "N-M") clients may
+	// expose over TCP and UDP (tcp_port_range); empty, the default, turns
+	// the feature off. A token's allow_tcp_ports picks within it.
+	TCPPortRange []string
+	// MaxTCPConnections bounds the open visitor connections of one public
+	// TCP port (max_tcp_connections); 0 means ports.DefaultMaxTCPConnections.
+	MaxTCPConnections int
+
 	// TrustedProxies lists the CIDR prefixes and addresses of the proxies
 	// in front of the server (trusted_proxies). Only a peer inside them may
 	// name the visitor (RealIPHeader), the scheme (X-Forwarded-Proto) and
@@ -299,6 +309,12 @@ func (cfg Config) Validate() error {
 		if err := r.Entry().Check(); err != nil {
 			errs = append(errs, fmt.Errorf("gateway: admin_oidc_roles[%d]: %w", i, err))
 		}
+	}
+	if _, err := portspec.ParseList(cfg.TCPPortRange); err != nil {
+		errs = append(errs, fmt.Errorf("gateway: tcp_port_range: %w", err))
+	}
+	if cfg.MaxTCPConnections < 0 || cfg.MaxTCPConnections > 1_000_000 {
+		errs = append(errs, fmt.Errorf("gateway: max_tcp_connections %d: want 0 (the default, %d) to 1000000", cfg.MaxTCPConnections, ports.DefaultMaxTCPConnections))
 	}
 	if cfg.MaxHeaderBytes < 0 || cfg.MaxConnectionsPerIP < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_header_bytes %d and max_connections_per_ip %d must not be negative", cfg.MaxHeaderBytes, cfg.MaxConnectionsPerIP))

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/ports"
 	"log/slog"
 	"net"
 	"net/http"
@@ -62,6 +63,9 @@ type Options struct {
 // Gateway is a running aperio-server. Create it with New, run it with
 // Serve or ListenAndServe.
 type Gateway struct {
+	// ports are the public TCP and UDP ports of expose entries
+	// (tcp_port_range); refusing every entry when the range is empty.
+	ports   *ports.Manager
 	cfg     Config
 	log     *slog.Logger
 	router  *router.Router
@@ -246,6 +250,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	admission := newAdmissionRegistry(registry, g.db, log)
 	admission.limits = g.usageLimits
 	registry = admission
+	if g.ports, err = g.newPorts(cfg, log); err != nil {
+		return nil, err
+	}
+	registry = portsRegistry{Registry: registry, ports: g.ports}
 	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, events: g.events, log: log, budget: newRefusalBudget(time.Now),
 		binds: newBindAudits(rt, time.Now)}}
 	tc.Logger = log
@@ -255,6 +263,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.tunnels = ts
 	if err := g.registerMetrics(); err != nil {
+		return nil, err
+	}
+	if err := g.registerPortMetrics(); err != nil {
 		return nil, err
 	}
 	obs := telemetry.ObserverConfig{Meter: g.metrics.Meter(), AccessLogIPs: cfg.AccessLogIPs, ServerTiming: cfg.ServerTiming, Tracer: g.tracer,
@@ -522,6 +533,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		<-warned
 		<-keyed
 		<-certs
+		g.ports.Close()
 		if g.ownStore {
 			g.db.Close()
 		}

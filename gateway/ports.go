@@ -2,7 +2,18 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/portspec"
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/wire"
 
 	"github.com/aperio-dev/aperio/ports"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -12,8 +23,7 @@ import (
 // portsRegistry admits each session's expose entries (ports.Manager) after
 // the registry it wraps has taken the session, and answers them with
 // Session.SetExposed before the welcome or the ack is written. A refused
-// entry never refuses the session. Not yet in the chain of New: see
-// docs/tcp-udp.md.
+// entry never refuses the session.
 type portsRegistry struct {
 	tunnel.Registry
 	ports *ports.Manager
@@ -63,4 +73,56 @@ func portUsage(m *usage.Meter) func(tokenID, orgID, name string) ports.Counter {
 	return func(tokenID, orgID, name string) ports.Counter {
 		return portCounter{m.Counter(tokenID, orgID, name)}
 	}
+}
+
+// portAuditTimeout bounds one audit write of a port's lifecycle.
+const portAuditTimeout = 5 * time.Second
+
+// newPorts builds the Manager of cfg's tcp_port_range: its audit entries
+// go to the store, its bytes into usage and quotas, its TCP connections
+// end after visitor_idle_timeout without a byte (10 minutes when unset).
+func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error) {
+	rs, err := portspec.ParseList(cfg.TCPPortRange)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
+	}
+	pc := ports.Config{Range: rs, MaxTCPConnections: cfg.MaxTCPConnections, TCPIdle: cfg.Router.VisitorIdleTimeout,
+		ListenHost: cfg.Host, Logger: log}
+	if g.usage != nil {
+		pc.Usage = portUsage(g.usage)
+	}
+	db := g.db
+	pc.Audit = func(ctx context.Context, e ports.AuditEntry) {
+		actor := wire.Master
+		if e.TokenID != "" {
+			actor = "token:" + e.TokenID
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), portAuditTimeout)
+		defer cancel()
+		if _, err := db.AppendAudit(actx, store.AuditEntry{OrgID: e.OrgID, Event: e.Action, Actor: actor, Detail: e.Detail}); err != nil {
+			log.Error("audit write failed", logkey.Event, e.Action, logkey.Err, err)
+		}
+	}
+	return ports.New(pc)
+}
+
+// metricTCPConnections is the gauge of open visitor connections (TCP) or
+// flows (UDP) per public port.
+const metricTCPConnections = "aperio.tcp_connections"
+
+// registerPortMetrics observes aperio_tcp_connections{port, protocol}.
+func (g *Gateway) registerPortMetrics() error {
+	m := g.metrics.Meter()
+	conns, err := m.Int64ObservableGauge(metricTCPConnections,
+		metric.WithDescription("Visitor connections (tcp) or flows (udp) open on a public port."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, p := range g.ports.Snapshot() {
+			o.ObserveInt64(conns, p.Open, metric.WithAttributes(attribute.Int("port", p.Port), attribute.String("protocol", p.Protocol)))
+		}
+		return nil
+	}, conns)
+	return err
 }

@@ -78,6 +78,8 @@ var reloadKeys = []reloadKey{
 	{"Router.MaxStreamsPerIP", "max_streams_per_ip", false},
 	{"Router.MaxWSConnections", "max_ws_connections", false},
 	{"Tunnel.MaxSessions", "max_tunnels", false},
+	{"TCPPortRange", "tcp_port_range", false},
+	{"MaxTCPConnections", "max_tcp_connections", false},
 	{"UsageFlushInterval", "usage_flush_interval", false},
 	{"Tunnel.HandshakeTimeout", "tunnel_handshake_timeout", false},
 	{"Tunnel.DownThreshold", "client_down_threshold", false},

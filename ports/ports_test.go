@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
+	"github.com/aperio-dev/aperio/acme/acmetest"
+	"github.com/aperio-dev/aperio/internal/echotest"
 	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/tunnel"
-	"go.uber.org/goleak"
 )
 
 // fakeSession serves raw streams: TCP by dialing echo, UDP by echoing
@@ -45,40 +48,6 @@ func (f *fakeSession) OpenRaw(ctx context.Context, h tunnel.RawHeader) (net.Conn
 	return a, nil
 }
 
-func echoServer(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-				c.(*net.TCPConn).CloseWrite()
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return p
-}
-
 func newManager(t testing.TB, cfg Config) *Manager {
 	t.Helper()
 	cfg.ListenHost = "127.0.0.1"
@@ -92,7 +61,7 @@ func newManager(t testing.TB, cfg Config) *Manager {
 
 func TestAdmission(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	p := freePort(t)
+	p := acmetest.FreePort(t)
 	rng := []portspec.Range{{Lo: p, Hi: p}}
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -138,7 +107,7 @@ func TestAdmission(t *testing.T) {
 
 func TestPoolAndOtherOrg(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	p := freePort(t)
+	p := acmetest.FreePort(t)
 	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
 	ann := tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p}}}
 	a := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true}, ann: ann}
@@ -175,9 +144,9 @@ func TestPoolAndOtherOrg(t *testing.T) {
 func fmtInt(n int) string { return (&net.TCPAddr{Port: n}).String()[1:] }
 
 func TestTCPEchoHalfClose(t *testing.T) {
-	echo := echoServer(t)
+	echo := echotest.TCP(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	p := freePort(t)
+	p := acmetest.FreePort(t)
 	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
 	defer m.Close()
 	s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, echo: echo, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p}}}}
@@ -202,7 +171,7 @@ func TestTCPEchoHalfClose(t *testing.T) {
 
 func TestUDPEchoFlows(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	p := freePort(t)
+	p := acmetest.FreePort(t)
 	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, UDPIdle: 200 * time.Millisecond, MaxDatagram: 512})
 	defer m.Close()
 	s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "u", Protocol: "udp", RemotePort: p}}}}
@@ -241,7 +210,7 @@ func TestUDPEchoFlows(t *testing.T) {
 }
 
 func TestTCPLimits(t *testing.T) {
-	echo := echoServer(t)
+	echo := echotest.TCP(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	tests := []struct {
 		name    string
@@ -253,7 +222,7 @@ func TestTCPLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := freePort(t)
+			p := acmetest.FreePort(t)
 			m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, MaxTCPConnections: tt.max})
 			defer m.Close()
 			s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, echo: echo, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p, AllowedIPs: tt.allowed}}}}
