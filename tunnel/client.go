@@ -402,17 +402,18 @@ func (c *Client) runSession(ctx context.Context) error {
 	for _, n := range welcome.Notices {
 		log.Warn("server notice", logkey.Notice, n)
 	}
+	// Connected before OnConnect runs, so that a caller woken by it may
+	// announce at once (AnnounceNow) instead of finding no session.
+	c.connected.Store(true)
+	defer c.connected.Store(false)
+	c.upSince.Store(time.Now().UnixNano())
+	c.responseTimeout.Store(max(welcome.ResponseTimeoutMS, 0) * int64(time.Millisecond))
 	if c.cfg.OnConnect != nil {
 		c.cfg.OnConnect(welcome.SessionID)
 	}
 	if c.cfg.OnExposed != nil {
 		c.cfg.OnExposed(welcome.Exposed)
 	}
-
-	c.connected.Store(true)
-	defer c.connected.Store(false)
-	c.upSince.Store(time.Now().UnixNano())
-	c.responseTimeout.Store(max(welcome.ResponseTimeoutMS, 0) * int64(time.Millisecond))
 	return c.controlLoop(sctx, log, mux, ctrl, interval, welcome)
 }
 
