@@ -123,9 +123,9 @@ func TestTwoServersShareTokens(t *testing.T) {
 	waitFor(t, "the stray client logs its refusal", func() bool {
 		return strings.Contains(strayLogs.String(), `may not bind other.test`)
 	})
-	if n := clients(a); n != 1 {
-		t.Fatalf("clients on A after a refused client = %d, want 1", n)
-	}
+	// The refusal reaches the client as the server ends its session: the
+	// list may hold it for that moment, never after.
+	waitFor(t, "server A lists only the allowed client after the refusal", func() bool { return clients(a) == 1 })
 
 	// Revoke through B: both servers drop the client within one heartbeat.
 	revoked := time.Now()
