@@ -91,6 +91,14 @@ type ClientLister interface {
 	Clients() []ClientInfo
 }
 
+// PortLister lists the public TCP and UDP ports open on the server.
+type PortLister interface {
+	Ports() []PortInfo
+}
+
+// PortInfo is one public port as GET /ports shows it.
+type PortInfo = wire.PortInfo
+
 // ClientInfo is one connected client as GET /clients shows it: one entry per
 // client connection and service.
 type ClientInfo = wire.ClientInfo
@@ -153,6 +161,9 @@ type Config struct {
 	// Clients lists the connected clients. Nil means none: GET /clients
 	// answers an empty list.
 	Clients ClientLister
+	// Ports lists the public ports (tcp_port_range). Nil means none:
+	// GET /ports answers an empty list.
+	Ports PortLister
 	// Disabler disables and enables connected clients (the kill switch).
 	// Nil means none can be: POST /clients/{id}/disable and /enable
 	// answer 404.
@@ -296,6 +307,7 @@ func (noClients) Clients() []ClientInfo { return nil }
 type API struct {
 	store   Store
 	clients ClientLister
+	ports   PortLister
 	// disabler is the kill switch; nil when there is none.
 	disabler ClientDisabler
 	scaling  Scaling // nil when autoscaling is off
@@ -334,6 +346,7 @@ func New(cfg Config) (*API, error) {
 	a := &API{
 		store:    cfg.Store,
 		clients:  cfg.Clients,
+		ports:    cfg.Ports,
 		disabler: cfg.Disabler,
 		drainer:  cfg.Drainer,
 		scaling:  cfg.Scaling,
@@ -405,6 +418,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPatch, "/tokens/{id}", roleAdmin, a.updateToken},
 		{http.MethodPost, "/tokens/{id}/rotate", roleAdmin, a.rotateToken},
 		{http.MethodGet, "/clients", roleViewer, a.listClients},
+		{http.MethodGet, "/ports", roleViewer, a.listPorts},
 		{http.MethodPost, "/clients/{id}/disable", roleOperator, a.disableClient},
 		{http.MethodPost, "/clients/{id}/enable", roleOperator, a.enableClient},
 		{http.MethodPost, "/clients/{id}/drain", roleOperator, a.drainClient},

@@ -50,7 +50,8 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	}
 	in := newTestInspector(t)
 	traffic := &fakeTraffic{hosts: []string{"a.test", "traffic.b.test", "__other"}, held: 1}
-	f := base.withOIDC(t, p, roles, nil, admin.Config{Clients: base.clients, Disabler: base.clients, Drainer: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
+	ports := &fakePorts{}
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Ports: ports, Clients: base.clients, Disabler: base.clients, Drainer: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
 		Traffic: traffic, Stream: newHub(t, telemetry.HubConfig{}), Inspector: in, Replay: fakePipeline(in), Webhooks: &fakeSender{db: base.db}})
 	f.clients, f.scaling = base.clients, base.scaling
 	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}, keySessions: map[string]*keySession{}}
@@ -74,10 +75,11 @@ func newOrgWorld(t *testing.T) *orgWorld {
 		admin.ClientInfo{ID: "cli_a", OrgID: w.a, Hostnames: []string{"a.test"}},
 		admin.ClientInfo{ID: "cli_b", OrgID: w.b, Hostnames: []string{"b.test"}},
 	)
+	ports.list = []admin.PortInfo{{Port: 2222, Protocol: "tcp", OrgID: w.a, Names: []string{"ssh-of-a"}}, {Port: 2223, Protocol: "udp", OrgID: w.b, Names: []string{"dns-of-b"}}}
 	bToken := w.newToken(t, w.b)
 	w.bRecords = []string{
 		w.newKey(t, w.b), bToken, w.newWebhook(t, w.b), w.newScaling(t, w.b), w.newDelivery(t, w.b).delivery,
-		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false), "traffic.b.test", "__other", "usage.b.test",
+		w.newMaintenance(t, w.b), "cli_b", w.inspected(t, false), "traffic.b.test", "__other", "usage.b.test", "dns-of-b",
 	}
 	today := f.clock.Now() // the API's "today"
 
@@ -243,6 +245,7 @@ var matrix = []matrixCase{
 		return "/orgs/" + w.org(own), `{"max_clients":50}`
 	}, master: 200},
 	{method: "GET", pattern: "/clients", req: fixed("/clients"), own: 200, other: 200, master: 200, listing: true},
+	{method: "GET", pattern: "/ports", req: fixed("/ports"), own: 200, other: 200, master: 200, listing: true},
 	{method: "POST", pattern: "/clients/{id}/disable", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/disable", ""
 	}, own: 204, other: 404, master: 204},
@@ -406,5 +409,45 @@ func TestCrossOrgMatrix(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// fakePorts lists a fixed set of public ports.
+type fakePorts struct{ list []admin.PortInfo }
+
+func (f *fakePorts) Ports() []admin.PortInfo { return append([]admin.PortInfo(nil), f.list...) }
+
+// TestListPorts: GET /ports shows a key its organization's ports only,
+// the master token every port, sorted; a server with no ports answers an
+// empty list, and a caller without credentials gets 401.
+func TestListPorts(t *testing.T) {
+	base := newFixture(t)
+	a, b := base.org(t, "a"), base.org(t, "b")
+	fp := &fakePorts{list: []admin.PortInfo{
+		{Port: 5353, Protocol: "udp", OrgID: a, Names: []string{"dns"}, Open: 3},
+		{Port: 2222, Protocol: "tcp", OrgID: b, Names: []string{"theirs"}},
+		{Port: 2222, Protocol: "udp", OrgID: a},
+	}}
+	f := base.withConfig(t, admin.Config{Ports: fp})
+	var got []admin.PortInfo
+	f.expect(t, "GET", "/ports", f.key(t, a, "viewer").Secret, "", http.StatusOK, &got)
+	if len(got) != 2 || got[0].Port != 2222 || got[0].Protocol != "udp" || got[1].Port != 5353 || got[1].Open != 3 {
+		t.Fatalf("GET /ports as a = %+v, want a's two ports by number", got)
+	}
+	if got[0].Names == nil || got[0].Sessions == nil {
+		t.Fatal("empty lists are null, want []")
+	}
+	f.expect(t, "GET", "/ports", masterToken, "", http.StatusOK, &got)
+	if len(got) != 3 || got[0].OrgID != b {
+		t.Fatalf("GET /ports as master = %+v, want all three, tcp 2222 first", got)
+	}
+	if status, _ := f.call(t, "GET", "/ports", "", ""); status != http.StatusUnauthorized {
+		t.Fatalf("GET /ports without credentials = %d, want 401", status)
+	}
+	empty := base.withConfig(t, admin.Config{})
+	var none []admin.PortInfo
+	empty.expect(t, "GET", "/ports", masterToken, "", http.StatusOK, &none)
+	if none == nil || len(none) != 0 {
+		t.Fatalf("GET /ports without ports = %v, want []", none)
 	}
 }

@@ -339,6 +339,25 @@ func (a *API) listClients(w http.ResponseWriter, r *http.Request, c caller) erro
 	return nil
 }
 
+// listPorts answers GET /ports: the public ports of the caller's
+// organization (every one for the master token), by port and protocol.
+func (a *API) listPorts(w http.ResponseWriter, r *http.Request, c caller) error {
+	out := []PortInfo{}
+	if a.ports != nil {
+		for _, p := range a.ports.Ports() {
+			if c.sees(p.OrgID) {
+				p.Names, p.Sessions = nonNil(p.Names), nonNil(p.Sessions)
+				out = append(out, p)
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y PortInfo) int {
+		return cmp.Or(cmp.Compare(x.Port, y.Port), cmp.Compare(x.Protocol, y.Protocol))
+	})
+	a.writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
 func (a *API) listScaling(w http.ResponseWriter, r *http.Request, c caller) error {
 	if a.scaling == nil {
 		a.writeJSON(w, r, http.StatusOK, []autoscale.View{})

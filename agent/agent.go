@@ -74,6 +74,7 @@ type Agent struct {
 	draining     atomic.Bool
 	served       atomic.Int64 // requests answered since start
 	lastRequest  atomic.Int64 // unix nanoseconds of the last request's end
+	exposed      exposedTable // the servers' answers to the expose entries
 	healthChange chan struct{}
 	// limitChange is signalled when a service's concurrency limit moved;
 	// nudgeLoop announces it, at most once per minAnnounceGap.
@@ -168,8 +169,8 @@ func (a *Agent) askDrain(url string) {
 
 // New checks cfg and builds the agent.
 func New(cfg config.Client, opts Options) (*Agent, error) {
-	if len(cfg.Services) == 0 {
-		return nil, errors.New("agent: no services configured")
+	if len(cfg.Services) == 0 && len(cfg.Expose) == 0 {
+		return nil, errors.New("agent: no services or expose entries configured")
 	}
 	log := opts.Logger
 	if log == nil {
@@ -208,11 +209,13 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 	a.refusals = newRefusals(len(urls))
 	for i, u := range urls {
 		tc, err := tunnel.NewClient(tunnel.ClientConfig{
-			URL:       u,
-			Token:     cfg.Token,
-			Announce:  a.announcement,
-			Forwarder: a,
-			Logger:    log,
+			URL:          u,
+			Token:        cfg.Token,
+			Announce:     a.announcement,
+			Forwarder:    a,
+			RawForwarder: a,
+			OnExposed:    func(st []tunnel.ExposeStatus) { a.noteExposed(u, st) },
+			Logger:       log,
 			OnConnect: func(string) {
 				a.markRoutable()
 				a.refusals.attempt(i, nil)
@@ -251,6 +254,15 @@ func (a *Agent) buildService(id string, sc config.Service) (*service, error) {
 }
 
 func newService(id string, sc config.Service) (*service, error) {
+	if sc.Serve != "" {
+		// The request path is the one of every service; the target is
+		// a placeholder the transport never dials.
+		svc := &service{id: id, cfg: sc, target: &url.URL{Scheme: "http", Host: "localhost"}, bind: tunnel.Service{Path: sc.Path, TrimBind: sc.TrimBind}}
+		svc.transport = staticTransport{h: newStaticFiles(sc)}
+		svc.healthy.Store(true)
+		svc.announced.Store(true)
+		return svc, nil
+	}
 	u, err := url.Parse(sc.Target)
 	if err != nil {
 		return nil, fmt.Errorf("agent: service %s target: %w", id, err)
@@ -268,8 +280,8 @@ func newService(id string, sc config.Service) (*service, error) {
 	svc.transport = tr
 	// Without a probe a service is healthy once connected; with one it
 	// starts unhealthy until the first probe passes (contract §3).
-	svc.healthy.Store(!sc.Health.Probes())
-	svc.announced.Store(!sc.WaitForBackend || !sc.Health.Probes())
+	svc.healthy.Store(!sc.Probed())
+	svc.announced.Store(!sc.WaitForBackend || !sc.Probed())
 	return svc, nil
 }
 
@@ -390,7 +402,12 @@ func (a *Agent) announcement() tunnel.Announcement {
 			Concurrency:  cc,
 			Access:       announceAccess(svc.cfg),
 			Headers:      announceHeaders(svc.cfg.Headers),
+
+			TLSPassthrough: svc.cfg.TLSPassthrough,
 		})
+	}
+	for _, e := range st.expose {
+		ann.Expose = append(ann.Expose, tunnel.Expose{Name: e.Name, Protocol: e.Protocol, RemotePort: e.RemotePort, AllowedIPs: e.AllowedIPs})
 	}
 	if s := st.scaling; s != nil {
 		ann.Scaling = &tunnel.Scaling{

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 	"unicode"
@@ -53,7 +55,7 @@ func (a *Agent) Check(ctx context.Context, timeout time.Duration) []CheckItem {
 	}
 	for _, svc := range a.services() {
 		items = append(items, svc.checkTarget(ctx, timeout))
-		if svc.cfg.Health.Probes() {
+		if svc.cfg.Probed() {
 			ok, detail := newProber(svc).probe(ctx, timeout)
 			it := CheckItem{What: fmt.Sprintf("service %s: health endpoint %s", svc.label(), svc.cfg.Health.Endpoint), OK: ok, Detail: terminalText(detail)}
 			if svc.cfg.Health.Type == config.HealthGRPC {
@@ -150,6 +152,28 @@ func (svc *service) checkTarget(ctx context.Context, timeout time.Duration) Chec
 	it := CheckItem{What: fmt.Sprintf("service %s: target %s", svc.label(), svc.cfg.Target)}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	switch {
+	case svc.cfg.Serve != "":
+		it.What = fmt.Sprintf("service %s: serve %s", svc.label(), svc.cfg.Serve)
+		root, err := os.OpenRoot(svc.cfg.Serve)
+		if err != nil {
+			it.Detail, it.Fix = err.Error(), "the folder cannot be opened: create it, or fix the service's serve"
+			return it
+		}
+		root.Close()
+		it.OK, it.Detail = true, "folder readable"
+		return it
+	case svc.cfg.TLSPassthrough:
+		d := net.Dialer{}
+		c, err := d.DialContext(ctx, "tcp", hostPort(svc.target))
+		if err != nil {
+			it.Detail, it.Fix = err.Error(), "nothing accepts TCP connections there: start the TLS backend, or fix the service's target"
+			return it
+		}
+		c.Close()
+		it.OK, it.Detail = true, "accepts TCP connections (TLS is passed through, not checked)"
+		return it
+	}
 	u := svc.dialURL()
 	if u.Path == "" {
 		u.Path = "/"

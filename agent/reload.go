@@ -29,6 +29,7 @@ type state struct {
 	// services are the configured services in order, then the ones a
 	// reload removed that are draining or withdrawn, oldest first.
 	services     []*service
+	expose       []config.Expose
 	priority     int
 	scaling      *config.Scaling
 	drainTimeout time.Duration
@@ -38,6 +39,7 @@ type state struct {
 // liveState is the state of cfg without its services.
 func liveState(cfg config.Client) *state {
 	return &state{
+		expose:       cfg.Expose,
 		priority:     cfg.Priority,
 		scaling:      cfg.Scaling,
 		drainTimeout: cfg.DrainTimeout,
@@ -92,7 +94,8 @@ func sameService(x, y config.Service) bool {
 // sameProbe reports whether a service's health verdict carries over from x
 // to y: same target, same probe.
 func sameProbe(x, y config.Service) bool {
-	return x.Target == y.Target && x.Health == y.Health && x.WaitForBackend == y.WaitForBackend &&
+	return x.Target == y.Target && x.Serve == y.Serve && x.TLSPassthrough == y.TLSPassthrough &&
+		x.Health == y.Health && x.WaitForBackend == y.WaitForBackend &&
 		x.TLSServerName == y.TLSServerName && x.TLSCAFile == y.TLSCAFile && x.TLSInsecureSkipVerify == y.TLSInsecureSkipVerify &&
 		x.TLSClientCert == y.TLSClientCert && x.TLSClientKey == y.TLSClientKey
 }
@@ -116,8 +119,8 @@ func sameProbe(x, y config.Service) bool {
 // logged by name and keep their running values. On an error nothing
 // changes. Apply is safe for concurrent use; calls are serialized.
 func (a *Agent) Apply(cfg config.Client) error {
-	if len(cfg.Services) == 0 {
-		return errors.New("agent: no services configured")
+	if len(cfg.Services) == 0 && len(cfg.Expose) == 0 {
+		return errors.New("agent: no services or expose entries configured")
 	}
 	cfg.Services = slices.Clone(cfg.Services)
 	cfg.ResolveConcurrency()
@@ -288,7 +291,7 @@ func (a *Agent) startLocked(svc *service) {
 	}
 	ctx, cancel := context.WithCancel(a.loops)
 	svc.stop = cancel
-	if svc.cfg.Health.Probes() {
+	if svc.cfg.Probed() {
 		a.loopsWG.Go(func() { a.probeLoop(ctx, svc) })
 	}
 	if svc.limiter != nil && svc.limiter.Mode() == concurrency.ModeLoadSignal {

@@ -39,6 +39,9 @@ type Status struct {
 	Tunnels []TunnelStatus `json:"tunnels"`
 	// Services lists the configured services in order.
 	Services []ServiceStatus `json:"services"`
+	// Exposed lists each server's answer to each expose entry: the public
+	// address, or why it was refused.
+	Exposed []ExposedStatus `json:"exposed,omitempty"`
 }
 
 // TunnelStatus is one server in a Status.
@@ -90,13 +93,18 @@ func (a *Agent) Status() Status {
 		if svc.withdrawn.Load() {
 			continue
 		}
-		ss := ServiceStatus{ID: svc.id, Target: svc.cfg.Target, Hostnames: svc.cfg.Hostnames, Path: svc.cfg.Path, Healthy: svc.announcedHealthy(), Draining: svc.draining.Load()}
+		target := svc.cfg.Target
+		if svc.cfg.Serve != "" {
+			target = "serve " + svc.cfg.Serve
+		}
+		ss := ServiceStatus{ID: svc.id, Target: target, Hostnames: svc.cfg.Hostnames, Path: svc.cfg.Path, Healthy: svc.announcedHealthy(), Draining: svc.draining.Load()}
 		if svc.limiter != nil {
 			snap := svc.limiter.Snapshot()
 			ss.Concurrency = &snap
 		}
 		st.Services = append(st.Services, ss)
 	}
+	st.Exposed = a.exposedStatus()
 	return st
 }
 

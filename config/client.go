@@ -134,6 +134,7 @@ func serviceSettings() []setting[Service] {
 		YAMLSetting("headers", "response header rules the server applies: set, add, remove", func(c *S) **HeaderRules { return &c.Headers }, nil).s,
 	}
 	tab = append(tab, backendSettings()...)
+	tab = append(tab, staticSettings()...)
 	for i := range tab {
 		tab[i].Env, tab[i].Flag = "", ""
 	}
@@ -158,6 +159,7 @@ var singleFields = map[string]string{
 	"hostname":      "hostname",
 	"path":          "path",
 	"target_health": "health_endpoint",
+	"serve":         "serve",
 }
 
 // singleSettings is the table of the single-service keys: environment and
@@ -172,6 +174,7 @@ func singleSettings() []setting[Service] {
 		newSetting("hostname", "public hostnames of the single service (comma list)", none, empty).kind(KindList),
 		newSetting("path", "prefix bind of the single service", none, empty),
 		newSetting("target_health", "health endpoint path of the single service", none, empty),
+		newSetting("serve", "directory the single service serves instead of a target", none, empty),
 	}
 }
 
@@ -219,6 +222,10 @@ type ClientOptions struct {
 	Hostname func() (string, error)
 	// ReadFile reads a file; nil means os.ReadFile.
 	ReadFile func(name string) ([]byte, error)
+	// Quick is the one port of quick mode (aperio-client tcp|udp PORT):
+	// when set, it is the whole of expose:, and the surfaces' services
+	// and expose entries are left out; the other keys load as usual.
+	Quick *Expose
 }
 
 // LoadClient builds the client configuration, field by field: a flag (or
@@ -251,8 +258,9 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	addSettings(sch, sc)
 	addSettings(sch, ad)
 	sch.add("services", true)
+	sch.add("expose", true)
 	sch.hint = func(norm string) string {
-		if _, ok := singleFields[norm]; ok || serviceOnly[norm] || isBackendKey(norm) {
+		if _, ok := singleFields[norm]; ok || serviceOnly[norm] || isBackendKey(norm) || isStaticKey(norm) {
 			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
 		}
 		return ""
@@ -260,6 +268,9 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	svcSch := newSchema()
 	addSettings(svcSch, svc)
 	addSettings(svcSch, svcAd)
+	exSch := newSchema()
+	exTab := exposeSettings()
+	addSettings(exSch, exTab)
 
 	local, localFile := l.readYAML(o.ReadFile, file, o.FileMustExist, o.Env, sch)
 	home, homeFile := layer{}, (*yamlFile)(nil)
@@ -323,6 +334,10 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 		d.items, d.from = l.serviceItems(v, homeFile, svcSch), homeFile
 	}
 	cfg.Services = l.services(&cfg, d, localFile)
+	cfg.Expose = l.exposeEntries(exTab, exSch, local, localFile, home, homeFile)
+	if o.Quick != nil {
+		cfg.Services, cfg.Expose = nil, []Expose{quickExpose(l, *o.Quick)}
+	}
 	rank := func(key string) int { return sourceRank(l.src.Of(key), o.HomeFile) }
 	for i := range cfg.Services {
 		cfg.Services[i].Concurrency = cfg.resolve(i, rank)
@@ -330,6 +345,7 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	problems := cfg.problems(l.src)
 	files := &checker{src: l.src}
 	checkBackendFiles(cfg, o.ReadFile, files)
+	checkServeDirs(cfg, files)
 	return cfg, l.src, l.result(append(problems, files.errs...))
 }
 
@@ -400,6 +416,12 @@ type serviceDecl struct {
 // The lists of the main file and its includes are concatenated, in the
 // order the files are read (see readIncludes).
 func (l *loader) serviceItems(v value, f *yamlFile, sch *schema) []layer {
+	return l.listItems("services", "expected a mapping of service settings (target, hostname, ...)", v, f, sch)
+}
+
+// listItems flattens the list key (services:, expose:) into one layer
+// per entry; what says what an entry must be.
+func (l *loader) listItems(key, what string, v value, f *yamlFile, sch *schema) []layer {
 	var items []layer
 	for _, part := range append([]value{v}, v.more...) {
 		pf := part.file
@@ -408,15 +430,15 @@ func (l *loader) serviceItems(v value, f *yamlFile, sch *schema) []layer {
 		}
 		n := deref(part.node)
 		if n.Kind != yaml.SequenceNode {
-			l.fail("services", part.src, "expected a list of services")
+			l.fail(key, part.src, "expected a list of "+key)
 			continue
 		}
 		for _, it := range n.Content {
 			it = deref(it)
 			item := layer{}
-			prefix := fmt.Sprintf("services[%d].", len(items))
+			prefix := fmt.Sprintf("%s[%d].", key, len(items))
 			if it.Kind != yaml.MappingNode {
-				l.fail(strings.TrimSuffix(prefix, "."), pf.source(it), "expected a mapping of service settings (target, hostname, ...)")
+				l.fail(strings.TrimSuffix(prefix, "."), pf.source(it), what)
 			} else {
 				pf.walk(it, "", nil, prefix, sch, item, 1)
 			}
@@ -465,6 +487,7 @@ func (l *loader) services(c *Client, d serviceDecl, localFile *yamlFile) []Servi
 			}
 		}
 		apply(l, &s, d.svc, layers, func() *Service { return &Service{} }, prefix)
+		resolveServe(&s, l.src.Of(prefix+"serve"))
 		if present(d.adaptive, item) {
 			// The service's block starts from the client's, field by
 			// field, as its health does.
@@ -513,9 +536,10 @@ func (c Client) problems(src *Sources) []*Error {
 	v.nonNegativeDuration("drain_timeout", c.DrainTimeout)
 	v.durationWithin("reload_drain", c.ReloadDrain, 0, MaxReloadDrain)
 
-	if len(c.Services) == 0 {
-		v.add("services", "no service: declare services: in %s, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)", ClientFile)
+	if len(c.Services) == 0 && len(c.Expose) == 0 {
+		v.add("services", "no service: declare services: or expose: in %s, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)", ClientFile)
 	}
+	v.expose(c.Expose)
 	bound := make(map[string]int) // hostname and path → index of the service serving it
 	names := make(map[string]int) // services[].name → index
 	for i, s := range c.Services {
@@ -529,12 +553,15 @@ func (c Client) problems(src *Sources) []*Error {
 				names[s.Name] = i
 			}
 		}
-		if s.Target == "" {
-			v.add(p+"target", "required: the URL of the local app (a port, host:port or URL)")
-		} else if msg := checkTarget(s.Target); msg != "" {
-			v.add(p+"target", "%s", msg)
+		if s.Target == "" && s.Serve == "" {
+			v.add(p+"target", "required: the URL of the local app (a port, host:port or URL), or serve: a directory")
+		} else if s.Target != "" {
+			if msg := checkTarget(s.Target); msg != "" {
+				v.add(p+"target", "%s", msg)
+			}
 		}
 		v.backend(p, s)
+		v.static(p, s)
 		// No hostname is valid: the server binds the token's exact
 		// hostnames (auto-bind) or, where allowed, a catch-all, and tells
 		// the client when it may have neither.

@@ -490,7 +490,7 @@ var clientErrorCases = []struct {
 		want: []string{
 			"config: server.url: required: set server.url in aperio.yaml, APERIO_SERVER_URL or --server-url",
 			"config: server.token: required: set server.token in aperio.yaml, APERIO_SERVER_TOKEN or --server-token",
-			"config: services: no service: declare services: in aperio.yaml, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)",
+			"config: services: no service: declare services: or expose: in aperio.yaml, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)",
 		},
 	},
 	{
@@ -579,7 +579,7 @@ scaling:
 			`config: services[2].target (aperio.yaml:6): "ftp://files": scheme must be http, https, h2c or unix`,
 			`config: services[0].hostname (aperio.yaml:3): "bad_host.example.com" is not a valid DNS name or *. wildcard`,
 			`config: services[0].path (aperio.yaml:4): "api" does not start with /`,
-			"config: services[1].target: required: the URL of the local app (a port, host:port or URL)",
+			"config: services[1].target: required: the URL of the local app (a port, host:port or URL), or serve: a directory",
 			`config: services[1].hostname (aperio.yaml:5): "app.*.example.com" is not a valid DNS name or *. wildcard`,
 			"config: services[3].hostname (aperio.yaml:8): ok.example.com is already served by services[1]",
 		},
@@ -604,7 +604,7 @@ scaling:
 		want: []string{
 			"config: target (aperio.yaml:1): unknown top-level key; target is a per-service setting, put it in an entry of services:",
 			"config: hostname (aperio.yaml:2): unknown top-level key; hostname is a per-service setting, put it in an entry of services:",
-			"config: services: no service: declare services: in aperio.yaml, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)",
+			"config: services: no service: declare services: or expose: in aperio.yaml, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)",
 		},
 	},
 	{
@@ -715,7 +715,7 @@ scaling:
 		},
 		want: []string{
 			"config: services[0] (aperio.yaml:2): expected a mapping of service settings (target, hostname, ...)",
-			"config: services[0].target: required: the URL of the local app (a port, host:port or URL)",
+			"config: services[0].target: required: the URL of the local app (a port, host:port or URL), or serve: a directory",
 		},
 	},
 	{
@@ -799,7 +799,7 @@ func TestClientValidate(t *testing.T) {
 		{"default", DefaultClient, []string{
 			"config: server.url: required: set server.url in aperio.yaml, APERIO_SERVER_URL or --server-url",
 			"config: server.token: required: set server.token in aperio.yaml, APERIO_SERVER_TOKEN or --server-token",
-			"config: services: no service: declare services: in aperio.yaml, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)",
+			"config: services: no service: declare services: or expose: in aperio.yaml, or give a TARGET (or APERIO_TARGET) and --hostname (or APERIO_HOSTNAME)",
 		}},
 		{"valid scaling", func() Client {
 			c := valid()

@@ -39,7 +39,7 @@ var co3mozKeys = []co3mozKey{
 	{"tls_min_version", "client", "not needed: the client requires TLS 1.2 or later"},
 	{"version", "client", "not needed: remove it"},
 	{"pid_file", "client", "not supported: let the supervisor track the process"},
-	{"tunnels", "client", "not supported: TCP and UDP services are not available yet"},
+	{"tunnels", "client", "use expose: (public TCP and UDP ports); private peer-to-peer tunnels are not supported"},
 	{"subscribe", "client", "not supported: client-to-client messaging is not available"},
 	{"messages_listen", "client", "not supported: client-to-client messaging is not available"},
 	{"otel_bridge", "client", "not supported: export OTLP from the app directly"},

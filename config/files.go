@@ -128,10 +128,11 @@ func cycle(chain []string, p string) bool {
 }
 
 // mergeLayers lays over onto base and returns base: a key of over wins,
-// except services:, whose lists are concatenated, base's first.
+// except services: and expose:, whose lists are concatenated, base's
+// first.
 func mergeLayers(base, over layer) layer {
 	for k, v := range over {
-		if prev, ok := base[k]; ok && k == "services" {
+		if prev, ok := base[k]; ok && (k == "services" || k == "expose") {
 			prev.more = append(append(slices.Clip(prev.more), value{src: v.src, node: v.node, env: v.env, file: v.file}), v.more...)
 			base[k] = prev
 			continue

@@ -270,7 +270,7 @@ type value struct {
 	// file is the file that holds node; nil for environment and flag
 	// values.
 	file *yamlFile
-	// more are the services lists of further included files, in order,
+	// more are the services (or expose) lists of further included files, in order,
 	// concatenated after this one (see readIncludes).
 	more []value
 }

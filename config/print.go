@@ -10,7 +10,8 @@ import (
 // PrintClient writes the effective client configuration for --print-config:
 // one key a line, "key = value  # source" (secrets as <set> or <unset>,
 // empty values as ""), the top-level keys, then each service's keys as
-// services[N].KEY, then the scaling block when one is declared.
+// services[N].KEY, then each expose entry's as expose[N].KEY, then the
+// scaling block when one is declared.
 func PrintClient(w io.Writer, c Client, s *Sources) error {
 	p := &printer{w: w, src: s}
 	printSettings(p, &c, clientSettings(), "")
@@ -25,6 +26,9 @@ func PrintClient(w io.Writer, c Client, s *Sources) error {
 			printSettings(p, a, serviceAdaptiveSettings(), prefix)
 		}
 		p.concurrency(prefix, c.Services[i].Concurrency)
+	}
+	for i := range c.Expose {
+		printSettings(p, &c.Expose[i], exposeSettings(), fmt.Sprintf("expose[%d].", i))
 	}
 	if c.Scaling != nil {
 		printSettings(p, c.Scaling, scalingSettings(), "")

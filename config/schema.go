@@ -219,6 +219,7 @@ func ClientSchema() ([]byte, error) {
 	return Schema("aperio-client configuration (aperio.yaml)", top, map[string]any{
 		"include":  IncludeSchema(),
 		"services": map[string]any{"type": "array", "description": "the services this client publishes", "items": item},
+		"expose":   map[string]any{"type": "array", "maxItems": maxExpose, "description": "public TCP and UDP ports this client asks for", "items": objectOf(keysOf(exposeSettings(), ptr(DefaultExpose())))},
 	})
 }
 

@@ -49,6 +49,9 @@ type Client struct {
 	// builds one from APERIO_TARGET or the TARGET argument in single-service
 	// mode. Validate requires at least one.
 	Services []Service
+	// Expose lists the public TCP and UDP ports asked for (expose:).
+	// A client may have expose entries and no service.
+	Expose []Expose
 	// Scaling is the scaling declaration (scaling.*). Nil when no surface sets
 	// any scaling field; otherwise DefaultScaling fills the fields left unset.
 	Scaling *Scaling
@@ -213,6 +216,28 @@ type Service struct {
 	// Headers are the service's response header rules (headers); nil for
 	// none.
 	Headers *HeaderRules
+
+	// TLSPassthrough asks the server to hand this service's TLS
+	// connections over unterminated, routed by SNI (tls_passthrough):
+	// the client connects them to the target's host:port, where the
+	// backend holds its own certificate. No path, auth or headers.
+	TLSPassthrough bool
+
+	// The static file settings (config/static.go).
+
+	// Serve is a directory the client serves itself instead of a target
+	// (serve); relative to the directory of the file that sets it. It
+	// excludes Target.
+	Serve string
+	// SPA answers a GET for a missing path that names no file (no
+	// extension) with the index of the root (spa), for single-page apps.
+	SPA bool
+	// Index is the file served for a directory (index); default
+	// index.html.
+	Index string
+	// DirectoryListing lists a directory that has no index
+	// (directory_listing); default false: 404.
+	DirectoryListing bool
 }
 
 // Adaptive is an adaptive_concurrency block: a limit the client learns

@@ -173,6 +173,10 @@ type Config struct {
 	// MaxTCPConnections bounds the open visitor connections of one public
 	// TCP port (max_tcp_connections); 0 means ports.DefaultMaxTCPConnections.
 	MaxTCPConnections int
+	// UDPIdleTimeout ends a UDP flow of a public port after this long
+	// without a datagram either way (udp_idle_timeout); 0 means
+	// ports.DefaultUDPIdle.
+	UDPIdleTimeout time.Duration
 
 	// TrustedProxies lists the CIDR prefixes and addresses of the proxies
 	// in front of the server (trusted_proxies). Only a peer inside them may
@@ -312,6 +316,9 @@ func (cfg Config) Validate() error {
 	}
 	if _, err := portspec.ParseList(cfg.TCPPortRange); err != nil {
 		errs = append(errs, fmt.Errorf("gateway: tcp_port_range: %w", err))
+	}
+	if cfg.UDPIdleTimeout < 0 || cfg.UDPIdleTimeout > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("gateway: udp_idle_timeout %s: want 0 (the default, %s) to 24h", cfg.UDPIdleTimeout, ports.DefaultUDPIdle))
 	}
 	if cfg.MaxTCPConnections < 0 || cfg.MaxTCPConnections > 1_000_000 {
 		errs = append(errs, fmt.Errorf("gateway: max_tcp_connections %d: want 0 (the default, %d) to 1000000", cfg.MaxTCPConnections, ports.DefaultMaxTCPConnections))

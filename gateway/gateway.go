@@ -303,7 +303,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Webhooks: g.hooks, Logger: log,
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, rt: rt}, Stream: g.hub})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/store"
@@ -87,6 +88,7 @@ func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error)
 		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
 	}
 	pc := ports.Config{Range: rs, MaxTCPConnections: cfg.MaxTCPConnections, TCPIdle: cfg.Router.VisitorIdleTimeout,
+		UDPIdle:    cfg.UDPIdleTimeout,
 		ListenHost: cfg.Host, Logger: log}
 	if g.usage != nil {
 		pc.Usage = portUsage(g.usage)
@@ -125,4 +127,20 @@ func (g *Gateway) registerPortMetrics() error {
 		return nil
 	}, conns)
 	return err
+}
+
+// gatewayPorts is the admin API's view of the public ports.
+type gatewayPorts struct{ g *Gateway }
+
+func (p gatewayPorts) Ports() []admin.PortInfo {
+	if p.g.ports == nil {
+		return nil
+	}
+	snap := p.g.ports.Snapshot()
+	out := make([]admin.PortInfo, len(snap))
+	for i, s := range snap {
+		out[i] = admin.PortInfo{Port: s.Port, Protocol: s.Protocol, OrgID: s.OrgID, Names: s.Names, Sessions: s.Sessions,
+			Open: s.Open, BytesIn: s.BytesIn, BytesOut: s.BytesOut, Refused: s.Refused, Dropped: s.Dropped}
+	}
+	return out
 }

@@ -80,6 +80,7 @@ var reloadKeys = []reloadKey{
 	{"Tunnel.MaxSessions", "max_tunnels", false},
 	{"TCPPortRange", "tcp_port_range", false},
 	{"MaxTCPConnections", "max_tcp_connections", false},
+	{"UDPIdleTimeout", "udp_idle_timeout", false},
 	{"UsageFlushInterval", "usage_flush_interval", false},
 	{"Tunnel.HandshakeTimeout", "tunnel_handshake_timeout", false},
 	{"Tunnel.DownThreshold", "client_down_threshold", false},

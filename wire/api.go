@@ -589,6 +589,26 @@ type UsageRow struct {
 // MaxUsageDays bounds the days one GET /usage spans (from..to).
 const MaxUsageDays = 366
 
+// PortInfo is one public TCP or UDP port as GET /ports shows it.
+type PortInfo struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+	OrgID    string `json:"org_id"`
+	// Names are the expose entries serving it, one per client session;
+	// Sessions the IDs of those sessions (the clients' IDs).
+	Names    []string `json:"names"`
+	Sessions []string `json:"sessions"`
+	// Open counts the visitor connections (tcp) or flows (udp) open now.
+	Open int64 `json:"open"`
+	// BytesIn and BytesOut are the visitors' bytes since the port opened.
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// Refused counts visitor connections or flows refused (limits,
+	// allowed_ips), Dropped the datagrams dropped.
+	Refused int64 `json:"refused"`
+	Dropped int64 `json:"dropped"`
+}
+
 // ClientInfo is one connected client as GET /clients shows it: one entry per
 // client connection and service.
 type ClientInfo struct {

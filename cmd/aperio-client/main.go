@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -51,10 +52,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	keyFlags := registerKeyFlags(cmd.Flags())
-	cmd.Flags().StringVar(&file, "config", "", "configuration file (default ./aperio.yaml)")
-	cmd.Flags().BoolVar(&checkConfig, "check-config", false, "validate the configuration, print every problem, and exit 0 or 2")
-	cmd.Flags().BoolVar(&printConfig, "print-config", false, "print the effective configuration with the source of each value")
+	keyFlags := registerRunFlags(cmd.Flags(), &file, &checkConfig, &printConfig)
 	cmd.AddCommand(newAPICommand(stdout, stderr))
 	cmd.AddCommand(newStatusCommand(stdout, stderr))
 	cmd.AddCommand(newHashPasswordCommand(stdinSource(), stdout, stderr))
@@ -62,47 +60,103 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	buildinfo.AddVersion(cmd, "aperio-client", stdout)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		opts := clientOptions(file, keyFlags.changed(cmd.Flags()), args)
-		cfg, src, err := config.LoadClient(opts)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return exitcode.ErrUsage
-		}
-		warnings := append(src.Warnings(), config.ClientWarnings(cfg)...)
-		if checkConfig {
-			for _, w := range warnings {
-				fmt.Fprintln(stderr, "warning:", w)
-			}
-			fmt.Fprintln(stdout, "configuration OK")
-			return nil
-		}
-		if printConfig {
-			return config.PrintClient(stdout, cfg, src)
-		}
-		log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return exitcode.ErrUsage
-		}
-		for _, w := range warnings {
-			log.Warn("configuration warning", logkey.Problem, w)
-		}
-		a, err := agent.New(cfg, agent.Options{Logger: log})
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return exitcode.ErrUsage
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		defer watchConfig(ctx, log, a, opts, src)()
-		err = a.Run(ctx)
-		if err != nil && !errors.Is(err, agent.ErrIdle) {
-			log.Error("client failed", logkey.Err, err)
-			return exitcode.ErrFailure
-		}
-		return nil
+		return serveClient(opts, checkConfig, printConfig, stdout, stderr)
 	}
+	cmd.AddCommand(newQuickPortCommand(config.ExposeTCP, stdout, stderr))
+	cmd.AddCommand(newQuickPortCommand(config.ExposeUDP, stdout, stderr))
 	addPrintSchema(cmd, stdout)
 	return cmd
+}
+
+// serveClient loads the configuration of opts and runs the client until
+// a signal, idle_timeout or a server's drain; --check-config and
+// --print-config stop after loading.
+func serveClient(opts config.ClientOptions, checkConfig, printConfig bool, stdout, stderr io.Writer) error {
+	cfg, src, err := config.LoadClient(opts)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitcode.ErrUsage
+	}
+	warnings := append(src.Warnings(), config.ClientWarnings(cfg)...)
+	if checkConfig {
+		for _, w := range warnings {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+		fmt.Fprintln(stdout, "configuration OK")
+		return nil
+	}
+	if printConfig {
+		return config.PrintClient(stdout, cfg, src)
+	}
+	log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitcode.ErrUsage
+	}
+	for _, w := range warnings {
+		log.Warn("configuration warning", logkey.Problem, w)
+	}
+	a, err := agent.New(cfg, agent.Options{Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitcode.ErrUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	defer watchConfig(ctx, log, a, opts, src)()
+	err = a.Run(ctx)
+	if err != nil && !errors.Is(err, agent.ErrIdle) {
+		log.Error("client failed", logkey.Err, err)
+		return exitcode.ErrFailure
+	}
+	return nil
+}
+
+// newQuickPortCommand is `aperio-client tcp|udp PORT`: one public port
+// and nothing else, the server and token from the usual surfaces.
+func newQuickPortCommand(protocol string, stdout, stderr io.Writer) *cobra.Command {
+	var (
+		file        string
+		checkConfig bool
+		printConfig bool
+		e           = config.Expose{Protocol: protocol}
+	)
+	cmd := &cobra.Command{
+		Use:   protocol + " PORT|HOST:PORT",
+		Short: "Open one public " + strings.ToUpper(protocol) + " port on the server to a local address",
+		Long: "PORT is a local port (22 means 127.0.0.1:22) or HOST:PORT. The server opens\n" +
+			"--remote-port, or a port of its tcp_port_range when it is 0, and the client\n" +
+			"logs the public address (\"port open ... public_url=HOST:PORT\"). Services and\n" +
+			"expose: entries of the configuration files are left out; the server and\n" +
+			"token come from them, the environment or the flags as usual.",
+		Args:          cobra.ExactArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	keyFlags := registerRunFlags(cmd.Flags(), &file, &checkConfig, &printConfig)
+	cmd.Flags().IntVar(&e.RemotePort, "remote-port", 0, "public port asked for (0 = the server picks one)")
+	cmd.Flags().StringSliceVar(&e.AllowedIPs, "allowed-ip", nil, "visitor address or CIDR admitted (repeatable; default all)")
+	if protocol == config.ExposeTCP {
+		cmd.Flags().StringVar(&e.ProxyProtocol, "proxy-protocol", "", "v2: send the target a PROXY protocol v2 header with the visitor's address")
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		opts := clientOptions(file, keyFlags.changed(cmd.Flags()), nil)
+		q := e
+		q.Target = args[0]
+		opts.Quick = &q
+		return serveClient(opts, checkConfig, printConfig, stdout, stderr)
+	}
+	return cmd
+}
+
+// registerRunFlags adds the flags of a command that runs the client:
+// one per config key, --config, --check-config and --print-config.
+func registerRunFlags(fs *pflag.FlagSet, file *string, checkConfig, printConfig *bool) keyFlagSet {
+	kf := registerKeyFlags(fs)
+	fs.StringVar(file, "config", "", "configuration file (default ./aperio.yaml)")
+	fs.BoolVar(checkConfig, "check-config", false, "validate the configuration, print every problem, and exit 0 or 2")
+	fs.BoolVar(printConfig, "print-config", false, "print the effective configuration with the source of each value")
+	return kf
 }
 
 // keyFlagSet maps the flags registered for config keys back to their keys.

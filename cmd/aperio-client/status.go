@@ -123,5 +123,15 @@ func statusTable(w io.Writer, sts []agent.Status) {
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 				st.PID, cell(st.Name), tunnels, s.ID, joined(s.Hostnames), cell(s.Target), yesNo(s.Healthy), mode, desired, lo, hi, fixed)
 		}
+		// A public port: its entry, the address visitors reach (or why
+		// the server refused it) and the protocol.
+		for _, e := range st.Exposed {
+			public := e.Public
+			if public == "" {
+				public = "refused: " + e.Error
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t-\t-\t-\t-\t-\n",
+				st.PID, cell(st.Name), tunnels, cell("port "+e.Name), cell(public), e.Protocol, yesNo(e.Public != ""))
+		}
 	}
 }

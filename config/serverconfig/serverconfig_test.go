@@ -890,8 +890,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 94 {
-		t.Errorf("len(Keys()) = %d, want 94", len(keys))
+	if len(keys) != 95 {
+		t.Errorf("len(Keys()) = %d, want 95", len(keys))
 	}
 }
 
