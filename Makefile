@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench bench-ab bench-scaling clean images e2e fuzz release packages
+.PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp clean images e2e fuzz release packages
 
 all: build
 
@@ -63,6 +63,11 @@ demo:
 
 bench:
 	bash bench/run.sh
+
+# A public TCP port (#23): 1 GiB each way through aperio-server and
+# aperio-client, beside the same transfer straight to the backend.
+bench-tcp:
+	bash bench/tcp.sh
 
 # One Go benchmark before and after a change, alternating, in one run:
 # make bench-ab BASE=<rev> [PKG=./router] [BENCH='^BenchmarkServeHTTP$'] [RUNS=10]

@@ -20,6 +20,8 @@ import (
 // disable and enable do.
 type opsAPI struct {
 	clients []wire.ClientInfo
+	// ports is GET /ports's answer; nil answers 404.
+	ports []wire.PortInfo
 	// stats is GET /stats's answer (JSON); "" answers 404, as a server
 	// without the stats endpoint would.
 	stats string
@@ -53,6 +55,12 @@ func (f *opsAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case wire.Prefix + "/clients":
 		json.NewEncoder(w).Encode(f.clients)
+	case wire.Prefix + "/ports":
+		if f.ports == nil {
+			apiError(w, http.StatusNotFound, "no such endpoint")
+			return
+		}
+		json.NewEncoder(w).Encode(f.ports)
 	case wire.Prefix + "/stats":
 		if f.stats == "" {
 			apiError(w, http.StatusNotFound, "no such endpoint")
@@ -228,6 +236,24 @@ func TestClientsPageRoles(t *testing.T) {
 	api.clients = []wire.ClientInfo{{ID: "c3", Name: "late", EjectedUntil: &past}}
 	if b := get(t, later, UIPrefix+"clients", wire.RoleViewer).Body.String(); strings.Contains(b, "until <time") {
 		t.Errorf("an ejection that ended shows as current")
+	}
+}
+
+// TestClientsPagePorts: the clients page lists the public ports GET
+// /ports answers (the API scopes them to the caller), and shows no ports
+// section when the server has none or cannot say.
+func TestClientsPagePorts(t *testing.T) {
+	u, api := newOpsUI(t)
+	if b := render(t, u, "clients", wire.RoleViewer); strings.Contains(b, `id="ports-table"`) {
+		t.Fatal("a ports table without ports (GET /ports answered 404)")
+	}
+	api.ports = []wire.PortInfo{{Port: 2222, Protocol: "tcp", Names: []string{"ssh", "ssh-2"}, Open: 3, BytesIn: 1200, BytesOut: 3400, Refused: 1},
+		{Port: 5353, Protocol: "udp", Names: []string{"<dns>"}, Dropped: 7}}
+	b := render(t, u, "clients", wire.RoleViewer)
+	contains(t, "clients page with ports", b, `id="ports-table"`, `data-port="2222/tcp"`, "ssh, ssh-2", `<td class="num">3</td>`,
+		`<td class="num">3400</td>`, `data-port="5353/udp"`, "&lt;dns&gt;", `<td class="num">7</td>`, "Public ports")
+	if strings.Contains(b, "<dns>") {
+		t.Error("an entry name is not escaped")
 	}
 }
 

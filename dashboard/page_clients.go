@@ -29,6 +29,10 @@ func init() {
 // service, a connection's rows together.
 type clientsView struct {
 	Rows []clientRow
+	// Ports are the public ports the caller may see; none when the
+	// server has no tcp_port_range (or answers GET /ports with an
+	// error: the clients are shown anyway).
+	Ports []wire.PortInfo
 }
 
 // clientRow is one service of a connected client. First marks the first
@@ -54,6 +58,9 @@ func loadClients(c *Ctx) (any, error) {
 			First:      i == 0 || clients[i-1].ID != ci.ID,
 			Ejected:    ci.EjectedUntil != nil && ci.EjectedUntil.After(now),
 		})
+	}
+	if err := c.Get("/ports", &v.Ports); err != nil {
+		v.Ports = nil
 	}
 	return v, nil
 }

@@ -100,6 +100,12 @@ func (c *Client) Clients(ctx context.Context) ([]wire.ClientInfo, error) {
 	return out, c.Do(ctx, http.MethodGet, "/clients", nil, &out)
 }
 
+// Ports calls GET /ports: the public TCP and UDP ports open on the server.
+func (c *Client) Ports(ctx context.Context) ([]wire.PortInfo, error) {
+	var out []wire.PortInfo
+	return out, c.Do(ctx, http.MethodGet, "/ports", nil, &out)
+}
+
 // SetClientDisabled calls POST /clients/{id}/disable (disabled) or
 // /clients/{id}/enable: the kill switch of one connected client.
 func (c *Client) SetClientDisabled(ctx context.Context, id string, disabled bool) error {

@@ -50,6 +50,7 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd.AddCommand(
 		a.scalingCommand(),
 		a.clientsCommand(),
+		a.portsCommand(),
 		a.tokensCommand(),
 		a.adminKeysCommand(),
 		a.webhooksCommand(),
@@ -135,6 +136,25 @@ func (a *apiCLI) clientsCommand() *cobra.Command {
 		},
 	)
 	return cmd
+}
+
+func (a *apiCLI) portsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ports",
+		Short: "List the public TCP and UDP ports open on the server, with the clients' entries serving them",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return callAPI(a, cmd, (*apiclient.Client).Ports, portsTable)
+		},
+	}
+}
+
+func portsTable(w io.Writer, ps []wire.PortInfo) {
+	fmt.Fprintln(w, "PORT\tPROTOCOL\tORG\tENTRIES\tOPEN\tBYTES IN\tBYTES OUT\tREFUSED\tDROPPED")
+	for _, p := range ps {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n",
+			p.Port, p.Protocol, cell(p.OrgID), joined(p.Names), p.Open, p.BytesIn, p.BytesOut, p.Refused, p.Dropped)
+	}
 }
 
 func (a *apiCLI) tokensCommand() *cobra.Command {

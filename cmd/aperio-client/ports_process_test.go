@@ -287,6 +287,18 @@ expose:
 		}
 	})
 
+	t.Run("api ports", func(t *testing.T) {
+		out, err := exec.Command(filepath.Join(f.bin, "aperio-client"), "api", "ports", "--server-url", srv.url, "--api-key", f.master).CombinedOutput()
+		if err != nil {
+			t.Fatalf("aperio-client api ports: %v\n%s", err, out)
+		}
+		for _, want := range []string{"PORT", "ENTRIES", fmt.Sprintf("%d", ps[0]), "ssh", "db", "dns", "udp"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("aperio-client api ports lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
 	t.Run("static", func(t *testing.T) {
 		req, _ := http.NewRequest("GET", srv.url+"/assets/app.js", nil)
 		req.Host = "site.test"
