@@ -52,6 +52,7 @@ func TestEndToEnd(t *testing.T) {
 			tp.t = t
 			tp.oidcLogin(t, figs)
 		}},
+		{"tcp_port_through_two_servers", tcpPortThroughTwoServers(tp, figs)},
 
 		{"seed_then_idle_retire_to_zero", func(t *testing.T) {
 			tp.t = t

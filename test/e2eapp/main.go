@@ -19,6 +19,9 @@
 //	                to values), so that the suite sees what the server
 //	                forwarded: X-Aperio-User, X-Aperio-Auth, the cookies
 //
+// and, on 127.0.0.1:7000, echoes TCP connections back, half-closing once
+// its peer has: the target of an expose: entry (tcp-client.yaml).
+//
 // Usage:
 //
 //	e2eapp --client /aperio-client [--listen 127.0.0.1:3000] [-- CLIENT ARGS...]
@@ -30,6 +33,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -74,12 +78,39 @@ func serve(listen string) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	echo, err := net.Listen("tcp", echoAddr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	go serveEcho(echo)
 	srv := &http.Server{Handler: routes(host), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
+		echo.Close()
 		srv.Close()
 	}()
 	return srv.Serve(ln)
+}
+
+// echoAddr is where the backend echoes TCP.
+const echoAddr = "127.0.0.1:7000"
+
+// serveEcho sends back what each connection sends, and half-closes once
+// the peer has, until ln is closed. A connection silent for 5 minutes is
+// closed.
+func serveEcho(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Minute))
+			io.Copy(c, c)
+			c.(*net.TCPConn).CloseWrite()
+		}()
+	}
 }
 
 // launch starts the backend as a child, waits until it accepts
