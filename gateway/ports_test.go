@@ -89,16 +89,12 @@ func TestExposedTCPPortEndToEnd(t *testing.T) {
 
 	cancel()
 	<-done
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll(t, 10*time.Second, func() (bool, string) {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err != nil {
-			break
+			return true, ""
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("the public port still accepts after its only client left")
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
+		return false, "the public port still accepts after its only client left"
+	})
 }

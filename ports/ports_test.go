@@ -12,6 +12,7 @@ import (
 
 	"github.com/aperio-dev/aperio/acme/acmetest"
 	"github.com/aperio-dev/aperio/internal/echotest"
+	"github.com/aperio-dev/aperio/internal/poll"
 	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -196,17 +197,10 @@ func TestUDPEchoFlows(t *testing.T) {
 	if err != nil || string(buf[:n]) != "ping" {
 		t.Fatalf("udp echo = %q, %v, want ping", buf[:n], err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Until(t, 5*time.Second, "the snapshot shows one drop and the flow expired", func() bool {
 		snap := m.Snapshot()
-		if snap[0].Dropped == 1 && snap[0].Open == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Snapshot = %+v, want one drop and the flow expired", snap)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
+		return snap[0].Dropped == 1 && snap[0].Open == 0
+	})
 }
 
 func TestTCPLimits(t *testing.T) {
