@@ -271,3 +271,36 @@ func TestExposedStatus(t *testing.T) {
 		t.Fatalf("Status().Exposed = %+v, want %+v", got, want)
 	}
 }
+
+// TestExposeAnnouncedAndReloaded: the entries are announced, with the
+// services' tls_passthrough; a reload replaces them, and a stream naming
+// a removed entry is refused from then on.
+func TestExposeAnnouncedAndReloaded(t *testing.T) {
+	cfg := clientConfig("https://127.0.0.1:8443")
+	cfg.Services[0].TLSPassthrough = true
+	cfg.Expose = []config.Expose{{Name: "ssh", Protocol: "tcp", Target: "127.0.0.1:22", RemotePort: 2222, AllowedIPs: []string{"10.0.0.0/8"}}}
+	a := newAgent(t, cfg)
+	ann := a.announcement()
+	if len(ann.Expose) != 1 || ann.Expose[0].Name != "ssh" || ann.Expose[0].Protocol != "tcp" || ann.Expose[0].RemotePort != 2222 || len(ann.Expose[0].AllowedIPs) != 1 {
+		t.Fatalf("announced expose = %+v, want port 2222 and its allowed_ips", ann.Expose)
+	}
+	if len(ann.Services) != 1 || !ann.Services[0].TLSPassthrough {
+		t.Fatalf("announced services = %+v, want tls_passthrough", ann.Services)
+	}
+	next := cfg
+	next.Expose = []config.Expose{{Name: "dns", Protocol: "udp", Target: "127.0.0.1:53"}}
+	if err := a.Apply(next); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if ann := a.announcement(); len(ann.Expose) != 1 || ann.Expose[0].Name != "dns" || ann.Expose[0].Protocol != "udp" {
+		t.Fatalf("announced expose after the reload = %+v, want dns alone", ann.Expose)
+	}
+	if _, err := a.ForwardRaw(t.Context(), tunnel.RawHeader{Kind: tunnel.RawTCP, Name: "ssh"}); err == nil || !strings.Contains(err.Error(), `no expose entry "ssh"`) {
+		t.Fatalf("a stream for the removed entry = %v, want refused", err)
+	}
+	none := cfg
+	none.Services, none.Expose = nil, nil
+	if err := a.Apply(none); err == nil {
+		t.Fatal("Apply accepted a configuration with neither services nor expose entries")
+	}
+}
