@@ -178,7 +178,12 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
 			t.Logf("%s before its own certificate: %v", s, last)
 		}
 	}
+	// One order each for the two names obtained at start: the count does
+	// see orders.
 	orders0 := tp.pebbleOrders()
+	if orders0 < len(acmeServers) {
+		t.Fatalf("pebble orders once both servers serve their own names = %d, want at least %d", orders0, len(acmeServers))
+	}
 
 	// (a) A token for app.test alone (minted with the master token; the
 	// client never sees that one), and the client on acme-a with it.
@@ -216,8 +221,8 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
 	if n := tp.pebbleOrders(); n != orders0+1 {
 		t.Errorf("pebble orders after the first visit = %d, want %d (one for %s)", n, orders0+1, acmeAppHost)
 	}
-	figs.add(t, "acme: first HTTPS request for %s via acme-a obtained its certificate (serial %x, chained to Pebble's root) and was served in %v",
-		acmeAppHost, leaf.SerialNumber, issued.Round(time.Millisecond))
+	figs.add(t, "acme: first HTTPS request for %s via acme-a obtained its certificate in its handshake (%v; serial %x, chained to Pebble's root) and was served",
+		acmeAppHost, issued.Round(time.Millisecond), leaf.SerialNumber)
 
 	// (b) other.test: no token covers it, so the ask check refuses it at
 	// both servers, before any order.
