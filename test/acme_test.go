@@ -229,8 +229,9 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
 	for _, s := range []string{"acme-a", "acme-b"} {
 		c, err := handshake(tp.port(s, 8443), acmeOtherHost, roots)
 		if err == nil {
+			names := c.ConnectionState().PeerCertificates[0].DNSNames
 			c.Close()
-			t.Errorf("handshake for %s at %s succeeded (certificate %v), want it refused", acmeOtherHost, s, c.ConnectionState().PeerCertificates[0].DNSNames)
+			t.Errorf("handshake for %s at %s succeeded (certificate for %v), want it refused", acmeOtherHost, s, names)
 		}
 	}
 	if n := tp.pebbleOrders(); n != orders0+1 {
