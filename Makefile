@@ -91,7 +91,7 @@ images:
 # Docker provider and real app containers. Needs Docker and docker-compose.
 e2e: vet
 	@mkdir -p $(BIN)
-	bash deploy/images/build.sh server provider postgres e2e-app e2e-oidc >$(BIN)/e2e-images.env
+	bash deploy/images/build.sh server provider postgres e2e-app e2e-oidc e2e-pebble >$(BIN)/e2e-images.env
 	cd test && E2E_IMAGES=$(abspath $(BIN))/e2e-images.env $(GO) test -tags e2e -count=1 -v -timeout 15m ./...
 
 clean:

@@ -54,6 +54,13 @@ func TestEndToEnd(t *testing.T) {
 		}},
 		{"tcp_port_through_two_servers", tcpPortThroughTwoServers(tp, figs)},
 
+		// Independent of the scaling steps too: its servers, acme-a and
+		// acme-b, take no part in them.
+		{"acme_on_demand", func(t *testing.T) {
+			tp.t = t
+			tp.acmeOnDemand(t, figs)
+		}},
+
 		{"seed_then_idle_retire_to_zero", func(t *testing.T) {
 			tp.t = t
 			// Every server's image declares a HEALTHCHECK (aperio-server

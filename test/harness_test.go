@@ -49,7 +49,9 @@ type topology struct {
 	secret  string
 	oidc    string // the test OpenID provider's admin secret
 	envFile string
-	compose []string // the compose command and its fixed arguments
+	env     map[string]string // what envFile holds; see setEnv
+	acmeDir string            // E2E_ACME_DIR: Pebble's API certificate, its issuing root (acme_test.go)
+	compose []string          // the compose command and its fixed arguments
 	http    *http.Client
 
 	mu    sync.Mutex        // guards the following field
@@ -92,7 +94,7 @@ func images(t testing.TB) map[string]string {
 		}
 		out = b
 	} else {
-		cmd := exec.Command("bash", "../deploy/images/build.sh", "server", "provider", "postgres", "e2e-app", "e2e-oidc")
+		cmd := exec.Command("bash", "../deploy/images/build.sh", "server", "provider", "postgres", "e2e-app", "e2e-oidc", "e2e-pebble")
 		cmd.Stderr = os.Stderr
 		b, err := cmd.Output()
 		if err != nil {
@@ -107,7 +109,7 @@ func images(t testing.TB) map[string]string {
 			imgs[k] = v
 		}
 	}
-	for _, k := range []string{"SERVER", "PROVIDER", "POSTGRES", "E2E_APP", "E2E_OIDC"} {
+	for _, k := range []string{"SERVER", "PROVIDER", "POSTGRES", "E2E_APP", "E2E_OIDC", "E2E_PEBBLE"} {
 		if imgs[k] == "" {
 			t.Fatalf("no %s image in %q", k, out)
 		}
@@ -141,12 +143,16 @@ func up(t *testing.T) *topology {
 		http:    &http.Client{Timeout: 90 * time.Second},
 	}
 	tp.network = tp.project + "_net"
-	env := map[string]string{
+	tp.acmeDir = pebbleCerts(t)
+	tp.env = map[string]string{
 		"E2E_SERVER_IMAGE":          imgs["SERVER"],
 		"E2E_PROVIDER_IMAGE":        imgs["PROVIDER"],
 		"E2E_POSTGRES_IMAGE":        imgs["POSTGRES"],
 		"E2E_APP_IMAGE":             imgs["E2E_APP"],
 		"E2E_OIDC_IMAGE":            imgs["E2E_OIDC"],
+		"E2E_PEBBLE_IMAGE":          imgs["E2E_PEBBLE"],
+		"E2E_ACME_DIR":              tp.acmeDir,
+		"E2E_ACME_APP_TOKEN":        "", // minted by the acme_on_demand step
 		"E2E_OIDC_CLIENT_SECRET":    randomHex(t, 16),
 		"E2E_OIDC_ADMIN_SECRET":     tp.oidc,
 		"E2E_TOKEN":                 tp.token,
@@ -158,15 +164,8 @@ func up(t *testing.T) *topology {
 		"E2E_IDLE_TIMEOUT":          idleTimeout.String(),
 		"E2E_CLIENT_DOWN_THRESHOLD": clientDownThreshold.String(),
 	}
-	var lines []string
-	for k, v := range env {
-		lines = append(lines, k+"="+v)
-	}
-	sort.Strings(lines)
 	tp.envFile = filepath.Join(t.TempDir(), "e2e.env")
-	if err := os.WriteFile(tp.envFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tp.writeEnv()
 	tp.compose = append(composeCommand(t), "-f", "docker-compose.yml", "--env-file", tp.envFile, "-p", tp.project)
 
 	t.Cleanup(tp.down)
@@ -181,13 +180,36 @@ func up(t *testing.T) *topology {
 	return tp
 }
 
+// writeEnv writes tp.env to the env file every compose command reads.
+func (tp *topology) writeEnv() {
+	tp.t.Helper()
+	var lines []string
+	for k, v := range tp.env {
+		lines = append(lines, k+"="+v)
+	}
+	sort.Strings(lines)
+	if err := os.WriteFile(tp.envFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		tp.t.Fatal(err)
+	}
+}
+
+// setEnv sets one E2E_* variable for the compose commands that follow: a
+// service started after it sees the new value. Services already running
+// keep theirs unless their configuration names the variable and compose
+// recreates them.
+func (tp *topology) setEnv(k, v string) {
+	tp.t.Helper()
+	tp.env[k] = v
+	tp.writeEnv()
+}
+
 // down dumps logs when the test failed, then removes the app containers
 // the provider made and the compose project with its volumes.
 func (tp *topology) down() {
 	t := tp.root
 	tp.t = t
 	if t.Failed() {
-		out, err := tp.composeOut("logs", "--no-color", "--timestamps")
+		out, err := tp.composeOut("--profile", "acme", "logs", "--no-color", "--timestamps")
 		t.Logf("docker-compose logs (err %v):\n%s", err, out)
 		for _, id := range tp.apps(true) {
 			out, err := exec.Command("docker", "logs", "--timestamps", id).CombinedOutput()
@@ -199,7 +221,8 @@ func (tp *topology) down() {
 			t.Errorf("remove app containers: %v\n%s", err, out)
 		}
 	}
-	if out, err := tp.composeOut("down", "-v", "--remove-orphans", "-t", "5"); err != nil {
+	// The profile's services (acme-app) are only torn down when it is on.
+	if out, err := tp.composeOut("--profile", "acme", "down", "-v", "--remove-orphans", "-t", "5"); err != nil {
 		t.Errorf("docker-compose down: %v\n%s", err, out)
 	}
 }

@@ -6,8 +6,8 @@
 #   bash deploy/images/build.sh [IMAGE...]
 #
 # IMAGE is one of: server client provider postgres e2e-app e2e-oidc
-# (default: all but the e2e suite's e2e-app and e2e-oidc). Each image is
-# tagged twice:
+# e2e-pebble (default: all but the e2e suite's e2e-app, e2e-oidc and
+# e2e-pebble). Each image is tagged twice:
 #
 #   aperio-<image>:<hash>   hash = first 12 hex digits of the sha256 of its
 #                           build context, so a repeat run with the same
@@ -21,14 +21,25 @@
 # Needs: Go (binaries are built static, CGO_ENABLED=0), Docker, the host's
 # CA bundle (/etc/ssl/certs/ca-certificates.crt, Debian's ca-certificates)
 # and, for the postgres image, Debian's postgresql package: its binaries,
-# share files and the shared libraries they load are copied into the image.
+# share files and the shared libraries they load are copied into the image
+# (the e2e-pebble image is made the same way from Debian's pebble).
 # Missing Debian packages are installed with apt-get when running as root.
+#
+# Every image carries the OCI labels org.opencontainers.image.revision
+# (COMMIT), .version (VERSION), .source, .title and .created (the commit's
+# time, not the build's, so that the build context, and so the tag, stays
+# the same for the same commit); the Go binaries are stamped with COMMIT
+# too (internal/buildinfo.commit). COMMIT and VERSION default to git's
+# view of the tree and may be set from outside (a build from an export).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 GO=${GO:-go}
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
-LDFLAGS="-s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$VERSION"
+COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+CREATED=${CREATED:-$(git log -1 --format=%cI HEAD 2>/dev/null || echo 1970-01-01T00:00:00Z)}
+SOURCE=https://github.com/aperio-dev/aperio
+LDFLAGS="-s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$VERSION -X github.com/aperio-dev/aperio/internal/buildinfo.commit=$COMMIT"
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 
 # The unprivileged user every Aperio image runs as, and PostgreSQL's.
@@ -118,8 +129,18 @@ ENTRYPOINT [\"/$bin\"]"
   build "$name" "$dir"
 }
 
+# oci_labels NAME prints the Dockerfile LABEL line of image NAME. It is
+# part of the Dockerfile, so of the hashed build context: a new commit or
+# version makes a new tag.
+oci_labels() {
+  printf 'LABEL org.opencontainers.image.title="aperio-%s" org.opencontainers.image.source="%s" org.opencontainers.image.revision="%s" org.opencontainers.image.version="%s" org.opencontainers.image.created="%s"\n' \
+    "$1" "$SOURCE" "$COMMIT" "$VERSION" "$CREATED"
+}
+
 # scratch_dockerfile DIR LINES writes DIR/Dockerfile: the non-root scratch
-# base every Aperio image shares, then the image's own LINES.
+# base every Aperio image shares, the image's own LINES, then its labels
+# (the image is named after DIR). The labels come last so that a new
+# commit with the same files reuses the COPY layers.
 scratch_dockerfile() {
   cat >"$1/Dockerfile" <<EOF
 FROM scratch
@@ -129,6 +150,7 @@ USER $APERIO_UID:$APERIO_UID
 WORKDIR /data
 ENV HOME=/data
 $2
+$(oci_labels "$(basename "$1")")
 EOF
 }
 
@@ -238,8 +260,45 @@ EXPOSE 5432
 STOPSIGNAL SIGINT
 HEALTHCHECK --interval=2s --timeout=2s --retries=30 CMD ["$pgdir/bin/pg_isready", "-h", "/var/run/postgresql", "-U", "aperio", "-d", "postgres", "-q"]
 ENTRYPOINT ["/entrypoint.sh"]
+$(oci_labels postgres)
 EOF
   build postgres "$dir"
+}
+
+# e2e_pebble_image: Pebble, the ACME test CA, from the host's Debian
+# package (its binary and the libraries ldd lists), for the e2e suite's
+# ACME scenario only. Its configuration is in the image; the certificate
+# and key of its own HTTPS API are not: the suite makes them at each run
+# (for the name "pebble") and mounts them at /certs, so that no private
+# key sits in an image and the build context stays the same from run to
+# run. Pebble validates challenges on the ACME servers' ports (8080 for
+# HTTP-01, 8443 for TLS-ALPN-01) and resolves names with Docker's embedded
+# DNS, which knows the compose network's aliases. PEBBLE_VA_NOSLEEP drops
+# its random wait before validating; PEBBLE_WFE_NONCEREJECT=0 stops it
+# rejecting good nonces at random, and PEBBLE_AUTHZREUSE=0 reusing
+# authorizations, so that every order really validates.
+e2e_pebble_image() {
+  local dir="$work/e2e-pebble"
+  [ -x /usr/bin/pebble ] || apt_install pebble
+  base_context "$dir"
+  copy_with_libs "$dir/rootfs" /usr/bin/pebble
+  mkdir -p "$dir/rootfs/etc/pebble"
+  cat >"$dir/rootfs/etc/pebble/pebble.json" <<'EOF'
+{"pebble": {
+  "listenAddress": "0.0.0.0:14000",
+  "managementListenAddress": "0.0.0.0:15000",
+  "certificate": "/certs/cert.pem",
+  "privateKey": "/certs/key.pem",
+  "httpPort": 8080,
+  "tlsPort": 8443,
+  "ocspResponderURL": "",
+  "externalAccountBindingRequired": false
+}}
+EOF
+  scratch_dockerfile "$dir" 'ENV PEBBLE_VA_NOSLEEP=1 PEBBLE_WFE_NONCEREJECT=0 PEBBLE_AUTHZREUSE=0
+EXPOSE 14000 15000
+ENTRYPOINT ["/usr/bin/pebble", "-config", "/etc/pebble/pebble.json", "-dnsserver", "127.0.0.11:53"]'
+  build e2e-pebble "$dir"
 }
 
 images=("$@")
@@ -252,6 +311,7 @@ for image in "${images[@]}"; do
   postgres) postgres_image ;;
   e2e-app) e2e_app_image ;;
   e2e-oidc) e2e_oidc_image ;;
-  *) die "unknown image $image (server, client, provider, postgres, e2e-app, e2e-oidc)" ;;
+  e2e-pebble) e2e_pebble_image ;;
+  *) die "unknown image $image (server, client, provider, postgres, e2e-app, e2e-oidc, e2e-pebble)" ;;
   esac
 done
