@@ -94,10 +94,17 @@ type ClientLister interface {
 // PortLister lists the public TCP and UDP ports open on the server.
 type PortLister interface {
 	Ports() []PortInfo
+	// Explain reports the open port num/proto and its entries admitting
+	// ip (every entry when ip is not valid); ok is false when it is not
+	// open. enabled is false when the server has no tcp_port_range.
+	Explain(num int, proto string, ip netip.Addr) (p PortInfo, admitting []string, ok, enabled bool)
 }
 
 // PortInfo is one public port as GET /ports shows it.
 type PortInfo = wire.PortInfo
+
+// PortExplanation is GET /ports/explain's answer.
+type PortExplanation = wire.PortExplanation
 
 // ClientInfo is one connected client as GET /clients shows it: one entry per
 // client connection and service.
@@ -419,6 +426,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/tokens/{id}/rotate", roleAdmin, a.rotateToken},
 		{http.MethodGet, "/clients", roleViewer, a.listClients},
 		{http.MethodGet, "/ports", roleViewer, a.listPorts},
+		{http.MethodGet, "/ports/explain", roleViewer, a.explainPort},
 		{http.MethodPost, "/clients/{id}/disable", roleOperator, a.disableClient},
 		{http.MethodPost, "/clients/{id}/enable", roleOperator, a.enableClient},
 		{http.MethodPost, "/clients/{id}/drain", roleOperator, a.drainClient},

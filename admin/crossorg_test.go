@@ -3,6 +3,7 @@ package admin_test
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -246,6 +247,9 @@ var matrix = []matrixCase{
 	}, master: 200},
 	{method: "GET", pattern: "/clients", req: fixed("/clients"), own: 200, other: 200, master: 200, listing: true},
 	{method: "GET", pattern: "/ports", req: fixed("/ports"), own: 200, other: 200, master: 200, listing: true},
+	{method: "GET", pattern: "/ports/explain", req: func(_ *testing.T, _ *orgWorld, _, own bool) (string, string) {
+		return map[bool]string{true: "/ports/explain?port=2222&protocol=tcp", false: "/ports/explain?port=2223&protocol=udp"}[own], ""
+	}, own: 200, other: 200, master: 200, listing: true},
 	{method: "POST", pattern: "/clients/{id}/disable", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/disable", ""
 	}, own: 204, other: 404, master: 204},
@@ -412,10 +416,76 @@ func TestCrossOrgMatrix(t *testing.T) {
 	}
 }
 
-// fakePorts lists a fixed set of public ports.
-type fakePorts struct{ list []admin.PortInfo }
+// fakePorts lists a fixed set of public ports. Its entries admit
+// visitors from 10.0.0.0/8 only; off is a server without tcp_port_range.
+type fakePorts struct {
+	list []admin.PortInfo
+	off  bool
+}
 
 func (f *fakePorts) Ports() []admin.PortInfo { return append([]admin.PortInfo(nil), f.list...) }
+
+func (f *fakePorts) Explain(num int, proto string, ip netip.Addr) (admin.PortInfo, []string, bool, bool) {
+	if f.off {
+		return admin.PortInfo{}, nil, false, false
+	}
+	for _, p := range f.list {
+		if p.Port == num && p.Protocol == proto {
+			if ip.IsValid() && !netip.MustParsePrefix("10.0.0.0/8").Contains(ip) {
+				return p, nil, true, true
+			}
+			return p, p.Names, true, true
+		}
+	}
+	return admin.PortInfo{}, nil, false, true
+}
+
+// TestExplainPort: GET /ports/explain says whether a port is open for the
+// caller and which entries would take a visitor, answers another
+// organization's port as not open, and refuses bad parameters.
+func TestExplainPort(t *testing.T) {
+	base := newFixture(t)
+	a, b := base.org(t, "a"), base.org(t, "b")
+	fp := &fakePorts{list: []admin.PortInfo{
+		{Port: 2222, Protocol: "tcp", OrgID: a, Names: []string{"ssh"}},
+		{Port: 5353, Protocol: "udp", OrgID: b, Names: []string{"theirs"}},
+	}}
+	f := base.withConfig(t, admin.Config{Ports: fp})
+	key := f.key(t, a, "viewer").Secret
+	for _, tc := range []struct {
+		query, cred string
+		open        bool
+		verdict     string
+	}{
+		{"port=2222&protocol=tcp", key, true, "open: 1 entry (ssh)"},
+		{"port=2222", key, true, "open: 1 entry"},
+		{"port=2222&ip=10.1.2.3", key, true, "relayed to ssh"},
+		{"port=2222&ip=192.0.2.1", key, true, "exclude 192.0.2.1"},
+		{"port=2223&protocol=tcp", key, false, "no client holds 2223/tcp"},
+		{"port=5353&protocol=udp", key, false, "no client holds 5353/udp"},
+		{"port=5353&protocol=udp", masterToken, true, "open: 1 entry (theirs)"},
+	} {
+		var ex admin.PortExplanation
+		f.expect(t, "GET", "/ports/explain?"+tc.query, tc.cred, "", http.StatusOK, &ex)
+		if ex.Open != tc.open || !strings.Contains(ex.Verdict, tc.verdict) {
+			t.Errorf("explain %s = %+v, want open %v and %q", tc.query, ex, tc.open, tc.verdict)
+		}
+		if !tc.open && (len(ex.Names) != 0 || strings.Contains(ex.Verdict, "theirs")) {
+			t.Errorf("explain %s shows another organization's entries: %+v", tc.query, ex)
+		}
+	}
+	for _, q := range []string{"", "port=0", "port=65536", "port=x", "port=22&protocol=sctp", "port=22&ip=not-an-ip", "port=" + strings.Repeat("9", 5000)} {
+		if status, body := f.call(t, "GET", "/ports/explain?"+q, key, ""); status != http.StatusBadRequest || len(body) > 1000 {
+			t.Errorf("explain ?%.40s = %d (%d bytes), want a short 400", q, status, len(body))
+		}
+	}
+	fp.off = true
+	var ex admin.PortExplanation
+	f.expect(t, "GET", "/ports/explain?port=2222", key, "", http.StatusOK, &ex)
+	if ex.Open || !strings.Contains(ex.Verdict, "tcp_port_range is off") {
+		t.Errorf("explain without tcp_port_range = %+v", ex)
+	}
+}
 
 // TestListPorts: GET /ports shows a key its organization's ports only,
 // the master token every port, sorted; a server with no ports answers an

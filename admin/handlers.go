@@ -358,6 +358,60 @@ func (a *API) listPorts(w http.ResponseWriter, r *http.Request, c caller) error 
 	return nil
 }
 
+// explainPort answers GET /ports/explain?port=N&protocol=tcp|udp[&ip=IP]:
+// whether the port is open for the caller's organization and which of
+// its entries would take a visitor from ip. A port another organization
+// holds is answered as not open.
+func (a *API) explainPort(w http.ResponseWriter, r *http.Request, c caller) error {
+	q := r.URL.Query()
+	num, err := strconv.Atoi(q.Get("port"))
+	if err != nil || num < 1 || num > 65535 {
+		return errorf(http.StatusBadRequest, "port %q is not a port number (1 to 65535)", truncate(q.Get("port"), 16))
+	}
+	proto := q.Get("protocol")
+	if proto == "" {
+		proto = "tcp"
+	}
+	if proto != "tcp" && proto != "udp" {
+		return errorf(http.StatusBadRequest, "protocol %q is not tcp or udp", truncate(proto, 16))
+	}
+	var ip netip.Addr
+	if s := q.Get("ip"); s != "" {
+		if ip, err = netip.ParseAddr(s); err != nil || ip.Zone() != "" {
+			return errorf(http.StatusBadRequest, "ip %q is not an IP address", truncate(s, 64))
+		}
+	}
+	ex := PortExplanation{Port: num, Protocol: proto, Names: []string{}, Admitting: []string{}}
+	if ip.IsValid() {
+		ex.IP = ip.String()
+	}
+	var p PortInfo
+	var admitting []string
+	ok, enabled := false, false
+	if a.ports != nil {
+		p, admitting, ok, enabled = a.ports.Explain(num, proto, ip)
+	}
+	label := fmt.Sprintf("%d/%s", num, proto)
+	switch {
+	case !enabled:
+		ex.Verdict = "refused: no public ports on this server (tcp_port_range is off)"
+	case !ok || !c.sees(p.OrgID):
+		ex.Verdict = "refused: no client holds " + label
+	default:
+		ex.Open, ex.Names, ex.Admitting = true, nonNil(p.Names), nonNil(admitting)
+		switch {
+		case len(admitting) == 0:
+			ex.Verdict = "refused: the allowed_ips of every entry serving " + label + " (or of its token) exclude " + ex.IP
+		case !ip.IsValid():
+			ex.Verdict = fmt.Sprintf("open: %d entr%s (%s); give an ip to check allowed_ips", len(p.Names), map[bool]string{true: "y", false: "ies"}[len(p.Names) == 1], strings.Join(p.Names, ", "))
+		default:
+			ex.Verdict = fmt.Sprintf("relayed to %s (round-robin among %d)", strings.Join(admitting, " or "), len(admitting))
+		}
+	}
+	a.writeJSON(w, r, http.StatusOK, ex)
+	return nil
+}
+
 func (a *API) listScaling(w http.ResponseWriter, r *http.Request, c caller) error {
 	if a.scaling == nil {
 		a.writeJSON(w, r, http.StatusOK, []autoscale.View{})
@@ -901,4 +955,13 @@ func (a *API) ownedHost(ctx context.Context, c caller, requested, host string) (
 		return "", ownership{}, err
 	}
 	return orgID, own, own.check(orgID, host)
+}
+
+// truncate cuts s to at most n bytes, for quoting a caller's value in an
+// error without echoing a huge one.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

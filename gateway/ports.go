@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -132,6 +133,14 @@ func (g *Gateway) registerPortMetrics() error {
 // gatewayPorts is the admin API's view of the public ports.
 type gatewayPorts struct{ g *Gateway }
 
+func (p gatewayPorts) Explain(num int, proto string, ip netip.Addr) (admin.PortInfo, []string, bool, bool) {
+	if p.g.ports == nil || !p.g.ports.Enabled() {
+		return admin.PortInfo{}, nil, false, false
+	}
+	s, names, ok := p.g.ports.Admitting(num, proto, ip)
+	return portInfo(s), names, ok, true
+}
+
 func (p gatewayPorts) Ports() []admin.PortInfo {
 	if p.g.ports == nil {
 		return nil
@@ -139,8 +148,12 @@ func (p gatewayPorts) Ports() []admin.PortInfo {
 	snap := p.g.ports.Snapshot()
 	out := make([]admin.PortInfo, len(snap))
 	for i, s := range snap {
-		out[i] = admin.PortInfo{Port: s.Port, Protocol: s.Protocol, OrgID: s.OrgID, Names: s.Names, Sessions: s.Sessions,
-			Open: s.Open, BytesIn: s.BytesIn, BytesOut: s.BytesOut, Refused: s.Refused, Dropped: s.Dropped}
+		out[i] = portInfo(s)
 	}
 	return out
+}
+
+func portInfo(s ports.PortInfo) admin.PortInfo {
+	return admin.PortInfo{Port: s.Port, Protocol: s.Protocol, OrgID: s.OrgID, Names: s.Names, Sessions: s.Sessions,
+		Open: s.Open, BytesIn: s.BytesIn, BytesOut: s.BytesOut, Refused: s.Refused, Dropped: s.Dropped}
 }

@@ -489,6 +489,26 @@ type PortInfo struct {
 }
 
 // Snapshot lists the open ports, by port then protocol.
+// Admitting returns the open port num/proto and the names of its entries
+// whose allowed_ips (and their tokens') admit ip, in order; every entry
+// when ip is not valid. ok is false when the port is not open.
+func (m *Manager) Admitting(num int, proto string, ip netip.Addr) (info PortInfo, names []string, ok bool) {
+	m.mu.Lock()
+	p := m.ports[portKey{proto: proto, num: num}]
+	m.mu.Unlock()
+	if p == nil {
+		return PortInfo{}, nil, false
+	}
+	p.mu.Lock()
+	for _, mb := range p.members {
+		if !ip.IsValid() || mb.admits(ip) {
+			names = append(names, mb.name)
+		}
+	}
+	p.mu.Unlock()
+	return p.info(), names, true
+}
+
 func (m *Manager) Snapshot() []PortInfo {
 	m.mu.Lock()
 	ps := make([]*port, 0, len(m.ports))

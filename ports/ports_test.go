@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -256,4 +258,48 @@ func TestTCPLimits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAdmitting: the entries of a pooled port that admit a visitor are
+// those whose allowed_ips and token allowed_ips both do; every entry
+// without an address; a port not open is not found.
+func TestAdmitting(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := acmetest.FreePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
+	defer m.Close()
+	ctx := context.Background()
+	office := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "office", Protocol: "tcp", RemotePort: p, AllowedIPs: []string{"10.0.0.0/8"}}}}}
+	fenced := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true, AllowedIPs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "any", Protocol: "tcp", RemotePort: p}}}}
+	for id, s := range map[string]*fakeSession{"a": office, "b": fenced} {
+		if st, _ := m.Apply(ctx, id, s); st[0].Error != "" {
+			t.Fatal(st[0].Error)
+		}
+	}
+	for _, tc := range []struct {
+		ip   string
+		want []string
+	}{
+		{"10.1.2.3", []string{"office"}},
+		{"192.0.2.7", []string{"any"}},
+		{"203.0.113.1", nil},
+		{"", []string{"office", "any"}},
+	} {
+		var ip netip.Addr
+		if tc.ip != "" {
+			ip = netip.MustParseAddr(tc.ip)
+		}
+		info, got, ok := m.Admitting(p, "tcp", ip)
+		slices.Sort(got)
+		want := slices.Clone(tc.want)
+		slices.Sort(want)
+		if !ok || info.Port != p || !slices.Equal(got, want) {
+			t.Errorf("Admitting(%s) = %v %v, want %v", tc.ip, got, ok, tc.want)
+		}
+	}
+	if _, _, ok := m.Admitting(p, "udp", netip.Addr{}); ok {
+		t.Error("Admitting found a udp port nobody opened")
+	}
+	m.Release(ctx, "a", office.id)
+	m.Release(ctx, "b", fenced.id)
 }

@@ -609,6 +609,24 @@ type PortInfo struct {
 	Dropped int64 `json:"dropped"`
 }
 
+// PortExplanation is GET /ports/explain's answer: what the server would
+// do now with a visitor's connection to a public port.
+type PortExplanation struct {
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+	// IP is the visitor asked about; "" when none was given.
+	IP string `json:"ip"`
+	// Open is whether a client of the caller's organization (any, for
+	// the master token) holds the port.
+	Open bool `json:"open"`
+	// Names are the entries serving it; Admitting those whose
+	// allowed_ips (and their tokens') admit IP, all of them without IP.
+	Names     []string `json:"names"`
+	Admitting []string `json:"admitting"`
+	// Verdict says what would happen, in a few words.
+	Verdict string `json:"verdict"`
+}
+
 // ClientInfo is one connected client as GET /clients shows it: one entry per
 // client connection and service.
 type ClientInfo struct {

@@ -264,6 +264,17 @@ func (c *Client) Explain(ctx context.Context, host, path, ip string) (wire.Expla
 	return out, c.Do(ctx, http.MethodGet, "/explain?"+q.Encode(), nil, &out)
 }
 
+// ExplainPort calls GET /ports/explain: what the server would do with a
+// visitor's connection from ip ("" for none) to public port num/proto.
+func (c *Client) ExplainPort(ctx context.Context, num int, proto, ip string) (wire.PortExplanation, error) {
+	q := url.Values{"port": {strconv.Itoa(num)}, "protocol": {proto}}
+	if ip != "" {
+		q.Set("ip", ip)
+	}
+	var out wire.PortExplanation
+	return out, c.Do(ctx, http.MethodGet, "/ports/explain?"+q.Encode(), nil, &out)
+}
+
 // send sends one request to url with the key, asking for accept; a body
 // (nil for none) is sent as JSON. The caller closes the answer's body.
 func (c *Client) send(ctx context.Context, method, url, accept string, body io.Reader) (*http.Response, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -525,9 +526,20 @@ func (a *apiCLI) explainCommand() *cobra.Command {
 		Short: "Say what the server would do with a request for URL, step by step, without sending it",
 		Long: "Ask the server what it would do now with a visitor's request for URL (its hostname and path;\n" +
 			"the scheme, port and query are ignored): maintenance, limits, the pool's clients, cold start,\n" +
-			"fallbacks, and the verdict. Nothing is sent to the app and no limit is spent.",
+			"fallbacks, and the verdict. Nothing is sent to the app and no limit is spent.\n" +
+			"tcp://HOST:PORT or udp://HOST:PORT asks about a public port instead: whether a client holds it\n" +
+			"and which of its entries would take a visitor from --ip.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if proto, num, ok := portTarget(args[0]); ok {
+				if num == 0 {
+					fmt.Fprintf(a.stderr, "aperio-client: %q names no port (like tcp://tunnel.example.com:2222)\n", args[0])
+					return exitcode.ErrUsage
+				}
+				return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.PortExplanation, error) {
+					return c.ExplainPort(ctx, num, proto, ip)
+				}, portExplainTable)
+			}
 			host, path, err := explainTarget(args[0])
 			if err != nil {
 				fmt.Fprintln(a.stderr, "aperio-client:", err)
@@ -544,6 +556,25 @@ func (a *apiCLI) explainCommand() *cobra.Command {
 
 // explainTarget splits a URL (a scheme is optional) into the hostname and
 // path a visitor's request would carry.
+// portTarget reads tcp://HOST:PORT or udp://HOST:PORT; ok is false for
+// any other scheme, num 0 when the port is missing or out of range.
+func portTarget(raw string) (proto string, num int, ok bool) {
+	scheme, rest, found := strings.Cut(raw, "://")
+	if !found || (scheme != "tcp" && scheme != "udp") {
+		return "", 0, false
+	}
+	_, port, err := net.SplitHostPort(strings.TrimSuffix(rest, "/"))
+	if n, perr := strconv.Atoi(port); err == nil && perr == nil && n >= 1 && n <= 65535 {
+		num = n
+	}
+	return scheme, num, true
+}
+
+func portExplainTable(w io.Writer, ex wire.PortExplanation) {
+	fmt.Fprintf(w, "PORT\t%d/%s from %s\nOPEN\t%s\nENTRIES\t%s\nADMITTING\t%s\nVERDICT\t%s\n",
+		ex.Port, ex.Protocol, cell(ex.IP), yesNo(ex.Open), joined(ex.Names), joined(ex.Admitting), ex.Verdict)
+}
+
 func explainTarget(raw string) (host, path string, err error) {
 	s := raw
 	if !strings.Contains(s, "://") {

@@ -299,6 +299,23 @@ expose:
 		}
 	})
 
+	t.Run("api explain a port", func(t *testing.T) {
+		run := func(args ...string) string {
+			t.Helper()
+			out, err := exec.Command(filepath.Join(f.bin, "aperio-client"), append([]string{"api", "explain", "--server-url", srv.url, "--api-key", f.master}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("aperio-client api explain %v: %v\n%s", args, err, out)
+			}
+			return string(out)
+		}
+		if out := run(fmt.Sprintf("tcp://127.0.0.1:%d", ps[0]), "--ip", "203.0.113.9"); !strings.Contains(out, "relayed to ssh") {
+			t.Errorf("explain of the ssh port:\n%s", out)
+		}
+		if out := run(fmt.Sprintf("udp://127.0.0.1:%d", ps[0])); !strings.Contains(out, fmt.Sprintf("no client holds %d/udp", ps[0])) {
+			t.Errorf("explain of a port nobody holds for udp:\n%s", out)
+		}
+	})
+
 	t.Run("static", func(t *testing.T) {
 		req, _ := http.NewRequest("GET", srv.url+"/assets/app.js", nil)
 		req.Host = "site.test"
