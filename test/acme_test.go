@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,12 +22,28 @@ import (
 )
 
 // The ACME side of the topology (test/docker-compose.yml): the names the
-// ACME servers answer for, and what Pebble logs once per order it accepts
-// (pebble's wfe, "Added order %q to the db").
+// ACME servers answer for; what Pebble logs once per challenge it
+// validates, naming the identifier (its VA, "Pulled a task from the Tasks
+// queue: %#v" of a task whose Identifier holds the name); what a server
+// logs per certificate it obtains (acme.Manager's onEvent); and the
+// lifetime of the certificates Pebble issues (certificateValidityPeriod
+// in the e2e-pebble image's config, deploy/images/build.sh).
+//
+// With the servers' default renewal check (certmagic's, every 10
+// minutes), certmagic counts a certificate with less than five checks
+// (50 minutes) left as expiring imminently: a 30-second one is due for
+// renewal from its issuance on, not from its last third, and each
+// handshake that finds it in a server's cache (none renewing it yet)
+// starts a renewal in the background while being served it. Only the
+// in-process test (acme.TestPebbleRenewsWithoutDropping, a 1 s check)
+// sees the last-third window.
 const (
-	acmeAppHost    = "app.test"
-	acmeOtherHost  = "other.test" // no token covers it
-	pebbleOrderLog = "Added order "
+	acmeAppHost     = "app.test"
+	acmeOtherHost   = "other.test" // no token covers it
+	pebbleTaskLog   = "Pulled a task from the Tasks queue"
+	obtainedLog     = `msg="certificate obtained"`
+	pebbleValidity  = 30 * time.Second
+	renewalVisitGap = 500 * time.Millisecond // between fresh handshakes while waiting for a renewal
 )
 
 var acmeServers = map[string]string{"acme-a": "a.tunnel.test", "acme-b": "b.tunnel.test"}
@@ -100,18 +117,23 @@ func (tp *topology) pebbleRoot() *x509.CertPool {
 	return roots
 }
 
-// pebbleOrders counts the orders Pebble accepted so far: the lines of its
-// log that say it added one (a new-order request the ask check let
-// through; the ACME servers' own names at start count too). Pebble has no
-// management endpoint that lists orders.
-func (tp *topology) pebbleOrders() int {
+// pebbleOrders counts the orders Pebble accepted so far for name: the
+// challenges it pulled to validate for that identifier. The image turns
+// authorization reuse off (PEBBLE_AUTHZREUSE=0), so every order for name
+// brings a fresh authorization and one validation of it. Pebble's
+// "Added order" line names no identifier, and Pebble has no management
+// endpoint that lists orders; counting per name keeps the count free of
+// the renewals of the servers' own names, which, with certificates of
+// pebbleValidity, follow most handshakes for them.
+func (tp *topology) pebbleOrders(name string) int {
 	tp.t.Helper()
 	out := docker(tp.t, "logs", tp.containerID("pebble"))
+	ident := fmt.Sprintf("Value:%q", name)
 	n := 0
 	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), pebbleOrderLog) {
+		if line := sc.Text(); strings.Contains(line, pebbleTaskLog) && strings.Contains(line, ident) {
 			n++
 		}
 	}
@@ -152,16 +174,72 @@ func getOver(c *tls.Conn, host string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
+// keptConn is one HTTP/1.1 connection to a server's TLS port, held open
+// across requests (keep-alive), the way a browser keeps one.
+type keptConn struct {
+	c  *tls.Conn
+	br *bufio.Reader
+}
+
+// get sends GET / for host on the connection and reads the whole
+// response within 30 s. A response that closes the connection is an
+// error: the connection is meant to outlive the request.
+func (k *keptConn) get(host string) (int, string, error) {
+	if err := k.c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return 0, "", err
+	}
+	if _, err := fmt.Fprintf(k.c, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host); err != nil {
+		return 0, "", err
+	}
+	resp, err := http.ReadResponse(k.br, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.Close {
+		err = errors.New("the server closed the connection after the response")
+	}
+	return resp.StatusCode, string(b), err
+}
+
+// acmeIssued is what acme_on_demand leaves for acme_renewal: Pebble's
+// issuing root and the first certificate acme-a obtained for app.test.
+type acmeIssued struct {
+	roots *x509.CertPool
+	leaf  *x509.Certificate
+}
+
+// obtained counts the certificates for name that server logged as
+// obtained: fresh (renewal=false) and renewals.
+func (tp *topology) obtained(server, name string) (fresh, renewals int) {
+	tp.t.Helper()
+	out := docker(tp.t, "logs", tp.containerID(server))
+	host := " hostname=" + name + " "
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, obtainedLog) || !strings.Contains(line, host) {
+			continue
+		}
+		if strings.Contains(line, " renewal=true") {
+			renewals++
+		} else {
+			fresh++
+		}
+	}
+	return fresh, renewals
+}
+
 // acmeOnDemand is the step acme_on_demand: automatic TLS against Pebble
-// with two servers on one store.
-func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
+// with two servers on one store. It returns the root and the certificate
+// for acme_renewal.
+func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) acmeIssued {
 	for s := range acmeServers {
 		tp.waitHealthy(s, tp.containerID(s), 60*time.Second)
 	}
 	roots := tp.pebbleRoot()
 	// Each server obtains its own name at start: wait until both serve it
-	// (chained to Pebble's root), so that the orders counted below are
-	// the visitors' alone.
+	// (chained to Pebble's root). With short-lived certificates these
+	// handshakes may also renew them; orders are counted per name.
 	for s, own := range acmeServers {
 		addr := tp.port(s, 8443)
 		var last error
@@ -177,12 +255,10 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
 		if last != nil {
 			t.Logf("%s before its own certificate: %v", s, last)
 		}
-	}
-	// One order each for the two names obtained at start: the count does
-	// see orders.
-	orders0 := tp.pebbleOrders()
-	if orders0 < len(acmeServers) {
-		t.Fatalf("pebble orders once both servers serve their own names = %d, want at least %d", orders0, len(acmeServers))
+		// The count does see orders: at least one for each own name.
+		if n := tp.pebbleOrders(own); n < 1 {
+			t.Fatalf("pebble orders for %s once %s serves it = %d, want at least 1", own, s, n)
+		}
 	}
 
 	// (a) A token for app.test alone (minted with the master token; the
@@ -200,8 +276,8 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
 	tp.setEnv("E2E_ACME_APP_TOKEN", tok.Secret)
 	tp.mustCompose("--profile", "acme", "up", "-d", "--no-recreate", "acme-app")
 	tp.waitHealthy("acme-app (its tunnel to acme-a is up)", tp.containerID("acme-app"), 60*time.Second)
-	if n := tp.pebbleOrders(); n != orders0 {
-		t.Fatalf("pebble orders after the client connected = %d, want %d (only a visitor's handshake orders)", n, orders0)
+	if n := tp.pebbleOrders(acmeAppHost); n != 0 {
+		t.Fatalf("pebble orders for %s after the client connected = %d, want 0 (only a visitor's handshake orders)", acmeAppHost, n)
 	}
 	start := time.Now()
 	c, err := handshake(tp.port("acme-a", 8443), acmeAppHost, roots)
@@ -214,15 +290,19 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
 	if err := leaf.VerifyHostname(acmeAppHost); err != nil {
 		t.Errorf("acme-a's certificate for %s: %v", acmeAppHost, err)
 	}
+	// Pebble makes NotAfter NotBefore + period - 1 s.
+	if life := leaf.NotAfter.Sub(leaf.NotBefore); life > pebbleValidity || life < pebbleValidity-2*time.Second {
+		t.Fatalf("the certificate for %s lives %v, want about %v (certificateValidityPeriod of the e2e-pebble image)", acmeAppHost, life, pebbleValidity)
+	}
 	status, body, err := getOver(c, acmeAppHost)
 	if err != nil || status != http.StatusOK || !strings.HasPrefix(body, "hello from ") {
 		t.Fatalf("GET https://%s/ via acme-a = %d %q %v, want 200 from the app", acmeAppHost, status, body, err)
 	}
-	if n := tp.pebbleOrders(); n != orders0+1 {
-		t.Errorf("pebble orders after the first visit = %d, want %d (one for %s)", n, orders0+1, acmeAppHost)
+	if n := tp.pebbleOrders(acmeAppHost); n != 1 {
+		t.Errorf("pebble orders for %s after the first visit = %d, want 1", acmeAppHost, n)
 	}
-	figs.add(t, "acme: first HTTPS request for %s via acme-a obtained its certificate in its handshake (%v; serial %x, chained to Pebble's root) and was served",
-		acmeAppHost, issued.Round(time.Millisecond), leaf.SerialNumber)
+	figs.add(t, "acme: first HTTPS request for %s via acme-a obtained its certificate in its handshake (%v; serial %x, chained to Pebble's root, valid %v) and was served",
+		acmeAppHost, issued.Round(time.Millisecond), leaf.SerialNumber, leaf.NotAfter.Sub(leaf.NotBefore).Round(time.Second))
 
 	// (b) other.test: no token covers it, so the ask check refuses it at
 	// both servers, before any order.
@@ -234,12 +314,15 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
 			t.Errorf("handshake for %s at %s succeeded (certificate for %v), want it refused", acmeOtherHost, s, names)
 		}
 	}
-	if n := tp.pebbleOrders(); n != orders0+1 {
-		t.Errorf("pebble orders after the handshakes for %s = %d, want still %d", acmeOtherHost, n, orders0+1)
+	if n := tp.pebbleOrders(acmeOtherHost); n != 0 {
+		t.Errorf("pebble orders for %s after its handshakes = %d, want 0", acmeOtherHost, n)
 	}
 
 	// (c) acme-b finds app.test's certificate in the shared store and
-	// serves the same one, with no order of its own.
+	// serves the same one; it never obtains the name afresh. The
+	// handshake that loads it also starts a renewal there (the
+	// certificate is due at once, see the constants), so Pebble may see
+	// a second order for app.test, acme-b's renewal, after this.
 	c, err = handshake(tp.port("acme-b", 8443), acmeAppHost, roots)
 	if err != nil {
 		t.Fatalf("handshake for %s at acme-b: %v", acmeAppHost, err)
@@ -249,9 +332,129 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) {
 	if other.SerialNumber.Cmp(leaf.SerialNumber) != 0 {
 		t.Errorf("acme-b serves %s with serial %x, want acme-a's %x (one certificate in the shared store)", acmeAppHost, other.SerialNumber, leaf.SerialNumber)
 	}
-	if n := tp.pebbleOrders(); n != orders0+1 {
-		t.Errorf("pebble orders after acme-b's handshake = %d, want still %d", n, orders0+1)
+	if fresh, _ := tp.obtained("acme-b", acmeAppHost); fresh != 0 {
+		t.Errorf("acme-b logged %d fresh certificate(s) for %s, want 0 (it loads the store's)", fresh, acmeAppHost)
 	}
-	figs.add(t, "acme: acme-b served the same certificate for %s from the shared store; %s refused at both servers; %d order(s) for the visitors' names in all",
-		acmeAppHost, acmeOtherHost, tp.pebbleOrders()-orders0)
+	if fresh, _ := tp.obtained("acme-a", acmeAppHost); fresh != 1 {
+		t.Errorf("acme-a logged %d fresh certificate(s) for %s, want 1", fresh, acmeAppHost)
+	}
+	figs.add(t, "acme: acme-b served the same certificate for %s from the shared store; %s refused at both servers; %d order(s) for %s so far",
+		acmeAppHost, acmeOtherHost, tp.pebbleOrders(acmeAppHost), acmeAppHost)
+	return acmeIssued{roots: roots, leaf: leaf}
+}
+
+// acmeRenewal is the step acme_renewal: with Pebble's short-lived
+// certificates, acme-a renews app.test's before it expires while
+// visitors keep coming, without failing a handshake or dropping a
+// connection opened on the old certificate, and acme-b, which holds the
+// old one too, moves on to a renewed one.
+func (tp *topology) acmeRenewal(t *testing.T, figs *figures, first acmeIssued) {
+	addr := tp.port("acme-a", 8443)
+	_, renewals0 := tp.obtained("acme-a", acmeAppHost)
+	// This handshake finds the certificate due (see the constants): it is
+	// served the old one and starts the renewal.
+	c, err := handshake(addr, acmeAppHost, first.roots)
+	if err != nil {
+		t.Fatalf("handshake for %s at acme-a for the kept connection: %v", acmeAppHost, err)
+	}
+	held := &keptConn{c: c, br: bufio.NewReader(c)}
+	defer c.Close()
+	old := c.ConnectionState().PeerCertificates[0]
+	if old.SerialNumber.Cmp(first.leaf.SerialNumber) != 0 {
+		t.Fatalf("the kept connection got serial %x, want the first certificate's %x (acme-a replaced it before the step began)",
+			old.SerialNumber, first.leaf.SerialNumber)
+	}
+	heldGet := func(when string) {
+		t.Helper()
+		status, body, err := held.get(acmeAppHost)
+		if err != nil || status != http.StatusOK || !strings.HasPrefix(body, "hello from ") {
+			t.Fatalf("GET on the connection kept since serial %x was served, %s = %d %q %v, want 200 from the app", old.SerialNumber, when, status, body, err)
+		}
+	}
+	heldGet("at its start")
+	heldRequests := 1
+
+	// A fresh visitor every renewalVisitGap, each served; a request on
+	// the kept connection every second. Twice the old certificate's
+	// life bounds the wait.
+	start := time.Now()
+	deadline := start.Add(2 * pebbleValidity)
+	tick := time.NewTicker(renewalVisitGap)
+	defer tick.Stop()
+	var renewed *x509.Certificate
+	handshakes := 0
+	for renewed == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no new certificate for %s at acme-a within %v (%d handshakes; old serial %x expires %v)",
+				acmeAppHost, 2*pebbleValidity, handshakes, old.SerialNumber, old.NotAfter.Format(time.RFC3339))
+		}
+		<-tick.C
+		c, err := handshake(addr, acmeAppHost, first.roots)
+		if err != nil {
+			t.Fatalf("handshake %d for %s at acme-a, %v into the step (old certificate expires %v): %v, want every one to succeed",
+				handshakes+1, acmeAppHost, time.Since(start).Round(time.Millisecond), old.NotAfter.Format(time.RFC3339), err)
+		}
+		handshakes++
+		leaf := c.ConnectionState().PeerCertificates[0]
+		status, body, err := getOver(c, acmeAppHost)
+		if err != nil || status != http.StatusOK || !strings.HasPrefix(body, "hello from ") {
+			t.Fatalf("GET https://%s/ via acme-a on handshake %d = %d %q %v, want 200 from the app", acmeAppHost, handshakes, status, body, err)
+		}
+		if leaf.SerialNumber.Cmp(old.SerialNumber) != 0 {
+			renewed = leaf
+		}
+		if handshakes%2 == 0 {
+			heldGet(fmt.Sprintf("after %d fresh handshakes", handshakes))
+			heldRequests++
+		}
+	}
+	took := time.Since(start)
+	// The handshake verified the chain against Pebble's root alone.
+	if err := renewed.VerifyHostname(acmeAppHost); err != nil {
+		t.Errorf("the renewed certificate: %v", err)
+	}
+	if !renewed.NotAfter.After(old.NotAfter) {
+		t.Errorf("the renewed certificate expires %v, want later than the old one's %v", renewed.NotAfter, old.NotAfter)
+	}
+	if !renewed.NotBefore.Before(old.NotAfter) {
+		t.Errorf("the renewed certificate was issued at %v, after the old one expired (%v): want renewal before expiry", renewed.NotBefore, old.NotAfter)
+	}
+	heldGet("after the renewal")
+	heldRequests++
+	if _, n := tp.obtained("acme-a", acmeAppHost); n <= renewals0 {
+		t.Errorf("acme-a logged %d renewal(s) of %s, want more than the %d before the step", n, acmeAppHost, renewals0)
+	}
+	figs.add(t, "acme: acme-a renewed %s, served %v into the step, issued %v before the old certificate's expiry (serial %x -> %x); %d fresh handshakes and %d requests on a connection opened before it, none failed",
+		acmeAppHost, took.Round(time.Millisecond), old.NotAfter.Sub(renewed.NotBefore).Round(time.Second), old.SerialNumber, renewed.SerialNumber, handshakes, heldRequests)
+
+	// acme-b: its handshake in acme_on_demand loaded the first
+	// certificate from the store and started a renewal of its own, which
+	// (the store's copy being due too) ordered rather than loading
+	// another server's. Wait until it serves something newer than the
+	// first certificate, and say whose it is.
+	bAddr := tp.port("acme-b", 8443)
+	var got *x509.Certificate
+	bStart := time.Now()
+	tp.waitFor("acme-b serves a certificate for "+acmeAppHost+" newer than the first", pebbleValidity, func() bool {
+		c, err := handshake(bAddr, acmeAppHost, first.roots)
+		if err != nil {
+			t.Fatalf("handshake for %s at acme-b after acme-a's renewal: %v, want it to succeed", acmeAppHost, err)
+		}
+		got = c.ConnectionState().PeerCertificates[0]
+		c.Close()
+		return got.NotAfter.After(old.NotAfter)
+	})
+	whose := "its own renewal"
+	if got.SerialNumber.Cmp(renewed.SerialNumber) == 0 {
+		whose = "acme-a's renewal, from the store"
+	}
+	bFresh, bRenewals := tp.obtained("acme-b", acmeAppHost)
+	if bFresh != 0 {
+		t.Errorf("acme-b logged %d fresh certificate(s) for %s, want 0 (only renewals of the store's)", bFresh, acmeAppHost)
+	}
+	if whose == "its own renewal" && bRenewals == 0 {
+		t.Errorf("acme-b serves %s with serial %x, neither acme-a's, nor one it logged renewing", acmeAppHost, got.SerialNumber)
+	}
+	figs.add(t, "acme: acme-b served a renewed certificate for %s %v after acme-a's (serial %x, %s; acme-b logged %d renewal(s)); %d order(s) for %s in all",
+		acmeAppHost, time.Since(bStart).Round(time.Millisecond), got.SerialNumber, whose, bRenewals, tp.pebbleOrders(acmeAppHost), acmeAppHost)
 }

@@ -42,6 +42,8 @@ func TestEndToEnd(t *testing.T) {
 	var load *loadGen
 	var lost int64 // requests lost while both servers were reachable or while the surviving one was the target
 
+	var issued acmeIssued // acme_on_demand's certificate, for acme_renewal
+
 	steps := []struct {
 		name string
 		run  func(t *testing.T)
@@ -54,11 +56,17 @@ func TestEndToEnd(t *testing.T) {
 		}},
 		{"tcp_port_through_two_servers", tcpPortThroughTwoServers(tp, figs)},
 
-		// Independent of the scaling steps too: its servers, acme-a and
-		// acme-b, take no part in them.
+		// Independent of the scaling steps too: their servers, acme-a and
+		// acme-b, take no part in them. acme_renewal follows at once: it
+		// waits for the renewal of the certificate acme_on_demand
+		// obtained, which Pebble makes short-lived.
 		{"acme_on_demand", func(t *testing.T) {
 			tp.t = t
-			tp.acmeOnDemand(t, figs)
+			issued = tp.acmeOnDemand(t, figs)
+		}},
+		{"acme_renewal", func(t *testing.T) {
+			tp.t = t
+			tp.acmeRenewal(t, figs, issued)
 		}},
 
 		{"seed_then_idle_retire_to_zero", func(t *testing.T) {

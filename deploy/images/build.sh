@@ -276,7 +276,9 @@ EOF
 # DNS, which knows the compose network's aliases. PEBBLE_VA_NOSLEEP drops
 # its random wait before validating; PEBBLE_WFE_NONCEREJECT=0 stops it
 # rejecting good nonces at random, and PEBBLE_AUTHZREUSE=0 reusing
-# authorizations, so that every order really validates.
+# authorizations, so that every order really validates. Its certificates
+# live 30 s (certificateValidityPeriod), so that the suite sees one
+# renewed within a step (test/acme_test.go, pebbleValidity).
 e2e_pebble_image() {
   local dir="$work/e2e-pebble"
   [ -x /usr/bin/pebble ] || apt_install pebble
@@ -292,7 +294,8 @@ e2e_pebble_image() {
   "httpPort": 8080,
   "tlsPort": 8443,
   "ocspResponderURL": "",
-  "externalAccountBindingRequired": false
+  "externalAccountBindingRequired": false,
+  "certificateValidityPeriod": 30
 }}
 EOF
   scratch_dockerfile "$dir" 'ENV PEBBLE_VA_NOSLEEP=1 PEBBLE_WFE_NONCEREJECT=0 PEBBLE_AUTHZREUSE=0
