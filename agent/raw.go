@@ -103,34 +103,37 @@ func hostPort(u *url.URL) string {
 // rawDone wraps the connection of a raw stream so that its end counts as
 // activity for idle_timeout, as a request's end does.
 func (a *Agent) rawDone(c io.ReadWriteCloser) io.ReadWriteCloser {
-	done := func() { a.lastRequest.Store(time.Now().UnixNano()) }
-	if tc, ok := c.(*net.TCPConn); ok {
-		return &tcpEnd{TCPConn: tc, done: done}
-	}
-	return &endWrap{ReadWriteCloser: c, done: done}
+	return &rawEnd{ReadWriteCloser: c, done: func() { a.lastRequest.Store(time.Now().UnixNano()) }}
 }
 
-// tcpEnd is a TCP connection that reports its close; CloseWrite and
-// SetWriteDeadline stay the connection's, so the relay half-closes it.
-type tcpEnd struct {
-	*net.TCPConn
-	once sync.Once
-	done func()
-}
-
-func (c *tcpEnd) Close() error {
-	c.once.Do(c.done)
-	return c.TCPConn.Close()
-}
-
-// endWrap is any other raw connection that reports its close.
-type endWrap struct {
+// rawEnd is a raw stream's target connection that reports its close. It
+// passes CloseWrite and SetWriteDeadline on to a connection that has
+// them (TCP), so the relay half-closes it and can release a blocked
+// write; for one that has not (a UDP flow) they fail, and the relay
+// closes it whole instead.
+type rawEnd struct {
 	io.ReadWriteCloser
 	once sync.Once
 	done func()
 }
 
-func (c *endWrap) Close() error {
+var errNoHalfClose = errors.New("agent: the target's connection cannot be half-closed or given a write deadline")
+
+func (c *rawEnd) CloseWrite() error {
+	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errNoHalfClose
+}
+
+func (c *rawEnd) SetWriteDeadline(t time.Time) error {
+	if d, ok := c.ReadWriteCloser.(interface{ SetWriteDeadline(time.Time) error }); ok {
+		return d.SetWriteDeadline(t)
+	}
+	return errNoHalfClose
+}
+
+func (c *rawEnd) Close() error {
 	c.once.Do(c.done)
 	return c.ReadWriteCloser.Close()
 }

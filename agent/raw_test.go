@@ -3,7 +3,6 @@ package agent
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,53 +12,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pires/go-proxyproto"
+
 	"github.com/aperio-dev/aperio/config"
 	"github.com/aperio-dev/aperio/internal/echotest"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
-// parseProxyV2 reads a PROXY protocol v2 header from r as a backend
-// would, from the specification: signature, version and command, family,
-// length, then the addresses. local is true for the LOCAL command.
-func parseProxyV2(r io.Reader) (src, dst netip.AddrPort, local bool, err error) {
-	var fixed [16]byte
-	if _, err = io.ReadFull(r, fixed[:]); err != nil {
-		return
+// parseProxyV2 reads a PROXY protocol header from r as a backend would;
+// local is true for the LOCAL command.
+func parseProxyV2(r *bufio.Reader) (src, dst netip.AddrPort, local bool, err error) {
+	h, err := proxyproto.Read(r)
+	if err != nil {
+		return src, dst, false, err
 	}
-	if !bytes.Equal(fixed[:12], proxyV2Signature[:]) {
-		return src, dst, false, errors.New("no PROXY v2 signature")
+	if h.Version != 2 {
+		return src, dst, false, fmt.Errorf("version %d", h.Version)
 	}
-	if fixed[12]>>4 != 2 {
-		return src, dst, false, fmt.Errorf("version %d", fixed[12]>>4)
-	}
-	body := make([]byte, binary.BigEndian.Uint16(fixed[14:]))
-	if _, err = io.ReadFull(r, body); err != nil {
-		return
-	}
-	switch fixed[12] & 0xf {
-	case 0:
+	if h.Command.IsLocal() {
 		return src, dst, true, nil
-	case 1:
-	default:
-		return src, dst, false, fmt.Errorf("command %d", fixed[12]&0xf)
 	}
-	var alen int
-	switch fixed[13] >> 4 {
-	case 1:
-		alen = 4
-	case 2:
-		alen = 16
-	default:
-		return src, dst, false, fmt.Errorf("family %d", fixed[13]>>4)
+	sa, err := netip.ParseAddrPort(h.SourceAddr.String())
+	if err != nil {
+		return src, dst, false, err
 	}
-	if len(body) < 2*alen+4 {
-		return src, dst, false, errors.New("short address block")
-	}
-	sa, _ := netip.AddrFromSlice(body[:alen])
-	da, _ := netip.AddrFromSlice(body[alen : 2*alen])
-	src = netip.AddrPortFrom(sa, binary.BigEndian.Uint16(body[2*alen:]))
-	dst = netip.AddrPortFrom(da, binary.BigEndian.Uint16(body[2*alen+2:]))
-	return src, dst, false, nil
+	da, err := netip.ParseAddrPort(h.DestinationAddr.String())
+	return sa, da, false, err
 }
 
 func TestProxyV2Header(t *testing.T) {
@@ -79,7 +57,7 @@ func TestProxyV2Header(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := proxyV2Header(tc.udp, tc.src, tc.dst)
-			src, dst, local, err := parseProxyV2(bytes.NewReader(h))
+			src, dst, local, err := parseProxyV2(bufio.NewReader(bytes.NewReader(h)))
 			if err != nil {
 				t.Fatalf("parse: %v (header % x)", err, h)
 			}
@@ -89,7 +67,7 @@ func TestProxyV2Header(t *testing.T) {
 			if local {
 				return
 			}
-			if h[13] != tc.fam {
+			if len(h) < 14 || h[13] != tc.fam {
 				t.Errorf("family byte = %#x, want %#x", h[13], tc.fam)
 			}
 			ws, wd := netip.MustParseAddrPort(tc.src), netip.MustParseAddrPort(tc.dst)
@@ -218,7 +196,7 @@ func TestForwardRawUDP(t *testing.T) {
 			t.Fatalf("write: %v", err)
 		}
 	}
-	conn.(*endWrap).ReadWriteCloser.(*udpFlow).c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	conn.(*rawEnd).ReadWriteCloser.(*udpFlow).c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	buf := make([]byte, tunnel.MaxDatagram)
 	got := map[string]bool{}
 	for range msgs {
