@@ -87,55 +87,76 @@ type UI struct {
 	oidc       bool
 	log        *slog.Logger
 	now        func() time.Time
-	msgs       catalogs
-	assets     map[string]*asset
 	pages      map[string]*page
 	nav        []*page
-	tmpl       map[string]*template.Template // page name → its template set
+
+	// The parsed catalogs, assets and templates (about 2 MB of heap) are
+	// built on the first request, so a server whose dashboard nobody
+	// opens does not hold them; load is the one place that builds them.
+	loadOnce sync.Once
+	loadErr  error
+	msgs     catalogs
+	assets   map[string]*asset
+	tmpl     map[string]*template.Template // page name → its template set
 }
 
-// New returns the dashboard, its templates, catalogs and assets parsed:
-// an error here is a build defect.
+// New returns the dashboard. Its templates, catalogs and assets are parsed
+// on the first request (Load); an error there is a build defect, which
+// TestLoad catches.
 func New(cfg Config) (*UI, error) {
 	if cfg.API == nil || cfg.Login == nil {
 		return nil, errors.New("dashboard: Config.API and Config.Login are required")
 	}
-	u := &UI{api: cfg.API, login: cfg.Login, hasSession: cfg.HasSession, oidc: cfg.OIDC, log: cfg.Logger, now: cfg.Now, pages: map[string]*page{}, tmpl: map[string]*template.Template{}}
+	u := &UI{api: cfg.API, login: cfg.Login, hasSession: cfg.HasSession, oidc: cfg.OIDC, log: cfg.Logger, now: cfg.Now, pages: map[string]*page{}}
 	if u.log == nil {
 		u.log = slog.New(slog.DiscardHandler)
 	}
 	if u.now == nil {
 		u.now = time.Now
 	}
-	var err error
-	if u.msgs, err = loadCatalogs(catalogFS); err != nil {
-		return nil, err
-	}
-	if u.assets, err = loadAssets(assetFS); err != nil {
-		return nil, err
-	}
 	for _, p := range registered() {
 		u.pages[p.Name] = p
 		u.nav = append(u.nav, p)
+	}
+	return u, nil
+}
+
+// Load parses the catalogs, assets and templates once; later calls return
+// the first call's error. ServeHTTP calls it.
+func (u *UI) Load() error {
+	u.loadOnce.Do(func() { u.loadErr = u.load() })
+	return u.loadErr
+}
+
+func (u *UI) load() error {
+	var err error
+	if u.msgs, err = loadCatalogs(catalogFS); err != nil {
+		return err
+	}
+	if u.assets, err = loadAssets(assetFS); err != nil {
+		return err
+	}
+	u.tmpl = map[string]*template.Template{}
+	for _, p := range u.nav {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html", "templates/"+p.template()+".html")
 		if err != nil {
-			return nil, fmt.Errorf("dashboard: page %s: %w", p.Name, err)
+			return fmt.Errorf("dashboard: page %s: %w", p.Name, err)
 		}
 		u.tmpl[p.Name] = t
 		for _, s := range p.Scripts {
 			if _, ok := u.assets[s]; !ok {
-				return nil, fmt.Errorf("dashboard: page %s: script %s is not an asset", p.Name, s)
+				return fmt.Errorf("dashboard: page %s: script %s is not an asset", p.Name, s)
 			}
 		}
 	}
 	for _, name := range []string{"login", "error"} {
 		t, err := template.New(name+".html").Funcs(funcs).ParseFS(templateFS, "templates/"+name+".html", "templates/parts.html")
 		if err != nil {
-			return nil, fmt.Errorf("dashboard: %s page: %w", name, err)
+			return fmt.Errorf("dashboard: %s page: %w", name, err)
 		}
 		u.tmpl["_"+name] = t
 	}
-	return u, nil
+	return nil
 }
 
 // Owns reports whether p, a request path, is the dashboard's: Root and
@@ -146,6 +167,11 @@ func Owns(p string) bool { return p == Root || strings.HasPrefix(p, UIPrefix) }
 // behind admin_allowed_ips, as the admin API.
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	securityHeaders(w.Header())
+	if err := u.Load(); err != nil {
+		u.log.Error("dashboard unavailable", "err", err)
+		http.Error(w, "dashboard unavailable", http.StatusInternalServerError)
+		return
+	}
 	p := r.URL.Path
 	if name, ok := strings.CutPrefix(p, AssetPrefix); ok {
 		u.serveAsset(w, r, name)

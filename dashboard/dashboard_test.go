@@ -53,6 +53,37 @@ func newTestUI(t testing.TB) (*UI, *adminFake, *fakeLogin) {
 	return u, api, login
 }
 
+// mustLoad loads u's catalogs, assets and templates, for the tests that
+// read them without a request.
+func mustLoad(t testing.TB, u *UI) {
+	t.Helper()
+	if err := u.Load(); err != nil {
+		t.Fatalf("Load() = %v", err)
+	}
+}
+
+// TestLoad parses every embedded template, catalog and asset, and checks
+// that New leaves that to the first request: a server whose dashboard
+// nobody opens does not hold them.
+func TestLoad(t *testing.T) {
+	u, _, _ := newTestUI(t)
+	if u.tmpl != nil || u.assets != nil || u.msgs != nil {
+		t.Fatal("New parsed the templates, catalogs or assets; they belong to the first request")
+	}
+	get(t, u, "/aperio/ui/login", "")
+	if u.tmpl == nil || u.assets == nil || u.msgs == nil {
+		t.Fatal("the first request did not load the dashboard")
+	}
+	for _, p := range u.nav {
+		if u.tmpl[p.Name] == nil {
+			t.Errorf("page %s has no template after Load", p.Name)
+		}
+	}
+	if err := u.Load(); err != nil {
+		t.Fatalf("Load() = %v", err)
+	}
+}
+
 func TestPageNeedsLogin(t *testing.T) {
 	u, _, _ := newTestUI(t)
 	w := get(t, u, "/aperio/ui/testpage?x=1", "")
@@ -188,6 +219,7 @@ func TestLogout(t *testing.T) {
 
 func TestLanguage(t *testing.T) {
 	u, _, _ := newTestUI(t)
+	mustLoad(t, u)
 	for _, c := range []struct{ header, cookie, want string }{
 		{"", "", "en"},
 		{"de-DE,de;q=0.9,en;q=0.8", "", "de"},
@@ -303,6 +335,7 @@ func TestCatalogs(t *testing.T) {
 // in every language).
 func TestMessagesExist(t *testing.T) {
 	u, _, _ := newTestUI(t)
+	mustLoad(t, u)
 	en := u.msgs[defaultLang]
 	files, _ := filepath.Glob("templates/*.html")
 	key := regexp.MustCompile(`\.T "([^"]+)"`)
