@@ -114,6 +114,23 @@ start_client() {
 	CLIENT_PID=$!
 }
 
+# load HOST C DURATION RUNS runs a fixed load on the server at PORT
+# (bench/scalevisitors load: C keep-alive connections for DURATION) RUNS
+# times, and sets RPS to the best run's req/s (the one least disturbed
+# by other work on the machine) and BAD to the non-200 answers plus
+# errors of all runs.
+load() {
+	local out r non200 errs i
+	RPS=0 BAD=0
+	for ((i = 0; i < $4; i++)); do
+		out=$(timeout 120 "$SV" load -addr "127.0.0.1:$PORT" -host "$1" -c "$2" -d "$3") || die "load failed"
+		read -r _ r non200 errs <<<"$out"
+		((r > RPS)) && RPS=$r
+		BAD=$((BAD + non200 + errs))
+	done
+	return 0
+}
+
 # per KIB_AFTER KIB_BEFORE N prints (after - before) / N in KiB, 2 decimals.
 per() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.2f", (a - b) / n }'; }
 # mib KIB prints KIB in MiB, 1 decimal.

@@ -18,6 +18,7 @@
 #   SCALE_VISITORS_PER_CHILD=10000    connections per visitor process
 #   SCALE_VISITORS_LOAD_C=64          load connections
 #   SCALE_VISITORS_LOAD_D=5s          load duration
+#   SCALE_VISITORS_LOAD_RUNS=3        loads per point, the best one counts
 #   SCALE_VISITORS_SETTLE=5           seconds before each memory reading
 #   BENCH_KEEP_TMP=1                  keep the work dir (logs)
 set -euo pipefail
@@ -29,21 +30,13 @@ SIZES=${SCALE_VISITORS_SIZES:-10000,50000}
 PER_CHILD=${SCALE_VISITORS_PER_CHILD:-10000}
 LOAD_C=${SCALE_VISITORS_LOAD_C:-64}
 LOAD_D=${SCALE_VISITORS_LOAD_D:-5s}
+LOAD_RUNS=${SCALE_VISITORS_LOAD_RUNS:-3}
 SETTLE=${SCALE_VISITORS_SETTLE:-5}
 HOST=idle.scale.test
 
 # The settings that keep idle connections open and one address unthrottled.
 SETTINGS=(APERIO_KEEPALIVE_TIMEOUT=1h APERIO_MAX_CONNECTIONS_PER_IP=0 APERIO_MAX_STREAMS_PER_IP=0
 	APERIO_IP_LIMIT_MAX=1000000000 APERIO_IP_LIMIT_REFILL=1000000000 APERIO_ACCESS_LOG=false)
-
-# load PORT runs one fixed load and sets RPS and BAD (non-200 answers
-# plus errors).
-load() {
-	local out non200 errs
-	out=$(timeout 120 "$SV" load -addr "127.0.0.1:$1" -host "$HOST" -c "$LOAD_C" -d "$LOAD_D") || die "load failed"
-	read -r _ RPS non200 errs <<<"$out"
-	BAD=$((non200 + errs))
-}
 
 ROWS=()
 IFS=, read -ra sizes <<<"$SIZES"
@@ -61,8 +54,8 @@ for asked in "${sizes[@]}"; do
 	start_client "$PORT" "$HOST" --max-concurrent 256
 	wait_http "http://127.0.0.1:$PORT/" "$HOST" 30
 	log "$n idle: warm-up and load with 0 idle"
-	load "$PORT"
-	load "$PORT"
+	load "$HOST" "$LOAD_C" 2s 1
+	load "$HOST" "$LOAD_C" "$LOAD_D" "$LOAD_RUNS"
 	rps0=$RPS bad0=$BAD
 	sleep "$SETTLE"
 	read -r rss0 anon0 < <(mem "$SERVER_PID")
@@ -86,7 +79,7 @@ for asked in "${sizes[@]}"; do
 	read -r rss1 anon1 < <(mem "$SERVER_PID")
 	fds=$(ls "/proc/$SERVER_PID/fd" | wc -l)
 	log "$n idle: server VmRSS $rss1 KiB, RssAnon $anon1 KiB, $fds fds; load with $n idle"
-	load "$PORT"
+	load "$HOST" "$LOAD_C" "$LOAD_D" "$LOAD_RUNS"
 	rps1=$RPS bad1=$BAD
 	kill -USR1 "${kids[@]}"
 	alive=0
@@ -99,7 +92,7 @@ for asked in "${sizes[@]}"; do
 	stop "${kids[@]}"
 	# The same load once they are gone: the spread of req/s_0 and
 	# req/s_after is the noise of the run (other work on the machine).
-	load "$PORT"
+	load "$HOST" "$LOAD_C" "$LOAD_D" "$LOAD_RUNS"
 	rps2=$RPS
 	stop "$CLIENT_PID" "$SERVER_PID"
 	ROWS+=("$(printf '%-7s %-7s %6s %8s %8s %9s %9s %9s %9s %9s %9s %9s %6s %6s %7s' "$asked" "$n" "$open" \
@@ -112,7 +105,7 @@ done
 echo
 echo "== idle visitor connections: each made one keep-alive request through the tunnel, then sits idle"
 echo "server: keepalive_timeout=1h max_connections_per_ip=0 max_streams_per_ip=0 ip_limit_max/refill=1e9 access_log=false; fd limit $FD_NOTE"
-echo "load: $LOAD_C keep-alive connections for $LOAD_D (bench/scalevisitors load) before (req/s_0), with (req/s_N) and after (req/s_aft) the idle ones; ratio = N/0"
+echo "load: $LOAD_C keep-alive connections for $LOAD_D (bench/scalevisitors load), best of $LOAD_RUNS, before (req/s_0), with (req/s_N) and after (req/s_aft) the idle ones; ratio = N/0"
 echo "memory: /proc/PID/status of the server ${SETTLE}s after each step settled; KiB/conn = (with - before) / open; bad = non-200 answers + errors of the loads; alive = idle connections that answered a second request at the end"
 echo "nproc $(nproc), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-7s %-7s %6s %8s %8s %9s %9s %9s %9s %9s %9s %9s %6s %6s %7s\n' asked idle open rss0_MiB rssN_MiB KiB/conn \

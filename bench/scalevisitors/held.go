@@ -28,40 +28,23 @@ func runHeld(args []string) error {
 	n := fs.Int("n", 10000, "requests")
 	token := fs.String("metrics-token", "", "the server's metrics_token")
 	timeout := fs.Duration("timeout", 8*time.Minute, "longest wait for all to be held and answered")
-	workers := fs.Int("workers", 64, "connections opened at once")
+	workers := fs.Int("workers", 64, "connections opened at once (h1)")
+	proto := fs.String("proto", "h1", "h1: HTTP/1.1, one connection per request; h2c: HTTP/2 without TLS, multiplexed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *n < 1 || *n > 1_000_000 || *timeout <= 0 {
-		return fmt.Errorf("want 1 <= -n <= 1000000 and -timeout > 0")
+	if *n < 1 || *n > 1_000_000 || *timeout <= 0 || (*proto != "h1" && *proto != "h2c") {
+		return fmt.Errorf("want 1 <= -n <= 1000000, -timeout > 0 and -proto h1 or h2c")
 	}
 	deadline := time.Now().Add(*timeout)
 	statuses := make([]int, *n) // 0: a transport error
 	var answered sync.WaitGroup
 	var firstErr sync.Once
-	req := getRequest(*host, "/held")
-	parallel(*n, *workers, func(i int) {
-		c, err := net.DialTimeout("tcp", *addr, 10*time.Second)
-		if err == nil {
-			c.SetDeadline(deadline)
-			_, err = c.Write(req)
-		}
-		if err != nil {
-			firstErr.Do(func() { fmt.Fprintf(os.Stderr, "held: request %d: %v\n", i, err) })
-			if c != nil {
-				c.Close()
-			}
-			return
-		}
-		answered.Go(func() {
-			defer c.Close()
-			code, err := readAnswer(c)
-			if err != nil && code == 0 {
-				firstErr.Do(func() { fmt.Fprintf(os.Stderr, "held: request %d: %v\n", i, err) })
-			}
-			statuses[i] = code
-		})
-	})
+	if *proto == "h2c" {
+		sendH2C(*addr, *host, deadline, statuses, &answered, &firstErr)
+	} else {
+		sendH1(*addr, *host, *workers, deadline, statuses, &answered, &firstErr)
+	}
 	metrics := "http://" + *addr + "/aperio/metrics"
 	var last int
 	for {
@@ -89,6 +72,61 @@ func runHeld(args []string) error {
 	}
 	fmt.Printf("answers %s\n", counts(m))
 	return nil
+}
+
+// sendH1 sends one request per connection, len(statuses) of them, and
+// has answered collect each answer's status.
+func sendH1(addr, host string, workers int, deadline time.Time, statuses []int, answered *sync.WaitGroup, firstErr *sync.Once) {
+	req := getRequest(host, "/held")
+	parallel(len(statuses), workers, func(i int) {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err == nil {
+			c.SetDeadline(deadline)
+			_, err = c.Write(req)
+		}
+		if err != nil {
+			firstErr.Do(func() { fmt.Fprintf(os.Stderr, "held: request %d: %v\n", i, err) })
+			if c != nil {
+				c.Close()
+			}
+			return
+		}
+		answered.Go(func() {
+			defer c.Close()
+			code, err := readAnswer(c)
+			if err != nil && code == 0 {
+				firstErr.Do(func() { fmt.Fprintf(os.Stderr, "held: request %d: %v\n", i, err) })
+			}
+			statuses[i] = code
+		})
+	})
+}
+
+// sendH2C sends len(statuses) requests at once over HTTP/2 without TLS:
+// the transport opens a connection per server stream limit's worth.
+func sendH2C(addr, host string, deadline time.Time, statuses []int, answered *sync.WaitGroup, firstErr *sync.Once) {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	c := &http.Client{Transport: &http.Transport{Proxy: nil, Protocols: p}, Timeout: time.Until(deadline)}
+	for i := range statuses {
+		answered.Go(func() {
+			req, err := http.NewRequest("GET", "http://"+addr+"/held", nil)
+			if err != nil {
+				return
+			}
+			req.Host = host
+			resp, err := c.Do(req)
+			if err != nil {
+				firstErr.Do(func() { fmt.Fprintf(os.Stderr, "held: request %d: %v\n", i, err) })
+				return
+			}
+			_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
+			resp.Body.Close()
+			if err == nil {
+				statuses[i] = resp.StatusCode
+			}
+		})
+	}
 }
 
 // gauge GETs a Prometheus text exposition with a bearer token and returns

@@ -7,7 +7,7 @@
 //	scalevisitors backend -listen ADDR
 //	scalevisitors idle    -addr ADDR -host H -n N [-src IP] [-hold 10m]
 //	scalevisitors load    -addr ADDR -host H [-c 64] [-d 5s]
-//	scalevisitors held    -addr ADDR -host H -n N -metrics-token T [-timeout 8m]
+//	scalevisitors held    -addr ADDR -host H -n N -metrics-token T [-proto h1|h2c] [-timeout 8m]
 //	scalevisitors armed   -addr ADDR -host H -token T [-timeout 60s]
 //
 // backend is the service behind the tunnel (200 "ok") and the scaling
@@ -17,8 +17,8 @@
 // FAILED" and, on SIGUSR1, sends a second request on every connection and
 // prints "alive OK of N" (the server closed none meanwhile) and exits.
 // load runs c keep-alive connections for d and prints "REQUESTS REQ/S
-// NON200 ERRORS". held sends N requests at once, one connection each,
-// waits for the server to hold them all (aperio_requests_queued), prints
+// NON200 ERRORS". held sends N requests at once (h1: one HTTP/1.1
+// connection each; h2c: HTTP/2 without TLS, multiplexed), waits for the server to hold them all (aperio_requests_queued), prints
 // "held N", then waits for every answer and prints "answers STATUS×COUNT
 // ...". armed waits until the server would hold a request for host (the
 // explain API's cold_start step waits).
