@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp clean images e2e fuzz release packages
+.PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp bench-scale-visitors bench-scale-held bench-scale-hostnames clean images e2e fuzz release packages
 
 all: build
 
@@ -80,6 +80,19 @@ bench-ab:
 # 17-minute flapping run. See bench/scaling.sh.
 bench-scaling:
 	bash bench/scaling.sh
+
+# Scale (#21): 10,000 and 50,000 idle visitor connections (server memory
+# per connection, req/s of new visitors beside them), 10,000 requests
+# held for a cold start (memory per held request, every answer after the
+# release), and route lookup among 1,000 to 100,000 hostnames.
+bench-scale-visitors:
+	bash bench/scale-visitors.sh
+
+bench-scale-held:
+	bash bench/scale-held.sh
+
+bench-scale-hostnames:
+	bash bench/scale-hostnames.sh
 
 # Container images (FROM scratch, built locally, no registry needed); see
 # docs/docker.md. Repeat runs with the same inputs skip the build.
