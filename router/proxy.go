@@ -446,27 +446,27 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Cap
 	}
 	w.WriteHeader(resp.StatusCode)
 	streaming := resp.ContentLength < 0
-	bp := bufpool.Get()
-	buf := *bp
+	buf := bufpool.NewBuf()
 	flusher, _ := w.(http.Flusher)
 	complete := false
 	for {
-		n, err := resp.Body.Read(buf)
+		n, err := resp.Body.Read(buf.Bytes())
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			if _, werr := w.Write(buf.Bytes()[:n]); werr != nil {
 				break
 			}
-			capture.Write(buf[:n])
+			capture.Write(buf.Bytes()[:n])
 			if streaming && flusher != nil {
 				flusher.Flush()
 			}
+			buf.Filled(n)
 		}
 		if err != nil {
 			complete = err == io.EOF
 			break
 		}
 	}
-	bufpool.Put(bp)
+	buf.Release()
 	for k, vv := range resp.Trailer {
 		dst[http.TrailerPrefix+k] = vv
 	}

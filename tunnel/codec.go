@@ -155,9 +155,8 @@ var errBodyLength = errors.New("tunnel: body length differs from content-length"
 // copy writes the body and, for chunked framing, the terminating chunk and
 // trailers. It flushes before returning.
 func (c *bodyCopier) copy() error {
-	bp := bufpool.Get()
-	defer bufpool.Put(bp)
-	buf := *bp
+	buf := bufpool.NewBuf()
+	defer buf.Release()
 	var w io.Writer = c.bw
 	var cw io.WriteCloser
 	if c.length < 0 {
@@ -166,15 +165,16 @@ func (c *bodyCopier) copy() error {
 	}
 	var written int64
 	for {
-		n, rerr := c.src.Read(buf)
+		n, rerr := c.src.Read(buf.Bytes())
 		if n > 0 {
 			if c.length >= 0 && written+int64(n) > c.length {
 				return errBodyLength
 			}
-			if _, err := w.Write(buf[:n]); err != nil {
+			if _, err := w.Write(buf.Bytes()[:n]); err != nil {
 				return err
 			}
 			written += int64(n)
+			buf.Filled(n)
 			if c.flushEach {
 				if err := c.bw.Flush(); err != nil {
 					return err
