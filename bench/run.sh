@@ -234,6 +234,12 @@ rss_kb() {
 	echo "$kib"
 }
 
+# anon_kb PID prints the RssAnon of PID in KiB (its heap, stacks and
+# runtime data; VmRSS adds the binary's pages), or 0 if it is gone.
+anon_kb() {
+	awk '$1 == "RssAnon:" { print $2; found = 1 } END { if (!found) print 0 }' "/proc/$1/status" 2>/dev/null || echo 0
+}
+
 # rss_sampler PID FILE writes the highest VmRSS of PID seen so far (KiB) to
 # FILE, sampling every 100 ms until killed or PID exits.
 rss_sampler() {
@@ -263,7 +269,8 @@ build_demo_and_aperio() {
 	fi
 	log "building aperio-server and aperio-client"
 	APERIO_SKIP=
-	if ! CGO_ENABLED=0 go build -o "$BIN/" ./cmd/aperio-server ./cmd/aperio-client ./cmd/aperio-demo >"$LOG/build-aperio.log" 2>&1; then
+	# The flags of `make build` and the release builds: what users run.
+	if ! CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/" ./cmd/aperio-server ./cmd/aperio-client ./cmd/aperio-demo >"$LOG/build-aperio.log" 2>&1; then
 		APERIO_SKIP="build failed: $(grep -v '^#' "$LOG/build-aperio.log" | head -n 1 | cut -c1-120)"
 		log "aperio rows will be skipped: $APERIO_SKIP"
 	fi
@@ -512,6 +519,8 @@ row_aperio() {
 	sleep 2
 	IDLE_SERVER_KIB=$(rss_kb "$APERIO_SERVER_PID")
 	IDLE_CLIENT_KIB=$(rss_kb "$APERIO_CLIENT_PID")
+	IDLE_SERVER_ANON_KIB=$(anon_kb "$APERIO_SERVER_PID")
+	IDLE_CLIENT_ANON_KIB=$(anon_kb "$APERIO_CLIENT_PID")
 
 	bench_row aperio "http://127.0.0.1:$sport/"
 
@@ -590,6 +599,24 @@ stream_upload() {
 		-H "Host: $VHOST" "http://127.0.0.1:$1/upload" < <(head -c "$STREAM_BYTES" /dev/zero)
 }
 
+declare -A DIRECT_MBPS
+
+# stream_direct makes the same transfers straight to aperio-demo: the
+# figures Aperio's are read against.
+stream_direct() {
+	local kind code size speed
+	for kind in download upload; do
+		log "direct: streaming $kind of $STREAM_BYTES bytes"
+		run_wait "stream_$kind" "$DEMO_PORT" >"$LOG/direct-$kind.out" 2>"$LOG/direct-$kind.err" || true
+		read -r code size speed <"$LOG/direct-$kind.out" || true
+		if [[ $code == 200 ]]; then
+			DIRECT_MBPS[$kind]=$(awk -v s="$speed" 'BEGIN { printf "%.1f", s / 1e6 }')
+		else
+			DIRECT_MBPS[$kind]="failed (status ${code:-none})"
+		fi
+	done
+}
+
 stream_aperio() {
 	local sport=$1
 	CHECK_BODY='' stream_transfer download stream_download "$sport"
@@ -600,7 +627,7 @@ stream_aperio() {
 # Report.
 
 ratio() { # ratio NUM DEN prints NUM/DEN as "1.23x", or "-"
-	if [[ -z $1 || -z $2 || $2 == 0 ]]; then
+	if [[ ! $1 =~ ^[0-9.]+$ || ! $2 =~ ^[0-9.]+$ || $2 == 0 ]]; then
 		echo "-"
 	else
 		awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'
@@ -641,13 +668,14 @@ print_report() {
 	if [[ -n ${SKIP[aperio]:-} ]]; then
 		echo "skipped: ${SKIP[aperio]}"
 	else
-		printf '%-10s %9s %18s %18s\n' direction MB/s server_rss_+MiB client_rss_+MiB
+		printf '%-10s %9s %12s %9s %18s %18s\n' direction MB/s direct_MB/s vs_direct server_rss_+MiB client_rss_+MiB
 		for kind in download upload; do
 			if [[ -n ${STREAM_FAIL[$kind]:-} ]]; then
 				printf '%-10s failed: %s\n' "$kind" "${STREAM_FAIL[$kind]}"
 				continue
 			fi
-			printf '%-10s %9s %18s %18s\n' "$kind" "${STREAM_MBPS[$kind]}" "${STREAM_SRV[$kind]}" "${STREAM_CLI[$kind]}"
+			printf '%-10s %9s %12s %9s %18s %18s\n' "$kind" "${STREAM_MBPS[$kind]}" "${DIRECT_MBPS[$kind]:--}" \
+				"$(ratio "${STREAM_MBPS[$kind]}" "${DIRECT_MBPS[$kind]:-}")" "${STREAM_SRV[$kind]}" "${STREAM_CLI[$kind]}"
 		done
 	fi
 
@@ -656,8 +684,12 @@ print_report() {
 	if [[ -n ${SKIP[aperio]:-} ]]; then
 		echo "skipped: ${SKIP[aperio]}"
 	else
-		printf 'aperio-server %6s MiB\naperio-client %6s MiB\n' \
-			"$(kib_to_mib "$IDLE_SERVER_KIB")" "$(kib_to_mib "$IDLE_CLIENT_KIB")"
+		printf '%-14s %9s %10s %14s\n' process RSS_MiB anon_MiB binary_MiB
+		printf '%-14s %9s %10s %14s\n' aperio-server "$(kib_to_mib "$IDLE_SERVER_KIB")" "$(kib_to_mib "$IDLE_SERVER_ANON_KIB")" \
+			"$(kib_to_mib $(($(stat -c %s "$BIN/aperio-server") / 1024)))"
+		printf '%-14s %9s %10s %14s\n' aperio-client "$(kib_to_mib "$IDLE_CLIENT_KIB")" "$(kib_to_mib "$IDLE_CLIENT_ANON_KIB")" \
+			"$(kib_to_mib $(($(stat -c %s "$BIN/aperio-client") / 1024)))"
+		echo "(RSS - anon = the binary's pages mapped in; docs/performance.md explains why they are most of it)"
 	fi
 }
 
@@ -698,6 +730,7 @@ main() {
 	row_nginx
 	row_frp
 	row_aperio
+	stream_direct
 	print_report | tee -a "$report"
 
 	# A copy for comparing runs; bench/out/ is git-ignored.
