@@ -69,6 +69,13 @@ bench:
 bench-tcp:
 	bash bench/tcp.sh
 
+# Mixed traffic (small requests, streams, WebSockets, cold starts, client
+# restarts) for DURATION (default 3m): no request lost, and the server's
+# RSS, goroutines and fds and a client's RSS and fds flat. See bench/soak.sh.
+.PHONY: soak
+soak:
+	bash bench/soak.sh $(or $(DURATION),3m)
+
 # One Go benchmark before and after a change, alternating, in one run:
 # make bench-ab BASE=<rev> [PKG=./router] [BENCH='^BenchmarkServeHTTP$'] [RUNS=10]
 bench-ab:

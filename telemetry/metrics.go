@@ -37,6 +37,9 @@ func NewMetrics() (*Metrics, error) {
 	if err := registerPanics(m.Meter()); err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
+	if err := registerRuntime(m.Meter()); err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
 	return m, nil
 }
 

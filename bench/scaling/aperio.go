@@ -321,34 +321,6 @@ func parseQueued(r io.Reader) (int, error) {
 	return 0, fmt.Errorf("no aperio_requests_queued in the metrics")
 }
 
-// poll calls cond every interval until it returns true, ctx ends or
-// timeout passes; the error then says what was awaited and cond's last
-// error.
-func poll(ctx context.Context, timeout, interval time.Duration, what string, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var last error
-	for {
-		ok, err := cond(ctx)
-		if ok && err == nil {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
-			}
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
 // h2cVisitor returns an HTTP client multiplexing requests over HTTP/2
 // without TLS, so that a burst of thousands needs a few connections.
 func h2cVisitor() (*http.Client, *http.Transport) {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aperio-dev/aperio/bench/internal/waitfor"
 )
 
 // callsRun is one cold start served by several servers.
@@ -113,7 +115,7 @@ func callsOnce(ctx context.Context, h *harness, o callsOpts, servers []*server, 
 	var once sync.Once
 	prov.on(host, func(hookCall) {
 		once.Do(func() {
-			err := poll(runCtx, o.coldStart, 10*time.Millisecond, fmt.Sprintf("%d held requests on %d servers", o.burst, len(servers)), func(ctx context.Context) (bool, error) {
+			err := waitfor.Until(runCtx, o.coldStart, 10*time.Millisecond, fmt.Sprintf("%d held requests on %d servers", o.burst, len(servers)), func(ctx context.Context) (bool, error) {
 				total := 0
 				for _, s := range servers {
 					q, err := h.queued(ctx, s)
@@ -149,7 +151,7 @@ func callsOnce(ctx context.Context, h *harness, o callsOpts, servers []*server, 
 		}
 	}()
 	for _, s := range servers {
-		if err := poll(runCtx, 10*time.Second, 50*time.Millisecond, host+" armed on "+s.base, func(ctx context.Context) (bool, error) {
+		if err := waitfor.Until(runCtx, 10*time.Second, 50*time.Millisecond, host+" armed on "+s.base, func(ctx context.Context) (bool, error) {
 			return h.wouldHold(ctx, s, host)
 		}); err != nil {
 			return r, err

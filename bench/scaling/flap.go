@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aperio-dev/aperio/bench/internal/waitfor"
 )
 
 // flapHost is the hostname of the flap mode's service.
@@ -100,7 +102,7 @@ func runFlap(ctx context.Context, h *harness, o flapOpts, stdout io.Writer) erro
 		return err
 	}
 	defer first.stop(15 * time.Second)
-	err = poll(ctx, readyTimeout, 200*time.Millisecond, "the first client's record", func(ctx context.Context) (bool, error) {
+	err = waitfor.Until(ctx, readyTimeout, 200*time.Millisecond, "the first client's record", func(ctx context.Context) (bool, error) {
 		recs, err := h.recordsOn(ctx, srv)
 		if err != nil {
 			return false, err

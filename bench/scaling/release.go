@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aperio-dev/aperio/bench/internal/waitfor"
 )
 
 // releaseRun is one measured cold start.
@@ -115,7 +117,7 @@ func (h *harness) armHostnames(ctx context.Context, servers []*server, be *backe
 		return err
 	}
 	for _, s := range servers {
-		err := poll(ctx, readyTimeout, 100*time.Millisecond, "the declaring client's records on "+s.base, func(ctx context.Context) (bool, error) {
+		err := waitfor.Until(ctx, readyTimeout, 100*time.Millisecond, "the declaring client's records on "+s.base, func(ctx context.Context) (bool, error) {
 			if cl.exited() {
 				return false, fmt.Errorf("declaring client exited: %v; log ends: %s", cl.err, logTail(cl.log))
 			}
@@ -140,7 +142,7 @@ func (h *harness) armHostnames(ctx context.Context, servers []*server, be *backe
 	}
 	for _, s := range servers {
 		for _, host := range hosts {
-			err := poll(ctx, readyTimeout, 100*time.Millisecond, host+" armed on "+s.base, func(ctx context.Context) (bool, error) {
+			err := waitfor.Until(ctx, readyTimeout, 100*time.Millisecond, host+" armed on "+s.base, func(ctx context.Context) (bool, error) {
 				return h.wouldHold(ctx, s, host)
 			})
 			if err != nil {
@@ -170,7 +172,7 @@ func releaseOnce(ctx context.Context, h *harness, o releaseOpts, srv *server, be
 	var once sync.Once
 	prov.on(host, func(hookCall) {
 		once.Do(func() {
-			err := poll(runCtx, o.coldStart, 10*time.Millisecond, fmt.Sprintf("%d held or answered requests", n), func(ctx context.Context) (bool, error) {
+			err := waitfor.Until(runCtx, o.coldStart, 10*time.Millisecond, fmt.Sprintf("%d held or answered requests", n), func(ctx context.Context) (bool, error) {
 				q, err := h.queued(ctx, srv)
 				return q+int(answered.Load()) >= n, err
 			})
@@ -198,7 +200,7 @@ func releaseOnce(ctx context.Context, h *harness, o releaseOpts, srv *server, be
 			}
 		}
 	}()
-	if err := poll(runCtx, 10*time.Second, 50*time.Millisecond, host+" armed", func(ctx context.Context) (bool, error) {
+	if err := waitfor.Until(runCtx, 10*time.Second, 50*time.Millisecond, host+" armed", func(ctx context.Context) (bool, error) {
 		return h.wouldHold(ctx, srv, host)
 	}); err != nil {
 		return r, err
