@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -41,12 +40,13 @@ type Tracing struct {
 // OTEL_EXPORTER_OTLP_* variables (endpoint, headers, timeout,
 // compression); the resource's service.name is aperio-server unless
 // OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES says otherwise. No
-// connection is made until spans are exported.
-func NewTracing(ctx context.Context, sampleRate float64, opts ...otlptracehttp.Option) (*Tracing, error) {
+// connection is made until spans are exported. A server built with
+// -tags nootlp has no exporter (newExporter says so), and NewTracing fails.
+func NewTracing(ctx context.Context, sampleRate float64) (*Tracing, error) {
 	if sampleRate < 0 || sampleRate > 1 {
 		return nil, fmt.Errorf("telemetry: otel_sample_rate %g is not in [0,1]", sampleRate)
 	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	exp, err := newExporter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: otlp trace exporter: %w", err)
 	}
