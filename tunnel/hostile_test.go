@@ -448,12 +448,16 @@ func testClientOpensStream(t *testing.T) {
 }
 
 func testStreamCap(t *testing.T) {
-	hang := make(chan struct{})
+	hang, release := make(chan struct{}), make(chan struct{})
 	defer close(hang)
 	got := make(chan struct{}, 2)
 	_, _, sess, _, _ := startHostile(t, func(c *ServerConfig) { c.MaxStreams = 3 }, func(st *yamux.Stream) {
 		got <- struct{}{}
-		<-hang
+		select {
+		case <-hang:
+		case <-release:
+			st.Close()
+		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -470,9 +474,35 @@ func testStreamCap(t *testing.T) {
 	for i := range 2 {
 		waitFor(t, got, 10*time.Second, fmt.Sprintf("stream %d reaching the client", i))
 	}
+	start := time.Now()
 	_, err := sess.RoundTrip(httptest.NewRequest("GET", "/", nil), "0")
 	if !errors.Is(err, ErrTooManyStreams) {
 		t.Fatalf("RoundTrip beyond tunnel_max_streams = %v, want ErrTooManyStreams", err)
+	}
+	if d := time.Since(start); d < streamWait/2 {
+		t.Errorf("the request at the cap failed after %v; it waits up to %v for a stream", d, streamWait)
+	}
+	// A request at the cap gets the slot a finished one frees: it waits
+	// rather than failing.
+	waiting := make(chan error, 1)
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	go func() {
+		_, err := sess.RoundTrip(httptest.NewRequest("GET", "/", nil).WithContext(wctx), "0")
+		waiting <- err
+	}()
+	select {
+	case err := <-waiting:
+		t.Fatalf("the request at the cap returned %v while both streams were busy", err)
+	case <-time.After(100 * time.Millisecond): // still waiting, as it should
+	}
+	// The two hung requests end at both ends; their streams close.
+	close(release)
+	cancel()
+	waitFor(t, got, 10*time.Second, "the waiting request's stream reaching the client")
+	wcancel()
+	if err := <-waiting; errors.Is(err, ErrTooManyStreams) {
+		t.Fatalf("the request that waited at the cap = %v, want it sent", err)
 	}
 }
 

@@ -195,7 +195,7 @@ func (s *Session) OpenRaw(ctx context.Context, h RawHeader) (*RawConn, error) {
 	if err := h.validate(); err != nil {
 		return nil, err
 	}
-	ds, _, err := s.getFreshStream()
+	ds, _, err := s.getFreshStream(ctx, false)
 	if err != nil {
 		return nil, err
 	}

@@ -201,7 +201,7 @@ func TestRawStreamHostileHeaders(t *testing.T) {
 		"null frame": append([]byte{rawMagic, 0, 0, 0, 4}, `null`...),
 	} {
 		t.Run(name, func(t *testing.T) {
-			ds, _, err := p.session.getFreshStream()
+			ds, _, err := p.session.getFreshStream(t.Context(), false)
 			if err != nil {
 				t.Fatal(err)
 			}

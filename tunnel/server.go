@@ -77,8 +77,9 @@ type ServerConfig struct {
 	MaxHeaderBytes int64
 	// MaxStreams bounds the yamux streams open on one session
 	// (tunnel_max_streams), the control stream and streams still closing
-	// included; a request that would need one more fails with
-	// ErrTooManyStreams. Each stream buffers at most its receive window
+	// included; a request that would need one more waits up to 2 s for
+	// one to free (streams of answered requests do within milliseconds),
+	// then fails with ErrTooManyStreams. Each stream buffers at most its receive window
 	// (2 MiB), so a session holds at most MaxStreams × 2 MiB of data the
 	// server has not read. Zero means DefaultMaxStreams.
 	MaxStreams int

@@ -204,17 +204,25 @@ func (s *Session) close(err error) {
 	})
 }
 
-func (s *Session) getStream() (ds *dataStream, reused bool, err error) {
-	s.mu.Lock()
-	if n := len(s.idle); n > 0 {
-		ds = s.idle[n-1]
-		s.idle[n-1] = nil
-		s.idle = s.idle[:n-1]
-		s.mu.Unlock()
+func (s *Session) getStream(ctx context.Context) (ds *dataStream, reused bool, err error) {
+	if ds := s.popIdle(); ds != nil {
 		return ds, true, nil
 	}
-	s.mu.Unlock()
-	return s.getFreshStream()
+	return s.getFreshStream(ctx, true)
+}
+
+// popIdle takes a stream from the pool, or returns nil.
+func (s *Session) popIdle() *dataStream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.idle)
+	if n == 0 {
+		return nil
+	}
+	ds := s.idle[n-1]
+	s.idle[n-1] = nil
+	s.idle = s.idle[:n-1]
+	return ds
 }
 
 func (s *Session) putStream(ds *dataStream) {
@@ -277,9 +285,9 @@ func (s *Session) roundTrip(req *http.Request, service string, mayReuse bool) (*
 	var reused bool
 	var err error
 	if mayReuse {
-		ds, reused, err = s.getStream()
+		ds, reused, err = s.getStream(req.Context())
 	} else {
-		ds, reused, err = s.getFreshStream()
+		ds, reused, err = s.getFreshStream(req.Context(), false)
 	}
 	if err != nil {
 		return nil, err
@@ -428,9 +436,25 @@ func (s *Session) copyRequestBody(bc *bodyCopier, ab *exchangeAbort, done chan<-
 	done <- err
 }
 
-func (s *Session) getFreshStream() (*dataStream, bool, error) {
+// streamWait bounds how long a request waits for a stream while the
+// session has tunnel_max_streams open, and streamPoll how often it looks.
+// Streams of answered requests free their slots within milliseconds (back
+// to the pool, or closed once the client's close arrives), so a burst at
+// the limit (a release of held requests) queues briefly instead of failing.
+const (
+	streamWait = 2 * time.Second
+	streamPoll = 2 * time.Millisecond
+)
+
+// getFreshStream opens a stream; at tunnel_max_streams it waits up to
+// streamWait (or ctx) for a slot. With mayReuse a stream returned to the
+// pool meanwhile is taken too.
+func (s *Session) getFreshStream(ctx context.Context, mayReuse bool) (*dataStream, bool, error) {
 	if s.maxStreams > 0 && s.mux.NumStreams() >= s.maxStreams {
-		return nil, false, fmt.Errorf("%w (%d)", ErrTooManyStreams, s.maxStreams)
+		ds, err := s.waitStream(ctx, mayReuse)
+		if err != nil || ds != nil {
+			return ds, ds != nil, err
+		}
 	}
 	st, err := s.mux.OpenStream()
 	if err != nil {
@@ -438,6 +462,35 @@ func (s *Session) getFreshStream() (*dataStream, bool, error) {
 	}
 	lim := newHeadLimiter(st, s.maxHeaderBytes)
 	return &dataStream{st: st, br: bufio.NewReaderSize(lim, 4096), lim: lim}, false, nil
+}
+
+// waitStream waits until the session is below tunnel_max_streams (nil, nil)
+// or, with mayReuse, a pooled stream is free (it, nil).
+func (s *Session) waitStream(ctx context.Context, mayReuse bool) (*dataStream, error) {
+	deadline := time.NewTimer(streamWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(streamPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%d): %w", ErrTooManyStreams, s.maxStreams, context.Cause(ctx))
+		case <-deadline.C:
+			return nil, fmt.Errorf("%w (%d)", ErrTooManyStreams, s.maxStreams)
+		case <-tick.C:
+		}
+		if s.mux.IsClosed() {
+			return nil, fmt.Errorf("%w: open stream: %w", ErrSessionClosed, yamux.ErrSessionShutdown)
+		}
+		if mayReuse {
+			if ds := s.popIdle(); ds != nil {
+				return ds, nil
+			}
+		}
+		if s.mux.NumStreams() < s.maxStreams {
+			return nil, nil
+		}
+	}
 }
 
 // responseBody returns its stream to the pool when the exchange completed
