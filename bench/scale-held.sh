@@ -13,7 +13,7 @@
 # Knobs:
 #   SCALE_HELD_N=10000        held requests
 #   SCALE_HELD_SETTLE=5       seconds before each memory reading
-#   SCALE_HELD_CLIENT_MAX=200 the releasing client's max_concurrent
+#   SCALE_HELD_CLIENT_MAX=256 the releasing client's max_concurrent
 #   SCALE_HELD_PROTOS="h1 h2c" visitor protocols, one row (and server) each
 #   BENCH_KEEP_TMP=1          keep the work dir (logs)
 set -euo pipefail
@@ -35,10 +35,11 @@ SETTINGS=(APERIO_SCALING=1 APERIO_SCALING_ALLOW_HTTP=1 APERIO_SCALING_ALLOW_PRIV
 	APERIO_SCALING_MAX_HELD=$HELD_MAX APERIO_MAX_CONCURRENT_REQUESTS=$N APERIO_GATEWAY_TIMEOUT=120s
 	APERIO_MAX_CONNECTIONS_PER_IP=0 APERIO_MAX_STREAMS_PER_IP=0
 	APERIO_IP_LIMIT_MAX=1000000000 APERIO_IP_LIMIT_REFILL=1000000000 APERIO_ACCESS_LOG=false)
-# The client's max_concurrent stays below tunnel_max_streams (256):
-# at 256 the released requests outrun the streams of the answered ones,
-# and most of them get 502 "session has tunnel_max_streams streams open".
-CLIENT_MAX=${SCALE_HELD_CLIENT_MAX:-200}
+# The client's max_concurrent equals tunnel_max_streams (256): the released
+# requests outrun the streams of the answered ones, and wait (up to 2 s) for
+# one to free; before they waited, most of them got 502 "session has
+# tunnel_max_streams streams open".
+CLIENT_MAX=${SCALE_HELD_CLIENT_MAX:-256}
 SCALING=(--max-concurrent "$CLIENT_MAX" --scaling-url "http://$BACKEND/scale" --scaling-min 0 --scaling-max 1
 	--scaling-cold-start 5m --scaling-window 15s --scaling-cooldown 60s)
 
