@@ -103,6 +103,7 @@ func (rt *Router) reapply(conn Conn) {
 		_, touched = rt.updateLocked(conn, e.ann, e.rights, true)
 	}
 	rt.mu.Unlock()
+	rt.syncTable()
 	for _, p := range touched {
 		p.wake(rt.strategy)
 	}

@@ -149,6 +149,23 @@ type pool struct {
 
 	mu      sync.Mutex // guards the following fields
 	waiters []*waiter  // oldest first
+
+	// waiting is len(waiters) plus the requests between counting
+	// themselves in (under mu, before their last look for a permit) and
+	// queueing or leaving: release reads it without a lock, so a service
+	// in many pools (one per hostname) frees a permit without locking
+	// them all when nobody waits.
+	waiting atomic.Int32
+}
+
+// anyWaiting reports whether a request waits, or is about to, in one of ps.
+func anyWaiting(ps []*pool) bool {
+	for _, p := range ps {
+		if p.waiting.Load() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // admits reports whether the service's token admits the visitor ip (an
@@ -364,12 +381,16 @@ func (p *pool) acquire(ctx context.Context, st strategy, timeout time.Duration, 
 	}
 	q.ch = make(chan *service, 1)
 	p.mu.Lock()
-	// Check again under the lock: release decrements under it too, so a
-	// permit freed since the first look is not missed.
+	// Count in, then check again: a release that frees a permit after
+	// this look sees the count and hands the permit over (release), so
+	// none is missed.
+	p.waiting.Add(1)
 	if s, routable := p.tryAcquire(st, q); s != nil {
+		p.waiting.Add(-1)
 		p.mu.Unlock()
 		return s, nil
 	} else if !routable && !wait {
+		p.waiting.Add(-1)
 		p.mu.Unlock()
 		return nil, errNoRoutable
 	}
@@ -378,6 +399,7 @@ func (p *pool) acquire(ctx context.Context, st strategy, timeout time.Duration, 
 		bound = q.maxHeld
 	}
 	if len(p.waiters) >= bound {
+		p.waiting.Add(-1)
 		p.mu.Unlock()
 		if q.held {
 			return nil, errHeldFull
@@ -411,6 +433,7 @@ func (p *pool) abandon(w *waiter) {
 	for i, x := range p.waiters {
 		if x == w {
 			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			p.waiting.Add(-1)
 			break
 		}
 	}
@@ -433,6 +456,16 @@ func (s *service) release() {
 		return
 	}
 	ps := *pools
+	if !anyWaiting(ps) {
+		s.inflight.Add(-1)
+		// A request that counted itself in since the look above looks for
+		// a permit after it, so it finds this one; or it shows now, and
+		// the permit, taken back if no one else took it, goes to the
+		// oldest waiter below.
+		if !anyWaiting(ps) || !s.tryTake() {
+			return
+		}
+	}
 	for _, p := range ps {
 		p.mu.Lock()
 	}
@@ -452,6 +485,7 @@ func (s *service) release() {
 	if best != nil && s.limitAllowsHandoff() {
 		w = best.waiters[bestIdx]
 		best.waiters = append(best.waiters[:bestIdx], best.waiters[bestIdx+1:]...)
+		best.waiting.Add(-1)
 	} else {
 		s.inflight.Add(-1)
 	}
@@ -486,6 +520,7 @@ func (p *pool) wake(st strategy) {
 			continue
 		}
 		p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+		p.waiting.Add(-1)
 		w.ch <- s
 	}
 }

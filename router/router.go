@@ -168,9 +168,17 @@ type Router struct {
 
 	now func() time.Time // cfg.Now, or time.Now
 
-	table       atomic.Pointer[table]                      // read lock-free on every request
-	maintenance atomic.Pointer[hostMap[*maintenanceEntry]] // the entries of maintenance mode
-	owners      atomic.Pointer[ownership]                  // nil until SetOwnership: not enforced
+	table atomic.Pointer[table] // read lock-free on every request
+	// A change of the pool set bumps tableWant (under mu); syncTable
+	// builds a table of it outside mu, one builder at a time (tableMu), so
+	// that the changes which pile up while one table is built (a thousand
+	// clients connecting) share the next build instead of each paying
+	// O(pools) under mu. tableBuilt is the newest change a stored table
+	// holds (under mu).
+	tableMu               sync.Mutex
+	tableWant, tableBuilt uint64
+	maintenance           atomic.Pointer[hostMap[*maintenanceEntry]] // the entries of maintenance mode
+	owners                atomic.Pointer[ownership]                  // nil until SetOwnership: not enforced
 
 	limited [numLimitKinds]atomic.Int64 // 429s by kind
 
@@ -453,6 +461,7 @@ func (rt *Router) updateAs(conn Conn, ann *tunnel.Announcement, r rights) []stri
 	rt.mu.Lock()
 	notices, touched := rt.updateLocked(conn, ann, r, false)
 	rt.mu.Unlock()
+	rt.syncTable()
 	for _, p := range touched {
 		p.wake(rt.strategy)
 	}
@@ -605,6 +614,7 @@ func (rt *Router) detach(conn Conn) {
 	rt.rebindLocked(e, nil)
 	delete(rt.clients, conn)
 	rt.mu.Unlock()
+	rt.syncTable()
 	// Requests queued for it may be served by the clients left (the
 	// standby tier, when it was the last primary); no release of its own
 	// permits hands them on any more, so wake them here.
@@ -688,7 +698,7 @@ func (rt *Router) rebindLocked(e *clientEntry, keys map[poolKey][]*service) []*p
 		s.pools.Store(&ps)
 	}
 	if tableDirty {
-		rt.rebuildTableLocked(now)
+		rt.tableWant++ // the caller runs syncTable once it has let go of mu
 	}
 	return touched
 }
@@ -696,6 +706,14 @@ func (rt *Router) rebindLocked(e *clientEntry, keys map[poolKey][]*service) []*p
 // rebuildTableLocked swaps in a table of every pool that may still serve,
 // dropping pools emptied longer than DownThreshold ago with nobody waiting.
 func (rt *Router) rebuildTableLocked(now time.Time) {
+	rt.tableWant++
+	rt.table.Store(buildTable(rt.livePoolsLocked(now), rt.owners.Load()))
+	rt.tableBuilt = rt.tableWant
+}
+
+// livePoolsLocked returns the pools a table holds, and forgets those
+// emptied longer than DownThreshold ago with nobody waiting.
+func (rt *Router) livePoolsLocked(now time.Time) []*pool {
 	live := make([]*pool, 0, len(rt.pools))
 	for k, p := range rt.pools {
 		if at := p.emptiedAt.Load(); at != 0 && now.Sub(time.Unix(0, at)) >= rt.cfg.DownThreshold && p.queued() == 0 && p.armed.Load() == nil {
@@ -704,7 +722,37 @@ func (rt *Router) rebuildTableLocked(now time.Time) {
 		}
 		live = append(live, p)
 	}
-	rt.table.Store(buildTable(live, rt.owners.Load()))
+	return live
+}
+
+// syncTable stores a table holding every change made before it was
+// called. Call it without mu, after the change (its caller returns once
+// the change is routable). The build runs outside mu; concurrent callers
+// wait for one build and share it when it holds their change.
+func (rt *Router) syncTable() {
+	rt.mu.Lock()
+	want, done := rt.tableWant, rt.tableBuilt >= rt.tableWant
+	rt.mu.Unlock()
+	if done {
+		return
+	}
+	rt.tableMu.Lock()
+	defer rt.tableMu.Unlock()
+	rt.mu.Lock()
+	if rt.tableBuilt >= want { // a build since covered it
+		rt.mu.Unlock()
+		return
+	}
+	gen := rt.tableWant
+	live, owners := rt.livePoolsLocked(time.Now()), rt.owners.Load()
+	rt.mu.Unlock()
+	t := buildTable(live, owners) // a pool's pattern, path and org never change
+	rt.mu.Lock()
+	if gen > rt.tableBuilt {
+		rt.table.Store(t)
+		rt.tableBuilt = gen
+	}
+	rt.mu.Unlock()
 }
 
 // sortServices orders a pool's members oldest connection first, so
