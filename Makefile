@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp clean images e2e fuzz release packages
+.PHONY: all build test vet demo bench bench-ab bench-scaling bench-scale-clients bench-tcp clean images e2e fuzz release packages
 
 all: build
 
@@ -80,6 +80,12 @@ bench-ab:
 # 17-minute flapping run. See bench/scaling.sh.
 bench-scaling:
 	bash bench/scaling.sh
+
+# 1,000 / 5,000 / 10,000 in-process clients on one aperio-server: RSS and
+# heartbeat CPU per client, time to reconnect all after a restart. See
+# bench/scale-clients.sh (SCALE_* knobs).
+bench-scale-clients:
+	bash bench/scale-clients.sh
 
 # Container images (FROM scratch, built locally, no registry needed); see
 # docs/docker.md. Repeat runs with the same inputs skip the build.
