@@ -24,7 +24,10 @@
 # per child process of the harness, each with its hostname cI.scale.test
 # and the tiny backend of its process, dialling from 127.0.0.2, 127.0.0.3,
 # ... (SCALE_PER_IP clients per address). One table on stdout; progress
-# on stderr.
+# on stderr. A wait that ends at its deadline shows as ">T (count)" (the
+# count of the last poll that was answered) and makes the exit status 1;
+# a count whose connect fell short gets no further figures, and the run
+# goes on with the next.
 #
 #   bash bench/scale-clients.sh
 #

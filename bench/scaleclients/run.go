@@ -86,6 +86,11 @@ func runMain(args []string) error {
 		rows = append(rows, r)
 	}
 	printTable(os.Stdout, o, rows)
+	for _, r := range rows {
+		if r.ConnectGot != int64(r.Clients) || r.ReconnectGot != int64(r.Clients) {
+			return errors.New("the server did not count every client of some run (the >T (count) cells)")
+		}
+	}
 	return nil
 }
 
