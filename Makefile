@@ -7,7 +7,7 @@ BIN     ?= bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
 
-.PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp bench-scale-visitors bench-scale-held bench-scale-hostnames clean images e2e fuzz release packages
+.PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp bench-scale-clients bench-scale-visitors bench-scale-held bench-scale-hostnames clean images e2e fuzz release packages
 
 all: build
 
@@ -101,6 +101,12 @@ bench-scale-held:
 
 bench-scale-hostnames:
 	bash bench/scale-hostnames.sh
+
+# 1,000 / 5,000 / 10,000 in-process clients on one aperio-server: RSS and
+# heartbeat CPU per client, time to reconnect all after a restart. See
+# bench/scale-clients.sh (SCALE_* knobs).
+bench-scale-clients:
+	bash bench/scale-clients.sh
 
 # Container images (FROM scratch, built locally, no registry needed); see
 # docs/docker.md. Repeat runs with the same inputs skip the build.
