@@ -287,6 +287,14 @@ func (c *wsConn) SetDeadline(t time.Time) error {
 func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
 func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
 
+// serverReadBufferSize sizes a server session's WebSocket read buffer,
+// which it holds for as long as the client is connected: 4 KiB rather than
+// wsBufferSize keeps 60 KiB per connected client off the server. It costs
+// a bulk transfer little: reads of a frame's body bigger than the buffer
+// go straight from the socket into the reader's slice, so only frame
+// headers and small frames pass through it.
+const serverReadBufferSize = 4 << 10
+
 // wsWriteBuffers shares WebSocket write buffers between sessions: a
 // session holds one only while it writes a message, so a server with many
 // idle clients does not keep 64 KiB per session for writing.
@@ -295,7 +303,7 @@ var wsWriteBuffers = &sync.Pool{}
 // upgrader accepts tunnel upgrades. Origin checks protect browsers; the
 // tunnel's peer is aperio-client, authenticated by its token instead.
 var upgrader = websocket.Upgrader{
-	ReadBufferSize:  wsBufferSize,
+	ReadBufferSize:  serverReadBufferSize,
 	WriteBufferSize: wsBufferSize,
 	WriteBufferPool: wsWriteBuffers,
 	Subprotocols:    []string{Subprotocol},
