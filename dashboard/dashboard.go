@@ -168,7 +168,7 @@ func Owns(p string) bool { return p == Root || strings.HasPrefix(p, UIPrefix) }
 func (u *UI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	securityHeaders(w.Header())
 	if err := u.Load(); err != nil {
-		u.log.Error("dashboard unavailable", "err", err)
+		u.log.Error("dashboard unavailable", logkey.Err, err)
 		http.Error(w, "dashboard unavailable", http.StatusInternalServerError)
 		return
 	}

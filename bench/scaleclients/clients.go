@@ -18,6 +18,7 @@ import (
 
 	"github.com/aperio-dev/aperio/agent"
 	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/logkey"
 )
 
 // clientsMain runs -count agents, numbered from -first, each the one a
@@ -75,7 +76,7 @@ func clientsMain(args []string) error {
 		}
 		wg.Go(func() {
 			if err := a.Run(ctx); err != nil {
-				log.Error("client ended", "client", i, "err", err)
+				log.Error("client ended", logkey.ClientName, fmt.Sprintf("c%d", i), logkey.Err, err)
 			}
 		})
 		select {
