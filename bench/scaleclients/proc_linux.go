@@ -2,16 +2,7 @@
 
 package main
 
-import (
-	"os/exec"
-	"syscall"
-)
-
-// setProcAttr puts the child in a process group of its own and has the
-// kernel kill it if the harness dies without cleaning up.
-func setProcAttr(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-}
+import "syscall"
 
 // raiseNofile lifts RLIMIT_NOFILE's soft limit to the hard one, for this
 // process and (set explicitly, so Go does not restore the old one in

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/aperio-dev/aperio/bench/internal/benchproc"
 	"io"
 	"net"
 	"net/http"
@@ -121,7 +122,7 @@ func measure(ctx context.Context, o options, n int) (r row, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return r, err
 	}
-	port, err := freePort()
+	port, err := benchproc.FreePort()
 	if err != nil {
 		return r, err
 	}
@@ -268,15 +269,6 @@ func cpuOver(ctx context.Context, window time.Duration, pid int, others []int) (
 	return a1 - a0, b1 - b0, nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // server is one aperio-server, started and restarted on one address and
 // data directory.
 type server struct {
@@ -321,7 +313,7 @@ func (s *server) start(ctx context.Context) error {
 	fmt.Fprintf(f, "=== start %s\n", time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(s.bin)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = s.dir, s.env(), f, f
-	setProcAttr(cmd)
+	benchproc.Isolate(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -367,7 +359,7 @@ func (s *server) stop(sig syscall.Signal, timeout time.Duration) error {
 	case <-s.done:
 		return nil
 	case <-time.After(timeout):
-		syscall.Kill(-s.pid(), syscall.SIGKILL)
+		benchproc.KillGroup(s.pid())
 		<-s.done
 		return fmt.Errorf("server did not exit %s after SIG%s", timeout, strings.ToUpper(unix(sig)))
 	}
@@ -471,7 +463,7 @@ func startChild(ctx context.Context, dir string, i int, url string, first, count
 		"-first", strconv.Itoa(first), "-count", strconv.Itoa(count),
 		"-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-per-ip", strconv.Itoa(perIP))
 	cmd.Dir, cmd.Stderr = dir, f
-	setProcAttr(cmd)
+	benchproc.Isolate(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -499,6 +491,6 @@ func startChild(ctx context.Context, dir string, i int, url string, first, count
 // taken by then, and a drain of thousands of agents is not measured.
 func (k *child) kill() {
 	k.stdin.Close()
-	syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+	benchproc.KillGroup(k.cmd.Process.Pid)
 	<-k.done
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/bench/internal/benchproc"
 	"io"
 	"os"
 	"os/exec"
@@ -93,7 +94,7 @@ func (ps *procs) start(sp spec) (*proc, error) {
 	// A grandchild holding the output pipe must not keep Wait from
 	// returning.
 	cmd.WaitDelay = 2 * time.Second
-	setProcAttr(cmd)
+	benchproc.Isolate(cmd)
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", sp.name, err)
@@ -159,7 +160,7 @@ func (p *proc) stop(grace time.Duration) error {
 		return p.err
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		killGroup(p)
+		benchproc.KillGroup(p.cmd.Process.Pid)
 	}
 	t := time.NewTimer(grace)
 	defer t.Stop()
@@ -168,7 +169,7 @@ func (p *proc) stop(grace time.Duration) error {
 		return p.err
 	case <-t.C:
 	}
-	killGroup(p)
+	benchproc.KillGroup(p.cmd.Process.Pid)
 	k := time.NewTimer(5 * time.Second)
 	defer k.Stop()
 	select {
@@ -191,7 +192,7 @@ func (ps *procs) stopAll(grace time.Duration) {
 	ps.mu.Unlock()
 	for _, p := range live {
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			killGroup(p)
+			benchproc.KillGroup(p.cmd.Process.Pid)
 		}
 	}
 	deadline := time.NewTimer(grace)
@@ -206,7 +207,7 @@ func (ps *procs) stopAll(grace time.Duration) {
 	}
 	for _, p := range live {
 		if !p.exited() {
-			killGroup(p)
+			benchproc.KillGroup(p.cmd.Process.Pid)
 		}
 	}
 	final := time.NewTimer(5 * time.Second)

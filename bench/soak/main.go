@@ -44,8 +44,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/aperio-dev/aperio/bench/internal/benchproc"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -189,7 +189,7 @@ func (s *soak) logf(format string, args ...any) {
 // level is warn: an access line per request would be the most of a long
 // soak's disk and CPU) and waits until it is ready.
 func (s *soak) startServer(ctx context.Context) error {
-	port, err := freePort()
+	port, err := benchproc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -212,16 +212,6 @@ func (s *soak) startServer(ctx context.Context) error {
 		_, err := s.api.get(ctx, "/aperio/readyz", "")
 		return err == nil, err
 	})
-}
-
-// freePort returns a port nothing on 127.0.0.1 listened on a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // startClient starts an aperio-client serving the backend for hostname;

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/bench/internal/benchproc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,7 +61,7 @@ func (ks *children) start(name, bin string, args, env []string) (*child, error) 
 	}
 	cmd.Env = append(append(cmd.Env, "HOME="+dir), env...)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	benchproc.Isolate(cmd)
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -103,7 +104,7 @@ func (c *child) stop(grace time.Duration) error {
 		return c.err
 	case <-time.After(grace):
 	}
-	syscall.Kill(-c.pid(), syscall.SIGKILL)
+	benchproc.KillGroup(c.pid())
 	select {
 	case <-c.done:
 	case <-time.After(5 * time.Second):
