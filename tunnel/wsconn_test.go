@@ -216,3 +216,68 @@ func TestWSConnStalledPeer(t *testing.T) {
 		t.Fatal("the waiting Write did not return after Close")
 	}
 }
+
+// FuzzWSConnWrites drives a wsConn with a sequence of yamux-like writes
+// decoded from the input (small frames, data frames with bodies below and
+// above directMin, headers whose body comes in the next call): the peer
+// reads every byte in order, and no message cuts a frame.
+func FuzzWSConnWrites(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7})
+	f.Add([]byte{3, 255, 3, 255, 1, 0, 2, 9})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 64 {
+			ops = ops[:64]
+		}
+		c, peer := wsPair(t)
+		var want bytes.Buffer
+		var writes [][]byte // in yamux's order: a header, then its body
+		for i := 0; i+1 < len(ops); i += 2 {
+			var hdr, body []byte
+			n := int(ops[i+1])
+			switch ops[i] % 4 {
+			case 0:
+				hdr, body = yframe(1, uint32(i), 0, 0)
+			case 1:
+				hdr, body = yframe(yamuxTypeData, uint32(i), 1+n, byte(i))
+			case 2:
+				hdr, body = yframe(yamuxTypeData, uint32(i), directMin+n*64, byte(i))
+			default:
+				hdr, body = yframe(yamuxTypeData, uint32(i), maxPending/2+n*16, byte(i))
+			}
+			want.Write(hdr)
+			want.Write(body)
+			writes = append(writes, hdr)
+			if body != nil {
+				writes = append(writes, body)
+			}
+		}
+		done := make(chan error, 1)
+		go func() { // the peer reads meanwhile, so backpressure cannot stall it
+			for _, w := range writes {
+				if _, err := c.Write(w); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		var got bytes.Buffer
+		peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for got.Len() < want.Len() {
+			_, msg, err := peer.ReadMessage()
+			if err != nil {
+				t.Fatalf("read after %d of %d bytes: %v", got.Len(), want.Len(), err)
+			}
+			if splitFrames(msg) < 0 {
+				t.Fatalf("a message of %d bytes cuts a frame", len(msg))
+			}
+			got.Write(msg)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("Write: %v", err)
+		}
+		if !bytes.Equal(got.Bytes(), want.Bytes()) {
+			t.Fatal("the peer read other bytes than were written")
+		}
+	})
+}
