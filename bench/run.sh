@@ -220,12 +220,14 @@ wait_listen() {
 # ---------------------------------------------------------------------------
 # Memory.
 
-# rss_kb PID prints the VmRSS of PID in KiB, or 0 if it is gone.
-rss_kb() {
+# status_kb PID FIELD prints FIELD (VmRSS, RssAnon: heap, stacks and
+# runtime data, without the binary's pages) of /proc/PID/status in KiB, or
+# 0 if PID is gone.
+status_kb() {
 	local k v rest kib=0
 	if [[ -r /proc/$1/status ]]; then
 		while read -r k v rest; do
-			if [[ $k == VmRSS: ]]; then
+			if [[ $k == "$2:" ]]; then
 				kib=$v
 				break
 			fi
@@ -234,11 +236,8 @@ rss_kb() {
 	echo "$kib"
 }
 
-# anon_kb PID prints the RssAnon of PID in KiB (its heap, stacks and
-# runtime data; VmRSS adds the binary's pages), or 0 if it is gone.
-anon_kb() {
-	awk '$1 == "RssAnon:" { print $2; found = 1 } END { if (!found) print 0 }' "/proc/$1/status" 2>/dev/null || echo 0
-}
+# rss_kb PID prints the VmRSS of PID in KiB, or 0 if it is gone.
+rss_kb() { status_kb "$1" VmRSS; }
 
 # rss_sampler PID FILE writes the highest VmRSS of PID seen so far (KiB) to
 # FILE, sampling every 100 ms until killed or PID exits.
@@ -519,8 +518,8 @@ row_aperio() {
 	sleep 2
 	IDLE_SERVER_KIB=$(rss_kb "$APERIO_SERVER_PID")
 	IDLE_CLIENT_KIB=$(rss_kb "$APERIO_CLIENT_PID")
-	IDLE_SERVER_ANON_KIB=$(anon_kb "$APERIO_SERVER_PID")
-	IDLE_CLIENT_ANON_KIB=$(anon_kb "$APERIO_CLIENT_PID")
+	IDLE_SERVER_ANON_KIB=$(status_kb "$APERIO_SERVER_PID" RssAnon)
+	IDLE_CLIENT_ANON_KIB=$(status_kb "$APERIO_CLIENT_PID" RssAnon)
 
 	bench_row aperio "http://127.0.0.1:$sport/"
 
