@@ -270,8 +270,7 @@ func (m *Meter) addCounter(k Key) *Counter {
 			return c
 		}
 	}
-	c := &Counter{key: k, tok: m.accountLocked(m.tokens, k.TokenID, m.tokenMax), org: m.accountLocked(m.orgs, k.OrgID, m.orgMax)}
-	c.tok.master = k.TokenID == ""
+	c := &Counter{key: k, tok: m.accountLocked(m.tokens, k.TokenID, m.tokenMax, k.TokenID == ""), org: m.accountLocked(m.orgs, k.OrgID, m.orgMax, false)}
 	next := make(counters, len(old)+1)
 	for kk, v := range old {
 		next[kk] = v
@@ -283,11 +282,13 @@ func (m *Meter) addCounter(k Key) *Counter {
 
 // accountLocked returns id's account in in, creating it with its limit
 // read at once (a new token is limited from its first request; its
-// stored total arrives with the next flush).
-func (m *Meter) accountLocked(in map[string]*account, id string, limit func(string) int64) *account {
+// stored total arrives with the next flush). master is set here, once:
+// an account is shared by every counter of its token, whose request paths
+// read it without a lock.
+func (m *Meter) accountLocked(in map[string]*account, id string, limit func(string) int64, master bool) *account {
 	a := in[id]
 	if a == nil {
-		a = &account{id: id}
+		a = &account{id: id, master: master}
 		a.limit.Store(limit(id))
 		in[id] = a
 	}

@@ -3,6 +3,7 @@ package usage_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -390,6 +391,37 @@ func BenchmarkCounterCheckRecord(b *testing.B) {
 	for b.Loop() {
 		if c.Check() == usage.Allowed {
 			c.Record(512, 0)
+		}
+	}
+}
+
+// TestNewCounterWhileChecking: a token's new counter (a new hostname or
+// port of the same token) is created while its other counters are checked
+// on request paths; the account they share is not written (go test -race
+// caught a rewrite of its master flag here).
+func TestNewCounterWhileChecking(t *testing.T) {
+	now := day1
+	m := newMeter(t, newMemStore(), limits{tok: map[string]int64{"tok_r": 1 << 40}}, &now)
+	hot, master := m.Counter("tok_r", "org_r", "a.test"), m.Counter("", "org_r", "m.test")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			m.Counter("tok_r", "org_r", fmt.Sprintf("h%d.test", i))
+			m.Counter("", "org_r", fmt.Sprintf("m%d.test", i))
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			if m.Counter("", "org_r", "m199.test").Check() != usage.Allowed || hot.Check() != usage.Allowed {
+				t.Error("a counter is refused under a limit it is far from")
+			}
+			return
+		default:
+			if hot.Check() != usage.Allowed || master.Check() != usage.Allowed {
+				t.Fatal("Check refused while new counters were created")
+			}
 		}
 	}
 }
