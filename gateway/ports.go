@@ -22,22 +22,16 @@ import (
 	"github.com/aperio-dev/aperio/usage"
 )
 
-// portsRegistry admits each session's expose entries (ports.Manager) after
-// the registry it wraps has taken the session, and answers them with
+// portsRegistry admits each session's expose entries (ports.Manager) in
+// Update, after the registry it wraps, and answers them with
 // Session.SetExposed before the welcome or the ack is written. A refused
-// entry never refuses the session.
+// entry never refuses the session. Attach admits nothing: the tunnel
+// server calls Update right after it, before the welcome, so the notice
+// of an entry refused at connect reaches the client with the welcome
+// (the manager sends each refusal's notice once, to the first caller).
 type portsRegistry struct {
 	tunnel.Registry
 	ports *ports.Manager
-}
-
-func (r portsRegistry) Attach(ctx context.Context, s *tunnel.Session) error {
-	if err := r.Registry.Attach(ctx, s); err != nil {
-		return err
-	}
-	st, _ := r.ports.Apply(ctx, s.ID(), rawSession{s})
-	s.SetExposed(st)
-	return nil
 }
 
 func (r portsRegistry) Update(ctx context.Context, s *tunnel.Session) []string {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -26,27 +28,41 @@ func (f tcpForwarder) ForwardRaw(ctx context.Context, h tunnel.RawHeader) (io.Re
 	return d.DialContext(ctx, "tcp", f.addr)
 }
 
+// okForwarder answers every forwarded request 200 "http up".
+type okForwarder struct{}
+
+func (okForwarder) Forward(ctx context.Context, service string, req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	io.WriteString(rec, "http up")
+	return rec.Result(), nil
+}
+
 // TestExposedTCPPortEndToEnd: through a real gateway and tunnel, an
 // expose entry inside tcp_port_range opens a public port whose visitor
 // connections reach the client's target, both ways with half-close; an
 // entry outside the range is refused with the reason in the client's
-// statuses while the session and its other entry stay up; the port
-// closes when the client leaves.
+// statuses and in a notice in the server's welcome, while the session,
+// its HTTP service and its other entry stay up; each is audited (port_opened,
+// port_refused, port_closed) and the open connection shows in
+// aperio_tcp_connections; the port closes when the client leaves.
 func TestExposedTCPPortEndToEnd(t *testing.T) {
 	port := acmetest.FreePort(t)
 	cfg := serverConfig(t)
 	cfg.Host = "127.0.0.1"
 	cfg.TCPPortRange = []string{fmt.Sprint(port)}
+	cfg.MetricsToken = "m-token-ports"
 	s := startServer(t, cfg, nil, nil)
 
+	expose := []tunnel.Expose{
+		{Name: "ssh", Protocol: tunnel.ExposeTCP, RemotePort: port},
+		{Name: "outside", Protocol: tunnel.ExposeTCP, RemotePort: port + 1},
+	}
 	statuses := make(chan []tunnel.ExposeStatus, 8)
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
-		URL: s.url, Token: testToken, Forwarder: nopForwarder{}, RawForwarder: tcpForwarder{name: "ssh", addr: echotest.TCP(t)},
+		URL: s.url, Token: testToken, Forwarder: okForwarder{}, RawForwarder: tcpForwarder{name: "ssh", addr: echotest.TCP(t)},
 		Announce: func() tunnel.Announcement {
-			return tunnel.Announcement{Name: "ports", InstanceID: "i-ports", Expose: []tunnel.Expose{
-				{Name: "ssh", Protocol: tunnel.ExposeTCP, RemotePort: port},
-				{Name: "outside", Protocol: tunnel.ExposeTCP, RemotePort: port + 1},
-			}}
+			return tunnel.Announcement{Name: "ports", InstanceID: "i-ports", Expose: expose,
+				Services: []tunnel.Service{{ID: "0", Hostnames: []string{"web.test"}, Healthy: true}}}
 		},
 		Logger:    testLogger(),
 		Jitter:    func() float64 { return 0 },
@@ -54,6 +70,16 @@ func TestExposedTCPPortEndToEnd(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+
+	// The welcome carries the refusal as a notice, which the client logs:
+	// an entry refused at connect is not only in the statuses.
+	notices, err := c.Handshake(t.Context(), tunnel.Announcement{Name: "ports", InstanceID: "i-check", Draining: true, Expose: expose[1:]})
+	if err != nil {
+		t.Fatalf("Handshake() = %v", err)
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "expose outside") || !strings.Contains(notices[0], "refused") {
+		t.Fatalf("welcome notices %q, want one naming the refused entry outside", notices)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -67,6 +93,16 @@ func TestExposedTCPPortEndToEnd(t *testing.T) {
 	if st[1].Port != 0 || !strings.Contains(st[1].Error, "range") {
 		t.Fatalf("status of the entry outside the range = %+v, want refused naming the range", st[1])
 	}
+
+	// The refused entry costs the client nothing else: its HTTP service
+	// answers.
+	poll(t, 10*time.Second, func() (bool, string) {
+		resp, body := do(t, newVisitor(t, s), newRequest(t, t.Context(), s, "GET", "web.test", "/", nil))
+		if resp.StatusCode != http.StatusOK || body != "http up" {
+			return false, fmt.Sprintf("GET web.test = %d %q, want 200 from the client's service", resp.StatusCode, body)
+		}
+		return true, ""
+	})
 
 	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
 	if err != nil {
@@ -87,6 +123,24 @@ func TestExposedTCPPortEndToEnd(t *testing.T) {
 		t.Fatalf("echo through the port: %d bytes, %v; want the %d bytes sent", len(got), err, len(msg))
 	}
 
+	// A connection held open shows in the gauge of its port.
+	held, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial the public port: %v", err)
+	}
+	defer held.Close()
+	gauge := fmt.Sprintf(`aperio_tcp_connections{port="%d",protocol="tcp"} 1`, port)
+	poll(t, 10*time.Second, func() (bool, string) {
+		req := newRequest(t, t.Context(), s, "GET", "anything.test", "/aperio/metrics", nil)
+		req.Header.Set("Authorization", "Bearer m-token-ports")
+		_, body := do(t, newVisitor(t, s), req)
+		if !strings.Contains(body, gauge) {
+			return false, "metrics lack " + gauge
+		}
+		return true, ""
+	})
+	held.Close()
+
 	cancel()
 	<-done
 	poll(t, 10*time.Second, func() (bool, string) {
@@ -97,4 +151,22 @@ func TestExposedTCPPortEndToEnd(t *testing.T) {
 		c.Close()
 		return false, "the public port still accepts after its only client left"
 	})
+
+	// The audit log has the port's life and the refusal.
+	want := map[string]string{
+		"port_opened":  fmt.Sprintf("%d", port),
+		"port_refused": "expose outside",
+		"port_closed":  fmt.Sprintf("%d", port),
+	}
+	for event, part := range want {
+		poll(t, 10*time.Second, func() (bool, string) {
+			got := auditEvents(t, s, event)
+			for _, e := range got {
+				if d, _ := e["detail"].(string); strings.Contains(d, part) {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("no %s audit entry naming %q in %v", event, part, got)
+		})
+	}
 }
