@@ -267,8 +267,16 @@ func TestAccessAuditAndMetrics(t *testing.T) {
 	svc.Auth = &config.Auth{Basic: &config.BasicAuth{Users: map[string]string{"ann": hash}}}
 	st := startStackFor(t, svc, func(c *gateway.Config) { c.MetricsToken = "m-token" }, false)
 
-	if resp, _ := getWith(t, st, appHost, basicHeader("ann", "secret-guess")); resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("wrong password = %d, want 401", resp.StatusCode)
+	// The client is connected; its service's route may come a heartbeat
+	// later (502 until then, before any gate): wait for the gate.
+	var code int
+	poll(t, 10*time.Second, func() (bool, string) {
+		resp, _ := getWith(t, st, appHost, basicHeader("ann", "secret-guess"))
+		code = resp.StatusCode
+		return code != http.StatusBadGateway, "the service's route is not in place"
+	})
+	if code != http.StatusUnauthorized {
+		t.Fatalf("wrong password = %d, want 401", code)
 	}
 	if resp, _ := getWith(t, st, appHost, basicHeader("ann", "pw-metrics")); resp.StatusCode != http.StatusOK {
 		t.Fatalf("right password = %d, want 200", resp.StatusCode)
@@ -283,17 +291,22 @@ func TestAccessAuditAndMetrics(t *testing.T) {
 		t.Fatalf("auth_denied detail = %q, want the host, visitor, method and status, never the password", detail)
 	}
 
-	req := newRequest(t, t.Context(), st.server, "GET", "anything.test", "/aperio/metrics", nil)
-	req.Header.Set("Authorization", "Bearer m-token")
-	_, body := do(t, st.visitor, req)
-	for _, want := range []string{
-		`aperio_auth_total{method="basic",outcome="denied"} 1`,
-		`aperio_auth_total{method="basic",outcome="admitted"} 1`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %s", want)
+	// The counters are added once a request's handler returns, which may
+	// be a moment after the visitor has its answer: poll.
+	poll(t, 10*time.Second, func() (bool, string) {
+		req := newRequest(t, t.Context(), st.server, "GET", "anything.test", "/aperio/metrics", nil)
+		req.Header.Set("Authorization", "Bearer m-token")
+		_, body := do(t, st.visitor, req)
+		for _, want := range []string{
+			`aperio_auth_total{method="basic",outcome="denied"} 1`,
+			`aperio_auth_total{method="basic",outcome="admitted"} 1`,
+		} {
+			if !strings.Contains(body, want) {
+				return false, "metrics lack " + want
+			}
 		}
-	}
+		return true, ""
+	})
 }
 
 // TestAccessShareLink: a share link minted through the admin API opens a

@@ -150,11 +150,18 @@ func (b *browser) text(t *testing.T, css string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, browserWait)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
-	if err != nil {
+	for attempt := 1; ; attempt++ {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
+		if err == nil {
+			return strings.TrimSpace(s)
+		}
+		// The page redrew the element between the query and the read
+		// (a live update): the node id is stale, so read it again.
+		if attempt < 3 && strings.Contains(err.Error(), "No node with given id") {
+			continue
+		}
 		t.Fatalf("browser: text of %s: %v", css, err)
 	}
-	return strings.TrimSpace(s)
 }
 
 // has reports whether an element css matches exists now.

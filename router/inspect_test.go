@@ -2,6 +2,7 @@ package router
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -116,10 +117,18 @@ func TestInspectNoCaptureAllocs(t *testing.T) {
 		req := httptest.NewRequest("GET", "/", nil)
 		req.Host = "app.test"
 		rec := httptest.NewRecorder()
-		return testing.AllocsPerRun(50, func() {
-			var tr telemetry.Request
-			rt.Proxy(rec, req, &tr)
-		})
+		// The fewest of three runs: AllocsPerRun counts the process's
+		// mallocs, and a background goroutine (the router's or the
+		// runtime's) may allocate during one. A hook that allocates per
+		// request adds to every run.
+		least := math.Inf(1)
+		for range 3 {
+			least = min(least, testing.AllocsPerRun(50, func() {
+				var tr telemetry.Request
+				rt.Proxy(rec, req, &tr)
+			}))
+		}
+		return least
 	}
 	base := measure(nil)
 	in := newInspector(t)
