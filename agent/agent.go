@@ -211,6 +211,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 		tc, err := tunnel.NewClient(tunnel.ClientConfig{
 			URL:          u,
 			Token:        cfg.Token,
+			Transport:    cfg.Transport,
 			Announce:     a.announcement,
 			Forwarder:    a,
 			RawForwarder: a,

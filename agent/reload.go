@@ -62,6 +62,7 @@ func restartKeys(old, new config.Client) []string {
 	}
 	check("server.url", old.ServerURL == new.ServerURL)
 	check("server.urls", slices.Equal(old.ServerURLs, new.ServerURLs))
+	check("server.transport", old.Transport == new.Transport)
 	check("server.token", old.Token == new.Token)
 	check("name", old.Name == new.Name)
 	check("idle_timeout", old.IdleTimeout == new.IdleTimeout)

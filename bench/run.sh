@@ -7,10 +7,13 @@
 #   (c) wrk through aperio-server + aperio-client, then again with one
 #       subscriber of the live event stream (a dashboard open), then
 #       plain again (the spread of the two plain rows is the run's noise)
+#   (c) tcp: the same with the client on the tcp transport
+#       (server.transport: tcp, yamux without WebSocket framing)
 #   (d) wrk through frps + frpc (HTTP vhost mode)
 #
 # each with 1 and 64 connections, then a 1 GiB download and upload through
-# Aperio (throughput and peak RSS growth) and Aperio's idle RSS. It prints one
+# Aperio on each transport (throughput and peak RSS growth) and Aperio's
+# idle RSS. It prints one
 # table on stdout and progress on stderr, and takes about 2-3 minutes once the
 # binaries are cached.
 #
@@ -479,6 +482,21 @@ row_frp() {
 	stop_bg "$cpid" "$spid"
 }
 
+# start_aperio_client NAME PORT [FLAG...] starts an aperio-client named NAME
+# (its log's name) for $VHOST to aperio-demo, tunneled to the server on
+# PORT, with FLAGs added, and sets APERIO_CLIENT_PID.
+start_aperio_client() {
+	local name=$1 sport=$2
+	shift 2
+	start_bg "$name" env APERIO_SERVER_TOKEN=bench-master-token-0123456789abcdef \
+		"$BIN/aperio-client" "127.0.0.1:$DEMO_PORT" \
+		--hostname "$VHOST" \
+		--server-url "http://127.0.0.1:$sport" \
+		--max-concurrent 256 \
+		--log-level warn "$@"
+	APERIO_CLIENT_PID=$BG_PID
+}
+
 # row_aperio starts aperio-server and aperio-client, records their idle RSS,
 # runs the wrk row, then the streamed transfers. They stay up until cleanup.
 row_aperio() {
@@ -501,13 +519,7 @@ row_aperio() {
 		APERIO_MAX_BODY_SIZE=2GiB \
 		"$BIN/aperio-server"
 	APERIO_SERVER_PID=$BG_PID
-	start_bg aperio-client env APERIO_SERVER_TOKEN=bench-master-token-0123456789abcdef \
-		"$BIN/aperio-client" "127.0.0.1:$DEMO_PORT" \
-		--hostname "$VHOST" \
-		--server-url "http://127.0.0.1:$sport" \
-		--max-concurrent 256 \
-		--log-level warn
-	APERIO_CLIENT_PID=$BG_PID
+	start_aperio_client aperio-client "$sport"
 	if ! wait_ready "http://127.0.0.1:$sport/" "$READY_TIMEOUT" "$APERIO_SERVER_PID" "$APERIO_CLIENT_PID"; then
 		SKIP[aperio]="not ready: $READY_ERR; server: $(last_log aperio-server); client: $(last_log aperio-client)"
 		return 0
@@ -541,6 +553,26 @@ row_aperio() {
 		SKIP[aperio_again]="skipped with (c) +stream"
 	fi
 	stream_aperio "$sport"
+	APERIO_PORT_USED=$sport
+}
+
+# row_aperio_tcp replaces row_aperio's client by one on the tcp transport
+# and runs the wrk row and the transfers again.
+row_aperio_tcp() {
+	if [[ -n ${SKIP[aperio]:-} ]]; then
+		SKIP[aperio_tcp]="skipped with (c) aperio"
+		return 0
+	fi
+	local sport=$APERIO_PORT_USED
+	stop_bg "$APERIO_CLIENT_PID"
+	start_aperio_client aperio-client-tcp "$sport" --server-transport tcp
+	if ! wait_ready "http://127.0.0.1:$sport/" "$READY_TIMEOUT" "$APERIO_SERVER_PID" "$APERIO_CLIENT_PID"; then
+		SKIP[aperio_tcp]="not ready: $READY_ERR; client: $(last_log aperio-client-tcp)"
+		return 0
+	fi
+	bench_row aperio_tcp "http://127.0.0.1:$sport/"
+	CHECK_BODY='' stream_transfer download_tcp stream_download "$sport"
+	CHECK_BODY=$TMP/upload.json stream_transfer upload_tcp stream_upload "$sport"
 }
 
 declare -A STREAM_MBPS STREAM_SRV STREAM_CLI STREAM_FAIL
@@ -635,11 +667,11 @@ ratio() { # ratio NUM DEN prints NUM/DEN as "1.23x", or "-"
 
 print_report() {
 	local row label conns key
-	local -A labels=([direct]="(a) direct" [nginx]="(b) nginx" [aperio]="(c) aperio" [aperio_sse]="(c) +stream" [aperio_again]="(c) again" [frp]="(d) frp")
+	local -A labels=([direct]="(a) direct" [nginx]="(b) nginx" [aperio]="(c) aperio" [aperio_sse]="(c) +stream" [aperio_again]="(c) again" [aperio_tcp]="(c) tcp" [frp]="(d) frp")
 	echo
 	echo "== HTTP GET / (19-byte body), wrk ${DURATION} per run after a ${WARMUP} warm-up at 64 conns"
 	printf '%-12s %5s %11s %9s %9s %8s %7s %7s %9s\n' row conns req/s p50_ms p99_ms non-2xx errors vs_frp vs_direct
-	for row in direct nginx aperio aperio_sse aperio_again frp; do
+	for row in direct nginx aperio aperio_sse aperio_again aperio_tcp frp; do
 		label=${labels[$row]}
 		if [[ $row == aperio_* && -n ${SKIP[aperio]:-} ]]; then
 			SKIP[$row]="skipped with (c) aperio"
@@ -667,15 +699,20 @@ print_report() {
 	if [[ -n ${SKIP[aperio]:-} ]]; then
 		echo "skipped: ${SKIP[aperio]}"
 	else
-		printf '%-10s %9s %12s %9s %18s %18s\n' direction MB/s direct_MB/s vs_direct server_rss_+MiB client_rss_+MiB
-		for kind in download upload; do
-			if [[ -n ${STREAM_FAIL[$kind]:-} ]]; then
-				printf '%-10s failed: %s\n' "$kind" "${STREAM_FAIL[$kind]}"
+		printf '%-12s %9s %12s %9s %18s %18s\n' direction MB/s direct_MB/s vs_direct server_rss_+MiB client_rss_+MiB
+		for kind in download upload download_tcp upload_tcp; do
+			if [[ $kind == *_tcp && -n ${SKIP[aperio_tcp]:-} ]]; then
+				printf '%-12s skipped: %s\n' "$kind" "${SKIP[aperio_tcp]}"
 				continue
 			fi
-			printf '%-10s %9s %12s %9s %18s %18s\n' "$kind" "${STREAM_MBPS[$kind]}" "${DIRECT_MBPS[$kind]:--}" \
-				"$(ratio "${STREAM_MBPS[$kind]}" "${DIRECT_MBPS[$kind]:-}")" "${STREAM_SRV[$kind]}" "${STREAM_CLI[$kind]}"
+			if [[ -n ${STREAM_FAIL[$kind]:-} ]]; then
+				printf '%-12s failed: %s\n' "$kind" "${STREAM_FAIL[$kind]}"
+				continue
+			fi
+			printf '%-12s %9s %12s %9s %18s %18s\n' "$kind" "${STREAM_MBPS[$kind]}" "${DIRECT_MBPS[${kind%_tcp}]:--}" \
+				"$(ratio "${STREAM_MBPS[$kind]}" "${DIRECT_MBPS[${kind%_tcp}]:-}")" "${STREAM_SRV[$kind]}" "${STREAM_CLI[$kind]}"
 		done
+		echo "(download/upload: the websocket transport, the default; *_tcp: server.transport tcp)"
 	fi
 
 	echo
@@ -729,6 +766,7 @@ main() {
 	row_nginx
 	row_frp
 	row_aperio
+	row_aperio_tcp
 	stream_direct
 	print_report | tee -a "$report"
 

@@ -37,6 +37,7 @@ func DefaultClient() Client {
 		ReloadDrain:  30 * time.Second,
 		LogLevel:     DefaultLogLevel,
 		LogFormat:    DefaultLogFormat,
+		Transport:    DefaultTransport,
 	}
 }
 
@@ -70,6 +71,7 @@ func clientSettings() []setting[Client] {
 		stringSetting("server.url", "URL of the server (https://, wss://)", func(c *C) *string { return &c.ServerURL }),
 		listSetting("server.urls", "more servers to hold tunnels to (comma list)", func(c *C) *[]string { return &c.ServerURLs }, nil),
 		stringSetting("server.token", "client token (apr_...)", func(c *C) *string { return &c.Token }).secret(),
+		enumSetting("server.transport", "how tunnel frames travel: websocket, or tcp (faster: no WebSocket framing)", func(c *C) *string { return &c.Transport }).oneOf(Transports),
 		stringSetting("server.api_key", "admin key for the aperio-client api commands", func(c *C) *string { return &c.APIKey }).secret().alias("APERIO_API_KEY"),
 		stringSetting("name", "name shown in the API (default: the machine's hostname)", func(c *C) *string { return &c.Name }),
 		intSetting("max_concurrent", "concurrency limit of every service (0 = none announced)", func(c *C) *int { return &c.MaxConcurrent }),
@@ -619,6 +621,7 @@ func (c Client) problems(src *Sources) []*Error {
 	}
 	v.oneOf("log_level", c.LogLevel, LogLevels)
 	v.oneOf("log_format", c.LogFormat, LogFormats)
+	v.oneOf("server.transport", c.Transport, Transports)
 	return v.errs
 }
 

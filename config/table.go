@@ -19,6 +19,13 @@ var (
 	LogFormats = []string{"text", "json"}
 )
 
+// Transports are the values of the client's server.transport, the tunnel
+// package's TransportWebSocket (the default) and TransportTCP.
+var Transports = []string{DefaultTransport, "tcp"}
+
+// DefaultTransport is server.transport's default.
+const DefaultTransport = "websocket"
+
 // The defaults of log_level and log_format, for both binaries.
 const (
 	DefaultLogLevel  = "info"

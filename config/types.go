@@ -17,6 +17,12 @@ type Client struct {
 	// APIKey is the admin key used by `aperio-client api` (server.api_key,
 	// also APERIO_API_KEY). Secret.
 	APIKey string
+	// Transport is how the tunnel's frames travel (server.transport):
+	// "websocket", the default, in WebSocket messages that any proxy
+	// passing WebSockets passes; "tcp", straight on the upgraded
+	// connection, faster where nothing between client and server needs
+	// WebSocket.
+	Transport string
 
 	// Name is shown in the admin API (name). The loader defaults it to the
 	// machine's hostname; empty when that is unknown.

@@ -69,6 +69,23 @@ func tcpPortThroughTwoServers(tp *topology, figs *figures) func(t *testing.T) {
 				return ok && p.BytesIn >= int64(len(bulk))
 			})
 		}
+		// tcp-app holds its tunnels over the tcp transport
+		// (docker-compose.yml), and says so as each connects.
+		var connected []string
+		for _, l := range strings.Split(docker(t, "logs", tp.containerID("tcp-app")), "\n") {
+			if strings.Contains(l, "tunnel connected") {
+				connected = append(connected, l)
+			}
+		}
+		tcp := 0
+		for _, l := range connected {
+			if strings.Contains(l, "transport=tcp") {
+				tcp++
+			}
+		}
+		if len(connected) < 2 || tcp != len(connected) {
+			t.Fatalf("tcp-app logged %d tunnel connections, %d of them over transport=tcp; want both servers over tcp:\n%s", len(connected), tcp, strings.Join(connected, "\n"))
+		}
 	}
 }
 

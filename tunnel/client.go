@@ -74,6 +74,9 @@ type ClientConfig struct {
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 	// TLSConfig is used for https and wss URLs; nil uses the defaults.
 	TLSConfig *tls.Config
+	// Transport is how the session's frames travel: TransportWebSocket
+	// (the default when empty) or TransportTCP.
+	Transport string
 	// Jitter returns a number in [0,1) for reconnect backoff; nil uses
 	// math/rand/v2. Tests script it.
 	Jitter func() float64
@@ -145,7 +148,12 @@ type Client struct {
 	// connected is set while a session's control loop runs, the only
 	// receiver of nudge.
 	connected atomic.Bool
-	upSince   atomic.Int64 // unix nanoseconds of the last welcome
+	// live is closed when the current session's control loop stops
+	// receiving nudges, before its wind-down (which may wait a second for
+	// a goaway's reason): AnnounceNow must not wait on a loop that is
+	// gone.
+	live    atomic.Pointer[chan struct{}]
+	upSince atomic.Int64 // unix nanoseconds of the last welcome
 	// responseTimeout is the server's response timeout in nanoseconds, as
 	// the last welcome said; 0 when it did not say.
 	responseTimeout atomic.Int64
@@ -293,12 +301,15 @@ func (b *reconnectBackoff) next(up time.Duration) time.Duration {
 // While disconnected it returns ErrSessionClosed at once: no server routes
 // anything here then, and the next hello carries the current state anyway.
 func (c *Client) AnnounceNow(ctx context.Context) error {
-	if !c.connected.Load() {
+	live := c.live.Load()
+	if live == nil || !c.connected.Load() {
 		return ErrSessionClosed
 	}
 	reply := make(chan error, 1)
 	select {
 	case c.nudge <- reply:
+	case <-*live:
+		return ErrSessionClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -324,6 +335,16 @@ func (c *Client) Nudge() {
 func (c *Client) dial(ctx context.Context) (*yamux.Session, error) {
 	dctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
+	if c.cfg.Transport == TransportTCP {
+		conn, r, err := c.dialTCPTransport(dctx)
+		if err != nil {
+			return nil, err
+		}
+		// A client has one session: a buffer as large as the WebSocket
+		// transport's takes several frames per read syscall, where yamux's
+		// own 4 KiB one would take a few.
+		return yamux.Client(newConnMux(conn, bufio.NewReaderSize(r, wsBufferSize)), yamuxConfig())
+	}
 	ws, resp, err := c.dialer.DialContext(dctx, c.wsURL, http.Header{"Authorization": {"Bearer " + c.cfg.Token}})
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -398,12 +419,18 @@ func (c *Client) runSession(ctx context.Context) error {
 		interval = defaultHeartbeat()
 	}
 	log := c.log.With(logkey.SessionID, welcome.SessionID)
-	log.Info("tunnel connected", logkey.Heartbeat, interval)
+	transport := c.cfg.Transport
+	if transport == "" {
+		transport = TransportWebSocket
+	}
+	log.Info("tunnel connected", logkey.Heartbeat, interval, logkey.Transport, transport)
 	for _, n := range welcome.Notices {
 		log.Warn("server notice", logkey.Notice, n)
 	}
 	// Connected before OnConnect runs, so that a caller woken by it may
 	// announce at once (AnnounceNow) instead of finding no session.
+	live := make(chan struct{})
+	c.live.Store(&live)
 	c.connected.Store(true)
 	defer c.connected.Store(false)
 	c.upSince.Store(time.Now().UnixNano())
@@ -414,7 +441,7 @@ func (c *Client) runSession(ctx context.Context) error {
 	if c.cfg.OnExposed != nil {
 		c.cfg.OnExposed(welcome.Exposed)
 	}
-	return c.controlLoop(sctx, log, mux, ctrl, interval, welcome)
+	return c.controlLoop(sctx, log, mux, ctrl, interval, welcome, live)
 }
 
 // handshake dials the server and exchanges the hello, announcing what
@@ -510,7 +537,7 @@ func (c *Client) acceptLoop(ctx context.Context, mux *yamux.Session) {
 // controlLoop sends heartbeats and reads acks until the session ends. The
 // server must ack within three heartbeat intervals or the session is
 // considered dead.
-func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration, welcome *message) (err error) {
+func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.Session, ctrl *yamux.Stream, interval time.Duration, welcome *message, live chan struct{}) (err error) {
 	acks := make(chan ackMsg, 1)
 	done := make(chan struct{})
 	defer close(done)
@@ -559,6 +586,7 @@ func (c *Client) controlLoop(ctx context.Context, log *slog.Logger, mux *yamux.S
 	}
 	beat := time.NewTicker(interval)
 	defer beat.Stop()
+	defer close(live) // first of the defers: no nudge is taken after this
 	lastAck := time.Now()
 	lastNotices := welcome.Notices
 	lastExposed := welcome.Exposed

@@ -57,6 +57,11 @@ func (cfg ClientConfig) Validate() error {
 	if cfg.MaxHeaderBytes < 0 {
 		return fmt.Errorf("tunnel: MaxHeaderBytes must not be negative, got %d", cfg.MaxHeaderBytes)
 	}
+	switch cfg.Transport {
+	case "", TransportWebSocket, TransportTCP:
+	default:
+		return fmt.Errorf("tunnel: Transport must be %q or %q, got %q", TransportWebSocket, TransportTCP, cfg.Transport)
+	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,8 +98,10 @@ type pair struct {
 	stop     func()
 }
 
-// connKinds is the conn matrix every tunnel test runs over.
-var connKinds = []string{"pipe", "tcp", "tls"}
+// connKinds is the conn matrix every tunnel test runs over: a WebSocket
+// session over an in-memory pipe, TCP and TLS, and a tcp-transport session
+// (TransportTCP) over TCP and TLS.
+var connKinds = []string{"pipe", "tcp", "tls", "tcp-transport", "tls-transport"}
 
 func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
@@ -111,7 +114,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // dial options a client needs.
 func startServer(t testing.TB, kind string, srv *Server) (url string, dial func(ctx context.Context, network, addr string) (net.Conn, error), tlsConf *tls.Config) {
 	t.Helper()
-	switch kind {
+	switch strings.TrimSuffix(kind, "-transport") {
 	case "pipe":
 		ln := memnet.Listen()
 		hs := &http.Server{Handler: srv}
@@ -148,6 +151,9 @@ func startPair(t testing.TB, kind string, fwd Forwarder, mutate func(*ServerConf
 		case connected <- struct{}{}:
 		default:
 		}
+	}
+	if strings.HasSuffix(kind, "-transport") {
+		ccfg.Transport = TransportTCP
 	}
 	if mutate != nil {
 		mutate(&scfg, &ccfg)

@@ -34,10 +34,10 @@ func (f *rawTarget) ForwardRaw(ctx context.Context, h RawHeader) (io.ReadWriteCl
 	return d.DialContext(ctx, "tcp", f.addr)
 }
 
-// halfCloseEcho accepts connections and echoes each until the peer's
-// half-close, then writes "bye" and closes: a protocol that needs the
-// half-close to reach it and its answer after it to come back.
-func halfCloseEcho(t *testing.T) string {
+// serveLoopback listens on 127.0.0.1 and runs accept with the listener in
+// a goroutine that wg tracks; the test's cleanup closes the listener and
+// waits for wg. It returns the listener's address.
+func serveLoopback(t *testing.T, accept func(ln net.Listener, wg *sync.WaitGroup)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,6 +48,17 @@ func halfCloseEcho(t *testing.T) string {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		accept(ln, &wg)
+	}()
+	return ln.Addr().String()
+}
+
+// halfCloseEcho accepts connections and echoes each until the peer's
+// half-close, then writes "bye" and closes: a protocol that needs the
+// half-close to reach it and its answer after it to come back.
+func halfCloseEcho(t *testing.T) string {
+	t.Helper()
+	return serveLoopback(t, func(ln net.Listener, wg *sync.WaitGroup) {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -61,8 +72,7 @@ func halfCloseEcho(t *testing.T) string {
 				c.Write([]byte("bye"))
 			}()
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 func startRawPair(t *testing.T, kind string, fwd RawForwarder) *pair {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/hashicorp/yamux"
 )
 
@@ -44,9 +45,11 @@ type Registry interface {
 	// the session and its text is sent to the client, with the code of a
 	// PermanentRefusal.
 	Attach(ctx context.Context, s *Session) error
-	// Update is called after each heartbeat with the session's new
-	// announcement in place. It returns notices for the client (binds it
-	// refused, for example), which the client logs.
+	// Update is called once right after Attach, before the welcome is
+	// written (its notices go in the welcome), then after each heartbeat
+	// with the session's new announcement in place. It returns notices
+	// for the client (binds it refused, for example), which the client
+	// logs.
 	Update(ctx context.Context, s *Session) []string
 	// Detach is called once when an attached session ends. The server
 	// waits for it before the session's handler returns.
@@ -204,11 +207,21 @@ func refuse(w http.ResponseWriter, status int, code, reason string) {
 // ServeHTTP upgrades an authenticated request to a tunnel session and runs
 // it until it ends.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet || !IsUpgrade(r.Header) || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		refuse(w, http.StatusBadRequest, "", "the tunnel endpoint expects a WebSocket upgrade (use aperio-client)")
+	upgrade := r.Header.Get("Upgrade")
+	raw := strings.EqualFold(upgrade, Subprotocol)
+	if r.Method != http.MethodGet || !IsUpgrade(r.Header) || !raw && !strings.EqualFold(upgrade, "websocket") {
+		if len(upgrade) < 64 && strings.HasPrefix(strings.ToLower(upgrade), "aperio-tunnel") {
+			refuse(w, http.StatusUpgradeRequired, RefusalVersion, "unsupported tunnel protocol: this server speaks "+Subprotocol)
+			return
+		}
+		refuse(w, http.StatusBadRequest, "", "the tunnel endpoint expects a WebSocket upgrade, or an upgrade to "+Subprotocol+" (use aperio-client)")
 		return
 	}
-	if !offersSubprotocol(r.Header) {
+	if raw && r.ProtoMajor != 1 {
+		refuse(w, http.StatusBadRequest, "", "an upgrade to "+Subprotocol+" needs HTTP/1.1")
+		return
+	}
+	if !raw && !offersSubprotocol(r.Header) {
 		refuse(w, http.StatusUpgradeRequired, RefusalVersion, "unsupported tunnel protocol: this server speaks "+Subprotocol)
 		return
 	}
@@ -238,22 +251,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusServiceUnavailable, "", "server is shutting down")
 		return
 	}
-	defer s.wg.Done()
+	upgraded := false
+	defer func() {
+		if !upgraded {
+			s.wg.Done()
+		}
+	}()
 
-	ws, err := upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		s.log.Debug("tunnel upgrade failed", logkey.RemoteAddr, r.RemoteAddr, logkey.Err, err)
-		return
+	var conn *muxConn
+	if raw {
+		c, rd, err := acceptTCPUpgrade(w, r)
+		if err != nil {
+			s.log.Debug("tunnel upgrade failed", logkey.RemoteAddr, r.RemoteAddr, logkey.Err, err)
+			return
+		}
+		conn = newConnMux(c, rd)
+	} else {
+		ws, err := upgrader.Upgrade(w, r, nil)
+		if err != nil {
+			s.log.Debug("tunnel upgrade failed", logkey.RemoteAddr, r.RemoteAddr, logkey.Err, err)
+			return
+		}
+		conn = newWSConn(ws)
 	}
 	ctx := context.WithoutCancel(r.Context())
-	conn := newWSConn(ws)
 	conn.rx, conn.tx = &s.bytesIn, &s.bytesOut
 	mux, err := yamux.Server(conn, yamuxConfig())
 	if err != nil {
 		conn.Close()
 		return
 	}
-	defer mux.Close()
 	sess := &Session{
 		id:             newID(),
 		remoteAddr:     r.RemoteAddr,
@@ -265,7 +292,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sess.ident.Store(&ident)
 	sess.log = s.log.With(logkey.SessionID, sess.id, logkey.RemoteAddr, sess.remoteAddr)
 	sess.headWarn = newWarnLimiter(sess.log, "tunnel response head too large", headWarnEvery)
-	s.run(ctx, sess)
+	// The session runs on a goroutine of its own and ServeHTTP returns,
+	// so that net/http lets go of what it holds for the hijacked
+	// connection (its read and write buffers, the request, the stack of
+	// its serving goroutine): about 10 KiB of heap per connected client.
+	upgraded = true
+	go func() {
+		defer s.wg.Done()
+		defer mux.Close()
+		defer recovery.Recover(sess.log, "tunnel session")
+		s.run(ctx, sess)
+	}()
 }
 
 func offersSubprotocol(h http.Header) bool {

@@ -259,11 +259,31 @@ func TestRefusals(t *testing.T) {
 			h.Set("Sec-WebSocket-Protocol", Subprotocol)
 			h.Set("Authorization", "Bearer nope")
 		}, 401, "invalid token"},
+		{"tcp transport, no token", func(h http.Header) { h.Set("Connection", "Upgrade"); h.Set("Upgrade", Subprotocol) }, 401, "missing token"},
+		{"tcp transport, another version", func(h http.Header) {
+			h.Set("Connection", "Upgrade")
+			h.Set("Upgrade", "aperio-tunnel.v9")
+			h.Set("Authorization", "Bearer "+testToken)
+		}, 426, "this server speaks " + Subprotocol},
+		{"unknown upgrade", func(h http.Header) {
+			h.Set("Connection", "Upgrade")
+			h.Set("Upgrade", "h2c")
+			h.Set("Authorization", "Bearer "+testToken)
+		}, 400, "or an upgrade to " + Subprotocol},
+		{"tcp transport over HTTP/2", func(h http.Header) {
+			h.Set("Connection", "Upgrade")
+			h.Set("Upgrade", Subprotocol)
+			h.Set("Authorization", "Bearer "+testToken)
+			h.Set("X-Test-Proto", "2")
+		}, 400, "needs HTTP/1.1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req := httptest.NewRequest("GET", Path, nil)
 			tt.header(req.Header)
+			if req.Header.Get("X-Test-Proto") == "2" {
+				req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0
+			}
 			rec := httptest.NewRecorder()
 			srv.ServeHTTP(rec, req)
 			if rec.Code != tt.status || !strings.Contains(rec.Body.String(), tt.reason) {

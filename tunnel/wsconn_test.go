@@ -13,9 +13,9 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// wsPair returns a wsConn on the client end of a WebSocket connection and
+// wsPair returns a muxConn on the client end of a WebSocket connection and
 // the raw server end, on which the test reads messages one by one.
-func wsPair(t *testing.T) (*wsConn, *websocket.Conn) {
+func wsPair(t *testing.T) (*muxConn, *websocket.Conn) {
 	t.Helper()
 	peer := make(chan *websocket.Conn, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -217,7 +217,7 @@ func TestWSConnStalledPeer(t *testing.T) {
 	}
 }
 
-// FuzzWSConnWrites drives a wsConn with a sequence of yamux-like writes
+// FuzzWSConnWrites drives a muxConn with a sequence of yamux-like writes
 // decoded from the input (small frames, data frames with bodies below and
 // above directMin, headers whose body comes in the next call): the peer
 // reads every byte in order, and no message cuts a frame.

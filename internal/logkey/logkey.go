@@ -96,6 +96,7 @@ const (
 	TLS                   = "tls"
 	TokenID               = "token_id"
 	TunnelMaxStreams      = "tunnel_max_streams"
+	Transport             = "transport"  // how tunnel frames travel: websocket or tcp
 	Ejections             = "ejections"  // ejections of one client service in a row
 	PublicURL             = "public_url" // a URL visitors reach a service at, and its target
 	Until                 = "until"
