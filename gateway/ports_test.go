@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -169,4 +170,82 @@ func TestExposedTCPPortEndToEnd(t *testing.T) {
 			return false, fmt.Sprintf("no %s audit entry naming %q in %v", event, part, got)
 		})
 	}
+}
+
+// TestExposedTCPPortQuota: a public port's bytes count into its token's
+// daily_max_bytes like HTTP's: connections pass until the token's bytes
+// reach the quota, then a new visitor connection is closed without
+// reaching the client, and GET /usage shows the port's bytes under the
+// token.
+func TestExposedTCPPortQuota(t *testing.T) {
+	const quota, size = 4000, 1000
+	port := acmetest.FreePort(t)
+	cfg := serverConfig(t)
+	cfg.Host = "127.0.0.1"
+	cfg.TCPPortRange = []string{fmt.Sprint(port)}
+	s := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, s)
+	status, body := adminCall(t, visitor, s, "POST", "/tokens", map[string]any{"name": "tcp-quota", "daily_max_bytes": quota, "allow_tcp_ports": []string{fmt.Sprint(port)}})
+	if status != http.StatusCreated {
+		t.Fatalf("POST /tokens = %d %s, want 201", status, body)
+	}
+	var tok struct{ ID, Token string }
+	if err := json.Unmarshal([]byte(body), &tok); err != nil {
+		t.Fatal(err)
+	}
+
+	statuses := make(chan []tunnel.ExposeStatus, 8)
+	c, err := tunnel.NewClient(tunnel.ClientConfig{
+		URL: s.url, Token: tok.Token, Forwarder: okForwarder{}, RawForwarder: tcpForwarder{name: "db", addr: echotest.TCP(t)},
+		Announce: func() tunnel.Announcement {
+			return tunnel.Announcement{Name: "quota", InstanceID: "i-quota", Expose: []tunnel.Expose{{Name: "db", Protocol: tunnel.ExposeTCP, RemotePort: port}}}
+		},
+		Logger:    testLogger(),
+		Jitter:    func() float64 { return 0 },
+		OnExposed: func(st []tunnel.ExposeStatus) { statuses <- st },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if st := wait(t, statuses, 10*time.Second, "the expose status"); len(st) != 1 || st[0].Error != "" {
+		t.Fatalf("statuses %+v, want db open", st)
+	}
+
+	// echo sends size bytes through the port and half-closes; it returns
+	// how many came back.
+	echo := func() int {
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+		if err != nil {
+			t.Fatalf("dial the public port: %v", err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, strings.Repeat("q", size/2)); err != nil {
+			return 0
+		}
+		conn.(*net.TCPConn).CloseWrite()
+		got, _ := io.ReadAll(conn)
+		return len(got)
+	}
+	// Each echo is size bytes of the visitor's: half in, half out. The
+	// quota passes on the fourth; the fifth finds the token over it.
+	for i := range quota / size {
+		if n := echo(); n != size/2 {
+			t.Fatalf("echo %d through the port = %d bytes back, want %d (the token is under its quota)", i, n, size/2)
+		}
+	}
+	if n := echo(); n != 0 {
+		t.Fatalf("echo with the token at its quota = %d bytes back, want the connection closed unanswered", n)
+	}
+	poll(t, waitFor, func() (bool, string) {
+		if err := s.gw.FlushUsageForTest(t.Context()); err != nil {
+			return false, err.Error()
+		}
+		b, _ := tokenUsage(usageRows(t, visitor, s, "token="+tok.ID), tok.ID)
+		return b == quota, fmt.Sprintf("GET /usage of %s = %d bytes, want the port's %d", tok.ID, b, quota)
+	})
 }
