@@ -167,6 +167,16 @@ func TestProcessesBackendResilience(t *testing.T) {
 			}
 			return true
 		})
+		// The POST that may not be retried has had its answer (its one
+		// dial refused) before the backend starts: started any sooner, the
+		// backend would take it on the first try.
+		var postAnswer answer
+		select {
+		case postAnswer = <-reqs[1].got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("POST post.retry.test got no answer in 10 s while its backend was down")
+		}
+		reqs[1].got <- postAnswer
 		var err error
 		backend.Listener, err = net.Listen("tcp", addr)
 		if err != nil {
