@@ -343,7 +343,7 @@ func (c *Client) dial(ctx context.Context) (*yamux.Session, error) {
 		// A client has one session: a buffer as large as the WebSocket
 		// transport's takes several frames per read syscall, where yamux's
 		// own 4 KiB one would take a few.
-		return yamux.Client(newConnMux(conn, bufio.NewReaderSize(r, wsBufferSize)), yamuxConfig())
+		return yamux.Client(newConnMux(conn, bufio.NewReaderSize(r, wsBufferSize)), yamuxConfig(clientAcceptBacklog))
 	}
 	ws, resp, err := c.dialer.DialContext(dctx, c.wsURL, http.Header{"Authorization": {"Bearer " + c.cfg.Token}})
 	if err != nil {
@@ -356,7 +356,7 @@ func (c *Client) dial(ctx context.Context) (*yamux.Session, error) {
 		ws.Close()
 		return nil, &RefusedError{Status: resp.StatusCode, Reason: "server did not accept subprotocol " + Subprotocol}
 	}
-	return yamux.Client(newWSConn(ws), yamuxConfig())
+	return yamux.Client(newWSConn(ws), yamuxConfig(clientAcceptBacklog))
 }
 
 // refusal reads the server's JSON reason from a failed upgrade. A 401

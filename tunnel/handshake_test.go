@@ -50,7 +50,7 @@ func dialRaw(t *testing.T, srv *Server) *rawClient {
 	if err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
-	mux, err := yamux.Client(newWSConn(ws), yamuxConfig())
+	mux, err := yamux.Client(newWSConn(ws), yamuxConfig(clientAcceptBacklog))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,7 @@ func TestHostileTunnel(t *testing.T) {
 		{"guard/oversize/endless-request-head", testEndlessRequestHead},
 		{"guard/protocol/client-opens-stream", testClientOpensStream},
 		{"guard/flood/stream-cap", testStreamCap},
+		{"guard/flood/unacknowledged-streams", testUnacknowledgedStreams},
 		{"guard/flood/alternating-announcer", testAlternatingAnnouncer},
 		{"guard/flood/first-change-not-held", testFirstChangeNotHeld},
 		{"guard/smuggling/trailers-with-content-length", testTrailersWithContentLength},
@@ -503,6 +505,70 @@ func testStreamCap(t *testing.T) {
 	wcancel()
 	if err := <-waiting; errors.Is(err, ErrTooManyStreams) {
 		t.Fatalf("the request that waited at the cap = %v, want it sent", err)
+	}
+}
+
+// A client that never accepts the server's streams never acknowledges
+// them, and the server's yamux backlog is tunnel_max_streams: a burst of
+// concurrent requests must neither take the session past the limit nor
+// leave a request waiting on that backlog (yamux's open has no timeout).
+// Each request ends, at its response timeout or at the stream wait.
+func testUnacknowledgedStreams(t *testing.T) {
+	const maxStreams, requests = 6, 200
+	_, _, sess, _, _ := startHostile(t, func(c *ServerConfig) {
+		c.MaxStreams = maxStreams
+		c.ResponseHeaderTimeout = 200 * time.Millisecond
+	}, nil)
+	var most atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if n := int64(sess.mux.NumStreams()); n > most.Load() {
+				most.Store(n)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	errs := make(chan error, requests)
+	start := make(chan struct{})
+	for range requests {
+		go func() {
+			<-start
+			_, err := sess.RoundTrip(httptest.NewRequest("GET", "/", nil), "0")
+			errs <- err
+		}()
+	}
+	close(start)
+	deadline := time.After(streamWait + 10*time.Second)
+	var capped, timedOut int
+	for i := range requests {
+		select {
+		case err := <-errs:
+			switch {
+			case errors.Is(err, ErrTooManyStreams):
+				capped++
+			case errors.Is(err, ErrResponseTimeout):
+				timedOut++
+			default:
+				t.Errorf("request %d = %v, want ErrTooManyStreams or ErrResponseTimeout", i, err)
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d requests still waiting %v after a burst at a client that never accepts (%d capped, %d timed out)", requests-i, requests, streamWait+10*time.Second, capped, timedOut)
+		}
+	}
+	close(stop)
+	<-sampled
+	if n := most.Load(); n > maxStreams {
+		t.Errorf("the session had %d streams open, beyond tunnel_max_streams %d", n, maxStreams)
+	}
+	if timedOut == 0 {
+		t.Errorf("no request reached the client (%d capped): want the first %d sent and timed out", capped, maxStreams-1)
 	}
 }
 

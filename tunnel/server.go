@@ -276,7 +276,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := context.WithoutCancel(r.Context())
 	conn.rx, conn.tx = &s.bytesIn, &s.bytesOut
-	mux, err := yamux.Server(conn, yamuxConfig())
+	mux, err := yamux.Server(conn, yamuxConfig(s.cfg.MaxStreams))
 	if err != nil {
 		conn.Close()
 		return

@@ -114,6 +114,8 @@ type Session struct {
 	// sent with the welcome and every ack (SetExposed).
 	exposed atomic.Pointer[[]ExposeStatus]
 
+	openMu sync.Mutex // makes the stream count and an open one step (openBelowMax)
+
 	mu   sync.Mutex // guards the following fields
 	idle []*dataStream
 
@@ -450,23 +452,44 @@ const (
 // streamWait (or ctx) for a slot. With mayReuse a stream returned to the
 // pool meanwhile is taken too.
 func (s *Session) getFreshStream(ctx context.Context, mayReuse bool) (*dataStream, bool, error) {
-	if s.maxStreams > 0 && s.mux.NumStreams() >= s.maxStreams {
-		ds, err := s.waitStream(ctx, mayReuse)
-		if err != nil || ds != nil {
-			return ds, ds != nil, err
+	st, err := s.openBelowMax()
+	if st == nil && err == nil {
+		var ds *dataStream
+		ds, st, err = s.waitStream(ctx, mayReuse)
+		if ds != nil {
+			return ds, true, nil
 		}
 	}
-	st, err := s.mux.OpenStream()
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: open stream: %w", ErrSessionClosed, err)
+		return nil, false, err
 	}
 	lim := newHeadLimiter(st, s.maxHeaderBytes)
 	return &dataStream{st: st, br: bufio.NewReaderSize(lim, 4096), lim: lim}, false, nil
 }
 
-// waitStream waits until the session is below tunnel_max_streams (nil, nil)
-// or, with mayReuse, a pooled stream is free (it, nil).
-func (s *Session) waitStream(ctx context.Context, mayReuse bool) (*dataStream, error) {
+// openBelowMax opens a stream if the session has fewer than
+// tunnel_max_streams open, and returns nil, nil if it has not. The count
+// and the open are one step under openMu, so concurrent requests never
+// take the session past the limit: the server's yamux backlog is sized to
+// it (yamuxConfig), and an open past the backlog would wait for the
+// client's acknowledgement with no timeout.
+func (s *Session) openBelowMax() (*yamux.Stream, error) {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.maxStreams > 0 && s.mux.NumStreams() >= s.maxStreams {
+		return nil, nil
+	}
+	st, err := s.mux.OpenStream()
+	if err != nil {
+		return nil, fmt.Errorf("%w: open stream: %w", ErrSessionClosed, err)
+	}
+	return st, nil
+}
+
+// waitStream waits until the session is below tunnel_max_streams and opens
+// a stream (nil, it, nil) or, with mayReuse, a pooled stream is free (it,
+// nil, nil).
+func (s *Session) waitStream(ctx context.Context, mayReuse bool) (*dataStream, *yamux.Stream, error) {
 	deadline := time.NewTimer(streamWait)
 	defer deadline.Stop()
 	tick := time.NewTicker(streamPoll)
@@ -474,21 +497,21 @@ func (s *Session) waitStream(ctx context.Context, mayReuse bool) (*dataStream, e
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (%d): %w", ErrTooManyStreams, s.maxStreams, context.Cause(ctx))
+			return nil, nil, fmt.Errorf("%w (%d): %w", ErrTooManyStreams, s.maxStreams, context.Cause(ctx))
 		case <-deadline.C:
-			return nil, fmt.Errorf("%w (%d)", ErrTooManyStreams, s.maxStreams)
+			return nil, nil, fmt.Errorf("%w (%d)", ErrTooManyStreams, s.maxStreams)
 		case <-tick.C:
 		}
 		if s.mux.IsClosed() {
-			return nil, fmt.Errorf("%w: open stream: %w", ErrSessionClosed, yamux.ErrSessionShutdown)
+			return nil, nil, fmt.Errorf("%w: open stream: %w", ErrSessionClosed, yamux.ErrSessionShutdown)
 		}
 		if mayReuse {
 			if ds := s.popIdle(); ds != nil {
-				return ds, nil
+				return ds, nil, nil
 			}
 		}
-		if s.mux.NumStreams() < s.maxStreams {
-			return nil, nil
+		if st, err := s.openBelowMax(); st != nil || err != nil {
+			return nil, st, err
 		}
 	}
 }

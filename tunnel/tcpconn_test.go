@@ -145,7 +145,7 @@ func TestTCPUpgradePipelined(t *testing.T) {
 		t.Fatal(err)
 	}
 	uc := &upgradeConn{Conn: conn, br: bufio.NewReader(conn)}
-	mux, err := yamux.Client(uc, yamuxConfig())
+	mux, err := yamux.Client(uc, yamuxConfig(clientAcceptBacklog))
 	if err != nil {
 		t.Fatal(err)
 	}
