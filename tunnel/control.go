@@ -42,7 +42,13 @@ type controlReader struct {
 func (r *controlReader) run() {
 	for {
 		r.ctrl.SetReadDeadline(time.Now().Add(r.timeout))
-		m, err := readMessage(r.ctrl)
+		// The frame is read here, and decoded on a fresh stack: this
+		// goroutine lives as long as the session (onFreshStack).
+		body, err := readFrame(r.ctrl)
+		var m *message
+		if err == nil {
+			m, err = onFreshStack(func() (*message, error) { return decodeMessage(body) })
+		}
 		select {
 		case r.out <- controlRead{m, err}:
 		case <-r.stop:
@@ -86,11 +92,19 @@ func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.St
 			hold.Stop()
 		}
 	}()
+	// apply and the validation below run on fresh stacks: this goroutine
+	// lives as long as the session (onFreshStack).
 	apply := func(m *message) error {
 		sess.ann.Store(m.Announcement)
 		last = time.Now()
-		notices := identityNotices(s.cfg.Registry.Update(ctx, sess), sess)
+		notices, _ := onFreshStack(func() ([]string, error) {
+			return identityNotices(s.cfg.Registry.Update(ctx, sess), sess), nil
+		})
 		return sess.writeControl(&message{Type: msgAck, Notices: notices, Seq: m.Seq, Drain: sess.drainAsked.Load(), Exposed: sess.Exposed()}, s.cfg.DownThreshold)
+	}
+	validate := func(a *Announcement) error {
+		_, err := onFreshStack(func() (struct{}, error) { return struct{}{}, a.Validate() })
+		return err
 	}
 	for {
 		select {
@@ -119,7 +133,7 @@ func (s *Server) serveControl(ctx context.Context, sess *Session, ctrl *yamux.St
 				sess.writeControl(&message{Type: msgGoAway, Reason: reason}, time.Second)
 				return errTokenExpired
 			}
-			if err := m.Announcement.Validate(); err != nil {
+			if err := validate(m.Announcement); err != nil {
 				sess.writeControl(&message{Type: msgGoAway, Reason: err.Error()}, time.Second)
 				return err
 			}

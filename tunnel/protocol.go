@@ -264,6 +264,15 @@ func writeMessage(w io.Writer, m *message) error {
 // readMessage reads one frame. It never allocates more than MaxFrameSize,
 // whatever the length prefix claims.
 func readMessage(r io.Reader) (*message, error) {
+	body, err := readFrame(r)
+	if err != nil {
+		return nil, err
+	}
+	return decodeMessage(body)
+}
+
+// readFrame reads one frame's body, bounded by MaxFrameSize.
+func readFrame(r io.Reader) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -276,7 +285,7 @@ func readMessage(r io.Reader) (*message, error) {
 	if _, err := io.ReadFull(r, body); err != nil {
 		return nil, fmt.Errorf("tunnel: read frame: %w", err)
 	}
-	return decodeMessage(body)
+	return body, nil
 }
 
 // decodeMessage parses and checks one frame's JSON body.
