@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"github.com/aperio-dev/aperio/access"
@@ -97,4 +98,18 @@ func (g *Gateway) WarnExpiringForTest(ctx context.Context) { g.warnExpiring(ctx,
 // refreshes its quotas, as its loop does every usage_flush_interval.
 func (g *Gateway) FlushUsageForTest(ctx context.Context) error {
 	return g.usage.Flush(ctx)
+}
+
+// RoutedForTest reports whether a request for host passes the route step
+// in the table requests are matched against (explain's view), or stops
+// before it (a maintenance window, say): a client counts as connected a
+// moment before its routes are published.
+func (g *Gateway) RoutedForTest(host string) bool {
+	ex := g.router.Explain(context.Background(), host, "/", netip.Addr{})
+	for _, s := range ex.Steps {
+		if s.Name == wire.StepRoute {
+			return s.Outcome != wire.OutcomeStop
+		}
+	}
+	return true
 }

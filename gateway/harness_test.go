@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -265,6 +266,14 @@ func startStackFor(t testing.TB, svc config.Service, cfg func(*gateway.Config), 
 	ag := startAgent(t, srv, agentConfig(srv, svc))
 	visitor := newVisitor(t, srv)
 	waitClients(t, visitor, srv, 1)
+	// The client counts as connected once attached; its routes are
+	// published a moment later (under load, after the first request).
+	if len(svc.Hostnames) > 0 && !strings.HasPrefix(svc.Hostnames[0], "*") {
+		h := svc.Hostnames[0]
+		poll(t, waitFor, func() (bool, string) {
+			return srv.gw.RoutedForTest(h), "no route for " + h + " published"
+		})
+	}
 	return &stack{server: srv, agent: ag, visitor: visitor}
 }
 
