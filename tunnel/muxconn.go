@@ -32,10 +32,13 @@ type carrier interface {
 // yamux's send loop, the only writer, writes every frame in its own call
 // (a data frame's header, then its body). Small frames (window updates,
 // stream opens and closes, request heads, small bodies) are coalesced: they
-// gather in a pending buffer that one flusher goroutine sends as a single
+// gather in a pending buffer that a flusher goroutine sends as a single
 // unit, so while one send is on the wire the frames of every other stream
 // gather behind it, and under load one syscall carries the frames of many
-// requests. A large body (directMin or more) is written by the send loop
+// requests. The flusher runs only while there is something to send: the
+// first small frame written to an idle connection starts it, and it exits
+// once nothing is pending, so an idle session (a connected client between
+// heartbeats) holds no flusher goroutine nor the stack its sends grew. A large body (directMin or more) is written by the send loop
 // itself, after what is pending and in the same unit, as a bulk transfer
 // gains nothing from a hand-off. A data frame's header is held until its
 // body arrives, so a frame never leaves in two WebSocket messages. The
@@ -54,8 +57,10 @@ type muxConn struct {
 	sending bool       // a unit is being sent (by the flusher or Write)
 	werr    error      // the first failed send; every later Write returns it
 	closed  bool
-	kick    chan struct{} // cap 1: pending has bytes to send; closed by Close
-	flushed chan struct{} // closed when the flusher has exited
+	// flushing is set while a flusher goroutine runs (at most one);
+	// lingerEnded tells Close its wait for the flusher is over.
+	flushing    bool
+	lingerEnded bool
 
 	closeOnce sync.Once
 
@@ -77,9 +82,8 @@ const directMin = 8 << 10
 const maxSpare = 16 << 10
 
 func newMuxConn(car carrier) *muxConn {
-	c := &muxConn{car: car, kick: make(chan struct{}, 1), flushed: make(chan struct{})}
+	c := &muxConn{car: car}
 	c.idle.L = &c.wmu
-	go c.flushLoop()
 	return c
 }
 
@@ -128,18 +132,11 @@ func (c *muxConn) Write(p []byte) (int, error) {
 	}
 	c.pending = append(c.pending, p...)
 	c.held = isDataHeader(p)
-	if !c.held { // a header waits for its body: the next Write
-		c.wake()
+	if !c.held && !c.flushing { // a header waits for its body: the next Write
+		c.flushing = true
+		go c.flush()
 	}
 	return len(p), nil
-}
-
-// wake makes the flusher run; c.wmu is held.
-func (c *muxConn) wake() {
-	select {
-	case c.kick <- struct{}{}:
-	default: // the flusher is already due to run
-	}
 }
 
 // yamux frame layout: version, type, flags(2), stream id(4), length(4). A
@@ -168,22 +165,26 @@ func (c *muxConn) sent(buf []byte, err error) {
 	c.idle.Broadcast()
 }
 
-// flushLoop sends the pending bytes, one unit per wake-up, until Close
-// closes kick or a send fails.
-func (c *muxConn) flushLoop() {
-	defer close(c.flushed)
-	for range c.kick {
-		c.wmu.Lock()
+// flush is the flusher: it sends the pending bytes, one unit at a time
+// (what gathered during a send goes in the next), and exits when nothing
+// is pending, a data frame's header waits for its body (the Write that
+// brings it starts a flusher again), or a send failed. Write starts it
+// with c.flushing set; it clears it on exit, under c.wmu, so a Write that
+// appends after the flusher's last look starts another.
+func (c *muxConn) flush() {
+	c.wmu.Lock()
+	defer func() {
+		c.flushing = false
+		c.idle.Broadcast() // Close may be waiting for the flusher
+		c.wmu.Unlock()
+	}()
+	for {
 		for c.sending && c.werr == nil {
 			c.idle.Wait()
 		}
 		buf := c.pending
 		if len(buf) == 0 || c.held || c.werr != nil {
-			c.wmu.Unlock()
-			if c.werr != nil {
-				return
-			}
-			continue
+			return
 		}
 		c.pending = nil
 		c.sending = true
@@ -191,7 +192,6 @@ func (c *muxConn) flushLoop() {
 		err := c.car.send(nil, buf)
 		c.wmu.Lock()
 		c.sent(buf, err)
-		c.wmu.Unlock()
 		if err != nil {
 			return
 		}
@@ -213,17 +213,27 @@ func (c *muxConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.wmu.Lock()
 		c.closed = true
-		close(c.kick)
 		c.idle.Broadcast()
-		c.wmu.Unlock()
-		drained := time.NewTimer(time.Second)
-		select {
-		case <-c.flushed: // yamux's last frames (a go-away) are on the wire
-		case <-drained.C:
+		// yamux's last frames (a go-away) go on the wire: wait for the
+		// flusher to send what is pending, for at most a second.
+		linger := time.AfterFunc(time.Second, func() {
+			c.wmu.Lock()
+			c.lingerEnded = true
+			c.idle.Broadcast()
+			c.wmu.Unlock()
+		})
+		for c.flushing && !c.lingerEnded {
+			c.idle.Wait()
 		}
-		drained.Stop()
+		c.wmu.Unlock()
+		linger.Stop()
 		err = c.car.close()
-		<-c.flushed // a send blocked on a peer that stopped reading fails now
+		// A send blocked on a peer that stopped reading fails now.
+		c.wmu.Lock()
+		for c.flushing {
+			c.idle.Wait()
+		}
+		c.wmu.Unlock()
 	})
 	return err
 }

@@ -6,10 +6,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/poll"
 	"github.com/gorilla/websocket"
 )
 
@@ -215,6 +217,45 @@ func TestWSConnStalledPeer(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting Write did not return after Close")
 	}
+}
+
+// TestWSConnFlusherExitsWhenIdle: the flusher runs only while frames wait
+// to be sent. Once the peer has read them no flusher goroutine is left
+// (an idle session holds none), and the next small frame starts one again.
+func TestWSConnFlusherExitsWhenIdle(t *testing.T) {
+	c, peer := wsPair(t)
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for round := range 3 {
+		var want []byte
+		for i := range 20 {
+			hdr, _ := yframe(1 /* window update */, uint32(round*100+i), 0, 0)
+			want = append(want, hdr...)
+			if _, err := c.Write(hdr); err != nil {
+				t.Fatalf("round %d: Write: %v", round, err)
+			}
+		}
+		var got []byte
+		for len(got) < len(want) {
+			_, msg, err := peer.ReadMessage()
+			if err != nil {
+				t.Fatalf("round %d: the peer read %d of %d bytes: %v", round, len(got), len(want), err)
+			}
+			got = append(got, msg...)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: the peer read other bytes than were written", round)
+		}
+		poll.Until(t, 5*time.Second, "the flusher exiting once nothing is pending", func() bool {
+			return flushers() == 0
+		})
+	}
+}
+
+// flushers counts the goroutines running a muxConn's flusher.
+func flushers() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return bytes.Count(buf, []byte("tunnel.(*muxConn).flush"))
 }
 
 // FuzzWSConnWrites drives a muxConn with a sequence of yamux-like writes
