@@ -8,7 +8,9 @@
 #
 #   - the server's VmRSS and RssAnon with 0 and with N clients connected,
 #     and the delta per client; the live heap and goroutine stacks per
-#     client from the last gctrace lines (MB resolution)
+#     client from the last gctrace lines (MB resolution; gctrace's stacks
+#     are the part of each stack in use), and the stacks the runtime holds
+#     per client (go_memstats_stack_inuse_bytes on /aperio/metrics)
 #   - the server's CPU (utime+stime) over SCALE_IDLE with 0 and with N
 #     idle clients (heartbeats only): µs per client per second and % of
 #     one core; the client processes' CPU over the same window

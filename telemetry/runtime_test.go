@@ -4,40 +4,96 @@ import (
 	"bufio"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// TestGoroutinesMetric: the exposition has go_goroutines, a gauge whose
-// value is a plausible goroutine count of this process.
-func TestGoroutinesMetric(t *testing.T) {
+// exposition returns the gauges of a fresh Metrics' exposition by name,
+// with their # TYPE.
+func exposition(t *testing.T) (values map[string]float64, types map[string]string) {
+	t.Helper()
 	m, err := NewMetrics()
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
 	m.Exposition().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	var typ string
-	value := -1
+	values, types = map[string]float64{}, map[string]string{}
 	sc := bufio.NewScanner(w.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, "# TYPE go_goroutines "); ok {
-			typ = v
-		}
-		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			if value, err = strconv.Atoi(v); err != nil {
-				t.Fatalf("go_goroutines %q: %v", v, err)
+		if v, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			if name, typ, ok := strings.Cut(v, " "); ok {
+				types[name] = typ
 			}
+			continue
 		}
+		name, v, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatalf("%s %q: %v", name, v, err)
+		}
+		values[name] = f
 	}
-	if typ != "gauge" {
-		t.Errorf("# TYPE go_goroutines = %q, want gauge", typ)
+	return values, types
+}
+
+// TestGoroutinesMetric: the exposition has go_goroutines, a gauge whose
+// value is a plausible goroutine count of this process.
+func TestGoroutinesMetric(t *testing.T) {
+	values, types := exposition(t)
+	if types["go_goroutines"] != "gauge" {
+		t.Errorf("# TYPE go_goroutines = %q, want gauge", types["go_goroutines"])
 	}
 	// The test runner's goroutines and this one: at least 2, and far
 	// fewer than a million.
-	if value < 2 || value > 1e6 {
-		t.Errorf("go_goroutines = %d, want a goroutine count", value)
+	if v, ok := values["go_goroutines"]; !ok || v < 2 || v > 1e6 {
+		t.Errorf("go_goroutines = %v (present %v), want a goroutine count", v, ok)
 	}
+}
+
+// TestMemoryMetrics: go_memstats_stack_inuse_bytes and
+// go_memstats_heap_inuse_bytes are gauges that follow MemStats, and the
+// stack figure grows with goroutines parked on deep stacks.
+func TestMemoryMetrics(t *testing.T) {
+	for _, name := range []string{"go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes"} {
+		if _, types := exposition(t); types[name] != "gauge" {
+			t.Errorf("# TYPE %s = %q, want gauge", name, types[name])
+		}
+	}
+	before, _ := exposition(t)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if h := before["go_memstats_heap_inuse_bytes"]; h < float64(ms.HeapInuse)/2 || h > float64(ms.HeapInuse)*2 {
+		t.Errorf("go_memstats_heap_inuse_bytes = %.0f, MemStats.HeapInuse = %d", h, ms.HeapInuse)
+	}
+	// 200 goroutines each parked on a 64 KiB frame: at least 12 MiB more.
+	const n = 200
+	release := make(chan struct{})
+	parked := make(chan struct{}, n)
+	for range n {
+		go deepPark(parked, release)
+	}
+	for range n {
+		<-parked
+	}
+	after, _ := exposition(t)
+	close(release)
+	if d := after["go_memstats_stack_inuse_bytes"] - before["go_memstats_stack_inuse_bytes"]; d < n*64<<10 {
+		t.Errorf("go_memstats_stack_inuse_bytes grew by %.0f with %d goroutines on 64 KiB stacks, want at least %d", d, n, n*64<<10)
+	}
+}
+
+// deepPark parks on a stack of at least 64 KiB until release is closed.
+func deepPark(parked chan<- struct{}, release <-chan struct{}) {
+	var pad [64 << 10]byte
+	pad[len(pad)-1] = 1
+	parked <- struct{}{}
+	<-release
+	runtime.KeepAlive(&pad)
 }

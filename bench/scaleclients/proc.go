@@ -122,8 +122,14 @@ func lastGC(log string) (g gcLine, ok bool) {
 // connectedClients sums the aperio_connected_clients samples of a
 // Prometheus text exposition; ok is false when it has none.
 func connectedClients(text string) (n int64, ok bool) {
+	return gauge(text, "aperio_connected_clients")
+}
+
+// gauge sums the samples of the metric called name in a Prometheus text
+// exposition; ok is false when it has none.
+func gauge(text, name string) (n int64, ok bool) {
 	for _, line := range strings.Split(text, "\n") {
-		rest, found := strings.CutPrefix(line, "aperio_connected_clients")
+		rest, found := strings.CutPrefix(line, name)
 		if !found || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
 			continue
 		}

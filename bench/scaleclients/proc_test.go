@@ -93,6 +93,7 @@ func TestPrintTable(t *testing.T) {
 		Clients: 1000, Window: 20 * time.Second,
 		Mem0: memory{RSS: 40 * 1024, Anon: 20 * 1024}, MemN: memory{RSS: 104 * 1024, Anon: 84 * 1024},
 		GC0: gcLine{Live: 2, Stacks: 1}, GCN: gcLine{Live: 42, Stacks: 17}, GCOK: true,
+		Stack0: 1 << 20, StackN: 1<<20 + 25000*1024, StackOK: true,
 		CPU0: 100 * time.Millisecond, CPUN: 2 * time.Second, ClientCPU: time.Second,
 		Connect: 2100 * time.Millisecond, Restart: 300 * time.Millisecond, Reconnect: 4 * time.Second,
 		ConnectGot: 1000, ReconnectGot: 1000,
@@ -104,12 +105,13 @@ func TestPrintTable(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("table has %d lines, want a title, a header and two rows:\n%s", len(lines), b.String())
 	}
-	if !strings.Contains(lines[3], " >70 (2904) | ") || !strings.Contains(lines[3], " 36.0 | ") || strings.Count(lines[3], " - ") != 9 {
+	if !strings.Contains(lines[3], " >70 (2904) | ") || !strings.Contains(lines[3], " 36.0 | ") || strings.Count(lines[3], " - ") != 10 {
 		t.Errorf("row of a connect that fell short = %q, want RSS0, dashes and >70 (2904)", lines[3])
 	}
 	// 64 MiB over 1000 clients is 65.5 KiB each; 2 s over 20 s and 1000
-	// clients is 100 µs per client per second, 10% of a core.
-	for _, want := range []string{"1000", "40.0", "104.0", "65.5", "41.0", "16.4", "100.00", "0.50→10.00", "50.00", "2.1", "0.3", "4.0"} {
+	// clients is 100 µs per client per second, 10% of a core; 25,000
+	// KiB of stacks over 1000 clients is 25.0 KiB each.
+	for _, want := range []string{"1000", "40.0", "104.0", "65.5", "41.0", "16.4", "25.0", "100.00", "0.50→10.00", "50.00", "2.1", "0.3", "4.0"} {
 		if !strings.Contains(lines[2], " "+want+" ") && !strings.HasSuffix(lines[2], " "+want) && !strings.HasPrefix(lines[2], want+" ") {
 			t.Errorf("row %q has no cell %s", lines[2], want)
 		}

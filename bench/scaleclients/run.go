@@ -142,6 +142,7 @@ func measure(ctx context.Context, o options, n int) (r row, err error) {
 		return r, err
 	}
 	r.GC0, _ = srv.lastGC()
+	r.Stack0, _ = srv.stackInuse(ctx)
 	logf("%d clients: 0 connected, RSS %d KiB; server CPU over %s idle", n, r.Mem0.RSS, o.idle)
 	if r.CPU0, _, err = cpuOver(ctx, o.idle, srv.pid(), nil); err != nil {
 		return r, err
@@ -192,6 +193,7 @@ func measure(ctx context.Context, o options, n int) (r row, err error) {
 		return r, err
 	}
 	r.GCN, r.GCOK = srv.lastGC()
+	r.StackN, r.StackOK = srv.stackInuse(ctx)
 	if got, err := srv.connected(ctx); err != nil || got != int64(n) {
 		return r, fmt.Errorf("after the idle window the server counts %d clients (%v), want %d", got, err, n)
 	}
@@ -369,28 +371,47 @@ var metricsHTTP = &http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 
 
 // connected is the server's aperio_connected_clients gauge.
 func (s *server) connected(ctx context.Context) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url()+"/aperio/metrics", nil)
+	b, err := s.metrics(ctx)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Authorization", "Bearer "+metricsToken)
-	resp, err := metricsHTTP.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET /aperio/metrics: %s", resp.Status)
-	}
-	n, ok := connectedClients(string(b))
+	n, ok := connectedClients(b)
 	if !ok {
 		return 0, errors.New("GET /aperio/metrics has no aperio_connected_clients")
 	}
 	return n, nil
+}
+
+// stackInuse is the server's go_memstats_stack_inuse_bytes: the stacks
+// the runtime holds, where gctrace counts only their used part.
+func (s *server) stackInuse(ctx context.Context) (int64, bool) {
+	b, err := s.metrics(ctx)
+	if err != nil {
+		return 0, false
+	}
+	return gauge(b, "go_memstats_stack_inuse_bytes")
+}
+
+// metrics is the server's /aperio/metrics exposition.
+func (s *server) metrics(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url()+"/aperio/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+metricsToken)
+	resp, err := metricsHTTP.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /aperio/metrics: %s", resp.Status)
+	}
+	return string(b), nil
 }
 
 // errShort is waitCount's error when the server counts fewer than n

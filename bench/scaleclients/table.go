@@ -13,12 +13,16 @@ type row struct {
 	Mem0, MemN memory // the server's, with 0 and with Clients connected
 	GC0, GCN   gcLine // the last gctrace line before each
 	GCOK       bool
-	Window     time.Duration
-	CPU0, CPUN time.Duration // the server's CPU over Window, 0 and Clients connected
-	ClientCPU  time.Duration // the client processes' CPU over the same window
-	Connect    time.Duration // first client started → the server counts all
-	Restart    time.Duration // stop signal → the new server listens
-	Reconnect  time.Duration // the new server listens → it counts all
+	// Stack0 and StackN are go_memstats_stack_inuse_bytes at the same
+	// points: the stacks held, where gctrace's are the part in use.
+	Stack0, StackN int64
+	StackOK        bool
+	Window         time.Duration
+	CPU0, CPUN     time.Duration // the server's CPU over Window, 0 and Clients connected
+	ClientCPU      time.Duration // the client processes' CPU over the same window
+	Connect        time.Duration // first client started → the server counts all
+	Restart        time.Duration // stop signal → the new server listens
+	Reconnect      time.Duration // the new server listens → it counts all
 	// ConnectGot and ReconnectGot are the counts at the end of the two
 	// waits: Clients, unless the deadline passed first. A row whose
 	// connect fell short has no further figures.
@@ -46,7 +50,7 @@ func pctCore(cpu, window time.Duration) float64 { return 100 * cpu.Seconds() / w
 
 var columns = []string{
 	"clients", "RSS0 MiB", "RSS MiB", "RSS/client KiB", "anon/client KiB",
-	"heap/client KiB", "stacks/client KiB", "srv CPU µs/client/s", "srv %core 0→N",
+	"heap/client KiB", "stacks/client KiB", "stack held/client KiB", "srv CPU µs/client/s", "srv %core 0→N",
 	"cli CPU µs/client/s", "connect s", "restart s", "reconnect all s",
 }
 
@@ -62,7 +66,10 @@ func printTable(w io.Writer, o options, rows []row) {
 			cells = append(cells, append(line, waited(r.Connect, r.ConnectGot, r.Clients), "-", "-"))
 			continue
 		}
-		heap, stacks := "-", "-"
+		heap, stacks, held := "-", "-", "-"
+		if r.StackOK {
+			held = fmt.Sprintf("%.1f", perClientKiB(r.Stack0, r.StackN, r.Clients)/1024)
+		}
 		if r.GCOK {
 			heap = fmt.Sprintf("%.1f", perClientKiB(r.GC0.Live*1024, r.GCN.Live*1024, r.Clients))
 			stacks = fmt.Sprintf("%.1f", perClientKiB(r.GC0.Stacks*1024, r.GCN.Stacks*1024, r.Clients))
@@ -73,7 +80,7 @@ func printTable(w io.Writer, o options, rows []row) {
 			fmt.Sprintf("%.1f", float64(r.MemN.RSS)/1024),
 			fmt.Sprintf("%.1f", perClientKiB(r.Mem0.RSS, r.MemN.RSS, r.Clients)),
 			fmt.Sprintf("%.1f", perClientKiB(r.Mem0.Anon, r.MemN.Anon, r.Clients)),
-			heap, stacks,
+			heap, stacks, held,
 			fmt.Sprintf("%.2f", usPerClientSec(r.CPUN, r.Window, r.Clients)),
 			fmt.Sprintf("%.2f→%.2f", pctCore(r.CPU0, r.Window), pctCore(r.CPUN, r.Window)),
 			fmt.Sprintf("%.2f", usPerClientSec(r.ClientCPU, r.Window, r.Clients)),
