@@ -57,10 +57,8 @@ type muxConn struct {
 	sending bool       // a unit is being sent (by the flusher or Write)
 	werr    error      // the first failed send; every later Write returns it
 	closed  bool
-	// flushing is set while a flusher goroutine runs (at most one);
-	// lingerEnded tells Close its wait for the flusher is over.
-	flushing    bool
-	lingerEnded bool
+	// flushing is set while a flusher goroutine runs (at most one).
+	flushing bool
 
 	closeOnce sync.Once
 
@@ -216,13 +214,14 @@ func (c *muxConn) Close() error {
 		c.idle.Broadcast()
 		// yamux's last frames (a go-away) go on the wire: wait for the
 		// flusher to send what is pending, for at most a second.
+		lingered := false // on c.wmu
 		linger := time.AfterFunc(time.Second, func() {
 			c.wmu.Lock()
-			c.lingerEnded = true
+			lingered = true
 			c.idle.Broadcast()
 			c.wmu.Unlock()
 		})
-		for c.flushing && !c.lingerEnded {
+		for c.flushing && !lingered {
 			c.idle.Wait()
 		}
 		c.wmu.Unlock()
