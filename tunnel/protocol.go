@@ -288,6 +288,51 @@ func readFrame(r io.Reader) ([]byte, error) {
 	return body, nil
 }
 
+// frameReader reads frames as readFrame does, across calls: a read that
+// fails mid-frame (its deadline passed) keeps the bytes it had, and the
+// next call goes on from there. After any other error it is not used
+// again.
+type frameReader struct {
+	hdr   [4]byte
+	nhdr  int    // bytes of hdr read
+	body  []byte // the frame's body, made once hdr is whole
+	nbody int    // bytes of body read
+}
+
+// next returns the next frame's body, bounded by MaxFrameSize.
+func (f *frameReader) next(r io.Reader) ([]byte, error) {
+	for f.nhdr < len(f.hdr) {
+		n, err := r.Read(f.hdr[f.nhdr:])
+		f.nhdr += n
+		if err != nil && f.nhdr < len(f.hdr) {
+			if err == io.EOF && f.nhdr > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	if f.body == nil {
+		n := binary.BigEndian.Uint32(f.hdr[:])
+		if n > MaxFrameSize {
+			return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, n)
+		}
+		f.body = make([]byte, n)
+	}
+	for f.nbody < len(f.body) {
+		n, err := r.Read(f.body[f.nbody:])
+		f.nbody += n
+		if err != nil && f.nbody < len(f.body) {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("tunnel: read frame: %w", err)
+		}
+	}
+	body := f.body
+	*f = frameReader{}
+	return body, nil
+}
+
 // decodeMessage parses and checks one frame's JSON body.
 func decodeMessage(body []byte) (*message, error) {
 	m := new(message)
