@@ -90,6 +90,10 @@ func TestFrameReaderResumes(t *testing.T) {
 	}
 }
 
+// The two tests below pace a client's writes with real sleeps: the pauses
+// are what they test (a frame still unfinished when a deadline passes),
+// and testing/synctest cannot host yamux (handshake_test.go says why).
+
 // TestHeldHeartbeatAppliedMidFrame: the control loop reads the stream
 // itself, its deadline cut short by a held heartbeat's time. A held
 // heartbeat is applied on time while the next frame is half sent, and
@@ -175,4 +179,33 @@ func TestHeartbeatMissedMidFrame(t *testing.T) {
 	if d := time.Since(start); d < threshold {
 		t.Fatalf("dropped after %v, want no sooner than the threshold %v", d, threshold)
 	}
+}
+
+// FuzzFrameReader: frames read in pieces cut by timeouts come out as the
+// same frames, or the same error, as one uninterrupted read gives.
+func FuzzFrameReader(f *testing.F) {
+	ann := testAnnouncement()
+	var buf bytes.Buffer
+	writeMessage(&buf, &message{Type: msgHeartbeat, Seq: 1, Announcement: &ann})
+	f.Add(buf.Bytes(), uint8(1))
+	f.Add([]byte("\x00\x00\x00\x03abc\x00\x00\x00\x00\x7f"), uint8(2))
+	f.Add([]byte("\x7f\xff\xff\xff"), uint8(4))
+	f.Fuzz(func(t *testing.T, data []byte, piece uint8) {
+		whole := bytes.NewReader(data)
+		chopped := &choppyReader{data: data, piece: int(piece)%16 + 1}
+		var fr frameReader
+		for range 64 {
+			want, wantErr := readFrame(whole)
+			got, err := fr.next(chopped)
+			for errors.Is(err, yamux.ErrTimeout) {
+				got, err = fr.next(chopped)
+			}
+			if (err == nil) != (wantErr == nil) || !bytes.Equal(got, want) {
+				t.Fatalf("chopped read = %q, %v; whole read = %q, %v", got, err, want, wantErr)
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
 }

@@ -273,22 +273,11 @@ func readMessage(r io.Reader) (*message, error) {
 
 // readFrame reads one frame's body, bounded by MaxFrameSize.
 func readFrame(r io.Reader) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > MaxFrameSize {
-		return nil, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, n)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, fmt.Errorf("tunnel: read frame: %w", err)
-	}
-	return body, nil
+	var f frameReader
+	return f.next(r)
 }
 
-// frameReader reads frames as readFrame does, across calls: a read that
+// frameReader reads frames across calls: a read that
 // fails mid-frame (its deadline passed) keeps the bytes it had, and the
 // next call goes on from there. After any other error it is not used
 // again.
