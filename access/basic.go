@@ -3,7 +3,6 @@ package access
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/b64"
 
 	"github.com/aperio-dev/aperio/internal/passhash"
 )
@@ -180,7 +181,7 @@ func (b *Basic) Check(r *http.Request, _ Visitor) Result {
 	if len(cred) > maxCredentialLen {
 		return invalid(fmt.Sprintf("basic credentials longer than %d bytes", maxCredentialLen))
 	}
-	raw, err := base64.StdEncoding.DecodeString(cred)
+	raw, err := b64.DecodeStd(cred)
 	if err != nil {
 		return invalid("basic credentials are not base64")
 	}

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/b64"
+
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/aperio-dev/aperio/internal/passhash"
@@ -84,6 +86,7 @@ func TestBasic(t *testing.T) {
 		{"no colon", []string{"Basic " + base64.StdEncoding.EncodeToString([]byte("ann"))}, Invalid, "", "basic credentials without ':'"},
 		{"huge", []string{"Basic " + strings.Repeat("A", 5000)}, Invalid, "", "basic credentials longer than 4096 bytes"},
 		{"hostile user name is quoted", []string{basicAuth("e\nve", "x")}, Invalid, "", `unknown user "e\nve"`},
+		{"trailing bits set", []string{"Basic " + b64.RespellingsForTest(strings.TrimPrefix(basicAuth("ann", "argon-pwx"), "Basic "))[2]}, Invalid, "", "basic credentials are not base64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/b64"
+
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 )
@@ -273,6 +275,9 @@ func (j *JWT) Check(r *http.Request, _ Visitor) Result {
 		if user, ok := j.tokens.get(sum); ok {
 			return Result{Outcome: Admit, User: user, Reason: "subject " + quote(user) + " (cached)"}
 		}
+	}
+	if !canonicalCompact(tok) {
+		return invalid("token is not canonical compact JWS")
 	}
 	parsed, err := jwt.ParseSigned(tok, j.algs)
 	if err != nil {
@@ -533,4 +538,20 @@ func parseKeySet(body []byte, algs []jose.SignatureAlgorithm) (*keySet, error) {
 		return nil, errors.New("no usable signing key")
 	}
 	return set, nil
+}
+
+// canonicalCompact reports whether tok is three dot-separated segments of
+// canonical unpadded base64url (an empty one included: alg "none" is
+// refused by ParseSigned, with its own reason). go-jose's decoder accepts respellings
+// (ignored trailing bits), so one token would have many texts and the
+// verified-token cache, keyed by the text, many entries.
+func canonicalCompact(tok string) bool {
+	for range 3 {
+		seg, rest, _ := strings.Cut(tok, ".")
+		if _, err := b64.DecodeRawURL(seg); err != nil {
+			return false
+		}
+		tok = rest
+	}
+	return tok == ""
 }

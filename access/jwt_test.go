@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/b64"
+
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 )
@@ -235,7 +237,9 @@ func TestJWT(t *testing.T) {
 		{"signed by a stranger under a known kid", sign(t, stranger, goodClaims(clk)), Invalid, "signature does not verify"},
 		{"HS256 with the public key as secret", hmacConfusion, Invalid, "malformed token or algorithm not accepted"},
 		{"alg none", none, Invalid, "malformed token or algorithm not accepted"},
-		{"garbage", "a.b.c", Invalid, "malformed token or algorithm not accepted"},
+		{"garbage", "a.b.c", Invalid, "token is not canonical compact JWS"},
+		{"signature respelled (trailing bits)", respellSignature(sign(t, ed, goodClaims(clk))), Invalid, "token is not canonical compact JWS"},
+		{"garbage, canonical segments", "YQ.Yg.Yw", Invalid, "malformed token or algorithm not accepted"},
 		{"huge", strings.Repeat("a", 9000), Invalid, "token longer than 8192 bytes"},
 	}
 	for _, tt := range tests {
@@ -503,4 +507,11 @@ func TestJWTOneFetchForConcurrentTokens(t *testing.T) {
 	if got := srv.count(); got != 1 {
 		t.Errorf("key set fetched %d times by %d concurrent first tokens, want 1", got, n)
 	}
+}
+
+// respellSignature returns tok with its signature's unused trailing bits
+// set: go-jose's decoder reads the same signature.
+func respellSignature(tok string) string {
+	i := strings.LastIndexByte(tok, '.')
+	return tok[:i+1] + b64.RespellingsForTest(tok[i+1:])[2]
 }

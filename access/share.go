@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/b64"
+
 	"github.com/aperio-dev/aperio/internal/hostname"
 )
 
@@ -275,14 +277,14 @@ func (k *Keyring) Verify(tok string) (ShareLink, error) {
 	if !ok {
 		return ShareLink{}, ErrShareKey
 	}
-	got, err := base64.RawURLEncoding.Strict().DecodeString(mac)
+	got, err := b64.DecodeRawURL(mac)
 	if err != nil {
 		return ShareLink{}, fmt.Errorf("%w: mac is not base64url", ErrShareMalformed)
 	}
 	if !hmac.Equal(got, k.mac(key, tok[:len(tok)-len(mac)-1])) {
 		return ShareLink{}, ErrShareSignature
 	}
-	raw, err := base64.RawURLEncoding.Strict().DecodeString(payload)
+	raw, err := b64.DecodeRawURL(payload)
 	if err != nil {
 		return ShareLink{}, fmt.Errorf("%w: payload is not base64url", ErrShareMalformed)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/b64"
 )
 
 func newKeyring(tb testing.TB, clk *fakeClock, current string, ids ...string) *Keyring {
@@ -315,5 +317,32 @@ func TestKeyringUpdate(t *testing.T) {
 	}
 	if id, ok := k.KeyFor("org_a"); !ok || id != "a2" {
 		t.Errorf("KeyFor(org_a) = %q, %v; want a2", id, ok)
+	}
+}
+
+// TestShareVerifyRefusesRespellings: a link has one text. Line breaks in
+// its MAC or payload (FuzzShareVerify's find) and set trailing bits are
+// refused, not verified as the same link.
+func TestShareVerifyRefusesRespellings(t *testing.T) {
+	k := newKeyring(t, newFakeClock(), "k1", "k1")
+	tok := mint(t, k, "app.example.com", "/docs", time.Hour)
+	if _, err := k.Verify(tok); err != nil {
+		t.Fatalf("Verify(canonical) = %v", err)
+	}
+	i := strings.LastIndexByte(tok, '.')
+	head, mac := tok[:i], tok[i+1:]
+	j := strings.LastIndexByte(head, '.')
+	prefix, payload := head[:j], head[j+1:]
+	var texts []string
+	for _, r := range b64.RespellingsForTest(mac) {
+		texts = append(texts, head+"."+r)
+	}
+	for _, r := range b64.RespellingsForTest(payload) {
+		texts = append(texts, prefix+"."+r+"."+mac)
+	}
+	for _, s := range texts {
+		if link, err := k.Verify(s); err == nil {
+			t.Errorf("Verify(%q) = %+v, nil; want a refusal", s, link)
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/b64"
+
 	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
@@ -115,7 +117,7 @@ func keySessionHashes(r *http.Request) [][]byte {
 		if len(c.Value) != keySecretLen {
 			continue
 		}
-		raw, err := base64.RawURLEncoding.DecodeString(c.Value)
+		raw, err := b64.DecodeRawURL(c.Value)
 		if err != nil || len(raw) != keySecretBytes {
 			continue
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/b64"
 )
 
 // Standard Webhooks headers (https://www.standardwebhooks.com/): every
@@ -57,7 +59,7 @@ var (
 // used as its bytes.
 func SigningKey(secret string) []byte {
 	if rest, ok := strings.CutPrefix(secret, SecretPrefix); ok {
-		if key, err := base64.StdEncoding.DecodeString(rest); err == nil && len(key) > 0 {
+		if key, err := b64.DecodeStd(rest); err == nil && len(key) > 0 {
 			return key
 		}
 	}
@@ -114,7 +116,7 @@ func Verify(secret string, h http.Header, body []byte, now time.Time) error {
 		if !ok || v != "v1" {
 			continue
 		}
-		got, err := base64.StdEncoding.DecodeString(enc)
+		got, err := b64.DecodeStd(enc)
 		if err == nil && hmac.Equal(got, want) {
 			return nil
 		}

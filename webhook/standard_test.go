@@ -4,8 +4,11 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/b64"
 
 	"github.com/aperio-dev/aperio/autoscale"
 )
@@ -56,6 +59,10 @@ func TestVerify(t *testing.T) {
 		{name: "tampered body", now: at, body: `{"test": 2432232315}`, want: ErrSignature},
 		{name: "wrong secret", now: at, secret: "whsec_c2VjcmV0", want: ErrSignature},
 		{name: "garbage signature", now: at, want: ErrSignature, edit: func(h http.Header) { h.Set(HeaderStdSignature, "v1,!!!") }},
+		{name: "signature with trailing bits set", now: at, want: ErrSignature, edit: func(h http.Header) {
+			sig := strings.TrimPrefix(specSignature, "v1,")
+			h.Set(HeaderStdSignature, "v1,"+b64.RespellingsForTest(sig)[2])
+		}},
 		{name: "missing id", now: at, want: ErrMissingHeader, edit: func(h http.Header) { h.Del(HeaderID) }},
 		{name: "missing signature", now: at, want: ErrMissingHeader, edit: func(h http.Header) { h.Del(HeaderStdSignature) }},
 	}

@@ -9,6 +9,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+
+	"github.com/aperio-dev/aperio/internal/b64"
 )
 
 // MinSecretBytes is the shortest secret a Key may hold: 32 bytes, the
@@ -128,7 +130,7 @@ func (s *Sealer) Open(sealed string) ([]byte, error) {
 	if len(sealed) > MaxSealedBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrSealed, len(sealed), MaxSealedBytes)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(sealed)
+	raw, err := b64.DecodeRawURL(sealed)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not base64url", ErrSealed)
 	}

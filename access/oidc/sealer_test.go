@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/internal/b64"
 )
 
 func testKey(id byte, fill string) Key {
@@ -87,6 +89,9 @@ func TestSealerRefusesHostileValues(t *testing.T) {
 		{"another purpose", otherPurpose},
 		{"another secret, same id", otherSecret},
 		{"oversized", strings.Repeat("A", MaxSealedBytes+1)},
+		{"line break inside", b64.RespellingsForTest(good)[0]},
+		{"CRLF after", b64.RespellingsForTest(good)[1]},
+		{"trailing bits set", respelledBits(t, s)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.Open(tc.value)
@@ -130,4 +135,19 @@ func FuzzSealerOpen(f *testing.F) {
 			t.Fatal("reseal of an opened value is empty")
 		}
 	})
+}
+
+// respelledBits seals a payload whose text ends in a symbol with unused
+// bits and returns that text with one of them set: the same bytes to a
+// lax decoder, a refusal to Open.
+func respelledBits(t *testing.T, s *Sealer) string {
+	t.Helper()
+	for n := range 3 {
+		good := s.Seal(bytes.Repeat([]byte("p"), 7+n))
+		if r := b64.RespellingsForTest(good); len(r) == 3 {
+			return r[2]
+		}
+	}
+	t.Fatal("no seal length with unused bits")
+	return ""
 }

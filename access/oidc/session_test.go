@@ -1,6 +1,7 @@
 package oidc
 
 import (
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -145,7 +146,7 @@ func TestCheckRefusesHostileCookies(t *testing.T) {
 		{"other cookie name", &http.Cookie{Name: "session", Value: goodValue}, ErrNoSession},
 		{"empty", &http.Cookie{Name: SessionCookie, Value: ""}, ErrSessionInvalid},
 		{"garbage", &http.Cookie{Name: SessionCookie, Value: "not-a-seal"}, ErrSessionInvalid},
-		{"tampered", &http.Cookie{Name: SessionCookie, Value: goodValue[:len(goodValue)-2] + "AA"}, ErrSessionInvalid},
+		{"tampered", &http.Cookie{Name: SessionCookie, Value: flipLastByte(t, goodValue)}, ErrSessionInvalid},
 		{"truncated", &http.Cookie{Name: SessionCookie, Value: goodValue[:len(goodValue)/2]}, ErrSessionInvalid},
 		{"expired", &http.Cookie{Name: SessionCookie, Value: seal(func(s *Session) { s.Expires = t0 })}, ErrSessionInvalid},
 		{"other host", &http.Cookie{Name: SessionCookie, Value: seal(func(s *Session) { s.Host = "evil.example.com" })}, ErrSessionInvalid},
@@ -318,4 +319,17 @@ func TestLogoutRefusesOversizedForm(t *testing.T) {
 	if w.Code != http.StatusBadRequest {
 		t.Errorf("POST logout with a %d-byte form = %d, want 400", len(body), w.Code)
 	}
+}
+
+// flipLastByte returns the seal value with one bit of its last decoded
+// byte (the tag) flipped: a tampered value that always differs from the
+// good one in its bytes, not only in its text.
+func flipLastByte(t *testing.T, value string) string {
+	t.Helper()
+	raw, err := base64.RawURLEncoding.DecodeString(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-1] ^= 0x01
+	return base64.RawURLEncoding.EncodeToString(raw)
 }
