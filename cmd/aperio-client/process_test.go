@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // TestProcessesDrainOnSIGTERM runs the real binaries: a SIGTERMed client
@@ -228,9 +228,9 @@ func (f fleet) startClient(t *testing.T, base, name, services string) (*exec.Cmd
 
 // clients returns the server's GET /aperio/api/clients: one entry per
 // client and service.
-func (f fleet) clients(t *testing.T, base string) []wire.ClientInfo {
+func (f fleet) clients(t *testing.T, base string) []apitype.ClientInfo {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+wire.Prefix+"/clients", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+apitype.Prefix+"/clients", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func (f fleet) clients(t *testing.T, base string) []wire.ClientInfo {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /aperio/api/clients = %d %q, %v, want 200", resp.StatusCode, b, err)
 	}
-	var list []wire.ClientInfo
+	var list []apitype.ClientInfo
 	if err := json.Unmarshal(b, &list); err != nil {
 		t.Fatalf("GET /aperio/api/clients: %v in %q, want a JSON list", err, b)
 	}
@@ -268,13 +268,13 @@ func (f fleet) waitHealthy(t *testing.T, base string, want map[string]string) {
 
 // clientEntry returns the entry of list of the client called name bound
 // to host alone.
-func clientEntry(list []wire.ClientInfo, name, host string) (wire.ClientInfo, bool) {
+func clientEntry(list []apitype.ClientInfo, name, host string) (apitype.ClientInfo, bool) {
 	for _, c := range list {
 		if c.Name == name && len(c.Hostnames) == 1 && c.Hostnames[0] == host {
 			return c, true
 		}
 	}
-	return wire.ClientInfo{}, false
+	return apitype.ClientInfo{}, false
 }
 
 // statusBackend starts a backend that answers every request with status
