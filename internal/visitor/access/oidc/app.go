@@ -214,21 +214,21 @@ func (a *App) HasSession(r *http.Request, secure bool) bool {
 
 // Session returns the session r carries for host: sealed by the App's
 // keys, issued on host, not expired. Its errors wrap ErrNoSession or
-// ErrSessionInvalid. Like Provider.Check, it tries the first few cookies
-// of the name, so a cookie a sibling subdomain planted cannot shadow the
-// real one. It makes no call and takes no lock.
+// ErrSessionInvalid. Like Provider.Check, it tries every cookie of the
+// name (within eachCandidate's bounds), so cookies a sibling subdomain
+// planted can neither shadow the real one nor lock the visitor out. It
+// makes no call and takes no lock.
 func (a *App) Session(r *http.Request, host string, secure bool) (Session, error) {
-	err := ErrNoSession
-	for i, c := range r.CookiesNamed(a.SessionCookieName(secure)) {
-		if i == maxCandidates {
-			break
-		}
-		var s Session
-		if s, err = a.openSession(c.Value, host); err == nil {
-			return s, nil
-		}
+	var s Session
+	err := eachCandidate(r.CookiesNamed(a.SessionCookieName(secure)), func(value string) error {
+		var err error
+		s, err = a.openSession(value, host)
+		return err
+	})
+	if err != nil {
+		return Session{}, err
 	}
-	return Session{}, err
+	return s, nil
 }
 
 func (a *App) openSession(value, host string) (Session, error) {

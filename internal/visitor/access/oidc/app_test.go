@@ -53,6 +53,33 @@ func TestAppSession(t *testing.T) {
 	}
 }
 
+// TestAppSessionPlantedCookies: an App's session is found behind 4, 5
+// and 10 cookies of its name planted ahead of it (probe P4-3).
+func TestAppSessionPlantedCookies(t *testing.T) {
+	now := t0
+	a := newTestApp(t, &now)
+	rec := httptest.NewRecorder()
+	if _, err := a.Issue(rec, Identity{Subject: "s1", Email: "jane@example.com", EmailVerified: true}, nil, "admin.example.com", false); err != nil {
+		t.Fatal(err)
+	}
+	real := rec.Result().Cookies()[0]
+	other := httptest.NewRecorder()
+	if _, err := a.Issue(other, Identity{Subject: "s2", Email: "mallory@example.com"}, nil, "evil.example.com", false); err != nil {
+		t.Fatal(err)
+	}
+	foreign := other.Result().Cookies()[0]
+	for _, n := range []int{4, 5, 10} {
+		req := httptest.NewRequest(http.MethodGet, "http://admin.example.com/", nil)
+		for range n {
+			req.AddCookie(foreign)
+		}
+		req.AddCookie(real)
+		if s, err := a.Session(req, "admin.example.com", false); err != nil || s.Email != "jane@example.com" {
+			t.Errorf("Session behind %d planted cookies = %+v, %v; want jane's", n, s, err)
+		}
+	}
+}
+
 // BenchmarkAppSession is the admin API's per-request cost of a session:
 // open, decode, host and expiry.
 func BenchmarkAppSession(b *testing.B) {

@@ -99,35 +99,66 @@ func (p *Provider) Check(r *http.Request, v Visit) (Session, error) {
 	if err != nil {
 		return Session{}, err
 	}
-	if !p.cfg.Now().Before(s.Expires) {
-		return Session{}, fmt.Errorf("%w: expired at %s", ErrSessionInvalid, s.Expires.UTC().Format(time.RFC3339))
-	}
 	if !v.policy().Allows(&s) {
 		return s, fmt.Errorf("%w: %s on %s", ErrForbidden, s.User(), v.Host)
 	}
 	return s, nil
 }
 
-// maxCandidates bounds how many cookies of one name are tried.
-const maxCandidates = 4
+// Bounds of the cookies of one name that are tried, so that a request
+// full of them costs bounded work: at most maxCandidates cookies, and at
+// most maxCandidateBytes of their values in all. Both are generous: a
+// sibling subdomain that plants cookies for the parent domain (over
+// plain http) cannot push the visitor's own cookie past them without
+// making every request too large for the server (max_header_bytes) and
+// the browser alike.
+const (
+	maxCandidates     = 1024
+	maxCandidateBytes = 256 << 10
+)
 
-// session opens r's session cookie for v.Host, whatever its expiry. A
-// request may carry several cookies of the name: a sibling subdomain can
-// set one for the parent domain (only the __Host- name is safe from
-// that), and the browser may send it first. The first that opens and
-// names v.Host wins, so such a cookie cannot shadow the real one.
-func (p *Provider) session(r *http.Request, v Visit) (Session, error) {
+// eachCandidate calls open with each cookie's value, in the order sent,
+// until one opens (nil) or a bound is reached, and returns the last
+// error; ErrNoSession when there is no cookie.
+func eachCandidate(cookies []*http.Cookie, open func(value string) error) error {
 	err := ErrNoSession
-	for i, c := range r.CookiesNamed(sessionCookieName(v.Secure)) {
-		if i == maxCandidates {
+	budget := maxCandidateBytes
+	for i, c := range cookies {
+		if i == maxCandidates || len(c.Value) > budget {
 			break
 		}
-		var s Session
-		if s, err = p.openSession(c.Value, v.Host); err == nil {
-			return s, nil
+		budget -= len(c.Value)
+		if err = open(c.Value); err == nil {
+			return nil
 		}
 	}
-	return Session{}, err
+	return err
+}
+
+// session opens r's session cookie for v.Host, unexpired. A
+// request may carry several cookies of the name: a sibling subdomain can
+// set them for the parent domain (only the __Host- name is safe from
+// that), and the browser may send them first. Every cookie of the name is
+// tried, within eachCandidate's bounds, and the first that opens and
+// names v.Host wins, so such cookies can neither shadow the real one nor
+// lock the visitor out.
+func (p *Provider) session(r *http.Request, v Visit) (Session, error) {
+	var s Session
+	now := p.cfg.Now()
+	err := eachCandidate(r.CookiesNamed(sessionCookieName(v.Secure)), func(value string) error {
+		var err error
+		if s, err = p.openSession(value, v.Host); err != nil {
+			return err
+		}
+		if !now.Before(s.Expires) {
+			return fmt.Errorf("%w: expired at %s", ErrSessionInvalid, s.Expires.UTC().Format(time.RFC3339))
+		}
+		return nil
+	})
+	if err != nil {
+		return Session{}, err
+	}
+	return s, nil
 }
 
 func (p *Provider) openSession(value, host string) (Session, error) {
@@ -333,7 +364,8 @@ func digits(s string) bool {
 // verifier, verifies the ID token (signature, issuer, audience, expiry,
 // nonce), checks v.Policy, sets the session cookie and redirects to the
 // path the login started from. The login cookie is cleared whatever
-// happens, so a callback URL works once. Answers: 400 for a callback
+// happens (in the browser: a kept copy of it replays the callback to the
+// provider, which refuses the used code). Answers: 400 for a callback
 // without a matching login in progress, 401 when the provider refused
 // the login or its token does not verify, 403 when the policy refuses the
 // user, 502 when the provider could not be reached.
@@ -420,7 +452,8 @@ func loginErr(status int, reason string, err error) *LoginError {
 // finish checks a callback of flow fl on host against its login cookie
 // (state, host, age), exchanges the code with the PKCE verifier and
 // verifies the ID token (signature, issuer, audience, expiry, nonce). It
-// clears the login cookie whatever happens, so a callback URL works once.
+// clears the login cookie whatever happens (the browser's copy: see
+// ServeCallback).
 func (p *Provider) finish(w http.ResponseWriter, r *http.Request, fl *loginFlow, host string, secure bool) (Identity, loginState, *LoginError) {
 	name := fl.name(secure)
 	cookies := r.CookiesNamed(name)
@@ -481,26 +514,24 @@ func (p *Provider) finish(w http.ResponseWriter, r *http.Request, fl *loginFlow,
 // openLogin returns the first of cookies that opens as a login on host
 // (see session for why there may be several).
 func (p *Provider) openLogin(fl *loginFlow, cookies []*http.Cookie, host string) (loginState, error) {
-	var err error
-	for i, c := range cookies {
-		if i == maxCandidates {
-			break
+	var l loginState
+	err := eachCandidate(cookies, func(value string) error {
+		plain, err := fl.sealer.Open(value)
+		if err != nil {
+			return err
 		}
-		var plain []byte
-		if plain, err = fl.sealer.Open(c.Value); err != nil {
-			continue
-		}
-		var l loginState
 		if l, err = decodeLogin(plain); err != nil {
-			continue
+			return err
 		}
 		if l.Host != host {
-			err = fmt.Errorf("oidc: login started on %s", l.Host)
-			continue
+			return fmt.Errorf("oidc: login started on %s", l.Host)
 		}
-		return l, nil
+		return nil
+	})
+	if err != nil {
+		return loginState{}, err
 	}
-	return loginState{}, err
+	return l, nil
 }
 
 // claims are the ID token claims a Policy reads.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -180,20 +181,77 @@ func TestCheckRefusesHostileCookies(t *testing.T) {
 		t.Errorf("Check(valid) = %+v, %v; want jane's session", s, err)
 	}
 	// A cookie tossed by a sibling host for the parent domain, sent
-	// first, does not shadow the real one; past maxCandidates nothing is
-	// tried.
+	// first, does not shadow the real one.
 	tossed := &http.Cookie{Name: SessionCookie, Value: sealSession(t, p.sessions, func() Session { s := good; s.Host = "evil.example.com"; return s }())}
 	real := &http.Cookie{Name: SessionCookie, Value: goodValue}
 	if s, err := p.Check(requestWith(tossed, real), Visit{Host: "app.example.com"}); err != nil || s.Email != good.Email {
 		t.Errorf("Check(tossed cookie, then the real one) = %+v, %v; want jane's session", s, err)
 	}
-	if _, err := p.Check(requestWith(tossed, tossed, tossed, tossed, real), Visit{Host: "app.example.com"}); !errors.Is(err, ErrSessionInvalid) {
-		t.Errorf("Check(real cookie fifth) = %v, want ErrSessionInvalid (at most %d tried)", err, maxCandidates)
-	}
 	// Secure visits read only the __Host- name, which a sibling host
 	// cannot set.
 	if _, err := p.Check(requestWith(&http.Cookie{Name: SessionCookie, Value: goodValue}), Visit{Host: "app.example.com", Secure: true}); !errors.Is(err, ErrNoSession) {
 		t.Errorf("Check(secure visit, plain cookie name) = %v, want ErrNoSession", err)
+	}
+}
+
+// TestPlantedCookiesDoNotLockOut: cookies of the session name planted
+// ahead of the visitor's own (another hostname's valid sessions, or
+// garbage), however many within the bounds, do not lock the visitor out
+// (security probe P4-3: four did). Past the bounds nothing more is tried.
+func TestPlantedCookiesDoNotLockOut(t *testing.T) {
+	p := testProvider(t, t0)
+	good := janeSession()
+	real := &http.Cookie{Name: SessionCookie, Value: sealSession(t, p.sessions, good)}
+	foreign := &http.Cookie{Name: SessionCookie, Value: sealSession(t, p.sessions, func() Session { s := good; s.Host = "evil.example.com"; return s }())}
+	garbage := func(i int) *http.Cookie { return &http.Cookie{Name: SessionCookie, Value: "garbage" + strconv.Itoa(i)} }
+	planted := func(n int, c func(int) *http.Cookie) []*http.Cookie {
+		out := make([]*http.Cookie, 0, n+1)
+		for i := range n {
+			out = append(out, c(i))
+		}
+		return append(out, real)
+	}
+	same := func(c *http.Cookie) func(int) *http.Cookie { return func(int) *http.Cookie { return c } }
+	v := Visit{Host: "app.example.com"}
+	for _, tc := range []struct {
+		name    string
+		cookies []*http.Cookie
+	}{
+		{"3 foreign sessions", planted(3, same(foreign))},
+		{"4 foreign sessions", planted(4, same(foreign))},
+		{"5 foreign sessions", planted(5, same(foreign))},
+		{"10 foreign sessions", planted(10, same(foreign))},
+		{"10 garbage cookies", planted(10, garbage)},
+		{"4 expired sessions", planted(4, same(&http.Cookie{Name: SessionCookie, Value: sealSession(t, p.sessions, func() Session { s := good; s.Expires = t0.Add(-time.Hour); return s }())}))},
+		{"100 mixed", planted(100, func(i int) *http.Cookie {
+			if i%2 == 0 {
+				return foreign
+			}
+			return garbage(i)
+		})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if s, err := p.Check(requestWith(tc.cookies...), v); err != nil || s.Email != good.Email {
+				t.Errorf("Check(%d planted, then the real one) = %+v, %v; want jane's session", len(tc.cookies)-1, s, err)
+			}
+			// The logout page sees the same session.
+			rec := httptest.NewRecorder()
+			r := requestWith(tc.cookies...)
+			r.URL.Path = LogoutPath
+			p.ServeLogout(rec, r, v)
+			if !strings.Contains(rec.Body.String(), good.CSRFToken()) {
+				t.Errorf("logout page with %d planted cookies does not offer jane's sign-out: %s", len(tc.cookies)-1, rec.Body)
+			}
+		})
+	}
+	// The bounds: beyond maxCandidates cookies, or maxCandidateBytes of
+	// values, the rest is not tried.
+	if _, err := p.Check(requestWith(planted(maxCandidates, garbage)...), v); !errors.Is(err, ErrSessionInvalid) {
+		t.Errorf("Check(%d garbage cookies, then the real one) = %v, want ErrSessionInvalid", maxCandidates, err)
+	}
+	big := &http.Cookie{Name: SessionCookie, Value: strings.Repeat("A", MaxSealedBytes)}
+	if _, err := p.Check(requestWith(planted(maxCandidateBytes/MaxSealedBytes, same(big))...), v); !errors.Is(err, ErrSessionInvalid) {
+		t.Errorf("Check(%d KiB of cookies, then the real one) = %v, want ErrSessionInvalid", maxCandidateBytes>>10, err)
 	}
 }
 
