@@ -19,6 +19,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
 	"github.com/aperio-dev/aperio/internal/visitor/inspect"
 	"github.com/aperio-dev/aperio/internal/visitor/stale"
 	"github.com/aperio-dev/aperio/internal/visitor/usage"
@@ -293,6 +294,8 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 				continue
 			}
 		}
+		// The server's own cookies are never the backend's to set.
+		access.DropServerSetCookies(resp.Header)
 		if stick {
 			stickTo(resp, s, affinity, a.v.Proto == "https")
 		}

@@ -35,6 +35,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	cfg.ACME.Email = "ops@example.com"
 	cfg.ACME.CA, cfg.ACME.CARoot, cfg.ACME.HTTPPort = p.Dir, p.APIRoot, httpPort
 	cfg.ACME.Hostnames = []string{"tunnel.test"}
+	cfg.AdminHosts = []string{"tunnel.test"}
 	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(tlsPort))
 	if err != nil {
 		t.Fatal(err)

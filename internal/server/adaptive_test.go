@@ -74,7 +74,7 @@ func load(t *testing.T, srv *testServer, workers int) (stop func()) {
 // listClients reads GET /aperio/api/clients.
 func listClients(t *testing.T, srv *testServer) []admin.ClientInfo {
 	t.Helper()
-	req := newRequest(t, t.Context(), srv, "GET", "admin.test", "/aperio/api/clients", nil)
+	req := newRequest(t, t.Context(), srv, "GET", "admin.localhost", "/aperio/api/clients", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, body := do(t, newVisitor(t, srv), req)
 	if resp.StatusCode != http.StatusOK {

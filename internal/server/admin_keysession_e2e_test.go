@@ -12,14 +12,18 @@ import (
 )
 
 // TestAdminKeySessionEndToEnd: with admin_oidc off, a browser logs in
-// with the master token on a hostname that is also an app's, and its
+// with the master token on a hostname that is also an app's (the
+// operator listed it in admin_hosts), and its
 // session cookie answers GET /whoami through the server, needs the CSRF
 // token on a POST, never reaches the app's backend, and ends at logout.
 func TestAdminKeySessionEndToEnd(t *testing.T) {
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("cookie=" + r.Header.Get("Cookie")))
 	}))
-	srv := startServer(t, serverConfig(t), nil, nil)
+	// The operator made the app's hostname an admin host.
+	cfg := serverConfig(t)
+	cfg.AdminHosts = []string{"ops.test"}
+	srv := startServer(t, cfg, nil, nil)
 	startAgent(t, srv, agentConfig(srv, config.Service{Target: backend.URL, Hostnames: []string{"ops.test"}}))
 	c := newVisitor(t, srv)
 	waitClients(t, c, srv, 1)

@@ -42,7 +42,9 @@ func TestAdminOIDCEndToEnd(t *testing.T) {
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "cookie="+r.Header.Get("Cookie"))
 	}))
-	srv := startServer(t, adminOIDCConfig(t, op), nil, nil)
+	cfg := adminOIDCConfig(t, op)
+	cfg.AdminHosts = []string{"ops.test"} // the operator made the app's hostname an admin host
+	srv := startServer(t, cfg, nil, nil)
 	startAgent(t, srv, agentConfig(srv, config.Service{Target: backend.URL, Hostnames: []string{"ops.test"}}))
 	waitClients(t, newVisitor(t, srv), srv, 1)
 	_, port, _ := net.SplitHostPort(srv.addr)
@@ -147,7 +149,7 @@ func TestAdminOIDCChargedToIPBucket(t *testing.T) {
 			// The agent's handshake took one token of the bucket.
 			var last *http.Response
 			for range 4 {
-				last, _ = edgeVisit(t, &c, st.server, appHost, tc.path, tc.h)
+				last, _ = edgeVisit(t, &c, st.server, "ops.localhost", tc.path, tc.h)
 			}
 			limited := last.StatusCode == http.StatusTooManyRequests && strings.HasPrefix(last.Header.Get("X-Aperio-Limit"), "ip;")
 			if limited != tc.charged {

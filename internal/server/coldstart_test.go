@@ -71,7 +71,7 @@ func TestColdStartFromZero(t *testing.T) {
 	visitor2 := newVisitor(t, srv2)
 
 	// Explain first: it must predict the cold start and not make it.
-	req := newRequest(t, t.Context(), srv2, "GET", "admin.test", "/aperio/api/explain?host="+appHost+"&path=/r&ip=203.0.113.9", nil)
+	req := newRequest(t, t.Context(), srv2, "GET", "admin.localhost", "/aperio/api/explain?host="+appHost+"&path=/r&ip=203.0.113.9", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, body := do(t, visitor2, req)
 	var ex struct {
@@ -203,7 +203,7 @@ func TestScalingAPIThroughServer(t *testing.T) {
 	waitClients(t, visitor, srv, 1)
 
 	api := func(method, path string) (int, string) {
-		req := newRequest(t, t.Context(), srv, method, "admin.test", "/aperio/api"+path, nil)
+		req := newRequest(t, t.Context(), srv, method, "admin.localhost", "/aperio/api"+path, nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, body := do(t, visitor, req)
 		return resp.StatusCode, body

@@ -198,6 +198,14 @@ type Config struct {
 	// the admin API, metrics and the rest of /aperio/ other than the
 	// tunnel and health endpoints (admin_allowed_ips). Empty allows all.
 	AdminAllowedIPs []string
+	// AdminHosts lists the hostnames the operators' pages answer on
+	// (admin_hosts): the dashboard, the admin API, the admin login and its
+	// callback. Each entry is an exact hostname, a "*." wildcard or an IP
+	// address; at most MaxAdminHosts. Empty means IP addresses, localhost
+	// and *.localhost (AdminHostsDefault). On any other hostname those
+	// paths answer 404, so that no tenant's app shares an origin with an
+	// admin session.
+	AdminHosts []string
 
 	// UsageFlushInterval is the time between two writes of the usage
 	// counts to the store (usage_flush_interval), which also refresh this
@@ -322,6 +330,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.MaxTCPConnections < 0 || cfg.MaxTCPConnections > 1_000_000 {
 		errs = append(errs, fmt.Errorf("gateway: max_tcp_connections %d: want 0 (the default, %d) to 1000000", cfg.MaxTCPConnections, ports.DefaultMaxTCPConnections))
+	}
+	if _, err := newAdminHosts(cfg.AdminHosts); err != nil {
+		errs = append(errs, fmt.Errorf("gateway: admin_hosts: %w", err))
 	}
 	if cfg.MaxHeaderBytes < 0 || cfg.MaxConnectionsPerIP < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_header_bytes %d and max_connections_per_ip %d must not be negative", cfg.MaxHeaderBytes, cfg.MaxConnectionsPerIP))

@@ -58,7 +58,7 @@ func TestDashboardScalingInBrowser(t *testing.T) {
 	// Wait for the record through the API, so the page has one to show.
 	visitor := newVisitor(t, s)
 	poll(t, waitFor, func() (bool, string) {
-		req := newRequest(t, t.Context(), s, "GET", "admin.test", apitype.Prefix+"/scaling", nil)
+		req := newRequest(t, t.Context(), s, "GET", "admin.localhost", apitype.Prefix+"/scaling", nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		_, body := do(t, visitor, req)
 		var recs []apitype.ScalingRecord

@@ -42,7 +42,7 @@ func TestOperatorDrainsClient(t *testing.T) {
 	wait(t, entered, waitFor, "the slow request at the backend")
 
 	drain := func() int {
-		req := newRequest(t, t.Context(), st.server, "POST", "admin.test", "/aperio/api/clients/"+id+"/drain", nil)
+		req := newRequest(t, t.Context(), st.server, "POST", "admin.localhost", "/aperio/api/clients/"+id+"/drain", nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, body := do(t, newVisitor(t, st.server), req)
 		if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotFound {

@@ -33,6 +33,7 @@ type edge struct {
 	trusted      []netip.Prefix
 	denied       []netip.Prefix
 	adminAllowed []netip.Prefix // empty: everyone
+	adminHosts   adminHosts     // where the operators' pages answer
 	proxyTimeout time.Duration
 	// settings is the router's live settings published with this edge:
 	// admit pins each request to them, so that a reload, which swaps
@@ -50,6 +51,9 @@ func newEdge(cfg Config) (*edge, error) {
 		return nil, err
 	}
 	if e.adminAllowed, err = config.ParsePrefixes(cfg.AdminAllowedIPs); err != nil {
+		return nil, err
+	}
+	if e.adminHosts, err = newAdminHosts(cfg.AdminHosts); err != nil {
 		return nil, err
 	}
 	e.resolve = router.NewEdge(e.trusted, cfg.RealIPHeader)

@@ -360,7 +360,8 @@ func (g *Gateway) Handler() http.Handler {
 			g.proxy.ServeHTTP(w, r)
 			return
 		}
-		if p == oidc.CallbackPath && g.admin.LoginCallback(r) {
+		adminHost := edge.adminHosts.allows(r.Host)
+		if p == oidc.CallbackPath && adminHost && g.admin.LoginCallback(r) {
 			// The end of an admin login: the operators' like the rest
 			// of the admin API, and a call to the provider.
 			if !edge.guardAdmin(w, r) && g.router.Charge(w, r) {
@@ -378,6 +379,10 @@ func (g *Gateway) Handler() http.Handler {
 			// Public on every hostname: backends verify identity tokens
 			// with it.
 			g.serveJWKS(w, r)
+			return
+		}
+		if !adminHost && adminPath(p) {
+			refuseAdminHost(w, r)
 			return
 		}
 		if edge.guardAdmin(w, r) || charged(r) && !g.router.Charge(w, r) {

@@ -281,7 +281,7 @@ func TestHostileEdge(t *testing.T) {
 				{"/aperio/metrics", "10.1.2.3", "m-token-0123456789", http.StatusOK},
 			}
 			for _, ck := range checks {
-				resp, _ := edgeVisit(t, st.visitor, st.server, appHost, ck.path, auth(ck.xff, ck.token))
+				resp, _ := edgeVisit(t, st.visitor, st.server, "ops.localhost", ck.path, auth(ck.xff, ck.token))
 				if resp.StatusCode != ck.want {
 					t.Errorf("GET %s from %s = %d, want %d", ck.path, ck.xff, resp.StatusCode, ck.want)
 				}
@@ -292,7 +292,7 @@ func TestHostileEdge(t *testing.T) {
 			}
 		}},
 		{"deny/admin-allowed-ips-empty-allows-all", nil, func(t *testing.T, st *stack) {
-			resp, _ := edgeVisit(t, st.visitor, st.server, appHost, "/aperio/api/orgs", http.Header{"Authorization": {"Bearer " + testToken}})
+			resp, _ := edgeVisit(t, st.visitor, st.server, "ops.localhost", "/aperio/api/orgs", http.Header{"Authorization": {"Bearer " + testToken}})
 			if resp.StatusCode != http.StatusOK {
 				t.Errorf("GET /aperio/api/orgs with admin_allowed_ips empty = %d, want 200", resp.StatusCode)
 			}
@@ -488,7 +488,7 @@ func wantIPLimited(t *testing.T, st *stack, path string, n int) {
 	t.Helper()
 	var last *http.Response
 	for range n {
-		last, _ = edgeVisit(t, st.visitor, st.server, appHost, path, http.Header{"Authorization": {"Bearer apk_wrong"}})
+		last, _ = edgeVisit(t, st.visitor, st.server, "ops.localhost", path, http.Header{"Authorization": {"Bearer apk_wrong"}})
 	}
 	if last.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(last.Header.Get("X-Aperio-Limit"), "ip;") {
 		t.Errorf("GET %s #%d = %d (x-aperio-limit %q), want 429 ip", path, n, last.StatusCode, last.Header.Get("X-Aperio-Limit"))

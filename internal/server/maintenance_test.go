@@ -16,7 +16,7 @@ import (
 func TestMaintenanceThroughAPI(t *testing.T) {
 	st := startStack(t, inspectHandler(), nil)
 	api := func(method string) int {
-		req := newRequest(t, t.Context(), st.server, method, "admin.test", "/aperio/api/maintenance/"+appHost, nil)
+		req := newRequest(t, t.Context(), st.server, method, "admin.localhost", "/aperio/api/maintenance/"+appHost, nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, _ := do(t, st.visitor, req)
 		return resp.StatusCode

@@ -210,7 +210,7 @@ func waitQueued(tb testing.TB, c *http.Client, s *testServer, n int) {
 // latency measured from it includes the attach itself).
 func connectedAt(tb testing.TB, c *http.Client, s *testServer) time.Time {
 	tb.Helper()
-	req := newRequest(tb, tb.Context(), s, "GET", "admin.test", "/aperio/api/clients", nil)
+	req := newRequest(tb, tb.Context(), s, "GET", "admin.localhost", "/aperio/api/clients", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	resp, body := do(tb, c, req)
 	if resp.StatusCode != http.StatusOK {

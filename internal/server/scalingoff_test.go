@@ -13,7 +13,7 @@ func TestScalingAPIWithScalingOff(t *testing.T) {
 	srv := startServer(t, serverConfig(t), nil, nil)
 	visitor := newVisitor(t, srv)
 	api := func(method, path string) (int, string) {
-		req := newRequest(t, t.Context(), srv, method, "admin.test", "/aperio/api"+path, nil)
+		req := newRequest(t, t.Context(), srv, method, "admin.localhost", "/aperio/api"+path, nil)
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, body := do(t, visitor, req)
 		return resp.StatusCode, body

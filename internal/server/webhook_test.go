@@ -92,7 +92,7 @@ func adminCall(t testing.TB, visitor *http.Client, s *testServer, method, path s
 		}
 		rd = bytes.NewReader(b)
 	}
-	req := newRequest(t, t.Context(), s, method, "admin.test", "/aperio/api"+path, rd)
+	req := newRequest(t, t.Context(), s, method, "admin.localhost", "/aperio/api"+path, rd)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/server"
 )
 
 // edgeProblems checks the keys of the edge: address lists, the real-ip
@@ -18,6 +19,9 @@ func edgeProblems(s Config, v *config.Checker) {
 		if _, err := config.ParsePrefixes(l.list); err != nil {
 			v.Add(l.key, "%v", err)
 		}
+	}
+	if err := server.CheckAdminHosts(s.AdminHosts); err != nil {
+		v.Add("admin_hosts", "%v", err)
 	}
 	// Empty means X-Forwarded-For, as in server.DefaultConfig.
 	if s.RealIPHeader != "" && !validHeaderName(s.RealIPHeader) {

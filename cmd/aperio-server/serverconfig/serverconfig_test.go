@@ -871,6 +871,8 @@ func TestServerKeys(t *testing.T) {
 		{"max_connections_per_ip", "APERIO_MAX_CONNECTIONS_PER_IP", nil, false},
 		{"tunnel_handshake_timeout", "APERIO_TUNNEL_HANDSHAKE_TIMEOUT", nil, false},
 		{"require_hostname_bind", "APERIO_REQUIRE_HOSTNAME_BIND", nil, false},
+		{"admin_hosts", "APERIO_ADMIN_HOSTS", nil, false},
+		{"acme.on_demand_grace", "APERIO_ACME_ON_DEMAND_GRACE", nil, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -890,8 +892,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 95 {
-		t.Errorf("len(Keys()) = %d, want 95", len(keys))
+	if len(keys) != 97 {
+		t.Errorf("len(Keys()) = %d, want 97", len(keys))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/visitor/policy"
 )
 
@@ -32,8 +33,8 @@ func shortMasterToken(token string, min int) string {
 
 // Warnings returns what is valid in s but weak, one line each, for
 // --check-config to print and the server to log at startup: today a master
-// token shorter than WeakMasterTokenLen characters, and route rules that
-// partly overlap (the earlier wins). An empty result means
+// token shorter than WeakMasterTokenLen characters, TLS on without
+// admin_hosts, and route rules that partly overlap (the earlier wins). An empty result means
 // nothing to warn about.
 func Warnings(s Config) []string {
 	var w []string
@@ -41,6 +42,9 @@ func Warnings(s Config) []string {
 		if msg := shortMasterToken(s.Token, WeakMasterTokenLen); msg != "" && utf8.RuneCountInString(s.Token) >= MinMasterTokenLen {
 			w = append(w, fmt.Sprintf("server.token: %s recommended: generate one with `openssl rand -hex 32`", msg))
 		}
+	}
+	if (s.TLSCert != "" || s.ACME.Enabled()) && len(s.AdminHosts) == 0 {
+		w = append(w, "admin_hosts: unset while TLS is on: the dashboard and the admin API answer only on "+server.AdminHostsDefault+"; set admin_hosts to the hostname operators use (for example [aperio.example.com]), never to a hostname clients serve")
 	}
 	if p, err := policy.New(s.Router.Policy); err == nil {
 		overlaps, _ := p.Check()

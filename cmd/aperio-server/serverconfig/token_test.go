@@ -37,3 +37,39 @@ func TestMasterTokenLength(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminHostsWarning: TLS on (tls_cert or acme:) without admin_hosts
+// warns, naming the key, at start and in --check-config; plain http, or
+// admin_hosts set, does not. A bad admin_hosts entry is an error naming
+// the key and the entry.
+func TestAdminHostsWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		warn bool
+	}{
+		{"plain http", func(*Config) {}, false},
+		{"tls_cert", func(c *Config) { c.TLSCert, c.TLSKey = "c.pem", "k.pem" }, true},
+		{"acme", func(c *Config) { c.ACME.Email = "ops@example.com" }, true},
+		{"acme with admin_hosts", func(c *Config) { c.ACME.Email = "ops@example.com"; c.AdminHosts = []string{"admin.example.com"} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Default()
+			cfg.Token = strings.Repeat("x", 32)
+			tc.edit(&cfg)
+			var got bool
+			for _, w := range Warnings(cfg) {
+				got = got || strings.HasPrefix(w, "admin_hosts:")
+			}
+			if got != tc.warn {
+				t.Errorf("Warnings() = %q, want an admin_hosts warning %v", Warnings(cfg), tc.warn)
+			}
+		})
+	}
+	cfg := Default()
+	cfg.Token = strings.Repeat("x", 32)
+	cfg.AdminHosts = []string{"admin.example.com", "https://admin.example.com/"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "admin_hosts") || !strings.Contains(err.Error(), "https://admin.example.com/") {
+		t.Errorf("Validate(bad admin_hosts) = %v, want an error naming admin_hosts and the entry", err)
+	}
+}

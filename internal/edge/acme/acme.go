@@ -97,12 +97,24 @@ type Config struct {
 	// operators open the dashboard at): always allowed, and obtained at
 	// start rather than at the first handshake. Exact names only.
 	Hostnames []string
+	// OnDemandGrace is how long after a client stopped binding a name a
+	// handshake for it may still obtain (or load) its certificate on
+	// demand: a client that reconnects after a deploy keeps its
+	// certificate. Default DefaultOnDemandGrace (24 h); 0 means only
+	// names bound now; at most MaxOnDemandGrace.
+	OnDemandGrace time.Duration
 }
+
+// Bounds of OnDemandGrace.
+const (
+	DefaultOnDemandGrace = 24 * time.Hour
+	MaxOnDemandGrace     = 30 * 24 * time.Hour
+)
 
 // DefaultConfig is the acme: block's defaults. Automatic TLS is off
 // until acme.email or acme.ca is set (Enabled).
 func DefaultConfig() Config {
-	return Config{Challenges: []string{ChallengeTLSALPN, ChallengeHTTP}, OnDemand: true, HTTPPort: 80, Redirect: true}
+	return Config{Challenges: []string{ChallengeTLSALPN, ChallengeHTTP}, OnDemand: true, HTTPPort: 80, Redirect: true, OnDemandGrace: DefaultOnDemandGrace}
 }
 
 // Enabled reports whether the block turns automatic TLS on: it names an
@@ -145,6 +157,9 @@ func (c Config) Validate() error {
 		if err := hostname.Validate(h); err != nil || strings.HasPrefix(h, "*.") {
 			return bad("acme.hostnames", "%q: want an exact hostname (wildcards need DNS-01, which is not supported)", h)
 		}
+	}
+	if c.OnDemandGrace < 0 || c.OnDemandGrace > MaxOnDemandGrace {
+		return bad("acme.on_demand_grace", "%v: want 0 (names bound now only) to %v", c.OnDemandGrace, MaxOnDemandGrace)
 	}
 	if c.HTTPPort == 0 && slices.Equal(c.Challenges, []string{ChallengeHTTP}) {
 		return bad("acme.challenges", "http-01 alone needs acme.http_port")
