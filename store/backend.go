@@ -103,6 +103,12 @@ type backend interface {
 	acmeLock(ctx context.Context, name, owner string, now, until time.Time) (bool, error)
 	acmeUnlock(ctx context.Context, name, owner string) error
 
+	// revokeOIDC stores r under the bounds (applyRevocation) and
+	// announces ChangeOIDCRevoked; oidcRevocations lists the rows of
+	// hostname ("" for all) that expire after now (Unix milliseconds).
+	revokeOIDC(ctx context.Context, r OIDCRevocation) (OIDCRevocation, error)
+	oidcRevocations(ctx context.Context, hostname string, now int64) ([]OIDCRevocation, error)
+
 	insertWebhook(ctx context.Context, w Webhook) error
 	listWebhooks(ctx context.Context, orgID string) ([]Webhook, error)
 	deleteWebhook(ctx context.Context, orgID, id string) error

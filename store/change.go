@@ -51,6 +51,9 @@ const (
 	// rotation) and OrgID its series' organization, "" for a server-wide
 	// one; read them with SigningKeys.
 	ChangeSigningKeys = "signing_keys"
+	// ChangeOIDCRevoked (oidcsession.go): Hostname names the hostname
+	// whose OIDC session revocations changed.
+
 	// ChangeResync carries no record: changes may have been missed (this
 	// subscriber fell behind, or the PostgreSQL listener lost its
 	// connection and has just reconnected). A subscriber that caches

@@ -68,6 +68,7 @@ func testStore(t *testing.T, b backend) {
 		{"AdminSessions", testAdminSessions},
 		{"AdminSessionsBound", testAdminSessionsBound},
 		{"AdminSessionsExpiry", testAdminSessionsExpiry},
+		{"OIDCRevocations", testOIDCRevocations},
 		{"Maintenance", testMaintenance},
 		{"Audit", testAudit},
 		{"AuditLimits", testAuditLimits},

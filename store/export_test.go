@@ -7,3 +7,11 @@ import "context"
 func (db *DB) ExecForTest(ctx context.Context, query string) error {
 	return db.b.execForTest(ctx, query)
 }
+
+// SetRevocationBoundsForTest lowers the OIDC revocation bounds until the
+// returned function restores them.
+func SetRevocationBoundsForTest(perUser, perHost int64) (restore func()) {
+	u, h := revokedPerUser, revocationsPerHost
+	revokedPerUser, revocationsPerHost = perUser, perHost
+	return func() { revokedPerUser, revocationsPerHost = u, h }
+}

@@ -74,10 +74,15 @@ func (g *Gateway) oidcProvider(ctx context.Context) (*oidc.Provider, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, oidcStartTimeout)
 	defer cancel()
+	g.denylist = new(oidc.Denylist)
+	if err := g.reloadRevocations(ctx, ""); err != nil {
+		return nil, fmt.Errorf("gateway: oidc session revocations: %w", err)
+	}
 	p, err := oidc.New(ctx, oidc.Config{
 		Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes, RedirectURL: o.RedirectURL,
 		HTTPClient: g.fence.HTTPClient(), Keys: []oidc.Key{{ID: 1, Secret: key}},
 		AllowHTTP: g.cfg.Outbound.AllowHTTP, Logger: g.log,
+		Denylist: g.denylist, Revoker: storeRevoker{g.db},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: oidc: %w", err)

@@ -54,6 +54,10 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 			g.expiry.resetTimer(expire)
 			continue
 		case <-sweep.C:
+			if g.denylist != nil {
+				// Revocations past their sessions' expiry leave memory.
+				g.reloadRevocations(ctx, "")
+			}
 			if g.ctl != nil && g.cfg.ScalingRecordTTL > 0 {
 				ids, err := g.db.DeleteStaleScalingRecords(ctx, time.Now().Add(-g.cfg.ScalingRecordTTL))
 				if err != nil {
@@ -105,12 +109,19 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		g.reloadMaintenance(ctx)
 	case store.ChangeOrgHostnames:
 		g.reloadOwnership(ctx)
+	case store.ChangeOIDCRevoked:
+		if g.denylist != nil {
+			g.reloadRevocations(ctx, ch.Hostname)
+		}
 	case store.ChangeResync:
 		// Changes may have been missed: re-check everything cached.
 		g.reloadMaintenance(ctx)
 		g.reloadOwnership(ctx)
 		g.recheckTokens(ctx)
 		g.usageLimits.reloadAll(ctx)
+		if g.denylist != nil {
+			g.reloadRevocations(ctx, "")
+		}
 	}
 }
 

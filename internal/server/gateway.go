@@ -85,6 +85,10 @@ type Gateway struct {
 	shares *access.Keyring // share links, keys per organization
 	keys   *signing.Keys   // the store's signing keys behind signer and shares
 	oidc   *oidc.Provider  // the oidc: block's provider; nil without one
+	// denylist holds the OIDC session revocations in force (logouts, and
+	// sessions an admin ended), loaded from the store at start and
+	// followed through its change feed.
+	denylist *oidc.Denylist
 	// events is the emit path of the gateway's own events (client
 	// connections and refusals, auth_denied, token_expiring,
 	// config_reloaded): each audited, then handed to hooks. Its queue

@@ -4,12 +4,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/testkit/oidctest"
+	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
 )
 
 // TestAccessOIDCEndToEnd: a service with auth: {oidc: …} behind a server
@@ -83,4 +87,102 @@ func newVisitorFor(t *testing.T, s *testServer) *http.Client {
 	c := oidctest.Browser(t, s.addr)
 	c.Jar = nil
 	return c
+}
+
+// TestOIDCLogoutEndsSessionEverywhere is probe P4-2: a session cookie
+// copied before logout kept opening the app. A logout now revokes the
+// session in the store, so the copy is sent back to the login; an
+// operator's POST /aperio/api/oidc/sessions/revoke ends every session of
+// a user the same way, while a login after it works.
+func TestOIDCLogoutEndsSessionEverywhere(t *testing.T) {
+	op := oidctest.Start(t)
+	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "user="+r.Header.Get("X-Aperio-User"))
+	}))
+	svc := config.Service{Target: backend.URL, Hostnames: []string{"wiki.test"},
+		Auth: &config.Auth{OIDC: &config.OIDCAuth{AllowedDomains: []string{"example.com"}}}}
+	cfg := serverConfig(t)
+	cfg.Outbound = outbound.Policy{AllowHTTP: true, AllowPrivate: true} // the provider is on loopback
+	cfg.OIDC = server.OIDCConfig{Issuer: op.Issuer(), ClientID: op.ClientID, ClientSecret: op.ClientSecret}
+	srv := startServer(t, cfg, nil, nil)
+	startAgent(t, srv, agentConfig(srv, svc))
+	waitClients(t, newVisitor(t, srv), srv, 1)
+	_, port, _ := net.SplitHostPort(srv.addr)
+	wiki := "http://wiki.test:" + port
+	wikiURL, _ := url.Parse(wiki)
+
+	send := func(c *http.Client, method, target, body string, h http.Header) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, target, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", "text/html")
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, target, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	// login returns a browser logged in as jane and a copy of its cookie.
+	login := func() (*http.Client, string) {
+		t.Helper()
+		b := oidctest.Browser(t, srv.addr)
+		if resp, body := send(b, "GET", wiki+"/", "", nil); resp.StatusCode != http.StatusOK || body != "user=jane.doe@example.com" {
+			t.Fatalf("login = %d %q", resp.StatusCode, body)
+		}
+		for _, c := range b.Jar.Cookies(wikiURL) {
+			if c.Name == oidc.SessionCookie {
+				return b, c.Value
+			}
+		}
+		t.Fatal("no session cookie after the login")
+		return nil, ""
+	}
+	// withCopy visits wiki.test with only the copied cookie.
+	withCopy := func(cookie string) int {
+		t.Helper()
+		c := newVisitorFor(t, srv)
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp, _ := send(c, "GET", wiki+"/after", "", http.Header{"Cookie": {oidc.SessionCookie + "=" + cookie}})
+		return resp.StatusCode
+	}
+
+	b, copied := login()
+	if got := withCopy(copied); got != http.StatusOK {
+		t.Fatalf("the copied cookie before logout = %d, want 200", got)
+	}
+	_, page := send(b, "GET", wiki+oidc.LogoutPath, "", nil)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("logout page without a CSRF token: %s", page)
+	}
+	if resp, body := send(b, "POST", wiki+oidc.LogoutPath, url.Values{"csrf": {m[1]}}.Encode(),
+		http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("logout = %d %s", resp.StatusCode, body)
+	}
+	if got := withCopy(copied); got != http.StatusFound {
+		t.Errorf("the copied cookie after logout = %d, want 302 to the login", got)
+	}
+
+	// An operator ends every session of jane on wiki.test.
+	_, second := login()
+	req := newRequest(t, t.Context(), srv, "POST", srv.addr, "/aperio/api/oidc/sessions/revoke", strings.NewReader(`{"hostname":"wiki.test","email":"jane.doe@example.com"}`))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, body := do(t, newVisitor(t, srv), req); resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /oidc/sessions/revoke = %d %s", resp.StatusCode, body)
+	}
+	if got := withCopy(second); got != http.StatusFound {
+		t.Errorf("jane's session after the operator revoked her sessions = %d, want 302", got)
+	}
+	_, third := login()
+	if got := withCopy(third); got != http.StatusOK {
+		t.Errorf("a login after the revocation = %d, want 200", got)
+	}
 }

@@ -76,6 +76,7 @@ type Store interface {
 	WebhookDelivery(ctx context.Context, orgID, webhookID, id string) (store.WebhookDelivery, error)
 
 	AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
+	RevokeOIDCSessions(ctx context.Context, r store.OIDCRevocation) (store.OIDCRevocation, error)
 	ListAudit(ctx context.Context, orgID string, limit int) ([]store.AuditEntry, error)
 	QueryAudit(ctx context.Context, q store.AuditQuery) ([]store.AuditEntry, error)
 	VerifyAudit(ctx context.Context) (int64, error)
@@ -442,6 +443,7 @@ func (a *API) routeTable() []route {
 		{http.MethodGet, "/maintenance", roleViewer, a.listMaintenance},
 		{http.MethodPut, "/maintenance/{hostname}", roleOperator, a.setMaintenance},
 		{http.MethodDelete, "/maintenance/{hostname}", roleOperator, a.clearMaintenance},
+		{http.MethodPost, "/oidc/sessions/revoke", roleOperator, a.revokeOIDCSessions},
 		{http.MethodPost, "/share", roleOperator, a.createShare},
 		{http.MethodPost, "/share/keys/rotate", roleAdmin, a.rotateShareKey},
 		{http.MethodGet, "/inspect", roleViewer, a.listInspect},

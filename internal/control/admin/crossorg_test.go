@@ -295,6 +295,14 @@ var matrix = []matrixCase{
 	{method: "DELETE", pattern: "/maintenance/{hostname}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/maintenance/" + w.newMaintenance(t, w.org(own)), ""
 	}, own: 204, other: 404, master: 204},
+	{method: "POST", pattern: "/oidc/sessions/revoke", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		// A key aiming at b names b's hostname in its own organization.
+		field := ""
+		if master {
+			field = fmt.Sprintf(`,"org_id":%q`, w.org(own))
+		}
+		return "/oidc/sessions/revoke", fmt.Sprintf(`{"hostname":"o%d.%s","email":"jane@example.com"%s}`, w.next(), w.suffix(own), field)
+	}, own: 200, other: 403, master: 200},
 	{method: "POST", pattern: "/share", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
 		// A key aiming at b names b's hostname in its own organization.
 		field := ""

@@ -881,12 +881,9 @@ func (a *API) createShare(w http.ResponseWriter, r *http.Request, c caller) erro
 	if err := decode(w, r, &req, false); err != nil {
 		return err
 	}
-	host := strings.ToLower(req.Hostname)
-	if err := hostname.Validate(host); err != nil {
-		return errorf(http.StatusBadRequest, "hostname: %v", err)
-	}
-	if strings.HasPrefix(host, "*") {
-		return errorf(http.StatusBadRequest, "%s is a wildcard: a share link opens one exact hostname", host)
+	host, err := exactHostname(req.Hostname, "a share link opens one exact hostname")
+	if err != nil {
+		return err
 	}
 	ttl, err := time.ParseDuration(req.TTL)
 	if err != nil || ttl <= 0 {
@@ -955,6 +952,19 @@ func (a *API) ownedHost(ctx context.Context, c caller, requested, host string) (
 		return "", ownership{}, err
 	}
 	return orgID, own, own.check(orgID, host)
+}
+
+// exactHostname returns raw lowercased when it is an exact hostname, and
+// a 400 otherwise; why says, for a wildcard, why one is not enough.
+func exactHostname(raw, why string) (string, error) {
+	host := strings.ToLower(raw)
+	if err := hostname.Validate(host); err != nil {
+		return "", errorf(http.StatusBadRequest, "hostname: %v", err)
+	}
+	if strings.HasPrefix(host, "*") {
+		return "", errorf(http.StatusBadRequest, "%s is a wildcard: %s", host, why)
+	}
+	return host, nil
 }
 
 // truncate cuts s to at most n bytes, for quoting a caller's value in an

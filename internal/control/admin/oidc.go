@@ -497,8 +497,12 @@ func (a *API) serveLogout(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	a.login.app.End(w, secure(r))
 	w.Header().Set("Cache-Control", "no-store")
+	if err := a.login.app.End(r.Context(), w, s, secure(r)); err != nil {
+		a.log.Warn("admin logout not recorded", logkey.Err, err)
+		a.fail(w, r, errorf(http.StatusServiceUnavailable, "signed out in this browser, but the session could not be ended everywhere: try again"))
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

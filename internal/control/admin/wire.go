@@ -48,6 +48,11 @@ type (
 	RotateShareKeyRequest = apitype.RotateShareKeyRequest
 	// ShareKey is the answer to POST /share/keys/rotate.
 	ShareKey = apitype.ShareKey
+	// RevokeOIDCSessionsRequest is the body of POST
+	// /oidc/sessions/revoke.
+	RevokeOIDCSessionsRequest = apitype.RevokeOIDCSessionsRequest
+	// OIDCSessionsRevoked is the answer to POST /oidc/sessions/revoke.
+	OIDCSessionsRevoked = apitype.OIDCSessionsRevoked
 	// MaintenanceRequest is the optional body of PUT
 	// /maintenance/{hostname}.
 	MaintenanceRequest = apitype.MaintenanceRequest

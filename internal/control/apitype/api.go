@@ -389,6 +389,34 @@ type ShareKey struct {
 	CreatedAt       time.Time `json:"created_at"`
 }
 
+// RevokeOIDCSessionsRequest is the body of POST /oidc/sessions/revoke:
+// which sessions of the services' OpenID Connect login on one hostname
+// end now. Exactly one of Email, Subject and All.
+type RevokeOIDCSessionsRequest struct {
+	// Hostname is the exact hostname the sessions were issued on.
+	Hostname string `json:"hostname"`
+	// Email ends every session of the user with this email (compared
+	// lowercased).
+	Email string `json:"email,omitempty"`
+	// Subject ends every session of the user with this provider subject.
+	Subject string `json:"subject,omitempty"`
+	// All ends every session of the hostname.
+	All bool `json:"all,omitempty"`
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
+}
+
+// OIDCSessionsRevoked is the answer to POST /oidc/sessions/revoke: the
+// sessions issued at or before RevokedAt on Hostname (of the user, or
+// all) are refused from now on, on every server.
+type OIDCSessionsRevoked struct {
+	Hostname  string    `json:"hostname"`
+	Email     string    `json:"email,omitempty"`
+	Subject   string    `json:"subject,omitempty"`
+	All       bool      `json:"all"`
+	RevokedAt time.Time `json:"revoked_at"`
+}
+
 // MaintenanceRequest is the optional body of PUT /maintenance/{hostname}.
 type MaintenanceRequest struct {
 	// OrgID is as in CreateKeyRequest.

@@ -1,7 +1,7 @@
 package oidc
 
 import (
-	"crypto/rand"
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -177,15 +177,10 @@ func (a *App) Finish(w http.ResponseWriter, r *http.Request, host string, secure
 // rules name), and returns the session. It refuses an identity too large
 // for a cookie.
 func (a *App) Issue(w http.ResponseWriter, id Identity, keep []string, host string, secure bool) (Session, error) {
-	s := Session{
-		Host:          host,
-		Subject:       id.Subject,
-		Email:         id.Email,
-		EmailVerified: id.EmailVerified,
-		Groups:        keep,
-		Expires:       a.cfg.Now().Add(a.cfg.SessionTTL).Truncate(time.Second),
-	}
-	rand.Read(s.csrf[:]) // never fails
+	now := a.cfg.Now()
+	s := newSession(now)
+	s.Host, s.Subject, s.Email, s.EmailVerified, s.Groups = host, id.Subject, id.Email, id.EmailVerified, keep
+	s.Expires = now.Add(a.cfg.SessionTTL).Truncate(time.Second)
 	payload, err := s.encode()
 	if err != nil {
 		return Session{}, err
@@ -239,13 +234,20 @@ func (a *App) openSession(value, host string) (Session, error) {
 	if !a.cfg.Now().Before(s.Expires) {
 		return Session{}, fmt.Errorf("%w: %w at %s", ErrSessionInvalid, ErrExpired, s.Expires.UTC().Format(time.RFC3339))
 	}
+	if a.p.cfg.Denylist.Revoked(&s) {
+		return Session{}, fmt.Errorf("%w: %w", ErrSessionInvalid, ErrRevoked)
+	}
 	return s, nil
 }
 
 // CheckCSRF reports, in constant time, whether token is s's CSRF token.
 func (s Session) CheckCSRF(token string) bool { return s.checkCSRF(token) }
 
-// End clears the session cookie.
-func (a *App) End(w http.ResponseWriter, secure bool) {
+// End clears the session cookie and revokes s, the session it held, as a
+// services' logout does (Config.Revoker and Denylist), so that a copy of
+// the cookie is refused too. The error is the Revoker's: s is then
+// ended on this server only.
+func (a *App) End(ctx context.Context, w http.ResponseWriter, s Session, secure bool) error {
 	clearCookie(w, a.SessionCookieName(secure), secure)
+	return a.p.revoke(ctx, s)
 }

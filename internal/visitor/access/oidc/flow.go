@@ -58,6 +58,9 @@ var (
 	// ErrForbidden: the session is valid but the service's policy does not
 	// admit its user.
 	ErrForbidden = errors.New("oidc: user not allowed")
+	// ErrRevoked is wrapped, with ErrSessionInvalid, for a session a
+	// logout or an admin ended (Denylist).
+	ErrRevoked = errors.New("oidc: session revoked")
 )
 
 // Visit is what the caller knows of a request that the Provider does
@@ -135,7 +138,8 @@ func eachCandidate(cookies []*http.Cookie, open func(value string) error) error 
 	return err
 }
 
-// session opens r's session cookie for v.Host, unexpired. A
+// session opens r's session cookie for v.Host, unexpired and not
+// revoked. A
 // request may carry several cookies of the name: a sibling subdomain can
 // set them for the parent domain (only the __Host- name is safe from
 // that), and the browser may send them first. Every cookie of the name is
@@ -152,6 +156,9 @@ func (p *Provider) session(r *http.Request, v Visit) (Session, error) {
 		}
 		if !now.Before(s.Expires) {
 			return fmt.Errorf("%w: expired at %s", ErrSessionInvalid, s.Expires.UTC().Format(time.RFC3339))
+		}
+		if p.cfg.Denylist.Revoked(&s) {
+			return fmt.Errorf("%w: %w", ErrSessionInvalid, ErrRevoked)
 		}
 		return nil
 	})
@@ -397,15 +404,11 @@ func (p *Provider) callback(w http.ResponseWriter, r *http.Request, v Visit) (in
 		return err.Status, err.Reason, err.Err
 	}
 	pol := v.policy()
-	s := Session{
-		Host:          v.Host,
-		Subject:       id.Subject,
-		Email:         id.Email,
-		EmailVerified: id.EmailVerified,
-		Groups:        pol.keptGroups(id.Groups),
-		Expires:       p.cfg.Now().Add(p.cfg.SessionTTL).Truncate(time.Second),
-	}
-	rand.Read(s.csrf[:]) // never fails
+	now := p.cfg.Now()
+	s := newSession(now)
+	s.Host, s.Subject, s.Email, s.EmailVerified = v.Host, id.Subject, id.Email, id.EmailVerified
+	s.Groups = pol.keptGroups(id.Groups)
+	s.Expires = now.Add(p.cfg.SessionTTL).Truncate(time.Second)
 	if !pol.Allows(&s) {
 		return http.StatusForbidden, "forbidden: your account may not use this site", fmt.Errorf("%w: %s on %s", ErrForbidden, s.User(), v.Host)
 	}
@@ -590,7 +593,10 @@ func readClaims(idt *gooidc.IDToken) (claims, error) {
 // POSTs the session's CSRF token, so a link or image elsewhere cannot sign
 // anyone out. POST clears the session cookie when it carries the token
 // (CSRFHeader or the form field CSRFField) of the session it clears, and
-// answers 403 otherwise. Signing out of the provider itself is not done.
+// answers 403 otherwise; it also revokes the session (Config.Revoker and
+// Denylist), so a copy of the cookie kept elsewhere is refused too, and
+// answers 503 when the revocation could not be recorded. Signing out of
+// the provider itself is not done.
 func (p *Provider) ServeLogout(w http.ResponseWriter, r *http.Request, v Visit) {
 	h := w.Header()
 	h.Set("Cache-Control", "no-store")
@@ -624,8 +630,16 @@ func (p *Provider) ServeLogout(w http.ResponseWriter, r *http.Request, v Visit) 
 			refuse(w, http.StatusForbidden, "forbidden: sign out from the sign-out page")
 			return
 		}
+		// The session ends for every server, not only in this browser:
+		// a copy of the cookie is refused from now on.
 		clearCookie(w, sessionCookieName(v.Secure), v.Secure)
 		h.Set("Content-Type", "text/html; charset=utf-8")
+		if err := p.revoke(r.Context(), s); err != nil {
+			p.cfg.Logger.Warn("oidc logout not recorded", logkey.Hostname, v.Host, logkey.Err, err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, page("Not signed out", "<p>You are signed out in this browser, but the server could not end the session everywhere. Sign in and out again later.</p>"))
+			return
+		}
 		fmt.Fprint(w, page("Signed out", "<p>You are signed out.</p>"))
 	default:
 		h.Set("Allow", "GET, HEAD, POST")

@@ -88,6 +88,13 @@ type Config struct {
 	// AllowHTTP accepts an http issuer (a test, or a provider on a network
 	// the operator trusts). Default false.
 	AllowHTTP bool
+	// Denylist holds the revocations in force (logouts, and sessions an
+	// admin ended): every use of a session checks it. Nil revokes
+	// nothing: a logout then only clears the browser's cookie.
+	Denylist *Denylist
+	// Revoker records a logout's revocation for every server (the
+	// store); nil records it in Denylist only, for this server.
+	Revoker Revoker
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives login failures and refusals at Info or Debug; nil

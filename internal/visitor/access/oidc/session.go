@@ -1,6 +1,7 @@
 package oidc
 
 import (
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
@@ -27,7 +28,12 @@ const (
 	maxGroupBytes   = 255
 	maxGroups       = 16
 	csrfBytes       = 16
-	sessionVersion  = 1
+	idBytes         = 16
+	// sessionVersion 2 added the session's id and issue time, which a
+	// revocation names. A version 1 cookie (issued before) is refused:
+	// its visitor logs in again, once, rather than hold a session that no
+	// logout or admin could end.
+	sessionVersion = 2
 )
 
 // Session is what a visitor's session cookie proves: who logged in, on
@@ -50,8 +56,28 @@ type Session struct {
 	Groups []string
 	// Expires is when the session ends, to the second.
 	Expires time.Time
+	// IssuedAt is when the session was issued, to the millisecond: a
+	// revocation of the user's (or the hostname's) sessions ends those
+	// issued at or before it.
+	IssuedAt time.Time
 
 	csrf [csrfBytes]byte
+	id   [idBytes]byte
+}
+
+// ID returns the session's id: random, sealed inside the cookie, named
+// by the revocation a logout records.
+func (s Session) ID() string {
+	return base64.RawURLEncoding.EncodeToString(s.id[:])
+}
+
+// newSession returns a session with a fresh id and CSRF token, issued
+// at now.
+func newSession(now time.Time) Session {
+	s := Session{IssuedAt: now.Truncate(time.Millisecond)}
+	rand.Read(s.csrf[:]) // never fails
+	rand.Read(s.id[:])
+	return s
 }
 
 // User returns the name a backend is told: the email, or the subject
@@ -107,6 +133,8 @@ func (s *Session) encode() ([]byte, error) {
 	w.byte(sessionVersion)
 	w.time(s.Expires)
 	w.raw(s.csrf[:])
+	w.raw(s.id[:])
+	w.int64(s.IssuedAt.UnixMilli())
 	var flags byte
 	if s.EmailVerified {
 		flags |= 1
@@ -132,6 +160,8 @@ func decodeSession(p []byte) (Session, error) {
 	}
 	s.Expires = r.time()
 	copy(s.csrf[:], r.take(csrfBytes))
+	copy(s.id[:], r.take(idBytes))
+	s.IssuedAt = time.UnixMilli(r.int64())
 	flags := r.byte()
 	if flags&^1 != 0 {
 		return Session{}, fmt.Errorf("%w: session flags %#x", errPayload, flags)

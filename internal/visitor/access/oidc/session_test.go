@@ -104,14 +104,15 @@ func TestDecodeSessionRefusesMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := func(i int, b byte) []byte { p := slices.Clone(good); p[i] = b; return p }
-	flagsAt := 1 + 8 + csrfBytes
+	flagsAt := 1 + 8 + csrfBytes + idBytes + 8
 	for _, tc := range []struct {
 		name string
 		p    []byte
 	}{
 		{"empty", nil},
 		{"version 0", set(0, 0)},
-		{"version 2", set(0, 2)},
+		{"version 1 (before session ids: refused, the visitor logs in again)", set(0, 1)},
+		{"version 3", set(0, 3)},
 		{"unknown flag", set(flagsAt, 2)},
 		{"truncated", good[:len(good)-1]},
 		{"trailing byte", append(slices.Clone(good), 0)},

@@ -1,0 +1,52 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
+	"github.com/aperio-dev/aperio/store"
+)
+
+// revocationLoadTimeout bounds one read of the OIDC session revocations.
+const revocationLoadTimeout = 10 * time.Second
+
+// storeRevoker records the OIDC logouts in the store, where every server
+// sharing it reads them (through the change feed, reloadRevocations).
+type storeRevoker struct{ db *store.DB }
+
+func (s storeRevoker) RevokeSession(ctx context.Context, r oidc.Revocation) error {
+	_, err := s.db.RevokeOIDCSessions(ctx, store.OIDCRevocation{
+		Hostname: r.Host, SessionID: r.SessionID, Subject: r.Subject, Email: r.Email, ExpiresAt: r.ExpiresAt,
+	})
+	return err
+}
+
+// revocationsOf converts the store's rows.
+func revocationsOf(rs []store.OIDCRevocation) []oidc.Revocation {
+	out := make([]oidc.Revocation, len(rs))
+	for i, r := range rs {
+		out[i] = oidc.Revocation{Host: r.Hostname, SessionID: r.SessionID, Subject: r.Subject, Email: r.Email, RevokedAt: r.RevokedAt, ExpiresAt: r.ExpiresAt}
+	}
+	return out
+}
+
+// reloadRevocations reads the revocations of host ("" for every
+// hostname) into the denylist. A failure keeps what the denylist holds
+// (a revocation is never dropped by an outage) and is logged.
+func (g *Gateway) reloadRevocations(ctx context.Context, host string) error {
+	ctx, cancel := context.WithTimeout(ctx, revocationLoadTimeout)
+	defer cancel()
+	rs, err := g.db.OIDCRevocations(ctx, host, time.Now())
+	if err != nil {
+		g.log.Error("oidc session revocations not loaded", logkey.Hostname, host, logkey.Err, err)
+		return err
+	}
+	if host == "" {
+		g.denylist.Replace(revocationsOf(rs))
+	} else {
+		g.denylist.ReplaceHost(host, revocationsOf(rs))
+	}
+	return nil
+}

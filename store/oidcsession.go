@@ -1,0 +1,297 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ChangeOIDCRevoked: Hostname names the hostname whose OIDC session
+// revocations changed (a logout, or an admin ending sessions); read them
+// with OIDCRevocations.
+const ChangeOIDCRevoked = "oidc_revoked"
+
+// Bounds of the OIDC session revocations. A user's logged-out sessions
+// beyond MaxRevokedSessionsPerUser on one hostname become one revocation
+// of every session of that user issued until then; a hostname's
+// revocations beyond MaxRevocationsPerHost become one revocation of every
+// session of the hostname issued until then. Either way nothing revoked
+// becomes valid again, and the table holds at most MaxRevocationsPerHost
+// rows per hostname, each kept only until the sessions it ends expire.
+const (
+	MaxRevokedSessionsPerUser = 32
+	MaxRevocationsPerHost     = 10000
+)
+
+// revokedPerUser and revocationsPerHost are the bounds in force: the
+// constants, lowered by tests (SetRevocationBoundsForTest).
+var revokedPerUser, revocationsPerHost int64 = MaxRevokedSessionsPerUser, MaxRevocationsPerHost
+
+// Bounds of the fields of an OIDCRevocation.
+const (
+	maxRevocationHost    = 253
+	maxRevocationSession = 64
+	maxRevocationUser    = 255
+)
+
+// OIDCRevocation ends sessions of the services' OpenID Connect login on
+// one hostname before their sealed expiry: one session (SessionID set:
+// a logout), every session of a user issued at or before RevokedAt
+// (Subject or Email set), or every session of the hostname issued at or
+// before RevokedAt (neither). Sessions live in sealed cookies; the
+// revocations are what every server sharing the store checks them
+// against.
+type OIDCRevocation struct {
+	// ID is assigned by the store ("orv_…").
+	ID string
+	// Hostname is the hostname the sessions were issued on. Required.
+	Hostname string
+	// SessionID is the revoked session's id; "" for a revocation by user
+	// or of the whole hostname.
+	SessionID string
+	// Subject and Email name the user (the provider's sub, the lowercased
+	// email); a logout sets both, a revocation by user one of them.
+	Subject, Email string
+	// RevokedAt is when the revocation was made, to the millisecond,
+	// assigned by the store: a revocation by user or hostname ends the
+	// sessions issued at or before it.
+	RevokedAt time.Time
+	// ExpiresAt is when every session the revocation ends has expired;
+	// the store drops it then. Required, after now.
+	ExpiresAt time.Time
+}
+
+// RevokeOIDCSessions stores r (ID and RevokedAt assigned), drops the
+// revocations that have expired, applies the bounds (see
+// MaxRevokedSessionsPerUser), and publishes ChangeOIDCRevoked for
+// r.Hostname. It returns the revocation as stored, which the bounds may
+// have widened to the user or the hostname.
+func (db *DB) RevokeOIDCSessions(ctx context.Context, r OIDCRevocation) (OIDCRevocation, error) {
+	if db.closed.Load() {
+		return OIDCRevocation{}, errClosed
+	}
+	now := db.now()
+	var errs []error
+	if r.Hostname == "" || len(r.Hostname) > maxRevocationHost {
+		errs = append(errs, fmt.Errorf("hostname of %d bytes, want 1 to %d", len(r.Hostname), maxRevocationHost))
+	}
+	if len(r.SessionID) > maxRevocationSession || len(r.Subject) > maxRevocationUser || len(r.Email) > maxRevocationUser {
+		errs = append(errs, errors.New("session id, subject or email too long"))
+	}
+	if r.SessionID != "" && r.Subject == "" && r.Email == "" {
+		errs = append(errs, errors.New("a revoked session needs its user"))
+	}
+	if !r.ExpiresAt.After(now) {
+		errs = append(errs, errors.New("expires at or before now"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return OIDCRevocation{}, fmt.Errorf("store: revoke oidc sessions: %w", err)
+	}
+	r.ID = newID("orv")
+	r.RevokedAt = now.UTC().Truncate(time.Millisecond)
+	r.ExpiresAt = r.ExpiresAt.UTC().Truncate(time.Millisecond)
+	out, err := db.b.revokeOIDC(ctx, r)
+	if err != nil {
+		return OIDCRevocation{}, db.fail("revoke oidc sessions of "+quoteShort(r.Hostname), err)
+	}
+	return out, nil
+}
+
+// OIDCRevocations returns the revocations of hostname ("" for every
+// hostname) that have not expired at now, oldest first.
+func (db *DB) OIDCRevocations(ctx context.Context, hostname string, now time.Time) ([]OIDCRevocation, error) {
+	if db.closed.Load() {
+		return nil, errClosed
+	}
+	rs, err := db.b.oidcRevocations(ctx, hostname, now.UnixMilli())
+	if err != nil {
+		return nil, db.fail("list oidc revocations", err)
+	}
+	return rs, nil
+}
+
+// The revocations' SQL is the same in both dialects: times are Unix
+// milliseconds (BIGINT / INTEGER), and the PostgreSQL placeholders ($1)
+// are rewritten for SQLite (?1) by sqliteArgs.
+const (
+	revSelect      = `SELECT id, hostname, session_id, subject, email, revoked_at, expires_at FROM oidc_revocations`
+	revList        = revSelect + ` WHERE ($1 = '' OR hostname = $1) AND expires_at > $2 ORDER BY revoked_at, id`
+	revPurge       = `DELETE FROM oidc_revocations WHERE expires_at <= $1`
+	revInsert      = `INSERT INTO oidc_revocations (id, hostname, session_id, subject, email, revoked_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	revUserCount   = `SELECT count(*), coalesce(max(expires_at), 0) FROM oidc_revocations WHERE hostname = $1 AND subject = $2 AND session_id <> ''`
+	revUserDelete  = `DELETE FROM oidc_revocations WHERE hostname = $1 AND ((subject = $2 AND $2 <> '') OR (email = $3 AND $3 <> ''))`
+	revUserMax     = `SELECT coalesce(max(expires_at), 0) FROM oidc_revocations WHERE hostname = $1 AND ((subject = $2 AND $2 <> '') OR (email = $3 AND $3 <> ''))`
+	revHostCount   = `SELECT count(*), coalesce(max(expires_at), 0) FROM oidc_revocations WHERE hostname = $1`
+	revHostDelete  = `DELETE FROM oidc_revocations WHERE hostname = $1`
+	revHostMaxOnly = `SELECT coalesce(max(expires_at), 0) FROM oidc_revocations WHERE hostname = $1`
+)
+
+// revTx is what applyRevocation needs of a transaction of either
+// dialect.
+type revTx interface {
+	exec(ctx context.Context, q string, args ...any) error
+	// ints runs a query of one row of integers into dst.
+	ints(ctx context.Context, q string, args []any, dst ...*int64) error
+}
+
+// applyRevocation stores r in tx under the bounds and returns it as
+// stored.
+func applyRevocation(ctx context.Context, tx revTx, r OIDCRevocation) (OIDCRevocation, error) {
+	at, until := r.RevokedAt.UnixMilli(), r.ExpiresAt.UnixMilli()
+	if err := tx.exec(ctx, revPurge, at); err != nil {
+		return OIDCRevocation{}, err
+	}
+	switch {
+	case r.SessionID != "":
+		// A logout: one session, unless the user already has the most
+		// sessions one user may have revoked one by one.
+		var n, last int64
+		if err := tx.ints(ctx, revUserCount, []any{r.Hostname, r.Subject}, &n, &last); err != nil {
+			return OIDCRevocation{}, err
+		}
+		if n >= revokedPerUser {
+			r.SessionID, until = "", max(until, last)
+		}
+	}
+	if r.SessionID == "" {
+		// By user or hostname: it ends what the narrower ones of the same
+		// user (or of the hostname) end, which go.
+		del, mx, args := revUserDelete, revUserMax, []any{r.Hostname, r.Subject, r.Email}
+		if r.Subject == "" && r.Email == "" {
+			del, mx, args = revHostDelete, revHostMaxOnly, []any{r.Hostname}
+		}
+		var last int64
+		if err := tx.ints(ctx, mx, args, &last); err != nil {
+			return OIDCRevocation{}, err
+		}
+		until = max(until, last)
+		if err := tx.exec(ctx, del, args...); err != nil {
+			return OIDCRevocation{}, err
+		}
+	}
+	var n, last int64
+	if err := tx.ints(ctx, revHostCount, []any{r.Hostname}, &n, &last); err != nil {
+		return OIDCRevocation{}, err
+	}
+	if n >= revocationsPerHost {
+		// The hostname holds the most revocations it may: every session
+		// of it issued until now ends.
+		r.SessionID, r.Subject, r.Email, until = "", "", "", max(until, last)
+		if err := tx.exec(ctx, revHostDelete, r.Hostname); err != nil {
+			return OIDCRevocation{}, err
+		}
+	}
+	r.ExpiresAt = time.UnixMilli(until).UTC()
+	if err := tx.exec(ctx, revInsert, r.ID, r.Hostname, r.SessionID, r.Subject, r.Email, at, until); err != nil {
+		return OIDCRevocation{}, err
+	}
+	return r, nil
+}
+
+// placeholder matches a PostgreSQL placeholder.
+var placeholder = regexp.MustCompile(`\$([0-9]+)`)
+
+// sqliteArgs rewrites q's $N placeholders as SQLite's ?N.
+func sqliteArgs(q string) string { return placeholder.ReplaceAllString(q, "?$1") }
+
+type sqliteRevTx struct{ tx *sql.Tx }
+
+func (t sqliteRevTx) exec(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.ExecContext(ctx, sqliteArgs(q), args...)
+	return err
+}
+
+func (t sqliteRevTx) ints(ctx context.Context, q string, args []any, dst ...*int64) error {
+	vals := make([]any, len(dst))
+	for i, d := range dst {
+		vals[i] = d
+	}
+	return t.tx.QueryRowContext(ctx, sqliteArgs(q), args...).Scan(vals...)
+}
+
+func (b *sqliteBackend) revokeOIDC(ctx context.Context, r OIDCRevocation) (OIDCRevocation, error) {
+	var out OIDCRevocation
+	err := b.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, err = applyRevocation(ctx, sqliteRevTx{tx}, r)
+		return err
+	})
+	if err != nil {
+		return OIDCRevocation{}, err
+	}
+	b.publish(Change{Kind: ChangeOIDCRevoked, ID: out.ID, Hostname: out.Hostname})
+	return out, nil
+}
+
+func (b *sqliteBackend) oidcRevocations(ctx context.Context, hostname string, now int64) ([]OIDCRevocation, error) {
+	rows, err := b.r.QueryContext(ctx, sqliteArgs(revList), hostname, now)
+	if err != nil {
+		return nil, sqliteErr(err)
+	}
+	defer rows.Close()
+	out := []OIDCRevocation{}
+	for rows.Next() {
+		r, err := scanRevocation(rows.Scan)
+		if err != nil {
+			return nil, sqliteErr(err)
+		}
+		out = append(out, r)
+	}
+	return out, sqliteErr(rows.Err())
+}
+
+type pgRevTx struct{ tx pgx.Tx }
+
+func (t pgRevTx) exec(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.Exec(ctx, q, args...)
+	return err
+}
+
+func (t pgRevTx) ints(ctx context.Context, q string, args []any, dst ...*int64) error {
+	vals := make([]any, len(dst))
+	for i, d := range dst {
+		vals[i] = d
+	}
+	return t.tx.QueryRow(ctx, q, args...).Scan(vals...)
+}
+
+func (b *pgBackend) revokeOIDC(ctx context.Context, r OIDCRevocation) (OIDCRevocation, error) {
+	var out OIDCRevocation
+	err := b.write(ctx, func(tx pgx.Tx) error {
+		// One writer per hostname at a time, so that two logouts never
+		// both find room under a bound.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('oidc_revocations:' || $1, 0))`, r.Hostname); err != nil {
+			return err
+		}
+		var err error
+		if out, err = applyRevocation(ctx, pgRevTx{tx}, r); err != nil {
+			return err
+		}
+		return notify(ctx, tx, Change{Kind: ChangeOIDCRevoked, ID: out.ID, Hostname: out.Hostname})
+	})
+	if err != nil {
+		return OIDCRevocation{}, err
+	}
+	return out, nil
+}
+
+func (b *pgBackend) oidcRevocations(ctx context.Context, hostname string, now int64) ([]OIDCRevocation, error) {
+	rows, err := b.pool.Query(ctx, revList, hostname, now)
+	return pgCollect(rows, err, func(row pgx.Row) (OIDCRevocation, error) { return scanRevocation(row.Scan) })
+}
+
+// scanRevocation reads a row of revSelect.
+func scanRevocation(scan func(dst ...any) error) (OIDCRevocation, error) {
+	var r OIDCRevocation
+	var at, until int64
+	if err := scan(&r.ID, &r.Hostname, &r.SessionID, &r.Subject, &r.Email, &at, &until); err != nil {
+		return OIDCRevocation{}, err
+	}
+	r.RevokedAt, r.ExpiresAt = time.UnixMilli(at).UTC(), time.UnixMilli(until).UTC()
+	return r, nil
+}
