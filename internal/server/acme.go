@@ -6,110 +6,225 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/edge/acme"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
-// The ask check keeps the hostname patterns of live tokens in memory: it
-// reads the store again after acmeTokenRefresh, or after acmeMissRefresh
-// when a name matches none (a token minted a moment ago). A flood of
-// unknown names thus reads the store at most once per acmeMissRefresh.
-const (
-	acmeTokenRefresh = 30 * time.Second
-	acmeMissRefresh  = 2 * time.Second
-)
+// acmeTokenRefresh is how long the exact names of live tokens (the
+// names obtained up front without acme.on_demand) are kept before the
+// store is read again.
+const acmeTokenRefresh = 30 * time.Second
 
-// acmeAsk is the ask check of automatic TLS: a certificate may be
-// obtained for a name that a live token's hostname pattern covers, or
-// that a client connected with the master token announces. Nothing else:
-// never for whatever SNI a visitor sends.
+// acmeGoneBound bounds the names remembered as recently bound (the grace
+// of acme.on_demand_grace): beyond it, the oldest are forgotten first.
+const acmeGoneBound = 100000
+
+// acmeAsk is the ask check of automatic TLS: a certificate is obtained
+// on demand only for a name a connected client binds now (by its exact
+// name or a wildcard), or bound within acme.on_demand_grace, for that
+// client's organization; never for whatever SNI a visitor sends, nor for
+// a name a token could bind some day (security probe F4). Without
+// on_demand, the exact names of live tokens are obtained up front.
 type acmeAsk struct {
-	g *Gateway
+	g     *Gateway
+	binds bindView // the router
+	grace time.Duration
+	now   func() time.Time
+	gen   atomic.Uint64 // bumped whenever a session's bound names change
 
-	mu       sync.Mutex
-	patterns []string
-	exact    []string
-	loaded   time.Time
-	now      func() time.Time
+	mu sync.Mutex // guards the following fields
+	// bound is each session's bound patterns, as last seen.
+	bound map[router.Conn]boundNames
+	// gone is when each pattern stopped being bound, and by which
+	// organization: the grace runs from then.
+	gone map[string]goneBind
+	// tokens caches the exact names of live tokens (Names).
+	tokens       []acme.Name
+	tokensLoaded time.Time
 }
 
-// tokens returns the patterns (and the exact names among them) of live
-// tokens, reading the store when the list is older than maxAge.
-func (a *acmeAsk) tokens(ctx context.Context, maxAge time.Duration) ([]string, []string, error) {
+// bindView is what the ask check reads of the router.
+type bindView interface {
+	BoundOrg(host string) (string, bool)
+	BoundPatterns(conn router.Conn) (string, []string)
+}
+
+type boundNames struct {
+	org      string
+	patterns []string // sorted
+}
+
+type goneBind struct {
+	org string
+	at  time.Time
+}
+
+func newACMEAsk(g *Gateway, binds bindView, grace time.Duration) *acmeAsk {
+	return &acmeAsk{g: g, binds: binds, grace: grace, now: time.Now, bound: make(map[router.Conn]boundNames), gone: make(map[string]goneBind)}
+}
+
+// Generation is acme.Options.Generation.
+func (a *acmeAsk) Generation() uint64 { return a.gen.Load() }
+
+// seen records s's bound patterns after an announcement: the patterns it
+// no longer binds start their grace, those it binds again end theirs.
+func (a *acmeAsk) seen(s router.Conn) {
+	org, patterns := a.binds.BoundPatterns(s)
+	slices.Sort(patterns)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev := a.bound[s]
+	if slices.Equal(prev.patterns, patterns) && prev.org == org {
+		return
+	}
+	now := a.now()
+	for _, p := range prev.patterns {
+		if !slices.Contains(patterns, p) {
+			a.leftLocked(p, prev.org, now)
+		}
+	}
+	for _, p := range patterns {
+		delete(a.gone, p)
+	}
+	a.bound[s] = boundNames{org: org, patterns: patterns}
+	a.gen.Add(1)
+}
+
+// left records that s is gone: its patterns start their grace.
+func (a *acmeAsk) left(s router.Conn) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prev, ok := a.bound[s]
+	if !ok {
+		return
+	}
+	delete(a.bound, s)
+	now := a.now()
+	for _, p := range prev.patterns {
+		a.leftLocked(p, prev.org, now)
+	}
+	a.gen.Add(1)
+}
+
+func (a *acmeAsk) leftLocked(pattern, org string, now time.Time) {
+	if a.grace <= 0 {
+		return
+	}
+	if len(a.gone) >= acmeGoneBound {
+		var oldest string
+		var at time.Time
+		for p, gb := range a.gone {
+			if now.Sub(gb.at) >= a.grace {
+				delete(a.gone, p)
+			} else if oldest == "" || gb.at.Before(at) {
+				oldest, at = p, gb.at
+			}
+		}
+		if len(a.gone) >= acmeGoneBound {
+			delete(a.gone, oldest)
+		}
+	}
+	a.gone[pattern] = goneBind{org: org, at: now}
+}
+
+// Allowed implements the ask check: the organization of the client that
+// binds name now, or bound it within the grace.
+func (a *acmeAsk) Allowed(_ context.Context, name string) (string, error) {
+	name = hostname.Normalize(name)
+	if org, ok := a.binds.BoundOrg(name); ok {
+		return org, nil
+	}
+	if a.grace > 0 {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		now := a.now()
+		candidates := []string{name}
+		for i := 1; i < len(name); i++ {
+			if name[i] == '.' {
+				candidates = append(candidates, "*"+name[i:])
+			}
+		}
+		for _, p := range candidates {
+			if gb, ok := a.gone[p]; ok && now.Sub(gb.at) < a.grace {
+				return gb.org, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no connected client binds %s (nor did within acme.on_demand_grace)", name)
+}
+
+// Names lists the exact hostnames of live tokens, with their
+// organizations (acme.on_demand off).
+func (a *acmeAsk) Names(ctx context.Context) ([]acme.Name, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
-	if !a.loaded.IsZero() && now.Sub(a.loaded) < maxAge {
-		return a.patterns, a.exact, nil
+	if !a.tokensLoaded.IsZero() && now.Sub(a.tokensLoaded) < acmeTokenRefresh {
+		return a.tokens, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	toks, err := a.g.db.ListTokens(ctx, "")
 	if err != nil {
-		return a.patterns, a.exact, err // the last list, if any, still answers
+		return a.tokens, err
 	}
-	var patterns, exact []string
+	var names []acme.Name
 	for _, t := range toks {
 		if t.RevokedAt != nil || (t.ExpiresAt != nil && !now.Before(*t.ExpiresAt)) {
 			continue
 		}
 		for _, h := range t.Hostnames {
-			patterns = append(patterns, h)
 			if !strings.HasPrefix(h, "*.") {
-				exact = append(exact, h)
+				names = append(names, acme.Name{Host: h, Org: t.OrgID})
 			}
 		}
 	}
-	a.patterns, a.exact, a.loaded = patterns, exact, now
-	return patterns, exact, nil
+	a.tokens, a.tokensLoaded = names, now
+	return names, nil
 }
 
-// Allowed implements the ask check.
-func (a *acmeAsk) Allowed(ctx context.Context, name string) error {
-	name = strings.ToLower(name)
-	covered := func(patterns []string) bool {
-		for _, p := range patterns {
-			if hostname.Match(p, name) {
-				return true
-			}
-		}
-		return false
+// audit records an order in the audit log, off the handshake's path.
+func (a *acmeAsk) audit(o acme.Order) {
+	detail := "new certificate ordered"
+	if o.Renewal {
+		detail = "renewal ordered"
 	}
-	patterns, _, err := a.tokens(ctx, acmeTokenRefresh)
-	if covered(patterns) {
-		return nil
-	}
-	if patterns, _, err = a.tokens(ctx, acmeMissRefresh); covered(patterns) {
-		return nil
-	}
-	for _, s := range a.g.tunnels.Sessions() {
-		if s.Identity().TokenID != "" {
-			continue // a token's client binds only what its token allows: covered above
-		}
-		for _, svc := range s.Announcement().Services {
-			for _, h := range svc.Hostnames {
-				if hostname.Match(h, name) {
-					return nil
-				}
-			}
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("no live token covers %s (and the tokens could not be read: %w)", name, err)
-	}
-	return fmt.Errorf("no live token covers %s", name)
+	a.g.events.Offer(events.Event{Kind: EventCertificateOrdered, Actor: "server", OrgID: o.Org, Hostname: o.Name, Detail: detail})
 }
 
-// Names lists the exact hostnames of live tokens (acme.on_demand off).
-func (a *acmeAsk) Names(ctx context.Context) ([]string, error) {
-	_, exact, err := a.tokens(ctx, acmeTokenRefresh)
-	return exact, err
+// EventCertificateOrdered is the audit event of each certificate order
+// automatic TLS places (a new name or a renewal).
+const EventCertificateOrdered = "certificate_ordered"
+
+// acmeRegistry tells the ask check of every change of a session's binds.
+type acmeRegistry struct {
+	tunnel.Registry
+	ask *acmeAsk
+}
+
+func (r acmeRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
+	notices := r.Registry.Update(ctx, s)
+	r.ask.seen(s)
+	return notices
+}
+
+func (r acmeRegistry) Detach(ctx context.Context, s *tunnel.Session) {
+	r.ask.left(s)
+	r.Registry.Detach(ctx, s)
 }
 
 // newACME builds the manager when acme is enabled; nil otherwise.
@@ -117,11 +232,13 @@ func (g *Gateway) newACME() (*acme.Manager, error) {
 	if !g.cfg.ACME.Enabled() {
 		return nil, nil
 	}
-	ask := &acmeAsk{g: g, now: time.Now}
+	ask := g.acmeAsk
 	m, err := acme.New(g.cfg.ACME, acme.Options{
 		Storage:    acme.NewStorage(g.db),
 		Allowed:    ask.Allowed,
 		Names:      ask.Names,
+		Generation: ask.Generation,
+		Audit:      ask.audit,
 		PublicPort: g.cfg.Port,
 		Logger:     g.log,
 	})
@@ -130,6 +247,41 @@ func (g *Gateway) newACME() (*acme.Manager, error) {
 	}
 	return m, nil
 }
+
+// registerACMEMetrics exports the automatic TLS counters: orders by kind
+// (new, renewal) and refusals by reason (acme.Refused*).
+func (g *Gateway) registerACMEMetrics() error {
+	if g.acme == nil {
+		return nil
+	}
+	m := g.metrics.Meter()
+	orders, err := m.Int64ObservableCounter(metricACMEOrders,
+		metric.WithDescription("Certificate orders automatic TLS placed, by kind (new, renewal); each is audited as certificate_ordered."))
+	if err != nil {
+		return err
+	}
+	refusals, err := m.Int64ObservableCounter(metricACMERefusals,
+		metric.WithDescription("Certificates automatic TLS refused to obtain, by reason: invalid, not_bound, cached (the ask check); server_rate, org_rate, domain_rate, org_certificates (the budgets)."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := g.acme.Stats()
+		o.ObserveInt64(orders, st.Orders, metric.WithAttributes(attribute.String("kind", "new")))
+		o.ObserveInt64(orders, st.Renewals, metric.WithAttributes(attribute.String("kind", "renewal")))
+		for reason, n := range st.Refused {
+			o.ObserveInt64(refusals, n, metric.WithAttributes(attribute.String("reason", reason)))
+		}
+		return nil
+	}, orders, refusals)
+	return err
+}
+
+// Metric names of automatic TLS.
+const (
+	metricACMEOrders   = "aperio.acme_orders"
+	metricACMERefusals = "aperio.acme_refusals"
+)
 
 // serveACMEHTTP serves acme.http_port: HTTP-01 challenges and the
 // redirect to HTTPS. It returns a function that stops it.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	cfg.ACME.CA, cfg.ACME.CARoot, cfg.ACME.HTTPPort = p.Dir, p.APIRoot, httpPort
 	cfg.ACME.Hostnames = []string{"tunnel.test"}
 	cfg.AdminHosts = []string{"tunnel.test"}
+	cfg.MetricsToken = "m-token"
 	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(tlsPort))
 	if err != nil {
 		t.Fatal(err)
@@ -96,21 +98,51 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 		t.Errorf("app.test served a certificate for %v", leaf.DNSNames)
 	}
 
-	// A minted token covering scoped.test: its name gets a certificate
-	// before any client of it connects.
-	mint, _ := json.Marshal(map[string]any{"name": "scoped", "hostnames": []string{"scoped.test"}})
+	// Security probe F4: a token for *.w.test, and no client of it. A
+	// visitor's handshakes for random names under it order nothing (on
+	// demand, only names a connected client binds, or bound within
+	// acme.on_demand_grace, get a certificate).
+	mint, _ := json.Marshal(map[string]any{"name": "wild", "hostnames": []string{"*.w.test"}})
 	req, _ := http.NewRequest(http.MethodPost, "https://tunnel.test:"+port+"/aperio/api/tokens", bytes.NewReader(mint))
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	req.Header.Set("Content-Type", "application/json")
+	var minted struct {
+		Token string `json:"token"`
+	}
 	if resp, err := visitor.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("minting a token: %v %v", resp, err)
 	} else {
+		json.NewDecoder(resp.Body).Decode(&minted)
 		resp.Body.Close()
 	}
-	// The ask check reads the tokens again after a miss once its list
-	// is 2 s old: the new token is seen within that.
+	for i := range 20 {
+		name := "z" + strconv.Itoa(i) + ".w.test"
+		if c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", "127.0.0.1:"+port, &tls.Config{ServerName: name, RootCAs: p.Roots}); err == nil {
+			c.Close()
+			t.Errorf("a handshake for %s, which no client binds, got a certificate", name)
+		}
+	}
+	if got := acmeCounter(t, visitor, port, `aperio_acme_orders_total{kind="new"`); got != 2 {
+		t.Errorf("new orders after 20 unbound names = %v, want 2 (tunnel.test's and app.test's)", got)
+	}
+	if got := acmeCounter(t, visitor, port, `aperio_acme_refusals_total{reason="not_bound"`); got != 20 {
+		t.Errorf("not_bound refusals = %v, want 20", got)
+	}
+	// Once a client of the token binds z1.w.test, its visitors get a
+	// certificate (the refusal a moment ago is forgotten with the bind).
+	wild, err := agent.New(config.Client{
+		ServerURL: "https://tunnel.test:" + port, Token: minted.Token, Name: "wild", DrainTimeout: 5 * time.Second,
+		Services: []config.Service{{Target: backend.URL, Hostnames: []string{"z1.w.test"}}},
+	}, agent.Options{Logger: testLogger(), DialServer: toServer, TLSConfig: &tls.Config{RootCAs: p.Roots}, StatusSocket: config.StatusSocketOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWild := context.WithCancel(context.Background())
+	wildDone := make(chan error, 1)
+	go func() { wildDone <- wild.Run(wctx) }()
+	t.Cleanup(func() { stopWild(); <-wildDone })
 	poll(t, 30*time.Second, func() (bool, string) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", "127.0.0.1:"+port, &tls.Config{ServerName: "scoped.test", RootCAs: p.Roots})
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", "127.0.0.1:"+port, &tls.Config{ServerName: "z1.w.test", RootCAs: p.Roots})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -142,4 +174,28 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 		r.Body.Close()
 	}
 	_ = srv
+}
+
+// acmeCounter returns the value of the first metric line starting with
+// prefix on the server's /aperio/metrics, 0 when there is none.
+func acmeCounter(t *testing.T, c *http.Client, port, prefix string) float64 {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "https://tunnel.test:"+port+"/aperio/metrics", nil)
+	req.Header.Set("Authorization", "Bearer m-token")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return v
+		}
+	}
+	return 0
 }

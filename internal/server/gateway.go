@@ -133,6 +133,9 @@ type Gateway struct {
 	// acme obtains and serves certificates when acme: is enabled; nil
 	// otherwise (then cert, from tls_cert, is served if set).
 	acme *acme.Manager
+	// acmeAsk is automatic TLS's ask check, fed by the registry chain;
+	// nil when acme is off.
+	acmeAsk *acmeAsk
 	// current is the configuration in effect: cfg with what Reload
 	// applied. cfg stays the one New was given.
 	current    atomic.Pointer[Config]
@@ -258,6 +261,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	registry = portsRegistry{Registry: registry, ports: g.ports}
+	if cfg.ACME.Enabled() {
+		// Automatic TLS follows which names are bound (acme.go).
+		g.acmeAsk = newACMEAsk(g, rt, cfg.ACME.OnDemandGrace)
+		registry = acmeRegistry{Registry: registry, ask: g.acmeAsk}
+	}
 	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, events: g.events, log: log, budget: newRefusalBudget(time.Now),
 		binds: newBindAudits(rt, time.Now)}}
 	tc.Logger = log
@@ -322,6 +330,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.warnUnowned(ctx)
 	if g.acme, err = g.newACME(); err != nil {
+		return nil, err
+	}
+	if err := g.registerACMEMetrics(); err != nil {
 		return nil, err
 	}
 	tlsConfig := serverTLSConfig(g.getCertificate)

@@ -1,7 +1,9 @@
 // Package acme owns automatic TLS: certificates obtained from an ACME CA
 // (Let's Encrypt by default) with certmagic, kept in Aperio's store so
 // that servers sharing a database share them, and issued only for names a
-// token or a connected client may serve.
+// connected client binds (or bound within acme.on_demand_grace), within
+// budgets per organization, per registered domain and server-wide, and a
+// cap of stored certificates per organization (budget.go).
 //
 // The public port answers TLS-ALPN-01 challenges in its handshakes; the
 // HTTP port (80 by default) answers HTTP-01 challenges and redirects
@@ -24,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -31,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,10 +59,10 @@ const (
 	LetsEncryptStaging = certmagic.LetsEncryptStagingCA
 )
 
-// Issuance limits: at most IssueBurst new certificates (or renewals) at
-// once, refilled at IssuePerMinute a minute, server-wide. Let's Encrypt
-// allows 300 new orders per account per 3 hours; this keeps a flood of
-// allowed names well under it.
+// The server-wide issuance bucket: at most IssueBurst new certificates
+// (or renewals) at once, refilled at IssuePerMinute a minute. Let's
+// Encrypt allows 300 new orders per account per 3 hours; the budgets of
+// budget.go keep one organization or domain from spending it all.
 const (
 	IssuePerMinute = 10
 	IssueBurst     = 20
@@ -167,15 +171,42 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Name is a name to obtain a certificate for, and the organization it
+// is obtained for ("" for the server's own).
+type Name struct{ Host, Org string }
+
+// Order is a certificate order the manager places: a new name, or a
+// renewal.
+type Order struct {
+	Name    string
+	Org     string // "" for the server's own names and for renewals
+	Renewal bool
+}
+
 // Options are what the server gives the manager.
 type Options struct {
 	// Storage holds accounts, certificates and locks (NewStorage).
 	Storage certmagic.Storage
-	// Allowed is the ask check: nil when a certificate may be obtained
-	// for name (a token or a connected client may serve it).
-	Allowed func(ctx context.Context, name string) error
-	// Names lists the exact names to obtain without on_demand.
-	Names func(ctx context.Context) ([]string, error)
+	// Allowed is the ask check of on-demand issuance, called at a
+	// handshake for a name without a certificate in memory (before one is
+	// loaded from the store or ordered): the organization the
+	// certificate is for when a connected client binds name now, or did
+	// within acme.on_demand_grace; an error otherwise. It must be fast
+	// and make no call: a visitor chooses the names it is asked for.
+	Allowed func(ctx context.Context, name string) (org string, err error)
+	// Names lists the exact names to obtain without on_demand, with their
+	// organizations.
+	Names func(ctx context.Context) ([]Name, error)
+	// Generation changes whenever what Allowed allows may have changed (a
+	// bind came or went): a name refused a moment ago is asked again
+	// then, and otherwise only after a minute (the negative cache). Nil
+	// means the cache holds its minute.
+	Generation func() uint64
+	// Audit is told of every order, new or renewal, before it is placed.
+	// It must not block (queue, or drop). Nil means none.
+	Audit func(o Order)
+	// Now is the clock of the budgets and caches; nil means time.Now.
+	Now func() time.Time
 	// PublicPort is the HTTPS port the redirect points to.
 	PublicPort int
 	// Logger receives issuance events.
@@ -191,14 +222,26 @@ type Manager struct {
 	cache  *certmagic.Cache
 	magic  *certmagic.Config
 	issuer *certmagic.ACMEIssuer
-	limit  *rate.Limiter
+	limit  *rate.Limiter // the server-wide bucket
+	// orgs and domains are the budgets of organizations and registered
+	// domains (budget.go).
+	orgs, domains *buckets
+	// refused is the negative cache: names the ask check refused, with
+	// the Generation of the refusal.
+	refused *nameCache[uint64]
+	// pending holds the organization of names the ask check allowed a
+	// moment ago, for the order that may follow.
+	pending *nameCache[string]
 	// selfSigned answers loopback handshakes without a name (the
 	// healthcheck); made at New, never trusted by anyone.
 	selfSigned *tls.Certificate
 	log        *slog.Logger
-	denied     atomic.Int64
-	limited    atomic.Int64
 	issued     atomic.Int64
+	orders     atomic.Int64 // new orders placed
+	renewals   atomic.Int64 // renewals placed
+
+	mu         sync.Mutex       // guards refusalsBy
+	refusalsBy map[string]int64 // by reason (Refused*)
 }
 
 // New builds the manager; Run starts its background work.
@@ -212,9 +255,18 @@ func New(c Config, o Options) (*Manager, error) {
 	if c.CA == "" {
 		c.CA = LetsEncrypt
 	}
-	m := &Manager{c: c, o: o, log: o.Logger, limit: rate.NewLimiter(rate.Limit(float64(IssuePerMinute)/60), IssueBurst)}
+	m := &Manager{c: c, o: o, log: o.Logger, limit: rate.NewLimiter(rate.Limit(float64(IssuePerMinute)/60), IssueBurst),
+		orgs:       newBuckets(rate.Limit(float64(OrgIssuePerHour)/3600), OrgIssueBurst),
+		domains:    newBuckets(rate.Limit(float64(DomainIssuePerWeek)/(7*24*3600)), DomainIssueBurst),
+		refused:    newNameCache[uint64](negativeTTL),
+		pending:    newNameCache[string](pendingTTL),
+		refusalsBy: make(map[string]int64),
+	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
+	}
+	if m.o.Now == nil {
+		m.o.Now = time.Now
 	}
 	var roots *x509.CertPool
 	if c.CARoot != "" {
@@ -262,39 +314,111 @@ func New(c Config, o Options) (*Manager, error) {
 	return m, nil
 }
 
-// decide is certmagic's ask: the name must be valid, allowed by the
-// server, and not a name of the server's own (IP literals are refused by
-// certmagic before this).
+// decide is certmagic's ask, at every handshake for a name without a
+// certificate in memory (before loading one from the store, and before
+// ordering one): the name must be valid, and one of acme.hostnames or
+// allowed by the server (bound now or within the grace). A refusal is
+// cached for a minute, or until the binds change.
 func (m *Manager) decide(ctx context.Context, name string) error {
 	if err := hostname.Validate(name); err != nil || strings.HasPrefix(name, "*.") {
-		m.denied.Add(1)
+		m.refuse(RefusedInvalid)
 		return fmt.Errorf("acme: %q is not a hostname", name)
 	}
+	name = strings.ToLower(name)
 	if slices.Contains(m.c.Hostnames, name) {
 		return nil
 	}
-	if err := m.o.Allowed(ctx, name); err != nil {
-		m.denied.Add(1)
+	now := m.o.Now()
+	var gen uint64
+	if m.o.Generation != nil {
+		gen = m.o.Generation()
+	}
+	if g, ok := m.refused.get(name, now); ok && g == gen {
+		m.refuse(RefusedCached)
+		return fmt.Errorf("acme: %s was refused a moment ago", name)
+	}
+	org, err := m.o.Allowed(ctx, name)
+	if err != nil {
+		m.refused.put(name, gen, now)
+		m.refuse(RefusedNotBound)
 		return err
 	}
+	m.pending.put(name, org, now)
 	return nil
 }
 
-// onEvent logs issuance and enforces the issuance rate: an obtain or a
-// renewal beyond it is refused before any ACME order is placed.
+// refuse counts a refusal of reason.
+func (m *Manager) refuse(reason string) {
+	m.mu.Lock()
+	m.refusalsBy[reason]++
+	m.mu.Unlock()
+}
+
+// errBudget is the error of an order refused by a budget.
+func errBudget(reason, name string) error {
+	return fmt.Errorf("acme: issuance refused for %s: %s", name, reason)
+}
+
+// admitOrder decides whether the order of a certificate for name may be
+// placed now: the budgets of its organization and registered domain and
+// the organization's stored certificates for a new name, then the
+// server-wide bucket. It returns the reason of a refusal, "" to go on.
+func (m *Manager) admitOrder(ctx context.Context, name, org string, renewal bool) string {
+	now := m.o.Now()
+	if !renewal && !slices.Contains(m.c.Hostnames, name) {
+		n, err := m.storedFor(ctx, org)
+		if err != nil {
+			m.log.Warn("cannot count the certificates of an organization", logkey.OrgID, org, logkey.Err, err)
+		} else if n >= MaxCertificatesPerOrg {
+			return RefusedOrgStoreFull
+		}
+		if !m.orgs.allow(orgKey(org), now) {
+			return RefusedOrgRate
+		}
+		if !m.domains.allow(RegisteredDomain(name), now) {
+			return RefusedDomainRate
+		}
+	}
+	if !m.limit.AllowN(now, 1) {
+		return RefusedServerRate
+	}
+	return ""
+}
+
+// onEvent logs issuance and enforces the budgets: an obtain or a renewal
+// beyond them is refused before any ACME order is placed; every order
+// placed is audited.
 func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any) error {
 	name, _ := data["identifier"].(string)
+	renewal, _ := data["renewal"].(bool)
 	switch event {
 	case "cert_obtaining":
-		if !m.limit.Allow() {
-			m.limited.Add(1)
-			m.log.Warn("certificate issuance rate limited", logkey.Hostname, name)
-			return errors.New("acme: issuance rate limit reached")
+		org, _ := m.pending.get(name, m.o.Now())
+		if renewal {
+			org = ""
+		}
+		if reason := m.admitOrder(ctx, name, org, renewal); reason != "" {
+			m.refuse(reason)
+			m.log.Warn("certificate issuance refused", logkey.Hostname, name, logkey.OrgID, org, logkey.Reason, reason)
+			return errBudget(reason, name)
+		}
+		if renewal {
+			m.renewals.Add(1)
+		} else {
+			m.orders.Add(1)
+		}
+		if m.o.Audit != nil {
+			m.o.Audit(Order{Name: name, Org: org, Renewal: renewal})
 		}
 	case "cert_obtained":
 		m.issued.Add(1)
-		renewal, _ := data["renewal"].(bool)
 		m.log.Info("certificate obtained", logkey.Hostname, name, logkey.Renewal, renewal)
+		if cert, _ := data["certificate_path"].(string); !renewal && cert != "" && !slices.Contains(m.c.Hostnames, name) {
+			org, _ := m.pending.get(name, m.o.Now())
+			if err := m.o.Storage.Store(ctx, ownerKey(org, name), []byte(cert)); err != nil {
+				m.log.Warn("certificate's organization not noted", logkey.Hostname, name, logkey.Err, err)
+			}
+		}
 	case "cert_failed":
 		err, _ := data["error"].(error)
 		m.log.Warn("certificate not obtained", logkey.Hostname, name, logkey.Err, err)
@@ -305,13 +429,25 @@ func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any
 // Stats are the manager's counters.
 type Stats struct {
 	Issued      int64 // certificates obtained or renewed by this server
-	Denied      int64 // handshakes for names the ask check refused
-	RateLimited int64 // obtains refused by the issuance limit
+	Orders      int64 // new certificates ordered (each audited)
+	Renewals    int64 // renewals ordered (each audited)
+	Denied      int64 // handshakes for names the ask check refused (invalid, not bound, cached)
+	RateLimited int64 // orders refused by a budget (server, organization, domain, stored certificates)
+	// Refused counts every refusal by reason (the Refused* constants).
+	Refused map[string]int64
 }
 
 // Stats returns the counters.
 func (m *Manager) Stats() Stats {
-	return Stats{Issued: m.issued.Load(), Denied: m.denied.Load(), RateLimited: m.limited.Load()}
+	m.mu.Lock()
+	by := maps.Clone(m.refusalsBy)
+	m.mu.Unlock()
+	return Stats{
+		Issued: m.issued.Load(), Orders: m.orders.Load(), Renewals: m.renewals.Load(),
+		Denied:      by[RefusedInvalid] + by[RefusedNotBound] + by[RefusedCached],
+		RateLimited: by[RefusedServerRate] + by[RefusedOrgRate] + by[RefusedDomainRate] + by[RefusedOrgStoreFull],
+		Refused:     by,
+	}
 }
 
 // GetCertificate serves a handshake: a TLS-ALPN-01 challenge, a cached or
@@ -393,9 +529,12 @@ func (m *Manager) Run(ctx context.Context) {
 		} else if len(names) > 0 {
 			var allowed []string
 			for _, n := range names {
-				if m.decide(ctx, n) == nil {
-					allowed = append(allowed, n)
+				h := strings.ToLower(n.Host)
+				if hostname.Validate(h) != nil || strings.HasPrefix(h, "*.") {
+					continue
 				}
+				m.pending.put(h, n.Org, m.o.Now())
+				allowed = append(allowed, h)
 			}
 			if err := m.magic.ManageAsync(ctx, allowed); err != nil {
 				m.log.Warn("certificates not managed", logkey.Err, err)

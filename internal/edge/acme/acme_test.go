@@ -40,17 +40,17 @@ func startServer(t *testing.T, p acmetest.Pebble, db *store.DB, c Config, tlsPor
 	c.CA, c.CARoot, c.HTTPPort = p.Dir, p.APIRoot, httpPort
 	m, err := New(c, Options{
 		Storage: NewStorage(db),
-		Allowed: func(_ context.Context, name string) error {
+		Allowed: func(_ context.Context, name string) (string, error) {
 			select {
 			case s.asked <- name:
 			default:
 			}
 			for _, a := range allowed {
 				if a == name {
-					return nil
+					return "org-" + name, nil
 				}
 			}
-			return fmt.Errorf("no token may serve %s", name)
+			return "", fmt.Errorf("no client binds %s", name)
 		},
 		PublicPort:         tlsPort,
 		Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -269,7 +269,7 @@ func TestPebbleRenewsWithoutDropping(t *testing.T) {
 // names the public port, and refuses a Host that is not a hostname
 // (no open redirect to whatever a visitor writes).
 func TestHTTPPortRedirects(t *testing.T) {
-	m, err := New(DefaultConfig(), Options{Storage: NewStorage(openStore(t, t.TempDir())), Allowed: func(context.Context, string) error { return nil }, PublicPort: 8443})
+	m, err := New(DefaultConfig(), Options{Storage: NewStorage(openStore(t, t.TempDir())), Allowed: allowAll, PublicPort: 8443})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +305,8 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Challenges = []string{"dns-01"} }, "dns-01 is not supported"},
 		{func(c *Config) { c.HTTPPort = 70000 }, "acme.http_port"},
 		{func(c *Config) { c.HTTPPort = 0; c.Challenges = []string{ChallengeHTTP} }, "http-01 alone"},
+		{func(c *Config) { c.OnDemandGrace = -time.Second }, "acme.on_demand_grace"},
+		{func(c *Config) { c.OnDemandGrace = MaxOnDemandGrace + time.Second }, "acme.on_demand_grace"},
 	} {
 		cfg := DefaultConfig()
 		c.mod(&cfg)
@@ -320,10 +322,12 @@ func TestConfigValidate(t *testing.T) {
 	}
 	bad := DefaultConfig()
 	bad.CARoot = os.DevNull
-	if _, err := New(bad, Options{Storage: NewStorage(openStore(t, t.TempDir())), Allowed: func(context.Context, string) error { return nil }}); err == nil || !strings.Contains(err.Error(), "acme.ca_root") {
+	if _, err := New(bad, Options{Storage: NewStorage(openStore(t, t.TempDir())), Allowed: allowAll}); err == nil || !strings.Contains(err.Error(), "acme.ca_root") {
 		t.Errorf("a ca_root without a certificate: %v", err)
 	}
 }
+
+func allowAll(context.Context, string) (string, error) { return "", nil }
 
 func request(host, uri string) *http.Request {
 	r := httptest.NewRequest(http.MethodGet, uri, nil)
