@@ -319,10 +319,11 @@ func (tp *topology) acmeOnDemand(t *testing.T, figs *figures) acmeIssued {
 	}
 
 	// (c) acme-b finds app.test's certificate in the shared store and
-	// serves the same one; it never obtains the name afresh. The
-	// handshake that loads it also starts a renewal there (the
-	// certificate is due at once, see the constants), so Pebble may see
-	// a second order for app.test, acme-b's renewal, after this.
+	// serves the same one; it never obtains the name afresh. No client
+	// binds app.test on acme-b, so it places no order for it, renewals
+	// included (#38 item 5): the renewal the handshake would start there
+	// (the certificate is due at once, see the constants) is refused, and
+	// acme-b serves what acme-a stores.
 	c, err = handshake(tp.port("acme-b", 8443), acmeAppHost, roots)
 	if err != nil {
 		t.Fatalf("handshake for %s at acme-b: %v", acmeAppHost, err)
@@ -428,9 +429,9 @@ func (tp *topology) acmeRenewal(t *testing.T, figs *figures, first acmeIssued) {
 		acmeAppHost, took.Round(time.Millisecond), old.NotAfter.Sub(renewed.NotBefore).Round(time.Second), old.SerialNumber, renewed.SerialNumber, handshakes, heldRequests)
 
 	// acme-b: its handshake in acme_on_demand loaded the first
-	// certificate from the store and started a renewal of its own, which
-	// (the store's copy being due too) ordered rather than loading
-	// another server's. Wait until it serves something newer than the
+	// certificate from the store; no client binds app.test there, so it
+	// orders no renewal of its own and picks up acme-a's from the store
+	// once its copy is due. Wait until it serves something newer than the
 	// first certificate, and say whose it is.
 	bAddr := tp.port("acme-b", 8443)
 	var got *x509.Certificate

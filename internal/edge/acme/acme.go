@@ -232,6 +232,10 @@ type Manager struct {
 	// pending holds the organization of names the ask check allowed a
 	// moment ago, for the order that may follow.
 	pending *nameCache[string]
+	// loadOnly holds names no client binds here whose certificate is in
+	// the store (another server's client binds them): served, never
+	// ordered or renewed by this server.
+	loadOnly *nameCache[bool]
 	// selfSigned answers loopback handshakes without a name (the
 	// healthcheck); made at New, never trusted by anyone.
 	selfSigned *tls.Certificate
@@ -260,6 +264,7 @@ func New(c Config, o Options) (*Manager, error) {
 		domains:    newBuckets(rate.Limit(float64(DomainIssuePerWeek)/(7*24*3600)), DomainIssueBurst),
 		refused:    newNameCache[uint64](negativeTTL),
 		pending:    newNameCache[string](pendingTTL),
+		loadOnly:   newNameCache[bool](pendingTTL),
 		refusalsBy: make(map[string]int64),
 	}
 	if m.log == nil {
@@ -317,8 +322,10 @@ func New(c Config, o Options) (*Manager, error) {
 // decide is certmagic's ask, at every handshake for a name without a
 // certificate in memory (before loading one from the store, and before
 // ordering one): the name must be valid, and one of acme.hostnames or
-// allowed by the server (bound now or within the grace). A refusal is
-// cached for a minute, or until the binds change.
+// allowed by the server (bound now or within the grace), or else have a
+// certificate in the store, which is then served but never ordered or
+// renewed here (servers sharing a store, the client on another). A
+// refusal is cached for a minute, or until the binds change.
 func (m *Manager) decide(ctx context.Context, name string) error {
 	if err := hostname.Validate(name); err != nil || strings.HasPrefix(name, "*.") {
 		m.refuse(RefusedInvalid)
@@ -339,12 +346,26 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 	}
 	org, err := m.o.Allowed(ctx, name)
 	if err != nil {
+		if m.stored(ctx, name) {
+			// A certificate another server obtained (its client is
+			// connected there) may be served from the store; no order,
+			// new or renewal, is placed for it here.
+			m.loadOnly.put(name, true, now)
+			return nil
+		}
 		m.refused.put(name, gen, now)
 		m.refuse(RefusedNotBound)
 		return err
 	}
+	m.loadOnly.forget(name)
 	m.pending.put(name, org, now)
 	return nil
+}
+
+// stored reports whether the store holds a certificate for name from
+// this manager's CA.
+func (m *Manager) stored(ctx context.Context, name string) bool {
+	return m.o.Storage.Exists(ctx, certmagic.StorageKeys.SiteCert(m.issuer.IssuerKey(), name))
 }
 
 // refuse counts a refusal of reason.
@@ -393,6 +414,10 @@ func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any
 	renewal, _ := data["renewal"].(bool)
 	switch event {
 	case "cert_obtaining":
+		if _, ok := m.loadOnly.get(name, m.o.Now()); ok {
+			m.refuse(RefusedNotBound)
+			return fmt.Errorf("acme: no client binds %s here: its stored certificate is served, not renewed", name)
+		}
 		org, _ := m.pending.get(name, m.o.Now())
 		if renewal {
 			org = ""

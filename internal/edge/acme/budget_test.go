@@ -240,3 +240,30 @@ func TestRegisteredDomain(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredButUnbound: a name no client binds here whose certificate is
+// in the store (another server obtained it for its client) is served
+// from the store, but neither ordered nor renewed by this server.
+func TestStoredButUnbound(t *testing.T) {
+	m, _, orders, _ := budgetManager(t)
+	ctx := context.Background()
+	name := "unbound-elsewhere.test"
+	if err := m.decide(ctx, name); err == nil {
+		t.Fatal("an unbound name without a stored certificate was allowed")
+	}
+	if err := m.o.Storage.Store(ctx, certmagicSiteCert(m, "unbound-other.test"), []byte("pem")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.decide(ctx, "unbound-other.test"); err != nil {
+		t.Fatalf("an unbound name with a stored certificate: %v, want it loadable", err)
+	}
+	for _, renewal := range []bool{false, true} {
+		data := map[string]any{"identifier": "unbound-other.test", "renewal": renewal}
+		if err := m.onEvent(ctx, "cert_obtaining", data); err == nil {
+			t.Errorf("an order (renewal %v) for a name no client binds here was placed", renewal)
+		}
+	}
+	if len(*orders) != 0 {
+		t.Errorf("audited orders %+v, want none", *orders)
+	}
+}

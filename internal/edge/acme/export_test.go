@@ -1,9 +1,17 @@
 package acme
 
-import "golang.org/x/time/rate"
+import (
+	"github.com/caddyserver/certmagic"
+	"golang.org/x/time/rate"
+)
 
 // SetServerBucketForTest replaces the server-wide bucket, so that a test
 // of the other budgets is not cut short by it.
 func (m *Manager) SetServerBucketForTest(burst int) {
 	m.limit = rate.NewLimiter(rate.Inf, burst)
+}
+
+// certmagicSiteCert is where the store holds m's certificate for name.
+func certmagicSiteCert(m *Manager, name string) string {
+	return certmagic.StorageKeys.SiteCert(m.issuer.IssuerKey(), name)
 }
