@@ -96,6 +96,10 @@ type Config struct {
 	// does not exist is an error rather than created. False, the default,
 	// opens the store for a server.
 	ReadOnly bool
+
+	// dialectForTest, when set, edits the engine's dialect once the store
+	// is open (see WithDialectDriftForTest in export_test.go).
+	dialectForTest func(*dialect)
 }
 
 // Validate reports every problem with cfg without touching the disk or
@@ -165,6 +169,11 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		db.hub.close()
 		return nil, err
+	}
+	if cfg.dialectForTest != nil {
+		d := *db.b.d
+		cfg.dialectForTest(&d)
+		db.b.d = &d
 	}
 	if cfg.ReadOnly {
 		return db, nil
