@@ -17,14 +17,22 @@ import (
 // through b.d.time, b.d.day and b.d.list; columns of those types come back
 // through the scanners of columns.go.
 
-// one scans the single row of a query with scan, mapping its error.
-func one[T any](d *dialect, row *sql.Row, scan func(scanner) (T, error)) (T, error) {
-	v, err := scan(row)
+// queryRow runs the query q on b's readers and scans its one row with
+// scan: no row is ErrNotFound, and every error is mapped.
+func queryRow[T any](ctx context.Context, b *backend, scan func(scanner) (T, error), q string, args ...any) (T, error) {
+	v, err := scan(b.r.QueryRowContext(ctx, q, args...))
 	if err != nil {
 		var zero T
-		return zero, d.mapErr(err)
+		return zero, b.d.mapErr(err)
 	}
 	return v, nil
+}
+
+// queryRows runs the query q on b's readers and scans every row with
+// scan. The result is never nil.
+func queryRows[T any](ctx context.Context, b *backend, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := b.r.QueryContext(ctx, q, args...)
+	return collect(b.d, rows, err, scan)
 }
 
 // affected returns the rows an Exec changed.
@@ -74,7 +82,7 @@ func (b *backend) ensureOrg(ctx context.Context, o Org) (Org, error) {
 	if err != nil {
 		return Org{}, b.d.mapErr(err)
 	}
-	return one(b.d, b.r.QueryRowContext(ctx, `SELECT `+orgCols+` FROM orgs WHERE name = $1`, o.Name), scanOrg)
+	return queryRow(ctx, b, scanOrg, `SELECT `+orgCols+` FROM orgs WHERE name = $1`, o.Name)
 }
 
 func (b *backend) insertOrg(ctx context.Context, o Org) error {
@@ -84,12 +92,11 @@ func (b *backend) insertOrg(ctx context.Context, o Org) error {
 }
 
 func (b *backend) org(ctx context.Context, id string) (Org, error) {
-	return one(b.d, b.r.QueryRowContext(ctx, `SELECT `+orgCols+` FROM orgs WHERE id = $1`, id), scanOrg)
+	return queryRow(ctx, b, scanOrg, `SELECT `+orgCols+` FROM orgs WHERE id = $1`, id)
 }
 
 func (b *backend) listOrgs(ctx context.Context) ([]Org, error) {
-	rows, err := b.r.QueryContext(ctx, `SELECT `+orgCols+` FROM orgs ORDER BY created_at DESC, seq DESC`)
-	return collect(b.d, rows, err, scanOrg)
+	return queryRows(ctx, b, scanOrg, `SELECT `+orgCols+` FROM orgs ORDER BY created_at DESC, seq DESC`)
 }
 
 func (b *backend) setOrgLimits(ctx context.Context, id string, l OrgLimits) (Org, error) {
@@ -163,9 +170,8 @@ func (b *backend) insertToken(ctx context.Context, t Token, now time.Time) error
 }
 
 func (b *backend) tokenByHash(ctx context.Context, hash []byte) (Token, error) {
-	return one(b.d, b.r.QueryRowContext(ctx,
-		`SELECT `+tokenCols+` FROM tokens WHERE hash = $1 UNION ALL SELECT `+tokenCols+` FROM tokens WHERE prev_hash = $1 LIMIT 1`, hash),
-		scanToken)
+	return queryRow(ctx, b, scanToken,
+		`SELECT `+tokenCols+` FROM tokens WHERE hash = $1 UNION ALL SELECT `+tokenCols+` FROM tokens WHERE prev_hash = $1 LIMIT 1`, hash)
 }
 
 func (b *backend) updateToken(ctx context.Context, orgID, id string, e TokenEdit) (Token, error) {
@@ -219,10 +225,9 @@ func (b *backend) editToken(ctx context.Context, orgID, id string, change func(t
 }
 
 func (b *backend) tokensExpiring(ctx context.Context, now, by time.Time) ([]Token, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanToken,
 		`SELECT `+tokenCols+` FROM tokens WHERE revoked_at IS NULL AND expires_at > $1 AND expires_at <= $2 ORDER BY expires_at, seq`,
 		b.d.time(now), b.d.time(by))
-	return collect(b.d, rows, err, scanToken)
 }
 
 func (b *backend) claimExpiryWarning(ctx context.Context, id string, expiresAt time.Time, bit int) (bool, error) {
@@ -233,14 +238,13 @@ func (b *backend) claimExpiryWarning(ctx context.Context, id string, expiresAt t
 }
 
 func (b *backend) token(ctx context.Context, orgID, id string) (Token, error) {
-	return one(b.d, b.r.QueryRowContext(ctx,
-		`SELECT `+tokenCols+` FROM tokens WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID), scanToken)
+	return queryRow(ctx, b, scanToken,
+		`SELECT `+tokenCols+` FROM tokens WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID)
 }
 
 func (b *backend) listTokens(ctx context.Context, orgID string) ([]Token, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanToken,
 		`SELECT `+tokenCols+` FROM tokens WHERE ($1 = '' OR org_id = $1) ORDER BY created_at DESC, seq DESC`, orgID)
-	return collect(b.d, rows, err, scanToken)
 }
 
 func (b *backend) revokeToken(ctx context.Context, orgID, id string, at time.Time) (Token, error) {
@@ -292,18 +296,17 @@ func (b *backend) insertAdminKey(ctx context.Context, k AdminKey, now time.Time)
 }
 
 func (b *backend) adminKeyByHash(ctx context.Context, hash []byte) (AdminKey, error) {
-	return one(b.d, b.r.QueryRowContext(ctx, `SELECT `+adminKeyCols+` FROM admin_keys WHERE hash = $1`, hash), scanAdminKey)
+	return queryRow(ctx, b, scanAdminKey, `SELECT `+adminKeyCols+` FROM admin_keys WHERE hash = $1`, hash)
 }
 
 func (b *backend) listAdminKeys(ctx context.Context, orgID string) ([]AdminKey, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanAdminKey,
 		`SELECT `+adminKeyCols+` FROM admin_keys WHERE ($1 = '' OR org_id = $1) ORDER BY created_at DESC, seq DESC`, orgID)
-	return collect(b.d, rows, err, scanAdminKey)
 }
 
 func (b *backend) adminKey(ctx context.Context, orgID, id string) (AdminKey, error) {
-	return one(b.d, b.r.QueryRowContext(ctx,
-		`SELECT `+adminKeyCols+` FROM admin_keys WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID), scanAdminKey)
+	return queryRow(ctx, b, scanAdminKey,
+		`SELECT `+adminKeyCols+` FROM admin_keys WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID)
 }
 
 // deleteAdminKey deletes the key and its sessions in one transaction.
@@ -356,8 +359,8 @@ func (b *backend) insertAdminSession(ctx context.Context, s AdminSession, keep i
 }
 
 func (b *backend) adminSessionByHash(ctx context.Context, hash []byte) (AdminSession, error) {
-	return one(b.d, b.r.QueryRowContext(ctx,
-		`SELECT `+adminSessionCols+` FROM admin_sessions WHERE id = $1`, hash), scanAdminSession)
+	return queryRow(ctx, b, scanAdminSession,
+		`SELECT `+adminSessionCols+` FROM admin_sessions WHERE id = $1`, hash)
 }
 
 func (b *backend) deleteAdminSession(ctx context.Context, hash []byte) error {
@@ -411,14 +414,15 @@ func (b *backend) clearMaintenance(ctx context.Context, orgID, hostname string) 
 	})
 }
 
+func scanMaintenance(s scanner) (Maintenance, error) {
+	var m Maintenance
+	err := s.Scan(&m.Hostname, &m.OrgID, &m.By, timeCol{&m.Since}, &m.Reason, nullTimeCol{&m.ExpiresAt})
+	return m, err
+}
+
 func (b *backend) listMaintenance(ctx context.Context) ([]Maintenance, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanMaintenance,
 		`SELECT hostname, org_id, set_by, since, reason, expires_at FROM maintenance ORDER BY since DESC, hostname`)
-	return collect(b.d, rows, err, func(s scanner) (Maintenance, error) {
-		var m Maintenance
-		err := s.Scan(&m.Hostname, &m.OrgID, &m.By, timeCol{&m.Since}, &m.Reason, nullTimeCol{&m.ExpiresAt})
-		return m, err
-	})
 }
 
 // Scaling records.
@@ -524,20 +528,19 @@ func (b *backend) declareScaling(ctx context.Context, fresh ScalingRecord, armer
 }
 
 func (b *backend) scalingRecord(ctx context.Context, orgID, id string) (ScalingRecord, error) {
-	return one(b.d, b.r.QueryRowContext(ctx,
-		`SELECT `+scalingCols+` FROM scaling_records WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID), scanScaling)
+	return queryRow(ctx, b, scanScaling,
+		`SELECT `+scalingCols+` FROM scaling_records WHERE id = $1 AND ($2 = '' OR org_id = $2)`, id, orgID)
 }
 
 func (b *backend) scalingRecordByBind(ctx context.Context, orgID, hostname, path string) (ScalingRecord, error) {
-	return one(b.d, b.r.QueryRowContext(ctx,
+	return queryRow(ctx, b, scanScaling,
 		`SELECT `+scalingCols+` FROM scaling_records WHERE hostname = $2 AND path = $3 AND ($1 = '' OR org_id = $1)
-		ORDER BY updated_at DESC, seq DESC LIMIT 1`, orgID, hostname, path), scanScaling)
+		ORDER BY updated_at DESC, seq DESC LIMIT 1`, orgID, hostname, path)
 }
 
 func (b *backend) listScalingRecords(ctx context.Context, orgID string) ([]ScalingRecord, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanScaling,
 		`SELECT `+scalingCols+` FROM scaling_records WHERE ($1 = '' OR org_id = $1) ORDER BY updated_at DESC, seq DESC`, orgID)
-	return collect(b.d, rows, err, scanScaling)
 }
 
 // recordScalingCall stores c on the record and deletes c.Holder's lease of
@@ -631,9 +634,7 @@ func (b *backend) deleteScalingRecord(ctx context.Context, orgID, id string) err
 // in record ID order and return the deleted records' IDs in that order,
 // never nil.
 func (b *backend) releaseScalingArmer(ctx context.Context, armer string) ([]string, error) {
-	ids := []string{}
-	err := b.write(ctx, func(tx *txn) error {
-		ids = ids[:0]
+	return b.writeIDs(ctx, func(tx *txn) ([]string, error) {
 		// Lock every record armer armed, in ID order so that concurrent
 		// releases and sweeps cannot deadlock. A declaration holding one
 		// of them finishes first and is then seen: its armer is kept.
@@ -641,8 +642,9 @@ func (b *backend) releaseScalingArmer(ctx context.Context, armer string) ([]stri
 			`SELECT `+scalingCols+` FROM scaling_records WHERE `+b.d.memberOf("$1", "armed_by")+` ORDER BY id`+b.d.forUpdate, armer)
 		armed, err := collect(b.d, rows, err, scanScaling)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		var ids []string
 		for _, r := range armed {
 			r.ArmedBy = releaseArmer(r.ArmedBy, armer)
 			kind := ChangeScalingUpdated
@@ -653,24 +655,19 @@ func (b *backend) releaseScalingArmer(ctx context.Context, armer string) ([]stri
 			} else {
 				_, err = tx.ExecContext(ctx, `UPDATE scaling_records SET armed_by = $2 WHERE id = $1`, r.ID, b.d.list(r.ArmedBy))
 			}
-			if err != nil {
-				return err
+			if err == nil {
+				err = tx.announce(ctx, scalingChange(kind, r))
 			}
-			if err := tx.announce(ctx, scalingChange(kind, r)); err != nil {
-				return err
+			if err != nil {
+				return nil, err
 			}
 		}
-		return nil
+		return ids, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return ids, nil
 }
 
 func (b *backend) deleteStaleScalingRecords(ctx context.Context, cutoff time.Time) ([]string, error) {
-	ids := []string{}
-	err := b.write(ctx, func(tx *txn) error {
+	return b.writeIDs(ctx, func(tx *txn) ([]string, error) {
 		// Lock in ID order, as releaseScalingArmer does. A record being
 		// refreshed is rechecked once the refresh commits, and survives.
 		rows, err := tx.QueryContext(ctx, `DELETE FROM scaling_records WHERE id IN (
@@ -678,21 +675,35 @@ func (b *backend) deleteStaleScalingRecords(ctx context.Context, cutoff time.Tim
 		) RETURNING id, org_id, hostname`, b.d.time(cutoff))
 		deleted, err := collect(b.d, rows, err, scanScalingRef)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		// RETURNING gives no order: announce in ID order.
 		slices.SortFunc(deleted, func(x, y ScalingRecord) int { return strings.Compare(x.ID, y.ID) })
-		ids = ids[:0]
+		ids := make([]string, 0, len(deleted))
 		for _, r := range deleted {
 			ids = append(ids, r.ID)
 			if err := tx.announce(ctx, scalingChange(ChangeScalingDeleted, r)); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		return nil
+		return ids, nil
+	})
+}
+
+// writeIDs runs fn in a write transaction (see write) and returns the IDs
+// it returned, never nil.
+func (b *backend) writeIDs(ctx context.Context, fn func(tx *txn) ([]string, error)) ([]string, error) {
+	var ids []string
+	err := b.write(ctx, func(tx *txn) error {
+		var err error
+		ids, err = fn(tx)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if ids == nil {
+		ids = []string{}
 	}
 	return ids, nil
 }
@@ -720,14 +731,11 @@ func (b *backend) acmeDelete(ctx context.Context, key string) (int64, error) {
 }
 
 func (b *backend) acmeList(ctx context.Context, prefix string) ([]ACMEItem, error) {
-	rows, err := b.r.QueryContext(ctx,
-		`SELECT key, length(value), modified_at FROM acme_data WHERE $1 = '' OR key = $1 OR key LIKE $2 ESCAPE '\' ORDER BY key`,
-		prefix, acmeUnder(prefix))
-	items, err := collect(b.d, rows, err, func(s scanner) (ACMEItem, error) {
+	items, err := queryRows(ctx, b, func(s scanner) (ACMEItem, error) {
 		var it ACMEItem
-		err := s.Scan(&it.Key, &it.Size, timeCol{&it.Modified})
-		return it, err
-	})
+		return it, s.Scan(&it.Key, &it.Size, timeCol{&it.Modified})
+	}, `SELECT key, length(value), modified_at FROM acme_data WHERE $1 = '' OR key = $1 OR key LIKE $2 ESCAPE '\' ORDER BY key`,
+		prefix, acmeUnder(prefix))
 	if len(items) == 0 {
 		return nil, err // none is nil, as it always was
 	}
@@ -768,9 +776,8 @@ func (b *backend) insertWebhook(ctx context.Context, w Webhook) error {
 }
 
 func (b *backend) listWebhooks(ctx context.Context, orgID string) ([]Webhook, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanWebhook,
 		`SELECT `+webhookCols+` FROM webhooks WHERE ($1 = '' OR org_id = $1) ORDER BY created_at DESC, seq DESC`, orgID)
-	return collect(b.d, rows, err, scanWebhook)
 }
 
 func (b *backend) deleteWebhook(ctx context.Context, orgID, id string) error {
@@ -783,10 +790,9 @@ func (b *backend) deleteWebhook(ctx context.Context, orgID, id string) error {
 // webhooksFor returns orgID's webhooks whose events hold event, oldest
 // first.
 func (b *backend) webhooksFor(ctx context.Context, orgID, event string) ([]Webhook, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanWebhook,
 		`SELECT `+webhookCols+` FROM webhooks WHERE org_id = $1 AND `+b.d.memberOf("$2", "events")+` ORDER BY created_at, seq`,
 		orgID, event)
-	return collect(b.d, rows, err, scanWebhook)
 }
 
 // Webhook deliveries.
@@ -850,16 +856,15 @@ func (b *backend) recordWebhookDelivery(ctx context.Context, d WebhookDelivery, 
 }
 
 func (b *backend) listWebhookDeliveries(ctx context.Context, orgID, webhookID string, limit int) ([]WebhookDelivery, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanDelivery,
 		`SELECT `+deliveryCols+` FROM webhook_deliveries
 		WHERE webhook_id = $1 AND ($2 = '' OR org_id = $2) ORDER BY seq DESC LIMIT $3`, webhookID, orgID, limit)
-	return collect(b.d, rows, err, scanDelivery)
 }
 
 func (b *backend) webhookDelivery(ctx context.Context, orgID, webhookID, id string) (WebhookDelivery, error) {
-	return one(b.d, b.r.QueryRowContext(ctx,
+	return queryRow(ctx, b, scanDelivery,
 		`SELECT `+deliveryCols+` FROM webhook_deliveries
-		WHERE id = $1 AND webhook_id = $2 AND ($3 = '' OR org_id = $3)`, id, webhookID, orgID), scanDelivery)
+		WHERE id = $1 AND webhook_id = $2 AND ($3 = '' OR org_id = $3)`, id, webhookID, orgID)
 }
 
 // Hostname ownership.
@@ -914,9 +919,8 @@ func scanOrgHostname(s scanner) (OrgHostname, error) {
 }
 
 func (b *backend) listOrgHostnames(ctx context.Context, orgID string) ([]OrgHostname, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanOrgHostname,
 		`SELECT pattern, org_id FROM org_hostnames WHERE ($1 = '' OR org_id = $1) ORDER BY pattern`, orgID)
-	return collect(b.d, rows, err, scanOrgHostname)
 }
 
 // Audit.
@@ -1077,13 +1081,12 @@ func orCeiling(t time.Time) time.Time {
 func (b *backend) listAudit(ctx context.Context, q AuditQuery, alias string) ([]AuditEntry, error) {
 	// A zero text filter is '' and turns its condition off, so that one
 	// statement serves every combination.
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanAudit,
 		`SELECT `+auditCols+` FROM audit
 		WHERE ($1 = '' OR org_id = $1) AND ($2 = '' OR event = $2 OR event = $8) AND ($3 = '' OR actor = $3)
 		AND ($4 = '' OR hostname = $4) AND at >= $5 AND at < $6
 		ORDER BY at DESC, id DESC LIMIT $7`,
 		q.OrgID, q.Event, q.Actor, q.Hostname, b.d.time(orFloor(q.Since)), b.d.time(orCeiling(q.Until)), q.Limit, alias)
-	return collect(b.d, rows, err, scanAudit)
 }
 
 // Signing keys.
@@ -1141,9 +1144,8 @@ func (b *backend) addSigningKey(ctx context.Context, k SigningKey, revokeAt *tim
 // signingKeys returns every key of purpose, by org_id then generation
 // descending.
 func (b *backend) signingKeys(ctx context.Context, purpose string) ([]SigningKey, error) {
-	rows, err := b.r.QueryContext(ctx,
+	return queryRows(ctx, b, scanSigningKey,
 		`SELECT `+signingKeyCols+` FROM signing_keys WHERE purpose = $1 ORDER BY org_id, generation DESC`, purpose)
-	return collect(b.d, rows, err, scanSigningKey)
 }
 
 // execForTest runs raw SQL, bypassing the store's API.
@@ -1201,15 +1203,14 @@ func (b *backend) addUsage(ctx context.Context, ds []UsageDelta) error {
 
 // sums runs query (two columns: id, sum) with args into a map.
 func (b *backend) sums(ctx context.Context, query string, args ...any) (map[string]int64, error) {
-	rows, err := b.r.QueryContext(ctx, query, args...)
 	type sum struct {
 		id string
 		n  int64
 	}
-	got, err := collect(b.d, rows, err, func(s scanner) (sum, error) {
+	got, err := queryRows(ctx, b, func(s scanner) (sum, error) {
 		var v sum
 		return v, s.Scan(&v.id, &v.n)
-	})
+	}, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -1239,14 +1240,12 @@ func (b *backend) usageTotals(ctx context.Context, day, from, to time.Time, toke
 
 // queryUsage returns the rows q selects, newest day first, at most limit.
 func (b *backend) queryUsage(ctx context.Context, q UsageQuery, limit int) ([]UsageRow, error) {
-	rows, err := b.r.QueryContext(ctx,
-		`SELECT day, token_id, org_id, hostname, bytes, requests FROM usage
+	return queryRows(ctx, b, func(s scanner) (UsageRow, error) {
+		var u UsageRow
+		return u, s.Scan(dayCol{&u.Day}, &u.TokenID, &u.OrgID, &u.Hostname, &u.Bytes, &u.Requests)
+	}, `SELECT day, token_id, org_id, hostname, bytes, requests FROM usage
 		 WHERE ($1 = '' OR org_id = $1) AND ($2 = '' OR token_id = $2) AND ($3 = '' OR hostname = $3)
 		   AND day >= $4 AND day <= $5
 		 ORDER BY day DESC, org_id, token_id, hostname LIMIT $6`,
 		q.OrgID, q.TokenID, q.Hostname, b.d.day(orFloor(q.From)), b.d.day(orCeiling(q.To)), limit)
-	return collect(b.d, rows, err, func(s scanner) (UsageRow, error) {
-		var u UsageRow
-		return u, s.Scan(dayCol{&u.Day}, &u.TokenID, &u.OrgID, &u.Hostname, &u.Bytes, &u.Requests)
-	})
 }
