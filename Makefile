@@ -31,13 +31,24 @@ packages:
 
 # The test suite: vet, formatting, and every test with the race detector;
 # then the Kubernetes provider, the Helm chart and the packaging tool,
-# modules of their own (client-go, Helm and nfpm stay out of ours).
+# modules of their own (client-go, Helm and nfpm stay out of ours). Each
+# go test run is shown by gotestsum, a line a package, and kept as go test
+# -json in $(TEST_OUT); the run ends with every package's time, slowest
+# first (scripts/testtimes), and fails if one took over $(TEST_PKG_LIMIT).
+TEST_OUT       ?= $(BIN)/test
+TEST_PKG_LIMIT ?= 0
+GOTESTSUM      := $(abspath $(BIN))/gotestsum
+TESTSUM         = $(GOTESTSUM) --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(abspath $(TEST_OUT))/$(1).json --
+
 test: vet
-	$(GO) test -race -count=1 -timeout 25m ./...
-	$(GO) test -count=1 -tags nootlp -run NoOTLP ./telemetry/
-	cd examples/kubernetes-provider && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
-	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
-	cd deploy/packages && $(GO) vet ./... && $(GO) test -count=1 -timeout 15m ./...
+	@mkdir -p $(TEST_OUT) && rm -f $(TEST_OUT)/*.json
+	@$(GO) build -o $(GOTESTSUM) gotest.tools/gotestsum
+	$(call TESTSUM,main) -race -count=1 -timeout 25m ./...
+	$(call TESTSUM,nootlp) -count=1 -tags nootlp -run NoOTLP ./internal/telemetry/
+	cd examples/kubernetes-provider && $(GO) vet ./... && $(call TESTSUM,kubernetes-provider) -race -count=1 -timeout 10m ./...
+	cd deploy/helm && $(GO) vet ./... && $(call TESTSUM,helm) -count=1 -timeout 10m ./...
+	cd deploy/packages && $(GO) vet ./... && $(call TESTSUM,packages) -count=1 -timeout 15m ./...
+	@$(GO) run ./scripts/testtimes -over $(TEST_PKG_LIMIT) $(TEST_OUT)/*.json
 
 # The reference Kubernetes provider's static binary (docs/kubernetes.md).
 .PHONY: kubernetes-provider

@@ -9,9 +9,9 @@ import (
 
 const (
 	modulePath    = "github.com/aperio-dev/aperio"
-	adminPkg      = modulePath + "/admin"
-	apiclientPkg  = modulePath + "/admin/apiclient"
-	gatewayPkg    = modulePath + "/gateway"
+	adminPkg      = modulePath + "/internal/control/admin"
+	apiclientPkg  = modulePath + "/internal/control/admin/apiclient"
+	gatewayPkg    = modulePath + "/internal/server"
 	clientMainPkg = modulePath + "/cmd/aperio-client"
 )
 
@@ -32,7 +32,7 @@ func moduleImports(t testing.TB) map[string][]string {
 		}
 	}
 	// The list must be the module's: an empty or wrong one would pass.
-	for _, want := range []string{adminPkg, apiclientPkg, gatewayPkg, clientMainPkg, modulePath + "/router", modulePath + "/autoscale", modulePath + "/wire"} {
+	for _, want := range []string{adminPkg, apiclientPkg, gatewayPkg, clientMainPkg, modulePath + "/router", modulePath + "/autoscale", modulePath + "/internal/control/apitype"} {
 		if _, ok := imports[want]; !ok {
 			t.Fatalf("go list ./... lacks %s: not this module's packages", want)
 		}
@@ -130,8 +130,8 @@ func TestProductBinariesDoNotLinkProvider(t *testing.T) {
 		}
 		deps := strings.Fields(string(out))
 		// The list must be the binary's: an empty or wrong one would pass.
-		if !slices.Contains(deps, pkg) || !slices.Contains(deps, modulePath+"/config") {
-			t.Fatalf("go list -deps %s lacks itself or %s/config: not its dependencies", pkg, modulePath)
+		if !slices.Contains(deps, pkg) || !slices.Contains(deps, modulePath+"/internal/config") {
+			t.Fatalf("go list -deps %s lacks itself or %s/internal/config: not its dependencies", pkg, modulePath)
 		}
 		for _, d := range deps {
 			for _, f := range testOnly {

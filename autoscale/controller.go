@@ -15,10 +15,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aperio-dev/aperio/events"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // Rules of calling a provider (docs/autoscaling.md).
@@ -150,7 +150,7 @@ type Config struct {
 	// MaxRecordsPerOrg). 0 means DefaultMaxRecordsPerToken.
 	MaxRecordsPerToken int
 	// Policy, when set, judges a declared hook URL against the server's
-	// outbound policy without I/O (*fence.Client does): a URL it refuses
+	// outbound policy without I/O (*outbound.Client does): a URL it refuses
 	// is refused at declaration. nil leaves every URL to the Caller, at
 	// call time.
 	Policy URLChecker
@@ -168,7 +168,7 @@ type Config struct {
 	// in a buffer of DecisionBuffer, and one that finds the buffer full
 	// is not told (counted in Metrics.DecisionsDropped), so a slow
 	// OnDecision never holds the controller up. nil tells no one.
-	OnDecision func(wire.ScalingDecision)
+	OnDecision func(apitype.ScalingDecision)
 }
 
 // withDefaults fills the zero fields that have a default.
@@ -288,11 +288,11 @@ type Controller struct {
 	log     *slog.Logger
 
 	started atomic.Bool
-	loaded  chan struct{}             // closed once Run's first load of records is done
-	done    chan struct{}             // closed when Run returns
-	wake    chan struct{}             // 1-buffered: the dispatcher has work
-	reload  chan struct{}             // 1-buffered: reload records soon
-	notes   chan wire.ScalingDecision // decisions for Config.OnDecision; nil without one
+	loaded  chan struct{}                // closed once Run's first load of records is done
+	done    chan struct{}                // closed when Run returns
+	wake    chan struct{}                // 1-buffered: the dispatcher has work
+	reload  chan struct{}                // 1-buffered: reload records soon
+	notes   chan apitype.ScalingDecision // decisions for Config.OnDecision; nil without one
 	wg      sync.WaitGroup
 
 	mu           sync.Mutex // guards the following fields
@@ -370,9 +370,9 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	var notes chan wire.ScalingDecision
+	var notes chan apitype.ScalingDecision
 	if cfg.OnDecision != nil {
-		notes = make(chan wire.ScalingDecision, DecisionBuffer)
+		notes = make(chan apitype.ScalingDecision, DecisionBuffer)
 	}
 	return &Controller{
 		notes:        notes,
@@ -712,7 +712,7 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	switch {
 	case errors.Is(p.Err, ErrQueueFull):
 		c.rejectLocked(b, ReasonColdStart)
-		c.repeatLocked(b, time.Now(), wire.ScalingActionColdStart, whyColdStart, wire.ScalingOutcomeRefused, 0, coldStartDesired(b.rec), nil)
+		c.repeatLocked(b, time.Now(), apitype.ScalingActionColdStart, whyColdStart, apitype.ScalingOutcomeRefused, 0, coldStartDesired(b.rec), nil)
 		return nil, p.Err
 	case p.Err != nil:
 		return nil, p.Err
@@ -724,13 +724,13 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	d := b.decisionLocked(ReasonColdStart, 0, p.desired, samples{})
 	now := time.Now()
 	if p.replace {
-		c.endNoteLocked(b, b.queued.note, now, wire.ScalingOutcomeDropped, 0, whyReplacedByCS, false)
+		c.endNoteLocked(b, b.queued.note, now, apitype.ScalingOutcomeDropped, 0, whyReplacedByCS, false)
 		b.queued.d, b.queued.start = d, s
 	} else if err := c.enqueueLocked(b, d, s); err != nil {
-		c.repeatLocked(b, now, wire.ScalingActionColdStart, whyColdStart, wire.ScalingOutcomeRefused, 0, d.desired, nil)
+		c.repeatLocked(b, now, apitype.ScalingActionColdStart, whyColdStart, apitype.ScalingOutcomeRefused, 0, d.desired, nil)
 		return nil, err
 	}
-	b.queued.note = c.noteLocked(b, now, wire.ScalingActionColdStart, whyColdStart, wire.ScalingOutcomePending, 0, d.desired, nil)
+	b.queued.note = c.noteLocked(b, now, apitype.ScalingActionColdStart, whyColdStart, apitype.ScalingOutcomePending, 0, d.desired, nil)
 	b.start = s
 	return s, nil
 }

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // Defaults and bounds of a scaling block (docs/autoscaling.md). The values
@@ -21,20 +21,20 @@ import (
 const (
 	// DefaultColdStart is how long a visitor may be held while a cold
 	// start runs, when the block does not say.
-	DefaultColdStart = wire.DefaultColdStart
+	DefaultColdStart = apitype.DefaultColdStart
 	// MaxColdStart caps cold_start; a longer one is cut to it.
-	MaxColdStart = wire.MaxColdStart
+	MaxColdStart = apitype.MaxColdStart
 	// DefaultTargetUtilization is the scale-out threshold when the block
 	// does not say.
-	DefaultTargetUtilization = wire.DefaultTargetUtilization
+	DefaultTargetUtilization = apitype.DefaultTargetUtilization
 	// DefaultWindow is how long utilization must stay at or above target
 	// before a scale-out, when the block does not say.
-	DefaultWindow = wire.DefaultWindow
+	DefaultWindow = apitype.DefaultWindow
 	// DefaultCooldown is the minimum gap between two calls for one bind,
 	// when the block does not say.
-	DefaultCooldown = wire.DefaultCooldown
+	DefaultCooldown = apitype.DefaultCooldown
 	// MinWindow is the smallest window and cooldown accepted.
-	MinWindow = wire.MinWindow
+	MinWindow = apitype.MinWindow
 
 	maxURLBytes    = 2048
 	maxSecretBytes = 4096

@@ -13,10 +13,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aperio-dev/aperio/events"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // item is a decision waiting for, or holding, a call slot.
@@ -85,7 +85,7 @@ func (c *Controller) removeLocked(it *item) {
 func (c *Controller) dropLocked(it *item, err error, why string) {
 	c.removeLocked(it)
 	c.metrics.Dropped++
-	c.endNoteLocked(it.b, it.note, time.Now(), wire.ScalingOutcomeDropped, 0, why, false)
+	c.endNoteLocked(it.b, it.note, time.Now(), apitype.ScalingOutcomeDropped, 0, why, false)
 	if it.start != nil {
 		it.start.resolveLocked(err)
 	}
@@ -542,7 +542,7 @@ func (c *Controller) settleLocked(it *item, p leasePlan) {
 		it.start.resolveAtLocked(p.err, p.acceptedAt)
 	}
 	c.metrics.Dropped++
-	c.endNoteLocked(b, it.note, time.Now(), wire.ScalingOutcomeDropped, 0, p.why, false)
+	c.endNoteLocked(b, it.note, time.Now(), apitype.ScalingOutcomeDropped, 0, p.why, false)
 	c.log.Info("scaling decision dropped",
 		logkey.OrgID, b.key.org, logkey.Hostname, b.key.host, logkey.Path, b.key.path,
 		logkey.Reason, it.d.reason, logkey.Why, p.why)
@@ -553,7 +553,7 @@ func (c *Controller) settleLocked(it *item, p leasePlan) {
 // flight ends with err.
 func (c *Controller) abandonLocked(it *item, err error) {
 	c.endCallLocked(it)
-	c.endNoteLocked(it.b, it.note, time.Now(), wire.ScalingOutcomeDropped, 0, err.Error(), false)
+	c.endNoteLocked(it.b, it.note, time.Now(), apitype.ScalingOutcomeDropped, 0, err.Error(), false)
 	if it.start != nil {
 		it.start.resolveLocked(err)
 	}
@@ -690,7 +690,7 @@ func (c *Controller) callHook(ctx context.Context, it *item) {
 		// Shutting down: the call's fate is unknown, so it counts neither
 		// as a success nor as a failure.
 		c.endCallLocked(it)
-		c.endNoteLocked(it.b, it.note, now, wire.ScalingOutcomeDropped, 0, ErrClosed.Error(), false)
+		c.endNoteLocked(it.b, it.note, now, apitype.ScalingOutcomeDropped, 0, ErrClosed.Error(), false)
 		if it.start != nil {
 			it.start.resolveLocked(ErrClosed)
 		}
@@ -739,9 +739,9 @@ func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration
 	}
 	// A record deleted (or deleted and declared again) while the call
 	// ran has no history of it left: the note is then dropped.
-	outcome, errText := wire.ScalingOutcomeAccepted, ""
+	outcome, errText := apitype.ScalingOutcomeAccepted, ""
 	if !p.ok {
-		outcome, errText = wire.ScalingOutcomeFailed, o.err.Error()
+		outcome, errText = apitype.ScalingOutcomeFailed, o.err.Error()
 	}
 	c.endNoteLocked(b, it.note, now, outcome, status, errText, o.disarmed)
 	if o.persist {

@@ -12,7 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aperio-dev/aperio/events"
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/store"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // What the controller remembers of each record, for GET /scaling/{id} and
@@ -56,7 +56,7 @@ type history struct {
 	np        int // points ever recorded
 }
 
-// histDecision is one decision as the history keeps it (wire.ScalingDecision
+// histDecision is one decision as the history keeps it (apitype.ScalingDecision
 // without the record's names and with its samples inline).
 type histDecision struct {
 	seq              uint64
@@ -188,7 +188,7 @@ func (c *Controller) repeatLocked(b *bind, now time.Time, action, reason, outcom
 		if src != nil {
 			d.setRunSamples(src)
 		}
-		if outcome == wire.ScalingOutcomeRefused {
+		if outcome == apitype.ScalingOutcomeRefused {
 			d.err = whyQueueFull
 		}
 	})
@@ -245,8 +245,8 @@ func (c *Controller) reportLocked(b *bind, d *histDecision) {
 }
 
 // wireDecision is d, a decision of b's record id, as the API shows it.
-func (c *Controller) wireDecision(b *bind, id string, d *histDecision) wire.ScalingDecision {
-	out := wire.ScalingDecision{
+func (c *Controller) wireDecision(b *bind, id string, d *histDecision) apitype.ScalingDecision {
+	out := apitype.ScalingDecision{
 		Seq: d.seq, RecordID: id, OrgID: b.key.org, Hostname: b.key.host, Path: b.key.path,
 		At: d.at, UpdatedAt: d.updated, Action: d.action, Reason: d.reason,
 		Samples: make([]float64, d.k), SampleCount: d.sampleCount,
@@ -280,10 +280,10 @@ func (c *Controller) noteLoop(ctx context.Context) {
 type History struct {
 	// Decisions are the latest decisions, newest first: at most
 	// HistoryDecisions.
-	Decisions []wire.ScalingDecision
+	Decisions []apitype.ScalingDecision
 	// Series are the latest pool samples, oldest first: at most
 	// HistoryPoints.
-	Series []wire.ScalingPoint
+	Series []apitype.ScalingPoint
 }
 
 // History returns what the controller remembers of record id; both lists
@@ -292,22 +292,22 @@ type History struct {
 func (c *Controller) History(id string) History {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := History{Decisions: []wire.ScalingDecision{}, Series: []wire.ScalingPoint{}}
+	out := History{Decisions: []apitype.ScalingDecision{}, Series: []apitype.ScalingPoint{}}
 	b := c.byID[id]
 	if b == nil || b.hist == nil || b.hist.recordID != id {
 		return out
 	}
 	h := b.hist
 	nd := min(h.nd, HistoryDecisions)
-	out.Decisions = make([]wire.ScalingDecision, 0, nd)
+	out.Decisions = make([]apitype.ScalingDecision, 0, nd)
 	for i := range nd {
 		out.Decisions = append(out.Decisions, c.wireDecision(b, id, &h.decisions[(h.nd-1-i)%HistoryDecisions]))
 	}
 	np := min(h.np, HistoryPoints)
-	out.Series = make([]wire.ScalingPoint, 0, np)
+	out.Series = make([]apitype.ScalingPoint, 0, np)
 	for i := h.np - np; i < h.np; i++ {
 		p := h.points[i%HistoryPoints]
-		wp := wire.ScalingPoint{At: time.Unix(0, p.at).UTC(),
+		wp := apitype.ScalingPoint{At: time.Unix(0, p.at).UTC(),
 			Instances: int(p.instances), Capacity: int(p.capacity), Inflight: int(p.inflight)}
 		if p.capacity > 0 {
 			u := round3(float64(p.inflight) / float64(p.capacity))

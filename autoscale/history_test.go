@@ -12,16 +12,16 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // decisionLog collects what Config.OnDecision is told.
 type decisionLog struct {
 	mu   sync.Mutex // guards list
-	list []wire.ScalingDecision
+	list []apitype.ScalingDecision
 }
 
-func (l *decisionLog) add(d wire.ScalingDecision) {
+func (l *decisionLog) add(d apitype.ScalingDecision) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.list = append(l.list, d)
@@ -66,10 +66,10 @@ func TestHistoryScaleOut(t *testing.T) {
 			t.Fatalf("History(%s).Decisions = %+v, want the scale-out alone", id, got.Decisions)
 		}
 		d := got.Decisions[0]
-		if d.Action != wire.ScalingActionScaleOut || d.Reason != whyScaleOut || d.Current != 2 || d.Desired != 3 {
+		if d.Action != apitype.ScalingActionScaleOut || d.Reason != whyScaleOut || d.Current != 2 || d.Desired != 3 {
 			t.Errorf("decision = %s %q %d→%d, want scale_out %q 2→3", d.Action, d.Reason, d.Current, d.Desired, whyScaleOut)
 		}
-		if d.Outcome != wire.ScalingOutcomeAccepted || d.Status != 200 || d.Error != "" {
+		if d.Outcome != apitype.ScalingOutcomeAccepted || d.Status != 200 || d.Error != "" {
 			t.Errorf("decision outcome = %s %d %q, want accepted 200", d.Outcome, d.Status, d.Error)
 		}
 		// Samples at 1s..16s: sixteen of them, all 0.9.
@@ -102,7 +102,7 @@ func TestHistoryScaleOut(t *testing.T) {
 			t.Fatalf("after 30s of cooldown, decisions = %+v, want a held one and the scale-out", got.Decisions)
 		}
 		held := got.Decisions[0]
-		if held.Action != wire.ScalingActionNone || held.Outcome != wire.ScalingOutcomeHeld || held.Reason != whyOutCooldown {
+		if held.Action != apitype.ScalingActionNone || held.Outcome != apitype.ScalingOutcomeHeld || held.Reason != whyOutCooldown {
 			t.Errorf("newest decision = %s/%s %q, want none/held %q", held.Action, held.Outcome, held.Reason, whyOutCooldown)
 		}
 		// The new stretch starts at 17s and lasts a window at 32s; 33s..46s repeat it.
@@ -142,7 +142,7 @@ func TestHistoryBounded(t *testing.T) {
 			t.Fatalf("after %d decisions, History keeps %d, want %d", len(calls), len(got.Decisions), HistoryDecisions)
 		}
 		for i, d := range got.Decisions {
-			if d.Action != wire.ScalingActionScaleOut || d.Outcome != wire.ScalingOutcomeAccepted {
+			if d.Action != apitype.ScalingActionScaleOut || d.Outcome != apitype.ScalingOutcomeAccepted {
 				t.Errorf("decision %d = %s/%s, want scale_out/accepted", i, d.Action, d.Outcome)
 			}
 			if i > 0 && d.Seq != got.Decisions[i-1].Seq-1 {
@@ -179,10 +179,10 @@ func TestHistoryColdStartAndFailure(t *testing.T) {
 			t.Fatalf("History.Decisions = %+v, want the cold start", got.Decisions)
 		}
 		d := got.Decisions[0]
-		if d.Action != wire.ScalingActionColdStart || d.Reason != whyColdStart || d.Current != 0 || d.Desired != 1 {
+		if d.Action != apitype.ScalingActionColdStart || d.Reason != whyColdStart || d.Current != 0 || d.Desired != 1 {
 			t.Errorf("decision = %s %q %d→%d, want cold_start %q 0→1", d.Action, d.Reason, d.Current, d.Desired, whyColdStart)
 		}
-		if d.Outcome != wire.ScalingOutcomeFailed || d.Status != 503 || d.Error == "" {
+		if d.Outcome != apitype.ScalingOutcomeFailed || d.Status != 503 || d.Error == "" {
 			t.Errorf("decision outcome = %s %d %q, want failed 503 with an error", d.Outcome, d.Status, d.Error)
 		}
 		if d.Samples == nil || len(d.Samples) != 0 || d.SampleCount != 0 {
@@ -210,7 +210,7 @@ func TestOnDecisionNeverBlocks(t *testing.T) {
 		var told sync.WaitGroup
 		told.Add(1)
 		var once sync.Once
-		block := func(wire.ScalingDecision) {
+		block := func(apitype.ScalingDecision) {
 			once.Do(told.Done)
 			<-release
 		}
@@ -253,11 +253,11 @@ func TestHistoryHoldAllocates(t *testing.T) {
 	for i := range 40 {
 		busy.add(now.Add(time.Duration(i)*time.Second), 0.9)
 	}
-	c.repeatLocked(b, now, wire.ScalingActionNone, whyOutCooldown, wire.ScalingOutcomeHeld, 2, 2, &busy)
+	c.repeatLocked(b, now, apitype.ScalingActionNone, whyOutCooldown, apitype.ScalingOutcomeHeld, 2, 2, &busy)
 	st := pool(2, 18)
 	allocs := testing.AllocsPerRun(100, func() {
 		c.pointLocked(b, st, now)
-		c.repeatLocked(b, now, wire.ScalingActionNone, whyOutCooldown, wire.ScalingOutcomeHeld, 2, 2, &busy)
+		c.repeatLocked(b, now, apitype.ScalingActionNone, whyOutCooldown, apitype.ScalingOutcomeHeld, 2, 2, &busy)
 	})
 	if allocs != 0 {
 		t.Errorf("a held sample allocates %v times, want 0", allocs)

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/aperio-dev/aperio/fence"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/outbound"
 )
 
 // HTTPCaller performs hook calls through the outbound fence (contract §4):
@@ -18,12 +18,12 @@ import (
 // redirects are never followed (the fence sees to both). Create it with
 // NewHTTPCaller; it is safe for concurrent use.
 type HTTPCaller struct {
-	client *fence.Client
+	client *outbound.Client
 	now    func() time.Time
 }
 
 // NewHTTPCaller returns a Caller over client.
-func NewHTTPCaller(client *fence.Client) *HTTPCaller {
+func NewHTTPCaller(client *outbound.Client) *HTTPCaller {
 	return &HTTPCaller{client: client, now: time.Now}
 }
 

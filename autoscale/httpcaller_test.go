@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/internal/outbound"
 )
 
 // hookRecorder is a provider endpoint that records what it received.
@@ -44,7 +44,7 @@ func (h *hookRecorder) handler(status int, extra http.Header) http.Handler {
 
 func loopbackCaller(t *testing.T) *HTTPCaller {
 	t.Helper()
-	fc, err := fence.New(fence.Policy{AllowHTTP: true, AllowPrivate: true})
+	fc, err := outbound.New(outbound.Policy{AllowHTTP: true, AllowPrivate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +118,12 @@ func TestHTTPCallerFailures(t *testing.T) {
 		}
 	})
 	t.Run("fence refusal", func(t *testing.T) {
-		strict, err := fence.New(fence.Policy{})
+		strict, err := outbound.New(outbound.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		status, _, err := NewHTTPCaller(strict).Call(context.Background(), testCall("http://127.0.0.1:9/scale"))
-		var refused *fence.RefusedError
+		var refused *outbound.RefusedError
 		if status != 0 || !errors.As(err, &refused) {
 			t.Fatalf("Call() to plain http on loopback under the strict fence = %d, %v, want 0 and a RefusedError", status, err)
 		}

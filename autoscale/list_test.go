@@ -11,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -361,7 +361,7 @@ func TestListShowsLastCallError(t *testing.T) {
 		r := rec("app.example.com")
 		r.Cooldown = time.Second
 		h := newHarness(t, []Record{r})
-		refused := &fence.RefusedError{URL: "http://10.0.0.1:80", Reason: "10.0.0.1 is private"}
+		refused := &outbound.RefusedError{URL: "http://10.0.0.1:80", Reason: "10.0.0.1 is private"}
 		h.caller.answer = func(n int, _ HookCall) (int, time.Duration, error) {
 			if n == 0 {
 				return 0, 0, refused
@@ -401,7 +401,7 @@ func TestListShowsLastCallError(t *testing.T) {
 // session ends.
 func TestDeclareRefusesFencedURL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		policy, err := fence.New(fence.Policy{})
+		policy, err := outbound.New(outbound.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}

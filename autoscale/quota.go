@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // masterArmer is the armer of the master token's declarations. It is
 // bounded only by the per-organization cap: the operator's own client is
 // not a tenant.
-const masterArmer = wire.Master
+const masterArmer = apitype.Master
 
 // quota counts the records the controller knows per organization and per
 // armer, plus the creations in flight, so that a declaration over

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/aperio-dev/aperio/fence"
+	"github.com/aperio-dev/aperio/internal/outbound"
 )
 
 // maxRefusals bounds the refused declarations remembered at once, across
@@ -95,7 +95,7 @@ func (rs *refusals) of(orgID string) map[bindKey]refusal {
 }
 
 // URLChecker judges a URL against an outbound policy without I/O; a
-// refusal is an error (*fence.RefusedError for *fence.Client). It must be
+// refusal is an error (*outbound.RefusedError for *outbound.Client). It must be
 // safe for concurrent use.
 type URLChecker interface {
 	CheckURL(raw string) error
@@ -133,7 +133,7 @@ func (c *Controller) validateDeclaration(a SessionDeclaration) (Declaration, err
 // fenceReason is the reason of a fence refusal: the policy's phrase, which
 // names no credential, without the package prefix the error carries.
 func fenceReason(err error) string {
-	var re *fence.RefusedError
+	var re *outbound.RefusedError
 	if errors.As(err, &re) {
 		return re.Reason
 	}

@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // run is one unbroken stretch of samples on the same side of a threshold.
@@ -305,7 +305,7 @@ func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
 		if p.holdBusy {
 			src = &b.busy
 		}
-		c.repeatLocked(b, now, wire.ScalingActionNone, p.hold, wire.ScalingOutcomeHeld, st.Instances, st.Instances, src)
+		c.repeatLocked(b, now, apitype.ScalingActionNone, p.hold, apitype.ScalingOutcomeHeld, st.Instances, st.Instances, src)
 	}
 	if p.call == nil {
 		return
@@ -316,11 +316,11 @@ func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
 		if p.call.reason == ReasonScaleOut {
 			src = &b.busy
 		}
-		c.repeatLocked(b, now, string(d.reason), whyOf(d.reason), wire.ScalingOutcomeRefused, d.current, d.desired, src)
+		c.repeatLocked(b, now, string(d.reason), whyOf(d.reason), apitype.ScalingOutcomeRefused, d.current, d.desired, src)
 		return
 	}
 	s := d.samples
-	b.queued.note = c.noteLocked(b, now, string(d.reason), whyOf(d.reason), wire.ScalingOutcomePending, d.current, d.desired,
+	b.queued.note = c.noteLocked(b, now, string(d.reason), whyOf(d.reason), apitype.ScalingOutcomePending, d.current, d.desired,
 		func(h *histDecision) { h.setSamples(s.n, s.recent) })
 	b.busy.reset()
 	b.idle.reset()

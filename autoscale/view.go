@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // View is one record as the API shows it: the declaration, the breaker,
@@ -144,7 +144,7 @@ func (c *Controller) forgetRecord(id string) {
 	}
 }
 
-// MarshalJSON encodes v as the API's scaling record, wire.ScalingRecord:
+// MarshalJSON encodes v as the API's scaling record, apitype.ScalingRecord:
 // the contract's snake_case keys, durations in Go syntax ("45s"),
 // utilization null when the pool has no measurable capacity, and
 // "authenticated" in place of the secret.
@@ -153,12 +153,12 @@ func (v View) MarshalJSON() ([]byte, error) {
 }
 
 // Wire returns v as the API's scaling record, as MarshalJSON encodes it.
-func (v View) Wire() wire.ScalingRecord {
+func (v View) Wire() apitype.ScalingRecord {
 	var util *float64
 	if v.Capacity > 0 {
 		util = &v.Utilization
 	}
-	return wire.ScalingRecord{
+	return apitype.ScalingRecord{
 		ID: v.ID, Hostname: v.Hostname, Path: v.Path, OrgID: v.OrgID,
 		URL: v.URL, Authenticated: v.Authenticated, Min: v.Min, Max: v.Max,
 		ColdStart: v.ColdStart.String(), TargetUtilization: v.TargetUtilization,

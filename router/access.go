@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aperio-dev/aperio/access"
-	"github.com/aperio-dev/aperio/access/oidc"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 

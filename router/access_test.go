@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/aperio-dev/aperio/access"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 

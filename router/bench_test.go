@@ -13,9 +13,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aperio-dev/aperio/policy"
-	"github.com/aperio-dev/aperio/policy/policytest"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/policy/policytest"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/access"
-	"github.com/aperio-dev/aperio/policy"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
 )
 
 // leakSettings are names a visitor's page must never show: every setting

@@ -11,47 +11,47 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/tunnel"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // Explain step names, in the order a request meets them; see
-// wire.Explanation, the wire form of the answer.
+// apitype.Explanation, the wire form of the answer.
 const (
-	StepReserved    = wire.StepReserved
-	StepIPLimit     = wire.StepIPLimit
-	StepMaintenance = wire.StepMaintenance
-	StepRoute       = wire.StepRoute
-	StepAccess      = wire.StepAccess
-	StepAllowedIPs  = wire.StepAllowedIPs
-	StepPool        = wire.StepPool
-	StepColdStart   = wire.StepColdStart
-	StepPermit      = wire.StepPermit
-	StepGlobal      = wire.StepGlobal
-	StepFallback    = wire.StepFallback
+	StepReserved    = apitype.StepReserved
+	StepIPLimit     = apitype.StepIPLimit
+	StepMaintenance = apitype.StepMaintenance
+	StepRoute       = apitype.StepRoute
+	StepAccess      = apitype.StepAccess
+	StepAllowedIPs  = apitype.StepAllowedIPs
+	StepPool        = apitype.StepPool
+	StepColdStart   = apitype.StepColdStart
+	StepPermit      = apitype.StepPermit
+	StepGlobal      = apitype.StepGlobal
+	StepFallback    = apitype.StepFallback
 )
 
 // Explain step outcomes, as wire documents them.
 const (
-	OutcomePass = wire.OutcomePass
-	OutcomeStop = wire.OutcomeStop
-	OutcomeWait = wire.OutcomeWait
-	OutcomeSkip = wire.OutcomeSkip
-	OutcomeInfo = wire.OutcomeInfo
+	OutcomePass = apitype.OutcomePass
+	OutcomeStop = apitype.OutcomeStop
+	OutcomeWait = apitype.OutcomeWait
+	OutcomeSkip = apitype.OutcomeSkip
+	OutcomeInfo = apitype.OutcomeInfo
 )
 
 // Explanation is what Explain found: the steps a request would take, the
 // clients of its pool and the verdict. It is the admin API's wire type,
 // declared in wire so that the API's Go client need not link the router.
-type Explanation = wire.Explanation
+type Explanation = apitype.Explanation
 
 // ExplainStep is one check of the request path.
-type ExplainStep = wire.ExplainStep
+type ExplainStep = apitype.ExplainStep
 
 // ExplainClient is one service of one client in the explained bind, as the
 // router sees it now.
-type ExplainClient = wire.ExplainClient
+type ExplainClient = apitype.ExplainClient
 
 // explanation is an Explanation being built: the builder methods cannot be
 // declared on the alias of another package's type.

@@ -13,7 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/internal/visitor/stale"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -315,13 +315,13 @@ func TestExplainClientsAndOwners(t *testing.T) {
 // place in a queue, starts no cold start, leaves the round-robin cursor
 // and the cache's counters alone.
 func TestExplainChangesNothing(t *testing.T) {
-	stale, err := cache.New(cache.Config{MaxBytes: 1 << 20, MaxStale: time.Hour, Now: time.Now})
+	cache, err := stale.New(stale.Config{MaxBytes: 1 << 20, MaxStale: time.Hour, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc := &planScaler{}
 	rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001, GatewayTimeout: time.Second,
-		MaxConcurrentRequests: 5, Scaler: sc, Cache: stale, MaxHeld: 2,
+		MaxConcurrentRequests: 5, Scaler: sc, Cache: cache, MaxHeld: 2,
 		Fallbacks: []Fallback{{Hostname: "cold.test", URL: "https://status.example.com/"}}})
 	rt.update(newConn("a", 1), limited(1, "app.test"))
 	rt.update(newConn("b", 2), limited(1, "app.test"))
@@ -333,11 +333,11 @@ func TestExplainChangesNothing(t *testing.T) {
 		inflight, queued int64
 		next             uint64
 		calls            int64
-		cache            cache.Stats
+		cache            stale.Stats
 	}
 	snap := func() snapshot {
 		return snapshot{limited: rt.RateLimited(), inflight: rt.InFlight(), queued: int64(rt.Queued()),
-			next: p.next.Load(), calls: sc.calls.Load(), cache: stale.Stats()}
+			next: p.next.Load(), calls: sc.calls.Load(), cache: cache.Stats()}
 	}
 	before := snap()
 	for range 50 {

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aperio-dev/aperio/inspect"
-	"github.com/aperio-dev/aperio/telemetry"
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/inspect"
 )
 
 // readingConn reads the whole request body, like a client forwarding it,
@@ -43,7 +43,7 @@ func TestInspectCapture(t *testing.T) {
 	rt := newRouter(t, Config{Inspector: in, IPLimitMax: 2, IPLimitRefill: 0.0001})
 	c := &readingConn{fakeConn: newConn("cli", 1), bodies: make(chan string, 8)}
 	rt.update(c, ann(svc("", "app.test", "other.test")))
-	if _, err := in.Start("app.test", inspect.Options{InspectRequest: wire.InspectRequest{BodyBytes: 16}}); err != nil {
+	if _, err := in.Start("app.test", inspect.Options{InspectRequest: apitype.InspectRequest{BodyBytes: 16}}); err != nil {
 		t.Fatal(err)
 	}
 	body := strings.Repeat("0123456789", 10) // 100 bytes, more than body_bytes

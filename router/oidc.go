@@ -5,9 +5,9 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/aperio-dev/aperio/access"
-	"github.com/aperio-dev/aperio/access/oidc"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
 )
 
 // oidcMethod is the oidc method of one service: the server's provider

@@ -4,9 +4,9 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/aperio-dev/aperio/access"
 	"github.com/aperio-dev/aperio/internal/hostname"
-	"github.com/aperio-dev/aperio/usage"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
 )
 
 // TLS passthrough: a service announced with tls_passthrough takes the TLS

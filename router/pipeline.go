@@ -14,11 +14,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aperio-dev/aperio/access"
-	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/logkey"
-	"github.com/aperio-dev/aperio/policy"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/inspect"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 

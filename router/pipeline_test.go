@@ -11,9 +11,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/aperio-dev/aperio/access"
-	"github.com/aperio-dev/aperio/cache"
-	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/stale"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -76,7 +76,7 @@ func predictedStatus(ex Explanation) int {
 // those waits out).
 func TestExplainAgreesWithProxy(t *testing.T) {
 	withStale := func(t *testing.T) *Router {
-		c, err := cache.New(cache.Config{MaxBytes: 1 << 20, MaxStale: time.Hour, Now: time.Now})
+		c, err := stale.New(stale.Config{MaxBytes: 1 << 20, MaxStale: time.Hour, Now: time.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/aperio-dev/aperio/policy"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
 	"github.com/aperio-dev/aperio/tunnel"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // The traffic policy's stages (package policy does the matching and keeps
@@ -24,8 +24,8 @@ import (
 
 // Explain's step names of the policy stages, as wire documents them.
 const (
-	StepRouteRule = wire.StepRouteRule
-	StepRateLimit = wire.StepRateLimit
+	StepRouteRule = apitype.StepRouteRule
+	StepRateLimit = apitype.StepRateLimit
 )
 
 // checkRouteRule matches the route rules. CONNECT has no path and is

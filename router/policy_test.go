@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 

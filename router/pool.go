@@ -1,7 +1,7 @@
 package router
 
 import (
-	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
 	"golang.org/x/time/rate"
 
 	"context"

@@ -14,15 +14,15 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aperio-dev/aperio/cache"
-	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/bufpool"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/inspect"
+	"github.com/aperio-dev/aperio/internal/visitor/stale"
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
 	"github.com/aperio-dev/aperio/tunnel"
-	"github.com/aperio-dev/aperio/usage"
 )
 
 // proxyHookForTest, when set by a test, runs first on every proxied request.
@@ -394,7 +394,7 @@ func (rt *Router) respond(set *settings, w http.ResponseWriter, r *http.Request,
 		return rt.relayUpgrade(w, r, resp)
 	}
 	defer resp.Body.Close()
-	var capture *cache.Capture
+	var capture *stale.Capture
 	if rt.cfg.Cache != nil && s.resilience.Load() && !gated {
 		if resp.Header.Get(tunnel.ErrorHeader) == tunnel.ErrorBackend && rt.serveStale(w, r) {
 			return relayCounts{}
@@ -435,7 +435,7 @@ func prepareOutbound(r *http.Request, v *Visitor, upgrade bool) {
 // capture (nil-safe), after rh (nil-safe) edited its header. A body of unknown length (SSE, gRPC, chunked) is flushed after
 // every read; trailers follow the body. It reports whether the whole body
 // reached the visitor.
-func copyResponse(w http.ResponseWriter, resp *http.Response, capture *cache.Capture, rh *responseHeaders) bool {
+func copyResponse(w http.ResponseWriter, resp *http.Response, capture *stale.Capture, rh *responseHeaders) bool {
 	dst := w.Header()
 	for k, vv := range resp.Header {
 		dst[k] = vv

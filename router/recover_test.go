@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/internal/recovery"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/telemetry"
 )
 
 func TestProxyRecoversPanic(t *testing.T) {

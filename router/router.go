@@ -15,12 +15,12 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/aperio-dev/aperio/cache"
-	"github.com/aperio-dev/aperio/inspect"
 	"github.com/aperio-dev/aperio/internal/hostname"
-	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/inspect"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/stale"
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
 	"github.com/aperio-dev/aperio/tunnel"
-	"github.com/aperio-dev/aperio/usage"
 )
 
 // Config configures a Router. The zero value routes with round-robin, no
@@ -108,7 +108,7 @@ type Config struct {
 	MaxHeld int
 	// Cache, when set, keeps the last good GET responses of services that
 	// announce resilience and serves them stale when nothing can serve.
-	Cache *cache.Cache
+	Cache *stale.Cache
 	// VisitorIdleTimeout ends a request whose visitor makes no progress
 	// reading its response or sending its body for this long
 	// (visitor_idle_timeout); VisitorMinRate, in bytes per second, ends

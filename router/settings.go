@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
-	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
 )
 
 // settings is the part of a Router's configuration that Reconfigure

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/access"
-	"github.com/aperio-dev/aperio/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 

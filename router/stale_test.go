@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/cache"
+	"github.com/aperio-dev/aperio/internal/visitor/stale"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
 func TestServeStaleThenFallbackThen504(t *testing.T) {
-	c, err := cache.New(cache.Config{MaxBytes: 1 << 20, MaxStale: time.Hour, Now: time.Now})
+	c, err := stale.New(stale.Config{MaxBytes: 1 << 20, MaxStale: time.Hour, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +35,8 @@ func TestServeStaleThenFallbackThen504(t *testing.T) {
 	// The client vanishes: the stored copy answers, marked stale.
 	conn.err = fmt.Errorf("gone: %w", tunnel.ErrSessionClosed)
 	rec := get("/page")
-	if rec.Code != 200 || rec.Body.String() != "a/0" || rec.Header().Get(cache.StaleHeader) != "1" {
-		t.Fatalf("GET /page with the client failing = %d %q (stale %q), want the stale copy", rec.Code, rec.Body.String(), rec.Header().Get(cache.StaleHeader))
+	if rec.Code != 200 || rec.Body.String() != "a/0" || rec.Header().Get(stale.StaleHeader) != "1" {
+		t.Fatalf("GET /page with the client failing = %d %q (stale %q), want the stale copy", rec.Code, rec.Body.String(), rec.Header().Get(stale.StaleHeader))
 	}
 	// Nothing stored for another path: the failed exchange answers 502
 	// (fallbacks apply when no client could be chosen at all, below).
@@ -44,7 +44,7 @@ func TestServeStaleThenFallbackThen504(t *testing.T) {
 		t.Fatalf("GET /other with the client failing = %d, want 502 (failover off, nothing stored)", rec.Code)
 	}
 	rt.detach(conn)
-	if rec := get("/page"); rec.Code != 200 || rec.Header().Get(cache.StaleHeader) != "1" {
+	if rec := get("/page"); rec.Code != 200 || rec.Header().Get(stale.StaleHeader) != "1" {
 		t.Fatalf("GET /page after the client left = %d, want the stale copy", rec.Code)
 	}
 	if rec := get("/other"); rec.Code != 302 || rec.Header().Get("Location") != "https://status.example.com/" {

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
-	"github.com/aperio-dev/aperio/telemetry"
+	"github.com/aperio-dev/aperio/internal/telemetry"
 )
 
 // tokenRate is the max_rps bucket of one token, shared by every client of

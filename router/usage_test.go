@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/usage"
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
 )
 
 // usageStore is a fake usage store: it keeps the sum of every flush.

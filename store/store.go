@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // Sentinel errors. Callers test for them with errors.Is; the store wraps
@@ -725,7 +724,7 @@ type AuditQuery struct {
 	OrgID string
 	// Event, Actor and Hostname match exactly, except that an event
 	// renamed since entries were stored also matches its old name
-	// (wire.EventTokenCreated matches wire.EventTokenMintedLegacy).
+	// ("token_created" matches "token_minted", its name before #20).
 	Event, Actor, Hostname string
 	// Since and Until bound At: Since <= At < Until.
 	Since, Until time.Time
@@ -761,12 +760,19 @@ func (db *DB) QueryAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error
 	return es, nil
 }
 
+// auditRenames maps an audit event's current name to the name entries
+// stored before its rename carry. The store owns this history: the audit
+// log is append-only and hash-chained, so renamed events are matched,
+// never rewritten.
+var auditRenames = map[string]string{
+	"token_created": "token_minted", // renamed in #20
+}
+
 // auditAlias returns the name that entries stored before event was
-// renamed carry, or event itself: the audit log is append-only and
-// hash-chained, so renamed events are matched, never rewritten.
+// renamed carry, or event itself.
 func auditAlias(event string) string {
-	if event == wire.EventTokenCreated {
-		return wire.EventTokenMintedLegacy
+	if old, ok := auditRenames[event]; ok {
+		return old
 	}
 	return event
 }

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/internal/testcert"
+	"github.com/aperio-dev/aperio/internal/testkit/testcert"
 )
 
 // The ACME side of the topology (test/docker-compose.yml): the names the

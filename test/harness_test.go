@@ -34,7 +34,7 @@ const (
 	clientDownThreshold = 6 * time.Second
 	scalingMax          = 3
 	// armedReload is how long a server waits after a scaling record
-	// changes before it re-arms its binds (gateway/changes.go debounces by
+	// changes before it re-arms its binds (internal/server/changes.go debounces by
 	// one second); see waitArmed.
 	armedReload = time.Second
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 
-	"github.com/aperio-dev/aperio/internal/memnet"
+	"github.com/aperio-dev/aperio/internal/testkit/memnet"
 )
 
 // These tests run on real time with short timeouts. They cannot use

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/internal/memnet"
+	"github.com/aperio-dev/aperio/internal/testkit/memnet"
 	"go.uber.org/goleak"
 )
 

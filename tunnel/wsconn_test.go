@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/internal/poll"
+	"github.com/aperio-dev/aperio/internal/testkit/poll"
 	"github.com/gorilla/websocket"
 )
 

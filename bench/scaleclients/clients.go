@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aperio-dev/aperio/agent"
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/agent"
+	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/logkey"
 )
 

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // runHeld sends n requests at once, one connection each, waits until the
@@ -209,13 +209,13 @@ func wouldHold(u, token string) (bool, error) {
 		return false, err
 	}
 	defer resp.Body.Close()
-	var ex wire.Explanation
+	var ex apitype.Explanation
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&ex); err != nil {
 		return false, fmt.Errorf("explain: status %d: %w", resp.StatusCode, err)
 	}
 	for _, st := range ex.Steps {
-		if st.Name == wire.StepColdStart {
-			return st.Outcome == wire.OutcomeWait, nil
+		if st.Name == apitype.StepColdStart {
+			return st.Outcome == apitype.OutcomeWait, nil
 		}
 	}
 	return false, nil

@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // harness holds what every mode shares: the binaries, the child
@@ -238,12 +238,12 @@ func decodeOK(resp *http.Response, out any) error {
 }
 
 // clientsFor lists the client connections of s serving hostname.
-func (h *harness) clientsFor(ctx context.Context, s *server, hostname string) ([]wire.ClientInfo, error) {
-	var all []wire.ClientInfo
+func (h *harness) clientsFor(ctx context.Context, s *server, hostname string) ([]apitype.ClientInfo, error) {
+	var all []apitype.ClientInfo
 	if err := h.apiGet(ctx, s, "/clients", &all); err != nil {
 		return nil, err
 	}
-	var out []wire.ClientInfo
+	var out []apitype.ClientInfo
 	for _, c := range all {
 		if slices.Contains(c.Hostnames, hostname) {
 			out = append(out, c)
@@ -253,12 +253,12 @@ func (h *harness) clientsFor(ctx context.Context, s *server, hostname string) ([
 }
 
 // recordsOn returns s's scaling records by hostname.
-func (h *harness) recordsOn(ctx context.Context, s *server) (map[string]wire.ScalingRecord, error) {
-	var all []wire.ScalingRecord
+func (h *harness) recordsOn(ctx context.Context, s *server) (map[string]apitype.ScalingRecord, error) {
+	var all []apitype.ScalingRecord
 	if err := h.apiGet(ctx, s, "/scaling", &all); err != nil {
 		return nil, err
 	}
-	out := make(map[string]wire.ScalingRecord, len(all))
+	out := make(map[string]apitype.ScalingRecord, len(all))
 	for _, r := range all {
 		out[r.Hostname] = r
 	}
@@ -268,13 +268,13 @@ func (h *harness) recordsOn(ctx context.Context, s *server) (map[string]wire.Sca
 // wouldHold reports whether s would hold a request for hostname now and
 // make or join a cold start: the explain API's cold_start step waits.
 func (h *harness) wouldHold(ctx context.Context, s *server, hostname string) (bool, error) {
-	var ex wire.Explanation
+	var ex apitype.Explanation
 	if err := h.apiGet(ctx, s, "/explain?"+url.Values{"host": {hostname}, "path": {"/"}}.Encode(), &ex); err != nil {
 		return false, err
 	}
 	for _, st := range ex.Steps {
-		if st.Name == wire.StepColdStart {
-			return st.Outcome == wire.OutcomeWait, nil
+		if st.Name == apitype.StepColdStart {
+			return st.Outcome == apitype.OutcomeWait, nil
 		}
 	}
 	return false, nil

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 func TestParseQueued(t *testing.T) {
@@ -104,7 +104,7 @@ func TestDecodeOKHostile(t *testing.T) {
 		io.WriteString(w, body)
 		return w.Result()
 	}
-	var out []wire.ClientInfo
+	var out []apitype.ClientInfo
 	if err := decodeOK(answer(200, `[{"id":"c1","hostnames":["a.test"]}]`), &out); err != nil || len(out) != 1 || out[0].ID != "c1" {
 		t.Fatalf("decodeOK(200 list) = %v, %+v, want one client", err, out)
 	}

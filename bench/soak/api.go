@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // api reads the server's admin API and metrics.
@@ -52,7 +52,7 @@ func (a *api) get(ctx context.Context, path, token string) ([]byte, error) {
 }
 
 func (a *api) getJSON(ctx context.Context, path string, out any) error {
-	body, err := a.get(ctx, wire.Prefix+path, a.master)
+	body, err := a.get(ctx, apitype.Prefix+path, a.master)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (a *api) getJSON(ctx context.Context, path string, out any) error {
 
 // routable counts the clients serving hostname that are not draining.
 func (a *api) routable(ctx context.Context, hostname string) (int, error) {
-	var cs []wire.ClientInfo
+	var cs []apitype.ClientInfo
 	if err := a.getJSON(ctx, "/clients", &cs); err != nil {
 		return 0, err
 	}
@@ -77,13 +77,13 @@ func (a *api) routable(ctx context.Context, hostname string) (int, error) {
 // wouldHold reports whether a request for hostname would now be held for
 // a cold start (the explain API's cold_start step waits).
 func (a *api) wouldHold(ctx context.Context, hostname string) (bool, error) {
-	var ex wire.Explanation
+	var ex apitype.Explanation
 	if err := a.getJSON(ctx, "/explain?"+url.Values{"host": {hostname}, "path": {"/"}}.Encode(), &ex); err != nil {
 		return false, err
 	}
 	for _, st := range ex.Steps {
-		if st.Name == wire.StepColdStart {
-			return st.Outcome == wire.OutcomeWait, nil
+		if st.Name == apitype.StepColdStart {
+			return st.Outcome == apitype.OutcomeWait, nil
 		}
 	}
 	return false, nil

@@ -18,10 +18,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/control/admin/apiclient"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/exitcode"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // apiCLI is what every `aperio-client api` command shares: its flags and
@@ -92,7 +92,7 @@ func (a *apiCLI) scalingCommand() *cobra.Command {
 		Short: "Show a scaling record, its latest decisions and its pool's utilization over the last two minutes",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.ScalingRecordDetail, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.ScalingRecordDetail, error) {
 				return c.ScalingRecord(ctx, args[0])
 			}, scalingDetail)
 		},
@@ -150,7 +150,7 @@ func (a *apiCLI) portsCommand() *cobra.Command {
 	}
 }
 
-func portsTable(w io.Writer, ps []wire.PortInfo) {
+func portsTable(w io.Writer, ps []apitype.PortInfo) {
 	fmt.Fprintln(w, "PORT\tPROTOCOL\tORG\tENTRIES\tOPEN\tBYTES IN\tBYTES OUT\tREFUSED\tDROPPED")
 	for _, p := range ps {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n",
@@ -162,7 +162,7 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 	cmd := group("tokens", "Mint, list, edit, rotate and revoke client tokens")
 
 	var (
-		req       wire.CreateTokenRequest
+		req       apitype.CreateTokenRequest
 		expiresIn spanFlag
 		expiresAt string
 	)
@@ -182,9 +182,9 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 				}
 				req.ExpiresAt = &t
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.MintedToken, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.MintedToken, error) {
 				return c.CreateToken(ctx, req)
-			}, func(w io.Writer, t wire.MintedToken) {
+			}, func(w io.Writer, t apitype.MintedToken) {
 				fmt.Fprintln(a.stderr, "The token is shown once: store it now.")
 				tokenFields(w, t.Token)
 				fmt.Fprintf(w, "token\t%s\n", t.Secret)
@@ -222,9 +222,9 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 		Short: "Revoke a client token",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Token, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.Token, error) {
 				return c.RevokeToken(ctx, args[0])
-			}, func(w io.Writer, t wire.Token) { tokensTable(w, []wire.Token{t}) })
+			}, func(w io.Writer, t apitype.Token) { tokensTable(w, []apitype.Token{t}) })
 		},
 	}
 	cmd.AddCommand(create, list, revoke, a.tokensUpdateCommand(), a.tokensRotateCommand())
@@ -234,18 +234,18 @@ func (a *apiCLI) tokensCommand() *cobra.Command {
 func (a *apiCLI) adminKeysCommand() *cobra.Command {
 	cmd := group("admin-keys", "Create, list and delete admin keys")
 
-	var req wire.CreateKeyRequest
+	var req apitype.CreateKeyRequest
 	create := &cobra.Command{
 		Use:   "create --name NAME --role viewer|operator|admin",
 		Short: "Create an admin key; its secret is shown once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !slices.Contains(wire.Roles(), req.Role) {
-				return fmt.Errorf("--role %q is not one of %s", req.Role, strings.Join(wire.Roles(), ", "))
+			if !slices.Contains(apitype.Roles(), req.Role) {
+				return fmt.Errorf("--role %q is not one of %s", req.Role, strings.Join(apitype.Roles(), ", "))
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.MintedKey, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.MintedKey, error) {
 				return c.CreateKey(ctx, req)
-			}, func(w io.Writer, k wire.MintedKey) {
+			}, func(w io.Writer, k apitype.MintedKey) {
 				fmt.Fprintln(a.stderr, "The key is shown once: store it now.")
 				keyFields(w, k.Key)
 				fmt.Fprintf(w, "key\t%s\n", k.Secret)
@@ -284,13 +284,13 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 	cmd := group("webhooks", "Subscribe URLs to server events; list, delete and test subscriptions; read and redeliver their deliveries")
 
 	var (
-		req         wire.CreateWebhookRequest
+		req         apitype.CreateWebhookRequest
 		secretStdin bool
 		secretFile  string
 	)
 	create := &cobra.Command{
 		Use:   "create --url URL --events EVENT[,EVENT…] [--secret-stdin | --secret-file PATH | --secret SECRET] [--format FORMAT]",
-		Short: "Subscribe a URL to events: " + strings.Join(wire.WebhookEvents(), ", "),
+		Short: "Subscribe a URL to events: " + strings.Join(apitype.WebhookEvents(), ", "),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -304,18 +304,18 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "aperio-client:", err)
 				return exitcode.ErrUsage
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Webhook, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.Webhook, error) {
 				return c.CreateWebhook(ctx, req)
-			}, func(w io.Writer, wh wire.Webhook) { webhooksTable(w, []wire.Webhook{wh}) })
+			}, func(w io.Writer, wh apitype.Webhook) { webhooksTable(w, []apitype.Webhook{wh}) })
 		},
 	}
 	f := create.Flags()
 	f.StringVar(&req.URL, "url", "", "URL receiving the deliveries (https unless the server allows http)")
-	f.StringSliceVar(&req.Events, "events", nil, "events to deliver, comma-separated or repeated: "+strings.Join(wire.WebhookEvents(), ", "))
+	f.StringSliceVar(&req.Events, "events", nil, "events to deliver, comma-separated or repeated: "+strings.Join(apitype.WebhookEvents(), ", "))
 	f.BoolVar(&secretStdin, "secret-stdin", false, "read the signing secret from the first line of standard input")
 	f.StringVar(&secretFile, "secret-file", "", "read the signing secret from the first line of this file")
 	f.StringVar(&req.Secret, "secret", "", "signing secret (visible in the process list: prefer --secret-stdin or --secret-file; default: deliveries unsigned)")
-	f.StringVar(&req.Format, "format", "", "how bodies are written: "+strings.Join(wire.WebhookFormats(), ", ")+" (default generic)")
+	f.StringVar(&req.Format, "format", "", "how bodies are written: "+strings.Join(apitype.WebhookFormats(), ", ")+" (default generic)")
 	f.StringVar(&req.OrgID, "org-id", "", "organization whose events are delivered (master token only; default: default)")
 	create.MarkFlagsMutuallyExclusive("secret", "secret-stdin", "secret-file")
 	mustRequire(create, "url", "events")
@@ -326,7 +326,7 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 		Short: "List a webhook's latest deliveries, newest first",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]wire.WebhookDelivery, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]apitype.WebhookDelivery, error) {
 				return c.WebhookDeliveries(ctx, args[0], limit)
 			}, deliveriesTable)
 		},
@@ -337,9 +337,9 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 		Short: "Send a ping to a webhook now and show the receiver's answer",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.WebhookDelivery, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.WebhookDelivery, error) {
 				return c.TestWebhook(ctx, args[0])
-			}, func(w io.Writer, d wire.WebhookDelivery) { deliveriesTable(w, []wire.WebhookDelivery{d}) })
+			}, func(w io.Writer, d apitype.WebhookDelivery) { deliveriesTable(w, []apitype.WebhookDelivery{d}) })
 		},
 	}
 	redeliver := &cobra.Command{
@@ -347,9 +347,9 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 		Short: "Send a logged delivery again: same webhook-id, fresh timestamp and signature",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.WebhookDelivery, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.WebhookDelivery, error) {
 				return c.RedeliverWebhook(ctx, args[0], args[1])
-			}, func(w io.Writer, d wire.WebhookDelivery) { deliveriesTable(w, []wire.WebhookDelivery{d}) })
+			}, func(w io.Writer, d apitype.WebhookDelivery) { deliveriesTable(w, []apitype.WebhookDelivery{d}) })
 		},
 	}
 
@@ -378,7 +378,7 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 func (a *apiCLI) maintenanceCommand() *cobra.Command {
 	cmd := group("maintenance", "Turn maintenance mode on or off, or list it")
 	var (
-		req wire.MaintenanceRequest
+		req apitype.MaintenanceRequest
 		ttl time.Duration
 	)
 	on := &cobra.Command{
@@ -425,7 +425,7 @@ func (a *apiCLI) maintenanceCommand() *cobra.Command {
 func (a *apiCLI) shareCommand() *cobra.Command {
 	cmd := group("share", "Create share links and rotate their key")
 	var (
-		req wire.CreateShareRequest
+		req apitype.CreateShareRequest
 		ttl time.Duration
 	)
 	create := &cobra.Command{
@@ -440,9 +440,9 @@ func (a *apiCLI) shareCommand() *cobra.Command {
 				return fmt.Errorf("--ttl %s is not a positive duration", ttl)
 			}
 			req.TTL = ttl.String()
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.ShareLink, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.ShareLink, error) {
 				return c.CreateShare(ctx, req)
-			}, func(w io.Writer, l wire.ShareLink) {
+			}, func(w io.Writer, l apitype.ShareLink) {
 				fmt.Fprintf(w, "url\t%s\n", l.URL)
 				fmt.Fprintf(w, "expires\t%s\n", l.ExpiresAt.UTC().Format(time.RFC3339))
 			})
@@ -454,7 +454,7 @@ func (a *apiCLI) shareCommand() *cobra.Command {
 	f.DurationVar(&ttl, "ttl", 0, "how long the link works, at most 720h")
 	f.StringVar(&req.OrgID, "org-id", "", "organization owning the hostname (master token only; default: default)")
 	mustRequire(create, "hostname", "ttl")
-	var rot wire.RotateShareKeyRequest
+	var rot apitype.RotateShareKeyRequest
 	rotate := &cobra.Command{
 		Use:   "rotate [--revoke]",
 		Short: "Give the organization a new share key; with --revoke, refuse the links of the key it replaces",
@@ -463,9 +463,9 @@ func (a *apiCLI) shareCommand() *cobra.Command {
 			"cookies they set) from its next request on. Other organizations' links are never touched.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.ShareKey, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.ShareKey, error) {
 				return c.RotateShareKey(ctx, rot)
-			}, func(w io.Writer, k wire.ShareKey) {
+			}, func(w io.Writer, k apitype.ShareKey) {
 				fmt.Fprintf(w, "key\t%s\n", k.ID)
 				fmt.Fprintf(w, "generation\t%d\n", k.Generation)
 				fmt.Fprintf(w, "previous\t%s\n", map[bool]string{true: "revoked", false: "still valid"}[k.RevokedPrevious])
@@ -503,7 +503,7 @@ func (a *apiCLI) auditCommand() *cobra.Command {
 				}
 				*f.dst = t
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]wire.AuditEntry, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]apitype.AuditEntry, error) {
 				return c.QueryAudit(ctx, q)
 			}, auditTable)
 		},
@@ -536,7 +536,7 @@ func (a *apiCLI) explainCommand() *cobra.Command {
 					fmt.Fprintf(a.stderr, "aperio-client: %q names no port (like tcp://tunnel.example.com:2222)\n", args[0])
 					return exitcode.ErrUsage
 				}
-				return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.PortExplanation, error) {
+				return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.PortExplanation, error) {
 					return c.ExplainPort(ctx, num, proto, ip)
 				}, portExplainTable)
 			}
@@ -545,7 +545,7 @@ func (a *apiCLI) explainCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "aperio-client:", err)
 				return exitcode.ErrUsage
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Explanation, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.Explanation, error) {
 				return c.Explain(ctx, host, path, ip)
 			}, explainTable)
 		},
@@ -570,7 +570,7 @@ func portTarget(raw string) (proto string, num int, ok bool) {
 	return scheme, num, true
 }
 
-func portExplainTable(w io.Writer, ex wire.PortExplanation) {
+func portExplainTable(w io.Writer, ex apitype.PortExplanation) {
 	fmt.Fprintf(w, "PORT\t%d/%s from %s\nOPEN\t%s\nENTRIES\t%s\nADMITTING\t%s\nVERDICT\t%s\n",
 		ex.Port, ex.Protocol, cell(ex.IP), yesNo(ex.Open), joined(ex.Names), joined(ex.Admitting), ex.Verdict)
 }
@@ -599,9 +599,9 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 		Short: "Create an organization (master token only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Org, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.Org, error) {
 				return c.CreateOrg(ctx, name)
-			}, func(w io.Writer, o wire.Org) { orgsTable(w, []wire.Org{o}) })
+			}, func(w io.Writer, o apitype.Org) { orgsTable(w, []apitype.Org{o}) })
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "name of the organization, unique")
@@ -628,7 +628,7 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "aperio-client: --clear takes no patterns")
 				return exitcode.ErrUsage
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.OrgHostnames, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.OrgHostnames, error) {
 				if len(patterns) == 0 && !clear {
 					return c.OrgHostnames(ctx, orgID)
 				}
@@ -736,7 +736,7 @@ func mustRequire(cmd *cobra.Command, names ...string) {
 	}
 }
 
-func clientsTable(w io.Writer, cs []wire.ClientInfo) {
+func clientsTable(w io.Writer, cs []apitype.ClientInfo) {
 	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tLIMIT\tHEALTHY\tDRAINING\tDISABLED\tREFUSED\tCONNECTED\tREMOTE")
 	for _, c := range cs {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
@@ -745,7 +745,7 @@ func clientsTable(w io.Writer, cs []wire.ClientInfo) {
 	}
 }
 
-func scalingTable(w io.Writer, rs []wire.ScalingRecord) {
+func scalingTable(w io.Writer, rs []apitype.ScalingRecord) {
 	fmt.Fprintln(w, "ID\tHOSTNAME\tPATH\tINSTANCES\tCAPACITY\tINFLIGHT\tUTILIZATION\tSTATE\tLAST CALL\tERROR")
 	for _, r := range rs {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n",
@@ -757,7 +757,7 @@ func scalingTable(w io.Writer, rs []wire.ScalingRecord) {
 // scalingDetail prints one record as name/value lines, its pool's
 // utilization as a sparkline with the samples at or above target marked
 // under it, then its decisions, newest first.
-func scalingDetail(w io.Writer, d wire.ScalingRecordDetail) {
+func scalingDetail(w io.Writer, d apitype.ScalingRecordDetail) {
 	r := d.ScalingRecord
 	target := r.TargetUtilization
 	fmt.Fprintf(w, "id\t%s\nhostname\t%s\npath\t%s\norg_id\t%s\nstate\t%s\n",
@@ -803,7 +803,7 @@ var sparkBlocks = []rune("▁▂▃▄▅▆▇█")
 // characters (each the highest of the samples it stands for; a blank for
 // samples with no measurable utilization), and under it a line marking
 // with ^ the characters at or above target.
-func sparkline(ps []wire.ScalingPoint, target float64, width int) (line, marks string) {
+func sparkline(ps []apitype.ScalingPoint, target float64, width int) (line, marks string) {
 	cols := min(len(ps), width)
 	var lb, mb strings.Builder
 	for c := range cols {
@@ -832,7 +832,7 @@ func sparkline(ps []wire.ScalingPoint, target float64, width int) (line, marks s
 
 // sampleRange shows a decision's samples as their count and the range of
 // those kept ("16 0.85..0.9"); "-" for none.
-func sampleRange(d wire.ScalingDecision) string {
+func sampleRange(d apitype.ScalingDecision) string {
 	if len(d.Samples) == 0 {
 		return "-"
 	}
@@ -852,7 +852,7 @@ func percent(u *float64) string {
 
 // scalingState is "armed" or "disarmed" (the breaker tripped), with
 // ",conflict" when live clients declare different blocks.
-func scalingState(r wire.ScalingRecord) string {
+func scalingState(r apitype.ScalingRecord) string {
 	s := "armed"
 	if r.Disarmed {
 		s = "disarmed"
@@ -868,7 +868,7 @@ func scalingState(r wire.ScalingRecord) string {
 
 // scalingError is why the latest declaration was refused, else why the
 // last call failed; "" when neither.
-func scalingError(r wire.ScalingRecord) string {
+func scalingError(r apitype.ScalingRecord) string {
 	if r.Refused != "" {
 		return "declaration refused: " + r.Refused
 	}
@@ -879,7 +879,7 @@ func scalingError(r wire.ScalingRecord) string {
 // ("failed" when there was none and the server knows why, which ERROR
 // shows; "no-response" when it does not) and its time; "-" when the hook
 // was never called.
-func lastCall(r wire.ScalingRecord) string {
+func lastCall(r apitype.ScalingRecord) string {
 	if r.LastCallAt == nil {
 		return "-"
 	}
@@ -893,7 +893,7 @@ func lastCall(r wire.ScalingRecord) string {
 	return cell(r.LastReason) + " " + status + " " + when(r.LastCallAt)
 }
 
-func tokensTable(w io.Writer, ts []wire.Token) {
+func tokensTable(w io.Writer, ts []apitype.Token) {
 	fmt.Fprintln(w, "ID\tNAME\tSTATUS\tPREFIX\tHOSTNAMES\tALLOWED IPS\tEXPIRES\tORG\tCREATED")
 	for _, t := range ts {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
@@ -902,12 +902,12 @@ func tokensTable(w io.Writer, ts []wire.Token) {
 }
 
 // tokenFields prints one token as name/value lines.
-func tokenFields(w io.Writer, t wire.Token) {
+func tokenFields(w io.Writer, t apitype.Token) {
 	fmt.Fprintf(w, "id\t%s\nname\t%s\norg_id\t%s\nstatus\t%s\nhostnames\t%s\nallowed_ips\t%s\nexpires_at\t%s\n",
 		t.ID, cell(t.Name), t.OrgID, t.Status, joined(t.Hostnames), joined(t.AllowedIPs), when(t.ExpiresAt))
 }
 
-func keysTable(w io.Writer, ks []wire.Key) {
+func keysTable(w io.Writer, ks []apitype.Key) {
 	fmt.Fprintln(w, "ID\tNAME\tROLE\tPREFIX\tORG\tCREATED BY\tCREATED")
 	for _, k := range ks {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, cell(k.Name), k.Role, k.Prefix, k.OrgID, cell(k.CreatedBy), when(&k.CreatedAt))
@@ -915,32 +915,32 @@ func keysTable(w io.Writer, ks []wire.Key) {
 }
 
 // keyFields prints one admin key as name/value lines.
-func keyFields(w io.Writer, k wire.Key) {
+func keyFields(w io.Writer, k apitype.Key) {
 	fmt.Fprintf(w, "id\t%s\nname\t%s\nrole\t%s\norg_id\t%s\n", k.ID, cell(k.Name), k.Role, k.OrgID)
 }
 
-func webhooksTable(w io.Writer, ws []wire.Webhook) {
+func webhooksTable(w io.Writer, ws []apitype.Webhook) {
 	fmt.Fprintln(w, "ID\tURL\tEVENTS\tSIGNED\tFORMAT\tORG\tCREATED")
 	for _, wh := range ws {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", wh.ID, cell(wh.URL), joined(wh.Events), yesNo(wh.Authenticated), cell(wh.Format), wh.OrgID, when(&wh.CreatedAt))
 	}
 }
 
-func deliveriesTable(w io.Writer, ds []wire.WebhookDelivery) {
+func deliveriesTable(w io.Writer, ds []apitype.WebhookDelivery) {
 	fmt.Fprintln(w, "ID\tEVENT\tSTATUS\tATTEMPTS\tCODE\tTIME\tUPDATED\tERROR")
 	for _, d := range ds {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%dms\t%s\t%s\n", d.ID, d.Event, d.Status, d.Attempts, d.LastStatusCode, d.ResponseTimeMS, when(&d.UpdatedAt), cell(d.LastError))
 	}
 }
 
-func maintenanceTable(w io.Writer, ms []wire.Maintenance) {
+func maintenanceTable(w io.Writer, ms []apitype.Maintenance) {
 	fmt.Fprintln(w, "HOSTNAME\tORG\tBY\tSINCE\tUNTIL\tREASON")
 	for _, m := range ms {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Hostname, m.OrgID, cell(m.By), when(&m.Since), when(m.ExpiresAt), cell(m.Reason))
 	}
 }
 
-func auditTable(w io.Writer, es []wire.AuditEntry) {
+func auditTable(w io.Writer, es []apitype.AuditEntry) {
 	fmt.Fprintln(w, "SEQ\tAT\tEVENT\tACTOR\tORG\tHOSTNAME\tDETAIL")
 	for _, e := range es {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, when(&e.At), e.Event, cell(e.Actor), cell(e.OrgID), cell(e.Hostname), cell(e.Detail))
@@ -949,7 +949,7 @@ func auditTable(w io.Writer, es []wire.AuditEntry) {
 
 // explainTable prints an explanation: the request, the steps, the bind's
 // clients and the verdict, in blocks that align on their own.
-func explainTable(w io.Writer, ex wire.Explanation) {
+func explainTable(w io.Writer, ex apitype.Explanation) {
 	fmt.Fprintf(w, "REQUEST\t%s%s from %s\nBIND\t%s\n\n", ex.Host, ex.Path, cell(ex.IP), cell(ex.Bind))
 	fmt.Fprintln(w, "STEP\tOUTCOME\tDETAIL")
 	for _, st := range ex.Steps {
@@ -983,14 +983,14 @@ func explainTable(w io.Writer, ex wire.Explanation) {
 	}
 }
 
-func orgsTable(w io.Writer, orgs []wire.Org) {
+func orgsTable(w io.Writer, orgs []apitype.Org) {
 	fmt.Fprintln(w, "ID\tNAME\tCREATED")
 	for _, o := range orgs {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", o.ID, cell(o.Name), when(&o.CreatedAt))
 	}
 }
 
-func orgHostnamesTable(w io.Writer, h wire.OrgHostnames) {
+func orgHostnamesTable(w io.Writer, h apitype.OrgHostnames) {
 	fmt.Fprintln(w, "ORG\tPATTERN")
 	for _, p := range h.Patterns {
 		fmt.Fprintf(w, "%s\t%s\n", h.OrgID, cell(p))
@@ -1039,7 +1039,7 @@ func orNone(n int) string {
 
 // limitCell shows how a service's limit is set: "fixed", "aimd 1..40" or
 // "load-signal 2..64" (the learnt limit's bounds), "-" for none announced.
-func limitCell(c *wire.Concurrency) string {
+func limitCell(c *apitype.Concurrency) string {
 	switch {
 	case c == nil:
 		return "-"

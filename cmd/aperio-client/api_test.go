@@ -17,12 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/admin"
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
-	"github.com/aperio-dev/aperio/telemetry"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 const testMaster = "cli-test-master-token"
@@ -826,14 +826,14 @@ func TestAPIScalingShow(t *testing.T) {
 	}
 	s.scaling.set(busy, autoscale.View{ID: "scl_other", OrgID: other.ID, Hostname: "other.example.com", UpdatedAt: at})
 	// Utilization 0, 1/7 … 1 over eight seconds, then one unmeasured sample.
-	var series []wire.ScalingPoint
+	var series []apitype.ScalingPoint
 	for i := range 8 {
 		u := float64(i) / 7
-		series = append(series, wire.ScalingPoint{At: at.Add(time.Duration(i) * time.Second), Instances: 2, Capacity: 20, Inflight: i * 20 / 7, Utilization: &u})
+		series = append(series, apitype.ScalingPoint{At: at.Add(time.Duration(i) * time.Second), Instances: 2, Capacity: 20, Inflight: i * 20 / 7, Utilization: &u})
 	}
-	series = append(series, wire.ScalingPoint{At: at.Add(8 * time.Second), Instances: 0})
+	series = append(series, apitype.ScalingPoint{At: at.Add(8 * time.Second), Instances: 0})
 	s.scaling.setHistory("scl_busy", autoscale.History{
-		Decisions: []wire.ScalingDecision{
+		Decisions: []apitype.ScalingDecision{
 			{Seq: 3, At: at.Add(8 * time.Second), Action: "none", Reason: "held by the cooldown", Samples: []float64{0.85, 0.9},
 				SampleCount: 20, Current: 2, Desired: 2, Outcome: "held", Repeats: 4},
 			{Seq: 2, At: at.Add(7 * time.Second), Action: "scale_out", Reason: "busy", Samples: []float64{0.8, 0.95, 0.9},
@@ -878,7 +878,7 @@ func TestAPIScalingShow(t *testing.T) {
 	}
 
 	t.Run("--json", func(t *testing.T) {
-		var got wire.ScalingRecordDetail
+		var got apitype.ScalingRecordDetail
 		okJSON(t, &got, "api", "scaling", "show", "scl_busy", "--json")
 		if got.ID != "scl_busy" || len(got.Decisions) != 3 || got.Decisions[0].Seq != 3 || len(got.Series) != 9 || got.Series[8].Utilization != nil {
 			t.Errorf("scaling show --json = %+v, want the record, 3 decisions newest first, 9 points", got)
@@ -915,20 +915,20 @@ func TestAPIScalingShow(t *testing.T) {
 // samples, its target marks and its width: more samples than columns are
 // each column's highest.
 func TestSparkline(t *testing.T) {
-	pt := func(us ...float64) []wire.ScalingPoint {
-		var ps []wire.ScalingPoint
+	pt := func(us ...float64) []apitype.ScalingPoint {
+		var ps []apitype.ScalingPoint
 		for _, u := range us {
 			if u < 0 {
-				ps = append(ps, wire.ScalingPoint{})
+				ps = append(ps, apitype.ScalingPoint{})
 				continue
 			}
-			ps = append(ps, wire.ScalingPoint{Utilization: &u})
+			ps = append(ps, apitype.ScalingPoint{Utilization: &u})
 		}
 		return ps
 	}
 	tests := []struct {
 		name        string
-		ps          []wire.ScalingPoint
+		ps          []apitype.ScalingPoint
 		width       int
 		line, marks string
 	}{

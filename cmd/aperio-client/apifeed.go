@@ -16,9 +16,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
+	"github.com/aperio-dev/aperio/internal/control/admin/apiclient"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/exitcode"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // The traffic commands of `aperio-client api`: stats, tail, and the audit
@@ -31,7 +31,7 @@ func (a *apiCLI) statsCommand() *cobra.Command {
 		Short: "Show each hostname's traffic of the last minute: requests/s, error rate, p50 and p99",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Stats, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.Stats, error) {
 				return c.Stats(ctx, hostname)
 			}, statsTable)
 		},
@@ -40,12 +40,12 @@ func (a *apiCLI) statsCommand() *cobra.Command {
 	return cmd
 }
 
-func statsTable(w io.Writer, st wire.Stats) {
+func statsTable(w io.Writer, st apitype.Stats) {
 	fmt.Fprintf(w, "clients %d, hostnames %d, held now %d, scaling events in the last hour %d\n\n", st.Clients, st.Hostnames, st.Held, st.ScalingEvents1h)
 	fmt.Fprintln(w, "HOSTNAME\tRPS\tERRORS\tP50\tP99\tREQUESTS 1M\tREQUESTS 1H")
 	for _, h := range st.Hosts {
-		m := h.Windows[wire.Window1m]
-		fmt.Fprintf(w, "%s\t%.2f\t%.1f%%\t%s\t%s\t%d\t%d\n", cell(h.Hostname), m.RPS, 100*m.ErrorRate, ms(m.P50MS), ms(m.P99MS), m.Requests, h.Windows[wire.Window1h].Requests)
+		m := h.Windows[apitype.Window1m]
+		fmt.Fprintf(w, "%s\t%.2f\t%.1f%%\t%s\t%s\t%d\t%d\n", cell(h.Hostname), m.RPS, 100*m.ErrorRate, ms(m.P50MS), ms(m.P99MS), m.Requests, h.Windows[apitype.Window1h].Requests)
 	}
 }
 
@@ -72,8 +72,8 @@ func (a *apiCLI) tailCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, t := range types {
-				if !slices.Contains(wire.StreamTypes(), t) {
-					fmt.Fprintf(a.stderr, "aperio-client: --type %q is not one of %s\n", t, strings.Join(wire.StreamTypes(), ", "))
+				if !slices.Contains(apitype.StreamTypes(), t) {
+					fmt.Fprintf(a.stderr, "aperio-client: --type %q is not one of %s\n", t, strings.Join(apitype.StreamTypes(), ", "))
 					return exitcode.ErrUsage
 				}
 			}
@@ -120,8 +120,8 @@ func (a *apiCLI) tailCommand() *cobra.Command {
 func eventLine(e apiclient.StreamEvent) string {
 	raw := e.Type + " " + string(e.Data)
 	switch e.Type {
-	case wire.StreamAccess:
-		var v wire.StreamAccessEvent
+	case apitype.StreamAccess:
+		var v apitype.StreamAccessEvent
 		if json.Unmarshal(e.Data, &v) != nil {
 			return raw
 		}
@@ -139,20 +139,20 @@ func eventLine(e apiclient.StreamEvent) string {
 			line += " client=" + cell(v.Client)
 		}
 		return line
-	case wire.StreamScaling:
-		var v wire.StreamScalingEvent
+	case apitype.StreamScaling:
+		var v apitype.StreamScalingEvent
 		if json.Unmarshal(e.Data, &v) != nil {
 			return raw
 		}
 		return fmt.Sprintf("%s scaling %s%s %s %s instances=%d", v.At.Local().Format(time.TimeOnly), cell(v.Hostname), v.Path, cell(v.Action), cell(v.Reason), v.Instances)
-	case wire.StreamClient:
-		var v wire.StreamClientEvent
+	case apitype.StreamClient:
+		var v apitype.StreamClientEvent
 		if json.Unmarshal(e.Data, &v) != nil {
 			return raw
 		}
 		return fmt.Sprintf("%s client %s %s (%s) %s", time.Now().Format(time.TimeOnly), cell(v.Event), cell(v.Name), cell(v.ID), joined(v.Hostnames))
-	case wire.StreamDropped:
-		var v wire.StreamDroppedEvent
+	case apitype.StreamDropped:
+		var v apitype.StreamDroppedEvent
 		if json.Unmarshal(e.Data, &v) != nil {
 			return raw
 		}
@@ -160,7 +160,7 @@ func eventLine(e apiclient.StreamEvent) string {
 		if lost := v.Count - v.Sampled; lost > 0 {
 			return fmt.Sprintf("%s dropped %d events: this terminal fell behind", now, lost)
 		}
-		return fmt.Sprintf("%s sampled: %d requests not shown (at most %d a second are)", now, v.Sampled, wire.StreamMaxAccessRate)
+		return fmt.Sprintf("%s sampled: %d requests not shown (at most %d a second are)", now, v.Sampled, apitype.StreamMaxAccessRate)
 	}
 	return cell(raw)
 }
@@ -171,12 +171,12 @@ func (a *apiCLI) auditVerifyCommand() *cobra.Command {
 		Short: "Verify the audit log's hash chain (role admin)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var v wire.AuditVerify
-			err := callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.AuditVerify, error) {
+			var v apitype.AuditVerify
+			err := callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.AuditVerify, error) {
 				var err error
 				v, err = c.VerifyAudit(ctx)
 				return v, err
-			}, func(w io.Writer, v wire.AuditVerify) {
+			}, func(w io.Writer, v apitype.AuditVerify) {
 				if v.OK {
 					fmt.Fprintf(w, "audit chain ok: %d entries\n", v.Entries)
 					return

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/telemetry"
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/telemetry"
 )
 
 // signalledStream is the admin API's Stream over a hub, telling each
@@ -73,9 +73,9 @@ func TestAPIStats(t *testing.T) {
 	if len(rows) != 1 || rows[0]["HOSTNAME"] != "app.example.com" || rows[0]["ERRORS"] != "25.0%" || rows[0]["REQUESTS 1M"] != "4" || rows[0]["RPS"] != "0.07" || !strings.HasSuffix(rows[0]["P99"], "ms") {
 		t.Errorf("api stats rows = %v, want app.example.com with 4 requests, 25%% errors", rows)
 	}
-	var st wire.Stats
+	var st apitype.Stats
 	okJSON(t, &st, "api", "stats", "--json", "--hostname", "app.example.com")
-	if len(st.Hosts) != 1 || st.Hosts[0].Windows[wire.Window1m].Status5xx != 1 || len(st.Hosts[0].Series) != 60 {
+	if len(st.Hosts) != 1 || st.Hosts[0].Windows[apitype.Window1m].Status5xx != 1 || len(st.Hosts[0].Series) != 60 {
 		t.Errorf("api stats --json = %+v, want one host with one 5xx and 60 buckets", st)
 	}
 }
@@ -101,9 +101,9 @@ func TestAPITail(t *testing.T) {
 			case c := <-code:
 				t.Fatalf("api tail = exit %d before subscribing: %s", c, stderr.String())
 			}
-			s.hub.Emit(wire.StreamScaling, "app.example.com", nil, "", wire.StreamScalingEvent{Hostname: "app.example.com"}) // not asked for
-			s.hub.Emit(wire.StreamAccess, "app.example.com", nil, "", wire.StreamAccessEvent{At: time.Now(), Hostname: "app.example.com", Method: "GET", Path: "/p", Status: 404, DurationMS: 12, Limit: "ip"})
-			s.hub.Emit(wire.StreamClient, "", []string{"app.example.com"}, "", wire.StreamClientEvent{ID: "cl_1", Name: "web", Hostnames: []string{"app.example.com"}, Event: wire.ClientConnected})
+			s.hub.Emit(apitype.StreamScaling, "app.example.com", nil, "", apitype.StreamScalingEvent{Hostname: "app.example.com"}) // not asked for
+			s.hub.Emit(apitype.StreamAccess, "app.example.com", nil, "", apitype.StreamAccessEvent{At: time.Now(), Hostname: "app.example.com", Method: "GET", Path: "/p", Status: 404, DurationMS: 12, Limit: "ip"})
+			s.hub.Emit(apitype.StreamClient, "", []string{"app.example.com"}, "", apitype.StreamClientEvent{ID: "cl_1", Name: "web", Hostnames: []string{"app.example.com"}, Event: apitype.ClientConnected})
 			deadline := time.After(30 * time.Second)
 			for strings.Count(stdout.String(), "\n") < 2 {
 				select {
@@ -187,7 +187,7 @@ func TestAPIAuditFiltersAndVerify(t *testing.T) {
 	if out := ok(t, "api", "audit", "verify"); !strings.HasPrefix(out, "audit chain ok: ") {
 		t.Errorf("api audit verify = %q, want ok", out)
 	}
-	var v wire.AuditVerify
+	var v apitype.AuditVerify
 	okJSON(t, &v, "api", "audit", "verify", "--json")
 	if !v.OK || v.Entries < 2 {
 		t.Errorf("api audit verify --json = %+v, want ok with the entries", v)

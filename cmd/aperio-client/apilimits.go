@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/admin/apiclient"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // tokensUpdateCommand is `api tokens update ID`: each flag given replaces
@@ -28,7 +28,7 @@ func (a *apiCLI) tokensUpdateCommand() *cobra.Command {
 		Short: "Edit a client token in place; connected clients follow within a heartbeat",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var req wire.UpdateTokenRequest
+			var req apitype.UpdateTokenRequest
 			fl := cmd.Flags()
 			if fl.Changed("name") {
 				req.Name = &name
@@ -63,9 +63,9 @@ func (a *apiCLI) tokensUpdateCommand() *cobra.Command {
 			if fl.Changed("allow-tcp-port") {
 				req.AllowTCPPorts = &tcpPorts
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Token, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.Token, error) {
 				return c.UpdateToken(ctx, args[0], req)
-			}, func(w io.Writer, t wire.Token) {
+			}, func(w io.Writer, t apitype.Token) {
 				tokenFields(w, t)
 				tokenLimitFields(w, t.TokenLimits)
 			})
@@ -89,7 +89,7 @@ func (a *apiCLI) tokensUpdateCommand() *cobra.Command {
 // tokensRotateCommand is `api tokens rotate ID --grace 1h`.
 func (a *apiCLI) tokensRotateCommand() *cobra.Command {
 	var (
-		req   wire.RotateTokenRequest
+		req   apitype.RotateTokenRequest
 		grace spanFlag
 	)
 	cmd := &cobra.Command{
@@ -100,9 +100,9 @@ func (a *apiCLI) tokensRotateCommand() *cobra.Command {
 			if cmd.Flags().Changed("grace") {
 				req.Grace = grace.wire()
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.MintedToken, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.MintedToken, error) {
 				return c.RotateToken(ctx, args[0], req)
-			}, func(w io.Writer, t wire.MintedToken) {
+			}, func(w io.Writer, t apitype.MintedToken) {
 				fmt.Fprintln(a.stderr, "The new secret is shown once: store it now.")
 				tokenFields(w, t.Token)
 				fmt.Fprintf(w, "token\t%s\n", t.Secret)
@@ -125,7 +125,7 @@ func (a *apiCLI) orgsUpdateCommand() *cobra.Command {
 		Short: "Set an organization's limits (master token only); 0 = no limit",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var req wire.UpdateOrgRequest
+			var req apitype.UpdateOrgRequest
 			fl := cmd.Flags()
 			if fl.Changed("monthly-max-bytes") {
 				req.MonthlyMaxBytes = &monthly
@@ -139,9 +139,9 @@ func (a *apiCLI) orgsUpdateCommand() *cobra.Command {
 			if fl.Changed("max-admin-keys") {
 				req.MaxAdminKeys = &keys
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (wire.Org, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.Org, error) {
 				return c.UpdateOrg(ctx, args[0], req)
-			}, func(w io.Writer, o wire.Org) {
+			}, func(w io.Writer, o apitype.Org) {
 				fmt.Fprintf(w, "id\t%s\nname\t%s\nmax_clients\t%d\nmax_tokens\t%d\nmax_admin_keys\t%d\nmonthly_max_bytes\t%d\n",
 					o.ID, o.Name, o.MaxClients, o.MaxTokens, o.MaxAdminKeys, o.MonthlyMaxBytes)
 			})
@@ -156,7 +156,7 @@ func (a *apiCLI) orgsUpdateCommand() *cobra.Command {
 }
 
 // tokenLimitFields prints a token's limits as name/value lines.
-func tokenLimitFields(w io.Writer, l wire.TokenLimits) {
+func tokenLimitFields(w io.Writer, l apitype.TokenLimits) {
 	fmt.Fprintf(w, "max_rps\t%g\nmax_connections\t%d\ndaily_max_bytes\t%d\npaths\t%s\nclient_allowed_ips\t%s\nallow_tcp_ports\t%s\n",
 		l.MaxRPS, l.MaxConnections, l.DailyMaxBytes, joined(l.Paths), joined(l.ClientAllowedIPs), joined(l.AllowTCPPorts))
 }

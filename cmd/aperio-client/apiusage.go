@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/aperio-dev/aperio/admin/apiclient"
+	"github.com/aperio-dev/aperio/internal/control/admin/apiclient"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/exitcode"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // usageCommand is `api usage`: the stored usage rows, newest day first.
@@ -33,7 +33,7 @@ func (a *apiCLI) usageCommand() *cobra.Command {
 					return exitcode.ErrUsage
 				}
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]wire.UsageRow, error) {
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) ([]apitype.UsageRow, error) {
 				return c.Usage(ctx, q)
 			}, usageTable)
 		},
@@ -48,12 +48,12 @@ func (a *apiCLI) usageCommand() *cobra.Command {
 }
 
 // usageTable prints usage rows; the master token's rows show its name.
-func usageTable(w io.Writer, rows []wire.UsageRow) {
+func usageTable(w io.Writer, rows []apitype.UsageRow) {
 	fmt.Fprintln(w, "DAY\tTOKEN\tORG\tHOSTNAME\tREQUESTS\tBYTES")
 	for _, r := range rows {
 		tok := r.TokenID
 		if tok == "" {
-			tok = wire.Master
+			tok = apitype.Master
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\n", r.Day, tok, cell(r.OrgID), cell(r.Hostname), r.Requests, r.Bytes)
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/store"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // TestAPIUsage: `api usage` prints the server's rows as a table (the
@@ -27,12 +27,12 @@ func TestAPIUsage(t *testing.T) {
 	}
 	rows := table(t, ok(t, "api", "usage", "--org", "org_1"), "DAY", "TOKEN", "ORG", "HOSTNAME", "REQUESTS", "BYTES")
 	if len(rows) != 2 || rows[0]["TOKEN"] != "tok_1" || rows[0]["BYTES"] != "1234" || rows[0]["REQUESTS"] != "3" ||
-		rows[0]["DAY"] != today.Format(time.DateOnly) || rows[1]["TOKEN"] != wire.Master || rows[1]["HOSTNAME"] != "m.example.com" {
+		rows[0]["DAY"] != today.Format(time.DateOnly) || rows[1]["TOKEN"] != apitype.Master || rows[1]["HOSTNAME"] != "m.example.com" {
 		t.Errorf("api usage --org org_1 = %v, want tok_1's row today, then the master token's yesterday", rows)
 	}
-	var got []wire.UsageRow
+	var got []apitype.UsageRow
 	okJSON(t, &got, "api", "usage", "--token", "tok_1", "--from", yesterday.Format(time.DateOnly), "--to", today.Format(time.DateOnly), "--json")
-	if len(got) != 1 || got[0] != (wire.UsageRow{Day: today.Format(time.DateOnly), TokenID: "tok_1", OrgID: "org_1", Hostname: "app.example.com", Requests: 3, Bytes: 1234}) {
+	if len(got) != 1 || got[0] != (apitype.UsageRow{Day: today.Format(time.DateOnly), TokenID: "tok_1", OrgID: "org_1", Hostname: "app.example.com", Requests: 3, Bytes: 1234}) {
 		t.Errorf("api usage --token tok_1 --json = %+v", got)
 	}
 	rows = table(t, ok(t, "api", "usage", "--hostname", "b.example.com"), "DAY", "TOKEN", "ORG", "HOSTNAME", "REQUESTS", "BYTES")

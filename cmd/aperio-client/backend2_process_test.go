@@ -18,7 +18,7 @@ import (
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/aperio-dev/aperio/internal/testcert"
+	"github.com/aperio-dev/aperio/internal/testkit/testcert"
 )
 
 // TestProcessesBackendMore runs the real binaries through more of what a

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // TestProcessesBalancing runs the real binaries through the balancing of
@@ -61,8 +61,8 @@ func TestProcessesBalancing(t *testing.T) {
 		return a
 	}
 	// clients returns the server's GET /aperio/api/clients by client name.
-	clients := func(t *testing.T, base string) map[string]wire.ClientInfo {
-		m := map[string]wire.ClientInfo{}
+	clients := func(t *testing.T, base string) map[string]apitype.ClientInfo {
+		m := map[string]apitype.ClientInfo{}
 		for _, c := range f.clients(t, base) {
 			m[c.Name] = c
 		}
@@ -72,7 +72,7 @@ func TestProcessesBalancing(t *testing.T) {
 	// healthy, bound to host, with the given weights.
 	waitClients := func(t *testing.T, base string, weights map[string]int) {
 		t.Helper()
-		var got map[string]wire.ClientInfo
+		var got map[string]apitype.ClientInfo
 		waitFor(t, fmt.Sprintf("GET /aperio/api/clients lists %v (name: weight), healthy, on %s", weights, host), func() bool {
 			got = clients(t, base)
 			if len(got) != len(weights) {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // TestProcessesBinding runs the real binaries through the binding rules:
@@ -45,7 +45,7 @@ func TestProcessesBinding(t *testing.T) {
 		}
 		return out
 	}
-	var tok wire.MintedToken
+	var tok apitype.MintedToken
 	if err := json.Unmarshal(api("tokens", "create", "--name", "auto", "--hostname", "auto.test", "--json"), &tok); err != nil {
 		t.Fatalf("tokens create --json: %v", err)
 	}
@@ -72,7 +72,7 @@ func TestProcessesBinding(t *testing.T) {
 	// dropped and the client keeps auto.test.
 	refusing := startClient(tok.Secret, backend("refusing"), "--hostname", "auto.test,evil.test")
 	refusing.wait(t, regexp.MustCompile(`msg="server notice".*evil\.test`))
-	var audit []wire.AuditEntry
+	var audit []apitype.AuditEntry
 	waitFor(t, "a client_bind_refused audit entry naming evil.test", func() bool {
 		if err := json.Unmarshal(api("audit", "--json"), &audit); err != nil {
 			t.Fatalf("audit --json: %v", err)
@@ -84,7 +84,7 @@ func TestProcessesBinding(t *testing.T) {
 		}
 		return false
 	})
-	var clients []wire.ClientInfo
+	var clients []apitype.ClientInfo
 	if err := json.Unmarshal(api("clients", "--json"), &clients); err != nil {
 		t.Fatalf("clients --json: %v", err)
 	}

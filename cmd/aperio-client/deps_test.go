@@ -15,16 +15,16 @@ import (
 // several times bigger and its idle memory twice as high, since the Go
 // runtime touches the pages of every package's data at start.
 var serverOnly = []string{
-	"github.com/aperio-dev/aperio/access",
-	"github.com/aperio-dev/aperio/admin",
+	"github.com/aperio-dev/aperio/internal/visitor/access",
+	"github.com/aperio-dev/aperio/internal/control/admin",
 	"github.com/aperio-dev/aperio/autoscale",
-	"github.com/aperio-dev/aperio/cache",
-	"github.com/aperio-dev/aperio/gateway",
+	"github.com/aperio-dev/aperio/internal/visitor/stale",
+	"github.com/aperio-dev/aperio/internal/server",
 	"github.com/aperio-dev/aperio/migrations",
 	"github.com/aperio-dev/aperio/router",
 	"github.com/aperio-dev/aperio/store",
-	"github.com/aperio-dev/aperio/telemetry",
-	"github.com/aperio-dev/aperio/webhook",
+	"github.com/aperio-dev/aperio/internal/telemetry",
+	"github.com/aperio-dev/aperio/internal/control/webhook",
 	"modernc.org/sqlite",
 	"github.com/coreos/go-oidc",
 	"golang.org/x/oauth2",
@@ -40,7 +40,7 @@ var serverOnly = []string{
 // clientSide are the packages under serverOnly entries that the client may
 // link: the admin API's Go client imports only the standard library and
 // wire, which is outside serverOnly.
-var clientSide = []string{"github.com/aperio-dev/aperio/admin/apiclient"}
+var clientSide = []string{"github.com/aperio-dev/aperio/internal/control/admin/apiclient"}
 
 // serverOnlyEntry returns the entry of serverOnly the package at path
 // falls under, or "" when the client may link it.
@@ -79,7 +79,7 @@ func TestClientDoesNotLinkServer(t *testing.T) {
 		main = fields[0] // go list -deps prints the named package last
 	}
 	// The list must be the client's: an empty or wrong one would pass.
-	for _, want := range []string{"github.com/aperio-dev/aperio/cmd/aperio-client", "github.com/aperio-dev/aperio/agent", "github.com/aperio-dev/aperio/admin/apiclient"} {
+	for _, want := range []string{"github.com/aperio-dev/aperio/cmd/aperio-client", "github.com/aperio-dev/aperio/internal/agent", "github.com/aperio-dev/aperio/internal/control/admin/apiclient"} {
 		if _, ok := imports[want]; !ok {
 			t.Fatalf("go list -deps of aperio-client lacks %s (last package %s): not the client's dependencies", want, main)
 		}
@@ -133,11 +133,11 @@ func TestServerOnlyEntry(t *testing.T) {
 	tests := []struct {
 		path, want string
 	}{
-		{"github.com/aperio-dev/aperio/admin", "github.com/aperio-dev/aperio/admin"},
-		{"github.com/aperio-dev/aperio/admin/apiclient", ""},
+		{"github.com/aperio-dev/aperio/internal/control/admin", "github.com/aperio-dev/aperio/internal/control/admin"},
+		{"github.com/aperio-dev/aperio/internal/control/admin/apiclient", ""},
 		{"github.com/aperio-dev/aperio/store/storetest", "github.com/aperio-dev/aperio/store"},
 		{"github.com/aperio-dev/aperio/storefront", ""},
-		{"github.com/aperio-dev/aperio/agent", ""},
+		{"github.com/aperio-dev/aperio/internal/agent", ""},
 		{"github.com/jackc/pgx/v5/pgconn", "github.com/jackc/pgx/v5"},
 		{"go.opentelemetry.io/otel/sdk/metric", "go.opentelemetry.io/otel/sdk"},
 		{"go.opentelemetry.io/otel", ""},

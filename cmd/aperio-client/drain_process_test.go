@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // TestProcessDrainedByServer: the real binaries; an operator's POST
@@ -25,7 +25,7 @@ func TestProcessDrainedByServer(t *testing.T) {
 	if len(cs) != 1 {
 		t.Fatalf("GET /clients = %+v, want one client", cs)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+wire.Prefix+"/clients/"+cs[0].ID+"/drain", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+apitype.Prefix+"/clients/"+cs[0].ID+"/drain", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

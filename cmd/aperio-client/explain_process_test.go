@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // TestProcessesClientExplainsItself runs the real binaries (#19): the
@@ -155,7 +155,7 @@ func (f fleet) mintToken(t *testing.T, base string, hostnames ...string) string 
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+wire.Prefix+"/tokens", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+apitype.Prefix+"/tokens", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/aperio-dev/aperio/config"
-	"github.com/aperio-dev/aperio/config/configtest"
+	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/config/configtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

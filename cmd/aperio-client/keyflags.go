@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/config"
 )
 
 // keyFlag is the pflag.Value of one config key's flag. It keeps the text as

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/internal/poll"
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/testkit/poll"
 )
 
 // TestProcessesTokenAndServerLimits runs real binaries against each limit
@@ -68,7 +68,7 @@ func TestProcessesTokenAndServerLimits(t *testing.T) {
 		t.Helper()
 		fields["name"] = "limits"
 		body, _ := json.Marshal(fields)
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.url+wire.Prefix+"/tokens", bytes.NewReader(body))
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.url+apitype.Prefix+"/tokens", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+master)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := f.http.Do(req)

@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/aperio-dev/aperio/agent"
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/agent"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"

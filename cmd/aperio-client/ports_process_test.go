@@ -23,15 +23,15 @@ import (
 
 	"github.com/pires/go-proxyproto"
 
-	"github.com/aperio-dev/aperio/internal/echotest"
-	"github.com/aperio-dev/aperio/internal/testcert"
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/testkit/echotest"
+	"github.com/aperio-dev/aperio/internal/testkit/testcert"
 )
 
 // ports returns the server's GET /aperio/api/ports.
-func (f fleet) ports(t *testing.T, base string) []wire.PortInfo {
+func (f fleet) ports(t *testing.T, base string) []apitype.PortInfo {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+wire.Prefix+"/ports", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+apitype.Prefix+"/ports", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func (f fleet) ports(t *testing.T, base string) []wire.PortInfo {
 		t.Fatalf("GET /aperio/api/ports: %v", err)
 	}
 	defer resp.Body.Close()
-	var list []wire.PortInfo
+	var list []apitype.PortInfo
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /aperio/api/ports = %d, %v, want 200 and a list", resp.StatusCode, err)
 	}
@@ -49,13 +49,13 @@ func (f fleet) ports(t *testing.T, base string) []wire.PortInfo {
 }
 
 // portOf finds port/protocol in list.
-func portOf(list []wire.PortInfo, port int, protocol string) (wire.PortInfo, bool) {
+func portOf(list []apitype.PortInfo, port int, protocol string) (apitype.PortInfo, bool) {
 	for _, p := range list {
 		if p.Port == port && p.Protocol == protocol {
 			return p, true
 		}
 	}
-	return wire.PortInfo{}, false
+	return apitype.PortInfo{}, false
 }
 
 // freePorts returns n loopback ports free for both TCP and UDP when

@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
+
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // TestProcessesDrainOnSIGTERM runs the real binaries: a SIGTERMed client
@@ -90,14 +92,12 @@ func TestProcessesDrainOnSIGTERM(t *testing.T) {
 // directory and returns it.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "../aperio-server", ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return procs.Binaries(t)
 }
+
+// TestMain builds the binaries once for the package's process tests
+// (procs), not once per test.
+func TestMain(m *testing.M) { procs.Main(m) }
 
 // startAndFind starts cmd and returns the first submatch of re in its
 // stderr, waiting up to 20 s (startLogged and wait).
@@ -228,9 +228,9 @@ func (f fleet) startClient(t *testing.T, base, name, services string) (*exec.Cmd
 
 // clients returns the server's GET /aperio/api/clients: one entry per
 // client and service.
-func (f fleet) clients(t *testing.T, base string) []wire.ClientInfo {
+func (f fleet) clients(t *testing.T, base string) []apitype.ClientInfo {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+wire.Prefix+"/clients", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+apitype.Prefix+"/clients", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func (f fleet) clients(t *testing.T, base string) []wire.ClientInfo {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /aperio/api/clients = %d %q, %v, want 200", resp.StatusCode, b, err)
 	}
-	var list []wire.ClientInfo
+	var list []apitype.ClientInfo
 	if err := json.Unmarshal(b, &list); err != nil {
 		t.Fatalf("GET /aperio/api/clients: %v in %q, want a JSON list", err, b)
 	}
@@ -268,13 +268,13 @@ func (f fleet) waitHealthy(t *testing.T, base string, want map[string]string) {
 
 // clientEntry returns the entry of list of the client called name bound
 // to host alone.
-func clientEntry(list []wire.ClientInfo, name, host string) (wire.ClientInfo, bool) {
+func clientEntry(list []apitype.ClientInfo, name, host string) (apitype.ClientInfo, bool) {
 	for _, c := range list {
 		if c.Name == name && len(c.Hostnames) == 1 && c.Hostnames[0] == host {
 			return c, true
 		}
 	}
-	return wire.ClientInfo{}, false
+	return apitype.ClientInfo{}, false
 }
 
 // statusBackend starts a backend that answers every request with status

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"slices"
 
-	"github.com/aperio-dev/aperio/agent"
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/agent"
+	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/hangup"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/reload"

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/agent"
-	"github.com/aperio-dev/aperio/internal/blackhole"
+	"github.com/aperio-dev/aperio/internal/agent"
+	"github.com/aperio-dev/aperio/internal/testkit/blackhole"
 )
 
 // TestProcessesBackendResilience runs the real binaries through what a

@@ -127,7 +127,7 @@ func records(t testing.TB, base string) []scalingRecord {
 }
 
 // armedReload is how long the server waits after a record changes before
-// it reloads the router's armed binds (gateway/changes.go debounces the
+// it reloads the router's armed binds (internal/server/changes.go debounces the
 // reload by one second). Until then a request for a hostname whose only
 // client has left is not cold started, and nothing outside the process
 // shows when the reload has happened.

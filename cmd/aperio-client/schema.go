@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/config"
 )
 
 // addPrintSchema gives cmd --print-schema: print the JSON Schema of the

@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/aperio-dev/aperio/config/configtest"
+	"github.com/aperio-dev/aperio/internal/config/configtest"
 )
 
 // TestPrintSchemaPublished: --print-schema prints the schema published in

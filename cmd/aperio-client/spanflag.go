@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/config"
 )
 
 // spanFlag is a flag that takes a duration with its unit (30d, 12h, 90m,

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // TestSpanFlagsNeedUnits: --expires-in and --grace take a duration with its
@@ -58,14 +58,14 @@ func TestSpanFlagsWithUnits(t *testing.T) {
 	t.Setenv("APERIO_SERVER_URL", s.url)
 	t.Setenv("APERIO_API_KEY", testMaster)
 	before := time.Now()
-	var tok wire.MintedToken
+	var tok apitype.MintedToken
 	okJSON(t, &tok, "api", "tokens", "create", "--name", "web", "--hostname", "app.example.com", "--expires-in", "90m", "--json")
 	after := time.Now()
 	if e := tok.ExpiresAt; e == nil || e.Before(before.Add(90*time.Minute).Truncate(time.Second)) || e.After(after.Add(90*time.Minute)) {
 		t.Errorf("expires_at with --expires-in 90m = %v, want 90 minutes after the call", e)
 	}
 	before = time.Now()
-	var rot wire.MintedToken
+	var rot apitype.MintedToken
 	okJSON(t, &rot, "api", "tokens", "rotate", tok.ID, "--grace", "1d12h", "--json")
 	after = time.Now()
 	if p := rot.PreviousExpiresAt; p == nil || p.Before(before.Add(36*time.Hour).Truncate(time.Second)) || p.After(after.Add(36*time.Hour)) {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/aperio-dev/aperio/agent"
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/agent"
+	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 )
 

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aperio-dev/aperio/agent"
-	"github.com/aperio-dev/aperio/concurrency"
-	"github.com/aperio-dev/aperio/config"
+	"github.com/aperio-dev/aperio/internal/agent"
+	"github.com/aperio-dev/aperio/internal/agent/limiter"
+	"github.com/aperio-dev/aperio/internal/config"
 )
 
 func TestStatusWithoutClientExits1(t *testing.T) {
@@ -62,7 +62,7 @@ func TestStatusShowsEveryRunningClient(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &sts); err != nil {
 		t.Fatalf("status --json output %q: %v", stdout, err)
 	}
-	got := map[string]concurrency.Snapshot{}
+	got := map[string]limiter.Snapshot{}
 	for _, st := range sts {
 		for _, s := range st.Services {
 			if s.Concurrency == nil {
@@ -71,9 +71,9 @@ func TestStatusShowsEveryRunningClient(t *testing.T) {
 			got[s.Hostnames[0]] = *s.Concurrency
 		}
 	}
-	want := map[string]concurrency.Snapshot{
-		"fixed.test": {Mode: concurrency.ModeFixed, Desired: 7, Min: 7, Max: 7, Fixed: true},
-		"aimd.test":  {Mode: concurrency.ModeAIMD, Desired: 3, Min: 1, Max: 100},
+	want := map[string]limiter.Snapshot{
+		"fixed.test": {Mode: limiter.ModeFixed, Desired: 7, Min: 7, Max: 7, Fixed: true},
+		"aimd.test":  {Mode: limiter.ModeAIMD, Desired: 3, Min: 1, Max: 100},
 	}
 	for h, w := range want {
 		if got[h] != w {

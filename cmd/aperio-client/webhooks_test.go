@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/aperio-dev/aperio/admin"
+	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/store"
-	"github.com/aperio-dev/aperio/wire"
 )
 
 // cliSender is the API's webhook sender in these tests: it reaches no
@@ -27,7 +27,7 @@ type cliSender struct {
 
 func (s *cliSender) Test(ctx context.Context, sub store.Webhook) (store.WebhookDelivery, error) {
 	return s.db.RecordWebhookDelivery(ctx, store.WebhookDelivery{ID: fmt.Sprintf("msg_%d", s.next.Add(1)), WebhookID: sub.ID,
-		OrgID: sub.OrgID, Event: wire.EventPing, Status: store.DeliveryDelivered, Attempts: 1, LastStatusCode: 204, Body: []byte(`{}`)}, 0)
+		OrgID: sub.OrgID, Event: apitype.EventPing, Status: store.DeliveryDelivered, Attempts: 1, LastStatusCode: 204, Body: []byte(`{}`)}, 0)
 }
 
 func (s *cliSender) Redeliver(ctx context.Context, _ store.Webhook, prev store.WebhookDelivery) (store.WebhookDelivery, error) {

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/aperio-dev/aperio/config/serverconfig"
+	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 )
 

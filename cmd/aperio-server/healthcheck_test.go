@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/config/serverconfig"
-	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
+	"github.com/aperio-dev/aperio/internal/server"
 )
 
 func TestReadyzURL(t *testing.T) {
@@ -48,7 +48,7 @@ func TestReadyzURL(t *testing.T) {
 
 // liveGateway is a real server serving on 127.0.0.1.
 type liveGateway struct {
-	gw   *gateway.Gateway
+	gw   *server.Gateway
 	port int
 	stop func() // begins the shutdown and returns once Serve has
 }
@@ -62,7 +62,7 @@ func startGateway(t *testing.T, certFile, keyFile string) *liveGateway {
 	cfg := serverconfig.Default()
 	cfg.Token, cfg.Store.DataDir = "token-0123456789abcdef", t.TempDir()
 	cfg.TLSCert, cfg.TLSKey = certFile, keyFile
-	gw, err := gateway.New(t.Context(), cfg.Config, gateway.Options{})
+	gw, err := server.New(t.Context(), cfg.Config, server.Options{})
 	if err != nil {
 		ln.Close()
 		t.Fatalf("gateway.New() = %v", err)

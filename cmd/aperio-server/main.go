@@ -22,14 +22,14 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel"
 
-	"github.com/aperio-dev/aperio/config/serverconfig"
-	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/server"
+	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/store"
-	"github.com/aperio-dev/aperio/telemetry"
 )
 
 func main() {
@@ -114,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if verifyAudit {
 				return verifyAuditChain(ctx, cfg, stdout, stderr)
 			}
-			gopts := gateway.Options{Logger: log, AccessLog: access}
+			gopts := server.Options{Logger: log, AccessLog: access}
 			if telemetry.TracingEnabled(os.Getenv) {
 				// Export failures (a collector down) surface through
 				// OpenTelemetry's global handler: send them to our log.
@@ -136,7 +136,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				gopts.TracerProvider = tr.Provider()
 				log.Info("tracing on", logkey.SampleRate, cfg.OTelSampleRate)
 			}
-			g, err := gateway.New(ctx, cfg.Config, gopts)
+			g, err := server.New(ctx, cfg.Config, gopts)
 			if err != nil {
 				log.Error("server failed to start", logkey.Err, err)
 				return exitcode.ErrFailure
@@ -223,7 +223,7 @@ func storeWarnings(ctx context.Context, cfg serverconfig.Config) []string {
 		return []string{"cannot read the store to check organizations' hostname patterns: " + err.Error()}
 	}
 	defer db.Close()
-	names, err := gateway.OrgsWithoutHostnames(ctx, db, "default")
+	names, err := server.OrgsWithoutHostnames(ctx, db, "default")
 	if err != nil {
 		return []string{"cannot read the store to check organizations' hostname patterns: " + err.Error()}
 	}

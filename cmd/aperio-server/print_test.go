@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/aperio-dev/aperio/config/configtest"
-	"github.com/aperio-dev/aperio/config/serverconfig"
+	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
+	"github.com/aperio-dev/aperio/internal/config/configtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

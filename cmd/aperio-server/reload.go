@@ -11,18 +11,18 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/aperio-dev/aperio/config/serverconfig"
-	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/internal/reload"
+	"github.com/aperio-dev/aperio/internal/server"
 )
 
-// processKeys are the keys main applies itself, outside gateway.Config,
+// processKeys are the keys main applies itself, outside server.Config,
 // and whether a reload changes them live. Together with
-// gateway.ReloadKeys they are every key of the server (a test says so).
-var processKeys = []gateway.ReloadKey{
+// server.ReloadKeys they are every key of the server (a test says so).
+var processKeys = []server.ReloadKey{
 	{Name: "log_level", Live: true},
 	{Name: "log_format", Live: false},       // the handler is built once
 	{Name: "otel_sample_rate", Live: false}, // the tracer provider is built once
@@ -33,7 +33,7 @@ var processKeys = []gateway.ReloadKey{
 // goroutine, one call at a time; Files may be called from any.
 type reloader struct {
 	opts  serverconfig.Options
-	g     *gateway.Gateway
+	g     *server.Gateway
 	log   *slog.Logger
 	level *slog.LevelVar // the diagnostic log's level: log_level is live
 
@@ -44,7 +44,7 @@ type reloader struct {
 
 // newReloader returns the reloader of a server started with cfg, which
 // loading with opts read from files.
-func newReloader(opts serverconfig.Options, cfg serverconfig.Config, files []string, g *gateway.Gateway, log *slog.Logger, level *slog.LevelVar) *reloader {
+func newReloader(opts serverconfig.Options, cfg serverconfig.Config, files []string, g *server.Gateway, log *slog.Logger, level *slog.LevelVar) *reloader {
 	r := &reloader{opts: opts, g: g, log: log, level: level, running: cfg}
 	r.files = r.watched(cfg, files, nil)
 	return r

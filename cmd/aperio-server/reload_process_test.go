@@ -18,9 +18,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/aperio-dev/aperio/gateway"
-	"github.com/aperio-dev/aperio/internal/testcert"
-	"github.com/aperio-dev/aperio/wire"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/server"
+	"github.com/aperio-dev/aperio/internal/testkit/testcert"
 )
 
 // liveConfig is the body of the live-settings test's file at version v:
@@ -149,7 +149,7 @@ func TestProcessReloadLiveSettings(t *testing.T) {
 		_, got := get(t, c, "GET", s.base+"/fixed", "live.test", nil, nil)
 		return got == "fixed v3"
 	})
-	waitUntil(t, "the v3 reload audited", func() bool { return len(audit(t, s, c, gateway.EventConfigReloaded)) == 2 })
+	waitUntil(t, "the v3 reload audited", func() bool { return len(audit(t, s, c, server.EventConfigReloaded)) == 2 })
 	if n := s.count(from, reloadedAny); n != 0 {
 		t.Errorf("%d info lines of a reload under log_level error, want none", n)
 	}
@@ -162,13 +162,13 @@ func TestProcessReloadLiveSettings(t *testing.T) {
 
 // audit returns the server's audit entries of event, newest first, read
 // with the master token.
-func audit(t *testing.T, s *reloadServer, c *http.Client, event string) []wire.AuditEntry {
+func audit(t *testing.T, s *reloadServer, c *http.Client, event string) []apitype.AuditEntry {
 	t.Helper()
-	resp, body := get(t, c, "GET", s.base+wire.Prefix+"/audit?event="+event, "", nil, http.Header{"Authorization": {"Bearer " + reloadMaster}})
+	resp, body := get(t, c, "GET", s.base+apitype.Prefix+"/audit?event="+event, "", nil, http.Header{"Authorization": {"Bearer " + reloadMaster}})
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /aperio/api/audit = %d %q, want 200", resp.StatusCode, body)
 	}
-	var es []wire.AuditEntry
+	var es []apitype.AuditEntry
 	if err := json.Unmarshal([]byte(body), &es); err != nil {
 		t.Fatalf("GET /aperio/api/audit: %v in %q", err, body)
 	}
@@ -214,7 +214,7 @@ func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 	if got := fixed(); got != "good" {
 		t.Errorf("GET /fixed after a broken edit = %q, want the old good", got)
 	}
-	es := audit(t, s, c, gateway.EventConfigReloadFailed)
+	es := audit(t, s, c, server.EventConfigReloadFailed)
 	if len(es) != 1 || !strings.Contains(es[0].Detail, "not a valid glob") || es[0].Actor != "server" {
 		t.Fatalf("config_reload_failed entries = %+v, want one by server naming the glob's problem", es)
 	}
@@ -229,7 +229,7 @@ func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 	if got := fixed(); got != "good" {
 		t.Errorf("GET /fixed after an oversized file = %q, want the old good", got)
 	}
-	if n := len(audit(t, s, c, gateway.EventConfigReloadFailed)); n != 2 {
+	if n := len(audit(t, s, c, server.EventConfigReloadFailed)); n != 2 {
 		t.Errorf("%d config_reload_failed entries, want 2", n)
 	}
 
@@ -240,7 +240,7 @@ func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 	waitUntil(t, "GET /fixed answers better", func() bool { return fixed() == "better" })
 	s.waitLine(t, from, regexp.MustCompile(`msg="configuration reloaded" .*applied=routes `))
 	waitUntil(t, "the fixed edit audited", func() bool {
-		es := audit(t, s, c, gateway.EventConfigReloaded)
+		es := audit(t, s, c, server.EventConfigReloaded)
 		return len(es) > 0 && strings.Contains(es[0].Detail, "applied: routes;")
 	})
 
@@ -281,7 +281,7 @@ func TestProcessReloadOnSIGHUP(t *testing.T) {
 			t.Fatalf("GET /fixed after SIGHUP %d = %q, want up (still serving)", i+1, got)
 		}
 	}
-	es := audit(t, s, c, gateway.EventConfigReloaded)
+	es := audit(t, s, c, server.EventConfigReloaded)
 	if len(es) != 2 || !strings.HasPrefix(es[0].Detail, "SIGHUP;") {
 		t.Errorf("config_reloaded entries = %+v, want two for SIGHUP", es)
 	}

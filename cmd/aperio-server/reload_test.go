@@ -7,14 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aperio-dev/aperio/config/serverconfig"
-	"github.com/aperio-dev/aperio/gateway"
+	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
+	"github.com/aperio-dev/aperio/internal/server"
 )
 
 // allReloadKeys is every key as a reload treats it: the gateway's, then
 // the process settings main applies.
-func allReloadKeys() []gateway.ReloadKey {
-	return append(gateway.ReloadKeys(), processKeys...)
+func allReloadKeys() []server.ReloadKey {
+	return append(server.ReloadKeys(), processKeys...)
 }
 
 // TestReloadKeysCoverEveryKey: each key of the server is judged by a

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/aperio-dev/aperio/config/serverconfig"
+	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
 )
 
 // addSettingsHelp gives cmd --print-schema (print the JSON Schema of

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aperio-dev/aperio/config/configtest"
+	"github.com/aperio-dev/aperio/internal/config/configtest"
 )
 
 // TestPrintSchemaPublished: --print-schema prints the schema published in

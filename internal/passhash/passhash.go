@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aperio-dev/aperio/internal/b64"
+
 	"golang.org/x/crypto/argon2"
 	"golang.org/x/crypto/bcrypt"
 )
@@ -208,11 +210,11 @@ func parseArgon(encoded string) (argonParams, error) {
 	if m < 8*p {
 		return a, malformed("argon2id: m below 8 KiB per lane")
 	}
-	salt, err := base64.RawStdEncoding.Strict().DecodeString(parts[4])
+	salt, err := b64.DecodeRawStd(parts[4])
 	if err != nil || len(salt) < 8 || len(salt) > 64 {
 		return a, malformed("argon2id: salt is not 8 to 64 bytes of unpadded base64")
 	}
-	key, err := base64.RawStdEncoding.Strict().DecodeString(parts[5])
+	key, err := b64.DecodeRawStd(parts[5])
 	if err != nil || len(key) < 16 || len(key) > 64 {
 		return a, malformed("argon2id: key is not 16 to 64 bytes of unpadded base64")
 	}

@@ -1,7 +1,0 @@
-//go:build race
-
-package gateway_test
-
-// raceEnabled reports whether the race detector is on; it slows the data
-// path by an order of magnitude.
-const raceEnabled = true

@@ -1,0 +1,549 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aperio-dev/aperio/internal/edge/acme/acmetest"
+	"github.com/aperio-dev/aperio/internal/portspec"
+	"github.com/aperio-dev/aperio/internal/testkit/echotest"
+	"github.com/aperio-dev/aperio/internal/testkit/poll"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// fakeSession serves raw streams: TCP by dialing echo, UDP by echoing
+// framed datagrams on a pipe.
+type fakeSession struct {
+	id   tunnel.Identity
+	ann  tunnel.Announcement
+	echo string
+}
+
+func (f *fakeSession) Identity() tunnel.Identity          { return f.id }
+func (f *fakeSession) Announcement() *tunnel.Announcement { return &f.ann }
+func (f *fakeSession) OpenRaw(ctx context.Context, h tunnel.RawHeader) (net.Conn, error) {
+	if h.Kind == tunnel.RawTCP {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", f.echo)
+	}
+	a, b := net.Pipe()
+	go func() {
+		defer b.Close()
+		buf := make([]byte, tunnel.MaxDatagram)
+		for {
+			n, err := tunnel.ReadDatagram(b, buf)
+			if err != nil {
+				return
+			}
+			if tunnel.WriteDatagram(b, buf[:n]) != nil {
+				return
+			}
+		}
+	}()
+	return a, nil
+}
+
+func newManager(t testing.TB, cfg Config) *Manager {
+	t.Helper()
+	cfg.ListenHost = "127.0.0.1"
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestAdmission(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := acmetest.FreePort(t)
+	rng := []portspec.Range{{Lo: p, Hi: p}}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	busy := held.Addr().(*net.TCPAddr).Port
+	tests := []struct {
+		name  string
+		rng   []portspec.Range
+		ident tunnel.Identity
+		port  int
+		want  string // substring of the error, "" for open
+	}{
+		{"off", nil, tunnel.Identity{AnyTCPPort: true}, p, "disabled"},
+		{"outside range", rng, tunnel.Identity{AnyTCPPort: true}, p + 1, "outside"},
+		{"privileged", rng, tunnel.Identity{AnyTCPPort: true}, 22, "privileged"},
+		{"token not allowed", rng, tunnel.Identity{AllowTCPPorts: []portspec.Range{{Lo: p + 1, Hi: p + 1}}}, p, "token does not allow"},
+		{"allowed", rng, tunnel.Identity{AllowTCPPorts: rng}, p, ""},
+		{"allocate", rng, tunnel.Identity{AnyTCPPort: true}, 0, ""},
+		{"bind failure", []portspec.Range{{Lo: busy, Hi: busy}}, tunnel.Identity{AnyTCPPort: true}, busy, "bind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newManager(t, Config{Range: tt.rng})
+			s := &fakeSession{id: tt.ident, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: tt.port}}}}
+			st, notices := m.Apply(context.Background(), "s1", s)
+			if len(st) != 1 {
+				t.Fatalf("Apply = %v, want one status", st)
+			}
+			if tt.want == "" {
+				if st[0].Error != "" || st[0].Port != p {
+					t.Fatalf("Apply = %+v, want open on %d", st[0], p)
+				}
+				return
+			}
+			if !strings.Contains(st[0].Error, tt.want) || st[0].Port != 0 || len(notices) != 1 {
+				t.Fatalf("Apply = %+v %v, want refusal %q and one notice", st[0], notices, tt.want)
+			}
+		})
+	}
+}
+
+func TestPoolAndOtherOrg(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := acmetest.FreePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
+	ann := tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p}}}
+	a := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true}, ann: ann}
+	b := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true}, ann: ann}
+	c := &fakeSession{id: tunnel.Identity{OrgID: "o2", AnyTCPPort: true}, ann: ann}
+	ctx := context.Background()
+	for _, x := range []struct {
+		id string
+		s  *fakeSession
+		ok bool
+	}{{"a", a, true}, {"b", b, true}, {"c", c, false}} {
+		st, _ := m.Apply(ctx, x.id, x.s)
+		if (st[0].Error == "") != x.ok {
+			t.Fatalf("Apply(%s) = %+v, want ok %v", x.id, st[0], x.ok)
+		}
+	}
+	snap := m.Snapshot()
+	if len(snap) != 1 || len(snap[0].Sessions) != 2 {
+		t.Fatalf("Snapshot = %+v, want one port with two sessions", snap)
+	}
+	m.Release(ctx, "a", a.id)
+	if s := m.Snapshot(); len(s) != 1 {
+		t.Fatalf("Snapshot after one release = %+v", s)
+	}
+	m.Release(ctx, "b", b.id)
+	if s := m.Snapshot(); len(s) != 0 {
+		t.Fatalf("Snapshot after both releases = %+v, want none", s)
+	}
+	if _, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", fmtInt(p))); err == nil {
+		t.Fatal("port still listening after the last release")
+	}
+}
+
+func fmtInt(n int) string { return (&net.TCPAddr{Port: n}).String()[1:] }
+
+func TestTCPEchoHalfClose(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	p := acmetest.FreePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
+	defer m.Close()
+	s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, echo: echo, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p}}}}
+	if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+		t.Fatal(st[0].Error)
+	}
+	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", fmtInt(p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("echo = %q, %v, want hello", got, err)
+	}
+}
+
+func TestUDPEchoFlows(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := acmetest.FreePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, UDPIdle: 200 * time.Millisecond, MaxDatagram: 512})
+	defer m.Close()
+	s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "u", Protocol: "udp", RemotePort: p}}}}
+	if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+		t.Fatal(st[0].Error)
+	}
+	dst := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p}
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.WriteToUDP(make([]byte, 600), dst); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteToUDP([]byte("ping"), dst); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1024)
+	n, _, err := c.ReadFromUDP(buf)
+	if err != nil || string(buf[:n]) != "ping" {
+		t.Fatalf("udp echo = %q, %v, want ping", buf[:n], err)
+	}
+	poll.Until(t, 5*time.Second, "the snapshot shows one drop and the flow expired", func() bool {
+		snap := m.Snapshot()
+		return snap[0].Dropped == 1 && snap[0].Open == 0
+	})
+}
+
+func TestTCPLimits(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	tests := []struct {
+		name    string
+		max     int
+		allowed []string
+	}{
+		{"max_tcp_connections", 1, nil},
+		{"allowed_ips", 10, []string{"10.0.0.0/8"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := acmetest.FreePort(t)
+			m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, MaxTCPConnections: tt.max})
+			defer m.Close()
+			s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, echo: echo, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p, AllowedIPs: tt.allowed}}}}
+			if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+				t.Fatal(st[0].Error)
+			}
+			addr := net.JoinHostPort("127.0.0.1", fmtInt(p))
+			var first net.Conn
+			if tt.allowed == nil {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c.Write([]byte("x"))
+				if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+					t.Fatalf("first connection: %v", err)
+				}
+				first = c
+			}
+			expectRefused(t, m, addr)
+			if first != nil {
+				first.Close()
+			}
+		})
+	}
+}
+
+// TestAdmitting: the entries of a pooled port that admit a visitor are
+// those whose allowed_ips and token allowed_ips both do; every entry
+// without an address; a port not open is not found.
+func TestAdmitting(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := acmetest.FreePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
+	defer m.Close()
+	ctx := context.Background()
+	office := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "office", Protocol: "tcp", RemotePort: p, AllowedIPs: []string{"10.0.0.0/8"}}}}}
+	fenced := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true, AllowedIPs: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "any", Protocol: "tcp", RemotePort: p}}}}
+	for id, s := range map[string]*fakeSession{"a": office, "b": fenced} {
+		if st, _ := m.Apply(ctx, id, s); st[0].Error != "" {
+			t.Fatal(st[0].Error)
+		}
+	}
+	for _, tc := range []struct {
+		ip   string
+		want []string
+	}{
+		{"10.1.2.3", []string{"office"}},
+		{"192.0.2.7", []string{"any"}},
+		{"203.0.113.1", nil},
+		{"", []string{"office", "any"}},
+	} {
+		var ip netip.Addr
+		if tc.ip != "" {
+			ip = netip.MustParseAddr(tc.ip)
+		}
+		info, got, ok := m.Admitting(p, "tcp", ip)
+		slices.Sort(got)
+		want := slices.Clone(tc.want)
+		slices.Sort(want)
+		if !ok || info.Port != p || !slices.Equal(got, want) {
+			t.Errorf("Admitting(%s) = %v %v, want %v", tc.ip, got, ok, tc.want)
+		}
+	}
+	if _, _, ok := m.Admitting(p, "udp", netip.Addr{}); ok {
+		t.Error("Admitting found a udp port nobody opened")
+	}
+	m.Release(ctx, "a", office.id)
+	m.Release(ctx, "b", fenced.id)
+}
+
+// openEcho starts a manager with cfg on a free port and a session of
+// ident whose TCP entry there relays to echo; it returns the manager, the
+// port's address and its number. t.Cleanup closes the manager.
+func openEcho(t *testing.T, cfg Config, ident tunnel.Identity, echo string) (*Manager, string, int) {
+	t.Helper()
+	p := acmetest.FreePort(t)
+	cfg.Range = []portspec.Range{{Lo: p, Hi: p}}
+	m := newManager(t, cfg)
+	s := &fakeSession{id: ident, echo: echo, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: p}}}}
+	if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+		t.Fatal(st[0].Error)
+	}
+	return m, net.JoinHostPort("127.0.0.1", fmtInt(p)), p
+}
+
+// TestTCPResetAndSilentVisitor: a visitor that resets its connection
+// mid-exchange and one that connects and never sends a byte both leave
+// nothing behind: the silent one is closed after tcp idle, the port's
+// open count returns to zero and no goroutine is left.
+func TestTCPResetAndSilentVisitor(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	m, addr, _ := openEcho(t, Config{TCPIdle: 300 * time.Millisecond}, tunnel.Identity{AnyTCPPort: true}, echo)
+	defer m.Close()
+
+	reset, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := reset.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(reset, make([]byte, 3)); err != nil {
+		t.Fatalf("echo before the reset: %v", err)
+	}
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	poll.Until(t, 5*time.Second, "both connections open", func() bool { return m.Snapshot()[0].Open == 2 })
+
+	reset.(*net.TCPConn).SetLinger(0) // Close sends RST
+	reset.Close()
+	silent.SetDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	if n, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("the silent visitor read %d bytes, want its connection closed", n)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the silent visitor was closed after %v, want about the 300ms tcp idle", d)
+	}
+	poll.Until(t, 5*time.Second, "no connection open after the reset and the idle close", func() bool { return m.Snapshot()[0].Open == 0 })
+}
+
+// countingUsage is a Counter that records what it was given and admits
+// until refuse is set.
+type countingUsage struct {
+	refuse  atomic.Bool
+	in, out atomic.Int64
+	names   chan string
+}
+
+func (c *countingUsage) counter(tokenID, orgID, name string) Counter {
+	c.names <- tokenID + "/" + orgID + "/" + name
+	return c
+}
+func (c *countingUsage) Allow() bool { return !c.refuse.Load() }
+func (c *countingUsage) Record(in, out int64) {
+	c.in.Add(in)
+	c.out.Add(out)
+}
+
+// TestTCPUsage: a TCP connection's bytes are recorded against its
+// token, organization and port once it ends; a counter that refuses (a
+// quota spent) closes the connection without a byte relayed.
+func TestTCPUsage(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	u := &countingUsage{names: make(chan string, 8)}
+	m, addr, p := openEcho(t, Config{Usage: u.counter}, tunnel.Identity{OrgID: "o1", TokenID: "tok1", AnyTCPPort: true}, echo)
+	defer m.Close()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	msg := strings.Repeat("x", 10_000)
+	if _, err := io.WriteString(c, msg); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	if got, err := io.ReadAll(c); err != nil || len(got) != len(msg) {
+		t.Fatalf("echo = %d bytes, %v; want %d", len(got), err, len(msg))
+	}
+	c.Close()
+	if got, want := <-u.names, "tok1/o1/tcp:"+fmtInt(p); got != want {
+		t.Errorf("usage counted as %q, want %q", got, want)
+	}
+	poll.Until(t, 5*time.Second, "the connection's bytes recorded", func() bool {
+		return u.in.Load() == int64(len(msg)) && u.out.Load() == int64(len(msg))
+	})
+
+	u.refuse.Store(true)
+	expectRefused(t, m, addr)
+}
+
+// expectRefused dials addr, sends a byte, and fails t unless the
+// connection is closed without an answer and m counts one refusal.
+func expectRefused(t *testing.T, m *Manager, addr string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write([]byte("x"))
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("refused connection read %d bytes, want closed", n)
+	}
+	if got := m.Snapshot()[0].Refused; got != 1 {
+		t.Fatalf("Refused = %d, want 1", got)
+	}
+}
+
+// TestUDPFlowBounds: a UDP port holds at most MaxUDPFlowsPerIP flows of
+// one visitor address and MaxUDPFlows in all; a datagram past either
+// bound is dropped and counted as a refusal while admitted flows keep
+// being answered.
+func TestUDPFlowBounds(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := acmetest.FreePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, MaxUDPFlows: 2, MaxUDPFlowsPerIP: 1, UDPIdle: time.Minute})
+	defer m.Close()
+	s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "u", Protocol: "udp", RemotePort: p}}}}
+	if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
+		t.Fatal(st[0].Error)
+	}
+	dst := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p}
+	// exchange sends ping from a fresh socket on ip and reports whether
+	// the echo came back.
+	exchange := func(ip net.IP, wait time.Duration) bool {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: ip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.WriteToUDP([]byte("ping"), dst); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(wait))
+		buf := make([]byte, 64)
+		n, _, err := c.ReadFromUDP(buf)
+		return err == nil && string(buf[:n]) == "ping"
+	}
+	steps := []struct {
+		name string
+		ip   net.IP
+		ok   bool
+	}{
+		{"first flow of 127.0.0.1", net.IPv4(127, 0, 0, 1), true},
+		{"second flow of 127.0.0.1 (per ip bound)", net.IPv4(127, 0, 0, 1), false},
+		{"first flow of 127.0.0.2", net.IPv4(127, 0, 0, 2), true},
+		{"first flow of 127.0.0.3 (port bound)", net.IPv4(127, 0, 0, 3), false},
+	}
+	admitted, refused := 0, 0
+	for _, st := range steps {
+		wait := 5 * time.Second
+		if !st.ok {
+			wait = 300 * time.Millisecond
+		}
+		if got := exchange(st.ip, wait); got != st.ok {
+			t.Fatalf("%s: answered %v, want %v", st.name, got, st.ok)
+		}
+		if st.ok {
+			admitted++
+		} else {
+			refused++
+		}
+		if snap := m.Snapshot()[0]; snap.Open != int64(admitted) || snap.Refused != int64(refused) {
+			t.Fatalf("%s: snapshot open %d refused %d, want %d and %d", st.name, snap.Open, snap.Refused, admitted, refused)
+		}
+	}
+}
+
+// TestAllocateRangeExhausted: an entry asking for any port (remote_port
+// 0) is refused with a reason once every port of the range is taken, and
+// gets the port once it is free again.
+func TestAllocateRangeExhausted(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := acmetest.FreePort(t)
+	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}})
+	defer m.Close()
+	ctx := context.Background()
+	ann := tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp"}}}
+	a := &fakeSession{id: tunnel.Identity{OrgID: "o1", AnyTCPPort: true}, ann: ann}
+	b := &fakeSession{id: tunnel.Identity{OrgID: "o2", AnyTCPPort: true}, ann: ann}
+	if st, _ := m.Apply(ctx, "a", a); st[0].Error != "" || st[0].Port != p {
+		t.Fatalf("Apply(a) = %+v, want port %d", st[0], p)
+	}
+	st, notices := m.Apply(ctx, "b", b)
+	if st[0].Port != 0 || !strings.Contains(st[0].Error, "no free port") || len(notices) != 1 {
+		t.Fatalf("Apply(b) with the range taken = %+v %q, want refused: no free port, one notice", st[0], notices)
+	}
+	m.Release(ctx, "a", a.id)
+	if st, notices := m.Apply(ctx, "b", b); st[0].Error != "" || st[0].Port != p || len(notices) != 0 {
+		t.Fatalf("Apply(b) once the port is free = %+v %q, want port %d", st[0], notices, p)
+	}
+}
+
+// TestTCPBackendReset: a backend that resets the connection as soon as
+// it is reached closes the visitor's connection, and nothing is left
+// open behind it.
+func TestTCPBackendReset(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	defer func() { ln.Close(); <-accepted }()
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	m, addr, _ := openEcho(t, Config{}, tunnel.Identity{AnyTCPPort: true}, ln.Addr().String())
+	defer m.Close()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.Write([]byte("hello"))
+	if n, err := io.Copy(io.Discard, c); n != 0 || isTimeout(err) {
+		t.Fatalf("visitor of a resetting backend read %d bytes, %v; want its connection closed", n, err)
+	}
+	poll.Until(t, 5*time.Second, "no connection open after the backend's reset", func() bool { return m.Snapshot()[0].Open == 0 })
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,144 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/agent"
+	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/edge/acme"
+	"github.com/aperio-dev/aperio/internal/edge/acme/acmetest"
+)
+
+// TestAutomaticTLSEndToEnd runs the server with acme: against Pebble on
+// its real public port. The server's own name (acme.hostnames) carries
+// the tunnel; a master-token client publishes app.test; the visitor's
+// first HTTPS request for app.test obtains its certificate, chained to
+// Pebble's root, and is served through the tunnel. A name only a minted
+// token covers gets a certificate too; a name nobody may serve gets a
+// failed handshake. The HTTP port redirects to HTTPS, and the loopback
+// healthcheck (no SNI) is answered.
+func TestAutomaticTLSEndToEnd(t *testing.T) {
+	tlsPort, httpPort := acmetest.FreePort(t), acmetest.FreePort(t)
+	p := acmetest.Start(t, httpPort, tlsPort, time.Hour)
+	cfg := serverConfig(t)
+	cfg.Port = tlsPort
+	cfg.ACME = acme.DefaultConfig()
+	cfg.ACME.Email = "ops@example.com"
+	cfg.ACME.CA, cfg.ACME.CARoot, cfg.ACME.HTTPPort = p.Dir, p.APIRoot, httpPort
+	cfg.ACME.Hostnames = []string{"tunnel.test"}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(tlsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, cfg, ln, p.Roots)
+	port := strconv.Itoa(tlsPort)
+	// Every name resolves to the server, as DNS would send it there.
+	toServer := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		_, p, _ := net.SplitHostPort(addr)
+		return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+p)
+	}
+
+	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "app says hi")
+	}))
+	a, err := agent.New(config.Client{
+		ServerURL: "https://tunnel.test:" + port, Token: testToken, Name: "acme", DrainTimeout: 5 * time.Second,
+		Services: []config.Service{{Target: backend.URL, Hostnames: []string{appHost}}},
+	}, agent.Options{Logger: testLogger(), DialServer: toServer, TLSConfig: &tls.Config{RootCAs: p.Roots}, StatusSocket: config.StatusSocketOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stopAgent := context.WithCancel(context.Background())
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- a.Run(actx) }()
+	t.Cleanup(func() { stopAgent(); <-agentDone })
+
+	tr := &http.Transport{DialContext: toServer, TLSClientConfig: &tls.Config{RootCAs: p.Roots}}
+	t.Cleanup(tr.CloseIdleConnections)
+	visitor := &http.Client{Transport: tr, Timeout: 60 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	// The tunnel is up once the client is listed; its TLS handshake
+	// for tunnel.test verified against Pebble's root.
+	poll(t, 60*time.Second, func() (bool, string) {
+		req, _ := http.NewRequest(http.MethodGet, "https://tunnel.test:"+port+"/aperio/api/clients", nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := visitor.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		var list []map[string]any
+		json.NewDecoder(resp.Body).Decode(&list)
+		return len(list) == 1, "clients " + strconv.Itoa(len(list))
+	})
+
+	resp, err := visitor.Get("https://" + appHost + ":" + port + "/")
+	if err != nil {
+		t.Fatalf("first HTTPS request for app.test: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "app says hi" {
+		t.Fatalf("app.test over automatic TLS: %d %q", resp.StatusCode, body)
+	}
+	if leaf := resp.TLS.PeerCertificates[0]; len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != appHost {
+		t.Errorf("app.test served a certificate for %v", leaf.DNSNames)
+	}
+
+	// A minted token covering scoped.test: its name gets a certificate
+	// before any client of it connects.
+	mint, _ := json.Marshal(map[string]any{"name": "scoped", "hostnames": []string{"scoped.test"}})
+	req, _ := http.NewRequest(http.MethodPost, "https://tunnel.test:"+port+"/aperio/api/tokens", bytes.NewReader(mint))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := visitor.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("minting a token: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// The ask check reads the tokens again after a miss once its list
+	// is 2 s old: the new token is seen within that.
+	poll(t, 30*time.Second, func() (bool, string) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", "127.0.0.1:"+port, &tls.Config{ServerName: "scoped.test", RootCAs: p.Roots})
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, ""
+	})
+
+	// Nobody may serve evil.test: no certificate.
+	if c, err := tls.Dial("tcp", "127.0.0.1:"+port, &tls.Config{ServerName: "evil.test", RootCAs: p.Roots}); err == nil {
+		c.Close()
+		t.Error("a handshake for evil.test succeeded")
+	}
+
+	// The HTTP port redirects to HTTPS on the public port.
+	hresp, err := visitor.Get("http://" + appHost + ":" + strconv.Itoa(httpPort) + "/a?b=c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hresp.Body.Close()
+	if want := "https://app.test:" + port + "/a?b=c"; hresp.StatusCode != http.StatusPermanentRedirect || hresp.Header.Get("Location") != want {
+		t.Errorf("HTTP port: %d %q, want 308 %q", hresp.StatusCode, hresp.Header.Get("Location"), want)
+	}
+
+	// The healthcheck dials 127.0.0.1 with no name: a self-signed answer.
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if r, err := hc.Get("https://127.0.0.1:" + port + "/aperio/readyz"); err != nil || r.StatusCode != 200 {
+		t.Errorf("loopback readyz over TLS: %v %v", r, err)
+	} else {
+		r.Body.Close()
+	}
+	_ = srv
+}

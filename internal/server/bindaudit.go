@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// EventClientBindRefused is the audit event of a connected client's
+// refused binds: one entry each time the set of binds the server refuses
+// it changes to a non-empty one, within a per-token budget like
+// client_refused's.
+const EventClientBindRefused = "client_bind_refused"
+
+// bindAuditTimeout bounds the audit write of a changed set of refused
+// binds. It runs on the heartbeat's path, so it stays well within the
+// heartbeat interval.
+const bindAuditTimeout = time.Second
+
+// maxBindsNamed bounds the refused binds an entry names, so that an
+// announcement of a thousand refused hostnames writes a short entry.
+const maxBindsNamed = 10
+
+// bindAudits remembers, per session, the refused binds last seen, so that
+// a heartbeat repeating them writes nothing. It is safe for concurrent
+// use.
+type bindAudits struct {
+	rt     *router.Router
+	budget *refusalBudget
+
+	mu   sync.Mutex // guards last
+	last map[*tunnel.Session]string
+}
+
+func newBindAudits(rt *router.Router, now func() time.Time) *bindAudits {
+	return &bindAudits{rt: rt, budget: newRefusalBudget(now), last: make(map[*tunnel.Session]string)}
+}
+
+// changed returns s's refused binds and whether they differ from the last
+// seen, and records them.
+func (b *bindAudits) changed(s *tunnel.Session) ([]string, bool) {
+	refused := b.rt.Binds(s).Refused
+	key := strings.Join(refused, "\n")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prev, seen := b.last[s]
+	if seen && prev == key {
+		return refused, false
+	}
+	b.last[s] = key
+	return refused, len(refused) > 0
+}
+
+func (b *bindAudits) forget(s *tunnel.Session) {
+	b.mu.Lock()
+	delete(b.last, s)
+	b.mu.Unlock()
+}
+
+// Update applies the announcement, then audits the session's refused
+// binds when they changed (see EventClientBindRefused).
+func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
+	notices := r.Registry.Update(ctx, s)
+	if r.binds == nil {
+		return notices
+	}
+	refused, changed := r.binds.changed(s)
+	if !changed {
+		return notices
+	}
+	id := s.Identity()
+	actor := apitype.Master
+	if id.TokenID != "" {
+		actor = "token:" + id.TokenID
+	}
+	ok, leftOut, first := r.binds.budget.admit(actor)
+	if first {
+		r.log.Warn("refused binds over budget, not auditing the rest of this minute",
+			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, s.RemoteAddr())
+	}
+	if !ok {
+		return notices
+	}
+	named := refused
+	more := ""
+	if len(named) > maxBindsNamed {
+		named, more = named[:maxBindsNamed], fmt.Sprintf(" and %d more", len(refused)-maxBindsNamed)
+	}
+	detail := fmt.Sprintf("client %s %q from %s: refused binds %s%s", s.ID(), s.Announcement().Name, s.RemoteAddr(), strings.Join(named, ", "), more)
+	if leftOut > 0 {
+		detail += fmt.Sprintf(" (%d earlier changes of this token over budget, not audited)", leftOut)
+	}
+	actx, cancel := context.WithTimeout(ctx, bindAuditTimeout)
+	defer cancel()
+	if _, err := r.db.AppendAudit(actx, store.AuditEntry{OrgID: id.OrgID, Event: EventClientBindRefused, Actor: actor, Detail: detail}); err != nil {
+		r.log.Error("audit write failed", logkey.Event, EventClientBindRefused, logkey.Err, err)
+	}
+	return notices
+}
+
+// Detach forgets the session's refused binds and emits
+// client_disconnected.
+func (r auditingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
+	r.Registry.Detach(ctx, s)
+	if r.binds != nil {
+		r.binds.forget(s)
+	}
+	r.events.Offer(sessionEvent(apitype.EventClientDisconnected, s))
+}

@@ -1,0 +1,293 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
+)
+
+// watchChanges applies the store's changes, whichever server made them:
+// a revoked token's clients are disconnected at once and its scaling
+// records released, maintenance and the router's armed binds follow the
+// records, and a token that arms scaling records has them released when it
+// expires. It returns when ctx ends.
+func (g *Gateway) watchChanges(ctx context.Context) {
+	// Scaling records change on every heartbeat that declares one; the
+	// router's armed set is reloaded at most once per second for those.
+	// A record the last load did not read (created through another
+	// server) is armed at once, so that a request for it finds it armed
+	// here too rather than a 502; at most one such load a second, so a
+	// flood of new records costs a load a second, not a load each.
+	reload := time.NewTimer(time.Hour)
+	reload.Stop()
+	pending := false
+	var lastAtOnce time.Time
+	changes := g.db.Subscribe(ctx)
+	// Records nothing re-announced for scaling_record_ttl go; checked hourly.
+	sweep := time.NewTicker(time.Hour)
+	defer sweep.Stop()
+	// Records go with the last token that armed them when it expires, as
+	// when it is revoked: expire fires at the nearest expiry of an armer.
+	expire := time.NewTimer(time.Hour)
+	expire.Stop()
+	defer expire.Stop()
+	var expiriesChanged <-chan struct{} // nil, never ready, without scaling
+	if g.expiry != nil {
+		expiriesChanged = g.expiry.changed
+	}
+	for {
+		select {
+		case <-expiriesChanged:
+			g.expiry.resetTimer(expire)
+			continue
+		case <-expire.C:
+			for _, id := range g.expiry.due(time.Now()) {
+				g.disconnectToken(id, "token expired")
+				g.releaseArmer(ctx, id, "expired")
+			}
+			g.expiry.resetTimer(expire)
+			continue
+		case <-sweep.C:
+			if g.ctl != nil && g.cfg.ScalingRecordTTL > 0 {
+				ids, err := g.db.DeleteStaleScalingRecords(ctx, time.Now().Add(-g.cfg.ScalingRecordTTL))
+				if err != nil {
+					g.log.Error("scaling record sweep failed", logkey.Err, err)
+				} else if len(ids) > 0 {
+					g.log.Info("scaling records expired", logkey.Count, len(ids))
+				}
+			}
+			continue
+		case <-reload.C:
+			pending = false
+			if err := g.armed.reload(ctx); err != nil {
+				g.log.Error("scaling records reload failed", logkey.Err, err)
+			}
+			continue
+		case ch, ok := <-changes:
+			if !ok {
+				reload.Stop()
+				return
+			}
+			switch {
+			case g.ctl == nil || !scalingChange(ch.Kind):
+			case ch.Kind == store.ChangeScalingUpdated && !g.armed.knows(ch.ID) && time.Since(lastAtOnce) >= time.Second:
+				lastAtOnce = time.Now()
+				if err := g.armed.reload(ctx); err != nil {
+					g.log.Error("scaling records reload failed", logkey.Err, err)
+				}
+			case !pending:
+				pending = true
+				reload.Reset(time.Second)
+			}
+			g.applyChange(ctx, ch)
+		}
+	}
+}
+
+// applyChange acts on one change of the store.
+func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
+	switch ch.Kind {
+	case store.ChangeTokenRevoked:
+		g.disconnectToken(ch.ID, "token revoked")
+		g.releaseArmer(ctx, ch.ID, "revoked")
+	case store.ChangeTokenUpdated:
+		g.refreshToken(ctx, ch.ID)
+		g.usageLimits.refresh(ctx, usageMiss{id: ch.ID})
+	case store.ChangeOrgLimits:
+		g.usageLimits.refresh(ctx, usageMiss{org: true, id: ch.OrgID})
+	case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
+		g.reloadMaintenance(ctx)
+	case store.ChangeOrgHostnames:
+		g.reloadOwnership(ctx)
+	case store.ChangeResync:
+		// Changes may have been missed: re-check everything cached.
+		g.reloadMaintenance(ctx)
+		g.reloadOwnership(ctx)
+		g.recheckTokens(ctx)
+		g.usageLimits.reloadAll(ctx)
+	}
+}
+
+// scalingChange reports whether a change of kind may change the router's
+// armed binds.
+func scalingChange(kind string) bool {
+	switch kind {
+	case store.ChangeScalingUpdated, store.ChangeScalingDisarmed, store.ChangeScalingDeleted, store.ChangeResync:
+		return true
+	}
+	return false
+}
+
+// releaseArmer takes a revoked or expired token off every scaling record:
+// a record goes with the last token that armed it. Every server sharing
+// the store may do it for the same token; the second changes nothing.
+func (g *Gateway) releaseArmer(ctx context.Context, tokenID, why string) {
+	if g.ctl == nil {
+		return
+	}
+	ids, err := g.db.ReleaseScalingArmer(ctx, tokenID)
+	if err != nil {
+		g.log.Error("releasing a token's scaling records failed", logkey.TokenID, tokenID, logkey.Reason, why, logkey.Err, err)
+		return
+	}
+	if len(ids) > 0 {
+		g.log.Info("scaling records released", logkey.TokenID, tokenID, logkey.Reason, why, logkey.Count, len(ids))
+	}
+}
+
+// disconnectToken ends every session of the token.
+func (g *Gateway) disconnectToken(tokenID, reason string) {
+	for _, s := range g.tunnels.Sessions() {
+		if s.Identity().TokenID == tokenID {
+			g.log.Info("disconnecting client", logkey.SessionID, s.ID(), logkey.TokenID, tokenID, logkey.Reason, reason)
+			s.GoAway(reason)
+		}
+	}
+}
+
+// tokenRecheckTimeout bounds one re-check of the tokens of every session,
+// so that a slow store holds up the change watcher this long at most.
+const tokenRecheckTimeout = 10 * time.Second
+
+// recheckTokens disconnects sessions whose token was revoked while this
+// server was not listening, and applies the edits and rotations it missed. It reads each token once, and blocks at most
+// tokenRecheckTimeout: tokens it could not read in time keep their
+// sessions until the next resync.
+func (g *Gateway) recheckTokens(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, tokenRecheckTimeout)
+	defer cancel()
+	checked := make(map[string]bool)
+	for _, s := range g.tunnels.Sessions() {
+		id := s.Identity().TokenID
+		if id == "" || checked[id] {
+			continue
+		}
+		checked[id] = true
+		t, err := g.db.Token(ctx, "", id)
+		if err != nil {
+			continue // unreachable store: keep the client; the next resync checks again
+		}
+		if t.RevokedAt != nil {
+			g.disconnectToken(id, "token revoked")
+			continue
+		}
+		// Edits and rotations may have been missed too.
+		for _, s := range g.tunnels.Sessions() {
+			if s.Identity().TokenID == id {
+				g.refreshSession(s, t)
+			}
+		}
+	}
+}
+
+func (g *Gateway) reloadMaintenance(ctx context.Context) {
+	if err := g.loadMaintenance(ctx); err != nil {
+		g.log.Error("maintenance reload failed", logkey.Err, err)
+	}
+}
+
+// loadMaintenance makes the router's maintenance set match the store.
+func (g *Gateway) loadMaintenance(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ms, err := g.db.ListMaintenance(ctx)
+	if err != nil {
+		return err
+	}
+	entries := make([]router.Maintenance, len(ms))
+	for i, m := range ms {
+		entries[i] = router.Maintenance{Hostname: m.Hostname, Reason: m.Reason}
+		if m.ExpiresAt != nil {
+			entries[i].Until = *m.ExpiresAt
+		}
+	}
+	g.router.SetMaintenance(entries)
+	return nil
+}
+
+// adminScaling is the autoscaler as admin.Config.Scaling takes it: nil
+// while autoscaling is off, never an interface holding a nil controller.
+func (g *Gateway) adminScaling() admin.Scaling {
+	if g.ctl == nil {
+		return nil
+	}
+	return g.ctl
+}
+
+// nonNilStrings returns ss, or an empty slice for nil, so that JSON shows
+// [] rather than null.
+func nonNilStrings(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
+// SetClientDisabled implements admin.ClientDisabler: the router's kill
+// switch.
+func (g *Gateway) SetClientDisabled(id string, disabled bool) error {
+	err := g.router.SetDisabled(id, disabled)
+	if errors.Is(err, router.ErrNoClient) {
+		return fmt.Errorf("%w: %w", admin.ErrNoClient, err)
+	}
+	return err
+}
+
+// DrainClient implements admin.ClientDrainer: the session whose id is id
+// says drain on every ack from now on (tunnel.Session.AskDrain).
+func (g *Gateway) DrainClient(id string) error {
+	for _, s := range g.tunnels.Sessions() {
+		if s.ID() == id {
+			s.AskDrain()
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s", admin.ErrNoClient, id)
+}
+
+// Clients implements admin.ClientLister: one entry per connected client
+// and announced service.
+func (g *Gateway) Clients() []admin.ClientInfo {
+	var out []admin.ClientInfo
+	for _, s := range g.tunnels.Sessions() {
+		ann := s.Announcement()
+		binds := g.router.Binds(s)
+		for _, svc := range ann.Services {
+			var cc *admin.Concurrency
+			if c := svc.Concurrency; c != nil {
+				cc = &admin.Concurrency{Mode: c.Mode, Desired: c.Desired, Min: c.Min, Max: c.Max, Fixed: c.Fixed}
+			}
+			var ejected *time.Time
+			if t := g.router.EjectedUntil(s, svc.ID); !t.IsZero() {
+				ejected = &t
+			}
+			out = append(out, admin.ClientInfo{
+				Disabled:      binds.Disabled,
+				RefusedBinds:  nonNilStrings(binds.Refused),
+				ID:            s.ID(),
+				Name:          ann.Name,
+				Service:       svc.Name,
+				OrgID:         s.Identity().OrgID,
+				Hostnames:     svc.Hostnames,
+				Path:          svc.Path,
+				Priority:      svc.Priority,
+				MaxConcurrent: svc.MaxConcurrent,
+				Concurrency:   cc,
+				Inflight:      int(g.router.Inflight(s, svc.ID)),
+				Healthy:       svc.Healthy,
+				Draining:      ann.Draining || svc.Draining,
+				ConnectedAt:   s.ConnectedAt(),
+				RemoteAddr:    s.RemoteAddr(),
+				Weight:        g.router.Weight(s, svc.ID),
+				EjectedUntil:  ejected,
+			})
+		}
+	}
+	return out
+}

@@ -1,0 +1,66 @@
+package server_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/config"
+)
+
+// TestExpiredTokenReleasesScalingRecords: a record armed only by a token
+// goes when the token expires, as on revocation, not after
+// scaling_record_ttl.
+func TestExpiredTokenReleasesScalingRecords(t *testing.T) {
+	hook := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) }))
+	cfg := serverConfig(t)
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
+	cfg.Router.IPLimitMax = 0 // the test polls the admin API faster than a visitor's bucket refills
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+
+	expires := time.Now().Add(4 * time.Second).UTC()
+	status, body := adminCall(t, visitor, srv, "POST", "/tokens", map[string]any{
+		"name": "short", "hostnames": []string{appHost}, "expires_at": expires.Format(time.RFC3339Nano),
+	})
+	if status != http.StatusCreated {
+		t.Fatalf("POST /tokens = %d %s, want 201", status, body)
+	}
+	var tok struct{ ID, Token string }
+	if err := json.Unmarshal([]byte(body), &tok); err != nil {
+		t.Fatal(err)
+	}
+	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
+	ac.Token = tok.Token
+	ac.Scaling = &config.Scaling{URL: hook.URL, Max: 1, ColdStart: time.Minute,
+		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
+	startAgent(t, srv, ac)
+
+	type record struct {
+		ID string `json:"id"`
+	}
+	records := func() []record {
+		status, body := adminCall(t, visitor, srv, "GET", "/scaling", nil)
+		if status != http.StatusOK {
+			t.Fatalf("GET /scaling = %d %s", status, body)
+		}
+		var rs []record
+		if err := json.Unmarshal([]byte(body), &rs); err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	poll(t, waitFor, func() (bool, string) {
+		return len(records()) == 1, "want the record the token's client declared"
+	})
+	if time.Now().After(expires) {
+		t.Fatalf("the client declared its record after the token expired: the test's margin is too small")
+	}
+	// The TTL is 30 days: only the expiry can remove the record now.
+	poll(t, time.Until(expires)+10*time.Second, func() (bool, string) {
+		rs := records()
+		return len(rs) == 0, "scaling records after the token expired: want none"
+	})
+	t.Logf("record released %v after the token expired", time.Since(expires).Round(time.Millisecond))
+}

@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"slices"
+
+	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/control/events"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// The admin API's figures and live stream (GET /aperio/api/stats and
+// /stream): the Observer counts and publishes each request, and this file
+// adapts the rest: the router's queues, the tunnel sessions' comings and
+// goings, the autoscaler's calls.
+
+// trafficView is admin.Traffic over the Observer's Stats and the
+// router's queues.
+type trafficView struct {
+	stats *telemetry.Stats
+	rt    *router.Router
+}
+
+func (v trafficView) Read(keep func(string) bool) telemetry.StatsReading { return v.stats.Read(keep) }
+func (v trafficView) Held(keep func(string) bool) int                    { return v.rt.QueuedOn(keep) }
+
+// streamRegistry publishes each session that attached and detached as a
+// client event of the live stream, and counts nothing when nobody
+// follows it.
+type streamRegistry struct {
+	tunnel.Registry
+	hub *telemetry.Hub
+}
+
+func (r streamRegistry) Attach(ctx context.Context, s *tunnel.Session) error {
+	err := r.Registry.Attach(ctx, s)
+	if err == nil {
+		r.publish(s, apitype.ClientConnected)
+	}
+	return err
+}
+
+func (r streamRegistry) Detach(ctx context.Context, s *tunnel.Session) {
+	r.Registry.Detach(ctx, s)
+	r.publish(s, apitype.ClientDisconnected)
+}
+
+func (r streamRegistry) publish(s *tunnel.Session, event string) {
+	if !r.hub.Active() {
+		return
+	}
+	ann := s.Announcement()
+	var hosts []string
+	for _, svc := range ann.Services {
+		for _, h := range svc.Hostnames {
+			if !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	ev := apitype.StreamClientEvent{ID: s.ID(), Name: ann.Name, Hostnames: hosts, Event: event}
+	if ev.Hostnames == nil {
+		ev.Hostnames = []string{}
+	}
+	r.hub.Emit(apitype.StreamClient, "", hosts, s.Identity().OrgID, ev)
+}
+
+// streamEvents passes the autoscaler's events on to webhooks (next), and
+// counts and publishes each for the admin API's figures and stream.
+type streamEvents struct {
+	next  events.Sink
+	hub   *telemetry.Hub
+	stats *telemetry.Stats
+}
+
+func (e streamEvents) Publish(em events.Event) {
+	e.next.Publish(em)
+	ev, ok := em.Data.(autoscale.Event)
+	if !ok {
+		return // only the autoscaler's events come this way
+	}
+	e.stats.Scaling(ev.Hostname, ev.At)
+	if !e.hub.Active() {
+		return
+	}
+	instances := ev.Desired
+	if ev.Type == apitype.EventScalingDisarmed {
+		instances = ev.Current
+	}
+	e.hub.Emit(apitype.StreamScaling, ev.Hostname, nil, "", apitype.StreamScalingEvent{
+		Hostname: ev.Hostname, Path: ev.Path, Action: ev.Type, Reason: string(ev.Reason), Instances: instances, At: ev.At.UTC(),
+	})
+}

@@ -1,0 +1,610 @@
+// Package gateway owns aperio-server's public port: one listener that
+// serves visitors, accepts tunnels and answers the /aperio endpoints, over
+// HTTP/1.1 and HTTP/2 (h2c in plain text, h2 with TLS), and the order in
+// which all of it shuts down.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/aperio-dev/aperio/internal/ports"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/control/dashboard"
+	"github.com/aperio-dev/aperio/internal/control/events"
+	"github.com/aperio-dev/aperio/internal/control/webhook"
+	"github.com/aperio-dev/aperio/internal/edge/acme"
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/outbound"
+	"github.com/aperio-dev/aperio/internal/telemetry"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
+	"github.com/aperio-dev/aperio/internal/visitor/inspect"
+	"github.com/aperio-dev/aperio/internal/visitor/signing"
+	"github.com/aperio-dev/aperio/internal/visitor/stale"
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
+	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// Options are the parts of a Gateway that are not configuration.
+type Options struct {
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// Store, when set, is used instead of opening the one the
+	// configuration names; its caller closes it.
+	Store *store.DB
+	// AccessLog receives the access log (one line per proxied request,
+	// when access_log is on); nil means Logger. main gives it a handler of
+	// its own, so that log_level does not silence it.
+	AccessLog *slog.Logger
+	// TracerProvider, when set, turns tracing on: spans of every proxied
+	// request and scaling hook call. Nil means tracing is off. Its creator
+	// shuts it down.
+	TracerProvider trace.TracerProvider
+}
+
+// Gateway is a running aperio-server. Create it with New, run it with
+// Serve or ListenAndServe.
+type Gateway struct {
+	// ports are the public TCP and UDP ports of expose entries
+	// (tcp_port_range); refusing every entry when the range is empty.
+	ports   *ports.Manager
+	cfg     Config
+	log     *slog.Logger
+	router  *router.Router
+	tunnels *tunnel.Server
+	srv     *http.Server
+	started time.Time
+
+	metrics *telemetry.Metrics
+	stats   *telemetry.Stats // the admin API's figures per hostname
+	// hub is the admin API's live stream; Serve closes it first at
+	// shutdown, so that no follower holds the server's Shutdown.
+	hub    *telemetry.Hub
+	calls  *callCounts     // scaling hook calls by reason and outcome
+	tracer trace.Tracer    // nil when tracing is off
+	proxy  http.Handler    // the router, observed: visitors' requests
+	signer *access.Signer  // signs the identity tokens backends receive
+	shares *access.Keyring // share links, keys per organization
+	keys   *signing.Keys   // the store's signing keys behind signer and shares
+	oidc   *oidc.Provider  // the oidc: block's provider; nil without one
+	// events is the emit path of the gateway's own events (client
+	// connections and refusals, auth_denied, token_expiring,
+	// config_reloaded): each audited, then handed to hooks. Its queue
+	// takes those of the request and handshake paths off them.
+	events *events.Emitter
+	api    http.Handler  // the admin API under /aperio/api
+	admin  *admin.API    // the admin API itself: its login routes
+	ui     *dashboard.UI // the dashboard under /aperio/, a client of api
+	db     *store.DB
+	// usage counts visitor bytes per token, organization and bind and
+	// enforces the byte quotas of usageLimits.
+	usage       *usage.Meter
+	usageLimits *usageLimits
+	ctl         *autoscale.Controller // nil unless scaling is on
+	armed       *armLoader            // loads the router's armed binds; nil unless scaling is on
+	// fence is the outbound policy of every call the server makes to a
+	// URL someone else chose: scaling hooks and webhooks alike.
+	fence *outbound.Client
+	// hooks delivers the controller's events and the admin API's
+	// maintenance changes to webhooks.
+	hooks *webhook.Dispatcher
+	// expiry times the release of scaling records armed by tokens that
+	// expire; nil unless scaling is on.
+	expiry *armerExpiry
+	// declares counts the scaling declarations that did not hold up a
+	// heartbeat's ack; nil unless scaling is on.
+	declares *declareStats
+	ownStore bool // New opened db, so Serve closes it
+	// defaultOrg is the ID of the "default" organization: the master
+	// token's clients belong to it (see router.Ownership).
+	defaultOrg string
+	// metricsHandler serves /aperio/metrics on every hostname (404 unless
+	// metrics_token is set, and when metrics_listen moves it elsewhere).
+	metricsHandler http.Handler
+	// edge is the visitor's identity and the refusals before any
+	// handler; Reload replaces it (denied_ips, admin_allowed_ips).
+	edge        atomic.Pointer[edge]
+	metricsAddr atomic.Value // string: the metrics listener's address, once listening
+	// cert is the public port's certificate, read by every handshake;
+	// nil without tls_cert. Reload replaces it.
+	cert atomic.Pointer[tls.Certificate]
+	// acme obtains and serves certificates when acme: is enabled; nil
+	// otherwise (then cert, from tls_cert, is served if set).
+	acme *acme.Manager
+	// current is the configuration in effect: cfg with what Reload
+	// applied. cfg stays the one New was given.
+	current    atomic.Pointer[Config]
+	reloadMu   sync.Mutex   // serializes Reload
+	reloads    atomic.Int64 // reloads applied
+	reloadedAt atomic.Int64 // unix nanoseconds of the last reload applied; 0: none
+
+	stopping atomic.Bool // readyz answers 503 once set
+}
+
+// New validates cfg, opens the store (migrating it) unless opts has one,
+// and assembles the server, passing each package's settings through. Serve
+// runs it and closes what New opened.
+func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{cfg: cfg, log: log, started: time.Now(), db: opts.Store}
+	if g.db == nil {
+		sc := cfg.Store
+		sc.Logger = log
+		db, err := store.Open(ctx, sc)
+		if err != nil {
+			return nil, err
+		}
+		g.db, g.ownStore = db, true
+	}
+	ok := false
+	defer func() {
+		if !ok && g.ownStore {
+			g.db.Close()
+		}
+	}()
+	org, err := g.db.EnsureOrg(ctx, "default")
+	if err != nil {
+		return nil, fmt.Errorf("gateway: default organization: %w", err)
+	}
+	g.fence, err = outbound.New(cfg.Outbound)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: outbound policy: %w", err)
+	}
+	// Webhooks carry the autoscaler's events and the admin API's
+	// maintenance changes, through the same fence as scaling hooks; each
+	// attempt lands in the store's delivery log.
+	g.hooks, err = webhook.New(webhook.Config{Subscriptions: g.db, Client: g.fence, Deliveries: g.db, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	g.events = events.New(events.Config{Audit: g.db, Sink: g.hooks, Logger: log})
+	var serveStale *stale.Cache
+	if cfg.CacheEnabled {
+		cc := cfg.Cache
+		cc.Now = time.Now
+		var err error
+		if serveStale, err = stale.New(cc); err != nil {
+			return nil, err
+		}
+	}
+	if opts.TracerProvider != nil {
+		g.tracer = opts.TracerProvider.Tracer(telemetry.TracerName)
+	}
+	if g.metrics, err = telemetry.NewMetrics(); err != nil {
+		return nil, err
+	}
+	g.calls = new(callCounts)
+	g.stats = telemetry.NewStats(telemetry.StatsConfig{})
+	if g.hub, err = telemetry.NewHub(telemetry.HubConfig{MaxSubscribers: cfg.MaxStreamSubscribers, Meter: g.metrics.Meter()}); err != nil {
+		return nil, err
+	}
+	var scaler router.Scaler
+	if cfg.ScalingEnabled {
+		scaler = lazyScaler{g}
+	}
+	rc := cfg.Router
+	rc.Scaler, rc.Cache, rc.Logger, rc.Tracer = scaler, serveStale, log, g.tracer
+	if rc.Inspector, err = inspect.New(cfg.Inspect); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if err := g.newMeter(); err != nil {
+		return nil, err
+	}
+	rc.Usage = g.usage
+	rc.DownThreshold = cfg.Tunnel.DownThreshold
+	rc.CatchAll = !cfg.RequireHostnameBind
+	if rc.Access, err = g.accessConfig(ctx); err != nil {
+		return nil, err
+	}
+	rt, err := router.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	g.router = rt
+	// Ownership first: armed scaling records are judged by it.
+	g.defaultOrg = org.ID
+	if err := g.loadOwnership(ctx); err != nil {
+		return nil, err
+	}
+	var registry tunnel.Registry = rt
+	if cfg.ScalingEnabled {
+		if err := g.newController(); err != nil {
+			return nil, err
+		}
+		registry = g.newScalingRegistry(rt, log)
+		if err := g.armed.reload(ctx); err != nil {
+			return nil, fmt.Errorf("gateway: scaling records: %w", err)
+		}
+	}
+	if cfg.Tunnel.MaxStreams <= cfg.Router.MaxConcurrentRequests {
+		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", logkey.TunnelMaxStreams, cfg.Tunnel.MaxStreams, logkey.MaxConcurrentRequests, cfg.Router.MaxConcurrentRequests)
+	}
+	tc := cfg.Tunnel
+	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usageLimits}
+	// Admission (client_allowed_ips, max_connections, max_clients) comes
+	// before the router and after the audit of refusals.
+	admission := newAdmissionRegistry(registry, g.db, log)
+	admission.limits = g.usageLimits
+	registry = admission
+	if g.ports, err = g.newPorts(cfg, log); err != nil {
+		return nil, err
+	}
+	registry = portsRegistry{Registry: registry, ports: g.ports}
+	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, events: g.events, log: log, budget: newRefusalBudget(time.Now),
+		binds: newBindAudits(rt, time.Now)}}
+	tc.Logger = log
+	ts, err := tunnel.NewServer(tc)
+	if err != nil {
+		return nil, err
+	}
+	g.tunnels = ts
+	if err := g.registerMetrics(); err != nil {
+		return nil, err
+	}
+	if err := g.registerPortMetrics(); err != nil {
+		return nil, err
+	}
+	obs := telemetry.ObserverConfig{Meter: g.metrics.Meter(), AccessLogIPs: cfg.AccessLogIPs, ServerTiming: cfg.ServerTiming, Tracer: g.tracer,
+		Stats: g.stats, Hub: g.hub}
+	if cfg.AccessLog {
+		obs.AccessLog = opts.AccessLog
+		if obs.AccessLog == nil {
+			obs.AccessLog = log
+		}
+	}
+	observer, err := telemetry.NewObserver(obs)
+	if err != nil {
+		return nil, err
+	}
+	g.proxy = observer.Wrap(g.router)
+	g.metricsHandler = g.metrics.Handler(cfg.MetricsToken)
+	if cfg.MetricsListen != "" {
+		g.metricsHandler = http.NotFoundHandler()
+	}
+	e, err := newEdge(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	e.settings = rt.Snapshot()
+	g.edge.Store(e)
+	g.current.Store(&cfg)
+	if cfg.TLSCert != "" {
+		cert, err := loadCertificate(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, err
+		}
+		g.cert.Store(cert)
+	}
+	adminLogin, err := g.adminLogin()
+	if err != nil {
+		return nil, err
+	}
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Webhooks: g.hooks, Logger: log,
+		Inspector: rc.Inspector, Replay: g.proxy,
+		Traffic: trafficView{stats: g.stats, rt: rt}, Stream: g.hub})
+	if err != nil {
+		return nil, err
+	}
+	g.api, g.admin = api.Handler(), api
+	if g.ui, err = dashboard.New(dashboard.Config{API: g.api, Login: api.LoginHandler(), HasSession: hasAdminSession, OIDC: adminLogin != nil, Logger: log}); err != nil {
+		return nil, err
+	}
+	if err := g.loadMaintenance(ctx); err != nil {
+		return nil, err
+	}
+	g.warnUnowned(ctx)
+	if g.acme, err = g.newACME(); err != nil {
+		return nil, err
+	}
+	tlsConfig := serverTLSConfig(g.getCertificate)
+	if g.acme != nil {
+		tlsConfig = g.acme.TLSConfig(serverTLSConfig(nil))
+	}
+	tlsConfig = g.withPassthrough(tlsConfig)
+	g.srv = &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.KeepAliveTimeout,
+		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		TLSConfig:         tlsConfig,
+		ConnContext:       framingContext,
+	}
+	if !g.servesTLS() {
+		p := new(http.Protocols)
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		g.srv.Protocols = p
+	}
+	ok = true
+	return g, nil
+}
+
+// Handler returns the handler of the public port.
+func (g *Gateway) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuseSmuggled(w, r) {
+			return
+		}
+		edge := g.edge.Load() // one for the whole request
+		r, ok := edge.admit(w, r)
+		if !ok {
+			return
+		}
+		p := r.URL.Path
+		if !router.Reserved(p) {
+			g.proxy.ServeHTTP(w, r)
+			return
+		}
+		if p == oidc.CallbackPath && g.admin.LoginCallback(r) {
+			// The end of an admin login: the operators' like the rest
+			// of the admin API, and a call to the provider.
+			if !edge.guardAdmin(w, r) && g.router.Charge(w, r) {
+				g.admin.ServeLoginCallback(w, r)
+			}
+			return
+		}
+		if strings.HasPrefix(p, oidc.AuthPrefix) {
+			// The login of a protected hostname: on that hostname, no
+			// admin credential.
+			g.serveAuth(w, r)
+			return
+		}
+		if p == access.JWKSPath {
+			// Public on every hostname: backends verify identity tokens
+			// with it.
+			g.serveJWKS(w, r)
+			return
+		}
+		if edge.guardAdmin(w, r) || charged(r) && !g.router.Charge(w, r) {
+			return
+		}
+		if p == metricsPath {
+			g.metricsHandler.ServeHTTP(w, r)
+			return
+		}
+		if p == admin.Prefix || strings.HasPrefix(p, admin.Prefix+"/") {
+			g.api.ServeHTTP(w, r)
+			return
+		}
+		if strings.HasPrefix(p, adminLoginPrefix) {
+			g.admin.LoginHandler().ServeHTTP(w, r)
+			return
+		}
+		if dashboard.Owns(p) {
+			g.ui.ServeHTTP(w, r)
+			return
+		}
+		switch p {
+		case tunnel.Path:
+			g.tunnels.ServeHTTP(w, r)
+		case "/aperio/health":
+			g.health(w, r)
+		case "/aperio/healthz":
+			w.WriteHeader(http.StatusOK)
+		case "/aperio/readyz":
+			if g.stopping.Load() {
+				http.Error(w, "shutting down", http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		default:
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + p})
+		}
+	})
+}
+
+func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"status":             "healthy",
+		"version":            buildinfo.Version(),
+		"connected_clients":  g.router.ConnectedClients(),
+		"uptime_seconds":     int64(time.Since(g.started).Seconds()),
+		"config_reloads":     g.reloads.Load(),
+		"config_reloaded_at": reloadedAt(g.reloadedAt.Load()),
+	})
+}
+
+// reloadedAt is the time of the last reload for /aperio/health: RFC 3339,
+// or nil when there was none.
+func reloadedAt(ns int64) any {
+	if ns == 0 {
+		return nil
+	}
+	return time.Unix(0, ns).UTC().Format(time.RFC3339)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// ListenAndServe listens on host:port and serves until ctx ends.
+func (g *Gateway) ListenAndServe(ctx context.Context) error {
+	addr := net.JoinHostPort(g.cfg.Host, strconv.Itoa(g.cfg.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen %s: %w", addr, err)
+	}
+	return g.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully: readyz
+// turns 503, the listener closes, in-flight visitor requests finish (up to
+// shutdown_timeout), and the tunnels close last so those requests can
+// complete through them. It returns nil after a clean shutdown.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	g.log.Info("server listening", logkey.Addr, ln.Addr().String(), logkey.TLS, g.servesTLS(), logkey.Version, buildinfo.Version(), logkey.Store, g.db.Backend())
+	wctx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		g.watchChanges(wctx)
+	}()
+	scaled := make(chan struct{})
+	go func() {
+		defer close(scaled)
+		if g.ctl != nil {
+			if err := g.ctl.Run(wctx); err != nil {
+				g.log.Error("autoscaling stopped", logkey.Err, err)
+			}
+		}
+	}()
+	// Webhook deliveries run for the server's lifetime; those still
+	// queued or retrying at shutdown are abandoned.
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		if g.hooks != nil {
+			if err := g.hooks.Run(wctx); err != nil {
+				g.log.Error("webhook delivery stopped", logkey.Err, err)
+			}
+		}
+	}()
+	// The events queued off the request and handshake paths are written
+	// for the server's lifetime; those still queued at shutdown are
+	// abandoned.
+	audited := make(chan struct{})
+	go func() {
+		defer close(audited)
+		if err := g.events.Run(wctx); err != nil {
+			g.log.Error("event queue stopped", logkey.Err, err)
+		}
+	}()
+	warned := make(chan struct{})
+	go func() {
+		defer close(warned)
+		g.expiryWarnLoop(wctx)
+	}()
+	// Rotations made by other servers reach this one through the change
+	// feed, and at least every signing.DefaultRefresh.
+	certs := make(chan struct{})
+	go func() {
+		defer close(certs)
+		if g.acme != nil {
+			g.acme.Run(wctx)
+		}
+	}()
+	keyed := make(chan struct{})
+	go func() {
+		defer close(keyed)
+		g.keys.Run(wctx)
+	}()
+	// Usage is flushed for the server's lifetime and once more after the
+	// visitors' requests finished (stopWatch runs after Shutdown), before
+	// the store closes.
+	metered := make(chan struct{})
+	go func() {
+		defer close(metered)
+		g.runUsage(wctx)
+	}()
+	defer func() {
+		stopWatch()
+		<-metered
+		<-watched
+		<-scaled
+		<-delivered
+		<-audited
+		<-warned
+		<-keyed
+		<-certs
+		g.ports.Close()
+		if g.ownStore {
+			g.db.Close()
+		}
+	}()
+	// Connections are counted per TCP peer before anything reads from
+	// them (a PROXY header from a trusted proxy may take seconds to come),
+	// and the framing follower sees the bytes after the PROXY header.
+	// trusted_proxies and proxy_protocol need a restart: Reload keeps
+	// them, so the first edge's are every edge's.
+	first := g.edge.Load()
+	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP, Exempt: first.resolve.Trusts}) // a trusted proxy carries many visitors
+	ln = first.wrapListener(ln, g.cfg.ProxyProtocol)
+	if !g.servesTLS() {
+		ln = framingListener{ln}
+	} else {
+		ln = helloListener{ln} // TLS passthrough by SNI (passthrough.go)
+	}
+	stopMetrics, merr := g.serveMetrics()
+	if merr != nil {
+		return merr
+	}
+	defer stopMetrics()
+	stopACME, aerr := g.serveACMEHTTP()
+	if aerr != nil {
+		return aerr
+	}
+	defer stopACME()
+	errc := make(chan error, 1)
+	go func() {
+		var err error
+		if g.servesTLS() {
+			// The certificate comes from the TLS config's GetCertificate:
+			// the ACME manager's, or getCertificate (New loaded it,
+			// Reload replaces it).
+			err = g.srv.ServeTLS(ln, "", "")
+		} else {
+			err = g.srv.Serve(ln)
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gateway: serve: %w", err)
+	case <-ctx.Done():
+	}
+	g.stopping.Store(true)
+	// Stream followers never finish by themselves: ended now, they do
+	// not hold Shutdown, which waits for every active request.
+	g.hub.Close()
+	timeout := g.cfg.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = DefaultConfig().ShutdownTimeout
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	g.log.Info("shutting down", logkey.Timeout, timeout)
+	err := g.srv.Shutdown(sctx)
+	if err != nil {
+		g.log.Warn("shutdown timeout reached; closing remaining connections")
+		g.srv.Close()
+	}
+	if terr := g.tunnels.Shutdown(sctx); terr != nil {
+		g.log.Warn("tunnels did not close in time", logkey.Err, terr)
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return fmt.Errorf("gateway: serve: %w", serr)
+	}
+	g.log.Info("server stopped")
+	return nil
+}
+
+// servesTLS reports whether the public port speaks TLS: with tls_cert or
+// with automatic TLS.
+func (g *Gateway) servesTLS() bool { return g.cfg.TLSCert != "" || g.acme != nil }

@@ -1,0 +1,269 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/control/events"
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// orgLookupTimeout bounds the read of a token's organization limits at a
+// handshake.
+const orgLookupTimeout = 5 * time.Second
+
+// admissionRegistry refuses the handshakes a token's or its
+// organization's limits forbid, before the router sees them: a client
+// address outside the token's client_allowed_ips, one session more than
+// the token's max_connections or the organization's max_clients. The
+// counts are this server's sessions (servers sharing a database count
+// apart). The master token is never limited. Safe for concurrent use.
+type admissionRegistry struct {
+	tunnel.Registry
+	db  *store.DB
+	log *slog.Logger
+	// limits, when set, learns the monthly_max_bytes of the organization
+	// of every session admitted.
+	limits *usageLimits
+
+	mu      sync.Mutex // guards the following fields
+	byToken map[string]int
+	byOrg   map[string]int
+}
+
+func newAdmissionRegistry(next tunnel.Registry, db *store.DB, log *slog.Logger) *admissionRegistry {
+	return &admissionRegistry{Registry: next, db: db, log: log, byToken: make(map[string]int), byOrg: make(map[string]int)}
+}
+
+// Attach refuses a session its limits forbid, with a reason the client
+// reads, or counts it and passes it on.
+func (a *admissionRegistry) Attach(ctx context.Context, s *tunnel.Session) error {
+	id := s.Identity()
+	if id.TokenID == "" {
+		return a.Registry.Attach(ctx, s)
+	}
+	if err := clientIPRefusal(id, s.RemoteAddr()); err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, orgLookupTimeout)
+	org, err := a.db.Org(octx, id.OrgID)
+	cancel()
+	if err != nil {
+		// Unreadable limits must not let a session past them, nor name
+		// the store to the client.
+		a.log.Error("organization limits unreadable at a handshake", logkey.OrgID, id.OrgID, logkey.Err, err)
+		return fmt.Errorf("the organization's limits cannot be checked right now; retry later")
+	}
+	a.limits.setOrg(org)
+	if err := a.take(id, org.Limits.MaxClients); err != nil {
+		return err
+	}
+	if err := a.Registry.Attach(ctx, s); err != nil {
+		a.release(id)
+		return err
+	}
+	return nil
+}
+
+// Detach forgets the session's place in the counts.
+func (a *admissionRegistry) Detach(ctx context.Context, s *tunnel.Session) {
+	a.Registry.Detach(ctx, s)
+	if id := s.Identity(); id.TokenID != "" {
+		a.release(id)
+	}
+}
+
+// take counts one session of id's token and organization, or refuses it.
+func (a *admissionRegistry) take(id tunnel.Identity, maxClients int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if id.MaxConnections > 0 && a.byToken[id.TokenID] >= id.MaxConnections {
+		return fmt.Errorf("token %q has its max_connections %d sessions on this server; close one or raise token.max_connections", id.Name, id.MaxConnections)
+	}
+	if maxClients > 0 && a.byOrg[id.OrgID] >= maxClients {
+		return fmt.Errorf("org-quota: the organization has its max_clients %d sessions on this server; close one or raise the organization's max_clients", maxClients)
+	}
+	a.byToken[id.TokenID]++
+	a.byOrg[id.OrgID]++
+	return nil
+}
+
+func (a *admissionRegistry) release(id tunnel.Identity) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	decrement(a.byToken, id.TokenID)
+	decrement(a.byOrg, id.OrgID)
+}
+
+// decrement counts one less for k, forgetting it at zero so the map holds
+// only keys with sessions.
+func decrement(m map[string]int, k string) {
+	if m[k] <= 1 {
+		delete(m, k)
+		return
+	}
+	m[k]--
+}
+
+// clientIPRefusal refuses a tunnel from remote (the client's address as
+// the edge resolved it) outside the token's client_allowed_ips.
+func clientIPRefusal(id tunnel.Identity, remote string) error {
+	if len(id.ClientAllowedIPs) == 0 {
+		return nil
+	}
+	ip := addrOf(remote)
+	if ip.IsValid() && slices.ContainsFunc(id.ClientAllowedIPs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+		return nil
+	}
+	return fmt.Errorf("token %q may not connect from %s: not in its client_allowed_ips", id.Name, ip)
+}
+
+// addrOf parses "ip:port" or a bare address, unmapped; the zero Addr when
+// it is neither.
+func addrOf(remote string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		return ap.Addr().Unmap()
+	}
+	if a, err := netip.ParseAddr(remote); err == nil {
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// tokenRefreshTimeout bounds the read of an edited token.
+const tokenRefreshTimeout = 5 * time.Second
+
+// refreshToken applies the stored state of token id to its sessions on
+// this server: an edit (hostnames, paths, limits, expiry) replaces their
+// identity, which the router applies at their next heartbeat; a rotation
+// puts the sessions on the previous secret into its grace (a notice with
+// every ack, closed when it ends) and ends those on older secrets; a
+// session whose address the new client_allowed_ips refuses is closed. A
+// tightened max_connections closes nothing: it refuses new handshakes.
+func (g *Gateway) refreshToken(ctx context.Context, tokenID string) {
+	var sessions []*tunnel.Session
+	for _, s := range g.tunnels.Sessions() {
+		if s.Identity().TokenID == tokenID {
+			sessions = append(sessions, s)
+		}
+	}
+	if len(sessions) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, tokenRefreshTimeout)
+	defer cancel()
+	t, err := g.db.Token(ctx, "", tokenID)
+	if err != nil {
+		g.log.Error("edited token unreadable: its sessions keep their rights until the next change", logkey.TokenID, tokenID, logkey.Err, err)
+		return
+	}
+	for _, s := range sessions {
+		g.refreshSession(s, t)
+	}
+}
+
+// refreshSession applies t to one of its sessions.
+func (g *Gateway) refreshSession(s *tunnel.Session, t store.Token) {
+	old := s.Identity()
+	if t.RevokedAt != nil {
+		g.goAway(s, t.ID, "token revoked")
+		return
+	}
+	previous := old.Generation < t.Generation
+	if old.Generation < t.Generation-1 {
+		g.goAway(s, t.ID, "token secret rotated twice: connect with the new secret")
+		return
+	}
+	id, err := identityOf(t, previous)
+	if err != nil {
+		g.goAway(s, t.ID, err.Error())
+		return
+	}
+	if err := clientIPRefusal(id, s.RemoteAddr()); err != nil {
+		g.goAway(s, t.ID, err.Error())
+		return
+	}
+	s.SetIdentity(id)
+	if previous && old.Notice == "" {
+		g.log.Info("session on a rotated secret: in its grace", logkey.SessionID, s.ID(), logkey.TokenID, t.ID)
+	}
+}
+
+func (g *Gateway) goAway(s *tunnel.Session, tokenID, reason string) {
+	g.log.Info("disconnecting client", logkey.SessionID, s.ID(), logkey.TokenID, tokenID, logkey.Reason, reason)
+	s.GoAway(reason)
+}
+
+// Expiry warnings: token_expiring at 7 days and at 1 day before a token
+// expires, once per token and threshold across every server sharing the
+// store (the store's claim decides), checked every expiryCheckEvery.
+const expiryCheckEvery = time.Minute
+
+// expiryThresholds are the warnings, largest first.
+var expiryThresholds = [...]struct {
+	before time.Duration
+	bit    int
+	name   string
+}{
+	{7 * 24 * time.Hour, store.ExpiryWarn7d, "7d"},
+	{24 * time.Hour, store.ExpiryWarn1d, "1d"},
+}
+
+// expiryWarnLoop sends the expiry warnings due every expiryCheckEvery
+// until ctx ends.
+func (g *Gateway) expiryWarnLoop(ctx context.Context) {
+	t := time.NewTicker(expiryCheckEvery)
+	defer t.Stop()
+	for {
+		g.warnExpiring(ctx, time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// warnExpiring audits token_expiring for each token that expires within a
+// threshold and has not been warned at it, claiming the warning first so
+// that one server sends it. A threshold already passed when the expiry
+// was set (a token minted for 2 days) still gets its warning, once.
+func (g *Gateway) warnExpiring(ctx context.Context, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, tokenRecheckTimeout)
+	defer cancel()
+	ts, err := g.db.TokensExpiringBy(ctx, now, now.Add(expiryThresholds[0].before))
+	if err != nil {
+		g.log.Error("expiring tokens unreadable", logkey.Err, err)
+		return
+	}
+	for _, t := range ts {
+		for _, th := range expiryThresholds {
+			if t.ExpiryWarned&th.bit != 0 || t.ExpiresAt.Sub(now) > th.before {
+				continue
+			}
+			ok, err := g.db.ClaimExpiryWarning(ctx, t.ID, *t.ExpiresAt, th.bit)
+			if err != nil {
+				g.log.Error("expiry warning not claimed", logkey.TokenID, t.ID, logkey.Err, err)
+				continue
+			}
+			if !ok {
+				continue // another server sent it
+			}
+			exp := t.ExpiresAt.UTC().Format(time.RFC3339)
+			g.events.Emit(ctx, events.Event{Kind: EventTokenExpiring, OrgID: t.OrgID, Actor: "server",
+				Detail: fmt.Sprintf("token %s name=%q expires at %s (warning %s)", t.ID, t.Name, exp, th.name),
+				Fields: map[string]any{"token_id": t.ID, "name": t.Name, "expires_at": exp, "warning": th.name}})
+		}
+	}
+}
+
+// EventTokenExpiring is the audit event of an expiry warning.
+const EventTokenExpiring = apitype.EventTokenExpiring

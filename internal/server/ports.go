@@ -1,0 +1,153 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/portspec"
+	"github.com/aperio-dev/aperio/store"
+
+	"github.com/aperio-dev/aperio/internal/ports"
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
+	"github.com/aperio-dev/aperio/tunnel"
+)
+
+// portsRegistry admits each session's expose entries (ports.Manager) in
+// Update, after the registry it wraps, and answers them with
+// Session.SetExposed before the welcome or the ack is written. A refused
+// entry never refuses the session. Attach admits nothing: the tunnel
+// server calls Update right after it, before the welcome, so the notice
+// of an entry refused at connect reaches the client with the welcome
+// (the manager sends each refusal's notice once, to the first caller).
+type portsRegistry struct {
+	tunnel.Registry
+	ports *ports.Manager
+}
+
+func (r portsRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
+	notices := r.Registry.Update(ctx, s)
+	st, more := r.ports.Apply(ctx, s.ID(), rawSession{s})
+	s.SetExposed(st)
+	return append(notices, more...)
+}
+
+func (r portsRegistry) Detach(ctx context.Context, s *tunnel.Session) {
+	r.ports.Release(ctx, s.ID(), s.Identity())
+	r.Registry.Detach(ctx, s)
+}
+
+// rawSession adapts a tunnel session to ports.Session.
+type rawSession struct{ *tunnel.Session }
+
+func (s rawSession) OpenRaw(ctx context.Context, h tunnel.RawHeader) (net.Conn, error) {
+	c, err := s.Session.OpenRaw(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// portCounter adapts a usage counter to ports.Counter, so that a port's
+// bytes count into the token's and organization's quotas.
+type portCounter struct{ c *usage.Counter }
+
+func (p portCounter) Allow() bool          { return p.c.Check() == usage.Allowed }
+func (p portCounter) Record(in, out int64) { p.c.Record(in, out) }
+
+// portUsage returns the ports.Config.Usage of meter m.
+func portUsage(m *usage.Meter) func(tokenID, orgID, name string) ports.Counter {
+	return func(tokenID, orgID, name string) ports.Counter {
+		return portCounter{m.Counter(tokenID, orgID, name)}
+	}
+}
+
+// portAuditTimeout bounds one audit write of a port's lifecycle.
+const portAuditTimeout = 5 * time.Second
+
+// newPorts builds the Manager of cfg's tcp_port_range: its audit entries
+// go to the store, its bytes into usage and quotas, its TCP connections
+// end after visitor_idle_timeout without a byte (10 minutes when unset).
+func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error) {
+	rs, err := portspec.ParseList(cfg.TCPPortRange)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
+	}
+	pc := ports.Config{Range: rs, MaxTCPConnections: cfg.MaxTCPConnections, TCPIdle: cfg.Router.VisitorIdleTimeout,
+		UDPIdle:    cfg.UDPIdleTimeout,
+		ListenHost: cfg.Host, Logger: log}
+	if g.usage != nil {
+		pc.Usage = portUsage(g.usage)
+	}
+	db := g.db
+	pc.Audit = func(ctx context.Context, e ports.AuditEntry) {
+		actor := apitype.Master
+		if e.TokenID != "" {
+			actor = "token:" + e.TokenID
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), portAuditTimeout)
+		defer cancel()
+		if _, err := db.AppendAudit(actx, store.AuditEntry{OrgID: e.OrgID, Event: e.Action, Actor: actor, Detail: e.Detail}); err != nil {
+			log.Error("audit write failed", logkey.Event, e.Action, logkey.Err, err)
+		}
+	}
+	return ports.New(pc)
+}
+
+// metricTCPConnections is the gauge of open visitor connections (TCP) or
+// flows (UDP) per public port.
+const metricTCPConnections = "aperio.tcp_connections"
+
+// registerPortMetrics observes aperio_tcp_connections{port, protocol}.
+func (g *Gateway) registerPortMetrics() error {
+	m := g.metrics.Meter()
+	conns, err := m.Int64ObservableGauge(metricTCPConnections,
+		metric.WithDescription("Visitor connections (tcp) or flows (udp) open on a public port."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, p := range g.ports.Snapshot() {
+			o.ObserveInt64(conns, p.Open, metric.WithAttributes(attribute.Int("port", p.Port), attribute.String("protocol", p.Protocol)))
+		}
+		return nil
+	}, conns)
+	return err
+}
+
+// gatewayPorts is the admin API's view of the public ports.
+type gatewayPorts struct{ g *Gateway }
+
+func (p gatewayPorts) Explain(num int, proto string, ip netip.Addr) (admin.PortInfo, []string, bool, bool) {
+	if p.g.ports == nil || !p.g.ports.Enabled() {
+		return admin.PortInfo{}, nil, false, false
+	}
+	s, names, ok := p.g.ports.Admitting(num, proto, ip)
+	return portInfo(s), names, ok, true
+}
+
+func (p gatewayPorts) Ports() []admin.PortInfo {
+	if p.g.ports == nil {
+		return nil
+	}
+	snap := p.g.ports.Snapshot()
+	out := make([]admin.PortInfo, len(snap))
+	for i, s := range snap {
+		out[i] = portInfo(s)
+	}
+	return out
+}
+
+func portInfo(s ports.PortInfo) admin.PortInfo {
+	return admin.PortInfo{Port: s.Port, Protocol: s.Protocol, OrgID: s.OrgID, Names: s.Names, Sessions: s.Sessions,
+		Open: s.Open, BytesIn: s.BytesIn, BytesOut: s.BytesOut, Refused: s.Refused, Dropped: s.Dropped}
+}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestRefusalBudget(t *testing.T) {
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newRefusalBudget(func() time.Time { return now })
+	for i := range maxRefusalAudits {
+		if ok, leftOut, _ := b.admit("token:a"); !ok || leftOut != 0 {
+			t.Fatalf("admit(token:a) #%d = %v, %d; want true, 0", i, ok, leftOut)
+		}
+	}
+	if ok, _, first := b.admit("token:a"); ok || !first {
+		t.Fatalf("admit(token:a) over budget = %v, first %v; want false, first true", ok, first)
+	}
+	for range 99 {
+		if ok, _, first := b.admit("token:a"); ok || first {
+			t.Fatalf("admit(token:a) over budget again = %v, first %v; want false, false", ok, first)
+		}
+	}
+	// Another token has a budget of its own.
+	if ok, _, _ := b.admit("token:b"); !ok {
+		t.Error("admit(token:b) while token:a is over budget = false, want true")
+	}
+	// The next window reports what the last one left out.
+	now = now.Add(time.Minute)
+	if ok, leftOut, _ := b.admit("token:a"); !ok || leftOut != 100 {
+		t.Errorf("admit(token:a) in the next window = %v, %d; want true, 100 left out", ok, leftOut)
+	}
+	if ok, leftOut, _ := b.admit("token:a"); !ok || leftOut != 0 {
+		t.Errorf("admit(token:a) after the summary = %v, %d; want true, 0", ok, leftOut)
+	}
+}
+
+// TestRefusalBudgetBounded: however many actors refusals name, the budget
+// tracks at most maxRefusalActors of them.
+func TestRefusalBudgetBounded(t *testing.T) {
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newRefusalBudget(func() time.Time { return now })
+	for i := range 2 * maxRefusalActors {
+		b.admit(fmt.Sprint("token:", i))
+	}
+	if n := len(b.actors); n > maxRefusalActors {
+		t.Fatalf("budget tracks %d actors, want at most %d", n, maxRefusalActors)
+	}
+	// Stale windows with nothing to report make room again.
+	now = now.Add(time.Minute)
+	if ok, _, _ := b.admit("token:new"); !ok {
+		t.Error("admit(token:new) after the windows went stale = false, want true")
+	}
+	if _, ok := b.actors["token:new"]; !ok {
+		t.Error("token:new has no window of its own after stale ones were pruned")
+	}
+}

@@ -1,0 +1,232 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/control/webhook"
+)
+
+// delivery is one webhook POST as the test receiver saw it.
+type delivery struct {
+	event, signature, deliveryID string
+	body                         []byte
+	payload                      webhook.Payload
+}
+
+// webhookReceiver records every delivery and answers 200.
+type webhookReceiver struct {
+	srv *httptest.Server
+	mu  sync.Mutex // guards got
+	got []delivery
+	// arrived has room for every delivery the tests expect; it is only
+	// a wake-up, got holds the deliveries.
+	arrived chan struct{}
+}
+
+func startWebhookReceiver(t testing.TB) *webhookReceiver {
+	t.Helper()
+	rcv := &webhookReceiver{arrived: make(chan struct{}, 64)}
+	rcv.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		d := delivery{event: r.Header.Get(webhook.HeaderEvent), signature: r.Header.Get(webhook.HeaderSignature),
+			deliveryID: r.Header.Get(webhook.HeaderDelivery), body: body}
+		if err := json.Unmarshal(body, &d.payload); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rcv.mu.Lock()
+		rcv.got = append(rcv.got, d)
+		rcv.mu.Unlock()
+		select {
+		case rcv.arrived <- struct{}{}:
+		default:
+		}
+	}))
+	t.Cleanup(rcv.srv.Close)
+	return rcv
+}
+
+// counts returns how many deliveries of each event arrived.
+func (rcv *webhookReceiver) counts() map[string]int {
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	n := map[string]int{}
+	for _, d := range rcv.got {
+		n[d.event]++
+	}
+	return n
+}
+
+func (rcv *webhookReceiver) deliveries() []delivery {
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	return append([]delivery(nil), rcv.got...)
+}
+
+// adminCall sends an admin API request with the master token and returns
+// the status and body.
+func adminCall(t testing.TB, visitor *http.Client, s *testServer, method, path string, body any) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req := newRequest(t, t.Context(), s, method, "admin.test", "/aperio/api"+path, rd)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, b := do(t, visitor, req)
+	return resp.StatusCode, b
+}
+
+// TestWebhooksThroughServer subscribes a receiver through the admin API of
+// a running server, then makes the scaling hook accept one cold start and
+// fail five: the receiver gets one scaling_requested, five scaling_failed
+// and one scaling_disarmed, each signed with the subscription's secret.
+func TestWebhooksThroughServer(t *testing.T) {
+	const secret = "webhook-e2e-secret"
+	rcv := startWebhookReceiver(t)
+	var hookCalls atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hookCalls.Add(1) == 1 {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(hook.Close)
+
+	cfg := serverConfig(t)
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true // loopback http receivers
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+
+	status, body := adminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
+		"url": rcv.srv.URL + "/aperio-events", "secret": secret,
+		"events": []string{"scaling_requested", "scaling_failed", "scaling_disarmed"},
+	})
+	if status != http.StatusCreated || strings.Contains(body, secret) || !strings.Contains(body, `"authenticated":true`) {
+		t.Fatalf("POST /aperio/api/webhooks = %d %s, want 201, authenticated, without the secret", status, body)
+	}
+
+	// A client declares the bind and leaves: every request is a cold start.
+	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
+	ac.Scaling = &config.Scaling{URL: hook.URL, Max: 1, ColdStart: time.Second,
+		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Second}
+	ag := startAgent(t, srv, ac)
+	waitClients(t, visitor, srv, 1)
+	if err := ag.stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitClients(t, visitor, srv, 0)
+
+	// Visitors keep asking until the breaker trips: one accepted call,
+	// then five failures 2, 4, 8 and 16 s apart (the backoff from a 1 s
+	// cooldown).
+	want := map[string]int{"scaling_requested": 1, "scaling_failed": 5, "scaling_disarmed": 1}
+	done := func() bool {
+		got := rcv.counts()
+		return got["scaling_requested"] >= 1 && got["scaling_failed"] >= 5 && got["scaling_disarmed"] >= 1
+	}
+	deadline := time.NewTimer(90 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for !done() {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		if _, _, err := fetch(visitor, newRequest(t, ctx, srv, "GET", appHost, "/", nil)); err != nil && ctx.Err() == nil {
+			t.Logf("visitor request: %v", err)
+		}
+		cancel()
+		select {
+		case <-deadline.C:
+			t.Fatalf("deliveries after 90 s = %v (hook calls %d), want %v", rcv.counts(), hookCalls.Load(), want)
+		case <-tick.C:
+		case <-rcv.arrived:
+		}
+	}
+	if err := srv.stop(); err != nil {
+		t.Fatalf("Serve() = %v, want nil", err)
+	}
+	if got := rcv.counts(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("deliveries by event = %v, want %v", got, want)
+	}
+
+	ids := map[string]bool{}
+	for _, d := range rcv.deliveries() {
+		mac := webhook.Sign(secret, d.body)
+		if !hmac.Equal([]byte(d.signature), []byte(mac)) {
+			t.Errorf("%s delivery signature %q does not verify with the secret (want %q)", d.event, d.signature, mac)
+		}
+		if d.payload.Event != d.event || d.payload.Hostname != appHost || d.payload.OrgID == "" || d.payload.Detail.RecordID == "" {
+			t.Errorf("%s delivery payload = %+v, want the event, %s, its org and record", d.event, d.payload, appHost)
+		}
+		if d.payload.Detail.Reason != "cold_start" {
+			t.Errorf("%s delivery reason = %q, want cold_start", d.event, d.payload.Detail.Reason)
+		}
+		if d.event == "scaling_disarmed" && d.payload.Detail.ConsecutiveFailures != 5 {
+			t.Errorf("scaling_disarmed consecutive_failures = %d, want 5", d.payload.Detail.ConsecutiveFailures)
+		}
+		if ids[d.deliveryID] {
+			t.Errorf("delivery id %s seen twice", d.deliveryID)
+		}
+		ids[d.deliveryID] = true
+	}
+	if n := hookCalls.Load(); n != 6 {
+		t.Errorf("hook calls = %d, want 6 (one accepted, five failed, none once disarmed)", n)
+	}
+}
+
+// TestWebhookTestThroughServer: the server's admin API sends a test
+// delivery through its dispatcher, and the delivery lands in the store's
+// log, which GET …/deliveries reads.
+func TestWebhookTestThroughServer(t *testing.T) {
+	rcv := startWebhookReceiver(t)
+	cfg := serverConfig(t)
+	cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true // a loopback http receiver
+	srv := startServer(t, cfg, nil, nil)
+	visitor := newVisitor(t, srv)
+	status, body := adminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
+		"url": rcv.srv.URL + "/hook", "events": []string{"scaling_failed"},
+	})
+	var wh struct{ ID string }
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &wh) != nil {
+		t.Fatalf("POST /aperio/api/webhooks = %d %s, want 201", status, body)
+	}
+	status, body = adminCall(t, visitor, srv, "POST", "/webhooks/"+wh.ID+"/test", nil)
+	var sent struct {
+		ID, Status string
+	}
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &sent) != nil || sent.Status != "delivered" {
+		t.Fatalf("POST /webhooks/%s/test = %d %s, want 200 delivered", wh.ID, status, body)
+	}
+	if got := rcv.counts(); got["ping"] != 1 {
+		t.Errorf("receiver got %v, want one ping", got)
+	}
+	status, body = adminCall(t, visitor, srv, "GET", "/webhooks/"+wh.ID+"/deliveries", nil)
+	if status != http.StatusOK || !strings.Contains(body, `"id":"`+sent.ID+`"`) || !strings.Contains(body, `"status":"delivered"`) {
+		t.Errorf("GET /webhooks/%s/deliveries = %d %s, want the test delivery", wh.ID, status, body)
+	}
+}
