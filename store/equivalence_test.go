@@ -74,6 +74,7 @@ func TestEquivalenceCatchesDrift(t *testing.T) {
 	want := runScript(t, storetest.SQLite(t))
 	for _, drift := range store.DialectDriftsForTest() {
 		t.Run(drift, func(t *testing.T) {
+			t.Parallel()
 			got := runScript(t, store.WithDialectDriftForTest(storetest.SQLite(t), drift))
 			if diffRuns(want, got) == "" {
 				t.Errorf("drift %q: results equal to the real dialect's, want a difference", drift)
