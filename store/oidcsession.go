@@ -2,13 +2,9 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // ChangeOIDCRevoked: Hostname names the hostname whose OIDC session
@@ -115,9 +111,9 @@ func (db *DB) OIDCRevocations(ctx context.Context, hostname string, now time.Tim
 	return rs, nil
 }
 
-// The revocations' SQL is the same in both dialects: times are Unix
-// milliseconds (BIGINT / INTEGER), and the PostgreSQL placeholders ($1)
-// are rewritten for SQLite (?1) by sqliteArgs.
+// The revocations' SQL. Times are Unix milliseconds (an integer column
+// in both engines): a revocation by user or hostname compares them with a
+// session's issue time, which the session carries to the millisecond.
 const (
 	revSelect      = `SELECT id, hostname, session_id, subject, email, revoked_at, expires_at FROM oidc_revocations`
 	revList        = revSelect + ` WHERE ($1 = '' OR hostname = $1) AND expires_at > $2 ORDER BY revoked_at, id`
@@ -131,27 +127,50 @@ const (
 	revHostMaxOnly = `SELECT coalesce(max(expires_at), 0) FROM oidc_revocations WHERE hostname = $1`
 )
 
-// revTx is what applyRevocation needs of a transaction of either
-// dialect.
-type revTx interface {
-	exec(ctx context.Context, q string, args ...any) error
-	// ints runs a query of one row of integers into dst.
-	ints(ctx context.Context, q string, args []any, dst ...*int64) error
+// revokeOIDC stores r under the bounds, one writer per hostname at a
+// time (so that two logouts never both find room under a bound), and
+// announces ChangeOIDCRevoked.
+func (b *backend) revokeOIDC(ctx context.Context, r OIDCRevocation) (OIDCRevocation, error) {
+	var out OIDCRevocation
+	err := b.write(ctx, func(tx *txn) error {
+		if err := tx.lock(ctx, "oidc_revocations:"+r.Hostname); err != nil {
+			return err
+		}
+		var err error
+		if out, err = applyRevocation(ctx, tx, r); err != nil {
+			return err
+		}
+		return tx.announce(ctx, Change{Kind: ChangeOIDCRevoked, ID: out.ID, Hostname: out.Hostname})
+	})
+	if err != nil {
+		return OIDCRevocation{}, err
+	}
+	return out, nil
+}
+
+// oidcRevocations lists the rows of hostname ("" for all) that expire
+// after now (Unix milliseconds).
+func (b *backend) oidcRevocations(ctx context.Context, hostname string, now int64) ([]OIDCRevocation, error) {
+	return queryRows(ctx, b, scanRevocation, revList, hostname, now)
 }
 
 // applyRevocation stores r in tx under the bounds and returns it as
 // stored.
-func applyRevocation(ctx context.Context, tx revTx, r OIDCRevocation) (OIDCRevocation, error) {
+func applyRevocation(ctx context.Context, tx *txn, r OIDCRevocation) (OIDCRevocation, error) {
+	exec := func(q string, args ...any) error {
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}
+	ints := func(q string, args []any, dst ...any) error { return tx.QueryRowContext(ctx, q, args...).Scan(dst...) }
 	at, until := r.RevokedAt.UnixMilli(), r.ExpiresAt.UnixMilli()
-	if err := tx.exec(ctx, revPurge, at); err != nil {
+	if err := exec(revPurge, at); err != nil {
 		return OIDCRevocation{}, err
 	}
-	switch {
-	case r.SessionID != "":
+	if r.SessionID != "" {
 		// A logout: one session, unless the user already has the most
 		// sessions one user may have revoked one by one.
 		var n, last int64
-		if err := tx.ints(ctx, revUserCount, []any{r.Hostname, r.Subject}, &n, &last); err != nil {
+		if err := ints(revUserCount, []any{r.Hostname, r.Subject}, &n, &last); err != nil {
 			return OIDCRevocation{}, err
 		}
 		if n >= revokedPerUser {
@@ -166,130 +185,38 @@ func applyRevocation(ctx context.Context, tx revTx, r OIDCRevocation) (OIDCRevoc
 			del, mx, args = revHostDelete, revHostMaxOnly, []any{r.Hostname}
 		}
 		var last int64
-		if err := tx.ints(ctx, mx, args, &last); err != nil {
+		if err := ints(mx, args, &last); err != nil {
 			return OIDCRevocation{}, err
 		}
 		until = max(until, last)
-		if err := tx.exec(ctx, del, args...); err != nil {
+		if err := exec(del, args...); err != nil {
 			return OIDCRevocation{}, err
 		}
 	}
 	var n, last int64
-	if err := tx.ints(ctx, revHostCount, []any{r.Hostname}, &n, &last); err != nil {
+	if err := ints(revHostCount, []any{r.Hostname}, &n, &last); err != nil {
 		return OIDCRevocation{}, err
 	}
 	if n >= revocationsPerHost {
 		// The hostname holds the most revocations it may: every session
 		// of it issued until now ends.
 		r.SessionID, r.Subject, r.Email, until = "", "", "", max(until, last)
-		if err := tx.exec(ctx, revHostDelete, r.Hostname); err != nil {
+		if err := exec(revHostDelete, r.Hostname); err != nil {
 			return OIDCRevocation{}, err
 		}
 	}
 	r.ExpiresAt = time.UnixMilli(until).UTC()
-	if err := tx.exec(ctx, revInsert, r.ID, r.Hostname, r.SessionID, r.Subject, r.Email, at, until); err != nil {
+	if err := exec(revInsert, r.ID, r.Hostname, r.SessionID, r.Subject, r.Email, at, until); err != nil {
 		return OIDCRevocation{}, err
 	}
 	return r, nil
 }
 
-// placeholder matches a PostgreSQL placeholder.
-var placeholder = regexp.MustCompile(`\$([0-9]+)`)
-
-// sqliteArgs rewrites q's $N placeholders as SQLite's ?N.
-func sqliteArgs(q string) string { return placeholder.ReplaceAllString(q, "?$1") }
-
-type sqliteRevTx struct{ tx *sql.Tx }
-
-func (t sqliteRevTx) exec(ctx context.Context, q string, args ...any) error {
-	_, err := t.tx.ExecContext(ctx, sqliteArgs(q), args...)
-	return err
-}
-
-func (t sqliteRevTx) ints(ctx context.Context, q string, args []any, dst ...*int64) error {
-	vals := make([]any, len(dst))
-	for i, d := range dst {
-		vals[i] = d
-	}
-	return t.tx.QueryRowContext(ctx, sqliteArgs(q), args...).Scan(vals...)
-}
-
-func (b *sqliteBackend) revokeOIDC(ctx context.Context, r OIDCRevocation) (OIDCRevocation, error) {
-	var out OIDCRevocation
-	err := b.write(ctx, func(tx *sql.Tx) error {
-		var err error
-		out, err = applyRevocation(ctx, sqliteRevTx{tx}, r)
-		return err
-	})
-	if err != nil {
-		return OIDCRevocation{}, err
-	}
-	b.publish(Change{Kind: ChangeOIDCRevoked, ID: out.ID, Hostname: out.Hostname})
-	return out, nil
-}
-
-func (b *sqliteBackend) oidcRevocations(ctx context.Context, hostname string, now int64) ([]OIDCRevocation, error) {
-	rows, err := b.r.QueryContext(ctx, sqliteArgs(revList), hostname, now)
-	if err != nil {
-		return nil, sqliteErr(err)
-	}
-	defer rows.Close()
-	out := []OIDCRevocation{}
-	for rows.Next() {
-		r, err := scanRevocation(rows.Scan)
-		if err != nil {
-			return nil, sqliteErr(err)
-		}
-		out = append(out, r)
-	}
-	return out, sqliteErr(rows.Err())
-}
-
-type pgRevTx struct{ tx pgx.Tx }
-
-func (t pgRevTx) exec(ctx context.Context, q string, args ...any) error {
-	_, err := t.tx.Exec(ctx, q, args...)
-	return err
-}
-
-func (t pgRevTx) ints(ctx context.Context, q string, args []any, dst ...*int64) error {
-	vals := make([]any, len(dst))
-	for i, d := range dst {
-		vals[i] = d
-	}
-	return t.tx.QueryRow(ctx, q, args...).Scan(vals...)
-}
-
-func (b *pgBackend) revokeOIDC(ctx context.Context, r OIDCRevocation) (OIDCRevocation, error) {
-	var out OIDCRevocation
-	err := b.write(ctx, func(tx pgx.Tx) error {
-		// One writer per hostname at a time, so that two logouts never
-		// both find room under a bound.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('oidc_revocations:' || $1, 0))`, r.Hostname); err != nil {
-			return err
-		}
-		var err error
-		if out, err = applyRevocation(ctx, pgRevTx{tx}, r); err != nil {
-			return err
-		}
-		return notify(ctx, tx, Change{Kind: ChangeOIDCRevoked, ID: out.ID, Hostname: out.Hostname})
-	})
-	if err != nil {
-		return OIDCRevocation{}, err
-	}
-	return out, nil
-}
-
-func (b *pgBackend) oidcRevocations(ctx context.Context, hostname string, now int64) ([]OIDCRevocation, error) {
-	rows, err := b.pool.Query(ctx, revList, hostname, now)
-	return pgCollect(rows, err, func(row pgx.Row) (OIDCRevocation, error) { return scanRevocation(row.Scan) })
-}
-
 // scanRevocation reads a row of revSelect.
-func scanRevocation(scan func(dst ...any) error) (OIDCRevocation, error) {
+func scanRevocation(s scanner) (OIDCRevocation, error) {
 	var r OIDCRevocation
 	var at, until int64
-	if err := scan(&r.ID, &r.Hostname, &r.SessionID, &r.Subject, &r.Email, &at, &until); err != nil {
+	if err := s.Scan(&r.ID, &r.Hostname, &r.SessionID, &r.Subject, &r.Email, &at, &until); err != nil {
 		return OIDCRevocation{}, err
 	}
 	r.RevokedAt, r.ExpiresAt = time.UnixMilli(at).UTC(), time.UnixMilli(until).UTC()
