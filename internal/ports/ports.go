@@ -36,6 +36,12 @@ const (
 	DefaultUDPIdle           = 60 * time.Second
 	DefaultMaxUDPFlows       = 1024
 	DefaultMaxUDPFlowsPerIP  = 64
+	// DefaultTCPFirstByte is how long a visitor connection to a TCP port
+	// may stay without sending its first byte. Clients of every common
+	// TCP protocol speak within a second of connecting, or of the
+	// server's greeting (SSH, TLS, databases, SMTP); a connection that
+	// says nothing for this long only holds a slot.
+	DefaultTCPFirstByte = 30 * time.Second
 )
 
 // maxAllocateTries bounds the binds one allocation (remote_port 0) tries
@@ -84,9 +90,20 @@ type Config struct {
 	// MaxTCPConnections bounds the open visitor connections of one TCP
 	// port; zero means DefaultMaxTCPConnections.
 	MaxTCPConnections int
+	// MaxTCPConnectionsPerIP bounds the open connections of one visitor
+	// address (an IPv6 address's /64) on one TCP port, so that one
+	// address cannot hold every slot of MaxTCPConnections; zero means a
+	// quarter of MaxTCPConnections, at least 1
+	// (port_max_connections_per_ip).
+	MaxTCPConnectionsPerIP int
 	// TCPIdle closes a TCP connection with no byte either way for this
 	// long; zero means DefaultTCPIdle.
 	TCPIdle time.Duration
+	// TCPFirstByte closes a TCP connection whose visitor has sent no byte
+	// this long after connecting, whatever the backend sent; zero means
+	// DefaultTCPFirstByte. A value at or above TCPIdle leaves TCPIdle the
+	// only bound (port_first_byte_timeout).
+	TCPFirstByte time.Duration
 	// UDPIdle expires a UDP flow with no datagram either way for this
 	// long; zero means DefaultUDPIdle.
 	UDPIdle time.Duration
@@ -113,8 +130,14 @@ func (c Config) withDefaults() Config {
 	if c.MaxTCPConnections <= 0 {
 		c.MaxTCPConnections = DefaultMaxTCPConnections
 	}
+	if c.MaxTCPConnectionsPerIP <= 0 {
+		c.MaxTCPConnectionsPerIP = max(1, c.MaxTCPConnections/4)
+	}
 	if c.TCPIdle <= 0 {
 		c.TCPIdle = DefaultTCPIdle
+	}
+	if c.TCPFirstByte <= 0 {
+		c.TCPFirstByte = DefaultTCPFirstByte
 	}
 	if c.UDPIdle <= 0 {
 		c.UDPIdle = DefaultUDPIdle
@@ -441,7 +464,6 @@ func (m *Manager) openLocked(key portKey, org string, mb *member) (*port, error)
 		}
 		p.pc = pc
 		p.flows = map[netip.AddrPort]*flow{}
-		p.perIP = map[netip.Addr]int{}
 		p.wg.Add(2)
 		go p.readLoop()
 		go p.expireLoop()
@@ -555,14 +577,14 @@ type port struct {
 
 	mu      sync.Mutex // guards the following fields
 	members []*member
-	conns   map[net.Conn]struct{}
+	conns   map[net.Conn]netip.Addr // TCP: each connection and its visitorKey
 	flows   map[netip.AddrPort]*flow
-	perIP   map[netip.Addr]int
+	perIP   map[netip.Addr]int // open connections (TCP) or flows (UDP) per visitor
 }
 
 func newPort(m *Manager, key portKey, org string, mb *member) *port {
 	ctx, stop := context.WithCancel(context.Background())
-	return &port{m: m, key: key, org: org, ctx: ctx, stop: stop, members: []*member{mb}, conns: map[net.Conn]struct{}{}}
+	return &port{m: m, key: key, org: org, ctx: ctx, stop: stop, members: []*member{mb}, conns: map[net.Conn]netip.Addr{}, perIP: map[netip.Addr]int{}}
 }
 
 func (p *port) describe(name, what string) string {

@@ -547,3 +547,127 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// dialFrom connects to addr from the loopback address src (any of
+// 127.0.0.0/8 on Linux), so a test can be two visitors.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// echoes reports whether c is relayed: a byte written comes back.
+func echoes(c net.Conn) bool {
+	if _, err := c.Write([]byte("x")); err != nil {
+		return false
+	}
+	_, err := io.ReadFull(c, make([]byte, 1))
+	return err == nil
+}
+
+// TestTCPPerAddressCap (#38, F7): one visitor address holds at most
+// port_max_connections_per_ip connections of a TCP port, a quarter of
+// max_tcp_connections unless set, so the probe's flood (as many idle
+// connections from one address as the port holds) no longer closes the
+// port: the rest are closed at accept, and another address still
+// connects and is served.
+func TestTCPPerAddressCap(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	tests := []struct {
+		name    string
+		cfg     Config
+		perAddr int
+	}{
+		{"default a quarter", Config{MaxTCPConnections: 8}, 2},
+		{"set", Config{MaxTCPConnections: 8, MaxTCPConnectionsPerIP: 3}, 3},
+		{"small port", Config{MaxTCPConnections: 3}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, addr, _ := openEcho(t, tt.cfg, tunnel.Identity{AnyTCPPort: true}, echo)
+			defer m.Close()
+			flood := make([]net.Conn, tt.cfg.MaxTCPConnections)
+			for i := range flood {
+				flood[i] = dialFrom(t, "127.0.0.1", addr)
+			}
+			refused := int64(len(flood) - tt.perAddr)
+			poll.Until(t, 5*time.Second, "the flood settled", func() bool {
+				s := m.Snapshot()[0]
+				return s.Open == int64(tt.perAddr) && s.Refused == refused
+			})
+			served := 0
+			for _, c := range flood {
+				if echoes(c) {
+					served++
+				}
+			}
+			if served != tt.perAddr {
+				t.Errorf("%d connections from one address served, want %d", served, tt.perAddr)
+			}
+			other := dialFrom(t, "127.0.0.2", addr)
+			if !echoes(other) {
+				t.Fatalf("another address was not served while the first held its share")
+			}
+			if s := m.Snapshot()[0]; s.Open != int64(tt.perAddr)+1 || s.Refused != refused {
+				t.Errorf("snapshot %+v, want %d open and %d refused", s, tt.perAddr+1, refused)
+			}
+		})
+	}
+}
+
+func TestVisitorKey(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"2001:db8::1", "2001:db8::ffff:1"},
+		{"2001:db8:0:0:1::", "2001:db8::2"},
+		{"::ffff:192.0.2.1", "192.0.2.1"},
+	} {
+		if ka, kb := visitorKey(netip.MustParseAddr(tc.a)), visitorKey(netip.MustParseAddr(tc.b)); ka != kb {
+			t.Errorf("visitorKey(%s) = %s, visitorKey(%s) = %s, want the same visitor", tc.a, ka, tc.b, kb)
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"2001:db8::1", "2001:db8:0:1::1"},
+		{"192.0.2.1", "192.0.2.2"},
+	} {
+		if ka, kb := visitorKey(netip.MustParseAddr(tc.a)), visitorKey(netip.MustParseAddr(tc.b)); ka == kb {
+			t.Errorf("visitorKey(%s) = visitorKey(%s) = %s, want two visitors", tc.a, tc.b, ka)
+		}
+	}
+}
+
+// TestTCPFirstByte (#38, F7): a visitor that connects and sends nothing
+// is closed after port_first_byte_timeout, long before the idle timeout,
+// while one that has spoken keeps its connection past that time.
+func TestTCPFirstByte(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	m, addr, _ := openEcho(t, Config{TCPIdle: time.Hour, TCPFirstByte: 300 * time.Millisecond}, tunnel.Identity{AnyTCPPort: true}, echo)
+	defer m.Close()
+	talker := dialFrom(t, "127.0.0.1", addr)
+	if !echoes(talker) {
+		t.Fatal("the talking visitor was not served")
+	}
+	silent := dialFrom(t, "127.0.0.2", addr)
+	start := time.Now()
+	if n, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("the silent visitor read %d bytes, want its connection closed", n)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the silent visitor was closed after %v, want about the 300ms first-byte timeout", d)
+	}
+	// The silent one opened after the talker's first byte, so the talker
+	// has now outlived the first-byte timeout: it is still served.
+	if !echoes(talker) {
+		t.Fatal("a visitor that had spoken was closed by the first-byte timeout")
+	}
+	poll.Until(t, 5*time.Second, "the silent connection released", func() bool { return m.Snapshot()[0].Open == 1 })
+}
