@@ -158,7 +158,7 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("access_log", "one log line per proxied request (logger=access)", func(c *S) *bool { return &c.AccessLog }),
 		config.BoolSetting("access_log_ips", "visitor addresses in access log lines", func(c *S) *bool { return &c.AccessLogIPs }),
 		config.BoolSetting("server_timing", "Server-Timing header on answers that waited", func(c *S) *bool { return &c.ServerTiming }),
-		config.IntSetting("max_stream_subscribers", "followers of the admin API's live stream at once", func(c *S) *int { return &c.MaxStreamSubscribers }),
+		config.IntSetting("max_stream_subscribers", "followers of the admin API's live stream at once (8 per credential, a quarter per organization, one kept for the master token)", func(c *S) *int { return &c.MaxStreamSubscribers }),
 		config.FloatSetting("otel_sample_rate", "fraction of traces sampled when OTEL_EXPORTER_OTLP_* turns tracing on", func(c *S) *float64 { return &c.OTelSampleRate }),
 		config.EnumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).Values(config.LogLevels...).Alias("LOG_LEVEL"),
 		config.EnumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }).Values(config.LogFormats...),
