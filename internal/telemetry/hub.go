@@ -263,7 +263,6 @@ func addCount(m map[string]int, k string, d int) {
 	}
 }
 
-
 func (h *Hub) remove(s *Subscription) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

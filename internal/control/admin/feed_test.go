@@ -219,15 +219,7 @@ type sseEvent struct{ typ, data string }
 func openStream(t *testing.T, f *fixture, cred, query string) <-chan sseEvent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	req, err := http.NewRequestWithContext(ctx, "GET", f.url+admin.Prefix+"/stream"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+cred)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET /stream: %v", err)
-	}
+	resp := getStream(ctx, t, f, cred, query)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("GET /stream = %d %s, want 200 text/event-stream", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -351,12 +343,11 @@ func TestStreamSubscriberLimit(t *testing.T) {
 	w.f.expectError(t, "GET", "/stream", w.viewer, "", http.StatusServiceUnavailable, "shutting down")
 }
 
-// streamRefused asks GET /stream with cred and expects a 503 whose JSON
-// error contains msg; a stream opened instead fails the test at once,
-// without waiting for its end.
-func streamRefused(t *testing.T, f *fixture, cred, msg string) {
+// getStream sends GET /stream+query with cred on ctx and returns the
+// response, its body unread.
+func getStream(ctx context.Context, t *testing.T, f *fixture, cred, query string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), "GET", f.url+admin.Prefix+"/stream", nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", f.url+admin.Prefix+"/stream"+query, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,6 +356,15 @@ func streamRefused(t *testing.T, f *fixture, cred, msg string) {
 	if err != nil {
 		t.Fatalf("GET /stream: %v", err)
 	}
+	return resp
+}
+
+// streamRefused asks GET /stream with cred and expects a 503 whose JSON
+// error contains msg; a stream opened instead fails the test at once,
+// without waiting for its end.
+func streamRefused(t *testing.T, f *fixture, cred, msg string) {
+	t.Helper()
+	resp := getStream(t.Context(), t, f, cred, "")
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("GET /stream = %d, want 503 %q", resp.StatusCode, msg)
