@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 )
@@ -123,6 +124,11 @@ type backend interface {
 	// under a lock that serializes replacements.
 	setOrgHostnames(ctx context.Context, orgID string, patterns []string) error
 	listOrgHostnames(ctx context.Context, orgID string) ([]OrgHostname, error)
+	// setOrgPorts replaces orgID's port ranges (validated, merged,
+	// sorted) after checking them with firstPortOverlap against every
+	// stored range, both under a lock that serializes replacements.
+	setOrgPorts(ctx context.Context, orgID string, rs []portspec.Range) error
+	listOrgPorts(ctx context.Context, orgID string) ([]OrgPorts, error)
 
 	// appendAudit inserts e (its At already stamped) as the next link of
 	// the chain, with the chain head locked for the transaction, and
