@@ -150,6 +150,6 @@ func (p gatewayPorts) Ports() []admin.PortInfo {
 }
 
 func portInfo(s ports.PortInfo) admin.PortInfo {
-	return admin.PortInfo{Port: s.Port, Protocol: s.Protocol, OrgID: s.OrgID, Names: s.Names, Sessions: s.Sessions,
+	return admin.PortInfo{Port: s.Port, Protocol: s.Protocol, OrgID: s.OrgID, OwnerOrgID: s.OwnerOrgID, Names: s.Names, Sessions: s.Sessions,
 		Open: s.Open, BytesIn: s.BytesIn, BytesOut: s.BytesOut, Refused: s.Refused, Dropped: s.Dropped}
 }
