@@ -1012,23 +1012,21 @@ func orgsTable(w io.Writer, orgs []apitype.Org) {
 	}
 }
 
-func orgPortsTable(w io.Writer, p apitype.OrgPorts) {
-	fmt.Fprintln(w, "ORG\tPORTS")
-	for _, r := range p.Ports {
-		fmt.Fprintf(w, "%s\t%s\n", p.OrgID, cell(r))
-	}
-	if len(p.Ports) == 0 {
-		fmt.Fprintf(w, "%s\t%s\n", p.OrgID, "(none)")
-	}
-}
+func orgPortsTable(w io.Writer, p apitype.OrgPorts) { ownedTable(w, "PORTS", p.OrgID, p.Ports) }
 
 func orgHostnamesTable(w io.Writer, h apitype.OrgHostnames) {
-	fmt.Fprintln(w, "ORG\tPATTERN")
-	for _, p := range h.Patterns {
-		fmt.Fprintf(w, "%s\t%s\n", h.OrgID, cell(p))
+	ownedTable(w, "PATTERN", h.OrgID, h.Patterns)
+}
+
+// ownedTable lists what organization orgID owns, one item a row, under
+// column; "(none)" when it owns nothing.
+func ownedTable(w io.Writer, column, orgID string, items []string) {
+	fmt.Fprintf(w, "ORG\t%s\n", column)
+	for _, it := range items {
+		fmt.Fprintf(w, "%s\t%s\n", orgID, cell(it))
 	}
-	if len(h.Patterns) == 0 {
-		fmt.Fprintf(w, "%s\t%s\n", h.OrgID, "(none)")
+	if len(items) == 0 {
+		fmt.Fprintf(w, "%s\t%s\n", orgID, "(none)")
 	}
 }
 
