@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -105,4 +106,58 @@ func firstPortOverlap(orgID string, rs []portspec.Range, stored []OrgPorts) *Por
 		}
 	}
 	return nil
+}
+
+// setOrgPorts replaces orgID's port ranges (validated, merged, sorted)
+// after checking them with firstPortOverlap against every stored range,
+// both under a lock that serializes replacements.
+func (b *backend) setOrgPorts(ctx context.Context, orgID string, rs []portspec.Range) error {
+	return b.write(ctx, func(tx *txn) error {
+		// Readers stay on, but every replacement, on every server, takes
+		// its turn, so that the overlap check sees the last one.
+		if lock := b.d.lockTable("org_ports"); lock != "" {
+			if _, err := tx.ExecContext(ctx, lock); err != nil {
+				return err
+			}
+		}
+		var exists int
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orgs WHERE id = $1`, orgID).Scan(&exists); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("%w: org %s", ErrNotFound, orgID)
+			}
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT lo, hi, org_id FROM org_ports`)
+		stored, err := collect(b.d, rows, err, scanOrgPorts)
+		if err != nil {
+			return err
+		}
+		if oe := firstPortOverlap(orgID, rs, stored); oe != nil {
+			return oe
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM org_ports WHERE org_id = $1`, orgID); err != nil {
+			return err
+		}
+		if len(rs) > 0 {
+			args := make([]any, 0, 3*len(rs))
+			for _, r := range rs {
+				args = append(args, r.Lo, r.Hi, orgID)
+			}
+			if _, err := tx.ExecContext(ctx,
+				`INSERT INTO org_ports (lo, hi, org_id) VALUES `+valuesRows(len(rs), 3), args...); err != nil {
+				return err
+			}
+		}
+		return tx.announce(ctx, Change{Kind: ChangeOrgPorts, OrgID: orgID})
+	})
+}
+
+func scanOrgPorts(s scanner) (OrgPorts, error) {
+	var p OrgPorts
+	return p, s.Scan(&p.Lo, &p.Hi, &p.OrgID)
+}
+
+func (b *backend) listOrgPorts(ctx context.Context, orgID string) ([]OrgPorts, error) {
+	return queryRows(ctx, b, scanOrgPorts,
+		`SELECT lo, hi, org_id FROM org_ports WHERE ($1 = '' OR org_id = $1) ORDER BY lo`, orgID)
 }
