@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -113,18 +112,7 @@ func firstPortOverlap(orgID string, rs []portspec.Range, stored []OrgPorts) *Por
 // both under a lock that serializes replacements.
 func (b *backend) setOrgPorts(ctx context.Context, orgID string, rs []portspec.Range) error {
 	return b.write(ctx, func(tx *txn) error {
-		// Readers stay on, but every replacement, on every server, takes
-		// its turn, so that the overlap check sees the last one.
-		if lock := b.d.lockTable("org_ports"); lock != "" {
-			if _, err := tx.ExecContext(ctx, lock); err != nil {
-				return err
-			}
-		}
-		var exists int
-		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orgs WHERE id = $1`, orgID).Scan(&exists); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("%w: org %s", ErrNotFound, orgID)
-			}
+		if err := b.lockOwned(ctx, tx, "org_ports", orgID); err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT lo, hi, org_id FROM org_ports`)
