@@ -113,10 +113,13 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		if g.denylist != nil {
 			g.reloadRevocations(ctx, ch.Hostname)
 		}
+	case store.ChangeOrgPorts:
+		g.reloadPortOwnership(ctx)
 	case store.ChangeResync:
 		// Changes may have been missed: re-check everything cached.
 		g.reloadMaintenance(ctx)
 		g.reloadOwnership(ctx)
+		g.reloadPortOwnership(ctx)
 		g.recheckTokens(ctx)
 		g.usageLimits.reloadAll(ctx)
 		if g.denylist != nil {
