@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -158,6 +159,18 @@ func copyable(h string) string {
 		return "is hop-by-hop or framing"
 	}
 	return ""
+}
+
+// UpstreamHeaders returns copy_headers and user_header: the names the
+// backend is told to trust as the auth service's, which the gate removes
+// from the visitor's request in every spelling before any answer is
+// applied (a 2xx that leaves one out must not let the visitor's copy
+// through: Authelia's bypass policy, a user without groups).
+func (f *Forward) UpstreamHeaders() []string {
+	if f.userHeader == "" {
+		return f.copy
+	}
+	return append(slices.Clip(f.copy), f.userHeader)
 }
 
 // Name returns "forward".
