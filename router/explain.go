@@ -103,6 +103,11 @@ type explainQuery struct {
 // :authority. Only an explanation given headers has it.
 const stepHostField = "host-field"
 
+// stepHeaderNames is the step that judges header names with an
+// underscore (underscore_headers). Only an explanation given headers has
+// it.
+const stepHeaderNames = "header-names"
+
 func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	host, path, ip := q.host, q.path, q.ip
 	now := rt.now()

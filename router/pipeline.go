@@ -43,6 +43,7 @@ const (
 	stageIPLimit                  // the visitor's token bucket
 	stageMaintenance              // hostnames in maintenance
 	stageHostField                // an HTTP/2 host field other than :authority
+	stageHeaderNames              // underscore_headers refuse: a header name with an underscore
 	stageRouteRule                // routes: a redirect or fixed answer, or a route's policy
 	stageRoute                    // the bind matching host and path, and its liveness
 	stageBody                     // max_body_size, and the body's pacing
@@ -58,6 +59,7 @@ var admissionStages = [...]stage{
 	stageIPLimit,
 	stageMaintenance,
 	stageHostField,
+	stageHeaderNames,
 	stageRouteRule,
 	stageRoute,
 	stageBody,
@@ -76,6 +78,7 @@ const (
 	refusedIP                                   // the visitor's token bucket is empty
 	refusedMaintenance                          // the hostname is in maintenance
 	refusedHostField                            // the host field differs from :authority
+	refusedUnderscoreHeader                     // a header name with an underscore, under underscore_headers refuse
 	refusedNoRoute                              // no bind, a dead one, or no token admits the visitor
 	refusedBodyTooLarge                         // Content-Length above max_body_size
 	refusedHeldFull                             // too many requests held for a cold start
@@ -118,6 +121,7 @@ var refusalInfo = [numRefusalKinds]struct {
 	refusedIP:                {status: http.StatusTooManyRequests, limit: limitIP, explainText: "429 ip: the visitor's token bucket is empty", setting: "ip_limit_max"},
 	refusedMaintenance:       {status: http.StatusServiceUnavailable, host: true, after: " is down for maintenance", explainText: "503 maintenance"},
 	refusedHostField:         {status: http.StatusBadRequest, before: "the host field differs from :authority", explainText: "400 host field differs from :authority"},
+	refusedUnderscoreHeader:  {status: http.StatusBadRequest, before: "a header name holds an underscore", explainText: "400 a header name holds an underscore", setting: "underscore_headers"},
 	refusedNoRoute:           {status: http.StatusBadGateway, host: true, before: "no client is serving ", nothing: true, explainText: "502 no client"},
 	refusedBodyTooLarge:      {status: http.StatusRequestEntityTooLarge, explainText: "413 request body larger than max_body_size", setting: "max_body_size"},
 	refusedHeldFull:          {status: http.StatusServiceUnavailable, retryAfter: []string{"5"}, host: true, before: "too many requests are waiting for ", after: " to start", explainText: "503 too many requests held for the cold start (Retry-After: 5)", setting: "scaling_max_held"},
@@ -216,6 +220,8 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 			ref = rt.checkMaintenance(a)
 		case stageHostField:
 			ref = rt.checkHostField(a)
+		case stageHeaderNames:
+			ref = rt.checkHeaderNames(a)
 		case stageRouteRule:
 			ref = rt.checkRouteRule(a)
 		case stageRoute:

@@ -110,7 +110,7 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		}
 		defer rt.wsOpen.Add(-1)
 	}
-	prepareOutbound(r, &a.v, upgrade)
+	prepareOutbound(r, &a.v, upgrade, a.set.underscore)
 	if err := a.gate.gate.PrepareUpstream(r.Header, a.accessVisitor(), a.dec); err != nil {
 		// No identity token could be signed: the backend asked for one,
 		// so the request must not reach it without.
@@ -424,11 +424,11 @@ func (rt *Router) serveStale(w http.ResponseWriter, r *http.Request) bool {
 // prepareOutbound turns the visitor's request into the one the backend
 // sees: hop-by-hop headers go, forwarding headers come (setForwarded), the
 // Host stays.
-func prepareOutbound(r *http.Request, v *Visitor, upgrade bool) {
+func prepareOutbound(r *http.Request, v *Visitor, upgrade bool, act underscoreAction) {
 	h := r.Header
 	tunnel.RemoveHopHeaders(h, upgrade)
 	delete(h, "Expect") // answered here already; the backend must not wait for it
-	setForwarded(h, v, r.Host)
+	setForwarded(h, v, r.Host, act)
 }
 
 // copyResponse writes resp to the visitor, and every body byte also to
