@@ -80,6 +80,7 @@ const (
 	refusedHostField                            // the host field differs from :authority
 	refusedUnderscoreHeader                     // a header name with an underscore, under underscore_headers refuse
 	refusedNoRoute                              // no bind, a dead one, or no token admits the visitor
+	refusedMisdirected                          // the bind takes TLS passthrough only: no HTTP request reaches it
 	refusedBodyTooLarge                         // Content-Length above max_body_size
 	refusedHeldFull                             // too many requests held for a cold start
 	refusedClientConcurrency                    // every client that could serve is at its limit
@@ -123,6 +124,7 @@ var refusalInfo = [numRefusalKinds]struct {
 	refusedHostField:         {status: http.StatusBadRequest, before: "the host field differs from :authority", explainText: "400 host field differs from :authority"},
 	refusedUnderscoreHeader:  {status: http.StatusBadRequest, before: "a header name holds an underscore", explainText: "400 a header name holds an underscore", setting: "underscore_headers"},
 	refusedNoRoute:           {status: http.StatusBadGateway, host: true, before: "no client is serving ", nothing: true, explainText: "502 no client"},
+	refusedMisdirected:       {status: http.StatusMisdirectedRequest, host: true, after: " takes TLS connections only: connect with TLS and the hostname in SNI", explainText: "421 misdirected: the bind takes TLS passthrough only"},
 	refusedBodyTooLarge:      {status: http.StatusRequestEntityTooLarge, explainText: "413 request body larger than max_body_size", setting: "max_body_size"},
 	refusedHeldFull:          {status: http.StatusServiceUnavailable, retryAfter: []string{"5"}, host: true, before: "too many requests are waiting for ", after: " to start", explainText: "503 too many requests held for the cold start (Retry-After: 5)", setting: "scaling_max_held"},
 	refusedClientConcurrency: {status: http.StatusTooManyRequests, limit: limitClientConcurrency, explainText: "429 client-concurrency", setting: "max_concurrent"},
@@ -379,6 +381,9 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 		if p == nil || !rt.live(p) {
 			return refuseWith(refusedNoRoute)
 		}
+		if rt.AnyPassthrough() && p.allPassthrough() {
+			return refuseWith(refusedMisdirected)
+		}
 		return refusal{}
 	}
 	ex := a.ex
@@ -391,6 +396,10 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 	if !rt.live(p) {
 		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
 		return refuseWith(refusedNoRoute)
+	}
+	if rt.AnyPassthrough() && p.allPassthrough() {
+		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("every client service of bind %s takes TLS passthrough: only a TLS connection whose SNI names the hostname reaches it, never an HTTP request (421)", ex.Bind))
+		return refuseWith(refusedMisdirected)
 	}
 	ex.step(StepRoute, OutcomePass, fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs)))
 	return refusal{}
