@@ -328,3 +328,26 @@ func TestForwardDropsVisitorCopies(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardURIFollowsThePathRule: X-Forwarded-Uri is the path as the
+// bind matched it, escaped: parameters dropped, empty segments collapsed,
+// never a decoded "?" or "%2F" (#38 item 2).
+func TestForwardURIFollowsThePathRule(t *testing.T) {
+	s := newAuthServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	f := newForward(t, s, nil)
+	for target, want := range map[string]string{
+		"/admin;x/y?q=1":      "/admin/y?q=1",
+		"//admin//y":          "/admin/y",
+		"/app/p;jsessionid=1": "/app/p",
+		"/a%3Fb/c":            "/a%3Fb/c",
+		"/a%2Fb":              "/a%2Fb",
+	} {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		if got := f.Check(r, visitor("/unused")); got.Outcome != Admit {
+			t.Fatalf("Check(%s) = %+v, want admitted", target, got)
+		}
+		if got := s.last().Header.Get("X-Forwarded-Uri"); got != want {
+			t.Errorf("GET %s: X-Forwarded-Uri = %q, want %q", target, got, want)
+		}
+	}
+}
