@@ -28,7 +28,7 @@ import (
 // where field(x) is the length of x in bytes as an 8-byte big-endian
 // unsigned integer followed by the bytes of x, seq is the decimal form of
 // Seq, and at is At in UTC to the microsecond in the fixed-width form
-// "2006-01-02T15:04:05.000000Z" (both backends store times to the
+// "2006-01-02T15:04:05.000000Z" (both engines store times to the
 // microsecond, so the bytes hashed at append are the bytes read back). The
 // length prefixes make the encoding unambiguous: no two different entries
 // encode to the same bytes. The database row ID is not hashed; Seq is the
@@ -67,7 +67,8 @@ func writeField(h hash.Hash, b []byte) {
 }
 
 // chainAfter sets e's Seq, PrevHash and Hash to follow the chain head
-// (headSeq, headHash). Backends call it with the head locked.
+// (headSeq, headHash). appendAudit and backfillAudit call it with the head
+// locked.
 func chainAfter(e AuditEntry, headSeq int64, headHash []byte) AuditEntry {
 	e.Seq = headSeq + 1
 	e.PrevHash = bytes.Clone(headHash)
@@ -107,7 +108,7 @@ func (e *AuditChainError) Unwrap() error { return ErrAuditChainBroken }
 // synchronized (NTP) well within it.
 const AuditClockSkew = time.Minute
 
-// auditChain is what a backend reads for VerifyAudit, from one snapshot of
+// auditChain is what readAuditChain reads for VerifyAudit, from one snapshot of
 // the database.
 type auditChain struct {
 	// headSeq and headHash are the chain head row.

@@ -98,8 +98,8 @@ func (db *DB) ListOrgHostnames(ctx context.Context, orgID string) ([]OrgHostname
 }
 
 // firstOverlap returns the refusal of the first of patterns (of orgID) that
-// overlaps a pattern of another organization in stored, or nil. Backends
-// call it inside the replacing transaction.
+// overlaps a pattern of another organization in stored, or nil.
+// setOrgHostnames calls it inside the replacing transaction.
 func firstOverlap(orgID string, patterns []string, stored []OrgHostname) *OverlapError {
 	others := make(map[string]string, len(stored))
 	for _, h := range stored {

@@ -105,8 +105,8 @@ func equalDeclaration(a, b ScalingRecord) bool {
 
 // mergeScaling applies the declaration in d, made by armer at d.UpdatedAt,
 // to the stored record old. It returns the record to store and whether the
-// declaration changed. Each backend calls it with old read under a write
-// lock, so the merge and the write that follows are atomic.
+// declaration changed. declareScaling calls it with old read under a
+// write lock, so the merge and the write that follows are atomic.
 func mergeScaling(old, d ScalingRecord, armer string, rearm bool) (rec ScalingRecord, changed bool) {
 	rec = old
 	changed = !equalDeclaration(old, d)
@@ -202,7 +202,7 @@ func checkDeclaration(r ScalingRecord, armer string) error {
 		errs = append(errs, errors.New("store: declare scaling: empty armer"))
 	}
 	// SQLite would store NaN as NULL and PostgreSQL keep it: refuse both
-	// so that the backends agree.
+	// so that the engines agree.
 	if math.IsNaN(r.TargetUtilization) || math.IsInf(r.TargetUtilization, 0) {
 		errs = append(errs, fmt.Errorf("store: declare scaling: target utilization %v is not a finite number", r.TargetUtilization))
 	}
@@ -406,8 +406,8 @@ func (db *DB) AcquireScalingLease(ctx context.Context, l ScalingLease, ttl time.
 // leaseVerdict decides an acquisition of want (AcquiredAt is now) on rec,
 // whose current lease is held (nil: none). It returns the lease to store
 // when ok, or else the lease that stands in the way (zero when the
-// record's own state refuses). Each backend calls it with rec and held
-// read under a lock on the record.
+// record's own state refuses). acquireScalingLease calls it with rec and
+// held read under a lock on the record.
 func leaseVerdict(rec ScalingRecord, held *ScalingLease, want ScalingLease) (ScalingLease, bool) {
 	now := want.AcquiredAt
 	if rec.Disarmed || (rec.NextCallAt != nil && rec.NextCallAt.After(now)) ||

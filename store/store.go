@@ -7,11 +7,14 @@
 // organization's hostnames replaced, a signing key added or a scaling
 // record declared, called, disarmed or deleted.
 //
-// One API, two backends with identical behaviour: SQLite (the default, one
+// One API, two engines with identical behaviour: SQLite (the default, one
 // file in the data directory, owned by one server) and PostgreSQL (shared by
-// several servers). Each backend keeps all of its SQL in one file
-// (sqlite.go, postgres.go); the schema lives in the migrations package and is
-// applied by Open. A single conformance suite proves the backends agree.
+// several servers). Every query is written once, in queries.go, over
+// database/sql; what differs between the engines is in one table,
+// dialect.go, and opening each is in sqlite.go and postgres.go. The schema
+// lives in the migrations package and is applied by Open. A single
+// conformance suite, and an equivalence test of the two engines, prove
+// they agree.
 //
 // Every method is safe for concurrent use. Times go in and come out in UTC,
 // truncated to the microsecond, on both backends. Errors wrap ErrNotFound,
@@ -92,6 +95,10 @@ type Config struct {
 	// does not exist is an error rather than created. False, the default,
 	// opens the store for a server.
 	ReadOnly bool
+
+	// dialectForTest, when set, edits the engine's dialect once the store
+	// is open (see WithDialectDriftForTest in export_test.go).
+	dialectForTest func(*dialect)
 }
 
 // Validate reports every problem with cfg without touching the disk or
@@ -125,7 +132,7 @@ func (cfg Config) withDefaults() Config {
 // goroutines. Close it when done: Close stops the change listener and every
 // subscription and closes the connections.
 type DB struct {
-	b   backend
+	b   *backend
 	hub *hub
 	log *slog.Logger
 	now func() time.Time
@@ -161,6 +168,11 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err != nil {
 		db.hub.close()
 		return nil, err
+	}
+	if cfg.dialectForTest != nil {
+		d := *db.b.d
+		cfg.dialectForTest(&d)
+		db.b.d = &d
 	}
 	if cfg.ReadOnly {
 		return db, nil

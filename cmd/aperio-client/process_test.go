@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
+
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
@@ -90,14 +92,12 @@ func TestProcessesDrainOnSIGTERM(t *testing.T) {
 // directory and returns it.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "../aperio-server", ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return procs.Binaries(t)
 }
+
+// TestMain builds the binaries once for the package's process tests
+// (procs), not once per test.
+func TestMain(m *testing.M) { procs.Main(m) }
 
 // startAndFind starts cmd and returns the first submatch of re in its
 // stderr, waiting up to 20 s (startLogged and wait).

@@ -12,41 +12,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
-// The binaries of this package's process tests, built once per run of the
-// test binary and removed by TestMain.
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-	buildOut  []byte
-)
+// TestMain builds the binaries once for the package's process tests.
+func TestMain(m *testing.M) { procs.Main(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// binaries returns the directory holding freshly built aperio-server and
-// aperio-client, building them on first use.
+// binaries returns the directory holding aperio-server and aperio-client.
 func binaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "aperio-server-bin-"); buildErr != nil {
-			return
-		}
-		build := exec.Command("go", "build", "-o", buildDir+string(os.PathSeparator), ".", "../aperio-client")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		buildOut, buildErr = build.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("go build: %v\n%s", buildErr, buildOut)
-	}
-	return buildDir
+	return procs.Binaries(t)
 }
 
 // proc is a started process whose stderr lines are kept for waitLine.

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Key describes one setting and its spellings, for cmd to register flags and

@@ -98,7 +98,7 @@ func Watch(ctx context.Context, o Options) error {
 		defer signal.Stop(hup)
 	}
 	w := &watcher{o: o, fw: fw, dirs: map[string]bool{}}
-	w.refresh()
+	w.refresh(time.Time{})
 	if o.Started != nil {
 		o.Started()
 	}
@@ -126,7 +126,9 @@ func (w *watcher) loop(ctx context.Context, hup <-chan os.Signal) error {
 			return nil
 		case <-hup:
 			w.seen = w.fingerprints()
-			w.change("SIGHUP")
+			if w.change("SIGHUP") {
+				debounce.Reset(w.o.Debounce)
+			}
 		case ev, ok := <-w.fw.Events:
 			if !ok {
 				return nil
@@ -158,22 +160,32 @@ func (w *watcher) loop(ctx context.Context, hup <-chan os.Signal) error {
 			now := w.fingerprints()
 			if f := changed(w.files, w.seen, now); f != "" {
 				w.seen = now
-				w.change("file changed: " + f)
+				if w.change("file changed: " + f) {
+					debounce.Reset(w.o.Debounce)
+				}
 			}
 		}
 	}
 }
 
 // change calls OnChange, then watches the files the reload may have added.
-func (w *watcher) change(reason string) {
+// It reports whether a file the reload added was modified while the
+// reload ran: its content may not be what the reload read, so the caller
+// compares again after the debounce.
+func (w *watcher) change(reason string) (recheck bool) {
+	start := time.Now()
 	w.o.OnChange(reason)
-	w.refresh()
+	return w.refresh(start)
 }
 
 // refresh reads Files again, watches the directories of the files (and of
 // their symlinks' targets) and stops watching the others; new files get a
-// fingerprint, the others keep theirs.
-func (w *watcher) refresh() {
+// fingerprint, the others keep theirs. A new file modified at or after
+// since (a reload's start; zero: never) gets no fingerprint of its own,
+// so the next comparison counts it changed: an edit made between the
+// reload reading it and this fingerprint would be lost otherwise. It
+// reports whether any such file exists.
+func (w *watcher) refresh(since time.Time) (recheck bool) {
 	var files []string
 	if w.o.Files != nil {
 		files = w.o.Files()
@@ -214,11 +226,33 @@ func (w *watcher) refresh() {
 	for _, f := range files {
 		if fp, ok := w.seen[f]; ok {
 			seen[f] = fp
-		} else {
-			seen[f] = fingerprint(f)
+			continue
+		}
+		// The fingerprint first, then the time: a write after the time
+		// check but before the read would otherwise pass unseen (its
+		// event compares the same content). Its directory is watched by
+		// now, so a later write is an event.
+		seen[f] = fingerprint(f)
+		if !since.IsZero() && modifiedSince(f, since) {
+			seen[f] = "modified while the reload that added it ran"
+			recheck = true
 		}
 	}
 	w.seen = seen
+	return recheck
+}
+
+// mtimeSlack is how far a file's modification time may lag the clock: the
+// kernel stamps files from its coarse clock, up to a tick (1 to 10 ms)
+// behind time.Now. Erring early costs at most one reload that changes
+// nothing, of a file modified just before the reload that added it.
+const mtimeSlack = 100 * time.Millisecond
+
+// modifiedSince reports whether the file at path (following symlinks) was
+// modified at or after t, give or take mtimeSlack.
+func modifiedSince(path string, t time.Time) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.ModTime().Before(t.Add(-mtimeSlack))
 }
 
 // fingerprints returns the fingerprint of every watched file now.

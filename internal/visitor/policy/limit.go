@@ -7,10 +7,10 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/time/rate"
 
 	"github.com/aperio-dev/aperio/internal/headerrule"
 )
@@ -25,11 +25,12 @@ const (
 	keyToken
 )
 
-// limiter is one compiled entry of rate_limits: token buckets by route
-// and key, at most maxKeys of them. Past that the least recently used
+// limiter is one compiled entry of rate_limits: token buckets
+// (golang.org/x/time/rate, judged at the request's time) by route and
+// key, at most maxKeys of them. Past that the least recently used
 // bucket is dropped, which at worst gives its key a fresh burst: memory
 // stays bounded whatever the key space (a flood of addresses or header
-// values), at about 200 bytes a bucket.
+// values), at a few hundred bytes a bucket.
 type limiter struct {
 	index   int
 	name    string // rate_limits[i]
@@ -39,7 +40,7 @@ type limiter struct {
 	burst   float64
 	maxKeys int
 	seed    maphash.Seed
-	buckets *lru.Cache[bucketKey, *bucket] // safe for concurrent use
+	buckets *lru.Cache[bucketKey, *rate.Limiter] // safe for concurrent use
 }
 
 // bucketKey names one bucket: the route, and the visitor's address or a
@@ -50,13 +51,6 @@ type bucketKey struct {
 	route int32
 	addr  netip.Addr
 	sum   uint64
-}
-
-// bucket is a token bucket.
-type bucket struct {
-	mu     sync.Mutex // guards the following fields
-	tokens float64
-	last   int64 // unix nanoseconds of the last update
 }
 
 func newLimiter(i int, rl RateLimit) (*limiter, string) {
@@ -94,7 +88,7 @@ func newLimiter(i int, rl RateLimit) (*limiter, string) {
 	if l.maxKeys == 0 {
 		l.maxKeys = MaxKeys
 	}
-	c, err := lru.New[bucketKey, *bucket](l.maxKeys)
+	c, err := lru.New[bucketKey, *rate.Limiter](l.maxKeys)
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -148,34 +142,17 @@ func (r *Rule) Allow(now time.Time, v Visitor) (time.Duration, bool) {
 	k := l.key(r.Index, v)
 	b, ok := l.buckets.Get(k)
 	if !ok {
-		nb := &bucket{tokens: l.burst, last: now.UnixNano()}
+		nb := rate.NewLimiter(rate.Limit(l.rate), int(l.burst))
 		if prev, found, _ := l.buckets.PeekOrAdd(k, nb); found {
 			b = prev
 		} else {
 			b = nb
 		}
 	}
-	b.mu.Lock()
-	tokens := l.refill(b, now)
-	ok = tokens >= 1
-	if ok {
-		tokens--
-	}
-	b.tokens, b.last = tokens, now.UnixNano()
-	b.mu.Unlock()
-	if ok {
+	if b.AllowN(now, 1) {
 		return 0, true
 	}
-	return time.Duration((1 - tokens) / l.rate * float64(time.Second)), false
-}
-
-// refill returns b's tokens at now; b.mu is held.
-func (l *limiter) refill(b *bucket, now time.Time) float64 {
-	elapsed := float64(now.UnixNano()-b.last) / float64(time.Second)
-	if elapsed < 0 {
-		elapsed = 0
-	}
-	return min(l.burst, b.tokens+elapsed*l.rate)
+	return time.Duration((1 - b.TokensAt(now)) / l.rate * float64(time.Second)), false
 }
 
 // Tokens returns the tokens left in v's bucket now, without taking one or
@@ -190,10 +167,7 @@ func (r *Rule) Tokens(now time.Time, v Visitor) (tokens, burst, rate float64) {
 	if !ok {
 		return l.burst, l.burst, l.rate
 	}
-	b.mu.Lock()
-	t := l.refill(b, now)
-	b.mu.Unlock()
-	return t, l.burst, l.rate
+	return b.TokensAt(now), l.burst, l.rate
 }
 
 // LimitName returns the name of the rule's rate limit,
