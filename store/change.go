@@ -47,6 +47,9 @@ const (
 	// ChangeOrgHostnames: OrgID names the organization whose hostname
 	// patterns were replaced; read them with ListOrgHostnames.
 	ChangeOrgHostnames = "org_hostnames"
+	// ChangeOrgPorts: OrgID names the organization whose public port
+	// ranges were replaced; read them with ListOrgPorts.
+	ChangeOrgPorts = "org_ports"
 	// ChangeSigningKeys: ID names a new signing key (a first key or a
 	// rotation) and OrgID its series' organization, "" for a server-wide
 	// one; read them with SigningKeys.

@@ -103,6 +103,8 @@ func testStore(t *testing.T, b backend) {
 		{"ClosedIsUnavailable", testClosed},
 		{"OrgHostnames", testOrgHostnames},
 		{"OrgHostnamesConcurrent", testOrgHostnamesConcurrent},
+		{"OrgPorts", testOrgPorts},
+		{"OrgPortsConcurrent", testOrgPortsConcurrent},
 		{"SigningKeys", testSigningKeys},
 		{"SigningKeysHostile", testSigningKeysHostile},
 		{"SigningKeysConcurrent", testSigningKeysConcurrent},

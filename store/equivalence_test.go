@@ -374,6 +374,17 @@ func equivalenceScript() []step {
 		}},
 		{"ListOrgHostnames", func(ctx context.Context, e *env) (any, error) { return e.db.ListOrgHostnames(ctx, "") }},
 		{"ListOrgHostnames", func(ctx context.Context, e *env) (any, error) { return e.db.ListOrgHostnames(ctx, e.id("beta")) }},
+		{"SetOrgPorts", func(ctx context.Context, e *env) (any, error) {
+			return e.db.SetOrgPorts(ctx, e.id("acme"), []string{"20050-20099", "2222", "20000-20049"})
+		}},
+		{"SetOrgPorts", func(ctx context.Context, e *env) (any, error) {
+			return e.db.SetOrgPorts(ctx, e.id("beta"), []string{"20099-20100"})
+		}},
+		{"SetOrgPorts", func(ctx context.Context, e *env) (any, error) {
+			return e.db.SetOrgPorts(ctx, e.id("beta"), []string{"2221", "30000-30010"})
+		}},
+		{"ListOrgPorts", func(ctx context.Context, e *env) (any, error) { return e.db.ListOrgPorts(ctx, "") }},
+		{"ListOrgPorts", func(ctx context.Context, e *env) (any, error) { return e.db.ListOrgPorts(ctx, e.id("beta")) }},
 
 		// Scaling records: armers with hostile names.
 		{"DeclareScaling", func(ctx context.Context, e *env) (any, error) {

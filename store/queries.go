@@ -874,18 +874,7 @@ func (b *backend) webhookDelivery(ctx context.Context, orgID, webhookID, id stri
 // a lock that serializes replacements.
 func (b *backend) setOrgHostnames(ctx context.Context, orgID string, patterns []string) error {
 	return b.write(ctx, func(tx *txn) error {
-		// Readers stay on, but every replacement, on every server, takes
-		// its turn, so that the overlap check sees the last one.
-		if lock := b.d.lockTable("org_hostnames"); lock != "" {
-			if _, err := tx.ExecContext(ctx, lock); err != nil {
-				return err
-			}
-		}
-		var exists int
-		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orgs WHERE id = $1`, orgID).Scan(&exists); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("%w: org %s", ErrNotFound, orgID)
-			}
+		if err := b.lockOwned(ctx, tx, "org_hostnames", orgID); err != nil {
 			return err
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT pattern, org_id FROM org_hostnames`)
@@ -911,6 +900,26 @@ func (b *backend) setOrgHostnames(ctx context.Context, orgID string, patterns []
 		}
 		return tx.announce(ctx, Change{Kind: ChangeOrgHostnames, OrgID: orgID})
 	})
+}
+
+// lockOwned begins the replacement of what orgID owns in table (its
+// hostnames or ports): readers stay on, but every replacement, on every
+// server, takes its turn, so that the overlap check sees the last one;
+// ErrNotFound when orgID does not exist.
+func (b *backend) lockOwned(ctx context.Context, tx *txn, table, orgID string) error {
+	if lock := b.d.lockTable(table); lock != "" {
+		if _, err := tx.ExecContext(ctx, lock); err != nil {
+			return err
+		}
+	}
+	var exists int
+	if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orgs WHERE id = $1`, orgID).Scan(&exists); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("%w: org %s", ErrNotFound, orgID)
+		}
+		return err
+	}
+	return nil
 }
 
 func scanOrgHostname(s scanner) (OrgHostname, error) {

@@ -592,7 +592,7 @@ func explainTarget(raw string) (host, path string, err error) {
 }
 
 func (a *apiCLI) orgsCommand() *cobra.Command {
-	cmd := group("orgs", "Create and list organizations and assign their hostnames")
+	cmd := group("orgs", "Create and list organizations and assign their hostnames and ports")
 	var name string
 	create := &cobra.Command{
 		Use:   "create --name NAME",
@@ -614,30 +614,52 @@ func (a *apiCLI) orgsCommand() *cobra.Command {
 			return callAPI(a, cmd, (*apiclient.Client).Orgs, orgsTable)
 		},
 	}
-	var clear bool
-	hostnames := &cobra.Command{
-		Use:   "hostnames ORG_ID [PATTERN...]",
-		Short: "Show the hostname patterns an organization owns, or replace them (master token only)",
-		Long: "With only ORG_ID, show the patterns the organization owns. With patterns (exact hostnames\n" +
-			"or *. wildcards), replace its set with them; --clear replaces it with none. A pattern\n" +
+	hostnames := ownedCommand(a, "hostnames ORG_ID [PATTERN...]", "patterns",
+		"Show the hostname patterns an organization owns, or replace them (master token only)",
+		"With only ORG_ID, show the patterns the organization owns. With patterns (exact hostnames\n"+
+			"or *. wildcards), replace its set with them; --clear replaces it with none. A pattern\n"+
 			"overlapping another organization's is refused, naming the owner.",
-		Args: cobra.MinimumNArgs(1),
+		(*apiclient.Client).OrgHostnames, (*apiclient.Client).SetOrgHostnames, orgHostnamesTable)
+	ports := ownedCommand(a, "ports ORG_ID [PORTS...]", "ports",
+		"Show the public ports an organization owns, or replace them (master token only)",
+		"With only ORG_ID, show the port ranges the organization owns. With ports (2222 or\n"+
+			"20000-20099), replace its set with them; --clear replaces it with none. Its tokens'\n"+
+			"allow_tcp_ports and its clients' ports must lie inside them; the default organization\n"+
+			"without ports takes any port nobody owns. A range overlapping another organization's is\n"+
+			"refused, naming the owner.",
+		(*apiclient.Client).OrgPorts, (*apiclient.Client).SetOrgPorts, orgPortsTable)
+	cmd.AddCommand(create, list, hostnames, ports, a.orgsUpdateCommand())
+	return cmd
+}
+
+// ownedCommand returns the command that shows (ORG_ID alone) or replaces
+// (ORG_ID and items, or --clear) what an organization owns: its hostname
+// patterns or its ports.
+func ownedCommand[T any](a *apiCLI, use, items, short, long string,
+	get func(*apiclient.Client, context.Context, string) (T, error),
+	set func(*apiclient.Client, context.Context, string, []string) (T, error),
+	render func(io.Writer, T)) *cobra.Command {
+	var clear bool
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			orgID, patterns := args[0], args[1:]
-			if clear && len(patterns) > 0 {
-				fmt.Fprintln(a.stderr, "aperio-client: --clear takes no patterns")
+			orgID, values := args[0], args[1:]
+			if clear && len(values) > 0 {
+				fmt.Fprintf(a.stderr, "aperio-client: --clear takes no %s\n", items)
 				return exitcode.ErrUsage
 			}
-			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.OrgHostnames, error) {
-				if len(patterns) == 0 && !clear {
-					return c.OrgHostnames(ctx, orgID)
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (T, error) {
+				if len(values) == 0 && !clear {
+					return get(c, ctx, orgID)
 				}
-				return c.SetOrgHostnames(ctx, orgID, patterns)
-			}, orgHostnamesTable)
+				return set(c, ctx, orgID, values)
+			}, render)
 		},
 	}
-	hostnames.Flags().BoolVar(&clear, "clear", false, "replace the organization's patterns with none")
-	cmd.AddCommand(create, list, hostnames, a.orgsUpdateCommand())
+	cmd.Flags().BoolVar(&clear, "clear", false, "replace the organization's "+items+" with none")
 	return cmd
 }
 
@@ -990,13 +1012,21 @@ func orgsTable(w io.Writer, orgs []apitype.Org) {
 	}
 }
 
+func orgPortsTable(w io.Writer, p apitype.OrgPorts) { ownedTable(w, "PORTS", p.OrgID, p.Ports) }
+
 func orgHostnamesTable(w io.Writer, h apitype.OrgHostnames) {
-	fmt.Fprintln(w, "ORG\tPATTERN")
-	for _, p := range h.Patterns {
-		fmt.Fprintf(w, "%s\t%s\n", h.OrgID, cell(p))
+	ownedTable(w, "PATTERN", h.OrgID, h.Patterns)
+}
+
+// ownedTable lists what organization orgID owns, one item a row, under
+// column; "(none)" when it owns nothing.
+func ownedTable(w io.Writer, column, orgID string, items []string) {
+	fmt.Fprintf(w, "ORG\t%s\n", column)
+	for _, it := range items {
+		fmt.Fprintf(w, "%s\t%s\n", orgID, cell(it))
 	}
-	if len(h.Patterns) == 0 {
-		fmt.Fprintf(w, "%s\t%s\n", h.OrgID, "(none)")
+	if len(items) == 0 {
+		fmt.Fprintf(w, "%s\t%s\n", orgID, "(none)")
 	}
 }
 

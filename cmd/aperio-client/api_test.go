@@ -266,6 +266,25 @@ func TestAPICommands(t *testing.T) {
 	if strings.Join(owned.Patterns, " ") != strings.Join(patterns, " ") {
 		t.Errorf("orgs hostnames --json = %+v, want %v", owned, patterns)
 	}
+	// Ports, the same way (#38).
+	rows = table(t, ok(t, "api", "orgs", "ports", org.ID), "ORG", "PORTS")
+	if len(rows) != 1 || rows[0]["PORTS"] != "(none)" {
+		t.Errorf("orgs ports of a new org = %v, want (none)", rows)
+	}
+	rows = table(t, ok(t, "api", "orgs", "ports", org.ID, "20050-20099", "2222", "20000-20049"), "ORG", "PORTS")
+	if len(rows) != 2 || rows[0]["PORTS"] != "2222" || rows[1]["PORTS"] != "20000-20099" || rows[0]["ORG"] != org.ID {
+		t.Errorf("orgs ports set = %v, want 2222 and 20000-20099 of %s", rows, org.ID)
+	}
+	var ports admin.OrgPorts
+	okJSON(t, &ports, "api", "orgs", "ports", org.ID, "--json")
+	if strings.Join(ports.Ports, " ") != "2222 20000-20099" {
+		t.Errorf("orgs ports --json = %+v", ports)
+	}
+	rows = table(t, ok(t, "api", "orgs", "ports", org.ID, "--clear"), "ORG", "PORTS")
+	if len(rows) != 1 || rows[0]["PORTS"] != "(none)" {
+		t.Errorf("orgs ports --clear = %v, want (none)", rows)
+	}
+	ok(t, "api", "orgs", "ports", org.ID, "2222")
 
 	code, out, errOut := cli(t, "api", "admin-keys", "create", "--name", "ops", "--role", "admin", "--org-id", org.ID)
 	if code != 0 || !strings.Contains(errOut, "shown once") {
@@ -469,6 +488,9 @@ func TestAPIExitCodes(t *testing.T) {
 		{"hostnames clear with patterns", []string{"api", "orgs", "hostnames", "org_x", "a.example.com", "--clear"}, 2, "--clear takes no patterns"},
 		{"hostnames of unknown org", []string{"api", "orgs", "hostnames", "org_nope", "a.example.com"}, 1, `aperio-client: organization "org_nope" not found`},
 		{"hostnames as a key", []string{"api", "orgs", "hostnames", "org_nope", "a.example.com", "--api-key", viewer.Secret}, 1, "only the master token may do this"},
+		{"ports clear with ports", []string{"api", "orgs", "ports", "org_x", "2222", "--clear"}, 2, "--clear takes no ports"},
+		{"ports of unknown org", []string{"api", "orgs", "ports", "org_nope", "2222"}, 1, `aperio-client: organization "org_nope" not found`},
+		{"ports as a key", []string{"api", "orgs", "ports", "org_nope", "2222", "--api-key", viewer.Secret}, 1, "only the master token may do this"},
 	}
 	// The default organization exists once a token is minted without org_id.
 	ok(t, "api", "tokens", "create", "--name", "x", "--hostname", "a.example.com")

@@ -208,8 +208,10 @@ func verifyAuditChain(ctx context.Context, cfg serverconfig.Config, stdout, stde
 // storeWarnings looks into an existing store, read-only and briefly, for
 // what a configuration check should warn about: organizations other than
 // the default one that own no hostname pattern (their keys may mint no
-// token, their clients bind nothing). No store yet, or one that cannot be
-// read, gives no warning but a note.
+// token, their clients bind nothing), and, with a tcp_port_range, those
+// that hold tokens for public ports but own no port (their clients open
+// none). No store yet, or one that cannot be read, gives no warning but a
+// note.
 func storeWarnings(ctx context.Context, cfg serverconfig.Config) []string {
 	if cfg.Store.DatabaseURL == "" {
 		if _, err := os.Stat(filepath.Join(cfg.Store.DataDir, store.DBFile)); err != nil {
@@ -227,10 +229,23 @@ func storeWarnings(ctx context.Context, cfg serverconfig.Config) []string {
 	if err != nil {
 		return []string{"cannot read the store to check organizations' hostname patterns: " + err.Error()}
 	}
-	if len(names) == 0 {
-		return nil
+	var out []string
+	if len(names) > 0 {
+		slices.Sort(names)
+		out = append(out, fmt.Sprintf("%d organization(s) own no hostname patterns (%s): they may mint no token and bind no hostname; the master token assigns them with PUT /aperio/api/orgs/{id}/hostnames",
+			len(names), strings.Join(names, ", ")))
 	}
-	slices.Sort(names)
-	return []string{fmt.Sprintf("%d organization(s) own no hostname patterns (%s): they may mint no token and bind no hostname; the master token assigns them with PUT /aperio/api/orgs/{id}/hostnames",
-		len(names), strings.Join(names, ", "))}
+	if len(cfg.TCPPortRange) == 0 {
+		return out
+	}
+	names, err = server.OrgsWithoutPorts(ctx, db, "default")
+	if err != nil {
+		return append(out, "cannot read the store to check organizations' public ports: "+err.Error())
+	}
+	if len(names) > 0 {
+		slices.Sort(names)
+		out = append(out, fmt.Sprintf("%d organization(s) hold tokens with allow_tcp_ports but own no ports (%s): their clients may open no public port; the master token assigns them with PUT /aperio/api/orgs/{id}/ports",
+			len(names), strings.Join(names, ", ")))
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,6 +193,61 @@ func TestVerifyAuditNoStore(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("--verify-audit created %s (%v), want it left alone", dir, err)
+	}
+}
+
+// TestCheckConfigWarnsOrgsWithoutPorts (#38): with a tcp_port_range,
+// --check-config names the organizations (besides the default one) that
+// hold a token for public ports but own no port; once each owns ports it
+// is quiet again, and without a tcp_port_range it does not ask.
+func TestCheckConfigWarnsOrgsWithoutPorts(t *testing.T) {
+	env, cfg, _ := sqliteAuditStore(t)
+	env["APERIO_SERVER_TOKEN"] = "token-0123456789abcdef0123456789abcdef"
+	env["APERIO_TCP_PORT_RANGE"] = "20000-20099"
+	db, err := store.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("store.Open() = %v", err)
+	}
+	if _, err := db.EnsureOrg(t.Context(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	team, err := db.CreateOrg(t.Context(), "team-ssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SetOrgHostnames(t.Context(), team.ID, []string{"ssh.example"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateToken(t.Context(), store.Token{OrgID: team.ID, Name: "ssh", Hash: make([]byte, 32), Prefix: "apr_ssh",
+		Limits: store.TokenLimits{AllowTCPPorts: []string{"20000"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "warning: 1 organization(s) hold tokens with allow_tcp_ports but own no ports (team-ssh)"
+	code, stdout, stderr := runServer(t, env, "--check-config")
+	if code != 0 || stdout != "configuration OK\n" || !strings.Contains(stderr, warning) {
+		t.Fatalf("--check-config with a portless org = exit %d, stdout %q, stderr %q; want 0, OK and %q", code, stdout, stderr, warning)
+	}
+	off := maps.Clone(env)
+	off["APERIO_TCP_PORT_RANGE"] = ""
+	if code, _, stderr := runServer(t, off, "--check-config"); code != 0 || strings.Contains(stderr, "warning") {
+		t.Fatalf("--check-config without tcp_port_range = exit %d, stderr %q; want 0, no warning", code, stderr)
+	}
+	db, err = store.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SetOrgPorts(t.Context(), team.ID, []string{"20000-20009"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	env["APERIO_TCP_PORT_RANGE"] = "20000-20099"
+	if code, _, stderr := runServer(t, env, "--check-config"); code != 0 || strings.Contains(stderr, "warning") {
+		t.Fatalf("--check-config once the org owns ports = exit %d, stderr %q; want 0, no warning", code, stderr)
 	}
 }
 

@@ -1,7 +1,9 @@
 package outbound
 
 import (
+	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -84,7 +86,7 @@ var classifyTests = []struct {
 	{"::ffff:240.0.0.1", classReserved, false},
 	{"192.88.99.1", class6to4Relay, false},
 
-	// IPv6 embeddings of IPv4, refused whatever they carry.
+	// IPv6 embeddings of IPv4: never public (TestEmbeddedIPv4 judges what they carry).
 	{"64:ff9b::a00:1", classNAT64, false},   // 64:ff9b::10.0.0.1
 	{"64:ff9b::808:808", classNAT64, false}, // 64:ff9b::8.8.8.8
 	{"64:ff9b:1::1", classNAT64, false},
@@ -94,13 +96,13 @@ var classifyTests = []struct {
 	{"2001:0:4136:e378:8000:63bf:3fff:fdd2", classTeredo, false},
 	{"::127.0.0.1", classCompatible, false},
 	{"::8.8.8.8", classCompatible, false},
+	{"::ffff:0:808:808", classTranslated, false}, // RFC 2765
 
 	// Other IPv6 space that is not public.
 	{"100::1", classDiscard, false},
 	{"5f00::1", classSRv6, false},
 	{"fec0::1", classSiteLocal, false},
 	{"4000::1", classNotGlobal, false},
-	{"::ffff:0:808:808", classNotGlobal, false}, // IPv4-translated, RFC 2765
 
 	// Zones make any address scoped.
 	{"2606:4700:4700::1111%eth0", classZoned, false},
@@ -193,5 +195,121 @@ func TestJudge(t *testing.T) {
 				t.Errorf("judge(8.8.8.8) = %q, want \"\"", reason)
 			}
 		})
+	}
+}
+
+// embedForms spell an IPv4 address in every IPv6 form that hands it to a
+// translator or relay.
+var embedForms = []struct {
+	name  string
+	spell func(v4 netip.Addr) netip.Addr
+}{
+	{"NAT64 64:ff9b::/96", func(v4 netip.Addr) netip.Addr { return embed(v4, "64:ff9b::", 12) }},
+	{"NAT64 local-use /96 layout", func(v4 netip.Addr) netip.Addr { return embed(v4, "64:ff9b:1::", 12) }},
+	{"NAT64 local-use /48 layout", func(v4 netip.Addr) netip.Addr { return embedSplit(v4, "64:ff9b:1::", 6) }},
+	{"NAT64 local-use /56 layout", func(v4 netip.Addr) netip.Addr { return embedSplit(v4, "64:ff9b:1::", 7) }},
+	{"NAT64 local-use /64 layout", func(v4 netip.Addr) netip.Addr { return embed(v4, "64:ff9b:1:abcd::", 9) }},
+	{"6to4 2002::/16", func(v4 netip.Addr) netip.Addr { return embed(v4, "2002::1", 2) }},
+	{"IPv4-compatible ::/96", func(v4 netip.Addr) netip.Addr { return embed(v4, "::", 12) }},
+	{"IPv4-translated ::ffff:0:0:0/96", func(v4 netip.Addr) netip.Addr { return embed(v4, "::ffff:0:0:0", 12) }},
+	{"Teredo 2001::/32", func(v4 netip.Addr) netip.Addr {
+		b := v4.As4()
+		for i := range b {
+			b[i] ^= 0xff // RFC 4380: the client address is stored inverted
+		}
+		return embed(netip.AddrFrom4(b), "2001:0:4136:e378:8000:63bf::", 12)
+	}},
+}
+
+// embed writes v4's four bytes into prefix at byte offset at.
+func embed(v4 netip.Addr, prefix string, at int) netip.Addr {
+	b := netip.MustParseAddr(prefix).As16()
+	v := v4.As4()
+	copy(b[at:at+4], v[:])
+	return netip.AddrFrom16(b)
+}
+
+// embedSplit writes v4 from byte offset at, skipping byte 8 (RFC 6052's
+// reserved u octet), as the /48 and /56 layouts do.
+func embedSplit(v4 netip.Addr, prefix string, at int) netip.Addr {
+	b := netip.MustParseAddr(prefix).As16()
+	v := v4.As4()
+	for i, j := 0, at; i < 4; i, j = i+1, j+1 {
+		if j == 8 {
+			j++
+		}
+		b[j] = v[i]
+	}
+	return netip.AddrFrom16(b)
+}
+
+// TestEmbeddedIPv4 (#38, F8): an IPv6 address that carries an IPv4
+// address for a translator or relay is judged by that IPv4 address too,
+// so the forms the probe used (64:ff9b::a9fe:a9fe, 2002:a9fe:a9fe::,
+// ::a9fe:a9fe) and every other one stay refused under AllowPrivate when
+// they carry a metadata or link-local address, unless the exact IPv6
+// address is allowlisted.
+func TestEmbeddedIPv4(t *testing.T) {
+	payloads := []struct {
+		name      string
+		v4        string
+		privateOK bool // permitted under AllowPrivate
+	}{
+		{"metadata", "169.254.169.254", false},
+		{"ECS metadata", "169.254.170.2", false},
+		{"link-local", "169.254.1.1", false},
+		{"Alibaba metadata", "100.100.100.200", false},
+		{"loopback", "127.0.0.1", true},
+		{"private", "10.0.0.1", true},
+		{"public", "8.8.8.8", true},
+	}
+	for _, f := range embedForms {
+		for _, v := range payloads {
+			a := f.spell(netip.MustParseAddr(v.v4))
+			t.Run(f.name+"/"+v.name, func(t *testing.T) {
+				if got := embedded4(a); len(got) == 0 {
+					t.Fatalf("embedded4(%s) = none, want %s among them", a, v.v4)
+				} else if !slices.ContainsFunc(got, func(c carried) bool { return c.v4.String() == v.v4 }) {
+					t.Fatalf("embedded4(%s) = %v, want %s among them", a, got, v.v4)
+				}
+				if reason := newClient(t, Policy{}).judge(a); reason == "" {
+					t.Errorf("strict judge(%s) permits, want refused", a)
+				}
+				private := newClient(t, Policy{AllowPrivate: true})
+				if reason := private.judge(a); (reason == "") != v.privateOK {
+					t.Errorf("AllowPrivate judge(%s) = %q, want permitted %v", a, reason, v.privateOK)
+				}
+				// Only the exact IPv6 address, listed, lets it through; the
+				// IPv4 address or a prefix around the form does not.
+				for _, list := range [][]string{{v.v4}, {netip.PrefixFrom(a, 16).Masked().String()}} {
+					c := newClient(t, Policy{AllowPrivate: true, Allowlist: list})
+					if reason := c.judge(a); (reason == "") != v.privateOK {
+						t.Errorf("AllowPrivate+allowlist %v judge(%s) = %q, want permitted %v", list, a, reason, v.privateOK)
+					}
+				}
+				exact := newClient(t, Policy{AllowPrivate: true, Allowlist: []string{a.String()}})
+				if reason := exact.judge(a); reason != "" {
+					t.Errorf("AllowPrivate+allowlist [%s] judge(%s) = %q, want permitted", a, a, reason)
+				}
+			})
+		}
+	}
+	// The probe's URLs, refused at creation as webhooks are.
+	c := newClient(t, Policy{AllowHTTP: true, AllowPrivate: true})
+	for _, u := range []string{"http://[64:ff9b::a9fe:a9fe]/", "http://[2002:a9fe:a9fe::]/", "http://[::a9fe:a9fe]/", "http://[::ffff:0:a9fe:a9fe]/"} {
+		err := c.CheckURL(u)
+		if _, ok := errors.AsType[*RefusedError](err); !ok {
+			t.Errorf("CheckURL(%s) = %v, want a *RefusedError", u, err)
+		}
+	}
+	// Never-class IPv4 addresses stay refused in an unambiguous form.
+	for _, s := range []string{"64:ff9b::ffff:ffff", "2002:e000:1::", "::ffff:0:0:0"} {
+		if reason := c.judge(netip.MustParseAddr(s)); reason == "" {
+			t.Errorf("AllowPrivate judge(%s) permits, want refused", s)
+		}
+	}
+	// ::1 and :: are loopback and unspecified, not embeddings.
+	if reason := c.judge(netip.IPv6Loopback()); reason != "" {
+		t.Errorf("AllowPrivate judge(::1) = %q, want permitted", reason)
 	}
 }

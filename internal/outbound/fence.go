@@ -251,6 +251,14 @@ func (c *Client) check(u *url.URL) (target, error) {
 // judge returns why a is refused by the address rules, or "" if it is
 // permitted. It is the one check both the pre-flight and the dialer's
 // Control function apply.
+//
+// An IPv6 address that carries an IPv4 address for a translator or
+// relay (NAT64, 6to4, Teredo, IPv4-compatible, IPv4-translated) is never
+// public, and AllowPrivate permits it only when the IPv4 address it
+// carries would be permitted too: a metadata or link-local address stays
+// refused in every spelling (unless the IPv6 address itself is an exact
+// allowlist entry), and so does an unspecified, multicast or broadcast
+// one.
 func (c *Client) judge(a netip.Addr) string {
 	class, never := classify(a)
 	switch {
@@ -258,7 +266,17 @@ func (c *Client) judge(a netip.Addr) string {
 		return ""
 	case guarded(a) && !c.allow.exact(a):
 		return class + ", permitted only when the address is listed in the outbound allowlist"
-	case c.allowPrivate && !never:
+	}
+	for _, e := range embedded4(a) {
+		v4class, v4never := classify(e.v4)
+		switch {
+		case guarded(e.v4) && !c.allow.exact(a):
+			return fmt.Sprintf("%s of %s, which is %s, permitted only when the address is listed in the outbound allowlist", e.form, e.v4, v4class)
+		case e.sure && v4never:
+			return fmt.Sprintf("%s of %s, which is %s", e.form, e.v4, v4class)
+		}
+	}
+	if c.allowPrivate && !never {
 		return ""
 	}
 	return class

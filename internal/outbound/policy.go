@@ -26,6 +26,11 @@ type Policy struct {
 	// unless the address is an Allowlist entry of its own (a wider prefix
 	// does not count); a metadata name (metadata.google.internal, …) also
 	// needs its own name entry.
+	// An IPv6 address that carries an IPv4 address for a translator or
+	// relay (NAT64, 6to4, Teredo, IPv4-compatible or -translated) is
+	// permitted only when that IPv4 address would be: a metadata or
+	// link-local one stays refused unless the IPv6 address itself is an
+	// Allowlist entry.
 	AllowPrivate bool
 
 	// Allowlist restricts destinations (outbound_allowlist). An entry is a

@@ -36,6 +36,12 @@ const (
 	DefaultUDPIdle           = 60 * time.Second
 	DefaultMaxUDPFlows       = 1024
 	DefaultMaxUDPFlowsPerIP  = 64
+	// DefaultTCPFirstByte is how long a visitor connection to a TCP port
+	// may stay without sending its first byte. Clients of every common
+	// TCP protocol speak within a second of connecting, or of the
+	// server's greeting (SSH, TLS, databases, SMTP); a connection that
+	// says nothing for this long only holds a slot.
+	DefaultTCPFirstByte = 30 * time.Second
 )
 
 // maxAllocateTries bounds the binds one allocation (remote_port 0) tries
@@ -90,9 +96,20 @@ type Config struct {
 	// MaxTCPConnections bounds the open visitor connections of one TCP
 	// port; zero means DefaultMaxTCPConnections.
 	MaxTCPConnections int
+	// MaxTCPConnectionsPerIP bounds the open connections of one visitor
+	// address (an IPv6 address's /64) on one TCP port, so that one
+	// address cannot hold every slot of MaxTCPConnections; zero means a
+	// quarter of MaxTCPConnections, at least 1
+	// (port_max_connections_per_ip).
+	MaxTCPConnectionsPerIP int
 	// TCPIdle closes a TCP connection with no byte either way for this
 	// long; zero means DefaultTCPIdle.
 	TCPIdle time.Duration
+	// TCPFirstByte closes a TCP connection whose visitor has sent no byte
+	// this long after connecting, whatever the backend sent; zero means
+	// DefaultTCPFirstByte. A value at or above TCPIdle leaves TCPIdle the
+	// only bound (port_first_byte_timeout).
+	TCPFirstByte time.Duration
 	// UDPIdle expires a UDP flow with no datagram either way for this
 	// long; zero means DefaultUDPIdle.
 	UDPIdle time.Duration
@@ -119,8 +136,14 @@ func (c Config) withDefaults() Config {
 	if c.MaxTCPConnections <= 0 {
 		c.MaxTCPConnections = DefaultMaxTCPConnections
 	}
+	if c.MaxTCPConnectionsPerIP <= 0 {
+		c.MaxTCPConnectionsPerIP = max(1, c.MaxTCPConnections/4)
+	}
 	if c.TCPIdle <= 0 {
 		c.TCPIdle = DefaultTCPIdle
+	}
+	if c.TCPFirstByte <= 0 {
+		c.TCPFirstByte = DefaultTCPFirstByte
 	}
 	if c.UDPIdle <= 0 {
 		c.UDPIdle = DefaultUDPIdle
@@ -181,6 +204,8 @@ type held struct {
 type Manager struct {
 	cfg Config
 	log *slog.Logger
+
+	owners atomic.Pointer[ownership] // nil until SetOwnership
 
 	mu       sync.Mutex // guards the following fields
 	ports    map[portKey]*port
@@ -258,16 +283,24 @@ func (m *Manager) Apply(ctx context.Context, id string, s Session) ([]tunnel.Exp
 	for _, e := range entries {
 		want[e.Name] = e
 	}
-	// Leave what is no longer asked for, or asked for differently.
+	// Leave what is no longer asked for, or asked for differently, or no
+	// longer the organization's to hold (admission below then refuses it
+	// with the reason).
+	owners := m.owners.Load()
 	for name, h := range mine {
 		e, ok := want[name]
-		if ok && e.Protocol == h.key.proto && (e.RemotePort == 0 || e.RemotePort == h.key.num) {
+		why := owners.refusal(ident.OrgID, h.key.num)
+		if ok && why == "" && e.Protocol == h.key.proto && (e.RemotePort == 0 || e.RemotePort == h.key.num) {
 			continue
 		}
 		delete(mine, name)
 		if p := m.leaveLocked(h.key, id); p != nil {
 			closing = append(closing, p)
-			events = append(events, event{AuditEntry{OrgID: p.org, TokenID: ident.TokenID, Action: ActionClosed, Detail: p.describe(name, "its last session stopped asking for it")}})
+			reason := "its last session stopped asking for it"
+			if why != "" {
+				reason = "closed: " + why
+			}
+			events = append(events, event{AuditEntry{OrgID: p.org, TokenID: ident.TokenID, Action: ActionClosed, Detail: p.describe(name, reason)}})
 		}
 	}
 	for name := range lastRefused {
@@ -361,8 +394,9 @@ func (m *Manager) admitLocked(ident tunnel.Identity, e tunnel.Expose, mb *member
 	if len(m.cfg.Range) == 0 {
 		return portKey{}, false, ErrDisabled
 	}
+	owners := m.owners.Load()
 	allowed := func(n int) bool {
-		return ident.AnyTCPPort || portspec.AnyContains(ident.AllowTCPPorts, n)
+		return (ident.AnyTCPPort || portspec.AnyContains(ident.AllowTCPPorts, n)) && owners.refusal(ident.OrgID, n) == ""
 	}
 	if e.RemotePort == 0 {
 		return m.allocateLocked(ident, e, mb, allowed)
@@ -374,8 +408,11 @@ func (m *Manager) admitLocked(ident tunnel.Identity, e tunnel.Expose, mb *member
 		return portKey{}, false, fmt.Errorf("port %d is privileged and not in the server's tcp_port_range", n)
 	case !inRange:
 		return portKey{}, false, fmt.Errorf("port %d is outside the server's tcp_port_range", n)
-	case !allowed(n):
+	case !ident.AnyTCPPort && !portspec.AnyContains(ident.AllowTCPPorts, n):
 		return portKey{}, false, fmt.Errorf("the token does not allow port %d (allow_tcp_ports)", n)
+	}
+	if why := owners.refusal(ident.OrgID, n); why != "" {
+		return portKey{}, false, errors.New(why)
 	}
 	key := portKey{e.Protocol, n}
 	if p := m.ports[key]; p != nil {
@@ -420,7 +457,7 @@ func (m *Manager) allocateLocked(ident tunnel.Identity, e tunnel.Expose, mb *mem
 	if last != nil {
 		return portKey{}, false, fmt.Errorf("no free port in the range the token allows: %w", last)
 	}
-	return portKey{}, false, errors.New("no free port in the range the token allows (allow_tcp_ports)")
+	return portKey{}, false, errors.New("no free port in the range the token allows (allow_tcp_ports) and the client's organization owns")
 }
 
 // openLocked binds the port of key and starts serving it.
@@ -447,7 +484,6 @@ func (m *Manager) openLocked(key portKey, org string, mb *member) (*port, error)
 		}
 		p.pc = pc
 		p.flows = map[netip.AddrPort]*flow{}
-		p.perIP = map[netip.Addr]int{}
 		p.wg.Add(2)
 		go p.readLoop()
 		go p.expireLoop()
@@ -477,11 +513,14 @@ func (m *Manager) Close() error {
 
 // PortInfo describes one open port (Snapshot).
 type PortInfo struct {
-	Port     int      `json:"port"`
-	Protocol string   `json:"protocol"`
-	OrgID    string   `json:"org_id"`
-	Names    []string `json:"names"`    // the entries serving it, one per session
-	Sessions []string `json:"sessions"` // the IDs of the sessions serving it
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"`
+	OrgID    string `json:"org_id"`
+	// OwnerOrgID is the organization that owns the port's number (org
+	// ports); "" while none does (the default organization's first come).
+	OwnerOrgID string   `json:"owner_org_id"`
+	Names      []string `json:"names"`    // the entries serving it, one per session
+	Sessions   []string `json:"sessions"` // the IDs of the sessions serving it
 	// Open is the visitor connections (TCP) or flows (UDP) open now.
 	Open int64 `json:"open"`
 	// BytesIn and BytesOut are the visitor bytes in and out since the port
@@ -512,7 +551,9 @@ func (m *Manager) Admitting(num int, proto string, ip netip.Addr) (info PortInfo
 		}
 	}
 	p.mu.Unlock()
-	return p.info(), names, true
+	info = p.info()
+	info.OwnerOrgID = m.owners.Load().owner(num)
+	return info, names, true
 }
 
 func (m *Manager) Snapshot() []PortInfo {
@@ -525,6 +566,10 @@ func (m *Manager) Snapshot() []PortInfo {
 	out := make([]PortInfo, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, p.info())
+	}
+	owners := m.owners.Load()
+	for i := range out {
+		out[i].OwnerOrgID = owners.owner(out[i].Port)
 	}
 	slices.SortFunc(out, func(a, b PortInfo) int {
 		if a.Port != b.Port {
@@ -561,14 +606,14 @@ type port struct {
 
 	mu      sync.Mutex // guards the following fields
 	members []*member
-	conns   map[net.Conn]struct{}
+	conns   map[net.Conn]netip.Addr // TCP: each connection and its visitorKey
 	flows   map[netip.AddrPort]*flow
-	perIP   map[netip.Addr]int
+	perIP   map[netip.Addr]int // open connections (TCP) or flows (UDP) per visitor
 }
 
 func newPort(m *Manager, key portKey, org string, mb *member) *port {
 	ctx, stop := context.WithCancel(context.Background())
-	return &port{m: m, key: key, org: org, ctx: ctx, stop: stop, members: []*member{mb}, conns: map[net.Conn]struct{}{}}
+	return &port{m: m, key: key, org: org, ctx: ctx, stop: stop, members: []*member{mb}, conns: map[net.Conn]netip.Addr{}, perIP: map[netip.Addr]int{}}
 }
 
 func (p *port) describe(name, what string) string {

@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -641,4 +642,239 @@ func TestTCPBackendReset(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// dialFrom connects to addr from the loopback address src (any of
+// 127.0.0.0/8 on Linux), so a test can be two visitors.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// echoes reports whether c is relayed: a byte written comes back.
+func echoes(c net.Conn) bool {
+	if _, err := c.Write([]byte("x")); err != nil {
+		return false
+	}
+	_, err := io.ReadFull(c, make([]byte, 1))
+	return err == nil
+}
+
+// TestTCPPerAddressCap (#38, F7): one visitor address holds at most
+// port_max_connections_per_ip connections of a TCP port, a quarter of
+// max_tcp_connections unless set, so the probe's flood (as many idle
+// connections from one address as the port holds) no longer closes the
+// port: the rest are closed at accept, and another address still
+// connects and is served.
+func TestTCPPerAddressCap(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	tests := []struct {
+		name    string
+		cfg     Config
+		perAddr int
+	}{
+		{"default a quarter", Config{MaxTCPConnections: 8}, 2},
+		{"set", Config{MaxTCPConnections: 8, MaxTCPConnectionsPerIP: 3}, 3},
+		{"small port", Config{MaxTCPConnections: 3}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, addr, _ := openEcho(t, tt.cfg, tunnel.Identity{AnyTCPPort: true}, echo)
+			defer m.Close()
+			flood := make([]net.Conn, tt.cfg.MaxTCPConnections)
+			for i := range flood {
+				flood[i] = dialFrom(t, "127.0.0.1", addr)
+			}
+			refused := int64(len(flood) - tt.perAddr)
+			poll.Until(t, 5*time.Second, "the flood settled", func() bool {
+				s := m.Snapshot()[0]
+				return s.Open == int64(tt.perAddr) && s.Refused == refused
+			})
+			served := 0
+			for _, c := range flood {
+				if echoes(c) {
+					served++
+				}
+			}
+			if served != tt.perAddr {
+				t.Errorf("%d connections from one address served, want %d", served, tt.perAddr)
+			}
+			other := dialFrom(t, "127.0.0.2", addr)
+			if !echoes(other) {
+				t.Fatalf("another address was not served while the first held its share")
+			}
+			if s := m.Snapshot()[0]; s.Open != int64(tt.perAddr)+1 || s.Refused != refused {
+				t.Errorf("snapshot %+v, want %d open and %d refused", s, tt.perAddr+1, refused)
+			}
+		})
+	}
+}
+
+func TestVisitorKey(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"2001:db8::1", "2001:db8::ffff:1"},
+		{"2001:db8:0:0:1::", "2001:db8::2"},
+		{"::ffff:192.0.2.1", "192.0.2.1"},
+	} {
+		if ka, kb := visitorKey(netip.MustParseAddr(tc.a)), visitorKey(netip.MustParseAddr(tc.b)); ka != kb {
+			t.Errorf("visitorKey(%s) = %s, visitorKey(%s) = %s, want the same visitor", tc.a, ka, tc.b, kb)
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"2001:db8::1", "2001:db8:0:1::1"},
+		{"192.0.2.1", "192.0.2.2"},
+	} {
+		if ka, kb := visitorKey(netip.MustParseAddr(tc.a)), visitorKey(netip.MustParseAddr(tc.b)); ka == kb {
+			t.Errorf("visitorKey(%s) = visitorKey(%s) = %s, want two visitors", tc.a, tc.b, ka)
+		}
+	}
+}
+
+// TestTCPFirstByte (#38, F7): a visitor that connects and sends nothing
+// is closed after port_first_byte_timeout, long before the idle timeout,
+// while one that has spoken keeps its connection past that time.
+func TestTCPFirstByte(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	m, addr, _ := openEcho(t, Config{TCPIdle: time.Hour, TCPFirstByte: 300 * time.Millisecond}, tunnel.Identity{AnyTCPPort: true}, echo)
+	defer m.Close()
+	talker := dialFrom(t, "127.0.0.1", addr)
+	if !echoes(talker) {
+		t.Fatal("the talking visitor was not served")
+	}
+	silent := dialFrom(t, "127.0.0.2", addr)
+	start := time.Now()
+	if n, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("the silent visitor read %d bytes, want its connection closed", n)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the silent visitor was closed after %v, want about the 300ms first-byte timeout", d)
+	}
+	// The silent one opened after the talker's first byte, so the talker
+	// has now outlived the first-byte timeout: it is still served.
+	if !echoes(talker) {
+		t.Fatal("a visitor that had spoken was closed by the first-byte timeout")
+	}
+	poll.Until(t, 5*time.Second, "the silent connection released", func() bool { return m.Snapshot()[0].Open == 1 })
+}
+
+// TestPortOwnership (#38, F1): ports have owners as hostnames do. An
+// organization with ports opens only its own, and another organization's
+// port is refused even while nobody holds it, so the probe's takeover (a
+// second organization's client taking the port while the owner
+// reconnects) no longer happens; allocation draws only from the caller's
+// own ranges; the default organization without ports keeps first come on
+// the ports nobody owns; any other organization without ports opens
+// none.
+func TestPortOwnership(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	pa, pb, free := acmetest.FreePort(t), acmetest.FreePort(t), acmetest.FreePort(t)
+	rng := []portspec.Range{{Lo: pa, Hi: pa}, {Lo: pb, Hi: pb}, {Lo: free, Hi: free}}
+	m := newManager(t, Config{Range: rng})
+	defer m.Close()
+	m.SetOwnership(t.Context(), Ownership{DefaultOrg: "org_def", Ranges: map[string][]portspec.Range{
+		"org_a": {{Lo: pa, Hi: pa}},
+		"org_b": {{Lo: pb, Hi: pb}},
+	}})
+	ctx := t.Context()
+	// Every token allows every port of the range: ownership alone decides.
+	session := func(org string, port int) *fakeSession {
+		return &fakeSession{id: tunnel.Identity{OrgID: org, AllowTCPPorts: rng}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "e", Protocol: "tcp", RemotePort: port}}}}
+	}
+	apply := func(id string, s *fakeSession) tunnel.ExposeStatus {
+		t.Helper()
+		st, _ := m.Apply(ctx, id, s)
+		if len(st) != 1 {
+			t.Fatalf("Apply(%s) = %v, want one status", id, st)
+		}
+		return st[0]
+	}
+	tests := []struct {
+		name, org string
+		port      int
+		want      string // substring of the refusal; "" opens
+	}{
+		{"owner", "org_a", pa, ""},
+		{"other org, held", "org_b", pa, "owned by another organization"},
+		{"other org's own", "org_b", pb, ""},
+		{"org with ports, unowned port", "org_b", free, "not among the ports of this client's organization"},
+		{"org without ports", "org_c", free, "owns no ports"},
+		{"org without ports, owned port", "org_c", pa, "owned by another organization"},
+		{"default org, owned port", "org_def", pb, "owned by another organization"},
+		{"default org, unowned port", "org_def", free, ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := apply(fmt.Sprint("s", i), session(tt.org, tt.port))
+			if tt.want == "" && (st.Error != "" || st.Port != tt.port) || tt.want != "" && !strings.Contains(st.Error, tt.want) {
+				t.Errorf("Apply(%s asks %d) = %+v, want %q", tt.org, tt.port, st, tt.want)
+			}
+		})
+	}
+	for i := range tests {
+		m.Release(ctx, fmt.Sprint("s", i), tunnel.Identity{})
+	}
+
+	// The probe: org_a's client goes away (a deploy, a blip); org_b's
+	// client with a token for org_a's port asks for it while it is free,
+	// and is refused; org_a's client comes back and gets it.
+	if st := apply("a1", session("org_a", pa)); st.Error != "" {
+		t.Fatalf("org_a opens its port: %+v", st)
+	}
+	m.Release(ctx, "a1", tunnel.Identity{OrgID: "org_a"})
+	if st := apply("b1", session("org_b", pa)); !strings.Contains(st.Error, "owned by another organization") {
+		t.Fatalf("org_b asks org_a's free port = %+v, want refused", st)
+	}
+	if st := apply("a2", session("org_a", pa)); st.Error != "" || st.Port != pa {
+		t.Fatalf("org_a's client back = %+v, want its port", st)
+	}
+	snap := m.Snapshot()
+	if len(snap) != 1 || snap[0].OrgID != "org_a" || snap[0].OwnerOrgID != "org_a" {
+		t.Errorf("Snapshot = %+v, want org_a's port owned by org_a", snap)
+	}
+
+	// Allocation draws only from the caller's own ranges.
+	if st := apply("b2", session("org_b", 0)); st.Error != "" || st.Port != pb {
+		t.Errorf("org_b allocates = %+v, want its port %d", st, pb)
+	}
+	if st := apply("a3", session("org_a", 0)); !strings.Contains(st.Error, "no free port") {
+		t.Errorf("org_a allocates with its one port held = %+v, want no free port", st)
+	}
+	if st := apply("c1", session("org_c", 0)); !strings.Contains(st.Error, "no free port") {
+		t.Errorf("org_c (no ports) allocates = %+v, want no free port", st)
+	}
+
+	// The default organization holds the free port; it is then assigned
+	// to org_b: the port closes at once, and the default organization's
+	// next announcement is refused it while org_b's gets it.
+	def := session("org_def", free)
+	if st := apply("d1", def); st.Error != "" {
+		t.Fatalf("default org opens the free port: %+v", st)
+	}
+	m.SetOwnership(ctx, Ownership{DefaultOrg: "org_def", Ranges: map[string][]portspec.Range{
+		"org_a": {{Lo: pa, Hi: pa}},
+		"org_b": {{Lo: pb, Hi: pb}, {Lo: free, Hi: free}},
+	}})
+	if _, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", fmtInt(free))); err == nil {
+		t.Error("the port still listens after its ownership moved to another organization")
+	}
+	if st := apply("d1", def); !strings.Contains(st.Error, "owned by another organization") {
+		t.Errorf("default org's next announcement = %+v, want refused", st)
+	}
+	if st := apply("b3", session("org_b", free)); st.Error != "" {
+		t.Errorf("org_b asks its new port = %+v, want it", st)
+	}
+	for _, id := range []string{"a2", "b1", "b2", "a3", "c1", "d1", "b3"} {
+		m.Release(ctx, id, tunnel.Identity{})
+	}
 }

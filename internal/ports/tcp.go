@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -46,24 +47,80 @@ func (p *port) acceptLoop() {
 	}
 }
 
-// track admits c under max_tcp_connections and records it so that close
-// ends it; false when the port is full or closing.
+// track admits c under max_tcp_connections and
+// port_max_connections_per_ip and records it so that close ends it;
+// false when the port, or the visitor's share of it, is full, or the
+// port is closing.
 func (p *port) track(c net.Conn) bool {
+	key := visitorKey(addrOf(c.RemoteAddr()).Addr())
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ctx.Err() != nil || len(p.conns) >= p.m.cfg.MaxTCPConnections {
+	if p.ctx.Err() != nil || len(p.conns) >= p.m.cfg.MaxTCPConnections || p.perIP[key] >= p.m.cfg.MaxTCPConnectionsPerIP {
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[c] = key
+	p.perIP[key]++
 	p.open.Add(1)
 	return true
 }
 
 func (p *port) untrack(c net.Conn) {
 	p.mu.Lock()
+	key := p.conns[c]
 	delete(p.conns, c)
+	if p.perIP[key]--; p.perIP[key] <= 0 {
+		delete(p.perIP, key) // the map holds only visitors with connections
+	}
 	p.mu.Unlock()
 	p.open.Add(-1)
+}
+
+// visitorKey is what port_max_connections_per_ip counts by: an IPv4
+// address, or the /64 of an IPv6 one, since a single host commonly holds
+// a whole /64 and picks addresses from it at will.
+func visitorKey(a netip.Addr) netip.Addr {
+	if a.Is6() && !a.Is4In6() {
+		return netip.PrefixFrom(a, 64).Masked().Addr()
+	}
+	return a.Unmap()
+}
+
+// firstByteConn is a visitor's TCP connection that must send a byte
+// within a deadline: the read deadline is set when it is made and
+// cleared by the first read that returns data, after which only the
+// relay's idle bound applies. It keeps CloseWrite, which Relay needs for
+// half-closes.
+type firstByteConn struct {
+	net.Conn
+	heard bool // set by the first read with data; Relay reads from one goroutine
+}
+
+// awaitFirstByte returns c with a read deadline d from now, lifted by
+// the first byte read; with d at or above idle (which already bounds a
+// silent connection) it returns c as is.
+func awaitFirstByte(c net.Conn, d, idle time.Duration) net.Conn {
+	if d >= idle || c.SetReadDeadline(time.Now().Add(d)) != nil {
+		return c
+	}
+	return &firstByteConn{Conn: c}
+}
+
+func (c *firstByteConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.heard {
+		c.heard = true
+		if derr := c.Conn.SetReadDeadline(time.Time{}); derr != nil && err == nil {
+			err = derr
+		}
+	}
+	return n, err
+}
+
+func (c *firstByteConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported // Relay then closes both ends
 }
 
 // serveTCP relays one visitor connection over a raw stream to a session
@@ -73,8 +130,11 @@ func (p *port) serveTCP(c net.Conn) {
 	defer p.untrack(c)
 	defer c.Close()
 	defer recovery.Recover(p.m.log, "public tcp port")
-	visitor := addrOf(c.RemoteAddr())
-	mb := p.pick(visitor.Addr())
+	// The first-byte clock starts at accept: opening the stream to the
+	// client counts against it.
+	visitor := awaitFirstByte(c, p.m.cfg.TCPFirstByte, p.m.cfg.TCPIdle)
+	from := addrOf(c.RemoteAddr())
+	mb := p.pick(from.Addr())
 	if mb == nil {
 		p.refus.Add(1)
 		return
@@ -85,8 +145,8 @@ func (p *port) serveTCP(c net.Conn) {
 		return
 	}
 	h := tunnel.RawHeader{Kind: tunnel.RawTCP, Name: mb.name, Port: p.key.num}
-	if visitor.IsValid() {
-		h.Visitor = visitor.String()
+	if from.IsValid() {
+		h.Visitor = from.String()
 	}
 	if local := addrOf(c.LocalAddr()); local.IsValid() {
 		h.Local = local.String()
@@ -112,7 +172,7 @@ func (p *port) serveTCP(c net.Conn) {
 			return false
 		}
 	}
-	in, out := tunnel.Relay(c, raw, opts)
+	in, out := tunnel.Relay(visitor, raw, opts)
 	p.in.Add(in)
 	p.out.Add(out)
 	if ctr != nil {

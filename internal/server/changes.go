@@ -105,10 +105,13 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		g.reloadMaintenance(ctx)
 	case store.ChangeOrgHostnames:
 		g.reloadOwnership(ctx)
+	case store.ChangeOrgPorts:
+		g.reloadPortOwnership(ctx)
 	case store.ChangeResync:
 		// Changes may have been missed: re-check everything cached.
 		g.reloadMaintenance(ctx)
 		g.reloadOwnership(ctx)
+		g.reloadPortOwnership(ctx)
 		g.recheckTokens(ctx)
 		g.usageLimits.reloadAll(ctx)
 	}

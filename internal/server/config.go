@@ -173,6 +173,16 @@ type Config struct {
 	// MaxTCPConnections bounds the open visitor connections of one public
 	// TCP port (max_tcp_connections); 0 means ports.DefaultMaxTCPConnections.
 	MaxTCPConnections int
+	// PortMaxConnectionsPerIP bounds the open connections of one visitor
+	// address (an IPv6 address's /64) on one public TCP port
+	// (port_max_connections_per_ip); 0 means a quarter of
+	// MaxTCPConnections, at least 1.
+	PortMaxConnectionsPerIP int
+	// PortFirstByteTimeout closes a visitor connection to a public TCP
+	// port that has sent no byte this long after connecting
+	// (port_first_byte_timeout); 0 means ports.DefaultTCPFirstByte (30 s).
+	// At or above the TCP idle timeout it changes nothing.
+	PortFirstByteTimeout time.Duration
 	// UDPIdleTimeout ends a UDP flow of a public port after this long
 	// without a datagram either way (udp_idle_timeout); 0 means
 	// ports.DefaultUDPIdle.
@@ -322,6 +332,12 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.MaxTCPConnections < 0 || cfg.MaxTCPConnections > 1_000_000 {
 		errs = append(errs, fmt.Errorf("gateway: max_tcp_connections %d: want 0 (the default, %d) to 1000000", cfg.MaxTCPConnections, ports.DefaultMaxTCPConnections))
+	}
+	if cfg.PortMaxConnectionsPerIP < 0 || cfg.PortMaxConnectionsPerIP > 1_000_000 {
+		errs = append(errs, fmt.Errorf("gateway: port_max_connections_per_ip %d: want 0 (a quarter of max_tcp_connections) to 1000000", cfg.PortMaxConnectionsPerIP))
+	}
+	if cfg.PortFirstByteTimeout < 0 || cfg.PortFirstByteTimeout > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("gateway: port_first_byte_timeout %s: want 0 (the default, %s) to 24h", cfg.PortFirstByteTimeout, ports.DefaultTCPFirstByte))
 	}
 	if cfg.MaxHeaderBytes < 0 || cfg.MaxConnectionsPerIP < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_header_bytes %d and max_connections_per_ip %d must not be negative", cfg.MaxHeaderBytes, cfg.MaxConnectionsPerIP))

@@ -31,6 +31,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/edge/acme"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/outbound"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/internal/visitor/access"
 	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
@@ -253,6 +254,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.ports, err = g.newPorts(cfg, log); err != nil {
 		return nil, err
 	}
+	if err := g.loadPortOwnership(ctx); err != nil {
+		return nil, err
+	}
 	registry = portsRegistry{Registry: registry, ports: g.ports}
 	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, events: g.events, log: log, budget: newRefusalBudget(time.Now),
 		binds: newBindAudits(rt, time.Now)}}
@@ -303,7 +307,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Webhooks: g.hooks, Logger: log,
+	tcpRange, err := portspec.ParseList(cfg.TCPPortRange)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
+	}
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, rt: rt}, Stream: g.hub})
 	if err != nil {
@@ -317,6 +325,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.warnUnowned(ctx)
+	g.warnPortless(ctx)
 	if g.acme, err = g.newACME(); err != nil {
 		return nil, err
 	}

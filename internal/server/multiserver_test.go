@@ -49,7 +49,14 @@ func startServerOn(t testing.TB, cfg server.Config, db *store.DB) *testServer {
 // (after the servers started later stop).
 func openStoreOn(t testing.TB, dsn string) *store.DB {
 	t.Helper()
-	db, err := store.Open(t.Context(), store.Config{DatabaseURL: dsn})
+	return openStoreWith(t, store.Config{DatabaseURL: dsn})
+}
+
+// openStoreWith opens the store of cfg, closed at cleanup (after the
+// servers started later stop).
+func openStoreWith(t testing.TB, cfg store.Config) *store.DB {
+	t.Helper()
+	db, err := store.Open(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

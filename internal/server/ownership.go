@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/ports"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 )
@@ -77,6 +79,85 @@ func (g *Gateway) warnUnowned(ctx context.Context) {
 	}
 	if len(names) > 0 {
 		g.log.Warn("organizations without hostname patterns may mint no token and bind no hostname; assign them with PUT /aperio/api/orgs/{id}/hostnames",
+			logkey.Count, len(names), logkey.Orgs, names)
+	}
+}
+
+// loadPortOwnership makes the public ports' ownership match the store:
+// ports.Manager refuses a port another organization owns, even free.
+func (g *Gateway) loadPortOwnership(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ps, err := g.db.ListOrgPorts(ctx, "")
+	if err != nil {
+		return err
+	}
+	o := ports.Ownership{Ranges: make(map[string][]portspec.Range), DefaultOrg: g.defaultOrg}
+	for _, p := range ps {
+		o.Ranges[p.OrgID] = append(o.Ranges[p.OrgID], p.Range)
+	}
+	g.ports.SetOwnership(ctx, o)
+	return nil
+}
+
+func (g *Gateway) reloadPortOwnership(ctx context.Context) {
+	if err := g.loadPortOwnership(ctx); err != nil {
+		g.log.Error("port ownership reload failed", logkey.Err, err)
+	}
+}
+
+// OrgsWithoutPorts returns the names of the organizations other than
+// defaultOrgName that own no public port but hold a live token whose
+// allow_tcp_ports names some: their clients may open no port (only the
+// default organization opens ports nobody owns, first come). It only
+// reads the store; the server warns about them at startup when it has a
+// tcp_port_range, and --check-config on a read-only store.
+func OrgsWithoutPorts(ctx context.Context, db *store.DB, defaultOrgName string) ([]string, error) {
+	orgs, err := db.ListOrgs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := db.ListOrgPorts(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	owning := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		owning[p.OrgID] = true
+	}
+	var out []string
+	for _, o := range orgs {
+		if o.Name == defaultOrgName || owning[o.ID] {
+			continue
+		}
+		ts, err := db.ListTokens(ctx, o.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			if t.RevokedAt == nil && len(t.Limits.AllowTCPPorts) > 0 {
+				out = append(out, o.Name)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// warnPortless logs a warning, on a server with public ports, when
+// organizations besides the default one hold tokens for ports but own
+// none.
+func (g *Gateway) warnPortless(ctx context.Context) {
+	if g.ports == nil || !g.ports.Enabled() {
+		return
+	}
+	names, err := OrgsWithoutPorts(ctx, g.db, "default")
+	if err != nil {
+		g.log.Warn("cannot check organizations for public ports", logkey.Err, err)
+		return
+	}
+	if len(names) > 0 {
+		g.log.Warn("organizations without ports may open no public port, whatever their tokens' allow_tcp_ports; assign them with PUT /aperio/api/orgs/{id}/ports",
 			logkey.Count, len(names), logkey.Orgs, names)
 	}
 }

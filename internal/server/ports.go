@@ -78,13 +78,15 @@ const portAuditTimeout = 5 * time.Second
 
 // newPorts builds the Manager of cfg's tcp_port_range: its audit entries
 // go to the store, its bytes into usage and quotas, its TCP connections
-// end after visitor_idle_timeout without a byte (10 minutes when unset).
+// end after visitor_idle_timeout without a byte (10 minutes when unset),
+// or port_first_byte_timeout when the visitor has sent nothing yet.
 func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error) {
 	rs, err := portspec.ParseList(cfg.TCPPortRange)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
 	}
 	pc := ports.Config{Range: rs, MaxTCPConnections: cfg.MaxTCPConnections, TCPIdle: cfg.Router.VisitorIdleTimeout,
+		MaxTCPConnectionsPerIP: cfg.PortMaxConnectionsPerIP, TCPFirstByte: cfg.PortFirstByteTimeout,
 		UDPIdle:    cfg.UDPIdleTimeout,
 		ListenHost: cfg.Host, Logger: log}
 	if g.usage != nil {
@@ -150,6 +152,6 @@ func (p gatewayPorts) Ports() []admin.PortInfo {
 }
 
 func portInfo(s ports.PortInfo) admin.PortInfo {
-	return admin.PortInfo{Port: s.Port, Protocol: s.Protocol, OrgID: s.OrgID, Names: s.Names, Sessions: s.Sessions,
+	return admin.PortInfo{Port: s.Port, Protocol: s.Protocol, OrgID: s.OrgID, OwnerOrgID: s.OwnerOrgID, Names: s.Names, Sessions: s.Sessions,
 		Open: s.Open, BytesIn: s.BytesIn, BytesOut: s.BytesOut, Refused: s.Refused, Dropped: s.Dropped}
 }

@@ -80,6 +80,8 @@ var reloadKeys = []reloadKey{
 	{"Tunnel.MaxSessions", "max_tunnels", false},
 	{"TCPPortRange", "tcp_port_range", false},
 	{"MaxTCPConnections", "max_tcp_connections", false},
+	{"PortMaxConnectionsPerIP", "port_max_connections_per_ip", false},
+	{"PortFirstByteTimeout", "port_first_byte_timeout", false},
 	{"UDPIdleTimeout", "udp_idle_timeout", false},
 	{"UsageFlushInterval", "usage_flush_interval", false},
 	{"Tunnel.HandshakeTimeout", "tunnel_handshake_timeout", false},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,14 @@ const (
 	// DefaultStreamBuffer is the events a subscriber's buffer holds before
 	// it drops.
 	DefaultStreamBuffer = 256
+	// DefaultMaxStreamsPerCredential bounds the subscriptions of one
+	// credential (an admin key and its key sessions, or one login) other
+	// than the master token: a few dashboard tabs and a CLI tail.
+	DefaultMaxStreamsPerCredential = 8
+	// masterReserve is the subscriptions only the master token may take,
+	// out of MaxSubscribers (when it is at least 2): the operator can
+	// always follow the stream, whoever holds the rest.
+	masterReserve = 1
 )
 
 const metricStreamDropped = "aperio.stream.dropped"
@@ -31,13 +40,28 @@ var (
 	ErrTooManySubscribers = errors.New("telemetry: too many stream subscribers")
 	// ErrHubClosed is Subscribe's answer once the hub is closed.
 	ErrHubClosed = errors.New("telemetry: stream hub closed")
+	// ErrCredentialSubscribers is Subscribe's answer when the holder's
+	// credential already has MaxPerCredential subscriptions.
+	ErrCredentialSubscribers = errors.New("telemetry: too many stream subscribers of one credential")
+	// ErrOrgSubscribers is Subscribe's answer when the holder's
+	// organization already has MaxPerOrg subscriptions.
+	ErrOrgSubscribers = errors.New("telemetry: too many stream subscribers of one organization")
 )
 
 // HubConfig configures a Hub. The zero value takes the defaults.
 type HubConfig struct {
 	// MaxSubscribers bounds the subscribers at once; 0 means
-	// DefaultMaxStreamSubscribers.
+	// DefaultMaxStreamSubscribers. From 2 on, one of them is kept for the
+	// master token.
 	MaxSubscribers int
+	// MaxPerCredential bounds the subscribers of one credential (a
+	// StreamHolder's Credential) other than the master token; 0 means
+	// DefaultMaxStreamsPerCredential.
+	MaxPerCredential int
+	// MaxPerOrg bounds the subscribers of one organization (a
+	// StreamHolder's OrgID) other than the master token's; 0 means a
+	// quarter of MaxSubscribers, at least 1.
+	MaxPerOrg int
 	// Buffer is each subscriber's buffer, in events; 0 means
 	// DefaultStreamBuffer.
 	Buffer int
@@ -71,6 +95,22 @@ type StreamFilter struct {
 	// organization scope. It runs on the publisher's goroutine (the
 	// request path), so it must be quick and must not block.
 	Allow func(*StreamEvent) bool
+	// Holder is who subscribes, for the per-credential and
+	// per-organization bounds.
+	Holder StreamHolder
+}
+
+// StreamHolder is who holds a subscription. The zero value is an
+// in-process subscriber: it counts only against MaxSubscribers, and not
+// into the master token's reserve.
+type StreamHolder struct {
+	// Master is the master token: bound only by MaxSubscribers, with a
+	// slot kept for it.
+	Master bool
+	// Credential names the credential ("key:apk_…", "oidc:user"); OrgID
+	// its organization.
+	Credential string
+	OrgID      string
 }
 
 // Hub fans the live stream's events out to subscribers: each has a bounded
@@ -79,22 +119,32 @@ type StreamFilter struct {
 // and in aperio_stream_dropped_total. With no subscriber, Active is one
 // atomic load, and publishers build nothing. It is safe for concurrent use.
 type Hub struct {
-	max, buffer int
-	n           atomic.Int32                    // subscribers
-	subs        atomic.Pointer[[]*Subscription] // immutable, copied on change
-	mu          sync.Mutex                      // serializes subs' changes and closing
-	closed      bool
-	done        chan struct{}
-	dropped     atomic.Int64
-	access      *accessRing
-	accessSubs  atomic.Int32 // subscribers that want access events
+	max, buffer     int
+	perCred, perOrg int
+	n               atomic.Int32                    // subscribers
+	subs            atomic.Pointer[[]*Subscription] // immutable, copied on change
+	mu              sync.Mutex                      // serializes subs' changes and closing, guards the counts below
+	closed          bool
+	credSubs        map[string]int // subscriptions per StreamHolder.Credential
+	orgSubs         map[string]int // subscriptions per StreamHolder.OrgID
+	done            chan struct{}
+	dropped         atomic.Int64
+	access          *accessRing
+	accessSubs      atomic.Int32 // subscribers that want access events
 }
 
 // NewHub returns a hub with no subscriber.
 func NewHub(cfg HubConfig) (*Hub, error) {
-	h := &Hub{max: cfg.MaxSubscribers, buffer: cfg.Buffer, done: make(chan struct{}), access: newAccessRing()}
+	h := &Hub{max: cfg.MaxSubscribers, buffer: cfg.Buffer, perCred: cfg.MaxPerCredential, perOrg: cfg.MaxPerOrg,
+		done: make(chan struct{}), access: newAccessRing(), credSubs: map[string]int{}, orgSubs: map[string]int{}}
 	if h.max <= 0 {
 		h.max = DefaultMaxStreamSubscribers
+	}
+	if h.perCred <= 0 {
+		h.perCred = DefaultMaxStreamsPerCredential
+	}
+	if h.perOrg <= 0 {
+		h.perOrg = max(1, h.max/4)
 	}
 	if h.buffer <= 0 {
 		h.buffer = DefaultStreamBuffer
@@ -139,9 +189,12 @@ func (h *Hub) Close() {
 }
 
 // Subscribe adds a subscriber with f; its Close removes it. It fails with
-// ErrTooManySubscribers past the bound and ErrHubClosed after Close.
+// ErrTooManySubscribers past MaxSubscribers (for a holder other than the
+// master token, past MaxSubscribers less the master's reserve),
+// ErrCredentialSubscribers and ErrOrgSubscribers past the holder's
+// bounds, and ErrHubClosed after Close.
 func (h *Hub) Subscribe(f StreamFilter) (*Subscription, error) {
-	s := &Subscription{hub: h, ch: make(chan *StreamEvent, h.buffer), hostname: f.Hostname, allow: f.Allow}
+	s := &Subscription{hub: h, ch: make(chan *StreamEvent, h.buffer), hostname: f.Hostname, allow: f.Allow, holder: f.Holder}
 	for _, t := range f.Types {
 		s.types |= typeBit(t)
 	}
@@ -154,8 +207,8 @@ func (h *Hub) Subscribe(f StreamFilter) (*Subscription, error) {
 		return nil, ErrHubClosed
 	}
 	old := *h.subs.Load()
-	if len(old) >= h.max {
-		return nil, ErrTooManySubscribers
+	if err := h.admitLocked(len(old), f.Holder); err != nil {
+		return nil, err
 	}
 	next := make([]*Subscription, len(old), len(old)+1)
 	copy(next, old)
@@ -166,7 +219,48 @@ func (h *Hub) Subscribe(f StreamFilter) (*Subscription, error) {
 	}
 	h.subs.Store(&next)
 	h.n.Store(int32(len(next)))
+	h.countLocked(f.Holder, 1)
 	return s, nil
+}
+
+// admitLocked reports whether holder may take one more subscription
+// while n are held.
+func (h *Hub) admitLocked(n int, holder StreamHolder) error {
+	limit := h.max
+	if !holder.Master && holder.Credential != "" && h.max >= 2 {
+		limit -= masterReserve
+	}
+	switch {
+	case n >= limit:
+		return ErrTooManySubscribers
+	case holder.Master:
+		return nil
+	case holder.Credential != "" && h.credSubs[holder.Credential] >= h.perCred:
+		return fmt.Errorf("%w: %s holds %d", ErrCredentialSubscribers, holder.Credential, h.perCred)
+	case holder.OrgID != "" && h.orgSubs[holder.OrgID] >= h.perOrg:
+		return fmt.Errorf("%w: %s holds %d", ErrOrgSubscribers, holder.OrgID, h.perOrg)
+	}
+	return nil
+}
+
+// countLocked adds d to holder's counts.
+func (h *Hub) countLocked(holder StreamHolder, d int) {
+	if holder.Master {
+		return
+	}
+	addCount(h.credSubs, holder.Credential, d)
+	addCount(h.orgSubs, holder.OrgID, d)
+}
+
+// addCount adds d to m[k], keeping only positive counts; "" is not
+// counted.
+func addCount(m map[string]int, k string, d int) {
+	if k == "" {
+		return
+	}
+	if m[k] += d; m[k] <= 0 {
+		delete(m, k)
+	}
 }
 
 func (h *Hub) remove(s *Subscription) {
@@ -175,10 +269,14 @@ func (h *Hub) remove(s *Subscription) {
 	old := *h.subs.Load()
 	next := make([]*Subscription, 0, len(old))
 	for _, x := range old {
-		if x != s {
+		switch {
+		case x != s:
 			next = append(next, x)
-		} else if s.wantsAccess() {
-			h.accessSubs.Add(-1)
+		default:
+			if s.wantsAccess() {
+				h.accessSubs.Add(-1)
+			}
+			h.countLocked(s.holder, -1)
 		}
 	}
 	h.subs.Store(&next)
@@ -241,6 +339,7 @@ type Subscription struct {
 	types    uint8
 	hostname string
 	allow    func(*StreamEvent) bool
+	holder   StreamHolder
 	dropped  atomic.Int64
 	sampled  atomic.Int64
 	once     sync.Once

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,4 +164,55 @@ func allocsPerRequest(o *Observer) float64 {
 	hd := o.Wrap(p)
 	w := httptest.NewRecorder()
 	return testing.AllocsPerRun(200, func() { hd.ServeHTTP(w, req) })
+}
+
+// TestHubHolderBounds: the defaults (8 per credential, a quarter of the
+// total per organization, one slot kept for the master token), and a
+// closed subscription giving its slot back to its credential and
+// organization.
+func TestHubHolderBounds(t *testing.T) {
+	h := newTestHub(t, HubConfig{MaxSubscribers: 40})
+	key := func(cred, org string) StreamFilter {
+		return StreamFilter{Holder: StreamHolder{Credential: cred, OrgID: org}}
+	}
+	var first *Subscription
+	for i := range DefaultMaxStreamsPerCredential {
+		s, err := h.Subscribe(key("key:k1", "org_a"))
+		if err != nil {
+			t.Fatalf("Subscribe() #%d of one credential = %v", i+1, err)
+		}
+		if first == nil {
+			first = s
+		}
+	}
+	if _, err := h.Subscribe(key("key:k1", "org_a")); !errors.Is(err, ErrCredentialSubscribers) {
+		t.Fatalf("Subscribe() #9 of one credential = %v, want ErrCredentialSubscribers", err)
+	}
+	for i := range 2 {
+		if _, err := h.Subscribe(key("key:k2", "org_a")); err != nil {
+			t.Fatalf("Subscribe() #%d of one organization = %v", 9+i, err)
+		}
+	}
+	if _, err := h.Subscribe(key("key:k2", "org_a")); !errors.Is(err, ErrOrgSubscribers) {
+		t.Fatalf("Subscribe() #11 of one organization (40/4 = 10) = %v, want ErrOrgSubscribers", err)
+	}
+	first.Close()
+	if _, err := h.Subscribe(key("key:k1", "org_a")); err != nil {
+		t.Fatalf("Subscribe() after one of the credential's closed = %v", err)
+	}
+	// Other organizations fill all but the master's slot.
+	for i := 0; h.Subscribers() < 39; i++ {
+		if _, err := h.Subscribe(key("key:"+strconv.Itoa(i), "org_"+strconv.Itoa(i/8))); err != nil {
+			t.Fatalf("Subscribe() filling, with %d held = %v", h.Subscribers(), err)
+		}
+	}
+	if _, err := h.Subscribe(key("key:late", "org_late")); !errors.Is(err, ErrTooManySubscribers) {
+		t.Fatalf("Subscribe() at 39 of 40 = %v, want ErrTooManySubscribers (the last slot is the master's)", err)
+	}
+	if _, err := h.Subscribe(StreamFilter{Holder: StreamHolder{Master: true}}); err != nil {
+		t.Fatalf("the master's Subscribe() at 39 of 40 = %v, want its reserved slot", err)
+	}
+	if _, err := h.Subscribe(StreamFilter{Holder: StreamHolder{Master: true}}); !errors.Is(err, ErrTooManySubscribers) {
+		t.Fatalf("the master's Subscribe() at 40 of 40 = %v, want ErrTooManySubscribers", err)
+	}
 }

@@ -112,6 +112,8 @@ func settings() []config.Setting[Config] {
 		config.IntSetting("max_tunnels", "client tunnel sessions at once; the next handshake is refused; 0 = no cap", func(c *S) *int { return &c.Tunnel.MaxSessions }),
 		config.ListSetting("tcp_port_range", "public ports (N or N-M) clients may expose over TCP and UDP; empty = off", func(c *S) *[]string { return &c.TCPPortRange }),
 		config.IntSetting("max_tcp_connections", "open visitor connections of one public TCP port; 0 = the default, 100", func(c *S) *int { return &c.MaxTCPConnections }),
+		config.IntSetting("port_max_connections_per_ip", "open connections of one visitor address (IPv6: its /64) on one public TCP port; 0 = a quarter of max_tcp_connections", func(c *S) *int { return &c.PortMaxConnectionsPerIP }),
+		config.DurationSetting("port_first_byte_timeout", "a public TCP port's visitor connection that has sent no byte for this long ends; 0 = the default, 30s", func(c *S) *time.Duration { return &c.PortFirstByteTimeout }),
 		config.DurationSetting("udp_idle_timeout", "a UDP flow of a public port with no datagram either way for this long ends; 0 = the default, 60s", func(c *S) *time.Duration { return &c.UDPIdleTimeout }),
 		config.DurationSetting("tunnel_handshake_timeout", "time from a tunnel upgrade to the client's hello", func(c *S) *time.Duration { return &c.Tunnel.HandshakeTimeout }),
 		config.DurationSetting("client_down_threshold", "heartbeat age after which a client is dropped", func(c *S) *time.Duration { return &c.Tunnel.DownThreshold }),
@@ -156,7 +158,7 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("access_log", "one log line per proxied request (logger=access)", func(c *S) *bool { return &c.AccessLog }),
 		config.BoolSetting("access_log_ips", "visitor addresses in access log lines", func(c *S) *bool { return &c.AccessLogIPs }),
 		config.BoolSetting("server_timing", "Server-Timing header on answers that waited", func(c *S) *bool { return &c.ServerTiming }),
-		config.IntSetting("max_stream_subscribers", "followers of the admin API's live stream at once", func(c *S) *int { return &c.MaxStreamSubscribers }),
+		config.IntSetting("max_stream_subscribers", "followers of the admin API's live stream at once (8 per credential, a quarter per organization, one kept for the master token)", func(c *S) *int { return &c.MaxStreamSubscribers }),
 		config.FloatSetting("otel_sample_rate", "fraction of traces sampled when OTEL_EXPORTER_OTLP_* turns tracing on", func(c *S) *float64 { return &c.OTelSampleRate }),
 		config.EnumSetting("log_level", "debug, info, warn or error", func(c *S) *string { return &c.LogLevel }).Values(config.LogLevels...).Alias("LOG_LEVEL"),
 		config.EnumSetting("log_format", "text or json", func(c *S) *string { return &c.LogFormat }).Values(config.LogFormats...),
@@ -301,6 +303,8 @@ func check(s Config, v *config.Checker) {
 	v.NonNegative("max_ws_connections", int64(s.Router.MaxWSConnections))
 	v.NonNegative("max_tunnels", int64(s.Tunnel.MaxSessions))
 	v.NonNegative("max_tcp_connections", int64(s.MaxTCPConnections))
+	v.NonNegative("port_max_connections_per_ip", int64(s.PortMaxConnectionsPerIP))
+	v.NonNegativeDuration("port_first_byte_timeout", s.PortFirstByteTimeout)
 	v.NonNegativeDuration("udp_idle_timeout", s.UDPIdleTimeout)
 	v.NonNegative("max_stream_subscribers", int64(s.MaxStreamSubscribers))
 	v.NonNegativeDuration("tunnel_handshake_timeout", s.Tunnel.HandshakeTimeout)

@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/outbound"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/internal/visitor/inspect"
 	"github.com/aperio-dev/aperio/router"
@@ -45,6 +46,8 @@ type Store interface {
 	ListOrgs(ctx context.Context) ([]store.Org, error)
 	SetOrgHostnames(ctx context.Context, orgID string, patterns []string) ([]string, error)
 	ListOrgHostnames(ctx context.Context, orgID string) ([]store.OrgHostname, error)
+	SetOrgPorts(ctx context.Context, orgID string, specs []string) ([]portspec.Range, error)
+	ListOrgPorts(ctx context.Context, orgID string) ([]store.OrgPorts, error)
 
 	CreateToken(ctx context.Context, t store.Token) (store.Token, error)
 	Token(ctx context.Context, orgID, id string) (store.Token, error)
@@ -171,6 +174,10 @@ type Config struct {
 	// Ports lists the public ports (tcp_port_range). Nil means none:
 	// GET /ports answers an empty list.
 	Ports PortLister
+	// TCPPortRange is the server's tcp_port_range: a token's
+	// allow_tcp_ports must lie inside it (400 otherwise). Empty means the
+	// server opens no public port, and a token may name none.
+	TCPPortRange []portspec.Range
 	// Disabler disables and enables connected clients (the kill switch).
 	// Nil means none can be: POST /clients/{id}/disable and /enable
 	// answer 404.
@@ -312,9 +319,10 @@ func (noClients) Clients() []ClientInfo { return nil }
 // API is the admin API. It is safe for concurrent use; it owns no goroutine
 // and needs no closing (the store belongs to the caller).
 type API struct {
-	store   Store
-	clients ClientLister
-	ports   PortLister
+	store    Store
+	clients  ClientLister
+	ports    PortLister
+	tcpRange []portspec.Range // tcp_port_range
 	// disabler is the kill switch; nil when there is none.
 	disabler ClientDisabler
 	scaling  Scaling // nil when autoscaling is off
@@ -354,6 +362,7 @@ func New(cfg Config) (*API, error) {
 		store:    cfg.Store,
 		clients:  cfg.Clients,
 		ports:    cfg.Ports,
+		tcpRange: cfg.TCPPortRange,
 		disabler: cfg.Disabler,
 		drainer:  cfg.Drainer,
 		scaling:  cfg.Scaling,
@@ -415,6 +424,8 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/orgs", roleMaster, a.createOrg},
 		{http.MethodGet, "/orgs/{id}/hostnames", roleViewer, a.getOrgHostnames},
 		{http.MethodPut, "/orgs/{id}/hostnames", roleMaster, a.setOrgHostnames},
+		{http.MethodGet, "/orgs/{id}/ports", roleViewer, a.getOrgPorts},
+		{http.MethodPut, "/orgs/{id}/ports", roleMaster, a.setOrgPorts},
 		{http.MethodPatch, "/orgs/{id}", roleMaster, a.updateOrg},
 		{http.MethodGet, "/admin-keys", roleViewer, a.listKeys},
 		{http.MethodPost, "/admin-keys", roleAdmin, a.createKey},

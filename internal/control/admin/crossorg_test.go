@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/internal/testkit/oidctest"
 	"github.com/aperio-dev/aperio/internal/visitor/inspect"
@@ -52,7 +53,7 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	in := newTestInspector(t)
 	traffic := &fakeTraffic{hosts: []string{"a.test", "traffic.b.test", "__other"}, held: 1}
 	ports := &fakePorts{}
-	f := base.withOIDC(t, p, roles, nil, admin.Config{Ports: ports, Clients: base.clients, Disabler: base.clients, Drainer: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
+	f := base.withOIDC(t, p, roles, nil, admin.Config{Ports: ports, TCPPortRange: []portspec.Range{{Lo: 20000, Hi: 29999}}, Clients: base.clients, Disabler: base.clients, Drainer: base.clients, Scaling: base.scaling, Explainer: rt, Shares: fakeShares{},
 		Traffic: traffic, Stream: newHub(t, telemetry.HubConfig{}), Inspector: in, Replay: fakePipeline(in), Webhooks: &fakeSender{db: base.db}})
 	f.clients, f.scaling = base.clients, base.scaling
 	w := &orgWorld{f: f, in: in, keys: map[string]string{"master": masterToken}, sessions: map[string]*browserSession{}, keySessions: map[string]*keySession{}}
@@ -66,6 +67,8 @@ func newOrgWorld(t *testing.T) *orgWorld {
 	}
 	f.own(t, w.a, "a.test", "*.a.test")
 	f.own(t, w.b, "b.test", "*.b.test")
+	f.expect(t, "PUT", "/orgs/"+w.a+"/ports", masterToken, `{"ports":["20000-20099"]}`, http.StatusOK, nil)
+	f.expect(t, "PUT", "/orgs/"+w.b+"/ports", masterToken, `{"ports":["21000-21099"]}`, http.StatusOK, nil)
 	for _, r := range admin.Roles() {
 		w.keys[r] = f.key(t, w.a, r).Secret
 	}
@@ -99,6 +102,14 @@ func (w *orgWorld) org(own bool) string {
 		return w.a
 	}
 	return w.b
+}
+
+// ports returns a port range of a's for own, of b's otherwise.
+func (w *orgWorld) ports(own bool) string {
+	if own {
+		return "20000-20099"
+	}
+	return "21000-21099"
 }
 
 // suffix returns the hostname space of a for own, b's otherwise.
@@ -217,6 +228,26 @@ var matrix = []matrixCase{
 		s := w.suffix(own)
 		return "/orgs/" + w.org(own) + "/hostnames", fmt.Sprintf(`{"patterns":[%q,"*.%s"]}`, s, s)
 	}, master: 200},
+	{method: "GET", pattern: "/orgs/{id}/ports", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/orgs/" + w.org(own) + "/ports", ""
+	}, own: 200, other: 404, master: 200},
+	{method: "PUT", pattern: "/orgs/{id}/ports", req: func(_ *testing.T, w *orgWorld, _, own bool) (string, string) {
+		return "/orgs/" + w.org(own) + "/ports", fmt.Sprintf(`{"ports":[%q]}`, w.ports(own))
+	}, master: 200},
+	// Port ownership: a key may name its organization's ports in a
+	// token, and never b's (403, like b's hostnames).
+	{method: "POST", pattern: "/tokens", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		field := ""
+		if master {
+			field = fmt.Sprintf(`,"org_id":%q`, w.org(own))
+		}
+		return "/tokens", fmt.Sprintf(`{"name":"ports","allow_tcp_ports":[%q]%s}`, w.ports(own), field)
+	}, own: 201, other: 403, master: 201},
+	{method: "PATCH", pattern: "/tokens/{id}", req: func(t *testing.T, w *orgWorld, master, own bool) (string, string) {
+		// A key edits its own token to name b's ports; the master token
+		// edits each organization's token with that organization's.
+		return "/tokens/" + w.newToken(t, w.org(own || !master)), fmt.Sprintf(`{"allow_tcp_ports":[%q]}`, w.ports(own))
+	}, own: 200, other: 403, master: 200},
 	{method: "GET", pattern: "/admin-keys", req: fixed("/admin-keys"), own: 200, other: 200, master: 200, listing: true},
 	{method: "POST", pattern: "/admin-keys", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
 		return "/admin-keys", fmt.Sprintf(`{"name":"k%d","role":"viewer"%s}`, w.next(), orgField(w, master, own))

@@ -177,10 +177,15 @@ func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, c caller) err
 			return o.visible(scope, e.Hostname)
 		}
 	}
+	f.Holder = telemetry.StreamHolder{Master: c.master, Credential: c.actor(), OrgID: c.scope()}
 	sub, err := a.stream.Subscribe(f)
 	switch {
 	case errors.Is(err, telemetry.ErrTooManySubscribers):
 		return errorf(http.StatusServiceUnavailable, "too many live stream subscribers (max_stream_subscribers): try again later")
+	case errors.Is(err, telemetry.ErrCredentialSubscribers):
+		return errorf(http.StatusServiceUnavailable, "this credential already follows as many live streams as one key or login may (%d): close one first", telemetry.DefaultMaxStreamsPerCredential)
+	case errors.Is(err, telemetry.ErrOrgSubscribers):
+		return errorf(http.StatusServiceUnavailable, "organization %s already follows as many live streams as one organization may (a quarter of max_stream_subscribers): close one first", c.scope())
 	case errors.Is(err, telemetry.ErrHubClosed):
 		return errorf(http.StatusServiceUnavailable, "the server is shutting down")
 	case err != nil:

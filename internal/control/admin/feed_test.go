@@ -3,6 +3,7 @@ package admin_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -218,15 +219,7 @@ type sseEvent struct{ typ, data string }
 func openStream(t *testing.T, f *fixture, cred, query string) <-chan sseEvent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	req, err := http.NewRequestWithContext(ctx, "GET", f.url+admin.Prefix+"/stream"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+cred)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET /stream: %v", err)
-	}
+	resp := getStream(ctx, t, f, cred, query)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("GET /stream = %d %s, want 200 text/event-stream", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -348,6 +341,78 @@ func TestStreamSubscriberLimit(t *testing.T) {
 	w.hub.Close()
 	// Closing the hub ends open streams, and refuses new ones.
 	w.f.expectError(t, "GET", "/stream", w.viewer, "", http.StatusServiceUnavailable, "shutting down")
+}
+
+// getStream sends GET /stream+query with cred on ctx and returns the
+// response, its body unread.
+func getStream(ctx context.Context, t *testing.T, f *fixture, cred, query string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", f.url+admin.Prefix+"/stream"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+cred)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /stream: %v", err)
+	}
+	return resp
+}
+
+// streamRefused asks GET /stream with cred and expects a 503 whose JSON
+// error contains msg; a stream opened instead fails the test at once,
+// without waiting for its end.
+func streamRefused(t *testing.T, f *fixture, cred, msg string) {
+	t.Helper()
+	resp := getStream(t.Context(), t, f, cred, "")
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("GET /stream = %d, want 503 %q", resp.StatusCode, msg)
+	}
+	var eb struct {
+		Error string `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || !strings.Contains(eb.Error, msg) {
+		t.Fatalf("GET /stream = 503 %q (%v), want an error with %q", eb.Error, err, msg)
+	}
+}
+
+// TestStreamSlotsPerHolder (#38, F6): the live stream's slots are not
+// first come, first served across the server. One credential holds at
+// most its share, one organization at most a quarter of
+// max_stream_subscribers, and the last slot is the master token's: a
+// viewer of one organization opening streams until refused locks out
+// neither another organization nor the master.
+func TestStreamSlotsPerHolder(t *testing.T) {
+	// 12 slots: 2 per credential, 3 per organization, 11 for all but
+	// the master.
+	w := newFeedWorld(t, telemetry.HubConfig{MaxSubscribers: 12, MaxPerCredential: 2})
+	b1 := w.f.key(t, w.b, "viewer").Secret
+	b2 := w.f.key(t, w.b, "admin").Secret
+	openStream(t, w.f, b1, "")
+	openStream(t, w.f, b1, "?type=client")
+	streamRefused(t, w.f, b1, "this credential already follows")
+	openStream(t, w.f, b2, "")
+	streamRefused(t, w.f, b2, "organization "+w.b+" already follows")
+	// The probe's lock-out: another organization and the master still
+	// follow while b holds all it may.
+	openStream(t, w.f, w.viewer, "")
+	openStream(t, w.f, masterToken, "")
+	// Two more organizations take their shares: 3+1+1+3+3 = 11, every
+	// slot but the master's reserve.
+	for _, name := range []string{"c", "d"} {
+		org := w.f.org(t, name)
+		k1, k2 := w.f.key(t, org, "viewer").Secret, w.f.key(t, org, "viewer").Secret
+		openStream(t, w.f, k1, "")
+		openStream(t, w.f, k1, "")
+		openStream(t, w.f, k2, "")
+	}
+	streamRefused(t, w.f, w.viewer, "max_stream_subscribers")
+	if got := w.hub.Subscribers(); got != 11 {
+		t.Fatalf("Subscribers() = %d, want 11 (every slot but the master's)", got)
+	}
+	openStream(t, w.f, masterToken, "")
+	streamRefused(t, w.f, masterToken, "max_stream_subscribers")
 }
 
 func TestStreamEndsOnHubClose(t *testing.T) {

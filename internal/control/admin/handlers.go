@@ -242,6 +242,9 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 			return err
 		}
 	}
+	if err := a.checkTokenPorts(r.Context(), orgID, limits.AllowTCPPorts); err != nil {
+		return err
+	}
 	m := mint(tokenPrefix)
 	t, err := a.store.CreateToken(r.Context(), store.Token{
 		OrgID:      orgID,

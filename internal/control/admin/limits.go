@@ -176,6 +176,9 @@ func (a *API) updateToken(w http.ResponseWriter, r *http.Request, c caller) erro
 			return err
 		}
 	}
+	if err := a.checkTokenPorts(r.Context(), t.OrgID, e.Limits.AllowTCPPorts); err != nil {
+		return err
+	}
 	t, err = a.store.UpdateToken(r.Context(), t.OrgID, id, e)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/portspec"
 )
 
 func TestTokenLimitsCreateAndPatch(t *testing.T) {
@@ -55,8 +56,9 @@ func TestTokenLimitsCreateAndPatch(t *testing.T) {
 // TestTokenAllowTCPPorts: a token for public ports needs no hostname; its
 // ports are stored canonical, replaced by PATCH and cleared by [].
 func TestTokenAllowTCPPorts(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t).withConfig(t, admin.Config{TCPPortRange: []portspec.Range{{Lo: 2000, Hi: 30000}}})
 	org := f.org(t, "acme")
+	f.expect(t, "PUT", "/orgs/"+org+"/ports", masterToken, `{"ports":["2222","3000-3001","20000-20010"]}`, http.StatusOK, nil)
 	adminKey := f.key(t, org, "admin").Secret
 	var tok admin.MintedToken
 	f.expect(t, "POST", "/tokens", adminKey, `{"name":"ssh","allow_tcp_ports":["2222"," 20000 - 20010 "]}`, http.StatusCreated, &tok)

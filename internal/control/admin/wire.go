@@ -20,6 +20,10 @@ type (
 	OrgHostnames = apitype.OrgHostnames
 	// SetOrgHostnamesRequest is the body of PUT /orgs/{id}/hostnames.
 	SetOrgHostnamesRequest = apitype.SetOrgHostnamesRequest
+	// OrgPorts is the answer to GET and PUT /orgs/{id}/ports.
+	OrgPorts = apitype.OrgPorts
+	// SetOrgPortsRequest is the body of PUT /orgs/{id}/ports.
+	SetOrgPortsRequest = apitype.SetOrgPortsRequest
 	// Key is an admin key as listings show it: never its secret or hash.
 	Key = apitype.Key
 	// MintedKey is the answer to POST /admin-keys.

@@ -174,6 +174,23 @@ type SetOrgHostnamesRequest struct {
 	Patterns []string `json:"patterns"`
 }
 
+// OrgPorts is the set of public port ranges an organization owns: the
+// answer to GET and PUT /orgs/{id}/ports.
+type OrgPorts struct {
+	OrgID string `json:"org_id"`
+	// Ports are "N" or "N-M", sorted, overlapping and adjacent ranges
+	// merged; empty when it owns none.
+	Ports []string `json:"ports"`
+}
+
+// SetOrgPortsRequest is the body of PUT /orgs/{id}/ports.
+type SetOrgPortsRequest struct {
+	// Ports replace the organization's set: "N" or "N-M" (at most 64),
+	// none overlapping another organization's; empty (or absent) means
+	// it owns none.
+	Ports []string `json:"ports"`
+}
+
 // Key is an admin key as listings show it: never its secret or hash.
 type Key struct {
 	ID     string `json:"id"`
@@ -589,7 +606,12 @@ const MaxUsageDays = 366
 type PortInfo struct {
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"`
-	OrgID    string `json:"org_id"`
+	// OrgID is the organization whose clients hold the port.
+	OrgID string `json:"org_id"`
+	// OwnerOrgID is the organization that owns the port's number (PUT
+	// /orgs/{id}/ports); "" while none does (the default organization's
+	// clients then hold it first come).
+	OwnerOrgID string `json:"owner_org_id"`
 	// Names are the expose entries serving it, one per client session;
 	// Sessions the IDs of those sessions (the clients' IDs).
 	Names    []string `json:"names"`

@@ -23,9 +23,13 @@ var curlSkip = map[string]bool{
 
 // curl returns e as a curl command line for a POSIX shell: every
 // argument in single quotes (a quote inside written '\”), headers in
-// name order, the redacted ones left out. A body that is not printable
-// text is fed on stdin by printf with octal escapes, since a shell
-// argument cannot carry a NUL byte.
+// name order, the redacted ones left out. A printable text body goes in
+// --data-raw, which curl sends as written: --data and --data-binary read
+// a body that starts with @ as the name of a local file, so a visitor
+// posting "@~/.aws/credentials" would have the command send the file of
+// whoever pastes it (#38). A body that is not printable text is fed on
+// stdin by printf with octal escapes (a shell argument cannot carry a
+// NUL byte), as --data-binary @-, the only @ argument ever written.
 func (c *Capture) curl(e *apitype.InspectEntry) string {
 	var b strings.Builder
 	body := e.Request.Body
@@ -59,7 +63,7 @@ func (c *Capture) curl(e *apitype.InspectEntry) string {
 	case binary:
 		b.WriteString(" --data-binary @-")
 	case len(body) > 0:
-		b.WriteString(" --data-binary ")
+		b.WriteString(" --data-raw ")
 		b.WriteString(quote(string(body)))
 	}
 	b.WriteString(" ")

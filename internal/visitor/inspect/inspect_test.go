@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -387,7 +389,7 @@ func TestCurlQuotingHostile(t *testing.T) {
 	for _, v := range hostile {
 		want = append(want, "-H", "X-Hostile: "+v)
 	}
-	want = append(want, "--data-binary", body, "http://a.test/q?a='b'&c=$(x)")
+	want = append(want, "--data-raw", body, "http://a.test/q?a='b'&c=$(x)")
 	if strings.Join(args, "\x00") != strings.Join(want, "\x00") {
 		t.Errorf("curl %s\nparses as %q\nwant      %q", e.Curl, args, want)
 	}
@@ -420,6 +422,85 @@ func TestCurlBinaryBody(t *testing.T) {
 	}
 	if !bytes.Equal(out, []byte(body)) {
 		t.Errorf("printf prints %q, want %q", out, body)
+	}
+}
+
+// TestCurlNeverReadsLocalFiles: whatever a visitor's body starts with
+// (@ names a local file for --data and --data-binary, < for -F), the
+// command sends that body and nothing of the machine that runs it (#38,
+// F9). The only @ argument written is @-, stdin, for a binary body. Each
+// command is parsed by a real shell and run by a real curl against a
+// local server, with a file at the path the body names.
+func TestCurlNeverReadsLocalFiles(t *testing.T) {
+	dir := t.TempDir()
+	secret := dir + "/secret"
+	if err := os.WriteFile(secret, []byte("LOCAL-SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string]string{
+		"at file":        "@" + secret,
+		"at stdin":       "@-",
+		"lt file":        "<" + secret,
+		"at multiline":   "@" + secret + "\nsecond line",
+		"binary at file": "@" + secret + "\x00\xff",
+		"binary lt file": "<" + secret + "\x01",
+	}
+	curlBin, err := exec.LookPath("curl")
+	if err != nil && os.Getenv("CI") == "true" {
+		t.Fatalf("no curl in CI: %v", err)
+	}
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			in, _ := newInspector(t, Config{})
+			c := start(t, in, "a.test", apitype.InspectRequest{})
+			serve(t, c, "POST", "/atbody", nil, body, 200, "")
+			e, err := c.Entry(c.Requests()[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, line, piped := strings.Cut(e.Curl, " | ")
+			if !piped {
+				line = e.Curl
+			}
+			args := shArgs(t, line)
+			for i, a := range args {
+				if !strings.HasPrefix(a, "--data") && a != "-d" && a != "-F" && a != "--form" {
+					continue
+				}
+				next := ""
+				if i+1 < len(args) {
+					next = args[i+1]
+				}
+				if a != "--data-raw" && !(a == "--data-binary" && next == "@-") {
+					t.Errorf("curl writes %s %q, want --data-raw or --data-binary @-: %s", a, next, e.Curl)
+				}
+			}
+			if printable([]byte(body)) && !slices.Contains(args, "--data-raw") {
+				t.Errorf("curl of text body %q = %s, want --data-raw", body, e.Curl)
+			}
+			if curlBin == "" {
+				t.Skip("no curl to run the command (CI installs it)")
+			}
+			// Run it: the server must receive the body, byte for byte.
+			got := make(chan []byte, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, err := io.ReadAll(r.Body)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- b
+			}))
+			t.Cleanup(srv.Close)
+			run := strings.Replace(e.Curl, "'http://a.test/atbody'", quote(srv.URL+"/atbody"), 1)
+			run = strings.Replace(run, "curl ", quote(curlBin)+" -s -o /dev/null --noproxy '*' ", 1)
+			out, err := exec.Command("sh", "-c", run).CombinedOutput()
+			if err != nil {
+				t.Fatalf("sh -c %s: %v: %s", run, err, out)
+			}
+			if b := <-got; string(b) != body {
+				t.Errorf("the command sent %q, want %q (the visitor's body)", b, body)
+			}
+		})
 	}
 }
 

@@ -240,6 +240,24 @@ func (c *Client) SetOrgHostnames(ctx context.Context, orgID string, patterns []s
 	return out, c.Do(ctx, http.MethodPut, "/orgs/"+url.PathEscape(orgID)+"/hostnames", in, &out)
 }
 
+// OrgPorts calls GET /orgs/{id}/ports.
+func (c *Client) OrgPorts(ctx context.Context, orgID string) (apitype.OrgPorts, error) {
+	var out apitype.OrgPorts
+	return out, c.Do(ctx, http.MethodGet, "/orgs/"+url.PathEscape(orgID)+"/ports", nil, &out)
+}
+
+// SetOrgPorts calls PUT /orgs/{id}/ports (the master token only),
+// replacing the organization's port ranges with specs ("2222",
+// "20000-20099"); nil or empty means none.
+func (c *Client) SetOrgPorts(ctx context.Context, orgID string, specs []string) (apitype.OrgPorts, error) {
+	var out apitype.OrgPorts
+	in := apitype.SetOrgPortsRequest{Ports: specs}
+	if in.Ports == nil {
+		in.Ports = []string{}
+	}
+	return out, c.Do(ctx, http.MethodPut, "/orgs/"+url.PathEscape(orgID)+"/ports", in, &out)
+}
+
 // Audit calls GET /audit. limit 0 means the server's default.
 func (c *Client) Audit(ctx context.Context, limit int) ([]apitype.AuditEntry, error) {
 	path := "/audit"
