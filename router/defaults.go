@@ -13,6 +13,10 @@ import (
 // first.
 var Strategies = []string{"round-robin", "least-inflight", "primary-standby", "sticky"}
 
+// UnderscoreHeaderActions are the values of Config.UnderscoreHeaders
+// (underscore_headers), the default first.
+var UnderscoreHeaderActions = []string{"allow", "drop", "refuse"}
+
 // MaxRetryOn5xx bounds the statuses of Config.RetryOn5xx (retry_on_5xx).
 const MaxRetryOn5xx = 16
 
@@ -25,6 +29,7 @@ var Failovers = []string{"fail", "retry", "wait", "retry-wait"}
 // requests in flight (256 per visitor address, 10000 WebSocket relays),
 // a visitor bucket of 100 refilled at 5 a second,
 // round-robin, no failover (at most 2 jumps in 15s once one is chosen),
+// header names with underscores allowed,
 // 1000 held requests, visitor pacing of 1m idle and 512 bytes a second,
 // outlier ejection after 5 5xx answers in a row for 30s (at most half a
 // pool ejected), and request bodies up to 256 KiB kept for failover.
@@ -43,6 +48,7 @@ func DefaultConfig() Config {
 		IPLimitMax:            100,
 		IPLimitRefill:         5,
 		Failover:              Failovers[0],
+		UnderscoreHeaders:     UnderscoreHeaderActions[0],
 		FailoverMaxJumps:      2,
 		FailoverWindow:        15 * time.Second,
 		MaxHeld:               1000,
@@ -96,6 +102,9 @@ func (cfg Config) Validate() error {
 		errs = append(errs, fmt.Errorf("router: unknown lb_strategy %q", cfg.Strategy))
 	}
 	if _, err := parseFailover(cfg.Failover); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := parseUnderscoreAction(cfg.UnderscoreHeaders); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, checkErrorPages(cfg.ErrorPages), checkWindows(cfg.MaintenanceWindows), checkFallbacks(cfg.Fallbacks))

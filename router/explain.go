@@ -13,6 +13,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/urlpath"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -102,6 +103,11 @@ type explainQuery struct {
 // stepHostField is the step that checks an HTTP/2 host field against
 // :authority. Only an explanation given headers has it.
 const stepHostField = "host-field"
+
+// stepHeaderNames is the step that judges header names with an
+// underscore (underscore_headers). Only an explanation given headers has
+// it.
+const stepHeaderNames = "header-names"
 
 func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	host, path, ip := q.host, q.path, q.ip
@@ -241,18 +247,15 @@ func (rt *Router) staleFor(host, path string) bool {
 	return rt.cfg.Cache.Has(r)
 }
 
-// explainClients fills ex.Clients and ex.OrgIDs from p's members; path
-// is the request's normal path, as matched.
-func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr, path string) {
+// explainClients fills ex.Clients and ex.OrgIDs from p's members;
+// escaped is the request's normal path, as the backend receives it.
+func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr, escaped string) {
 	ms := *p.members.Load()
 	var arr [16]*service
 	cands := p.candidates(arr[:0])
 	w := &waiter{ip: ip}
 	names := make(map[Conn]string, len(ms))
 	forwarded := make(map[*service]string, len(ms))
-	// The match key keeps an encoded slash as "%2F": escaping it again
-	// must not turn it into "%252F".
-	escaped := strings.ReplaceAll((&url.URL{Path: path}).EscapedPath(), "%252F", "%2F")
 	rt.mu.Lock()
 	for _, s := range ms {
 		e := rt.clients[s.conn]
@@ -430,12 +433,14 @@ func (l *ipLimiter) tokens(ip netip.Addr, now time.Time) float64 {
 	return b.TokensAt(now)
 }
 
-// explainPath returns the normal form the proxy matches for a request
-// target path as a visitor sends it (escaped).
-func explainPath(target string) (string, error) {
+// explainPath returns what the proxy matches for a request target path as
+// a visitor sends it (escaped): its key, the keys of its other readings,
+// and its normal form (escaped), what the backend receives.
+func explainPath(target string) (key string, other []string, norm string, err error) {
 	u, err := url.ParseRequestURI(target)
 	if err != nil || u.Host != "" || u.Scheme != "" {
-		return "", errBadPath
+		return "", nil, "", urlpath.ErrBadPath
 	}
-	return normalizePath(&http.Request{URL: u})
+	key, other, err = normalizePath(&http.Request{URL: u})
+	return key, other, u.EscapedPath(), err
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 	"sync/atomic"
+
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
 )
 
 // failoverPolicy is what happens when a client vanishes before answering.
@@ -45,17 +47,30 @@ func idempotent(method string) bool {
 }
 
 // countingBody records whether any of the request body was read: once a
-// byte has gone to a client, the request cannot be sent to another.
+// byte has gone to a client, the request cannot be sent to another. It
+// counts the bytes read for usage, and once dispatch starts charging
+// (startCharging) charges them as they are read, failing the read with
+// errQuotaCut once a quota is crossed (quota.go).
 type countingBody struct {
 	io.ReadCloser
-	read atomic.Bool
-	n    atomic.Int64 // bytes read, for usage
+	read    atomic.Bool
+	n       atomic.Int64                  // bytes read, for usage
+	meter   atomic.Pointer[usage.Counter] // charged as read; nil: counted when the request ends
+	charged atomic.Int64                  // bytes of n charged already
+	over    atomic.Uint32                 // the usage.Verdict the bytes so far reached; 0 while none
+	cut     atomic.Uint32                 // the usage.Verdict that cut the body; 0 while none
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
+	if b.cut.Load() != 0 {
+		return 0, errQuotaCut
+	}
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
 		b.read.Store(true)
+		if !b.charge(n) {
+			return 0, errQuotaCut
+		}
 		b.n.Add(int64(n))
 	}
 	return n, err

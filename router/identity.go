@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/aperio-dev/aperio/internal/headerrule"
 )
 
 // Visitor is who sent a request, as the edge resolved it once at the
@@ -169,8 +171,15 @@ func (e *Edge) Resolve(r *http.Request) *http.Request {
 	v.Trusted = v.Peer.IsValid() && e.Trusts(v.Peer)
 	v.Proto = connProto(r)
 	h := r.Header
-	if !v.Trusted && !e.xff {
-		delete(h, e.header) // nothing vouches for it; the backend must not read it
+	if !e.xff {
+		// Nothing vouches for an untrusted peer's real_ip_header: the
+		// backend must not read it; nor for its underscore spellings,
+		// which CGI-style backends read as the same name, from anyone.
+		for k := range h {
+			if headerrule.SameName(k, e.header) && (!v.Trusted || k != e.header) {
+				delete(h, k)
+			}
+		}
 	}
 	if v.Trusted {
 		if e.xff {
@@ -295,29 +304,18 @@ func connProto(r *http.Request) string {
 	return "http"
 }
 
-// untrustedHeaders name the visitor or the scheme in ways backends are
-// known to believe; only a trusted proxy may send them on.
-var untrustedHeaders = [...]string{headerForwarded, "X-Real-Ip", "Cf-Connecting-Ip", "True-Client-Ip", "X-Forwarded-Scheme", "X-Forwarded-Ssl"}
-
 // setForwarded sets the forwarding headers the backend sees, as
 // httputil.ProxyRequest.SetXForwarded does but with the trust check:
 // X-Forwarded-For is the trusted chain with the peer appended (only the
 // peer when it is not trusted), X-Forwarded-Proto the resolved scheme,
 // X-Forwarded-Host the Host routed on. An untrusted peer's other
-// visitor-naming headers are removed, since nothing vouches for them;
-// every X-Aperio-* header a visitor sent is removed, since only the
-// server sets them (the tunnel adds its own after this).
-func setForwarded(h http.Header, v *Visitor, host string) {
-	for k := range h {
-		if hasAperioPrefix(k) {
-			delete(h, k)
-		}
-	}
-	if !v.Trusted {
-		for _, k := range untrustedHeaders {
-			delete(h, k)
-		}
-	}
+// visitor-naming headers (Forwarded, X-Real-Ip, every X-Forwarded-*...)
+// are removed, since nothing vouches for them; every X-Aperio-* header a visitor sent is removed, since only the
+// server sets them (the tunnel adds its own after this), and so is every
+// spelling of a server-owned name with "_" for "-", and under act drop
+// every name with an underscore (dropVisitorHeaders).
+func setForwarded(h http.Header, v *Visitor, host string, act underscoreAction) {
+	dropVisitorHeaders(h, v.Trusted, act)
 	// X-Forwarded-Host and X-Forwarded-For share one backing array: one
 	// allocation for both values.
 	vals := make([]string, 2)

@@ -79,7 +79,7 @@ func TestEdgeResolve(t *testing.T) {
 			if tc.realGone && req.Header.Get(tc.header) != "" {
 				t.Errorf("Resolve left %s = %q from an untrusted peer", tc.header, req.Header.Get(tc.header))
 			}
-			prepareOutbound(req, &v, false)
+			prepareOutbound(req, &v, false, underscoreAllow)
 			if got := req.Header.Get("X-Forwarded-For"); got != tc.xff {
 				t.Errorf("outbound X-Forwarded-For = %q, want %q", got, tc.xff)
 			}
@@ -147,7 +147,7 @@ func FuzzEdgeResolve(f *testing.F) {
 		if v.Proto != "http" && v.Proto != "https" {
 			t.Fatalf("proto %q", v.Proto)
 		}
-		prepareOutbound(req, &v, false)
+		prepareOutbound(req, &v, false, underscoreAllow)
 		out := req.Header.Get("X-Forwarded-For")
 		if v.Peer.IsValid() && !strings.HasSuffix(out, v.Peer.String()) || strings.ContainsAny(out, "\r\n") {
 			t.Fatalf("outbound X-Forwarded-For %q: want it to end with peer %s and hold no line break", out, v.Peer)
@@ -172,7 +172,7 @@ func BenchmarkEdgeResolve(b *testing.B) {
 				}
 				r := e.Resolve(req)
 				v := VisitorOf(r)
-				prepareOutbound(r, &v, false)
+				prepareOutbound(r, &v, false, underscoreAllow)
 			}
 		})
 	}

@@ -19,6 +19,25 @@ import (
 // satisfied without reading the request, so it refuses (fail closed).
 // Each connection holds one of the service's max_concurrent permits.
 
+// HTTP never reaches a passthrough backend: its port speaks TLS to the
+// visitor, not HTTP to the server. A request whose bind's members all take
+// passthrough, arriving on a connection the server decrypted (another
+// SNI, no SNI) or over plain HTTP, is answered 421 Misdirected Request
+// (checkRoute), never sent as plaintext to the backend's TLS port; the
+// client refuses the same (agent.forward) for a bind that mixes both.
+
+// allPassthrough reports whether p has members and every one of them takes
+// TLS passthrough. It allocates nothing.
+func (p *pool) allPassthrough() bool {
+	ms := *p.members.Load()
+	for _, s := range ms {
+		if !s.passthrough.Load() {
+			return false
+		}
+	}
+	return len(ms) > 0
+}
+
 // PassthroughRoute is where one passed-through TLS connection goes.
 type PassthroughRoute struct {
 	// Conn is the client's session and Service the ID of its service.

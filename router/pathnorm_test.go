@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/internal/urlpath"
 )
 
 var normalizePathCases = []struct {
@@ -26,7 +28,23 @@ var normalizePathCases = []struct {
 	{"/%61pi/x", "/api/x", "/api/x"},
 	{"/api/a%2fb", "/api/a%2Fb", "/api/a%2Fb"},
 	{"/api/%20x?a=/../", "/api/%20x?a=/../", "/api/ x"},
-	{"/api//x", "/api//x", "/api//x"},
+	{"/api//x", "/api/x", "/api/x"},
+	{"//admin", "/admin", "/admin"},
+	{"///admin/x", "/admin/x", "/admin/x"},
+	{"/admin//", "/admin/", "/admin/"},
+	{"/admin;x", "/admin;x", "/admin"},
+	{"/admin;/x", "/admin;/x", "/admin/x"},
+	{"/app/page;jsessionid=AB12?q=1", "/app/page;jsessionid=AB12?q=1", "/app/page"},
+	{"/;x/admin", "/;x/admin", "/admin"},
+	{"/a;x/../admin", "/admin", "/admin"},
+	{"/admin%3Bx", "/admin%3Bx", "/admin;x"},
+	{"/a/..;/admin", "", ""},
+	{"/a/.;x/admin", "", ""},
+	{"/a/%2e%2e;/admin", "", ""},
+	{"/a/..%3b/admin", "", ""},
+	{"/a/x%2F..;/admin", "", ""},
+	{"/;x/../admin", "", ""},
+	{"/a%2Fb/../admin", "", ""},
 	{"/.well-known/x", "/.well-known/x", "/.well-known/x"},
 	{"/a/...", "/a/...", "/a/..."},
 	{"/..", "", ""},
@@ -42,9 +60,9 @@ func TestNormalizePath(t *testing.T) {
 	for _, tc := range normalizePathCases {
 		t.Run(tc.target, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, tc.target, nil)
-			key, err := normalizePath(r)
+			key, _, err := normalizePath(r)
 			if tc.uri == "" {
-				if !errors.Is(err, errBadPath) {
+				if !errors.Is(err, urlpath.ErrBadPath) {
 					t.Errorf("normalizePath(%q) = %q, %v; want errBadPath", tc.target, key, err)
 				}
 				return
@@ -79,7 +97,9 @@ func TestNormalizedPathsMatchInsideBind(t *testing.T) {
 }
 
 // FuzzNormalizePath checks the invariants of the normal form: it never
-// holds a dot segment, never climbs, is stable, and keeps the query.
+// holds a dot segment (plain, encoded, with a parameter or behind an
+// encoded separator) or an empty segment but a trailing one, never
+// climbs, is stable, keeps the query, and its key holds no parameter.
 func FuzzNormalizePath(f *testing.F) {
 	for _, tc := range normalizePathCases {
 		f.Add(tc.target)
@@ -94,21 +114,39 @@ func FuzzNormalizePath(f *testing.F) {
 		}
 		r.RequestURI = target
 		query := r.URL.RawQuery
-		if _, err := normalizePath(r); err != nil {
+		key, _, err := normalizePath(r)
+		if err != nil {
 			return
 		}
 		esc := r.URL.EscapedPath()
-		for seg := range strings.SplitSeq(esc, "/") {
-			if seg == "." || seg == ".." || hidesDotSegment(seg) {
-				t.Fatalf("normalizePath(%q) left dot segment in %q", target, esc)
+		segs := strings.Split(esc, "/")
+		for i, seg := range segs[1:] {
+			if urlpath.DotSegment(seg) || seg == "" && i != len(segs)-2 {
+				t.Fatalf("normalizePath(%q) left a dot or empty segment in %q", target, esc)
 			}
+		}
+		if strings.Contains(key, "//") {
+			t.Fatalf("normalizePath(%q): key %q holds an empty segment", target, key)
 		}
 		if r.URL.RawQuery != query {
 			t.Fatalf("normalizePath(%q) changed the query %q to %q", target, query, r.URL.RawQuery)
 		}
 		again := r.Clone(r.Context())
-		if _, err := normalizePath(again); err != nil || again.URL.EscapedPath() != esc {
+		if _, _, err := normalizePath(again); err != nil || again.URL.EscapedPath() != esc {
 			t.Fatalf("normalizePath not stable on %q: %q, %v", esc, again.URL.EscapedPath(), err)
 		}
 	})
+}
+
+// TestNormalPathAllocatesNothing: the path stage costs an already-normal
+// path one scan and no allocation.
+func TestNormalPathAllocatesNothing(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "http://app.test/api/v1/users/123?x=1", nil)
+	if n := testing.AllocsPerRun(1000, func() {
+		if key, other, err := normalizePath(r); err != nil || key != "/api/v1/users/123" || other != nil {
+			t.Fatalf("normalizePath = %q, %q, %v", key, other, err)
+		}
+	}); n != 0 {
+		t.Errorf("normalizePath of a normal path allocates %v times, want 0", n)
+	}
 }

@@ -43,6 +43,7 @@ const (
 	stageIPLimit                  // the visitor's token bucket
 	stageMaintenance              // hostnames in maintenance
 	stageHostField                // an HTTP/2 host field other than :authority
+	stageHeaderNames              // underscore_headers refuse: a header name with an underscore
 	stageRouteRule                // routes: a redirect or fixed answer, or a route's policy
 	stageRoute                    // the bind matching host and path, and its liveness
 	stageBody                     // max_body_size, and the body's pacing
@@ -58,6 +59,7 @@ var admissionStages = [...]stage{
 	stageIPLimit,
 	stageMaintenance,
 	stageHostField,
+	stageHeaderNames,
 	stageRouteRule,
 	stageRoute,
 	stageBody,
@@ -73,10 +75,13 @@ const (
 	passed                   refusalKind = iota // no refusal
 	refusedReserved                             // the path is aperio-server's own
 	refusedBadPath                              // the path has no safe normal form
+	refusedAmbiguousPath                        // another reading of the path names another guarded bind or route rule
 	refusedIP                                   // the visitor's token bucket is empty
 	refusedMaintenance                          // the hostname is in maintenance
 	refusedHostField                            // the host field differs from :authority
+	refusedUnderscoreHeader                     // a header name with an underscore, under underscore_headers refuse
 	refusedNoRoute                              // no bind, a dead one, or no token admits the visitor
+	refusedMisdirected                          // the bind takes TLS passthrough only: no HTTP request reaches it
 	refusedBodyTooLarge                         // Content-Length above max_body_size
 	refusedHeldFull                             // too many requests held for a cold start
 	refusedClientConcurrency                    // every client that could serve is at its limit
@@ -115,10 +120,13 @@ var refusalInfo = [numRefusalKinds]struct {
 }{
 	refusedReserved:          {status: http.StatusBadRequest, before: "bad request path", explainText: "answered by aperio-server itself, not proxied"},
 	refusedBadPath:           {status: http.StatusBadRequest, before: "bad request path", explainText: "refused with 400 before routing"},
+	refusedAmbiguousPath:     {status: http.StatusBadRequest, before: "ambiguous request path", explainText: "refused with 400: backends read the path (its ;parameters or encoded slashes) in ways that name different binds or route rules"},
 	refusedIP:                {status: http.StatusTooManyRequests, limit: limitIP, explainText: "429 ip: the visitor's token bucket is empty", setting: "ip_limit_max"},
 	refusedMaintenance:       {status: http.StatusServiceUnavailable, host: true, after: " is down for maintenance", explainText: "503 maintenance"},
 	refusedHostField:         {status: http.StatusBadRequest, before: "the host field differs from :authority", explainText: "400 host field differs from :authority"},
+	refusedUnderscoreHeader:  {status: http.StatusBadRequest, before: "a header name holds an underscore", explainText: "400 a header name holds an underscore", setting: "underscore_headers"},
 	refusedNoRoute:           {status: http.StatusBadGateway, host: true, before: "no client is serving ", nothing: true, explainText: "502 no client"},
+	refusedMisdirected:       {status: http.StatusMisdirectedRequest, host: true, after: " takes TLS connections only: connect with TLS and the hostname in SNI", explainText: "421 misdirected: the bind takes TLS passthrough only"},
 	refusedBodyTooLarge:      {status: http.StatusRequestEntityTooLarge, explainText: "413 request body larger than max_body_size", setting: "max_body_size"},
 	refusedHeldFull:          {status: http.StatusServiceUnavailable, retryAfter: []string{"5"}, host: true, before: "too many requests are waiting for ", after: " to start", explainText: "503 too many requests held for the cold start (Retry-After: 5)", setting: "scaling_max_held"},
 	refusedClientConcurrency: {status: http.StatusTooManyRequests, limit: limitClientConcurrency, explainText: "429 client-concurrency", setting: "max_concurrent"},
@@ -185,7 +193,9 @@ type admission struct {
 	hostField *bool        // a dry run's host field check; nil: no header given
 	plan      *poolPlan    // a dry run's survey of the pool
 	host      string       // normal form
-	path      string       // normal form once stageReserved passed
+	path      string       // the path's key once stageReserved passed (urlpath.Key)
+	other     []string     // the keys of the path's other readings (urlpath.Readings); nil for nearly every path
+	norm      string       // a dry run's normal form of the path (escaped), once stageReserved passed
 	ip        netip.Addr   // the visitor; the zero Addr when unknown
 	p         *pool        // once stageRoute passed
 	rule      *policy.Rule // the route rule matched at stageRouteRule; nil: none
@@ -216,6 +226,8 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 			ref = rt.checkMaintenance(a)
 		case stageHostField:
 			ref = rt.checkHostField(a)
+		case stageHeaderNames:
+			ref = rt.checkHeaderNames(a)
 		case stageRouteRule:
 			ref = rt.checkRouteRule(a)
 		case stageRoute:
@@ -248,25 +260,42 @@ func (rt *Router) checkPath(a *admission) refusal {
 		if a.r.Method == http.MethodConnect {
 			return refusal{}
 		}
-		path, err := normalizePath(a.r)
-		if err != nil || Reserved(path) {
+		path, other, err := normalizePath(a.r)
+		if err != nil || Reserved(path) || anyReserved(other) {
 			return refuseWith(refusedBadPath)
 		}
-		a.path = path
+		a.path, a.other = path, other
 		return refusal{}
 	}
 	if Reserved(a.path) {
 		a.ex.step(StepReserved, OutcomeStop, a.path+" is aperio-server's own path on every hostname (/aperio/…): never proxied")
 		return refuseWith(refusedReserved)
 	}
-	norm, err := explainPath(a.path)
-	if err != nil || Reserved(norm) {
-		a.ex.step(StepReserved, OutcomeStop, a.path+" is refused: it climbs above / or hides a dot segment, or its normal form is aperio-server's own")
+	key, other, norm, err := explainPath(a.path)
+	if err != nil || Reserved(key) || anyReserved(other) {
+		a.ex.step(StepReserved, OutcomeStop, a.path+" is refused: it climbs above / or holds a dot segment (plain, encoded, with a ;parameter or an encoded slash around it), or a reading of it is aperio-server's own")
 		return refuseWith(refusedBadPath)
 	}
-	a.path = norm
-	a.ex.step(StepReserved, OutcomePass, "not under /aperio/")
+	detail := "not under /aperio/"
+	if norm != a.path || key != norm {
+		detail += "; the backend receives " + norm + ", matched as " + key
+	}
+	if len(other) > 0 {
+		detail += "; other backends read it as " + strings.Join(other, " or ") + ", which must name the same bind and route rule"
+	}
+	a.path, a.other, a.norm = key, other, norm
+	a.ex.step(StepReserved, OutcomePass, detail)
 	return refusal{}
+}
+
+// anyReserved reports whether one of paths is Reserved.
+func anyReserved(paths []string) bool {
+	for _, p := range paths {
+		if Reserved(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkIPLimit takes a token of the visitor's bucket (a dry run only reads
@@ -373,6 +402,12 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 		if p == nil || !rt.live(p) {
 			return refuseWith(refusedNoRoute)
 		}
+		if a.other != nil && rt.disagreeingBind(a, p) != nil {
+			return refuseWith(refusedAmbiguousPath)
+		}
+		if rt.AnyPassthrough() && p.allPassthrough() {
+			return refuseWith(refusedMisdirected)
+		}
 		return refusal{}
 	}
 	ex := a.ex
@@ -380,14 +415,52 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 		ex.step(StepRoute, OutcomeStop, "no bind matches "+a.host+a.path)
 		return refuseWith(refusedNoRoute)
 	}
+	if q := rt.disagreeingBind(a, p); q != nil {
+		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("%s%s matches bind %s%s, but a backend that reads the path otherwise names bind %s%s, which is not open to the visitor: refused with 400", a.host, a.path, p.pattern, p.path, q.pattern, q.path))
+		return refuseWith(refusedAmbiguousPath)
+	}
 	ex.Bind = p.pattern + p.path
-	rt.explainClients(ex, p, a.ip, a.path)
+	rt.explainClients(ex, p, a.ip, a.escapedPath())
 	if !rt.live(p) {
 		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
 		return refuseWith(refusedNoRoute)
 	}
+	if rt.AnyPassthrough() && p.allPassthrough() {
+		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("every client service of bind %s takes TLS passthrough: only a TLS connection whose SNI names the hostname reaches it, never an HTTP request (421)", ex.Bind))
+		return refuseWith(refusedMisdirected)
+	}
 	ex.step(StepRoute, OutcomePass, fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs)))
 	return refusal{}
+}
+
+// disagreeingBind returns a bind that another reading of a's path names
+// (a.other), other than p, the bind its key names, and not open to the
+// visitor; nil when there is none. A backend reading the path that way
+// would serve what that bind guards, through p's gate: such a request is
+// refused. Another reading that names no bind, or an open one, takes
+// nothing away (p's gate is at least as strict as open). Only paths
+// with a ";" or an encoded slash have other readings.
+func (rt *Router) disagreeingBind(a *admission, p *pool) *pool {
+	t := rt.table.Load()
+	for _, k := range a.other {
+		if q := t.match(a.host, k); q != nil && q != p && !rt.openTo(a, q) {
+			return q
+		}
+	}
+	return nil
+}
+
+// openTo reports whether q admits a's visitor without a credential: its
+// gate is open with no IP rules, and a client's token admits the
+// visitor's address.
+func (rt *Router) openTo(a *admission, q *pool) bool {
+	ge := q.gate.Load()
+	if ge == nil {
+		ge = a.set.defaultGate
+	} else {
+		ge = ge.gateFor(a.set.cfg.Access.Default)
+	}
+	return ge.simple && q.admitsAny(a.ip)
 }
 
 // checkBody refuses a declared body above max_body_size and wraps the
@@ -455,6 +528,17 @@ func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
 	return refusal{kind: refusedAccess, dec: dp}
 }
 
+// escapedPath is a dry run's path as the backend receives it: its normal
+// form, or for CONNECT (no path) its key escaped.
+func (a *admission) escapedPath() string {
+	if a.norm != "" {
+		return a.norm
+	}
+	// The key keeps an encoded slash as "%2F": escaping it again must
+	// not turn it into "%252F".
+	return strings.ReplaceAll((&url.URL{Path: a.path}).EscapedPath(), "%252F", "%2F")
+}
+
 // accessVisitor is what the gate knows of the visitor.
 func (a *admission) accessVisitor() access.Visitor {
 	return access.Visitor{Addr: a.ip, HTTPS: a.v.Proto == "https", Host: a.host, Path: a.path}
@@ -488,7 +572,11 @@ func (rt *Router) explainAccess(a *admission, ge *gateEntry) refusal {
 	if method == "" {
 		method = http.MethodGet
 	}
-	r := &http.Request{Method: method, Host: a.host, URL: &url.URL{Path: a.path}, Header: h}
+	u, err := url.ParseRequestURI(a.norm) // the normal form, as the proxy's gate sees it
+	if err != nil {
+		u = &url.URL{Path: a.path}
+	}
+	r := &http.Request{Method: method, Host: a.host, URL: u, Header: h}
 	d := ge.gate.Check(r, a.accessVisitor())
 	switch {
 	case d.Admitted:

@@ -45,6 +45,17 @@ func (rt *Router) checkRouteRule(a *admission) refusal {
 	}
 	rule := a.set.policy.Match(a.host, a.path, method)
 	a.rule = rule
+	// Another reading of the path must not name another rule: a backend
+	// reading it that way would get what that rule guards without it
+	// (a rate limit on /login skipped by "/login%2F").
+	for _, k := range a.other {
+		if other := a.set.policy.Match(a.host, k, method); other != nil && other != rule {
+			if a.ex != nil {
+				a.ex.step(StepRouteRule, OutcomeStop, "the path matches "+describeRule(rule)+", but a backend that reads it as "+k+" gets "+other.Describe()+": refused with 400")
+			}
+			return refuseWith(refusedAmbiguousPath)
+		}
+	}
 	if a.ex != nil {
 		switch {
 		case rule == nil:
@@ -59,6 +70,14 @@ func (rt *Router) checkRouteRule(a *admission) refusal {
 		return refusal{kind: answeredByRule, rule: rule}
 	}
 	return refusal{}
+}
+
+// describeRule describes rule for explain, nil as no rule.
+func describeRule(rule *policy.Rule) string {
+	if rule == nil {
+		return "no route rule"
+	}
+	return rule.Describe()
 }
 
 // checkRateLimit takes a token of the request's bucket of its route's

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -32,10 +33,14 @@ var proxyHookForTest func(*http.Request)
 // ServeHTTP proxies a visitor's request to a client serving its hostname;
 // see Proxy. Without an Observer nothing records whether an answer has
 // started, so after a recovered panic the 500 may follow a partial answer;
-// the gateway always serves through an Observer.
+// the gateway always serves through an Observer. A response cut short
+// (telemetry.Request.Aborted) is aborted here as the Observer would.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var rec telemetry.Request
 	rt.Proxy(w, r, &rec)
+	if rec.Aborted {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // Proxy proxies a visitor's request to a client serving its hostname, and
@@ -111,7 +116,7 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		}
 		defer rt.wsOpen.Add(-1)
 	}
-	prepareOutbound(r, &a.v, upgrade)
+	prepareOutbound(r, &a.v, upgrade, a.set.underscore)
 	if err := a.gate.gate.PrepareUpstream(r.Header, a.accessVisitor(), a.dec); err != nil {
 		// No identity token could be signed: the backend asked for one,
 		// so the request must not reach it without.
@@ -160,18 +165,18 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		defer rt.replayKept.Add(-int64(len(kept)))
 	}
 	// counted is the usage counter of the client that served the request,
-	// charged once as it ends with the visitor's bytes both ways.
-	// An upgraded stream's bytes bypass rec and body: respond reports them
-	// in relayed.
+	// charged as it ends with the visitor's bytes both ways that were not
+	// charged as they flowed (quota.go). An upgraded stream's bytes bypass
+	// rec and body: respond reports them in flowed.
 	var counted *usage.Counter
-	var relayed relayCounts
+	var flowed flowCounts
 	defer func() {
 		if counted != nil {
-			in := relayed.in
+			in := flowed.in - flowed.chargedIn
 			if body != nil {
-				in += body.n.Load()
+				in += body.n.Load() - body.charged.Load()
 			}
-			counted.Record(in, rec.Bytes+relayed.out)
+			counted.Record(max(in, 0), max(rec.Bytes+flowed.out-flowed.chargedOut, 0))
 		}
 	}()
 	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
@@ -205,7 +210,8 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			return
 		}
 		rec.ClientID = s.conn.ID()
-		a.ins.Dispatched() // nil-safe: nothing when not captured
+		body.startCharging(counted) // nil-safe: no body, or no quota to cross
+		a.ins.Dispatched()          // nil-safe: nothing when not captured
 		var span trace.Span
 		if rt.tracer != nil {
 			span = rt.startDispatch(ctx, r, rec.ClientID)
@@ -225,6 +231,13 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 				s.gone.Store(true)
 			}
 			s.release()
+			if v := body.quotaCut(); v != usage.Allowed {
+				// The upload crossed a quota before any answer: refused as
+				// a request over it at its start would be.
+				rt.quotaCut(counted, v, host, "request body")
+				rt.answer(w, r, rec, host, quotaRefusal(v))
+				return
+			}
 			// A draining client closes its tunnel once nothing is in flight
 			// on its side; a request dispatched to it just before its
 			// draining announcement took effect can arrive after that, and
@@ -259,6 +272,19 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 				wait, timeout = true, remaining
 			}
 			continue
+		}
+		if v := body.quotaCut(); v != usage.Allowed {
+			// The upload crossed a quota: the backend answered a truncated
+			// request; the visitor gets the quota's 429.
+			resp.Body.Close()
+			if span != nil {
+				span.End()
+			}
+			rt.releaseGlobal()
+			s.release()
+			rt.quotaCut(counted, v, host, "request body")
+			rt.answer(w, r, rec, host, quotaRefusal(v))
+			return
 		}
 		if berr := bodyFailure(r); berr != nil {
 			// The visitor's body failed (too slow, malformed) before the
@@ -304,9 +330,17 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		if svc := s.headers.Load(); svc != nil || a.set.policy.HasResponseRules() {
 			rh = &responseHeaders{p: a.set.policy, host: host, rule: a.rule, tls: a.v.Proto == "https", svc: svc}
 		}
-		relayed = rt.respond(a.set, w, r, s, resp, !a.gate.gate.Open(), rh)
+		flowed = rt.respond(a.set, w, r, s, resp, !a.gate.gate.Open(), rh, counted)
 		if span != nil {
 			span.End()
+		}
+		if flowed.cut == usage.Allowed {
+			flowed.cut = body.quotaCut() // an upload cut after the answer began
+		}
+		if v := flowed.cut; v != usage.Allowed {
+			rt.quotaCut(counted, v, host, "response")
+			rec.Limit = v.String()
+			rec.Aborted = resp.StatusCode != http.StatusSwitchingProtocols // an upgraded stream is closed already
 		}
 		rt.releaseGlobal()
 		s.release()
@@ -389,26 +423,31 @@ func (rt *Router) mayFailover(r *http.Request, err error, body *countingBody, ke
 // must not reach another.
 //
 // rh, when not nil, edits the answer's headers (the policy's response
-// rules) before they are written. It returns the bytes relayed each way
-// when the answer switched protocols (zero otherwise: the observed
-// writer counts an ordinary answer's).
-func (rt *Router) respond(set *settings, w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool, rh *responseHeaders) relayCounts {
+// rules) before they are written. meter, when it has a quota, is charged
+// as the body (or an upgraded stream) flows, and the copy stops once a
+// quota is crossed. It returns the bytes relayed each way when the
+// answer switched protocols (zero otherwise: the observed writer counts
+// an ordinary answer's), those charged, and the quota that cut it.
+func (rt *Router) respond(set *settings, w http.ResponseWriter, r *http.Request, s *service, resp *http.Response, gated bool, rh *responseHeaders, meter *usage.Counter) flowCounts {
+	if !meter.Limited() {
+		meter = nil // counted once, when the request ends
+	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		return rt.relayUpgrade(w, r, resp)
+		return rt.relayUpgrade(w, r, resp, meter)
 	}
 	defer resp.Body.Close()
 	var capture *stale.Capture
 	if rt.cfg.Cache != nil && s.resilience.Load() && !gated {
 		if resp.Header.Get(tunnel.ErrorHeader) == tunnel.ErrorBackend && rt.serveStale(w, r) {
-			return relayCounts{}
+			return flowCounts{}
 		}
 		capture = rt.cfg.Cache.Capture(r, resp)
 	}
 	pw := rt.paceResponse(set, w)
-	complete := copyResponse(pw, resp, capture, rh)
+	complete, charged, cut := copyResponse(pw, resp, capture, rh, meter)
 	pw.finish()
 	capture.Finish(complete)
-	return relayCounts{}
+	return flowCounts{chargedOut: charged, cut: cut}
 }
 
 // serveStale answers with a stale copy, if the cache has one.
@@ -427,18 +466,21 @@ func (rt *Router) serveStale(w http.ResponseWriter, r *http.Request) bool {
 // prepareOutbound turns the visitor's request into the one the backend
 // sees: hop-by-hop headers go, forwarding headers come (setForwarded), the
 // Host stays.
-func prepareOutbound(r *http.Request, v *Visitor, upgrade bool) {
+func prepareOutbound(r *http.Request, v *Visitor, upgrade bool, act underscoreAction) {
 	h := r.Header
 	tunnel.RemoveHopHeaders(h, upgrade)
 	delete(h, "Expect") // answered here already; the backend must not wait for it
-	setForwarded(h, v, r.Host)
+	setForwarded(h, v, r.Host, act)
 }
 
 // copyResponse writes resp to the visitor, and every body byte also to
-// capture (nil-safe), after rh (nil-safe) edited its header. A body of unknown length (SSE, gRPC, chunked) is flushed after
-// every read; trailers follow the body. It reports whether the whole body
-// reached the visitor.
-func copyResponse(w http.ResponseWriter, resp *http.Response, capture *stale.Capture, rh *responseHeaders) bool {
+// capture (nil-safe), after rh (nil-safe) edited its header. A body of
+// unknown length (SSE, gRPC, chunked) is flushed after every read;
+// trailers follow the body. Each chunk written is charged to meter
+// (nil: none), and the copy stops once that crosses a quota. It reports
+// whether the whole body reached the visitor, the bytes charged, and the
+// quota that stopped it (usage.Allowed: none).
+func copyResponse(w http.ResponseWriter, resp *http.Response, capture *stale.Capture, rh *responseHeaders, meter *usage.Counter) (complete bool, charged int64, cut usage.Verdict) {
 	dst := w.Header()
 	for k, vv := range resp.Header {
 		dst[k] = vv
@@ -451,10 +493,14 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, capture *stale.Cap
 	streaming := resp.ContentLength < 0
 	buf := bufpool.NewBuf()
 	flusher, _ := w.(http.Flusher)
-	complete := false
+	over := usage.Allowed // the quota the bytes so far reached
 	for {
 		n, err := resp.Body.Read(buf.Bytes())
 		if n > 0 {
+			if over != usage.Allowed {
+				cut = over // reached, and there is more: cut before it goes
+				break
+			}
 			if _, werr := w.Write(buf.Bytes()[:n]); werr != nil {
 				break
 			}
@@ -463,6 +509,10 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, capture *stale.Cap
 				flusher.Flush()
 			}
 			buf.Filled(n)
+			if meter != nil {
+				charged += int64(n)
+				over = meter.Charge(0, int64(n))
+			}
 		}
 		if err != nil {
 			complete = err == io.EOF
@@ -470,26 +520,26 @@ func copyResponse(w http.ResponseWriter, resp *http.Response, capture *stale.Cap
 		}
 	}
 	buf.Release()
+	if cut != usage.Allowed {
+		return false, charged, cut // no trailers: the answer is cut short
+	}
 	for k, vv := range resp.Trailer {
 		dst[http.TrailerPrefix+k] = vv
 	}
-	return complete
+	return complete, charged, cut
 }
-
-// relayCounts are the bytes an upgraded stream relayed: in from the
-// visitor, out to it (the 101 head included), for usage.
-type relayCounts struct{ in, out int64 }
 
 // relayUpgrade hands a switched-protocol connection (WebSocket) to the
 // visitor and copies bytes both ways until either side closes, and
-// returns how many went each way.
-func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *http.Response) relayCounts {
+// returns how many went each way. With a meter, both ways are charged as
+// they flow, and crossing a quota closes both ends.
+func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *http.Response, meter *usage.Counter) flowCounts {
 	backend := resp.Body.(io.ReadWriteCloser)
 	defer backend.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		rt.log.Debug("upgrade without hijack", logkey.Hostname, r.Host, logkey.Err, err)
-		return relayCounts{}
+		return flowCounts{}
 	}
 	defer conn.Close()
 	head := countingWriter{w: brw}
@@ -497,21 +547,34 @@ func (rt *Router) relayUpgrade(w http.ResponseWriter, r *http.Request, resp *htt
 	resp.Header.Write(&head)
 	head.WriteString("\r\n")
 	if err := brw.Flush(); err != nil {
-		return relayCounts{}
+		return flowCounts{}
+	}
+	// Bytes the visitor sent after its request are already buffered.
+	var fromVisitor, toVisitor io.Reader = brw.Reader, backend
+	var cut atomic.Uint32
+	var qin, qout *quotaReader
+	if meter != nil {
+		stop := func() { conn.Close(); backend.Close() }
+		qin = &quotaReader{r: brw.Reader, c: meter, in: true, cut: &cut, stop: stop}
+		qout = &quotaReader{r: backend, c: meter, cut: &cut, stop: stop}
+		fromVisitor, toVisitor = qin, qout
 	}
 	done := make(chan struct{})
 	var in int64
 	go func() {
 		defer close(done)
 		defer recovery.Recover(rt.log, "upgrade relay")
-		// Bytes the visitor sent after its request are already buffered.
-		in, _ = bufpool.Copy(backend, brw.Reader)
+		in, _ = bufpool.Copy(backend, fromVisitor)
 		backend.Close()
 	}()
-	out, _ := bufpool.Copy(conn, backend)
+	out, _ := bufpool.Copy(conn, toVisitor)
 	conn.Close()
 	<-done
-	return relayCounts{in: in, out: head.n + out}
+	fc := flowCounts{in: in, out: head.n + out, cut: usage.Verdict(cut.Load())}
+	if meter != nil {
+		fc.chargedIn, fc.chargedOut = qin.charged, qout.charged
+	}
+	return fc
 }
 
 // countingWriter counts the bytes written through it: the 101 head of an

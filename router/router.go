@@ -71,6 +71,13 @@ type Config struct {
 	// IPLimitMax disables it.
 	IPLimitMax    int
 	IPLimitRefill float64
+	// UnderscoreHeaders is underscore_headers: what becomes of a visitor's
+	// header whose name holds an underscore: "allow" (the default, "" too)
+	// passes it on, "drop" removes it, "refuse" answers the request 400.
+	// Whatever it says, a name that is one of the server's own once "_" is
+	// read as "-" (X_Aperio_User, X_Forwarded_For: see serverOwnedHeader)
+	// is always removed. Applied by Reconfigure.
+	UnderscoreHeaders string
 	// Failover is "fail" (default), "retry", "wait" or "retry-wait";
 	// FailoverAllMethods lifts the idempotent-methods rule; FailoverMaxJumps
 	// and FailoverWindow bound re-dispatch.

@@ -23,6 +23,7 @@ type settings struct {
 	pages       errorPages
 	windows     []MaintenanceWindow
 	fallbacks   hostMap[*Fallback]
+	underscore  underscoreAction // cfg.UnderscoreHeaders, parsed
 }
 
 // liveFields are the Config fields Reconfigure applies; every other field
@@ -39,6 +40,7 @@ func liveFields(dst *Config, src Config) {
 	dst.MaintenanceWindows = src.MaintenanceWindows
 	dst.Fallbacks = src.Fallbacks
 	dst.Access.Default = src.Access.Default
+	dst.UnderscoreHeaders = src.UnderscoreHeaders
 }
 
 // buildSettings compiles cfg's live part. prev, when set, is the snapshot
@@ -47,6 +49,9 @@ func liveFields(dst *Config, src Config) {
 func (rt *Router) buildSettings(cfg Config, prev *settings) (*settings, error) {
 	s := &settings{cfg: cfg}
 	var err error
+	if s.underscore, err = parseUnderscoreAction(cfg.UnderscoreHeaders); err != nil {
+		return nil, err
+	}
 	if prev != nil && prev.cfg.Access.Default == cfg.Access.Default {
 		s.defaultGate = prev.defaultGate
 	} else if s.defaultGate, err = cfg.Access.buildGate(nil); err != nil {
@@ -73,7 +78,7 @@ func (rt *Router) buildSettings(cfg Config, prev *settings) (*settings, error) {
 	return s, nil
 }
 
-// Reconfigure applies the live part of cfg (max_body_size,
+// Reconfigure applies the live part of cfg (max_body_size, underscore_headers,
 // gateway_timeout, max_concurrent_requests, ip_limit_*, scaling_max_held,
 // the visitor pacing, the traffic policy, error_pages,
 // maintenance_windows, fallbacks and default_access, for services that

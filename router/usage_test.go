@@ -49,8 +49,8 @@ func (dailyMax) OrgMonthlyMax(string) int64   { return 0 }
 
 // TestTokenQuota: the visitor bytes through a token's client count
 // against it per bind hostname, and once the token's daily_max_bytes is
-// used up its requests get 429 token-quota without Retry-After; master
-// token traffic is never refused.
+// used up its requests get 429 token-quota without Retry-After, the one
+// whose body crosses it too; master token traffic is never refused.
 func TestTokenQuota(t *testing.T) {
 	st := &usageStore{bytes: map[string]int64{}}
 	m, err := usage.New(usage.Config{Store: st, Limits: dailyMax(1000)})
@@ -68,26 +68,33 @@ func TestTokenQuota(t *testing.T) {
 		rt.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "http://app.test/up", strings.NewReader(strings.Repeat("x", 600))))
 		return rec
 	}
-	for i := range 2 { // 600, then 1200 bytes: the second starts under the quota
-		if rec := post(); rec.Code != 200 {
-			t.Fatalf("request %d under the quota = %d, want 200", i, rec.Code)
+	if rec := post(); rec.Code != 200 { // 600 bytes in, 3 ("a/0") out
+		t.Fatalf("request under the quota = %d, want 200", rec.Code)
+	}
+	// The second starts under the quota and crosses it with its body; the
+	// third starts over it.
+	for _, when := range []string{"crossing it", "over it"} {
+		rec := post()
+		if rec.Code != 429 || rec.Header().Get("X-Aperio-Limit") != "token-quota; setting=token.daily_max_bytes" {
+			t.Fatalf("request %s = %d %q, want 429 token-quota; setting=token.daily_max_bytes", when, rec.Code, rec.Header().Get("X-Aperio-Limit"))
+		}
+		if got := rec.Header().Get("Retry-After"); got != "" {
+			t.Errorf("token-quota 429 has Retry-After %q, want none", got)
 		}
 	}
-	rec := post()
-	if rec.Code != 429 || rec.Header().Get("X-Aperio-Limit") != "token-quota; setting=token.daily_max_bytes" {
-		t.Fatalf("request over the quota = %d %q, want 429 token-quota; setting=token.daily_max_bytes", rec.Code, rec.Header().Get("X-Aperio-Limit"))
+	if got := rt.RateLimited()["token-quota"]; got != 2 {
+		t.Errorf("RateLimited()[token-quota] = %d, want 2", got)
 	}
-	if got := rec.Header().Get("Retry-After"); got != "" {
-		t.Errorf("token-quota 429 has Retry-After %q, want none", got)
-	}
-	if got := rt.RateLimited()["token-quota"]; got != 1 {
-		t.Errorf("RateLimited()[token-quota] = %d, want 1", got)
+	if tok, _ := m.QuotaCuts(); tok != 1 {
+		t.Errorf("QuotaCuts() token = %d, want 1 (the body that crossed it)", tok)
 	}
 	if err := m.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if got := st.bytes["tok_a|app.test"]; got != 1200 {
-		t.Errorf("flushed bytes of tok_a on app.test = %d, want 1200 (the refused request uncounted)", got)
+	// The crossing body is charged up to the read that crossed the quota;
+	// the refused request is not counted.
+	if got := st.bytes["tok_a|app.test"]; got <= 1000 || got > 1203 {
+		t.Errorf("flushed bytes of tok_a on app.test = %d, want over 1000 and at most 1203", got)
 	}
 	// The master token's clients are counted, never refused.
 	mc := &readingConn{fakeConn: newConn("m", 2), bodies: make(chan string, 10)}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net/url"
 	"strings"
+
+	"github.com/aperio-dev/aperio/internal/urlpath"
 )
 
 // ErrDotSegment is returned by Service.ForwardedPath for a path that still
@@ -24,18 +26,24 @@ const maxForwardedPath = 64 << 10
 // request whose escaped path (as sent, in origin form) is escaped, and the
 // prefix it removed, "" when it removed none.
 //
-// With TrimBind and a Path bind, the bind's segments are removed from the
-// front of the path when they match its first segments, compared decoded,
-// one segment at a time: the "/api" bind forwards "/api/x" as "/x" and
-// "/api" (or "/api/") as "/", and leaves "/apix" and "/api%2Fx" alone (an
-// encoded slash is data within a segment, never the end of the prefix).
-// The prefix returned is the bind's Path without a trailing slash, for
-// X-Forwarded-Prefix. Without TrimBind, or for "*" (OPTIONS *), the path
-// is returned unchanged.
+// The path is first put in the normal form of the path rule
+// (urlpath.Normal: empty segments collapsed, unreserved characters
+// decoded), which a server applying the rule has done already. With
+// TrimBind and a Path bind, the bind's segments are then removed from the
+// front of the path when they match its first segments, compared decoded
+// and without their ";" parameters (the rule ignores those for matching),
+// one segment at a time: the "/api" bind forwards "/api/x" and
+// "/api;v=1/x" as "/x" and "/api" (or "/api/") as "/", and leaves "/apix"
+// and "/api%2Fx" alone (an encoded slash is data within a segment, never
+// the end of the prefix). The prefix returned is the bind's Path without a
+// trailing slash, for X-Forwarded-Prefix. Without TrimBind the normal path
+// is returned; for "*" (OPTIONS *), "*".
 //
-// Every path is checked, trimmed or not: one holding a dot segment, or a
-// percent-encoding that does not decode, or longer than 64 KiB, is
-// ErrDotSegment. The method only reads s; safe for concurrent use.
+// Every path is checked, trimmed or not: one holding a dot segment
+// (plainly, encoded, with a parameter as in "..;", or behind an encoded
+// slash or backslash), or a percent-encoding that does not decode, or
+// longer than 64 KiB, is ErrDotSegment. The method only reads s; safe for
+// concurrent use.
 func (s *Service) ForwardedPath(escaped string) (string, string, error) {
 	if escaped == "*" {
 		return escaped, "", nil
@@ -43,10 +51,14 @@ func (s *Service) ForwardedPath(escaped string) (string, string, error) {
 	if escaped == "" || escaped[0] != '/' || len(escaped) > maxForwardedPath {
 		return "", "", ErrDotSegment
 	}
-	rest := escaped[1:]
-	if err := checkSegments(rest); err != nil {
+	if err := checkSegments(escaped[1:]); err != nil {
 		return "", "", err
 	}
+	escaped, err := urlpath.Normal(escaped)
+	if err != nil {
+		return "", "", ErrDotSegment
+	}
+	rest := escaped[1:]
 	bind := strings.Trim(s.Path, "/")
 	if !s.TrimBind || bind == "" {
 		return escaped, "", nil
@@ -54,6 +66,9 @@ func (s *Service) ForwardedPath(escaped string) (string, string, error) {
 	// Walk the bind's segments and the path's side by side.
 	for b := range strings.SplitSeq(bind, "/") {
 		seg, tail, more := strings.Cut(rest, "/")
+		if i := strings.IndexByte(seg, ';'); i >= 0 {
+			seg = seg[:i] // the bind's segment's parameters go with it
+		}
 		dec, err := url.PathUnescape(seg)
 		if err != nil || dec != b {
 			return escaped, "", nil
@@ -67,23 +82,18 @@ func (s *Service) ForwardedPath(escaped string) (string, string, error) {
 }
 
 // checkSegments reports ErrDotSegment when a segment of the escaped path
-// p (without its leading slash) is, or hides, a dot segment.
+// p (without its leading slash) is, or hides, a dot segment
+// (urlpath.DotSegment), or does not decode.
 func checkSegments(p string) error {
 	for seg := range strings.SplitSeq(p, "/") {
-		if seg == "." || seg == ".." {
+		if urlpath.DotSegment(seg) {
 			return ErrDotSegment
 		}
 		if !strings.ContainsAny(seg, "%\\") {
 			continue
 		}
-		dec, err := url.PathUnescape(seg)
-		if err != nil {
+		if _, err := url.PathUnescape(seg); err != nil {
 			return ErrDotSegment
-		}
-		for piece := range strings.SplitSeq(strings.ReplaceAll(dec, "\\", "/"), "/") {
-			if piece == "." || piece == ".." {
-				return ErrDotSegment
-			}
 		}
 	}
 	return nil

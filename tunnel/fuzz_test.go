@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/internal/urlpath"
 )
 
 // fuzzHeadLimit is the head bound in the fuzz targets: small, so that the
@@ -141,8 +143,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // FuzzForwardedPath checks Service.ForwardedPath on any path and bind: it
 // never panics; what it forwards starts with "/" (or is "*"), holds no dot
-// segment, and is what the backend would have seen of the request's
-// segments after the bind's.
+// segment, and is the path's normal form (urlpath.Normal), or the tail
+// of it after the bind's segments.
 func FuzzForwardedPath(f *testing.F) {
 	for _, tc := range forwardedPathCases {
 		f.Add(tc.bind, tc.in, tc.trim)
@@ -165,15 +167,19 @@ func FuzzForwardedPath(f *testing.F) {
 		if _, _, err := (&Service{}).ForwardedPath(got); err != nil {
 			t.Fatalf("ForwardedPath(%q) = %q, which holds a dot segment", in, got)
 		}
+		norm, err := urlpath.Normal(in)
+		if err != nil {
+			t.Fatalf("ForwardedPath(%q) = %q, but the path has no normal form: %v", in, got, err)
+		}
 		switch {
 		case pref == "":
-			if got != in {
-				t.Fatalf("ForwardedPath(%q) = %q with no prefix, want the path unchanged", in, got)
+			if got != norm {
+				t.Fatalf("ForwardedPath(%q) = %q with no prefix, want its normal form %q", in, got, norm)
 			}
 		case !trim:
 			t.Fatalf("ForwardedPath(%q) trimmed %q with trim_bind off", in, pref)
-		case got != "/" && !strings.HasSuffix(in, got):
-			t.Fatalf("ForwardedPath(%q) = %q, not a tail of the path", in, got)
+		case got != "/" && !strings.HasSuffix(norm, got):
+			t.Fatalf("ForwardedPath(%q) = %q, not a tail of its normal form %q", in, got, norm)
 		}
 	})
 }

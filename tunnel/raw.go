@@ -327,14 +327,46 @@ type RelayOptions struct {
 	Idle time.Duration
 	// Log receives a recovered panic; nil discards it.
 	Log *slog.Logger
+	// Charge, when set, is told the bytes of each read before they are
+	// written on, a to b or b to a (the other 0), from both directions'
+	// goroutines at once. It returns false to refuse them (a byte quota
+	// reached by earlier ones): they are dropped, not counted, and both
+	// ends are closed. Called per read (up to bufpool's 32 KiB), never
+	// per byte.
+	Charge func(aToB, bToA int64) bool
+}
+
+// errRelayRefused ends a relay whose Charge refused a read.
+var errRelayRefused = errors.New("tunnel: relay refused by its charge")
+
+// chargeReader asks charge about each read of r, as one direction of a
+// relay (toB: a to b).
+type chargeReader struct {
+	r      io.Reader
+	charge func(aToB, bToA int64) bool
+	toB    bool
+}
+
+func (c *chargeReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		ab, ba := int64(n), int64(0)
+		if !c.toB {
+			ab, ba = 0, int64(n)
+		}
+		if !c.charge(ab, ba) {
+			return 0, errRelayRefused
+		}
+	}
+	return n, err
 }
 
 // Relay copies a to b and b to a until both directions have ended, and
 // returns the bytes copied each way. A clean end of one direction (EOF)
 // half-closes the other end's writing side when it can (CloseWrite), so
 // half-closed protocols keep working; an error in either direction, an
-// end that cannot be half-closed, or opts.Idle without traffic closes
-// both ends, which ends the other direction too. A write blocked on a peer
+// end that cannot be half-closed, opts.Idle without traffic, or a read
+// opts.Charge refuses closes both ends, which ends the other direction too. A write blocked on a peer
 // that stopped reading is released by that close only if the end has
 // SetWriteDeadline, which Relay then sets in the past. Both ends are
 // closed when Relay returns. A panic in a copy is recovered (logged and
@@ -357,7 +389,10 @@ func Relay(a, b io.ReadWriteCloser, opts RelayOptions) (aToB, bToA int64) {
 	}
 	var last atomic.Int64 // unix nanoseconds of the last byte moved
 	last.Store(time.Now().UnixNano())
-	src := func(r io.Reader) io.Reader {
+	src := func(r io.Reader, toB bool) io.Reader {
+		if opts.Charge != nil {
+			r = &chargeReader{r: r, charge: opts.Charge, toB: toB}
+		}
 		if opts.Idle <= 0 {
 			return r
 		}
@@ -381,7 +416,7 @@ func Relay(a, b io.ReadWriteCloser, opts RelayOptions) (aToB, bToA int64) {
 	go func() {
 		defer close(done)
 		defer recovery.Recover(log, "raw relay")
-		half(b, src(a), &aToB)
+		half(b, src(a, true), &aToB)
 	}()
 	if opts.Idle > 0 {
 		stop := make(chan struct{})
@@ -409,7 +444,7 @@ func Relay(a, b io.ReadWriteCloser, opts RelayOptions) (aToB, bToA int64) {
 	}
 	func() {
 		defer recovery.Recover(log, "raw relay")
-		half(a, src(b), &bToA)
+		half(a, src(b, false), &bToA)
 	}()
 	<-done
 	closeBoth()

@@ -457,3 +457,49 @@ func TestExposeValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayChargeRefusalClosesBoth: Relay asks Charge about each read,
+// with its direction; a refused read is dropped, uncounted, and closes
+// both ends.
+func TestRelayChargeRefusalClosesBoth(t *testing.T) {
+	a1, a2 := net.Pipe()
+	b1, b2 := net.Pipe()
+	defer a2.Close()
+	defer b2.Close()
+	var mu sync.Mutex
+	var toB, toA int64
+	charge := func(ab, ba int64) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if toB+toA >= 6 {
+			return false
+		}
+		toB, toA = toB+ab, toA+ba
+		return true
+	}
+	type counts struct{ ab, ba int64 }
+	done := make(chan counts, 1)
+	go func() {
+		ab, ba := Relay(a1, b1, RelayOptions{Charge: charge})
+		done <- counts{ab, ba}
+	}()
+	go io.Copy(io.Discard, b2)
+	for _, msg := range []string{"abc", "def"} {
+		if _, err := a2.Write([]byte(msg)); err != nil {
+			t.Fatalf("write %q: %v", msg, err)
+		}
+	}
+	a2.Write([]byte("ghi")) // refused: the relay closes both ends
+	got := <-done
+	if got.ab != 6 || got.ba != 0 {
+		t.Errorf("Relay = %d, %d bytes; want 6, 0 (the refused read uncounted)", got.ab, got.ba)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if toB != 6 || toA != 0 {
+		t.Errorf("Charge saw %d a-to-b, %d b-to-a; want 6, 0", toB, toA)
+	}
+	if _, err := a2.Write([]byte("x")); err == nil {
+		t.Error("visitor end still open after the refusal")
+	}
+}

@@ -427,7 +427,9 @@ func (a *Agent) announcement() tunnel.Announcement {
 
 // Forward implements tunnel.Forwarder: it sends req to the service's
 // target (see rewrite for the path and Host it gets), through its circuit
-// breaker and retry block. A path holding a dot segment is answered 400;
+// breaker and retry block. A path holding a dot segment is answered 400,
+// a request for a tls_passthrough service 421 (never plaintext to its
+// TLS port);
 // while the breaker is open the backend is not dialed (errBreakerOpen).
 func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request) (*http.Response, error) {
 	svc := a.service(serviceID)
@@ -447,6 +449,9 @@ func (a *Agent) Forward(ctx context.Context, serviceID string, req *http.Request
 
 // forward is Forward once the service is known.
 func (a *Agent) forward(ctx context.Context, svc *service, req *http.Request) (*http.Response, error) {
+	if svc.cfg.TLSPassthrough {
+		return misdirected(), nil
+	}
 	if err := svc.rewrite(req); err != nil {
 		return badRequest(), nil
 	}

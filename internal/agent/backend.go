@@ -190,9 +190,21 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 
 // badRequest is the answer to a request path the client refuses.
 func badRequest() *http.Response {
-	const msg = "aperio-client: bad request path\n"
+	return plainAnswer(http.StatusBadRequest, "aperio-client: bad request path\n")
+}
+
+// misdirected is the answer to an HTTP request for a tls_passthrough
+// service: its target speaks TLS to visitors, and a request must never
+// reach it as plaintext (a server that routed one there is older, or
+// the bind mixes passthrough and terminated services).
+func misdirected() *http.Response {
+	return plainAnswer(http.StatusMisdirectedRequest, "aperio-client: this service takes TLS connections only\n")
+}
+
+// plainAnswer is the client's own answer of status with the text msg.
+func plainAnswer(status int, msg string) *http.Response {
 	return &http.Response{
-		StatusCode:    http.StatusBadRequest,
+		StatusCode:    status,
 		Header:        http.Header{"Content-Type": {"text/plain; charset=utf-8"}, "Content-Length": {strconv.Itoa(len(msg))}},
 		ContentLength: int64(len(msg)),
 		Body:          io.NopCloser(strings.NewReader(msg)),

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -280,5 +283,26 @@ func TestExposeAnnouncedAndReloaded(t *testing.T) {
 	none.Services, none.Expose = nil, nil
 	if err := a.Apply(none); err == nil {
 		t.Fatal("Apply accepted a configuration with neither services nor expose entries")
+	}
+}
+
+// TestPassthroughServiceRefusesHTTP: an HTTP request for a tls_passthrough
+// service is answered 421 by the client, never written as plaintext to
+// the backend's TLS port (#38 item 14, P4-5: a server that routes one
+// there, or a bind mixing passthrough and terminated services).
+func TestPassthroughServiceRefusesHTTP(t *testing.T) {
+	var got atomic.Int64
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
+	t.Cleanup(backend.Close)
+	cfg := clientConfig(backend.URL)
+	cfg.Services[0].TLSPassthrough = true
+	a := newAgent(t, cfg)
+	resp, err := a.Forward(t.Context(), "0", httptest.NewRequest(http.MethodGet, "/", nil))
+	if err != nil {
+		t.Fatalf("Forward() error = %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest || got.Load() != 0 {
+		t.Errorf("Forward to a tls_passthrough service = %d, backend reached %d times; want 421, never", resp.StatusCode, got.Load())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/urlpath"
 )
 
 // maxListing bounds the entries a directory listing shows.
@@ -52,16 +53,21 @@ func (s *staticFiles) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer root.Close()
-	name, ok := staticName(r.URL.Path)
+	p, ok := staticPath(r.URL.EscapedPath())
+	if !ok {
+		http.Error(w, "bad request path", http.StatusBadRequest)
+		return
+	}
+	name, ok := staticName(p)
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
 	f, fi, err := openIn(root, name)
 	if err == nil && fi.IsDir() {
-		if !strings.HasSuffix(r.URL.Path, "/") {
+		if !strings.HasSuffix(p, "/") {
 			f.Close()
-			redirectSlash(w, r)
+			redirectSlash(w, r, p)
 			return
 		}
 		idx, ifi, ierr := openIn(root, path.Join(name, s.index))
@@ -105,6 +111,25 @@ func (s *staticFiles) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	http.NotFound(w, r)
 }
 
+// staticPath reads a request path (escaped) by the path rule, as the
+// server matched it: its normal form (urlpath.Normal), the ";" parameters
+// of its segments dropped ("/docs/guide.html;jsessionid=1" is the guide),
+// decoded, an encoded slash read as a separator (as the decoded path
+// always was here). false, a 400, for a path with no normal form (a dot
+// segment hidden by a parameter, "..;") or with a backslash, which names
+// no file here.
+func staticPath(escaped string) (string, bool) {
+	norm, err := urlpath.Normal(escaped)
+	if err != nil || strings.Contains(norm, "%5C") {
+		return "", false
+	}
+	p, err := urlpath.Decode(urlpath.StripParams(norm), true)
+	if err != nil {
+		return "", false
+	}
+	return p, true
+}
+
 // staticName turns a request path into a name within the root: "." for
 // the root itself. A dot segment, a backslash, a NUL or a hidden name
 // (a segment starting with a dot, but .well-known) is no name: 404.
@@ -144,10 +169,11 @@ func serveFile(w http.ResponseWriter, r *http.Request, f *os.File, fi fs.FileInf
 	http.ServeContent(w, r, fi.Name(), fi.ModTime(), f)
 }
 
-// redirectSlash sends a directory asked for without its slash to the
-// path with one, relative, so a bind's prefix stays in front of it.
-func redirectSlash(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Location", "./"+url.PathEscape(path.Base(r.URL.Path))+"/"+queryOf(r))
+// redirectSlash sends a directory asked for without its slash (p, as
+// staticPath read it) to the path with one, relative, so a bind's prefix
+// stays in front of it.
+func redirectSlash(w http.ResponseWriter, r *http.Request, p string) {
+	w.Header().Set("Location", "./"+url.PathEscape(path.Base(p))+"/"+queryOf(r))
 	w.WriteHeader(http.StatusMovedPermanently)
 }
 

@@ -197,3 +197,36 @@ func TestStaticVisitorLeaves(t *testing.T) {
 		t.Fatalf("inflight after the body closed = %d, want 0", n)
 	}
 }
+
+// TestStaticPathRule: a serve: folder reads a path as the server matched
+// it (#38 item 2): empty segments collapse, ";" parameters are ignored,
+// and a dot segment behind a parameter is refused.
+func TestStaticPathRule(t *testing.T) {
+	a := staticAgent(t, nil)
+	for _, tc := range []struct {
+		target string
+		status int
+		body   string
+	}{
+		{"//docs//guide.html", 200, "guide"},
+		{"/docs/guide.html;jsessionid=AB12", 200, "guide"},
+		{"/docs;v=1/guide.html", 200, "guide"},
+		{"/;x/docs/guide.html", 200, "guide"},
+		{"/docs/..;/.env", 400, ""},
+		{"/docs/.;x/guide.html", 400, ""},
+		{"/docs/%2e%2e%3b/.env", 400, ""},
+		{"/.env;x", 404, ""},
+	} {
+		resp, body := staticGet(t, a, "GET", tc.target, nil)
+		if resp.StatusCode != tc.status || tc.body != "" && body != tc.body {
+			t.Errorf("GET %s = %d %q, want %d %q", tc.target, resp.StatusCode, body, tc.status, tc.body)
+		}
+		if strings.Contains(body, "SECRET") {
+			t.Errorf("GET %s leaked %q", tc.target, body)
+		}
+	}
+	resp, _ := staticGet(t, a, "GET", "/docs;v=1?x=1", nil)
+	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "./docs/?x=1" {
+		t.Errorf("GET /docs;v=1 = %d %q, want 301 to ./docs/?x=1", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}

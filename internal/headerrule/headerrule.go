@@ -69,3 +69,38 @@ func ValidName(name string) bool {
 func isTokenChar(c rune) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)
 }
+
+// SameName reports whether header names a and b are one name once ASCII
+// case is ignored and "_" is read as "-": how CGI-derived environments
+// (PHP's $_SERVER, WSGI, Rack) read them, each spelling becoming the
+// same HTTP_X_NAME variable. A filter of a reserved name that compares
+// with it catches X_Aperio_User as well as X-Aperio-User. It allocates
+// nothing.
+func SameName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if foldByte(a[i]) != foldByte(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// HasPrefixName reports whether header name k starts with prefix under
+// SameName's folding.
+func HasPrefixName(k, prefix string) bool {
+	return len(k) >= len(prefix) && SameName(k[:len(prefix)], prefix)
+}
+
+// foldByte folds c for SameName: lower case, and "_" as "-".
+func foldByte(c byte) byte {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	case c == '_':
+		return '-'
+	}
+	return c
+}

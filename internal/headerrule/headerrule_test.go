@@ -29,3 +29,25 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+func TestSameName(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		want bool
+	}{
+		{"X-Aperio-User", "X-Aperio-User", true},
+		{"X_Aperio_User", "X-Aperio-User", true},
+		{"x-aperio_user", "X-Aperio-User", true},
+		{"X-APERIO-USER", "x_aperio_user", true},
+		{"X-Aperio-Users", "X-Aperio-User", false},
+		{"X.Aperio.User", "X-Aperio-User", false},
+		{"", "", true},
+	} {
+		if got := SameName(tt.a, tt.b); got != tt.want {
+			t.Errorf("SameName(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
+		}
+	}
+	if !HasPrefixName("X_Forwarded_For", "X-Forwarded-") || HasPrefixName("X-Forward", "X-Forwarded-") {
+		t.Errorf("HasPrefixName: want X_Forwarded_For under X-Forwarded-, X-Forward not")
+	}
+}

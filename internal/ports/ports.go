@@ -68,9 +68,15 @@ type Session interface {
 
 // Counter counts a connection's bytes against its token and organization
 // (the gateway's usage meter). Allow reports whether a new connection is
-// within the quotas.
+// within the quotas. Charge counts bytes as they flow (in from the
+// visitor, out to it), one call per copy chunk or datagram, and reports
+// false, counting nothing, once a quota was reached: the connection (or
+// flow) is then ended without them and Cut records why. Record counts
+// one connection or flow as it ends, with the bytes not charged.
 type Counter interface {
 	Allow() bool
+	Charge(in, out int64) bool
+	Cut()
 	Record(in, out int64)
 }
 

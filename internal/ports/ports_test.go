@@ -175,22 +175,31 @@ func TestTCPEchoHalfClose(t *testing.T) {
 	}
 }
 
-func TestUDPEchoFlows(t *testing.T) {
-	defer goleak.VerifyNone(t)
+// openUDPEcho starts a manager with cfg on a free port whose UDP entry a
+// fake session echoes, and a visitor socket (with a 10 s deadline) to
+// send to it at dst. The caller closes both.
+func openUDPEcho(t *testing.T, cfg Config) (*Manager, *net.UDPConn, *net.UDPAddr) {
+	t.Helper()
 	p := acmetest.FreePort(t)
-	m := newManager(t, Config{Range: []portspec.Range{{Lo: p, Hi: p}}, UDPIdle: 200 * time.Millisecond, MaxDatagram: 512})
-	defer m.Close()
+	cfg.Range = []portspec.Range{{Lo: p, Hi: p}}
+	m := newManager(t, cfg)
 	s := &fakeSession{id: tunnel.Identity{AnyTCPPort: true}, ann: tunnel.Announcement{Expose: []tunnel.Expose{{Name: "u", Protocol: "udp", RemotePort: p}}}}
 	if st, _ := m.Apply(context.Background(), "s", s); st[0].Error != "" {
 		t.Fatal(st[0].Error)
 	}
-	dst := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p}
 	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return m, c, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p}
+}
+
+func TestUDPEchoFlows(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	m, c, dst := openUDPEcho(t, Config{UDPIdle: 200 * time.Millisecond, MaxDatagram: 512})
+	defer m.Close()
+	defer c.Close()
 	if _, err := c.WriteToUDP(make([]byte, 600), dst); err != nil {
 		t.Fatal(err)
 	}
@@ -352,21 +361,107 @@ func TestTCPResetAndSilentVisitor(t *testing.T) {
 }
 
 // countingUsage is a Counter that records what it was given and admits
-// until refuse is set.
+// until refuse is set, or until budget bytes (when set) were charged.
 type countingUsage struct {
-	refuse  atomic.Bool
-	in, out atomic.Int64
-	names   chan string
+	refuse      atomic.Bool
+	budget      int64
+	in, out     atomic.Int64
+	conns, cuts atomic.Int64
+	names       chan string
 }
 
 func (c *countingUsage) counter(tokenID, orgID, name string) Counter {
 	c.names <- tokenID + "/" + orgID + "/" + name
 	return c
 }
-func (c *countingUsage) Allow() bool { return !c.refuse.Load() }
+func (c *countingUsage) Allow() bool { return !c.refuse.Load() && !c.spent() }
+func (c *countingUsage) spent() bool {
+	return c.budget > 0 && c.in.Load()+c.out.Load() >= c.budget
+}
+func (c *countingUsage) Charge(in, out int64) bool {
+	if c.spent() {
+		return false
+	}
+	c.in.Add(in)
+	c.out.Add(out)
+	return true
+}
+func (c *countingUsage) Cut() { c.cuts.Add(1) }
 func (c *countingUsage) Record(in, out int64) {
 	c.in.Add(in)
 	c.out.Add(out)
+	c.conns.Add(1)
+}
+
+// TestUDPQuotaCut: a UDP flow is charged per datagram and ended once
+// the quota is reached; the visitor's next datagram opens no flow.
+func TestUDPQuotaCut(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const budget, size = 4000, 1000
+	u := &countingUsage{names: make(chan string, 8), budget: budget}
+	m, c, dst := openUDPEcho(t, Config{Usage: u.counter})
+	defer m.Close()
+	defer c.Close()
+	buf := make([]byte, 2*size)
+	// Each echoed datagram charges its size twice: two fit the quota.
+	for i := range 2 {
+		if _, err := c.WriteToUDP(make([]byte, size), dst); err != nil {
+			t.Fatal(err)
+		}
+		if n, _, err := c.ReadFromUDP(buf); err != nil || n != size {
+			t.Fatalf("echo %d = %d bytes, %v; want %d", i, n, err, size)
+		}
+	}
+	if _, err := c.WriteToUDP(make([]byte, size), dst); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 5*time.Second, "the flow cut at the quota and recorded", func() bool {
+		return u.cuts.Load() == 1 && u.conns.Load() == 1 && m.Snapshot()[0].Open == 0
+	})
+	if got := u.in.Load() + u.out.Load(); got != budget {
+		t.Errorf("%d bytes charged, want the %d quota", got, budget)
+	}
+}
+
+// TestTCPQuotaCut: a connection opened under a byte quota is charged as
+// its bytes flow and closed once the quota is reached, within a copy
+// chunk, its cut counted (#38 item 13, P4-4).
+func TestTCPQuotaCut(t *testing.T) {
+	echo := echotest.TCP(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	const budget, chunk = 256 << 10, 32 << 10
+	u := &countingUsage{names: make(chan string, 8), budget: budget}
+	m, addr, _ := openEcho(t, Config{Usage: u.counter}, tunnel.Identity{OrgID: "o1", TokenID: "tok1", AnyTCPPort: true}, echo)
+	defer m.Close()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	go func() {
+		// Far more than the quota; the writes fail once the port closes
+		// the connection.
+		for range 64 {
+			if _, err := c.Write(make([]byte, chunk)); err != nil {
+				return
+			}
+		}
+	}()
+	n, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the connection was not closed at the quota: %d bytes echoed until the deadline", n)
+	}
+	if n > budget {
+		t.Errorf("%d bytes echoed, want at most the %d quota (both ways count)", n, budget)
+	}
+	poll.Until(t, 5*time.Second, "the cut counted and the connection recorded", func() bool {
+		return u.cuts.Load() == 1 && u.conns.Load() == 1
+	})
+	if got := u.in.Load() + u.out.Load(); got < budget || got > budget+2*chunk {
+		t.Errorf("%d bytes charged, want the %d quota within a chunk each way", got, budget)
+	}
 }
 
 // TestTCPUsage: a TCP connection's bytes are recorded against its

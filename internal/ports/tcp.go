@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -158,10 +159,27 @@ func (p *port) serveTCP(c net.Conn) {
 		p.m.log.Info("public port connection failed", logkey.Port, p.key.num, logkey.ExposeName, mb.name, logkey.Err, err)
 		return
 	}
-	in, out := tunnel.Relay(visitor, raw, tunnel.RelayOptions{Idle: p.m.cfg.TCPIdle, Log: p.m.log})
+	opts := tunnel.RelayOptions{Idle: p.m.cfg.TCPIdle, Log: p.m.log}
+	var cut atomic.Bool
+	if ctr != nil {
+		// Charged as they flow: a connection opened under a byte quota
+		// ends once the quota is reached and it has more to move.
+		opts.Charge = func(in, out int64) bool {
+			if ctr.Charge(in, out) {
+				return true
+			}
+			cut.Store(true)
+			return false
+		}
+	}
+	in, out := tunnel.Relay(visitor, raw, opts)
 	p.in.Add(in)
 	p.out.Add(out)
 	if ctr != nil {
-		ctr.Record(in, out)
+		ctr.Record(0, 0) // its bytes were charged as they flowed
+		if cut.Load() {
+			ctr.Cut()
+			p.m.log.Info("public port connection cut at quota", logkey.Port, p.key.num, logkey.ExposeName, mb.name)
+		}
 	}
 }

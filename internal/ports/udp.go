@@ -25,6 +25,7 @@ type flow struct {
 	queue   chan []byte
 	last    atomic.Int64 // unix nanoseconds of the last datagram either way
 	in, out atomic.Int64
+	cut     atomic.Bool     // a quota ended the flow
 	ctx     context.Context // the flow's lifetime: cancelled by stop
 	cancel  context.CancelFunc
 
@@ -42,6 +43,21 @@ func (f *flow) stop() {
 }
 
 func (f *flow) touch() { f.last.Store(time.Now().UnixNano()) }
+
+// charge charges a datagram's bytes to the flow's counter as it passes,
+// and reports false once a quota was reached: the flow is then stopped
+// (both its goroutines end) and the cut is recorded once.
+func (f *flow) charge(in, out int64) bool {
+	if f.ctr == nil || f.ctr.Charge(in, out) {
+		return true
+	}
+	f.stop()
+	if f.cut.CompareAndSwap(false, true) {
+		f.ctr.Cut()
+		f.p.m.log.Info("public port flow cut at quota", logkey.Port, f.p.key.num, logkey.ExposeName, f.mb.name)
+	}
+	return false
+}
 
 // readLoop reads the visitors' datagrams until the port closes and hands
 // each to its flow, creating flows within the bounds.
@@ -130,7 +146,7 @@ func (p *port) remove(f *flow) {
 	p.in.Add(in)
 	p.out.Add(out)
 	if f.ctr != nil {
-		f.ctr.Record(in, out)
+		f.ctr.Record(0, 0) // its datagrams were charged as they passed
 	}
 }
 
@@ -175,6 +191,9 @@ func (f *flow) run() {
 				return
 			}
 			f.touch()
+			if !f.charge(0, int64(n)) {
+				return
+			}
 			if _, err := p.pc.WriteToUDPAddrPort(buf[:n], f.visitor); err != nil {
 				if p.ctx.Err() != nil {
 					return
@@ -190,6 +209,9 @@ func (f *flow) run() {
 		case <-f.ctx.Done():
 			return
 		case d := <-f.queue:
+			if !f.charge(int64(len(d)), 0) {
+				return
+			}
 			if err := tunnel.WriteDatagram(raw, d); err != nil {
 				return
 			}

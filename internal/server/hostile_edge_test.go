@@ -309,6 +309,44 @@ func TestHostileEdge(t *testing.T) {
 				}
 			}
 		}},
+		{"headers/underscore-spellings-removed", trustLoopback, func(t *testing.T, st *stack) {
+			// #38 item 4: PHP, WSGI and Rack read X_Aperio_User as
+			// X-Aperio-User; even a trusted proxy's are removed.
+			for proto, c := range visitorsH1H2(t, st) {
+				_, seen := edgeVisit(t, c, st.server, appHost, "/", http.Header{
+					"X_Aperio_User": {"root"}, "X-Aperio_Auth": {"oidc"}, "x_aperio_identity": {"forged"},
+					"X_Forwarded_For": {"198.51.100.1"}, "X_Forwarded_Host": {"evil.test"}, "X_Real_Ip": {"198.51.100.2"},
+					"X_Request_Id": {"chosen"}, "True_Client_Ip": {"198.51.100.3"}, "My_Header": {"kept"},
+				})
+				for k, vv := range seen {
+					if strings.Contains(k, "_") && k != "My_header" {
+						t.Errorf("%s: backend saw %s = %q, want every underscore spelling of a server-owned name removed", proto, k, vv)
+					}
+				}
+				wantSeen(t, seen, "My_header", "kept")
+				wantSeen(t, seen, "X-Forwarded-For", "127.0.0.1")
+			}
+		}},
+		{"headers/underscore-headers-drop", func(c *server.Config) { c.Router.UnderscoreHeaders = "drop" }, func(t *testing.T, st *stack) {
+			for proto, c := range visitorsH1H2(t, st) {
+				_, seen := edgeVisit(t, c, st.server, appHost, "/", http.Header{"My_Header": {"x"}, "My-Header": {"y"}})
+				if vv, ok := seen["My_header"]; ok {
+					t.Errorf("%s: backend saw My_header = %q under underscore_headers drop", proto, vv)
+				}
+				wantSeen(t, seen, "My-Header", "y")
+			}
+		}},
+		{"headers/underscore-headers-refuse", func(c *server.Config) { c.Router.UnderscoreHeaders = "refuse" }, func(t *testing.T, st *stack) {
+			for proto, c := range visitorsH1H2(t, st) {
+				resp, seen := edgeVisit(t, c, st.server, appHost, "/", http.Header{"My_Header": {"x"}})
+				if resp.StatusCode != http.StatusBadRequest || seen != nil {
+					t.Errorf("%s: a header name with an underscore under underscore_headers refuse = %d (backend answered: %v), want 400", proto, resp.StatusCode, seen != nil)
+				}
+				if resp, seen := edgeVisit(t, c, st.server, appHost, "/", http.Header{"My-Header": {"x"}}); resp.StatusCode != http.StatusOK || seen == nil {
+					t.Errorf("%s: no underscore under refuse = %d, want 200 from the backend", proto, resp.StatusCode)
+				}
+			}
+		}},
 		{"headers/request-id-generated-sent-echoed", nil, func(t *testing.T, st *stack) {
 			resp, seen := edgeVisit(t, st.visitor, st.server, appHost, "/", nil)
 			id := resp.Header.Get("X-Request-Id")
@@ -565,4 +603,10 @@ func testAccessLogIdentity(t *testing.T) {
 	if line["ip"] != "198.51.100.44" || line["request_id"] != id || id == "" {
 		t.Errorf("access log line = %v, want ip 198.51.100.44 and request_id %q", line, id)
 	}
+}
+
+// visitorsH1H2 returns st's HTTP/1.1 visitor and an h2c one, by protocol
+// name, for cases that must hold over both.
+func visitorsH1H2(t testing.TB, st *stack) map[string]*http.Client {
+	return map[string]*http.Client{"h1": st.visitor, "h2c": {Transport: h2cTransport(t)}}
 }

@@ -211,10 +211,27 @@ func (g *Gateway) relayPassthrough(c *helloConn, sess *tunnel.Session, route rou
 		raw.Close()
 		return
 	}
-	idle := g.cfg.Router.VisitorIdleTimeout
-	in, out := tunnel.Relay(c.Conn, raw, tunnel.RelayOptions{Idle: idle, Log: g.log})
-	if route.Usage != nil {
-		route.Usage.Record(in+int64(len(rec)), out)
+	opts := tunnel.RelayOptions{Idle: g.cfg.Router.VisitorIdleTimeout, Log: g.log}
+	var cut atomic.Bool
+	if u := route.Usage; u != nil {
+		// Charged as they flow: a connection opened under a byte quota
+		// ends once the quota is reached and it has more to move.
+		u.Charge(int64(len(rec)), 0)
+		opts.Charge = func(in, out int64) bool {
+			if u.TryCharge(in, out) {
+				return true
+			}
+			cut.Store(true)
+			return false
+		}
+	}
+	tunnel.Relay(c.Conn, raw, opts)
+	if u := route.Usage; u != nil {
+		u.Record(0, 0)
+		if cut.Load() {
+			u.Cut(u.Check())
+			g.log.Info("tls passthrough cut at quota", logkey.Hostname, sni)
+		}
 	}
 }
 

@@ -61,11 +61,18 @@ func startPassthroughClient(t *testing.T, s *testServer, fwd tunnel.RawForwarder
 	startPassthroughService(t, s, fwd, tunnel.Service{ID: "0", Hostnames: []string{passHost}, Healthy: true, TLSPassthrough: true, Access: acc})
 }
 
+// startPassthroughService connects a tunnel client announcing svc, its
+// raw streams to fwd, its HTTP requests to fwd too when it is a
+// tunnel.Forwarder (else they fail).
 func startPassthroughService(t *testing.T, s *testServer, fwd tunnel.RawForwarder, svc tunnel.Service) {
 	t.Helper()
+	var hf tunnel.Forwarder = nopForwarder{}
+	if f, ok := fwd.(tunnel.Forwarder); ok {
+		hf = f
+	}
 	connected := make(chan struct{}, 1)
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
-		URL: s.url, Token: testToken, Forwarder: nopForwarder{}, RawForwarder: fwd,
+		URL: s.url, Token: testToken, Forwarder: hf, RawForwarder: fwd,
 		TLSConfig: s.tlsClientConfig(),
 		Announce: func() tunnel.Announcement {
 			return tunnel.Announcement{Name: "pass", InstanceID: "i-pass", Services: []tunnel.Service{svc}}
@@ -228,4 +235,68 @@ func TestTLSPassthroughHoldsPermits(t *testing.T) {
 		_, err := httpsGet(t, s, passHost, backendRoots)
 		return err == nil, "a connection after the first one closed"
 	})
+}
+
+// httpCountingDialer is a rawDialer that also counts the HTTP requests
+// its client is given, answering each 200.
+type httpCountingDialer struct {
+	rawDialer
+	http atomic.Int64
+}
+
+func (d *httpCountingDialer) Forward(_ context.Context, _ string, req *http.Request) (*http.Response, error) {
+	d.http.Add(1)
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+}
+
+// TestTLSPassthroughNoHTTP: an HTTP request whose Host names a hostname
+// bound only by passthrough services, on a TLS connection the server
+// terminated (another SNI, or none) over HTTP/1.1 or HTTP/2, or over
+// plain HTTP, is answered 421 and never reaches the client, which would
+// send it as plaintext to the backend's TLS port (#38 item 14, P4-5).
+func TestTLSPassthroughNoHTTP(t *testing.T) {
+	backendAddr, _ := tlsBackend(t)
+	cfg := serverConfig(t)
+	files, serverRoots := tlsServerConfig(t)
+	cfg.TLSCert, cfg.TLSKey = files()
+	s := startServer(t, cfg, nil, serverRoots)
+	fwd := &httpCountingDialer{rawDialer: rawDialer{addr: backendAddr}}
+	startPassthroughClient(t, s, fwd, &tunnel.Access{Public: true})
+	for _, tc := range []struct {
+		name, sni string
+		h2        bool
+	}{
+		{"h1 another SNI", appHost, false},
+		{"h1 no SNI", "", false},
+		{"h2 another SNI", appHost, true},
+		{"h2 no SNI", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tlsCfg := &tls.Config{ServerName: tc.sni, RootCAs: serverRoots, InsecureSkipVerify: tc.sni == ""}
+			p := new(http.Protocols)
+			if tc.h2 {
+				p.SetHTTP2(true)
+			} else {
+				p.SetHTTP1(true)
+			}
+			tr := &http.Transport{TLSClientConfig: tlsCfg, Protocols: p}
+			t.Cleanup(tr.CloseIdleConnections)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+s.addr+"/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Host = passHost
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMisdirectedRequest || resp.ProtoMajor != map[bool]int{false: 1, true: 2}[tc.h2] {
+				t.Errorf("GET Host %s over %s = %d, want 421", passHost, resp.Proto, resp.StatusCode)
+			}
+		})
+	}
+	if n := fwd.http.Load(); n != 0 {
+		t.Errorf("the passthrough client was given %d HTTP requests, want none", n)
+	}
 }

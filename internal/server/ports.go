@@ -61,8 +61,10 @@ func (s rawSession) OpenRaw(ctx context.Context, h tunnel.RawHeader) (net.Conn, 
 // bytes count into the token's and organization's quotas.
 type portCounter struct{ c *usage.Counter }
 
-func (p portCounter) Allow() bool          { return p.c.Check() == usage.Allowed }
-func (p portCounter) Record(in, out int64) { p.c.Record(in, out) }
+func (p portCounter) Allow() bool               { return p.c.Check() == usage.Allowed }
+func (p portCounter) Charge(in, out int64) bool { return p.c.TryCharge(in, out) }
+func (p portCounter) Cut()                      { p.c.Cut(p.c.Check()) }
+func (p portCounter) Record(in, out int64)      { p.c.Record(in, out) }
 
 // portUsage returns the ports.Config.Usage of meter m.
 func portUsage(m *usage.Meter) func(tokenID, orgID, name string) ports.Counter {

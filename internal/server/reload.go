@@ -124,6 +124,7 @@ var reloadKeys = []reloadKey{
 	{"MaxStreamSubscribers", "max_stream_subscribers", false},
 	{"TrustedProxies", "trusted_proxies", false},
 	{"RealIPHeader", "real_ip_header", false},
+	{"Router.UnderscoreHeaders", "underscore_headers", true},
 	{"ProxyProtocol", "proxy_protocol", false},
 	{"DeniedIPs", "denied_ips", true},
 	{"AdminAllowedIPs", "admin_allowed_ips", true},

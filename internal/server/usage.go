@@ -364,6 +364,10 @@ func (s meterStore) UsageTotals(ctx context.Context, day, month time.Time, token
 // (aperio_token_bytes_total in Prometheus).
 const metricTokenBytes = "aperio.token_bytes"
 
+// metricQuotaCuts is the exchanges ended as they crossed a byte quota, by
+// limit (aperio_quota_cuts_total in Prometheus).
+const metricQuotaCuts = "aperio.quota_cuts"
+
 // tokenLabels gives each token its label of aperio_token_bytes_total:
 // its ID (apitype.Master for the master token) for the first
 // tokenBytesLabels tokens seen, for good, and tokenLabelOther for every
@@ -392,6 +396,11 @@ func (g *Gateway) registerUsageMetric(m metric.Meter) error {
 	if err != nil {
 		return err
 	}
+	cuts, err := m.Int64ObservableCounter(metricQuotaCuts,
+		metric.WithDescription("Requests, streams and public port connections ended as they crossed a byte quota while their bytes flowed, by limit (token-quota, org-quota)."))
+	if err != nil {
+		return err
+	}
 	type sums struct{ in, out int64 }
 	var mu sync.Mutex // guards labels: two scrapes may collect at once
 	labels := tokenLabels{}
@@ -414,7 +423,10 @@ func (g *Gateway) registerUsageMetric(m metric.Meter) error {
 			o.ObserveInt64(bytes, s.in, metric.WithAttributes(tok, attribute.String("direction", "in")))
 			o.ObserveInt64(bytes, s.out, metric.WithAttributes(tok, attribute.String("direction", "out")))
 		}
+		tokCuts, orgCuts := g.usage.QuotaCuts()
+		o.ObserveInt64(cuts, tokCuts, metric.WithAttributes(attribute.String("limit", usage.TokenQuota.String())))
+		o.ObserveInt64(cuts, orgCuts, metric.WithAttributes(attribute.String("limit", usage.OrgQuota.String())))
 		return nil
-	}, bytes)
+	}, bytes, cuts)
 	return err
 }

@@ -348,3 +348,65 @@ func TestOrgMonthlyQuota(t *testing.T) {
 		return strings.Contains(body, "organization "+def+" used ") && strings.Contains(body, "of monthly_max_bytes 2000 bytes"), "a quota_exceeded entry naming the organization; got " + body
 	})
 }
+
+// TestQuotaCutsStreamEndToEnd: the probe's P4-4 (#38 item 13) through a
+// real server and client: a streamed response that starts under a
+// token's daily_max_bytes is cut at the quota, within a chunk, seen
+// truncated over HTTP/1.1 and HTTP/2 (h2c), its cut counted in
+// aperio_quota_cuts_total and named in the access log.
+func TestQuotaCutsStreamEndToEnd(t *testing.T) {
+	// What is left of total after the cut fits the tunnel stream's window
+	// (2 MiB), so the client's copy ends at once; a longer stream holds it
+	// until the tunnel's StreamCloseTimeout (30 s), as a visitor that
+	// leaves a stream does.
+	const quota, chunk, total = 512 << 10, 32 << 10, 1 << 20
+	for _, proto := range []string{"h1", "h2c"} {
+		t.Run(proto, func(t *testing.T) {
+			srv := startServer(t, func() server.Config {
+				c := serverConfig(t)
+				c.MetricsToken = "m-token"
+				return c
+			}(), nil, nil)
+			visitor := newVisitor(t, srv)
+			_, secret := mintQuotaToken(t, visitor, srv, quota)
+			stream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				buf := []byte(strings.Repeat("s", chunk))
+				for sent := 0; sent < total; sent += chunk {
+					if _, err := w.Write(buf); err != nil {
+						return
+					}
+					w.(http.Flusher).Flush()
+				}
+			})
+			cfg := agentConfig(srv, service(startBackend(t, stream).URL))
+			cfg.Token = secret
+			startAgent(t, srv, cfg)
+			waitClients(t, visitor, srv, 1)
+			c := visitor
+			if proto == "h2c" {
+				c = &http.Client{Transport: h2cTransport(t)}
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			resp, err := c.Do(newRequest(t, ctx, srv, "GET", appHost, "/stream", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || err == nil {
+				t.Errorf("streamed response = %d, %d bytes read, %v; want 200 cut short (a read error)", resp.StatusCode, n, err)
+			}
+			if n > quota+2*chunk {
+				t.Errorf("streamed response delivered %d bytes, want about the %d quota (the probe saw 5.7x)", n, quota)
+			}
+			poll(t, waitFor, func() (bool, string) {
+				m := scrapeMetrics(t, visitor, srv, "m-token")
+				return strings.Contains(m, `aperio_quota_cuts_total{limit="token-quota"} 1`), "aperio_quota_cuts_total token-quota 1"
+			})
+			if code, _ := get(t, visitor, srv, appHost, "/next"); code != http.StatusTooManyRequests {
+				t.Errorf("next request = %d, want 429", code)
+			}
+		})
+	}
+}

@@ -185,8 +185,14 @@ func (o *Observer) Wrap(next Proxy) http.Handler {
 		if span != nil {
 			endRequestSpan(span, rec)
 		}
+		aborted := rec.Aborted
 		*ow = observedWriter{}
 		writerPool.Put(ow)
+		if aborted {
+			// Recorded above; now net/http ends the connection or resets
+			// the stream, so the cut response cannot pass as complete.
+			panic(http.ErrAbortHandler)
+		}
 	})
 }
 

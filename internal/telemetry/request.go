@@ -23,9 +23,16 @@ type Request struct {
 	// none did.
 	ClientID string
 	// Limit is the x-aperio-limit kind that refused the request with 429
-	// ("ip", "server-concurrency", "client-concurrency", "token-rate");
-	// empty when no limit refused it.
+	// ("ip", "server-concurrency", "client-concurrency", "token-rate"),
+	// or that cut its response short ("token-quota", "org-quota", with
+	// Aborted); empty when no limit refused it.
 	Limit string
+	// Aborted is set when the response was cut short after its head went
+	// out (a byte quota crossed while it streamed): the handler's root
+	// then aborts it (http.ErrAbortHandler), so that the visitor sees a
+	// truncated response, the connection closed (HTTP/1) or the stream
+	// reset (HTTP/2), never one that looks complete.
+	Aborted bool
 	// QueueWait is the time spent waiting in a pool's queue for a
 	// client's permit; zero when a permit was free at once.
 	QueueWait time.Duration

@@ -26,7 +26,7 @@ var helpSections = []struct {
 	{"Credentials and store", []string{"server.token", "data_dir", "database_url", "metrics_token", "usage_flush_interval"}},
 	{"Admin API", []string{"admin_"}},
 	{"Visitors and the edge", []string{"visitor_", "ip_limit_", "max_connections_per_ip", "max_streams_per_ip", "max_ws_connections", "max_body_size",
-		"trusted_proxies", "real_ip_header", "denied_ips", "default_access", "identity_key_rotation", "oidc."}},
+		"trusted_proxies", "real_ip_header", "underscore_headers", "denied_ips", "default_access", "identity_key_rotation", "oidc."}},
 	{"Tunnels", []string{"tunnel_", "max_tunnels", "client_down_threshold", "tcp_port_range", "max_tcp_connections", "port_max_connections_per_ip", "port_first_byte_timeout", "udp_idle_timeout"}},
 	{"Routing and failover", []string{"gateway_", "max_concurrent_requests", "lb_strategy", "outlier_", "require_hostname_bind", "failover", "retry_on_5xx",
 		"fallbacks", "error_pages", "maintenance_windows"}},

@@ -166,6 +166,7 @@ func settings() []config.Setting[Config] {
 		// The edge: who may speak for the visitor, who is refused.
 		config.ListSetting("trusted_proxies", "CIDRs/IPs whose forwarding headers and PROXY headers are believed", func(c *S) *[]string { return &c.TrustedProxies }),
 		config.StringSetting("real_ip_header", "header a trusted proxy names the visitor in (X-Forwarded-For)", func(c *S) *string { return &c.RealIPHeader }),
+		config.EnumSetting("underscore_headers", "allow, drop or refuse (400) visitor header names with an underscore; spellings of aperio's own names always go", func(c *S) *string { return &c.Router.UnderscoreHeaders }).Values(router.UnderscoreHeaderActions...),
 		config.BoolSetting("proxy_protocol", "PROXY protocol v1/v2 on the public port, from trusted_proxies only", func(c *S) *bool { return &c.ProxyProtocol }),
 		config.ListSetting("denied_ips", "CIDRs/IPs answered 403 before any handler", func(c *S) *[]string { return &c.DeniedIPs }),
 		config.ListSetting("admin_allowed_ips", "CIDRs/IPs that may reach the admin API and metrics; empty = all", func(c *S) *[]string { return &c.AdminAllowedIPs }),
@@ -320,6 +321,7 @@ func check(s Config, v *config.Checker) {
 	v.NonNegativeDuration("shutdown_timeout", s.ShutdownTimeout)
 	v.OneOf("lb_strategy", s.Router.Strategy, router.Strategies)
 	v.OneOf("failover", s.Router.Failover, router.Failovers)
+	v.OneOf("underscore_headers", s.Router.UnderscoreHeaders, router.UnderscoreHeaderActions)
 	v.NonNegative("failover_max_jumps", int64(s.Router.FailoverMaxJumps))
 	v.NonNegativeDuration("failover_window", s.Router.FailoverWindow)
 	v.NonNegative("outlier_consecutive_5xx", int64(s.Router.OutlierConsecutive5xx))

@@ -804,6 +804,7 @@ func TestServerValidate(t *testing.T) {
 			"config: tunnel_announce_interval: must be positive, got 0s",
 			`config: lb_strategy: "" is not round-robin, least-inflight, primary-standby or sticky`,
 			`config: failover: "" is not fail, retry, wait or retry-wait`,
+			`config: underscore_headers: "" is not allow, drop or refuse`,
 			"config: usage_flush_interval: must be between 1s and 5m0s, got 0s",
 			"config: scaling_max_records_per_org: must be at least 1, got 0",
 			"config: scaling_max_records_per_token: must be at least 1, got 0",
@@ -892,8 +893,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 99 {
-		t.Errorf("len(Keys()) = %d, want 99", len(keys))
+	if len(keys) != 100 {
+		t.Errorf("len(Keys()) = %d, want 100", len(keys))
 	}
 }
 

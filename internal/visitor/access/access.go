@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/aperio-dev/aperio/internal/headerrule"
 )
 
 // Headers the backend receives about the visitor. Inbound copies are
@@ -257,6 +259,21 @@ type Gate struct {
 	identity *Signer
 	headers  []string // credential headers, canonical, to remove upstream
 	cookies  []string // credential cookies to remove upstream
+	// owned are the headers a method sets on the backend request from
+	// its own answer (upstreamSetter): the visitor's copies, in every
+	// spelling, are removed from every request the gate admits.
+	owned []string
+}
+
+// upstreamSetter is a Method that sets headers of its own on the backend
+// request from what it learned (forward: its copy_headers and
+// user_header, taken from the auth service's answer). The backend is
+// told to trust those names, so a visitor's own copy must never reach
+// it, whether or not the answer carries the header this time: the gate
+// removes them in every spelling (headerrule.SameName) before applying
+// the answer.
+type upstreamSetter interface {
+	UpstreamHeaders() []string
 }
 
 // New returns the Gate for cfg, or an error when Public is combined with
@@ -288,6 +305,13 @@ func New(cfg Config) (*Gate, error) {
 		for _, c := range cs {
 			if !contains(g.cookies, c) {
 				g.cookies = append(g.cookies, c)
+			}
+		}
+		if us, ok := m.(upstreamSetter); ok {
+			for _, h := range us.UpstreamHeaders() {
+				if h = http.CanonicalHeaderKey(h); !contains(g.owned, h) {
+					g.owned = append(g.owned, h)
+				}
 			}
 		}
 	}
@@ -411,7 +435,9 @@ func validUser(u string) bool {
 // PrepareUpstream readies h, the header of the request the backend will
 // receive, after d admitted it: it removes the visitor's own HeaderUser,
 // HeaderAuth and HeaderIdentity, the credential headers and cookies the
-// gate's methods read, and the share and session cookies; then it sets
+// gate's methods read, the share and session cookies, and every header a
+// method sets from its own answer (forward's copy_headers and
+// user_header) in any spelling, whichever method admitted; then it sets
 // HeaderAuth and HeaderUser from d, d.Upstream, and, when the gate signs
 // identities, HeaderIdentity for v.Host. It returns an error only when
 // the identity token cannot be signed; h is then without identity and
@@ -428,6 +454,7 @@ func (g *Gate) PrepareUpstream(h http.Header, v Visitor, d Decision) error {
 	for _, k := range g.headers {
 		delete(h, k)
 	}
+	removeOwned(h, g.owned)
 	removeCookies(h, g.cookies)
 	if !d.Admitted || d.Method == "" {
 		return nil
@@ -447,6 +474,23 @@ func (g *Gate) PrepareUpstream(h http.Header, v Visitor, d Decision) error {
 		h[HeaderIdentity] = []string{tok}
 	}
 	return nil
+}
+
+// removeOwned deletes from h every header whose name is one of names
+// under headerrule.SameName (X_Forwarded_User as X-Forwarded-User). It
+// allocates nothing.
+func removeOwned(h http.Header, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	for k := range h {
+		for _, n := range names {
+			if headerrule.SameName(k, n) {
+				delete(h, k)
+				break
+			}
+		}
+	}
 }
 
 // removeCookies drops the named cookies from h's Cookie lines, keeping

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/urlpath"
 )
 
 // Defaults and bounds of the forward method.
@@ -160,6 +164,18 @@ func copyable(h string) string {
 	return ""
 }
 
+// UpstreamHeaders returns copy_headers and user_header: the names the
+// backend is told to trust as the auth service's, which the gate removes
+// from the visitor's request in every spelling before any answer is
+// applied (a 2xx that leaves one out must not let the visitor's copy
+// through: Authelia's bypass policy, a user without groups).
+func (f *Forward) UpstreamHeaders() []string {
+	if f.userHeader == "" {
+		return f.copy
+	}
+	return append(slices.Clip(f.copy), f.userHeader)
+}
+
 // Name returns "forward".
 func (f *Forward) Name() string { return MethodForward }
 
@@ -188,7 +204,7 @@ func (f *Forward) Check(r *http.Request, v Visitor) Result {
 	if v.HTTPS {
 		proto = "https"
 	}
-	uri := v.Path
+	uri := forwardedURI(r, v)
 	if r.URL.RawQuery != "" {
 		uri += "?" + r.URL.RawQuery
 	}
@@ -232,6 +248,20 @@ func (f *Forward) Check(r *http.Request, v Visitor) Result {
 		delete(answer, "Content-Type")
 	}
 	return Result{Outcome: Answer, Status: status, Header: answer, Body: body, Reason: reason}
+}
+
+// forwardedURI is the path the auth service judges (X-Forwarded-Uri,
+// before the query): as routing matched it, escaped, which is its normal
+// form with its ";" parameters dropped. The auth service judges "/admin"
+// for "/admin;x", as the bind did, and never reads a decoded "?" or
+// "%2F". The router hands the gate a request already in normal form;
+// a path with none falls back to v.Path, escaped.
+func forwardedURI(r *http.Request, v Visitor) string {
+	norm, err := urlpath.Normal(r.URL.EscapedPath())
+	if err != nil {
+		return (&url.URL{Path: v.Path}).EscapedPath()
+	}
+	return urlpath.StripParams(norm)
 }
 
 // admit turns a 2xx answer into an admission, remembered when caching.

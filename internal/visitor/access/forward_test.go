@@ -3,6 +3,7 @@ package access
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -239,5 +240,114 @@ func TestNewForwardRefuses(t *testing.T) {
 				t.Errorf("NewForward = %v, want an error mentioning %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestForwardDropsVisitorCopies: every header the backend is told to
+// trust as the auth service's (copy_headers and user_header) is removed
+// from the visitor's request in every spelling, whether or not the 2xx
+// answer carries it, and whichever method admitted (P4-1).
+func TestForwardDropsVisitorCopies(t *testing.T) {
+	var carry bool
+	var mu sync.Mutex
+	s := newAuthServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if carry {
+			w.Header().Set("X-Forwarded-User", "alice")
+			w.Header().Add("Remote-Groups", "devs")
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	f := newForward(t, s, func(c *ForwardConfig) {
+		c.CopyHeaders = []string{"X-Forwarded-User", "Remote-Groups"}
+		c.UserHeader = "Remote-User"
+	})
+	argon, _ := testHashes(t)
+	basic, err := NewBasic(BasicConfig{Users: map[string]string{"ann": argon}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{Methods: []Method{basic, f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := http.Header{
+		"X-Forwarded-User": {"forged"},
+		"x-forwarded-user": {"forged"},
+		"X_Forwarded_User": {"forged"},
+		"X-Forwarded_user": {"forged"},
+		"Remote-Groups":    {"admins"},
+		"Remote_Groups":    {"admins"},
+		"Remote-User":      {"root"},
+		"REMOTE_USER":      {"root"},
+		"X-Kept":           {"yes"},
+	}
+	for _, tc := range []struct {
+		name       string
+		carry      bool
+		basic      bool
+		wantUser   []string
+		wantGroups []string
+	}{
+		{name: "answer without the headers"},
+		{name: "answer with the headers", carry: true, wantUser: []string{"alice"}, wantGroups: []string{"devs"}},
+		{name: "admitted by basic", basic: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			carry = tc.carry
+			mu.Unlock()
+			r := httptest.NewRequest(http.MethodGet, "http://app.example.com/", nil)
+			r.Header = forged.Clone()
+			if tc.basic {
+				r.SetBasicAuth("ann", "argon-pw")
+			}
+			d := g.Check(r, visitor("/"))
+			if !d.Admitted {
+				t.Fatalf("Check = %+v, want admitted", d)
+			}
+			if err := g.PrepareUpstream(r.Header, visitor("/"), d); err != nil {
+				t.Fatal(err)
+			}
+			for k, vv := range r.Header {
+				switch {
+				case k == "X-Kept" || k == HeaderAuth || k == HeaderUser:
+				case k == "X-Forwarded-User" && slices.Equal(vv, tc.wantUser):
+				case k == "Remote-Groups" && slices.Equal(vv, tc.wantGroups):
+				default:
+					t.Errorf("backend header %s: %q, want the visitor's copies gone (want user %q, groups %q)", k, vv, tc.wantUser, tc.wantGroups)
+				}
+			}
+			if got := r.Header["X-Forwarded-User"]; !slices.Equal(got, tc.wantUser) {
+				t.Errorf("backend X-Forwarded-User = %q, want %q", got, tc.wantUser)
+			}
+			if r.Header.Get("X-Kept") != "yes" {
+				t.Errorf("backend X-Kept = %q, want yes (not named by the method)", r.Header.Get("X-Kept"))
+			}
+		})
+	}
+}
+
+// TestForwardURIFollowsThePathRule: X-Forwarded-Uri is the path as the
+// bind matched it, escaped: parameters dropped, empty segments collapsed,
+// never a decoded "?" or "%2F" (#38 item 2).
+func TestForwardURIFollowsThePathRule(t *testing.T) {
+	s := newAuthServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	f := newForward(t, s, nil)
+	for target, want := range map[string]string{
+		"/admin;x/y?q=1":      "/admin/y?q=1",
+		"//admin//y":          "/admin/y",
+		"/app/p;jsessionid=1": "/app/p",
+		"/a%3Fb/c":            "/a%3Fb/c",
+		"/a%2Fb":              "/a%2Fb",
+	} {
+		r := httptest.NewRequest(http.MethodGet, target, nil)
+		if got := f.Check(r, visitor("/unused")); got.Outcome != Admit {
+			t.Fatalf("Check(%s) = %+v, want admitted", target, got)
+		}
+		if got := s.last().Header.Get("X-Forwarded-Uri"); got != want {
+			t.Errorf("GET %s: X-Forwarded-Uri = %q, want %q", target, got, want)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/b64"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/urlpath"
 )
 
 // Share links: a stateless token `v1.<kid>.<payload>.<mac>` naming a
@@ -225,9 +226,9 @@ func (c shareClaims) link() ShareLink {
 
 // checkSharePath reports whether p is a path prefix a link may name: an
 // absolute path in normal form (no "." or ".." segments, no empty
-// segment), without query or fragment.
+// segment, no ";" parameter), without query or fragment.
 func checkSharePath(p string) error {
-	if len(p) > maxSharePathLen || !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#\\") || !printableASCII(p) {
+	if len(p) > maxSharePathLen || !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#;\\") || !printableASCII(p) {
 		return fmt.Errorf("access: share path %s is not an absolute path of at most %d printable bytes", quote(p), maxSharePathLen)
 	}
 	if p == "/" {
@@ -319,14 +320,14 @@ func (l ShareLink) Covers(host, path string) bool {
 func (k *Keyring) check(r *http.Request, v Visitor) Result {
 	var reasons []string
 	if tok, ok := queryValue(r.URL.RawQuery, ShareParam); ok {
-		link, err := k.verifyFor(tok, v)
+		link, err := k.verifyFor(r, tok, v)
 		if err == nil {
 			return k.redirect(r, v, tok, link)
 		}
 		reasons = append(reasons, "share parameter: "+err.Error())
 	}
 	if tok, ok := cookieValue(r.Header, CookieShare); ok {
-		link, err := k.verifyFor(tok, v)
+		link, err := k.verifyFor(r, tok, v)
 		if err == nil {
 			return Result{Outcome: Admit, Reason: "share link " + link.Nonce + " until " + link.Expires.UTC().Format(time.RFC3339)}
 		}
@@ -338,15 +339,36 @@ func (k *Keyring) check(r *http.Request, v Visitor) Result {
 	return Result{Outcome: Invalid, Reason: strings.Join(reasons, "; ")}
 }
 
-func (k *Keyring) verifyFor(tok string, v Visitor) (ShareLink, error) {
+func (k *Keyring) verifyFor(r *http.Request, tok string, v Visitor) (ShareLink, error) {
 	link, err := k.Verify(tok)
 	if err != nil {
 		return link, err
 	}
-	if !link.Covers(v.Host, v.Path) {
+	if !link.Covers(v.Host, v.Path) || !link.Covers(v.Host, literalPath(r, v)) {
 		return link, fmt.Errorf("share link %s is for %s%s, not this host and path", link.Nonce, link.Host, link.Path)
 	}
 	return link, nil
+}
+
+// literalPath is r's path read with its ";" parameters kept as data, as
+// nginx and most servers read it, when that differs from v.Path (the
+// path's key, parameters dropped); v.Path otherwise. A link opens a path
+// only when it covers both readings: "/docs;x/secret" is outside a link
+// for "/docs" to a backend that keeps parameters, so it is outside it
+// here too, while "/docs/page;jsessionid=1" is inside under both.
+func literalPath(r *http.Request, v Visitor) string {
+	if r == nil || r.URL == nil {
+		return v.Path
+	}
+	esc := r.URL.EscapedPath()
+	if strings.IndexByte(esc, ';') < 0 {
+		return v.Path
+	}
+	lit, err := urlpath.Decode(esc, false)
+	if err != nil {
+		return "" // covered by no link
+	}
+	return lit
 }
 
 // redirect answers a first visit: set the cookie, then send the visitor
@@ -365,7 +387,7 @@ func (k *Keyring) redirect(r *http.Request, v Visitor, tok string, link ShareLin
 		Secure:   v.HTTPS,
 		SameSite: http.SameSiteLaxMode,
 	}
-	loc := "/" + strings.TrimLeft(v.Path, "/\\")
+	loc := "/" + strings.TrimLeft(r.URL.EscapedPath(), "/\\")
 	if q := withoutParam(r.URL.RawQuery, ShareParam); q != "" {
 		loc += "?" + q
 	}

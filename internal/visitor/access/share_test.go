@@ -109,6 +109,7 @@ func TestShareMintRefuses(t *testing.T) {
 		{"app.example.com", "docs", time.Hour},
 		{"app.example.com", "/a/../b", time.Hour},
 		{"app.example.com", "/a//b", time.Hour},
+		{"app.example.com", "/docs;x", time.Hour},
 		{"app.example.com", "/a?x=1", time.Hour},
 		{"app.example.com", "/" + strings.Repeat("a", 2000), time.Hour},
 		{"app.example.com", "/", 0},
@@ -198,7 +199,7 @@ func TestShareGate(t *testing.T) {
 			k2 := newKeyring(t, clk, "k1", "k1")
 			g2 := newGate(t, Config{Default: Deny, Shares: k2})
 			root := mint(t, k2, "app.example.com", "/", time.Hour)
-			d := g2.Check(newRequest(t, "/x?aperio_share="+root), visitor(p))
+			d := g2.Check(newRequest(t, p+"?aperio_share="+root), visitor(p))
 			if loc := d.Header.Get("Location"); !strings.HasPrefix(loc, "/") || strings.HasPrefix(loc, "//") || strings.HasPrefix(loc, "/\\") {
 				t.Errorf("path %q: Location = %q, want a path on this host", p, loc)
 			}
@@ -210,6 +211,12 @@ func TestShareGate(t *testing.T) {
 			t.Errorf("Check = %+v, want admitted by share without a user", d)
 		}
 	})
+	t.Run("parameters after the link's path", func(t *testing.T) {
+		d := g.Check(newRequest(t, "/docs/a;jsessionid=1", "Cookie", "aperio_share="+tok), visitor("/docs/a"))
+		if !d.Admitted {
+			t.Errorf("Check(/docs/a;jsessionid=1) = %+v, want admitted: inside /docs under every reading", d)
+		}
+	})
 	refused := []struct {
 		name   string
 		r      *http.Request
@@ -218,6 +225,7 @@ func TestShareGate(t *testing.T) {
 	}{
 		{"other path", newRequest(t, "/admin", "Cookie", "aperio_share="+tok), visitor("/admin"), "not this host and path"},
 		{"traversal is judged on the normal form", newRequest(t, "/docs/../admin", "Cookie", "aperio_share="+tok), visitor("/admin"), "not this host and path"},
+		{"a parameter on the link's segment", newRequest(t, "/docs;x/secret", "Cookie", "aperio_share="+tok), visitor("/docs/secret"), "not this host and path"},
 		{"other host", newRequest(t, "/docs", "Cookie", "aperio_share="+other), visitor("/docs"), "not this host and path"},
 		{"tampered", newRequest(t, "/docs", "Cookie", "aperio_share="+tok+"x"), visitor("/docs"), "signature"},
 		{"bad parameter", newRequest(t, "/docs?aperio_share=v1.k1.e30.AAAA"), visitor("/docs"), "signature"},

@@ -12,9 +12,15 @@
 // server has flushed them and this one has re-read the totals at its own
 // flush, up to two flush intervals after they were served; so servers
 // sharing a quota may pass it by at most two flush intervals of their
-// combined byte rate, plus the requests in flight when it is reached (a
-// request is admitted or refused as it starts, and counted as it ends).
-// A server's own counts are judged at once.
+// combined byte rate. A request, stream or connection is admitted or
+// refused as it starts; one that moves much (a long body, a streamed
+// response, a WebSocket, a public port's connection) is charged as its
+// bytes flow (Counter.Charge, per copy chunk) and ended by its caller
+// once a quota is crossed, so that one exchange passes a quota by at
+// most one chunk. A server's own counts are judged at once; each server
+// enforces from the store's totals plus its own unflushed counts, so N
+// servers may together pass a quota by up to N times what each lets
+// through between two flushes.
 package usage
 
 import (
@@ -137,7 +143,20 @@ const (
 	TokenQuota
 	// OrgQuota means the organization is at or over its monthly_max_bytes.
 	OrgQuota
+	numVerdicts
 )
+
+// String returns the verdict's x-aperio-limit kind: "token-quota",
+// "org-quota", or "" for Allowed.
+func (v Verdict) String() string {
+	switch v {
+	case TokenQuota:
+		return "token-quota"
+	case OrgQuota:
+		return "org-quota"
+	}
+	return ""
+}
 
 // account is one token's or organization's standing in its quota period.
 // limit, base and pending are written by the flusher only; local by the
@@ -167,13 +186,15 @@ func (a *account) over() bool {
 func (a *account) used() int64 { return a.base.Load() + a.pending.Load() + a.local.Load() }
 
 // Counter counts one Key's usage. Look it up once per request (Meter.Counter)
-// and call Check before dispatching and Record when the request ends. It
-// is safe for concurrent use and never allocates.
+// and call Check before dispatching, Charge as the bytes of a long
+// exchange flow, and Record when the request ends. It is safe for
+// concurrent use and never allocates.
 type Counter struct {
 	key      Key
 	bytes    atomic.Int64
 	requests atomic.Int64
 	tok, org *account
+	cuts     *[numVerdicts]atomic.Int64 // the meter's, by the quota that cut an exchange
 }
 
 // Check reports whether the counter's token or organization is over its
@@ -193,18 +214,71 @@ func (c *Counter) Check() Verdict {
 	return Allowed
 }
 
-// Record counts one request of visitor bytes: in from the visitor (its
-// body, or what it sent through an upgraded stream) and out to it. A nil
-// Counter records nothing. Both must not be negative.
+// Record counts one request (or stream, or connection) and the visitor
+// bytes of it not charged yet: in from the visitor (its body, or what it
+// sent through an upgraded stream) and out to it. A nil Counter records
+// nothing. Both must not be negative.
 func (c *Counter) Record(in, out int64) {
 	if c == nil {
 		return
 	}
+	c.add(in, out)
+	c.requests.Add(1)
+}
+
+// Limited reports whether the counter's token or organization has a byte
+// quota that can refuse it: only then is it worth charging an exchange's
+// bytes as they flow. Two or three atomic loads; false for a nil Counter.
+func (c *Counter) Limited() bool {
+	return c != nil && !c.tok.master && (c.tok.limit.Load() > 0 || c.org.limit.Load() > 0)
+}
+
+// Charge counts visitor bytes of an exchange still going (in from the
+// visitor, out to it) at once, without counting a request (Record does,
+// with the bytes not charged), and reports what the quotas say after
+// them: a caller ends the exchange when it is not Allowed. Call it per
+// copy chunk, never per byte: it costs a few atomic adds and loads, no
+// lock, no allocation. A nil Counter charges nothing and allows.
+func (c *Counter) Charge(in, out int64) Verdict {
+	if c == nil {
+		return Allowed
+	}
+	c.add(in, out)
+	return c.Check()
+}
+
+// TryCharge charges in and out visitor bytes of an exchange still going
+// when the quotas allow more, and reports whether it did: false, with
+// nothing charged, once the token's or the organization's quota is
+// reached (by this exchange's earlier bytes or by anyone's). A relay ends
+// its exchange without those bytes on false, so that an exchange whose
+// bytes reach a quota completes and one with more to move is cut. Per
+// copy chunk or datagram, never per byte. A nil Counter allows all.
+func (c *Counter) TryCharge(in, out int64) bool {
+	if c == nil {
+		return true
+	}
+	if c.Check() != Allowed {
+		return false
+	}
+	c.add(in, out)
+	return true
+}
+
+// Cut records that an exchange was ended because v (TokenQuota or
+// OrgQuota) was crossed while it flowed, for Meter.QuotaCuts. A nil
+// Counter records nothing.
+func (c *Counter) Cut(v Verdict) {
+	if c != nil && v > Allowed && v < numVerdicts {
+		c.cuts[v].Add(1)
+	}
+}
+
+func (c *Counter) add(in, out int64) {
 	bytes := in + out
 	c.tok.in.Add(in)
 	c.tok.out.Add(out)
 	c.bytes.Add(bytes)
-	c.requests.Add(1)
 	c.tok.local.Add(bytes)
 	c.org.local.Add(bytes)
 }
@@ -226,6 +300,7 @@ type Meter struct {
 	pending map[dayKey]*Delta
 
 	flushes, failures atomic.Int64
+	cuts              [numVerdicts]atomic.Int64 // exchanges cut as they crossed a quota, by verdict
 }
 
 type dayKey struct {
@@ -270,7 +345,7 @@ func (m *Meter) addCounter(k Key) *Counter {
 			return c
 		}
 	}
-	c := &Counter{key: k, tok: m.accountLocked(m.tokens, k.TokenID, m.tokenMax, k.TokenID == ""), org: m.accountLocked(m.orgs, k.OrgID, m.orgMax, false)}
+	c := &Counter{key: k, tok: m.accountLocked(m.tokens, k.TokenID, m.tokenMax, k.TokenID == ""), org: m.accountLocked(m.orgs, k.OrgID, m.orgMax, false), cuts: &m.cuts}
 	next := make(counters, len(old)+1)
 	for kk, v := range old {
 		next[kk] = v
@@ -307,6 +382,13 @@ func (m *Meter) orgMax(id string) int64 {
 		return 0
 	}
 	return m.cfg.Limits.OrgMonthlyMax(id)
+}
+
+// QuotaCuts returns how many exchanges were ended since New because
+// they crossed their token's daily_max_bytes and their organization's
+// monthly_max_bytes as they flowed (Counter.Cut).
+func (m *Meter) QuotaCuts() (token, org int64) {
+	return m.cuts[TokenQuota].Load(), m.cuts[OrgQuota].Load()
 }
 
 // Flushes returns how many flushes succeeded and failed since New.

@@ -425,3 +425,58 @@ func TestNewCounterWhileChecking(t *testing.T) {
 		}
 	}
 }
+
+// TestChargeAsBytesFlow: Charge counts bytes at once without a request
+// and says when a quota is reached; TryCharge refuses, counting nothing,
+// once it is; Record afterwards counts the request and only the bytes
+// not charged; Cut counts per quota; Limited says which counters a
+// quota can refuse. None allocates (#38 item 13).
+func TestChargeAsBytesFlow(t *testing.T) {
+	st := newMemStore()
+	now := day1
+	m := newMeter(t, st, limits{tok: map[string]int64{"tok_a": 1000}, org: map[string]int64{"org_b": 500}}, &now)
+	a := m.Counter("tok_a", "org_a", "app.test")
+	b := m.Counter("tok_b", "org_b", "b.test")
+	free := m.Counter("tok_c", "org_c", "c.test")
+	master := m.Counter("", "org_b", "m.test")
+	if !a.Limited() || !b.Limited() || free.Limited() || master.Limited() {
+		t.Errorf("Limited() = %v %v %v %v, want true true false false", a.Limited(), b.Limited(), free.Limited(), master.Limited())
+	}
+	if v := a.Charge(600, 0); v != usage.Allowed {
+		t.Fatalf("Charge(600) under a 1000 quota = %v, want Allowed", v)
+	}
+	if v := a.Charge(0, 400); v != usage.TokenQuota {
+		t.Fatalf("Charge reaching the 1000 quota = %v, want TokenQuota", v)
+	}
+	if a.TryCharge(10, 0) {
+		t.Error("TryCharge over the quota = true, want false")
+	}
+	if !b.TryCharge(500, 0) || b.TryCharge(1, 0) || b.Charge(0, 0) != usage.OrgQuota {
+		t.Error("TryCharge against org_b's 500: want the first 500 bytes taken, then refused as OrgQuota")
+	}
+	a.Record(0, 0)
+	a.Cut(usage.TokenQuota)
+	b.Cut(usage.OrgQuota)
+	b.Cut(usage.Allowed) // not a cut
+	if tok, org := m.QuotaCuts(); tok != 1 || org != 1 {
+		t.Errorf("QuotaCuts() = %d, %d, want 1, 1", tok, org)
+	}
+	if err := m.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.token("tok_a", day1); got != 1000 {
+		t.Errorf("stored bytes of tok_a = %d, want 1000 (charged, not counted again by Record)", got)
+	}
+	if n := testing.AllocsPerRun(1000, func() {
+		free.Charge(100, 100)
+		free.TryCharge(1, 1)
+		free.Limited()
+	}); n != 0 {
+		t.Errorf("Charge, TryCharge and Limited allocate %v times, want 0", n)
+	}
+	var none *usage.Counter
+	if none.Charge(1, 1) != usage.Allowed || !none.TryCharge(1, 1) || none.Limited() {
+		t.Error("a nil Counter must charge nothing and allow")
+	}
+	none.Cut(usage.TokenQuota)
+}
