@@ -61,10 +61,17 @@ var keyLoginReadTimeout = 10 * time.Second
 // logging in in a loop cannot grow the table.
 const MaxKeySessions = 32
 
-// maxSessionCandidates bounds the cookies of the session's name tried per
-// request, so that cookies a sibling subdomain planted cannot shadow the
-// real one, nor make a request cost many lookups.
-const maxSessionCandidates = 4
+// maxSessionCandidates bounds the well-formed cookies of the session's
+// name looked up per request, and maxSessionCookies the cookies of that
+// name read at all: values that cannot be a secret cost no lookup and do
+// not count, so cookies a sibling subdomain planted over plain http (over
+// https the name carries __Host-, which no sibling can set) shadow the
+// real one only by spending a lookup each, and a request costs at most
+// maxSessionCandidates lookups.
+const (
+	maxSessionCandidates = 16
+	maxSessionCookies    = 1024
+)
 
 // keySecretBytes is the entropy of a session's secret and of its CSRF
 // token.
@@ -106,12 +113,12 @@ func hasKeySession(r *http.Request) bool {
 }
 
 // keySessionHashes returns the hashes of the well-formed secrets among the
-// first cookies of the session's name. A value that is not a secret costs
-// no lookup.
+// cookies of the session's name (see maxSessionCandidates). A value that
+// is not a secret costs no lookup.
 func keySessionHashes(r *http.Request) [][]byte {
 	var out [][]byte
 	for i, c := range r.CookiesNamed(keySessionCookieName(secure(r))) {
-		if i == maxSessionCandidates {
+		if i == maxSessionCookies || len(out) == maxSessionCandidates {
 			break
 		}
 		if len(c.Value) != keySecretLen {

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -662,5 +664,47 @@ func TestKeySessionCookieName(t *testing.T) {
 		if admin.KeySessionCookie == other {
 			t.Errorf("KeySessionCookie = %q, the name of another cookie of the server", other)
 		}
+	}
+}
+
+// TestKeySessionPlantedCookies: cookies of the session's name placed
+// ahead of the real one (a sibling subdomain over plain http can set
+// them) do not lock the admin out: values that cannot be a secret are
+// skipped at no cost, however many, and a dozen well-formed unknown
+// secrets only cost a lookup each (probe 4, P4-3, for key sessions).
+func TestKeySessionPlantedCookies(t *testing.T) {
+	f := newFixture(t)
+	s := f.keyLogin(t, masterToken)
+	for _, tc := range []struct {
+		name    string
+		planted []string
+	}{
+		{"malformed", slices.Repeat([]string{"x", "", "not-a-secret", strings.Repeat("A", 42) + "!"}, 50)},
+		{"well_formed_unknown", func() []string {
+			var out []string
+			for i := range 12 {
+				out = append(out, base64.RawURLEncoding.EncodeToString(bytes.Repeat([]byte{byte(i + 1)}, 32)))
+			}
+			return out
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodGet, f.url+admin.Prefix+"/whoami", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range tc.planted {
+				req.AddCookie(&http.Cookie{Name: admin.KeySessionCookie, Value: v})
+			}
+			req.AddCookie(s.cookie)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("whoami with %d planted %s cookies ahead of the session's = %d, want 200", len(tc.planted), admin.KeySessionCookie, resp.StatusCode)
+			}
+		})
 	}
 }
