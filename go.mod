@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/caddyserver/certmagic v0.25.6
 	github.com/chromedp/chromedp v0.23.0
-	github.com/coder/websocket v1.8.15
 	github.com/coreos/go-oidc/v3 v3.21.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-chi/chi/v5 v5.5.0

@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 )
 
 // The backend behind every tunnel runs inside the harness (it is not
@@ -62,26 +62,30 @@ func backendHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("GET /ws", func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
+		c, err := wsUpgrader.Upgrade(w, r, nil)
 		if err != nil {
 			return
 		}
-		defer c.CloseNow()
+		defer c.Close()
 		c.SetReadLimit(maxWSMsg)
-		ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
-		defer cancel()
+		deadline := time.Now().Add(time.Minute)
+		c.SetReadDeadline(deadline)
+		c.SetWriteDeadline(deadline)
 		for {
-			typ, msg, err := c.Read(ctx)
+			typ, msg, err := c.ReadMessage()
 			if err != nil {
 				return // the visitor closed, or went away
 			}
-			if err := c.Write(ctx, typ, msg); err != nil {
+			if err := c.WriteMessage(typ, msg); err != nil {
 				return
 			}
 		}
 	})
 	return mux
 }
+
+// wsUpgrader accepts the soak's visitors from any origin.
+var wsUpgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
 
 // hookCall is the part of a scaling hook call the provider reads.
 type hookCall struct {

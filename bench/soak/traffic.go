@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 )
 
 // The kinds of traffic; each counts what it started and how it ended.
@@ -79,7 +79,6 @@ type visitor struct {
 	base     string // http://127.0.0.1:port of the server
 	hostname string
 	h1, h2   *http.Client
-	wsc      *http.Client
 	seq      atomic.Int64
 }
 
@@ -91,9 +90,7 @@ func newVisitor(base, hostname string) *visitor {
 	return &visitor{base: base, hostname: hostname,
 		h1: &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil,
 			MaxConnsPerHost: 16, MaxIdleConnsPerHost: 16, IdleConnTimeout: visitorIdle}},
-		h2: &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, Protocols: p, IdleConnTimeout: visitorIdle}},
-		// A WebSocket takes its connection over: nothing to pool.
-		wsc: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
+		h2: &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, Protocols: p, IdleConnTimeout: visitorIdle}}}
 }
 
 // visitorIdle is how long a visitor keeps an idle connection.
@@ -160,20 +157,23 @@ func (v *visitor) stream(ctx context.Context) error {
 func (v *visitor) ws(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, "ws"+v.base[len("http"):]+"/ws", &websocket.DialOptions{HTTPClient: v.wsc, Host: v.hostname})
+	c, resp, err := websocket.DefaultDialer.DialContext(ctx, "ws"+v.base[len("http"):]+"/ws", http.Header{"Host": {v.hostname}})
 	if err != nil {
 		if resp != nil {
 			return fmt.Errorf("/ws: dial: status %d: %w", resp.StatusCode, err)
 		}
 		return fmt.Errorf("/ws: dial: %w", err)
 	}
-	defer c.CloseNow()
+	defer c.Close()
+	deadline, _ := ctx.Deadline()
+	c.SetReadDeadline(deadline)
+	c.SetWriteDeadline(deadline)
 	for i := range wsMessages {
 		msg := fmt.Appendf(nil, "soak %d message %d", v.seq.Add(1), i)
-		if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+		if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
 			return fmt.Errorf("/ws: write %d: %w", i, err)
 		}
-		_, got, err := c.Read(ctx)
+		_, got, err := c.ReadMessage()
 		if err != nil {
 			return fmt.Errorf("/ws: read %d: %w", i, err)
 		}
@@ -181,10 +181,18 @@ func (v *visitor) ws(ctx context.Context) error {
 			return fmt.Errorf("/ws: echo %q of %q", got, msg)
 		}
 	}
-	if err := c.Close(websocket.StatusNormalClosure, "done"); err != nil {
+	// A clean close: send ours, then read until the backend's answer.
+	if err := c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "done"), deadline); err != nil {
 		return fmt.Errorf("/ws: close: %w", err)
 	}
-	return nil
+	for {
+		if _, _, err := c.ReadMessage(); err != nil {
+			if websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+				return nil
+			}
+			return fmt.Errorf("/ws: close: %w", err)
+		}
+	}
 }
 
 // paced calls f every interval (a fresh goroutine each, at most inflight

@@ -18,7 +18,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/server"
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -167,74 +167,52 @@ func TestHTTP2(t *testing.T) {
 
 func TestWebSocket(t *testing.T) {
 	backendDone := make(chan error, 1)
-	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			backendDone <- err
-			return
-		}
-		defer c.CloseNow()
-		for {
-			typ, msg, err := c.Read(r.Context())
-			if err != nil {
-				backendDone <- err
-				return
-			}
-			if err := c.Write(r.Context(), typ, append([]byte("echo: "), msg...)); err != nil {
-				backendDone <- err
-				return
-			}
-		}
-	})
+	echo := wsEcho("echo: ", backendDone)
 	st := startStack(t, echo, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
-	c, resp, err := websocket.Dial(ctx, "ws://"+st.server.addr+"/socket", &websocket.DialOptions{HTTPClient: st.visitor, Host: appHost})
-	if err != nil {
-		t.Fatalf("websocket.Dial(Host %s) = %v, want a connection", appHost, err)
-	}
-	defer c.CloseNow()
+	c, resp := wsDial(t, ctx, st, "/socket")
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("websocket.Dial status = %d, want 101", resp.StatusCode)
 	}
 
 	msgs := []struct {
-		typ  websocket.MessageType
+		typ  int
 		data []byte
 	}{
-		{websocket.MessageText, []byte("hello")},
-		{websocket.MessageBinary, []byte{0, 1, 2, 0xfe, 0xff}},
-		{websocket.MessageText, []byte(strings.Repeat("x", 16<<10))},
-		{websocket.MessageText, []byte("last")},
+		{websocket.TextMessage, []byte("hello")},
+		{websocket.BinaryMessage, []byte{0, 1, 2, 0xfe, 0xff}},
+		{websocket.TextMessage, []byte(strings.Repeat("x", 16<<10))},
+		{websocket.TextMessage, []byte("last")},
 	}
 	// One at a time, then all in flight at once.
 	for _, m := range msgs {
-		if err := c.Write(ctx, m.typ, m.data); err != nil {
+		if err := c.WriteMessage(m.typ, m.data); err != nil {
 			t.Fatalf("Write(%d bytes) = %v", len(m.data), err)
 		}
-		typ, got, err := c.Read(ctx)
+		typ, got, err := c.ReadMessage()
 		if err != nil || typ != m.typ || string(got) != "echo: "+string(m.data) {
 			t.Fatalf("Read() = %v, %d bytes, %v, want %v, the echo of %d bytes", typ, len(got), err, m.typ, len(m.data))
 		}
 	}
 	for _, m := range msgs {
-		if err := c.Write(ctx, m.typ, m.data); err != nil {
+		if err := c.WriteMessage(m.typ, m.data); err != nil {
 			t.Fatalf("Write(%d bytes) = %v", len(m.data), err)
 		}
 	}
 	for _, m := range msgs {
-		typ, got, err := c.Read(ctx)
+		typ, got, err := c.ReadMessage()
 		if err != nil || typ != m.typ || string(got) != "echo: "+string(m.data) {
 			t.Fatalf("pipelined Read() = %v, %d bytes, %v, want %v, the echo of %d bytes", typ, len(got), err, m.typ, len(m.data))
 		}
 	}
-	if err := c.Close(websocket.StatusNormalClosure, "bye"); err != nil {
-		t.Fatalf("Close(StatusNormalClosure) = %v, want nil", err)
+	if err := wsClose(c, websocket.CloseNormalClosure, "bye"); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("visitor's close = %v, want the backend's answer with a normal closure", err)
 	}
-	err = wait(t, backendDone, 10*time.Second, "backend end of the WebSocket")
-	if got := websocket.CloseStatus(err); got != websocket.StatusNormalClosure {
-		t.Fatalf("backend Read after visitor Close = %v (status %v), want status %v", err, got, websocket.StatusNormalClosure)
+	err := wait(t, backendDone, 10*time.Second, "backend end of the WebSocket")
+	if !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("backend read after the visitor's close = %v, want a normal closure", err)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/server"
@@ -42,20 +42,7 @@ func (b *inspectBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.mu.Unlock()
 	switch r.URL.Path {
 	case "/socket":
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		for {
-			typ, msg, err := c.Read(r.Context())
-			if err != nil {
-				return
-			}
-			if err := c.Write(r.Context(), typ, append([]byte("echo: "), msg...)); err != nil {
-				return
-			}
-		}
+		wsEcho("echo: ", nil)(w, r)
 	case "/stream":
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "data: one\n\n")
@@ -225,25 +212,21 @@ func testCapturedWebSocket(t *testing.T, st *stack) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c, resp, err := websocket.Dial(ctx, "ws://"+st.server.addr+"/socket", &websocket.DialOptions{HTTPClient: st.visitor, Host: appHost})
-	if err != nil {
-		t.Fatalf("websocket.Dial on a captured hostname = %v", err)
-	}
-	defer c.CloseNow()
+	c, resp := wsDial(t, ctx, st, "/socket")
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("status %d, want 101", resp.StatusCode)
 	}
 	for _, msg := range []string{"hello", strings.Repeat("y", 20<<10)} {
-		if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
 			t.Fatal(err)
 		}
-		_, got, err := c.Read(ctx)
+		_, got, err := c.ReadMessage()
 		if err != nil || string(got) != "echo: "+msg {
 			t.Fatalf("Read = %d bytes, %v, want the echo", len(got), err)
 		}
 	}
-	if err := c.Close(websocket.StatusNormalClosure, ""); err != nil {
-		t.Fatalf("Close = %v", err)
+	if err := wsClose(c, websocket.CloseNormalClosure, ""); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("close = %v, want the backend's normal closure", err)
 	}
 	poll(t, waitFor, func() (bool, string) {
 		sums := inspectCall[[]apitype.InspectSummary](t, st, "GET", "/inspect/"+appHost+"/requests", nil, http.StatusOK)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/control/apitype"
@@ -134,41 +134,23 @@ func TestTokenDailyQuota(t *testing.T) {
 // closes, against its token (here the master token, counted and never
 // limited), and reach the store, GET /usage and aperio_token_bytes_total.
 func TestUsageCountsWebSocket(t *testing.T) {
-	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		for {
-			typ, msg, err := c.Read(r.Context())
-			if err != nil {
-				return
-			}
-			if err := c.Write(r.Context(), typ, msg); err != nil {
-				return
-			}
-		}
-	})
+	echo := wsEcho("", nil)
 	st := startStack(t, echo, func(c *server.Config) { c.MetricsToken = "m-token" })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws://"+st.server.addr+"/socket", &websocket.DialOptions{HTTPClient: st.visitor, Host: appHost})
-	if err != nil {
-		t.Fatalf("websocket.Dial = %v", err)
-	}
+	c, _ := wsDial(t, ctx, st, "/socket")
 	const msgs, size = 8, 16 << 10
 	payload := strings.Repeat("w", size)
 	for range msgs {
-		if err := c.Write(ctx, websocket.MessageText, []byte(payload)); err != nil {
+		if err := c.WriteMessage(websocket.TextMessage, []byte(payload)); err != nil {
 			t.Fatal(err)
 		}
-		if _, got, err := c.Read(ctx); err != nil || len(got) != size {
+		if _, got, err := c.ReadMessage(); err != nil || len(got) != size {
 			t.Fatalf("echo = %d bytes, %v; want %d", len(got), err, size)
 		}
 	}
-	if err := c.Close(websocket.StatusNormalClosure, "done"); err != nil {
-		t.Fatal(err)
+	if err := wsClose(c, websocket.CloseNormalClosure, "done"); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("close = %v, want the backend's normal closure", err)
 	}
 	// The relay counts when both directions end, just after the close.
 	poll(t, waitFor, func() (bool, string) {
