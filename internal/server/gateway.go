@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/aperio-dev/aperio/internal/ports"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
@@ -31,6 +31,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/edge/acme"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/outbound"
+	"github.com/aperio-dev/aperio/internal/ports"
 	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/internal/visitor/access"
@@ -489,79 +490,49 @@ func (g *Gateway) ListenAndServe(ctx context.Context) error {
 // complete through them. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.log.Info("server listening", logkey.Addr, ln.Addr().String(), logkey.TLS, g.servesTLS(), logkey.Version, buildinfo.Version(), logkey.Store, g.db.Backend())
+	// The background loops run for the server's lifetime in one group: a
+	// loop's error is logged (it stops that loop, not the server), and
+	// the deferred teardown waits for every loop before the store closes.
 	wctx, stopWatch := context.WithCancel(context.Background())
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		g.watchChanges(wctx)
-	}()
-	scaled := make(chan struct{})
-	go func() {
-		defer close(scaled)
-		if g.ctl != nil {
-			if err := g.ctl.Run(wctx); err != nil {
-				g.log.Error("autoscaling stopped", logkey.Err, err)
+	var loops errgroup.Group
+	loop := func(stopped string, run func(context.Context) error) {
+		loops.Go(func() error {
+			if err := run(wctx); err != nil {
+				g.log.Error(stopped, logkey.Err, err)
 			}
-		}
-	}()
+			return nil
+		})
+	}
+	forever := func(run func(context.Context)) func(context.Context) error {
+		return func(ctx context.Context) error { run(ctx); return nil }
+	}
+	loop("", forever(g.watchChanges))
+	if g.ctl != nil {
+		loop("autoscaling stopped", g.ctl.Run)
+	}
 	// Webhook deliveries run for the server's lifetime; those still
 	// queued or retrying at shutdown are abandoned.
-	delivered := make(chan struct{})
-	go func() {
-		defer close(delivered)
-		if g.hooks != nil {
-			if err := g.hooks.Run(wctx); err != nil {
-				g.log.Error("webhook delivery stopped", logkey.Err, err)
-			}
-		}
-	}()
+	if g.hooks != nil {
+		loop("webhook delivery stopped", g.hooks.Run)
+	}
 	// The events queued off the request and handshake paths are written
 	// for the server's lifetime; those still queued at shutdown are
 	// abandoned.
-	audited := make(chan struct{})
-	go func() {
-		defer close(audited)
-		if err := g.events.Run(wctx); err != nil {
-			g.log.Error("event queue stopped", logkey.Err, err)
-		}
-	}()
-	warned := make(chan struct{})
-	go func() {
-		defer close(warned)
-		g.expiryWarnLoop(wctx)
-	}()
+	loop("event queue stopped", g.events.Run)
+	loop("", forever(g.expiryWarnLoop))
 	// Rotations made by other servers reach this one through the change
 	// feed, and at least every signing.DefaultRefresh.
-	certs := make(chan struct{})
-	go func() {
-		defer close(certs)
-		if g.acme != nil {
-			g.acme.Run(wctx)
-		}
-	}()
-	keyed := make(chan struct{})
-	go func() {
-		defer close(keyed)
-		g.keys.Run(wctx)
-	}()
+	if g.acme != nil {
+		loop("", forever(g.acme.Run))
+	}
+	loop("", forever(g.keys.Run))
 	// Usage is flushed for the server's lifetime and once more after the
 	// visitors' requests finished (stopWatch runs after Shutdown), before
 	// the store closes.
-	metered := make(chan struct{})
-	go func() {
-		defer close(metered)
-		g.runUsage(wctx)
-	}()
+	loop("", forever(g.runUsage))
 	defer func() {
 		stopWatch()
-		<-metered
-		<-watched
-		<-scaled
-		<-delivered
-		<-audited
-		<-warned
-		<-keyed
-		<-certs
+		loops.Wait()
 		g.ports.Close()
 		if g.ownStore {
 			g.db.Close()
