@@ -409,6 +409,12 @@ func (m *Manager) admitOrder(ctx context.Context, name, org string, renewal bool
 // onEvent logs issuance and enforces the budgets: an obtain or a renewal
 // beyond them is refused before any ACME order is placed; every order
 // placed is audited.
+//
+// A refusal is certmagic.ErrNoRetry: certmagic holds the store's issuance
+// lock of the name, shared by every server, while it retries a renewal
+// (the first retry a minute later), so a refused attempt that were
+// retried would keep the server whose client binds the name from renewing
+// it. The next handshake or maintenance pass tries again.
 func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any) error {
 	name, _ := data["identifier"].(string)
 	renewal, _ := data["renewal"].(bool)
@@ -416,7 +422,7 @@ func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any
 	case "cert_obtaining":
 		if _, ok := m.loadOnly.get(name, m.o.Now()); ok {
 			m.refuse(RefusedNotBound)
-			return fmt.Errorf("acme: no client binds %s here: its stored certificate is served, not renewed", name)
+			return certmagic.ErrNoRetry{Err: fmt.Errorf("acme: no client binds %s here: its stored certificate is served, not renewed", name)}
 		}
 		org, _ := m.pending.get(name, m.o.Now())
 		if renewal {
@@ -425,7 +431,7 @@ func (m *Manager) onEvent(ctx context.Context, event string, data map[string]any
 		if reason := m.admitOrder(ctx, name, org, renewal); reason != "" {
 			m.refuse(reason)
 			m.log.Warn("certificate issuance refused", logkey.Hostname, name, logkey.OrgID, org, logkey.Reason, reason)
-			return errBudget(reason, name)
+			return certmagic.ErrNoRetry{Err: errBudget(reason, name)}
 		}
 		if renewal {
 			m.renewals.Add(1)

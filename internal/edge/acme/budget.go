@@ -2,6 +2,8 @@ package acme
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"path"
 	"strings"
 	"sync"
@@ -199,6 +201,9 @@ func orgKey(org string) string {
 func (m *Manager) storedFor(ctx context.Context, org string) (int, error) {
 	dir := path.Join(ownersKeyRoot, orgKey(org))
 	keys, err := m.o.Storage.List(ctx, dir, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil // the organization's first certificate
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/certmagic"
 )
 
 // fakeClock is a settable clock.
@@ -134,9 +136,24 @@ func TestServerBucket(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"tunnel.test", "r-x.f.test"} {
-		if err := obtain(m, name, false); err == nil || !strings.Contains(err.Error(), RefusedServerRate) {
+		err := obtain(m, name, false)
+		if err == nil || !strings.Contains(err.Error(), RefusedServerRate) {
 			t.Errorf("%s beyond the server's bucket = %v, want %s", name, err, RefusedServerRate)
 		}
+		wantNoRetry(t, err)
+	}
+}
+
+// wantNoRetry fails unless err tells certmagic not to retry: it retries
+// while holding the name's issuance lock, which every server sharing the
+// store waits on (the docker-compose acme_renewal step saw the server
+// whose client binds the name unable to renew while another server
+// retried a refused renewal).
+func wantNoRetry(t *testing.T, err error) {
+	t.Helper()
+	var noRetry certmagic.ErrNoRetry
+	if !errors.As(err, &noRetry) {
+		t.Errorf("refusal %v is not certmagic.ErrNoRetry: certmagic would retry it holding the issuance lock", err)
 	}
 }
 
@@ -148,6 +165,11 @@ func TestStoredCertificatesPerOrg(t *testing.T) {
 	m.SetServerBucketForTest(1000)
 	ctx := context.Background()
 	st := m.o.Storage
+	// An organization's first order finds no notes at all: none stored,
+	// not an error (which would skip the cap, with a warning per order).
+	if n, err := m.storedFor(ctx, "fresh"); n != 0 || err != nil {
+		t.Errorf("stored certificates of an organization with none = %d, %v; want 0, nil", n, err)
+	}
 	for i := range MaxCertificatesPerOrg {
 		cert := fmt.Sprintf("certificates/ca/n%d.full.test/n%d.full.test.crt", i, i)
 		if err := st.Store(ctx, cert, []byte("pem")); err != nil {
@@ -259,9 +281,11 @@ func TestStoredButUnbound(t *testing.T) {
 	}
 	for _, renewal := range []bool{false, true} {
 		data := map[string]any{"identifier": "unbound-other.test", "renewal": renewal}
-		if err := m.onEvent(ctx, "cert_obtaining", data); err == nil {
+		err := m.onEvent(ctx, "cert_obtaining", data)
+		if err == nil {
 			t.Errorf("an order (renewal %v) for a name no client binds here was placed", renewal)
 		}
+		wantNoRetry(t, err)
 	}
 	if len(*orders) != 0 {
 		t.Errorf("audited orders %+v, want none", *orders)
