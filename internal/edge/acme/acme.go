@@ -233,9 +233,11 @@ type Manager struct {
 	// moment ago, for the order that may follow.
 	pending *nameCache[string]
 	// loadOnly holds names no client binds here whose certificate is in
-	// the store (another server's client binds them): served, never
-	// ordered or renewed by this server.
-	loadOnly *nameCache[bool]
+	// the store (another server's client binds them), with the Generation
+	// of that verdict: served from the store (storeCerts, fromstore.go),
+	// never ordered or renewed by this server.
+	loadOnly   *nameCache[uint64]
+	storeCerts *nameCache[fromStore]
 	// selfSigned answers loopback handshakes without a name (the
 	// healthcheck); made at New, never trusted by anyone.
 	selfSigned *tls.Certificate
@@ -264,7 +266,8 @@ func New(c Config, o Options) (*Manager, error) {
 		domains:    newBuckets(rate.Limit(float64(DomainIssuePerWeek)/(7*24*3600)), DomainIssueBurst),
 		refused:    newNameCache[uint64](negativeTTL),
 		pending:    newNameCache[string](pendingTTL),
-		loadOnly:   newNameCache[bool](pendingTTL),
+		loadOnly:   newNameCache[uint64](loadOnlyTTL),
+		storeCerts: newNameCache[fromStore](pendingTTL),
 		refusalsBy: make(map[string]int64),
 	}
 	if m.log == nil {
@@ -322,10 +325,10 @@ func New(c Config, o Options) (*Manager, error) {
 // decide is certmagic's ask, at every handshake for a name without a
 // certificate in memory (before loading one from the store, and before
 // ordering one): the name must be valid, and one of acme.hostnames or
-// allowed by the server (bound now or within the grace), or else have a
-// certificate in the store, which is then served but never ordered or
-// renewed here (servers sharing a store, the client on another). A
-// refusal is cached for a minute, or until the binds change.
+// allowed by the server (bound now or within the grace). A name bound on
+// another server sharing the store never reaches it: GetCertificate
+// serves its stored certificate first (fromstore.go). A refusal is
+// cached for a minute, or until the binds change.
 func (m *Manager) decide(ctx context.Context, name string) error {
 	if err := hostname.Validate(name); err != nil || strings.HasPrefix(name, "*.") {
 		m.refuse(RefusedInvalid)
@@ -346,18 +349,10 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 	}
 	org, err := m.o.Allowed(ctx, name)
 	if err != nil {
-		if m.stored(ctx, name) {
-			// A certificate another server obtained (its client is
-			// connected there) may be served from the store; no order,
-			// new or renewal, is placed for it here.
-			m.loadOnly.put(name, true, now)
-			return nil
-		}
 		m.refused.put(name, gen, now)
 		m.refuse(RefusedNotBound)
 		return err
 	}
-	m.loadOnly.forget(name)
 	m.pending.put(name, org, now)
 	return nil
 }
@@ -493,12 +488,25 @@ func (m *Manager) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, 
 		}
 		return nil, errors.New("acme: a handshake without a server name gets no certificate")
 	}
-	if !m.c.OnDemand && !slices.Contains(hello.SupportedProtos, "acme-tls/1") {
+	if slices.Contains(hello.SupportedProtos, "acme-tls/1") {
+		return m.magic.GetCertificate(hello) // a TLS-ALPN-01 challenge
+	}
+	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
+	if len(m.cache.AllMatchingCertificates(name)) > 0 {
+		return m.magic.GetCertificate(hello) // managed here: served, renewed when due
+	}
+	if !m.c.OnDemand {
 		// Without on_demand only names already managed are served: no
 		// handshake starts an order.
-		name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
-		if len(m.cache.AllMatchingCertificates(name)) == 0 {
-			return nil, fmt.Errorf("acme: no certificate for %q", name)
+		return nil, fmt.Errorf("acme: no certificate for %q", name)
+	}
+	if hostname.Validate(name) == nil {
+		ctx := context.Background()
+		if hello.Context() != nil {
+			ctx = hello.Context()
+		}
+		if cert, ok, err := m.servedFromStore(ctx, name); ok {
+			return cert, err
 		}
 	}
 	return m.magic.GetCertificate(hello)

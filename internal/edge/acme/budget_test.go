@@ -2,6 +2,7 @@ package acme
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/certmagic"
+
+	"github.com/aperio-dev/aperio/internal/testkit/testcert"
 )
 
 // fakeClock is a settable clock.
@@ -265,27 +268,73 @@ func TestRegisteredDomain(t *testing.T) {
 
 // TestStoredButUnbound: a name no client binds here whose certificate is
 // in the store (another server obtained it for its client) is served
-// from the store, but neither ordered nor renewed by this server.
+// from the store, and re-read from it so that the other server's renewal
+// is served here before the old certificate expires; this server neither
+// orders nor renews it (certmagic never holds it, so never tries), and a
+// name bound here is left to certmagic.
 func TestStoredButUnbound(t *testing.T) {
-	m, _, orders, _ := budgetManager(t)
+	m, clk, orders, _ := budgetManager(t)
 	ctx := context.Background()
-	name := "unbound-elsewhere.test"
-	if err := m.decide(ctx, name); err == nil {
-		t.Fatal("an unbound name without a stored certificate was allowed")
+	ca := testcert.NewCA(t, "stored-but-unbound CA")
+	put := func(name string) testcert.Cert {
+		t.Helper()
+		c := ca.Issue(t, testcert.Leaf{CommonName: name, DNSNames: []string{name}, Usage: x509.ExtKeyUsageServerAuth})
+		if err := m.o.Storage.Store(ctx, certmagicSiteCert(m, name), c.CertPEM); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.o.Storage.Store(ctx, certmagicSiteKey(m, name), c.KeyPEM); err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
-	if err := m.o.Storage.Store(ctx, certmagicSiteCert(m, "unbound-other.test"), []byte("pem")); err != nil {
-		t.Fatal(err)
+	serial := func(name string) string {
+		t.Helper()
+		cert, ok, err := m.servedFromStore(ctx, name)
+		if !ok || err != nil {
+			t.Fatalf("servedFromStore(%s) = ok %v, %v; want its stored certificate", name, ok, err)
+		}
+		return cert.Leaf.SerialNumber.String()
 	}
-	if err := m.decide(ctx, "unbound-other.test"); err != nil {
-		t.Fatalf("an unbound name with a stored certificate: %v, want it loadable", err)
+
+	if _, ok, _ := m.servedFromStore(ctx, "unbound-elsewhere.test"); ok {
+		t.Error("an unbound name without a stored certificate was served from the store")
 	}
+	if err := m.decide(ctx, "unbound-elsewhere.test"); err == nil {
+		t.Error("an unbound name without a stored certificate was allowed an order")
+	}
+
+	name := "unbound-other.test"
+	first := put(name)
+	if got := serial(name); got != first.Cert.SerialNumber.String() {
+		t.Errorf("served serial %s, want the stored %s", got, first.Cert.SerialNumber)
+	}
+	// The other server renews: served here once the copy is re-read, a
+	// tenth of its life later at most a minute, long before it expires.
+	renewed := put(name)
+	if got := serial(name); got != first.Cert.SerialNumber.String() {
+		t.Errorf("served serial %s right after the renewal, want the copy in memory %s", got, first.Cert.SerialNumber)
+	}
+	clk.Advance(storeRefreshMax)
+	if got := serial(name); got != renewed.Cert.SerialNumber.String() {
+		t.Errorf("served serial %s a minute after the renewal, want the renewed %s", got, renewed.Cert.SerialNumber)
+	}
+
 	for _, renewal := range []bool{false, true} {
-		data := map[string]any{"identifier": "unbound-other.test", "renewal": renewal}
+		data := map[string]any{"identifier": name, "renewal": renewal}
 		err := m.onEvent(ctx, "cert_obtaining", data)
 		if err == nil {
 			t.Errorf("an order (renewal %v) for a name no client binds here was placed", renewal)
 		}
 		wantNoRetry(t, err)
+	}
+	if err := m.decide(ctx, name); err == nil {
+		t.Error("certmagic's ask allowed a name no client binds here: it would hold, and renew, it")
+	}
+
+	// A name bound here, stored or not, is certmagic's: loaded, renewed.
+	put("o1-bound.test")
+	if _, ok, _ := m.servedFromStore(ctx, "o1-bound.test"); ok {
+		t.Error("a name bound here was served from the store, outside certmagic's renewal")
 	}
 	if len(*orders) != 0 {
 		t.Errorf("audited orders %+v, want none", *orders)

@@ -15,3 +15,8 @@ func (m *Manager) SetServerBucketForTest(burst int) {
 func certmagicSiteCert(m *Manager, name string) string {
 	return certmagic.StorageKeys.SiteCert(m.issuer.IssuerKey(), name)
 }
+
+// certmagicSiteKey is where the store holds m's private key for name.
+func certmagicSiteKey(m *Manager, name string) string {
+	return certmagic.StorageKeys.SitePrivateKey(m.issuer.IssuerKey(), name)
+}
