@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
@@ -38,6 +39,10 @@ func (m *memAudit) entries() []store.AuditEntry {
 // never blocks the caller (nothing drains the queue while it runs); the
 // next interval's entry says how many were left out.
 func TestAuthAuditSampled(t *testing.T) {
+	synctest.Test(t, testAuthAuditSampled)
+}
+
+func testAuthAuditSampled(t *testing.T) {
 	audit := &memAudit{}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
@@ -59,10 +64,7 @@ func TestAuthAuditSampled(t *testing.T) {
 	})
 	waitEntries := func(n int) []store.AuditEntry {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for len(audit.entries()) < n && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond) // polling the fake audit the Run goroutine writes
-		}
+		synctest.Wait() // Run has written what it was given, and waits for more
 		es := audit.entries()
 		if len(es) != n {
 			t.Fatalf("%d audit entries, want %d: %+v", len(es), n, es)
