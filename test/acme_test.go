@@ -428,11 +428,14 @@ func (tp *topology) acmeRenewal(t *testing.T, figs *figures, first acmeIssued) {
 	figs.add(t, "acme: acme-a renewed %s, served %v into the step, issued %v before the old certificate's expiry (serial %x -> %x); %d fresh handshakes and %d requests on a connection opened before it, none failed",
 		acmeAppHost, took.Round(time.Millisecond), old.NotAfter.Sub(renewed.NotBefore).Round(time.Second), old.SerialNumber, renewed.SerialNumber, handshakes, heldRequests)
 
-	// acme-b: its handshake in acme_on_demand loaded the first
-	// certificate from the store; no client binds app.test there, so it
-	// orders no renewal of its own and picks up acme-a's from the store
-	// once its copy is due. Wait until it serves something newer than the
-	// first certificate, and say whose it is.
+	// acme-b: no client binds app.test there, so it serves the store's
+	// certificate (acme_on_demand saw the first one), never orders or
+	// renews it, and re-reads the store every tenth of the certificate's
+	// life (3 s here). Wait until it serves something newer than the
+	// first certificate. acme-a may have renewed again meanwhile (a
+	// 30-second certificate is due from its issuance on, see the
+	// constants), so the serial is acme-a's latest, not always the one
+	// served above.
 	bAddr := tp.port("acme-b", 8443)
 	var got *x509.Certificate
 	bStart := time.Now()
@@ -445,17 +448,14 @@ func (tp *topology) acmeRenewal(t *testing.T, figs *figures, first acmeIssued) {
 		c.Close()
 		return got.NotAfter.After(old.NotAfter)
 	})
-	whose := "its own renewal"
+	whose := "a later renewal by acme-a, from the store"
 	if got.SerialNumber.Cmp(renewed.SerialNumber) == 0 {
-		whose = "acme-a's renewal, from the store"
+		whose = "the renewal acme-a served above, from the store"
 	}
 	bFresh, bRenewals := tp.obtained("acme-b", acmeAppHost)
-	if bFresh != 0 {
-		t.Errorf("acme-b logged %d fresh certificate(s) for %s, want 0 (only renewals of the store's)", bFresh, acmeAppHost)
+	if bFresh != 0 || bRenewals != 0 {
+		t.Errorf("acme-b logged %d new and %d renewed certificate(s) for %s, want none: no client binds it there", bFresh, bRenewals, acmeAppHost)
 	}
-	if whose == "its own renewal" && bRenewals == 0 {
-		t.Errorf("acme-b serves %s with serial %x, neither acme-a's, nor one it logged renewing", acmeAppHost, got.SerialNumber)
-	}
-	figs.add(t, "acme: acme-b served a renewed certificate for %s %v after acme-a's (serial %x, %s; acme-b logged %d renewal(s)); %d order(s) for %s in all",
-		acmeAppHost, time.Since(bStart).Round(time.Millisecond), got.SerialNumber, whose, bRenewals, tp.pebbleOrders(acmeAppHost), acmeAppHost)
+	figs.add(t, "acme: acme-b served a renewed certificate for %s %v after acme-a's (serial %x, %s); %d order(s) for %s in all, none by acme-b",
+		acmeAppHost, time.Since(bStart).Round(time.Millisecond), got.SerialNumber, whose, tp.pebbleOrders(acmeAppHost), acmeAppHost)
 }
