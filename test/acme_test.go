@@ -31,7 +31,7 @@ import (
 //
 // With the servers' default renewal check (certmagic's, every 10
 // minutes), certmagic counts a certificate with less than five checks
-// (50 minutes) left as expiring imminently: a 30-second one is due for
+// (50 minutes) left as expiring imminently: a 90-second one is due for
 // renewal from its issuance on, not from its last third, and each
 // handshake that finds it in a server's cache (none renewing it yet)
 // starts a renewal in the background while being served it. Only the
@@ -42,7 +42,7 @@ const (
 	acmeOtherHost   = "other.test" // no token covers it
 	pebbleTaskLog   = "Pulled a task from the Tasks queue"
 	obtainedLog     = `msg="certificate obtained"`
-	pebbleValidity  = 30 * time.Second
+	pebbleValidity  = 90 * time.Second
 	renewalVisitGap = 500 * time.Millisecond // between fresh handshakes while waiting for a renewal
 )
 
@@ -431,9 +431,9 @@ func (tp *topology) acmeRenewal(t *testing.T, figs *figures, first acmeIssued) {
 	// acme-b: no client binds app.test there, so it serves the store's
 	// certificate (acme_on_demand saw the first one), never orders or
 	// renews it, and re-reads the store every tenth of the certificate's
-	// life (3 s here). Wait until it serves something newer than the
+	// life (9 s here). Wait until it serves something newer than the
 	// first certificate. acme-a may have renewed again meanwhile (a
-	// 30-second certificate is due from its issuance on, see the
+	// 90-second certificate is due from its issuance on, see the
 	// constants), so the serial is acme-a's latest, not always the one
 	// served above.
 	bAddr := tp.port("acme-b", 8443)

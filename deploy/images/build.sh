@@ -277,7 +277,7 @@ EOF
 # its random wait before validating; PEBBLE_WFE_NONCEREJECT=0 stops it
 # rejecting good nonces at random, and PEBBLE_AUTHZREUSE=0 reusing
 # authorizations, so that every order really validates. Its certificates
-# live 30 s (certificateValidityPeriod), so that the suite sees one
+# live 90 s (certificateValidityPeriod), so that the suite sees one
 # renewed within a step (test/acme_test.go, pebbleValidity).
 e2e_pebble_image() {
   local dir="$work/e2e-pebble"
@@ -295,7 +295,7 @@ e2e_pebble_image() {
   "tlsPort": 8443,
   "ocspResponderURL": "",
   "externalAccountBindingRequired": false,
-  "certificateValidityPeriod": 30
+  "certificateValidityPeriod": 90
 }}
 EOF
   scratch_dockerfile "$dir" 'ENV PEBBLE_VA_NOSLEEP=1 PEBBLE_WFE_NONCEREJECT=0 PEBBLE_AUTHZREUSE=0
