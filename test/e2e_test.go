@@ -244,13 +244,20 @@ func TestEndToEnd(t *testing.T) {
 		{"network_partition", func(t *testing.T) {
 			tp.t = t
 			ok0, failed0 := load.counts()
-			victim := tp.apps(false)[0]
-			name := docker(t, "inspect", "-f", "{{.Config.Hostname}}", victim)
-			for _, s := range []string{"server-a", "server-b"} {
-				if !tp.hasClient(s, name) {
-					t.Fatalf("%s does not list client %s before the partition", s, name)
+			// The scaling steps leave the pool moving (cooldown 2 s): an
+			// instance the provider just started or is stopping may be on
+			// one server only. The victim is one both servers list.
+			var victim, name string
+			tp.waitFor("an app instance both servers list, to partition", 60*time.Second, func() bool {
+				for _, id := range tp.apps(false) {
+					n := docker(t, "inspect", "-f", "{{.Config.Hostname}}", id)
+					if tp.hasClient("server-a", n) && tp.hasClient("server-b", n) {
+						victim, name = id, n
+						return true
+					}
 				}
-			}
+				return false
+			})
 			docker(t, "network", "disconnect", "-f", tp.network, victim)
 			detect := tp.waitFor("server-b drops the partitioned client", 3*clientDownThreshold, func() bool {
 				return !tp.hasClient("server-b", name)
