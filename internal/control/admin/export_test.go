@@ -31,3 +31,7 @@ func SetKeyLoginReadTimeoutForTest(d time.Duration) (restore func()) {
 	keyLoginReadTimeout = d
 	return func() { keyLoginReadTimeout = old }
 }
+
+// MaxSessionCandidatesForTest is how many well-formed session cookies a
+// request looks up at most.
+const MaxSessionCandidatesForTest = maxSessionCandidates
