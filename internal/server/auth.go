@@ -120,7 +120,6 @@ func parsePrefixes(tokenID, field string, cidrs []string) ([]netip.Prefix, error
 // refused binds.
 type auditingRegistry struct {
 	tunnel.Registry
-	db     *store.DB
 	events *events.Emitter
 	log    *slog.Logger
 	budget *refusalBudget
