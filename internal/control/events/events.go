@@ -44,8 +44,8 @@ type Event struct {
 	// The values must encode as JSON.
 	Fields map[string]any
 	// Data, when set, is the kind's own typed payload, which the sink
-	// encodes in place of the generic one (autoscale.Event for the
-	// scaling kinds, webhook.MaintenanceEvent for maintenance). Nil means
+	// encodes in place of the generic one (Scaling for the scaling
+	// kinds, webhook.MaintenanceEvent for maintenance). Nil means
 	// the generic payload.
 	Data any
 }
