@@ -11,6 +11,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -75,11 +76,8 @@ func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []strin
 		return notices
 	}
 	id := s.Identity()
-	actor := apitype.Master
-	if id.TokenID != "" {
-		actor = "token:" + id.TokenID
-	}
-	ok, leftOut, first := r.binds.budget.admit(actor)
+	actor := store.ClientActor(id.TokenID)
+	ok, leftOut, first := r.binds.budget.admit(actor.String())
 	if first {
 		r.log.Warn("refused binds over budget, not auditing the rest of this minute",
 			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, s.RemoteAddr())

@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/aperio-dev/aperio/internal/control/admin"
-	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/portspec"
+	"github.com/aperio-dev/aperio/store"
 
 	"github.com/aperio-dev/aperio/internal/ports"
 	"github.com/aperio-dev/aperio/internal/visitor/usage"
@@ -90,11 +90,7 @@ func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error)
 	}
 	emitter := g.events
 	pc.Audit = func(_ context.Context, e ports.AuditEntry) {
-		actor := apitype.Master
-		if e.TokenID != "" {
-			actor = "token:" + e.TokenID
-		}
-		emitter.Offer(events.Event{Kind: e.Action, OrgID: e.OrgID, Actor: actor, Detail: e.Detail})
+		emitter.Offer(events.Event{Kind: e.Action, OrgID: e.OrgID, Actor: store.ClientActor(e.TokenID), Detail: e.Detail})
 	}
 	return ports.New(pc)
 }

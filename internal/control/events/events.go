@@ -30,9 +30,9 @@ type Event struct {
 	// OrgID is the organization concerned; "" for server-wide events
 	// (config_reloaded), which no webhook receives.
 	OrgID string
-	// Actor names who did it: an admin key ID, "master", "server",
-	// "visitor", "token:ID".
-	Actor string
+	// Actor names who did it (store.Actor: "master", "key:ID",
+	// "token:ID", "server", "visitor", …).
+	Actor store.Actor
 	// Hostname and Path name the hostname and bind path concerned, if
 	// any.
 	Hostname, Path string
