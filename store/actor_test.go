@@ -37,19 +37,23 @@ func TestActorSpellings(t *testing.T) {
 }
 
 // TestAuditKeepsActor: an entry's actor is stored and listed exactly as
-// built, and the actor filter finds it by its spelling.
+// built, and the actor filter finds it by its spelling, on each backend.
 func TestAuditKeepsActor(t *testing.T) {
-	db := storetest.Open(t, storetest.SQLite(t))
-	for _, a := range []store.Actor{store.TokenActor("tok_1"), store.AdminKeyActor("ak_1"), store.OIDCActor("jane@example.com"), store.MasterActor} {
-		if _, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: "token_minted", Actor: a}); err != nil {
-			t.Fatalf("AppendAudit(actor %s) = %v", a, err)
-		}
-		got, err := db.QueryAudit(t.Context(), store.AuditQuery{Actor: a.String(), Limit: 10})
-		if err != nil {
-			t.Fatalf("QueryAudit(actor %s) = %v", a, err)
-		}
-		if len(got) != 1 || got[0].Actor != a {
-			t.Errorf("QueryAudit(actor %s) = %+v, want the one entry by it", a, got)
-		}
+	for name, fresh := range map[string]func(testing.TB) store.Config{"sqlite": storetest.SQLite, "postgres": storetest.Postgres} {
+		t.Run(name, func(t *testing.T) {
+			db := storetest.Open(t, fresh(t))
+			for _, a := range []store.Actor{store.TokenActor("tok_1"), store.AdminKeyActor("ak_1"), store.OIDCActor("jane@example.com"), store.MasterActor} {
+				if _, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: "token_minted", Actor: a}); err != nil {
+					t.Fatalf("AppendAudit(actor %s) = %v", a, err)
+				}
+				got, err := db.QueryAudit(t.Context(), store.AuditQuery{Actor: a.String(), Limit: 10})
+				if err != nil {
+					t.Fatalf("QueryAudit(actor %s) = %v", a, err)
+				}
+				if len(got) != 1 || got[0].Actor != a {
+					t.Errorf("QueryAudit(actor %s) = %+v, want the one entry by it", a, got)
+				}
+			}
+		})
 	}
 }
