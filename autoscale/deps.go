@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -111,16 +113,17 @@ type Caller interface {
 	Call(ctx context.Context, c HookCall) (status int, retryAfter time.Duration, err error)
 }
 
-// Event types, also used as the audit log's event names.
+// Event types, also used as the audit log's event names: the webhook
+// events of internal/control/apitype, under the autoscaler's names.
 const (
 	// EventRequested is a call the provider accepted (2xx).
-	EventRequested = "scaling_requested"
+	EventRequested = apitype.EventScalingRequested
 	// EventFailed is a call that failed: a non-2xx answer, a timeout, a
 	// fence refusal or a transport error.
-	EventFailed = "scaling_failed"
+	EventFailed = apitype.EventScalingFailed
 	// EventDisarmed is the breaker tripping after MaxFailures consecutive
 	// failures; the record is not called again until re-armed.
-	EventDisarmed = "scaling_disarmed"
+	EventDisarmed = apitype.EventScalingDisarmed
 )
 
 // EventTypes returns every Event.Type the controller emits, in a fixed
@@ -130,28 +133,7 @@ func EventTypes() []string {
 }
 
 // Event is what the controller reports for webhook delivery: each call,
-// and each disarm.
-type Event struct {
-	// Type is EventRequested, EventFailed or EventDisarmed.
-	Type string
-	// At is when the call ended.
-	At time.Time
-	// RecordID, OrgID, Hostname and Path name the record and its bind.
-	RecordID, OrgID, Hostname, Path string
-	// Reason, Current, Desired, Min and Max are the call's body.
-	Reason           Reason
-	Current, Desired int
-	Min, Max         int
-	// Status is the HTTP status; 0 when there was no response.
-	Status int
-	// ConsecutiveFailures is the breaker count after the call.
-	ConsecutiveFailures int
-	// Utilization holds the samples that caused the decision, oldest
-	// first: at most MaxRecordedSamples, the latest ones. Empty for a
-	// cold start.
-	Utilization []float64
-	// IdempotencyKey is the decision's key.
-	IdempotencyKey string
-	// Err says why a call failed; "" on success.
-	Err string
-}
+// and each disarm, as the Data of its events.Event. The type is defined
+// in internal/control/events, which delivery imports instead of this
+// package.
+type Event = events.Scaling

@@ -966,7 +966,7 @@ func (o outcome) event(typ string) Event {
 	e := Event{
 		Type: typ, At: o.at,
 		RecordID: o.rec.ID, OrgID: o.rec.OrgID, Hostname: o.rec.Hostname, Path: o.rec.Path,
-		Reason: o.d.reason, Current: o.d.current, Desired: o.d.desired, Min: o.rec.Min, Max: o.rec.Max,
+		Reason: string(o.d.reason), Current: o.d.current, Desired: o.d.desired, Min: o.rec.Min, Max: o.rec.Max,
 		Status: o.status, ConsecutiveFailures: o.rec.ConsecutiveFailures,
 		Utilization: o.d.samples.recent, IdempotencyKey: o.d.key,
 	}

@@ -300,7 +300,7 @@ func TestDecisionRecordsReasonAndSamples(t *testing.T) {
 			want = append(want, cycle[s%3])
 		}
 		evs := h.events.all()
-		if len(evs) != 1 || evs[0].Type != EventRequested || evs[0].Reason != ReasonScaleOut {
+		if len(evs) != 1 || evs[0].Type != EventRequested || evs[0].Reason != string(ReasonScaleOut) {
 			t.Fatalf("events = %+v, want one scaling_requested for scale_out", evs)
 		}
 		if diff := cmp.Diff(want, evs[0].Utilization); diff != "" {

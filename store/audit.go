@@ -53,7 +53,7 @@ func AuditHash(prev []byte, e AuditEntry) []byte {
 	writeField(h, []byte(auditHashDomain))
 	writeField(h, strconv.AppendInt(nil, e.Seq, 10))
 	writeField(h, e.At.UTC().AppendFormat(nil, auditTime))
-	for _, s := range []string{e.OrgID, e.Event, e.Actor, e.Hostname, e.Detail} {
+	for _, s := range []string{e.OrgID, e.Event, string(e.Actor), e.Hostname, e.Detail} {
 		writeField(h, []byte(s))
 	}
 	return h.Sum(nil)
@@ -199,7 +199,7 @@ const MaxAuditDetailBytes = 8 << 10
 // cannot forge lines or reorder what a terminal shows), and Detail cut to
 // MaxAuditDetailBytes.
 func cleanAudit(e AuditEntry) AuditEntry {
-	e.Actor = auditText(e.Actor)
+	e.Actor = Actor(auditText(string(e.Actor)))
 	e.Hostname = auditText(e.Hostname)
 	e.Detail = auditText(e.Detail)
 	if len(e.Detail) > MaxAuditDetailBytes {

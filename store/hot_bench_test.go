@@ -67,7 +67,7 @@ func newHotFixture(b *testing.B, cfg store.Config) hotFixture {
 		b.Fatalf("CreateAdminSession() = %v", err)
 	}
 	for i := range hotAudit {
-		if _, err := db.AppendAudit(ctx, store.AuditEntry{OrgID: f.org.ID, Event: "token_minted", Actor: f.key.ID,
+		if _, err := db.AppendAudit(ctx, store.AuditEntry{OrgID: f.org.ID, Event: "token_minted", Actor: store.AdminKeyActor(f.key.ID),
 			Hostname: "app0.example.com", Detail: fmt.Sprint("token tok_", i)}); err != nil {
 			b.Fatalf("AppendAudit() = %v", err)
 		}
@@ -125,7 +125,7 @@ func BenchmarkHotPath(b *testing.B) {
 				}},
 				{"AppendAudit", func(i int) error {
 					_, err := f.db.AppendAudit(ctx, store.AuditEntry{OrgID: f.org.ID, Event: "token_revoked",
-						Actor: f.key.ID, Hostname: "app0.example.com", Detail: "token tok_x"})
+						Actor: store.AdminKeyActor(f.key.ID), Hostname: "app0.example.com", Detail: "token tok_x"})
 					return err
 				}},
 				{"ListAudit", func(int) error {

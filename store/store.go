@@ -672,8 +672,9 @@ type AuditEntry struct {
 	OrgID string
 	// Event names what happened ("token_minted", "login_failed", …).
 	Event string
-	// Actor names who did it (free text: an admin key ID, "master").
-	Actor string
+	// Actor names who did it (see Actor: "master", "key:ID", "token:ID",
+	// …).
+	Actor Actor
 	// Hostname is the hostname concerned, if any.
 	Hostname string
 	// Detail is free text.

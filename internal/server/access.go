@@ -22,6 +22,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
 	"github.com/aperio-dev/aperio/internal/visitor/signing"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
 )
 
 // IdentityIssuer is the iss of the identity tokens the server signs for
@@ -208,7 +209,7 @@ func (g *Gateway) authDenied(d router.AccessDenial) {
 	if len(detail) > maxAuditDetail {
 		detail = detail[:maxAuditDetail] + "…"
 	}
-	g.events.Offer(events.Event{Kind: apitype.EventAuthDenied, OrgID: d.OrgID, Actor: "visitor", Hostname: d.Host, Detail: detail,
+	g.events.Offer(events.Event{Kind: apitype.EventAuthDenied, OrgID: d.OrgID, Actor: store.VisitorActor, Hostname: d.Host, Detail: detail,
 		Fields: map[string]any{"path": path, "visitor": visitor, "methods": d.Methods, "status": d.Status, "reason": d.Reason}})
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
+	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -203,7 +204,7 @@ func (a *acmeAsk) audit(o acme.Order) {
 	if o.Renewal {
 		detail = "renewal ordered"
 	}
-	a.g.events.Offer(events.Event{Kind: EventCertificateOrdered, Actor: "server", OrgID: o.Org, Hostname: o.Name, Detail: detail})
+	a.g.events.Offer(events.Event{Kind: EventCertificateOrdered, Actor: store.ServerActor, OrgID: o.Org, Hostname: o.Name, Detail: detail})
 }
 
 // EventCertificateOrdered is the audit event of each certificate order

@@ -120,7 +120,6 @@ func parsePrefixes(tokenID, field string, cidrs []string) ([]netip.Prefix, error
 // refused binds.
 type auditingRegistry struct {
 	tunnel.Registry
-	db     *store.DB
 	events *events.Emitter
 	log    *slog.Logger
 	budget *refusalBudget
@@ -151,7 +150,7 @@ func sessionEvent(kind string, s *tunnel.Session) events.Event {
 		}
 	}
 	ev := events.Event{
-		Kind: kind, OrgID: id.OrgID, Actor: tokenActor(id),
+		Kind: kind, OrgID: id.OrgID, Actor: store.ClientActor(id.TokenID),
 		Detail: fmt.Sprintf("client %s %q from %s, hostnames %s", s.ID(), ann.Name, s.RemoteAddr(), strings.Join(hosts, ", ")),
 		Fields: map[string]any{"client_id": s.ID(), "name": ann.Name, "token_id": id.TokenID, "remote_addr": s.RemoteAddr(), "hostnames": hosts},
 	}
@@ -161,20 +160,12 @@ func sessionEvent(kind string, s *tunnel.Session) events.Event {
 	return ev
 }
 
-// tokenActor names the token of id as the audit log's actor.
-func tokenActor(id tunnel.Identity) string {
-	if id.TokenID != "" {
-		return "token:" + id.TokenID
-	}
-	return apitype.Master
-}
-
 // refused emits the refusal of a client called name, from remote, when
 // the budget of its token admits it. It blocks for the audit write, at
 // most the emitter's audit timeout.
 func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name, remote string, why error) {
-	actor := tokenActor(id)
-	ok, leftOut, first := r.budget.admit(actor)
+	actor := store.ClientActor(id.TokenID)
+	ok, leftOut, first := r.budget.admit(actor.String())
 	if first {
 		r.log.Warn("refused clients over budget, not auditing the rest of this minute",
 			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, remote)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
@@ -19,11 +20,6 @@ import (
 // it changes to a non-empty one, within a per-token budget like
 // client_refused's.
 const EventClientBindRefused = "client_bind_refused"
-
-// bindAuditTimeout bounds the audit write of a changed set of refused
-// binds. It runs on the heartbeat's path, so it stays well within the
-// heartbeat interval.
-const bindAuditTimeout = time.Second
 
 // maxBindsNamed bounds the refused binds an entry names, so that an
 // announcement of a thousand refused hostnames writes a short entry.
@@ -66,7 +62,10 @@ func (b *bindAudits) forget(s *tunnel.Session) {
 }
 
 // Update applies the announcement, then audits the session's refused
-// binds when they changed (see EventClientBindRefused).
+// binds when they changed (see EventClientBindRefused). The entry is
+// offered to the events queue, not written: Update runs before the
+// handshake's welcome or the heartbeat's ack, which never wait for the
+// store.
 func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
 	notices := r.Registry.Update(ctx, s)
 	if r.binds == nil {
@@ -77,11 +76,8 @@ func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []strin
 		return notices
 	}
 	id := s.Identity()
-	actor := apitype.Master
-	if id.TokenID != "" {
-		actor = "token:" + id.TokenID
-	}
-	ok, leftOut, first := r.binds.budget.admit(actor)
+	actor := store.ClientActor(id.TokenID)
+	ok, leftOut, first := r.binds.budget.admit(actor.String())
 	if first {
 		r.log.Warn("refused binds over budget, not auditing the rest of this minute",
 			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, s.RemoteAddr())
@@ -98,11 +94,7 @@ func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []strin
 	if leftOut > 0 {
 		detail += fmt.Sprintf(" (%d earlier changes of this token over budget, not audited)", leftOut)
 	}
-	actx, cancel := context.WithTimeout(ctx, bindAuditTimeout)
-	defer cancel()
-	if _, err := r.db.AppendAudit(actx, store.AuditEntry{OrgID: id.OrgID, Event: EventClientBindRefused, Actor: actor, Detail: detail}); err != nil {
-		r.log.Error("audit write failed", logkey.Event, EventClientBindRefused, logkey.Err, err)
-	}
+	r.events.Offer(events.Event{Kind: EventClientBindRefused, OrgID: id.OrgID, Actor: actor, Detail: detail})
 	return notices
 }
 

@@ -271,7 +271,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		g.acmeAsk = newACMEAsk(g, rt, cfg.ACME.OnDemandGrace)
 		registry = acmeRegistry{Registry: registry, ask: g.acmeAsk}
 	}
-	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, db: g.db, events: g.events, log: log, budget: newRefusalBudget(time.Now),
+	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, events: g.events, log: log, budget: newRefusalBudget(time.Now),
 		binds: newBindAudits(rt, time.Now)}}
 	tc.Logger = log
 	ts, err := tunnel.NewServer(tc)

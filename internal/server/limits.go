@@ -258,7 +258,7 @@ func (g *Gateway) warnExpiring(ctx context.Context, now time.Time) {
 				continue // another server sent it
 			}
 			exp := t.ExpiresAt.UTC().Format(time.RFC3339)
-			g.events.Emit(ctx, events.Event{Kind: EventTokenExpiring, OrgID: t.OrgID, Actor: "server",
+			g.events.Emit(ctx, events.Event{Kind: EventTokenExpiring, OrgID: t.OrgID, Actor: store.ServerActor,
 				Detail: fmt.Sprintf("token %s name=%q expires at %s (warning %s)", t.ID, t.Name, exp, th.name),
 				Fields: map[string]any{"token_id": t.ID, "name": t.Name, "expires_at": exp, "warning": th.name}})
 		}

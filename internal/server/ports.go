@@ -6,14 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/aperio-dev/aperio/internal/control/admin"
-	"github.com/aperio-dev/aperio/internal/control/apitype"
-	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/portspec"
 	"github.com/aperio-dev/aperio/store"
 
@@ -73,11 +71,9 @@ func portUsage(m *usage.Meter) func(tokenID, orgID, name string) ports.Counter {
 	}
 }
 
-// portAuditTimeout bounds one audit write of a port's lifecycle.
-const portAuditTimeout = 5 * time.Second
-
 // newPorts builds the Manager of cfg's tcp_port_range: its audit entries
-// go to the store, its bytes into usage and quotas, its TCP connections
+// go to the events queue (the manager reports them from Apply, which runs
+// before the heartbeat's ack, so it must not wait for the store), its bytes into usage and quotas, its TCP connections
 // end after visitor_idle_timeout without a byte (10 minutes when unset),
 // or port_first_byte_timeout when the visitor has sent nothing yet.
 func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error) {
@@ -92,17 +88,9 @@ func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error)
 	if g.usage != nil {
 		pc.Usage = portUsage(g.usage)
 	}
-	db := g.db
-	pc.Audit = func(ctx context.Context, e ports.AuditEntry) {
-		actor := apitype.Master
-		if e.TokenID != "" {
-			actor = "token:" + e.TokenID
-		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), portAuditTimeout)
-		defer cancel()
-		if _, err := db.AppendAudit(actx, store.AuditEntry{OrgID: e.OrgID, Event: e.Action, Actor: actor, Detail: e.Detail}); err != nil {
-			log.Error("audit write failed", logkey.Event, e.Action, logkey.Err, err)
-		}
+	emitter := g.events
+	pc.Audit = func(_ context.Context, e ports.AuditEntry) {
+		emitter.Offer(events.Event{Kind: e.Action, OrgID: e.OrgID, Actor: store.ClientActor(e.TokenID), Detail: e.Detail})
 	}
 	return ports.New(pc)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"
+	"github.com/aperio-dev/aperio/store"
 )
 
 // Audit events of a configuration reload.
@@ -277,7 +278,7 @@ func (g *Gateway) AuditReload(ctx context.Context, reason string, applied, resta
 	}
 	// A reload is the operator's: its webhook goes to the default
 	// organization's subscriptions, and the entry is in its audit log.
-	e := events.Event{Kind: ev, OrgID: g.defaultOrg, Actor: "server", Detail: detail,
+	e := events.Event{Kind: ev, OrgID: g.defaultOrg, Actor: store.ServerActor, Detail: detail,
 		Fields: map[string]any{"reason": reason, "applied": nonNil(applied), "restart_needed": nonNil(restart)}}
 	if err != nil {
 		e.Fields = map[string]any{"reason": reason, "error": err.Error()}

@@ -327,11 +327,8 @@ func (r scalingRegistry) auditRefusal(ctx context.Context, job *declareJob, b de
 	if !r.audited.firstWithin(job.session, "refused\x00"+b.hostname+"\x00"+b.path+"\x00"+err.Error(), maxRefusalAuditsPerSession) {
 		return
 	}
-	actor := "master"
-	if job.id.TokenID != "" {
-		actor = "token:" + job.id.TokenID
-	}
-	if ok, _, _ := r.auditBudget.admit(actor); !ok {
+	actor := store.ClientActor(job.id.TokenID)
+	if ok, _, _ := r.auditBudget.admit(actor.String()); !ok {
 		return
 	}
 	detail := "scaling declaration refused: " + err.Error()

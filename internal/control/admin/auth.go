@@ -96,14 +96,14 @@ type caller struct {
 }
 
 // actor names the caller in audit entries and CreatedBy fields.
-func (c caller) actor() string {
+func (c caller) actor() store.Actor {
 	switch {
 	case c.master:
-		return apitype.Master
+		return store.MasterActor
 	case c.session != nil:
-		return "oidc:" + c.user
+		return store.OIDCActor(c.user)
 	}
-	return "key:" + c.key.ID
+	return store.AdminKeyActor(c.key.ID)
 }
 
 // scope is the organization the caller's lookups and listings are limited
@@ -219,7 +219,7 @@ func (a *API) loginFailed(r *http.Request, why string) {
 	if suppressed > 0 {
 		detail += fmt.Sprintf(" (%d earlier failed logins over budget, not audited)", suppressed)
 	}
-	a.audit(r, store.AuditEntry{Event: EventLoginFailed, Actor: "anonymous", Detail: detail})
+	a.audit(r, store.AuditEntry{Event: EventLoginFailed, Actor: store.AnonymousActor, Detail: detail})
 }
 
 // maxFailedLoginAudits bounds the login_failed entries written per minute,

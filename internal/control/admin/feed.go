@@ -177,7 +177,7 @@ func (a *API) streamEvents(w http.ResponseWriter, r *http.Request, c caller) err
 			return o.visible(scope, e.Hostname)
 		}
 	}
-	f.Holder = telemetry.StreamHolder{Master: c.master, Credential: c.actor(), OrgID: c.scope()}
+	f.Holder = telemetry.StreamHolder{Master: c.master, Credential: c.actor().String(), OrgID: c.scope()}
 	sub, err := a.stream.Subscribe(f)
 	switch {
 	case errors.Is(err, telemetry.ErrTooManySubscribers):

@@ -121,7 +121,7 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request, c caller) error 
 		Role:      req.Role,
 		Prefix:    m.prefix,
 		Hash:      m.hash,
-		CreatedBy: c.actor(),
+		CreatedBy: c.actor().String(),
 		ExpiresAt: expires,
 	})
 	if errors.Is(err, store.ErrNotFound) {
@@ -254,7 +254,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c caller) erro
 		Hostnames:  hosts,
 		AllowedIPs: ips,
 		ExpiresAt:  expires,
-		CreatedBy:  c.actor(),
+		CreatedBy:  c.actor().String(),
 
 		AllowCatchAll: req.AllowCatchAll,
 		Limits:        limits,
@@ -586,7 +586,7 @@ func (a *API) setMaintenance(w http.ResponseWriter, r *http.Request, c caller) e
 		return err
 	}
 	now := a.now()
-	m := store.Maintenance{Hostname: host, OrgID: orgID, By: c.actor(), Since: now, Reason: req.Reason}
+	m := store.Maintenance{Hostname: host, OrgID: orgID, By: c.actor().String(), Since: now, Reason: req.Reason}
 	if req.TTLSeconds > 0 {
 		end := now.Add(time.Duration(req.TTLSeconds) * time.Second)
 		m.ExpiresAt = &end
@@ -688,7 +688,7 @@ func (a *API) clearMaintenance(w http.ResponseWriter, r *http.Request, c caller)
 		Actor:    c.actor(),
 		OrgID:    orgID,
 		Hostname: host,
-		Data:     webhook.MaintenanceEvent{Type: webhook.EventMaintenanceOff, At: now, OrgID: orgID, Hostname: host, By: c.actor()},
+		Data:     webhook.MaintenanceEvent{Type: webhook.EventMaintenanceOff, At: now, OrgID: orgID, Hostname: host, By: c.actor().String()},
 	})
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -341,7 +341,7 @@ func wantRefusalAudited(t *testing.T, e *tenants, org, actor string) {
 		t.Fatal(err)
 	}
 	for _, a := range es {
-		if a.Event == "client_refused" && a.Actor == actor {
+		if a.Event == "client_refused" && a.Actor.String() == actor {
 			return
 		}
 	}

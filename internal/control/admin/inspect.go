@@ -114,7 +114,7 @@ func (a *API) startInspect(w http.ResponseWriter, r *http.Request, c caller) err
 	if err := decode(w, r, &req, true); err != nil {
 		return err
 	}
-	st, err := in.Start(host, inspect.Options{InspectRequest: req, OrgID: orgID, StartedBy: c.actor()})
+	st, err := in.Start(host, inspect.Options{InspectRequest: req, OrgID: orgID, StartedBy: c.actor().String()})
 	switch {
 	case errors.Is(err, inspect.ErrBadInput):
 		return errorf(http.StatusBadRequest, "%v", err)

@@ -508,7 +508,7 @@ func (a *API) serveLogout(w http.ResponseWriter, r *http.Request) {
 
 // whoami answers who the API takes the caller for.
 func (a *API) whoami(w http.ResponseWriter, r *http.Request, c caller) error {
-	out := WhoAmI{Actor: c.actor(), OrgID: c.key.OrgID, Role: c.key.Role}
+	out := WhoAmI{Actor: c.actor().String(), OrgID: c.key.OrgID, Role: c.key.Role}
 	if c.master {
 		def, err := a.defaultOrgID(r.Context())
 		if err != nil {

@@ -164,7 +164,7 @@ func auditOf(e store.AuditEntry) AuditEntry {
 		At:       e.At,
 		OrgID:    e.OrgID,
 		Event:    e.Event,
-		Actor:    e.Actor,
+		Actor:    e.Actor.String(),
 		Hostname: e.Hostname,
 		Detail:   e.Detail,
 		Seq:      e.Seq,

@@ -592,7 +592,8 @@ type AuditEntry struct {
 	// Event is one of the Event constants of package admin.
 	Event string `json:"event"`
 	// Actor is "master", "key:<id>", "oidc:<email>" (a login session),
-	// or "anonymous" for a failed login.
+	// "anonymous" for a failed login, "token:<id>" (a tunnel client),
+	// "server", "visitor" or "autoscale"; store.Actor spells them.
 	Actor    string `json:"actor"`
 	Hostname string `json:"hostname"`
 	Detail   string `json:"detail"`

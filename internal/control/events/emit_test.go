@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/control/webhook"
@@ -94,7 +93,7 @@ func TestEveryKindDeliveredSigned(t *testing.T) {
 	at := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	host := "app.example.com"
 	scaling := func(kind string) any {
-		return autoscale.Event{Type: kind, At: at, RecordID: "sr_1", OrgID: org.ID, Hostname: host, Path: "/", Current: 1, Desired: 2, Max: 3}
+		return events.Scaling{Type: kind, At: at, RecordID: "sr_1", OrgID: org.ID, Hostname: host, Path: "/", Current: 1, Desired: 2, Max: 3}
 	}
 	tests := []struct {
 		kind string

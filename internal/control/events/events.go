@@ -30,9 +30,9 @@ type Event struct {
 	// OrgID is the organization concerned; "" for server-wide events
 	// (config_reloaded), which no webhook receives.
 	OrgID string
-	// Actor names who did it: an admin key ID, "master", "server",
-	// "visitor", "token:ID".
-	Actor string
+	// Actor names who did it (store.Actor: "master", "key:ID",
+	// "token:ID", "server", "visitor", …).
+	Actor store.Actor
 	// Hostname and Path name the hostname and bind path concerned, if
 	// any.
 	Hostname, Path string
@@ -44,8 +44,8 @@ type Event struct {
 	// The values must encode as JSON.
 	Fields map[string]any
 	// Data, when set, is the kind's own typed payload, which the sink
-	// encodes in place of the generic one (autoscale.Event for the
-	// scaling kinds, webhook.MaintenanceEvent for maintenance). Nil means
+	// encodes in place of the generic one (Scaling for the scaling
+	// kinds, webhook.MaintenanceEvent for maintenance). Nil means
 	// the generic payload.
 	Data any
 }

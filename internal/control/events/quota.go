@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/store"
 )
 
 // Quota is what a quota_exceeded event says: which quota, of whom, and
@@ -27,10 +28,10 @@ type Quota struct {
 // the usage accounting calls it once per quota and period.
 func QuotaExceeded(q Quota) Event {
 	who := "organization " + q.OrgID
-	actor := "server"
+	actor := store.ServerActor
 	if q.TokenID != "" {
 		who = "token " + q.TokenID
-		actor = "token:" + q.TokenID
+		actor = store.TokenActor(q.TokenID)
 	}
 	return Event{
 		Kind: apitype.EventQuotaExceeded, At: q.At, OrgID: q.OrgID, Actor: actor, Hostname: q.Hostname,

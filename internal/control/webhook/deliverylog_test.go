@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -63,8 +63,8 @@ func TestDeliveryLogRecordsAttempts(t *testing.T) {
 	rcv := newReceiver(t, 500, 502, http.StatusNoContent)
 	log := newFakeLog()
 	h := start(t, fakeLister{[]Subscription{{ID: "wh-1", OrgID: "org-1", URL: rcv.URL, Secret: secret,
-		Format: FormatSlack, Events: []string{autoscale.EventFailed}}}}, Config{Deliveries: log})
-	h.d.Emit(t.Context(), scalingEvent(autoscale.EventFailed))
+		Format: FormatSlack, Events: []string{apitype.EventScalingFailed}}}}, Config{Deliveries: log})
+	h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingFailed))
 	want := []struct {
 		status string
 		code   int
@@ -74,7 +74,7 @@ func TestDeliveryLogRecordsAttempts(t *testing.T) {
 		d := log.next(t)
 		recs = append(recs, d)
 		if d.Status != w.status || d.LastStatusCode != w.code || d.Attempts != i+1 ||
-			d.WebhookID != "wh-1" || d.OrgID != "org-1" || d.Event != autoscale.EventFailed {
+			d.WebhookID != "wh-1" || d.OrgID != "org-1" || d.Event != apitype.EventScalingFailed {
 			t.Errorf("record %d = %+v, want %s after attempt %d with status %d", i+1, d, w.status, i+1, w.code)
 		}
 		if (d.LastError == "") != (w.status == store.DeliveryDelivered) {
@@ -114,10 +114,10 @@ func TestDeliveryLogNeverBlocksDeliveries(t *testing.T) {
 	rcv := newReceiver(t, http.StatusOK)
 	bl := blockingLog{calls: make(chan struct{}, 100)}
 	h := start(t, fakeLister{[]Subscription{{ID: "wh-1", OrgID: "org-1", URL: rcv.URL,
-		Events: []string{autoscale.EventRequested}}}}, Config{Deliveries: bl, MaxQueue: 1, Workers: 1})
+		Events: []string{apitype.EventScalingRequested}}}}, Config{Deliveries: bl, MaxQueue: 1, Workers: 1})
 	const n = 4
 	for i := range n {
-		h.d.Emit(t.Context(), scalingEvent(autoscale.EventRequested))
+		h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingRequested))
 		waitLog(t, h.logs, "webhook delivered")
 		if i == 0 {
 			<-bl.calls // the log is now stuck on the first record
@@ -180,7 +180,7 @@ func TestTestAndRedeliver(t *testing.T) {
 	log := newFakeLog()
 	h := start(t, fakeLister{}, Config{Deliveries: log})
 	sub := Subscription{ID: "whk_1", OrgID: "org-1", URL: rcv.URL, Secret: secret, Format: FormatDiscord,
-		Events: []string{autoscale.EventFailed}}
+		Events: []string{apitype.EventScalingFailed}}
 
 	got, err := h.d.Test(t.Context(), sub)
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/config/configtest"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -20,13 +20,13 @@ func formatEvents(t *testing.T) map[string][]byte {
 	t.Helper()
 	at := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
 	ends := at.Add(2 * time.Hour)
-	failed := scalingEvent(autoscale.EventFailed)
+	failed := scalingEvent(apitype.EventScalingFailed)
 	failed.Status, failed.Err = 503, "provider answered 503 Service Unavailable"
-	disarmed := scalingEvent(autoscale.EventDisarmed)
+	disarmed := scalingEvent(apitype.EventScalingDisarmed)
 	disarmed.ConsecutiveFailures = 5
 	out := map[string][]byte{}
 	for name, enc := range map[string]func() ([]byte, error){
-		"scaling_requested": func() ([]byte, error) { return marshalPayload(scalingEvent(autoscale.EventRequested)) },
+		"scaling_requested": func() ([]byte, error) { return marshalPayload(scalingEvent(apitype.EventScalingRequested)) },
 		"scaling_failed":    func() ([]byte, error) { return marshalPayload(failed) },
 		"scaling_disarmed":  func() ([]byte, error) { return marshalPayload(disarmed) },
 		"ping":              func() ([]byte, error) { return pingPayload(Subscription{ID: "whk_1", OrgID: "org-1"}, at) },
@@ -82,7 +82,7 @@ func TestFormatGenericUnchanged(t *testing.T) {
 // characters are escaped and Discord pings nobody, whatever the event
 // carries; a body that is not JSON is an error, not a panic.
 func TestFormatHostile(t *testing.T) {
-	e := scalingEvent(autoscale.EventFailed)
+	e := scalingEvent(apitype.EventScalingFailed)
 	e.Hostname = "<!channel>.example.com"
 	e.Err = strings.Repeat("é\n", 5000)
 	generic, err := marshalPayload(e)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // TestMaintenanceEventsGoToTheirSubscriptions: a subscription naming
@@ -21,7 +21,7 @@ func TestMaintenanceEventsGoToTheirSubscriptions(t *testing.T) {
 	onA, scalingA, onB := newReceiver(t, 204), newReceiver(t, 204), newReceiver(t, 204)
 	subs := []Subscription{
 		{ID: "wh-a-maint", OrgID: "org-a", URL: onA.URL, Secret: "sa", Events: []string{EventMaintenanceOn, EventMaintenanceOff}},
-		{ID: "wh-a-scaling", OrgID: "org-a", URL: scalingA.URL, Events: []string{autoscale.EventRequested}},
+		{ID: "wh-a-scaling", OrgID: "org-a", URL: scalingA.URL, Events: []string{apitype.EventScalingRequested}},
 		{ID: "wh-b-maint", OrgID: "org-b", URL: onB.URL, Secret: "sb", Events: []string{EventMaintenanceOn}},
 	}
 	h := start(t, allLister{subs}, Config{Workers: 1})
@@ -31,15 +31,15 @@ func TestMaintenanceEventsGoToTheirSubscriptions(t *testing.T) {
 	h.d.EmitMaintenance(t.Context(), MaintenanceEvent{Type: EventMaintenanceOn, At: at, OrgID: "org-b", Hostname: "b.example.com", By: "master"})
 	h.d.EmitMaintenance(t.Context(), MaintenanceEvent{Type: EventMaintenanceOff, At: at, OrgID: "org-b", Hostname: "b.example.com", By: "master"}) // org-b's sub does not name it
 	// A sentinel, delivered last by the one worker.
-	h.d.Emit(t.Context(), scalingEvent(autoscale.EventRequested))
-	e := scalingEvent(autoscale.EventRequested)
+	h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingRequested))
+	e := scalingEvent(apitype.EventScalingRequested)
 	e.OrgID = "org-a"
 	h.d.Emit(t.Context(), e)
 	for range 3 {
 		waitLog(t, h.logs, "webhook delivered")
 	}
 
-	if got := scalingA.requests(); len(got) != 1 || got[0].header.Get(HeaderEvent) != autoscale.EventRequested {
+	if got := scalingA.requests(); len(got) != 1 || got[0].header.Get(HeaderEvent) != apitype.EventScalingRequested {
 		t.Errorf("scaling-only subscription got %d requests, want only the scaling event", len(got))
 	}
 	check := func(name string, rcv *receiver, secret string, want MaintenancePayload) {

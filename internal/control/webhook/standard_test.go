@@ -10,7 +10,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/b64"
 
-	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 )
 
 // The Standard Webhooks specification's published example vector, from
@@ -131,8 +131,8 @@ func TestDeliveryVerifiesWithStandardVerifier(t *testing.T) {
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	rcv := newReceiver(t, http.StatusOK)
 	h := start(t, fakeLister{[]Subscription{{ID: "wh-1", OrgID: "org-1", URL: rcv.URL,
-		Secret: secret, Events: []string{autoscale.EventRequested}}}}, Config{})
-	h.d.Emit(t.Context(), scalingEvent(autoscale.EventRequested))
+		Secret: secret, Events: []string{apitype.EventScalingRequested}}}}, Config{})
+	h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingRequested))
 	waitLog(t, h.logs, "webhook delivered")
 	reqs := rcv.requests()
 	if len(reqs) != 1 {
@@ -142,7 +142,7 @@ func TestDeliveryVerifiesWithStandardVerifier(t *testing.T) {
 	if err := Verify(secret, r.header, r.body, time.Now()); err != nil {
 		t.Errorf("Verify(delivery) = %v, want nil", err)
 	}
-	if r.header.Get(HeaderID) != r.header.Get(HeaderDelivery) || r.header.Get(HeaderEvent) != autoscale.EventRequested {
+	if r.header.Get(HeaderID) != r.header.Get(HeaderDelivery) || r.header.Get(HeaderEvent) != apitype.EventScalingRequested {
 		t.Errorf("headers = %v, want webhook-id equal to %s and %s kept", r.header, HeaderDelivery, HeaderEvent)
 	}
 	var seen Replays

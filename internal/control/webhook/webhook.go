@@ -27,7 +27,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -209,7 +208,7 @@ type delivery struct {
 // set) a maintenance event, or (ev set) any other.
 type queued struct {
 	typ, orgID string
-	scaling    autoscale.Event
+	scaling    events.Scaling
 	maint      *MaintenanceEvent
 	ev         *events.Event
 }
@@ -291,8 +290,8 @@ func New(cfg Config) (*Dispatcher, error) {
 // e.Type. It never blocks: when the queue is full the event is dropped,
 // counted in Dropped and logged once per overflow. Events queued while Run
 // is not running wait for it; those still queued when Run returns are not
-// delivered. Emit implements autoscale.Events.
-func (d *Dispatcher) Emit(_ context.Context, e autoscale.Event) {
+// delivered.
+func (d *Dispatcher) Emit(_ context.Context, e events.Scaling) {
 	d.enqueue(queued{typ: e.Type, orgID: e.OrgID, scaling: e})
 }
 
@@ -305,12 +304,12 @@ func (d *Dispatcher) EmitMaintenance(_ context.Context, e MaintenanceEvent) {
 
 // Publish queues e for delivery to every subscription of e.OrgID that
 // lists e.Kind, like Emit: it never blocks, and drops the event when the
-// queue is full. An e.Data of type autoscale.Event or MaintenanceEvent is
+// queue is full. An e.Data of type events.Scaling or MaintenanceEvent is
 // delivered with that kind's payload, anything else with the generic one
 // (see EventPayload). Publish implements events.Sink.
 func (d *Dispatcher) Publish(e events.Event) {
 	switch data := e.Data.(type) {
-	case autoscale.Event:
+	case events.Scaling:
 		d.enqueue(queued{typ: e.Kind, orgID: e.OrgID, scaling: data})
 	case MaintenanceEvent:
 		d.enqueue(queued{typ: e.Kind, orgID: e.OrgID, maint: &data})
@@ -590,7 +589,7 @@ type Payload struct {
 	Detail   Detail    `json:"detail"`
 }
 
-// Detail is the event's own fields, as autoscale.Event defines them.
+// Detail is the event's own fields, as events.Scaling defines them.
 type Detail struct {
 	RecordID            string    `json:"record_id"`
 	Reason              string    `json:"reason,omitempty"`
@@ -606,7 +605,7 @@ type Detail struct {
 }
 
 // marshalPayload encodes e as a delivery body.
-func marshalPayload(e autoscale.Event) ([]byte, error) {
+func marshalPayload(e events.Scaling) ([]byte, error) {
 	util := e.Utilization
 	if util == nil {
 		util = []float64{}
@@ -614,7 +613,7 @@ func marshalPayload(e autoscale.Event) ([]byte, error) {
 	return json.Marshal(Payload{
 		Event: e.Type, At: e.At.UTC(), OrgID: e.OrgID, Hostname: e.Hostname, Path: e.Path,
 		Detail: Detail{
-			RecordID: e.RecordID, Reason: string(e.Reason),
+			RecordID: e.RecordID, Reason: e.Reason,
 			Current: e.Current, Desired: e.Desired, Min: e.Min, Max: e.Max,
 			Status: e.Status, ConsecutiveFailures: e.ConsecutiveFailures,
 			Utilization: util, IdempotencyKey: e.IdempotencyKey, Error: e.Err,

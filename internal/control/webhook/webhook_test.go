@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/store"
@@ -188,11 +189,11 @@ func start(t testing.TB, l Lister, cfg Config) *harness {
 	return h
 }
 
-func scalingEvent(typ string) autoscale.Event {
-	return autoscale.Event{
+func scalingEvent(typ string) events.Scaling {
+	return events.Scaling{
 		Type: typ, At: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC),
 		RecordID: "rec-1", OrgID: "org-1", Hostname: "app.example.com", Path: "/api",
-		Reason: autoscale.ReasonScaleOut, Current: 2, Desired: 3, Min: 1, Max: 8,
+		Reason: "scale_out", Current: 2, Desired: 3, Min: 1, Max: 8,
 		Status: 202, Utilization: []float64{0.9, 0.95}, IdempotencyKey: "key-1",
 	}
 }
@@ -209,9 +210,9 @@ func TestDeliveryCarriesSignedPayload(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rcv := newReceiver(t, http.StatusNoContent)
 			h := start(t, fakeLister{[]Subscription{{ID: "wh-1", OrgID: "org-1", URL: rcv.URL + "/hook",
-				Secret: tt.secret, Events: []string{autoscale.EventRequested}}}}, Config{})
+				Secret: tt.secret, Events: []string{apitype.EventScalingRequested}}}}, Config{})
 			before := time.Now().Unix()
-			h.d.Emit(t.Context(), scalingEvent(autoscale.EventRequested))
+			h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingRequested))
 			rec := waitLog(t, h.logs, "webhook delivered")
 			if got := attr(rec, logkey.Attempts).Int64(); got != 1 {
 				t.Errorf("attempts = %d, want 1", got)
@@ -224,7 +225,7 @@ func TestDeliveryCarriesSignedPayload(t *testing.T) {
 			for k, want := range map[string]string{
 				"Content-Type": "application/json",
 				"User-Agent":   "aperio/" + buildinfo.Version(),
-				HeaderEvent:    autoscale.EventRequested,
+				HeaderEvent:    apitype.EventScalingRequested,
 			} {
 				if got := r.header.Get(k); got != want {
 					t.Errorf("header %s = %q, want %q", k, got, want)
@@ -272,8 +273,8 @@ func TestDeliveryCarriesSignedPayload(t *testing.T) {
 func TestRetriesStopAfterSuccess(t *testing.T) {
 	rcv := newReceiver(t, 500, 503, http.StatusOK)
 	h := start(t, fakeLister{[]Subscription{{ID: "wh-1", OrgID: "org-1", URL: rcv.URL,
-		Secret: "k", Events: []string{autoscale.EventFailed}}}}, Config{})
-	h.d.Emit(t.Context(), scalingEvent(autoscale.EventFailed))
+		Secret: "k", Events: []string{apitype.EventScalingFailed}}}}, Config{})
+	h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingFailed))
 	rec := waitLog(t, h.logs, "webhook delivered")
 	if got := attr(rec, logkey.Attempts).Int64(); got != 3 {
 		t.Errorf("attempts = %d, want 3", got)
@@ -301,8 +302,8 @@ func TestRetriesStopAfterSuccess(t *testing.T) {
 func TestGivesUpAfterMaxAttempts(t *testing.T) {
 	rcv := newReceiver(t, http.StatusInternalServerError)
 	h := start(t, fakeLister{[]Subscription{{ID: "wh-1", OrgID: "org-1", URL: rcv.URL,
-		Events: []string{autoscale.EventDisarmed}}}}, Config{})
-	h.d.Emit(t.Context(), scalingEvent(autoscale.EventDisarmed))
+		Events: []string{apitype.EventScalingDisarmed}}}}, Config{})
+	h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingDisarmed))
 	rec := waitLog(t, h.logs, "webhook delivery given up")
 	if got := attr(rec, logkey.Attempts).Int64(); got != MaxAttempts {
 		t.Errorf("attempts = %d, want %d", got, MaxAttempts)
@@ -325,8 +326,8 @@ func TestGivesUpAfterMaxAttempts(t *testing.T) {
 
 func TestFenceRefusalIsNotRetried(t *testing.T) {
 	h := start(t, fakeLister{[]Subscription{{ID: "wh-1", OrgID: "org-1", URL: "gopher://hooks.example.com/x",
-		Events: []string{autoscale.EventFailed}}}}, Config{})
-	h.d.Emit(t.Context(), scalingEvent(autoscale.EventFailed))
+		Events: []string{apitype.EventScalingFailed}}}}, Config{})
+	h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingFailed))
 	rec := waitLog(t, h.logs, "webhook delivery given up")
 	if got := attr(rec, logkey.Attempts).Int64(); got != 1 {
 		t.Errorf("attempts = %d, want 1", got)
@@ -345,7 +346,7 @@ func TestEmitNeverBlocksWhenQueueFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		d.Emit(t.Context(), scalingEvent(autoscale.EventFailed))
+		d.Emit(t.Context(), scalingEvent(apitype.EventScalingFailed))
 	}
 	if got := d.Dropped(); got != 3 {
 		t.Errorf("Dropped() = %d, want 3", got)
@@ -367,13 +368,13 @@ func TestEventsFilteredBySubscription(t *testing.T) {
 	requested := newReceiver(t, http.StatusOK)
 	other := newReceiver(t, http.StatusOK)
 	h := start(t, allLister{[]Subscription{
-		{ID: "wh-failed", OrgID: "org-1", URL: failed.URL, Events: []string{autoscale.EventFailed}},
-		{ID: "wh-requested", OrgID: "org-1", URL: requested.URL, Events: []string{autoscale.EventRequested}},
+		{ID: "wh-failed", OrgID: "org-1", URL: failed.URL, Events: []string{apitype.EventScalingFailed}},
+		{ID: "wh-requested", OrgID: "org-1", URL: requested.URL, Events: []string{apitype.EventScalingRequested}},
 		{ID: "wh-none", OrgID: "org-1", URL: other.URL},
-		{ID: "wh-other-org", OrgID: "org-2", URL: other.URL, Events: []string{autoscale.EventFailed, autoscale.EventRequested}},
+		{ID: "wh-other-org", OrgID: "org-2", URL: other.URL, Events: []string{apitype.EventScalingFailed, apitype.EventScalingRequested}},
 	}}, Config{Workers: 1})
-	h.d.Emit(t.Context(), scalingEvent(autoscale.EventRequested))
-	h.d.Emit(t.Context(), scalingEvent(autoscale.EventFailed))
+	h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingRequested))
+	h.d.Emit(t.Context(), scalingEvent(apitype.EventScalingFailed))
 	got := map[string]bool{}
 	for range 2 {
 		got[attr(waitLog(t, h.logs, "webhook delivered"), logkey.WebhookID).String()] = true
@@ -386,8 +387,8 @@ func TestEventsFilteredBySubscription(t *testing.T) {
 		r    *receiver
 		want []string
 	}{
-		{"failed", failed, []string{autoscale.EventFailed}},
-		{"requested", requested, []string{autoscale.EventRequested}},
+		{"failed", failed, []string{apitype.EventScalingFailed}},
+		{"requested", requested, []string{apitype.EventScalingRequested}},
 		{"other", other, nil},
 	} {
 		var events []string
