@@ -316,8 +316,8 @@ type Controller struct {
 	bucket       bucket
 	offset       time.Duration // the store's clock minus this server's (clock.go)
 	seq          uint64        // orders sessions and queue items
-	writes       uint64 // counts the record writes landed (see bind.landed)
-	noteSeq      uint64 // numbers the decisions recorded in histories
+	writes       uint64        // counts the record writes landed (see bind.landed)
+	noteSeq      uint64        // numbers the decisions recorded in histories
 	closed       bool
 	metrics      Metrics
 	quota        quota // records held and being created, per org and armer
