@@ -32,6 +32,10 @@ type fakeStore struct {
 	feeds    []chan store.Change           // each clusterNode's change feed
 	gen      int64                         // the last lease generation given
 	gens     map[string]int64              // each record's latest lease generation
+	// onRefused, when set, is called (without the fake's lock) when a
+	// lease is refused because another holder's is live, before the
+	// refusal returns: a test holds the refused attempt there.
+	onRefused func(holder string)
 }
 
 // Clock is the fake store's clock: the bubble's.
@@ -109,7 +113,13 @@ func (s *fakeStore) AcquireScalingLease(ctx context.Context, want store.ScalingL
 	}
 	if h, ok := s.leases[want.RecordID]; ok {
 		if h.ExpiresAt.After(now) && !h.ExpiresAt.After(now.Add(store.MaxScalingLeaseTTL)) && h.Holder != want.Holder {
-			return h, clone(*r), false, nil
+			rc := clone(*r) // the answer as it stood when the store gave it
+			if hook := s.onRefused; hook != nil {
+				s.mu.Unlock()
+				hook(want.Holder)
+				s.mu.Lock()
+			}
+			return h, rc, false, nil
 		}
 		live := h.ExpiresAt.After(now)
 		if h.Reason == want.Reason && h.Current == want.Current && h.Desired == want.Desired &&
