@@ -353,3 +353,38 @@ func TestReleaseNoticeMidAttemptWakes(t *testing.T) {
 		}
 	})
 }
+
+// TestRestartRestoresProviderPenaltyForOtherHostnames (issue #42 item 6,
+// the audit's surviving mutant M6): a provider's stored 429 penalty and
+// Retry-After, recorded on one record, hold after a restart for every
+// record calling that provider: a cold start of another hostname at the
+// same provider host waits for the penalty's end, then calls.
+func TestRestartRestoresProviderPenaltyForOtherHostnames(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		penalized := rec("app.example.com")
+		until := time.Now().Add(2 * time.Minute)
+		last := time.Now().Add(-time.Second)
+		penalized.LastCallAt, penalized.LastReason, penalized.LastStatus = &last, string(ReasonScaleOut), 429
+		penalized.PenaltyUntil = &until
+		other := rec("api.example.com") // same provider host, hooks.example
+		if hostOf(penalized.URL) != hostOf(other.URL) {
+			t.Fatalf("provider hosts %s and %s differ", hostOf(penalized.URL), hostOf(other.URL))
+		}
+		h := newHarness(t, []Record{penalized, other})
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "api.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		advance(2*time.Minute - time.Second)
+		if n := len(h.caller.made()); n != 0 {
+			t.Fatalf("calls to the penalized provider inside its penalty = %d, want 0", n)
+		}
+		advance(2 * time.Second)
+		calls := h.caller.made()
+		if len(calls) != 1 || calls[0].Body.Hostname != "api.example.com" {
+			t.Fatalf("calls after the penalty = %+v, want api.example.com's cold start", calls)
+		}
+		if at := h.at(calls[0]); at < 2*time.Minute {
+			t.Errorf("call at %v, want at the penalty's end (2m)", at)
+		}
+	})
+}
