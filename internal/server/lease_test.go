@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/store/storetest"
 )
@@ -16,6 +17,7 @@ import (
 type providerCall struct {
 	at  time.Time
 	key string // its Idempotency-Key
+	gen string // its Aperio-Lease-Generation
 }
 
 // testProvider is a scaling hook that records every call. While hold is
@@ -33,7 +35,7 @@ func newTestProvider() *testProvider {
 
 func (p *testProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
-	p.calls = append(p.calls, providerCall{time.Now(), r.Header.Get("Idempotency-Key")})
+	p.calls = append(p.calls, providerCall{time.Now(), r.Header.Get("Idempotency-Key"), r.Header.Get("Aperio-Lease-Generation")})
 	if len(p.calls) == 1 {
 		close(p.first)
 	}
@@ -55,7 +57,9 @@ func (p *testProvider) made() []providerCall {
 
 // clusterOn seeds a PostgreSQL database with one armed record for
 // app.test calling hook, and starts n servers on it with autoscaling on.
-func clusterOn(t *testing.T, n int, hook string) ([]*testServer, string) {
+//
+// edit, when given, changes server i's configuration before it starts.
+func clusterOn(t *testing.T, n int, hook string, edit ...func(i int, cfg *server.Config)) ([]*testServer, string) {
 	t.Helper()
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
 	ctx := t.Context()
@@ -73,7 +77,11 @@ func clusterOn(t *testing.T, n int, hook string) ([]*testServer, string) {
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	servers := make([]*testServer, n)
 	for i := range n {
-		servers[i] = startServer(t, cfg, nil, nil)
+		c := cfg
+		for _, e := range edit {
+			e(i, &c)
+		}
+		servers[i] = startServer(t, c, nil, nil)
 	}
 	return servers, org.ID
 }
@@ -206,6 +214,54 @@ func TestLeaseHolderKilledPostgres(t *testing.T) {
 	}
 	if calls[1].key != calls[0].key || calls[0].key == "" {
 		t.Errorf("takeover Idempotency-Key = %q, want the dead holder's %q", calls[1].key, calls[0].key)
+	}
+	// The takeover is fenced above the dead holder's call.
+	dead, taker, err1 := 0, 0, error(nil)
+	if _, err1 = fmt.Sscan(calls[0].gen, &dead); err1 == nil {
+		_, err1 = fmt.Sscan(calls[1].gen, &taker)
+	}
+	if err1 != nil || dead <= 0 || taker <= dead {
+		t.Errorf("Aperio-Lease-Generation: dead holder %q, takeover %q; want positive and rising", calls[0].gen, calls[1].gen)
+	}
+}
+
+// TestSkewedServerPostgres (issue #42 item 2): server B's clock runs a
+// minute ahead of server A's and of the database's. A's cold start is
+// accepted; B, asked a moment later, joins it (the join window is
+// cold_start, a minute, from A's call by the database's clock) instead of
+// waiting out the cooldown and calling again.
+func TestSkewedServerPostgres(t *testing.T) {
+	p := newTestProvider()
+	close(p.hold) // answers at once
+	hook := startBackend(t, p)
+	servers, org := clusterOn(t, 2, hook.URL, func(i int, cfg *server.Config) {
+		if i == 1 {
+			cfg.Scaling.Now = func() time.Time { return time.Now().Add(time.Minute) }
+		}
+	})
+	ctx := t.Context()
+	done, errf, err := servers[0].gw.ColdStartDoneForTest(ctx, org, "app.test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitFlight(t, done, errf, 30*time.Second); err != nil {
+		t.Fatalf("A's cold start = %v", err)
+	}
+	// B hears of A's call through the change feed; give it a moment.
+	deadline := time.Now().Add(10 * time.Second)
+	for !servers[1].gw.JoinsColdStartForTest(ctx, org, "app.test", "") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	done, errf, err = servers[1].gw.ColdStartDoneForTest(ctx, org, "app.test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitFlight(t, done, errf, 5*time.Second); err != nil {
+		t.Errorf("B's cold start = %v, want A's accepted one joined", err)
+	}
+	time.Sleep(time.Second) // a second call, if any, would be made by now
+	if calls := p.made(); len(calls) != 1 {
+		t.Errorf("provider calls = %d, want 1: the skewed server joins", len(calls))
 	}
 }
 
