@@ -351,9 +351,10 @@ func callChangeKind(c ScalingCall) string {
 }
 
 // MaxScalingLeaseTTL bounds a lease's duration. A stored lease expiring
-// further in the future than this (written by a server whose clock runs
-// ahead) counts as expired: no clock can make a lease block a record for
-// longer.
+// further in the future than this counts as expired: no stored row can
+// make a lease block a record for longer. (Leases are stamped by the
+// store's clock; rows written by older versions were stamped by each
+// server's own.)
 const MaxScalingLeaseTTL = 2 * time.Minute
 
 // ScalingLease is one server's claim to call the provider for a record:
