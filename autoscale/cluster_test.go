@@ -388,3 +388,40 @@ func TestRestartRestoresProviderPenaltyForOtherHostnames(t *testing.T) {
 		}
 	})
 }
+
+// TestSkewedServerTakesOverAtExpiry (item 2, lease expiry): the holder
+// dies mid-call; a server whose clock is a minute off takes the lease
+// over when it expires by the store's clock (15 s), not a minute later
+// (clock behind) nor by retrying a live lease in a loop (clock ahead).
+func TestSkewedServerTakesOverAtExpiry(t *testing.T) {
+	for _, skew := range []time.Duration{-time.Minute, time.Minute} {
+		t.Run(fmt.Sprintf("skew %v", skew), func(t *testing.T) {
+			cfg := storetest.SQLite(t)
+			synctest.Test(t, func(t *testing.T) {
+				cl := newSQLCluster(t, cfg)
+				cl.declare(t, rec("app.example.com"))
+				dead := &fakeCaller{hold: make(chan struct{})}
+				a := cl.start(t, "srv_a", 0, dead, 0)
+				b := cl.start(t, "srv_b", skew, &fakeCaller{}, 0)
+				t0 := time.Now()
+				cl.coldStart(t, a, "app.example.com")
+				synctest.Wait()
+				a.kill()
+				cl.coldStart(t, b, "app.example.com")
+				ttl := DefaultConfig().LeaseTTL()
+				advance(ttl - time.Second)
+				if n := len(b.caller.made()); n != 0 {
+					t.Fatalf("B called %d times before the lease expired", n)
+				}
+				advance(2 * time.Second)
+				calls := b.caller.made()
+				if len(calls) != 1 {
+					t.Fatalf("B's calls just after the lease expired = %d, want 1", len(calls))
+				}
+				if at := calls[0].at.Sub(t0); at < ttl || at > ttl+time.Second {
+					t.Errorf("takeover at %v, want at the lease's expiry %v", at, ttl)
+				}
+			})
+		})
+	}
+}
