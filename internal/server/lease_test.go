@@ -61,6 +61,12 @@ func (p *testProvider) made() []providerCall {
 // edit, when given, changes server i's configuration before it starts.
 func clusterOn(t *testing.T, n int, hook string, edit ...func(i int, cfg *server.Config)) ([]*testServer, string) {
 	t.Helper()
+	return clusterOnHosts(t, n, hook, []string{"app.test"}, edit...)
+}
+
+// clusterOnHosts is clusterOn with one armed record for each of hosts.
+func clusterOnHosts(t *testing.T, n int, hook string, hosts []string, edit ...func(i int, cfg *server.Config)) ([]*testServer, string) {
+	t.Helper()
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
 	ctx := t.Context()
 	db := openStoreOn(t, dsn)
@@ -68,9 +74,11 @@ func clusterOn(t *testing.T, n int, hook string, edit ...func(i int, cfg *server
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: "app.test", URL: hook,
-		Max: 1, ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}, "master", true); err != nil {
-		t.Fatal(err)
+	for _, h := range hosts {
+		if _, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: h, URL: hook,
+			Max: 1, ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}, "master", true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := serverConfig(t)
 	cfg.Store.DatabaseURL = dsn
@@ -314,4 +322,33 @@ func TestNewRecordArmedAtOnceOnEveryServer(t *testing.T) {
 		t.Errorf("server B armed the new record %v after it was created, want it at the change's delivery, under the 1 s debounce", took)
 	}
 	t.Logf("server B armed the new record %v after it was created", took.Round(time.Millisecond))
+}
+
+// TestBudgetSharedPostgres (issue #42 item 4): two servers on PostgreSQL,
+// each with scaling_max_calls_per_minute 1, cold-start two different
+// hostnames at once: the budget is the database's, shared, so one call is
+// made and the other waits for the budget's next call (a minute), where
+// two budgets of their own would have let both call at once.
+func TestBudgetSharedPostgres(t *testing.T) {
+	p := newTestProvider()
+	close(p.hold) // answers at once
+	hook := startBackend(t, p)
+	servers, org := clusterOnHosts(t, 2, hook.URL, []string{"one.test", "two.test"}, func(_ int, cfg *server.Config) {
+		cfg.Scaling.MaxCallsPerMinute = 1
+	})
+	ctx := t.Context()
+	for i, h := range []string{"one.test", "two.test"} {
+		if err := servers[i].gw.ColdStartForTest(ctx, org, h, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-p.first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no provider call within 30 s")
+	}
+	time.Sleep(3 * time.Second) // the second call, without a shared budget, comes at once
+	if calls := p.made(); len(calls) != 1 {
+		t.Errorf("provider calls within 3 s = %d, want 1 with a shared budget of 1 a minute", len(calls))
+	}
 }
