@@ -169,6 +169,15 @@ type Config struct {
 	// is not told (counted in Metrics.DecisionsDropped), so a slow
 	// OnDecision never holds the controller up. nil tells no one.
 	OnDecision func(apitype.ScalingDecision)
+	// Now is this server's clock; nil means time.Now. It times what only
+	// this server decides (sampling windows, its own queue and timers).
+	// What servers sharing the store decide together (leases, cooldowns,
+	// backoffs, penalties, the cold-start join window, the calls-per-minute
+	// budget) is decided by the store's clock (Store.Clock); the
+	// controller converts between the two by the offset it measures at
+	// each reload and each lease, so a server whose clock is off still
+	// agrees with the others.
+	Now func() time.Time
 }
 
 // withDefaults fills the zero fields that have a default.
@@ -305,9 +314,10 @@ type Controller struct {
 	hosts        map[string]*hostState // provider hosts with a penalty or a Retry-After
 	hostCalls    map[string]int        // calls in flight by provider host
 	bucket       bucket
-	seq          uint64 // orders sessions and queue items
-	writes       uint64 // counts the record writes landed (see bind.landed)
-	noteSeq      uint64 // numbers the decisions recorded in histories
+	offset       time.Duration // the store's clock minus this server's (clock.go)
+	seq          uint64        // orders sessions and queue items
+	writes       uint64        // counts the record writes landed (see bind.landed)
+	noteSeq      uint64        // numbers the decisions recorded in histories
 	closed       bool
 	metrics      Metrics
 	quota        quota // records held and being created, per org and armer
@@ -352,6 +362,11 @@ type bind struct {
 	// was read (see refresh): a list is never newer than such a write.
 	writing int
 	landed  uint64
+	// releases counts the release notices of the record's lease seen
+	// (leaseReleased): a lease attempt that saw another server's live
+	// lease and finds the count moved since it began knows that lease
+	// already ended, and tries again at once.
+	releases uint64
 }
 
 // New returns a controller. It does no I/O; Run loads the records.
@@ -392,7 +407,7 @@ func New(cfg Config) (*Controller, error) {
 		sessionBinds: map[string][]bindKey{},
 		hosts:        map[string]*hostState{},
 		hostCalls:    map[string]int{},
-		bucket:       newBucket(cfg.MaxCallsPerMinute, time.Now()),
+		bucket:       newBucket(cfg.MaxCallsPerMinute, nowOf(cfg)),
 	}, nil
 }
 
@@ -536,7 +551,7 @@ func (c *Controller) applyLocked(b *bind, r Record, rearm bool) {
 			b.start = nil
 		}
 	}
-	c.honourLocked(b, &r, time.Now())
+	c.honourLocked(b, &r, c.now())
 }
 
 // honourLocked takes the call state r carries, whichever server (or an
@@ -546,23 +561,32 @@ func (c *Controller) applyLocked(b *bind, r Record, rearm bool) {
 // had made the call. It only ever delays: a later state this controller
 // holds wins.
 func (c *Controller) honourLocked(b *bind, r *Record, now time.Time) {
-	if r.NextCallAt != nil && r.NextCallAt.After(b.nextAllowed) {
-		b.nextAllowed = *r.NextCallAt
-	}
-	if r.LastCallAt != nil && r.LastCallAt.After(b.lastCallEnd) {
-		b.lastCallEnd = *r.LastCallAt
-	}
-	if r.PenaltyUntil != nil && r.PenaltyUntil.After(now) {
-		h := c.hosts[b.host]
-		if h == nil {
-			h = &hostState{}
-			c.hosts[b.host] = h
-		}
-		if r.PenaltyUntil.After(h.retryUntil) {
-			h.retryUntil = *r.PenaltyUntil
+	// r's times are the store's clock: each is converted to this
+	// server's before it meets now or this server's own state.
+	if r.NextCallAt != nil {
+		if t := c.localLocked(*r.NextCallAt); t.After(b.nextAllowed) {
+			b.nextAllowed = t
 		}
 	}
-	if at := acceptedColdStart(r, now); !at.IsZero() && (b.start == nil || b.start.resolved && b.start.succeededAt.Before(at)) {
+	if r.LastCallAt != nil {
+		if t := c.localLocked(*r.LastCallAt); t.After(b.lastCallEnd) {
+			b.lastCallEnd = t
+		}
+	}
+	if r.PenaltyUntil != nil {
+		if t := c.localLocked(*r.PenaltyUntil); t.After(now) {
+			h := c.hosts[b.host]
+			if h == nil {
+				h = &hostState{}
+				c.hosts[b.host] = h
+			}
+			if t.After(h.retryUntil) {
+				h.retryUntil = t
+			}
+		}
+	}
+	storeNow := c.storeTimeLocked(now)
+	if at := c.localLocked(acceptedColdStart(r, storeNow)); !at.IsZero() && (b.start == nil || b.start.resolved && b.start.succeededAt.Before(at)) {
 		s := newStart()
 		s.resolveAtLocked(nil, at)
 		b.start = s
@@ -577,9 +601,9 @@ func (c *Controller) honourLocked(b *bind, r *Record, now time.Time) {
 	}
 	// A cold start waiting for another server's call ends with that
 	// call, once the store has it.
-	if it := b.queued; it != nil && it.leased && r.LastCallAt != nil && !r.LastCallAt.Before(it.since) {
-		if p := planLease(leaseIn{reason: it.d.reason, rec: *r, since: it.since, now: now}); p.wait.IsZero() {
-			c.settleLocked(it, p)
+	if it := b.queued; it != nil && it.leased && r.LastCallAt != nil && !c.localLocked(*r.LastCallAt).Before(it.since) {
+		if p := planLease(leaseIn{reason: it.d.reason, rec: *r, since: c.storeTimeLocked(it.since), now: storeNow}); p.wait.IsZero() {
+			c.settleLocked(it, c.localPlanLocked(p))
 		}
 	}
 }
@@ -670,11 +694,6 @@ func (s *Start) Err() error {
 	}
 }
 
-// resolveLocked ends the flight: a success when err is nil.
-func (s *Start) resolveLocked(err error) {
-	s.resolveAtLocked(err, time.Now())
-}
-
 // resolveAtLocked ends the flight: a success accepted at when err is nil.
 func (s *Start) resolveAtLocked(err error, at time.Time) {
 	if s.resolved {
@@ -708,11 +727,11 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, p := c.planColdStartLocked(orgID, hostname, path, time.Now())
+	b, p := c.planColdStartLocked(orgID, hostname, path, c.now())
 	switch {
 	case errors.Is(p.Err, ErrQueueFull):
 		c.rejectLocked(b, ReasonColdStart)
-		c.repeatLocked(b, time.Now(), apitype.ScalingActionColdStart, whyColdStart, apitype.ScalingOutcomeRefused, 0, coldStartDesired(b.rec), nil)
+		c.repeatLocked(b, c.now(), apitype.ScalingActionColdStart, whyColdStart, apitype.ScalingOutcomeRefused, 0, coldStartDesired(b.rec), nil)
 		return nil, p.Err
 	case p.Err != nil:
 		return nil, p.Err
@@ -722,7 +741,7 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	s := newStart()
 	s.parent = trace.SpanContextFromContext(ctx)
 	d := b.decisionLocked(ReasonColdStart, 0, p.desired, samples{})
-	now := time.Now()
+	now := c.now()
 	if p.replace {
 		c.endNoteLocked(b, b.queued.note, now, apitype.ScalingOutcomeDropped, 0, whyReplacedByCS, false)
 		b.queued.d, b.queued.start = d, s
@@ -873,7 +892,7 @@ func (c *Controller) PlanColdStart(ctx context.Context, orgID, hostname, path st
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, p := c.planColdStartLocked(orgID, hostname, path, time.Now())
+	_, p := c.planColdStartLocked(orgID, hostname, path, c.now())
 	return p.ColdStartPlan
 }
 
@@ -983,6 +1002,7 @@ func (c *Controller) landLocked(b *bind) {
 // keeps what it holds; whatever the write stored, the controller applies
 // itself when it lands.
 func (c *Controller) refresh(ctx context.Context) {
+	c.measureClock(ctx)
 	c.mu.Lock()
 	mark := c.writes
 	c.mu.Unlock()

@@ -275,7 +275,7 @@ func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
 		}
 	}
 	if err == nil {
-		t.in.now = time.Now()
+		t.in.now = c.now()
 		p = planDeclare(t.in)
 		if p.write {
 			got, _, err = c.store.DeclareScaling(ctx, p.rec, a.Armer, p.rearm)

@@ -32,9 +32,16 @@ type Record = store.ScalingRecord
 //   - AcquireScalingLease takes the record's lease for a decision, for a
 //     bounded time, unless another holder's lease is live or the record
 //     is disarmed or in its cooldown, backoff or penalty; taking over an
-//     expired lease of the same decision keeps its key (see
+//     expired lease of the same decision keeps its key only within that
+//     lease's lifetime after its expiry, every lease taken gets a
+//     generation above every earlier one, and a lease request with
+//     CallsPerMinute draws from the budget every server shares (see
 //     store.DB.AcquireScalingLease).
+//   - Clock is the store's clock, by which every time above is decided;
+//     RecordScalingCall stamps a zero At with it, and counts NextCallIn
+//     and PenaltyFor from it.
 type Store interface {
+	Clock(ctx context.Context) (time.Time, error)
 	DeclareScaling(ctx context.Context, r Record, armer string, rearm bool) (Record, bool, error)
 	ScalingRecordByBind(ctx context.Context, orgID, hostname, path string) (Record, error)
 	ListScalingRecords(ctx context.Context, orgID string) ([]Record, error)

@@ -33,6 +33,8 @@ type item struct {
 	leased     bool
 	// note numbers its decision in the bind's history (0: none).
 	note uint64
+	// releaseMark is the bind's releases when the lease attempt began.
+	releaseMark uint64
 
 	// Set when the call starts, from the record at that moment.
 	call     HookCall
@@ -50,7 +52,7 @@ func (c *Controller) enqueueLocked(b *bind, d decision, s *Start) error {
 		return ErrQueueFull
 	}
 	c.seq++
-	it := &item{b: b, d: d, start: s, seq: c.seq, since: time.Now()}
+	it := &item{b: b, d: d, start: s, seq: c.seq, since: c.now()}
 	c.queue = append(c.queue, it)
 	b.queued = it
 	c.signal()
@@ -85,9 +87,9 @@ func (c *Controller) removeLocked(it *item) {
 func (c *Controller) dropLocked(it *item, err error, why string) {
 	c.removeLocked(it)
 	c.metrics.Dropped++
-	c.endNoteLocked(it.b, it.note, time.Now(), apitype.ScalingOutcomeDropped, 0, why, false)
+	c.endNoteLocked(it.b, it.note, c.now(), apitype.ScalingOutcomeDropped, 0, why, false)
 	if it.start != nil {
-		it.start.resolveLocked(err)
+		it.start.resolveAtLocked(err, c.now())
 	}
 	c.log.Info("scaling decision dropped",
 		logkey.OrgID, it.b.key.org, logkey.Hostname, it.b.key.host, logkey.Path, it.b.key.path,
@@ -244,7 +246,7 @@ func (c *Controller) dispatchLoop(ctx context.Context) {
 // call starts, so deferred decisions spend no token.
 func (c *Controller) dispatch(ctx context.Context) time.Duration {
 	for {
-		now := time.Now()
+		now := c.now()
 		c.mu.Lock()
 		if c.inflight >= MaxInFlight {
 			c.mu.Unlock()
@@ -269,7 +271,7 @@ func (c *Controller) dispatch(ctx context.Context) time.Duration {
 		st := c.pool.Pool(k.org, k.host, k.path)
 
 		c.mu.Lock()
-		now = time.Now()
+		now = c.now()
 		if it.b.queued != it || !c.eligibleLocked(it, now) {
 			c.mu.Unlock()
 			continue
@@ -407,6 +409,7 @@ func (c *Controller) startLocked(it *item) {
 	it.host = b.host
 	c.hostCalls[it.host]++
 	it.recordID, it.cooldown = r.ID, r.Cooldown
+	it.releaseMark = b.releases
 	it.call = HookCall{
 		URL:            r.URL,
 		Secret:         r.Secret,
@@ -450,9 +453,13 @@ type outcome struct {
 	err      error
 	disarmed bool // this call tripped the breaker
 	persist  bool // the record still exists: write the outcome
-	// next and penalty are the call state it leaves: no call for the
-	// record before next, none to its provider before penalty.
+	// next and penalty are the call state it leaves, on this server's
+	// clock: no call for the record before next, none to its provider
+	// before penalty.
 	next, penalty time.Time
+	// gen is the generation of the lease the call was made under; 0
+	// without one.
+	gen int64
 }
 
 // leaseTimeout bounds the store access that takes a call's lease.
@@ -467,10 +474,13 @@ const leaseTimeout = 5 * time.Second
 // alone, as a server without a shared store always does.
 func (c *Controller) lease(ctx context.Context, it *item) bool {
 	lctx, cancel := context.WithTimeout(ctx, leaseTimeout)
+	before := c.now()
 	held, rec, ok, err := c.store.AcquireScalingLease(lctx, store.ScalingLease{
 		RecordID: it.recordID, Holder: c.cfg.Holder, Reason: string(it.d.reason),
 		Current: it.d.current, Desired: it.d.desired, IdempotencyKey: it.d.key,
+		CallsPerMinute: c.cfg.MaxCallsPerMinute,
 	}, c.cfg.LeaseTTL())
+	after := c.now()
 	cancel()
 
 	c.mu.Lock()
@@ -478,8 +488,11 @@ func (c *Controller) lease(ctx context.Context, it *item) bool {
 	switch {
 	case err == nil && ok:
 		// Taking over a dead holder's lease of the same decision keeps
-		// the key the provider may have seen.
+		// the key the provider may have seen. The lease's generation goes
+		// with the call, for the provider to refuse an older one.
+		c.setOffsetLocked(held.AcquiredAt, before, after)
 		it.d.key, it.call.IdempotencyKey = held.IdempotencyKey, held.IdempotencyKey
+		it.call.Body.LeaseGeneration = held.Generation
 		return true
 	case ctx.Err() != nil:
 		c.abandonLocked(it, ErrClosed)
@@ -498,8 +511,19 @@ func (c *Controller) lease(ctx context.Context, it *item) bool {
 	}
 	c.endCallLocked(it)
 	b := it.b
-	now := time.Now()
-	p := planLease(leaseIn{reason: it.d.reason, rec: rec, held: held, since: it.since, now: now})
+	now := c.now()
+	if held.Holder == "" && !held.RetryAt.IsZero() {
+		// The calls-per-minute budget all servers share is spent: wait
+		// for its next call, in place.
+		if q := b.queued; q != nil {
+			c.dropLocked(q, nil, "superseded by a decision waiting for the budget")
+		}
+		it.leaseUntil, it.leased = c.localLocked(held.RetryAt), false
+		c.requeueLocked(it)
+		c.signal()
+		return false
+	}
+	p := c.localPlanLocked(planLease(leaseIn{reason: it.d.reason, rec: rec, held: held, since: c.storeTimeLocked(it.since), now: c.storeTimeLocked(now)}))
 	if b.rec != nil && b.rec.ID == rec.ID {
 		// The store's call state is newer than the bind's: take it (the
 		// breaker and the declaration wait for the next reload).
@@ -523,6 +547,11 @@ func (c *Controller) lease(ctx context.Context, it *item) bool {
 			c.dropLocked(q, nil, "superseded by a decision waiting for the lease")
 		}
 		it.leaseUntil, it.leased = p.wait, !held.ExpiresAt.IsZero()
+		if it.leased && b.releases != it.releaseMark {
+			// The holder's release notice came while this attempt ran,
+			// too early to wake it: the lease is over, try again now.
+			it.leaseUntil = time.Time{}
+		}
 		c.requeueLocked(it)
 		c.log.Debug("scaling call deferred", logkey.RecordID, it.recordID, logkey.Reason, it.d.reason)
 	}
@@ -542,7 +571,7 @@ func (c *Controller) settleLocked(it *item, p leasePlan) {
 		it.start.resolveAtLocked(p.err, p.acceptedAt)
 	}
 	c.metrics.Dropped++
-	c.endNoteLocked(b, it.note, time.Now(), apitype.ScalingOutcomeDropped, 0, p.why, false)
+	c.endNoteLocked(b, it.note, c.now(), apitype.ScalingOutcomeDropped, 0, p.why, false)
 	c.log.Info("scaling decision dropped",
 		logkey.OrgID, b.key.org, logkey.Hostname, b.key.host, logkey.Path, b.key.path,
 		logkey.Reason, it.d.reason, logkey.Why, p.why)
@@ -553,9 +582,9 @@ func (c *Controller) settleLocked(it *item, p leasePlan) {
 // flight ends with err.
 func (c *Controller) abandonLocked(it *item, err error) {
 	c.endCallLocked(it)
-	c.endNoteLocked(it.b, it.note, time.Now(), apitype.ScalingOutcomeDropped, 0, err.Error(), false)
+	c.endNoteLocked(it.b, it.note, c.now(), apitype.ScalingOutcomeDropped, 0, err.Error(), false)
 	if it.start != nil {
-		it.start.resolveLocked(err)
+		it.start.resolveAtLocked(err, c.now())
 	}
 	c.gcLocked(it.b)
 }
@@ -573,9 +602,12 @@ func (c *Controller) requeueLocked(it *item) {
 // the records are reloaded for the call state.
 func (c *Controller) leaseReleased(id string) {
 	c.mu.Lock()
-	if b := c.byID[id]; b != nil && b.queued != nil && !b.queued.leaseUntil.IsZero() {
-		b.queued.leaseUntil = time.Time{}
-		c.signal()
+	if b := c.byID[id]; b != nil {
+		b.releases++
+		if b.queued != nil && !b.queued.leaseUntil.IsZero() {
+			b.queued.leaseUntil = time.Time{}
+			c.signal()
+		}
 	}
 	c.mu.Unlock()
 	select {
@@ -683,7 +715,7 @@ func (c *Controller) callHook(ctx context.Context, it *item) {
 	}
 	status, retryAfter, err := c.caller.Call(cctx, it.call)
 	cancel()
-	now := time.Now()
+	now := c.now()
 
 	c.mu.Lock()
 	if ctx.Err() != nil {
@@ -692,7 +724,7 @@ func (c *Controller) callHook(ctx context.Context, it *item) {
 		c.endCallLocked(it)
 		c.endNoteLocked(it.b, it.note, now, apitype.ScalingOutcomeDropped, 0, ErrClosed.Error(), false)
 		if it.start != nil {
-			it.start.resolveLocked(ErrClosed)
+			it.start.resolveAtLocked(ErrClosed, c.now())
 		}
 		c.gcLocked(it.b)
 		c.mu.Unlock()
@@ -724,8 +756,13 @@ func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration
 	})
 	o := p.outcome
 	o.next, o.penalty = p.nextAllowed, c.hostUntilLocked(it.host, now)
+	o.gen = it.call.Body.LeaseGeneration
 	if o.persist {
-		o.rec.NextCallAt, o.rec.PenaltyUntil, o.rec.LastError = timeOrNil(o.next), timeOrNil(o.penalty), ""
+		// The record holds the store's times; the store stamps the call
+		// with its own clock when it records it (record).
+		at := c.storeTimeLocked(now)
+		o.rec.LastCallAt = &at
+		o.rec.NextCallAt, o.rec.PenaltyUntil, o.rec.LastError = timeOrNil(c.storeTimeLocked(o.next)), timeOrNil(c.storeTimeLocked(o.penalty)), ""
 		if o.err != nil {
 			o.rec.LastError = o.err.Error()
 		}
@@ -751,7 +788,7 @@ func (c *Controller) finishLocked(it *item, status int, retryAfter time.Duration
 	b.nextAllowed = p.nextAllowed
 	b.retry = p.retry
 	if it.start != nil {
-		it.start.resolveLocked(errOrNil(p.ok, o.err))
+		it.start.resolveAtLocked(errOrNil(p.ok, o.err), c.now())
 	}
 	if !p.ok {
 		// A cold start queued behind this call would only wait out the
@@ -857,9 +894,12 @@ func (c *Controller) record(ctx context.Context, o outcome) {
 	log := c.log.With(logkey.OrgID, o.rec.OrgID, logkey.Hostname, o.rec.Hostname, logkey.Path, o.rec.Path, logkey.RecordID, o.rec.ID)
 
 	if o.persist {
-		call := store.ScalingCall{At: o.at, Reason: string(o.d.reason), Status: o.status,
+		// At is left to the store's clock, and the waits count from it:
+		// no time of this server's clock is stored.
+		call := store.ScalingCall{Reason: string(o.d.reason), Status: o.status,
 			ConsecutiveFailures: o.rec.ConsecutiveFailures, Disarmed: o.rec.Disarmed,
-			NextCallAt: o.next, PenaltyUntil: o.penalty, Holder: c.cfg.Holder}
+			NextCallIn: max(0, o.next.Sub(o.at)), PenaltyFor: max(0, o.penalty.Sub(o.at)),
+			Holder: c.cfg.Holder, Generation: o.gen}
 		if o.err != nil {
 			call.Err = o.err.Error()
 		}
@@ -867,6 +907,10 @@ func (c *Controller) record(ctx context.Context, o outcome) {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			c.forgetRecord(o.rec.ID)
+		case errors.Is(err, store.ErrConflict):
+			// Another server took the lease over while this call ran (this
+			// one stalled past its lease): its call's outcome stands.
+			log.Warn("scaling call outcome not stored: its lease was taken over", logkey.Err, err)
 		case err != nil:
 			log.Error("scaling call not recorded", logkey.Err, err)
 		}

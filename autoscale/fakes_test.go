@@ -30,6 +30,22 @@ type fakeStore struct {
 	changes  chan store.Change
 	leases   map[string]store.ScalingLease // by record ID
 	feeds    []chan store.Change           // each clusterNode's change feed
+	gen      int64                         // the last lease generation given
+	gens     map[string]int64              // each record's latest lease generation
+	// onRefused, when set, is called (without the fake's lock) when a
+	// lease is refused because another holder's is live, before the
+	// refusal returns: a test holds the refused attempt there.
+	onRefused func(holder string)
+}
+
+// Clock is the fake store's clock: the bubble's.
+func (s *fakeStore) Clock(ctx context.Context) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return time.Time{}, s.fail
+	}
+	return time.Now(), nil
 }
 
 // declareCall is one DeclareScaling the fake received.
@@ -40,7 +56,7 @@ type declareCall struct {
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{recs: map[string]*Record{}, leases: map[string]store.ScalingLease{}}
+	return &fakeStore{recs: map[string]*Record{}, leases: map[string]store.ScalingLease{}, gens: map[string]int64{}}
 }
 
 // emitLocked sends ch to every clusterNode's feed, as a shared database's
@@ -75,7 +91,9 @@ func (s *fakeStore) leaseOf(id string) (store.ScalingLease, bool) {
 	return l, ok
 }
 
-// AcquireScalingLease follows store.DB.AcquireScalingLease's contract.
+// AcquireScalingLease follows store.DB.AcquireScalingLease's contract,
+// but for the calls-per-minute budget, which the store's conformance
+// suite covers.
 func (s *fakeStore) AcquireScalingLease(ctx context.Context, want store.ScalingLease, ttl time.Duration) (store.ScalingLease, Record, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -95,13 +113,24 @@ func (s *fakeStore) AcquireScalingLease(ctx context.Context, want store.ScalingL
 	}
 	if h, ok := s.leases[want.RecordID]; ok {
 		if h.ExpiresAt.After(now) && !h.ExpiresAt.After(now.Add(store.MaxScalingLeaseTTL)) && h.Holder != want.Holder {
-			return h, clone(*r), false, nil
+			rc := clone(*r) // the answer as it stood when the store gave it
+			if hook := s.onRefused; hook != nil {
+				s.mu.Unlock()
+				hook(want.Holder)
+				s.mu.Lock()
+			}
+			return h, rc, false, nil
 		}
-		if h.Reason == want.Reason && h.Current == want.Current && h.Desired == want.Desired {
+		live := h.ExpiresAt.After(now)
+		if h.Reason == want.Reason && h.Current == want.Current && h.Desired == want.Desired &&
+			(live || now.Before(h.ExpiresAt.Add(h.ExpiresAt.Sub(h.AcquiredAt)))) {
 			want.IdempotencyKey = h.IdempotencyKey
 		}
 	}
 	want.AcquiredAt, want.ExpiresAt = now, now.Add(ttl)
+	s.gen++
+	want.Generation, want.CallsPerMinute = s.gen, 0
+	s.gens[want.RecordID] = s.gen
 	s.leases[want.RecordID] = want
 	return want, clone(*r), true, nil
 }
@@ -281,7 +310,19 @@ func (s *fakeStore) RecordScalingCall(ctx context.Context, id string, c store.Sc
 	if r == nil {
 		return Record{}, notFound("scaling record " + id)
 	}
+	if c.Generation > 0 && s.gens[id] > c.Generation {
+		return Record{}, fmt.Errorf("fake store: generation %d taken over by %d: %w", c.Generation, s.gens[id], store.ErrConflict)
+	}
 	at := c.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if c.NextCallIn > 0 {
+		c.NextCallAt = at.Add(c.NextCallIn)
+	}
+	if c.PenaltyFor > 0 {
+		c.PenaltyUntil = at.Add(c.PenaltyFor)
+	}
 	r.LastCallAt, r.LastReason, r.LastStatus, r.LastError = &at, c.Reason, c.Status, c.Err
 	r.ConsecutiveFailures, r.Disarmed = c.ConsecutiveFailures, c.Disarmed
 	r.NextCallAt, r.PenaltyUntil = timeOrNil(c.NextCallAt), timeOrNil(c.PenaltyUntil)

@@ -23,8 +23,9 @@ const (
 )
 
 // HookBody is the JSON body of a hook call. It encodes to exactly the keys
-// reason, hostname, path, org_id, current, desired, min and max, in that
-// order; an empty Path or OrgID encodes as null.
+// reason, hostname, path, org_id, current, desired, min, max and
+// lease_generation, in that order; an empty Path or OrgID, and a zero
+// LeaseGeneration, encode as null.
 type HookBody struct {
 	Reason   Reason
 	Hostname string
@@ -34,7 +35,17 @@ type HookBody struct {
 	Desired  int
 	Min      int
 	Max      int
+	// LeaseGeneration is the generation of the store lease the call is
+	// made under (store.ScalingLease.Generation), also sent as the
+	// Aperio-Lease-Generation header: a provider that has seen a higher
+	// one for the same hostname and path refuses the call (fencing; see
+	// docs/autoscaling.md). 0 (null, and no header) when the call is made
+	// without a lease, the store being unreachable.
+	LeaseGeneration int64
 }
+
+// LeaseGenerationHeader carries HookBody.LeaseGeneration.
+const LeaseGenerationHeader = "Aperio-Lease-Generation"
 
 // MarshalJSON encodes b as the hook's wire body.
 func (b HookBody) MarshalJSON() ([]byte, error) {
@@ -47,7 +58,8 @@ func (b HookBody) MarshalJSON() ([]byte, error) {
 		Desired  int     `json:"desired"`
 		Min      int     `json:"min"`
 		Max      int     `json:"max"`
-	}{b.Reason, b.Hostname, nullable(b.Path), nullable(b.OrgID), b.Current, b.Desired, b.Min, b.Max})
+		Gen      *int64  `json:"lease_generation"`
+	}{b.Reason, b.Hostname, nullable(b.Path), nullable(b.OrgID), b.Current, b.Desired, b.Min, b.Max, generation(b.LeaseGeneration)})
 }
 
 // hookOrg is the org_id a hook call for a record of org sends: "" (null)
@@ -57,6 +69,14 @@ func (c *Controller) hookOrg(org string) string {
 		return ""
 	}
 	return org
+}
+
+// generation maps 0 to nil, so that it encodes as JSON null.
+func generation(g int64) *int64 {
+	if g == 0 {
+		return nil
+	}
+	return &g
 }
 
 // nullable maps "" to nil, so that it encodes as JSON null.

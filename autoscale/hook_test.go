@@ -47,6 +47,7 @@ func TestHookBodyGolden(t *testing.T) {
 		{"hook_body_cold_start.json", HookBody{Reason: ReasonColdStart, Hostname: "app.example.com", Current: 0, Desired: 1, Min: 0, Max: 8}},
 		{"hook_body_scale_out.json", HookBody{Reason: ReasonScaleOut, Hostname: "app.example.com", Path: "/api", OrgID: "org_7", Current: 3, Desired: 4, Min: 1, Max: 8}},
 		{"hook_body_scale_in.json", HookBody{Reason: ReasonScaleIn, Hostname: "app.example.com", OrgID: "org_7", Current: 3, Desired: 2, Min: 1, Max: 8}},
+		{"hook_body_leased.json", HookBody{Reason: ReasonColdStart, Hostname: "app.example.com", Current: 0, Desired: 1, Min: 0, Max: 8, LeaseGeneration: 17}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +62,8 @@ func TestHookBodyGolden(t *testing.T) {
 
 // TestHookBodyMatchesSpecExample decodes the example body of
 // docs/autoscaling.md and ours for the same cold start: same keys, same
-// values, nulls included.
+// values, nulls included, and one key more, lease_generation (contract.md
+// §5, "Autoscaling, round 3"), null for a call made without a lease.
 func TestHookBodyMatchesSpecExample(t *testing.T) {
 	const spec = `{
   "reason": "cold_start",
@@ -81,6 +83,7 @@ func TestHookBodyMatchesSpecExample(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &want); err != nil {
 		t.Fatal(err)
 	}
+	want["lease_generation"] = nil
 	if err := json.Unmarshal(got, &have); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/buildinfo"
@@ -42,6 +43,9 @@ func (h *HTTPCaller) Call(ctx context.Context, c HookCall) (int, time.Duration, 
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "aperio/"+buildinfo.Version())
 	req.Header.Set("Idempotency-Key", c.IdempotencyKey)
+	if g := c.Body.LeaseGeneration; g > 0 {
+		req.Header.Set(LeaseGenerationHeader, strconv.FormatInt(g, 10))
+	}
 	if c.Secret != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Secret)
 	}

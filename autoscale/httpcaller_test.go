@@ -60,7 +60,9 @@ func TestHTTPCallerSendsTheContract(t *testing.T) {
 	rec := &hookRecorder{}
 	srv := httptest.NewServer(rec.handler(http.StatusAccepted, nil))
 	t.Cleanup(srv.Close)
-	status, _, err := loopbackCaller(t).Call(context.Background(), testCall(srv.URL))
+	call := testCall(srv.URL)
+	call.Body.LeaseGeneration = 42
+	status, _, err := loopbackCaller(t).Call(context.Background(), call)
 	if err != nil || status != http.StatusAccepted {
 		t.Fatalf("Call() = %d, %v, want 202, nil", status, err)
 	}
@@ -71,6 +73,7 @@ func TestHTTPCallerSendsTheContract(t *testing.T) {
 		{rec.header.Get("Content-Type"), "application/json"},
 		{rec.header.Get("Authorization"), "Bearer s3cret"},
 		{rec.header.Get("Idempotency-Key"), "key-1"},
+		{rec.header.Get("Aperio-Lease-Generation"), "42"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -84,8 +87,29 @@ func TestHTTPCallerSendsTheContract(t *testing.T) {
 	for k := range rec.body {
 		keys = append(keys, k)
 	}
-	if len(keys) != 8 || rec.body["reason"] != "cold_start" || rec.body["path"] != nil || rec.body["org_id"] != nil {
-		t.Errorf("hook body = %v, want exactly the 8 documented keys with null path and org_id", rec.body)
+	if len(keys) != 9 || rec.body["reason"] != "cold_start" || rec.body["path"] != nil || rec.body["org_id"] != nil ||
+		rec.body["lease_generation"] != float64(42) {
+		t.Errorf("hook body = %v, want exactly the 8 keys of autoscaling.md with null path and org_id, and lease_generation 42", rec.body)
+	}
+}
+
+// TestHTTPCallerNoLeaseNoGeneration: a call made without a lease (the
+// store unreachable) carries no Aperio-Lease-Generation header, and a
+// null lease_generation, which no provider may take as an old one.
+func TestHTTPCallerNoLeaseNoGeneration(t *testing.T) {
+	rec := &hookRecorder{}
+	srv := httptest.NewServer(rec.handler(http.StatusAccepted, nil))
+	t.Cleanup(srv.Close)
+	if _, _, err := loopbackCaller(t).Call(context.Background(), testCall(srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if h, ok := rec.header["Aperio-Lease-Generation"]; ok {
+		t.Errorf("Aperio-Lease-Generation = %q, want no header", h)
+	}
+	if g, ok := rec.body["lease_generation"]; !ok || g != nil {
+		t.Errorf("lease_generation = %v (present %v), want null", g, ok)
 	}
 }
 

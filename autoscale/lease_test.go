@@ -35,20 +35,26 @@ func newCluster(t *testing.T, st *fakeStore, pool *fakePool, n int) []*node {
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error, 1)
-		go func() { errc <- c.Run(ctx) }()
-		kill := sync.OnceFunc(func() {
-			cancel()
-			if err := <-errc; err != nil {
-				t.Errorf("Run = %v, want nil", err)
-			}
-		})
-		t.Cleanup(kill)
-		nodes[i] = &node{c: c, caller: caller, kill: kill}
+		nodes[i] = &node{c: c, caller: caller, kill: runNode(t, c)}
 	}
 	synctest.Wait()
 	return nodes
+}
+
+// runNode runs c until the returned kill (also the test's cleanup) stops
+// it, as a crash would for its calls in flight, and checks Run's result.
+func runNode(t *testing.T, c *Controller) (kill func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	kill = sync.OnceFunc(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+	})
+	t.Cleanup(kill)
+	return kill
 }
 
 // allCalls returns every call the nodes made.

@@ -150,7 +150,7 @@ func (c *Controller) sample(bs []*bind, stats []PoolStats) ([]*bind, []PoolStats
 	for _, b := range bs {
 		stats = append(stats, c.pool.Pool(b.key.org, b.key.host, b.key.path))
 	}
-	now := time.Now()
+	now := c.now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, b := range bs {

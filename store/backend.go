@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/pressly/goose/v3"
@@ -34,6 +35,36 @@ type backend struct {
 	// stop stops the goroutines the backend owns (the PostgreSQL change
 	// listener) and waits for them; nil when there are none.
 	stop func()
+	// now, when set, replaces the database's clock (Config.Now given, as
+	// tests do); nil reads d.clock.
+	now func() time.Time
+}
+
+// clockIn reads the store's clock in tx: the database's (d.clock), or
+// the injected one. Every cluster-wide time decision reads it this way,
+// in the transaction that decides, so that no server's own clock enters
+// it.
+func (b *backend) clockIn(ctx context.Context, tx *txn) (time.Time, error) {
+	if b.now != nil {
+		return stamp(b.now()), nil
+	}
+	var t time.Time
+	if err := tx.QueryRowContext(ctx, b.d.clock).Scan(timeCol{&t}); err != nil {
+		return time.Time{}, err
+	}
+	return stamp(t), nil
+}
+
+// clock reads the store's clock outside a transaction.
+func (b *backend) clock(ctx context.Context) (time.Time, error) {
+	if b.now != nil {
+		return stamp(b.now()), nil
+	}
+	var t time.Time
+	if err := b.r.QueryRowContext(ctx, b.d.clock).Scan(timeCol{&t}); err != nil {
+		return time.Time{}, b.d.mapErr(err)
+	}
+	return stamp(t), nil
 }
 
 func (b *backend) name() string { return b.d.name }

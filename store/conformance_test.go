@@ -90,6 +90,10 @@ func testStore(t *testing.T, b backend) {
 		{"ScalingLease", testScalingLease},
 		{"ScalingLeaseHostile", testScalingLeaseHostile},
 		{"ScalingLeaseConcurrent", testScalingLeaseConcurrent},
+		{"ScalingLeaseKeyLifetime", testScalingLeaseKeyLifetime},
+		{"ScalingLeaseGeneration", testScalingLeaseGeneration},
+		{"ScalingBudget", testScalingBudget},
+		{"ScalingDatabaseClock", testScalingDatabaseClock},
 		{"ScalingScopeAndOrder", testScalingScopeAndOrder},
 		{"ScalingRelease", testScalingRelease},
 		{"ScalingTTL", testScalingTTL},
@@ -1766,6 +1770,7 @@ func testScalingLease(t *testing.T, b backend) {
 	a, r, ok := acquire(lease(rec, "srv_a", "key_a"), 15*time.Second)
 	want := lease(rec, "srv_a", "key_a")
 	want.AcquiredAt, want.ExpiresAt = stored(now), stored(now).Add(15*time.Second)
+	want.Generation = 1
 	if !ok || !cmp.Equal(a, want) || r.ID != rec.ID {
 		t.Fatalf("AcquireScalingLease(a) = %+v, %v; want %+v, taken", a, ok, want)
 	}
@@ -2311,5 +2316,206 @@ func testScalingDeclareConcurrent(t *testing.T, b backend) {
 				t.Errorf("db%d: %s ArmedBy mismatch, want every declarer once and not old (-want +got):\n%s", i, r.Hostname, diff)
 			}
 		}
+	}
+}
+
+// testScalingLeaseKeyLifetime (issue #42 item 1): a lease row left by a
+// holder that stopped mid-call hands its Idempotency-Key to a takeover
+// within one lease lifetime of its expiry, and to nothing later: a
+// decision of the same shape an hour on is a new decision, with its own
+// key.
+func testScalingLeaseKeyLifetime(t *testing.T, b backend) {
+	ctx := t.Context()
+	for _, tt := range []struct {
+		name    string
+		after   time.Duration // from the dead lease's expiry
+		wantKey string
+	}{
+		{"takeover at expiry", 0, "key_dead"},
+		{"takeover within the lifetime", 14 * time.Second, "key_dead"},
+		{"one lifetime after expiry", 15 * time.Second, "key_new"},
+		{"an hour later", time.Hour, "key_new"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newClock()
+			db := openClock(t, b.fresh(t), clk)
+			org := mustOrg(t, db, "acme")
+			rec, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+			if _, _, ok, err := db.AcquireScalingLease(ctx, lease(rec, "srv_dead", "key_dead"), 15*time.Second); err != nil || !ok {
+				t.Fatalf("AcquireScalingLease(dead) = %v, %v", ok, err)
+			}
+			// srv_dead never records an outcome: its row stays.
+			clk.Advance(15*time.Second + tt.after)
+			got, _, ok, err := db.AcquireScalingLease(ctx, lease(rec, "srv_new", "key_new"), 15*time.Second)
+			if err != nil || !ok || got.IdempotencyKey != tt.wantKey {
+				t.Errorf("AcquireScalingLease(new, %v after expiry) = key %q, %v, %v; want key %q", tt.after, got.IdempotencyKey, ok, err, tt.wantKey)
+			}
+		})
+	}
+}
+
+// testScalingLeaseGeneration (issue #42 item 3): every lease taken gets a
+// higher generation than any before it, for any record, a record deleted
+// and declared again included; the outcome of a call made under a lease
+// since taken over is refused and stores nothing, while the current
+// holder's is stored.
+func testScalingLeaseGeneration(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	db := openClock(t, b.fresh(t), clk)
+	org := mustOrg(t, db, "acme")
+	rec, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	other, _ := mustDeclare(t, db, declaration(org.ID, "api.example.com", ""), "tok_a", true)
+	take := func(r store.ScalingRecord, holder string) store.ScalingLease {
+		t.Helper()
+		l, _, ok, err := db.AcquireScalingLease(ctx, lease(r, holder, "key_"+holder), 15*time.Second)
+		if err != nil || !ok {
+			t.Fatalf("AcquireScalingLease(%s) = %v, %v", holder, ok, err)
+		}
+		return l
+	}
+	stalled := take(rec, "srv_a")
+	o := take(other, "srv_o")
+	clk.Advance(16 * time.Second)
+	successor := take(rec, "srv_b")
+	if !(stalled.Generation > 0 && o.Generation > stalled.Generation && successor.Generation > o.Generation) {
+		t.Fatalf("generations a %d, other record %d, b %d; want rising", stalled.Generation, o.Generation, successor.Generation)
+	}
+	// The stalled holder's outcome comes after b took over: refused.
+	_, err := db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{Reason: "cold_start", Status: 503, ConsecutiveFailures: 1,
+		NextCallIn: time.Hour, Holder: "srv_a", Generation: stalled.Generation})
+	wantErr(t, "RecordScalingCall(stalled generation)", err, store.ErrConflict)
+	if got, err := db.ScalingRecord(ctx, "", rec.ID); err != nil || got.LastCallAt != nil || got.ConsecutiveFailures != 0 || got.NextCallAt != nil {
+		t.Errorf("record after a refused stale outcome = %+v, %v; want no call recorded", got, err)
+	}
+	if l, ok := leaseHolder(t, db, rec); !ok || l != "srv_b" {
+		t.Errorf("lease after a refused stale outcome held by %q, %v; want srv_b's, untouched", l, ok)
+	}
+	// b's own outcome is stored and releases its lease.
+	if _, err := db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{Reason: "cold_start", Status: 202,
+		NextCallIn: time.Minute, Holder: "srv_b", Generation: successor.Generation}); err != nil {
+		t.Fatalf("RecordScalingCall(current generation) = %v", err)
+	}
+	// A record deleted and declared again goes on rising.
+	if err := db.DeleteScalingRecord(ctx, "", rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	if l := take(again, "srv_c"); l.Generation <= successor.Generation {
+		t.Errorf("generation after delete and declare = %d, want above %d", l.Generation, successor.Generation)
+	}
+	_, err = db.RecordScalingCall(ctx, other.ID, store.ScalingCall{Reason: "cold_start", Status: 200, Generation: -1})
+	if err == nil {
+		t.Error("RecordScalingCall(negative generation) = nil, want an error")
+	}
+}
+
+// leaseHolder reports who holds rec's lease, by taking a look as a
+// holder that must be refused (a zero TTL is refused before any read, so
+// this asks for the shortest one and expects a refusal).
+func leaseHolder(t *testing.T, db *store.DB, rec store.ScalingRecord) (string, bool) {
+	t.Helper()
+	held, _, ok, err := db.AcquireScalingLease(t.Context(), lease(rec, "srv_probe", "key_probe"), time.Microsecond)
+	if err != nil || ok {
+		t.Fatalf("AcquireScalingLease(probe) = %v, %v; want refused", ok, err)
+	}
+	return held.Holder, held.Holder != ""
+}
+
+// testScalingBudget (issue #42 item 4): the calls-per-minute budget is
+// kept in the store and shared by every DB on the database: it starts
+// with one call, a lease taken on one DB spends it for the other, a
+// refusal says when the next call is there, and it refills at
+// CallsPerMinute/60 a second up to CallsPerMinute.
+func testScalingBudget(t *testing.T, b backend) {
+	ctx := t.Context()
+	clk := newClock()
+	cfg := b.fresh(t)
+	one := openClock(t, cfg, clk)
+	two := openClock(t, cfg, clk)
+	org := mustOrg(t, one, "acme")
+	var recs []store.ScalingRecord
+	for _, h := range []string{"a.example.com", "b.example.com", "c.example.com", "d.example.com"} {
+		r, _ := mustDeclare(t, one, declaration(org.ID, h, ""), "tok_a", true)
+		recs = append(recs, r)
+	}
+	budgeted := func(db *store.DB, r store.ScalingRecord, holder string) (store.ScalingLease, bool) {
+		t.Helper()
+		l := lease(r, holder, "key_"+holder)
+		l.CallsPerMinute = 2
+		got, _, ok, err := db.AcquireScalingLease(ctx, l, 15*time.Second)
+		if err != nil {
+			t.Fatalf("AcquireScalingLease(%s) = %v", holder, err)
+		}
+		return got, ok
+	}
+	if _, ok := budgeted(one, recs[0], "srv_1"); !ok {
+		t.Fatal("first lease refused; want the budget's first call")
+	}
+	now := clk.Now()
+	got, ok := budgeted(two, recs[1], "srv_2")
+	if ok || got.Holder != "" || !got.RetryAt.Equal(stored(now).Add(30*time.Second)) {
+		t.Fatalf("lease on the other DB with the budget spent = %+v, %v; want refused until %v", got, ok, stored(now).Add(30*time.Second))
+	}
+	// A lease without a budget is not held back, and spends nothing.
+	if _, _, ok, err := two.AcquireScalingLease(ctx, lease(recs[3], "srv_x", "key_x"), 15*time.Second); err != nil || !ok {
+		t.Errorf("AcquireScalingLease(no budget) = %v, %v; want taken", ok, err)
+	}
+	clk.Advance(30 * time.Second)
+	if _, ok := budgeted(two, recs[1], "srv_2"); !ok {
+		t.Error("lease 30 s later refused; want the refilled call")
+	}
+	if _, ok := budgeted(one, recs[2], "srv_1"); ok {
+		t.Error("second lease inside the same 30 s taken; want refused")
+	}
+	// A long pause refills to the budget's size, two calls, not more.
+	clk.Advance(time.Hour)
+	for i, r := range []store.ScalingRecord{recs[2], recs[0]} {
+		if _, ok := budgeted(one, r, fmt.Sprintf("srv_refill%d", i)); !ok {
+			t.Errorf("lease %d after an hour refused; want the full budget of 2", i)
+		}
+	}
+	if _, ok := budgeted(two, recs[1], "srv_3"); ok {
+		t.Error("third lease after an hour taken; want the budget of 2 spent")
+	}
+	bad := lease(recs[3], "srv_bad", "key_bad")
+	bad.CallsPerMinute = -1
+	if _, _, _, err := one.AcquireScalingLease(ctx, bad, time.Second); err == nil {
+		t.Error("AcquireScalingLease(negative budget) = nil, want an error")
+	}
+}
+
+// testScalingDatabaseClock (issue #42 item 2): without Config.Now, the
+// scaling times are the database's clock, read in the transaction that
+// decides, not the server process's: a database whose clock says 2040
+// stamps leases, calls and cooldowns in 2040, and Clock reports it.
+func testScalingDatabaseClock(t *testing.T, b backend) {
+	ctx := t.Context()
+	dbNow := time.Date(2040, 1, 2, 3, 4, 5, 678000000, time.UTC)
+	cfg := store.WithDatabaseClockForTest(b.fresh(t), dbNow)
+	db := storetest.Open(t, cfg)
+	org := mustOrg(t, db, "acme")
+	rec, _ := mustDeclare(t, db, declaration(org.ID, "app.example.com", ""), "tok_a", true)
+	if got, err := db.Clock(ctx); err != nil || !got.Equal(dbNow) {
+		t.Errorf("Clock() = %v, %v; want the database's %v", got, err, dbNow)
+	}
+	l, _, ok, err := db.AcquireScalingLease(ctx, lease(rec, "srv_a", "key_a"), 15*time.Second)
+	if err != nil || !ok || !l.AcquiredAt.Equal(dbNow) || !l.ExpiresAt.Equal(dbNow.Add(15*time.Second)) {
+		t.Fatalf("AcquireScalingLease() = %+v, %v, %v; want acquired at the database's %v", l, ok, err, dbNow)
+	}
+	got, err := db.RecordScalingCall(ctx, rec.ID, store.ScalingCall{Reason: "cold_start", Status: 429,
+		NextCallIn: time.Minute, PenaltyFor: 2 * time.Minute, Holder: "srv_a", Generation: l.Generation})
+	if err != nil {
+		t.Fatalf("RecordScalingCall() = %v", err)
+	}
+	if got.LastCallAt == nil || !got.LastCallAt.Equal(dbNow) || got.NextCallAt == nil || !got.NextCallAt.Equal(dbNow.Add(time.Minute)) ||
+		got.PenaltyUntil == nil || !got.PenaltyUntil.Equal(dbNow.Add(2*time.Minute)) {
+		t.Errorf("RecordScalingCall() = last %v, next %v, penalty %v; want %v, +1m, +2m", got.LastCallAt, got.NextCallAt, got.PenaltyUntil, dbNow)
+	}
+	// The real database clock, unreplaced, is close to this process's
+	// (same host here): it reads, and in the right layout.
+	real := storetest.Open(t, b.fresh(t))
+	if got, err := real.Clock(ctx); err != nil || got.Sub(time.Now()).Abs() > time.Minute {
+		t.Errorf("Clock() of an unreplaced database = %v, %v; want about %v", got, err, time.Now())
 	}
 }

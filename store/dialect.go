@@ -29,6 +29,11 @@ type dialect struct {
 	// name is what DB.Backend reports.
 	name string
 
+	// clock is a statement reading the database's clock, the one clock
+	// every server sharing the database decides cluster-wide times by
+	// (see DB.Clock).
+	clock string
+
 	// forUpdate ends a SELECT whose rows the transaction goes on to
 	// change, locking them until it ends. "" on SQLite, where a write
 	// transaction (BEGIN IMMEDIATE on the one writer connection) already
@@ -73,7 +78,10 @@ type dialect struct {
 // passed to pgx as Go values; changes go out through NOTIFY; locks are row
 // locks, advisory locks and LOCK TABLE.
 var postgresDialect = dialect{
-	name:      BackendPostgres,
+	name: BackendPostgres,
+	// clock_timestamp, not now(): now() is when the transaction began,
+	// before it waited for any lock.
+	clock:     `SELECT clock_timestamp()`,
 	forUpdate: " FOR UPDATE",
 	lockKey:   `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`,
 	lockTable: func(table string) string { return `LOCK TABLE ` + table + ` IN EXCLUSIVE MODE` },
@@ -91,7 +99,10 @@ var postgresDialect = dialect{
 // and lists JSON arrays (see migrations/sqlite); the one writer
 // connection serializes every write transaction, so no statement locks.
 var sqliteDialect = dialect{
-	name:      BackendSQLite,
+	name: BackendSQLite,
+	// The file's one host's clock, in sqliteTime's layout (SQLite keeps
+	// milliseconds).
+	clock:     `SELECT strftime('%Y-%m-%dT%H:%M:%f000Z', 'now')`,
 	lockTable: func(string) string { return "" },
 	memberOf:  func(elem, list string) string { return elem + ` IN (SELECT value FROM json_each(` + list + `))` },
 	time:      func(t time.Time) any { return t.UTC().Format(sqliteTime) },

@@ -449,6 +449,31 @@ func equivalenceScript() []step {
 				Reason: "scale_out", Current: 1, Desired: 2, IdempotencyKey: "k3"}, time.Minute)
 			return []any{l, r, ok}, err
 		}},
+		{"Clock", func(ctx context.Context, e *env) (any, error) { return e.db.Clock(ctx) }},
+		// The stale holder's outcome (generation 1) after srv_b's lease
+		// (a later generation): refused, nothing stored.
+		{"RecordScalingCall", func(ctx context.Context, e *env) (any, error) {
+			return e.db.RecordScalingCall(ctx, e.id("app"), store.ScalingCall{Reason: "cold_start", Status: 409,
+				ConsecutiveFailures: 2, NextCallIn: time.Hour, Holder: "srv_a", Generation: 1})
+		}},
+		// The holder's own, with waits relative to the store's clock.
+		{"RecordScalingCall", func(ctx context.Context, e *env) (any, error) {
+			return e.db.RecordScalingCall(ctx, e.id("app"), store.ScalingCall{Reason: "scale_out", Status: 202,
+				NextCallIn: 90 * time.Second, PenaltyFor: 3 * time.Second, Holder: "srv_b", Generation: 2})
+		}},
+		// Budgeted leases: the shared bucket's first call, then a refusal
+		// with the time of the next.
+		{"AcquireScalingLease", func(ctx context.Context, e *env) (any, error) {
+			e.clk.Advance(2 * time.Minute)
+			l, r, ok, err := e.db.AcquireScalingLease(ctx, store.ScalingLease{RecordID: e.id("app"), Holder: "srv_c",
+				Reason: "scale_in", Current: 2, Desired: 1, IdempotencyKey: "k4", CallsPerMinute: 3}, time.Minute)
+			return []any{l, r, ok}, err
+		}},
+		{"AcquireScalingLease", func(ctx context.Context, e *env) (any, error) {
+			l, r, ok, err := e.db.AcquireScalingLease(ctx, store.ScalingLease{RecordID: e.id("app"), Holder: "srv_c",
+				Reason: "scale_in", Current: 2, Desired: 1, IdempotencyKey: "k5", CallsPerMinute: 3}, time.Minute)
+			return []any{l, r, ok}, err
+		}},
 		{"ReleaseScalingArmer", func(ctx context.Context, e *env) (any, error) { return e.db.ReleaseScalingArmer(ctx, hostile[3]) }},
 		{"ReleaseScalingArmer", func(ctx context.Context, e *env) (any, error) { return e.db.ReleaseScalingArmer(ctx, hostile[2]) }},
 		{"ListScalingRecords", func(ctx context.Context, e *env) (any, error) { return e.db.ListScalingRecords(ctx, e.id("acme")) }},

@@ -64,3 +64,17 @@ func SetRevocationBoundsForTest(perUser, perHost int64) (restore func()) {
 	revokedPerUser, revocationsPerHost = perUser, perHost
 	return func() { revokedPerUser, revocationsPerHost = u, h }
 }
+
+// WithDatabaseClockForTest returns cfg opening a store whose database
+// clock statement always reads t, as a database server whose clock
+// differs from this process's would.
+func WithDatabaseClockForTest(cfg Config, t time.Time) Config {
+	cfg.dialectForTest = func(d *dialect) {
+		if d.name == BackendPostgres {
+			d.clock = `SELECT '` + t.UTC().Format(time.RFC3339Nano) + `'::timestamptz`
+			return
+		}
+		d.clock = `SELECT '` + t.UTC().Format(sqliteTime) + `'`
+	}
+	return cfg
+}

@@ -544,11 +544,31 @@ func (b *backend) listScalingRecords(ctx context.Context, orgID string) ([]Scali
 }
 
 // recordScalingCall stores c on the record and deletes c.Holder's lease of
-// it, in one transaction.
+// it, in one transaction, by the store's clock: a zero c.At is now, and
+// c.NextCallIn and c.PenaltyFor count from c.At. A c.Generation older
+// than the record's latest lease stores nothing (ErrConflict).
 func (b *backend) recordScalingCall(ctx context.Context, id string, c ScalingCall) (ScalingRecord, error) {
 	var rec ScalingRecord
 	err := b.write(ctx, func(tx *txn) error {
-		var err error
+		var gen int64
+		err := tx.QueryRowContext(ctx, `SELECT lease_generation FROM scaling_records WHERE id = $1`+b.d.forUpdate, id).Scan(&gen)
+		if err != nil {
+			return err
+		}
+		if c.Generation > 0 && gen > c.Generation {
+			return fmt.Errorf("%w: the call's lease (generation %d) was taken over (generation %d)", ErrConflict, c.Generation, gen)
+		}
+		if c.At.IsZero() {
+			if c.At, err = b.clockIn(ctx, tx); err != nil {
+				return err
+			}
+		}
+		if c.NextCallIn > 0 {
+			c.NextCallAt = stamp(c.At.Add(c.NextCallIn))
+		}
+		if c.PenaltyFor > 0 {
+			c.PenaltyUntil = stamp(c.At.Add(c.PenaltyFor))
+		}
 		rec, err = scanScaling(tx.QueryRowContext(ctx,
 			`UPDATE scaling_records SET last_call_at = $2, last_reason = $3, last_status = $4,
 			consecutive_failures = $5, disarmed = $6, last_error = $7, next_call_at = $8, penalty_until = $9
@@ -572,9 +592,11 @@ func (b *backend) recordScalingCall(ctx context.Context, id string, c ScalingCal
 }
 
 // acquireScalingLease reads the record and its lease under a lock on the
-// record, decides with leaseVerdict, and stores the lease when it is
-// taken.
-func (b *backend) acquireScalingLease(ctx context.Context, want ScalingLease) (ScalingLease, ScalingRecord, bool, error) {
+// record, then the store's clock, decides with leaseVerdict, and when the
+// lease is granted takes a call from the shared budget (want.CallsPerMinute)
+// and the next lease generation under the lock of the one scaling_cluster
+// row, and stores the lease.
+func (b *backend) acquireScalingLease(ctx context.Context, want ScalingLease, ttl time.Duration) (ScalingLease, ScalingRecord, bool, error) {
 	var (
 		got ScalingLease
 		rec ScalingRecord
@@ -593,24 +615,60 @@ func (b *backend) acquireScalingLease(ctx context.Context, want ScalingLease) (S
 		var held *ScalingLease
 		h := ScalingLease{RecordID: want.RecordID}
 		err = tx.QueryRowContext(ctx, `SELECT holder, reason, current_instances, desired_instances, idempotency_key,
-			acquired_at, expires_at FROM scaling_leases WHERE record_id = $1`, want.RecordID).
-			Scan(&h.Holder, &h.Reason, &h.Current, &h.Desired, &h.IdempotencyKey, timeCol{&h.AcquiredAt}, timeCol{&h.ExpiresAt})
+			acquired_at, expires_at, generation FROM scaling_leases WHERE record_id = $1`, want.RecordID).
+			Scan(&h.Holder, &h.Reason, &h.Current, &h.Desired, &h.IdempotencyKey, timeCol{&h.AcquiredAt}, timeCol{&h.ExpiresAt}, &h.Generation)
 		switch {
 		case err == nil:
 			held = &h
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		got, ok = leaseVerdict(rec, held, want)
+		// Read after the lock, so that a lease's lifetime starts when it
+		// is taken, not before a wait for the lock.
+		now, err := b.clockIn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		got, ok = leaseVerdict(rec, held, want, now, ttl)
 		if !ok {
 			return nil
 		}
+		// Every lease taken, of any record, takes turns on this row; they
+		// are few (bounded by the budget) and short.
+		var (
+			gen, units int64
+			at         *time.Time
+		)
+		if err := tx.QueryRowContext(ctx, `SELECT lease_generation, budget_units, budget_at FROM scaling_cluster WHERE id = 1`+b.d.forUpdate).
+			Scan(&gen, &units, nullTimeCol{&at}); err != nil {
+			return err
+		}
+		budgetAt := at
+		if want.CallsPerMinute > 0 {
+			var taken bool
+			var retry time.Time
+			units, taken, retry = takeBudget(units, at, want.CallsPerMinute, now)
+			if !taken {
+				got, ok = ScalingLease{RetryAt: retry}, false
+				return nil
+			}
+			budgetAt = &now
+		}
+		got.Generation = gen + 1
+		got.CallsPerMinute = 0
+		if _, err := tx.ExecContext(ctx, `UPDATE scaling_cluster SET lease_generation = $1, budget_units = $2, budget_at = $3 WHERE id = 1`,
+			got.Generation, units, b.d.timeOrNil(budgetAt)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE scaling_records SET lease_generation = $2 WHERE id = $1`, got.RecordID, got.Generation); err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO scaling_leases (record_id, holder, reason, current_instances,
-			desired_instances, idempotency_key, acquired_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			desired_instances, idempotency_key, acquired_at, expires_at, generation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (record_id) DO UPDATE SET holder = $2, reason = $3, current_instances = $4,
-			desired_instances = $5, idempotency_key = $6, acquired_at = $7, expires_at = $8`,
+			desired_instances = $5, idempotency_key = $6, acquired_at = $7, expires_at = $8, generation = $9`,
 			got.RecordID, got.Holder, got.Reason, got.Current, got.Desired, got.IdempotencyKey,
-			b.d.time(got.AcquiredAt), b.d.time(got.ExpiresAt))
+			b.d.time(got.AcquiredAt), b.d.time(got.ExpiresAt), got.Generation)
 		return err
 	})
 	if err != nil {

@@ -273,11 +273,20 @@ type ScalingCall struct {
 	ConsecutiveFailures int
 	Disarmed            bool
 	// NextCallAt ends the cooldown or backoff the call started; zero
-	// means none.
+	// means none. NextCallIn, when positive, wins: the cooldown or backoff
+	// then ends NextCallIn after At, as the store's clock reads it.
 	NextCallAt time.Time
+	NextCallIn time.Duration
 	// PenaltyUntil ends the provider's penalty or Retry-After; zero means
-	// none.
+	// none. PenaltyFor, when positive, wins, as NextCallIn does.
 	PenaltyUntil time.Time
+	PenaltyFor   time.Duration
+	// Generation is the generation of the lease the call was made under
+	// (ScalingLease.Generation); 0 means none (a call made without the
+	// lease). When the record's lease has been taken since with a higher
+	// generation, the outcome is stale and not stored (see
+	// RecordScalingCall).
+	Generation int64
 	// Holder is the lease holder that made the call (see
 	// AcquireScalingLease): its lease of the record is released in the
 	// same transaction, so that no server finds the lease free before it
@@ -287,20 +296,26 @@ type ScalingCall struct {
 
 // RecordScalingCall stores the outcome of one hook call on the record id,
 // in any organization, and returns the record: LastCallAt = c.At (zero
-// means now), LastReason, LastStatus, LastError, ConsecutiveFailures,
-// Disarmed, NextCallAt and PenaltyUntil as given (the controller owns the
-// breaker rule), and releases c.Holder's lease of the record. It leaves
-// UpdatedAt alone and publishes ChangeScalingDisarmed when c.Disarmed is
-// set, ChangeScalingCalled otherwise. The error wraps ErrNotFound when
-// there is no such record (deleted while the call was in flight, say).
+// means now, by the store's clock: see Clock), LastReason, LastStatus,
+// LastError, ConsecutiveFailures, Disarmed, NextCallAt and PenaltyUntil as
+// given or, with NextCallIn and PenaltyFor, counted from LastCallAt (the
+// controller owns the breaker rule), and releases c.Holder's lease of the
+// record. It leaves UpdatedAt alone and publishes ChangeScalingDisarmed
+// when c.Disarmed is set, ChangeScalingCalled otherwise. The error wraps
+// ErrNotFound when there is no such record (deleted while the call was in
+// flight, say), and ErrConflict, storing nothing, when c.Generation is
+// older than the record's latest lease: another server took the lease
+// over and its call's outcome is the one that stands.
 func (db *DB) RecordScalingCall(ctx context.Context, id string, c ScalingCall) (ScalingRecord, error) {
 	if db.closed.Load() {
 		return ScalingRecord{}, errClosed
 	}
-	if c.At.IsZero() {
-		c.At = db.now()
+	if !c.At.IsZero() {
+		c.At = stamp(c.At)
 	}
-	c.At = stamp(c.At)
+	if c.NextCallIn < 0 || c.PenaltyFor < 0 || c.Generation < 0 {
+		return ScalingRecord{}, fmt.Errorf("store: record scaling call: negative wait or generation")
+	}
 	if !c.NextCallAt.IsZero() {
 		c.NextCallAt = stamp(c.NextCallAt)
 	}
@@ -336,9 +351,10 @@ func callChangeKind(c ScalingCall) string {
 }
 
 // MaxScalingLeaseTTL bounds a lease's duration. A stored lease expiring
-// further in the future than this (written by a server whose clock runs
-// ahead) counts as expired: no clock can make a lease block a record for
-// longer.
+// further in the future than this counts as expired: no stored row can
+// make a lease block a record for longer. (Leases are stamped by the
+// store's clock; rows written by older versions were stamped by each
+// server's own.)
 const MaxScalingLeaseTTL = 2 * time.Minute
 
 // ScalingLease is one server's claim to call the provider for a record:
@@ -354,8 +370,22 @@ type ScalingLease struct {
 	Current, Desired int
 	// IdempotencyKey is the decision's key; never "".
 	IdempotencyKey string
-	// AcquiredAt and ExpiresAt are assigned by the store.
+	// AcquiredAt and ExpiresAt are assigned by the store, by its clock.
 	AcquiredAt, ExpiresAt time.Time
+	// Generation is assigned by the store to each lease taken: one more
+	// than any lease taken before it, for any record, so a record's
+	// generations only ever rise. A call carries it so that a provider can
+	// refuse a call made under a lease that was since taken over
+	// (fencing).
+	Generation int64
+
+	// CallsPerMinute, in a request, is the calls-per-minute budget that
+	// every server sharing the store draws from (see
+	// AcquireScalingLease); 0 means none. Not stored.
+	CallsPerMinute int
+	// RetryAt, in a refusal for want of budget, is when the budget has a
+	// call again; zero otherwise.
+	RetryAt time.Time
 }
 
 // sameDecision reports whether a and b are leases for the same decision.
@@ -369,15 +399,24 @@ func (a ScalingLease) sameDecision(b ScalingLease) bool {
 // record in every case, and:
 //
 //   - ok and the lease as stored when it is taken: AcquiredAt is now and
-//     ExpiresAt now+ttl. When it replaces an expired lease (or the
-//     holder's own) for the same decision, that lease's IdempotencyKey is
-//     kept, so a server taking over from one that died sends the key the
-//     provider may already have seen: use the returned key.
+//     ExpiresAt now+ttl, by the store's clock (Clock), read once the
+//     record is locked; Generation is the next lease generation. When it
+//     takes over a lease for the same decision that expired less than
+//     that lease's own lifetime ago (or the holder's own live one), that
+//     lease's IdempotencyKey is kept, so a server taking over from one
+//     that died sends the key the provider may already have seen: use the
+//     returned key. An older lease row, left by a holder that stopped
+//     long ago, gives nothing: a later decision is a new decision, with
+//     its own key.
 //   - not ok and the holding lease when another holder's lease is live:
 //     not yet expired, and expiring no later than now+MaxScalingLeaseTTL.
 //   - not ok and a zero lease when the record is disarmed, or its
 //     NextCallAt or PenaltyUntil is after now: a call was made (by any
 //     server) and its cooldown, backoff or penalty runs.
+//   - not ok and a lease with only RetryAt set when l.CallsPerMinute is
+//     positive and the budget shared by every server is spent: a token
+//     bucket of that capacity, refilled by l.CallsPerMinute/60 a second,
+//     starting with one call. A lease taken takes one call from it.
 //
 // The error wraps ErrNotFound when there is no such record.
 func (db *DB) AcquireScalingLease(ctx context.Context, l ScalingLease, ttl time.Duration) (ScalingLease, ScalingRecord, bool, error) {
@@ -394,22 +433,28 @@ func (db *DB) AcquireScalingLease(ctx context.Context, l ScalingLease, ttl time.
 	if err := errors.Join(errs...); err != nil {
 		return ScalingLease{}, ScalingRecord{}, false, err
 	}
-	now := stamp(db.now())
-	l.AcquiredAt, l.ExpiresAt = now, now.Add(ttl)
-	got, rec, ok, err := db.b.acquireScalingLease(ctx, l)
+	if l.CallsPerMinute < 0 || l.CallsPerMinute > maxCallsPerMinute {
+		return ScalingLease{}, ScalingRecord{}, false, fmt.Errorf("store: acquire scaling lease: calls per minute %d is not in [0,%d]", l.CallsPerMinute, maxCallsPerMinute)
+	}
+	l.AcquiredAt, l.ExpiresAt, l.Generation, l.RetryAt = time.Time{}, time.Time{}, 0, time.Time{}
+	got, rec, ok, err := db.b.acquireScalingLease(ctx, l, ttl)
 	if err != nil {
 		return ScalingLease{}, ScalingRecord{}, false, db.fail("acquire scaling lease on "+l.RecordID, err)
 	}
 	return got, rec, ok, nil
 }
 
-// leaseVerdict decides an acquisition of want (AcquiredAt is now) on rec,
-// whose current lease is held (nil: none). It returns the lease to store
-// when ok, or else the lease that stands in the way (zero when the
-// record's own state refuses). acquireScalingLease calls it with rec and
-// held read under a lock on the record.
-func leaseVerdict(rec ScalingRecord, held *ScalingLease, want ScalingLease) (ScalingLease, bool) {
-	now := want.AcquiredAt
+// leaseVerdict decides an acquisition of want at now (the store's clock)
+// on rec, whose current lease is held (nil: none), for ttl. It returns the
+// lease to store when ok (its Generation still to be assigned), or else
+// the lease that stands in the way (zero when the record's own state
+// refuses). acquireScalingLease calls it with rec and held read under a
+// lock on the record.
+//
+// The decision's key is inherited only by a genuine takeover: held names
+// the same decision and expired less than its own lifetime ago (or is the
+// holder's own, still live).
+func leaseVerdict(rec ScalingRecord, held *ScalingLease, want ScalingLease, now time.Time, ttl time.Duration) (ScalingLease, bool) {
 	if rec.Disarmed || (rec.NextCallAt != nil && rec.NextCallAt.After(now)) ||
 		(rec.PenaltyUntil != nil && rec.PenaltyUntil.After(now)) {
 		return ScalingLease{}, false
@@ -419,11 +464,62 @@ func leaseVerdict(rec ScalingRecord, held *ScalingLease, want ScalingLease) (Sca
 		if live && h.Holder != want.Holder {
 			return *h, false
 		}
-		if h.sameDecision(want) {
+		lifetime := h.ExpiresAt.Sub(h.AcquiredAt)
+		if h.sameDecision(want) && (live || now.Before(h.ExpiresAt.Add(lifetime))) {
 			want.IdempotencyKey = h.IdempotencyKey
 		}
 	}
+	want.AcquiredAt, want.ExpiresAt = now, now.Add(ttl)
 	return want, true
+}
+
+// maxCallsPerMinute bounds ScalingLease.CallsPerMinute (autoscale's
+// MaxCallsPerMinuteLimit).
+const maxCallsPerMinute = 1_000_000
+
+// budgetUnitsPerToken is one call of the shared budget, in the units it
+// is stored in: the bucket gains perMinute units a nanosecond, so its
+// refill is exact integer arithmetic.
+const budgetUnitsPerToken = int64(time.Minute)
+
+// takeBudget takes one call from the shared budget of perMinute calls a
+// minute, which held units at at (nil: never used, so it holds one call
+// at now). It returns the units left at now and true, or the units at now
+// and when a call will be there.
+func takeBudget(units int64, at *time.Time, perMinute int, now time.Time) (int64, bool, time.Time) {
+	pm := int64(max(1, perMinute))
+	full := pm * budgetUnitsPerToken
+	switch {
+	case at == nil:
+		units = budgetUnitsPerToken
+	case now.Sub(*at) >= time.Minute:
+		units = full
+	case now.After(*at):
+		units = min(full, units+int64(now.Sub(*at))*pm)
+	}
+	units = min(units, full)
+	if units >= budgetUnitsPerToken {
+		return units - budgetUnitsPerToken, true, time.Time{}
+	}
+	need := budgetUnitsPerToken - units
+	return units, false, now.Add(time.Duration((need + pm - 1) / pm))
+}
+
+// Clock returns the store's clock: the database's own (PostgreSQL's
+// clock_timestamp(), or SQLite's 'now' on the host that holds the file),
+// unless Config.Now replaces it. Every cluster-wide scaling time (leases,
+// cooldowns, backoffs, penalties, the calls-per-minute budget) is decided
+// by it, so servers whose clocks disagree still agree on those; a server
+// compares its own clock with this one to convert.
+func (db *DB) Clock(ctx context.Context) (time.Time, error) {
+	if db.closed.Load() {
+		return time.Time{}, errClosed
+	}
+	t, err := db.b.clock(ctx)
+	if err != nil {
+		return time.Time{}, db.fail("read the clock", err)
+	}
+	return t, nil
 }
 
 // DeleteScalingRecord deletes the record (the admin API's disarm) and

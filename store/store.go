@@ -85,8 +85,11 @@ type Config struct {
 	// lost and restored, a slow subscriber). Nil discards them.
 	Logger *slog.Logger
 	// Now is the clock for the times the store assigns (CreatedAt, audit
-	// At, maintenance Since, scaling UpdatedAt and a zero call time). Nil
-	// means time.Now.
+	// At, maintenance Since, scaling UpdatedAt). Nil means time.Now for
+	// those, and the database's own clock (DB.Clock) for the scaling
+	// decisions every server shares: leases, a call's time, its cooldown,
+	// backoff and penalty, and the calls-per-minute budget. When set, it
+	// replaces that clock too (tests move it).
 	Now func() time.Time
 	// ReadOnly opens an existing store for reading only, as an integrity
 	// check must: no migrations, no backfill, no change listener, and
@@ -153,6 +156,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	injected := cfg.Now
 	cfg = cfg.withDefaults()
 	db := &DB{
 		hub: newHub(cfg.Logger),
@@ -169,6 +173,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		db.hub.close()
 		return nil, err
 	}
+	db.b.now = injected
 	if cfg.dialectForTest != nil {
 		d := *db.b.d
 		cfg.dialectForTest(&d)

@@ -112,6 +112,9 @@ type hookCall struct {
 	Desired  *int    `json:"desired"`
 	Min      int     `json:"min"`
 	Max      int     `json:"max"`
+	// LeaseGeneration is the generation of the lease the call was made
+	// under; null for a call made without one (see fence.go).
+	LeaseGeneration *int64 `json:"lease_generation"`
 }
 
 // Call is one accepted call, as GET /calls lists it.
@@ -136,6 +139,7 @@ type provider struct {
 	now    func() time.Time
 
 	services map[string]*serviceState // fixed after newProvider
+	fence    *fence
 
 	mu    sync.Mutex // guards the following fields
 	seen  map[string]bool
@@ -170,6 +174,7 @@ func newProvider(cfg *Config, secret string, docker dockerAPI, logger *slog.Logg
 		now:      time.Now,
 		services: make(map[string]*serviceState),
 		seen:     make(map[string]bool),
+		fence:    newFence(),
 	}
 	for name, s := range cfg.Services {
 		p.services[name] = &serviceState{name: name, tmpl: s, wake: make(chan struct{}, 1), done: make(chan struct{})}
@@ -227,6 +232,21 @@ func (p *provider) handleScale(w http.ResponseWriter, r *http.Request) {
 	}
 	if call.Desired == nil || *call.Desired < 0 {
 		http.Error(w, "bad body: desired must be a count >= 0", http.StatusBadRequest)
+		return
+	}
+	gen, err := callGeneration(r, call.LeaseGeneration)
+	if err != nil {
+		http.Error(w, "bad call: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	path := ""
+	if call.Path != nil {
+		path = *call.Path
+	}
+	if !p.fence.admit(s.name+"\x00"+strings.ToLower(call.Hostname)+"\x00"+path, gen) {
+		p.logger.Warn("scaling call refused: its lease was taken over", logkey.Service, s.name, logkey.Reason, call.Reason,
+			logkey.Generation, gen, logkey.RemoteAddr, r.RemoteAddr)
+		http.Error(w, "lease generation superseded", http.StatusConflict)
 		return
 	}
 	desired := min(*call.Desired, s.tmpl.Max)

@@ -54,6 +54,7 @@ const (
 	logKeyKey      = "idempotency_key"
 	logKeyError    = "error"
 	logKeyRemote   = "remote_addr"
+	logKeyGen      = "lease_generation"
 )
 
 // Bounds on what a caller may send.
@@ -87,6 +88,9 @@ type hookCall struct {
 	Desired  *int    `json:"desired"`
 	Min      int     `json:"min"`
 	Max      int     `json:"max"`
+	// LeaseGeneration is the generation of the store lease Aperio made
+	// the call under; nil without one (fence.go).
+	LeaseGeneration *int64 `json:"lease_generation"`
 }
 
 // Result is the JSON answer to an accepted call: the object scaled and
@@ -167,6 +171,7 @@ type provider struct {
 	cfg  Config
 	kube kubernetes.Interface
 	keys *keyCache
+	gens *generations
 	sem  chan struct{} // one token per call being served
 
 	// followerWaitingForTest, when set, is called as a call starts
@@ -184,6 +189,7 @@ func newProvider(cfg Config, kube kubernetes.Interface, now func() time.Time) (*
 		cfg:  cfg,
 		kube: kube,
 		keys: newKeyCache(cfg.MaxKeys, cfg.KeyTTL, now),
+		gens: newGenerations(),
 		sem:  make(chan struct{}, maxInFlight),
 	}, nil
 }
@@ -237,7 +243,8 @@ func (a answer) write(w http.ResponseWriter, replayed bool) {
 // replicas are set (or already were), the same answer again for a repeated
 // Idempotency-Key, 400 for a bad call, 401 without the secret, 404 when no
 // object carries the hostname, 409 when several do or the object's
-// annotations are wrong, 422 for a key reused with another call, 429 when
+// annotations are wrong or the call's lease generation is older than one
+// already admitted for its hostname and path (fence.go), 422 for a key reused with another call, 429 when
 // too many calls are in flight, 503 with Retry-After when the cluster
 // failed.
 func (p *provider) handleScale(w http.ResponseWriter, r *http.Request) {
@@ -260,8 +267,20 @@ func (p *provider) handleScale(w http.ResponseWriter, r *http.Request) {
 		textAnswer(http.StatusBadRequest, "bad call: "+err.Error()).write(w, false)
 		return
 	}
+	gen, err := generationOf(r, call)
+	if err != nil {
+		textAnswer(http.StatusBadRequest, "bad call: "+err.Error()).write(w, false)
+		return
+	}
 	log := p.cfg.Logger.With(logKeyHostname, call.Hostname, logKeyPath, call.path(), logKeyReason, call.Reason,
 		logKeyDesired, *call.Desired, logKeyKey, key, logKeyRemote, r.RemoteAddr)
+	// A call under a lease since taken over by another server's is
+	// refused before its key is looked at: the newer call stands.
+	if !p.gens.admit(strings.ToLower(call.Hostname)+"\x00"+call.path(), gen) {
+		log.Warn("scaling call refused: its lease was taken over", logKeyGen, gen)
+		textAnswer(http.StatusConflict, "lease generation superseded").write(w, false)
+		return
+	}
 
 	if key == "" {
 		a := p.serve(r.Context(), call, log)

@@ -159,6 +159,18 @@ func (f *fixture) call(key, b string) *httptest.ResponseRecorder {
 
 func (f *fixture) callCtx(ctx context.Context, auth, key, b string) *httptest.ResponseRecorder {
 	f.t.Helper()
+	return f.callFull(ctx, auth, key, b, nil)
+}
+
+// callWith sends one call with the test secret, key and body, after edit
+// changed its headers.
+func (f *fixture) callWith(key, b string, edit func(http.Header)) *httptest.ResponseRecorder {
+	f.t.Helper()
+	return f.callFull(context.Background(), "Bearer "+testSecret, key, b, edit)
+}
+
+func (f *fixture) callFull(ctx context.Context, auth, key, b string, edit func(http.Header)) *httptest.ResponseRecorder {
+	f.t.Helper()
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/scale", strings.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	if auth != "" {
@@ -166,6 +178,9 @@ func (f *fixture) callCtx(ctx context.Context, auth, key, b string) *httptest.Re
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	if edit != nil {
+		edit(req.Header)
 	}
 	rec := httptest.NewRecorder()
 	f.p.routes().ServeHTTP(rec, req)

@@ -113,3 +113,9 @@ func (g *Gateway) RoutedForTest(host string) bool {
 	}
 	return true
 }
+
+// JoinsColdStartForTest reports whether a cold start of the bind would now
+// join one under way (or in its cooldown) rather than call.
+func (g *Gateway) JoinsColdStartForTest(ctx context.Context, orgID, hostname, path string) bool {
+	return g.ctl.PlanColdStart(ctx, orgID, hostname, path).Join
+}

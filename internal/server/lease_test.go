@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/store/storetest"
 )
@@ -16,6 +17,7 @@ import (
 type providerCall struct {
 	at  time.Time
 	key string // its Idempotency-Key
+	gen string // its Aperio-Lease-Generation
 }
 
 // testProvider is a scaling hook that records every call. While hold is
@@ -33,7 +35,7 @@ func newTestProvider() *testProvider {
 
 func (p *testProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
-	p.calls = append(p.calls, providerCall{time.Now(), r.Header.Get("Idempotency-Key")})
+	p.calls = append(p.calls, providerCall{time.Now(), r.Header.Get("Idempotency-Key"), r.Header.Get("Aperio-Lease-Generation")})
 	if len(p.calls) == 1 {
 		close(p.first)
 	}
@@ -55,7 +57,15 @@ func (p *testProvider) made() []providerCall {
 
 // clusterOn seeds a PostgreSQL database with one armed record for
 // app.test calling hook, and starts n servers on it with autoscaling on.
-func clusterOn(t *testing.T, n int, hook string) ([]*testServer, string) {
+//
+// edit, when given, changes server i's configuration before it starts.
+func clusterOn(t *testing.T, n int, hook string, edit ...func(i int, cfg *server.Config)) ([]*testServer, string) {
+	t.Helper()
+	return clusterOnHosts(t, n, hook, []string{"app.test"}, edit...)
+}
+
+// clusterOnHosts is clusterOn with one armed record for each of hosts.
+func clusterOnHosts(t *testing.T, n int, hook string, hosts []string, edit ...func(i int, cfg *server.Config)) ([]*testServer, string) {
 	t.Helper()
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
 	ctx := t.Context()
@@ -64,16 +74,22 @@ func clusterOn(t *testing.T, n int, hook string) ([]*testServer, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: "app.test", URL: hook,
-		Max: 1, ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}, "master", true); err != nil {
-		t.Fatal(err)
+	for _, h := range hosts {
+		if _, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: h, URL: hook,
+			Max: 1, ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}, "master", true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := serverConfig(t)
 	cfg.Store.DatabaseURL = dsn
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	servers := make([]*testServer, n)
 	for i := range n {
-		servers[i] = startServer(t, cfg, nil, nil)
+		c := cfg
+		for _, e := range edit {
+			e(i, &c)
+		}
+		servers[i] = startServer(t, c, nil, nil)
 	}
 	return servers, org.ID
 }
@@ -207,6 +223,54 @@ func TestLeaseHolderKilledPostgres(t *testing.T) {
 	if calls[1].key != calls[0].key || calls[0].key == "" {
 		t.Errorf("takeover Idempotency-Key = %q, want the dead holder's %q", calls[1].key, calls[0].key)
 	}
+	// The takeover is fenced above the dead holder's call.
+	dead, taker, err1 := 0, 0, error(nil)
+	if _, err1 = fmt.Sscan(calls[0].gen, &dead); err1 == nil {
+		_, err1 = fmt.Sscan(calls[1].gen, &taker)
+	}
+	if err1 != nil || dead <= 0 || taker <= dead {
+		t.Errorf("Aperio-Lease-Generation: dead holder %q, takeover %q; want positive and rising", calls[0].gen, calls[1].gen)
+	}
+}
+
+// TestSkewedServerPostgres (issue #42 item 2): server B's clock runs a
+// minute ahead of server A's and of the database's. A's cold start is
+// accepted; B, asked a moment later, joins it (the join window is
+// cold_start, a minute, from A's call by the database's clock) instead of
+// waiting out the cooldown and calling again.
+func TestSkewedServerPostgres(t *testing.T) {
+	p := newTestProvider()
+	close(p.hold) // answers at once
+	hook := startBackend(t, p)
+	servers, org := clusterOn(t, 2, hook.URL, func(i int, cfg *server.Config) {
+		if i == 1 {
+			cfg.Scaling.Now = func() time.Time { return time.Now().Add(time.Minute) }
+		}
+	})
+	ctx := t.Context()
+	done, errf, err := servers[0].gw.ColdStartDoneForTest(ctx, org, "app.test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitFlight(t, done, errf, 30*time.Second); err != nil {
+		t.Fatalf("A's cold start = %v", err)
+	}
+	// B hears of A's call through the change feed; give it a moment.
+	deadline := time.Now().Add(10 * time.Second)
+	for !servers[1].gw.JoinsColdStartForTest(ctx, org, "app.test", "") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	done, errf, err = servers[1].gw.ColdStartDoneForTest(ctx, org, "app.test", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitFlight(t, done, errf, 5*time.Second); err != nil {
+		t.Errorf("B's cold start = %v, want A's accepted one joined", err)
+	}
+	time.Sleep(time.Second) // a second call, if any, would be made by now
+	if calls := p.made(); len(calls) != 1 {
+		t.Errorf("provider calls = %d, want 1: the skewed server joins", len(calls))
+	}
 }
 
 // TestNewRecordArmedAtOnceOnEveryServer: a record created through one
@@ -258,4 +322,33 @@ func TestNewRecordArmedAtOnceOnEveryServer(t *testing.T) {
 		t.Errorf("server B armed the new record %v after it was created, want it at the change's delivery, under the 1 s debounce", took)
 	}
 	t.Logf("server B armed the new record %v after it was created", took.Round(time.Millisecond))
+}
+
+// TestBudgetSharedPostgres (issue #42 item 4): two servers on PostgreSQL,
+// each with scaling_max_calls_per_minute 1, cold-start two different
+// hostnames at once: the budget is the database's, shared, so one call is
+// made and the other waits for the budget's next call (a minute), where
+// two budgets of their own would have let both call at once.
+func TestBudgetSharedPostgres(t *testing.T) {
+	p := newTestProvider()
+	close(p.hold) // answers at once
+	hook := startBackend(t, p)
+	servers, org := clusterOnHosts(t, 2, hook.URL, []string{"one.test", "two.test"}, func(_ int, cfg *server.Config) {
+		cfg.Scaling.MaxCallsPerMinute = 1
+	})
+	ctx := t.Context()
+	for i, h := range []string{"one.test", "two.test"} {
+		if err := servers[i].gw.ColdStartForTest(ctx, org, h, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-p.first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no provider call within 30 s")
+	}
+	time.Sleep(3 * time.Second) // the second call, without a shared budget, comes at once
+	if calls := p.made(); len(calls) != 1 {
+		t.Errorf("provider calls within 3 s = %d, want 1 with a shared budget of 1 a minute", len(calls))
+	}
 }

@@ -149,7 +149,7 @@ func settings() []config.Setting[Config] {
 		config.BoolSetting("scaling_allow_http", "permit plain-http scaling endpoints", func(c *S) *bool { return &c.Outbound.AllowHTTP }),
 		config.BoolSetting("scaling_allow_private", "permit scaling endpoints on private addresses", func(c *S) *bool { return &c.Outbound.AllowPrivate }),
 		config.DurationSetting("scaling_record_ttl", "drop scaling records not re-announced for this long", func(c *S) *time.Duration { return &c.ScalingRecordTTL }),
-		config.IntSetting("scaling_max_held", "requests held across all cold starts", func(c *S) *int { return &c.Router.MaxHeld }),
+		config.IntSetting("scaling_max_held", "requests held per pool (one bind: hostname and path) for its cold start", func(c *S) *int { return &c.Router.MaxHeld }),
 		config.IntSetting("scaling_max_calls_per_minute", "scaling hook calls per minute", func(c *S) *int { return &c.Scaling.MaxCallsPerMinute }),
 		config.IntSetting("scaling_max_records_per_org", "scaling records one organization may hold", func(c *S) *int { return &c.Scaling.MaxRecordsPerOrg }),
 		config.IntSetting("scaling_max_records_per_token", "scaling records one client token may arm", func(c *S) *int { return &c.Scaling.MaxRecordsPerToken }),
