@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -57,12 +58,14 @@ func runNode(t *testing.T, c *Controller) (kill func()) {
 	return kill
 }
 
-// allCalls returns every call the nodes made.
+// allCalls returns every call the nodes made, oldest first.
 func allCalls(nodes []*node) []madeCall {
 	var all []madeCall
 	for _, n := range nodes {
 		all = append(all, n.caller.made()...)
 	}
+	// In the order they were made, whichever server made them.
+	slices.SortStableFunc(all, func(a, b madeCall) int { return a.at.Compare(b.at) })
 	return all
 }
 
