@@ -17,7 +17,12 @@
 //   - a system user (sysusers.d, and a preinst that creates it with
 //     useradd on systems that do not run systemd-sysusers);
 //   - default config files in /etc/aperio, kept on upgrade (conffiles);
-//   - the server's state directory through tmpfiles.d and StateDirectory.
+//   - the server's state directory through tmpfiles.d and StateDirectory;
+//   - the license: Debian's copyright file in /usr/share/doc/NAME, the
+//     repository's LICENSE in /usr/share/licenses/NAME for rpm, and in both
+//     the report of the licenses of what the binary links
+//     (LICENSE-THIRD-PARTY.txt, which `make packages` writes into DIR with
+//     deploy/release -licenses).
 package main
 
 import (
@@ -116,10 +121,10 @@ func (b Build) Run() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, bin := range []string{"aperio-server", "aperio-client"} {
+	for _, bin := range []string{"aperio-server", "aperio-client", licensesFile} {
 		if st, err := os.Stat(filepath.Join(b.Bin, bin)); err != nil {
 			return nil, err
-		} else if st.Mode()&0o111 == 0 {
+		} else if bin != licensesFile && st.Mode()&0o111 == 0 {
 			return nil, fmt.Errorf("%s is not executable", filepath.Join(b.Bin, bin))
 		}
 	}
@@ -164,6 +169,10 @@ func (b Build) write(info *nfpm.Info, format string) (string, error) {
 	return path, f.Close()
 }
 
+// licensesFile is the report of the linked modules' licenses that DIR
+// holds beside the binaries (deploy/release's LicensesFile).
+const licensesFile = "LICENSE-THIRD-PARTY.txt"
+
 func (b Build) file(name string) string   { return filepath.Join(b.Here, "files", name) }
 func (b Build) script(name string) string { return filepath.Join(b.Here, "scripts", name) }
 
@@ -189,6 +198,22 @@ func (b Build) common(name, version, desc string) *nfpm.Info {
 	}
 }
 
+// licenses are a package's license files: Debian's copyright file and the
+// report under /usr/share/doc (Debian policy), the LICENSE and the report
+// as %license files under /usr/share/licenses for rpm.
+func (b Build) licenses(name string) files.Contents {
+	report := filepath.Join(b.Bin, licensesFile)
+	license := filepath.Join(b.Here, "..", "..", "LICENSE")
+	deb := func(c *files.Content) *files.Content { c.Packager = "deb"; return c }
+	rpm := func(c *files.Content) *files.Content { c.Packager = "rpm"; return c }
+	return files.Contents{
+		deb(b.content(b.file(name+".copyright"), "/usr/share/doc/"+name+"/copyright", "", 0o644)),
+		deb(b.content(report, "/usr/share/doc/"+name+"/"+licensesFile, "", 0o644)),
+		rpm(b.content(license, "/usr/share/licenses/"+name+"/LICENSE", files.TypeRPMLicense, 0o644)),
+		rpm(b.content(report, "/usr/share/licenses/"+name+"/"+licensesFile, files.TypeRPMLicense, 0o644)),
+	}
+}
+
 func (b Build) content(src, dst, typ string, mode os.FileMode) *files.Content {
 	return &files.Content{
 		Source:      src,
@@ -210,6 +235,7 @@ func (b Build) server(version string) *nfpm.Info {
 		b.content(b.file("aperio-server.yaml"), "/etc/aperio/aperio-server.yaml", files.TypeConfigNoReplace, 0o644),
 		b.content(b.file("aperio-server.env"), "/etc/aperio/aperio-server.env", files.TypeConfigNoReplace, 0o600),
 	}
+	info.Overridables.Contents = append(info.Overridables.Contents, b.licenses("aperio-server")...)
 	info.Overridables.Scripts = nfpm.Scripts{
 		PreInstall:  b.script("preinstall-server.sh"),
 		PostInstall: b.script("postinstall.sh"),
@@ -231,6 +257,7 @@ func (b Build) client(version string) *nfpm.Info {
 		{Destination: "/etc/aperio/client", Type: files.TypeDir,
 			FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: 0o755, MTime: b.MTime}},
 	}
+	info.Overridables.Contents = append(info.Overridables.Contents, b.licenses("aperio-client")...)
 	info.Overridables.Scripts = nfpm.Scripts{
 		PreInstall:  b.script("preinstall-client.sh"),
 		PostInstall: b.script("postinstall.sh"),

@@ -36,8 +36,14 @@ func fakeBins(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(filepath.Join(dir, licensesFile), []byte(fakeReport), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return dir
 }
+
+// fakeReport stands in for deploy/release's license report.
+const fakeReport = "Licenses of the code linked into the test build\n"
 
 func build(t *testing.T, version string) (string, []string) {
 	t.Helper()
@@ -82,12 +88,14 @@ func TestDebContents(t *testing.T) {
 		{"aperio-server_1.2.3-1_amd64.deb",
 			[]string{"-rwxr-xr-x ./usr/bin/aperio-server", "-rw-r--r-- ./usr/lib/systemd/system/aperio-server.service",
 				"-rw-r--r-- ./usr/lib/sysusers.d/aperio-server.conf", "-rw-r--r-- ./usr/lib/tmpfiles.d/aperio-server.conf",
-				"-rw-r--r-- ./etc/aperio/aperio-server.yaml", "-rw------- ./etc/aperio/aperio-server.env"},
+				"-rw-r--r-- ./etc/aperio/aperio-server.yaml", "-rw------- ./etc/aperio/aperio-server.env",
+				"-rw-r--r-- ./usr/share/doc/aperio-server/copyright", "-rw-r--r-- ./usr/share/doc/aperio-server/LICENSE-THIRD-PARTY.txt"},
 			[]string{"/etc/aperio/aperio-server.yaml", "/etc/aperio/aperio-server.env"}},
 		{"aperio-client_1.2.3-1_amd64.deb",
 			[]string{"-rwxr-xr-x ./usr/bin/aperio-client", "-rw-r--r-- ./usr/lib/systemd/system/aperio-client@.service",
 				"-rw-r--r-- ./usr/lib/sysusers.d/aperio-client.conf", "-rw-r--r-- ./usr/share/doc/aperio-client/example.yaml",
-				"drwxr-xr-x ./etc/aperio/client/"},
+				"drwxr-xr-x ./etc/aperio/client/",
+				"-rw-r--r-- ./usr/share/doc/aperio-client/copyright", "-rw-r--r-- ./usr/share/doc/aperio-client/LICENSE-THIRD-PARTY.txt"},
 			nil},
 	}
 	for _, c := range cases {
@@ -107,6 +115,22 @@ func TestDebContents(t *testing.T) {
 			if !got[w] {
 				t.Errorf("%s lacks %q:\n%s", c.deb, w, listing)
 			}
+		}
+		if strings.Contains(listing, "/usr/share/licenses/") {
+			t.Errorf("%s holds rpm's /usr/share/licenses:\n%s", c.deb, listing)
+		}
+		pkg := strings.Split(c.deb, "_")[0]
+		tree := t.TempDir()
+		run(t, "dpkg-deb", "-x", deb, tree)
+		copyright, _ := os.ReadFile(filepath.Join(tree, "usr/share/doc", pkg, "copyright"))
+		for _, w := range []string{"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/", "\nLicense: Apache-2.0\n",
+			"/usr/share/common-licenses/Apache-2.0", "/usr/share/doc/" + pkg + "/LICENSE-THIRD-PARTY.txt"} {
+			if !strings.Contains(string(copyright), w) {
+				t.Errorf("%s: its copyright file lacks %q:\n%s", c.deb, w, copyright)
+			}
+		}
+		if report, _ := os.ReadFile(filepath.Join(tree, "usr/share/doc", pkg, licensesFile)); string(report) != fakeReport {
+			t.Errorf("%s: the license report is %q, want the one built beside the binaries", c.deb, report)
 		}
 		ctl := t.TempDir()
 		run(t, "dpkg-deb", "-e", deb, ctl)
@@ -138,6 +162,14 @@ func TestRPMContents(t *testing.T) {
 		if !strings.Contains(list, w) {
 			t.Errorf("%s lacks %q:\n%s", filepath.Base(rpm), w, list)
 		}
+	}
+	for _, w := range []string{"-rw-r--r-- l /usr/share/licenses/aperio-server/LICENSE", "-rw-r--r-- l /usr/share/licenses/aperio-server/LICENSE-THIRD-PARTY.txt"} {
+		if !strings.Contains(list, w) {
+			t.Errorf("%s lacks the license file %q:\n%s", filepath.Base(rpm), w, list)
+		}
+	}
+	if strings.Contains(list, "/usr/share/doc/aperio-server/copyright") {
+		t.Errorf("%s holds Debian's copyright file:\n%s", filepath.Base(rpm), list)
 	}
 	scripts := run(t, "rpm", "-qp", "--scripts", rpm)
 	if !strings.Contains(scripts, "useradd --system") {

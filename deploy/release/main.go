@@ -44,8 +44,9 @@ var Targets = []string{
 // Binaries are the commands a release ships, each under cmd/.
 var Binaries = []string{"aperio-server", "aperio-client"}
 
-// extraFiles are copied from the repository's root into every archive.
-var extraFiles = []string{"README.md"}
+// extraFiles are copied from the repository's root into every archive,
+// beside the generated LicensesFile.
+var extraFiles = []string{"LICENSE", "README.md"}
 
 const versionVar = "github.com/aperio-dev/aperio/internal/buildinfo.version"
 
@@ -66,6 +67,7 @@ func main() {
 	out := flag.String("out", "dist", "directory the artifacts are written to (emptied first)")
 	version := flag.String("version", "", "version to stamp (default: git describe --tags --always --dirty, else dev)")
 	targets := flag.String("targets", strings.Join(Targets, ","), "comma-separated os/arch pairs")
+	licenses := flag.String("licenses", "", "only write the dependency-license report of the one target in -targets to this file (make packages)")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "release: no arguments expected, got", flag.Args())
@@ -87,6 +89,13 @@ func main() {
 	}
 	if p.Version == "" {
 		p.Version = gitVersion(root)
+	}
+	if *licenses != "" {
+		if err := p.WriteLicenses(*licenses); err != nil {
+			fmt.Fprintln(os.Stderr, "release:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if p.Epoch, err = sourceEpoch(root, os.Getenv("SOURCE_DATE_EPOCH")); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
@@ -245,9 +254,13 @@ func (p Plan) target(stage, t string) ([]string, error) {
 		}
 		files = append(files, archiveFile{name: f, data: data, mode: 0o644})
 	}
+	report, err := p.licenseReport(goos, goarch)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, archiveFile{name: LicensesFile, data: report, mode: 0o644})
 	base := fmt.Sprintf("aperio_%s_%s_%s", p.Version, goos, goarch)
 	var archive []byte
-	var err error
 	if goos == "windows" {
 		base += ".zip"
 		archive, err = zipArchive(files, p.Epoch)
@@ -266,6 +279,20 @@ func (p Plan) target(stage, t string) ([]string, error) {
 		return nil, err
 	}
 	return []string{base, sbomName}, nil
+}
+
+// WriteLicenses writes the dependency-license report of the plan's one
+// target to path: what `make packages` puts in the packages.
+func (p Plan) WriteLicenses(path string) error {
+	if len(p.Targets) != 1 || !slices.Contains(Targets, p.Targets[0]) {
+		return fmt.Errorf("-licenses wants exactly one of the targets %s, got %q", strings.Join(Targets, ", "), p.Targets)
+	}
+	goos, goarch, _ := strings.Cut(p.Targets[0], "/")
+	report, err := p.licenseReport(goos, goarch)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, report, 0o644)
 }
 
 // build runs go build for one binary: static, without paths or a build ID

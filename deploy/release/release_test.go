@@ -89,8 +89,13 @@ func TestReleaseIsReproducible(t *testing.T) {
 	if !ok {
 		t.Fatalf("archive holds %v, want aperio-client", keys(files))
 	}
-	if _, ok := files["README.md"]; !ok {
-		t.Errorf("archive holds no README.md")
+	for _, name := range extraFiles {
+		if got, ok := files[name]; !ok || !bytes.Equal(got, readFile(t, filepath.Join(root, name))) {
+			t.Errorf("archive holds %v, want %s as in the repository", keys(files), name)
+		}
+	}
+	if report := string(files[LicensesFile]); !strings.Contains(report, "github.com/spf13/cobra") || !strings.Contains(report, "Go standard library") {
+		t.Errorf("archive's %s does not list the linked modules:\n%.600s", LicensesFile, report)
 	}
 	exe := filepath.Join(t.TempDir(), "aperio-client")
 	if err := os.WriteFile(exe, bin, 0o755); err != nil {
@@ -239,4 +244,99 @@ func keys(m map[string][]byte) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestLicenseReport: the report of what the linux/amd64 binaries link
+// names every linked module (as go list sees it) with its license kind,
+// holds each license text verbatim, the Go standard library's too, and
+// names no directory of this machine.
+func TestLicenseReport(t *testing.T) {
+	root := repoRoot(t)
+	p := Plan{Root: root, Targets: []string{"linux/amd64"}, Binaries: Binaries, Go: "go"}
+	out := filepath.Join(t.TempDir(), LicensesFile)
+	if err := p.WriteLicenses(out); err != nil {
+		t.Fatal(err)
+	}
+	report := string(readFile(t, out))
+	lister := exec.Command("go", "list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{.Dir}}{{end}}{{end}}", "./cmd/aperio-server", "./cmd/aperio-client")
+	lister.Dir = root
+	lister.Env = append(os.Environ(), "GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0")
+	list, err := lister.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(list)), "\n") {
+		if path, dir, ok := strings.Cut(line, " "); ok {
+			mods[path] = dir
+		}
+	}
+	if len(mods) < 10 {
+		t.Fatalf("go list found %d modules; the test cannot judge the report", len(mods))
+	}
+	for path, dir := range mods {
+		if !strings.Contains(report, "\n  "+path+" ") {
+			t.Errorf("the report's table lacks %s", path)
+		}
+		if strings.Contains(report, dir) {
+			t.Errorf("the report names the directory %s", dir)
+		}
+	}
+	cobra := string(readFile(t, filepath.Join(mods["github.com/spf13/cobra"], "LICENSE.txt")))
+	if !strings.Contains(report, strings.TrimRight(cobra, "\n")) {
+		t.Error("the report does not hold cobra's LICENSE.txt verbatim")
+	}
+	for _, w := range []string{"github.com/spf13/cobra                             v", "Apache-2.0", "Go standard library and runtime", "Copyright 2009 The Go Authors"} {
+		if !strings.Contains(report, w) {
+			t.Errorf("the report lacks %q", w)
+		}
+	}
+	if err := (Plan{Root: root, Targets: []string{"linux/amd64", "linux/arm64"}, Binaries: Binaries, Go: "go"}).WriteLicenses(out); err == nil {
+		t.Error("WriteLicenses accepted two targets")
+	}
+}
+
+// TestLicenseFiles: license and notice files are found whatever their
+// case or suffix; a module with only a NOTICE, or none, has no license;
+// an oversized file is refused rather than read whole.
+func TestLicenseFiles(t *testing.T) {
+	write := func(dir, name, text string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write(dir, "license.md", "Permission is hereby granted, free of charge, to any person")
+	write(dir, "NOTICE", "This product includes software developed by someone.")
+	write(dir, "main.go", "package x")
+	if err := os.Mkdir(filepath.Join(dir, "LICENSES"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := licenseFiles(dir)
+	if err != nil || len(got) != 2 || got[0].Name != "NOTICE" || got[1].Name != "license.md" || got[1].Kind != "MIT" {
+		t.Errorf("licenseFiles = %+v, %v; want NOTICE and license.md (MIT)", got, err)
+	}
+	noLicense := t.TempDir()
+	write(noLicense, "NOTICE", "notice only")
+	if got, err := licenseFiles(noLicense); err != nil || got != nil {
+		t.Errorf("a module with only a NOTICE: %+v, %v; want no license", got, err)
+	}
+	huge := t.TempDir()
+	write(huge, "LICENSE", strings.Repeat("x", maxLicenseFile+1))
+	if _, err := licenseFiles(huge); err == nil {
+		t.Error("an oversized LICENSE was accepted")
+	}
+	for text, want := range map[string]string{
+		"Apache License\n  Version 2.0, January 2004":                                                      "Apache-2.0",
+		"Mozilla Public License Version 2.0":                                                               "MPL-2.0",
+		"Redistribution and use in source and binary forms ... Neither the name of Google":                 "BSD-3-Clause",
+		"Redistribution and use in source and binary forms, with or without modification":                  "BSD-2-Clause",
+		"Permission to use, copy, modify, and/or distribute this software for any purpose with or without": "ISC",
+		"All rights reserved. No permission granted.":                                                      "see text",
+	} {
+		if got := classifyLicense([]byte(text)); got != want {
+			t.Errorf("classifyLicense(%q) = %s, want %s", text, got, want)
+		}
+	}
 }
