@@ -4,8 +4,12 @@
 
 GO      ?= go
 BIN     ?= bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
+# The semantic version from git tags (scripts/version.sh: v1.2.3 on a tag,
+# v1.2.4-dev.N+gCOMMIT after it, v0.0.0-dev.N+gCOMMIT before any) and the
+# commit, both stamped into every binary (`aperio-server version`).
+VERSION ?= $(shell sh scripts/version.sh)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION) -X github.com/aperio-dev/aperio/internal/buildinfo.commit=$(COMMIT)
 
 .PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp bench-scale-clients bench-scale-visitors bench-scale-held bench-scale-hostnames clean images e2e fuzz release packages
 
@@ -18,7 +22,7 @@ build:
 # on amd64 and arm64 (static, -trimpath, version stamped), one archive and
 # one SBOM per platform, and SHA256SUMS; reproducible (deploy/release).
 release:
-	$(GO) run ./deploy/release -out dist -version $(VERSION)
+	$(GO) run ./deploy/release -out dist -version $(VERSION) -commit $(COMMIT)
 
 # Linux packages in dist/packages: .deb and .rpm of both binaries for
 # amd64 and arm64, with hardened systemd units and the licenses of what the

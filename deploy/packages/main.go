@@ -51,7 +51,7 @@ var Archs = []string{"amd64", "arm64"}
 type Build struct {
 	Bin     string    // directory with aperio-server and aperio-client for linux/Arch
 	Arch    string    // amd64 or arm64
-	Version string    // the release version (v1.2.3, or a git description)
+	Version string    // the semantic version (v1.2.3, v1.2.4-dev.3+g0123abcd)
 	Out     string    // where the packages are written
 	Here    string    // the directory holding files/ and scripts/
 	MTime   time.Time // every file's time in the packages
@@ -61,7 +61,7 @@ func main() {
 	var b Build
 	flag.StringVar(&b.Bin, "bin", "", "directory holding aperio-server and aperio-client built for linux/ARCH")
 	flag.StringVar(&b.Arch, "arch", "amd64", "architecture: "+strings.Join(Archs, " or "))
-	flag.StringVar(&b.Version, "version", "", "version of the packages (v1.2.3; anything else becomes 0.0.0~git<it>)")
+	flag.StringVar(&b.Version, "version", "", "semantic version of the packages (scripts/version.sh: v1.2.3, v1.2.4-dev.3+g0123abcd)")
 	flag.StringVar(&b.Out, "out", "dist/packages", "directory the packages are written to")
 	flag.Parse()
 	if b.Bin == "" || b.Version == "" || flag.NArg() != 0 {
@@ -93,23 +93,41 @@ func main() {
 	}
 }
 
-// PackageVersion turns a release version into one dpkg and rpm order
-// correctly: v1.2.3 → 1.2.3; a git description (a commit hash, "-dirty")
-// → 0.0.0~git<description>, which sorts before any release.
+// PackageVersion turns a semantic version (scripts/version.sh) into one
+// dpkg and rpm order as semver does: the v goes, a pre-release follows a
+// tilde, which sorts before the release (v1.3.0-rc.1 → 1.3.0~rc.1,
+// v1.2.4-dev.3+g0123abcd → 1.2.4~dev.3+g0123abcd), and hyphens inside the
+// pre-release or build become dots (rpm refuses them in a version and dpkg
+// would read the last one as the revision). Anything not semantic is
+// refused: a bare commit hash cannot be ordered.
 func PackageVersion(v string) (string, error) {
 	if v == "" || len(v) > 64 {
 		return "", fmt.Errorf("version %q: want 1 to 64 characters", v)
 	}
 	for _, r := range v {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-+_~", r)) {
-			return "", fmt.Errorf("version %q: only letters, digits and . - + _ ~ are allowed", v)
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-+", r)) {
+			return "", fmt.Errorf("version %q: only letters, digits and . - + are allowed", v)
 		}
 	}
 	s := strings.TrimPrefix(v, "v")
-	if s != "" && s[0] >= '0' && s[0] <= '9' {
-		return s, nil
+	s, build, hasBuild := strings.Cut(s, "+")
+	core, pre, hasPre := strings.Cut(s, "-")
+	nums := strings.Split(core, ".")
+	bad := len(nums) != 3 || hasPre && pre == "" || hasBuild && build == ""
+	for _, n := range nums {
+		bad = bad || n == "" || strings.Trim(n, "0123456789") != "" || len(n) > 1 && n[0] == '0'
 	}
-	return "0.0.0~git" + strings.NewReplacer("-", ".", "_", ".").Replace(v), nil
+	if bad {
+		return "", fmt.Errorf("version %q is not a semantic version (v1.2.3, v1.2.4-dev.3+g0123abcd): build with scripts/version.sh's", v)
+	}
+	out := core
+	if hasPre {
+		out += "~" + strings.ReplaceAll(pre, "-", ".")
+	}
+	if hasBuild {
+		out += "+" + strings.ReplaceAll(build, "-", ".")
+	}
+	return out, nil
 }
 
 // Run writes the packages and returns their paths.

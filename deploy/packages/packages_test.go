@@ -221,27 +221,67 @@ func TestUnitsVerify(t *testing.T) {
 	}
 }
 
-// TestPackageVersion: release tags lose their v; a git description sorts
-// before every release; hostile versions are refused.
+// TestPackageVersion: release tags lose their v; pre-releases and dev
+// builds get a tilde; hyphens in the pre-release and build become dots;
+// bare commit hashes and hostile versions are refused.
 func TestPackageVersion(t *testing.T) {
 	for in, want := range map[string]string{
-		"v1.2.3": "1.2.3", "1.2.3": "1.2.3", "v1.2.3-rc.1": "1.2.3-rc.1",
-		"bbd9c7d": "0.0.0~gitbbd9c7d", "bbd9c7d-dirty": "0.0.0~gitbbd9c7d.dirty",
+		"v1.2.3": "1.2.3", "1.2.3": "1.2.3", "v1.2.3-rc.1": "1.2.3~rc.1",
+		"v1.2.4-dev.3+g0123456789ab":       "1.2.4~dev.3+g0123456789ab",
+		"v1.2.4-dev.0+g0123456789ab.dirty": "1.2.4~dev.0+g0123456789ab.dirty",
+		"v0.0.0-dev.818+g305661b9041e":     "0.0.0~dev.818+g305661b9041e",
+		"v2.0.0-beta-2+build-7":            "2.0.0~beta.2+build.7",
 	} {
 		if got, err := PackageVersion(in); err != nil || got != want {
 			t.Errorf("PackageVersion(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "1.0; rm -rf /", "v1\nDepends: evil", strings.Repeat("1", 65), "../x"} {
-		if _, err := PackageVersion(bad); err == nil {
-			t.Errorf("PackageVersion(%q) accepted", bad)
+	for _, bad := range []string{"", "1.0; rm -rf /", "v1\nDepends: evil", strings.Repeat("1", 65), "../x",
+		"bbd9c7d", "bbd9c7d-dirty", "v1", "v1.2", "v1.2.3.4", "v01.2.3", "v1.2.3-", "v1.2.3+", "v1.2.3~rc1", "v1.2.x"} {
+		if got, err := PackageVersion(bad); err == nil {
+			t.Errorf("PackageVersion(%q) = %q, want it refused", bad, got)
 		}
 	}
-	if _, err := (Build{Bin: t.TempDir(), Arch: "amd64", Version: "v1"}).Run(); err == nil {
+	if _, err := (Build{Bin: t.TempDir(), Arch: "amd64", Version: "v1.0.0"}).Run(); err == nil {
 		t.Error("Run accepted a bin directory without the binaries")
 	}
-	if _, err := (Build{Bin: fakeBins(t), Arch: "s390x", Version: "v1"}).Run(); err == nil {
+	if _, err := (Build{Bin: fakeBins(t), Arch: "s390x", Version: "v1.0.0"}).Run(); err == nil {
 		t.Error("Run accepted an unsupported arch")
+	}
+}
+
+// TestPackageVersionOrder: dpkg orders the package versions (with the
+// package's revision, -1) as semver orders the versions they come from,
+// so every upgrade along this line is an upgrade to apt.
+func TestPackageVersionOrder(t *testing.T) {
+	need(t, "dpkg")
+	line := []string{
+		"v0.0.0-dev.9+gffffffffffff",
+		"v0.0.0-dev.10+g000000000000",
+		"v0.0.0-dev.10+g000000000000.dirty",
+		"v0.1.0-rc.1",
+		"v0.1.0-rc.1.dev.2+gabcdefabcdef",
+		"v0.1.0-rc.2",
+		"v0.1.0",
+		"v0.1.1-dev.1+g123456789abc",
+		"v0.1.1-dev.12+g023456789abc",
+		"v0.1.1",
+		"v0.2.0",
+		"v0.10.0",
+		"v1.0.0",
+	}
+	for i := 1; i < len(line); i++ {
+		older, err := PackageVersion(line[i-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		newer, err := PackageVersion(line[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exec.Command("dpkg", "--compare-versions", older+"-1", "lt", newer+"-1").Run(); err != nil {
+			t.Errorf("dpkg does not order %s (%s) before %s (%s): %v", older, line[i-1], newer, line[i], err)
+		}
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -338,5 +340,178 @@ func TestLicenseFiles(t *testing.T) {
 		if got := classifyLicense([]byte(text)); got != want {
 			t.Errorf("classifyLicense(%q) = %s, want %s", text, got, want)
 		}
+	}
+}
+
+// TestVersionScript runs scripts/version.sh in a scratch git repository
+// through a release's life: no tag, a release tag, commits after it, an
+// edit, a pre-release, and tags that are not releases.
+func TestVersionScript(t *testing.T) {
+	root := repoRoot(t)
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+			"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_SYSTEM=/dev/null")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	version := func() string {
+		t.Helper()
+		out, err := exec.Command("sh", filepath.Join(root, "scripts", "version.sh"), dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("version.sh: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	n := 0
+	commit := func() string {
+		t.Helper()
+		n++
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte(strings.Repeat("x", n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git("add", "f")
+		git("commit", "-q", "-m", "c")
+		return git("rev-parse", "--short=12", "HEAD")
+	}
+
+	if got := version(); got != "v0.0.0-dev" {
+		t.Errorf("outside git: %q, want v0.0.0-dev", got)
+	}
+	git("init", "-q")
+	c := commit()
+	c = commit()
+	check := func(want string) {
+		t.Helper()
+		if got := version(); got != want {
+			t.Errorf("version.sh = %q, want %q", got, want)
+		}
+	}
+	check("v0.0.0-dev.2+g" + c)
+	git("tag", "v1.2")     // not a release: two numbers
+	git("tag", "release1") // not a release
+	check("v0.0.0-dev.2+g" + c)
+	git("tag", "v1.2.3")
+	check("v1.2.3")
+	c = commit()
+	c = commit()
+	check("v1.2.4-dev.2+g" + c)
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("edited"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("v1.2.4-dev.2+g" + c + ".dirty")
+	git("checkout", "-q", "f")
+	if err := os.WriteFile(filepath.Join(dir, "untracked"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("v1.2.4-dev.2+g" + c) // untracked files do not make a tree dirty
+	git("tag", "v1.3.0-rc.1")
+	check("v1.3.0-rc.1")
+	c = commit()
+	check("v1.3.0-rc.1.dev.1+g" + c)
+	git("tag", "v1.3.0") // the release on the same commit wins over its rc
+	check("v1.3.0")
+	git("tag", "-a", "-m", "annotated", "v1.10.0")
+	check("v1.10.0") // 1.10 > 1.3: versions compare as numbers
+	if err := validVersion(version() + "-dev.1+g0123456789ab.dirty"); err != nil {
+		t.Errorf("a version.sh version is not one release accepts: %v", err)
+	}
+}
+
+// TestVersionStamped builds aperio-server as a release does, with a
+// version and a commit, and runs `aperio-server version`: both are what
+// it prints (not "commit: unknown", which a -buildvcs=false build showed).
+func TestVersionStamped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("links aperio-server (tens of seconds); CI runs it without -short")
+	}
+	p := Plan{Root: repoRoot(t), Version: "v1.2.4-dev.3+g0123456789ab", Commit: "0123456789abcdef0123456789abcdef01234567", Go: "go", Env: []string{"GOFLAGS=-buildvcs=false"}}
+	bin := filepath.Join(t.TempDir(), "aperio-server")
+	if err := p.build(runtime.GOOS, runtime.GOARCH, "aperio-server", bin); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("aperio-server version: %v\n%s", err, out)
+	}
+	for _, want := range []string{"aperio-server v1.2.4-dev.3+g0123456789ab\n", "commit:   0123456789abcdef0123456789abcdef01234567\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("aperio-server version printed %q, want %q in it", out, want)
+		}
+	}
+	if err := (Plan{Out: t.TempDir(), Version: "v1.0.0", Commit: "HEAD; rm", Targets: []string{"linux/amd64"}, Binaries: Binaries}).Run(); err == nil {
+		t.Error("Run accepted a commit that is not hex")
+	}
+}
+
+// TestMakefileStamps: make build links the version and the commit.
+func TestMakefileStamps(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make not found")
+	}
+	cmd := exec.Command("make", "-n", "build", "VERSION=v9.8.7", "COMMIT=abcdef0123")
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n build: %v\n%s", err, out)
+	}
+	for _, want := range []string{"-X " + versionVar + "=v9.8.7", "-X " + commitVar + "=abcdef0123"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("make build runs %q, want %q in it", out, want)
+		}
+	}
+}
+
+// TestChangelog: CHANGELOG.md, which every archive holds, is one entry per
+// release, newest first (Unreleased on top), each grouped under the known
+// headings only, none empty.
+func TestChangelog(t *testing.T) {
+	text := string(readFile(t, filepath.Join(repoRoot(t), "CHANGELOG.md")))
+	release := regexp.MustCompile(`^## v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.]+)? \([0-9]{4}-[0-9]{2}-[0-9]{2}\)$`)
+	sections := []string{"### Added", "### Changed", "### Fixed", "### Security", "### Upgrade notes"}
+	var entries []string
+	section, items := "", 0
+	endSection := func() {
+		if section != "" && items == 0 {
+			t.Errorf("CHANGELOG.md: %s under %s lists nothing", section, entries[len(entries)-1])
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			endSection()
+			if line != "## Unreleased" && !release.MatchString(line) {
+				t.Errorf("CHANGELOG.md: heading %q, want ## Unreleased or ## vX.Y.Z (YYYY-MM-DD)", line)
+			}
+			if line == "## Unreleased" && len(entries) > 0 {
+				t.Error("CHANGELOG.md: Unreleased is not the first entry")
+			}
+			if slices.Contains(entries, line) {
+				t.Errorf("CHANGELOG.md: %s twice", line)
+			}
+			entries = append(entries, line)
+			section, items = "", 0
+		case strings.HasPrefix(line, "### "):
+			endSection()
+			if !slices.Contains(sections, line) {
+				t.Errorf("CHANGELOG.md: section %q, want one of %q", line, sections)
+			}
+			if len(entries) == 0 {
+				t.Errorf("CHANGELOG.md: %s before any release entry", line)
+			}
+			section, items = line, 0
+		case strings.HasPrefix(line, "- ") && section != "":
+			items++
+		}
+	}
+	endSection()
+	if len(entries) == 0 {
+		t.Error("CHANGELOG.md has no entry")
 	}
 }
