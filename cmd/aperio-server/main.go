@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/sdnotify"
 	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/store"
@@ -114,7 +116,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if verifyAudit {
 				return verifyAuditChain(ctx, cfg, stdout, stderr)
 			}
-			gopts := server.Options{Logger: log, AccessLog: access}
+			gopts := server.Options{Logger: log, AccessLog: access, Ready: func(addr net.Addr) {
+				// Type=notify (the package's unit): systemd counts the
+				// server started from here, and `systemctl restart`
+				// returns when it serves.
+				if sent, err := sdnotify.Notify(sdnotify.Ready + "\nSTATUS=serving on " + addr.String()); err != nil {
+					log.Warn("could not tell systemd the server is ready", logkey.Err, err)
+				} else if sent {
+					log.Debug("told systemd the server is ready")
+				}
+			}}
+			go func() {
+				<-ctx.Done()
+				sdnotify.Notify(sdnotify.Stopping) // best effort: systemd stops it either way
+			}()
 			if telemetry.TracingEnabled(os.Getenv) {
 				// Export failures (a collector down) surface through
 				// OpenTelemetry's global handler: send them to our log.

@@ -167,9 +167,11 @@ func (b Build) write(info *nfpm.Info, format string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// Each format fills its own defaults into the Info: give it a copy.
+	// Each format fills its own defaults into the Info: give it a copy,
+	// with the format's own maintainer scripts.
 	cp := *info
 	cp.Contents = append(files.Contents(nil), info.Contents...)
+	cp.Scripts = b.scripts(info.Name, format)
 	nfpm.WithDefaults(&cp)
 	if err := nfpm.Validate(&cp); err != nil {
 		return "", err
@@ -191,8 +193,24 @@ func (b Build) write(info *nfpm.Info, format string) (string, error) {
 // holds beside the binaries (deploy/release's LicensesFile).
 const licensesFile = "LICENSE-THIRD-PARTY.txt"
 
-func (b Build) file(name string) string   { return filepath.Join(b.Here, "files", name) }
-func (b Build) script(name string) string { return filepath.Join(b.Here, "scripts", name) }
+func (b Build) file(name string) string { return filepath.Join(b.Here, "files", name) }
+
+// scripts are the maintainer scripts of package name in format: the
+// preinst that makes the system user (both formats), then each format's
+// own, which follow its rules for services (scripts/deb: deb-systemd-helper
+// and deb-systemd-invoke; scripts/rpm: the %systemd_post, %systemd_preun
+// and %systemd_postun_with_restart conventions). docs/upgrading.md has the
+// table of what install, upgrade, remove and purge do.
+func (b Build) scripts(name, format string) nfpm.Scripts {
+	dir := filepath.Join(b.Here, "scripts")
+	pre := filepath.Join(dir, "preinstall-"+strings.TrimPrefix(name, "aperio-")+".sh")
+	if format == "rpm" {
+		s := func(phase string) string { return filepath.Join(dir, "rpm", name+"."+phase) }
+		return nfpm.Scripts{PreInstall: pre, PostInstall: s("post"), PreRemove: s("preun"), PostRemove: s("postun")}
+	}
+	s := func(phase string) string { return filepath.Join(dir, "deb", name+"."+phase) }
+	return nfpm.Scripts{PreInstall: pre, PostInstall: s("postinst"), PreRemove: s("prerm"), PostRemove: s("postrm")}
+}
 
 // common is what both packages share.
 func (b Build) common(name, version, desc string) *nfpm.Info {
@@ -254,12 +272,9 @@ func (b Build) server(version string) *nfpm.Info {
 		b.content(b.file("aperio-server.env"), "/etc/aperio/aperio-server.env", files.TypeConfigNoReplace, 0o600),
 	}
 	info.Overridables.Contents = append(info.Overridables.Contents, b.licenses("aperio-server")...)
-	info.Overridables.Scripts = nfpm.Scripts{
-		PreInstall:  b.script("preinstall-server.sh"),
-		PostInstall: b.script("postinstall.sh"),
-		PreRemove:   b.script("preremove-server.sh"),
-		PostRemove:  b.script("postremove.sh"),
-	}
+	preset := b.content(b.file("aperio-server.preset"), "/usr/lib/systemd/system-preset/80-aperio-server.preset", "", 0o644)
+	preset.Packager = "rpm" // Debian enables through deb-systemd-helper, not presets
+	info.Overridables.Contents = append(info.Overridables.Contents, preset)
 	return info
 }
 
@@ -276,11 +291,5 @@ func (b Build) client(version string) *nfpm.Info {
 			FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: 0o755, MTime: b.MTime}},
 	}
 	info.Overridables.Contents = append(info.Overridables.Contents, b.licenses("aperio-client")...)
-	info.Overridables.Scripts = nfpm.Scripts{
-		PreInstall:  b.script("preinstall-client.sh"),
-		PostInstall: b.script("postinstall.sh"),
-		PreRemove:   b.script("preremove-client.sh"),
-		PostRemove:  b.script("postremove.sh"),
-	}
 	return info
 }

@@ -146,6 +146,10 @@ func TestDebContents(t *testing.T) {
 			if err != nil || st.Mode()&0o111 == 0 {
 				t.Errorf("%s: maintainer script %s missing or not executable (%v)", c.deb, s, err)
 			}
+			want, _ := os.ReadFile(filepath.Join("scripts", "deb", pkg+"."+s))
+			if got, _ := os.ReadFile(filepath.Join(ctl, s)); s != "preinst" && string(got) != string(want) {
+				t.Errorf("%s: its %s is not scripts/deb/%s.%s", c.deb, s, pkg, s)
+			}
 		}
 	}
 }
@@ -172,8 +176,13 @@ func TestRPMContents(t *testing.T) {
 		t.Errorf("%s holds Debian's copyright file:\n%s", filepath.Base(rpm), list)
 	}
 	scripts := run(t, "rpm", "-qp", "--scripts", rpm)
-	if !strings.Contains(scripts, "useradd --system") {
-		t.Errorf("the rpm's preinstall does not create the user:\n%s", scripts)
+	for _, w := range []string{"useradd --system", "systemctl --no-reload preset aperio-server.service", "systemctl try-restart aperio-server.service", "disable --now aperio-server.service"} {
+		if !strings.Contains(scripts, w) {
+			t.Errorf("the rpm's scripts lack %q:\n%s", w, scripts)
+		}
+	}
+	if !strings.Contains(list, "/usr/lib/systemd/system-preset/80-aperio-server.preset") {
+		t.Errorf("%s lacks the preset that enables the server:\n%s", filepath.Base(rpm), list)
 	}
 }
 
@@ -354,6 +363,12 @@ func TestInstallRemovePurge(t *testing.T) {
 	})
 
 	chroot("dpkg", "-i", "/tmp/aperio-packages-test/aperio-server_1.2.3-1_amd64.deb", "/tmp/aperio-packages-test/aperio-client_1.2.3-1_amd64.deb")
+	// The install enables the server (deb-systemd-helper works without a
+	// running systemd): the link that starts it at boot.
+	wants := in("etc/systemd/system/multi-user.target.wants/aperio-server.service")
+	if _, err := os.Lstat(wants); err != nil {
+		t.Errorf("the install did not enable aperio-server: %v", err)
+	}
 	if got := chroot("/usr/bin/aperio-server"); !strings.Contains(got, "aperio-server test-build") {
 		t.Errorf("installed aperio-server runs as %q", got)
 	}
@@ -385,6 +400,9 @@ func TestInstallRemovePurge(t *testing.T) {
 	if v := chroot("dpkg-query", "-W", "-f=${Version}", "aperio-server"); v != "1.2.4-1" {
 		t.Errorf("after the upgrade dpkg says version %q", v)
 	}
+	if _, err := os.Lstat(wants); err != nil {
+		t.Errorf("the upgrade disabled aperio-server: %v", err)
+	}
 
 	chroot("dpkg", "--remove", "aperio-server", "aperio-client")
 	if _, err := os.Stat(in("usr/bin/aperio-server")); !os.IsNotExist(err) {
@@ -393,7 +411,13 @@ func TestInstallRemovePurge(t *testing.T) {
 	if _, err := os.Stat(in("etc/aperio/aperio-server.yaml")); err != nil {
 		t.Errorf("remove (not purge) deleted the config: %v", err)
 	}
+	if _, err := os.Lstat(wants); err != nil {
+		t.Errorf("remove (not purge) forgot that aperio-server was enabled: %v", err)
+	}
 	chroot("dpkg", "--purge", "aperio-server", "aperio-client")
+	if _, err := os.Lstat(wants); !os.IsNotExist(err) {
+		t.Errorf("purge left the link enabling aperio-server: %v", err)
+	}
 	for _, f := range []string{"etc/aperio/aperio-server.yaml", "etc/aperio/aperio-server.env", "usr/lib/systemd/system/aperio-server.service", "usr/bin/aperio-client"} {
 		if _, err := os.Stat(in(f)); !os.IsNotExist(err) {
 			t.Errorf("purge left /%s: %v", f, err)
