@@ -25,6 +25,7 @@ import (
 
 	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/clidoc"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -175,6 +176,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd.Flags().BoolVar(&verifyAudit, "verify-audit", false, "check the audit log's hash chain in the configured store, print the result, and exit 0 (intact) or 1 (broken or unreadable)")
 	cmd.Flags().BoolVar(&healthcheck, "healthcheck", false, "ask the server this configuration describes for /aperio/readyz on this machine, and exit 0 (200 within 3s) or 1 (for a Docker HEALTHCHECK)")
 	buildinfo.AddVersion(cmd, "aperio-server", stdout)
+	clidoc.Add(cmd, "aperio-server", buildinfo.Version(), clidoc.Section{Title: "Settings", Text: serverconfig.HelpText()})
 	addSettingsHelp(cmd, stdout)
 	return exitcode.Execute(cmd, stderr, "aperio-server")
 }
