@@ -25,13 +25,16 @@ release:
 	$(GO) run ./deploy/release -out dist -version $(VERSION) -commit $(COMMIT)
 
 # Linux packages in dist/packages: .deb and .rpm of both binaries for
-# amd64 and arm64, with hardened systemd units and the licenses of what the
-# binaries link (deploy/packages).
+# amd64 and arm64, with hardened systemd units, man pages and shell
+# completions (generated from the command trees, internal/clidoc) and the
+# licenses of what the binaries link (deploy/packages).
 packages:
 	@for arch in amd64 arm64; do \
 		mkdir -p $(BIN)/linux_$$arch && \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -buildid=' -o $(BIN)/linux_$$arch/ ./cmd/aperio-server ./cmd/aperio-client && \
 		$(GO) run ./deploy/release -targets linux/$$arch -licenses $(BIN)/linux_$$arch/LICENSE-THIRD-PARTY.txt && \
+		$(GO) run -ldflags '$(LDFLAGS)' ./cmd/aperio-server __gendocs $(BIN)/linux_$$arch/docs && \
+		$(GO) run -ldflags '$(LDFLAGS)' ./cmd/aperio-client __gendocs $(BIN)/linux_$$arch/docs && \
 		(cd deploy/packages && $(GO) run . -bin $(abspath $(BIN))/linux_$$arch -arch $$arch -version $(VERSION) -out $(abspath dist/packages)) || exit 1; \
 	done
 

@@ -18,6 +18,9 @@
 //     useradd on systems that do not run systemd-sysusers);
 //   - default config files in /etc/aperio, kept on upgrade (conffiles);
 //   - the server's state directory through tmpfiles.d and StateDirectory;
+//   - its man page and bash, zsh and fish completions, which `make
+//     packages` generates into DIR/docs with the binaries' hidden
+//     __gendocs command (internal/clidoc);
 //   - the license: Debian's copyright file in /usr/share/doc/NAME, the
 //     repository's LICENSE in /usr/share/licenses/NAME for rpm, and in both
 //     the report of the licenses of what the binary links
@@ -139,10 +142,16 @@ func (b Build) Run() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, bin := range []string{"aperio-server", "aperio-client", licensesFile} {
+	need := []string{"aperio-server", "aperio-client", licensesFile}
+	for _, prog := range []string{"aperio-server", "aperio-client"} {
+		for _, f := range docFiles(prog) {
+			need = append(need, f.src)
+		}
+	}
+	for _, bin := range need {
 		if st, err := os.Stat(filepath.Join(b.Bin, bin)); err != nil {
 			return nil, err
-		} else if bin != licensesFile && st.Mode()&0o111 == 0 {
+		} else if strings.HasPrefix(bin, "aperio-") && st.Mode()&0o111 == 0 {
 			return nil, fmt.Errorf("%s is not executable", filepath.Join(b.Bin, bin))
 		}
 	}
@@ -234,6 +243,36 @@ func (b Build) common(name, version, desc string) *nfpm.Info {
 	}
 }
 
+// docFile is one generated documentation file: its path under DIR (as
+// the binaries' hidden __gendocs command writes it, internal/clidoc) and
+// where the package installs it; packager "" is both formats.
+type docFile struct {
+	src, dst, packager string
+}
+
+// docFiles are prog's man page and shell completions, installed where
+// each distribution's man and shells look for them.
+func docFiles(prog string) []docFile {
+	return []docFile{
+		{filepath.Join("docs", "man1", prog+".1.gz"), "/usr/share/man/man1/" + prog + ".1.gz", ""},
+		{filepath.Join("docs", "completions", "bash", prog), "/usr/share/bash-completion/completions/" + prog, ""},
+		{filepath.Join("docs", "completions", "zsh", "_"+prog), "/usr/share/zsh/vendor-completions/_" + prog, "deb"},
+		{filepath.Join("docs", "completions", "zsh", "_"+prog), "/usr/share/zsh/site-functions/_" + prog, "rpm"},
+		{filepath.Join("docs", "completions", "fish", prog+".fish"), "/usr/share/fish/vendor_completions.d/" + prog + ".fish", ""},
+	}
+}
+
+// docs are the package contents of prog's man page and completions.
+func (b Build) docs(prog string) files.Contents {
+	var out files.Contents
+	for _, f := range docFiles(prog) {
+		c := b.content(filepath.Join(b.Bin, f.src), f.dst, "", 0o644)
+		c.Packager = f.packager
+		out = append(out, c)
+	}
+	return out
+}
+
 // licenses are a package's license files: Debian's copyright file and the
 // report under /usr/share/doc (Debian policy), the LICENSE and the report
 // as %license files under /usr/share/licenses for rpm.
@@ -272,6 +311,7 @@ func (b Build) server(version string) *nfpm.Info {
 		b.content(b.file("aperio-server.env"), "/etc/aperio/aperio-server.env", files.TypeConfigNoReplace, 0o600),
 	}
 	info.Overridables.Contents = append(info.Overridables.Contents, b.licenses("aperio-server")...)
+	info.Overridables.Contents = append(info.Overridables.Contents, b.docs("aperio-server")...)
 	preset := b.content(b.file("aperio-server.preset"), "/usr/lib/systemd/system-preset/80-aperio-server.preset", "", 0o644)
 	preset.Packager = "rpm" // Debian enables through deb-systemd-helper, not presets
 	info.Overridables.Contents = append(info.Overridables.Contents, preset)
@@ -291,5 +331,6 @@ func (b Build) client(version string) *nfpm.Info {
 			FileInfo: &files.ContentFileInfo{Owner: "root", Group: "root", Mode: 0o755, MTime: b.MTime}},
 	}
 	info.Overridables.Contents = append(info.Overridables.Contents, b.licenses("aperio-client")...)
+	info.Overridables.Contents = append(info.Overridables.Contents, b.docs("aperio-client")...)
 	return info
 }

@@ -39,6 +39,17 @@ func fakeBins(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(dir, licensesFile), []byte(fakeReport), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	for _, prog := range []string{"aperio-server", "aperio-client"} {
+		for _, f := range docFiles(prog) {
+			path := filepath.Join(dir, f.src)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte("generated "+f.src+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	return dir
 }
 
@@ -89,13 +100,17 @@ func TestDebContents(t *testing.T) {
 			[]string{"-rwxr-xr-x ./usr/bin/aperio-server", "-rw-r--r-- ./usr/lib/systemd/system/aperio-server.service",
 				"-rw-r--r-- ./usr/lib/sysusers.d/aperio-server.conf", "-rw-r--r-- ./usr/lib/tmpfiles.d/aperio-server.conf",
 				"-rw-r--r-- ./etc/aperio/aperio-server.yaml", "-rw------- ./etc/aperio/aperio-server.env",
-				"-rw-r--r-- ./usr/share/doc/aperio-server/copyright", "-rw-r--r-- ./usr/share/doc/aperio-server/LICENSE-THIRD-PARTY.txt"},
+				"-rw-r--r-- ./usr/share/doc/aperio-server/copyright", "-rw-r--r-- ./usr/share/doc/aperio-server/LICENSE-THIRD-PARTY.txt",
+				"-rw-r--r-- ./usr/share/man/man1/aperio-server.1.gz", "-rw-r--r-- ./usr/share/bash-completion/completions/aperio-server",
+				"-rw-r--r-- ./usr/share/zsh/vendor-completions/_aperio-server", "-rw-r--r-- ./usr/share/fish/vendor_completions.d/aperio-server.fish"},
 			[]string{"/etc/aperio/aperio-server.yaml", "/etc/aperio/aperio-server.env"}},
 		{"aperio-client_1.2.3-1_amd64.deb",
 			[]string{"-rwxr-xr-x ./usr/bin/aperio-client", "-rw-r--r-- ./usr/lib/systemd/system/aperio-client@.service",
 				"-rw-r--r-- ./usr/lib/sysusers.d/aperio-client.conf", "-rw-r--r-- ./usr/share/doc/aperio-client/example.yaml",
 				"drwxr-xr-x ./etc/aperio/client/",
-				"-rw-r--r-- ./usr/share/doc/aperio-client/copyright", "-rw-r--r-- ./usr/share/doc/aperio-client/LICENSE-THIRD-PARTY.txt"},
+				"-rw-r--r-- ./usr/share/doc/aperio-client/copyright", "-rw-r--r-- ./usr/share/doc/aperio-client/LICENSE-THIRD-PARTY.txt",
+				"-rw-r--r-- ./usr/share/man/man1/aperio-client.1.gz", "-rw-r--r-- ./usr/share/bash-completion/completions/aperio-client",
+				"-rw-r--r-- ./usr/share/zsh/vendor-completions/_aperio-client", "-rw-r--r-- ./usr/share/fish/vendor_completions.d/aperio-client.fish"},
 			nil},
 	}
 	for _, c := range cases {
@@ -170,6 +185,11 @@ func TestRPMContents(t *testing.T) {
 	for _, w := range []string{"-rw-r--r-- l /usr/share/licenses/aperio-server/LICENSE", "-rw-r--r-- l /usr/share/licenses/aperio-server/LICENSE-THIRD-PARTY.txt"} {
 		if !strings.Contains(list, w) {
 			t.Errorf("%s lacks the license file %q:\n%s", filepath.Base(rpm), w, list)
+		}
+	}
+	for _, w := range []string{"/usr/share/man/man1/aperio-server.1.gz", "/usr/share/zsh/site-functions/_aperio-server", "/usr/share/bash-completion/completions/aperio-server"} {
+		if !strings.Contains(list, w) {
+			t.Errorf("%s lacks %s:\n%s", filepath.Base(rpm), w, list)
 		}
 	}
 	if strings.Contains(list, "/usr/share/doc/aperio-server/copyright") {
