@@ -117,12 +117,23 @@ func (a *Agent) checkServer(ctx context.Context, tc *tunnel.Client, timeout time
 		if e.RemotePort != 0 {
 			port = fmt.Sprintf("port %d", e.RemotePort)
 		}
+		// The entry admits no visitor: if the port is open already (this
+		// client runs), the check's session joins its members for the
+		// moment of the handshake and must never be picked for a
+		// visitor's connection, which it would not serve.
+		ex := announceExpose(e)
+		ex.AllowedIPs = []string{checkNoVisitor}
 		one := ann
-		one.Expose = []tunnel.Expose{announceExpose(e)}
+		one.Expose = []tunnel.Expose{ex}
 		items = append(items, exposeItem(ctx, tc, one, timeout, fmt.Sprintf("%s: expose %s (%s %s)", server, e.Name, e.Protocol, port)))
 	}
 	return items
 }
+
+// checkNoVisitor is the allowed_ips of the expose entries Check announces:
+// the limited broadcast address, which is never the source of a TCP
+// connection or a UDP datagram.
+const checkNoVisitor = "255.255.255.255/32"
 
 // exposeItem is the verdict of one handshake announcing one expose
 // entry: the server's status of the entry.

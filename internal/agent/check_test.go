@@ -153,7 +153,9 @@ func (refuseAll) Detach(context.Context, *tunnel.Session)          {}
 // pool.test with allowed_ips 10.0.0.0/8: a bind announced with other
 // access settings is taken with a "not routed" notice, as the router
 // answers; a bind of warn.test gets a notice that is only informative.
-// Expose entries inside 20000-20010 open; others are refused.
+// Expose entries inside 20000-20010 open; others are refused, and so is
+// one that admits visitors (the check's session must never be picked for
+// a visitor's connection while it is a member of a port).
 type poolRegistry struct{}
 
 func (poolRegistry) Attach(context.Context, *tunnel.Session) error { return nil }
@@ -173,6 +175,10 @@ func (poolRegistry) Update(_ context.Context, s *tunnel.Session) []string {
 	}
 	var st []tunnel.ExposeStatus
 	for _, e := range ann.Expose {
+		if !slices.Equal(e.AllowedIPs, []string{checkNoVisitor}) {
+			st = append(st, tunnel.ExposeStatus{Name: e.Name, Protocol: e.Protocol, Error: "the check's entry admits visitors"})
+			continue
+		}
 		if e.RemotePort >= 20000 && e.RemotePort <= 20010 {
 			st = append(st, tunnel.ExposeStatus{Name: e.Name, Protocol: e.Protocol, Port: e.RemotePort})
 		} else {
