@@ -4,8 +4,12 @@
 
 GO      ?= go
 BIN     ?= bin
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION)
+# The semantic version from git tags (scripts/version.sh: v1.2.3 on a tag,
+# v1.2.4-dev.N+gCOMMIT after it, v0.0.0-dev.N+gCOMMIT before any) and the
+# commit, both stamped into every binary (`aperio-server version`).
+VERSION ?= $(shell sh scripts/version.sh)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION) -X github.com/aperio-dev/aperio/internal/buildinfo.commit=$(COMMIT)
 
 .PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp bench-scale-clients bench-scale-visitors bench-scale-held bench-scale-hostnames clean images e2e fuzz release packages
 
@@ -18,14 +22,19 @@ build:
 # on amd64 and arm64 (static, -trimpath, version stamped), one archive and
 # one SBOM per platform, and SHA256SUMS; reproducible (deploy/release).
 release:
-	$(GO) run ./deploy/release -out dist -version $(VERSION)
+	$(GO) run ./deploy/release -out dist -version $(VERSION) -commit $(COMMIT)
 
 # Linux packages in dist/packages: .deb and .rpm of both binaries for
-# amd64 and arm64, with hardened systemd units (deploy/packages).
+# amd64 and arm64, with hardened systemd units, man pages and shell
+# completions (generated from the command trees, internal/clidoc) and the
+# licenses of what the binaries link (deploy/packages).
 packages:
 	@for arch in amd64 arm64; do \
 		mkdir -p $(BIN)/linux_$$arch && \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -buildid=' -o $(BIN)/linux_$$arch/ ./cmd/aperio-server ./cmd/aperio-client && \
+		$(GO) run ./deploy/release -targets linux/$$arch -licenses $(BIN)/linux_$$arch/LICENSE-THIRD-PARTY.txt && \
+		$(GO) run -ldflags '$(LDFLAGS)' ./cmd/aperio-server __gendocs $(BIN)/linux_$$arch/docs && \
+		$(GO) run -ldflags '$(LDFLAGS)' ./cmd/aperio-client __gendocs $(BIN)/linux_$$arch/docs && \
 		(cd deploy/packages && $(GO) run . -bin $(abspath $(BIN))/linux_$$arch -arch $$arch -version $(VERSION) -out $(abspath dist/packages)) || exit 1; \
 	done
 

@@ -18,10 +18,10 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"helpers", []string{
-		"internal/b64", "internal/bufpool", "internal/buildinfo", "internal/exitcode",
+		"internal/b64", "internal/bufpool", "internal/buildinfo", "internal/clidoc", "internal/exitcode",
 		"internal/hangup", "internal/headerrule", "internal/hostname", "internal/logging",
 		"internal/logkey", "internal/passhash", "internal/portspec", "internal/recovery",
-		"internal/reload", "internal/testkit/...", "internal/urlpath",
+		"internal/reload", "internal/sdnotify", "internal/testkit/...", "internal/urlpath",
 	}},
 	{"schema", []string{"migrations"}},
 	{"contracts", []string{"tunnel", "store", "store/storetest", "internal/agent/limiter", "internal/outbound"}},

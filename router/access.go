@@ -224,7 +224,7 @@ func accessNotice(id string, err error) string {
 	if len(msg) > 512 {
 		msg = msg[:512] + "…"
 	}
-	return fmt.Sprintf("service %s: access refused: %s; not routed", id, msg)
+	return fmt.Sprintf("service %s: access refused: %s", id, msg) + tunnel.NotRouted
 }
 
 func methodNames(ms []access.Method) string {

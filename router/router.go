@@ -549,7 +549,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		ks, bad, whys := rt.bindsLocked(e, e.rights, &sa)
 		refused = append(refused, bad...)
 		for _, why := range whys {
-			notices = append(notices, why+"; not routed")
+			notices = append(notices, why+tunnel.NotRouted)
 		}
 		for _, k := range ks {
 			if why := rt.accessConflictLocked(e, k, ge); why != "" {
@@ -588,7 +588,7 @@ func (rt *Router) accessConflictLocked(e *clientEntry, k poolKey, ge *gateEntry)
 		}
 		for _, s := range ss {
 			if g := s.gate.Load(); g != nil && !sameAccess(g.spec, ge.spec) {
-				return fmt.Sprintf("%s%s is served by another client with other access settings (public, auth, allowed_ips, denied_ips, identity_jwt): they must agree; not routed", k.pattern, k.path)
+				return fmt.Sprintf("%s%s is served by another client with other access settings (public, auth, allowed_ips, denied_ips, identity_jwt): they must agree", k.pattern, k.path) + tunnel.NotRouted
 			}
 		}
 	}

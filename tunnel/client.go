@@ -502,6 +502,24 @@ func (c *Client) handshake(ctx context.Context, announce func() Announcement, se
 // session while it lasts. It blocks for at most HandshakeTimeout, less
 // when ctx has an earlier deadline; it is safe to call while Run runs.
 func (c *Client) Handshake(ctx context.Context, ann Announcement) ([]string, error) {
+	a, err := c.HandshakeAnswer(ctx, ann)
+	return a.Notices, err
+}
+
+// HandshakeAnswer is the welcome's answer to a Handshake.
+type HandshakeAnswer struct {
+	// Notices are the welcome's notices. One that ends in NotRouted
+	// names a bind the server took the session with but routes nothing
+	// to.
+	Notices []string
+	// Exposed answers the announcement's Expose entries: the port open,
+	// or why the entry was refused.
+	Exposed []ExposeStatus
+}
+
+// HandshakeAnswer is Handshake with the welcome's whole answer: its
+// notices and the status of each expose entry.
+func (c *Client) HandshakeAnswer(ctx context.Context, ann Announcement) (HandshakeAnswer, error) {
 	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
 	defer cancel()
 	mux, _, welcome, err := c.handshake(hctx, func() Announcement { return ann }, false)
@@ -509,9 +527,9 @@ func (c *Client) Handshake(ctx context.Context, ann Announcement) ([]string, err
 		mux.Close()
 	}
 	if err != nil {
-		return nil, err
+		return HandshakeAnswer{}, err
 	}
-	return welcome.Notices, nil
+	return HandshakeAnswer{Notices: welcome.Notices, Exposed: welcome.Exposed}, nil
 }
 
 // acceptLoop serves every data stream the server opens.

@@ -48,6 +48,13 @@ const (
 	msgGoAway    = "goaway"    // server → client: close and reconnect (shutdown, revoke)
 )
 
+// NotRouted ends every notice about a bind the server accepted the
+// session with but routes nothing to (a hostname the token may not bind,
+// access settings that disagree with the pool's, an access block the
+// server cannot build): `aperio-client check` counts such a notice as a
+// failure.
+const NotRouted = "; not routed"
+
 // Refusal codes: the machine-readable cause of a refused tunnel
 // (RefusedError.Code), in the refused frame and in the JSON body of a
 // refused upgrade. Each of these refusals is permanent: retrying the same

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/testkit/blackhole"
 )
 
 // rawTarget is a RawForwarder that dials one TCP listener for the name
@@ -156,7 +158,7 @@ func TestRawStreamRefusals(t *testing.T) {
 		t.Fatalf("unknown name: %v, want a refusal naming it", err)
 	}
 	// A target that refuses connections is a refusal too.
-	dead := &rawTarget{addr: closedAddr(t)}
+	dead := &rawTarget{addr: blackhole.Refused(t)}
 	p2 := startRawPair(t, "pipe", dead)
 	defer p2.stop()
 	if _, err := p2.session.OpenRaw(context.Background(), RawHeader{Kind: RawTCP, Name: "echo", Port: 1}); !errors.As(err, &re) {
@@ -338,18 +340,6 @@ func TestRelayIdleClosesBoth(t *testing.T) {
 	if _, err := a2.Write([]byte("x")); err == nil {
 		t.Fatal("visitor end still open after idle close")
 	}
-}
-
-// closedAddr is a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // FuzzRawHeader feeds a raw stream's header bytes, as a hostile server

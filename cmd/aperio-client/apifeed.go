@@ -45,7 +45,7 @@ func statsTable(w io.Writer, st apitype.Stats) {
 	fmt.Fprintln(w, "HOSTNAME\tRPS\tERRORS\tP50\tP99\tREQUESTS 1M\tREQUESTS 1H")
 	for _, h := range st.Hosts {
 		m := h.Windows[apitype.Window1m]
-		fmt.Fprintf(w, "%s\t%.2f\t%.1f%%\t%s\t%s\t%d\t%d\n", cell(h.Hostname), m.RPS, 100*m.ErrorRate, ms(m.P50MS), ms(m.P99MS), m.Requests, h.Windows[apitype.Window1h].Requests)
+		fmt.Fprintf(w, "%s\t%.2f\t%.1f%%\t%s\t%s\t%d\t%d\n", cell(apitype.StatsLabel(h.Hostname)), m.RPS, 100*m.ErrorRate, ms(m.P50MS), ms(m.P99MS), m.Requests, h.Windows[apitype.Window1h].Requests)
 	}
 }
 

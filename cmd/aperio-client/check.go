@@ -28,11 +28,12 @@ func newCheckCommand(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "check [TARGET]",
 		Short: "Check that the servers take the token and hostnames, and that the targets answer",
 		Long: "Loads the configuration like the client (./aperio.yaml or --config, the environment,\n" +
-			"the flags), then, without serving anything: for each server, a handshake with the token\n" +
-			"and one per hostname, announced draining so no visitor is routed here; for each\n" +
-			"service, a GET of its target and its health check. Prints one line per item (✓ or ✗)\n" +
-			"with what to do about each failure, and exits 0 when all pass, 1 otherwise\n" +
-			"(2 for a configuration that does not load).",
+			"the flags), then, without serving anything: for each server, a handshake with the token,\n" +
+			"one per hostname and one per expose entry, announced draining so no visitor is routed\n" +
+			"here; for each service, a GET of its target and its health check; for each expose entry,\n" +
+			"a connection to its target. Prints one line per item (✓ passed, ⚠ passed with something\n" +
+			"to read, ✗ failed) with what to do about each failure, and exits 0 when none failed,\n" +
+			"1 otherwise (2 for a configuration that does not load).",
 		Args:          cobra.MaximumNArgs(1),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -60,10 +61,14 @@ func newCheckCommand(stdout, stderr io.Writer) *cobra.Command {
 			ctx = context.Background()
 		}
 		items := a.Check(ctx, timeout)
-		failed := printChecklist(stdout, items)
+		failed, warned := printChecklist(stdout, items)
 		if failed > 0 {
 			fmt.Fprintf(stdout, "%d of %d checks failed\n", failed, len(items))
 			return exitcode.ErrFailure
+		}
+		if warned > 0 {
+			fmt.Fprintf(stdout, "all %d checks passed, %d with a warning (⚠)\n", len(items), warned)
+			return nil
 		}
 		fmt.Fprintf(stdout, "all %d checks passed\n", len(items))
 		return nil
@@ -95,14 +100,18 @@ func clientOptions(file string, flags map[string]string, args []string) config.C
 }
 
 // printChecklist writes one line per item, and under each failed one
-// what to do; it returns the number of failed items.
-func printChecklist(w io.Writer, items []agent.CheckItem) int {
-	failed := 0
+// what to do; it returns the numbers of failed and warned items. A line
+// is ✓ only for an item that passed with nothing to say.
+func printChecklist(w io.Writer, items []agent.CheckItem) (failed, warned int) {
 	for _, it := range items {
 		mark := "✓"
-		if !it.OK {
+		switch {
+		case !it.OK:
 			mark = "✗"
 			failed++
+		case it.Warn:
+			mark = "⚠"
+			warned++
 		}
 		line := mark + " " + it.What
 		if it.Detail != "" {
@@ -113,5 +122,5 @@ func printChecklist(w io.Writer, items []agent.CheckItem) int {
 			fmt.Fprintln(w, "    → "+it.Fix)
 		}
 	}
-	return failed
+	return failed, warned
 }

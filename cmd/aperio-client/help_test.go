@@ -60,8 +60,13 @@ func TestKeyFlagsTyped(t *testing.T) {
 		if name != want {
 			t.Errorf("--%s: value name %q, want %q (kind %s)", k.Flag, name, want, k.Kind)
 		}
-		if usage != k.Usage || strings.Contains(usage, "`") {
-			t.Errorf("--%s: usage %q, want the key's %q without back-quotes", k.Flag, usage, k.Usage)
+		wantUsage := k.Usage
+		if k.Secret && k.Env != "" {
+			// A secret's flag says to use the environment instead (issue 39).
+			wantUsage += " (a secret: set " + k.Env + " instead, a command line is visible to other users)"
+		}
+		if usage != wantUsage || strings.Contains(usage, "`") {
+			t.Errorf("--%s: usage %q, want the key's %q without back-quotes", k.Flag, usage, wantUsage)
 		}
 		switch k.Default {
 		case "", "0", "0s", "false":

@@ -43,12 +43,18 @@ func (f *keyFlag) Type() string {
 }
 
 // newKeyFlag returns the flag of k. Its usage has no back-quotes, which
-// pflag would take for the value's name.
+// pflag would take for the value's name; a secret's says to prefer the
+// environment, since a command line is visible to every user of the
+// machine (ps).
 func newKeyFlag(k config.Key) *pflag.Flag {
 	v := &keyFlag{raw: k.Default, kind: k.Kind, vals: k.Values}
+	usage := strings.ReplaceAll(k.Usage, "`", "")
+	if k.Secret && k.Env != "" {
+		usage += " (a secret: set " + k.Env + " instead, a command line is visible to other users)"
+	}
 	fl := &pflag.Flag{
 		Name:     k.Flag,
-		Usage:    strings.ReplaceAll(k.Usage, "`", ""),
+		Usage:    usage,
 		Value:    v,
 		DefValue: k.Default,
 	}

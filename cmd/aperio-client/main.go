@@ -18,6 +18,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/agent"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/clidoc"
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
@@ -58,6 +59,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd.AddCommand(newHashPasswordCommand(stdinSource(), stdout, stderr))
 	cmd.AddCommand(newCheckCommand(stdout, stderr))
 	buildinfo.AddVersion(cmd, "aperio-client", stdout)
+	clidoc.Add(cmd, "aperio-client", buildinfo.Version())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		opts := clientOptions(file, keyFlags.changed(cmd.Flags()), args)
 		return serveClient(opts, checkConfig, printConfig, stdout, stderr)

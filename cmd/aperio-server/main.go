@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,9 +25,11 @@ import (
 
 	"github.com/aperio-dev/aperio/cmd/aperio-server/serverconfig"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/clidoc"
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/sdnotify"
 	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/store"
@@ -114,7 +117,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if verifyAudit {
 				return verifyAuditChain(ctx, cfg, stdout, stderr)
 			}
-			gopts := server.Options{Logger: log, AccessLog: access}
+			gopts := server.Options{Logger: log, AccessLog: access, Ready: func(addr net.Addr) {
+				// Type=notify (the package's unit): systemd counts the
+				// server started from here, and `systemctl restart`
+				// returns when it serves.
+				if sent, err := sdnotify.Notify(sdnotify.Ready + "\nSTATUS=serving on " + addr.String()); err != nil {
+					log.Warn("could not tell systemd the server is ready", logkey.Err, err)
+				} else if sent {
+					log.Debug("told systemd the server is ready")
+				}
+			}}
+			go func() {
+				<-ctx.Done()
+				sdnotify.Notify(sdnotify.Stopping) // best effort: systemd stops it either way
+			}()
 			if telemetry.TracingEnabled(os.Getenv) {
 				// Export failures (a collector down) surface through
 				// OpenTelemetry's global handler: send them to our log.
@@ -160,6 +176,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd.Flags().BoolVar(&verifyAudit, "verify-audit", false, "check the audit log's hash chain in the configured store, print the result, and exit 0 (intact) or 1 (broken or unreadable)")
 	cmd.Flags().BoolVar(&healthcheck, "healthcheck", false, "ask the server this configuration describes for /aperio/readyz on this machine, and exit 0 (200 within 3s) or 1 (for a Docker HEALTHCHECK)")
 	buildinfo.AddVersion(cmd, "aperio-server", stdout)
+	clidoc.Add(cmd, "aperio-server", buildinfo.Version(), clidoc.Section{Title: "Settings", Text: serverconfig.HelpText()})
 	addSettingsHelp(cmd, stdout)
 	return exitcode.Execute(cmd, stderr, "aperio-server")
 }

@@ -229,8 +229,22 @@ func (s *reloadServer) write(t *testing.T, name, content string) {
 }
 
 // reloaded matches the line of a reload applied; its groups are the
-// reason, the keys applied and those that need a restart.
-var reloaded = regexp.MustCompile(`level=INFO msg="configuration reloaded" reason="?([^"]*?)"? applied="?([^"]*?)"? restart_needed="?([^"]*?)"?$`)
+// reason, the keys applied and those that need a restart. It is at INFO,
+// or at WARN when a key needs a restart (reloadLevel checks which).
+var reloaded = regexp.MustCompile(`level=(?:INFO|WARN) msg="configuration reloaded" reason="?([^"]*?)"? applied="?([^"]*?)"? restart_needed="?([^"]*?)"?$`)
+
+// reloadLevel fails the test unless the reload line m (a match of
+// reloaded) is at WARN exactly when it names a key that needs a restart.
+func reloadLevel(t *testing.T, m []string) {
+	t.Helper()
+	want := "level=INFO"
+	if m[3] != "none" {
+		want = "level=WARN"
+	}
+	if !strings.HasPrefix(m[0], want+" ") {
+		t.Errorf("reload line %q, want it at %s (restart_needed=%s)", m[0], want, m[3])
+	}
+}
 
 // reloadedAny matches the line of a reload applied, at any level.
 var reloadedAny = regexp.MustCompile(`msg="configuration reloaded"`)

@@ -179,7 +179,13 @@ func (r *reloader) reload(ctx context.Context, reason string) {
 	for _, w := range serverconfig.Warnings(cfg) {
 		r.log.Warn("weak configuration", logkey.Problem, w)
 	}
-	r.log.Info("configuration reloaded", logkey.Reason, reason,
+	// A change that waits for a restart is a warning: until then the
+	// server runs on something other than its file.
+	level := slog.LevelInfo
+	if len(restart) > 0 {
+		level = slog.LevelWarn
+	}
+	r.log.Log(ctx, level, "configuration reloaded", logkey.Reason, reason,
 		logkey.Applied, listOrNone(applied), logkey.RestartNeeded, listOrNone(restart))
 	r.g.AuditReload(ctx, reason, applied, restart, nil)
 }

@@ -35,7 +35,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 GO=${GO:-go}
-VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+VERSION=${VERSION:-$(sh scripts/version.sh)}
 COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 CREATED=${CREATED:-$(git log -1 --format=%cI HEAD 2>/dev/null || echo 1970-01-01T00:00:00Z)}
 SOURCE=https://github.com/aperio-dev/aperio

@@ -36,8 +36,25 @@ func fakeBins(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(filepath.Join(dir, licensesFile), []byte(fakeReport), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, prog := range []string{"aperio-server", "aperio-client"} {
+		for _, f := range docFiles(prog) {
+			path := filepath.Join(dir, f.src)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte("generated "+f.src+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	return dir
 }
+
+// fakeReport stands in for deploy/release's license report.
+const fakeReport = "Licenses of the code linked into the test build\n"
 
 func build(t *testing.T, version string) (string, []string) {
 	t.Helper()
@@ -82,12 +99,18 @@ func TestDebContents(t *testing.T) {
 		{"aperio-server_1.2.3-1_amd64.deb",
 			[]string{"-rwxr-xr-x ./usr/bin/aperio-server", "-rw-r--r-- ./usr/lib/systemd/system/aperio-server.service",
 				"-rw-r--r-- ./usr/lib/sysusers.d/aperio-server.conf", "-rw-r--r-- ./usr/lib/tmpfiles.d/aperio-server.conf",
-				"-rw-r--r-- ./etc/aperio/aperio-server.yaml", "-rw------- ./etc/aperio/aperio-server.env"},
+				"-rw-r--r-- ./etc/aperio/aperio-server.yaml", "-rw------- ./etc/aperio/aperio-server.env",
+				"-rw-r--r-- ./usr/share/doc/aperio-server/copyright", "-rw-r--r-- ./usr/share/doc/aperio-server/LICENSE-THIRD-PARTY.txt",
+				"-rw-r--r-- ./usr/share/man/man1/aperio-server.1.gz", "-rw-r--r-- ./usr/share/bash-completion/completions/aperio-server",
+				"-rw-r--r-- ./usr/share/zsh/vendor-completions/_aperio-server", "-rw-r--r-- ./usr/share/fish/vendor_completions.d/aperio-server.fish"},
 			[]string{"/etc/aperio/aperio-server.yaml", "/etc/aperio/aperio-server.env"}},
 		{"aperio-client_1.2.3-1_amd64.deb",
 			[]string{"-rwxr-xr-x ./usr/bin/aperio-client", "-rw-r--r-- ./usr/lib/systemd/system/aperio-client@.service",
 				"-rw-r--r-- ./usr/lib/sysusers.d/aperio-client.conf", "-rw-r--r-- ./usr/share/doc/aperio-client/example.yaml",
-				"drwxr-xr-x ./etc/aperio/client/"},
+				"drwxr-xr-x ./etc/aperio/client/",
+				"-rw-r--r-- ./usr/share/doc/aperio-client/copyright", "-rw-r--r-- ./usr/share/doc/aperio-client/LICENSE-THIRD-PARTY.txt",
+				"-rw-r--r-- ./usr/share/man/man1/aperio-client.1.gz", "-rw-r--r-- ./usr/share/bash-completion/completions/aperio-client",
+				"-rw-r--r-- ./usr/share/zsh/vendor-completions/_aperio-client", "-rw-r--r-- ./usr/share/fish/vendor_completions.d/aperio-client.fish"},
 			nil},
 	}
 	for _, c := range cases {
@@ -108,6 +131,22 @@ func TestDebContents(t *testing.T) {
 				t.Errorf("%s lacks %q:\n%s", c.deb, w, listing)
 			}
 		}
+		if strings.Contains(listing, "/usr/share/licenses/") {
+			t.Errorf("%s holds rpm's /usr/share/licenses:\n%s", c.deb, listing)
+		}
+		pkg := strings.Split(c.deb, "_")[0]
+		tree := t.TempDir()
+		run(t, "dpkg-deb", "-x", deb, tree)
+		copyright, _ := os.ReadFile(filepath.Join(tree, "usr/share/doc", pkg, "copyright"))
+		for _, w := range []string{"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/", "\nLicense: Apache-2.0\n",
+			"/usr/share/common-licenses/Apache-2.0", "/usr/share/doc/" + pkg + "/LICENSE-THIRD-PARTY.txt"} {
+			if !strings.Contains(string(copyright), w) {
+				t.Errorf("%s: its copyright file lacks %q:\n%s", c.deb, w, copyright)
+			}
+		}
+		if report, _ := os.ReadFile(filepath.Join(tree, "usr/share/doc", pkg, licensesFile)); string(report) != fakeReport {
+			t.Errorf("%s: the license report is %q, want the one built beside the binaries", c.deb, report)
+		}
 		ctl := t.TempDir()
 		run(t, "dpkg-deb", "-e", deb, ctl)
 		conf, _ := os.ReadFile(filepath.Join(ctl, "conffiles"))
@@ -121,6 +160,10 @@ func TestDebContents(t *testing.T) {
 			st, err := os.Stat(filepath.Join(ctl, s))
 			if err != nil || st.Mode()&0o111 == 0 {
 				t.Errorf("%s: maintainer script %s missing or not executable (%v)", c.deb, s, err)
+			}
+			want, _ := os.ReadFile(filepath.Join("scripts", "deb", pkg+"."+s))
+			if got, _ := os.ReadFile(filepath.Join(ctl, s)); s != "preinst" && string(got) != string(want) {
+				t.Errorf("%s: its %s is not scripts/deb/%s.%s", c.deb, s, pkg, s)
 			}
 		}
 	}
@@ -139,9 +182,27 @@ func TestRPMContents(t *testing.T) {
 			t.Errorf("%s lacks %q:\n%s", filepath.Base(rpm), w, list)
 		}
 	}
+	for _, w := range []string{"-rw-r--r-- l /usr/share/licenses/aperio-server/LICENSE", "-rw-r--r-- l /usr/share/licenses/aperio-server/LICENSE-THIRD-PARTY.txt"} {
+		if !strings.Contains(list, w) {
+			t.Errorf("%s lacks the license file %q:\n%s", filepath.Base(rpm), w, list)
+		}
+	}
+	for _, w := range []string{"/usr/share/man/man1/aperio-server.1.gz", "/usr/share/zsh/site-functions/_aperio-server", "/usr/share/bash-completion/completions/aperio-server"} {
+		if !strings.Contains(list, w) {
+			t.Errorf("%s lacks %s:\n%s", filepath.Base(rpm), w, list)
+		}
+	}
+	if strings.Contains(list, "/usr/share/doc/aperio-server/copyright") {
+		t.Errorf("%s holds Debian's copyright file:\n%s", filepath.Base(rpm), list)
+	}
 	scripts := run(t, "rpm", "-qp", "--scripts", rpm)
-	if !strings.Contains(scripts, "useradd --system") {
-		t.Errorf("the rpm's preinstall does not create the user:\n%s", scripts)
+	for _, w := range []string{"useradd --system", "systemctl --no-reload preset aperio-server.service", "systemctl try-restart aperio-server.service", "disable --now aperio-server.service"} {
+		if !strings.Contains(scripts, w) {
+			t.Errorf("the rpm's scripts lack %q:\n%s", w, scripts)
+		}
+	}
+	if !strings.Contains(list, "/usr/lib/systemd/system-preset/80-aperio-server.preset") {
+		t.Errorf("%s lacks the preset that enables the server:\n%s", filepath.Base(rpm), list)
 	}
 }
 
@@ -189,27 +250,67 @@ func TestUnitsVerify(t *testing.T) {
 	}
 }
 
-// TestPackageVersion: release tags lose their v; a git description sorts
-// before every release; hostile versions are refused.
+// TestPackageVersion: release tags lose their v; pre-releases and dev
+// builds get a tilde; hyphens in the pre-release and build become dots;
+// bare commit hashes and hostile versions are refused.
 func TestPackageVersion(t *testing.T) {
 	for in, want := range map[string]string{
-		"v1.2.3": "1.2.3", "1.2.3": "1.2.3", "v1.2.3-rc.1": "1.2.3-rc.1",
-		"bbd9c7d": "0.0.0~gitbbd9c7d", "bbd9c7d-dirty": "0.0.0~gitbbd9c7d.dirty",
+		"v1.2.3": "1.2.3", "1.2.3": "1.2.3", "v1.2.3-rc.1": "1.2.3~rc.1",
+		"v1.2.4-dev.3+g0123456789ab":       "1.2.4~dev.3+g0123456789ab",
+		"v1.2.4-dev.0+g0123456789ab.dirty": "1.2.4~dev.0+g0123456789ab.dirty",
+		"v0.0.0-dev.818+g305661b9041e":     "0.0.0~dev.818+g305661b9041e",
+		"v2.0.0-beta-2+build-7":            "2.0.0~beta.2+build.7",
 	} {
 		if got, err := PackageVersion(in); err != nil || got != want {
 			t.Errorf("PackageVersion(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "1.0; rm -rf /", "v1\nDepends: evil", strings.Repeat("1", 65), "../x"} {
-		if _, err := PackageVersion(bad); err == nil {
-			t.Errorf("PackageVersion(%q) accepted", bad)
+	for _, bad := range []string{"", "1.0; rm -rf /", "v1\nDepends: evil", strings.Repeat("1", 65), "../x",
+		"bbd9c7d", "bbd9c7d-dirty", "v1", "v1.2", "v1.2.3.4", "v01.2.3", "v1.2.3-", "v1.2.3+", "v1.2.3~rc1", "v1.2.x"} {
+		if got, err := PackageVersion(bad); err == nil {
+			t.Errorf("PackageVersion(%q) = %q, want it refused", bad, got)
 		}
 	}
-	if _, err := (Build{Bin: t.TempDir(), Arch: "amd64", Version: "v1"}).Run(); err == nil {
+	if _, err := (Build{Bin: t.TempDir(), Arch: "amd64", Version: "v1.0.0"}).Run(); err == nil {
 		t.Error("Run accepted a bin directory without the binaries")
 	}
-	if _, err := (Build{Bin: fakeBins(t), Arch: "s390x", Version: "v1"}).Run(); err == nil {
+	if _, err := (Build{Bin: fakeBins(t), Arch: "s390x", Version: "v1.0.0"}).Run(); err == nil {
 		t.Error("Run accepted an unsupported arch")
+	}
+}
+
+// TestPackageVersionOrder: dpkg orders the package versions (with the
+// package's revision, -1) as semver orders the versions they come from,
+// so every upgrade along this line is an upgrade to apt.
+func TestPackageVersionOrder(t *testing.T) {
+	need(t, "dpkg")
+	line := []string{
+		"v0.0.0-dev.9+gffffffffffff",
+		"v0.0.0-dev.10+g000000000000",
+		"v0.0.0-dev.10+g000000000000.dirty",
+		"v0.1.0-rc.1",
+		"v0.1.0-rc.1.dev.2+gabcdefabcdef",
+		"v0.1.0-rc.2",
+		"v0.1.0",
+		"v0.1.1-dev.1+g123456789abc",
+		"v0.1.1-dev.12+g023456789abc",
+		"v0.1.1",
+		"v0.2.0",
+		"v0.10.0",
+		"v1.0.0",
+	}
+	for i := 1; i < len(line); i++ {
+		older, err := PackageVersion(line[i-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		newer, err := PackageVersion(line[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exec.Command("dpkg", "--compare-versions", older+"-1", "lt", newer+"-1").Run(); err != nil {
+			t.Errorf("dpkg does not order %s (%s) before %s (%s): %v", older, line[i-1], newer, line[i], err)
+		}
 	}
 }
 
@@ -282,6 +383,12 @@ func TestInstallRemovePurge(t *testing.T) {
 	})
 
 	chroot("dpkg", "-i", "/tmp/aperio-packages-test/aperio-server_1.2.3-1_amd64.deb", "/tmp/aperio-packages-test/aperio-client_1.2.3-1_amd64.deb")
+	// The install enables the server (deb-systemd-helper works without a
+	// running systemd): the link that starts it at boot.
+	wants := in("etc/systemd/system/multi-user.target.wants/aperio-server.service")
+	if _, err := os.Lstat(wants); err != nil {
+		t.Errorf("the install did not enable aperio-server: %v", err)
+	}
 	if got := chroot("/usr/bin/aperio-server"); !strings.Contains(got, "aperio-server test-build") {
 		t.Errorf("installed aperio-server runs as %q", got)
 	}
@@ -313,6 +420,9 @@ func TestInstallRemovePurge(t *testing.T) {
 	if v := chroot("dpkg-query", "-W", "-f=${Version}", "aperio-server"); v != "1.2.4-1" {
 		t.Errorf("after the upgrade dpkg says version %q", v)
 	}
+	if _, err := os.Lstat(wants); err != nil {
+		t.Errorf("the upgrade disabled aperio-server: %v", err)
+	}
 
 	chroot("dpkg", "--remove", "aperio-server", "aperio-client")
 	if _, err := os.Stat(in("usr/bin/aperio-server")); !os.IsNotExist(err) {
@@ -321,7 +431,13 @@ func TestInstallRemovePurge(t *testing.T) {
 	if _, err := os.Stat(in("etc/aperio/aperio-server.yaml")); err != nil {
 		t.Errorf("remove (not purge) deleted the config: %v", err)
 	}
+	if _, err := os.Lstat(wants); err != nil {
+		t.Errorf("remove (not purge) forgot that aperio-server was enabled: %v", err)
+	}
 	chroot("dpkg", "--purge", "aperio-server", "aperio-client")
+	if _, err := os.Lstat(wants); !os.IsNotExist(err) {
+		t.Errorf("purge left the link enabling aperio-server: %v", err)
+	}
 	for _, f := range []string{"etc/aperio/aperio-server.yaml", "etc/aperio/aperio-server.env", "usr/lib/systemd/system/aperio-server.service", "usr/bin/aperio-client"} {
 		if _, err := os.Stat(in(f)); !os.IsNotExist(err) {
 			t.Errorf("purge left /%s: %v", f, err)

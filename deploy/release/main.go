@@ -3,7 +3,7 @@
 // archive per platform, with a software bill of materials per archive and a
 // SHA256SUMS file over all of them.
 //
-//	go run ./deploy/release [-out dist] [-version v1.2.3] [-targets linux/amd64,…]
+//	go run ./deploy/release [-out dist] [-version v1.2.3] [-commit SHA] [-targets linux/amd64,…]
 //
 // The build is reproducible: the same commit, version and Go toolchain give
 // the same bytes on any machine and in any directory. What would otherwise
@@ -44,16 +44,21 @@ var Targets = []string{
 // Binaries are the commands a release ships, each under cmd/.
 var Binaries = []string{"aperio-server", "aperio-client"}
 
-// extraFiles are copied from the repository's root into every archive.
-var extraFiles = []string{"README.md"}
+// extraFiles are copied from the repository's root into every archive,
+// beside the generated LicensesFile.
+var extraFiles = []string{"LICENSE", "README.md", "CHANGELOG.md"}
 
-const versionVar = "github.com/aperio-dev/aperio/internal/buildinfo.version"
+const (
+	versionVar = "github.com/aperio-dev/aperio/internal/buildinfo.version"
+	commitVar  = "github.com/aperio-dev/aperio/internal/buildinfo.commit"
+)
 
 // Plan is one release build.
 type Plan struct {
 	Root     string    // the repository's root (holds go.mod)
 	Out      string    // where artifacts are written; created, and emptied first
 	Version  string    // stamped into the binaries and the archive names
+	Commit   string    // stamped into the binaries (buildinfo.commit); none when empty
 	Epoch    time.Time // every archive entry's time
 	Targets  []string  // os/arch pairs
 	Binaries []string  // command names under cmd/
@@ -64,8 +69,10 @@ type Plan struct {
 
 func main() {
 	out := flag.String("out", "dist", "directory the artifacts are written to (emptied first)")
-	version := flag.String("version", "", "version to stamp (default: git describe --tags --always --dirty, else dev)")
+	version := flag.String("version", "", "version to stamp (default: what scripts/version.sh says of the checkout)")
+	commit := flag.String("commit", "", "commit to stamp (default: git rev-parse HEAD)")
 	targets := flag.String("targets", strings.Join(Targets, ","), "comma-separated os/arch pairs")
+	licenses := flag.String("licenses", "", "only write the dependency-license report of the one target in -targets to this file (make packages)")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "release: no arguments expected, got", flag.Args())
@@ -80,6 +87,7 @@ func main() {
 		Root:     root,
 		Out:      *out,
 		Version:  *version,
+		Commit:   *commit,
 		Targets:  splitList(*targets),
 		Binaries: Binaries,
 		Go:       goCommand(),
@@ -87,6 +95,16 @@ func main() {
 	}
 	if p.Version == "" {
 		p.Version = gitVersion(root)
+	}
+	if p.Commit == "" {
+		p.Commit = gitCommit(root)
+	}
+	if *licenses != "" {
+		if err := p.WriteLicenses(*licenses); err != nil {
+			fmt.Fprintln(os.Stderr, "release:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if p.Epoch, err = sourceEpoch(root, os.Getenv("SOURCE_DATE_EPOCH")); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
@@ -115,15 +133,26 @@ func splitList(s string) []string {
 	return out
 }
 
-// gitVersion is what `git describe` says of the checkout, or "dev".
+// gitVersion is the semantic version scripts/version.sh gives the
+// checkout (v0.0.0-dev when that fails).
 func gitVersion(root string) string {
-	cmd := exec.Command("git", "describe", "--tags", "--always", "--dirty")
-	cmd.Dir = root
+	cmd := exec.Command("sh", filepath.Join(root, "scripts", "version.sh"), root)
 	b, err := cmd.Output()
 	if v := strings.TrimSpace(string(b)); err == nil && v != "" {
 		return v
 	}
-	return "dev"
+	return "v0.0.0-dev"
+}
+
+// gitCommit is the checkout's commit, or "" outside git.
+func gitCommit(root string) string {
+	cmd := exec.Command("git", "rev-parse", "HEAD")
+	cmd.Dir = root
+	b, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // sourceEpoch is the time every archive entry carries: SOURCE_DATE_EPOCH
@@ -162,9 +191,23 @@ func validVersion(v string) error {
 	return nil
 }
 
+// validCommit accepts an empty commit or 4 to 64 hex digits.
+func validCommit(c string) error {
+	if c == "" {
+		return nil
+	}
+	if len(c) < 4 || len(c) > 64 || strings.Trim(c, "0123456789abcdefABCDEF") != "" {
+		return fmt.Errorf("commit %q: want 4 to 64 hex digits", c)
+	}
+	return nil
+}
+
 // Run builds every target and writes the archives, SBOMs and SHA256SUMS.
 func (p Plan) Run() error {
 	if err := validVersion(p.Version); err != nil {
+		return err
+	}
+	if err := validCommit(p.Commit); err != nil {
 		return err
 	}
 	if len(p.Targets) == 0 || len(p.Binaries) == 0 {
@@ -245,9 +288,13 @@ func (p Plan) target(stage, t string) ([]string, error) {
 		}
 		files = append(files, archiveFile{name: f, data: data, mode: 0o644})
 	}
+	report, err := p.licenseReport(goos, goarch)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, archiveFile{name: LicensesFile, data: report, mode: 0o644})
 	base := fmt.Sprintf("aperio_%s_%s_%s", p.Version, goos, goarch)
 	var archive []byte
-	var err error
 	if goos == "windows" {
 		base += ".zip"
 		archive, err = zipArchive(files, p.Epoch)
@@ -268,10 +315,27 @@ func (p Plan) target(stage, t string) ([]string, error) {
 	return []string{base, sbomName}, nil
 }
 
+// WriteLicenses writes the dependency-license report of the plan's one
+// target to path: what `make packages` puts in the packages.
+func (p Plan) WriteLicenses(path string) error {
+	if len(p.Targets) != 1 || !slices.Contains(Targets, p.Targets[0]) {
+		return fmt.Errorf("-licenses wants exactly one of the targets %s, got %q", strings.Join(Targets, ", "), p.Targets)
+	}
+	goos, goarch, _ := strings.Cut(p.Targets[0], "/")
+	report, err := p.licenseReport(goos, goarch)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, report, 0o644)
+}
+
 // build runs go build for one binary: static, without paths or a build ID
 // that would vary between machines.
 func (p Plan) build(goos, goarch, name, out string) error {
 	ldflags := fmt.Sprintf("-s -w -buildid= -X %s=%s", versionVar, p.Version)
+	if p.Commit != "" {
+		ldflags += fmt.Sprintf(" -X %s=%s", commitVar, p.Commit)
+	}
 	cmd := exec.Command(p.Go, "build", "-trimpath", "-ldflags", ldflags, "-o", out, "./cmd/"+name)
 	cmd.Dir = p.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=")

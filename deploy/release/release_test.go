@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,8 +91,13 @@ func TestReleaseIsReproducible(t *testing.T) {
 	if !ok {
 		t.Fatalf("archive holds %v, want aperio-client", keys(files))
 	}
-	if _, ok := files["README.md"]; !ok {
-		t.Errorf("archive holds no README.md")
+	for _, name := range extraFiles {
+		if got, ok := files[name]; !ok || !bytes.Equal(got, readFile(t, filepath.Join(root, name))) {
+			t.Errorf("archive holds %v, want %s as in the repository", keys(files), name)
+		}
+	}
+	if report := string(files[LicensesFile]); !strings.Contains(report, "github.com/spf13/cobra") || !strings.Contains(report, "Go standard library") {
+		t.Errorf("archive's %s does not list the linked modules:\n%.600s", LicensesFile, report)
 	}
 	exe := filepath.Join(t.TempDir(), "aperio-client")
 	if err := os.WriteFile(exe, bin, 0o755); err != nil {
@@ -239,4 +246,272 @@ func keys(m map[string][]byte) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestLicenseReport: the report of what the linux/amd64 binaries link
+// names every linked module (as go list sees it) with its license kind,
+// holds each license text verbatim, the Go standard library's too, and
+// names no directory of this machine.
+func TestLicenseReport(t *testing.T) {
+	root := repoRoot(t)
+	p := Plan{Root: root, Targets: []string{"linux/amd64"}, Binaries: Binaries, Go: "go"}
+	out := filepath.Join(t.TempDir(), LicensesFile)
+	if err := p.WriteLicenses(out); err != nil {
+		t.Fatal(err)
+	}
+	report := string(readFile(t, out))
+	lister := exec.Command("go", "list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{.Dir}}{{end}}{{end}}", "./cmd/aperio-server", "./cmd/aperio-client")
+	lister.Dir = root
+	lister.Env = append(os.Environ(), "GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0")
+	list, err := lister.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(list)), "\n") {
+		if path, dir, ok := strings.Cut(line, " "); ok {
+			mods[path] = dir
+		}
+	}
+	if len(mods) < 10 {
+		t.Fatalf("go list found %d modules; the test cannot judge the report", len(mods))
+	}
+	for path, dir := range mods {
+		if !strings.Contains(report, "\n  "+path+" ") {
+			t.Errorf("the report's table lacks %s", path)
+		}
+		if strings.Contains(report, dir) {
+			t.Errorf("the report names the directory %s", dir)
+		}
+	}
+	cobra := string(readFile(t, filepath.Join(mods["github.com/spf13/cobra"], "LICENSE.txt")))
+	if !strings.Contains(report, strings.TrimRight(cobra, "\n")) {
+		t.Error("the report does not hold cobra's LICENSE.txt verbatim")
+	}
+	for _, w := range []string{"github.com/spf13/cobra                             v", "Apache-2.0", "Go standard library and runtime", "Copyright 2009 The Go Authors"} {
+		if !strings.Contains(report, w) {
+			t.Errorf("the report lacks %q", w)
+		}
+	}
+	if err := (Plan{Root: root, Targets: []string{"linux/amd64", "linux/arm64"}, Binaries: Binaries, Go: "go"}).WriteLicenses(out); err == nil {
+		t.Error("WriteLicenses accepted two targets")
+	}
+}
+
+// TestLicenseFiles: license and notice files are found whatever their
+// case or suffix; a module with only a NOTICE, or none, has no license;
+// an oversized file is refused rather than read whole.
+func TestLicenseFiles(t *testing.T) {
+	write := func(dir, name, text string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write(dir, "license.md", "Permission is hereby granted, free of charge, to any person")
+	write(dir, "NOTICE", "This product includes software developed by someone.")
+	write(dir, "main.go", "package x")
+	if err := os.Mkdir(filepath.Join(dir, "LICENSES"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := licenseFiles(dir)
+	if err != nil || len(got) != 2 || got[0].Name != "NOTICE" || got[1].Name != "license.md" || got[1].Kind != "MIT" {
+		t.Errorf("licenseFiles = %+v, %v; want NOTICE and license.md (MIT)", got, err)
+	}
+	noLicense := t.TempDir()
+	write(noLicense, "NOTICE", "notice only")
+	if got, err := licenseFiles(noLicense); err != nil || got != nil {
+		t.Errorf("a module with only a NOTICE: %+v, %v; want no license", got, err)
+	}
+	huge := t.TempDir()
+	write(huge, "LICENSE", strings.Repeat("x", maxLicenseFile+1))
+	if _, err := licenseFiles(huge); err == nil {
+		t.Error("an oversized LICENSE was accepted")
+	}
+	for text, want := range map[string]string{
+		"Apache License\n  Version 2.0, January 2004":                                                      "Apache-2.0",
+		"Mozilla Public License Version 2.0":                                                               "MPL-2.0",
+		"Redistribution and use in source and binary forms ... Neither the name of Google":                 "BSD-3-Clause",
+		"Redistribution and use in source and binary forms, with or without modification":                  "BSD-2-Clause",
+		"Permission to use, copy, modify, and/or distribute this software for any purpose with or without": "ISC",
+		"All rights reserved. No permission granted.":                                                      "see text",
+	} {
+		if got := classifyLicense([]byte(text)); got != want {
+			t.Errorf("classifyLicense(%q) = %s, want %s", text, got, want)
+		}
+	}
+}
+
+// TestVersionScript runs scripts/version.sh in a scratch git repository
+// through a release's life: no tag, a release tag, commits after it, an
+// edit, a pre-release, and tags that are not releases.
+func TestVersionScript(t *testing.T) {
+	root := repoRoot(t)
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+			"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_SYSTEM=/dev/null")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	version := func() string {
+		t.Helper()
+		out, err := exec.Command("sh", filepath.Join(root, "scripts", "version.sh"), dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("version.sh: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	n := 0
+	commit := func() string {
+		t.Helper()
+		n++
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte(strings.Repeat("x", n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git("add", "f")
+		git("commit", "-q", "-m", "c")
+		return git("rev-parse", "--short=12", "HEAD")
+	}
+
+	if got := version(); got != "v0.0.0-dev" {
+		t.Errorf("outside git: %q, want v0.0.0-dev", got)
+	}
+	git("init", "-q")
+	c := commit()
+	c = commit()
+	check := func(want string) {
+		t.Helper()
+		if got := version(); got != want {
+			t.Errorf("version.sh = %q, want %q", got, want)
+		}
+	}
+	check("v0.0.0-dev.2+g" + c)
+	git("tag", "v1.2")     // not a release: two numbers
+	git("tag", "release1") // not a release
+	check("v0.0.0-dev.2+g" + c)
+	git("tag", "v1.2.3")
+	check("v1.2.3")
+	c = commit()
+	c = commit()
+	check("v1.2.4-dev.2+g" + c)
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("edited"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("v1.2.4-dev.2+g" + c + ".dirty")
+	git("checkout", "-q", "f")
+	if err := os.WriteFile(filepath.Join(dir, "untracked"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check("v1.2.4-dev.2+g" + c) // untracked files do not make a tree dirty
+	git("tag", "v1.3.0-rc.1")
+	check("v1.3.0-rc.1")
+	c = commit()
+	check("v1.3.0-rc.1.dev.1+g" + c)
+	git("tag", "v1.3.0") // the release on the same commit wins over its rc
+	check("v1.3.0")
+	git("tag", "-a", "-m", "annotated", "v1.10.0")
+	check("v1.10.0") // 1.10 > 1.3: versions compare as numbers
+	if err := validVersion(version() + "-dev.1+g0123456789ab.dirty"); err != nil {
+		t.Errorf("a version.sh version is not one release accepts: %v", err)
+	}
+}
+
+// TestVersionStamped builds aperio-server as a release does, with a
+// version and a commit, and runs `aperio-server version`: both are what
+// it prints (not "commit: unknown", which a -buildvcs=false build showed).
+func TestVersionStamped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("links aperio-server (tens of seconds); CI runs it without -short")
+	}
+	p := Plan{Root: repoRoot(t), Version: "v1.2.4-dev.3+g0123456789ab", Commit: "0123456789abcdef0123456789abcdef01234567", Go: "go", Env: []string{"GOFLAGS=-buildvcs=false"}}
+	bin := filepath.Join(t.TempDir(), "aperio-server")
+	if err := p.build(runtime.GOOS, runtime.GOARCH, "aperio-server", bin); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("aperio-server version: %v\n%s", err, out)
+	}
+	for _, want := range []string{"aperio-server v1.2.4-dev.3+g0123456789ab\n", "commit:   0123456789abcdef0123456789abcdef01234567\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("aperio-server version printed %q, want %q in it", out, want)
+		}
+	}
+	if err := (Plan{Out: t.TempDir(), Version: "v1.0.0", Commit: "HEAD; rm", Targets: []string{"linux/amd64"}, Binaries: Binaries}).Run(); err == nil {
+		t.Error("Run accepted a commit that is not hex")
+	}
+}
+
+// TestMakefileStamps: make build links the version and the commit.
+func TestMakefileStamps(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make not found")
+	}
+	cmd := exec.Command("make", "-n", "build", "VERSION=v9.8.7", "COMMIT=abcdef0123")
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n build: %v\n%s", err, out)
+	}
+	for _, want := range []string{"-X " + versionVar + "=v9.8.7", "-X " + commitVar + "=abcdef0123"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("make build runs %q, want %q in it", out, want)
+		}
+	}
+}
+
+// TestChangelog: CHANGELOG.md, which every archive holds, is one entry per
+// release, newest first (Unreleased on top), each grouped under the known
+// headings only, none empty.
+func TestChangelog(t *testing.T) {
+	text := string(readFile(t, filepath.Join(repoRoot(t), "CHANGELOG.md")))
+	release := regexp.MustCompile(`^## v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.]+)? \([0-9]{4}-[0-9]{2}-[0-9]{2}\)$`)
+	sections := []string{"### Added", "### Changed", "### Fixed", "### Security", "### Upgrade notes"}
+	var entries []string
+	section, items := "", 0
+	endSection := func() {
+		if section != "" && items == 0 {
+			t.Errorf("CHANGELOG.md: %s under %s lists nothing", section, entries[len(entries)-1])
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			endSection()
+			if line != "## Unreleased" && !release.MatchString(line) {
+				t.Errorf("CHANGELOG.md: heading %q, want ## Unreleased or ## vX.Y.Z (YYYY-MM-DD)", line)
+			}
+			if line == "## Unreleased" && len(entries) > 0 {
+				t.Error("CHANGELOG.md: Unreleased is not the first entry")
+			}
+			if slices.Contains(entries, line) {
+				t.Errorf("CHANGELOG.md: %s twice", line)
+			}
+			entries = append(entries, line)
+			section, items = "", 0
+		case strings.HasPrefix(line, "### "):
+			endSection()
+			if !slices.Contains(sections, line) {
+				t.Errorf("CHANGELOG.md: section %q, want one of %q", line, sections)
+			}
+			if len(entries) == 0 {
+				t.Errorf("CHANGELOG.md: %s before any release entry", line)
+			}
+			section, items = line, 0
+		case strings.HasPrefix(line, "- ") && section != "":
+			items++
+		}
+	}
+	endSection()
+	if len(entries) == 0 {
+		t.Error("CHANGELOG.md has no entry")
+	}
 }

@@ -21,7 +21,7 @@
 //
 //	{"owner": "shop",
 //	 "services": {"web": {"image": "shop-web:1.4", "network": "shop_net",
-//	   "env": ["APERIO_SERVER_TOKEN=${APERIO_TOKEN}"], "max": 8, "stop_timeout": "35s"}}}
+//	   "env": ["APERIO_SERVER_TOKEN=${APERIO_SERVER_TOKEN}"], "max": 8, "stop_timeout": "35s"}}}
 //
 // Every container it creates carries the labels aperio.provider.owner and
 // aperio.provider.service; it lists, starts and stops only containers with

@@ -372,43 +372,10 @@ func (a *Agent) announcement() tunnel.Announcement {
 		if !svc.announced.Load() || svc.withdrawn.Load() {
 			continue // wait_for_backend: not before its first passing probe
 		}
-		var mc int
-		var cc *tunnel.Concurrency
-		if svc.limiter != nil {
-			snap := svc.limiter.Snapshot()
-			mc = snap.Desired
-			cc = &tunnel.Concurrency{Mode: string(snap.Mode), Desired: snap.Desired, Min: snap.Min, Max: snap.Max, Fixed: snap.Fixed}
-		}
-		prio := svc.cfg.Priority
-		if prio == 0 {
-			prio = st.priority
-		}
-		draining := svc.draining.Load()
-		ann.Services = append(ann.Services, tunnel.Service{
-			ID:            svc.id,
-			Name:          svc.cfg.Name,
-			Hostnames:     svc.cfg.Hostnames,
-			Path:          svc.cfg.Path,
-			MaxConcurrent: mc,
-			Priority:      prio,
-			// A draining service is announced unhealthy too, so that a
-			// server that predates Draining stops routing to it as well.
-			Healthy:      svc.announcedHealthy() && !draining,
-			Draining:     draining,
-			Resilience:   svc.cfg.Resilience,
-			TrimBind:     svc.cfg.TrimBind,
-			AllowConnect: svc.cfg.AllowConnect,
-			Weight:       svc.cfg.Weight,
-			LBStrategy:   svc.cfg.LBStrategy,
-			Concurrency:  cc,
-			Access:       announceAccess(svc.cfg),
-			Headers:      announceHeaders(svc.cfg.Headers),
-
-			TLSPassthrough: svc.cfg.TLSPassthrough,
-		})
+		ann.Services = append(ann.Services, svc.announce(st.priority))
 	}
 	for _, e := range st.expose {
-		ann.Expose = append(ann.Expose, tunnel.Expose{Name: e.Name, Protocol: e.Protocol, RemotePort: e.RemotePort, AllowedIPs: e.AllowedIPs})
+		ann.Expose = append(ann.Expose, announceExpose(e))
 	}
 	if s := st.scaling; s != nil {
 		ann.Scaling = &tunnel.Scaling{
@@ -423,6 +390,51 @@ func (a *Agent) announcement() tunnel.Announcement {
 		}
 	}
 	return ann
+}
+
+// announceExpose is the expose entry e as the announcement declares it.
+func announceExpose(e config.Expose) tunnel.Expose {
+	return tunnel.Expose{Name: e.Name, Protocol: e.Protocol, RemotePort: e.RemotePort, AllowedIPs: e.AllowedIPs}
+}
+
+// announce is svc as the announcement declares it (config, the limiter's
+// figures, health and draining); top is the client's priority, which a
+// service without its own takes.
+func (svc *service) announce(top int) tunnel.Service {
+	var mc int
+	var cc *tunnel.Concurrency
+	if svc.limiter != nil {
+		snap := svc.limiter.Snapshot()
+		mc = snap.Desired
+		cc = &tunnel.Concurrency{Mode: string(snap.Mode), Desired: snap.Desired, Min: snap.Min, Max: snap.Max, Fixed: snap.Fixed}
+	}
+	prio := svc.cfg.Priority
+	if prio == 0 {
+		prio = top
+	}
+	draining := svc.draining.Load()
+	return tunnel.Service{
+		ID:            svc.id,
+		Name:          svc.cfg.Name,
+		Hostnames:     svc.cfg.Hostnames,
+		Path:          svc.cfg.Path,
+		MaxConcurrent: mc,
+		Priority:      prio,
+		// A draining service is announced unhealthy too, so that a
+		// server that predates Draining stops routing to it as well.
+		Healthy:      svc.announcedHealthy() && !draining,
+		Draining:     draining,
+		Resilience:   svc.cfg.Resilience,
+		TrimBind:     svc.cfg.TrimBind,
+		AllowConnect: svc.cfg.AllowConnect,
+		Weight:       svc.cfg.Weight,
+		LBStrategy:   svc.cfg.LBStrategy,
+		Concurrency:  cc,
+		Access:       announceAccess(svc.cfg),
+		Headers:      announceHeaders(svc.cfg.Headers),
+
+		TLSPassthrough: svc.cfg.TLSPassthrough,
+	}
 }
 
 // Forward implements tunnel.Forwarder: it sends req to the service's

@@ -30,6 +30,10 @@ type CheckItem struct {
 	Detail string
 	// Fix says what to do about a failed item; "" for a passed one.
 	Fix string
+	// Warn marks a passed item the operator should still read: the server
+	// took it with a notice (a weight it clamped, say), or it could not
+	// be fully checked (a UDP target). It is never set on a failed item.
+	Warn bool
 }
 
 // DefaultCheckTimeout bounds each step of Check when the caller gives no
@@ -38,11 +42,16 @@ const DefaultCheckTimeout = 10 * time.Second
 
 // Check tells, without serving anything, whether the client would work:
 // for each server, that it takes the token (a handshake announcing no
-// service) and each hostname of each service (a handshake per hostname,
-// announced draining and unhealthy, so that no visitor is routed to
-// it); then, for each service, that its target answers a GET (any
-// status: the app is up) and that its health endpoint, if it has one,
-// passes. Each step is bounded by timeout (DefaultCheckTimeout when
+// service), each hostname of each service (a handshake per hostname,
+// announcing the service as the client does, access settings included,
+// but draining and unhealthy, so that no visitor is routed to it) and
+// each expose entry (a handshake announcing it: the port in the server's
+// tcp_port_range and allowed by the token); then, for each service, that
+// its target answers a GET (any status: the app is up) and that its
+// health endpoint, if it has one, passes, and for each expose entry that
+// its target accepts TCP connections. A bind the server accepts with a
+// notice that it routes nothing there fails; another notice passes with
+// a warning. Each step is bounded by timeout (DefaultCheckTimeout when
 // zero or less), so Check blocks for at most the number of steps times
 // that. A server that refuses the token is not asked about hostnames.
 func (a *Agent) Check(ctx context.Context, timeout time.Duration) []CheckItem {
@@ -67,6 +76,9 @@ func (a *Agent) Check(ctx context.Context, timeout time.Duration) []CheckItem {
 			items = append(items, it)
 		}
 	}
+	for _, e := range a.state.Load().expose {
+		items = append(items, checkExposeTarget(ctx, e, timeout))
+	}
 	return items
 }
 
@@ -79,6 +91,7 @@ func (a *Agent) checkServer(ctx context.Context, tc *tunnel.Client, timeout time
 	if !token.OK {
 		return items
 	}
+	st := a.state.Load()
 	for _, svc := range a.services() {
 		hosts := svc.cfg.Hostnames
 		if len(hosts) == 0 {
@@ -89,12 +102,85 @@ func (a *Agent) checkServer(ctx context.Context, tc *tunnel.Client, timeout time
 			if h == "" {
 				what = fmt.Sprintf("%s: service %s binds the token's hostnames%s", server, svc.label(), svc.cfg.Path)
 			}
+			// The service as the client announces it (its access block
+			// too: the server compares it with the pool's), one hostname
+			// at a time, never routed to.
+			bind := svc.announce(st.priority)
+			bind.Hostnames, bind.Healthy, bind.Draining = nonEmpty(h), false, true
 			one := ann
-			one.Services = []tunnel.Service{{ID: svc.id, Name: svc.cfg.Name, Hostnames: nonEmpty(h), Path: svc.cfg.Path, TrimBind: svc.cfg.TrimBind}}
+			one.Services = []tunnel.Service{bind}
 			items = append(items, handshakeItem(ctx, tc, one, timeout, what))
 		}
 	}
+	for _, e := range st.expose {
+		port := "a port the server picks"
+		if e.RemotePort != 0 {
+			port = fmt.Sprintf("port %d", e.RemotePort)
+		}
+		// The entry admits no visitor: if the port is open already (this
+		// client runs), the check's session joins its members for the
+		// moment of the handshake and must never be picked for a
+		// visitor's connection, which it would not serve.
+		ex := announceExpose(e)
+		ex.AllowedIPs = []string{checkNoVisitor}
+		one := ann
+		one.Expose = []tunnel.Expose{ex}
+		items = append(items, exposeItem(ctx, tc, one, timeout, fmt.Sprintf("%s: expose %s (%s %s)", server, e.Name, e.Protocol, port)))
+	}
 	return items
+}
+
+// checkNoVisitor is the allowed_ips of the expose entries Check announces:
+// the limited broadcast address, which is never the source of a TCP
+// connection or a UDP datagram.
+const checkNoVisitor = "255.255.255.255/32"
+
+// exposeItem is the verdict of one handshake announcing one expose
+// entry: the server's status of the entry.
+func exposeItem(ctx context.Context, tc *tunnel.Client, ann tunnel.Announcement, timeout time.Duration, what string) CheckItem {
+	it, answer := handshake(ctx, tc, ann, timeout, what)
+	if !it.OK {
+		return it
+	}
+	if len(answer.Exposed) != 1 {
+		it.OK, it.Warn = false, false
+		it.Detail = "the server did not answer the entry (a server older than expose: support)"
+		it.Fix = "upgrade the server, or remove the expose entry"
+		return it
+	}
+	st := answer.Exposed[0]
+	if st.Error != "" {
+		it.OK, it.Warn = false, false
+		it.Detail = terminalText(st.Error)
+		it.Fix = "pick a remote_port inside the server's tcp_port_range that the token allows (allow_tcp_ports), or ask the server's operator"
+		return it
+	}
+	if it.Detail == "" {
+		it.Detail = fmt.Sprintf("port %d", st.Port)
+	}
+	return it
+}
+
+// checkExposeTarget dials an expose entry's target: a TCP one must accept
+// a connection; a UDP one cannot be told apart from a silent service
+// without sending it data, so it passes with a warning.
+func checkExposeTarget(ctx context.Context, e config.Expose, timeout time.Duration) CheckItem {
+	it := CheckItem{What: fmt.Sprintf("expose %s: target %s", e.Name, e.Target)}
+	if e.Protocol == config.ExposeUDP {
+		it.OK, it.Warn, it.Detail = true, true, "not checked: a UDP target answers only to data its protocol expects"
+		return it
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", e.Target)
+	if err != nil {
+		it.Detail, it.Fix = err.Error(), "nothing accepts TCP connections there: start the service, or fix the entry's target"
+		return it
+	}
+	c.Close()
+	it.OK, it.Detail = true, "accepts TCP connections"
+	return it
 }
 
 func nonEmpty(h string) []string {
@@ -106,14 +192,30 @@ func nonEmpty(h string) []string {
 
 // handshakeItem is the verdict of one handshake announcing ann.
 func handshakeItem(ctx context.Context, tc *tunnel.Client, ann tunnel.Announcement, timeout time.Duration, what string) CheckItem {
+	it, _ := handshake(ctx, tc, ann, timeout, what)
+	return it
+}
+
+// handshake runs one handshake announcing ann and judges it: a refusal
+// or an unreachable server fails; a notice that the server routes nothing
+// to a bind (tunnel.NotRouted) fails; another notice passes with a
+// warning.
+func handshake(ctx context.Context, tc *tunnel.Client, ann tunnel.Announcement, timeout time.Duration, what string) (CheckItem, tunnel.HandshakeAnswer) {
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	notices, err := tc.Handshake(hctx, ann)
+	answer, err := tc.HandshakeAnswer(hctx, ann)
 	it := CheckItem{What: what, OK: err == nil}
 	var refused *tunnel.RefusedError
 	switch {
 	case err == nil:
-		it.Detail = terminalText(strings.Join(notices, "; "))
+		it.Detail = terminalText(strings.Join(answer.Notices, "; "))
+		it.Warn = len(answer.Notices) > 0
+		for _, n := range answer.Notices {
+			if strings.HasSuffix(n, tunnel.NotRouted) {
+				it.OK, it.Warn = false, false
+				it.Fix = "the server takes the token but would route nothing here: see its words above (a hostname the token may not bind, or access settings that differ from the other clients serving it)"
+			}
+		}
 	case errors.As(err, &refused):
 		it.Detail = terminalText(refused.Reason)
 		it.Fix = RefusalHint(err)
@@ -124,7 +226,7 @@ func handshakeItem(ctx context.Context, tc *tunnel.Client, ann tunnel.Announceme
 		it.Detail = err.Error()
 		it.Fix = "the server could not be reached: check server.url (and server.urls), and that this machine reaches it"
 	}
-	return it
+	return it, answer
 }
 
 // maxDetail bounds the bytes of a server's words a check item shows.

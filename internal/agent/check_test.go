@@ -2,14 +2,17 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/testkit/blackhole"
+	"github.com/aperio-dev/aperio/internal/testkit/echotest"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -145,3 +148,102 @@ type refuseAll struct{ err error }
 func (r refuseAll) Attach(context.Context, *tunnel.Session) error  { return r.err }
 func (refuseAll) Update(context.Context, *tunnel.Session) []string { return nil }
 func (refuseAll) Detach(context.Context, *tunnel.Session)          {}
+
+// poolRegistry stands for a server where another client already serves
+// pool.test with allowed_ips 10.0.0.0/8: a bind announced with other
+// access settings is taken with a "not routed" notice, as the router
+// answers; a bind of warn.test gets a notice that is only informative.
+// Expose entries inside 20000-20010 open; others are refused, and so is
+// one that admits visitors (the check's session must never be picked for
+// a visitor's connection while it is a member of a port).
+type poolRegistry struct{}
+
+func (poolRegistry) Attach(context.Context, *tunnel.Session) error { return nil }
+func (poolRegistry) Detach(context.Context, *tunnel.Session)       {}
+func (poolRegistry) Update(_ context.Context, s *tunnel.Session) []string {
+	ann := s.Announcement()
+	var notices []string
+	for _, svc := range ann.Services {
+		for _, h := range svc.Hostnames {
+			switch {
+			case h == "pool.test" && (svc.Access == nil || !slices.Equal(svc.Access.AllowedIPs, []string{"10.0.0.0/8"})):
+				notices = append(notices, "pool.test is served by another client with other access settings: they must agree"+tunnel.NotRouted)
+			case h == "warn.test":
+				notices = append(notices, "service "+svc.ID+": weight 9999 is outside 1..1000; using 1000")
+			}
+		}
+	}
+	var st []tunnel.ExposeStatus
+	for _, e := range ann.Expose {
+		if !slices.Equal(e.AllowedIPs, []string{checkNoVisitor}) {
+			st = append(st, tunnel.ExposeStatus{Name: e.Name, Protocol: e.Protocol, Error: "the check's entry admits visitors"})
+			continue
+		}
+		if e.RemotePort >= 20000 && e.RemotePort <= 20010 {
+			st = append(st, tunnel.ExposeStatus{Name: e.Name, Protocol: e.Protocol, Port: e.RemotePort})
+		} else {
+			st = append(st, tunnel.ExposeStatus{Name: e.Name, Protocol: e.Protocol, Error: fmt.Sprintf("port %d is outside the server's tcp_port_range", e.RemotePort)})
+		}
+	}
+	s.SetExposed(st)
+	return notices
+}
+
+// TestCheckNoticesAndExpose (issue 39, trap 5): a bind announced as the
+// client announces it (its access settings too) passes where the pool
+// agrees; a bind the server would not route is ✗, never ✓; an
+// informative notice is a warning; every expose entry is checked, at the
+// server (the port's admission) and at its target.
+func TestCheckNoticesAndExpose(t *testing.T) {
+	ln := startTunnelServer(t, tunnel.ServerConfig{Registry: poolRegistry{}})
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(app.Close)
+	open := echotest.TCP(t)
+	dead := blackhole.Refused(t)
+	cfg := clientConfig(app.URL)
+	cfg.ServerURL = "http://memnet"
+	cfg.Services = []config.Service{
+		{Name: "same", Target: app.URL, Hostnames: []string{"pool.test"}, AllowedIPs: []string{"10.0.0.0/8"}},
+		{Name: "other", Target: app.URL, Hostnames: []string{"pool.test"}},
+		{Name: "heavy", Target: app.URL, Hostnames: []string{"warn.test"}},
+	}
+	cfg.Expose = []config.Expose{
+		{Name: "ssh", Protocol: config.ExposeTCP, Target: open, RemotePort: 20005},
+		{Name: "far", Protocol: config.ExposeTCP, Target: dead, RemotePort: 20999},
+		{Name: "dns", Protocol: config.ExposeUDP, Target: "127.0.0.1:53", RemotePort: 20006},
+	}
+	a, err := New(cfg, Options{DialServer: ln.Dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := a.Check(t.Context(), 5*time.Second)
+	type verdict struct {
+		what     string
+		ok, warn bool
+		detail   string // part of the detail
+	}
+	want := []verdict{
+		{"server http://memnet: token", true, false, ""},
+		{"server http://memnet: service same binds pool.test", true, false, ""},
+		{"server http://memnet: service other binds pool.test", false, false, "they must agree"},
+		{"server http://memnet: service heavy binds warn.test", true, true, "weight 9999"},
+		{"server http://memnet: expose ssh (tcp port 20005)", true, false, "port 20005"},
+		{"server http://memnet: expose far (tcp port 20999)", false, false, "outside the server's tcp_port_range"},
+		{"server http://memnet: expose dns (udp port 20006)", true, false, "port 20006"},
+		{"service same: target " + app.URL, true, false, ""},
+		{"service other: target " + app.URL, true, false, ""},
+		{"service heavy: target " + app.URL, true, false, ""},
+		{"expose ssh: target " + open, true, false, "accepts TCP"},
+		{"expose far: target " + dead, false, false, "refused"},
+		{"expose dns: target 127.0.0.1:53", true, true, "not checked"},
+	}
+	if len(items) != len(want) {
+		t.Fatalf("Check() = %d items:\n%+v\nwant %d", len(items), items, len(want))
+	}
+	for i, w := range want {
+		it := items[i]
+		if it.What != w.what || it.OK != w.ok || it.Warn != w.warn || !strings.Contains(it.Detail, w.detail) || it.OK != (it.Fix == "") {
+			t.Errorf("Check()[%d] = %+v\nwant %q ok=%v warn=%v with %q in the detail and a fix when failed", i, it, w.what, w.ok, w.warn, w.detail)
+		}
+	}
+}

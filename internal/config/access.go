@@ -1,11 +1,10 @@
 package config
 
 import (
-	"bytes"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -111,15 +110,15 @@ func authSetting(name, usage string, field func(*Service) **Auth) setting[Servic
 		if n.Kind != yaml.MappingNode {
 			return errors.New("expected a block of methods (basic, bearer, jwt, forward, oidc)")
 		}
-		raw, err := yaml.Marshal(n)
-		if err != nil {
-			return err
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(raw))
-		dec.KnownFields(true)
+		// Decoded from the file's own node, so that every line is the
+		// file's; unknown keys are then named with their line and the
+		// keys that are allowed there, as for any structured setting.
 		a := new(Auth)
-		if err := dec.Decode(a); err != nil {
-			return fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		if err := n.Decode(a); err != nil {
+			return plainDecodeError(err)
+		}
+		if err := walkStructured(n, reflect.ValueOf(a).Elem(), 0); err != nil {
+			return err
 		}
 		*field(c) = a
 		return nil

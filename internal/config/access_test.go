@@ -77,8 +77,12 @@ func TestClientAccessRefused(t *testing.T) {
 		{"plain password", "    auth:\n      basic:\n        users:\n          ann: hunter22\n", "services[0].auth.basic.users.ann: is not an argon2id or bcrypt hash: plain passwords are refused"},
 		{"truncated bcrypt", "    auth:\n      basic:\n        users:\n          ann: \"$2b$10$abc\"\n", "services[0].auth.basic.users.ann: is not an argon2id"},
 		{"no users", "    auth:\n      basic:\n        realm: x\n", "services[0].auth.basic.users: required"},
-		{"unknown method", "    auth:\n      basik:\n        realm: x\n", "field basik not found"},
-		{"unknown key in method", "    auth:\n      jwt:\n        jwks: https://x/\n", "field jwks not found"},
+		// The file's line and the allowed keys, never a Go type (issue 39).
+		{"unknown method", "    auth:\n      basik:\n        realm: x\n", `services[0].auth (aperio.yaml:7): line 8: unknown key "basik", did you mean basic? (want one of basic, bearer, forward, jwt, oidc)`},
+		{"unknown key in method", "    auth:\n      jwt:\n        jwks: https://x/\n", `services[0].auth (aperio.yaml:7): line 9: unknown key "jwks" (want one of algorithms, audience, cache_ttl, claims, cookie, header, issuer, jwks_url, leeway, refresh_interval, timeout, user_claim)`},
+		{"unknown key in basic", "    auth:\n      basic:\n        realm: staff\n        bogus: 1\n", `services[0].auth (aperio.yaml:7): line 10: unknown key "bogus" (want one of realm, users)`},
+		{"wrong shape", "    auth:\n      basic:\n        users: [ann]\n", `services[0].auth (aperio.yaml:7): line 9: expected a block of name: value, got a list`},
+		{"wrong scalar", "    auth:\n      jwt:\n        jwks_url: https://x/jwks\n        issuer: i\n        audience: [a]\n        timeout: soon\n", `line 12: expected a duration (30s, 5m), got a string`},
 		{"auth not a block", "    auth: basic\n", "expected a block of methods"},
 		{"empty auth", "    auth: {}\n", "services[0].auth (aperio.yaml:7): declares no method"},
 		{"bearer key in clear", "    auth:\n      bearer:\n        keys:\n          ci: my-secret-key\n", "services[0].auth.bearer.keys.ci: is not a hex SHA-256 digest"},
@@ -97,6 +101,9 @@ func TestClientAccessRefused(t *testing.T) {
 			_, err := loadAccess(t, tt.yaml)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("LoadClient error = %v, want one containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "config.") || strings.Contains(err.Error(), "in type") || strings.Contains(err.Error(), "map[") || strings.Contains(err.Error(), "time.") {
+				t.Errorf("LoadClient error = %v names a Go type", err)
 			}
 		})
 	}

@@ -61,18 +61,10 @@ func LoadAPIClient(o ClientOptions) (APIClient, *Sources, error) {
 		}
 	}
 
-	// The schema of the whole client file, as LoadClient builds it, so that
-	// unknown keys are reported the same way.
-	sch := newSchema()
-	addSettings(sch, clientSettings())
-	addSettings(sch, scalingSettings())
-	sch.add("services", true)
-	sch.hint = func(norm string) string {
-		if _, ok := singleFields[norm]; ok || norm == "resilience" || norm == "allow_connect" {
-			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
-		}
-		return ""
-	}
+	// The schema of the whole client file, LoadClient's, so that every file
+	// the client runs is read here too and unknown keys are reported the
+	// same way.
+	sch := clientFileSchema(clientSettings(), scalingSettings(), adaptiveSettings())
 
 	local, _ := l.readYAML(o.ReadFile, file, o.FileMustExist, o.Env, sch)
 	home := layer{}

@@ -181,3 +181,34 @@ func FuzzLoadAPIClient(f *testing.F) {
 		}
 	})
 }
+
+// TestAPIClientReadsEveryClientFile: a file the client runs (expose:,
+// adaptive_concurrency, scaling, services) is one `aperio-client api`
+// reads too, taking only server.*; issue 39's trap: api exited 2 with
+// "expose: unknown key" beside a valid client config.
+func TestAPIClientReadsEveryClientFile(t *testing.T) {
+	file := "server:\n  url: https://t.example.com\n  token: apr_0123456789abcdef0123\n  api_key: apk_x\n" +
+		"name: web-1\nmax_concurrent: 10\n" +
+		"adaptive_concurrency: {enabled: true, mode: aimd, min: 2}\n" +
+		"scaling: {url: https://provider.example.com/scale, min: 0, max: 2}\n" +
+		"services:\n  - target: http://localhost:3000\n    hostname: web.example.com\n" +
+		"expose:\n  - name: echo\n    target: 18091\n    remote_port: 20105\n"
+	in := clientCase{file: file}
+	if _, _, err := LoadClient(in.options()); err != nil {
+		t.Fatalf("the client refuses the file, so the test proves nothing: %v", err)
+	}
+	got, _, err := LoadAPIClient(in.options())
+	if err != nil {
+		t.Fatalf("LoadAPIClient of a file the client runs: %v", err)
+	}
+	if got != (APIClient{ServerURL: "https://t.example.com", APIKey: "apk_x"}) {
+		t.Errorf("LoadAPIClient = %+v", got)
+	}
+	// What the client refuses as unknown, api refuses the same way.
+	bad := clientCase{file: "server: {url: https://t.example.com, api_key: apk_x}\nexpsoe: []\n"}
+	_, _, cerr := LoadClient(bad.options())
+	_, _, aerr := LoadAPIClient(bad.options())
+	if cerr == nil || aerr == nil || !strings.Contains(aerr.Error(), "expsoe (aperio.yaml:2): unknown key") {
+		t.Errorf("an unknown key: client %v, api %v; want both to refuse it", cerr, aerr)
+	}
+}

@@ -255,18 +255,7 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 	top, sc, svc, single := clientSettings(), scalingSettings(), serviceSettings(), singleSettings()
 	ad, svcAd := adaptiveSettings(), serviceAdaptiveSettings()
 
-	sch := newSchema()
-	addSettings(sch, top)
-	addSettings(sch, sc)
-	addSettings(sch, ad)
-	sch.add("services", true)
-	sch.add("expose", true)
-	sch.hint = func(norm string) string {
-		if _, ok := singleFields[norm]; ok || serviceOnly[norm] || isBackendKey(norm) || isStaticKey(norm) {
-			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
-		}
-		return ""
-	}
+	sch := clientFileSchema(top, sc, ad)
 	svcSch := newSchema()
 	addSettings(svcSch, svc)
 	addSettings(svcSch, svcAd)
@@ -387,6 +376,26 @@ func (l *loader) flagLayers(o ClientOptions, top []setting[Client], sc []setting
 		}
 	}
 	return flags, singles
+}
+
+// clientFileSchema is the top level of a client's file: its settings, the
+// scaling and adaptive_concurrency blocks, services: and expose:. Both
+// LoadClient and LoadAPIClient read files with it, so that `aperio-client
+// api` accepts every file the client runs (it uses only server.*).
+func clientFileSchema(top []setting[Client], sc []setting[Scaling], ad []setting[Adaptive]) *schema {
+	sch := newSchema()
+	addSettings(sch, top)
+	addSettings(sch, sc)
+	addSettings(sch, ad)
+	sch.add("services", true)
+	sch.add("expose", true)
+	sch.hint = func(norm string) string {
+		if _, ok := singleFields[norm]; ok || serviceOnly[norm] || isBackendKey(norm) || isStaticKey(norm) {
+			return "unknown top-level key; " + norm + " is a per-service setting, put it in an entry of services:"
+		}
+		return ""
+	}
+	return sch
 }
 
 func clientFlagSchema(top []setting[Client], sc []setting[Scaling], single []setting[Service], ad []setting[Adaptive]) *schema {

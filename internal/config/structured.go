@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -72,16 +73,71 @@ func decodeStructured[T any](n *yaml.Node, env Env) (T, error) {
 		return x, err
 	}
 	if err := n.Decode(&x); err != nil {
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			return x, errors.New(strings.Join(te.Errors, "; "))
-		}
-		return x, err
+		return x, plainDecodeError(err)
 	}
 	if err := walkStructured(n, reflect.ValueOf(&x).Elem(), 0); err != nil {
 		return x, err
 	}
 	return x, nil
+}
+
+// yamlTypeMismatch is one of yaml.v3's type errors: "line 9: cannot
+// unmarshal !!seq into map[string]string" (with the value quoted for a
+// scalar).
+var yamlTypeMismatch = regexp.MustCompile("^(line [0-9]+: )cannot unmarshal !!([a-z]+)(?: `[^`]*`)? into (.+)$")
+
+// plainDecodeError words yaml.v3's decoding errors for the person who
+// wrote the file: what was expected and what was written, with its line,
+// never a Go type ("line 9: expected a block of name: value, got a list").
+func plainDecodeError(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = m
+		if g := yamlTypeMismatch.FindStringSubmatch(m); g != nil {
+			msgs[i] = g[1] + "expected " + goTypeWords(g[3]) + ", got " + yamlTagWords(g[2])
+		}
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+func yamlTagWords(tag string) string {
+	switch tag {
+	case "seq":
+		return "a list"
+	case "map":
+		return "a block"
+	case "str":
+		return "a string"
+	case "int", "float":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "null":
+		return "nothing"
+	}
+	return "a " + tag
+}
+
+func goTypeWords(t string) string {
+	switch {
+	case strings.HasPrefix(t, "map["):
+		return "a block of name: value"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case t == "time.Duration":
+		return "a duration (30s, 5m)"
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "true or false"
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint") || strings.HasPrefix(t, "float"):
+		return "a number"
+	}
+	return "a block"
 }
 
 // expandNode returns a copy of n with aliases resolved and ${VAR} expanded
@@ -153,7 +209,16 @@ func walkStructured(n *yaml.Node, v reflect.Value, depth int) error {
 			k := n.Content[i]
 			idx, ok := fields[k.Value]
 			if !ok {
-				return fmt.Errorf("line %d: unknown key %q (want one of %s)", k.Line, k.Value, strings.Join(sortedFieldNames(fields), ", "))
+				names := sortedFieldNames(fields)
+				guess := ""
+				sch := newSchema()
+				for _, f := range names {
+					sch.add(f, false)
+				}
+				if g := sch.suggest(normalize(k.Value)); g != "" {
+					guess = ", did you mean " + g + "?"
+				}
+				return fmt.Errorf("line %d: unknown key %q%s (want one of %s)", k.Line, k.Value, guess, strings.Join(names, ", "))
 			}
 			if err := walkStructured(n.Content[i+1], v.Field(idx), depth+1); err != nil {
 				return err

@@ -89,8 +89,8 @@ func TestYAMLSettingRefuses(t *testing.T) {
 	}{
 		{"unknown-key", "rules:\n  - hostname: a.example\n    stauts: 302\n", nil, `line 3: unknown key "stauts"`},
 		{"unknown-nested-key", "rules:\n  - redirect: {too: x}\n", nil, `unknown key "too"`},
-		{"wrong-type", "rules:\n  - status: many\n", nil, "cannot unmarshal"},
-		{"not-a-list", "rules: 5\n", nil, "cannot unmarshal"},
+		{"wrong-type", "rules:\n  - status: many\n", nil, "line 2: expected a number, got a string"},
+		{"not-a-list", "rules: 5\n", nil, "line 1: expected a list, got a number"},
 		{"merge-key", "base: &b {status: 1}\nrules:\n  - <<: *b\n", nil, "merge keys"},
 		{"alias-bomb", "x:\n" + indent(bomb) + "rules:\n  - headers: {a: b}\n    hostname: *l7\n", nil, "yaml nodes"},
 		{"too-deep", deep, nil, "nested deeper"},

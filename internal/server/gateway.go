@@ -60,6 +60,11 @@ type Options struct {
 	// request and scaling hook call. Nil means tracing is off. Its creator
 	// shuts it down.
 	TracerProvider trace.TracerProvider
+	// Ready, when set, is called once by Serve when the server is ready
+	// for visitors: the store open, the public listener (and the metrics
+	// and ACME HTTP listeners) bound, just before it accepts. main tells
+	// systemd (internal/sdnotify).
+	Ready func(addr net.Addr)
 }
 
 // Gateway is a running aperio-server. Create it with New, run it with
@@ -145,7 +150,8 @@ type Gateway struct {
 	reloads    atomic.Int64 // reloads applied
 	reloadedAt atomic.Int64 // unix nanoseconds of the last reload applied; 0: none
 
-	stopping atomic.Bool // readyz answers 503 once set
+	stopping atomic.Bool    // readyz answers 503 once set
+	ready    func(net.Addr) // Options.Ready
 }
 
 // New validates cfg, opens the store (migrating it) unless opts has one,
@@ -203,6 +209,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if opts.TracerProvider != nil {
 		g.tracer = opts.TracerProvider.Tracer(telemetry.TracerName)
 	}
+	g.ready = opts.Ready
 	if g.metrics, err = telemetry.NewMetrics(); err != nil {
 		return nil, err
 	}
@@ -561,6 +568,11 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		return aerr
 	}
 	defer stopACME()
+	if g.ready != nil {
+		// The socket is bound and listening: a connection made from now
+		// waits in its backlog for the Serve below.
+		g.ready(ln.Addr())
+	}
 	errc := make(chan error, 1)
 	go func() {
 		var err error

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -39,10 +40,10 @@ const (
 	// own, for the life of the process.
 	HostLabelLimit = 200
 	// HostLabelOther labels every hostname past HostLabelLimit.
-	HostLabelOther = "__other"
+	HostLabelOther = apitype.StatsOther
 	// HostLabelUnrouted labels requests no bind matched; it does not count
 	// against HostLabelLimit.
-	HostLabelUnrouted = "__unrouted"
+	HostLabelUnrouted = apitype.StatsUnrouted
 )
 
 // The access log's constants; its attribute keys are package logkey's.

@@ -30,8 +30,34 @@ const (
 	Window1h = "1h"
 )
 
-// HostStats is one hostname's traffic. Hostname is "__other" for the
-// hostnames past the server's bound on named ones, "__unrouted" for
+// The pseudo-hostnames of HostStats, as the API, the metrics and the JSON
+// output name them, and the words every table for people shows instead
+// (the CLI's and the dashboard's English catalog): one name per thing.
+const (
+	// StatsOther gathers the hostnames past the server's bound on named
+	// ones.
+	StatsOther = "__other"
+	// StatsUnrouted counts the requests no bind matched.
+	StatsUnrouted = "__unrouted"
+	// StatsOtherLabel and StatsUnroutedLabel are their names in tables.
+	StatsOtherLabel    = "(other hostnames)"
+	StatsUnroutedLabel = "(no route)"
+)
+
+// StatsLabel is hostname as a table shows it: the pseudo-hostnames by
+// their labels, any other name as it is.
+func StatsLabel(hostname string) string {
+	switch hostname {
+	case StatsOther:
+		return StatsOtherLabel
+	case StatsUnrouted:
+		return StatsUnroutedLabel
+	}
+	return hostname
+}
+
+// HostStats is one hostname's traffic. Hostname is StatsOther for the
+// hostnames past the server's bound on named ones, StatsUnrouted for
 // requests no bind matched (both seen by the master token only).
 type HostStats struct {
 	Hostname string `json:"hostname"`

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"compress/gzip"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -357,6 +358,25 @@ func TestMessagesExist(t *testing.T) {
 					t.Errorf("page %s: message %q is not in the catalog", p.Name, k)
 				}
 			}
+		}
+	}
+}
+
+// TestStatsLabelsAgree: the dashboard's English names of the API's
+// pseudo-hostnames are the ones the CLI's tables print
+// (apitype.StatsLabel): one name per thing (issue 39).
+func TestStatsLabelsAgree(t *testing.T) {
+	data, err := catalogFS.ReadFile("i18n/en/overview.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cat map[string]string
+	if err := json.Unmarshal(data, &cat); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"stats.other": apitype.StatsOtherLabel, "stats.unrouted": apitype.StatsUnroutedLabel} {
+		if cat[key] != want {
+			t.Errorf("i18n/en %s = %q, the CLI prints %q", key, cat[key], want)
 		}
 	}
 }

@@ -136,9 +136,9 @@ func hostRows(st *apitype.Stats) []hostRow {
 			Requests5m: h.Windows[apitype.Window5m].Requests, Hour: h.Windows[apitype.Window1h],
 		}
 		switch h.Hostname {
-		case "__other":
+		case apitype.StatsOther:
 			r.Special = "other"
-		case "__unrouted":
+		case apitype.StatsUnrouted:
 			r.Special = "unrouted"
 		}
 		out = append(out, r)

@@ -53,3 +53,18 @@ func Addr(tb testing.TB) string {
 	}
 	return addr
 }
+
+// Refused returns host:port on 127.0.0.1 where nothing listens: a port
+// just released, so a dial to it is refused at once (unless another
+// process takes the port meanwhile, which a test on loopback does not
+// expect).
+func Refused(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("blackhole: listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}

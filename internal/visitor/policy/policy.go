@@ -63,10 +63,15 @@ func New(cfg Config) (*Policy, error) {
 	}
 	p := &Policy{}
 	names := map[string]int{}
+	// failed holds the names of the rate limits refused above: a route
+	// that names one is not refused again for it (its error would send
+	// the reader to the route instead of the limit).
+	failed := map[string]bool{}
 	for i, rl := range cfg.RateLimits {
 		l, msg := newLimiter(i, rl)
 		if msg != "" {
 			bad("rate_limits", i, 0, "%s", msg)
+			failed[rl.Name] = true
 			continue
 		}
 		if _, dup := names[rl.Name]; dup {
@@ -110,7 +115,7 @@ func New(cfg Config) (*Policy, error) {
 				break
 			}
 		}
-		rule, err := compileRoute(i, r, names, p.limits)
+		rule, err := compileRoute(i, r, names, failed, p.limits)
 		if err != nil {
 			bad("routes", i, r.Line, "%v", err)
 			continue
@@ -155,7 +160,10 @@ func hostPattern(h string) (string, error) {
 }
 
 // compileRoute checks r and builds its Rule; i is its index in routes.
-func compileRoute(i int, r Route, names map[string]int, limits []*limiter) (Rule, error) {
+// names maps the valid rate limits' names to their index; failed holds
+// those of the refused ones, which a route may name without a second
+// error.
+func compileRoute(i int, r Route, names map[string]int, failed map[string]bool, limits []*limiter) (Rule, error) {
 	rule := Rule{Index: i, Name: fmt.Sprintf("routes[%d]", i)}
 	var err error
 	if rule.host, err = hostPattern(r.Host); err != nil {
@@ -212,11 +220,11 @@ func compileRoute(i int, r Route, names map[string]int, limits []*limiter) (Rule
 		rule.Timeout, rule.MaxBodyBytes = pol.Timeout, int64(pol.MaxBodySize)
 		if pol.RateLimit != "" {
 			li, ok := names[pol.RateLimit]
-			if !ok {
+			if !ok && !failed[pol.RateLimit] {
 				return rule, fmt.Errorf("policy.rate_limit %q names no entry of rate_limits", pol.RateLimit)
 			}
 			for _, l := range limits {
-				if l.index == li {
+				if ok && l.index == li {
 					rule.limit = l
 				}
 			}

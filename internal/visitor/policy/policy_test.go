@@ -342,6 +342,17 @@ func TestNewRefuses(t *testing.T) {
 			}
 		})
 	}
+	// One bad rate limit is one error: the route naming it is not blamed
+	// as well (issue 39); a route naming a limit nobody declared still is.
+	_, err := New(Config{
+		RateLimits: []RateLimit{{Name: "slow", Rate: -1}},
+		Routes:     []Route{{Host: "a.test", Policy: &RoutePolicy{RateLimit: "slow"}, Line: 4}, {Host: "b.test", Policy: &RoutePolicy{RateLimit: "nope"}, Line: 6}},
+	})
+	if err == nil || !strings.Contains(err.Error(), "rate_limits[0]: rate must be a positive") ||
+		strings.Contains(err.Error(), `"slow" names no entry`) || !strings.Contains(err.Error(), `routes[1] (line 6): policy.rate_limit "nope" names no entry`) {
+		t.Errorf("New(a bad limit named by a route) = %v, want the limit's error alone, and the unknown name's", err)
+	}
+
 	var many []HeaderRule
 	for range MaxHeaderRules/2 + 1 {
 		many = append(many, HeaderRule{Request: HeaderOps{Set: map[string]string{"X-A": "1", "X-B": "2"}}})
