@@ -17,7 +17,7 @@ import (
 // records released, maintenance and the router's armed binds follow the
 // records, and a token that arms scaling records has them released when it
 // expires. It returns when ctx ends.
-func (g *Gateway) watchChanges(ctx context.Context) {
+func (g *Gateway) watchChanges(ctx context.Context, changes <-chan store.Change) {
 	// Scaling records change on every heartbeat that declares one; the
 	// router's armed set is reloaded at most once per second for those.
 	// A record the last load did not read (created through another
@@ -28,7 +28,16 @@ func (g *Gateway) watchChanges(ctx context.Context) {
 	reload.Stop()
 	pending := false
 	var lastAtOnce time.Time
-	changes := g.db.Subscribe(ctx)
+	// New read the store before Serve subscribed: a change committed in
+	// between (another server revoking a token or deleting a record while
+	// this one started) reached no subscriber here. Re-read now, with the
+	// subscription in place, so that nothing is missed.
+	g.applyChange(ctx, store.Change{Kind: store.ChangeResync})
+	if g.ctl != nil {
+		if err := g.armed.reload(ctx); err != nil {
+			g.log.Error("scaling records reload failed", logkey.Err, err)
+		}
+	}
 	// Records nothing re-announced for scaling_record_ttl go; checked hourly.
 	sweep := time.NewTicker(time.Hour)
 	defer sweep.Stop()

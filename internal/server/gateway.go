@@ -513,7 +513,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	forever := func(run func(context.Context)) func(context.Context) error {
 		return func(ctx context.Context) error { run(ctx); return nil }
 	}
-	loop("", forever(g.watchChanges))
+	// Subscribed here, not in the loop's goroutine, so that the watcher's
+	// first re-read (changes.go) follows a subscription already in place.
+	changes := g.db.Subscribe(wctx)
+	loop("", forever(func(ctx context.Context) { g.watchChanges(ctx, changes) }))
 	if g.ctl != nil {
 		loop("autoscaling stopped", g.ctl.Run)
 	}

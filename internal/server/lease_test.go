@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -351,4 +353,57 @@ func TestBudgetSharedPostgres(t *testing.T) {
 	if calls := p.made(); len(calls) != 1 {
 		t.Errorf("provider calls within 3 s = %d, want 1 with a shared budget of 1 a minute", len(calls))
 	}
+}
+
+// TestChangeBetweenNewAndServeNotMissed: a change another server commits
+// after this one read the store in New but before Serve subscribed to the
+// change feed (a record deleted while this server starts) is not missed:
+// Serve subscribes, then re-reads what New read. Before, the notification
+// reached no subscriber and the server kept the deleted record armed
+// until something else made it reload.
+func TestChangeBetweenNewAndServeNotMissed(t *testing.T) {
+	dsn := storetest.PostgresDSN(t)
+	ctx := t.Context()
+	db := openStoreOn(t, dsn)
+	org, err := db.EnsureOrg(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: "gone.test", URL: "http://127.0.0.1:1/",
+		ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}, "master", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := serverConfig(t)
+	cfg.Store.DatabaseURL = dsn
+	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
+	gw, err := server.New(context.Background(), cfg, server.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !gw.ArmedForTest("gone.test", "") {
+		t.Fatal("New did not arm gone.test, declared before it started")
+	}
+	// The other server deletes the record now, and its notification has
+	// time to arrive, before this server serves.
+	if err := db.DeleteScalingRecord(ctx, "", rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the notification's delivery: nothing here to wait on
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	poll(t, 5*time.Second, func() (bool, string) {
+		return !gw.ArmedForTest("gone.test", ""), "the server still arms gone.test, deleted between its New and its Serve"
+	})
 }
