@@ -54,6 +54,7 @@ func basicHeader(user, password string) http.Header {
 // and method, never the Authorization header, and a forged X-Aperio-User
 // is dropped.
 func TestAccessBasicEndToEnd(t *testing.T) {
+	t.Parallel()
 	hash, err := passhash.Hash("correct horse")
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +82,7 @@ func TestAccessBasicEndToEnd(t *testing.T) {
 // without auth answers exactly like a hostname nobody claimed, and a
 // public one is served.
 func TestAccessDenyHidesService(t *testing.T) {
+	t.Parallel()
 	backend := startBackend(t, identityEcho())
 	closed := config.Service{Target: backend.URL, Hostnames: []string{"closed.test"}}
 	open := config.Service{Target: backend.URL, Hostnames: []string{"open.test"}, Public: true}
@@ -141,6 +143,7 @@ func signJWT(t *testing.T, priv ed25519.PrivateKey, kid string, c jwt.Claims) st
 // admitted and a token for another audience refused; with the default
 // fence the fetch is refused and the gate fails closed with 503.
 func TestAccessJWTThroughFence(t *testing.T) {
+	t.Parallel()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -188,6 +191,7 @@ func TestAccessJWTThroughFence(t *testing.T) {
 // through the fence; its 2xx admits with the user it names, its refusal
 // is what the visitor gets.
 func TestAccessForwardEndToEnd(t *testing.T) {
+	t.Parallel()
 	auth := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Token good" {
 			w.Header().Set("Content-Type", "text/plain")
@@ -217,6 +221,7 @@ func TestAccessForwardEndToEnd(t *testing.T) {
 // every hostname without auth, and the identity token a backend receives
 // verifies against it, for the right audience and issuer.
 func TestAccessIdentityJWKS(t *testing.T) {
+	t.Parallel()
 	hash, err := passhash.Hash("pw-for-identity")
 	if err != nil {
 		t.Fatal(err)
@@ -259,6 +264,7 @@ func TestAccessIdentityJWKS(t *testing.T) {
 // (without their credentials) and counted in aperio_auth_total by method
 // and outcome, admitted ones counted too.
 func TestAccessAuditAndMetrics(t *testing.T) {
+	t.Parallel()
 	hash, err := passhash.Hash("pw-metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -308,6 +314,7 @@ func TestAccessAuditAndMetrics(t *testing.T) {
 // audited as share_created; after a rotation of the share key the cookie
 // still passes, after a rotation with revoke it is refused.
 func TestAccessShareLink(t *testing.T) {
+	t.Parallel()
 	hash, err := passhash.Hash("pw-share")
 	if err != nil {
 		t.Fatal(err)

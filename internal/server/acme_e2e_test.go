@@ -28,6 +28,7 @@ import (
 // failed handshake. The HTTP port redirects to HTTPS, and the loopback
 // healthcheck (no SNI) is answered.
 func TestAutomaticTLSEndToEnd(t *testing.T) {
+	t.Parallel()
 	tlsPort, httpPort := acmetest.FreePort(t), acmetest.FreePort(t)
 	p := acmetest.Start(t, httpPort, tlsPort, time.Hour)
 	cfg := serverConfig(t)

@@ -43,6 +43,7 @@ func (f fakeBinds) BoundPatterns(conn router.Conn) (string, []string) {
 // change of a session's binds bumps the generation the negative cache
 // checks; a heartbeat repeating them does not.
 func TestACMEAskGrace(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	binds := fakeBinds{}
 	a := newACMEAsk(nil, binds, time.Hour)

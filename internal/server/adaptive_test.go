@@ -111,6 +111,7 @@ func scalingHook(t *testing.T) (*httptest.Server, chan string) {
 // cannot be measured at all. Limit changes reach the server by prompt
 // announcements, not heartbeats.
 func TestAdaptiveLimitDrivesScaleOut(t *testing.T) {
+	t.Parallel()
 	aimd := config.DefaultAdaptive()
 	aimd.IncreaseAfterSuccesses = 3
 	signals := config.DefaultAdaptive()
@@ -182,6 +183,7 @@ func testLearntLimitScalesOut(t *testing.T, ad config.Adaptive) {
 // (past its knee) gets exactly 6 requests at once and keeps getting them,
 // 503s notwithstanding.
 func TestFixedLimitIgnoresTheBackend(t *testing.T) {
+	t.Parallel()
 	backend := &kneeBackend{knee: 4}
 	cfg := serverConfig(t)
 	cfg.Router.IPLimitMax, cfg.Router.IPLimitRefill = 1_000_000, 1_000_000

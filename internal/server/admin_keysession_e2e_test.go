@@ -17,6 +17,7 @@ import (
 // session cookie answers GET /whoami through the server, needs the CSRF
 // token on a POST, never reaches the app's backend, and ends at logout.
 func TestAdminKeySessionEndToEnd(t *testing.T) {
+	t.Parallel()
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("cookie=" + r.Header.Get("Cookie")))
 	}))

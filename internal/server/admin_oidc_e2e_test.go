@@ -38,6 +38,7 @@ func adminOIDCConfig(t *testing.T, op *oidctest.Provider) server.Config {
 // ends at logout; a user no entry maps is refused at the callback; every
 // login is counted in aperio_auth_total{method="admin_oidc"}.
 func TestAdminOIDCEndToEnd(t *testing.T) {
+	t.Parallel()
 	op := oidctest.Start(t)
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "cookie="+r.Header.Get("Cookie"))
@@ -124,6 +125,7 @@ func TestAdminOIDCEndToEnd(t *testing.T) {
 // visitor's bucket like credentialed admin requests; anonymous ones stay
 // free.
 func TestAdminOIDCChargedToIPBucket(t *testing.T) {
+	t.Parallel()
 	op := oidctest.Start(t)
 	for _, tc := range []struct {
 		name, path string
@@ -170,6 +172,7 @@ func mergeAdminOIDC(c, from server.Config) server.Config {
 // TestAdminOIDCNeedsProvider: admin_oidc without the oidc: block is a
 // configuration error.
 func TestAdminOIDCNeedsProvider(t *testing.T) {
+	t.Parallel()
 	cfg := serverConfig(t)
 	cfg.AdminOIDC = true
 	err := cfg.Validate()

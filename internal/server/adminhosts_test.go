@@ -20,6 +20,7 @@ import (
 // metrics and the visitors' login routes stay on every hostname. The
 // tenant's backend cannot set the server's cookies either.
 func TestAdminHostsKeepTenantsOut(t *testing.T) {
+	t.Parallel()
 	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, c := range []string{
 			"aperio_admin_session=planted; Path=/",
@@ -118,6 +119,7 @@ func TestAdminHostsKeepTenantsOut(t *testing.T) {
 // wildcard, address) serve the operators' pages; the default's
 // addresses and localhost no longer do.
 func TestAdminHostsSetting(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t, func() server.Config {
 		c := serverConfig(t)
 		c.AdminHosts = []string{"admin.test", "*.ops.test", "192.0.2.1"}

@@ -23,6 +23,7 @@ import (
 // had. Written synchronously, the bind audit held each ack up to 1 s and
 // the port audit up to 5 s.
 func TestAckDoesNotWaitForAuditWrites(t *testing.T) {
+	t.Parallel()
 	port := acmetest.FreePort(t)
 	cfg := serverConfig(t)
 	cfg.TCPPortRange = []string{fmt.Sprint(port)}

@@ -15,6 +15,7 @@ import (
 // a stored list that does not parse refuses the token rather than
 // granting a guess.
 func TestIdentityAllowTCPPorts(t *testing.T) {
+	t.Parallel()
 	tok := store.Token{ID: "tok_1", OrgID: "org_1", Name: "ssh", Limits: store.TokenLimits{AllowTCPPorts: []string{"2222", "20000-20010"}}}
 	id, err := identityOf(tok, false)
 	if err != nil {

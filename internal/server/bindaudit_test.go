@@ -15,6 +15,7 @@ import (
 // refused one; reconnecting as fast as it can (a flapping client) writes
 // no more than the per-token budget of 60 a minute.
 func TestBindRefusedAudit(t *testing.T) {
+	t.Parallel()
 	cfg := serverConfig(t)
 	cfg.Router.IPLimitMax = 0 // every session comes from loopback
 	s := startServer(t, cfg, nil, nil)

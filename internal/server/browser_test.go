@@ -276,6 +276,7 @@ func jsString(s string) string {
 }
 
 func TestDashboardLoginPageInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, serverConfig(t), nil, nil)
 	b := newBrowser(t, 1280, 800)
 	b.open(t, s.url+"/aperio/", "#key")
@@ -301,6 +302,7 @@ func (b *browser) login(t *testing.T, s *testServer, key string) {
 }
 
 func TestDashboardLoginLogoutInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, serverConfig(t), nil, nil)
 	b := newBrowser(t, 1280, 800)
 

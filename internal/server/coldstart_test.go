@@ -20,6 +20,7 @@ import (
 // among them) for the sleeping hostname makes exactly one provider call,
 // whose handler starts a new client, and every held request is served.
 func TestColdStartFromZero(t *testing.T) {
+	t.Parallel()
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -129,6 +130,7 @@ func withServer(c config.Client, s *testServer) config.Client {
 // more instance; once load stops, four quiet windows later it asks for one
 // fewer.
 func TestScaleOutThenIn(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/busy" {
@@ -190,6 +192,7 @@ func TestScaleOutThenIn(t *testing.T) {
 // TestScalingAPIThroughServer lists and disarms a record through the admin
 // API of a running server; the secret never leaves the server.
 func TestScalingAPIThroughServer(t *testing.T) {
+	t.Parallel()
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(hook.Close)
 	cfg := serverConfig(t)
@@ -233,6 +236,7 @@ func TestScalingAPIThroughServer(t *testing.T) {
 // declares it, so a client that declares and leaves straight away can be
 // cold started by the next request.
 func TestDeclareAndLeaveAtOnce(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)

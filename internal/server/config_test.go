@@ -17,6 +17,7 @@ import (
 // packages' own, passed through rather than copied, and valid once the
 // one required value, the master token, is set.
 func TestDefaultConfigValidates(t *testing.T) {
+	t.Parallel()
 	cfg := server.DefaultConfig()
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "server.token is required") {
 		t.Errorf("DefaultConfig().Validate() = %v, want the missing token named", err)
@@ -44,6 +45,7 @@ func TestDefaultConfigValidates(t *testing.T) {
 // inside the gateway's configuration is reported, with the gateway's own,
 // all at once.
 func TestValidateRefusesBadSettings(t *testing.T) {
+	t.Parallel()
 	cfg := server.DefaultConfig()
 	cfg.Token = "token-0123456789abcdef"
 	cfg.Router.Strategy = "random"

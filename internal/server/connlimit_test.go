@@ -21,6 +21,7 @@ func acceptAll(ln net.Listener, out chan<- net.Conn) {
 }
 
 func TestConnLimit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		exempt   func(netip.Addr) bool
@@ -77,6 +78,7 @@ func TestConnLimit(t *testing.T) {
 }
 
 func TestConnLimitReleasesOnClose(t *testing.T) {
+	t.Parallel()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,7 @@ const a11yAudit = `(() => {
 // heading level, a page language, no horizontal scrolling of the page
 // itself at phone width, and that Tab reaches the skip link first.
 func TestDashboardAccessibilityInBrowser(t *testing.T) {
+	t.Parallel()
 	st := startStack(t, nil, nil)
 	b := newBrowser(t, 1280, 800)
 	b.login(t, st.server, testToken)

@@ -11,6 +11,7 @@ import (
 // clicking it, the confirmation accepted, retires the agent: its Run
 // returns nil and the table empties.
 func TestDashboardDrainInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, serverConfig(t), nil, nil)
 	b := newBrowser(t, 1280, 800)
 	b.login(t, s, testToken)

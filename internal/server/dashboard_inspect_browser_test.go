@@ -15,6 +15,7 @@ import (
 // visitor's request appear in the live list, open it (redacted header,
 // the cURL command), replay it and follow the link to the new entry.
 func TestDashboardInspectInBrowser(t *testing.T) {
+	t.Parallel()
 	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {

@@ -28,6 +28,7 @@ func (b *browser) waitAttr(t *testing.T, css, attr, want string) {
 // kill switch works from its button, and a request through the tunnel
 // appears in the traffic tail and the charts.
 func TestDashboardOpsPagesInBrowser(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, serverConfig(t), nil, nil)
 	b := newBrowser(t, 1280, 800)
 	b.login(t, s, testToken)

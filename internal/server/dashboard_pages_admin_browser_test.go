@@ -27,6 +27,7 @@ func visitorGets(t *testing.T, st *stack, status int) {
 // request, and screenshots every admin page; then a viewer key sees no
 // write control.
 func TestDashboardAdminPagesInBrowser(t *testing.T) {
+	t.Parallel()
 	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }), nil)
 	s := st.server
 	b := newBrowser(t, 1280, 800)

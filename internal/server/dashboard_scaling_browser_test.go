@@ -22,6 +22,7 @@ import (
 // detail, sees the chart of its samples appear and follow the samples
 // live, and disarms the record.
 func TestDashboardScalingInBrowser(t *testing.T) {
+	t.Parallel()
 	var hookCalls atomic.Int64
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hookCalls.Add(1)

@@ -12,6 +12,7 @@ import (
 // dashboard is no login_failed entry in the audit log; a visit with a
 // forged session cookie still is.
 func TestDashboardAnonymousVisitIsNoFailedLogin(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, serverConfig(t), nil, nil)
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	failed := func() int {

@@ -104,6 +104,7 @@ func TestDeclarerCoalesces(t *testing.T) {
 // TestDeclarerSurvivesPanic: a job that panics is recovered and counted,
 // its waiters are released, and the session's next job still runs.
 func TestDeclarerSurvivesPanic(t *testing.T) {
+	t.Parallel()
 	recovery.AllowForTest(t)
 	before := recovery.Total()
 	d := &declarer{ctx: t.Context(), log: slog.New(slog.DiscardHandler), declare: func(_ context.Context, job *declareJob) []string {

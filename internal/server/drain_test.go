@@ -12,6 +12,7 @@ import (
 // returns nil (the process would exit 0) and the client is gone from GET
 // /clients. Asking again for the gone client answers 404.
 func TestOperatorDrainsClient(t *testing.T) {
+	t.Parallel()
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
 	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -75,6 +75,7 @@ func decodeInspection(t testing.TB, resp *http.Response, body string) inspection
 }
 
 func TestHTTP1(t *testing.T) {
+	t.Parallel()
 	for _, scheme := range []string{"http", "https"} {
 		t.Run(scheme, func(t *testing.T) {
 			st := startStackFor(t, service(startBackend(t, inspectHandler()).URL), nil, scheme == "https")
@@ -125,6 +126,7 @@ func TestHTTP1(t *testing.T) {
 }
 
 func TestHTTP2(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		tls   bool
@@ -166,6 +168,7 @@ func TestHTTP2(t *testing.T) {
 }
 
 func TestWebSocket(t *testing.T) {
+	t.Parallel()
 	backendDone := make(chan error, 1)
 	echo := wsEcho("echo: ", backendDone)
 	st := startStack(t, echo, nil)
@@ -245,6 +248,7 @@ func startGRPCBackend(t testing.TB) (addr string, hs *grpchealth.Server) {
 }
 
 func TestGRPC(t *testing.T) {
+	t.Parallel()
 	addr, hs := startGRPCBackend(t)
 	hs.SetServingStatus("watched", healthpb.HealthCheckResponse_NOT_SERVING)
 	st := startStackFor(t, service("h2c://"+addr), nil, false)
@@ -313,6 +317,7 @@ func TestGRPC(t *testing.T) {
 }
 
 func TestServerSentEvents(t *testing.T) {
+	t.Parallel()
 	firstRead := make(chan struct{})
 	sse := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -372,6 +377,7 @@ type bodyHooks struct {
 }
 
 func TestMaxBodySize(t *testing.T) {
+	t.Parallel()
 	const limit = 1024
 	var hooks atomic.Pointer[bodyHooks]
 	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -466,6 +472,7 @@ func (r *gatedReader) Read(p []byte) (int, error) {
 }
 
 func TestResponseTimeout(t *testing.T) {
+	t.Parallel()
 	cancelled := make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
@@ -481,6 +488,7 @@ func TestResponseTimeout(t *testing.T) {
 }
 
 func TestVisitorCancellation(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		method string
@@ -539,6 +547,7 @@ func TestVisitorCancellation(t *testing.T) {
 }
 
 func TestUnknownHostname(t *testing.T) {
+	t.Parallel()
 	st := startStack(t, inspectHandler(), func(c *server.Config) {
 		// Long enough that answering after it would fail the bound below:
 		// an unknown name must not wait for a client to show up.
@@ -567,6 +576,7 @@ func TestUnknownHostname(t *testing.T) {
 }
 
 func TestReconnectAfterServerRestart(t *testing.T) {
+	t.Parallel()
 	backend := startBackend(t, inspectHandler())
 	cfg := serverConfig(t)
 	first := startServer(t, cfg, nil, nil)
@@ -601,6 +611,7 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 }
 
 func TestStopWhileDisconnected(t *testing.T) {
+	t.Parallel()
 	st := startStack(t, inspectHandler(), nil)
 	if err := st.server.stop(); err != nil {
 		t.Fatalf("Serve() = %v, want nil", err)
@@ -618,6 +629,7 @@ func TestStopWhileDisconnected(t *testing.T) {
 }
 
 func TestDrainOnShutdown(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	release := make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -684,6 +696,7 @@ func TestDrainOnShutdown(t *testing.T) {
 }
 
 func TestHealthProbes(t *testing.T) {
+	t.Parallel()
 	var healthy atomic.Bool
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
@@ -722,6 +735,7 @@ func TestHealthProbes(t *testing.T) {
 }
 
 func TestHealthEndpoints(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	release := make(chan struct{})
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

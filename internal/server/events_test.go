@@ -76,6 +76,7 @@ func (v *verifiedReceiver) countLocked(kind string) int {
 // events go the same way in TestWebhooksThroughServer; quota_exceeded has
 // no caller in this server yet (events.QuotaExceeded).
 func TestEventsThroughServer(t *testing.T) {
+	t.Parallel()
 	secret := webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("thirty-two bytes of a signing key"))
 	rcv := &verifiedReceiver{secret: secret}
 	hooks := httptest.NewServer(rcv)

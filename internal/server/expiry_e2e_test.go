@@ -13,6 +13,7 @@ import (
 // goes when the token expires, as on revocation, not after
 // scaling_record_ttl.
 func TestExpiredTokenReleasesScalingRecords(t *testing.T) {
+	t.Parallel()
 	hook := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) }))
 	cfg := serverConfig(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true

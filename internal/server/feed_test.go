@@ -109,6 +109,7 @@ func nextOf(t testing.TB, c <-chan feedEvent, typ string) feedEvent {
 // visitor's request goes through its tunnel and the client leaves; then
 // reads the request back from GET /stats.
 func TestStreamEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t, serverConfig(t), nil, nil)
 	events := follow(t, srv, "", true)
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hi") }))
@@ -196,6 +197,7 @@ func (a adminClient) getJSON(t testing.TB, path string, out any) {
 // subscriber, the stuck one too once it reads, accounts for every request,
 // delivered or told dropped or sampled out.
 func TestStreamManySubscribers(t *testing.T) {
+	t.Parallel()
 	const (
 		subscribers = 100
 		requests    = 500
@@ -318,6 +320,7 @@ func TestStreamManySubscribers(t *testing.T) {
 }
 
 func TestStreamSubscriberLimit(t *testing.T) {
+	t.Parallel()
 	cfg := serverConfig(t)
 	cfg.MaxStreamSubscribers = 2
 	srv := startServer(t, cfg, nil, nil)
@@ -333,6 +336,7 @@ func TestStreamSubscriberLimit(t *testing.T) {
 // open, one of them not reading: they end, and Serve returns well before
 // shutdown_timeout.
 func TestStreamDoesNotHoldShutdown(t *testing.T) {
+	t.Parallel()
 	cfg := serverConfig(t)
 	cfg.ShutdownTimeout = time.Minute
 	srv := startServer(t, cfg, nil, nil)
@@ -356,6 +360,7 @@ func TestStreamDoesNotHoldShutdown(t *testing.T) {
 }
 
 func TestStreamHostileQueries(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t, serverConfig(t), nil, nil)
 	a := newAdminClient(t, srv)
 	for _, q := range []string{"?type=nope", "?type=access,,client", "?hostname=" + strings.Repeat("x", 5000), "?hostname=%00"} {

@@ -8,6 +8,7 @@ import (
 )
 
 func TestFramingVerdicts(t *testing.T) {
+	t.Parallel()
 	decoy := "Transfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n"
 	for _, tc := range []struct {
 		name string
@@ -47,6 +48,7 @@ func TestFramingVerdicts(t *testing.T) {
 }
 
 func TestFramingOverflowRefusesAll(t *testing.T) {
+	t.Parallel()
 	c := &framedConn{}
 	c.feed([]byte(strings.Repeat("GET / HTTP/1.1\r\n\r\n", maxPendingHeads+1)))
 	if !c.smuggled() {

@@ -98,6 +98,7 @@ func auditEvents(t *testing.T, s *testServer, event string) []map[string]any {
 // refused hellos nor write control characters into it, and the tunnel's
 // master-token check accepts the token and nothing near it.
 func TestHostileAuditGateway(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		run  func(t *testing.T, s *testServer)

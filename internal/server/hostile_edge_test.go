@@ -144,6 +144,7 @@ func wantRefused(t testing.TB, resp *http.Response, err error) {
 }
 
 func TestHostileEdge(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		cfg  func(*server.Config)

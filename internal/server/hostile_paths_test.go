@@ -106,6 +106,7 @@ func (ps *pathsStack) visit(t *testing.T, c *http.Client, host, target string, h
 // route's rate limit and fixed answer, a serve: folder, forward auth's
 // X-Forwarded-Uri; and the backend receives the collapsed form.
 func TestHostilePaths(t *testing.T) {
+	t.Parallel()
 	ps := startPathsStack(t)
 	for proto, c := range visitorsH1H2(t, ps.st) {
 		t.Run(proto, func(t *testing.T) {

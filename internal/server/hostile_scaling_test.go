@@ -22,6 +22,7 @@ import (
 // organization's record never drives another's pool; and a flood of fresh
 // hostnames is capped, at bounded cost.
 func TestHostileScaling(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		run  func(t *testing.T, h *scalingHarness)

@@ -24,6 +24,7 @@ import (
 // runs its own gateway on 127.0.0.1:0 with short limits, so that it
 // finishes in about a second.
 func TestHostileSlow(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		cfg  func(*server.Config)

@@ -29,6 +29,7 @@ import (
 // that need the whole server: raw HTTP/2 requests no Go client would
 // send, a visitor that leaves mid-body, and hand-written tunnel clients.
 func TestHostileTunnelGateway(t *testing.T) {
+	t.Parallel()
 	arrived := make(chan struct{}, 1)
 	inspect := inspectHandler()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -327,6 +328,7 @@ func answerWithHead(size int) func(st *yamux.Stream) {
 }
 
 func TestTunnelStreamCapWarning(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		maxStreams  int

@@ -87,6 +87,7 @@ func inspectCall[T any](t *testing.T, st *stack, method, path string, body any, 
 // streaming answer still streams, a WebSocket still works, and a replay
 // re-sends the request through the pipeline and is audited.
 func TestInspectThroughServer(t *testing.T) {
+	t.Parallel()
 	b := &inspectBackend{release: make(chan struct{})}
 	st := startStack(t, b, func(c *server.Config) { c.Router.MaxBodyBytes = 4096 })
 	capture := inspectCall[apitype.InspectCapture](t, st, "PUT", "/inspect/"+appHost, map[string]any{"body_bytes": 1024, "max_requests": 50}, http.StatusOK)

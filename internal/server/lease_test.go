@@ -116,6 +116,7 @@ func awaitFlight(t *testing.T, done <-chan struct{}, errf func() error, budget t
 // exactly one provider call, and every server's flight succeeds with it,
 // as if each had called. Inside the cooldown no server calls again.
 func TestOneCallAcrossServersPostgres(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d servers", n), func(t *testing.T) {
 			p := newTestProvider()
@@ -173,6 +174,7 @@ func TestOneCallAcrossServersPostgres(t *testing.T) {
 // its call in flight. No other server calls before the lease expires;
 // exactly one does after it, with the dead holder's Idempotency-Key.
 func TestLeaseHolderKilledPostgres(t *testing.T) {
+	t.Parallel()
 	p := newTestProvider()
 	hook := startBackend(t, p)
 	servers, org := clusterOn(t, 3, hook.URL)
@@ -241,6 +243,7 @@ func TestLeaseHolderKilledPostgres(t *testing.T) {
 // cold_start, a minute, from A's call by the database's clock) instead of
 // waiting out the cooldown and calling again.
 func TestSkewedServerPostgres(t *testing.T) {
+	t.Parallel()
 	p := newTestProvider()
 	close(p.hold) // answers at once
 	hook := startBackend(t, p)
@@ -279,6 +282,7 @@ func TestSkewedServerPostgres(t *testing.T) {
 // server is armed on the others as soon as the change feed delivers it,
 // not after the debounced reload a second later.
 func TestNewRecordArmedAtOnceOnEveryServer(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.PostgresDSN(t)
 	ctx := t.Context()
 	db := openStoreOn(t, dsn)
@@ -332,6 +336,7 @@ func TestNewRecordArmedAtOnceOnEveryServer(t *testing.T) {
 // made and the other waits for the budget's next call (a minute), where
 // two budgets of their own would have let both call at once.
 func TestBudgetSharedPostgres(t *testing.T) {
+	t.Parallel()
 	p := newTestProvider()
 	close(p.hold) // answers at once
 	hook := startBackend(t, p)
@@ -362,6 +367,7 @@ func TestBudgetSharedPostgres(t *testing.T) {
 // reached no subscriber and the server kept the deleted record armed
 // until something else made it reload.
 func TestChangeBetweenNewAndServeNotMissed(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.PostgresDSN(t)
 	ctx := t.Context()
 	db := openStoreOn(t, dsn)

@@ -40,6 +40,7 @@ func (h *scalingHarness) refusedAudit(t *testing.T, want string) {
 // (PATCH /tokens/{id}) stops being routed within a heartbeat, and the
 // client keeps its other bind and its tunnel.
 func TestLiveTokenEditDropsBind(t *testing.T) {
+	t.Parallel()
 	h := newScalingHarnessWith(t, func(c *server.Config) { c.Tunnel.DownThreshold = 1500 * time.Millisecond })
 	id, secret := h.mintToken(t, map[string]any{"name": "live", "org_id": h.orgB, "hostnames": []string{"b.example.net", "x.b.example.net"}})
 	rc := h.clientBlock(t, secret, nil, true, "b.example.net", "x.b.example.net")
@@ -72,6 +73,7 @@ func TestLiveTokenEditDropsBind(t *testing.T) {
 // TestRotateWithGrace: after a rotation the old secret's session is told
 // in a notice and closed when the grace ends; the new secret connects.
 func TestRotateWithGrace(t *testing.T) {
+	t.Parallel()
 	h := newScalingHarnessWith(t, func(c *server.Config) { c.Tunnel.DownThreshold = 1500 * time.Millisecond })
 	id, oldSecret := h.mintToken(t, map[string]any{"name": "rot", "org_id": h.orgB, "hostnames": []string{"b.example.net"}})
 	old := h.clientBlock(t, oldSecret, nil, true, "b.example.net")
@@ -110,6 +112,7 @@ func TestRotateWithGrace(t *testing.T) {
 // TestTokenAdmissionRefusals: max_connections, client_allowed_ips and
 // paths each refuse the handshake, with the reason audited.
 func TestTokenAdmissionRefusals(t *testing.T) {
+	t.Parallel()
 	h := newScalingHarness(t)
 	_, one := h.mintToken(t, map[string]any{"name": "one", "org_id": h.orgB, "hostnames": []string{"b.example.net"}, "max_connections": 1})
 	h.clientBlock(t, one, nil, true, "b.example.net")

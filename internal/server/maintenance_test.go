@@ -14,6 +14,7 @@ import (
 // TestMaintenanceThroughAPI turns maintenance on and off through the admin
 // API: the router follows the store's change feed.
 func TestMaintenanceThroughAPI(t *testing.T) {
+	t.Parallel()
 	st := startStack(t, inspectHandler(), nil)
 	api := func(method string) int {
 		req := newRequest(t, t.Context(), st.server, method, "admin.localhost", "/aperio/api/maintenance/"+appHost, nil)
@@ -43,6 +44,7 @@ func TestMaintenanceThroughAPI(t *testing.T) {
 // router's injected clock, answers 503 with the time left while it is
 // open and lets requests through once the clock passes its end.
 func TestMaintenanceWindowInProcess(t *testing.T) {
+	t.Parallel()
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
 		t.Fatalf("load zone: %v", err)

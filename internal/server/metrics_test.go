@@ -10,6 +10,7 @@ import (
 )
 
 func TestMetricsEndpoint(t *testing.T) {
+	t.Parallel()
 	st := startStack(t, inspectHandler(), func(c *server.Config) {
 		c.MetricsToken = "m-token"
 		c.ScalingEnabled = true
@@ -64,6 +65,7 @@ func TestMetricsEndpoint(t *testing.T) {
 }
 
 func TestMetricsOffWithoutToken(t *testing.T) {
+	t.Parallel()
 	st := startStack(t, inspectHandler(), nil)
 	status, _ := get(t, st.visitor, st.server, appHost, "/aperio/metrics")
 	if status != http.StatusNotFound {

@@ -74,6 +74,7 @@ func openStoreWith(t testing.TB, cfg store.Config) *store.DB {
 // before its 30 s periodic reload, and the other server never calls the
 // hook of a record disarmed elsewhere.
 func TestDisarmSeenByEveryServer(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
 	var hookCalls atomic.Int64
 	hook := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -405,6 +405,7 @@ func spanNames(spans []*tracepb.Span) string {
 // wait carries none, and server_timing off removes it. The access log,
 // switched with it here, logs the wait, or nothing when off.
 func TestServerTimingQueueWait(t *testing.T) {
+	t.Parallel()
 	for _, on := range []bool{true, false} {
 		t.Run("server_timing="+strconv.FormatBool(on), func(t *testing.T) {
 			arrived := make(chan struct{}, 1)

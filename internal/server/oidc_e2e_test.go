@@ -23,6 +23,7 @@ import (
 // the session cookie; a non-browser client gets 401; a service whose
 // rules do not admit the user answers 403 after the login.
 func TestAccessOIDCEndToEnd(t *testing.T) {
+	t.Parallel()
 	op := oidctest.Start(t)
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "user="+r.Header.Get("X-Aperio-User")+" auth="+r.Header.Get("X-Aperio-Auth")+" cookie="+r.Header.Get("Cookie"))
@@ -95,6 +96,7 @@ func newVisitorFor(t *testing.T, s *testServer) *http.Client {
 // operator's POST /aperio/api/oidc/sessions/revoke ends every session of
 // a user the same way, while a login after it works.
 func TestOIDCLogoutEndsSessionEverywhere(t *testing.T) {
+	t.Parallel()
 	op := oidctest.Start(t)
 	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "user="+r.Header.Get("X-Aperio-User"))

@@ -15,6 +15,7 @@ import (
 // (their clients may bind nothing), and stays quiet about those that own
 // some.
 func TestWarnsOrgsWithoutHostnames(t *testing.T) {
+	t.Parallel()
 	cfg := serverConfig(t)
 	db := openStoreAt(t, cfg.Store.DataDir)
 	for _, name := range []string{"bare-one", "bare-two", "owning"} {
@@ -46,6 +47,7 @@ func TestWarnsOrgsWithoutHostnames(t *testing.T) {
 // token for public ports but own no port (their clients may open none),
 // and stays quiet about those that own ports or hold no such token.
 func TestWarnsOrgsWithoutPorts(t *testing.T) {
+	t.Parallel()
 	cfg := serverConfig(t)
 	cfg.TCPPortRange = []string{"20000-20099"}
 	db := openStoreAt(t, cfg.Store.DataDir)

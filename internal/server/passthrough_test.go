@@ -126,6 +126,7 @@ func tlsServerConfig(t *testing.T) (cfgFn func() (string, string), roots *x509.C
 // passthrough reaches its backend's own certificate through the tunnel,
 // while another hostname on the same port is terminated by the server.
 func TestTLSPassthroughBySNI(t *testing.T) {
+	t.Parallel()
 	backendAddr, backendRoots := tlsBackend(t)
 	cfg := serverConfig(t)
 	files, serverRoots := tlsServerConfig(t)
@@ -162,6 +163,7 @@ func TestTLSPassthroughBySNI(t *testing.T) {
 // default_access deny, or refusing the visitor's address, gets no stream;
 // the connection is closed without a handshake.
 func TestTLSPassthroughRefusals(t *testing.T) {
+	t.Parallel()
 	backendAddr, _ := tlsBackend(t)
 	hash, err := passhash.Hash("pw")
 	if err != nil {
@@ -215,6 +217,7 @@ func handshake(s *testServer, sni string) error {
 // TestTLSPassthroughHoldsPermits: each passed-through connection holds one
 // of the service's max_concurrent permits while it lasts.
 func TestTLSPassthroughHoldsPermits(t *testing.T) {
+	t.Parallel()
 	backendAddr, backendRoots := tlsBackend(t)
 	cfg := serverConfig(t)
 	files, serverRoots := tlsServerConfig(t)
@@ -255,6 +258,7 @@ func (d *httpCountingDialer) Forward(_ context.Context, _ string, req *http.Requ
 // plain HTTP, is answered 421 and never reaches the client, which would
 // send it as plaintext to the backend's TLS port (#38 item 14, P4-5).
 func TestTLSPassthroughNoHTTP(t *testing.T) {
+	t.Parallel()
 	backendAddr, _ := tlsBackend(t)
 	cfg := serverConfig(t)
 	files, serverRoots := tlsServerConfig(t)

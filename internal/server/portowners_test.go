@@ -172,6 +172,7 @@ func whoAnswers(t *testing.T, port int) string {
 // is free; when a's client comes back it gets its port, and visitors
 // reach a's backend, never b's.
 func TestPortTakeoverRefused(t *testing.T) {
+	t.Parallel()
 	port := acmetest.FreePort(t)
 	cfg := serverConfig(t)
 	cfg.Host = "127.0.0.1"
@@ -240,6 +241,7 @@ func TestPortTakeoverRefused(t *testing.T) {
 // feed, closes the port at once and refuses it to the client from then
 // on.
 func TestPortOwnershipAcrossServers(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
 	port := acmetest.FreePort(t)
 	cfg := serverConfig(t)

@@ -47,6 +47,7 @@ func (okForwarder) Forward(ctx context.Context, service string, req *http.Reques
 // port_refused, port_closed) and the open connection shows in
 // aperio_tcp_connections; the port closes when the client leaves.
 func TestExposedTCPPortEndToEnd(t *testing.T) {
+	t.Parallel()
 	port := acmetest.FreePort(t)
 	cfg := serverConfig(t)
 	cfg.Host = "127.0.0.1"
@@ -178,6 +179,7 @@ func TestExposedTCPPortEndToEnd(t *testing.T) {
 // reaching the client, and GET /usage shows the port's bytes under the
 // token.
 func TestExposedTCPPortQuota(t *testing.T) {
+	t.Parallel()
 	const quota, size = 4000, 1000
 	port := acmetest.FreePort(t)
 	cfg := serverConfig(t)

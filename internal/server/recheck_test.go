@@ -13,6 +13,7 @@ import (
 // server's feed does not carry) keeps its sessions until the re-check,
 // which ends every session of that token and only those.
 func TestRecheckTokensDisconnectsRevoked(t *testing.T) {
+	t.Parallel()
 	h := newScalingHarness(t)
 	revoked := h.token(t, h.orgB, "b.example.net")
 	kept := h.token(t, h.orgB, "*.b.example.net")

@@ -7,6 +7,7 @@ import (
 )
 
 func TestRefusalBudget(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	b := newRefusalBudget(func() time.Time { return now })
 	for i := range maxRefusalAudits {
@@ -39,6 +40,7 @@ func TestRefusalBudget(t *testing.T) {
 // TestRefusalBudgetBounded: however many actors refusals name, the budget
 // tracks at most maxRefusalActors of them.
 func TestRefusalBudgetBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	b := newRefusalBudget(func() time.Time { return now })
 	for i := range 2 * maxRefusalActors {

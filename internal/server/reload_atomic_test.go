@@ -19,6 +19,7 @@ import (
 // admit's pin removed, about one run in three of 400 reloads showed such
 // answers; 2000 reloads make a miss unlikely.)
 func TestReloadIsAtomicPerRequest(t *testing.T) {
+	t.Parallel()
 	var a server.Config
 	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
 		withHeader(c, "a")

@@ -22,6 +22,7 @@ func withHeader(cfg *server.Config, value string) {
 // max_body_size at once, names the keys it cannot apply live (and keeps
 // their running values), and /aperio/health counts it.
 func TestReloadAppliesLiveKeys(t *testing.T) {
+	t.Parallel()
 	var cfg server.Config
 	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
 		withHeader(c, "old")
@@ -75,6 +76,7 @@ func TestReloadAppliesLiveKeys(t *testing.T) {
 // TestReloadRefusedKeepsOld: a configuration that does not validate is
 // refused whole: nothing of it applies.
 func TestReloadRefusedKeepsOld(t *testing.T) {
+	t.Parallel()
 	var cfg server.Config
 	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
 		withHeader(c, "old")
@@ -101,6 +103,7 @@ func TestReloadRefusedKeepsOld(t *testing.T) {
 // TestReloadSwapsCertificate: new certificate files are served to new
 // handshakes after a reload, while an open connection keeps working.
 func TestReloadSwapsCertificate(t *testing.T) {
+	t.Parallel()
 	var cfg server.Config
 	st := startStackFor(t, service(startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})).URL), func(c *server.Config) { cfg = *c }, true)
 	leaf := func(c *http.Client) (raw []byte, reused bool) {

@@ -219,6 +219,7 @@ func limitedService(target, host string, maxConcurrent int) config.Service {
 }
 
 func TestBurstUnderClientLimits(t *testing.T) {
+	t.Parallel()
 	const clients, limit, burst = 3, 2, 50
 	g := newGate(t)
 	scfg := serverConfig(t)
@@ -287,6 +288,7 @@ func TestBurstUnderClientLimits(t *testing.T) {
 }
 
 func TestClientConcurrencyQueue(t *testing.T) {
+	t.Parallel()
 	t.Run("429 after gateway_timeout", func(t *testing.T) {
 		g := newGate(t)
 		o := startOrigin(t, "only", g)
@@ -368,6 +370,7 @@ func TestClientConcurrencyQueue(t *testing.T) {
 }
 
 func TestGlobalConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	const one, two = "one.test", "two.test"
 	g := newGate(t)
 	o := startOrigin(t, "origin", g)
@@ -399,6 +402,7 @@ func TestGlobalConcurrencyLimit(t *testing.T) {
 }
 
 func TestWaitingRequestHoldsNoGlobalSlot(t *testing.T) {
+	t.Parallel()
 	const busy, free = "busy.test", "free.test"
 	const waiting = 3
 	g := newGate(t)
@@ -448,6 +452,7 @@ func TestWaitingRequestHoldsNoGlobalSlot(t *testing.T) {
 }
 
 func TestIPLimit(t *testing.T) {
+	t.Parallel()
 	const burst = 3
 	o := startOrigin(t, "origin", nil)
 	st := startStackFor(t, service(o.url), func(c *server.Config) {
@@ -475,6 +480,7 @@ func TestIPLimit(t *testing.T) {
 }
 
 func TestDrainUnderSteadyLoad(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// hold keeps a request in flight on the draining client until the
@@ -602,6 +608,7 @@ func testDrainUnderSteadyLoad(t *testing.T, hold bool) {
 }
 
 func TestStandbyTakeoverAndHandBack(t *testing.T) {
+	t.Parallel()
 	var primaryHealthy atomic.Bool
 	primaryHealthy.Store(true)
 	named := func(name string, healthy *atomic.Bool) http.Handler {
@@ -654,6 +661,7 @@ func TestStandbyTakeoverAndHandBack(t *testing.T) {
 }
 
 func TestLeastInflight(t *testing.T) {
+	t.Parallel()
 	g := newGate(t)
 	scfg := serverConfig(t)
 	scfg.Router.Strategy = "least-inflight"
@@ -729,6 +737,7 @@ func startCrashableAgent(t testing.TB, s *testServer, cfg config.Client) (crash 
 }
 
 func TestQueueMovesToStandbyWhenPrimaryDies(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		failover   string
 		wantHolder int // the request in flight on the primary

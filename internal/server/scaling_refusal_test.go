@@ -15,6 +15,7 @@ import (
 // its max is refused at declaration: no record, a notice to the client,
 // and one scaling_refused audit entry however many heartbeats repeat it.
 func TestScalingDeclarationRefusedMinAboveMax(t *testing.T) {
+	t.Parallel()
 	h := newScalingHarness(t)
 	tok := h.token(t, h.orgB, "b.example.net")
 	block := &tunnel.Scaling{URL: h.hook.URL + "/hook", Min: 3, Max: 2, ColdStartMS: 1000,
@@ -42,6 +43,7 @@ func TestScalingDeclarationRefusedMinAboveMax(t *testing.T) {
 // refused with that reason and no record, and a visitor is not held for a
 // call that could never be made.
 func TestScalingDeclarationRefusedByFence(t *testing.T) {
+	t.Parallel()
 	h := newScalingHarnessWith(t, func(c *server.Config) { c.Outbound.AllowHTTP = false })
 	tok := h.token(t, h.orgB, "b.example.net")
 	c := h.client(t, tok, "b.example.net")

@@ -10,6 +10,7 @@ import (
 // controller, and the admin API must treat that as "off" (an empty list,
 // 404 on disarm) rather than call a nil controller.
 func TestScalingAPIWithScalingOff(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t, serverConfig(t), nil, nil)
 	visitor := newVisitor(t, srv)
 	api := func(method, path string) (int, string) {

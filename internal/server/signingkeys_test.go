@@ -83,6 +83,7 @@ func rotate(t *testing.T, s *testServer, revoke bool) {
 // rotation with revoke refuses it on both (on the other through the
 // change feed, well before its periodic reload).
 func TestSigningKeysSharedByServers(t *testing.T) {
+	t.Parallel()
 	for name, open := range sharedStores(t) {
 		t.Run(name, func(t *testing.T) {
 			cfg := serverConfig(t)

@@ -22,6 +22,7 @@ import (
 // lock is released the declarations land and their notices reach the
 // client with a later ack.
 func TestSlowStoreKeepsClientsConnected(t *testing.T) {
+	t.Parallel()
 	// A heartbeat every 500 ms; the client gives up after 1.5 s without an
 	// ack, far less than a blocked write takes.
 	const threshold = 1500 * time.Millisecond

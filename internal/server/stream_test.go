@@ -129,6 +129,7 @@ func sampleMemory(t testing.TB) (peak func() uint64) {
 }
 
 func TestStreamingBoundedMemory(t *testing.T) {
+	t.Parallel()
 	size := streamSize()
 	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {

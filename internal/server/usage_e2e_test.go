@@ -70,6 +70,7 @@ func fixedBody(n int) http.Handler {
 // Retry-After; its usage shows in GET /usage after a flush and
 // quota_exceeded is audited once.
 func TestTokenDailyQuota(t *testing.T) {
+	t.Parallel()
 	const quota, size = 5000, 1000
 	srv := startServer(t, func() server.Config {
 		c := serverConfig(t)
@@ -134,6 +135,7 @@ func TestTokenDailyQuota(t *testing.T) {
 // closes, against its token (here the master token, counted and never
 // limited), and reach the store, GET /usage and aperio_token_bytes_total.
 func TestUsageCountsWebSocket(t *testing.T) {
+	t.Parallel()
 	echo := wsEcho("", nil)
 	st := startStack(t, echo, func(c *server.Config) { c.MetricsToken = "m-token" })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -183,6 +185,7 @@ func TestUsageCountsWebSocket(t *testing.T) {
 // measured rate, plus the requests in flight), and the store holds
 // exactly what visitors were served.
 func TestQuotaAcrossServers(t *testing.T) {
+	t.Parallel()
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
 	const (
 		quota    = 8 << 20
@@ -285,6 +288,7 @@ func TestQuotaAcrossServers(t *testing.T) {
 // Retry-After, while the master token's client of the same organization
 // keeps serving.
 func TestOrgMonthlyQuota(t *testing.T) {
+	t.Parallel()
 	const size = 1000
 	cfg := serverConfig(t)
 	cfg.UsageFlushInterval = time.Second
@@ -337,6 +341,7 @@ func TestOrgMonthlyQuota(t *testing.T) {
 // truncated over HTTP/1.1 and HTTP/2 (h2c), its cut counted in
 // aperio_quota_cuts_total and named in the access log.
 func TestQuotaCutsStreamEndToEnd(t *testing.T) {
+	t.Parallel()
 	// What is left of total after the cut fits the tunnel stream's window
 	// (2 MiB), so the client's copy ends at once; a longer stream holds it
 	// until the tunnel's StreamCloseTimeout (30 s), as a visitor that

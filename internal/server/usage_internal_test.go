@@ -14,6 +14,7 @@ import (
 // TestTokenLabels: the first 100 tokens keep their own label for good,
 // every later one is other, and the master token is master.
 func TestTokenLabels(t *testing.T) {
+	t.Parallel()
 	l := tokenLabels{}
 	if got := l.label(""); got != apitype.Master {
 		t.Errorf("label(master) = %q, want %q", got, apitype.Master)
@@ -39,6 +40,7 @@ func TestTokenLabels(t *testing.T) {
 // and the reader loads it from the store; a quota gone from the store is
 // forgotten, and the cache is bounded.
 func TestUsageLimitsMissReadOffPath(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	db, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
 	if err != nil {

@@ -106,6 +106,7 @@ func adminCall(t testing.TB, visitor *http.Client, s *testServer, method, path s
 // fail five: the receiver gets one scaling_requested, five scaling_failed
 // and one scaling_disarmed, each signed with the subscription's secret.
 func TestWebhooksThroughServer(t *testing.T) {
+	t.Parallel()
 	const secret = "webhook-e2e-secret"
 	rcv := startWebhookReceiver(t)
 	var hookCalls atomic.Int64
@@ -203,6 +204,7 @@ func TestWebhooksThroughServer(t *testing.T) {
 // delivery through its dispatcher, and the delivery lands in the store's
 // log, which GET …/deliveries reads.
 func TestWebhookTestThroughServer(t *testing.T) {
+	t.Parallel()
 	rcv := startWebhookReceiver(t)
 	cfg := serverConfig(t)
 	cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true // a loopback http receiver
