@@ -618,11 +618,15 @@ func recordedCallError(r *Record) *CallError {
 	return ce
 }
 
-// acceptedColdStart returns when r's last call, a cold start the provider
-// accepted, was made, if that was less than r's cold_start ago; zero
-// otherwise.
+// acceptedColdStart returns when r's last call, a cold start or a scale
+// out the provider accepted, was made, if that was less than r's
+// cold_start ago; zero otherwise. A scale out counts: another server saw
+// instances and asked for more, so a server whose own pool is empty (it
+// has just restarted, its clients not reconnected yet) waits for them
+// instead of calling a cold start whose desired capacity would be lower
+// than what runs.
 func acceptedColdStart(r *Record, now time.Time) time.Time {
-	if r.LastCallAt == nil || r.LastReason != string(ReasonColdStart) || r.LastStatus < 200 || r.LastStatus > 299 ||
+	if r.LastCallAt == nil || (r.LastReason != string(ReasonColdStart) && r.LastReason != string(ReasonScaleOut)) || r.LastStatus < 200 || r.LastStatus > 299 ||
 		now.Sub(*r.LastCallAt) >= r.ColdStart {
 		return time.Time{}
 	}

@@ -338,3 +338,33 @@ func TestPlanLease(t *testing.T) {
 		})
 	}
 }
+
+// TestAcceptedCallToJoin: a server whose pool is empty joins (waits for)
+// an accepted cold start or scale out another server recorded less than
+// cold_start ago, and calls otherwise (the docker-compose step
+// restart_server_right_after_cold_start_call: a restarted server called a
+// second cold start, desired 1 while 2 ran, after the other server's
+// scale out replaced the recorded cold start).
+func TestAcceptedCallToJoin(t *testing.T) {
+	now := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) *time.Time { at := now.Add(-d); return &at }
+	for _, tc := range []struct {
+		name   string
+		reason Reason
+		at     *time.Time
+		status int
+		join   bool
+	}{
+		{"cold start accepted", ReasonColdStart, ago(10 * time.Second), 202, true},
+		{"scale out accepted", ReasonScaleOut, ago(10 * time.Second), 202, true},
+		{"scale in", ReasonScaleIn, ago(10 * time.Second), 202, false},
+		{"scale out refused", ReasonScaleOut, ago(10 * time.Second), 500, false},
+		{"scale out too long ago", ReasonScaleOut, ago(2 * time.Minute), 202, false},
+		{"no call", ReasonColdStart, nil, 0, false},
+	} {
+		r := Record{ColdStart: time.Minute, LastCallAt: tc.at, LastReason: string(tc.reason), LastStatus: tc.status}
+		if got := !acceptedColdStart(&r, now).IsZero(); got != tc.join {
+			t.Errorf("%s: join = %v, want %v", tc.name, got, tc.join)
+		}
+	}
+}
