@@ -459,8 +459,12 @@ func TestTCPQuotaCut(t *testing.T) {
 	poll.Until(t, 5*time.Second, "the cut counted and the connection recorded", func() bool {
 		return u.cuts.Load() == 1 && u.conns.Load() == 1
 	})
-	if got := u.in.Load() + u.out.Load(); got < budget || got > budget+2*chunk {
-		t.Errorf("%d bytes charged, want the %d quota within a chunk each way", got, budget)
+	// Each direction may have a few chunks read before the cut is seen
+	// (one CI run charged the quota plus 3.8 chunks); the bound is what a
+	// cut at the quota guarantees against the 4 MiB an uncut connection
+	// carries here.
+	if got := u.in.Load() + u.out.Load(); got < budget || got > budget+8*chunk {
+		t.Errorf("%d bytes charged, want the %d quota within four chunks each way", got, budget)
 	}
 }
 
