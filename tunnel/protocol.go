@@ -81,6 +81,15 @@ type Announcement struct {
 	InstanceID string `json:"instance_id"`
 	// Draining is set once the client stops taking new requests.
 	Draining bool `json:"draining,omitempty"`
+	// Retiring, with Draining, says why the client leaves when it leaves
+	// of its own accord: RetiringIdle after idle_timeout. "" for any other
+	// drain (a signal, an operator's ask). Servers that predate it ignore
+	// the field.
+	Retiring string `json:"retiring,omitempty"`
+	// IdleAction, with Retiring, is what the process does once retired
+	// (config idle_action): "exit", or "wait" for its supervisor to stop
+	// it (a pod whose replicas the provider lowers).
+	IdleAction string `json:"idle_action,omitempty"`
 	// Services lists what the client publishes.
 	Services []Service `json:"services"`
 	// Scaling is the client's scaling declaration, nil when none.
@@ -118,6 +127,10 @@ type ExposeStatus struct {
 	// Error says why the entry was refused ("" when open).
 	Error string `json:"error,omitempty"`
 }
+
+// RetiringIdle is Announcement.Retiring of a client retiring after
+// idle_timeout.
+const RetiringIdle = "idle"
 
 // Protocols of an Expose entry.
 const (

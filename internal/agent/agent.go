@@ -71,7 +71,13 @@ type Agent struct {
 	// for a removed service's requests stops waiting.
 	quit chan struct{}
 
-	draining     atomic.Bool
+	draining atomic.Bool
+	// retiring is set when idle_timeout retires the client: its drain's
+	// announcement says so (Announcement.Retiring).
+	retiring atomic.Bool
+	// retired is set once a client retired with idle_action wait has
+	// closed its tunnels and waits for its signal.
+	retired      atomic.Bool
 	served       atomic.Int64 // requests answered since start
 	lastRequest  atomic.Int64 // unix nanoseconds of the last request's end
 	exposed      exposedTable // the servers' answers to the expose entries
@@ -367,6 +373,9 @@ func (a *Agent) announcement() tunnel.Announcement {
 		InstanceID: a.instanceID,
 		Draining:   a.draining.Load(),
 		Services:   make([]tunnel.Service, 0, len(st.services)),
+	}
+	if a.retiring.Load() {
+		ann.Retiring, ann.IdleAction = tunnel.RetiringIdle, a.cfg.IdleAction
 	}
 	for _, svc := range st.services {
 		if !svc.announced.Load() || svc.withdrawn.Load() {

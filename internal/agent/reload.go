@@ -66,6 +66,7 @@ func restartKeys(old, new config.Client) []string {
 	check("server.token", old.Token == new.Token)
 	check("name", old.Name == new.Name)
 	check("idle_timeout", old.IdleTimeout == new.IdleTimeout)
+	check("idle_action", old.IdleAction == new.IdleAction)
 	check("status_socket", old.StatusSocket == new.StatusSocket)
 	check("log_level", old.LogLevel == new.LogLevel)
 	check("log_format", old.LogFormat == new.LogFormat)

@@ -45,6 +45,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	reason := a.waitForStop(ctx)
+	idle := errors.Is(reason, ErrIdle)
+	if idle {
+		// The drain's announcement says why: the server reports the
+		// retirement (instance_retired) to whoever scales the instances.
+		a.retiring.Store(true)
+	}
 	// No reload from here on: the drain announces the state as it is.
 	a.mu.Lock()
 	a.stopped = true
@@ -54,6 +60,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopProbes()
 	a.drain(reason)
 	stopTunnels()
+	if idle && a.cfg.IdleAction == config.IdleActionWait {
+		a.waitRetired(ctx, &wg)
+	}
 	if st != nil {
 		st.close()
 	}
@@ -114,6 +123,20 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 		}
 		t.Reset(next)
 	}
+}
+
+// waitRetired keeps a client that idle_timeout retired, drained and
+// with every tunnel closed, until ctx ends (SIGTERM or SIGINT): with
+// idle_action wait, a supervisor that restarts exited processes (a
+// Kubernetes Deployment) must not bring it back; whoever scales the
+// instances removes it. The status socket keeps answering, retired, so a
+// liveness probe on `aperio-client status` passes meanwhile.
+func (a *Agent) waitRetired(ctx context.Context, tunnels *sync.WaitGroup) {
+	tunnels.Wait()
+	a.retired.Store(true)
+	a.log.Info("retired (idle_action wait): drained and disconnected, waiting for SIGTERM")
+	<-ctx.Done()
+	a.log.Info("stopping after the retirement")
 }
 
 // giveUp logs why the client stops retrying and what to do, and returns

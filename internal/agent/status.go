@@ -18,6 +18,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/agent/limiter"
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // Status is what a running client tells `aperio-client status` over its
@@ -32,6 +33,9 @@ type Status struct {
 	Socket string `json:"socket"`
 	// Draining is set once the client stopped taking new requests.
 	Draining bool `json:"draining"`
+	// Retired is "idle" once idle_timeout retired a client whose
+	// idle_action is wait: drained, disconnected, waiting for SIGTERM.
+	Retired string `json:"retired,omitempty"`
 	// InFlight counts the requests being served now, over every tunnel.
 	InFlight int64 `json:"inflight"`
 	// Tunnels lists the servers the client holds tunnels to, in the
@@ -84,6 +88,7 @@ func (a *Agent) Status() Status {
 		PID:        os.Getpid(),
 		Socket:     a.statusSocket,
 		Draining:   a.draining.Load(),
+		Retired:    a.retiredReason(),
 		InFlight:   a.active(),
 	}
 	for _, tc := range a.tunnels {
@@ -242,4 +247,12 @@ func ReadStatuses(ctx context.Context, dir, path string) ([]Status, error) {
 	}
 	slices.SortFunc(out, func(x, y Status) int { return x.PID - y.PID })
 	return out, nil
+}
+
+// retiredReason is Status.Retired.
+func (a *Agent) retiredReason() string {
+	if a.retired.Load() {
+		return tunnel.RetiringIdle
+	}
+	return ""
 }

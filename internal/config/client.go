@@ -33,6 +33,7 @@ func DefaultClient() Client {
 			Type:      HealthHTTP,
 			Success:   Success2xx,
 		},
+		IdleAction:   IdleActionExit,
 		DrainTimeout: 30 * time.Second,
 		ReloadDrain:  30 * time.Second,
 		LogLevel:     DefaultLogLevel,
@@ -83,6 +84,7 @@ func clientSettings() []setting[Client] {
 		enumSetting("health.type", "how every service is probed: http or grpc", func(c *C) *string { return &c.Health.Type }).oneOf(healthTypes),
 		enumSetting("health.success", "statuses an http probe passes on: 2xx or 2xx-3xx", func(c *C) *string { return &c.Health.Success }).oneOf(healthSuccesses),
 		durationSetting("idle_timeout", "retire after this long without a request (0 = never)", func(c *C) *time.Duration { return &c.IdleTimeout }),
+		enumSetting("idle_action", "once idle_timeout retires the client: exit, or wait (drained and disconnected) for SIGTERM, as a Kubernetes pod must", func(c *C) *string { return &c.IdleAction }).oneOf(IdleActions),
 		durationSetting("drain_timeout", "how long a graceful drain may take", func(c *C) *time.Duration { return &c.DrainTimeout }),
 		durationSetting("reload_drain", "how long a service removed by a reload may finish its requests (at most 10m)", func(c *C) *time.Duration { return &c.ReloadDrain }),
 		enumSetting("log_level", "debug, info, warn or error", func(c *C) *string { return &c.LogLevel }).oneOf(LogLevels).alias("LOG_LEVEL"),
@@ -631,6 +633,7 @@ func (c Client) problems(src *Sources) []*Error {
 	v.oneOf("log_level", c.LogLevel, LogLevels)
 	v.oneOf("log_format", c.LogFormat, LogFormats)
 	v.oneOf("server.transport", c.Transport, Transports)
+	v.oneOf("idle_action", c.IdleAction, IdleActions)
 	return v.errs
 }
 

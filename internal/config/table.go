@@ -23,6 +23,15 @@ var (
 // package's TransportWebSocket (the default) and TransportTCP.
 var Transports = []string{DefaultTransport, "tcp"}
 
+// The values of the client's idle_action; IdleActionExit is the default.
+const (
+	IdleActionExit = "exit"
+	IdleActionWait = "wait"
+)
+
+// IdleActions are the values of the client's idle_action.
+var IdleActions = []string{IdleActionExit, IdleActionWait}
+
 // DefaultTransport is server.transport's default.
 const DefaultTransport = "websocket"
 

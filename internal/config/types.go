@@ -42,6 +42,12 @@ type Client struct {
 	// became routable (a tunnel up and a service healthy), so that an
 	// instance nothing is sent to retires too. 0 never retires.
 	IdleTimeout time.Duration
+	// IdleAction is what the process does once idle_timeout retired it
+	// (idle_action): IdleActionExit (the default) ends it with status 0;
+	// IdleActionWait keeps it, drained and disconnected, until SIGTERM or
+	// SIGINT, so that a supervisor that restarts exited processes (a
+	// Kubernetes pod) does not bring it back: the provider removes it.
+	IdleAction string
 	// DrainTimeout bounds the graceful drain on SIGTERM or SIGINT
 	// (drain_timeout). Default 30s; 0 stops at once.
 	DrainTimeout time.Duration

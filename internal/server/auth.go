@@ -124,6 +124,9 @@ type auditingRegistry struct {
 	log    *slog.Logger
 	budget *refusalBudget
 	binds  *bindAudits // nil: refused binds are not audited
+	// retired reports idle retirements (instance_retired); nil: not
+	// reported.
+	retired *retirements
 }
 
 func (r auditingRegistry) Attach(ctx context.Context, s *tunnel.Session) error {

@@ -68,6 +68,12 @@ func (b *bindAudits) forget(s *tunnel.Session) {
 // store.
 func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
 	notices := r.Registry.Update(ctx, s)
+	if r.retired != nil {
+		if ev, ok := r.retired.check(s); ok {
+			r.events.Offer(ev)
+			r.retired.publish(s, ev)
+		}
+	}
 	if r.binds == nil {
 		return notices
 	}
@@ -104,6 +110,9 @@ func (r auditingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
 	r.Registry.Detach(ctx, s)
 	if r.binds != nil {
 		r.binds.forget(s)
+	}
+	if r.retired != nil {
+		r.retired.forget(s)
 	}
 	r.events.Offer(sessionEvent(apitype.EventClientDisconnected, s))
 }

@@ -26,6 +26,7 @@ type verifiedReceiver struct {
 	secret string
 	mu     sync.Mutex // guards the following fields
 	kinds  []string
+	bodies []string // the verified deliveries' bodies, in kinds' order
 	bad    []string
 }
 
@@ -50,6 +51,20 @@ func (v *verifiedReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.kinds = append(v.kinds, p.Event)
+	v.bodies = append(v.bodies, string(body))
+}
+
+// bodiesOf returns the verified bodies of the deliveries of kind.
+func (v *verifiedReceiver) bodiesOf(kind string) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for i, k := range v.kinds {
+		if k == kind {
+			out = append(out, v.bodies[i])
+		}
+	}
+	return out
 }
 
 func (v *verifiedReceiver) count(kind string) int {
@@ -145,6 +160,8 @@ func TestEventsThroughServer(t *testing.T) {
 		apitype.EventClientConnected: 1, apitype.EventClientDisconnected: 1, apitype.EventClientRefused: 1,
 		apitype.EventTokenCreated: 1, apitype.EventTokenRotated: 1, apitype.EventTokenRevoked: 1, apitype.EventTokenExpiring: 1,
 		apitype.EventMaintenanceOn: 1, apitype.EventMaintenanceOff: 1, apitype.EventAuthDenied: 1, apitype.EventConfigReloaded: 1,
+		// A client stopped by its signal did not retire of its own accord.
+		apitype.EventInstanceRetired: 0,
 	}
 	poll(t, waitFor, func() (bool, string) {
 		for k, n := range want {

@@ -279,7 +279,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		registry = acmeRegistry{Registry: registry, ask: g.acmeAsk}
 	}
 	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, events: g.events, log: log, budget: newRefusalBudget(time.Now),
-		binds: newBindAudits(rt, time.Now)}}
+		binds: newBindAudits(rt, time.Now), retired: newRetirements(rt, g.hub)}}
 	tc.Logger = log
 	ts, err := tunnel.NewServer(tc)
 	if err != nil {

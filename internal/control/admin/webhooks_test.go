@@ -239,7 +239,7 @@ func TestClientWebhooks(t *testing.T) {
 // TestWebhookEventsMatchAutoscale keeps the client's list of webhook events
 // (aperio-client api webhooks create --events, which must not link
 // autoscale) holding the events the autoscaler and the maintenance routes
-// emit, and exactly issue #20's list.
+// emit, and exactly issue #20's list plus instance_retired (issue #42).
 func TestWebhookEventsMatchAutoscale(t *testing.T) {
 	got := apitype.WebhookEvents()
 	for _, e := range append(autoscale.EventTypes(), webhook.EventMaintenanceOn, webhook.EventMaintenanceOff) {
@@ -247,7 +247,7 @@ func TestWebhookEventsMatchAutoscale(t *testing.T) {
 			t.Errorf("wire.WebhookEvents() = %q, want it to hold %q", got, e)
 		}
 	}
-	want := []string{"client_connected", "client_disconnected", "client_refused", "token_created", "token_revoked",
+	want := []string{"client_connected", "client_disconnected", "client_refused", "instance_retired", "token_created", "token_revoked",
 		"token_rotated", "token_expiring", "quota_exceeded", "maintenance_on", "maintenance_off", "scaling_requested",
 		"scaling_failed", "scaling_disarmed", "auth_denied", "config_reloaded"}
 	if !slices.Equal(got, want) {

@@ -46,6 +46,10 @@ const (
 	// EventClientRefused is a client refused at its handshake (a bad,
 	// revoked or expired token, a limit reached).
 	EventClientRefused = "client_refused"
+	// EventInstanceRetired is a client that retired of its own accord
+	// (idle_timeout): its drain announced it; a provider removes the
+	// process (idle_action wait) or it exits.
+	EventInstanceRetired = "instance_retired"
 	// EventTokenCreated is a client token minted through the API. Audit
 	// entries written before the rename read "token_minted"; an audit
 	// query for token_created matches them too.
@@ -86,7 +90,7 @@ const (
 // server's fixed order.
 func WebhookEvents() []string {
 	return []string{
-		EventClientConnected, EventClientDisconnected, EventClientRefused,
+		EventClientConnected, EventClientDisconnected, EventClientRefused, EventInstanceRetired,
 		EventTokenCreated, EventTokenRevoked, EventTokenRotated, EventTokenExpiring,
 		EventQuotaExceeded, EventMaintenanceOn, EventMaintenanceOff,
 		EventScalingRequested, EventScalingFailed, EventScalingDisarmed,

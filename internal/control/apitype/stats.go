@@ -124,6 +124,9 @@ func StreamTypes() []string { return []string{StreamAccess, StreamScaling, Strea
 const (
 	ClientConnected    = "connected"
 	ClientDisconnected = "disconnected"
+	// ClientRetired is a client that retired of its own accord
+	// (idle_timeout), announced by its drain.
+	ClientRetired = "retired"
 )
 
 // StreamAccessEvent is an "access" event: one proxied request, as the
@@ -165,7 +168,7 @@ type StreamClientEvent struct {
 	ID        string   `json:"id"`
 	Name      string   `json:"name"`
 	Hostnames []string `json:"hostnames"`
-	// Event is "connected" or "disconnected".
+	// Event is "connected", "disconnected" or "retired".
 	Event string `json:"event"`
 }
 

@@ -104,6 +104,7 @@ func TestEveryKindDeliveredSigned(t *testing.T) {
 		{apitype.EventClientConnected, nil, "client_id"},
 		{apitype.EventClientDisconnected, nil, "client_id"},
 		{apitype.EventClientRefused, nil, "reason"},
+		{apitype.EventInstanceRetired, nil, "instance_id"},
 		{apitype.EventTokenCreated, nil, "token_id"},
 		{apitype.EventTokenRevoked, nil, "token_id"},
 		{apitype.EventTokenRotated, nil, "token_id"},
