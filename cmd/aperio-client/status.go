@@ -123,6 +123,11 @@ func statusTable(w io.Writer, sts []agent.Status) {
 			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 				st.PID, cell(st.Name), tunnels, s.ID, joined(s.Hostnames), cell(s.Target), yesNo(s.Healthy), mode, desired, lo, hi, fixed)
 		}
+		// A client idle_timeout retired that waits for its signal
+		// (idle_action wait) says so: no tunnel is up, by design.
+		if st.Retired != "" {
+			fmt.Fprintf(w, "%d\t%s\t%s\t(retired: %s, waiting for SIGTERM)\t-\t-\t-\t-\t-\t-\t-\t-\n", st.PID, cell(st.Name), tunnels, st.Retired)
+		}
 		// A public port: its entry, the address visitors reach (or why
 		// the server refused it) and the protocol.
 		for _, e := range st.Exposed {

@@ -165,3 +165,13 @@ func TestStatusRequireConnected(t *testing.T) {
 		t.Fatalf("status --require-connected after the server stopped = exit %d, stderr %q; want 1", code, stderr)
 	}
 }
+
+// TestStatusTableShowsRetired: a client idle_timeout retired with
+// idle_action wait has no tunnel up by design, and its row says why.
+func TestStatusTableShowsRetired(t *testing.T) {
+	var b strings.Builder
+	statusTable(&b, []agent.Status{{PID: 7, Name: "web-1", Retired: "idle", Tunnels: []agent.TunnelStatus{{Server: "https://a.test"}}}})
+	if !strings.Contains(b.String(), "7\tweb-1\t0/1\t(retired: idle, waiting for SIGTERM)") {
+		t.Errorf("status table:\n%s\nwant a row saying the client retired idle and waits", b.String())
+	}
+}
