@@ -26,6 +26,8 @@ const (
 
 // Keys of diagnostic lines.
 const (
+	// Limits is the startup line's visitor-facing limits in force.
+	Limits                = "limits"
 	Abandoned             = "abandoned"
 	Actor                 = "actor"
 	Addr                  = "addr"

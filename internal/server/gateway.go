@@ -497,6 +497,7 @@ func (g *Gateway) ListenAndServe(ctx context.Context) error {
 // complete through them. It returns nil after a clean shutdown.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.log.Info("server listening", logkey.Addr, ln.Addr().String(), logkey.TLS, g.servesTLS(), logkey.Version, buildinfo.Version(), logkey.Store, g.db.Backend())
+	g.log.Info("limits in effect (docs/limits.md)", logkey.Limits, limitsInEffect(g.cfg))
 	// The background loops run for the server's lifetime in one group: a
 	// loop's error is logged (it stops that loop, not the server), and
 	// the deferred teardown waits for every loop before the store closes.
