@@ -131,7 +131,7 @@ bench-scale-clients:
 # Container images (FROM scratch, built locally, no registry needed); see
 # docs/docker.md. Repeat runs with the same inputs skip the build.
 images:
-	bash deploy/images/build.sh server client provider postgres
+	IMAGE_PREFIX="$(IMAGE_PREFIX)" IMAGE_TAG="$(IMAGE_TAG)" IMAGE_PUSH="$(IMAGE_PUSH)" bash deploy/images/build.sh server client provider postgres
 
 # The docker-compose end-to-end suite (test/, build tag e2e): builds the
 # images it runs, then brings up PostgreSQL, two servers, the reference

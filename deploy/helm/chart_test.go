@@ -266,11 +266,11 @@ metrics:
 	}
 }
 
-// TestChartConfigEnv: config keys become APERIO_ variables, and a value
+// TestChartConfigEnv: env keys become APERIO_ variables, and a value
 // written to break out of its YAML scalar stays one value.
 func TestChartConfigEnv(t *testing.T) {
 	hostile := "x\"\n- name: APERIO_SERVER_TOKEN\n  value: stolen"
-	r := mustRender(t, "config:\n  log_format: json\n  scaling: true\n  outbound_allowlist: [a.example, b.example]\n  oidc.issuer: "+quoteYAML(hostile)+"\n")
+	r := mustRender(t, "env:\n  log_format: json\n  scaling: true\n  outbound_allowlist: [a.example, b.example]\n  oidc.issuer: "+quoteYAML(hostile)+"\n")
 	_, c := checkChart(t, r, "")
 	for name, want := range map[string]string{
 		"APERIO_LOG_FORMAT":         "json",
@@ -311,11 +311,17 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"url beside an existing Secret", "secret: {existingSecret: s}\ndatabase: {url: 'postgres://h/db'}\n", "put the URL in that Secret"},
 		{"database key without the Secret", "database: {existingSecretKey: dsn}\n", "secret.existingSecret, which is not set"},
 		{"not a postgres URL", "database: {url: 'mysql://h/db'}\n", "must be a postgres://"},
-		{"token through config", "config: {server.token: abc}\n", "config.server.token is set by the chart"},
-		{"database through config", "config: {database_url: 'postgres://h/db'}\n", "config.database_url is set by the chart"},
-		{"metrics token in plain text", "config: {metrics_token: abc}\n", "config.metrics_token is a secret"},
-		{"OIDC secret in plain text", "config: {oidc.client_secret: abc}\n", "config.oidc.client_secret is a secret"},
-		{"config key that is not a setting", "config: {'Bad Key': x}\n", "is not a setting name"},
+		{"token through env", "env: {server.token: abc}\n", "env.server.token is set by the chart"},
+		{"database through env", "env: {database_url: 'postgres://h/db'}\n", "env.database_url is set by the chart"},
+		{"config file through env", "env: {server_config: /x.yaml}\n", "env.server_config is set by the chart"},
+		{"metrics token in plain text", "env: {metrics_token: abc}\n", "env.metrics_token is a secret"},
+		{"OIDC secret in plain text", "env: {oidc.client_secret: abc}\n", "env.oidc.client_secret is a secret"},
+		{"env key that is not a setting", "env: {'Bad Key': x}\n", "is not a setting name"},
+		{"token in the config file", "config: {server: {token: abc}}\n", "config.server is set by the chart"},
+		{"database in the config file", "config: {database_url: 'postgres://h/db'}\n", "config.database_url is set by the chart"},
+		{"port in the config file", "config: {port: 443}\n", "config.port is set by the chart"},
+		{"metrics token in the config file", "config: {metrics_token: abc}\n", "config.metrics_token is a secret"},
+		{"OIDC secret in the config file", "config: {oidc: {issuer: 'https://id.example.com', client_secret: abc}}\n", "config.oidc.client_secret is a secret"},
 		{"metrics on the public port", "metrics: {enabled: true, port: 8080}\n", "metrics.port must differ"},
 		// values.schema.json, whose errors name the value as a JSON pointer
 		{"NodePort", "service: {type: NodePort}\n", "/service/type"},

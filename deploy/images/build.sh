@@ -18,6 +18,13 @@
 # IMAGE the upper-case name and dashes as underscores (SERVER, E2E_APP,
 # E2E_OIDC), ready for eval; progress goes to stderr.
 #
+# For a cluster: IMAGE_PREFIX (a registry and path, such as
+# registry.example.com/team/) tags server, client and provider as well
+# <IMAGE_PREFIX>aperio-<image>:<IMAGE_TAG>, IMAGE_TAG defaulting to
+# VERSION without its "v" and with "+" as "-" (a Docker tag holds no "+"),
+# which is the Helm chart's appVersion for a tagged release; IMAGE_PUSH=1
+# pushes those tags. `make images IMAGE_PREFIX=... IMAGE_PUSH=1` does both.
+#
 # Needs: Go (binaries are built static, CGO_ENABLED=0), Docker, the host's
 # CA bundle (/etc/ssl/certs/ca-certificates.crt, Debian's ca-certificates)
 # and, for the postgres image, Debian's postgresql package: its binaries,
@@ -86,6 +93,26 @@ content_hash() {
     sha256sum | cut -c1-12
 }
 
+# publish TAG NAME tags TAG as ${IMAGE_PREFIX}aperio-NAME:${IMAGE_TAG}
+# when IMAGE_PREFIX is set, and pushes it when IMAGE_PUSH=1.
+IMAGE_PREFIX=${IMAGE_PREFIX:-}
+IMAGE_TAG=${IMAGE_TAG:-}
+publish() {
+  local tag=$1 name=$2 dest
+  [ -n "$IMAGE_PREFIX" ] || return 0
+  if [ -z "$IMAGE_TAG" ]; then
+    IMAGE_TAG=${VERSION#v}
+    IMAGE_TAG=${IMAGE_TAG//+/-}
+  fi
+  dest="${IMAGE_PREFIX}aperio-$name:$IMAGE_TAG"
+  docker tag "$tag" "$dest"
+  log "tagged $dest"
+  if [ "${IMAGE_PUSH:-}" = 1 ]; then
+    log "pushing $dest"
+    docker push "$dest" >&2
+  fi
+}
+
 # build NAME DIR builds DIR/Dockerfile as aperio-NAME unless an image with
 # the same content hash exists, then tags it :local and prints the tag.
 build() {
@@ -99,6 +126,9 @@ build() {
     DOCKER_BUILDKIT=0 docker build -q -t "$tag" "$dir" >&2
   fi
   docker tag "$tag" "aperio-$name:local"
+  case $name in
+  server | client | provider) publish "$tag" "$name" ;;
+  esac
   var=$(echo "$name" | tr 'a-z-' 'A-Z_')
   echo "$var=$tag"
 }

@@ -70,15 +70,26 @@ render here, with what to change. */}}
 {{- if and $v.metrics.enabled (eq (int $v.metrics.port) (int $v.service.port)) -}}
 {{- fail "aperio: metrics.port must differ from service.port (the public port)" -}}
 {{- end -}}
-{{- range $k, $_ := $v.config -}}
-{{- if has (lower $k) (list "server.token" "server_token" "database_url" "port" "host" "metrics_listen" "data_dir") -}}
-{{- fail (printf "aperio: config.%s is set by the chart: the token and the database URL come from the Secret (secret.*, database.*), the listeners from service.port and metrics.*, the data directory from persistence" $k) -}}
+{{- range $k, $_ := $v.env -}}
+{{- if has (lower $k) (list "server.token" "server_token" "database_url" "port" "host" "metrics_listen" "data_dir" "server_config") -}}
+{{- fail (printf "aperio: env.%s is set by the chart: the token and the database URL come from the Secret (secret.*, database.*), the listeners from service.port and metrics.*, the data directory from persistence, the configuration file from config" $k) -}}
 {{- end -}}
 {{- if has (lower $k) (list "oidc.client_secret" "oidc_client_secret" "metrics_token") -}}
-{{- fail (printf "aperio: config.%s is a secret and config is plain text in the pod spec: give it through extraEnv with valueFrom.secretKeyRef" $k) -}}
+{{- fail (printf "aperio: env.%s is a secret and env is plain text in the pod spec: give it through extraEnv with valueFrom.secretKeyRef" $k) -}}
 {{- end -}}
 {{- if not (regexMatch "^[a-z][a-z0-9_.]*$" $k) -}}
-{{- fail (printf "aperio: config key %q is not a setting name (lower case, digits, _ and .)" $k) -}}
+{{- fail (printf "aperio: env key %q is not a setting name (lower case, digits, _ and .)" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $val := $v.config -}}
+{{- if has (lower $k) (list "server" "token" "server_token" "database_url" "database" "port" "host" "metrics_listen" "data_dir") -}}
+{{- fail (printf "aperio: config.%s is set by the chart: the token and the database URL come from the Secret (secret.*, database.*), the listeners from service.port and metrics.*, the data directory from persistence" $k) -}}
+{{- end -}}
+{{- if has (lower $k) (list "metrics_token" "oidc.client_secret") -}}
+{{- fail (printf "aperio: config.%s is a secret and the configuration file is a ConfigMap: give it through extraEnv with valueFrom.secretKeyRef" $k) -}}
+{{- end -}}
+{{- if and (eq (lower $k) "oidc") (kindIs "map" $val) (hasKey $val "client_secret") -}}
+{{- fail "aperio: config.oidc.client_secret is a secret and the configuration file is a ConfigMap: give it through extraEnv (APERIO_OIDC_CLIENT_SECRET with valueFrom.secretKeyRef)" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -97,6 +108,11 @@ metadata:
     # A new token, URL or Secret in the values restarts the pods (a
     # generated token does not change on upgrade, so it is left out).
     checksum/secret: {{ printf "%s\n%s\n%s\n%s" .Values.secret.existingSecret .Values.secret.serverToken .Values.database.url $dbKey | sha256sum }}
+    {{- if .Values.config }}
+    # A changed configuration file rolls the pods, so that every setting
+    # of it applies (some need a restart).
+    checksum/config: {{ include "aperio.configFile" . | sha256sum }}
+    {{- end }}
     {{- with .Values.podAnnotations }}
     {{- toYaml . | nindent 8 }}
     {{- end }}
@@ -132,7 +148,11 @@ spec:
         - name: APERIO_METRICS_LISTEN
           value: {{ printf "0.0.0.0:%d" (int .Values.metrics.port) | quote }}
         {{- end }}
-        {{- range $k, $v := .Values.config }}
+        {{- if .Values.config }}
+        - name: APERIO_SERVER_CONFIG
+          value: /etc/aperio/aperio-server.yaml
+        {{- end }}
+        {{- range $k, $v := .Values.env }}
         - name: {{ printf "APERIO_%s" ($k | upper | replace "." "_") }}
           value: {{ if kindIs "slice" $v }}{{ join "," $v | quote }}{{ else }}{{ toString $v | quote }}{{ end }}
         {{- end }}
@@ -167,11 +187,21 @@ spec:
       volumeMounts:
         - name: data
           mountPath: /data
+        {{- if .Values.config }}
+        - name: config
+          mountPath: /etc/aperio
+          readOnly: true
+        {{- end }}
         - name: tmp
           mountPath: /tmp
   volumes:
     - name: tmp
       emptyDir: {}
+    {{- if .Values.config }}
+    - name: config
+      configMap:
+        name: {{ include "aperio.fullname" . }}-config
+    {{- end }}
     - name: data
       {{- if and (not $dbKey) .Values.persistence.enabled }}
       persistentVolumeClaim:
@@ -197,4 +227,9 @@ spec:
   topologySpreadConstraints:
     {{- toYaml . | nindent 8 }}
   {{- end }}
+{{- end -}}
+
+{{/* The server's configuration file, from values.config. */}}
+{{- define "aperio.configFile" -}}
+{{ toYaml .Values.config }}
 {{- end -}}
