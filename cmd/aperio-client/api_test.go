@@ -478,7 +478,7 @@ func TestAPIExitCodes(t *testing.T) {
 		{"webhook without events", []string{"api", "webhooks", "create", "--url", "https://h.example.com/"}, 2, `required flag(s) "events" not set`},
 		{"webhook delete without id", []string{"api", "webhooks", "delete"}, 2, "accepts 1 arg(s), received 0"},
 		{"unknown webhook event", []string{"api", "webhooks", "create", "--url", "https://h.example.com/", "--events", "nope"}, 1,
-			`aperio-client: events[0]: "nope" is not one of client_connected, client_disconnected, client_refused, token_created`},
+			`aperio-client: events[0]: "nope" is not one of client_connected, client_disconnected, client_refused, instance_retired, token_created`},
 		{"webhook over http", []string{"api", "webhooks", "create", "--url", "http://h.example.com/", "--events", "scaling_failed"}, 1,
 			"aperio-client: url is not permitted by the outbound policy: http is not permitted, only https"},
 		{"webhook role too low", []string{"api", "webhooks", "create", "--url", "https://h.example.com/", "--events", "scaling_failed", "--api-key", viewer.Secret}, 1,

@@ -35,6 +35,10 @@ type Key struct {
 	Usage string
 	// Secret marks values --print-config prints as <set> or <unset>.
 	Secret bool
+	// FileOnly marks a structured setting with no one-line form: its
+	// environment variable is refused, it is written in the config file
+	// only (routes, rate_limits, headers...).
+	FileOnly bool
 	// Bool marks a boolean setting: a flag for it may stand alone and means
 	// true.
 	Bool bool

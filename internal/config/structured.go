@@ -60,6 +60,7 @@ func YAMLSetting[C, T any](name, usage string, field func(*C) *T, fromText func(
 		return nil
 	}, func(c *C) string { return formatStructured(*field(c)) })
 	s.whole = true
+	s.FileOnly = fromText == nil
 	return Setting[C]{s.kind(KindBlock)}
 }
 

@@ -57,9 +57,16 @@ func HelpText() string {
 		i := helpSection(k.Name)
 		bySection[i] = append(bySection[i], k)
 	}
+	var fileOnly []string
+	for _, k := range Keys() {
+		if k.FileOnly {
+			fileOnly = append(fileOnly, k.Name)
+		}
+	}
 	var b strings.Builder
 	b.WriteString("Settings: the keys of " + File + ", each also APERIO_<KEY> in the environment\n" +
-		"(server.token is APERIO_SERVER_TOKEN); the file wins. See --print-config and --print-schema.\n")
+		"(server.token is APERIO_SERVER_TOKEN) but the lists with no one-line form, file only:\n" +
+		strings.Join(fileOnly, ", ") + ". The file wins. See --print-config and --print-schema.\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	for i, keys := range bySection {
 		if len(keys) == 0 {

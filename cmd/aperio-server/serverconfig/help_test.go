@@ -84,3 +84,25 @@ func TestSchemaCoversKeys(t *testing.T) {
 		t.Errorf("server.token = %v, want a secret with no default", tok)
 	}
 }
+
+// TestHelpNamesFileOnlyKeys: --help's claim holds key by key: a key it
+// names file only refuses its environment variable with a message that
+// says so, and every other key's variable is read (a value of the wrong
+// kind fails as that kind, not as a missing one-line form).
+func TestHelpNamesFileOnlyKeys(t *testing.T) {
+	help := HelpText()
+	for _, k := range Keys() {
+		if k.Env == "" || k.Name == "server.token" {
+			continue
+		}
+		_, _, err := Load(Options{Env: envOf(map[string]string{"APERIO_SERVER_TOKEN": "0123456789abcdef0123456789abcdef", k.Env: "x"}), ReadFile: filesOf(nil)})
+		refused := err != nil && strings.Contains(err.Error(), "no one-line form")
+		if refused != k.FileOnly {
+			t.Errorf("%s: FileOnly %v, but %s=x loads with %v", k.Name, k.FileOnly, k.Env, err)
+		}
+		listed := strings.Contains(help, " "+k.Name+",") || strings.Contains(help, " "+k.Name+". ") || strings.Contains(help, "\n"+k.Name+",")
+		if k.FileOnly && !listed {
+			t.Errorf("%s is file only, and --help does not say so:\n%s", k.Name, help[:strings.Index(help, "\n\n")])
+		}
+	}
+}
