@@ -29,14 +29,7 @@ release:
 # completions (generated from the command trees, internal/clidoc) and the
 # licenses of what the binaries link (deploy/packages).
 packages:
-	@for arch in amd64 arm64; do \
-		mkdir -p $(BIN)/linux_$$arch && \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS) -buildid=' -o $(BIN)/linux_$$arch/ ./cmd/aperio-server ./cmd/aperio-client && \
-		$(GO) run ./deploy/release -targets linux/$$arch -licenses $(BIN)/linux_$$arch/LICENSE-THIRD-PARTY.txt && \
-		$(GO) run -ldflags '$(LDFLAGS)' ./cmd/aperio-server __gendocs $(BIN)/linux_$$arch/docs && \
-		$(GO) run -ldflags '$(LDFLAGS)' ./cmd/aperio-client __gendocs $(BIN)/linux_$$arch/docs && \
-		(cd deploy/packages && $(GO) run . -bin $(abspath $(BIN))/linux_$$arch -arch $$arch -version $(VERSION) -out $(abspath dist/packages)) || exit 1; \
-	done
+	GO="$(GO)" BIN="$(BIN)" VERSION="$(VERSION)" LDFLAGS="$(LDFLAGS)" bash scripts/packages.sh
 
 # The test suite: vet, formatting, and every test with the race detector;
 # then the Kubernetes provider, the Helm chart and the packaging tool,

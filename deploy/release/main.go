@@ -229,7 +229,9 @@ func (p Plan) Run() error {
 		return err
 	}
 	var artifacts []string
-	for _, t := range p.Targets {
+	began := time.Now()
+	for i, t := range p.Targets {
+		fmt.Fprintf(p.Log, "release: [%d/%d] %s (%s so far)\n", i+1, len(p.Targets), t, time.Since(began).Round(time.Second))
 		names, err := p.target(stage, t)
 		if err != nil {
 			return fmt.Errorf("%s: %w", t, err)
@@ -239,7 +241,11 @@ func (p Plan) Run() error {
 	if err := os.RemoveAll(stage); err != nil {
 		return err
 	}
-	return writeSums(p.Out, artifacts)
+	if err := writeSums(p.Out, artifacts); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.Log, "release: %d artifacts and SHA256SUMS in %s, %s\n", len(artifacts), p.Out, time.Since(began).Round(time.Second))
+	return nil
 }
 
 // target builds one platform's binaries and writes its archive and SBOM,
