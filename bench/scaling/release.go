@@ -43,7 +43,7 @@ func runRelease(ctx context.Context, h *harness, o releaseOpts, stdout io.Writer
 	if err != nil {
 		return err
 	}
-	prov, err := startProvider()
+	prov, err := startProvider(0)
 	if err != nil {
 		return err
 	}
