@@ -128,3 +128,26 @@ func TestDecodeOKHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestServerEnv: a server takes one visitor address's whole burst (no
+// per-address stream cap: 744 of a burst of 1000 were answered 429 with
+// the default 256), logs at the level asked (the calls mode counts debug
+// lines), and uses PostgreSQL when given a DSN.
+func TestServerEnv(t *testing.T) {
+	env := serverEnv("m", "x", serverOpts{maxBurst: 1000, records: 5}, "/w")
+	for _, want := range []string{"APERIO_MAX_STREAMS_PER_IP=0", "APERIO_MAX_CONNECTIONS_PER_IP=0",
+		"APERIO_LOG_LEVEL=info", "APERIO_SCALING_MAX_HELD=2000", "APERIO_DATA_DIR=/w/data"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("serverEnv = %q, want it to hold %s", env, want)
+		}
+	}
+	env = serverEnv("m", "x", serverOpts{dsn: "postgres://h/db", logLevel: "debug"}, "/w")
+	for _, want := range []string{"APERIO_LOG_LEVEL=debug", "APERIO_DATABASE_URL=postgres://h/db"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("serverEnv(dsn, debug) = %q, want it to hold %s", env, want)
+		}
+	}
+	if slices.Contains(env, "APERIO_DATA_DIR=/w/data") {
+		t.Errorf("serverEnv(dsn) = %q: a data dir beside the DSN", env)
+	}
+}

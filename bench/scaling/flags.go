@@ -99,10 +99,19 @@ type flapOpts struct {
 	cooldown  time.Duration
 	work      time.Duration
 	crossings int // phase 2
+	// margin is how near the levels sit to the server's thresholds, as a
+	// fraction of each threshold (flapLevels).
+	margin float64
 	// bandLow and bandHigh are phase 1's levels, crossHigh and crossLow
 	// phase 2's, as fractions of one client's capacity.
 	bandLow, bandHigh, crossHigh, crossLow float64
 }
+
+// Bounds of the flap mode's -margin.
+const (
+	minMargin = 0.01
+	maxMargin = 0.25
+)
 
 func parseFlap(args []string, stderr io.Writer) (flapOpts, error) {
 	o := flapOpts{}
@@ -110,38 +119,55 @@ func parseFlap(args []string, stderr io.Writer) (flapOpts, error) {
 	fs.SetOutput(stderr)
 	o.register(fs)
 	fs.DurationVar(&o.duration, "duration", 10*time.Minute, "length of phase 1, the load stepping inside the band (1s.."+maxDuration.String()+")")
-	fs.IntVar(&o.capacity, "capacity", 20, "max_concurrent of each client (2.."+strconv.Itoa(maxLimit)+")")
+	fs.IntVar(&o.capacity, "capacity", 50, "max_concurrent of each client (2.."+strconv.Itoa(maxLimit)+"); the levels are rounded to whole requests of it, so it must be fine enough for them to stay within -margin of their thresholds")
 	fs.Float64Var(&o.target, "target", 0.8, "target_utilization of the scaling block, in (0,1]")
 	fs.DurationVar(&o.window, "window", 15*time.Second, "scaling window (1s.."+maxWindow.String()+")")
 	fs.DurationVar(&o.cooldown, "cooldown", 60*time.Second, "scaling cooldown (1s.."+maxCooldown.String()+")")
 	fs.DurationVar(&o.work, "work", 500*time.Millisecond, "time the backend spends on each request (1ms.."+maxWork.String()+")")
 	fs.IntVar(&o.crossings, "crossings", 4, "steps across the band in phase 2, alternately up and down (0.."+strconv.Itoa(maxCrossings)+")")
-	fs.Float64Var(&o.bandLow, "band-low", 0.45, "phase 1's low level, a fraction of one client's capacity")
-	fs.Float64Var(&o.bandHigh, "band-high", 0.75, "phase 1's high level")
-	fs.Float64Var(&o.crossHigh, "cross-high", 0.95, "phase 2's level above the band")
-	fs.Float64Var(&o.crossLow, "cross-low", 0.20, "phase 2's level below the band")
+	fs.Float64Var(&o.margin, "margin", 0.05, fmt.Sprintf("how near each level sits to its threshold, a fraction of the threshold (%g..%g); the server scales out at or above target_utilization for a window, and in below target_utilization/2 for four windows; a level left at 0 is derived from it, and every level is rounded to whole requests toward its threshold", minMargin, maxMargin))
+	fs.Float64Var(&o.bandLow, "band-low", 0, "phase 1's low level, a fraction of one client's capacity, just above the scale-in threshold (default (1+margin) × target/2: 0.42 of 1 client at target 0.8)")
+	fs.Float64Var(&o.bandHigh, "band-high", 0, "phase 1's high level, just under the scale-out threshold (default (1-margin) × target: 0.76 of 1 client)")
+	fs.Float64Var(&o.crossHigh, "cross-high", 0, "phase 2's level just past the scale-out threshold with one client (default (1+margin) × target: 0.84 of 1 client, 0.42 of 2)")
+	fs.Float64Var(&o.crossLow, "cross-low", 0, "phase 2's level just past the scale-in threshold with two clients (default (1-margin) × target/2 of 2 clients: 0.76 of 1 client, 0.38 of 2)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	errs := []error{o.check(), noArgs(fs),
+	var errs []error
+	targetOK := o.target > 0 && o.target <= 1
+	if !targetOK {
+		errs = append(errs, fmt.Errorf("-target %g: want a value in (0,1]", o.target))
+	}
+	marginOK := o.margin >= minMargin && o.margin <= maxMargin
+	if !marginOK {
+		errs = append(errs, fmt.Errorf("-margin %g: want %g..%g", o.margin, minMargin, maxMargin))
+	}
+	// A level left at 0 sits margin from its threshold; without a valid
+	// target and margin it has no value, which the errors above explain.
+	lv := flapLevels(o.target, o.margin)
+	levels := []struct {
+		name string
+		v    *float64
+		def  float64
+	}{{"-band-low", &o.bandLow, lv.bandLow}, {"-band-high", &o.bandHigh, lv.bandHigh},
+		{"-cross-high", &o.crossHigh, lv.crossHigh}, {"-cross-low", &o.crossLow, lv.crossLow}}
+	for _, l := range levels {
+		switch {
+		case *l.v == 0 && targetOK && marginOK:
+			*l.v = l.def
+		case *l.v == 0:
+		case !(*l.v > 0 && *l.v <= 2):
+			errs = append(errs, fmt.Errorf("%s %g: want a fraction of capacity in (0,2]", l.name, *l.v))
+		}
+	}
+	errs = append(errs, o.check(), noArgs(fs),
 		durationIn("-duration", o.duration, time.Second, maxDuration),
 		intIn("-capacity", o.capacity, 2, maxLimit),
 		durationIn("-window", o.window, minWindow, maxWindow),
 		durationIn("-cooldown", o.cooldown, minWindow, maxCooldown),
 		durationIn("-work", o.work, time.Millisecond, maxWork),
 		intIn("-crossings", o.crossings, 0, maxCrossings),
-	}
-	if !(o.target > 0 && o.target <= 1) {
-		errs = append(errs, fmt.Errorf("-target %g: want a value in (0,1]", o.target))
-	}
-	for _, l := range []struct {
-		name string
-		v    float64
-	}{{"-band-low", o.bandLow}, {"-band-high", o.bandHigh}, {"-cross-high", o.crossHigh}, {"-cross-low", o.crossLow}} {
-		if !(l.v > 0 && l.v <= 2) {
-			errs = append(errs, fmt.Errorf("%s %g: want a fraction of capacity in (0,2]", l.name, l.v))
-		}
-	}
+	)
 	if err := errors.Join(errs...); err != nil {
 		return o, err
 	}
@@ -159,6 +185,9 @@ type callsOpts struct {
 	burst     int
 	coldStart time.Duration
 	settle    time.Duration
+	// providerDelay is how long the provider holds each call before it
+	// answers: while it does, the calling server's lease is live.
+	providerDelay time.Duration
 }
 
 // dsnEnv names the variable the calls mode reads the PostgreSQL DSN from
@@ -176,6 +205,7 @@ func parseCalls(args []string, stderr io.Writer, getenv func(string) string) (ca
 	fs.IntVar(&o.burst, "burst", 100, "requests per cold start, split across the servers (1.."+strconv.Itoa(maxBurst)+")")
 	fs.DurationVar(&o.coldStart, "cold-start", 30*time.Second, "cold_start of the scaling block (1s.."+maxColdStart.String()+")")
 	fs.DurationVar(&o.settle, "settle", 3*time.Second, "how long to wait for late calls after the burst was answered (0..1m)")
+	fs.DurationVar(&o.providerDelay, "provider-delay", 0, "how long the provider holds each call before it answers, so that the other servers meet the caller's live lease, not only its recorded outcome (0.."+maxProviderDelay.String()+"; above the servers' 10s call timeout, calls fail)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -187,6 +217,7 @@ func parseCalls(args []string, stderr io.Writer, getenv func(string) string) (ca
 		intIn("-burst", o.burst, 1, maxBurst),
 		durationIn("-cold-start", o.coldStart, time.Second, maxColdStart),
 		durationIn("-settle", o.settle, 0, time.Minute),
+		durationIn("-provider-delay", o.providerDelay, 0, maxProviderDelay),
 	}
 	s, err := parseInts(*servers, 1, maxServers, maxServers)
 	errs = append(errs, prefix("-servers", err))

@@ -70,10 +70,15 @@ func TestParseHostile(t *testing.T) {
 		{"window under a second", flap("-window", "500ms"), []string{"-window 500ms"}},
 		{"endless flap", flap("-duration", "2h"), []string{"-duration 2h0m0s"}},
 		{"negative level", flap("-band-low", "-0.1"), []string{"-band-low -0.1"}},
+		{"NaN level", flap("-cross-low", "NaN"), []string{"-cross-low NaN"}},
+		{"margin too wide", flap("-margin", "0.3"), []string{"-margin 0.3: want 0.01..0.25"}},
+		{"margin and target at once", flap("-margin", "0", "-target", "2"), []string{"-margin 0", "-target 2"}},
 		{"capacity of one", flap("-capacity", "1"), []string{"-capacity 1"}},
 		{"too many crossings", flap("-crossings", "21"), []string{"-crossings 21"}},
 		{"no DSN", calls(), []string{"no PostgreSQL DSN"}},
 		{"not PostgreSQL", calls("-dsn", "mysql://u:secret@h/db"), []string{"want a postgres:// URL"}},
+		{"negative provider delay", calls("-dsn", "postgres://h/db", "-provider-delay", "-1s"), []string{"-provider-delay -1s: want 0s..30s"}},
+		{"provider delay too long", calls("-dsn", "postgres://h/db", "-provider-delay", "31s"), []string{"-provider-delay 31s: want 0s..30s"}},
 		{"too many servers", calls("-dsn", "postgres://h/db", "-servers", "2,6"), []string{"-servers", "6 is outside 1..5"}},
 		{"backend work too long", backend("-work", "1m"), []string{"-work 1m0s"}},
 	}
@@ -106,8 +111,12 @@ func TestParseCallsDSNFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseCalls with $%s set = %v, want nil", dsnEnv, err)
 	}
-	if o.dsn != dsn || !slices.Equal(o.servers, []int{2, 3}) || o.runs != 3 || o.burst != 100 {
-		t.Errorf("parseCalls = %+v, want the DSN from the environment, servers 2,3, 3 runs, burst 100", o)
+	if o.dsn != dsn || !slices.Equal(o.servers, []int{2, 3}) || o.runs != 3 || o.burst != 100 || o.providerDelay != 0 {
+		t.Errorf("parseCalls = %+v, want the DSN from the environment, servers 2,3, 3 runs, burst 100, no provider delay", o)
+	}
+	o, err = parseCalls(append(slices.Clone(bins), "-provider-delay", "2s"), io.Discard, getenv)
+	if err != nil || o.providerDelay != 2*time.Second {
+		t.Errorf("parseCalls -provider-delay 2s = %v, %v, want 2s", o.providerDelay, err)
 	}
 	o, err = parseCalls(append(slices.Clone(bins), "-dsn", "postgres://other/db"), io.Discard, getenv)
 	if err != nil || o.dsn != "postgres://other/db" {

@@ -45,7 +45,7 @@ func runFlap(ctx context.Context, h *harness, o flapOpts, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	prov, err := startProvider()
+	prov, err := startProvider(0)
 	if err != nil {
 		return err
 	}
@@ -171,8 +171,17 @@ func reasons(cs []hookCall) string {
 func printFlap(w io.Writer, o flapOpts, results []stepResult, before []hookCall, ld *load, notes []string) {
 	fmt.Fprintf(w, "\n== Flapping: target %g, window %v, cooldown %v, max_concurrent %d per client, scaling min 1 max 2, backend work %v\n",
 		o.target, o.window, o.cooldown, o.capacity, o.work)
-	fmt.Fprintf(w, "   phase 1: load steps between %.0f%% and %.0f%% of one client's capacity every window; phase 2: %d steps across the band (%.0f%% and %.0f%%)\n",
-		100*o.bandLow, 100*o.bandHigh, o.crossings, 100*o.crossHigh, 100*o.crossLow)
+	out, in, c, wk := o.target, o.target/2, o.capacity, levelWorkers(o)
+	fmt.Fprintf(w, "   thresholds: scale out at utilization >= %g for a window, scale in below %g for 4 windows; levels aimed %g%% from them\n",
+		out, in, 100*o.margin)
+	lo, hi := utilization(wk.bandLow, c, 1), utilization(wk.bandHigh, c, 1)
+	fmt.Fprintf(w, "   phase 1, inside the band, every window: %d and %d in flight of %d = utilization %.3f (%+.1f%% of the scale-in threshold) and %.3f (%+.1f%% of the scale-out threshold)\n",
+		wk.bandLow, wk.bandHigh, c, lo, 100*offThreshold(lo, in), hi, 100*offThreshold(hi, out))
+	if o.crossings > 0 {
+		up, down := utilization(wk.crossHigh, c, 1), utilization(wk.crossLow, c, 2)
+		fmt.Fprintf(w, "   phase 2, %d steps across, alternately: %d in flight = %.3f of 1 client (%+.1f%% of the scale-out threshold), and %d = %.3f of 2 clients (%+.1f%% of the scale-in threshold)\n",
+			o.crossings, wk.crossHigh, up, 100*offThreshold(up, out), wk.crossLow, down, 100*offThreshold(down, in))
+	}
 	fmt.Fprintf(w, "%-6s %6s %10s %-24s %-26s %9s %s\n", "phase", "steps", "length", "utilization seen", "instances seen", "expected", "seen")
 	for phase := 1; phase <= 2; phase++ {
 		var (
@@ -231,6 +240,17 @@ func printFlap(w io.Writer, o flapOpts, results []stepResult, before []hookCall,
 			}
 			fmt.Fprintf(w, "     level %.2f (%d in flight) for %v: %s; want %s, got %s\n",
 				r.step.level, r.step.workers, r.step.hold, r.seen(), r.step.want, got)
+		}
+	}
+	for phase, what := range []string{1: "per step inside the band (want 0)", 2: "per crossing (want 1)"} {
+		if steps := phaseSteps(results, phase); len(steps) > 0 {
+			calls, lo, hi := 0, 1<<30, -1
+			for _, r := range steps {
+				calls += len(r.calls)
+				lo, hi = min(lo, len(r.calls)), max(hi, len(r.calls))
+			}
+			fmt.Fprintf(w, "   phase %d calls %s: %.2f (%d call(s) over %d step(s), %d..%d per step)\n",
+				phase, what, float64(calls)/float64(len(steps)), calls, len(steps), lo, hi)
 		}
 	}
 	fmt.Fprintf(w, "   calls before phase 1: %d; load requests answered 200: %d, others: %d\n", len(before), ld.ok.Load(), ld.failed.Load())

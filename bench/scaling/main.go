@@ -5,14 +5,16 @@
 // bench-scaling`), and is linked into no binary.
 //
 //	scaling release -server BIN -client BIN [-bursts 1,100,1000] [-runs 20]
-//	scaling calls   -server BIN -client BIN [-dsn postgres://...] [-servers 2,3]
-//	scaling flap    -server BIN -client BIN [-duration 10m] [-window 15s] [-cooldown 60s]
+//	scaling calls   -server BIN -client BIN [-dsn postgres://...] [-servers 2,3] [-provider-delay 2s]
+//	scaling flap    -server BIN -client BIN [-duration 10m] [-window 15s] [-cooldown 60s] [-margin 0.05]
 //	scaling backend [-listen 127.0.0.1:0] [-work 1ms]
 //
 // release times the release of requests held for a cold start, calls
 // counts the provider calls of one cold start split across servers that
-// share a database, flap counts the calls of a load moving inside and
-// across the band between scale-in and scale-out; backend is the service
+// share a database (with a provider that may answer slowly, so that the
+// servers meet each other's live call lease), flap counts the calls of a
+// load stepping within -margin of the scale-in and scale-out thresholds,
+// inside the band between them and then just past them; backend is the service
 // behind the tunnel, which the other modes start by re-executing this
 // program. Tables go to stdout, progress to stderr.
 //

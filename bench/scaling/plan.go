@@ -29,10 +29,38 @@ type flapStep struct {
 // start or drain after a call.
 const flapSettle = 5 * time.Second
 
-// workersFor is the number of requests in flight that make level of a
-// capacity.
-func workersFor(level float64, capacity int) int {
-	return int(math.Round(level * float64(capacity)))
+// workersUp and workersDown are the whole number of requests in flight
+// nearest level of a capacity, rounded up or down. The slack keeps a
+// product such as 0.76 × 50 = 38.00000000000001 at 38.
+func workersUp(level float64, capacity int) int {
+	return int(math.Ceil(level*float64(capacity) - 1e-9))
+}
+
+func workersDown(level float64, capacity int) int {
+	return int(math.Floor(level*float64(capacity) + 1e-9))
+}
+
+// flapWorkers are the requests in flight of the four levels.
+type flapWorkers struct {
+	bandLow, bandHigh, crossHigh, crossLow int
+}
+
+// levelWorkers rounds o's levels to whole requests of one client's
+// capacity, each toward the threshold it sits next to, so that rounding
+// never moves a level further from its threshold than the level itself
+// is: bandLow down (towards the scale-in threshold it is above), bandHigh
+// up (towards the scale-out threshold it is under), crossHigh down (to the
+// scale-out threshold it passes) and crossLow up (to the scale-in
+// threshold it passes). A level whose rounding crosses its threshold (one
+// request wider than the margin) is refused by flapPlan.
+func levelWorkers(o flapOpts) flapWorkers {
+	c := o.capacity
+	return flapWorkers{
+		bandLow:   workersDown(o.bandLow, c),
+		bandHigh:  workersUp(o.bandHigh, c),
+		crossHigh: workersDown(o.crossHigh, c),
+		crossLow:  workersUp(o.crossLow, c),
+	}
 }
 
 // band says where a utilization falls for target: "out" at or above the
@@ -50,8 +78,52 @@ func band(util, target float64) string {
 	}
 }
 
-// flapPlan returns the steps of both phases for o, or why o's levels do
-// not do what the phases need. The scaling block is min 1, max 2, and the
+// flapLevelSet is the four load levels of the flap mode, each a fraction
+// of one client's capacity.
+type flapLevelSet struct {
+	bandLow, bandHigh, crossHigh, crossLow float64
+}
+
+// flapLevels returns the levels that sit margin (a fraction of each
+// threshold) from the server's thresholds for target: scale out at or
+// above target, scale in below target/2 (autoscale's planSample).
+//
+//   - phase 1, on the quiet side: bandHigh at (1-margin) × target and
+//     bandLow at (1+margin) × target/2, with one client;
+//   - phase 2, just past: crossHigh at (1+margin) × target with one
+//     client (and half that with two, inside the band), and crossLow at
+//     (1-margin) × target/2 of two clients' capacity, which is
+//     (1-margin) × target of one (inside the band once one is left).
+//
+// At target 0.8 and margin 0.05: 0.42 and 0.76 in phase 1, 0.84 and 0.76
+// (0.38 of two clients) in phase 2. Each is rounded to six decimals, so
+// that 0.42 reads 0.42, not 0.42000000000000004.
+func flapLevels(target, margin float64) flapLevelSet {
+	out, in := target, target/2
+	r := func(x float64) float64 { return math.Round(x*1e6) / 1e6 }
+	return flapLevelSet{
+		bandLow:   r((1 + margin) * in),
+		bandHigh:  r((1 - margin) * out),
+		crossHigh: r((1 + margin) * out),
+		crossLow:  r(2 * (1 - margin) * in),
+	}
+}
+
+// utilization is the utilization the server measures with workers
+// requests in flight on clients clients of capacity each.
+func utilization(workers, capacity, clients int) float64 {
+	return float64(workers) / float64(clients*capacity)
+}
+
+// offThreshold is how far util is from threshold, as a signed fraction of
+// the threshold: -0.05 is 5% under it.
+func offThreshold(util, threshold float64) float64 {
+	return util/threshold - 1
+}
+
+// flapPlan returns the steps of both phases for o, or why o's levels,
+// rounded to whole requests (levelWorkers), do not do what the phases
+// need. The scaling block is min 1, max 2, and the
 // provider starts a client on scale_out and stops one on scale_in, so:
 //
 //   - phase 1 steps between bandLow and bandHigh every window for
@@ -69,12 +141,10 @@ func band(util, target float64) string {
 // plus two windows of margin.
 func flapPlan(o flapOpts) ([]flapStep, error) {
 	c := o.capacity
-	util := func(level float64, clients int) float64 {
-		return float64(workersFor(level, c)) / float64(clients*c)
-	}
+	wk := levelWorkers(o)
 	var errs []error
-	need := func(name string, level float64, clients int, want ...string) {
-		u := util(level, clients)
+	need := func(name string, level float64, workers, clients int, want ...string) {
+		u := utilization(workers, c, clients)
 		got := band(u, o.target)
 		for _, w := range want {
 			if got == w {
@@ -82,17 +152,17 @@ func flapPlan(o flapOpts) ([]flapStep, error) {
 			}
 		}
 		errs = append(errs, fmt.Errorf("%s %g is %d of %d in flight with %d client(s), utilization %.3f: in the %q band of target %g, want %q",
-			name, level, workersFor(level, c), clients*c, clients, u, got, o.target, want))
+			name, level, workers, clients*c, clients, u, got, o.target, want))
 	}
-	need("-band-low", o.bandLow, 1, "hold")
-	need("-band-high", o.bandHigh, 1, "hold")
+	need("-band-low", o.bandLow, wk.bandLow, 1, "hold")
+	need("-band-high", o.bandHigh, wk.bandHigh, 1, "hold")
 	if o.crossings > 0 {
-		need("-cross-high", o.crossHigh, 1, "out")
-		need("-cross-high", o.crossHigh, 2, "hold")
+		need("-cross-high", o.crossHigh, wk.crossHigh, 1, "out")
+		need("-cross-high", o.crossHigh, wk.crossHigh, 2, "hold")
 	}
 	if o.crossings > 1 {
-		need("-cross-low", o.crossLow, 2, "in")
-		need("-cross-low", o.crossLow, 1, "in", "hold")
+		need("-cross-low", o.crossLow, wk.crossLow, 2, "in")
+		need("-cross-low", o.crossLow, wk.crossLow, 1, "in", "hold")
 	}
 	if o.window <= 0 {
 		errs = append(errs, errors.New("window must be positive"))
@@ -104,20 +174,19 @@ func flapPlan(o flapOpts) ([]flapStep, error) {
 	var steps []flapStep
 	n := int((o.duration + o.window - 1) / o.window)
 	for i := range max(n, 2) {
-		level := o.bandLow
+		level, workers := o.bandLow, wk.bandLow
 		if i%2 == 1 {
-			level = o.bandHigh
+			level, workers = o.bandHigh, wk.bandHigh
 		}
-		steps = append(steps, flapStep{phase: 1, level: level, workers: workersFor(level, c), hold: o.window})
+		steps = append(steps, flapStep{phase: 1, level: level, workers: workers, hold: o.window})
 	}
 	up := max(o.window, o.cooldown) + 2*o.window + flapSettle
 	down := max(4*o.window, o.cooldown) + 2*o.window + flapSettle
 	for i := range o.crossings {
-		s := flapStep{phase: 2, level: o.crossHigh, hold: up, want: reasonScaleOut}
+		s := flapStep{phase: 2, level: o.crossHigh, workers: wk.crossHigh, hold: up, want: reasonScaleOut}
 		if i%2 == 1 {
-			s.level, s.hold, s.want = o.crossLow, down, reasonScaleIn
+			s.level, s.workers, s.hold, s.want = o.crossLow, wk.crossLow, down, reasonScaleIn
 		}
-		s.workers = workersFor(s.level, c)
 		steps = append(steps, s)
 	}
 	return steps, nil

@@ -49,15 +49,24 @@ func decodeHookCall(r io.Reader) (hookCall, error) {
 	return c, nil
 }
 
-// provider is the scaling hook's receiver: it records every call, answers
-// 202, and runs the action registered for the call's hostname (or the
-// default one) in a goroutine of its own, which close joins. It is safe
+// maxProviderDelay bounds how long the provider holds a call before it
+// answers. It is above the servers' call timeout (10 s by default), so
+// that a provider slower than the server waits for can be measured too.
+const maxProviderDelay = 30 * time.Second
+
+// provider is the scaling hook's receiver: it records every call when it
+// arrives, holds it for delay (a slow provider), answers 202, and then
+// runs the action registered for the call's hostname (or the default one)
+// in a goroutine of its own, which close joins. A call still held when
+// close is called is answered 503 at once and runs no action. It is safe
 // for concurrent use.
 type provider struct {
-	url string // where the hook is: http://127.0.0.1:port/scale
-	srv *http.Server
-	wg  sync.WaitGroup // the actions
-	ln  net.Listener
+	url   string // where the hook is: http://127.0.0.1:port/scale
+	srv   *http.Server
+	wg    sync.WaitGroup // the actions
+	ln    net.Listener
+	delay time.Duration // how long each call is held before its answer
+	quit  chan struct{} // closed by close: held calls end
 
 	mu       sync.Mutex // guards the following fields
 	calls    []hookCall
@@ -67,12 +76,22 @@ type provider struct {
 	closed   bool
 }
 
-func startProvider() (*provider, error) {
+// newProvider returns a provider that holds each call for delay, clamped
+// to 0..maxProviderDelay, without a listener (startProvider gives it one).
+func newProvider(delay time.Duration) *provider {
+	return &provider{delay: min(max(delay, 0), maxProviderDelay), quit: make(chan struct{}),
+		actions: map[string]func(hookCall){}}
+}
+
+// startProvider starts a provider on a loopback port that holds each call
+// for delay before it answers.
+func startProvider(delay time.Duration) (*provider, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &provider{url: "http://" + ln.Addr().String() + "/scale", ln: ln, actions: map[string]func(hookCall){}}
+	p := newProvider(delay)
+	p.url, p.ln = "http://"+ln.Addr().String()+"/scale", ln
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	p.wg.Go(func() { p.srv.Serve(ln) })
 	return p, nil
@@ -113,6 +132,23 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.At, c.Key = now, truncate(r.Header.Get("Idempotency-Key"), maxIdempotencyKey)
 	p.mu.Lock()
 	p.calls = append(p.calls, c)
+	p.mu.Unlock()
+	if p.delay > 0 {
+		// A slow provider: the server's call (and its lease) stays in
+		// flight meanwhile.
+		t := time.NewTimer(p.delay)
+		select {
+		case <-t.C:
+		case <-p.quit:
+			t.Stop()
+			http.Error(w, "provider closing", http.StatusServiceUnavailable)
+			return
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	p.mu.Lock()
 	action := p.actions[c.Hostname]
 	if action == nil {
 		action = p.fallback
@@ -161,7 +197,10 @@ func (p *provider) badCalls() int {
 // actions, which must themselves watch the harness's context.
 func (p *provider) close(ctx context.Context) error {
 	p.mu.Lock()
-	p.closed = true
+	if !p.closed {
+		p.closed = true
+		close(p.quit)
+	}
 	p.mu.Unlock()
 	err := p.srv.Shutdown(ctx)
 	done := make(chan struct{})

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -48,7 +49,7 @@ func TestDecodeHookCallHostile(t *testing.T) {
 // its (bounded) Idempotency-Key, and handed to its hostname's action, or
 // the default one; malformed calls are counted and answered 400.
 func TestProviderRecordsAndDispatches(t *testing.T) {
-	p := &provider{actions: map[string]func(hookCall){}}
+	p := newProvider(0)
 	got := make(chan hookCall, 4)
 	p.on("a.test", func(c hookCall) { got <- c })
 	fallback := make(chan hookCall, 4)
@@ -104,5 +105,84 @@ func TestProviderRecordsAndDispatches(t *testing.T) {
 	}
 	if n := len(p.callsBetween(time.Now().Add(time.Hour), time.Now().Add(2*time.Hour))); n != 0 {
 		t.Errorf("callsBetween(the future) = %d, want 0", n)
+	}
+}
+
+// TestProviderDelayHoldsTheAnswer: a provider with a delay records a call
+// when it arrives but answers it, and runs its action, only once the delay
+// has passed, so that the server's call stays in flight that long.
+func TestProviderDelayHoldsTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newProvider(2 * time.Second)
+		ran := make(chan hookCall, 1)
+		p.on("a.test", func(c hookCall) { ran <- c })
+		w := httptest.NewRecorder()
+		answered := make(chan struct{})
+		go func() {
+			defer close(answered)
+			p.ServeHTTP(w, httptest.NewRequest("POST", "/scale", strings.NewReader(`{"reason":"cold_start","hostname":"a.test","desired":1}`)))
+		}()
+		start := time.Now()
+		synctest.Wait()
+		select {
+		case <-answered:
+			t.Fatal("the call was answered before the delay")
+		default:
+		}
+		if n := len(p.callsFor("a.test")); n != 1 {
+			t.Fatalf("callsFor(a.test) while the call is held = %d, want 1 (recorded on arrival)", n)
+		}
+		if len(ran) != 0 {
+			t.Fatal("the action ran before the answer")
+		}
+		<-answered
+		if took := time.Since(start); took != 2*time.Second {
+			t.Errorf("answered after %v, want 2s", took)
+		}
+		if w.Code != http.StatusAccepted {
+			t.Errorf("answer = %d, want 202", w.Code)
+		}
+		p.wg.Wait()
+		if len(ran) != 1 {
+			t.Error("the action did not run after the answer")
+		}
+	})
+}
+
+// TestProviderCloseEndsHeldCalls: close answers a held call 503 at once,
+// without its action.
+func TestProviderCloseEndsHeldCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newProvider(maxProviderDelay)
+		p.srv = &http.Server{}
+		ran := false
+		p.onAny(func(hookCall) { ran = true })
+		w := httptest.NewRecorder()
+		answered := make(chan struct{})
+		go func() {
+			defer close(answered)
+			p.ServeHTTP(w, httptest.NewRequest("POST", "/scale", strings.NewReader(`{"reason":"scale_out","hostname":"b.test","current":1,"desired":2}`)))
+		}()
+		synctest.Wait()
+		start := time.Now()
+		if err := p.close(t.Context()); err != nil {
+			t.Fatalf("close = %v", err)
+		}
+		<-answered
+		if took := time.Since(start); took != 0 {
+			t.Errorf("the held call ended %v after close, want at once", took)
+		}
+		if w.Code != http.StatusServiceUnavailable || ran {
+			t.Errorf("answer = %d, action ran %v; want 503 and no action", w.Code, ran)
+		}
+	})
+}
+
+func TestNewProviderClampsTheDelay(t *testing.T) {
+	if d := newProvider(-time.Second).delay; d != 0 {
+		t.Errorf("newProvider(-1s).delay = %v, want 0", d)
+	}
+	if d := newProvider(time.Hour).delay; d != maxProviderDelay {
+		t.Errorf("newProvider(1h).delay = %v, want %v", d, maxProviderDelay)
 	}
 }

@@ -43,7 +43,7 @@ func runRelease(ctx context.Context, h *harness, o releaseOpts, stdout io.Writer
 	if err != nil {
 		return err
 	}
-	prov, err := startProvider()
+	prov, err := startProvider(0)
 	if err != nil {
 		return err
 	}
@@ -277,5 +277,5 @@ func printRelease(w io.Writer, o releaseOpts, results []releaseResult, bad int) 
 	if bad > 0 {
 		fmt.Fprintf(w, "malformed provider calls: %d\n", bad)
 	}
-	fmt.Fprintf(w, "in-process figure (one process, one garbage collector): go test -run XXX -bench BenchmarkScalingRelease -benchtime 1x ./gateway/\n")
+	fmt.Fprintf(w, "in-process figure (one process, one garbage collector): go test -run XXX -bench BenchmarkScalingRelease -benchtime 1x ./internal/server/\n")
 }

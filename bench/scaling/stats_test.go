@@ -60,6 +60,25 @@ func TestSummarizeSortsACopy(t *testing.T) {
 	}
 }
 
+// TestSummarizeHundredRunsP99IsNotTheMax: with the 100 runs per burst of
+// bench/scaling.sh, p99 is the 99th value by nearest rank, so that one
+// outlier run shows as the max and not as the p99; p90 and p50 are the
+// 90th and 50th (of 1..100 without 55, plus the outlier).
+func TestSummarizeHundredRunsP99IsNotTheMax(t *testing.T) {
+	runs := make([]time.Duration, 100)
+	for i := range runs {
+		// Shuffled order: summarize sorts a copy.
+		runs[i] = time.Duration((i*37)%100+1) * time.Millisecond
+	}
+	runs[42] = time.Second // the outlier replaces one value, 55 ms
+	s := summarize(runs)
+	want := summary{n: 100, min: time.Millisecond, p50: 50 * time.Millisecond, p90: 91 * time.Millisecond,
+		p99: 100 * time.Millisecond, max: time.Second}
+	if (runs[42] != time.Second) || s != want {
+		t.Errorf("summarize(100 runs with one outlier) = %+v, want %+v", s, want)
+	}
+}
+
 func TestMS(t *testing.T) {
 	if got := ms(1234567 * time.Nanosecond); got != "1.23" {
 		t.Errorf("ms(1.234567ms) = %q, want %q", got, "1.23")
