@@ -10,6 +10,10 @@
 //	               Idempotency-Key, 401 without the secret, 404 when no
 //	               object is annotated for the hostname, 409 when several
 //	               are, 503 with Retry-After when the API server failed
+//	POST /events   Aperio's webhook deliveries (docs/webhooks.md): an
+//	               instance_retired event lowers the replicas by one
+//	               (retire.go); 404 without a webhook secret, 401 unless
+//	               signed, 200 for other events and for one already applied
 //	GET  /healthz  "ok"
 //
 // Usage:
@@ -19,7 +23,9 @@
 //	    [--max-replicas 100] [--api-timeout 8s] [--key-ttl 10m]
 //
 // The secret may instead be read from the file PROVIDER_SECRET_FILE names
-// (a mounted Secret). Without --kubeconfig (or KUBECONFIG) it uses the
+// (a mounted Secret). The webhook secret that verifies POST /events comes
+// likewise from PROVIDER_WEBHOOK_SECRET or PROVIDER_WEBHOOK_SECRET_FILE;
+// without either, POST /events answers 404. Without --kubeconfig (or KUBECONFIG) it uses the
 // pod's service account. The namespace defaults to PROVIDER_NAMESPACE, then
 // the service account's namespace, then "default".
 package main
@@ -135,6 +141,22 @@ func parseOptions(args []string, getenv func(string) string, readFile func(strin
 	if o.Config.Secret == "" {
 		errs = append(errs, errors.New("neither PROVIDER_SECRET nor PROVIDER_SECRET_FILE gives a secret: Aperio's calls must be authenticated"))
 	}
+	o.Config.WebhookSecret = getenv("PROVIDER_WEBHOOK_SECRET")
+	if file := getenv("PROVIDER_WEBHOOK_SECRET_FILE"); o.Config.WebhookSecret == "" && file != "" {
+		b, err := readFile(file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PROVIDER_WEBHOOK_SECRET_FILE: %w", err))
+		}
+		o.Config.WebhookSecret = strings.TrimRight(string(b), "\r\n")
+		if err == nil && o.Config.WebhookSecret == "" {
+			errs = append(errs, errors.New("PROVIDER_WEBHOOK_SECRET_FILE: the file is empty"))
+		}
+	}
+	if o.Config.WebhookSecret != "" {
+		if _, err := webhookKey(o.Config.WebhookSecret); err != nil {
+			errs = append(errs, fmt.Errorf("webhook secret: %w", err))
+		}
+	}
 
 	if o.Config.Namespace == "" {
 		o.Config.Namespace = getenv("PROVIDER_NAMESPACE")
@@ -212,7 +234,8 @@ func newServer(h http.Handler) *http.Server {
 func serve(ctx context.Context, ln net.Listener, srv *http.Server, logger *slog.Logger, cfg Config) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("provider listening", "addr", ln.Addr().String(), "namespace", cfg.Namespace, "selector", cfg.Selector)
+	logger.Info("provider listening", "addr", ln.Addr().String(), "namespace", cfg.Namespace, "selector", cfg.Selector,
+		"events", cfg.WebhookSecret != "")
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
