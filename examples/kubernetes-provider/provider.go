@@ -204,6 +204,9 @@ type provider struct {
 	// followerWaitingForTest, when set, is called as a call starts
 	// waiting for the answer of an earlier call with its key.
 	followerWaitingForTest func()
+	// retireReadForTest, when set, is called by a retirement holding its
+	// object's lock, each time it has read the object.
+	retireReadForTest func()
 }
 
 // newProvider returns a provider; cfg must pass validate.

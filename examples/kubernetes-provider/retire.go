@@ -420,6 +420,9 @@ func (p *provider) applyRetirement(ctx context.Context, obj object, rt retiremen
 		if err != nil {
 			return err
 		}
+		if p.retireReadForTest != nil {
+			p.retireReadForTest()
+		}
 		if !annotatedFor(st.annotations, rt.hostname, rt.path) {
 			return fmt.Errorf("%s/%s: %w", obj.kind, obj.name, errNotAnnotated)
 		}

@@ -346,6 +346,107 @@ func TestRetireConcurrentDeliveries(t *testing.T) {
 	}
 }
 
+// waiters is the number of retirements and calls holding or waiting for
+// key's lock.
+func (l *objectLocks) waiters(key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.locks[key]; e != nil {
+		return e.refs
+	}
+	return 0
+}
+
+// TestRetireSerializedPerObject holds a first delivery inside the
+// object's lock while a second delivery of the same retirement, with
+// another id, arrives: the second must wait, then find it applied.
+func TestRetireSerializedPerObject(t *testing.T) {
+	f := newEventFixture(t, app(5, "web-7d9f8-aaaaa")...)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.p.retireReadForTest = func() {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(entered)
+			<-release
+		}
+	}
+	body := f.retired("i-1", "web-7d9f8-aaaaa").body()
+	done := make(chan int, 2)
+	go func() { done <- f.event("msg_1", body, nil).Code }()
+	<-entered
+	go func() { done <- f.event("msg_2", body, nil).Code }()
+	// Wait until the second waits for the lock (or, were there no
+	// lock, has finished).
+	deadline := time.Now().Add(10 * time.Second)
+	for f.p.locks.waiters("Deployment/web") < 2 && len(done) == 0 {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("the second delivery neither waited for the lock nor finished")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	for range 2 {
+		if c := <-done; c != http.StatusOK {
+			t.Errorf("status %d, want 200", c)
+		}
+	}
+	// Counted as writes: the fake API server ignores resourceVersions,
+	// so a second, stale write of the same count would not show in the
+	// replicas.
+	if got, n := f.replicas(deploymentsGVR, "web"), f.scaleUpdates(); got != 4 || n != 1 {
+		t.Errorf("replicas = %d after %d scale updates, want 4 after 1: lowered once", got, n)
+	}
+}
+
+// TestScalingCallWaitsForRetirement holds a retirement that has read
+// the object (replicas 1, no stamp) while a cold start call arrives: the
+// call must wait for the object's lock and raise the replicas after the
+// retirement lowered them. Without the lock the call would find 1 and
+// leave it, and the retirement would then write 0 under the visitor.
+func TestScalingCallWaitsForRetirement(t *testing.T) {
+	f := newEventFixture(t, app(1, "web-7d9f8-aaaaa")...)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.p.retireReadForTest = func() {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(entered)
+			<-release
+		}
+	}
+	evDone := make(chan *httptest.ResponseRecorder, 1)
+	body := f.retired("i-1", "web-7d9f8-aaaaa").body()
+	go func() { evDone <- f.event("msg_1", body, nil) }()
+	<-entered
+	callDone := make(chan *httptest.ResponseRecorder, 1)
+	go func() { callDone <- f.call("", body1()) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.p.locks.waiters("Deployment/web") < 2 && len(callDone) == 0 {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("the call neither waited for the lock nor finished")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if rec := <-evDone; rec.Code != http.StatusOK || decodeRetire(t, rec).Action != actionLowered {
+		t.Errorf("event: status %d %q, want 200 lowered", rec.Code, rec.Body.String())
+	}
+	if rec := <-callDone; rec.Code != http.StatusOK {
+		t.Errorf("call: status %d %q, want 200", rec.Code, rec.Body.String())
+	}
+	if got := f.replicas(deploymentsGVR, "web"); got != 1 {
+		t.Errorf("replicas = %d, want 1: the cold start came last", got)
+	}
+}
+
+// body1 is a cold start call body: desired 1, min 0, max 8.
+func body1() string { return body(1, 0, 8) }
+
 func TestEventsAuth(t *testing.T) {
 	otherKey := []byte("another key entirely, 32 bytes!!")
 	for _, tc := range []struct {
