@@ -211,10 +211,10 @@ func TestManifestsFitTogether(t *testing.T) {
 	// Scale to zero: an idle client must retire without exiting (an
 	// exited container is restarted, not removed), and the provider
 	// must hold the webhook secret that makes its retirement count.
-	if _, ok := envOf(client, "APERIO_IDLE_TIMEOUT"); ok {
-		if action, _ := envOf(client, "APERIO_IDLE_ACTION"); action.Value != "wait" {
-			t.Errorf("the sidecar sets an idle timeout with APERIO_IDLE_ACTION %q: in a pod it must be wait", action.Value)
-		}
+	idle, _ := envOf(client, "APERIO_IDLE_TIMEOUT")
+	action, _ := envOf(client, "APERIO_IDLE_ACTION")
+	if idle.Value == "" || action.Value != "wait" {
+		t.Errorf("the sidecar has APERIO_IDLE_TIMEOUT %q and APERIO_IDLE_ACTION %q: the example retires idle clients, and in a pod only with wait", idle.Value, action.Value)
 	}
 	if lo, _ := envOf(client, "APERIO_SCALING_MIN"); lo.Value != "0" {
 		t.Errorf("APERIO_SCALING_MIN = %q, want 0: the example scales to zero", lo.Value)
