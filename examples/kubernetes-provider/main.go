@@ -21,6 +21,7 @@
 //	PROVIDER_SECRET=... aperio-kubernetes-provider [--listen :9000]
 //	    [--namespace NS] [--selector LABELS] [--kubeconfig FILE]
 //	    [--max-replicas 100] [--api-timeout 8s] [--key-ttl 10m]
+//	    [--clock-skew 2s]
 //
 // The secret may instead be read from the file PROVIDER_SECRET_FILE names
 // (a mounted Secret). The webhook secret that verifies POST /events comes
@@ -115,6 +116,7 @@ func parseOptions(args []string, getenv func(string) string, readFile func(strin
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig `file`; empty uses the pod's service account")
 	fs.DurationVar(&o.Config.APITimeout, "api-timeout", 8*time.Second, "bound on one call's Kubernetes API requests")
 	fs.DurationVar(&o.Config.KeyTTL, "key-ttl", 10*time.Minute, "how long an Idempotency-Key's answer is replayed")
+	fs.DurationVar(&o.Config.ClockSkew, "clock-skew", 2*time.Second, "how far the Aperio servers' clocks may run ahead of the provider's: a retirement less than this after a scaling call replaces its pod instead of lowering")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -128,6 +130,9 @@ func parseOptions(args []string, getenv func(string) string, readFile func(strin
 	o.Config.MaxReplicas = int32(min(max(*maxReplicas, 0), 1<<20))
 	if o.Config.APITimeout <= 0 || o.Config.KeyTTL <= 0 {
 		errs = append(errs, errors.New("--api-timeout and --key-ttl must be positive"))
+	}
+	if o.Config.ClockSkew <= 0 || o.Config.ClockSkew > time.Minute {
+		errs = append(errs, errors.New("--clock-skew must be in (0, 1m]"))
 	}
 
 	o.Config.Secret = getenv("PROVIDER_SECRET")

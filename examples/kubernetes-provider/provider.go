@@ -133,6 +133,13 @@ type Config struct {
 	// MaxKeys bounds the remembered keys (oldest dropped first); 0 means
 	// 4096.
 	MaxKeys int
+	// ClockSkew is the margin by which a retirement must follow the
+	// object's scaled-at stamp to lower its replicas: the stamp is the
+	// provider's clock, the retirement's time the Aperio server's, and a
+	// server clock ahead by more than this could have a retirement that
+	// came before a cold start judged to have come after it (retire.go).
+	// 0 means 2s.
+	ClockSkew time.Duration
 	// Logger receives one line per call; nil discards.
 	Logger *slog.Logger
 }
@@ -150,6 +157,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxKeys == 0 {
 		c.MaxKeys = 4096
+	}
+	if c.ClockSkew == 0 {
+		c.ClockSkew = 2 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -171,8 +181,8 @@ func (c Config) validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.MaxReplicas < 0 || c.APITimeout < 0 || c.KeyTTL < 0 || c.MaxKeys < 0 {
-		errs = append(errs, errors.New("max replicas, API timeout, key TTL and max keys must not be negative"))
+	if c.MaxReplicas < 0 || c.APITimeout < 0 || c.KeyTTL < 0 || c.MaxKeys < 0 || c.ClockSkew < 0 {
+		errs = append(errs, errors.New("max replicas, API timeout, key TTL, max keys and clock skew must not be negative"))
 	}
 	return errors.Join(errs...)
 }

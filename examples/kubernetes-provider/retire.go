@@ -35,9 +35,13 @@ import (
 // (desired 1) may reach the provider before the event. Each scaling call
 // with desired > 0 stamps the object with annScaledAt (the provider's
 // clock) before it writes replicas; a retirement whose at is not after
-// the stamp is stale: lowering would strand the held visitor, so the
-// provider deletes the retired pod instead, and its controller starts a
-// fresh one that connects and serves.
+// the stamp plus Config.ClockSkew is stale: lowering would strand the
+// held visitor, so the provider deletes the retired pod instead, and its
+// controller starts a fresh one that connects and serves. The margin
+// errs towards stale: a retirement judged stale wrongly costs one pod
+// replacement and one missed scale-down (the fresh pod retires again
+// after idle_timeout), one judged fresh wrongly costs the held visitors
+// their cold start.
 
 const (
 	// eventInstanceRetired is the one event the provider acts on.
@@ -432,7 +436,7 @@ func (p *provider) applyRetirement(ctx context.Context, obj object, rt retiremen
 			switch {
 			case err != nil:
 				log.Warn("bad scaled-at stamp ignored", logKeyStamp, stamp)
-			case !rt.at.After(at):
+			case !rt.at.After(at.Add(p.cfg.ClockSkew)):
 				log = log.With(logKeyStamp, stamp)
 				res.Action = actionStale
 				return nil

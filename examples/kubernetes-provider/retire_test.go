@@ -655,6 +655,8 @@ func TestRetireAfterColdStartReplaces(t *testing.T) {
 	}{
 		{name: "retired a second before the call", atAgo: time.Second},
 		{name: "retired at the call's instant", atAgo: 0},
+		// A server clock up to the margin ahead of the provider's.
+		{name: "retired within the clock skew margin after the call", atAgo: -2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newEventFixture(t, app(1, "web-7d9f8-aaaaa")...)
@@ -678,6 +680,22 @@ func TestRetireAfterColdStartReplaces(t *testing.T) {
 				t.Error("the retired pod was not deleted")
 			}
 		})
+	}
+}
+
+// TestRetireAfterTheMarginLowers: a retirement more than the clock skew
+// margin after the last scaling call lowers.
+func TestRetireAfterTheMarginLowers(t *testing.T) {
+	f := newEventFixture(t, app(1, "web-7d9f8-aaaaa")...)
+	callAt := f.clock.now()
+	if rec := f.call("", body(1, 0, 8)); rec.Code != http.StatusOK {
+		t.Fatalf("call: status = %d %q", rec.Code, rec.Body.String())
+	}
+	f.clock.advance(time.Minute)
+	ev := retiredEvent{instance: "i-1", pod: "web-7d9f8-aaaaa", at: callAt.Add(2*time.Second + time.Millisecond)}
+	rec := f.event("msg_1", ev.body(), nil)
+	if got := decodeRetire(t, rec); rec.Code != http.StatusOK || got.Action != actionLowered || f.replicas(deploymentsGVR, "web") != 0 {
+		t.Errorf("status %d, answer %+v, replicas %d; want 200, lowered, 0", rec.Code, got, f.replicas(deploymentsGVR, "web"))
 	}
 }
 
