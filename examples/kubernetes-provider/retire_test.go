@@ -200,8 +200,8 @@ func TestRetireLeavesOtherPodsAlone(t *testing.T) {
 	objs := append(app(3, "web-7d9f8-aaaaa"), other, otherRS,
 		pod("other-1-xxxxx", controllerRef("ReplicaSet", "other-1", "other-rs-uid")),
 		pod("bare", metav1.OwnerReference{}), late)
-	for _, name := range []string{"other-1-xxxxx", "bare", "web-7d9f8-late", "no-such-pod", "Not_A_Pod"} {
-		t.Run(name, func(t *testing.T) {
+	for _, name := range []string{"other-1-xxxxx", "bare", "web-7d9f8-late", "no-such-pod", "Not_A_Pod", "café-1", ""} {
+		t.Run("name "+name, func(t *testing.T) {
 			f := newEventFixture(t, objs...)
 			rec := f.event("msg_1", f.retired("i-1", name).body(), nil)
 			if rec.Code != http.StatusOK {
