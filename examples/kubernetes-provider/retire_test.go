@@ -926,3 +926,34 @@ func TestObjectLockHonoursContext(t *testing.T) {
 		t.Errorf("%d locks left", l.len())
 	}
 }
+
+// FuzzEvents sends signed bodies of any shape: no panic, an answer in
+// the known set, and the replicas lowered by at most one.
+func FuzzEvents(f *testing.F) {
+	at := time.Date(2026, 12, 1, 11, 59, 0, 0, time.UTC)
+	for _, seed := range []string{
+		retiredEvent{instance: "i-1", pod: "web-7d9f8-aaaaa", at: at}.body(),
+		retiredEvent{instance: "i-1", pod: "web-7d9f8-aaaaa", at: at, min: 3}.body(),
+		`{"event":"ping","detail":{}}`, `{"event":"instance_retired","detail":null}`, `[`, `null`,
+		`{"event":"instance_retired","at":"2026-12-01T11:59:00Z","detail":{"instance_id":"i","reason":"idle","binds":[{"hostname":"app.example.com"}]}}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, b string) {
+		fx := newEventFixture(t, app(2, "web-7d9f8-aaaaa")...)
+		rec := fx.event("msg_1", b, nil)
+		got := fx.replicas(deploymentsGVR, "web")
+		switch rec.Code {
+		case http.StatusOK:
+			if got != 1 && got != 2 {
+				t.Errorf("accepted %q and set replicas %d, want 1 or 2", b, got)
+			}
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusNotFound, http.StatusConflict:
+			if got != 2 {
+				t.Errorf("refused %q with %d but replicas changed to %d", b, rec.Code, got)
+			}
+		default:
+			t.Errorf("body %q: status %d", b, rec.Code)
+		}
+	})
+}
