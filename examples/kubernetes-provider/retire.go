@@ -490,7 +490,7 @@ func (p *provider) applyRetirement(ctx context.Context, obj object, rt retiremen
 			res.Action, res.Pod = actionReplaced, pod.Name
 		}
 	}
-	log.Info("retirement applied", logKeyAction, res.Action, logKeyPrevious, res.Previous, logKeyReplicas, res.Replicas, "marked_pod", res.Pod)
+	log.Info("retirement applied", logKeyAction, res.Action, logKeyPrevious, res.Previous, logKeyReplicas, res.Replicas, logKeyPod+"_acted_on", res.Pod)
 	return res, nil
 }
 
