@@ -10,6 +10,10 @@
 //	               Idempotency-Key, 401 without the secret, 404 when no
 //	               object is annotated for the hostname, 409 when several
 //	               are, 503 with Retry-After when the API server failed
+//	POST /events   Aperio's webhook deliveries (docs/webhooks.md): an
+//	               instance_retired event lowers the replicas by one
+//	               (retire.go); 404 without a webhook secret, 401 unless
+//	               signed, 200 for other events and for one already applied
 //	GET  /healthz  "ok"
 //
 // Usage:
@@ -17,9 +21,12 @@
 //	PROVIDER_SECRET=... aperio-kubernetes-provider [--listen :9000]
 //	    [--namespace NS] [--selector LABELS] [--kubeconfig FILE]
 //	    [--max-replicas 100] [--api-timeout 8s] [--key-ttl 10m]
+//	    [--clock-skew 2s]
 //
 // The secret may instead be read from the file PROVIDER_SECRET_FILE names
-// (a mounted Secret). Without --kubeconfig (or KUBECONFIG) it uses the
+// (a mounted Secret). The webhook secret that verifies POST /events comes
+// likewise from PROVIDER_WEBHOOK_SECRET or PROVIDER_WEBHOOK_SECRET_FILE;
+// without either, POST /events answers 404. Without --kubeconfig (or KUBECONFIG) it uses the
 // pod's service account. The namespace defaults to PROVIDER_NAMESPACE, then
 // the service account's namespace, then "default".
 package main
@@ -109,6 +116,7 @@ func parseOptions(args []string, getenv func(string) string, readFile func(strin
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig `file`; empty uses the pod's service account")
 	fs.DurationVar(&o.Config.APITimeout, "api-timeout", 8*time.Second, "bound on one call's Kubernetes API requests")
 	fs.DurationVar(&o.Config.KeyTTL, "key-ttl", 10*time.Minute, "how long an Idempotency-Key's answer is replayed")
+	fs.DurationVar(&o.Config.ClockSkew, "clock-skew", 2*time.Second, "how far the Aperio servers' clocks may run ahead of the provider's: a retirement less than this after a scaling call replaces its pod instead of lowering")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -123,6 +131,9 @@ func parseOptions(args []string, getenv func(string) string, readFile func(strin
 	if o.Config.APITimeout <= 0 || o.Config.KeyTTL <= 0 {
 		errs = append(errs, errors.New("--api-timeout and --key-ttl must be positive"))
 	}
+	if o.Config.ClockSkew <= 0 || o.Config.ClockSkew > time.Minute {
+		errs = append(errs, errors.New("--clock-skew must be in (0, 1m]"))
+	}
 
 	o.Config.Secret = getenv("PROVIDER_SECRET")
 	if file := getenv("PROVIDER_SECRET_FILE"); o.Config.Secret == "" && file != "" {
@@ -134,6 +145,22 @@ func parseOptions(args []string, getenv func(string) string, readFile func(strin
 	}
 	if o.Config.Secret == "" {
 		errs = append(errs, errors.New("neither PROVIDER_SECRET nor PROVIDER_SECRET_FILE gives a secret: Aperio's calls must be authenticated"))
+	}
+	o.Config.WebhookSecret = getenv("PROVIDER_WEBHOOK_SECRET")
+	if file := getenv("PROVIDER_WEBHOOK_SECRET_FILE"); o.Config.WebhookSecret == "" && file != "" {
+		b, err := readFile(file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PROVIDER_WEBHOOK_SECRET_FILE: %w", err))
+		}
+		o.Config.WebhookSecret = strings.TrimRight(string(b), "\r\n")
+		if err == nil && o.Config.WebhookSecret == "" {
+			errs = append(errs, errors.New("PROVIDER_WEBHOOK_SECRET_FILE: the file is empty"))
+		}
+	}
+	if o.Config.WebhookSecret != "" {
+		if _, err := webhookKey(o.Config.WebhookSecret); err != nil {
+			errs = append(errs, fmt.Errorf("webhook secret: %w", err))
+		}
 	}
 
 	if o.Config.Namespace == "" {
@@ -212,7 +239,8 @@ func newServer(h http.Handler) *http.Server {
 func serve(ctx context.Context, ln net.Listener, srv *http.Server, logger *slog.Logger, cfg Config) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("provider listening", "addr", ln.Addr().String(), "namespace", cfg.Namespace, "selector", cfg.Selector)
+	logger.Info("provider listening", "addr", ln.Addr().String(), "namespace", cfg.Namespace, "selector", cfg.Selector,
+		"events", cfg.WebhookSecret != "")
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -107,3 +107,48 @@ func TestServerIsBounded(t *testing.T) {
 		t.Errorf("server %+v leaves a phase unbounded", s)
 	}
 }
+
+func TestParseWebhookSecret(t *testing.T) {
+	files := map[string]string{
+		"/run/wh":    testWebhookSecret + "\n",
+		"/run/empty": "\n",
+	}
+	readFile := func(path string) ([]byte, error) {
+		if s, ok := files[path]; ok {
+			return []byte(s), nil
+		}
+		return nil, fs.ErrNotExist
+	}
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		want    string
+		wantErr string
+	}{
+		{name: "none: the events route is off", env: map[string]string{}, want: ""},
+		{name: "from env", env: map[string]string{"PROVIDER_WEBHOOK_SECRET": "whsec_QUJD"}, want: "whsec_QUJD"},
+		{name: "from file", env: map[string]string{"PROVIDER_WEBHOOK_SECRET_FILE": "/run/wh"}, want: testWebhookSecret},
+		{name: "env wins", env: map[string]string{"PROVIDER_WEBHOOK_SECRET": "plain", "PROVIDER_WEBHOOK_SECRET_FILE": "/run/wh"}, want: "plain"},
+		{name: "missing file", env: map[string]string{"PROVIDER_WEBHOOK_SECRET_FILE": "/nope"}, wantErr: "PROVIDER_WEBHOOK_SECRET_FILE"},
+		{name: "empty file", env: map[string]string{"PROVIDER_WEBHOOK_SECRET_FILE": "/run/empty"}, wantErr: "empty"},
+		{name: "bad whsec", env: map[string]string{"PROVIDER_WEBHOOK_SECRET": "whsec_!!"}, wantErr: "webhook secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.env["PROVIDER_SECRET"] = "abc"
+			tc.env["PROVIDER_NAMESPACE"] = "team-a"
+			o, err := parseOptions(nil, func(k string) string { return tc.env[k] }, readFile, io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("parseOptions = %v, want an error about %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseOptions: %v", err)
+			}
+			if o.Config.WebhookSecret != tc.want {
+				t.Errorf("webhook secret %q, want %q", o.Config.WebhookSecret, tc.want)
+			}
+		})
+	}
+}

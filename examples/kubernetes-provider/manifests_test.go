@@ -115,9 +115,11 @@ func containerNamed(t *testing.T, d *appsv1.Deployment, name string) corev1.Cont
 	return corev1.Container{}
 }
 
-// TestRBACIsLeast fails when the provider's Role grants more than listing
-// Deployments and StatefulSets and getting and updating their scale, or
-// when anything grants cluster-wide rights.
+// TestRBACIsLeast fails when the provider's Role grants more than what
+// scaling and retirements need (listing, getting and patching Deployments
+// and StatefulSets, getting and updating their scale, getting
+// ReplicaSets, getting, patching and deleting pods), or when anything
+// grants cluster-wide rights.
 func TestRBACIsLeast(t *testing.T) {
 	objs := manifests(t)
 	if n := len(find[*rbacv1.ClusterRole](objs)) + len(find[*rbacv1.ClusterRoleBinding](objs)); n != 0 {
@@ -135,6 +137,9 @@ func TestRBACIsLeast(t *testing.T) {
 		for _, g := range rule.APIGroups {
 			for _, r := range rule.Resources {
 				for _, v := range rule.Verbs {
+					if g == "" {
+						g = "core"
+					}
 					got = append(got, g+" "+r+" "+v)
 				}
 			}
@@ -142,12 +147,20 @@ func TestRBACIsLeast(t *testing.T) {
 	}
 	slices.Sort(got)
 	want := []string{
+		"apps deployments get",
 		"apps deployments list",
+		"apps deployments patch",
 		"apps deployments/scale get",
 		"apps deployments/scale update",
+		"apps replicasets get",
+		"apps statefulsets get",
 		"apps statefulsets list",
+		"apps statefulsets patch",
 		"apps statefulsets/scale get",
 		"apps statefulsets/scale update",
+		"core pods delete",
+		"core pods get",
+		"core pods patch",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Role grants\n  %s\nwant exactly\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
@@ -195,8 +208,16 @@ func TestManifestsFitTogether(t *testing.T) {
 	if !annotatedFor(app.Annotations, host.Value, "/") {
 		t.Errorf("app annotations %v do not name its client's hostname %q", app.Annotations, host.Value)
 	}
-	if _, ok := envOf(client, "APERIO_IDLE_TIMEOUT"); ok {
-		t.Error("the sidecar sets an idle timeout: in a pod the exited client is restarted, not retired")
+	// Scale to zero: an idle client must retire without exiting (an
+	// exited container is restarted, not removed), and the provider
+	// must hold the webhook secret that makes its retirement count.
+	idle, _ := envOf(client, "APERIO_IDLE_TIMEOUT")
+	action, _ := envOf(client, "APERIO_IDLE_ACTION")
+	if idle.Value == "" || action.Value != "wait" {
+		t.Errorf("the sidecar has APERIO_IDLE_TIMEOUT %q and APERIO_IDLE_ACTION %q: the example retires idle clients, and in a pod only with wait", idle.Value, action.Value)
+	}
+	if lo, _ := envOf(client, "APERIO_SCALING_MIN"); lo.Value != "0" {
+		t.Errorf("APERIO_SCALING_MIN = %q, want 0: the example scales to zero", lo.Value)
 	}
 	if app.Spec.Template.Spec.TerminationGracePeriodSeconds == nil || *app.Spec.Template.Spec.TerminationGracePeriodSeconds <= 30 {
 		t.Error("the app's grace period does not cover the client's 30 s drain")
@@ -256,6 +277,29 @@ func TestManifestsFitTogether(t *testing.T) {
 	secret, _ := envOf(client, "APERIO_SCALING_SECRET")
 	if secret.ValueFrom == nil || secret.ValueFrom.SecretKeyRef == nil || secret.ValueFrom.SecretKeyRef.Key != "scale-secret" {
 		t.Errorf("the client's scaling secret comes from %+v, want the scale-secret key the provider reads", secret)
+	}
+
+	// The provider reads its webhook secret from the same Secret.
+	pc := containerNamed(t, provider, "provider")
+	whFile, _ := envOf(pc, "PROVIDER_WEBHOOK_SECRET_FILE")
+	found := false
+	for _, v := range provider.Spec.Template.Spec.Volumes {
+		if v.Secret == nil || v.Secret.SecretName != secret.ValueFrom.SecretKeyRef.Name {
+			continue
+		}
+		for _, m := range pc.VolumeMounts {
+			if m.Name != v.Name {
+				continue
+			}
+			for _, item := range v.Secret.Items {
+				if item.Key == "webhook-secret" && whFile.Value == m.MountPath+"/"+item.Path {
+					found = true
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("PROVIDER_WEBHOOK_SECRET_FILE = %q is not the webhook-secret key of the Secret %s mounted in the provider", whFile.Value, secret.ValueFrom.SecretKeyRef.Name)
 	}
 
 	server := containerNamed(t, deploymentNamed(t, objs, "aperio-server"), "server")

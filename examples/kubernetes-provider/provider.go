@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -107,6 +108,13 @@ type Result struct {
 type Config struct {
 	// Secret is the bearer token every call must carry; required.
 	Secret string
+	// WebhookSecret verifies the Standard Webhooks signature of the
+	// events POST /events receives (retire.go): "whsec_" and the base64
+	// of the key, or any other string used as its bytes. Empty turns the
+	// route off (404): an unsigned event is never acted on. When set,
+	// each scaling call with desired > 0 also stamps its object with
+	// aperio.dev/scaled-at.
+	WebhookSecret string
 	// Namespace is the only namespace whose objects are listed and scaled.
 	Namespace string
 	// Selector is a label selector narrowing the objects listed; empty
@@ -125,6 +133,13 @@ type Config struct {
 	// MaxKeys bounds the remembered keys (oldest dropped first); 0 means
 	// 4096.
 	MaxKeys int
+	// ClockSkew is the margin by which a retirement must follow the
+	// object's scaled-at stamp to lower its replicas: the stamp is the
+	// provider's clock, the retirement's time the Aperio server's, and a
+	// server clock ahead by more than this could have a retirement that
+	// came before a cold start judged to have come after it (retire.go).
+	// 0 means 2s.
+	ClockSkew time.Duration
 	// Logger receives one line per call; nil discards.
 	Logger *slog.Logger
 }
@@ -143,6 +158,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxKeys == 0 {
 		c.MaxKeys = 4096
 	}
+	if c.ClockSkew == 0 {
+		c.ClockSkew = 2 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -158,8 +176,13 @@ func (c Config) validate() error {
 	if c.Namespace == "" {
 		errs = append(errs, errors.New("no namespace"))
 	}
-	if c.MaxReplicas < 0 || c.APITimeout < 0 || c.KeyTTL < 0 || c.MaxKeys < 0 {
-		errs = append(errs, errors.New("max replicas, API timeout, key TTL and max keys must not be negative"))
+	if c.WebhookSecret != "" {
+		if _, err := webhookKey(c.WebhookSecret); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.MaxReplicas < 0 || c.APITimeout < 0 || c.KeyTTL < 0 || c.MaxKeys < 0 || c.ClockSkew < 0 {
+		errs = append(errs, errors.New("max replicas, API timeout, key TTL, max keys and clock skew must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -170,13 +193,30 @@ func (c Config) validate() error {
 type provider struct {
 	cfg  Config
 	kube kubernetes.Interface
+	now  func() time.Time
 	keys *keyCache
 	gens *generations
-	sem  chan struct{} // one token per call being served
+	sem  chan struct{} // one token per call or event being served
+	// locks serializes the writes of scaling calls and retirements to
+	// one object.
+	locks *objectLocks
+
+	// webhookKey is the HMAC key of cfg.WebhookSecret; nil without one.
+	webhookKey []byte
+	// deliveries and instances are the webhook ids and instance ids of
+	// the events already applied (or ignored, for deliveries).
+	deliveries *seenSet
+	instances  *seenSet
+	// noWebhookSecretOnce logs, once, an event refused for want of a
+	// webhook secret.
+	noWebhookSecretOnce sync.Once
 
 	// followerWaitingForTest, when set, is called as a call starts
 	// waiting for the answer of an earlier call with its key.
 	followerWaitingForTest func()
+	// retireReadForTest, when set, is called by a retirement holding its
+	// object's lock, each time it has read the object.
+	retireReadForTest func()
 }
 
 // newProvider returns a provider; cfg must pass validate.
@@ -185,18 +225,34 @@ func newProvider(cfg Config, kube kubernetes.Interface, now func() time.Time) (*
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &provider{
-		cfg:  cfg,
-		kube: kube,
-		keys: newKeyCache(cfg.MaxKeys, cfg.KeyTTL, now),
-		gens: newGenerations(),
-		sem:  make(chan struct{}, maxInFlight),
-	}, nil
+	if now == nil {
+		now = time.Now
+	}
+	p := &provider{
+		cfg:        cfg,
+		kube:       kube,
+		now:        now,
+		keys:       newKeyCache(cfg.MaxKeys, cfg.KeyTTL, now),
+		gens:       newGenerations(),
+		sem:        make(chan struct{}, maxInFlight),
+		locks:      newObjectLocks(),
+		deliveries: newSeenSet(maxRetiredIDs, retiredTTL, now),
+		instances:  newSeenSet(maxRetiredIDs, retiredTTL, now),
+	}
+	if cfg.WebhookSecret != "" {
+		key, err := webhookKey(cfg.WebhookSecret)
+		if err != nil {
+			return nil, err
+		}
+		p.webhookKey = key
+	}
+	return p, nil
 }
 
 func (p *provider) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /scale", p.handleScale)
+	mux.HandleFunc("POST /events", p.handleEvents)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -370,6 +426,26 @@ func (p *provider) serve(ctx context.Context, call hookCall, log *slog.Logger) a
 		hi = min(hi, int32(n))
 	}
 	want := replicasFor(call, hi)
+
+	unlock, err := p.locks.lock(ctx, obj.kind+"/"+obj.name)
+	if err != nil {
+		log.Warn("scaling call refused: gave up waiting for the object's lock", logKeyError, err)
+		return answer{status: http.StatusServiceUnavailable, retryAfter: time.Second, body: []byte("the object is busy\n")}
+	}
+	defer unlock()
+	// The stamp goes first: a retirement read after it is stale, and one
+	// read before it writes replicas with a resourceVersion the stamp
+	// has since changed, so its write conflicts and it reads again.
+	if p.webhookKey != nil && *call.Desired > 0 {
+		if err := p.stamp(ctx, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				log.Warn("object vanished", logKeyError, err)
+				return textAnswer(http.StatusNotFound, fmt.Sprintf("%s/%s is gone", obj.kind, obj.name))
+			}
+			log.Error("stamp object", logKeyError, err)
+			return apiFailure(err)
+		}
+	}
 
 	var res Result
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
