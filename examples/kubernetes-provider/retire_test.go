@@ -957,3 +957,24 @@ func FuzzEvents(f *testing.F) {
 		}
 	})
 }
+
+// TestRetireServerShapedBody: a body exactly as aperio-server writes an
+// instance_retired for a whole-host bind (its path "", its keys in the
+// server's order, as internal/server's TestInstanceRetired reads them)
+// lowers the object annotated for "/".
+func TestRetireServerShapedBody(t *testing.T) {
+	f := newEventFixture(t, app(1, "web-7d9f8-aaaaa")...)
+	at := f.clock.now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
+	body := fmt.Sprintf(`{"event":"instance_retired","at":%q,"org_id":"org_bbtc2aranhtyq3mrvufzkrfzpr","hostname":%q,"path":"",`+
+		`"detail":{"actor":"token:tok_lqtlrghccixizywsli3bxb5suj","binds":[{"hostname":%q,"path":""}],"client_id":"577d6172b1fdac79",`+
+		`"idle_action":"wait","instance_id":"9f86d081884c7d65","min":0,"name":"web-7d9f8-aaaaa","reason":"idle",`+
+		`"summary":"client 577d6172b1fdac79 \"web-7d9f8-aaaaa\" (instance 9f86d081884c7d65) retired idle (idle_action wait), binds %s",`+
+		`"token_id":"tok_lqtlrghccixizywsli3bxb5suj"}}`, at, testHost, testHost, testHost)
+	rec := f.event("msg_server_shaped", body, nil)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status = %d %q, want 200", rec.Code, rec.Body.String())
+	}
+	if got := decodeRetire(t, rec); got.Action != actionLowered || got.Replicas != 0 {
+		t.Errorf("answer = %+v, want lowered to 0", got)
+	}
+}

@@ -6,6 +6,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -40,7 +41,20 @@ type Options struct {
 	// StatusSocket overrides the status_socket setting (tests); empty
 	// keeps the setting.
 	StatusSocket string
+	// RetiredWait bounds how long a client retired with idle_action wait
+	// waits for its signal (tests shorten it); 0 is DefaultRetiredWait.
+	RetiredWait time.Duration
 }
+
+// DefaultRetiredWait is how long a client that idle_timeout retired with
+// idle_action wait waits for its signal before it exits by itself. Whoever
+// removes the instance (a provider lowering replicas on instance_retired)
+// does so within seconds; past this bound the event was lost or ignored
+// (replicas already at min, a StatefulSet removing another ordinal), and
+// the process exits so that its supervisor restarts a fresh instance that
+// connects and serves, instead of a pod that counts as a replica, serves
+// nothing and leaves a later cold start's visitors waiting.
+const DefaultRetiredWait = 30 * time.Second
 
 // Agent runs one client process. Create it with New and start it with Run.
 type Agent struct {
@@ -78,9 +92,10 @@ type Agent struct {
 	// retired is set once a client retired with idle_action wait has
 	// closed its tunnels and waits for its signal.
 	retired      atomic.Bool
-	served       atomic.Int64 // requests answered since start
-	lastRequest  atomic.Int64 // unix nanoseconds of the last request's end
-	exposed      exposedTable // the servers' answers to the expose entries
+	retiredWait  time.Duration // Options.RetiredWait
+	served       atomic.Int64  // requests answered since start
+	lastRequest  atomic.Int64  // unix nanoseconds of the last request's end
+	exposed      exposedTable  // the servers' answers to the expose entries
 	healthChange chan struct{}
 	// limitChange is signalled when a service's concurrency limit moved;
 	// nudgeLoop announces it, at most once per minAnnounceGap.
@@ -185,6 +200,7 @@ func New(cfg config.Client, opts Options) (*Agent, error) {
 	a := &Agent{
 		cfg:          cfg,
 		log:          log,
+		retiredWait:  cmp.Or(opts.RetiredWait, DefaultRetiredWait),
 		instanceID:   newInstanceID(),
 		healthChange: make(chan struct{}, 1),
 		limitChange:  make(chan struct{}, 1),

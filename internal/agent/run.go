@@ -130,13 +130,22 @@ func (a *Agent) waitForStop(ctx context.Context) error {
 // idle_action wait, a supervisor that restarts exited processes (a
 // Kubernetes Deployment) must not bring it back; whoever scales the
 // instances removes it. The status socket keeps answering, retired, so a
-// liveness probe on `aperio-client status` passes meanwhile.
+// liveness probe on `aperio-client status` passes meanwhile. Nobody
+// removing it within retiredWait (DefaultRetiredWait), it exits by itself
+// (see DefaultRetiredWait).
 func (a *Agent) waitRetired(ctx context.Context, tunnels *sync.WaitGroup) {
 	tunnels.Wait()
 	a.retired.Store(true)
-	a.log.Info("retired (idle_action wait): drained and disconnected, waiting for SIGTERM")
-	<-ctx.Done()
-	a.log.Info("stopping after the retirement")
+	a.log.Info("retired (idle_action wait): drained and disconnected, waiting for SIGTERM", logkey.Timeout, a.retiredWait)
+	t := time.NewTimer(a.retiredWait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		a.log.Info("stopping after the retirement")
+	case <-t.C:
+		a.log.Warn("retired, and nobody stopped this instance: exiting so that its supervisor starts a fresh one (is the provider subscribed to instance_retired?)",
+			logkey.Timeout, a.retiredWait)
+	}
 }
 
 // giveUp logs why the client stops retrying and what to do, and returns

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,19 +79,30 @@ func waitDisconnected(t *testing.T, rcv *verifiedReceiver, n int) {
 // status saying retired, until its signal; with exit it ends by itself.
 func TestInstanceRetired(t *testing.T) {
 	t.Parallel()
-	for _, action := range config.IdleActions {
-		t.Run(action, func(t *testing.T) {
+	for _, tt := range []struct {
+		name, action string
+		// retiredWait shortens the wait for the signal: nobody sends it,
+		// so the process exits by itself once it passed.
+		retiredWait time.Duration
+	}{
+		{"exit", config.IdleActionExit, 0},
+		{"wait", config.IdleActionWait, 0},
+		{"wait bounded", config.IdleActionWait, 300 * time.Millisecond},
+	} {
+		action := tt.action
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rcv, srv, visitor := retiredStack(t)
 			cfg := agentConfig(srv, service(startBackend(t, identityEcho()).URL))
-			cfg.Name = "web-7d9f8-" + action
+			cfg.Name = "web-7d9f8-" + strings.ReplaceAll(tt.name, " ", "-")
 			cfg.IdleTimeout, cfg.IdleAction, cfg.DrainTimeout = 300*time.Millisecond, action, 2*time.Second
 			sc := config.DefaultScaling()
 			// Port 9 (discard) answers nothing: a call below min fails
 			// fast, which this test does not look at.
 			sc.URL, sc.Min, sc.Max = "http://127.0.0.1:9/scale", 1, 2
 			cfg.Scaling = &sc
-			a, err := agent.New(cfg, agent.Options{Logger: testLogger(), TLSConfig: srv.tlsClientConfig(), StatusSocket: config.StatusSocketOff})
+			a, err := agent.New(cfg, agent.Options{Logger: testLogger(), TLSConfig: srv.tlsClientConfig(), StatusSocket: config.StatusSocketOff,
+				RetiredWait: tt.retiredWait})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +129,7 @@ func TestInstanceRetired(t *testing.T) {
 			}
 			waitClients(t, visitor, srv, 0)
 
-			if action == config.IdleActionExit {
+			if action == config.IdleActionExit || tt.retiredWait > 0 {
 				if err := wait(t, done, waitFor, "Run to end after the retirement"); !errors.Is(err, agent.ErrIdle) {
 					t.Fatalf("Run() = %v, want ErrIdle", err)
 				}
