@@ -47,6 +47,9 @@ type demo struct {
 	// streams end instead of holding Shutdown for n*interval.
 	stopping  chan struct{}
 	closeOnce sync.Once
+
+	// provider serves POST /scale when set (--provider-run).
+	provider *provider
 }
 
 func newDemo() *demo {
@@ -80,6 +83,9 @@ func (d *demo) routes() http.Handler {
 	mux.HandleFunc("PUT /upload", d.serveUpload)
 	mux.HandleFunc("GET /sse", d.serveSSE)
 	mux.HandleFunc("GET /healthz", d.serveHealthz)
+	if d.provider != nil {
+		mux.HandleFunc("POST /scale", d.provider.serveScale)
+	}
 	return mux
 }
 

@@ -10,10 +10,12 @@
 //	GET  /sse?n=5&interval=100ms
 //	                    n server-sent events, one per interval
 //	GET  /healthz       "ok"
+//	POST /scale         with --provider-run: the demo's scaling provider
+//	                    (provider.go), bearer secret $DEMO_PROVIDER_SECRET
 //
 // Usage:
 //
-//	aperio-demo [--listen 127.0.0.1:3000] [--log-level info]
+//	aperio-demo [--listen 127.0.0.1:3000] [--log-level info] [--provider-run FILE]
 //
 // Without --listen, the PORT environment variable selects 127.0.0.1:$PORT.
 package main
@@ -48,6 +50,10 @@ const (
 type config struct {
 	Listen   string     // TCP address to listen on
 	LogLevel slog.Level // minimum level logged to stderr
+	// ProviderRun, when set, serves POST /scale, which runs this file for
+	// each instance a scaling call asks for; ProviderSecret is the bearer
+	// secret calls must carry ($DEMO_PROVIDER_SECRET, required then).
+	ProviderRun, ProviderSecret string
 }
 
 func main() {
@@ -88,11 +94,18 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	cfg := config{}
 	fs.StringVar(&cfg.Listen, "listen", listen, "TCP `address` to serve HTTP/1.1 and h2c on (env PORT sets 127.0.0.1:$PORT)")
 	fs.TextVar(&cfg.LogLevel, "log-level", slog.LevelInfo, "minimum log `level`: debug, info, warn or error")
+	fs.StringVar(&cfg.ProviderRun, "provider-run", "", "serve POST /scale, a scaling provider that runs this `file` for each instance asked for (bearer secret $DEMO_PROVIDER_SECRET)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.ProviderRun != "" {
+		cfg.ProviderSecret = getenv("DEMO_PROVIDER_SECRET")
+		if len(cfg.ProviderSecret) < 16 {
+			return config{}, errors.New("--provider-run needs DEMO_PROVIDER_SECRET, at least 16 characters")
+		}
 	}
 	return cfg, nil
 }
@@ -105,18 +118,24 @@ func run(ctx context.Context, cfg config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	return serve(ctx, ln, logger)
+	var p *provider
+	if cfg.ProviderRun != "" {
+		p = &provider{run: cfg.ProviderRun, secret: cfg.ProviderSecret, log: logger}
+		defer p.stop()
+	}
+	return serve(ctx, ln, logger, p)
 }
 
 // serve serves the demo endpoints on ln until ctx is done, then stops
 // accepting, lets in-flight requests finish for up to shutdownTimeout and
 // closes what is left. It closes ln. SSE streams end early on shutdown.
-func serve(ctx context.Context, ln net.Listener, logger *slog.Logger) error {
+func serve(ctx context.Context, ln net.Listener, logger *slog.Logger, p *provider) error {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 
 	d := newDemo()
+	d.provider = p
 	srv := &http.Server{
 		Handler:           d.routes(),
 		Protocols:         &protocols,

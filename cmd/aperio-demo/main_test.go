@@ -233,7 +233,7 @@ func startServe(t testing.TB) (baseURL string, stop func() error) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
-	go func() { errc <- serve(ctx, ln, slog.New(slog.DiscardHandler)) }()
+	go func() { errc <- serve(ctx, ln, slog.New(slog.DiscardHandler), nil) }()
 	var result error
 	done := false
 	stop = func() error {

@@ -26,6 +26,8 @@ const (
 
 // Keys of diagnostic lines.
 const (
+	// PID is a process id (a demo instance the demo provider started).
+	PID = "pid"
 	// Limits is the startup line's visitor-facing limits in force.
 	Limits                = "limits"
 	Abandoned             = "abandoned"
