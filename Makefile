@@ -60,6 +60,10 @@ kubernetes-provider:
 
 vet:
 	$(GO) vet ./...
+	# The client's service glue differs by platform (Windows service
+	# manager, launchd, systemd): vet it for each.
+	GOOS=windows $(GO) vet ./cmd/aperio-client
+	GOOS=darwin $(GO) vet ./cmd/aperio-client
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 

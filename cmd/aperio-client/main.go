@@ -105,6 +105,11 @@ func serveClient(opts config.ClientOptions, checkConfig, printConfig bool, stdou
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Under the Windows service manager, its stop and shutdown requests
+	// end ctx as SIGTERM does elsewhere; running is closed once Run
+	// returned, so that the service reports stopped only after the drain.
+	ctx, running := serviceContext(ctx, log)
+	defer running()
 	defer watchConfig(ctx, log, a, opts, src)()
 	err = a.Run(ctx)
 	if err != nil && !errors.Is(err, agent.ErrIdle) {
