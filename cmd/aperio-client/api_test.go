@@ -75,8 +75,9 @@ func (s *staticClients) SetClientDisabled(id string, disabled bool) error {
 type staticScaling struct {
 	mu        sync.Mutex // guards the following fields
 	views     []autoscale.View
-	disarms   []string                     // "orgID/id" of every Disarm call
-	histories map[string]autoscale.History // by record ID
+	disarms   []string                        // "orgID/id" of every Disarm call
+	arms      []autoscale.OperatorDeclaration // every Arm call
+	histories map[string]autoscale.History    // by record ID
 }
 
 func (s *staticScaling) History(id string) autoscale.History {
@@ -117,6 +118,27 @@ func (s *staticScaling) Disarm(_ context.Context, orgID, id string) error {
 		}
 	}
 	return fmt.Errorf("autoscale: disarm %s: %w", id, autoscale.ErrNoRecord)
+}
+
+// Arm records d and creates or updates the view of its bind, 201 for a
+// new one.
+func (s *staticScaling) Arm(_ context.Context, d autoscale.OperatorDeclaration) (autoscale.View, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.arms = append(s.arms, d)
+	b := d.Block
+	v := autoscale.View{ID: "scl_armed", OrgID: d.OrgID, Hostname: d.Hostname, Path: d.Path, URL: b.URL, Authenticated: b.Secret != "",
+		Min: b.Min, Max: b.Max, ColdStart: b.ColdStart, TargetUtilization: b.TargetUtilization, Window: b.Window, Cooldown: b.Cooldown}
+	for i, old := range s.views {
+		if old.OrgID == d.OrgID && old.Hostname == d.Hostname && old.Path == d.Path {
+			v.ID = old.ID
+			s.views = slices.Clone(s.views)
+			s.views[i] = v
+			return v, false, nil
+		}
+	}
+	s.views = append(slices.Clone(s.views), v)
+	return v, true, nil
 }
 
 func (s *staticScaling) set(vs ...autoscale.View) {
