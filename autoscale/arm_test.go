@@ -169,3 +169,25 @@ func TestOperatorArmer(t *testing.T) {
 		}
 	}
 }
+
+// TestColdStartLearnsRecordFromStore proves that a cold start of a bind
+// whose record another server stored, which this controller has not
+// reloaded yet, reads it from the store and calls, rather than answering
+// ErrNoRecord while the router already holds the visitor; a bind with no
+// record still answers ErrNoRecord.
+func TestColdStartLearnsRecordFromStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, nil)
+		h.store.put(rec("app.example.com")) // no change feed: no reload
+		st, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", "")
+		if err != nil {
+			t.Fatalf("ColdStart of a record only the store holds = %v, want a call", err)
+		}
+		synctest.Wait()
+		<-st.Done()
+		expectCall(t, h, 1, 0, ReasonColdStart, 0, 1)
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "none.example.com", ""); !errors.Is(err, ErrNoRecord) {
+			t.Errorf("ColdStart of a bind without a record = %v, want ErrNoRecord", err)
+		}
+	})
+}
