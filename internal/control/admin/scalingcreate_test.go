@@ -271,3 +271,17 @@ func TestDeletedKeyReleasesItsRecords(t *testing.T) {
 		t.Errorf("shared record after the key's deletion = %+v (found %t), want it armed by tok_client alone", r, ok)
 	}
 }
+
+// TestCreateScalingPathNormalized proves that the path prefix is stored in
+// the normal form the router matches (empty segments collapsed,
+// unreserved escapes decoded) and the hostname lowercased, so that the
+// record names the pool a client's bind of the same prefix makes.
+func TestCreateScalingPathNormalized(t *testing.T) {
+	f := newFixture(t)
+	var got admin.ScalingRecordDetail
+	f.expect(t, "POST", "/scaling", masterToken, `{"hostname":"APP.example.com","path":"/api//v1/%7Euser","url":"https://provider.example.com/scale"}`, http.StatusCreated, &got)
+	arms := f.scaling.armCalls()
+	if len(arms) != 1 || arms[0].Hostname != "app.example.com" || arms[0].Path != "/api/v1/~user" || got.Path != "/api/v1/~user" {
+		t.Errorf("Arm calls = %+v, answer path %q; want app.example.com /api/v1/~user", arms, got.Path)
+	}
+}
