@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"
@@ -323,6 +324,9 @@ type Controller struct {
 	quota        quota // records held and being created, per org and armer
 
 	refused refusals // declarations refused by validateDeclaration; its own lock
+	// learning shares the store reads of learn between the concurrent
+	// cold starts of one bind.
+	learning singleflight.Group
 }
 
 // bindKey names a bind.
@@ -729,6 +733,7 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	if err := c.awaitLoaded(ctx); err != nil {
 		return nil, err
 	}
+	c.learn(ctx, orgID, hostname, path)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	b, p := c.planColdStartLocked(orgID, hostname, path, c.now())
@@ -756,6 +761,56 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	b.queued.note = c.noteLocked(b, now, apitype.ScalingActionColdStart, whyColdStart, apitype.ScalingOutcomePending, 0, d.desired, nil)
 	b.start = s
 	return s, nil
+}
+
+// learnTimeout bounds the store read of learn.
+const learnTimeout = 2 * time.Second
+
+// learn reads the record of a bind the controller does not know from the
+// store, and takes it as a reload would. The caller (the router) asks for
+// a cold start only of a bind it holds armed, and it arms a record
+// another server created through the store's change feed, as this
+// controller learns of it; whichever of the two reloads lands first, a
+// visitor held in between still cold starts the bind rather than waiting
+// for a client nobody calls. Concurrent callers for one bind share one
+// read; a failed read is left to the next reload.
+func (c *Controller) learn(ctx context.Context, orgID, hostname, path string) {
+	c.mu.Lock()
+	known := c.closed || c.lookupLocked(orgID, hostname, path) != nil
+	mark := c.writes
+	c.mu.Unlock()
+	if known {
+		return
+	}
+	key := orgID + "\x00" + hostname + "\x00" + path
+	v, _, _ := c.learning.Do(key, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), learnTimeout)
+		defer cancel()
+		r, err := c.store.ScalingRecordByBind(ctx, orgID, hostname, path)
+		if err != nil {
+			return nil, err
+		}
+		return &r, nil
+	})
+	r, _ := v.(*Record)
+	if r == nil || orgID != "" && r.OrgID != orgID {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := bindKey{r.OrgID, r.Hostname, r.Path}
+	b := c.binds[k]
+	// The rule of refresh against stale reads: a bind written, or with a
+	// record, since the read began keeps what it holds.
+	if b != nil && (b.rec != nil || b.landed > mark || b.writing > 0 || b.running != nil) {
+		return
+	}
+	if b == nil {
+		b = c.newBindLocked(k)
+	}
+	c.applyLocked(b, *r, false)
+	c.log.Info("scaling record learned at a cold start", logkey.OrgID, r.OrgID, logkey.Hostname, r.Hostname,
+		logkey.Path, r.Path, logkey.RecordID, r.ID)
 }
 
 // awaitLoaded waits for Run's first load of the records. It returns

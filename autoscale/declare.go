@@ -294,8 +294,8 @@ func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
 }
 
 // declareTurn is one Declare between its planning and its apply: the bind
-// whose turn it holds, the announcing session, its claim on the caps, and
-// what planDeclare reads.
+// whose turn it holds, the announcing session (nil for an operator's Arm),
+// its claim on the caps, and what planDeclare reads.
 type declareTurn struct {
 	b   *bind
 	s   *announcer
@@ -312,33 +312,10 @@ func (c *Controller) beginDeclare(ctx context.Context, a SessionDeclaration, d D
 	k := bindKey{a.OrgID, a.Hostname, a.Path}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Refused before the bind is remembered: a flood of names over the
-	// caps leaves nothing behind.
-	res, err := c.admitLocked(k, a.Armer)
+	b, res, err := c.takeTurnLocked(ctx, k, a.Armer)
 	if err != nil {
 		return declareTurn{}, err
 	}
-	b := c.binds[k]
-	if b == nil {
-		b = c.newBindLocked(k)
-	}
-	b.declaring++ // keeps b from gcLocked while it waits and until endDeclare
-	for b.turn != nil {
-		turn := b.turn
-		c.mu.Unlock()
-		select {
-		case <-turn:
-			c.mu.Lock()
-		case <-ctx.Done():
-			c.mu.Lock()
-			c.quota.releaseLocked(&res)
-			b.declaring--
-			c.gcLocked(b)
-			return declareTurn{}, ctx.Err()
-		}
-	}
-	b.turn = make(chan struct{})
-	b.writing++
 
 	s := b.sessions[a.Session]
 	if s == nil {
@@ -360,6 +337,42 @@ func (c *Controller) beginDeclare(ctx context.Context, a SessionDeclaration, d D
 	return t, nil
 }
 
+// takeTurnLocked admits armer's declaration for k (the caps, decided in
+// memory, see admitLocked), then waits for the bind's turn, with c.mu held
+// except while it waits. It returns the bind, its turn taken and a write
+// counted in progress, and the claim on the caps; endDeclare ends both. It
+// fails with the caps' errors, or ctx's while it waits.
+func (c *Controller) takeTurnLocked(ctx context.Context, k bindKey, armer string) (*bind, reservation, error) {
+	// Refused before the bind is remembered: a flood of names over the
+	// caps leaves nothing behind.
+	res, err := c.admitLocked(k, armer)
+	if err != nil {
+		return nil, reservation{}, err
+	}
+	b := c.binds[k]
+	if b == nil {
+		b = c.newBindLocked(k)
+	}
+	b.declaring++ // keeps b from gcLocked while it waits and until endDeclare
+	for b.turn != nil {
+		turn := b.turn
+		c.mu.Unlock()
+		select {
+		case <-turn:
+			c.mu.Lock()
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.quota.releaseLocked(&res)
+			b.declaring--
+			c.gcLocked(b)
+			return nil, reservation{}, ctx.Err()
+		}
+	}
+	b.turn = make(chan struct{})
+	b.writing++
+	return b, res, nil
+}
+
 // endDeclare applies the outcome of a turn's plan p, under one lock: the
 // record the write stored (got), unless it failed (err), and the session
 // counts as declared once its declaration is stored or found stored. The
@@ -370,7 +383,9 @@ func (c *Controller) endDeclare(t declareTurn, p declarePlan, got Record, err er
 	defer c.mu.Unlock()
 	b := t.b
 	if err == nil {
-		t.s.declared = true
+		if t.s != nil {
+			t.s.declared = true
+		}
 		if p.write {
 			c.applyLocked(b, got, p.rearm)
 		}

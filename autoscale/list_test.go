@@ -190,12 +190,18 @@ func TestRecordCreatedElsewhereSeen(t *testing.T) {
 		h.store = fs
 		ctx := context.Background()
 
+		// PlanColdStart reads only what the controller holds (a
+		// ColdStart would read the record from the store: see
+		// TestColdStartLearnsRecordFromStore).
 		r := fs.put(rec("app.example.com"))
-		if _, err := h.c.ColdStart(ctx, testOrg, "app.example.com", ""); !errors.Is(err, ErrNoRecord) {
-			t.Fatalf("ColdStart before the change error = %v, want ErrNoRecord", err)
+		if p := h.c.PlanColdStart(ctx, testOrg, "app.example.com", ""); !errors.Is(p.Err, ErrNoRecord) {
+			t.Fatalf("PlanColdStart before the change error = %v, want ErrNoRecord", p.Err)
 		}
 		fs.publish(store.Change{Kind: store.ChangeScalingUpdated, ID: r.ID, OrgID: testOrg, Hostname: r.Hostname})
 		synctest.Wait()
+		if p := h.c.PlanColdStart(ctx, testOrg, "app.example.com", ""); p.Err != nil {
+			t.Errorf("PlanColdStart after the change error = %v, want nil", p.Err)
+		}
 		if _, err := h.c.ColdStart(ctx, testOrg, "app.example.com", ""); err != nil {
 			t.Errorf("ColdStart after the change error = %v, want nil", err)
 		}

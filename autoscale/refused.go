@@ -109,15 +109,7 @@ type URLChecker interface {
 // refused declaration is remembered for List until a valid one replaces
 // it or its session ends.
 func (c *Controller) validateDeclaration(a SessionDeclaration) (Declaration, error) {
-	d, problems := a.Block.normalize()
-	if a.Hostname == "" {
-		problems = append(problems, "hostname is empty")
-	}
-	if len(problems) == 0 && c.cfg.Policy != nil {
-		if err := c.cfg.Policy.CheckURL(d.URL); err != nil {
-			problems = append(problems, "url is refused by the server's outbound policy: "+fenceReason(err))
-		}
-	}
+	d, problems := c.checkBlock(a.Hostname, a.Block)
 	k := bindKey{a.OrgID, a.Hostname, a.Path}
 	if len(problems) > 0 {
 		err := &DeclarationError{Hostname: a.Hostname, Problems: problems}
@@ -128,6 +120,24 @@ func (c *Controller) validateDeclaration(a SessionDeclaration) (Declaration, err
 	}
 	c.refused.remove(k)
 	return d, nil
+}
+
+// checkBlock normalizes block, declared for hostname, and returns the
+// problems of validateDeclaration: the block's rules, an empty hostname,
+// and a hook URL the server's outbound policy (Config.Policy) refuses. It
+// remembers nothing: a client's declaration and an operator's (Arm) are
+// judged alike.
+func (c *Controller) checkBlock(hostname string, block Declaration) (Declaration, []string) {
+	d, problems := block.normalize()
+	if hostname == "" {
+		problems = append(problems, "hostname is empty")
+	}
+	if len(problems) == 0 && c.cfg.Policy != nil {
+		if err := c.cfg.Policy.CheckURL(d.URL); err != nil {
+			problems = append(problems, "url is refused by the server's outbound policy: "+fenceReason(err))
+		}
+	}
+	return d, problems
 }
 
 // fenceReason is the reason of a fence refusal: the policy's phrase, which

@@ -68,7 +68,7 @@ func newAPICommand(stdout, stderr io.Writer) *cobra.Command {
 }
 
 func (a *apiCLI) scalingCommand() *cobra.Command {
-	cmd := group("scaling", "List and disarm scaling records")
+	cmd := group("scaling", "List, show, create and disarm scaling records")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List scaling records with their live pool, most recently declared first",
@@ -97,8 +97,70 @@ func (a *apiCLI) scalingCommand() *cobra.Command {
 			}, scalingDetail)
 		},
 	}
-	cmd.AddCommand(list, show, disarm)
+	cmd.AddCommand(list, show, a.scalingCreateCommand(), disarm)
 	return cmd
+}
+
+// scalingCreateCommand is `api scaling create`: POST /scaling, which arms
+// autoscaling for a hostname before any client has connected for it.
+func (a *apiCLI) scalingCreateCommand() *cobra.Command {
+	var (
+		req                         apitype.CreateScalingRequest
+		secretStdin                 bool
+		secretFile                  string
+		coldStart, window, coolDown time.Duration
+	)
+	create := &cobra.Command{
+		Use: "create HOSTNAME --url URL [--path PREFIX] [--secret-stdin | --secret-file PATH | --secret SECRET] " +
+			"[--min N] [--max N] [--cold-start D] [--target-utilization F] [--window D] [--cooldown D]",
+		Short: "Arm autoscaling for a hostname before any client connected: its first visitor cold starts it",
+		Long: "Arm autoscaling for a hostname (and path prefix) the organization may bind, as a client's scaling: block would,\n" +
+			"so that the first visitor is held and the provider called (reason cold_start) with no instance ever run by hand.\n" +
+			"An existing record of the bind is updated and re-armed. Unset flags take a client's defaults.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			switch {
+			case secretStdin:
+				req.Secret, err = readSecret(cmd.InOrStdin(), "standard input")
+			case secretFile != "":
+				req.Secret, err = readSecretFile(secretFile)
+			}
+			if err != nil {
+				fmt.Fprintln(a.stderr, "aperio-client:", err)
+				return exitcode.ErrUsage
+			}
+			req.Hostname = args[0]
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+				dst  *string
+			}{{"cold-start", coldStart, &req.ColdStart}, {"window", window, &req.Window}, {"cooldown", coolDown, &req.Cooldown}} {
+				if cmd.Flags().Changed(d.flag) {
+					*d.dst = d.v.String()
+				}
+			}
+			return callAPI(a, cmd, func(c *apiclient.Client, ctx context.Context) (apitype.ScalingRecordDetail, error) {
+				return c.CreateScaling(ctx, req)
+			}, scalingDetail)
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&req.URL, "url", "", "the provider's hook (https unless the server allows http)")
+	f.StringVar(&req.Path, "path", "", "path prefix of the bind (default: the whole hostname)")
+	f.BoolVar(&secretStdin, "secret-stdin", false, "read the hook's bearer secret from the first line of standard input")
+	f.StringVar(&secretFile, "secret-file", "", "read the hook's bearer secret from the first line of this file")
+	f.StringVar(&req.Secret, "secret", "", "the hook's bearer secret (visible in the process list: prefer --secret-stdin or --secret-file; default: none)")
+	f.IntVar(&req.Min, "min", 0, "lowest capacity asked for (0 lets the service sleep)")
+	f.IntVar(&req.Max, "max", 0, "highest capacity asked for (default: min, at least 1)")
+	f.DurationVar(&coldStart, "cold-start", 0, "how long a visitor may be held while a cold start runs (default 45s, at most 5m)")
+	f.Float64Var(&req.TargetUtilization, "target-utilization", 0, "scale out at or above this fraction of capacity, in (0,1] (default 0.8)")
+	f.DurationVar(&window, "window", 0, "how long utilization must stay at or above target before a scale out (default 15s)")
+	f.DurationVar(&coolDown, "cooldown", 0, "minimum gap between two calls (default 60s)")
+	f.StringVar(&req.OrgID, "org-id", "", "organization of the record (master token only; default: default)")
+	create.MarkFlagsMutuallyExclusive("secret", "secret-stdin", "secret-file")
+	mustRequire(create, "url")
+	return create
 }
 
 func (a *apiCLI) clientsCommand() *cobra.Command {

@@ -75,8 +75,9 @@ func (s *staticClients) SetClientDisabled(id string, disabled bool) error {
 type staticScaling struct {
 	mu        sync.Mutex // guards the following fields
 	views     []autoscale.View
-	disarms   []string                     // "orgID/id" of every Disarm call
-	histories map[string]autoscale.History // by record ID
+	disarms   []string                        // "orgID/id" of every Disarm call
+	arms      []autoscale.OperatorDeclaration // every Arm call
+	histories map[string]autoscale.History    // by record ID
 }
 
 func (s *staticScaling) History(id string) autoscale.History {
@@ -117,6 +118,27 @@ func (s *staticScaling) Disarm(_ context.Context, orgID, id string) error {
 		}
 	}
 	return fmt.Errorf("autoscale: disarm %s: %w", id, autoscale.ErrNoRecord)
+}
+
+// Arm records d and creates or updates the view of its bind, 201 for a
+// new one.
+func (s *staticScaling) Arm(_ context.Context, d autoscale.OperatorDeclaration) (autoscale.View, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.arms = append(s.arms, d)
+	b := d.Block
+	v := autoscale.View{ID: "scl_armed", OrgID: d.OrgID, Hostname: d.Hostname, Path: d.Path, URL: b.URL, Authenticated: b.Secret != "",
+		Min: b.Min, Max: b.Max, ColdStart: b.ColdStart, TargetUtilization: b.TargetUtilization, Window: b.Window, Cooldown: b.Cooldown}
+	for i, old := range s.views {
+		if old.OrgID == d.OrgID && old.Hostname == d.Hostname && old.Path == d.Path {
+			v.ID = old.ID
+			s.views = slices.Clone(s.views)
+			s.views[i] = v
+			return v, false, nil
+		}
+	}
+	s.views = append(slices.Clone(s.views), v)
+	return v, true, nil
 }
 
 func (s *staticScaling) set(vs ...autoscale.View) {
@@ -967,5 +989,79 @@ func TestSparkline(t *testing.T) {
 				t.Errorf("sparkline(%s) = %q, %q; want %q, %q", tt.name, line, marks, tt.line, tt.marks)
 			}
 		})
+	}
+}
+
+// TestAPIScalingCreate: `api scaling create HOSTNAME --url URL …` sends
+// POST /scaling with the flags as the body (durations in Go syntax, the
+// secret from a file), prints the record, and fails with exit 2 on bad
+// usage and 1 when the API refuses.
+func TestAPIScalingCreate(t *testing.T) {
+	s := newAPIServer(t)
+	t.Setenv("APERIO_SERVER_URL", s.url)
+	t.Setenv("APERIO_API_KEY", testMaster)
+	var adminKey, operator admin.MintedKey
+	okJSON(t, &adminKey, "api", "admin-keys", "create", "--name", "admin", "--role", "admin", "--json")
+	okJSON(t, &operator, "api", "admin-keys", "create", "--name", "ops", "--role", "operator", "--json")
+	t.Setenv("APERIO_API_KEY", adminKey.Secret)
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte("hook-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var got apitype.ScalingRecordDetail
+	okJSON(t, &got, "api", "scaling", "create", "App.Example.com", "--url", "https://provider.example.com/scale", "--path", "/api",
+		"--secret-file", secretFile, "--min", "1", "--max", "4", "--cold-start", "90s", "--target-utilization", "0.7",
+		"--window", "20s", "--cooldown", "2m", "--json")
+	if got.ID != "scl_armed" || got.Hostname != "app.example.com" || got.Path != "/api" || !got.Authenticated || got.Min != 1 || got.Max != 4 {
+		t.Errorf("scaling create --json = %+v, want the record", got)
+	}
+	s.scaling.mu.Lock()
+	arms := slices.Clone(s.scaling.arms)
+	s.scaling.mu.Unlock()
+	want := autoscale.Declaration{URL: "https://provider.example.com/scale", Secret: "hook-secret", Min: 1, Max: 4,
+		ColdStart: 90 * time.Second, TargetUtilization: 0.7, Window: 20 * time.Second, Cooldown: 2 * time.Minute}
+	if len(arms) != 1 || arms[0].Block != want || arms[0].Hostname != "app.example.com" || arms[0].Path != "/api" || arms[0].Armer != "key:"+adminKey.ID {
+		t.Fatalf("Arm calls = %+v, want one of %+v by key:%s", arms, want, adminKey.ID)
+	}
+
+	// Unset flags are left out: the server applies a client's defaults.
+	out := ok(t, "api", "scaling", "create", "plain.example.com", "--url", "https://provider.example.com/plain")
+	if !strings.Contains(out, "scl_armed") || !strings.Contains(out, "plain.example.com") {
+		t.Errorf("scaling create prints %q, want the record", out)
+	}
+	s.scaling.mu.Lock()
+	last := s.scaling.arms[len(s.scaling.arms)-1]
+	s.scaling.mu.Unlock()
+	if last.Block != (autoscale.Declaration{URL: "https://provider.example.com/plain"}) || last.Path != "" {
+		t.Errorf("Arm of a bare create = %+v, want the URL alone", last)
+	}
+
+	for _, tt := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"no hostname", []string{"--url", "https://p.example.com/"}, 2, "accepts 1 arg(s), received 0"},
+		{"no url", []string{"x.example.com"}, 2, `required flag(s) "url" not set`},
+		{"bad duration", []string{"x.example.com", "--url", "https://p.example.com/", "--cold-start", "soon"}, 2, "invalid argument"},
+		{"two secrets", []string{"x.example.com", "--url", "https://p.example.com/", "--secret", "a", "--secret-file", secretFile}, 2, "none of the others can be"},
+		{"missing secret file", []string{"x.example.com", "--url", "https://p.example.com/", "--secret-file", secretFile + ".none"}, 2, "--secret-file"},
+		{"refused by the API", []string{"bad host", "--url", "https://p.example.com/"}, 1, "aperio-client: hostname:"},
+		{"operator may not", []string{"x.example.com", "--url", "https://p.example.com/", "--api-key", operator.Secret}, 1, "needs role admin"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := cli(t, append([]string{"api", "scaling", "create"}, tt.args...)...)
+			if code != tt.code || out != "" || !strings.Contains(errOut, tt.stderr) {
+				t.Errorf("scaling create %q = exit %d, %q, stderr %q; want %d with %q", tt.args, code, out, errOut, tt.code, tt.stderr)
+			}
+		})
+	}
+	s.scaling.mu.Lock()
+	n := len(s.scaling.arms)
+	s.scaling.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d Arm calls, want the two accepted creates alone", n)
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
@@ -240,7 +242,33 @@ func (g *Gateway) adminScaling() admin.Scaling {
 	if g.ctl == nil {
 		return nil
 	}
-	return g.ctl
+	return armingScaling{Controller: g.ctl, arm: g.armed.reload, log: g.log}
+}
+
+// armingScaling is the controller as the admin API uses it: a record an
+// operator arms (POST /scaling) is armed in this server's router before
+// the API answers, so that a visitor who arrives right after the answer
+// is held for a cold start rather than refused. The other servers sharing
+// the store arm it through the change feed (watchChanges), as a record a
+// client declared elsewhere.
+type armingScaling struct {
+	*autoscale.Controller
+	arm func(ctx context.Context) error // reloads the router's armed binds
+	log *slog.Logger
+}
+
+// Arm is autoscale.Controller.Arm, then a reload of the router's armed
+// binds. A failed reload is logged: the record is stored, and the change
+// feed and the periodic reload arm it soon.
+func (s armingScaling) Arm(ctx context.Context, d autoscale.OperatorDeclaration) (autoscale.View, bool, error) {
+	v, created, err := s.Controller.Arm(ctx, d)
+	if err != nil {
+		return v, created, err
+	}
+	if rerr := s.arm(ctx); rerr != nil {
+		s.log.Error("arming a scaling record declared through the API failed", logkey.RecordID, v.ID, logkey.Err, rerr)
+	}
+	return v, created, nil
 }
 
 // nonNilStrings returns ss, or an empty slice for nil, so that JSON shows

@@ -642,8 +642,8 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 	}
 	for _, rec := range recs {
 		for _, armer := range rec.ArmedBy {
-			if armer == apitype.Master {
-				continue
+			if armer == apitype.Master || autoscale.OperatorArmer(armer) {
+				continue // no token, no expiry
 			}
 			t, err := token(armer)
 			if err != nil {
@@ -681,11 +681,13 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 }
 
 // armersEntitled reports whether some armer of rec may arm it: the master
-// token, or a token of the record's organization whose hostnames allow the
-// record's hostname.
+// token, an admin API caller (autoscale.OperatorArmer: POST /scaling
+// checked that the record's organization may bind the hostname, and
+// loadArmed checks that it still does), or a token of the record's
+// organization whose hostnames allow the record's hostname.
 func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token, error)) (bool, error) {
 	for _, armer := range rec.ArmedBy {
-		if armer == apitype.Master {
+		if armer == apitype.Master || autoscale.OperatorArmer(armer) {
 			return true, nil
 		}
 		t, err := token(armer)
@@ -701,11 +703,12 @@ func armersEntitled(rec store.ScalingRecord, token func(id string) (store.Token,
 
 // armersAllowedIPs returns the visitors the record's armers admit: the
 // union of their tokens' allowed_ips, or nil (everyone) as soon as one
-// armer is unrestricted (the master token, or a token without the list).
+// armer is unrestricted (the master token, an admin API caller, or a
+// token without the list).
 func armersAllowedIPs(rec store.ScalingRecord, token func(id string) (store.Token, error)) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, armer := range rec.ArmedBy {
-		if armer == apitype.Master {
+		if armer == apitype.Master || autoscale.OperatorArmer(armer) {
 			return nil, nil
 		}
 		t, err := token(armer)

@@ -62,6 +62,7 @@ type Store interface {
 	ListAdminKeys(ctx context.Context, orgID string) ([]store.AdminKey, error)
 	DeleteAdminKey(ctx context.Context, orgID, id string) error
 	AdminKey(ctx context.Context, orgID, id string) (store.AdminKey, error)
+	ReleaseScalingArmer(ctx context.Context, armer string) ([]string, error)
 
 	CreateAdminSession(ctx context.Context, s store.AdminSession, keep int) (store.AdminSession, error)
 	AdminSessionByHash(ctx context.Context, hash []byte) (store.AdminSession, error)
@@ -118,19 +119,25 @@ type ClientInfo = apitype.ClientInfo
 type Concurrency = apitype.Concurrency
 
 // Scaling is the autoscaler as the API needs it: the subset of
-// *autoscale.Controller that GET /scaling, GET /scaling/{id} and DELETE
-// /scaling/{id} call. Every method is called from request goroutines and
+// *autoscale.Controller that GET /scaling, POST /scaling, GET
+// /scaling/{id} and DELETE /scaling/{id} call. Every method is called from request goroutines and
 // must be safe for concurrent use.
 //
 // List returns the records of orgID ("" means every organization) with
-// their live pool. Disarm removes record id of orgID; its error wraps
-// autoscale.ErrNoRecord or store.ErrNotFound when there is no such record.
+// their live pool. Arm creates or updates and re-arms the record of an
+// operator's declaration (autoscale.Controller.Arm): its errors wrap
+// autoscale.ErrInvalid (a *autoscale.DeclarationError), ErrBindTaken or
+// ErrRecordLimit when the declaration is refused; the record it stored
+// must reach every server sharing the store (the store's change feed).
+// Disarm removes record id of orgID; its error wraps autoscale.ErrNoRecord
+// or store.ErrNotFound when there is no such record.
 // Errors that wrap store.ErrUnavailable answer 503, as for Store. History
 // returns what the server remembers of record id (its latest decisions and
 // pool samples), without I/O; the API asks only for a record List showed
 // the caller.
 type Scaling interface {
 	List(ctx context.Context, orgID string) ([]autoscale.View, error)
+	Arm(ctx context.Context, d autoscale.OperatorDeclaration) (v autoscale.View, created bool, err error)
 	Disarm(ctx context.Context, orgID, id string) error
 	History(id string) autoscale.History
 }
@@ -443,6 +450,7 @@ func (a *API) routeTable() []route {
 		{http.MethodPost, "/clients/{id}/enable", roleOperator, a.enableClient},
 		{http.MethodPost, "/clients/{id}/drain", roleOperator, a.drainClient},
 		{http.MethodGet, "/scaling", roleViewer, a.listScaling},
+		{http.MethodPost, "/scaling", roleAdmin, a.createScaling},
 		{http.MethodGet, "/scaling/{id}", roleViewer, a.getScaling},
 		{http.MethodDelete, "/scaling/{id}", roleOperator, a.disarmScaling},
 		{http.MethodGet, "/webhooks", roleViewer, a.listWebhooks},

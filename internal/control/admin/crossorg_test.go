@@ -291,6 +291,14 @@ var matrix = []matrixCase{
 		return "/clients/" + map[bool]string{true: "cli_a", false: "cli_b"}[own] + "/drain", ""
 	}, own: 204, other: 404, master: 204},
 	{method: "GET", pattern: "/scaling", req: fixed("/scaling"), own: 200, other: 200, master: 200, listing: true},
+	{method: "POST", pattern: "/scaling", req: func(_ *testing.T, w *orgWorld, master, own bool) (string, string) {
+		// A key aiming at b names b's hostname in its own organization.
+		field := ""
+		if master {
+			field = fmt.Sprintf(`,"org_id":%q`, w.org(own))
+		}
+		return "/scaling", fmt.Sprintf(`{"hostname":"c%d.%s","url":"https://provider.example.com/scale"%s}`, w.next(), w.suffix(own), field)
+	}, own: 201, other: 403, master: 201},
 	{method: "GET", pattern: "/scaling/{id}", req: func(t *testing.T, w *orgWorld, _, own bool) (string, string) {
 		return "/scaling/" + w.newScaling(t, w.org(own)), ""
 	}, own: 200, other: 404, master: 200},

@@ -21,6 +21,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/control/webhook"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 )
@@ -169,8 +170,30 @@ func (a *API) deleteKey(w http.ResponseWriter, r *http.Request, c caller) error 
 		OrgID:  k.OrgID,
 		Detail: fmt.Sprintf("key %s name=%q role=%s", k.ID, k.Name, k.Role),
 	})
+	a.releaseKeyArmer(r, k)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// releaseKeyArmer takes the deleted key k off the scaling records it armed
+// with POST /scaling, as a revoked client token is taken off its own: a
+// record it alone armed goes (every server drops it through the store's
+// change feed), and one a client or another caller also armed stays. A
+// deleted key, perhaps because it leaked, thus leaves no provider URL of
+// its choosing behind. The key is gone either way: a failure is logged,
+// not answered.
+func (a *API) releaseKeyArmer(r *http.Request, k store.AdminKey) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
+	defer cancel()
+	armer := store.AdminKeyActor(k.ID).String()
+	ids, err := a.store.ReleaseScalingArmer(ctx, armer)
+	if err != nil {
+		a.log.Error("releasing a deleted admin key's scaling records failed", logkey.Actor, armer, logkey.Err, err)
+		return
+	}
+	if len(ids) > 0 {
+		a.log.Info("scaling records released", logkey.Actor, armer, logkey.Reason, "admin key deleted", logkey.Count, len(ids))
+	}
 }
 
 func (a *API) listTokens(w http.ResponseWriter, r *http.Request, c caller) error {

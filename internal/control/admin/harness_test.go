@@ -106,12 +106,14 @@ func (f *fakeClients) set(l ...admin.ClientInfo) {
 type fakeScaling struct {
 	mu        sync.Mutex // guards the following fields
 	views     []autoscale.View
-	histories map[string]autoscale.History // by record ID
-	disarms   []string                     // "orgID/id" of every Disarm call, in order
-	histCalls []string                     // the id of every History call, in order
-	lists     int                          // List calls
-	listErr   error                        // returned by List when set
-	disarmErr error                        // returned by Disarm when set
+	histories map[string]autoscale.History    // by record ID
+	disarms   []string                        // "orgID/id" of every Disarm call, in order
+	histCalls []string                        // the id of every History call, in order
+	lists     int                             // List calls
+	arms      []autoscale.OperatorDeclaration // every Arm call, in order
+	armErr    error                           // returned by Arm when set
+	listErr   error                           // returned by List when set
+	disarmErr error                           // returned by Disarm when set
 }
 
 func (f *fakeScaling) List(_ context.Context, orgID string) ([]autoscale.View, error) {
@@ -144,6 +146,37 @@ func (f *fakeScaling) Disarm(_ context.Context, orgID, id string) error {
 		}
 	}
 	return fmt.Errorf("autoscale: disarm %s: %w (%w)", id, autoscale.ErrNoRecord, store.ErrNotFound)
+}
+
+// Arm records d and creates or updates the view of its bind, as the
+// controller does without the rules: the tests of those use a real one.
+func (f *fakeScaling) Arm(_ context.Context, d autoscale.OperatorDeclaration) (autoscale.View, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.arms = append(f.arms, d)
+	if f.armErr != nil {
+		return autoscale.View{}, false, f.armErr
+	}
+	b := d.Block
+	v := autoscale.View{OrgID: d.OrgID, Hostname: d.Hostname, Path: d.Path, URL: b.URL, Authenticated: b.Secret != "",
+		Min: b.Min, Max: b.Max, ColdStart: b.ColdStart, TargetUtilization: b.TargetUtilization, Window: b.Window, Cooldown: b.Cooldown}
+	for i, old := range f.views {
+		if old.OrgID == d.OrgID && old.Hostname == d.Hostname && old.Path == d.Path {
+			v.ID = old.ID
+			f.views[i] = v
+			return v, false, nil
+		}
+	}
+	v.ID = fmt.Sprintf("scl_arm%d", len(f.arms))
+	f.views = append(f.views, v)
+	return v, true, nil
+}
+
+// armCalls returns the Arm calls so far.
+func (f *fakeScaling) armCalls() []autoscale.OperatorDeclaration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]autoscale.OperatorDeclaration(nil), f.arms...)
 }
 
 // History returns the history set for id (zero when none), and records

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -242,9 +241,5 @@ func validEvents(events []string) ([]string, []string) {
 // only, since a URL's path or query can be a credential, and never the
 // secret.
 func webhookDetail(wh store.Webhook) string {
-	origin := "?"
-	if u, err := url.Parse(wh.URL); err == nil {
-		origin = u.Scheme + "://" + u.Host
-	}
-	return fmt.Sprintf("webhook %s origin=%s events=%s signed=%t format=%s", wh.ID, origin, strings.Join(wh.Events, ","), wh.Secret != "", cmp.Or(wh.Format, apitype.WebhookFormatGeneric))
+	return fmt.Sprintf("webhook %s origin=%s events=%s signed=%t format=%s", wh.ID, urlOrigin(wh.URL), strings.Join(wh.Events, ","), wh.Secret != "", cmp.Or(wh.Format, apitype.WebhookFormatGeneric))
 }

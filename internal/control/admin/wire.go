@@ -67,6 +67,8 @@ type (
 	ScalingRecordDetail = apitype.ScalingRecordDetail
 	// Webhook is a webhook subscription as the API shows it.
 	Webhook = apitype.Webhook
+	// CreateScalingRequest is the body of POST /scaling.
+	CreateScalingRequest = apitype.CreateScalingRequest
 	// CreateWebhookRequest is the body of POST /webhooks.
 	CreateWebhookRequest = apitype.CreateWebhookRequest
 	// WebhookDelivery is one delivery of a webhook's log.

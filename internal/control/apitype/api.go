@@ -19,8 +19,9 @@ const (
 	// RoleOperator also turns maintenance on and off and disarms scaling
 	// records.
 	RoleOperator = "operator"
-	// RoleAdmin also mints and revokes tokens and creates and deletes
-	// admin keys.
+	// RoleAdmin also mints and revokes tokens, creates and deletes
+	// admin keys and webhooks, and creates scaling records (outbound URLs
+	// with secrets).
 	RoleAdmin = "admin"
 )
 
@@ -534,6 +535,37 @@ type Webhook struct {
 	// Format is how the bodies are written: one of WebhookFormats.
 	Format    string    `json:"format"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// CreateScalingRequest is the body of POST /scaling: a scaling block
+// declared by an operator for a bind no client may have announced yet, so
+// that its first visitor cold starts it. The fields are the client's
+// scaling block (docs/autoscaling.md), with the same defaults: an omitted
+// (or zero) field takes the default a client's declaration gets.
+type CreateScalingRequest struct {
+	// Hostname is the bind's hostname (or "*." pattern): one the caller's
+	// organization may bind.
+	Hostname string `json:"hostname"`
+	// Path is the bind's path prefix; "" means the whole hostname.
+	Path string `json:"path,omitempty"`
+	// URL is the provider's hook, permitted by the outbound policy.
+	URL string `json:"url"`
+	// Secret is sent as "Authorization: Bearer"; "" sends none. It is
+	// never shown again.
+	Secret string `json:"secret,omitempty"`
+	// Min and Max bound the capacity asked for; Max 0 means
+	// max(1, Min).
+	Min int `json:"min,omitempty"`
+	Max int `json:"max,omitempty"`
+	// ColdStart, Window and Cooldown are Go durations ("45s", "1m30s");
+	// "" means the default.
+	ColdStart string `json:"cold_start,omitempty"`
+	// TargetUtilization is in (0,1]; 0 means the default.
+	TargetUtilization float64 `json:"target_utilization,omitempty"`
+	Window            string  `json:"window,omitempty"`
+	Cooldown          string  `json:"cooldown,omitempty"`
+	// OrgID is as in CreateKeyRequest.
+	OrgID string `json:"org_id,omitempty"`
 }
 
 // CreateWebhookRequest is the body of POST /webhooks.

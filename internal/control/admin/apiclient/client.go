@@ -137,6 +137,15 @@ func (c *Client) ScalingRecord(ctx context.Context, id string) (apitype.ScalingR
 	return out, c.Do(ctx, http.MethodGet, "/scaling/"+url.PathEscape(id), nil, &out)
 }
 
+// CreateScaling calls POST /scaling: it arms autoscaling for req's bind
+// before any client has connected for it, or updates and re-arms the
+// organization's record of the bind, and returns the record as GET
+// /scaling/{id} shows it.
+func (c *Client) CreateScaling(ctx context.Context, req apitype.CreateScalingRequest) (apitype.ScalingRecordDetail, error) {
+	var out apitype.ScalingRecordDetail
+	return out, c.Do(ctx, http.MethodPost, "/scaling", req, &out)
+}
+
 // DisarmScaling calls DELETE /scaling/{id}, which removes the record. A
 // client still declaring it arms it again on its next announcement.
 func (c *Client) DisarmScaling(ctx context.Context, id string) error {

@@ -57,6 +57,11 @@ func TestClientRequests(t *testing.T) {
 			request{method: "PUT", uri: "/aperio/api/maintenance/app.example.com"}},
 		{"show scaling", func(c *apiclient.Client) error { _, err := c.ScalingRecord(ctx, "scl/1"); return err },
 			request{method: "GET", uri: "/aperio/api/scaling/scl%2F1"}},
+		{"create scaling", func(c *apiclient.Client) error {
+			_, err := c.CreateScaling(ctx, apitype.CreateScalingRequest{Hostname: "app.example.com", URL: "https://p.example/s", Max: 3, ColdStart: "45s"})
+			return err
+		}, request{method: "POST", uri: "/aperio/api/scaling", contentType: "application/json",
+			body: `{"hostname":"app.example.com","url":"https://p.example/s","max":3,"cold_start":"45s"}`}},
 		{"disarm scaling", func(c *apiclient.Client) error { return c.DisarmScaling(ctx, "scl 1") },
 			request{method: "DELETE", uri: "/aperio/api/scaling/scl%201"}},
 		{"audit with a limit", func(c *apiclient.Client) error { _, err := c.Audit(ctx, 5); return err },
