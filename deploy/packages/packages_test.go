@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -279,11 +280,13 @@ func TestPackageVersion(t *testing.T) {
 	}
 }
 
-// TestPackageVersionOrder: dpkg orders the package versions (with the
-// package's revision, -1) as semver orders the versions they come from,
-// so every upgrade along this line is an upgrade to apt.
+// TestPackageVersionOrder: dpkg and rpm order the package versions (with
+// the package's revision or release, -1) as semver orders the versions
+// they come from, so every upgrade along this line is an upgrade to apt
+// and to dnf.
 func TestPackageVersionOrder(t *testing.T) {
 	need(t, "dpkg")
+	need(t, "rpm")
 	line := []string{
 		"v0.0.0-dev.9+gffffffffffff",
 		"v0.0.0-dev.10+g000000000000",
@@ -310,6 +313,12 @@ func TestPackageVersionOrder(t *testing.T) {
 		}
 		if err := exec.Command("dpkg", "--compare-versions", older+"-1", "lt", newer+"-1").Run(); err != nil {
 			t.Errorf("dpkg does not order %s (%s) before %s (%s): %v", older, line[i-1], newer, line[i], err)
+		}
+		// rpm's own comparison of two version-release strings: -1 when
+		// the first is older.
+		out, err := exec.Command("rpm", "--eval", fmt.Sprintf("%%{lua: print(rpm.vercmp(%q, %q))}", older+"-1", newer+"-1")).Output()
+		if err != nil || strings.TrimSpace(string(out)) != "-1" {
+			t.Errorf("rpm does not order %s (%s) before %s (%s): vercmp = %q, %v", older, line[i-1], newer, line[i], out, err)
 		}
 	}
 }
