@@ -1,0 +1,51 @@
+package dashboard
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aperio-dev/aperio/internal/control/apitype"
+)
+
+// TestHeaderAdminMenu: the credentials and organization pages sit in the
+// header's Admin menu (a disclosure), the others in its own row; a role
+// that sees none of them gets no menu; an admin page marks the menu.
+func TestHeaderAdminMenu(t *testing.T) {
+	u, _, _ := newTestUI(t)
+	b := render(t, u, "traffic", apitype.Master)
+	menu := strings.Index(b, `<details id="nav-admin">`)
+	if menu < 0 {
+		t.Fatalf("the master's header has no Admin menu")
+	}
+	head := b[:strings.Index(b, "</header>")]
+	for _, p := range []string{"tokens", "keys", "orgs", "webhooks"} {
+		if i := strings.Index(head, `href="/aperio/ui/`+p+`"`); i < menu {
+			t.Errorf("the %s page's link is not in the Admin menu (at %d, menu at %d)", p, i, menu)
+		}
+	}
+	for _, p := range []string{"clients", "traffic", "scaling", "audit", "explain"} {
+		if i := strings.Index(head, `href="/aperio/ui/`+p+`"`); i < 0 || i > menu {
+			t.Errorf("the %s page's link is not in the header's row (at %d, menu at %d)", p, i, menu)
+		}
+	}
+	lacks(t, "traffic page's header", head, `<summary class="current">`)
+	contains(t, "keys page's header", render(t, u, "keys", apitype.RoleAdmin), `<summary class="current">`)
+}
+
+// TestHeaderIdentity: the header names the master token as such, and a
+// key by its id beside its role, never "master · master".
+func TestHeaderIdentity(t *testing.T) {
+	u, _, _ := newTestUI(t)
+	b := render(t, u, "traffic", apitype.Master)
+	contains(t, "master's header", b, `id="identity" title="Signed in as key:k1">master token</span>`)
+	lacks(t, "master's header", b, "· <span data-testid=\"role\">master")
+	contains(t, "admin's header", render(t, u, "traffic", apitype.RoleAdmin), `>key k1 · <span data-testid="role">admin</span>`)
+	contains(t, "German master's header", render(t, u, "traffic", apitype.Master, "Accept-Language", "de"), `>Master-Token</span>`)
+	mustLoad(t, u)
+	for actor, want := range map[string]string{"oidc:ana@example.com": "ana@example.com", "key:k_abc": "key k_abc", "someone": "someone"} {
+		v := &view{Ctx: &Ctx{Who: apitype.WhoAmI{Actor: actor, Role: apitype.RoleViewer}, Lang: "en", u: u}}
+		if got := v.Identity(); got != want {
+			t.Errorf("Identity(%q) = %q, want %q", actor, got, want)
+		}
+	}
+}
