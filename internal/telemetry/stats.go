@@ -144,9 +144,9 @@ type Stats struct {
 	// existed.
 	startFine int64
 	limit     int
-	hosts atomic.Pointer[map[string]*hostStats]
-	mu    sync.Mutex // serializes inserts into hosts
-	other *hostStats
+	hosts     atomic.Pointer[map[string]*hostStats]
+	mu        sync.Mutex // serializes inserts into hosts
+	other     *hostStats
 }
 
 // NewStats returns an empty Stats.
