@@ -49,3 +49,14 @@ func TestHeaderIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestClientsRefusedNone: a client whose binds were all accepted reads
+// "None" under refused binds, not "None yet." (which reads as if
+// refusals were expected); the script draws the same word.
+func TestClientsRefusedNone(t *testing.T) {
+	u, _ := newOpsUI(t)
+	b := render(t, u, "clients", apitype.RoleViewer)
+	contains(t, "clients page", b, `<td>None</td>`, `data-refused-none="None"`)
+	lacks(t, "clients page", b, "<td>None yet.</td>")
+	contains(t, "German clients page", render(t, u, "clients", apitype.RoleOperator, "Accept-Language", "de"), `<td>Keine</td>`, `aria-label="web-1 entleeren">Entleeren</button>`)
+}

@@ -44,7 +44,7 @@ function drainAction(c) {
     el("input", { type: "hidden", name: "csrf", value: csrf }),
     el("input", { type: "hidden", name: "id", value: c.id }),
     el("button", {
-      type: "submit", class: "danger", "data-action": "drain",
+      type: "submit", class: "secondary", "data-action": "drain",
       "aria-label": fill(d.drainNamed, c.name),
     }, d.drain));
   f.dataset.confirm = fill(d.confirmDrain, c.name);
@@ -59,7 +59,7 @@ function row(c, first, now) {
     ? el("span", { class: "warn" }, d.until + " ", el("time", { datetime: until.toISOString() }, when(c.ejected_until)))
     : document.createTextNode(d.no);
   const refused = c.refused_binds && c.refused_binds.length
-    ? el("span", { class: "bad" }, c.refused_binds.join(", ")) : document.createTextNode(d.none);
+    ? el("span", { class: "bad" }, c.refused_binds.join(", ")) : document.createTextNode(d.refusedNone);
   const tr = el("tr", { "data-id": c.id },
     el("td", {}, c.name || ""),
     el("td", {}, ...binds),
