@@ -47,6 +47,8 @@ func TestDashboardOpsPagesInBrowser(t *testing.T) {
 	startAgent(t, s, cfg)
 	b.waitText(t, "#clients-table tbody", "browser-agent")
 	b.waitText(t, "#clients-table tbody", appHost)
+	// Its service announces no access control: the server's default.
+	b.waitText(t, `#clients-table td[data-cell="access"]`, "server default")
 	b.screenshot(t, "clients")
 
 	// Disable it from its button (the confirmation accepted), see it

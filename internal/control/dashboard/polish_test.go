@@ -60,3 +60,23 @@ func TestClientsRefusedNone(t *testing.T) {
 	lacks(t, "clients page", b, "<td>None yet.</td>")
 	contains(t, "German clients page", render(t, u, "clients", apitype.RoleOperator, "Accept-Language", "de"), `<td>Keine</td>`, `aria-label="web-1 entleeren">Entleeren</button>`)
 }
+
+// TestClientsAccessColumn: the clients page says which access control
+// each service announced, in the page's language, "server default" for
+// none, and a word it does not know as it is.
+func TestClientsAccessColumn(t *testing.T) {
+	u, api := newOpsUI(t)
+	api.clients = []apitype.ClientInfo{
+		{ID: "c1", Name: "guarded", Hostnames: []string{"a.test"}, Healthy: true, Access: []string{apitype.AccessAllowedIPs, apitype.AccessBasic}},
+		{ID: "c2", Name: "open", Hostnames: []string{"b.test"}, Healthy: true, Access: []string{}},
+		{ID: "c3", Name: "newer", Hostnames: []string{"c.test"}, Healthy: true, Access: []string{"<mtls>"}},
+	}
+	b := render(t, u, "clients", apitype.RoleViewer)
+	contains(t, "clients page", b, `<th scope="col">Access</th>`,
+		`<td data-cell="access">IP allowlist, basic auth</td>`,
+		`<td data-cell="access"><span class="muted">server default</span></td>`,
+		`<td data-cell="access">&lt;mtls&gt;</td>`,
+		`data-access-default="server default"`, `&#34;oidc&#34;:&#34;OIDC login&#34;`)
+	contains(t, "German clients page", render(t, u, "clients", apitype.RoleViewer, "Accept-Language", "de"),
+		`<th scope="col">Zugang</th>`, `<td data-cell="access">IP-Erlaubnisliste, Basic Auth</td>`)
+}
