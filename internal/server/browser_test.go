@@ -314,8 +314,11 @@ func TestDashboardLoginLogoutInBrowser(t *testing.T) {
 
 	// The master token: the overview, as master.
 	b.login(t, s, testToken)
-	if got := b.text(t, "[data-testid=role]"); got != "master" {
-		t.Errorf("role shown after the master token's login = %q, want master", got)
+	if got := b.text(t, "#identity"); got != "master token" {
+		t.Errorf("identity shown after the master token's login = %q, want master token", got)
+	}
+	if got := b.eval(t, "document.body.dataset.role"); got != `"master"` {
+		t.Errorf("role after the master token's login = %s, want master", got)
 	}
 	if loc := b.location(t); !strings.HasSuffix(loc, "/aperio/") {
 		t.Errorf("after login the browser is at %s, want the overview", loc)

@@ -9,9 +9,11 @@ import (
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // watchChanges applies the store's changes, whichever server made them:
@@ -280,6 +282,34 @@ func nonNilStrings(ss []string) []string {
 	return ss
 }
 
+// accessWords names the parts of a service's announced access control
+// for GET /clients (apitype.ClientInfo.Access): never a user, key, hash
+// or address, only which controls are on. Empty (not nil) for none.
+func accessWords(a *tunnel.Access) []string {
+	out := []string{}
+	if a == nil {
+		return out
+	}
+	for _, p := range []struct {
+		on   bool
+		word string
+	}{
+		{a.Public, apitype.AccessPublic},
+		{len(a.AllowedIPs) > 0, apitype.AccessAllowedIPs},
+		{len(a.DeniedIPs) > 0, apitype.AccessDeniedIPs},
+		{a.Basic != nil, apitype.AccessBasic},
+		{a.Bearer != nil, apitype.AccessBearer},
+		{a.JWT != nil, apitype.AccessJWT},
+		{a.Forward != nil, apitype.AccessForward},
+		{a.OIDC != nil, apitype.AccessOIDC},
+	} {
+		if p.on {
+			out = append(out, p.word)
+		}
+	}
+	return out
+}
+
 // SetClientDisabled implements admin.ClientDisabler: the router's kill
 // switch.
 func (g *Gateway) SetClientDisabled(id string, disabled bool) error {
@@ -327,6 +357,7 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 				OrgID:         s.Identity().OrgID,
 				Hostnames:     svc.Hostnames,
 				Path:          svc.Path,
+				Access:        accessWords(svc.Access),
 				Priority:      svc.Priority,
 				MaxConcurrent: svc.MaxConcurrent,
 				Concurrency:   cc,

@@ -47,6 +47,8 @@ func TestDashboardOpsPagesInBrowser(t *testing.T) {
 	startAgent(t, s, cfg)
 	b.waitText(t, "#clients-table tbody", "browser-agent")
 	b.waitText(t, "#clients-table tbody", appHost)
+	// Its service announces no access control: the server's default.
+	b.waitText(t, `#clients-table td[data-cell="access"]`, "server default")
 	b.screenshot(t, "clients")
 
 	// Disable it from its button (the confirmation accepted), see it
@@ -60,12 +62,16 @@ func TestDashboardOpsPagesInBrowser(t *testing.T) {
 	// A request through the tunnel appears in the traffic tail.
 	b.open(t, s.url+"/aperio/ui/traffic", "#tail-table")
 	b.waitText(t, "#live-state", "Live")
+	b.waitText(t, "#tail", "Waiting for requests")
 	visitor := newVisitor(t, s)
 	if status, body := get(t, visitor, s, appHost, "/through-the-tunnel"); status != http.StatusOK {
 		t.Fatalf("GET through the tunnel = %d %q", status, body)
 	}
 	b.waitText(t, "#tail", "/through-the-tunnel")
 	b.waitText(t, "#tail", appHost)
+	if b.has(t, "#tail-waiting") {
+		t.Errorf("the tail still says it waits for requests after one arrived")
+	}
 	b.waitAttr(t, "#chart-rps", "aria-label", appHost)
 	b.screenshot(t, "traffic")
 

@@ -138,11 +138,15 @@ type StatsConfig struct {
 // after the hostname's first request. Memory is bounded: about 37 KiB per
 // hostname, at most HostLimit+2 of them. It is safe for concurrent use.
 type Stats struct {
-	now   func() time.Time
-	limit int
-	hosts atomic.Pointer[map[string]*hostStats]
-	mu    sync.Mutex // serializes inserts into hosts
-	other *hostStats
+	now func() time.Time
+	// startFine is the fine bucket of the time NewStats ran (the
+	// server's start): the series begin there, not before the server
+	// existed.
+	startFine int64
+	limit     int
+	hosts     atomic.Pointer[map[string]*hostStats]
+	mu        sync.Mutex // serializes inserts into hosts
+	other     *hostStats
 }
 
 // NewStats returns an empty Stats.
@@ -153,7 +157,7 @@ func NewStats(cfg StatsConfig) *Stats {
 	if cfg.HostLimit <= 0 {
 		cfg.HostLimit = HostLabelLimit
 	}
-	s := &Stats{now: cfg.Now, limit: cfg.HostLimit, other: &hostStats{name: HostLabelOther}}
+	s := &Stats{now: cfg.Now, startFine: cfg.Now().Unix() / statsStep, limit: cfg.HostLimit, other: &hostStats{name: HostLabelOther}}
 	m := map[string]*hostStats{}
 	s.hosts.Store(&m)
 	return s
@@ -258,7 +262,7 @@ func (s *Stats) Read(keep func(hostname string) bool) StatsReading {
 		if keep != nil && !keep(h.name) {
 			continue
 		}
-		hs, scaling, any := h.read(unix)
+		hs, scaling, any := h.read(unix, s.startFine)
 		out.ScalingEvents1h += scaling
 		if any {
 			out.Hosts = append(out.Hosts, hs)
@@ -267,18 +271,28 @@ func (s *Stats) Read(keep func(hostname string) bool) StatsReading {
 	return out
 }
 
-// read returns h's windows ending at unix, its scaling events of the last
-// hour, and whether it had a request in that hour.
-func (h *hostStats) read(unix int64) (apitype.HostStats, int, bool) {
+// read returns h's windows ending at unix, its series from the fine
+// bucket startFine on (at most statsFine buckets), its scaling events of
+// the last hour, and whether it had a request in that hour. The
+// unrouted requests' windows have no errors: a hostname nobody binds is a
+// visitor's miss, not a service's failure, whatever status it got.
+func (h *hostStats) read(unix, startFine int64) (apitype.HostStats, int, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	fineNow, coarseNow := unix/statsStep, unix/statsCoarseStep
-	hs := apitype.HostStats{Hostname: h.name, Windows: make(map[string]apitype.StatsWindow, 3), Series: make([]apitype.StatsBucket, 0, statsFine)}
+	first := max(fineNow-statsFine+1, min(startFine, fineNow))
+	hs := apitype.HostStats{Hostname: h.name, Windows: make(map[string]apitype.StatsWindow, 3), Series: make([]apitype.StatsBucket, 0, fineNow-first+1)}
 	hs.Windows[apitype.Window1m] = window(h.fine[:], fineNow, statsWindow1m, statsWindow1m*statsStep)
 	hs.Windows[apitype.Window5m] = window(h.fine[:], fineNow, statsWindow5m, statsWindow5m*statsStep)
 	w1h := window(h.coarse[:], coarseNow, statsWindow1h, statsWindow1h*statsCoarseStep)
 	hs.Windows[apitype.Window1h] = w1h
-	for e := fineNow - statsFine + 1; e <= fineNow; e++ {
+	if h.name == HostLabelUnrouted {
+		for k, w := range hs.Windows {
+			w.Errors, w.ErrorRate = 0, 0
+			hs.Windows[k] = w
+		}
+	}
+	for e := first; e <= fineNow; e++ {
 		sb := apitype.StatsBucket{At: e * statsStep}
 		if b := &h.fine[e%statsFine]; b.epoch == e {
 			sb.Status2xx, sb.Status3xx, sb.Status4xx, sb.Status5xx = int64(b.status[2]), int64(b.status[3]), int64(b.status[4]), int64(b.status[5])

@@ -191,3 +191,48 @@ func BenchmarkStatsRecord(b *testing.B) {
 		}
 	})
 }
+
+// TestStatsSeriesFromStart: in the server's first ten minutes the series
+// begin at its start, not ten minutes back before it existed; later they
+// hold the last ten minutes.
+func TestStatsSeriesFromStart(t *testing.T) {
+	s, clk := statsAt(t, 0)
+	start := clk.Now().Unix()
+	const host = "app.example.com"
+	clk.Advance(95 * time.Second)
+	s.Record(ended(clk.Now(), host, 200, time.Millisecond))
+	h := hostOf(t, s.Read(nil), host)
+	if len(h.Series) != 10 || h.Series[0].At != start || h.Series[9].At != clk.Now().Unix()/10*10 {
+		t.Fatalf("series after 95 s = %d buckets from %d to %d, want 10 from the start %d", len(h.Series), h.Series[0].At, h.Series[len(h.Series)-1].At, start)
+	}
+	if h.Series[9].Requests != 1 {
+		t.Errorf("the last bucket = %+v, want the request", h.Series[9])
+	}
+	clk.Advance(20 * time.Minute)
+	s.Record(ended(clk.Now(), host, 200, time.Millisecond))
+	if h, want := hostOf(t, s.Read(nil), host), clk.Now().Unix()/10*10-590; len(h.Series) != 60 || h.Series[0].At != want {
+		t.Errorf("series 21 min after the start = %d buckets from %d, want 60 from %d", len(h.Series), h.Series[0].At, want)
+	}
+}
+
+// TestStatsUnroutedNoErrors: the requests no bind matched keep their
+// status classes (they were answered 502) but count no errors: a
+// hostname nobody binds is a visitor's miss, not a service failing.
+func TestStatsUnroutedNoErrors(t *testing.T) {
+	s, clk := statsAt(t, 0)
+	for range 3 {
+		s.Record(&Request{Start: clk.Now(), Hostname: "nobody.example", Routed: false, Status: 502})
+	}
+	s.Record(ended(clk.Now(), "app.example.com", 502, time.Millisecond))
+	r := s.Read(nil)
+	u := hostOf(t, r, HostLabelUnrouted)
+	for _, win := range []string{apitype.Window1m, apitype.Window5m, apitype.Window1h} {
+		w := u.Windows[win]
+		if w.Requests != 3 || w.Status5xx != 3 || w.Errors != 0 || w.ErrorRate != 0 {
+			t.Errorf("unrouted window %s = requests %d, 5xx %d, errors %d, rate %v; want 3, 3, 0, 0", win, w.Requests, w.Status5xx, w.Errors, w.ErrorRate)
+		}
+	}
+	if w := hostOf(t, r, "app.example.com").Windows[apitype.Window1m]; w.Errors != 1 || w.ErrorRate != 1 {
+		t.Errorf("a bound hostname's 502 = errors %d, rate %v; want 1, 1", w.Errors, w.ErrorRate)
+	}
+}

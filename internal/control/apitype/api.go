@@ -729,6 +729,10 @@ type ClientInfo struct {
 	Hostnames []string `json:"hostnames"`
 	// Path is the prefix bind, "" for none.
 	Path string `json:"path"`
+	// Access names the parts of the visitor access control the service
+	// announced (Access* words, in that order); empty when it announced
+	// none and the server's default_access decides.
+	Access []string `json:"access"`
 	// Priority is the tier: 0 primary, above 0 standby.
 	Priority int `json:"priority"`
 	// MaxConcurrent is the effective concurrency limit; 0 means none.
@@ -759,6 +763,27 @@ type ClientInfo struct {
 	// EjectedUntil is when the service's outlier ejection ends; nil while
 	// it is in rotation.
 	EjectedUntil *time.Time `json:"ejected_until"`
+}
+
+// The words of ClientInfo.Access, one per part of a service's announced
+// access control, in this order.
+const (
+	// AccessPublic: open even under default_access deny.
+	AccessPublic = "public"
+	// AccessAllowedIPs and AccessDeniedIPs: visitor address lists.
+	AccessAllowedIPs = "allowed_ips"
+	AccessDeniedIPs  = "denied_ips"
+	// The login methods.
+	AccessBasic   = "basic"
+	AccessBearer  = "bearer"
+	AccessJWT     = "jwt"
+	AccessForward = "forward"
+	AccessOIDC    = "oidc"
+)
+
+// AccessWords returns every word of ClientInfo.Access, in order.
+func AccessWords() []string {
+	return []string{AccessPublic, AccessAllowedIPs, AccessDeniedIPs, AccessBasic, AccessBearer, AccessJWT, AccessForward, AccessOIDC}
 }
 
 // Concurrency is a service's concurrency limiter in GET /clients: its mode

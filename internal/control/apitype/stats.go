@@ -63,7 +63,8 @@ type HostStats struct {
 	Hostname string `json:"hostname"`
 	// Windows maps "1m", "5m" and "1h" to the window ending now.
 	Windows map[string]StatsWindow `json:"windows"`
-	// Series is the last 60 ten-second buckets, oldest first, for charts.
+	// Series is the last 60 ten-second buckets, oldest first, for charts;
+	// fewer in the server's first ten minutes: none before it started.
 	Series []StatsBucket `json:"series"`
 }
 
@@ -74,6 +75,8 @@ type StatsWindow struct {
 	RPS float64 `json:"rps"`
 	// Errors counts 5xx answers and aborted requests (the visitor left
 	// before an answer); ErrorRate is Errors / Requests (0 without any).
+	// Both are 0 for StatsUnrouted: a hostname no client binds is a
+	// visitor's miss, not a service's error, though it is answered 502.
 	Errors    int64   `json:"errors"`
 	ErrorRate float64 `json:"error_rate"`
 	Status2xx int64   `json:"2xx"`

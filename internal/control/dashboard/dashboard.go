@@ -262,22 +262,47 @@ func roleAtLeast(role, min string) bool {
 	return rank(role) >= rank(min) && rank(min) > 0
 }
 
+// navAdmin is the Group of the pages gathered under the header's Admin
+// menu: the credentials and organization pages.
+const navAdmin = "admin"
+
 // view is what a page's template sees.
 type view struct {
 	*Ctx
-	Page    *page
-	Nav     []*page
-	Langs   []string
-	Path    string // the request's path and query, for the language switch
-	Data    any    // the page's Load, or its action's answer
-	Error   string // an API refusal to show above the page
-	Done    string // the message of an action that succeeded
-	Scripts []string
-	Now     time.Time
+	Page *page
+	// Nav are the header's own links; Admin the Admin menu's, both only
+	// the pages the caller's role sees.
+	Nav, Admin []*page
+	Langs      []string
+	Path       string // the request's path and query, for the language switch
+	Data       any    // the page's Load, or its action's answer
+	Error      string // an API refusal to show above the page
+	Done       string // the message of an action that succeeded
+	Scripts    []string
+	Now        time.Time
 }
 
 // Title returns the page's title in the request's language.
 func (v *view) Title() string { return v.T(v.Page.Title) }
+
+// InAdmin reports whether the page shown is one of the Admin menu's.
+func (v *view) InAdmin() bool { return v.Page.Group == navAdmin }
+
+// Identity is the header's name of the caller, in the request's
+// language: "master token", "key <id>", an OIDC login's email, or the
+// actor as the API names it for anything else.
+func (v *view) Identity() string {
+	a := v.Who.Actor
+	switch {
+	case a == apitype.Master || v.Who.Role == apitype.Master:
+		return v.T("nav.who.master")
+	case strings.HasPrefix(a, "key:"):
+		return v.T("nav.who.key", strings.TrimPrefix(a, "key:"))
+	case strings.HasPrefix(a, "oidc:"):
+		return strings.TrimPrefix(a, "oidc:")
+	}
+	return a
+}
 
 // servePage authenticates the request through whoami, then renders the
 // page (GET, HEAD) or runs its action (POST to <page>/<action>).
@@ -301,7 +326,11 @@ func (u *UI) servePage(w http.ResponseWriter, r *http.Request, pg *page, action 
 	}
 	v := &view{Ctx: c, Page: pg, Path: r.URL.RequestURI(), Scripts: pg.Scripts, Now: u.now()}
 	for _, n := range u.nav {
-		if n.Min == "" || c.Can(n.Min) {
+		switch {
+		case n.Min != "" && !c.Can(n.Min): // not for this role
+		case n.Group == navAdmin:
+			v.Admin = append(v.Admin, n)
+		default:
 			v.Nav = append(v.Nav, n)
 		}
 	}
@@ -566,6 +595,10 @@ type page struct {
 	Order int
 	// Template names the page's template when it is not Name.
 	Template string
+	// Group is the menu the page's link sits in: "" for the header's own
+	// row, navAdmin for the Admin menu (a disclosure, so the header fits
+	// one row at 1280 px).
+	Group string
 	// Min is the least role that sees the page ("" or viewer: everyone;
 	// apitype.Master: the master token only). The API refuses what a role
 	// may not do whatever a page shows.

@@ -19,7 +19,10 @@ func TestClientsDrainButtons(t *testing.T) {
 	if n := strings.Count(op, `data-action="drain"`); n != 2 {
 		t.Errorf("operator's page has %d drain buttons, want 2 (one per connection not draining)", n)
 	}
-	for _, want := range []string{`action="/aperio/ui/clients/drain"`, `data-confirm="Drain web-1?`, `aria-label="Drain web-1"`, `aria-label="Drain worker"`} {
+	// Drain is graceful: a secondary button; Disable, which stops the
+	// routing at once, stays the danger one.
+	for _, want := range []string{`action="/aperio/ui/clients/drain"`, `data-confirm="Drain web-1?`, `aria-label="Drain web-1"`, `aria-label="Drain worker"`,
+		`<button type="submit" class="secondary" data-action="drain"`, `<button type="submit" class="danger" data-action="disable"`} {
 		if !strings.Contains(op, want) {
 			t.Errorf("operator's clients page lacks %q", want)
 		}

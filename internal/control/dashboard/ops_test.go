@@ -109,7 +109,7 @@ const opsStats = `{"at":"2026-12-02T04:00:00Z","clients":2,"hostnames":4,"held":
    "5m":{"requests":900},"1h":{"requests":5000,"2xx":4900,"3xx":40,"4xx":50,"5xx":9,"aborted":1}},
    "series":[{"at":1796184000,"requests":30,"2xx":30}]},
  {"hostname":"jobs.test","windows":{"1m":{"requests":30,"rps":0.5,"errors":0,"error_rate":0,"p50_ms":12,"p99_ms":240}},"series":[]},
- {"hostname":"__unrouted","windows":{"1m":{"requests":6,"rps":0.1,"errors":0,"error_rate":0}},"series":[]}
+ {"hostname":"__unrouted","windows":{"1m":{"requests":6,"rps":0.1,"errors":6,"error_rate":1},"1h":{"requests":9,"5xx":9}},"series":[]}
 ]}`
 
 func newOpsUI(t testing.TB) (*UI, *opsAPI) {
@@ -140,10 +140,10 @@ func TestOverviewCards(t *testing.T) {
 	b := w.Body.String()
 	// Two connections (web-1's two services are one), four hostnames
 	// from /clients; rates summed over the hostnames' last minute, the
-	// error rate over all their requests (2 of 216), the slowest
-	// hostname's latencies.
+	// error rate over their requests (2 of 210: the 6 unrouted ones are
+	// visitors' misses, left out), the slowest hostname's latencies.
 	for id, want := range map[string]string{
-		"clients-count": "2", "hostnames-count": "4", "stat-rps": "3.6", "stat-errors": "0.9%",
+		"clients-count": "2", "hostnames-count": "4", "stat-rps": "3.6", "stat-errors": "1.0%",
 		"stat-p50": "12 ms", "stat-p99": "240 ms", "stat-held": "7", "stat-scaling": "3",
 	} {
 		if got := cell(b, id); got != want {
@@ -317,7 +317,7 @@ func TestTrafficPage(t *testing.T) {
 	contains(t, "traffic page", b,
 		`id="f-hostname" name="hostname"`, `value="app.test"`, `<option value="5xx" selected>`, `value="/api"`,
 		`<option value="app.test">`, `<option value="jobs.test">`, `id="chart-rps" role="img" aria-label=`,
-		`id="chart-status" role="img" aria-label=`, `<tbody id="tail"></tbody>`, `id="tail-pause"`, `aria-pressed="false"`,
+		`id="chart-status" role="img" aria-label=`, `<tbody id="tail">`, `id="tail-pause"`, `aria-pressed="false"`,
 		`src="/aperio/ui/assets/traffic.js"`, "4900", "85 ms", "900",
 	)
 	// The table shows the filtered hostname only; the datalist offers
@@ -469,4 +469,34 @@ func FuzzTrafficFilter(f *testing.F) {
 			t.Fatalf("filter %q: GET = %d, want 200 or 400", q, w.Code)
 		}
 	})
+}
+
+// TestTrafficTailWaiting: the live tail is not an empty table: the server
+// renders a row saying it waits for requests and that only the ones after
+// the page loaded show (traffic.js replaces it with the first).
+func TestTrafficTailWaiting(t *testing.T) {
+	u, _ := newOpsUI(t)
+	contains(t, "traffic page", render(t, u, "traffic", apitype.RoleViewer),
+		`<tbody id="tail">
+      <tr id="tail-waiting"><td colspan="10" class="muted">Waiting for requests… Only requests that arrive after this page loaded are shown.</td></tr>`)
+	contains(t, "German traffic page", render(t, u, "traffic", apitype.RoleViewer, "Accept-Language", "de"), `id="tail-waiting"`, "Warten auf Anfragen")
+}
+
+// TestTrafficWindowsAndUnrouted: the hostnames' table names its windows
+// over its columns (last minute, last hour), and the requests no bind
+// matched show no error rate (a dash), with a note saying why, on the
+// traffic page and the overview.
+func TestTrafficWindowsAndUnrouted(t *testing.T) {
+	u, _ := newOpsUI(t)
+	b := render(t, u, "traffic", apitype.RoleViewer)
+	contains(t, "traffic page", b,
+		`<th scope="colgroup" colspan="5" class="window" id="win-1m">Last minute</th>`,
+		`<th scope="colgroup" colspan="5" class="window" id="win-1h">Last hour</th>`,
+		`<span class="muted">(no route)</span></td>
+        <td class="num">0.10</td><td class="num">—</td>`,
+		`id="unrouted-note"`, "left out of the error rates")
+	lacks(t, "traffic page", b, "100.0%")
+	o := get(t, u, Root, apitype.RoleViewer).Body.String()
+	contains(t, "overview", o, `<span class="muted">(no route)</span></td><td class="num">0.10</td><td class="num">—</td>`)
+	lacks(t, "overview", o, "100.0%")
 }

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"sort"
@@ -33,6 +34,9 @@ type clientsView struct {
 	// server has no tcp_port_range (or answers GET /ports with an
 	// error: the clients are shown anyway).
 	Ports []apitype.PortInfo
+	// AccessLabels is the JSON object of every access word's label in
+	// the request's language, for clients.js to draw the same cells.
+	AccessLabels string
 }
 
 // clientRow is one service of a connected client. First marks the first
@@ -42,6 +46,21 @@ type clientRow struct {
 	First bool
 	// Ejected is set while the service's outlier ejection lasts.
 	Ejected bool
+	// AccessLabels are the service's access words in the request's
+	// language (accessLabel); none when it announced no access control.
+	AccessLabels []string
+}
+
+// accessLabel is an access word of apitype.ClientInfo.Access as the page
+// shows it: its catalog label, or the word itself when a newer server
+// sends one this dashboard does not know.
+func accessLabel(c *Ctx, word string) string {
+	for _, w := range apitype.AccessWords() {
+		if w == word {
+			return c.T("clients.access." + w)
+		}
+	}
+	return word
 }
 
 func loadClients(c *Ctx) (any, error) {
@@ -53,11 +72,22 @@ func loadClients(c *Ctx) (any, error) {
 	now := c.u.now()
 	v := clientsView{Rows: make([]clientRow, 0, len(clients))}
 	for i, ci := range clients {
-		v.Rows = append(v.Rows, clientRow{
+		r := clientRow{
 			ClientInfo: ci,
 			First:      i == 0 || clients[i-1].ID != ci.ID,
 			Ejected:    ci.EjectedUntil != nil && ci.EjectedUntil.After(now),
-		})
+		}
+		for _, w := range ci.Access {
+			r.AccessLabels = append(r.AccessLabels, accessLabel(c, w))
+		}
+		v.Rows = append(v.Rows, r)
+	}
+	labels := map[string]string{}
+	for _, w := range apitype.AccessWords() {
+		labels[w] = accessLabel(c, w)
+	}
+	if b, err := json.Marshal(labels); err == nil {
+		v.AccessLabels = string(b)
 	}
 	if err := c.Get("/ports", &v.Ports); err != nil {
 		v.Ports = nil

@@ -10,7 +10,7 @@ import (
 
 func init() {
 	register(&page{
-		Name: "keys", Title: "keys.title", Order: 60,
+		Name: "keys", Title: "keys.title", Group: navAdmin, Order: 60,
 		Load: func(c *Ctx) (any, error) { return loadKeys(c) },
 		Actions: map[string]func(*Ctx) (any, error){
 			"create": createKey,

@@ -9,7 +9,7 @@ import (
 
 func init() {
 	register(&page{
-		Name: "orgs", Title: "orgs.title", Order: 70, Min: apitype.Master,
+		Name: "orgs", Title: "orgs.title", Group: navAdmin, Order: 70, Min: apitype.Master,
 		Load: loadOrgs,
 		Actions: map[string]func(*Ctx) (any, error){
 			"create":    createOrg,

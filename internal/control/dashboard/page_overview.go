@@ -95,6 +95,9 @@ func summarize(st *apitype.Stats) statsSummary {
 	for _, h := range st.Hosts {
 		w := h.Windows[apitype.Window1m]
 		rps += w.RPS
+		if h.Hostname == apitype.StatsUnrouted {
+			continue // visitors' misses, not a service's errors: out of the error rate
+		}
 		reqs += w.Requests
 		errs += w.Errors
 		p50 = max(p50, w.P50MS)
@@ -140,6 +143,7 @@ func hostRows(st *apitype.Stats) []hostRow {
 			r.Special = "other"
 		case apitype.StatsUnrouted:
 			r.Special = "unrouted"
+			r.ErrorRate = noFigure // visitors' misses: no error rate
 		}
 		out = append(out, r)
 	}

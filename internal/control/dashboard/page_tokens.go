@@ -10,7 +10,7 @@ import (
 
 func init() {
 	register(&page{
-		Name: "tokens", Title: "tokens.title", Order: 50,
+		Name: "tokens", Title: "tokens.title", Group: navAdmin, Order: 50,
 		Load: func(c *Ctx) (any, error) { return loadTokens(c) },
 		Actions: map[string]func(*Ctx) (any, error){
 			"create": createToken,

@@ -11,7 +11,7 @@ import (
 
 func init() {
 	register(&page{
-		Name: "webhooks", Title: "webhooks.title", Order: 80,
+		Name: "webhooks", Title: "webhooks.title", Group: navAdmin, Order: 80,
 		Load: func(c *Ctx) (any, error) { return loadWebhooks(c) },
 		Actions: map[string]func(*Ctx) (any, error){
 			"create": createWebhook,

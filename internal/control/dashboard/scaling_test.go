@@ -178,6 +178,8 @@ func TestScalingDetailRoles(t *testing.T) {
 				"utilization at or above target for a whole window", "2 → 3", `<span class="bad">failed</span>`,
 				"provider answered 503", "16 samples", `aria-label="85% 90% 95%"`, "held by the cooldown", "×41",
 				`src="/aperio/ui/assets/scaling.js"`,
+				// the live state is a badge, as on the other pages
+				`<span id="scaling-live" class="badge muted" role="status"`,
 			)
 			if strings.Index(b, "2 → 3") > strings.Index(b, "2 → 2") {
 				t.Errorf("decisions are not newest first")

@@ -89,3 +89,19 @@ document.addEventListener("click", async (ev) => {
     s.addRange(r);
   }
 });
+
+// The header's Admin menu (a <details>) closes on Escape, focus back on
+// its summary, and on a click outside it; without this script it closes
+// on a second click of its summary.
+const adminMenu = document.getElementById("nav-admin");
+if (adminMenu) {
+  adminMenu.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape" && adminMenu.open) {
+      adminMenu.open = false;
+      adminMenu.querySelector("summary").focus();
+    }
+  });
+  document.addEventListener("click", (ev) => {
+    if (adminMenu.open && ev.target instanceof Node && !adminMenu.contains(ev.target)) adminMenu.open = false;
+  });
+}

@@ -7,6 +7,16 @@ import { byName, fill, liveBadge, every } from "./figures.js";
 const table = document.getElementById("clients-table");
 const d = table ? table.dataset : {};
 const canOperate = d.canOperate === "1";
+let accessLabels = {};
+try { accessLabels = JSON.parse(d.accessLabels || "{}") || {}; } catch (e) { accessLabels = {}; }
+
+// access is the Access cell: the service's announced access control in
+// the page's words, or the server's default when it announced none.
+function access(c) {
+  const words = Array.isArray(c.access) ? c.access : [];
+  if (!words.length) return el("span", { class: "muted" }, d.accessDefault || "");
+  return document.createTextNode(words.map((w) => (Object.hasOwn(accessLabels, w) ? accessLabels[w] : String(w))).join(", "));
+}
 
 const yesNo = (b, cls) => b ? el("span", { class: cls }, d.yes) : document.createTextNode(d.no);
 
@@ -44,7 +54,7 @@ function drainAction(c) {
     el("input", { type: "hidden", name: "csrf", value: csrf }),
     el("input", { type: "hidden", name: "id", value: c.id }),
     el("button", {
-      type: "submit", class: "danger", "data-action": "drain",
+      type: "submit", class: "secondary", "data-action": "drain",
       "aria-label": fill(d.drainNamed, c.name),
     }, d.drain));
   f.dataset.confirm = fill(d.confirmDrain, c.name);
@@ -59,10 +69,11 @@ function row(c, first, now) {
     ? el("span", { class: "warn" }, d.until + " ", el("time", { datetime: until.toISOString() }, when(c.ejected_until)))
     : document.createTextNode(d.no);
   const refused = c.refused_binds && c.refused_binds.length
-    ? el("span", { class: "bad" }, c.refused_binds.join(", ")) : document.createTextNode(d.none);
+    ? el("span", { class: "bad" }, c.refused_binds.join(", ")) : document.createTextNode(d.refusedNone);
   const tr = el("tr", { "data-id": c.id },
     el("td", {}, c.name || ""),
     el("td", {}, ...binds),
+    el("td", { "data-cell": "access" }, access(c)),
     el("td", { class: "num" }, ...limit(c)),
     el("td", { class: "num" }, String(c.inflight ?? "")),
     el("td", {}, c.healthy ? el("span", { class: "ok" }, d.yes) : el("span", { class: "bad" }, d.no)),
@@ -90,7 +101,7 @@ async function refresh() {
   list.sort(byName);
   const now = Date.now();
   const rows = list.map((c, i) => row(c, i === 0 || list[i - 1].id !== c.id, now));
-  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 13 }, d.none)));
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 14 }, d.none)));
   // Keep the keyboard's place: a focused button is focused again in the
   // new table, found by its client and action.
   const focused = document.activeElement;

@@ -25,6 +25,7 @@ export function summarize(st) {
   for (const h of hosts) {
     const w = (h && h.windows && h.windows["1m"]) || {};
     rps += num(w.rps) ? w.rps : 0;
+    if (h && h.hostname === UNROUTED) continue; // visitors' misses: no error rate
     reqs += num(w.requests) ? w.requests : 0;
     errs += num(w.errors) ? w.errors : 0;
     p50 = Math.max(p50, num(w.p50_ms) ? w.p50_ms : 0);
@@ -33,12 +34,22 @@ export function summarize(st) {
   return { rps: fmtRate(rps), errors: fmtPct(reqs > 0 ? errs / reqs : 0), p50: fmtMs(p50), p99: fmtMs(p99) };
 }
 
+// UNROUTED is the API's pseudo-hostname of the requests no bind matched.
+const UNROUTED = "__unrouted";
+
+// hostErrorRate is a hostname's error rate in window w as the tables
+// show it: a dash for the requests no bind matched, which are visitors'
+// misses rather than a service's errors (as page_overview.go).
+export function hostErrorRate(hostname, w) {
+  return hostname === UNROUTED ? dash : fmtPct(w ? w.error_rate : undefined);
+}
+
 // hostLabel is a hostname as the tables show it: the API's
 // pseudo-hostnames by their names in the page's language (data-other,
 // data-unrouted of labels).
 export function hostLabel(name, labels) {
   if (name === "__other") return (labels && labels.dataset.other) || name;
-  if (name === "__unrouted") return (labels && labels.dataset.unrouted) || name;
+  if (name === UNROUTED) return (labels && labels.dataset.unrouted) || name;
   return String(name == null ? dash : name);
 }
 

@@ -2,7 +2,7 @@
 // every 2 s, the clients' count and table again from GET /clients when a
 // client connects or leaves (the stream's "client" events).
 import { api, stream, el } from "./app.js";
-import { byName, summarize, fmtRate, fmtPct, fmtMs, fmtInt, hostLabel, liveBadge, setText, every } from "./figures.js";
+import { byName, summarize, fmtRate, fmtMs, fmtInt, hostErrorRate, hostLabel, liveBadge, setText, every } from "./figures.js";
 
 const hostsTable = document.getElementById("hosts-table");
 const clientsTable = document.getElementById("clients-table");
@@ -24,7 +24,7 @@ function showStats(st) {
     return el("tr", {},
       el("td", {}, hostLabel(h.hostname, hostsTable)),
       el("td", { class: "num" }, fmtRate(w.rps)),
-      el("td", { class: "num" }, fmtPct(w.error_rate)),
+      el("td", { class: "num" }, hostErrorRate(h.hostname, w)),
       el("td", { class: "num" }, fmtMs(w.p50_ms)),
       el("td", { class: "num" }, fmtMs(w.p99_ms)));
   });

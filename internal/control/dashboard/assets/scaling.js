@@ -14,6 +14,15 @@ const MAX_Y = 4;
 const section = document.getElementById("scaling-detail");
 const status = document.getElementById("scaling-live");
 
+// showStatus puts the live state in its badge, as the other pages' badges:
+// green while live, amber once paused.
+function showStatus(text, live) {
+  if (!status) return;
+  status.textContent = text;
+  status.classList.toggle("ok", live);
+  status.classList.toggle("warn", !live);
+}
+
 const pct = (f) => Math.round(f * 100) + "%";
 const num = (v) => String(Math.round(v * 100) / 100);
 const clock = (at) => new Date(at).toISOString().slice(11, 19);
@@ -83,7 +92,7 @@ async function refresh() {
     d = await api("GET", "/scaling/" + encodeURIComponent(section.dataset.id));
   } catch (e) {
     stop();
-    if (status) status.textContent = status.dataset.paused + ": " + e.message;
+    if (status) showStatus(status.dataset.paused + ": " + e.message, false);
     return;
   }
   setField("instances", d.instances);
@@ -98,7 +107,7 @@ async function refresh() {
     window.location.reload();
     return;
   }
-  if (status) status.textContent = status.dataset.live;
+  if (status) showStatus(status.dataset.live, true);
 }
 
 let timer = null;
@@ -109,5 +118,5 @@ function stop() {
 
 if (section && section.dataset.id) {
   timer = setInterval(refresh, EVERY);
-  if (status) status.textContent = status.dataset.live;
+  if (status) showStatus(status.dataset.live, true);
 }

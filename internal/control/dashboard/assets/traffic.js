@@ -4,7 +4,7 @@
 // GET /stats every 5 s.
 import { api, stream, el } from "./app.js";
 import { lineChart, stackedBars, swatch } from "./chart.js";
-import { dash, fill, fmtInt, fmtMs, fmtPct, fmtRate, hostLabel, every } from "./figures.js";
+import { dash, fill, fmtInt, fmtMs, fmtRate, hostErrorRate, hostLabel, every } from "./figures.js";
 
 const MAX_ROWS = 500;
 const $ = (id) => document.getElementById(id);
@@ -60,7 +60,11 @@ function row(ev) {
   return tr;
 }
 
+// insert puts events on top of the tail; the first ones replace the
+// server's "waiting for requests" row.
 function insert(events) {
+  const waiting = $("tail-waiting");
+  if (waiting && events.length) waiting.remove();
   const frag = document.createDocumentFragment();
   for (let i = events.length - 1; i >= 0; i--) frag.append(row(events[i]));
   tbody.prepend(frag);
@@ -116,7 +120,7 @@ pauseBtn.addEventListener("click", () => {
 function applyFilter() {
   const before = filter.hostname;
   filter = readFilter();
-  for (const tr of tbody.rows) tr.hidden = !shows(tr);
+  for (const tr of tbody.rows) if (tr.id !== "tail-waiting") tr.hidden = !shows(tr);
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(filter)) if (v) q.set(k, v);
   history.replaceState(null, "", location.pathname + (q.toString() ? "?" + q : ""));
@@ -203,8 +207,8 @@ function showHosts(hosts) {
     const w = h.windows || {}, m = w["1m"] || {}, f = w["5m"] || {}, hr = w["1h"] || {};
     const n = (v) => el("td", { class: "num" }, v);
     return el("tr", {}, el("td", {}, hostLabel(h.hostname, charts)),
-      n(fmtRate(m.rps)), n(fmtInt(f.requests)), n(fmtPct(m.error_rate)), n(fmtMs(m.p50_ms)), n(fmtMs(m.p99_ms)),
-      n(fmtMs(m.queue_wait_p99_ms)), ...CLASSES.map((c) => n(fmtInt(hr[c]))));
+      n(fmtRate(m.rps)), n(hostErrorRate(h.hostname, m)), n(fmtMs(m.p50_ms)), n(fmtMs(m.p99_ms)),
+      n(fmtMs(m.queue_wait_p99_ms)), n(fmtInt(f.requests)), ...CLASSES.map((c) => n(fmtInt(hr[c]))));
   });
   if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 12 }, table.dataset.none || "")));
   table.tBodies[0].replaceChildren(...rows);
