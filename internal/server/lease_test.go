@@ -390,12 +390,18 @@ func TestChangeBetweenNewAndServeNotMissed(t *testing.T) {
 	if !gw.ArmedForTest("gone.test", "") {
 		t.Fatal("New did not arm gone.test, declared before it started")
 	}
-	// The other server deletes the record now, and its notification has
-	// time to arrive, before this server serves.
+	// The other server deletes the record now, and its notification
+	// arrives before this server serves: a third server's subscription
+	// sees it, so this one's listening connection has it too.
+	watcher := openStoreOn(t, dsn).Subscribe(ctx)
 	if err := db.DeleteScalingRecord(ctx, "", rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the notification's delivery: nothing here to wait on
+	for c := range watcher {
+		if c.Kind == store.ChangeScalingDeleted && c.ID == rec.ID {
+			break
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
