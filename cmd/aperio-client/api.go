@@ -120,12 +120,7 @@ func (a *apiCLI) scalingCreateCommand() *cobra.Command {
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			switch {
-			case secretStdin:
-				req.Secret, err = readSecret(cmd.InOrStdin(), "standard input")
-			case secretFile != "":
-				req.Secret, err = readSecretFile(secretFile)
-			}
+			req.Secret, err = flagSecret(cmd.InOrStdin(), secretStdin, secretFile, req.Secret)
 			if err != nil {
 				fmt.Fprintln(a.stderr, "aperio-client:", err)
 				return exitcode.ErrUsage
@@ -356,12 +351,7 @@ func (a *apiCLI) webhooksCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			switch {
-			case secretStdin:
-				req.Secret, err = readSecret(cmd.InOrStdin(), "standard input")
-			case secretFile != "":
-				req.Secret, err = readSecretFile(secretFile)
-			}
+			req.Secret, err = flagSecret(cmd.InOrStdin(), secretStdin, secretFile, req.Secret)
 			if err != nil {
 				fmt.Fprintln(a.stderr, "aperio-client:", err)
 				return exitcode.ErrUsage

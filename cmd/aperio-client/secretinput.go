@@ -60,3 +60,15 @@ func readSecretFile(path string) (string, error) {
 	}
 	return readSecret(f, path)
 }
+
+// flagSecret returns the secret --secret-stdin or --secret-file gives,
+// or current (what --secret set, or "") when neither is used.
+func flagSecret(in io.Reader, fromStdin bool, file, current string) (string, error) {
+	switch {
+	case fromStdin:
+		return readSecret(in, "standard input")
+	case file != "":
+		return readSecretFile(file)
+	}
+	return current, nil
+}
