@@ -176,3 +176,20 @@ func TestValidateServiceName(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateVersion: the client's version is bounded and printable, and
+// optional (older clients send none).
+func TestValidateVersion(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		ok      bool
+	}{
+		{"", true}, {"v1.4.0", true}, {"v1.4.0-rc.1+linux.amd64", true}, {strings.Repeat("9", MaxVersionLen), true},
+		{strings.Repeat("9", MaxVersionLen+1), false}, {"v1\x1b[31m", false}, {"v1\u202e", false}, {"v1\n", false},
+	} {
+		a := &Announcement{Name: "n", InstanceID: "i", Version: tc.version}
+		if err := a.Validate(); (err == nil) != tc.ok {
+			t.Errorf("Validate(version %q) = %v, want ok %v", tc.version, err, tc.ok)
+		}
+	}
+}

@@ -90,6 +90,10 @@ type Announcement struct {
 	// (config idle_action): "exit", or "wait" for its supervisor to stop
 	// it (a pod whose replicas the provider lowers).
 	IdleAction string `json:"idle_action,omitempty"`
+	// Version is the client's release (its `version` command's first
+	// word), shown to operators in GET /clients; at most MaxVersionLen
+	// printable bytes. Clients that predate it send none.
+	Version string `json:"version,omitempty"`
 	// Services lists what the client publishes.
 	Services []Service `json:"services"`
 	// Scaling is the client's scaling declaration, nil when none.
@@ -369,6 +373,10 @@ const (
 	maxAllowedIPs = 64   // allowed_ips of one expose entry
 )
 
+// MaxVersionLen bounds Announcement.Version: a semantic version with its
+// pre-release and build parts fits in it.
+const MaxVersionLen = 64
+
 // Validate checks an announcement's syntax: hostnames, paths and numbers.
 // Whether the token may bind the hostnames is the registry's decision.
 func (a *Announcement) Validate() error {
@@ -380,6 +388,9 @@ func (a *Announcement) Validate() error {
 	}
 	if !printable(a.Name) || !printable(a.InstanceID) {
 		return fmt.Errorf("announcement: name %q or instance_id %q is not printable UTF-8 (control or formatting characters)", a.Name, a.InstanceID)
+	}
+	if len(a.Version) > MaxVersionLen || !printable(a.Version) {
+		return fmt.Errorf("announcement: version %q longer than %d bytes or not printable", a.Version, MaxVersionLen)
 	}
 	total := 0
 	seen := make(map[string]bool, len(a.Services))

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/agent/limiter"
+	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -388,6 +389,7 @@ func (a *Agent) announcement() tunnel.Announcement {
 		Name:       a.cfg.Name,
 		InstanceID: a.instanceID,
 		Draining:   a.draining.Load(),
+		Version:    buildinfo.Version(),
 		Services:   make([]tunnel.Service, 0, len(st.services)),
 	}
 	if a.retiring.Load() {

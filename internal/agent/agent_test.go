@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/config"
 )
 
@@ -522,5 +523,19 @@ func TestAnnouncementCarriesServiceName(t *testing.T) {
 	cfg.Services[0].Name = "web"
 	if got := newAgent(t, cfg).announcement().Services[0].Name; got != "web" {
 		t.Fatalf("announcement().Services[0].Name = %q, want web", got)
+	}
+}
+
+// TestAnnouncesVersion: the client announces its release, as its
+// `version` command prints it, for the server's GET /clients; and the
+// announcement passes the server's check.
+func TestAnnouncesVersion(t *testing.T) {
+	a := newAgent(t, clientConfig("http://backend.test"))
+	ann := a.announcement()
+	if ann.Version == "" || ann.Version != buildinfo.Version() {
+		t.Errorf("announcement().Version = %q, want buildinfo.Version() %q", ann.Version, buildinfo.Version())
+	}
+	if err := ann.Validate(); err != nil {
+		t.Errorf("the announcement with its version fails Validate: %v", err)
 	}
 }

@@ -354,6 +354,7 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 				ID:            s.ID(),
 				Name:          ann.Name,
 				Service:       svc.Name,
+				Version:       ann.Version,
 				OrgID:         s.Identity().OrgID,
 				Hostnames:     svc.Hostnames,
 				Path:          svc.Path,

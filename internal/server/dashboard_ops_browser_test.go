@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"net/http"
 	"testing"
 	"time"
@@ -49,6 +50,8 @@ func TestDashboardOpsPagesInBrowser(t *testing.T) {
 	b.waitText(t, "#clients-table tbody", appHost)
 	// Its service announces no access control: the server's default.
 	b.waitText(t, `#clients-table td[data-cell="access"]`, "server default")
+	// The client's release, drawn by clients.js from GET /clients.
+	b.waitText(t, `#clients-table td[data-cell="version"]`, buildinfo.Version())
 	b.screenshot(t, "clients")
 
 	// Disable it from its button (the confirmation accepted), see it

@@ -720,6 +720,9 @@ type ClientInfo struct {
 	// Service is the service's handle (the client's services[].name), ""
 	// when it has none.
 	Service string `json:"service"`
+	// Version is the release the client announced (its `version`), ""
+	// for a client that predates the field.
+	Version string `json:"version"`
 	// OrgID is the organization of the token the client connected with.
 	// Keys see only the clients of their own organization; the master
 	// token sees all. Clients with no organization are visible to the

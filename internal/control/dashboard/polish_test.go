@@ -80,3 +80,19 @@ func TestClientsAccessColumn(t *testing.T) {
 	contains(t, "German clients page", render(t, u, "clients", apitype.RoleViewer, "Accept-Language", "de"),
 		`<th scope="col">Zugang</th>`, `<td data-cell="access">IP-Erlaubnisliste, Basic Auth</td>`)
 }
+
+// TestClientsVersionColumn: the clients page shows each client's announced
+// release, and says "not announced" for a client that predates the field.
+func TestClientsVersionColumn(t *testing.T) {
+	u, api := newOpsUI(t)
+	api.clients = []apitype.ClientInfo{
+		{ID: "c1", Name: "current", Hostnames: []string{"a.test"}, Healthy: true, Version: "v1.4.0"},
+		{ID: "c2", Name: "older", Hostnames: []string{"b.test"}, Healthy: true},
+	}
+	contains(t, "clients page", render(t, u, "clients", apitype.RoleViewer), `<th scope="col">Version</th>`,
+		`<td data-cell="version"><code>v1.4.0</code></td>`,
+		`<td data-cell="version"><span class="muted">not announced</span></td>`,
+		`data-version-unknown="not announced"`)
+	contains(t, "German clients page", render(t, u, "clients", apitype.RoleViewer, "Accept-Language", "de"),
+		`<td data-cell="version"><span class="muted">nicht gemeldet</span></td>`)
+}

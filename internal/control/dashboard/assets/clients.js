@@ -72,6 +72,7 @@ function row(c, first, now) {
     ? el("span", { class: "bad" }, c.refused_binds.join(", ")) : document.createTextNode(d.refusedNone);
   const tr = el("tr", { "data-id": c.id },
     el("td", {}, c.name || ""),
+    el("td", { "data-cell": "version" }, c.version ? el("code", {}, c.version) : el("span", { class: "muted" }, d.versionUnknown)),
     el("td", {}, ...binds),
     el("td", { "data-cell": "access" }, access(c)),
     el("td", { class: "num" }, ...limit(c)),
