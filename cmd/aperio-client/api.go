@@ -811,10 +811,10 @@ func mustRequire(cmd *cobra.Command, names ...string) {
 }
 
 func clientsTable(w io.Writer, cs []apitype.ClientInfo) {
-	fmt.Fprintln(w, "ID\tNAME\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tLIMIT\tHEALTHY\tDRAINING\tDISABLED\tREFUSED\tCONNECTED\tREMOTE")
+	fmt.Fprintln(w, "ID\tNAME\tVERSION\tORG\tHOSTNAMES\tPATH\tPRIORITY\tINFLIGHT\tMAX\tLIMIT\tHEALTHY\tDRAINING\tDISABLED\tREFUSED\tCONNECTED\tREMOTE")
 	for _, c := range cs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			c.ID, cell(c.Name), cell(c.OrgID), joined(c.Hostnames), cell(c.Path), c.Priority, c.Inflight,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			c.ID, cell(c.Name), cell(c.Version), cell(c.OrgID), joined(c.Hostnames), cell(c.Path), c.Priority, c.Inflight,
 			orNone(c.MaxConcurrent), limitCell(c.Concurrency), yesNo(c.Healthy), yesNo(c.Draining), yesNo(c.Disabled), joined(c.RefusedBinds), when(&c.ConnectedAt), cell(c.RemoteAddr))
 	}
 }

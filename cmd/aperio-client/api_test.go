@@ -412,14 +412,14 @@ func TestAPICommands(t *testing.T) {
 
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	s.clients.list = []admin.ClientInfo{
-		{ID: "c1", Name: "web-1", OrgID: org.ID, Hostnames: []string{"app.example.com"}, MaxConcurrent: 10, Inflight: 2, Healthy: true, ConnectedAt: at, RemoteAddr: "192.0.2.9:4000",
+		{ID: "c1", Name: "web-1", OrgID: org.ID, Hostnames: []string{"app.example.com"}, MaxConcurrent: 10, Inflight: 2, Healthy: true, ConnectedAt: at, RemoteAddr: "192.0.2.9:4000", Version: "v1.4.0",
 			Concurrency: &admin.Concurrency{Mode: "aimd", Desired: 10, Min: 1, Max: 40}},
 		{ID: "c2", Name: "elsewhere", OrgID: "org_other"},
 	}
 	s.clients.list[0].RefusedBinds = []string{"evil.example.com"}
-	rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "LIMIT", "HEALTHY", "DRAINING", "DISABLED", "REFUSED", "CONNECTED", "REMOTE")
+	rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "VERSION", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "LIMIT", "HEALTHY", "DRAINING", "DISABLED", "REFUSED", "CONNECTED", "REMOTE")
 	want := map[string]string{
-		"ID": "c1", "NAME": "web-1", "ORG": org.ID, "HOSTNAMES": "app.example.com", "PATH": "-", "PRIORITY": "0", "INFLIGHT": "2",
+		"ID": "c1", "NAME": "web-1", "VERSION": "v1.4.0", "ORG": org.ID, "HOSTNAMES": "app.example.com", "PATH": "-", "PRIORITY": "0", "INFLIGHT": "2",
 		"MAX": "10", "LIMIT": "aimd 1..40", "HEALTHY": "yes", "DRAINING": "no", "DISABLED": "no", "REFUSED": "evil.example.com",
 		"CONNECTED": "2030-01-02T03:04:05Z", "REMOTE": "192.0.2.9:4000",
 	}
@@ -429,7 +429,7 @@ func TestAPICommands(t *testing.T) {
 	if out := ok(t, "api", "clients", "disable", "c1"); !strings.Contains(out, "client c1 disabled") {
 		t.Errorf("api clients disable c1 = %q, want the confirmation", out)
 	}
-	if rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "LIMIT", "HEALTHY", "DRAINING", "DISABLED", "REFUSED", "CONNECTED", "REMOTE"); len(rows) != 1 || rows[0]["DISABLED"] != "yes" {
+	if rows = table(t, ok(t, "api", "clients"), "ID", "NAME", "VERSION", "ORG", "HOSTNAMES", "PATH", "PRIORITY", "INFLIGHT", "MAX", "LIMIT", "HEALTHY", "DRAINING", "DISABLED", "REFUSED", "CONNECTED", "REMOTE"); len(rows) != 1 || rows[0]["DISABLED"] != "yes" {
 		t.Errorf("clients after disable = %v, want c1 DISABLED yes", rows)
 	}
 	if out := ok(t, "api", "clients", "enable", "c1"); !strings.Contains(out, "client c1 enabled") || s.clients.list[0].Disabled {
