@@ -96,7 +96,9 @@ APERIO_SERVER_TOKEN=$SCOPED "$bin/aperio-client" "127.0.0.1:$BACKEND_PORT" --hos
 pids+=($!)
 
 url="$server/"
-wait_for "an answer through the tunnel" sh -c "[ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: demo.localhost' $url)\" = 200 ]"
+# Ready once the server lists the client (asking the admin API, not the
+# hostname, so no 502 from before the client connected reaches the log).
+wait_for "the client to connect" sh -c "curl -sf -H 'Authorization: Bearer $TOKEN' $server/aperio/api/clients | grep -q '\"demo.localhost\"'"
 echo
 echo "== the client's token may bind demo.localhost and app.localhost only:"
 echo "   aperio-client api tokens create --name demo --hostname demo.localhost --hostname app.localhost"
