@@ -82,6 +82,7 @@ func TestSystemdInstallUpgradeRemove(t *testing.T) {
 	c.write("/etc/aperio/aperio-server.env", "APERIO_SERVER_TOKEN="+token+"\n", "0600")
 	c.write("/etc/aperio/client/web.yaml", "server:\n  url: http://127.0.0.1:8080\nservices:\n  - target: http://127.0.0.1:3000\n    hostname: app.example.com\n", "0644")
 	c.write("/etc/aperio/client/web.env", "APERIO_SERVER_TOKEN="+token+"\n", "0600")
+	c.exec("systemctl", "enable", "aperio-client@web")
 	c.exec("systemctl", "start", "aperio-server", "aperio-client@web")
 	serverPID := c.running("aperio-server", "v1.2.3")
 	clientPID := c.running("aperio-client@web", "")
@@ -98,34 +99,29 @@ func TestSystemdInstallUpgradeRemove(t *testing.T) {
 		t.Errorf("after the upgrade aperio-server is %q, want enabled", got)
 	}
 
-	// Remove: both stop and systemd forgets their units; the server's
-	// enablement is kept for a reinstall.
-	serverPID = c.show("aperio-server", "MainPID")
-	clientPID = c.show("aperio-client@web", "MainPID")
-	c.exec("dpkg", "--remove", "aperio-server", "aperio-client")
-	for _, unit := range []string{"aperio-server", "aperio-client@web"} {
-		if got := c.query("systemctl", "is-active", unit); got != "inactive" {
-			t.Errorf("after remove %s is %q, want inactive", unit, got)
+	// Remove, one package at a time so that each one's scripts show: it
+	// stops and systemd forgets its unit.
+	for _, r := range []struct{ pkg, unit string }{{"aperio-client", "aperio-client@web"}, {"aperio-server", "aperio-server"}} {
+		pid := c.show(r.unit, "MainPID")
+		c.exec("dpkg", "--remove", r.pkg)
+		if got := c.query("systemctl", "is-active", r.unit); got != "inactive" {
+			t.Errorf("after removing %s, %s is %q, want inactive", r.pkg, r.unit, got)
 		}
-		if got := c.show(unit, "LoadState"); got != "not-found" {
-			t.Errorf("after remove systemd still has %s (LoadState=%s): no daemon-reload", unit, got)
-		}
-	}
-	for _, pid := range []string{serverPID, clientPID} {
 		if got := c.query("sh", "-c", "kill -0 "+pid+" 2>/dev/null && echo alive || echo gone"); got != "gone" {
-			t.Errorf("after remove PID %s is %s", pid, got)
+			t.Errorf("after removing %s, its PID %s is %s", r.pkg, pid, got)
+		}
+		if got := c.show(r.unit, "LoadState"); got != "not-found" {
+			t.Errorf("after removing %s, systemd still has %s (LoadState=%s): no daemon-reload", r.pkg, r.unit, got)
 		}
 	}
-	wants := "/etc/systemd/system/multi-user.target.wants/aperio-server.service"
-	if got := c.query("sh", "-c", "test -L "+wants+" && echo kept || echo gone"); got != "kept" {
-		t.Errorf("remove (not purge) dropped %s: %s", wants, got)
+	// The units' enablement is kept for a reinstall, until purge.
+	links := "ls /etc/systemd/system/multi-user.target.wants/ | grep aperio || true"
+	if got, want := c.query("sh", "-c", links), "aperio-client@web.service\naperio-server.service"; got != want {
+		t.Errorf("after remove (not purge) the links enabling units are %q, want %q", got, want)
 	}
 	c.exec("dpkg", "--purge", "aperio-server", "aperio-client")
-	if got := c.query("sh", "-c", "test -L "+wants+" && echo kept || echo gone"); got != "gone" {
-		t.Errorf("purge left %s", wants)
-	}
-	if got := c.query("sh", "-c", "ls /etc/systemd/system/*.wants/ | grep aperio || true"); got != "" {
-		t.Errorf("purge left links to aperio units: %s", got)
+	if got := c.query("sh", "-c", links); got != "" {
+		t.Errorf("purge left links enabling units: %q", got)
 	}
 	t.Logf("the whole test took %v", time.Since(start).Round(time.Millisecond))
 }
