@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -197,14 +198,17 @@ func bootSystemd(t *testing.T, root string) *systemdContainer {
 	})
 	// systemd needs CAP_SYS_ADMIN (mounts, the units' sandboxes) and
 	// its own cgroup namespace; not --privileged, which also asks for
-	// capabilities a nested Docker may lack.
+	// capabilities a nested Docker may lack (unable to apply caps).
+	// CAP_SYS_PTRACE lets docker exec read the services' /proc/PID/exe.
 	run(t, "docker", "run", "-d", "--name", name, "--network", "none",
-		"--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined", "--cgroupns", "private",
+		"--cap-add", "SYS_ADMIN", "--cap-add", "SYS_PTRACE", "--security-opt", "seccomp=unconfined", "--cgroupns", "private",
 		"--tmpfs", "/run", "--tmpfs", "/run/lock", "-e", "container=docker",
 		image, "/lib/systemd/systemd")
 	c := &systemdContainer{t: t, name: name}
 	t.Cleanup(func() {
 		if t.Failed() {
+			boot, _ := exec.Command("docker", "logs", "--tail", "30", name).CombinedOutput()
+			t.Logf("systemd's console:\n%s", boot)
 			out, _ := exec.Command("docker", "exec", name, "journalctl", "--no-pager", "-n", "80", "-u", "aperio-server", "-u", "aperio-client@web").CombinedOutput()
 			t.Logf("the services' journal:\n%s", out)
 		}
@@ -214,7 +218,7 @@ func bootSystemd(t *testing.T, root string) *systemdContainer {
 	})
 	var state string
 	poll(t, 60*time.Second, "systemd to finish booting", func() bool {
-		state = c.query("systemctl", "is-system-running", "--wait")
+		state = c.query("timeout", "20", "systemctl", "is-system-running", "--wait")
 		return state == "running" || state == "degraded"
 	})
 	if state == "degraded" {
@@ -236,7 +240,8 @@ func (c *systemdContainer) exec(args ...string) string {
 func (c *systemdContainer) query(args ...string) string {
 	c.t.Helper()
 	out, err := exec.Command("docker", append([]string{"exec", c.name}, args...)...).Output()
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
 		c.t.Fatalf("docker exec %s: %v", strings.Join(args, " "), err)
 	}
 	return strings.TrimSpace(string(out))
@@ -260,8 +265,10 @@ func (c *systemdContainer) write(path, content, mode string) {
 	c.exec("chmod", mode, path)
 }
 
-// running checks that unit is active, and for the server that the process
-// answering on its port reports version, and returns its main PID.
+// running checks that unit is active, has not been restarted after a
+// failure, and runs the binary now installed (not one dpkg has since
+// replaced); for the server, that the process answering on its port
+// reports version. It returns the unit's main PID.
 func (c *systemdContainer) running(unit, version string) string {
 	c.t.Helper()
 	if got := c.query("systemctl", "is-active", unit); got != "active" {
@@ -271,6 +278,13 @@ func (c *systemdContainer) running(unit, version string) string {
 	if pid == "" || pid == "0" {
 		c.t.Fatalf("%s is active without a main PID", unit)
 	}
+	if n := c.show(unit, "NRestarts"); n != "0" {
+		c.t.Errorf("%s restarted %s times after failures", unit, n)
+	}
+	prog, _, _ := strings.Cut(unit, "@")
+	if exe := c.query("readlink", "/proc/"+pid+"/exe"); exe != "/usr/bin/"+prog {
+		c.t.Errorf("%s (PID %s) runs %q, want /usr/bin/%s", unit, pid, exe, prog)
+	}
 	if version == "" {
 		return pid
 	}
@@ -278,7 +292,8 @@ func (c *systemdContainer) running(unit, version string) string {
 	out := c.exec("bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/8080 && printf 'GET /aperio/health HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && cat <&3`)
 	_, body, _ := strings.Cut(out, "\r\n\r\n")
 	var health struct {
-		Version string `json:"version"`
+		Version          string `json:"version"`
+		ConnectedClients int    `json:"connected_clients"`
 	}
 	if err := json.Unmarshal([]byte(body), &health); err != nil {
 		c.t.Fatalf("%s's /aperio/health: %v\n%s", unit, err, out)
