@@ -23,8 +23,8 @@ import (
 // chroot test cannot see: the install enables the server without starting
 // it (it has no token yet); once configured and started, an upgrade
 // restarts the server and the running client instances, which then run
-// the new binaries; remove stops them and systemd forgets the units;
-// purge drops the server's enablement.
+// the new binaries, and leaves a stopped server stopped; remove stops
+// them and systemd forgets the units; purge drops their enablement.
 //
 // To run it locally, as root with Docker running:
 //
@@ -99,6 +99,13 @@ func TestSystemdInstallUpgradeRemove(t *testing.T) {
 	if got := c.query("systemctl", "is-enabled", "aperio-server"); got != "enabled" {
 		t.Errorf("after the upgrade aperio-server is %q, want enabled", got)
 	}
+	// An upgrade (here a reinstall) leaves a stopped server stopped.
+	c.exec("systemctl", "stop", "aperio-server")
+	c.exec("dpkg", "-i", "--force-confold", "/tmp/aperio-server_1.2.4-1_amd64.deb")
+	if got := c.query("systemctl", "is-active", "aperio-server"); got != "inactive" {
+		t.Errorf("the upgrade started the stopped aperio-server: it is %q", got)
+	}
+	c.exec("systemctl", "start", "aperio-server")
 
 	// Remove, one package at a time so that each one's scripts show: it
 	// stops and systemd forgets its unit.
