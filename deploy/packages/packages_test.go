@@ -59,12 +59,18 @@ const fakeReport = "Licenses of the code linked into the test build\n"
 
 func build(t *testing.T, version string) (string, []string) {
 	t.Helper()
+	return buildFrom(t, version, fakeBins(t))
+}
+
+// buildFrom builds the packages of version from the binaries in bin.
+func buildFrom(t *testing.T, version, bin string) (string, []string) {
+	t.Helper()
 	here, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	names, err := Build{Bin: fakeBins(t), Arch: "amd64", Version: version, Out: out, Here: here, MTime: time.Unix(1700000000, 0).UTC()}.Run()
+	names, err := Build{Bin: bin, Arch: "amd64", Version: version, Out: out, Here: here, MTime: time.Unix(1700000000, 0).UTC()}.Run()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,17 +329,19 @@ func TestPackageVersionOrder(t *testing.T) {
 	}
 }
 
-// debianRoot returns the throwaway Debian root the install test runs in
-// (APERIO_TEST_DEBIAN_ROOT, made by debootstrap in .ci/run), waiting for
-// it while .ci/run still builds it in the background.
-func debianRoot(t *testing.T) string {
+// debianRoot returns a throwaway Debian root the install tests run in,
+// named by the variable env (APERIO_TEST_DEBIAN_ROOT, or
+// APERIO_TEST_DEBIAN_SYSTEMD_ROOT for one with systemd; both made by
+// debootstrap in .ci/run), waiting for it while .ci/run still builds it in
+// the background.
+func debianRoot(t *testing.T, env string) string {
 	t.Helper()
-	root := os.Getenv("APERIO_TEST_DEBIAN_ROOT")
+	root := os.Getenv(env)
 	if root == "" {
 		if inCI {
-			t.Fatal("APERIO_TEST_DEBIAN_ROOT is unset; .ci/run makes it with debootstrap")
+			t.Fatalf("%s is unset; .ci/run makes it with debootstrap", env)
 		}
-		t.Skip("APERIO_TEST_DEBIAN_ROOT unset: debootstrap --variant=minbase bookworm DIR, touch DIR/.ready, export it")
+		t.Skipf("%s unset: debootstrap --variant=minbase bookworm DIR, touch DIR/.ready, export it", env)
 	}
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
@@ -362,7 +370,7 @@ func TestInstallRemovePurge(t *testing.T) {
 		}
 		t.Skip("needs root for chroot")
 	}
-	root := debianRoot(t)
+	root := debianRoot(t, "APERIO_TEST_DEBIAN_ROOT")
 	out, _ := build(t, "v1.2.3")
 	outNext, _ := build(t, "v1.2.4")
 	tmp := filepath.Join(root, "tmp", "aperio-packages-test")
