@@ -125,6 +125,17 @@ func Listen(addr string, log *slog.Logger) (*Server, error) {
 // Addr is the address the listener is bound to (the port chosen for :0).
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
+// closeGrace is how long Close lets requests in flight finish.
+const closeGrace = time.Second
+
+// Close is Shutdown with a grace of one second: what the binaries call
+// when they stop, the debug listener last.
+func (s *Server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+	defer cancel()
+	s.Shutdown(ctx)
+}
+
 // Shutdown stops accepting, lets the requests in flight finish until ctx
 // ends, then closes what is left (a profile still running is cut short),
 // and returns once the serve loop has exited. It is idempotent.
