@@ -18,7 +18,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"helpers", []string{
-		"internal/b64", "internal/bufpool", "internal/buildinfo", "internal/clidoc", "internal/exitcode",
+		"internal/b64", "internal/bufpool", "internal/buildinfo", "internal/clidoc", "internal/debughttp", "internal/exitcode",
 		"internal/hangup", "internal/headerrule", "internal/hostname", "internal/logging",
 		"internal/logkey", "internal/passhash", "internal/portspec", "internal/recovery",
 		"internal/reload", "internal/sdnotify", "internal/testkit/...", "internal/urlpath",

@@ -38,6 +38,9 @@ func TestClientCheckConfig(t *testing.T) {
 		{"no hostname", nil, []string{"3000", "--server-url", "http://x", "--server-token", "t", "--check-config"}, 0, nil},
 		{"bad server url scheme", nil, []string{"3000", "--hostname", "app.test", "--server-url", "ftp://x", "--server-token", "t", "--check-config"}, 2, []string{"server.url", "flag --server-url"}},
 		{"bad duration", nil, append(quick, "--drain-timeout", "soon", "--check-config"), 2, []string{"drain_timeout", "--drain-timeout"}},
+		{"debug_listen loopback", nil, append(quick, "--debug-listen", "127.0.0.1:6061", "--check-config"), 0, nil},
+		{"debug_listen every interface", nil, append(quick, "--debug-listen", "0.0.0.0:6061", "--check-config"), 2, []string{"debug_listen", "flag --debug-listen", "must be a loopback address"}},
+		{"debug_listen from env, public", map[string]string{"APERIO_DEBUG_LISTEN": "203.0.113.9:6061"}, append(quick, "--check-config"), 2, []string{"debug_listen", "env APERIO_DEBUG_LISTEN", "must be a loopback address"}},
 		{"scaling max below min", nil, append(quick, "--scaling-url", "https://p.example/scale", "--scaling-min", "3", "--scaling-max", "2", "--check-config"), 2, []string{"scaling.max"}},
 		{"scaling max 0 below min", nil, append(quick, "--scaling-url", "https://p.example/scale", "--scaling-min", "3", "--scaling-max", "0", "--check-config"), 2, []string{"scaling.max", "0 is below scaling.min 3"}},
 		{"adaptive fallbacks warn", nil, append(quick, "--adaptive-concurrency-increase-after-successes", "0", "--adaptive-concurrency-decrease-factor", "0", "--check-config"), 0, []string{

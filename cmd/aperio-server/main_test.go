@@ -55,6 +55,9 @@ func TestCheckConfig(t *testing.T) {
 		{"short master token", map[string]string{"APERIO_SERVER_TOKEN": "s3cr3t"}, []string{"--check-config"}, 2, "", []string{"server.token", "env APERIO_SERVER_TOKEN", "6 characters, at least 16 required"}},
 		{"short master token stops startup", map[string]string{"APERIO_SERVER_TOKEN": "s3cr3t"}, nil, 2, "", []string{"server.token", "at least 16 required"}},
 		{"weak master token warns", map[string]string{"APERIO_SERVER_TOKEN": "0123456789abcdef"}, []string{"--check-config"}, 0, "configuration OK\n", []string{"warning: server.token: 16 characters, at least 32 recommended"}},
+		{"debug_listen loopback", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_DEBUG_LISTEN": "localhost:6060"}, []string{"--check-config"}, 0, "configuration OK\n", nil},
+		{"debug_listen every interface", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_DEBUG_LISTEN": ":6060"}, []string{"--check-config"}, 2, "", []string{"debug_listen", "env APERIO_DEBUG_LISTEN", "must be a loopback address"}},
+		{"debug_listen public stops startup", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef", "APERIO_DEBUG_LISTEN": "0.0.0.0:6060"}, nil, 2, "", []string{"debug_listen", "must be a loopback address"}},
 		{"stray argument", map[string]string{"APERIO_SERVER_TOKEN": "token-0123456789abcdef"}, []string{"extra"}, 2, "", []string{"extra"}},
 	}
 	for _, tt := range tests {

@@ -102,6 +102,9 @@ type Agent struct {
 	// nudgeLoop announces it, at most once per minAnnounceGap.
 	limitChange  chan struct{}
 	statusSocket string
+	// debugAddr is the debug listener's address (debug_listen) while Run
+	// serves it, "" otherwise.
+	debugAddr atomic.Value // string
 
 	// routableSince is when the client first became routable (a tunnel
 	// up and a service healthy), unix nanoseconds; 0 until then. Without a

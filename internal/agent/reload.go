@@ -68,6 +68,7 @@ func restartKeys(old, new config.Client) []string {
 	check("idle_timeout", old.IdleTimeout == new.IdleTimeout)
 	check("idle_action", old.IdleAction == new.IdleAction)
 	check("status_socket", old.StatusSocket == new.StatusSocket)
+	check("debug_listen", old.DebugListen == new.DebugListen)
 	check("log_level", old.LogLevel == new.LogLevel)
 	check("log_format", old.LogFormat == new.LogFormat)
 	return keys

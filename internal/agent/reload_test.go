@@ -278,3 +278,20 @@ type rwc struct{ written int }
 func (c *rwc) Read([]byte) (int, error)    { return 0, io.EOF }
 func (c *rwc) Write(p []byte) (int, error) { c.written += len(p); return len(p), nil }
 func (c *rwc) Close() error                { return nil }
+
+// TestRestartKeysDebugListen proves a reload that moves debug_listen
+// names it among the keys that wait for a restart: the listener stays
+// where it was bound.
+func TestRestartKeysDebugListen(t *testing.T) {
+	old := config.Client{DebugListen: "127.0.0.1:6061"}
+	for _, tc := range []struct {
+		new  string
+		want []string
+	}{{"127.0.0.1:6061", nil}, {"127.0.0.1:6062", []string{"debug_listen"}}, {"", []string{"debug_listen"}}} {
+		n := old
+		n.DebugListen = tc.new
+		if got := restartKeys(old, n); !slices.Equal(got, tc.want) {
+			t.Errorf("restartKeys(debug_listen %q → %q) = %v, want %v", old.DebugListen, tc.new, got, tc.want)
+		}
+	}
+}

@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/debughttp"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/tunnel"
 )
@@ -23,8 +25,19 @@ var ErrIdle = errors.New("agent: idle timeout reached")
 // whole process. It returns nil after a drain on ctx or a server's ask,
 // ErrIdle after an idle retirement, and an error wrapping ErrRefused when
 // every server refused the tunnel for good, three times in a row, unless
-// retry_forever is set.
+// retry_forever is set. With debug_listen set, the debug listener opens
+// first and closes last; an error opening it (the address in use) is
+// returned before any tunnel is dialed.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.cfg.DebugListen != "" {
+		d, err := debughttp.Listen(a.cfg.DebugListen, a.log)
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		a.debugAddr.Store(d.Addr().String())
+		defer a.debugAddr.Store("")
+		defer d.Close()
+	}
 	tctx, stopTunnels := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopTunnels()
 	var wg sync.WaitGroup

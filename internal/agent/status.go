@@ -36,6 +36,9 @@ type Status struct {
 	// Retired is "idle" once idle_timeout retired a client whose
 	// idle_action is wait: drained, disconnected, waiting for SIGTERM.
 	Retired string `json:"retired,omitempty"`
+	// Debug is the debug listener's address (debug_listen), empty when
+	// there is none.
+	Debug string `json:"debug,omitempty"`
 	// InFlight counts the requests being served now, over every tunnel.
 	InFlight int64 `json:"inflight"`
 	// Tunnels lists the servers the client holds tunnels to, in the
@@ -91,6 +94,7 @@ func (a *Agent) Status() Status {
 		Retired:    a.retiredReason(),
 		InFlight:   a.active(),
 	}
+	st.Debug, _ = a.debugAddr.Load().(string)
 	for _, tc := range a.tunnels {
 		st.Tunnels = append(st.Tunnels, TunnelStatus{Server: tc.URL(), Connected: tc.Connected()})
 	}

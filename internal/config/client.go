@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/debughttp"
 )
 
 // ClientFile is the file aperio-client reads from its working directory when
@@ -91,6 +92,7 @@ func clientSettings() []setting[Client] {
 		enumSetting("log_format", "text or json", func(c *C) *string { return &c.LogFormat }).oneOf(LogFormats),
 		boolSetting("retry_forever", "keep retrying a server that refuses the tunnel for good (bad token, hostname not allowed) instead of exiting 1", func(c *C) *bool { return &c.RetryForever }),
 		stringSetting("status_socket", "unix socket aperio-client status reads (default: one per process; off = none)", func(c *C) *string { return &c.StatusSocket }),
+		stringSetting("debug_listen", "loopback host:port serving pprof and runtime metrics (127.0.0.1:6061); empty = none", func(c *C) *string { return &c.DebugListen }),
 	}
 }
 
@@ -634,6 +636,11 @@ func (c Client) problems(src *Sources) []*Error {
 	v.oneOf("log_format", c.LogFormat, LogFormats)
 	v.oneOf("server.transport", c.Transport, Transports)
 	v.oneOf("idle_action", c.IdleAction, IdleActions)
+	if c.DebugListen != "" {
+		if err := debughttp.CheckAddr(c.DebugListen); err != nil {
+			v.add("debug_listen", "%v", err)
+		}
+	}
 	return v.errs
 }
 

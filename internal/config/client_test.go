@@ -85,6 +85,16 @@ var clientLoadCases = []struct {
 		want: []string{"reload_drain = 2m  # env APERIO_RELOAD_DRAIN"},
 	},
 	{
+		name: "debug_listen from env",
+		in:   clientCase{env: withBase(map[string]string{"APERIO_DEBUG_LISTEN": "127.0.0.1:6061", "APERIO_TARGET": "3000", "APERIO_HOSTNAME": "app.example.com"})},
+		want: []string{"debug_listen = 127.0.0.1:6061  # env APERIO_DEBUG_LISTEN"},
+	},
+	{
+		name: "debug_listen localhost from the file",
+		in:   clientCase{env: withBase(map[string]string{"APERIO_TARGET": "3000", "APERIO_HOSTNAME": "app.example.com"}), file: "debug_listen: localhost:6061\n"},
+		want: []string{"debug_listen = localhost:6061  # file:aperio.yaml:1"},
+	},
+	{
 		name: "home file",
 		in:   clientCase{env: withBase(nil), home: "drain_timeout: 1m\nservices: [{target: 3000, hostname: a.example.com}]\n"},
 		want: []string{"drain_timeout = 1m  # file:/home/u/.aperio.yaml:1"},
@@ -761,6 +771,29 @@ scaling:
 		want: []string{`config: reload_drain (env APERIO_RELOAD_DRAIN): duration "-1s" is negative`},
 	},
 	{
+		name: "debug_listen not loopback",
+		in: clientCase{
+			env: withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com", "APERIO_DEBUG_LISTEN": "0.0.0.0:6061"}),
+		},
+		want: []string{`config: debug_listen (env APERIO_DEBUG_LISTEN): 0.0.0.0 in "0.0.0.0:6061": debughttp: debug_listen must be a loopback address (127.0.0.1, ::1 or localhost)`},
+	},
+	{
+		name: "debug_listen empty host",
+		in: clientCase{
+			env:  withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com"}),
+			file: "debug_listen: \":6061\"\n",
+		},
+		want: []string{`config: debug_listen (aperio.yaml:1): an empty host (every interface) in ":6061": debughttp: debug_listen must be a loopback address (127.0.0.1, ::1 or localhost)`},
+	},
+	{
+		name: "debug_listen public address",
+		in: clientCase{
+			env:   withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com"}),
+			flags: map[string]string{"debug_listen": "203.0.113.9:6061"},
+		},
+		want: []string{`config: debug_listen (flag --debug-listen): 203.0.113.9 in "203.0.113.9:6061": debughttp: debug_listen must be a loopback address (127.0.0.1, ::1 or localhost)`},
+	},
+	{
 		name: "negative counts",
 		in: clientCase{
 			env:   withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com", "APERIO_PRIORITY": "-1"}),
@@ -854,6 +887,7 @@ func TestClientKeys(t *testing.T) {
 		{"health.interval", "APERIO_HEALTH_INTERVAL", "health-interval", nil, false},
 		{"idle_timeout", "APERIO_IDLE_TIMEOUT", "idle-timeout", nil, false},
 		{"reload_drain", "APERIO_RELOAD_DRAIN", "reload-drain", nil, false},
+		{"debug_listen", "APERIO_DEBUG_LISTEN", "debug-listen", nil, false},
 		{"log_level", "APERIO_LOG_LEVEL", "log-level", []string{"LOG_LEVEL"}, false},
 		{"target", "APERIO_TARGET", "target", nil, false},
 		{"hostname", "APERIO_HOSTNAME", "hostname", nil, false},

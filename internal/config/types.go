@@ -84,6 +84,11 @@ type Client struct {
 	// `aperio-client status` (status_socket). Empty means one socket per
 	// process in StatusDir(); "off" opens none.
 	StatusSocket string
+	// DebugListen is the loopback host:port of the debug listener
+	// (debug_listen): pprof, runtime/trace and runtime metrics, for
+	// operators (internal/debughttp). Empty, the default, opens none; an
+	// address that is not loopback does not validate.
+	DebugListen string
 
 	// LogLevel is debug, info, warn or error (log_level, also LOG_LEVEL).
 	// Default info.

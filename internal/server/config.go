@@ -10,6 +10,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/debughttp"
 	"github.com/aperio-dev/aperio/internal/edge/acme"
 	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/internal/telemetry"
@@ -146,6 +147,11 @@ type Config struct {
 	// (metrics_listen); /aperio/metrics then answers 404 on the public
 	// port. Empty serves metrics at /aperio/metrics on the public port.
 	MetricsListen string
+	// DebugListen is the loopback host:port of the debug listener
+	// (debug_listen): pprof, runtime/trace and runtime metrics, for
+	// operators (internal/debughttp). Empty, the default, opens none; an
+	// address that is not loopback fails New.
+	DebugListen string
 	// AccessLog writes one line per proxied request, in log_format, with
 	// logger=access (access_log). Default on.
 	AccessLog bool
@@ -309,6 +315,11 @@ func (cfg Config) Validate() error {
 	}
 	if f := cfg.UsageFlushInterval; f != 0 && (f < MinUsageFlushInterval || f > MaxUsageFlushInterval) {
 		errs = append(errs, fmt.Errorf("gateway: usage_flush_interval %v is not between %v and %v", f, MinUsageFlushInterval, MaxUsageFlushInterval))
+	}
+	if cfg.DebugListen != "" {
+		if err := debughttp.CheckAddr(cfg.DebugListen); err != nil {
+			errs = append(errs, fmt.Errorf("gateway: debug_listen: %w", err))
+		}
 	}
 	if cfg.MaxStreamSubscribers < 0 {
 		errs = append(errs, fmt.Errorf("gateway: max_stream_subscribers must not be negative, got %d", cfg.MaxStreamSubscribers))

@@ -45,6 +45,13 @@ func (g *Gateway) MetricsAddrForTest() string {
 	return s
 }
 
+// DebugAddrForTest returns the debug listener's address, or "" when
+// debug_listen is unset or not listening yet.
+func (g *Gateway) DebugAddrForTest() string {
+	s, _ := g.debugAddr.Load().(string)
+	return s
+}
+
 // DeclarationsLateForTest returns how many heartbeat acks went before
 // their announcement's scaling declarations were done.
 func (g *Gateway) DeclarationsLateForTest() int64 {

@@ -28,6 +28,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/dashboard"
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/control/webhook"
+	"github.com/aperio-dev/aperio/internal/debughttp"
 	"github.com/aperio-dev/aperio/internal/edge/acme"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/outbound"
@@ -134,6 +135,7 @@ type Gateway struct {
 	// handler; Reload replaces it (denied_ips, admin_allowed_ips).
 	edge        atomic.Pointer[edge]
 	metricsAddr atomic.Value // string: the metrics listener's address, once listening
+	debugAddr   atomic.Value // string: the debug listener's address, once listening
 	// cert is the public port's certificate, read by every handshake;
 	// nil without tls_cert. Reload replaces it.
 	cert atomic.Pointer[tls.Certificate]
@@ -561,6 +563,16 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		ln = framingListener{ln}
 	} else {
 		ln = helloListener{ln} // TLS passthrough by SNI (passthrough.go)
+	}
+	// The debug listener (debug_listen: pprof and runtime metrics on a
+	// loopback address, nothing of it on the public port) closes last.
+	if g.cfg.DebugListen != "" {
+		d, derr := debughttp.Listen(g.cfg.DebugListen, g.log)
+		if derr != nil {
+			return fmt.Errorf("gateway: %w", derr)
+		}
+		g.debugAddr.Store(d.Addr().String())
+		defer d.Close()
 	}
 	stopMetrics, merr := g.serveMetrics()
 	if merr != nil {

@@ -165,6 +165,8 @@ type testAgent struct {
 	// is its result then.
 	exited chan struct{}
 	res    error
+	// agent is the client itself, for its Status.
+	agent *agent.Agent
 }
 
 // waitExit waits up to timeout for Run to return on its own (a drain or
@@ -209,7 +211,7 @@ func startAgent(t testing.TB, s *testServer, cfg config.Client) *testAgent {
 		t.Fatalf("agent.New() = %v, want nil", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ta := &testAgent{exited: make(chan struct{})}
+	ta := &testAgent{exited: make(chan struct{}), agent: a}
 	go func() {
 		defer close(ta.exited)
 		ta.res = a.Run(ctx)

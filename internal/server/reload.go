@@ -132,6 +132,7 @@ var reloadKeys = []reloadKey{
 	{"AdminHosts", "admin_hosts", true},
 	{"Inspect.RedactHeaders", "inspect_redact_headers", false},
 	{"MetricsListen", "metrics_listen", false},
+	{"DebugListen", "debug_listen", false},
 	{"Router.ErrorPages", "error_pages", true},
 	{"Router.MaintenanceWindows", "maintenance_windows", true},
 	{"Router.Fallbacks", "fallbacks", true},

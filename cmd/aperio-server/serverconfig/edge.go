@@ -5,11 +5,13 @@ import (
 	"strconv"
 
 	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/debughttp"
 	"github.com/aperio-dev/aperio/internal/server"
 )
 
 // edgeProblems checks the keys of the edge: address lists, the real-ip
-// header's name and the metrics listener's address.
+// header's name, the metrics listener's address and the debug
+// listener's (loopback only).
 func edgeProblems(s Config, v *config.Checker) {
 	lists := []struct {
 		key  string
@@ -34,6 +36,11 @@ func edgeProblems(s Config, v *config.Checker) {
 		_, port, err := net.SplitHostPort(s.MetricsListen)
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 0 || n > 65535 {
 			v.Add("metrics_listen", "%q is not a host:port address", s.MetricsListen)
+		}
+	}
+	if s.DebugListen != "" {
+		if err := debughttp.CheckAddr(s.DebugListen); err != nil {
+			v.Add("debug_listen", "%v", err)
 		}
 	}
 }

@@ -33,7 +33,7 @@ var helpSections = []struct {
 	{"Traffic policy", []string{"routes", "rate_limits", "headers", "security_headers"}},
 	{"Cache", []string{"cache"}},
 	{"Scaling and outbound calls", []string{"scaling", "outbound_"}},
-	{"Logs, metrics and tracing", []string{"log_", "access_log", "server_timing", "metrics_listen", "max_stream_subscribers", "otel_", "inspect_"}},
+	{"Logs, metrics and tracing", []string{"log_", "access_log", "server_timing", "metrics_listen", "debug_listen", "max_stream_subscribers", "otel_", "inspect_"}},
 	{"Other", nil},
 }
 

@@ -174,6 +174,7 @@ func settings() []config.Setting[Config] {
 		config.DurationSetting("usage_flush_interval", "time between writes of the usage counts to the store (quotas refresh with them)", func(c *S) *time.Duration { return &c.UsageFlushInterval }),
 		config.ListSetting("inspect_redact_headers", "headers whose values the request inspector never keeps, beside Authorization and cookies", func(c *S) *[]string { return &c.Inspect.RedactHeaders }),
 		config.StringSetting("metrics_listen", "host:port of a separate metrics listener; empty = /aperio/metrics on the public port", func(c *S) *string { return &c.MetricsListen }),
+		config.StringSetting("debug_listen", "loopback host:port serving pprof and runtime metrics (127.0.0.1:6060); empty = none", func(c *S) *string { return &c.DebugListen }),
 	}
 	for i := range tab {
 		tab[i] = tab[i].NoFlag()

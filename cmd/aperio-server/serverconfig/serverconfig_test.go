@@ -859,6 +859,7 @@ func TestServerKeys(t *testing.T) {
 		{"access_log", "APERIO_ACCESS_LOG", nil, false},
 		{"access_log_ips", "APERIO_ACCESS_LOG_IPS", nil, false},
 		{"server_timing", "APERIO_SERVER_TIMING", nil, false},
+		{"debug_listen", "APERIO_DEBUG_LISTEN", nil, false},
 		{"max_stream_subscribers", "APERIO_MAX_STREAM_SUBSCRIBERS", nil, false},
 		{"otel_sample_rate", "APERIO_OTEL_SAMPLE_RATE", nil, false},
 		{"tunnel_max_header_bytes", "APERIO_TUNNEL_MAX_HEADER_BYTES", nil, false},
@@ -893,8 +894,8 @@ func TestServerKeys(t *testing.T) {
 		t.Errorf("Keys() Bool: scaling %v, outbound_block_private %v, port %v; want true, true, false",
 			byName["scaling"].Bool, byName["outbound_block_private"].Bool, byName["port"].Bool)
 	}
-	if len(keys) != 100 {
-		t.Errorf("len(Keys()) = %d, want 100", len(keys))
+	if len(keys) != 101 {
+		t.Errorf("len(Keys()) = %d, want 101", len(keys))
 	}
 }
 
@@ -932,6 +933,40 @@ func TestEdgeValidate(t *testing.T) {
 	s.ProxyProtocol = true
 	diffLines(t, "Validate()", problems(t, s.Validate()), []string{
 		"config: proxy_protocol: needs trusted_proxies: PROXY headers are accepted only from them",
+	})
+}
+
+// TestDebugListenValidate proves debug_listen takes a loopback address
+// only: profiles must never be exposed by accident.
+func TestDebugListenValidate(t *testing.T) {
+	const notLoopback = "debughttp: debug_listen must be a loopback address (127.0.0.1, ::1 or localhost)"
+	for _, tc := range []struct {
+		addr string
+		want []string
+	}{
+		{"127.0.0.1:6060", nil},
+		{"127.0.0.1:0", nil},
+		{"[::1]:6060", nil},
+		{"localhost:6060", nil},
+		{"0.0.0.0:6060", []string{`config: debug_listen: 0.0.0.0 in "0.0.0.0:6060": ` + notLoopback}},
+		{"[::]:6060", []string{`config: debug_listen: :: in "[::]:6060": ` + notLoopback}},
+		{":6060", []string{`config: debug_listen: an empty host (every interface) in ":6060": ` + notLoopback}},
+		{"203.0.113.9:6060", []string{`config: debug_listen: 203.0.113.9 in "203.0.113.9:6060": ` + notLoopback}},
+		{"10.1.2.3:6060", []string{`config: debug_listen: 10.1.2.3 in "10.1.2.3:6060": ` + notLoopback}},
+		{"example.com:6060", []string{`config: debug_listen: example.com in "example.com:6060": ` + notLoopback}},
+		{"localhost", []string{`config: debug_listen: "localhost" is not a host:port address`}},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			s := Default()
+			s.Token = "token-0123456789abcdef"
+			s.DebugListen = tc.addr
+			diffLines(t, "Validate()", problems(t, s.Validate()), tc.want)
+		})
+	}
+	files := filesOf(map[string]string{File: "server.token: token-0123456789abcdef\n"})
+	_, _, err := Load(Options{ReadFile: files, Env: envOf(map[string]string{"APERIO_DEBUG_LISTEN": "0.0.0.0:6060"})})
+	diffLines(t, "Load() errors", problems(t, err), []string{
+		`config: debug_listen (env APERIO_DEBUG_LISTEN): 0.0.0.0 in "0.0.0.0:6060": ` + notLoopback,
 	})
 }
 
