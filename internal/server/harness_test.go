@@ -303,6 +303,13 @@ func startStack(t testing.TB, h http.Handler, cfg func(*server.Config)) *stack {
 // until the agent is attached.
 func startStackFor(t testing.TB, svc config.Service, cfg func(*server.Config), tlsOn bool) *stack {
 	t.Helper()
+	return startStackWith(t, svc, cfg, tlsOn, nil)
+}
+
+// startStackWith is startStackFor with agentCfg, if not nil, applied to
+// the agent's configuration.
+func startStackWith(t testing.TB, svc config.Service, cfg func(*server.Config), tlsOn bool, agentCfg func(*config.Client)) *stack {
+	t.Helper()
 	scfg := serverConfig(t)
 	var roots *x509.CertPool
 	if tlsOn {
@@ -312,7 +319,11 @@ func startStackFor(t testing.TB, svc config.Service, cfg func(*server.Config), t
 		cfg(&scfg)
 	}
 	srv := startServer(t, scfg, nil, roots)
-	ag := startAgent(t, srv, agentConfig(srv, svc))
+	ac := agentConfig(srv, svc)
+	if agentCfg != nil {
+		agentCfg(&ac)
+	}
+	ag := startAgent(t, srv, ac)
 	visitor := newVisitor(t, srv)
 	waitClients(t, visitor, srv, 1)
 	// The client counts as connected once attached; its routes are
