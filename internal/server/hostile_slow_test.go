@@ -345,6 +345,7 @@ func TestHostileSlow(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case has its own gateway, agent and backend
 			start := tc.stack
 			if start == nil {
 				start = func(t *testing.T, cfg func(*server.Config)) *stack {
