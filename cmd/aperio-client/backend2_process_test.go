@@ -26,6 +26,7 @@ import (
 // its own with mTLS, wait_for_backend, a gRPC health probe, the server's
 // retry_on_5xx, and priority tiers.
 func TestProcessesBackendMore(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, "backend2-master-token-0123456789abcdef")
 	get := func(t *testing.T, base, host string) (int, string) {
 		return getHost(t, f.http, base, host, "/")

@@ -23,6 +23,7 @@ import (
 // breaker opens, the first client announces the service unhealthy and
 // every request goes to the second client.
 func TestProcessesBackendSettings(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 
 	type seen struct{ uri, host, prefix string }

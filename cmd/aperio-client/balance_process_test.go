@@ -21,6 +21,7 @@ import (
 // re-issue when the instance it names is SIGKILLed), and passive outlier
 // ejection of a client whose backend answers 503.
 func TestProcessesBalancing(t *testing.T) {
+	t.Parallel()
 	const host = "balance.test"
 	f := newFleet(t, "balance-master-token-0123456789abcdef")
 	// startClient starts a client named name serving host from target,

@@ -23,6 +23,7 @@ import (
 // else binds; and `api clients disable|enable` drains and restores one
 // client without dropping its tunnel.
 func TestProcessesBinding(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 	backend := func(name string) string {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,7 @@ import (
 // /clients/{id}/drain makes the client process log the ask, retire and
 // exit 0, and the server lists it no more.
 func TestProcessDrainedByServer(t *testing.T) {
+	t.Parallel()
 	const master = "drain-master-token-0123456789abcdef"
 	f := newFleet(t, master)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))

@@ -23,6 +23,7 @@ import (
 // what to do, and with --retry-forever keeps trying; aperio-client check
 // passes the good items and fails the bad ones, exiting 1.
 func TestProcessesClientExplainsItself(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, "explain-master-0123456789")
 	server := f.startServer(t)
 	base := server.url

@@ -25,6 +25,7 @@ import (
 // within failover_replay_max_body (kept for replay); otherwise the visitor
 // gets 502.
 func TestProcessesFailoverOnSIGKILL(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 
 	tests := []struct {

@@ -30,6 +30,7 @@ import (
 // beyond it). The master token's client on the same server is never
 // limited by the token limits.
 func TestProcessesTokenAndServerLimits(t *testing.T) {
+	t.Parallel()
 	const master = "limits-master-token-0123456789abcdef"
 	f := newFleet(t, master)
 	release := make(chan struct{})

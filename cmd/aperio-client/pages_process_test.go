@@ -18,6 +18,7 @@ import (
 // wildcard maintenance entry set with `api maintenance on --reason --ttl`
 // holds, and the entry ends by itself.
 func TestProcessesErrorPagesAndMaintenanceTTL(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "app "+r.URL.Path)

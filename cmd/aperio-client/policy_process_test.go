@@ -17,6 +17,7 @@ import (
 // both ways, the security preset, and a client service's own response
 // rule, which the server's rule overrides.
 func TestProcessesTrafficPolicy(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 	backend := http.NewServeMux()
 	backend.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

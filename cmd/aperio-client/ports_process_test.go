@@ -372,6 +372,7 @@ expose:
 // name the server holds no certificate for) and talks to it end to end,
 // while other hostnames still get the server's certificate.
 func TestProcessTLSPassthrough(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, "passthrough-master-0123456789")
 	dir := t.TempDir()
 	serverCA, backendCA := testcert.NewCA(t, "server ca"), testcert.NewCA(t, "backend ca")

@@ -26,6 +26,7 @@ import (
 // stops taking requests, finishes the one in flight and exits 0; a
 // SIGTERMed server exits 0.
 func TestProcessesDrainOnSIGTERM(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 
 	entered := make(chan struct{}, 1)

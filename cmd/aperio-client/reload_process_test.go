@@ -48,6 +48,7 @@ func reloadClient(t *testing.T, f fleet, head, services string) (*exec.Cmd, *pro
 // finishes, new ones stop reaching it, and it is withdrawn; the tunnel
 // never drops.
 func TestProcessReloadServices(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, "reload-master-token-0123456789abcdef")
 	base := f.startServer(t, "APERIO_GATEWAY_TIMEOUT=200ms").url
 	keep := statusBackend(t, "keep", http.StatusOK)
@@ -182,6 +183,7 @@ func TestProcessReloadServices(t *testing.T) {
 // invalid value) keeps the running configuration, logged at ERROR; a
 // good edit then applies, and a key that needs a restart is named.
 func TestProcessReloadBadEdit(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, "reload-master-token-0123456789abcdef")
 	base := f.startServer(t).url
 	keep := statusBackend(t, "keep", http.StatusOK)

@@ -23,6 +23,7 @@ import (
 // all_methods) and health.success. One server serves every subtest, each
 // with clients of its own on hostnames of its own.
 func TestProcessesBackendResilience(t *testing.T) {
+	t.Parallel()
 	f := newFleet(t, "resilience-master-token-0123456789abcdef")
 	base := f.startServer(t).url
 	type answer struct {

@@ -211,6 +211,7 @@ func leave(t *testing.T, cmd *exec.Cmd) {
 // provider call, whose receiver starts a new aperio-client process, and
 // every request is answered by the backend.
 func TestScalingColdStartFromZero(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 	target := echoBackend(t)
 	// 200 requests from one address: raise the per-visitor bucket.
@@ -363,6 +364,7 @@ func liveClients(t testing.TB, base string) int {
 // stays away for four windows, one scale_in call asks for 2 → 1. The
 // server kills nothing: both clients are still connected afterwards.
 func TestScalingOutThenIn(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 	// A backend whose /busy requests stay in flight until the test lets
 	// them go, so the pool is saturated for as long as the test says.
@@ -476,6 +478,7 @@ func TestScalingOutThenIn(t *testing.T) {
 // consecutive failure is cooldown × 2^n, so the fifth call comes some 30 s
 // (2+4+8+16) after the first.
 func TestScalingBreakerRearmsOnClientRestart(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 	target := echoBackend(t)
 	// A disarmed record takes the usual wait for a client; keep it short.
@@ -590,6 +593,7 @@ func TestScalingBreakerRearmsOnClientRestart(t *testing.T) {
 // the client has left, a visitor fails fast (nothing is armed) and the
 // hook is never called.
 func TestScalingFenceRefusesLoopbackHTTP(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 	target := echoBackend(t)
 	base := scalingServer(t, bin)

@@ -19,6 +19,7 @@ import (
 // 0. The server also warns at startup about its weak (under
 // 32 characters) master token.
 func TestProcessesReloadOnSIGHUP(t *testing.T) {
+	t.Parallel()
 	bin := buildBinaries(t)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "up")

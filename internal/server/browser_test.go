@@ -36,6 +36,56 @@ func chromiumPath() string {
 	return ""
 }
 
+// chromium is the test binary's one headless browser process, started by
+// the first browser test and stopped by TestMain (closeChromium) before
+// the leak check. Each test gets a tab in a browser context of its own
+// (cookies and storage apart from the others'): starting a browser per
+// test cost some 3 s of the test's time each, more under load.
+var chromium struct {
+	once sync.Once
+	dir  string          // the browser's profile directory
+	ctx  context.Context // the browser's first tab; its children are tests' tabs
+	stop func()          // cancels the browser and its allocator
+	err  error           // why it did not start
+}
+
+// startChromium starts the shared browser at path.
+func startChromium(path string) {
+	dir, err := os.MkdirTemp("", "aperio-chromium-")
+	if err != nil {
+		chromium.err = err
+		return
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // CI runs as root
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(dir),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	chromium.dir, chromium.ctx = dir, ctx
+	chromium.stop = func() {
+		// Cancel on the first tab closes the browser and waits for its
+		// process.
+		chromedp.Cancel(ctx)
+		cancelCtx()
+		cancelAlloc()
+		os.RemoveAll(dir)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		chromium.err = err
+	}
+}
+
+// closeChromium stops the shared browser, if a test started it.
+func closeChromium() {
+	if chromium.stop != nil {
+		chromium.stop()
+	}
+}
+
 // browser is a headless Chromium tab for one test, and the errors its
 // pages logged (CSP violations among them).
 type browser struct {
@@ -45,8 +95,8 @@ type browser struct {
 	errs []string
 }
 
-// newBrowser starts a browser with a width×height window for t;
-// t.Cleanup stops it and waits for its process.
+// newBrowser opens a tab with a width×height viewport for t, in a browser
+// context of its own; t.Cleanup closes both.
 func newBrowser(t *testing.T, width, height int) *browser {
 	t.Helper()
 	path := chromiumPath()
@@ -56,22 +106,16 @@ func newBrowser(t *testing.T, width, height int) *browser {
 		}
 		t.Skip("chromium is not installed (apt-get install chromium); CI runs this test")
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.NoSandbox, // CI runs as root
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.DisableGPU,
-		chromedp.WindowSize(width, height),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
+	chromium.once.Do(func() { startChromium(path) })
+	if chromium.err != nil {
+		t.Fatalf("start chromium: %v", chromium.err)
+	}
+	ctx, cancelCtx := chromedp.NewContext(chromium.ctx, chromedp.WithNewBrowserContext())
 	b := &browser{ctx: ctx}
-	// Start the tab, then follow its console until the test ends.
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+	// Open the tab, then follow its console until the test ends.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(width), int64(height)), chromedp.Navigate("about:blank")); err != nil {
 		cancelCtx()
-		cancelAlloc()
-		t.Fatalf("start chromium: %v", err)
+		t.Fatalf("open a chromium tab: %v", err)
 	}
 	cctx, stopConsole := context.WithCancel(ctx)
 	msgs := chromedp.Console(cctx)
@@ -92,12 +136,11 @@ func newBrowser(t *testing.T, width, height int) *browser {
 	t.Cleanup(func() {
 		stopConsole()
 		<-followed
-		// Cancel closes the tab and the browser and waits for its process.
+		// Cancel closes the tab and disposes of its browser context.
 		if err := chromedp.Cancel(ctx); err != nil {
-			t.Logf("close chromium: %v", err)
+			t.Logf("close chromium tab: %v", err)
 		}
 		cancelCtx()
-		cancelAlloc()
 	})
 	return b
 }
