@@ -333,7 +333,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Webhooks: g.hooks, Logger: log,
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, rt: rt}, Stream: g.hub})
 	if err != nil {

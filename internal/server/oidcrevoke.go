@@ -32,6 +32,16 @@ func revocationsOf(rs []store.OIDCRevocation) []oidc.Revocation {
 	return out
 }
 
+// ReloadRevocations implements admin.RevocationFollower: POST
+// /oidc/sessions/revoke puts the revocation in force here before it
+// answers.
+func (g *Gateway) ReloadRevocations(ctx context.Context, host string) error {
+	if g.denylist == nil {
+		return nil
+	}
+	return g.reloadRevocations(ctx, host)
+}
+
 // reloadRevocations reads the revocations of host ("" for every
 // hostname) into the denylist. A failure keeps what the denylist holds
 // (a revocation is never dropped by an outage) and is logged.

@@ -234,6 +234,12 @@ type Config struct {
 	// or deleted, so that deliveries use them at once
 	// (*webhook.Dispatcher). Nil means no cache to invalidate.
 	Subscriptions SubscriptionCache
+	// Revocations is told, before POST /oidc/sessions/revoke answers,
+	// that a hostname's OIDC session revocations changed, so that this
+	// server refuses the sessions from the answer on; the other servers
+	// follow through the store's change feed. Nil means this server
+	// holds no revocations of its own.
+	Revocations RevocationFollower
 	// Webhooks sends test deliveries and redeliveries
 	// (*webhook.Dispatcher). Nil means this server sends none: POST
 	// /webhooks/{id}/test and …/redeliver answer 404.
@@ -318,6 +324,13 @@ type SubscriptionCache interface {
 	Invalidate(orgID string)
 }
 
+// RevocationFollower loads a hostname's OIDC session revocations from
+// the store into what the server's logins check; an error means they are
+// not in force here yet.
+type RevocationFollower interface {
+	ReloadRevocations(ctx context.Context, hostname string) error
+}
+
 type noSubscriptionCache struct{}
 
 func (noSubscriptionCache) Invalidate(string) {}
@@ -341,6 +354,7 @@ type API struct {
 	// receive and hands the event on to Config.Events.
 	emitter  *events.Emitter
 	subs     SubscriptionCache
+	revs     RevocationFollower
 	webhooks WebhookSender // nil when test and redeliver are off
 	traffic  Traffic       // nil when there are no figures
 	stream   Stream        // nil when the live stream is off
@@ -381,6 +395,7 @@ func New(cfg Config) (*API, error) {
 			Audit: cfg.Store, Sink: cfg.Events, Logger: cfg.Logger, Now: cfg.Now, AuditTimeout: auditTimeout,
 		}),
 		subs:        cfg.Subscriptions,
+		revs:        cfg.Revocations,
 		webhooks:    cfg.Webhooks,
 		traffic:     cfg.Traffic,
 		stream:      cfg.Stream,

@@ -62,6 +62,13 @@ func (a *API) revokeOIDCSessions(w http.ResponseWriter, r *http.Request, c calle
 	if err != nil {
 		return fmt.Errorf("revoke oidc sessions: %w", err)
 	}
+	if a.revs != nil {
+		// In force here before the answer says so; an error leaves it to
+		// the change feed (the revocation is stored) and says why.
+		if err := a.revs.ReloadRevocations(r.Context(), host); err != nil {
+			return fmt.Errorf("revoke oidc sessions: stored, not yet in force on this server: %w", err)
+		}
+	}
 	who := "every user"
 	switch {
 	case email != "":

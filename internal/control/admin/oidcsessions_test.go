@@ -2,8 +2,11 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,4 +67,56 @@ func TestRevokeOIDCSessions(t *testing.T) {
 	}
 	viewer := f.key(t, a, "viewer")
 	f.expectError(t, "POST", "/oidc/sessions/revoke", viewer.Secret, `{"hostname":"wiki.a.test","all":true}`, http.StatusForbidden, "")
+}
+
+// revocationRecorder is an admin.RevocationFollower that records the
+// hostnames it was told about, and fails when err is set.
+type revocationRecorder struct {
+	mu    sync.Mutex
+	hosts []string
+	err   error
+}
+
+func (r *revocationRecorder) ReloadRevocations(_ context.Context, host string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hosts = append(r.hosts, host)
+	return r.err
+}
+
+func (r *revocationRecorder) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.hosts)
+}
+
+// TestRevokeInForceBeforeAnswer: the server answering POST
+// /oidc/sessions/revoke has the revocation in force before it answers
+// (its follower is told while the request is served, not later through
+// the change feed); a follower that cannot load it makes the answer a
+// 500 that says the revocation is stored but not yet in force, and a
+// refused request tells it nothing.
+func TestRevokeInForceBeforeAnswer(t *testing.T) {
+	f := newFixture(t)
+	a := f.org(t, "a")
+	f.own(t, a, "*.a.test")
+	op := f.key(t, a, "operator")
+	rec := &revocationRecorder{}
+	g := f.withConfig(t, admin.Config{Revocations: rec})
+
+	g.expect(t, "POST", "/oidc/sessions/revoke", op.Secret, `{"hostname":"wiki.a.test","email":"jane@example.com"}`, http.StatusOK, nil)
+	if got := rec.seen(); !slices.Equal(got, []string{"wiki.a.test"}) {
+		t.Errorf("follower told %v by the time the answer came, want [wiki.a.test]", got)
+	}
+	g.expect(t, "POST", "/oidc/sessions/revoke", op.Secret, `{"hostname":"wiki.b.test","all":true}`, http.StatusForbidden, nil)
+	if got := rec.seen(); len(got) != 1 {
+		t.Errorf("a refused revocation told the follower: %v", got)
+	}
+
+	rec.err = errors.New("store unreachable")
+	var e struct{ Error string }
+	g.expect(t, "POST", "/oidc/sessions/revoke", op.Secret, `{"hostname":"wiki.a.test","all":true}`, http.StatusInternalServerError, &e)
+	if rs, err := f.db.OIDCRevocations(context.Background(), "wiki.a.test", time.Now()); err != nil || len(rs) != 1 || rs[0].Email != "" {
+		t.Errorf("after the follower failed the store holds %+v, %v; want the hostname-wide revocation stored", rs, err)
+	}
 }
