@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"sync"
 )
 
 // version is set at link time: -ldflags "-X github.com/aperio-dev/aperio/internal/buildinfo.version=v1.2.3".
@@ -38,13 +39,16 @@ type Info struct {
 // Read returns the running binary's Info.
 func Read() Info { return read() }
 
-func read() Info {
+// read parses the build record once: it never changes while the binary
+// runs, and every announcement and health answer asks for the version
+// (debug.ReadBuildInfo parses the embedded module list on each call).
+var read = sync.OnceValue(func() Info {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		bi = nil
 	}
 	return fromBuild(version, commit, bi)
-}
+})
 
 // fromBuild assembles Info from the linked version and commit and the
 // build's record (nil when there is none).

@@ -90,9 +90,9 @@ func TestAddVersion(t *testing.T) {
 // TestVersionTemplateVerbatim: a linked version that looks like a template
 // prints as written.
 func TestVersionTemplateVerbatim(t *testing.T) {
-	old := version
-	version = "v1{{.Name}}"
-	t.Cleanup(func() { version = old })
+	old := read
+	read = func() Info { in := old(); in.Version = "v1{{.Name}}"; return in }
+	t.Cleanup(func() { read = old })
 	var out bytes.Buffer
 	root := &cobra.Command{Use: "prog", Run: func(*cobra.Command, []string) {}}
 	AddVersion(root, "prog", &out)
