@@ -33,7 +33,10 @@ packages:
 
 # The test suite: vet, formatting, and every test with the race detector;
 # then the Kubernetes provider, the Helm chart and the packaging tool,
-# modules of their own (client-go, Helm and nfpm stay out of ours). Each
+# modules of their own (client-go, Helm and nfpm stay out of ours), vetted
+# by their go test (-vet=all: every check go vet makes, on the packages
+# the test compiles anyway; a separate go vet compiled client-go a second
+# time, about two minutes on a cold cache). Each
 # go test run is shown by gotestsum, a line a package, and kept as go test
 # -json in $(TEST_OUT); the run ends with every package's time, slowest
 # first (scripts/testtimes), and fails if one took over $(TEST_PKG_LIMIT).
@@ -47,9 +50,9 @@ test: vet
 	@$(GO) build -o $(GOTESTSUM) gotest.tools/gotestsum
 	$(call TESTSUM,main) -race -count=1 -timeout 25m ./...
 	$(call TESTSUM,nootlp) -count=1 -tags nootlp -run NoOTLP ./internal/telemetry/
-	cd examples/kubernetes-provider && $(GO) vet ./... && $(call TESTSUM,kubernetes-provider) -race -count=1 -timeout 10m ./...
-	cd deploy/helm && $(GO) vet ./... && $(call TESTSUM,helm) -count=1 -timeout 10m ./...
-	cd deploy/packages && $(GO) vet ./... && $(call TESTSUM,packages) -count=1 -timeout 15m ./...
+	cd examples/kubernetes-provider && $(call TESTSUM,kubernetes-provider) -race -vet=all -count=1 -timeout 10m ./...
+	cd deploy/helm && $(call TESTSUM,helm) -vet=all -count=1 -timeout 10m ./...
+	cd deploy/packages && $(call TESTSUM,packages) -vet=all -count=1 -timeout 15m ./...
 	@$(GO) run ./scripts/testtimes -over $(TEST_PKG_LIMIT) $(TEST_OUT)/*.json
 
 # The reference Kubernetes provider's static binary (docs/kubernetes.md).
