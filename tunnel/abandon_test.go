@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/testkit/poll"
 )
 
 // causeForwarder holds every request until its context ends and reports
@@ -105,4 +108,65 @@ func TestWithResponseTimeout(t *testing.T) {
 		t.Errorf("RoundTrip waited %s, want about 100ms", waited)
 	}
 	waitFor(t, f.started, 10*time.Second, "the request at the client")
+}
+
+// endlessBody yields bytes until it is closed, as an endless stream from a
+// backend does (an event stream, a large download).
+type endlessBody struct {
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (b *endlessBody) Read(p []byte) (int, error) {
+	select {
+	case <-b.closed:
+		return 0, io.ErrClosedPipe
+	default:
+	}
+	clear(p)
+	return len(p), nil
+}
+
+func (b *endlessBody) Close() error {
+	b.once.Do(func() { close(b.closed) })
+	return nil
+}
+
+// endlessForwarder answers every request with an endless body.
+type endlessForwarder struct{ bodies chan *endlessBody }
+
+func (f endlessForwarder) Forward(context.Context, string, *http.Request) (*http.Response, error) {
+	b := &endlessBody{closed: make(chan struct{})}
+	f.bodies <- b
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, ContentLength: -1, Body: b}, nil
+}
+
+// TestAbandonedResponseEndsAtClient: the server closes the stream of a
+// response it no longer wants (its visitor left) while the client is
+// blocked writing into the full stream window. yamux's close is a
+// half-close, so the client's write would wait out the stream's close
+// timeout (30 s), the request counted in flight and the backend's response
+// open; the client ends it at once instead.
+func TestAbandonedResponseEndsAtClient(t *testing.T) {
+	f := endlessForwarder{bodies: make(chan *endlessBody, 1)}
+	p := startPair(t, "pipe", f, nil)
+	resp, err := p.session.RoundTrip(abandonRequest(false), "0")
+	if err != nil {
+		t.Fatalf("RoundTrip: %v", err)
+	}
+	body := waitFor(t, f.bodies, 10*time.Second, "the request at the client")
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1024)); err != nil {
+		t.Fatalf("reading the response: %v", err)
+	}
+	// The client goes on writing until the stream's window is full: the
+	// server's side no longer reads once it closed.
+	resp.Body.Close()
+	select {
+	case <-body.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client still copies the abandoned response 10s after the server closed its stream")
+	}
+	poll.Until(t, 5*time.Second, "no request in flight at the client once the abandoned response ended", func() bool {
+		return p.client.active.Load() == 0
+	})
 }

@@ -38,7 +38,15 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 	rctx, cancelCause := context.WithCancelCause(ctx)
 	defer cancelCause(nil)
 	started := time.Now()
-	abandoned := func() { cancelCause(c.abandonCause(time.Since(started))) }
+	// An abandoned request ends here at once: its backend request is
+	// cancelled, and a response write blocked on the stream's full window
+	// fails now. The server's close is a half-close, so without the
+	// deadline that write would wait out the stream's close timeout
+	// (30 s), the request in flight and the backend's answer open.
+	abandoned := func() {
+		cancelCause(c.abandonCause(time.Since(started)))
+		st.SetWriteDeadline(time.Now())
+	}
 	var body *requestBody
 	if hasBody {
 		body = &requestBody{r: req.Body, closed: make(chan struct{}), eof: make(chan struct{}), failed: abandoned}

@@ -34,9 +34,8 @@ func TestHostileSlow(t *testing.T) {
 		run   func(t *testing.T, s *stack)
 	}{
 		{
-			name:  "guard/slowloris/slow-reader-frees-slot",
-			cfg:   pacing,
-			stack: abandonedStreamStack,
+			name: "guard/slowloris/slow-reader-frees-slot",
+			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				c := dialRaw(t, s.server)
 				c.SetReadBuffer(4096)
@@ -47,9 +46,8 @@ func TestHostileSlow(t *testing.T) {
 			},
 		},
 		{
-			name:  "guard/slowloris/h2c-slow-reader-frees-slot",
-			cfg:   pacing,
-			stack: abandonedStreamStack,
+			name: "guard/slowloris/h2c-slow-reader-frees-slot",
+			cfg:  pacing,
 			run: func(t *testing.T, s *stack) {
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
@@ -363,19 +361,6 @@ func TestHostileSlow(t *testing.T) {
 			tc.run(t, s)
 		})
 	}
-}
-
-// abandonedStreamStack is the default stack with a short drain for its
-// agent. The gateway cuts the slow reader off and closes its tunnel
-// stream, but yamux's close is a half-close: the agent goes on copying the
-// endless /big into the stream until the window is full and then waits,
-// the request in flight, until the stream's close timeout; its drain at
-// cleanup would wait its whole drain_timeout (30 s) for it.
-func abandonedStreamStack(t *testing.T, cfg func(*server.Config)) *stack {
-	t.Helper()
-	return startStackWith(t, service(startBackend(t, hostileBackend(t)).URL), cfg, false, func(c *config.Client) {
-		c.DrainTimeout = time.Second
-	})
 }
 
 // startBareServer starts a gateway alone: no agent, no harness client.
