@@ -101,10 +101,27 @@ func adminCall(t testing.TB, visitor *http.Client, s *testServer, method, path s
 	return resp.StatusCode, b
 }
 
+// skipClock is the real clock plus an offset that only grows: a test
+// moves it past a wait (a cooldown, a backoff) instead of spending the
+// wait, while everything else it times still passes at the real pace.
+// It is safe for concurrent use.
+type skipClock struct{ skip atomic.Int64 } // nanoseconds
+
+func (c *skipClock) Now() time.Time { return time.Now().Add(time.Duration(c.skip.Load())) }
+
+// Advance moves the clock d forward.
+func (c *skipClock) Advance(d time.Duration) { c.skip.Add(int64(d)) }
+
 // TestWebhooksThroughServer subscribes a receiver through the admin API of
 // a running server, then makes the scaling hook accept one cold start and
 // fail five: the receiver gets one scaling_requested, five scaling_failed
 // and one scaling_disarmed, each signed with the subscription's secret.
+//
+// The waits between the calls (the cooldown after the accepted one, then
+// the breaker's backoff) are timed by the scaling clock: the controller's
+// (Scaling.Now) and the store's (Store.Now), which decides every cooldown
+// and backoff. The test moves that clock past each wait once the call
+// before it is delivered, instead of spending some 30 s on them (#41).
 func TestWebhooksThroughServer(t *testing.T) {
 	t.Parallel()
 	const secret = "webhook-e2e-secret"
@@ -119,8 +136,10 @@ func TestWebhooksThroughServer(t *testing.T) {
 	}))
 	t.Cleanup(hook.Close)
 
+	clock := &skipClock{}
 	cfg := serverConfig(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true // loopback http receivers
+	cfg.Scaling.Now, cfg.Store.Now = clock.Now, clock.Now
 	srv := startServer(t, cfg, nil, nil)
 	visitor := newVisitor(t, srv)
 
@@ -144,9 +163,15 @@ func TestWebhooksThroughServer(t *testing.T) {
 	waitClients(t, visitor, srv, 0)
 
 	// Visitors keep asking until the breaker trips: one accepted call,
-	// then five failures 2, 4, 8 and 16 s apart (the backoff from a 1 s
-	// cooldown).
+	// then five failures. waits[i] is the wait after the (i+1)th call: the
+	// 1 s cooldown (and cold_start, the join window) after the accepted
+	// one, then the backoff cooldown × 2^n after the nth failure. Each is
+	// skipped on the clock once its call is delivered; the real time that
+	// passes meanwhile only adds to it, so the next visitor finds the wait
+	// over, however slow the machine.
 	want := map[string]int{"scaling_requested": 1, "scaling_failed": 5, "scaling_disarmed": 1}
+	waits := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second}
+	skipped := 0
 	done := func() bool {
 		got := rcv.counts()
 		return got["scaling_requested"] >= 1 && got["scaling_failed"] >= 5 && got["scaling_disarmed"] >= 1
@@ -156,11 +181,19 @@ func TestWebhooksThroughServer(t *testing.T) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for !done() {
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		if _, _, err := fetch(visitor, newRequest(t, ctx, srv, "GET", appHost, "/", nil)); err != nil && ctx.Err() == nil {
-			t.Logf("visitor request: %v", err)
+		got := rcv.counts()
+		for n := min(got["scaling_requested"]+got["scaling_failed"], len(waits)); skipped < n; skipped++ {
+			clock.Advance(waits[skipped])
 		}
-		cancel()
+		// The fifth failure disarms the record without another request;
+		// one now would only wait out its timeout, nothing being armed.
+		if got["scaling_failed"] < 5 {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			if _, _, err := fetch(visitor, newRequest(t, ctx, srv, "GET", appHost, "/", nil)); err != nil && ctx.Err() == nil {
+				t.Logf("visitor request: %v", err)
+			}
+			cancel()
+		}
 		select {
 		case <-deadline.C:
 			t.Fatalf("deliveries after 90 s = %v (hook calls %d), want %v", rcv.counts(), hookCalls.Load(), want)
