@@ -53,7 +53,9 @@ func build() {
 	if dir, err = os.MkdirTemp("", "aperio-bin-"); err != nil {
 		return
 	}
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/aperio-server", "./cmd/aperio-client")
+	// Built as make build builds them (static, -trimpath): a run after
+	// make build, as CI's, compiles nothing again.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", dir+string(os.PathSeparator), "./cmd/aperio-server", "./cmd/aperio-client")
 	cmd.Dir = mod
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err = cmd.CombinedOutput()
