@@ -132,3 +132,77 @@ func TestAckDoesNotWaitForAuditWrites(t *testing.T) {
 		return false, fmt.Sprintf("port_opened entries after the lock = %v, want one for port %d by %s", got, port, actor)
 	})
 }
+
+// TestScalingRefusalAckDoesNotWaitForAudit: a refused scaling
+// declaration's scaling_refused entry goes through the events queue too,
+// so that while every store write blocks, the heartbeat that causes it is
+// acked at once and with the refusal's notice, and the entry lands once
+// the lock is released, still once per session, bind and reason. Written
+// on the session's declarer, the entry held the declarations past the
+// ack's wait (client_down_threshold / 6, 2.5 s here): the ack came late
+// and without the notice.
+func TestScalingRefusalAckDoesNotWaitForAudit(t *testing.T) {
+	t.Parallel()
+	h := newScalingHarness(t)
+	tok := h.token(t, h.orgB, "b.example.net")
+	// An invalid block is refused before the controller reads the store,
+	// and a bind the token may not hold without asking it: the audit entry
+	// is the declarations' only store write.
+	block := &tunnel.Scaling{URL: h.hook.URL + "/hook", Min: 3, Max: 2, ColdStartMS: 1000,
+		TargetUtilization: 0.8, WindowMS: 1000, CooldownMS: 60_000}
+	c := h.clientBlock(t, tok, block, true, "b.example.net")
+	c.announceNow(t)
+	poll(t, waitFor, func() (bool, string) {
+		got := auditEvents(t, h.srv, "scaling_refused")
+		return len(got) == 1, fmt.Sprintf("scaling_refused entries with the store free = %v, want 1", got)
+	})
+
+	unlock := lockStore(t, h.dataDir)
+	c.setHosts("b.example.net", "x.b.example.net")
+	start := time.Now()
+	c.announceNow(t)
+	took := time.Since(start)
+	const notice = "scaling declaration for x.b.example.net refused: the hostname is not bound by this session"
+	if !slices.ContainsFunc(c.notices.all(), func(n string) bool { return strings.Contains(n, notice) }) {
+		t.Errorf("server notices after the ack with the store locked = %q, want %q: the ack went before the declarations, held by the audit write", c.notices.all(), notice)
+	}
+	// Generous for a loaded machine, and still below the ack's wait.
+	if took > 2*time.Second {
+		t.Errorf("the heartbeat refusing a declaration took %v to be acked with the store locked, want under 2s: the ack waits for the audit write", took)
+	}
+	c.announceNow(t) // a heartbeat repeats the refusal: no second entry
+	// The lock held: nothing new is written yet.
+	if got := auditEvents(t, h.srv, "scaling_refused"); len(got) != 1 {
+		t.Fatalf("scaling_refused entries with the store locked = %v, want still 1", got)
+	}
+
+	unlock()
+	var hosts []string
+	for _, e := range h.auditAfterLeave(t, c, "scaling_refused") {
+		if a, _ := e["actor"].(string); !strings.HasPrefix(a, "token:") {
+			t.Errorf("scaling_refused entry %v, want the token as actor", e)
+		}
+		host, _ := e["hostname"].(string)
+		hosts = append(hosts, host)
+	}
+	slices.Sort(hosts)
+	if want := []string{"b.example.net", "x.b.example.net"}; !slices.Equal(hosts, want) {
+		t.Errorf("scaling_refused entries name %q, want %q: one per bind and reason", hosts, want)
+	}
+}
+
+// auditAfterLeave stops c, the harness's only client, and returns the
+// audit entries of event once its client_disconnected entry is written.
+// Detach waits for the session's declarations before the outermost
+// registry offers client_disconnected, and the events queue writes in
+// order: by then every entry the session's announcements queued is
+// written too.
+func (h *scalingHarness) auditAfterLeave(t *testing.T, c *rawClient, event string) []map[string]any {
+	t.Helper()
+	c.stop()
+	poll(t, waitFor, func() (bool, string) {
+		got := auditEvents(t, h.srv, "client_disconnected")
+		return len(got) == 1, fmt.Sprintf("client_disconnected entries = %v, want 1", got)
+	})
+	return auditEvents(t, h.srv, event)
+}

@@ -7,8 +7,12 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/recovery"
+	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // scriptedDeclare runs declarer jobs one release at a time and records the
@@ -122,4 +126,93 @@ func TestDeclarerSurvivesPanic(t *testing.T) {
 	if got := recovery.Total() - before; got != 1 {
 		t.Errorf("recovered panics = %d, want 1", got)
 	}
+}
+
+// gatedAuditor is an events.Auditor whose AppendAudit waits until open is
+// closed, as a store whose write lock another process holds. It is safe
+// for concurrent use.
+type gatedAuditor struct {
+	open chan struct{}
+
+	mu  sync.Mutex // guards got
+	got []store.AuditEntry
+}
+
+func (a *gatedAuditor) AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error) {
+	select {
+	case <-a.open:
+	case <-ctx.Done():
+		return store.AuditEntry{}, ctx.Err()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.got = append(a.got, e)
+	return e, nil
+}
+
+func (a *gatedAuditor) entries() []store.AuditEntry {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.got)
+}
+
+// TestDeclareRefusalDoesNotWaitForAudit: declare, which the heartbeat's
+// ack waits for, queues a refusal's audit entry instead of writing it, so
+// it returns its notices while every store write blocks; once the store
+// is released the entries are written, one per bind and reason however
+// often the announcement repeats them.
+func TestDeclareRefusalDoesNotWaitForAudit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		audit := &gatedAuditor{open: make(chan struct{})}
+		em := events.New(events.Config{Audit: audit, AuditTimeout: time.Hour})
+		ctx, cancel := context.WithCancel(t.Context())
+		ran := make(chan error, 1)
+		go func() { ran <- em.Run(ctx) }()
+		r := scalingRegistry{log: slog.New(slog.DiscardHandler), refusals: newRefusalLog(), armed: &sessionBinds{},
+			events: em, audited: &sessionBinds{}, auditBudget: newRefusalBudget(time.Now)}
+		// Binds the router refused for the session: refused without the
+		// controller, so the audit entry is the job's only store write.
+		job := &declareJob{id: tunnel.Identity{OrgID: "org-1", TokenID: "tok-1"}, session: "s-1", armer: "tok-1",
+			binds: []declareBind{{hostname: "x.test"}, {hostname: "y.test", path: "/api"}}}
+		declared := make(chan []string, 2)
+		go func() {
+			declared <- r.declare(ctx, job)
+			declared <- r.declare(ctx, job) // a heartbeat repeating the announcement
+		}()
+		synctest.Wait()
+		if got := len(declared); got != 2 {
+			t.Errorf("declare returned %d times of 2 with the store blocked, want both: it waits for the audit write", got)
+		}
+		if got := audit.entries(); len(got) != 0 {
+			t.Errorf("audit entries with the store blocked = %v, want none yet", got)
+		}
+		close(audit.open)
+		notices := <-declared
+		want := []string{
+			"scaling declaration for x.test refused: " + errNotBound.Error(),
+			"scaling declaration for y.test refused: " + errNotBound.Error(),
+		}
+		if !slices.Equal(notices, want) {
+			t.Errorf("declare() notices = %q, want %q", notices, want)
+		}
+		<-declared
+		synctest.Wait()
+		got := audit.entries()
+		if len(got) != 2 {
+			t.Fatalf("audit entries once the store is released = %v, want 2: one per bind and reason", got)
+		}
+		for i, w := range []struct{ host, detail string }{
+			{"x.test", "scaling declaration refused: " + errNotBound.Error()},
+			{"y.test", "scaling declaration for path /api refused: " + errNotBound.Error()},
+		} {
+			e := got[i]
+			if e.Event != eventScalingRefused || e.OrgID != "org-1" || e.Actor != store.ClientActor("tok-1") || e.Hostname != w.host || e.Detail != w.detail {
+				t.Errorf("audit entry %d = %+v, want %s of org-1 by %s for %s, %q", i, e, eventScalingRefused, store.ClientActor("tok-1"), w.host, w.detail)
+			}
+		}
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run() = %v, want nil", err)
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/router"
@@ -38,7 +39,8 @@ import (
 // The declarations write to the store, so they run on a per-session
 // declarer rather than on the session's control loop: the routing update
 // is applied before Update returns, the store writes at most wait later,
-// and a slow store delays no heartbeat's ack past wait.
+// and a slow store delays no heartbeat's ack past wait. Their audit
+// entries write nothing there: they are offered to the events queue.
 type scalingRegistry struct {
 	tunnel.Registry
 	ctl *autoscale.Controller
@@ -54,10 +56,11 @@ type scalingRegistry struct {
 	armed *sessionBinds
 	// refusals rate-limits the log line of refused declarations.
 	refusals *refusalLog
-	// audit appends refused declarations to the audit log (the store's
-	// AppendAudit), each once per session, bind and reason (audited),
-	// within a per-token budget (auditBudget).
-	audit       func(context.Context, store.AuditEntry) (store.AuditEntry, error)
+	// events queues the audit entries of refused declarations, each once
+	// per session, bind and reason (audited), within a per-token budget
+	// (auditBudget). Its Run writes them: a declaration never waits for
+	// the audit log, so neither does the ack that waits for it.
+	events      *events.Emitter
 	audited     *sessionBinds
 	auditBudget *refusalBudget
 	// declarers runs each session's declarations off its control loop.
@@ -72,7 +75,7 @@ type scalingRegistry struct {
 func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
 	r := scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
 		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
-		audit: g.db.AppendAudit, audited: &sessionBinds{}, auditBudget: newRefusalBudget(time.Now),
+		events: g.events, audited: &sessionBinds{}, auditBudget: newRefusalBudget(time.Now),
 		wait: declareWait(g.cfg.Tunnel.DownThreshold)}
 	r.declarers.declare = r.declare
 	g.declares = &r.declarers.stats
@@ -275,7 +278,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 				Session: job.session, Armer: job.armer, Block: job.block})
 		}
 		if err != nil {
-			r.auditRefusal(ctx, job, b, err)
+			r.auditRefusal(job, b, err)
 			if refused == 0 {
 				firstRefused, firstErr = b.hostname, err
 			}
@@ -321,9 +324,11 @@ const maxRefusalAuditsPerSession = 64
 
 // auditRefusal audits the refusal of b's declaration, once per session,
 // bind and reason (a heartbeat repeats its declarations), within the
-// token's budget of refusal audits. A failed write is logged: the client
-// still has its notice.
-func (r scalingRegistry) auditRefusal(ctx context.Context, job *declareJob, b declareBind, err error) {
+// token's budget of refusal audits. The entry is offered to the events
+// queue, not written: it never blocks on the store. An entry the full
+// queue drops is counted there and reported by the next entry written;
+// the client still has its notice.
+func (r scalingRegistry) auditRefusal(job *declareJob, b declareBind, err error) {
 	if !r.audited.firstWithin(job.session, "refused\x00"+b.hostname+"\x00"+b.path+"\x00"+err.Error(), maxRefusalAuditsPerSession) {
 		return
 	}
@@ -335,10 +340,8 @@ func (r scalingRegistry) auditRefusal(ctx context.Context, job *declareJob, b de
 	if b.path != "" {
 		detail = "scaling declaration for path " + b.path + " refused: " + err.Error()
 	}
-	if _, aerr := r.audit(ctx, store.AuditEntry{OrgID: job.id.OrgID, Event: eventScalingRefused, Actor: actor,
-		Hostname: b.hostname, Detail: detail}); aerr != nil {
-		r.log.Error("audit write failed", logkey.Event, eventScalingRefused, logkey.Err, aerr)
-	}
+	r.events.Offer(events.Event{Kind: eventScalingRefused, OrgID: job.id.OrgID, Actor: actor,
+		Hostname: b.hostname, Path: b.path, Detail: detail})
 }
 
 // declarer runs the declarations of one session on a goroutine of its

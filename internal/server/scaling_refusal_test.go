@@ -25,7 +25,7 @@ func TestScalingDeclarationRefusedMinAboveMax(t *testing.T) {
 	c.announceNow(t) // a heartbeat repeats the refused declaration
 	h.wantRecords(t)
 	c.wantNotice(t, "scaling declaration for b.example.net refused: autoscale: invalid scaling block for b.example.net: max 2 is below min 3")
-	entries := auditEvents(t, h.srv, "scaling_refused")
+	entries := h.auditAfterLeave(t, c, "scaling_refused")
 	if len(entries) != 1 {
 		t.Fatalf("scaling_refused audit entries = %v, want exactly 1 for two announcements", entries)
 	}
@@ -50,9 +50,6 @@ func TestScalingDeclarationRefusedByFence(t *testing.T) {
 	c.announceNow(t)
 	const reason = "url is refused by the server's outbound policy: http is not permitted, only https"
 	c.wantNotice(t, "scaling declaration for b.example.net refused: autoscale: invalid scaling block for b.example.net: "+reason)
-	if entries := auditEvents(t, h.srv, "scaling_refused"); len(entries) != 1 || !strings.Contains(entries[0]["detail"].(string), reason) {
-		t.Errorf("scaling_refused audit entries = %v, want one with %q", entries, reason)
-	}
 	status, body := adminCall(t, h.visitor, h.srv, "GET", "/scaling", nil)
 	if status != http.StatusOK {
 		t.Fatalf("GET /scaling = %d %s", status, body)
@@ -64,7 +61,9 @@ func TestScalingDeclarationRefusedByFence(t *testing.T) {
 	if len(rs) != 1 || rs[0].ID != "" || rs[0].Hostname != "b.example.net" || !rs[0].Disarmed || !strings.Contains(rs[0].Refused, reason) {
 		t.Fatalf("GET /scaling = %+v, want b.example.net listed without a record, disarmed, refused with %q", rs, reason)
 	}
-	c.stop()
+	if entries := h.auditAfterLeave(t, c, "scaling_refused"); len(entries) != 1 || !strings.Contains(entries[0]["detail"].(string), reason) {
+		t.Errorf("scaling_refused audit entries = %v, want one with %q", entries, reason)
+	}
 	waitClients(t, h.visitor, h.srv, 0)
 	h.visitNeverCalls(t, "b.example.net", "/hook")
 }
