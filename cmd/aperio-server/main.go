@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -118,6 +119,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return verifyAuditChain(ctx, cfg, stdout, stderr)
 			}
 			gopts := server.Options{Logger: log, AccessLog: access, Ready: func(addr net.Addr) {
+				// What starting took (migrations, the configuration,
+				// listeners) is garbage now: collect it and give its pages
+				// back at once. The runtime's scavenger keeps what it
+				// holds up to the next GC goal, so an idle server would
+				// keep them for good (docs/performance.md, memory at idle).
+				debug.FreeOSMemory()
 				// Type=notify (the package's unit): systemd counts the
 				// server started from here, and `systemctl restart`
 				// returns when it serves.

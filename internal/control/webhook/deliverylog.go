@@ -143,7 +143,7 @@ func (d *Dispatcher) record(rec Delivery) {
 		return
 	}
 	select {
-	case d.records <- rec:
+	case d.records <- &rec:
 	default:
 		if n := d.recordsDropped.Add(1); n == 1 || n%1000 == 0 {
 			d.log.Warn("webhook delivery log behind, dropping records", logkey.Dropped, n)
@@ -161,14 +161,14 @@ func (d *Dispatcher) RecordsDropped() int64 { return d.recordsDropped.Load() }
 func (d *Dispatcher) recordLoop(ctx context.Context) {
 	failing := false
 	for {
-		var rec Delivery
+		var rec *Delivery
 		select {
 		case <-ctx.Done():
 			return
 		case rec = <-d.records:
 		}
 		wctx, cancel := context.WithTimeout(ctx, recordTimeout)
-		_, err := d.cfg.Deliveries.RecordWebhookDelivery(wctx, rec, d.cfg.KeepDeliveries)
+		_, err := d.cfg.Deliveries.RecordWebhookDelivery(wctx, *rec, d.cfg.KeepDeliveries)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:

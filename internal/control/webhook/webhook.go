@@ -208,7 +208,7 @@ type delivery struct {
 // set) a maintenance event, or (ev set) any other.
 type queued struct {
 	typ, orgID string
-	scaling    events.Scaling
+	scaling    *events.Scaling
 	maint      *MaintenanceEvent
 	ev         *events.Event
 }
@@ -221,7 +221,7 @@ func (q *queued) payload() ([]byte, error) {
 	case q.ev != nil:
 		return marshalEvent(*q.ev)
 	}
-	return marshalPayload(q.scaling)
+	return marshalPayload(*q.scaling)
 }
 
 // Dispatcher delivers events to webhooks. Publish, Emit and
@@ -244,7 +244,7 @@ type Dispatcher struct {
 
 	// records queues delivery log writes for recordLoop; bounded by
 	// MaxQueue, record drops when full.
-	records        chan Delivery
+	records        chan *Delivery
 	recordsDropped atomic.Int64
 
 	mu   sync.Mutex           // guards the following fields
@@ -282,7 +282,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		events:  make(chan queued, cfg.MaxQueue),
 		cache:   subCache{ttl: CacheTTL, now: cfg.Now, orgs: make(map[string]*orgSubs)},
 		subs:    make(map[string]*subQueue),
-		records: make(chan Delivery, cfg.MaxQueue),
+		records: make(chan *Delivery, cfg.MaxQueue),
 	}, nil
 }
 
@@ -292,7 +292,7 @@ func New(cfg Config) (*Dispatcher, error) {
 // is not running wait for it; those still queued when Run returns are not
 // delivered.
 func (d *Dispatcher) Emit(_ context.Context, e events.Scaling) {
-	d.enqueue(queued{typ: e.Type, orgID: e.OrgID, scaling: e})
+	d.enqueue(queued{typ: e.Type, orgID: e.OrgID, scaling: &e})
 }
 
 // EmitMaintenance queues e for delivery to every subscription of e.OrgID
@@ -310,7 +310,7 @@ func (d *Dispatcher) EmitMaintenance(_ context.Context, e MaintenanceEvent) {
 func (d *Dispatcher) Publish(e events.Event) {
 	switch data := e.Data.(type) {
 	case events.Scaling:
-		d.enqueue(queued{typ: e.Kind, orgID: e.OrgID, scaling: data})
+		d.enqueue(queued{typ: e.Kind, orgID: e.OrgID, scaling: &data})
 	case MaintenanceEvent:
 		d.enqueue(queued{typ: e.Kind, orgID: e.OrgID, maint: &data})
 	default:
