@@ -23,6 +23,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/store/storetest"
 )
 
 const testMaster = "cli-test-master-token"
@@ -160,7 +161,7 @@ func newAPIServer(t *testing.T) *apiServer {
 	}
 	t.Setenv("HOME", t.TempDir())
 	t.Chdir(t.TempDir())
-	db, err := store.Open(context.Background(), store.Config{DataDir: t.TempDir()})
+	db, err := store.Open(context.Background(), store.Config{DataDir: storetest.MigratedDataDir(t)})
 	if err != nil {
 		t.Fatalf("store.Open: %v", err)
 	}

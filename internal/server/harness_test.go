@@ -28,7 +28,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/agent"
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/server"
-	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/store/storetest"
 	"go.uber.org/goleak"
 )
 
@@ -92,49 +92,8 @@ func serverConfig(t testing.TB) server.Config {
 	cfg.Token = testToken
 	cfg.Host = "127.0.0.1"
 	cfg.Port = 0
-	cfg.Store.DataDir = migratedDataDir(t)
+	cfg.Store.DataDir = storetest.MigratedDataDir(t)
 	return cfg
-}
-
-// migratedDB holds an empty SQLite database with every migration applied,
-// made once per test process. Migrating a fresh database costs about half
-// a second of CPU under -race (checkptr in the pure-Go SQLite), close to
-// half of the package's CPU time when every gateway paid it; the
-// migrations themselves are tested in store.
-var migratedDB = sync.OnceValues(func() ([]byte, error) {
-	dir, err := os.MkdirTemp("", "aperio-migrated-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	db, err := store.Open(context.Background(), store.Config{DataDir: dir})
-	if err != nil {
-		return nil, err
-	}
-	if err := db.Close(); err != nil {
-		return nil, err
-	}
-	// Closing the last connection checkpoints the WAL into the file and
-	// removes it: the file alone is the whole database.
-	if _, err := os.Stat(filepath.Join(dir, store.DBFile+"-wal")); !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s-wal still there after Close (%v): the copy would miss it", store.DBFile, err)
-	}
-	return os.ReadFile(filepath.Join(dir, store.DBFile))
-})
-
-// migratedDataDir returns a fresh data directory holding its own copy of
-// migratedDB, so that the gateway opening it finds nothing to migrate.
-func migratedDataDir(t testing.TB) string {
-	t.Helper()
-	b, err := migratedDB()
-	if err != nil {
-		t.Fatalf("migrated template database: %v", err)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, store.DBFile), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // testServer is a running gateway.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/store/storetest"
 )
 
 // TestTokenLabels: the first 100 tokens keep their own label for good,
@@ -42,7 +43,7 @@ func TestTokenLabels(t *testing.T) {
 func TestUsageLimitsMissReadOffPath(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db, err := store.Open(ctx, store.Config{DataDir: t.TempDir()})
+	db, err := store.Open(ctx, store.Config{DataDir: storetest.MigratedDataDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/store/storetest"
 )
 
 // masterToken is the master token of every fixture.
@@ -257,7 +258,7 @@ type fixture struct {
 func newFixture(tb testing.TB) *fixture {
 	tb.Helper()
 	f := &fixture{clock: newClock(), clients: &fakeClients{}, scaling: &fakeScaling{}, logs: &syncBuffer{}}
-	db, err := store.Open(context.Background(), store.Config{DataDir: tb.TempDir(), Now: f.clock.Now})
+	db, err := store.Open(context.Background(), store.Config{DataDir: storetest.MigratedDataDir(tb), Now: f.clock.Now})
 	if err != nil {
 		tb.Fatalf("store.Open: %v", err)
 	}

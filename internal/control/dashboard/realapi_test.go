@@ -13,6 +13,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/store/storetest"
 )
 
 // The admin pages against the real admin API (SQLite in a temporary
@@ -48,7 +49,7 @@ func (b bearerSession) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func newRealUI(t *testing.T) (*UI, *admin.API) {
 	t.Helper()
-	db, err := store.Open(context.Background(), store.Config{DataDir: t.TempDir()})
+	db, err := store.Open(context.Background(), store.Config{DataDir: storetest.MigratedDataDir(t)})
 	if err != nil {
 		t.Fatalf("store.Open() = %v", err)
 	}
