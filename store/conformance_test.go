@@ -28,8 +28,12 @@ import (
 type backend struct {
 	// name is what DB.Backend reports.
 	name string
-	// fresh returns the Config of a new, empty database.
+	// fresh returns the Config of a new database, with no rows and the
+	// schema current (on SQLite, copied from one migrated once).
 	fresh func(t testing.TB) store.Config
+	// empty, if set, returns the Config of a new database without even the
+	// schema, for the tests of migrating one; nil means fresh's are.
+	empty func(t testing.TB) store.Config
 	// shared says whether changes made through one DB reach the
 	// subscribers of another DB on the same database.
 	shared bool
@@ -245,9 +249,17 @@ func wantClosed(t testing.TB, ch <-chan store.Change) {
 	}
 }
 
+// emptyDB returns the Config of a new database without a schema.
+func (b backend) emptyDB(t testing.TB) store.Config {
+	if b.empty != nil {
+		return b.empty(t)
+	}
+	return b.fresh(t)
+}
+
 func testOpenMigratesOnce(t *testing.T, b backend) {
 	ctx := t.Context()
-	cfg := b.fresh(t)
+	cfg := b.emptyDB(t)
 	db := storetest.Open(t, cfg)
 	if got := db.Backend(); got != b.name {
 		t.Errorf("Backend() = %q, want %q", got, b.name)
@@ -1032,7 +1044,7 @@ func testAuditChainConcurrent(t *testing.T, b backend) {
 // opens chain nothing.
 func testAuditChainBackfill(t *testing.T, b backend) {
 	ctx := t.Context()
-	cfg := b.fresh(t)
+	cfg := b.emptyDB(t)
 	legacy := legacyStore(t, cfg, 3)
 	for i := range 3 {
 		q := fmt.Sprintf(`INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES ('2020-01-01T00:00:0%d.000000Z', '', 'legacy', 'master', '', 'old %d')`, i, i)

@@ -34,7 +34,7 @@ import (
 // result.
 func TestEquivalence(t *testing.T) {
 	needPostgres(t)
-	got := runScript(t, storetest.SQLite(t))
+	got := runScript(t, storetest.MigratedSQLite(t))
 	want := runScript(t, storetest.Postgres(t))
 	if diff := diffRuns(want, got); diff != "" {
 		t.Errorf("SQLite's results differ from PostgreSQL's (-postgres +sqlite):\n%s", diff)
@@ -71,11 +71,11 @@ func TestEquivalenceCoversEveryMethod(t *testing.T) {
 // dialect.go would make it, gives results that diffRuns tells apart from
 // the real one's. It needs no PostgreSQL.
 func TestEquivalenceCatchesDrift(t *testing.T) {
-	want := runScript(t, storetest.SQLite(t))
+	want := runScript(t, storetest.MigratedSQLite(t))
 	for _, drift := range store.DialectDriftsForTest() {
 		t.Run(drift, func(t *testing.T) {
 			t.Parallel()
-			got := runScript(t, store.WithDialectDriftForTest(storetest.SQLite(t), drift))
+			got := runScript(t, store.WithDialectDriftForTest(storetest.MigratedSQLite(t), drift))
 			if diffRuns(want, got) == "" {
 				t.Errorf("drift %q: results equal to the real dialect's, want a difference", drift)
 			}

@@ -85,6 +85,13 @@ func MigratedDataDir(t testing.TB) string {
 	return dir
 }
 
+// MigratedSQLite returns a Config for a new SQLite store whose database
+// already has every migration applied (MigratedDataDir).
+func MigratedSQLite(t testing.TB) store.Config {
+	t.Helper()
+	return store.Config{DataDir: MigratedDataDir(t), Logger: Logger()}
+}
+
 // Postgres returns a Config for a new, empty PostgreSQL database that is
 // dropped when t ends. It skips t when DSNEnv is unset.
 func Postgres(t testing.TB) store.Config {
