@@ -168,26 +168,32 @@ func testLearntLimitScalesOut(t *testing.T, ad config.Adaptive) {
 	}
 	final := listClients(t, srv)[0].Concurrency.Desired
 	t.Logf("%s: limit %d when polled, %d at the end (knee 4); backend peak %d in flight, %d answers were 503", ad.Mode, learnt, final, backend.peak.Load(), backend.over.Load())
-	// AIMD halves on every 503, so it stays near the knee however slow
-	// the machine is. Load-signal rises a step every interval while 90%
-	// of the window's answers are healthy: on a loaded machine the
-	// tunnel's own latency holds more requests in flight ahead of the
-	// backend than at it, and its limit settles above the backend's knee
-	// (seen: 10 in CI, with the backend's peak at 8). Its knee, with time
-	// simulated, is TestLoadSignalBacksOffAtKnee's (internal/agent/limiter);
-	// here it has to hold the load below the 16 callers.
-	bound, what := 8, "twice the knee of 4"
-	if ad.Mode == "load-signal" {
-		bound, what = 15, "fewer than the 16 callers"
+	if ad.Mode == "aimd" {
+		// AIMD halves on every 503, so it stays near the knee however
+		// slow the machine is, and the server never lets more than the
+		// learnt limit through: the backend sees far fewer than the 16
+		// callers.
+		if final > 8 {
+			t.Errorf("learnt limit after the run = %d, want at most twice the knee of 4", final)
+		}
+		if p := backend.peak.Load(); p >= 16 {
+			t.Errorf("backend peak in flight = %d, want the learnt limit to hold it below the 16 callers", p)
+		}
+		return
 	}
-	if final > bound {
-		t.Errorf("learnt limit after the run = %d, want at most %s", final, what)
-	}
-	// The server never lets more than the learnt limit through, and the
-	// limit only probes a little past the knee, so the backend sees far
-	// fewer than the 16 callers.
-	if p := backend.peak.Load(); p >= 16 {
-		t.Errorf("backend peak in flight = %d, want the learnt limit to hold it below the 16 callers", p)
+	// Load-signal rises a step every interval while 90% of the window's
+	// answers are healthy: it tolerates a tenth of 503s by design. On a
+	// loaded machine the tunnel's own latency holds more requests in
+	// flight ahead of the backend than at it, and the limit settles well
+	// above the knee (seen under load: 10, 12, 13, the backend's peak 8 to
+	// 13). Its knee, with time simulated, is TestLoadSignalBacksOffAtKnee's
+	// (internal/agent/limiter). What holds on any machine: the limit rises
+	// from L only while at least 0.8×L requests were in flight (an idle
+	// service's healthy answers say nothing about a larger limit; the
+	// limiter's "idle service holds" case pins it), so 16 callers take it
+	// to 21 at most.
+	if final > 21 {
+		t.Errorf("learnt limit after the run = %d, want at most 21: 16 callers in flight are 80%% of 20", final)
 	}
 }
 
