@@ -29,7 +29,8 @@ type backend struct {
 	// name is what DB.Backend reports.
 	name string
 	// fresh returns the Config of a new database, with no rows and the
-	// schema current (on SQLite, copied from one migrated once).
+	// schema current (storetest's Migrated*: a copy of one database
+	// migrated once).
 	fresh func(t testing.TB) store.Config
 	// empty, if set, returns the Config of a new database without even the
 	// schema, for the tests of migrating one; nil means fresh's are.

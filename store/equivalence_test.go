@@ -35,7 +35,7 @@ import (
 func TestEquivalence(t *testing.T) {
 	needPostgres(t)
 	got := runScript(t, storetest.MigratedSQLite(t))
-	want := runScript(t, storetest.Postgres(t))
+	want := runScript(t, storetest.MigratedPostgres(t))
 	if diff := diffRuns(want, got); diff != "" {
 		t.Errorf("SQLite's results differ from PostgreSQL's (-postgres +sqlite):\n%s", diff)
 	}

@@ -32,7 +32,7 @@ func needPostgres(t *testing.T) {
 
 func TestPostgres(t *testing.T) {
 	needPostgres(t)
-	testStore(t, backend{name: store.BackendPostgres, fresh: storetest.Postgres, shared: true,
+	testStore(t, backend{name: store.BackendPostgres, fresh: storetest.MigratedPostgres, empty: storetest.Postgres, shared: true,
 		dropAuditGuards: []string{`ALTER TABLE audit DISABLE TRIGGER USER`},
 		blob:            func(b []byte) string { return fmt.Sprintf(`'\x%x'::bytea`, b) }})
 }

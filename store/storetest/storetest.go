@@ -8,8 +8,11 @@ package storetest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/aperio-dev/aperio/migrations"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -99,6 +103,102 @@ func Postgres(t testing.TB) store.Config {
 	return store.Config{DatabaseURL: PostgresDSN(t), Logger: Logger()}
 }
 
+// MigratedPostgres returns a Config for a new PostgreSQL database, dropped
+// when t ends, that already has every migration applied: a copy (CREATE
+// DATABASE ... TEMPLATE) of a template database migrated once. It skips t
+// when DSNEnv is unset.
+func MigratedPostgres(t testing.TB) store.Config {
+	t.Helper()
+	admin := os.Getenv(DSNEnv)
+	if admin == "" {
+		t.Skip(SkipReason)
+	}
+	tmpl, err := postgresTemplate()
+	if err != nil {
+		t.Fatalf("migrated template database: %v", err)
+	}
+	return store.Config{DatabaseURL: createDatabase(t, admin, " TEMPLATE "+tmpl), Logger: Logger()}
+}
+
+// postgresTemplate returns the name of the template database on the
+// server of admin: aperio_tmpl_ and a hash of the migrations, made once
+// and kept on the (throwaway) server, where later test processes find it.
+// A template is made under a name of its own, migrated, and only then
+// renamed: a database of the final name is always complete, whichever of
+// two processes making it at once wins.
+var postgresTemplate = sync.OnceValues(func() (string, error) {
+	admin := os.Getenv(DSNEnv)
+	sum, err := migrationsHash()
+	if err != nil {
+		return "", err
+	}
+	name := "aperio_tmpl_" + sum
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	exists := func() (bool, error) {
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`, name).Scan(&n)
+		return n > 0, err
+	}
+	if ok, err := exists(); ok || err != nil {
+		return name, err
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		return "", err
+	}
+	work := name + "_" + strings.ToLower(rand.Text())[:8]
+	if _, err := conn.Exec(ctx, `CREATE DATABASE `+work); err != nil {
+		return "", err
+	}
+	u.Path = "/" + work
+	db, err := store.Open(ctx, store.Config{DatabaseURL: u.String(), Logger: Logger()})
+	if err == nil {
+		err = db.Close()
+	}
+	if err == nil {
+		// The store's connections are closed; the server may still be
+		// ending their sessions, and a template must have none.
+		_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, work)
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, `ALTER DATABASE `+work+` RENAME TO `+name)
+	}
+	if err != nil {
+		conn.Exec(ctx, `DROP DATABASE IF EXISTS `+work+` WITH (FORCE)`)
+		if ok, _ := exists(); ok { // another process made it meanwhile
+			return name, nil
+		}
+		return "", err
+	}
+	return name, nil
+})
+
+// migrationsHash is the first 12 hex digits of a SHA-256 over the
+// PostgreSQL migrations' names and contents.
+func migrationsHash() (string, error) {
+	h := sha256.New()
+	fsys := migrations.Postgres()
+	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, path)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", path, len(b))
+		h.Write(b)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))[:12], err
+}
+
 // PostgresDSN creates an empty database with a random name on the server
 // DSNEnv names and returns its DSN; the database is dropped (sessions still
 // on it are terminated) when t ends. It skips t when DSNEnv is unset and
@@ -117,12 +217,19 @@ func PostgresDSN(t testing.TB) string {
 // new database, and drops the database when t ends.
 func CreateDatabase(t testing.TB, admin string) string {
 	t.Helper()
+	return createDatabase(t, admin, "")
+}
+
+// createDatabase creates a database with a random name and the CREATE
+// DATABASE options opts, as CreateDatabase does.
+func createDatabase(t testing.TB, admin, opts string) string {
+	t.Helper()
 	u, err := url.Parse(admin)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		t.Fatalf("%s is not a postgres:// URL", DSNEnv)
 	}
 	name := "aperio_test_" + strings.ToLower(rand.Text())
-	adminExec(t, admin, `CREATE DATABASE `+name)
+	adminExec(t, admin, `CREATE DATABASE `+name+opts)
 	t.Cleanup(func() { adminExec(t, admin, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`) })
 	u.Path = "/" + name
 	return u.String()
