@@ -25,10 +25,10 @@ type backend struct {
 	// w runs every write and every transaction. On SQLite it is one
 	// connection, so that this process's writes queue in Go instead of
 	// failing with SQLITE_BUSY.
-	w *sql.DB
+	w *pool
 	// r runs reads: on SQLite a pool of query_only connections beside
 	// the writer (WAL), on PostgreSQL w itself.
-	r *sql.DB
+	r *pool
 	// publish hands a committed change to this DB's subscribers; the
 	// store calls it only when d.notify is "".
 	publish func(Change)
@@ -85,7 +85,7 @@ func (b *backend) close() error {
 // txn is a write transaction: a *sql.Tx that also announces the changes it
 // makes, once it commits.
 type txn struct {
-	*sql.Tx
+	*cachedTx
 	d       *dialect
 	pending []Change // to publish after commit, when d.notify is ""
 }
@@ -128,11 +128,11 @@ func (t *txn) lock(ctx context.Context, key string) error {
 // write runs fn in a write transaction, commits it and then publishes
 // what it announced. Every error is mapped (dialect.mapErr).
 func (b *backend) write(ctx context.Context, fn func(tx *txn) error) error {
-	sqlTx, err := b.w.BeginTx(ctx, nil)
+	sqlTx, err := b.w.beginTx(ctx, nil)
 	if err != nil {
 		return b.d.mapErr(err)
 	}
-	t := &txn{Tx: sqlTx, d: b.d}
+	t := &txn{cachedTx: sqlTx, d: b.d}
 	if err := fn(t); err != nil {
 		if rbErr := sqlTx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 			err = errors.Join(err, rbErr)
@@ -145,13 +145,14 @@ func (b *backend) write(ctx context.Context, fn func(tx *txn) error) error {
 	for _, c := range t.pending {
 		b.publish(c)
 	}
+	b.w.warm(ctx, sqlTx)
 	return nil
 }
 
 // read runs fn in a read-only transaction that sees one snapshot of the
 // database throughout, then ends it.
-func (b *backend) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	t, err := b.r.BeginTx(ctx, b.d.snapshot)
+func (b *backend) read(ctx context.Context, fn func(tx *cachedTx) error) error {
+	t, err := b.r.beginTx(ctx, b.d.snapshot)
 	if err != nil {
 		return b.d.mapErr(err)
 	}
@@ -159,6 +160,7 @@ func (b *backend) read(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if rbErr := t.Rollback(); rbErr != nil && err == nil {
 		err = rbErr
 	}
+	b.r.warm(ctx, t)
 	return b.d.mapErr(err)
 }
 

@@ -78,3 +78,17 @@ func WithDatabaseClockForTest(cfg Config, t time.Time) Config {
 	}
 	return cfg
 }
+
+// CachedStmtsForTest returns how many prepared statements db's writer and
+// reader pools keep.
+func (db *DB) CachedStmtsForTest() (writer, reader int) {
+	n := func(p *pool) int {
+		if p.cache == nil {
+			return 0
+		}
+		p.cache.mu.Lock()
+		defer p.cache.mu.Unlock()
+		return len(p.cache.stmts)
+	}
+	return n(db.b.w), n(db.b.r)
+}

@@ -83,7 +83,9 @@ func openPostgres(ctx context.Context, cfg Config, h *hub) (*backend, error) {
 	db.SetMaxIdleConns(int(pc.MaxConns))
 	db.SetConnMaxLifetime(pc.MaxConnLifetime)
 	db.SetConnMaxIdleTime(pc.MaxConnIdleTime)
-	b := &backend{d: &postgresDialect, w: db, r: db, publish: h.publish}
+	// pgx caches each connection's prepared statements itself.
+	p := newPool(db, false)
+	b := &backend{d: &postgresDialect, w: p, r: p, publish: h.publish}
 	if err := db.PingContext(ctx); err != nil {
 		return nil, errors.Join(opError("open postgres", b.d.mapErr(err)), db.Close())
 	}

@@ -1088,7 +1088,7 @@ func (b *backend) backfillAudit(ctx context.Context) (int64, error) {
 // read from one snapshot.
 func (b *backend) readAuditChain(ctx context.Context, fn func(AuditEntry) bool) (auditChain, error) {
 	var c auditChain
-	err := b.read(ctx, func(tx *sql.Tx) error {
+	err := b.read(ctx, func(tx *cachedTx) error {
 		if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit_chain_head WHERE id = 1`).Scan(&c.headSeq, &c.headHash); err != nil {
 			return err
 		}

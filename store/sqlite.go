@@ -57,7 +57,7 @@ func openSQLite(ctx context.Context, cfg Config, h *hub) (*backend, error) {
 	}
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxIdleTime(0) // keep it: it holds the pragmas and the WAL open
-	b := &backend{d: &sqliteDialect, w: w, publish: h.publish}
+	b := &backend{d: &sqliteDialect, w: newPool(w, true), publish: h.publish}
 	if err := w.PingContext(ctx); err != nil {
 		return nil, errors.Join(opError("open "+path, b.d.mapErr(err)), w.Close())
 	}
@@ -74,7 +74,7 @@ func openSQLite(ctx context.Context, cfg Config, h *hub) (*backend, error) {
 	}
 	r.SetMaxOpenConns(sqliteReaders)
 	r.SetMaxIdleConns(sqliteReaders)
-	b.r = r
+	b.r = newPool(r, true)
 	cfg.Logger.Info("store opened", logkey.Backend, BackendSQLite, logkey.Path, path)
 	return b, nil
 }
@@ -91,7 +91,8 @@ func openSQLiteReadOnly(ctx context.Context, cfg Config, path, dsn string) (*bac
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	r.SetMaxOpenConns(sqliteReaders)
-	b := &backend{d: &sqliteDialect, w: r, r: r, publish: func(Change) {}}
+	p := newPool(r, true)
+	b := &backend{d: &sqliteDialect, w: p, r: p, publish: func(Change) {}}
 	if err := r.PingContext(ctx); err != nil {
 		return nil, errors.Join(opError("open "+path, b.d.mapErr(err)), r.Close())
 	}
