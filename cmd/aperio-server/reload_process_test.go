@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/server"
@@ -176,6 +177,22 @@ func audit(t *testing.T, s *reloadServer, c *http.Client, event string) []apityp
 	return es
 }
 
+// waitAudit waits for at least n audit entries of event and returns them
+// all: the entry is written through the events queue after the log line
+// a test waits on, so it may come a moment later. It returns what is
+// there after the wait, so a test still sees one entry too many.
+func waitAudit(t *testing.T, s *reloadServer, c *http.Client, event string, n int) []apitype.AuditEntry {
+	t.Helper()
+	var es []apitype.AuditEntry
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if es = audit(t, s, c, event); len(es) >= n || time.Now().After(deadline) {
+			return es
+		}
+		time.Sleep(20 * time.Millisecond) // polling a process from outside: nothing to wait on
+	}
+}
+
 // fixedRoute is an included file's route rule answering body at /fixed.
 func fixedRoute(body string) string {
 	return "routes:\n  - path: /fixed\n    respond: {body: \"" + body + "\"}\n"
@@ -215,7 +232,7 @@ func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 	if got := fixed(); got != "good" {
 		t.Errorf("GET /fixed after a broken edit = %q, want the old good", got)
 	}
-	es := audit(t, s, c, server.EventConfigReloadFailed)
+	es := waitAudit(t, s, c, server.EventConfigReloadFailed, 1)
 	if len(es) != 1 || !strings.Contains(es[0].Detail, "not a valid glob") || es[0].Actor != "server" {
 		t.Fatalf("config_reload_failed entries = %+v, want one by server naming the glob's problem", es)
 	}
@@ -230,7 +247,7 @@ func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 	if got := fixed(); got != "good" {
 		t.Errorf("GET /fixed after an oversized file = %q, want the old good", got)
 	}
-	if n := len(audit(t, s, c, server.EventConfigReloadFailed)); n != 2 {
+	if n := len(waitAudit(t, s, c, server.EventConfigReloadFailed, 2)); n != 2 {
 		t.Errorf("%d config_reload_failed entries, want 2", n)
 	}
 
@@ -283,7 +300,7 @@ func TestProcessReloadOnSIGHUP(t *testing.T) {
 			t.Fatalf("GET /fixed after SIGHUP %d = %q, want up (still serving)", i+1, got)
 		}
 	}
-	es := audit(t, s, c, server.EventConfigReloaded)
+	es := waitAudit(t, s, c, server.EventConfigReloaded, 2)
 	if len(es) != 2 || !strings.HasPrefix(es[0].Detail, "SIGHUP;") {
 		t.Errorf("config_reloaded entries = %+v, want two for SIGHUP", es)
 	}
