@@ -81,3 +81,47 @@ func TestRegistryGetsSessionContext(t *testing.T) {
 		})
 	}
 }
+
+// routedRegistry is a fakeRegistry that records, during the first Update,
+// whether the session already said it was routed.
+type routedRegistry struct {
+	*fakeRegistry
+
+	mu                  sync.Mutex // guards the following fields
+	updates             int
+	routedInFirstUpdate bool
+}
+
+func (r *routedRegistry) Update(ctx context.Context, s *Session) []string {
+	r.mu.Lock()
+	if r.updates == 0 {
+		r.routedInFirstUpdate = s.Routed()
+	}
+	r.updates++
+	r.mu.Unlock()
+	return r.fakeRegistry.Update(ctx, s)
+}
+
+// TestRoutedAfterFirstUpdate: a session says it is routed only once the
+// registry has applied its first announcement, and before the client is
+// welcomed; a list of connected clients built on Routed never shows a
+// client whose hostnames a visitor cannot reach yet.
+func TestRoutedAfterFirstUpdate(t *testing.T) {
+	reg := &routedRegistry{}
+	p := startPair(t, "tcp", newHandlerForwarder(t, echoHandler()), func(sc *ServerConfig, _ *ClientConfig) {
+		reg.fakeRegistry = sc.Registry.(*fakeRegistry)
+		sc.Registry = reg
+	})
+	reg.mu.Lock()
+	updates, during := reg.updates, reg.routedInFirstUpdate
+	reg.mu.Unlock()
+	if updates == 0 {
+		t.Fatal("no Update by the welcome")
+	}
+	if during {
+		t.Error("Routed() = true during the first Update, want false until it returned")
+	}
+	if !p.session.Routed() {
+		t.Error("Routed() = false after the welcome, want true")
+	}
+}

@@ -391,6 +391,7 @@ func (s *Server) run(ctx context.Context, sess *Session) {
 	}
 	defer s.cfg.Registry.Detach(ctx, sess)
 	notices := identityNotices(s.cfg.Registry.Update(ctx, sess), sess)
+	sess.routed.Store(true)
 	err = sess.writeControl(&message{
 		Type:        msgWelcome,
 		Version:     Version,

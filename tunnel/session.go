@@ -113,6 +113,9 @@ type Session struct {
 	// exposed is the server's answer to the announcement's Expose entries,
 	// sent with the welcome and every ack (SetExposed).
 	exposed atomic.Pointer[[]ExposeStatus]
+	// routed is set once the registry has applied the first announcement
+	// (Registry.Update in the handshake): see Routed.
+	routed atomic.Bool
 
 	openMu sync.Mutex // makes the stream count and an open one step (openBelowMax)
 
@@ -168,6 +171,13 @@ func (s *Session) AskDrain() { s.drainAsked.Store(true) }
 // that the welcome and each later ack carry to the client. The registry
 // sets it from Update, before the server writes the frame.
 func (s *Session) SetExposed(st []ExposeStatus) { s.exposed.Store(&st) }
+
+// Routed reports whether the registry has applied the session's first
+// announcement, so its hostnames are served. A session is in
+// Server.Sessions from its hello on (a revocation must reach it), but a
+// list of connected clients shows it only once it is routed: until then a
+// visitor of its hostnames would still be told no client serves them.
+func (s *Session) Routed() bool { return s.routed.Load() }
 
 // Exposed returns what SetExposed last recorded.
 func (s *Session) Exposed() []ExposeStatus {

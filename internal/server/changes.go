@@ -337,6 +337,9 @@ func (g *Gateway) DrainClient(id string) error {
 func (g *Gateway) Clients() []admin.ClientInfo {
 	var out []admin.ClientInfo
 	for _, s := range g.tunnels.Sessions() {
+		if !s.Routed() {
+			continue // mid-handshake: listed once its hostnames are served
+		}
 		ann := s.Announcement()
 		binds := g.router.Binds(s)
 		for _, svc := range ann.Services {
