@@ -124,4 +124,11 @@ func TestRoutedAfterFirstUpdate(t *testing.T) {
 	if !p.session.Routed() {
 		t.Error("Routed() = false after the welcome, want true")
 	}
+	if n := p.server.RoutedSessions(); n != 1 {
+		t.Errorf("RoutedSessions() = %d after the welcome, want 1", n)
+	}
+	p.stop()
+	if n := p.server.RoutedSessions(); n != 0 {
+		t.Errorf("RoutedSessions() = %d after the session ended, want 0", n)
+	}
 }

@@ -502,6 +502,21 @@ func (s *Server) Sessions() []*Session {
 	return out
 }
 
+// RoutedSessions returns how many connected sessions are routed
+// (Session.Routed): the clients a visitor can reach, as a list of
+// connected clients shows them.
+func (s *Server) RoutedSessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for sess := range s.sessions {
+		if sess.Routed() {
+			n++
+		}
+	}
+	return n
+}
+
 // goAway closes the session. The client reconnects after its backoff; a
 // shutting-down server refuses it, so it finds another server or waits.
 func (sess *Session) goAway(reason string) {

@@ -461,7 +461,7 @@ func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"status":             "healthy",
 		"version":            buildinfo.Version(),
-		"connected_clients":  g.router.ConnectedClients(),
+		"connected_clients":  g.tunnels.RoutedSessions(), // as GET /clients counts them
 		"uptime_seconds":     int64(time.Since(g.started).Seconds()),
 		"config_reloads":     g.reloads.Load(),
 		"config_reloaded_at": reloadedAt(g.reloadedAt.Load()),

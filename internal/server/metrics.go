@@ -90,7 +90,7 @@ func (g *Gateway) registerMetrics() error {
 		for kind, n := range g.router.RateLimited() {
 			o.ObserveInt64(limited, n, metric.WithAttributes(attribute.String("limit", kind)))
 		}
-		o.ObserveInt64(clients, int64(g.router.ConnectedClients()))
+		o.ObserveInt64(clients, int64(g.tunnels.RoutedSessions()))
 		o.ObserveInt64(inflight, g.router.InFlight())
 		o.ObserveInt64(queued, int64(g.router.Queued()))
 		o.ObserveInt64(held, g.router.Held())
