@@ -40,17 +40,6 @@ type Pebble struct {
 	Roots   *x509.CertPool // the root Pebble's issued certificates chain to
 }
 
-// FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startDNS answers every A query with 127.0.0.1 and every other query
 // with no answer; it returns its UDP address.
 func startDNS(t testing.TB) string {
