@@ -15,6 +15,7 @@ count=${COUNT:-20}
 burn=${BURN:-$(nproc)}
 timeout=${TIMEOUT:-30m}
 out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
 pkgs=$(go list "${@:-./...}")
 
 burners=()
