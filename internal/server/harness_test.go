@@ -31,9 +31,8 @@ import (
 // to about 200 s with -race). A test that calls t.Setenv or changes
 // something process-wide does not call it; synctest tests need not.
 
-// The browser tests' shared Chromium is stopped before the leak check: its
-// goroutines are joined there, not in a test's cleanup.
-func TestMain(m *testing.M) { servertest.Main(m, closeChromium) }
+// TestMain ends the run with servertest's goroutine leak check.
+func TestMain(m *testing.M) { servertest.Main(m, nil) }
 
 const (
 	testToken = servertest.Token
