@@ -33,7 +33,7 @@ var layers = []struct {
 	}},
 	{"engines", []string{"router", "autoscale", "internal/agent"}},
 	{"control", []string{"internal/control/admin", "internal/control/admin/apiclient", "internal/control/dashboard"}},
-	{"root", []string{"internal/server"}},
+	{"root", []string{"internal/server", "internal/server/servertest"}},
 	{"commands", []string{"cmd/..."}},
 }
 

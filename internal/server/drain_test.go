@@ -70,7 +70,7 @@ func TestOperatorDrainsClient(t *testing.T) {
 	}
 	select {
 	case <-st.agent.exited:
-		t.Fatalf("agent Run returned %v with a request in flight", st.agent.res)
+		t.Fatalf("agent Run returned %v with a request in flight", st.agent.kit.Err())
 	default:
 	}
 	close(release)

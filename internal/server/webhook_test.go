@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"encoding/json"
@@ -78,27 +77,6 @@ func (rcv *webhookReceiver) deliveries() []delivery {
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
 	return append([]delivery(nil), rcv.got...)
-}
-
-// adminCall sends an admin API request with the master token and returns
-// the status and body.
-func adminCall(t testing.TB, visitor *http.Client, s *testServer, method, path string, body any) (int, string) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req := newRequest(t, t.Context(), s, method, "admin.localhost", "/aperio/api"+path, rd)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, b := do(t, visitor, req)
-	return resp.StatusCode, b
 }
 
 // skipClock is the real clock plus an offset that only grows: a test

@@ -1,4 +1,4 @@
-package server_test
+package browser_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/chromedp/chromedp"
 )
 
@@ -21,6 +22,11 @@ import (
 // waitText, ...), each step bounded by browserWait, and end with noErrors:
 // a Content-Security-Policy violation or an exception in a page's script
 // fails the test.
+
+// TestMain stops the shared Chromium (closeChromium) before
+// servertest.Main's leak check: its goroutines are joined there, not in a
+// test's cleanup.
+func TestMain(m *testing.M) { servertest.Main(m, closeChromium) }
 
 // browserWait bounds each step of a browser test: a page load, a live
 // update arriving over the stream.
@@ -292,7 +298,7 @@ func (b *browser) screenshot(t *testing.T, name string) {
 	t.Helper()
 	dir := os.Getenv("APERIO_SCREENSHOTS")
 	if dir == "" {
-		root, err := filepath.Abs("../..")
+		root, err := filepath.Abs("../../..")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,67 +322,4 @@ func (b *browser) screenshot(t *testing.T, name string) {
 func jsString(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`, "\u2028", `\u2028`, "\u2029", `\u2029`, "<", `\x3c`)
 	return `"` + r.Replace(s) + `"`
-}
-
-func TestDashboardLoginPageInBrowser(t *testing.T) {
-	t.Parallel()
-	s := startServer(t, serverConfig(t), nil, nil)
-	b := newBrowser(t, 1280, 800)
-	b.open(t, s.url+"/aperio/", "#key")
-	if loc := b.location(t); !strings.Contains(loc, "/aperio/ui/login?redirect=") {
-		t.Errorf("an anonymous visit to /aperio/ landed on %s, want the login page", loc)
-	}
-	if got := b.text(t, "h1"); got != "Aperio" {
-		t.Errorf("login page h1 = %q", got)
-	}
-	b.click(t, `a[lang="de"]`, "#key")
-	b.waitText(t, "label[for=key]", "Admin-Schlüssel")
-	b.screenshot(t, "login")
-	b.noErrors(t)
-}
-
-// login logs the browser in to s's dashboard with key (an admin key or
-// the master token) through the login form, and waits for the overview.
-func (b *browser) login(t *testing.T, s *testServer, key string) {
-	t.Helper()
-	b.open(t, s.url+"/aperio/ui/login", "#key")
-	b.fill(t, "#key", key)
-	b.click(t, "#login", "#logout")
-}
-
-func TestDashboardLoginLogoutInBrowser(t *testing.T) {
-	t.Parallel()
-	s := startServer(t, serverConfig(t), nil, nil)
-	b := newBrowser(t, 1280, 800)
-
-	// A wrong key stays on the login page with a message.
-	b.open(t, s.url+"/aperio/ui/login", "#key")
-	b.fill(t, "#key", "apk_wrong")
-	b.click(t, "#login", "#key")
-	b.waitText(t, "[role=alert]", "not accepted")
-
-	// The master token: the overview, as master.
-	b.login(t, s, testToken)
-	if got := b.text(t, "#identity"); got != "master token" {
-		t.Errorf("identity shown after the master token's login = %q, want master token", got)
-	}
-	if got := b.eval(t, "document.body.dataset.role"); got != `"master"` {
-		t.Errorf("role after the master token's login = %s, want master", got)
-	}
-	if loc := b.location(t); !strings.HasSuffix(loc, "/aperio/") {
-		t.Errorf("after login the browser is at %s, want the overview", loc)
-	}
-	// The cookie is not readable by the page's scripts (HttpOnly).
-	if got := b.eval(t, "document.cookie"); strings.Contains(got, "aperio_admin_session") {
-		t.Errorf("document.cookie = %s: the session cookie is readable by scripts", got)
-	}
-	b.screenshot(t, "overview-empty")
-
-	// Logout ends the session server-side: the overview asks for a login again.
-	b.click(t, "#logout", "#key")
-	b.open(t, s.url+"/aperio/", "#key")
-	if loc := b.location(t); !strings.Contains(loc, "/aperio/ui/login") {
-		t.Errorf("after logout /aperio/ shows %s, want the login page", loc)
-	}
-	b.noErrors(t)
 }

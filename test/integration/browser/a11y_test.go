@@ -1,10 +1,11 @@
-package server_test
+package browser_test
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 )
@@ -52,9 +53,9 @@ const a11yAudit = `(() => {
 // itself at phone width, and that Tab reaches the skip link first.
 func TestDashboardAccessibilityInBrowser(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, nil, nil)
+	st := servertest.StartStack(t, nil, nil)
 	b := newBrowser(t, 1280, 800)
-	b.login(t, st.server, testToken)
+	b.login(t, st.Server, servertest.Token)
 	var pages []string
 	if err := json.Unmarshal([]byte(b.eval(t, `[...document.querySelectorAll("header nav a")].map(a => a.getAttribute("href"))`)), &pages); err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func TestDashboardAccessibilityInBrowser(t *testing.T) {
 	for _, width := range []int64{1280, 390} {
 		b.viewport(t, width, 844)
 		for _, p := range pages {
-			b.open(t, st.server.url+p, "main h1")
+			b.open(t, st.Server.URL+p, "main h1")
 			var findings []string
 			if err := json.Unmarshal([]byte(b.eval(t, a11yAudit)), &findings); err != nil {
 				t.Fatal(err)
@@ -82,7 +83,7 @@ func TestDashboardAccessibilityInBrowser(t *testing.T) {
 	}
 	// The first Tab lands on the skip link.
 	b.viewport(t, 1280, 800)
-	b.open(t, st.server.url+"/aperio/", "main h1")
+	b.open(t, st.Server.URL+"/aperio/", "main h1")
 	b.do(t, "press Tab", keyTab())
 	if got := b.eval(t, "document.activeElement.className"); !strings.Contains(got, "skip") {
 		t.Errorf("the first Tab focuses %s, want the skip link", got)

@@ -1,13 +1,14 @@
-package server_test
+package browser_test
 
 import (
 	"context"
 	"fmt"
-	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/buildinfo"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/chromedp/chromedp"
 )
 
@@ -30,24 +31,24 @@ func (b *browser) waitAttr(t *testing.T, css, attr, want string) {
 // appears in the traffic tail and the charts.
 func TestDashboardOpsPagesInBrowser(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverConfig(t), nil, nil)
+	s := servertest.Start(t, servertest.Config(t), nil, nil)
 	b := newBrowser(t, 1280, 800)
-	b.login(t, s, testToken)
-	b.open(t, s.url+"/aperio/ui/clients", "#clients-table")
+	b.login(t, s, servertest.Token)
+	b.open(t, s.URL+"/aperio/ui/clients", "#clients-table")
 
 	// The page is open and following the stream before the agent starts.
 	b.waitText(t, "#live-state", "Live")
 	if got := b.text(t, "#clients-table tbody"); got != "None yet." {
 		t.Fatalf("clients table before any client = %q, want None yet.", got)
 	}
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "hello from the backend")
 	}))
-	cfg := agentConfig(s, service(backend.URL))
+	cfg := servertest.AgentConfig(s, servertest.Service(backend.URL))
 	cfg.Name = "browser-agent"
-	startAgent(t, s, cfg)
+	servertest.StartAgent(t, s, cfg)
 	b.waitText(t, "#clients-table tbody", "browser-agent")
-	b.waitText(t, "#clients-table tbody", appHost)
+	b.waitText(t, "#clients-table tbody", servertest.AppHost)
 	// Its service announces no access control: the server's default.
 	b.waitText(t, `#clients-table td[data-cell="access"]`, "server default")
 	// The client's release, drawn by clients.js from GET /clients.
@@ -63,25 +64,25 @@ func TestDashboardOpsPagesInBrowser(t *testing.T) {
 	b.waitText(t, "#clients-table tbody", "Disable")
 
 	// A request through the tunnel appears in the traffic tail.
-	b.open(t, s.url+"/aperio/ui/traffic", "#tail-table")
+	b.open(t, s.URL+"/aperio/ui/traffic", "#tail-table")
 	b.waitText(t, "#live-state", "Live")
 	b.waitText(t, "#tail", "Waiting for requests")
-	visitor := newVisitor(t, s)
-	if status, body := get(t, visitor, s, appHost, "/through-the-tunnel"); status != http.StatusOK {
+	visitor := servertest.NewVisitor(t, s)
+	if status, body := servertest.Get(t, visitor, s, servertest.AppHost, "/through-the-tunnel"); status != http.StatusOK {
 		t.Fatalf("GET through the tunnel = %d %q", status, body)
 	}
 	b.waitText(t, "#tail", "/through-the-tunnel")
-	b.waitText(t, "#tail", appHost)
+	b.waitText(t, "#tail", servertest.AppHost)
 	if b.has(t, "#tail-waiting") {
 		t.Errorf("the tail still says it waits for requests after one arrived")
 	}
-	b.waitAttr(t, "#chart-rps", "aria-label", appHost)
+	b.waitAttr(t, "#chart-rps", "aria-label", servertest.AppHost)
 	b.screenshot(t, "traffic")
 
 	// Pause holds new rows back; resume shows them.
 	b.click(t, "#tail-pause", "")
 	b.waitText(t, "#live-state", "Paused")
-	if status, _ := get(t, visitor, s, appHost, "/while-paused"); status != http.StatusOK {
+	if status, _ := servertest.Get(t, visitor, s, servertest.AppHost, "/while-paused"); status != http.StatusOK {
 		t.Fatalf("GET while paused = %d", status)
 	}
 	b.waitText(t, "#live-state", "1 new while paused")
@@ -93,13 +94,13 @@ func TestDashboardOpsPagesInBrowser(t *testing.T) {
 
 	// The overview counts the client and the traffic, at desktop and at
 	// phone width.
-	b.open(t, s.url+"/aperio/", "#overview-cards")
+	b.open(t, s.URL+"/aperio/", "#overview-cards")
 	b.waitText(t, "#clients-count", "1")
-	b.waitText(t, "#hosts-table", appHost)
+	b.waitText(t, "#hosts-table", servertest.AppHost)
 	b.screenshot(t, "overview")
 	b.viewport(t, 390, 844)
-	b.open(t, s.url+"/aperio/", "#overview-cards")
-	b.waitText(t, "#hosts-table", appHost)
+	b.open(t, s.URL+"/aperio/", "#overview-cards")
+	b.waitText(t, "#hosts-table", servertest.AppHost)
 	b.screenshot(t, "overview-phone")
 	b.noErrors(t)
 }

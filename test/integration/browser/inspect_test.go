@@ -1,4 +1,4 @@
-package server_test
+package browser_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 )
 
 // TestDashboardInspectInBrowser drives the inspector page in a real
@@ -26,31 +28,31 @@ func TestDashboardInspectInBrowser(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 		io.WriteString(w, "saw "+string(body))
 	})
-	st := startStack(t, backend, nil)
+	st := servertest.StartStack(t, backend, nil)
 	b := newBrowser(t, 1280, 800)
-	b.login(t, st.server, testToken)
+	b.login(t, st.Server, servertest.Token)
 
 	// Start a capture through the form.
-	b.open(t, st.server.url+"/aperio/ui/inspect", "#start-form")
-	b.fill(t, "#in-hostname", appHost)
+	b.open(t, st.Server.URL+"/aperio/ui/inspect", "#start-form")
+	b.fill(t, "#in-hostname", servertest.AppHost)
 	b.fill(t, "#in-duration", "300")
 	b.fill(t, "#in-body", "4")
 	b.fill(t, "#in-redact", "X-Api-Key")
 	b.click(t, "#start", "#captures")
 	b.waitText(t, "[role=status]", "The capture was started.")
-	b.waitText(t, "#captures", appHost)
+	b.waitText(t, "#captures", servertest.AppHost)
 	b.waitText(t, "#captures", "X-Api-Key")
 	b.screenshot(t, "inspect-captures")
 
 	// The capture's page follows its requests live (inspect.js).
-	b.click(t, `#captures a[href="/aperio/ui/inspect?hostname=`+appHost+`"]`, "#requests")
+	b.click(t, `#captures a[href="/aperio/ui/inspect?hostname=`+servertest.AppHost+`"]`, "#requests")
 	b.waitText(t, "#state", "recording")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	req := newRequest(t, ctx, st.server, "POST", appHost, "/hello?x=1", strings.NewReader("it's <b>me</b>"))
+	req := servertest.NewRequest(t, ctx, st.Server, "POST", servertest.AppHost, "/hello?x=1", strings.NewReader("it's <b>me</b>"))
 	req.Header.Set("X-Api-Key", "visitor-secret")
 	req.Header.Set("X-Note", "<script>alert(1)</script>")
-	if resp, body := do(t, st.visitor, req); resp.StatusCode != http.StatusAccepted || body != "saw it's <b>me</b>" {
+	if resp, body := servertest.Do(t, st.Visitor, req); resp.StatusCode != http.StatusAccepted || body != "saw it's <b>me</b>" {
 		t.Fatalf("visitor POST = %d %q, want 202 and the echo", resp.StatusCode, body)
 	}
 	b.waitText(t, "#requests tbody", "/hello?x=1")
@@ -91,7 +93,7 @@ func TestDashboardInspectInBrowser(t *testing.T) {
 	b.screenshot(t, "inspect")
 
 	// The capture's list shows both, the replay marked.
-	b.open(t, st.server.url+"/aperio/ui/inspect?hostname="+appHost, "#requests")
+	b.open(t, st.Server.URL+"/aperio/ui/inspect?hostname="+servertest.AppHost, "#requests")
 	b.waitText(t, "#requests tbody", "replay")
 	if n := b.eval(t, "document.querySelectorAll('#requests tbody tr').length"); n != "2" {
 		t.Errorf("the capture lists %s requests, want 2", n)

@@ -1,4 +1,4 @@
-package server_test
+package browser_test
 
 import (
 	"encoding/json"
@@ -7,16 +7,18 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 )
 
 // visitorGets waits until a visitor of app.test gets status, up to
-// waitFor: maintenance reaches the router through the store's change
-// feed.
-func visitorGets(t *testing.T, st *stack, status int) {
+// servertest.WaitFor: maintenance reaches the router through the store's
+// change feed.
+func visitorGets(t *testing.T, st *servertest.Stack, status int) {
 	t.Helper()
-	poll(t, waitFor, func() (bool, string) {
-		code, body, err := fetch(st.visitor, newRequest(t, t.Context(), st.server, http.MethodGet, appHost, "/", nil))
-		return err == nil && code == status, fmt.Sprintf("visitor of %s = %d %q (%v), want %d", appHost, code, body, err, status)
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		code, body, err := servertest.Fetch(st.Visitor, servertest.NewRequest(t, t.Context(), st.Server, http.MethodGet, servertest.AppHost, "/", nil))
+		return err == nil && code == status, fmt.Sprintf("visitor of %s = %d %q (%v), want %d", servertest.AppHost, code, body, err, status)
 	})
 }
 
@@ -28,13 +30,13 @@ func visitorGets(t *testing.T, st *stack, status int) {
 // write control.
 func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }), nil)
-	s := st.server
+	st := servertest.StartStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }), nil)
+	s := st.Server
 	b := newBrowser(t, 1280, 800)
-	b.login(t, s, testToken)
+	b.login(t, s, servertest.Token)
 
 	// Tokens: create, see the secret once, revoke.
-	b.open(t, s.url+"/aperio/ui/tokens", "#create-token")
+	b.open(t, s.URL+"/aperio/ui/tokens", "#create-token")
 	b.fill(t, "#t-name", "browser-token")
 	b.fill(t, "#t-hostnames", "app.test, *.app.test")
 	b.fill(t, "#t-expires", "30d")
@@ -44,7 +46,7 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	}
 	b.waitText(t, "#tokens", "browser-token")
 	b.screenshot(t, "tokens")
-	b.open(t, s.url+"/aperio/ui/tokens", "#tokens")
+	b.open(t, s.URL+"/aperio/ui/tokens", "#tokens")
 	if b.has(t, "#new-secret") {
 		t.Errorf("the tokens page shows the secret again")
 	}
@@ -54,16 +56,16 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	b.waitText(t, "#tokens", "revoked")
 
 	// Maintenance: on for app.test, a visitor gets 503; off again.
-	if code, body := get(t, st.visitor, s, appHost, "/"); code != http.StatusOK {
+	if code, body := servertest.Get(t, st.Visitor, s, servertest.AppHost, "/"); code != http.StatusOK {
 		t.Fatalf("visitor before maintenance = %d %q", code, body)
 	}
-	b.open(t, s.url+"/aperio/ui/maintenance", "#set-maintenance")
-	b.fill(t, "#m-hostname", appHost)
+	b.open(t, s.URL+"/aperio/ui/maintenance", "#set-maintenance")
+	b.fill(t, "#m-hostname", servertest.AppHost)
 	b.fill(t, "#m-reason", "browser test")
 	b.fill(t, "#m-ttl", "1h")
 	b.click(t, "#set-maintenance-submit", "#maintenance")
 	b.waitText(t, ".notice.done", "Maintenance is on.")
-	b.waitText(t, "#maintenance", appHost)
+	b.waitText(t, "#maintenance", servertest.AppHost)
 	b.screenshot(t, "maintenance")
 	visitorGets(t, st, http.StatusServiceUnavailable)
 	b.acceptConfirms(t)
@@ -72,7 +74,7 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	visitorGets(t, st, http.StatusOK)
 
 	// Audit: the token's minting is there.
-	b.open(t, s.url+"/aperio/ui/audit", "#audit-filter")
+	b.open(t, s.URL+"/aperio/ui/audit", "#audit-filter")
 	b.waitText(t, "#audit", "token_created")
 	b.waitText(t, "#audit", "browser-token")
 	// Filtered by event (a GET: the filter is in the URL), then the
@@ -80,7 +82,7 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 	b.fill(t, "#a-event", "token_created")
 	b.click(t, "#audit-filter-submit", "")
 	// The unfiltered page has #audit too: wait for the filtered one.
-	poll(t, browserWait, func() (bool, string) {
+	servertest.Poll(t, browserWait, func() (bool, string) {
 		loc := b.location(t)
 		return strings.Contains(loc, "event=token_created"), "the filtered audit page is " + loc + ", want event=token_created in its URL"
 	})
@@ -98,22 +100,22 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 		{"keys", "#create-key"},
 		{"orgs", "#create-org"},
 		{"webhooks", "#create-webhook"},
-		{"explain?url=" + appHost + "%2F", "#explanation"},
+		{"explain?url=" + servertest.AppHost + "%2F", "#explanation"},
 	} {
-		b.open(t, s.url+"/aperio/ui/"+p.page, p.ready)
+		b.open(t, s.URL+"/aperio/ui/"+p.page, p.ready)
 		name, _, _ := strings.Cut(p.page, "?")
 		b.screenshot(t, name)
 	}
 	b.waitText(t, "#steps", "route")
 	// At a phone's width the tables scroll inside the page.
 	b.viewport(t, 390, 844)
-	b.open(t, s.url+"/aperio/ui/tokens", "#tokens")
+	b.open(t, s.URL+"/aperio/ui/tokens", "#tokens")
 	b.screenshot(t, "tokens-phone")
 	b.viewport(t, 1280, 800)
 	b.noErrors(t)
 
 	// A viewer key sees no write control.
-	code, body := adminCall(t, st.visitor, s, http.MethodPost, "/admin-keys", map[string]string{"name": "browser-viewer", "role": "viewer"})
+	code, body := servertest.AdminCall(t, st.Visitor, s, http.MethodPost, "/admin-keys", map[string]string{"name": "browser-viewer", "role": "viewer"})
 	var minted struct {
 		Key string `json:"key"`
 	}
@@ -129,7 +131,7 @@ func TestDashboardAdminPagesInBrowser(t *testing.T) {
 		{"webhooks", "main h1", `#create-webhook`},
 		{"audit", "#audit-filter", `#audit-verify`},
 	} {
-		b.open(t, s.url+"/aperio/ui/"+p.page, p.list)
+		b.open(t, s.URL+"/aperio/ui/"+p.page, p.list)
 		if b.has(t, p.control) {
 			t.Errorf("a viewer sees a write control (%s) on the %s page", p.control, p.page)
 		}

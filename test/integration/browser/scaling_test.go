@@ -1,4 +1,4 @@
-package server_test
+package browser_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/chromedp/chromedp"
 )
 
@@ -32,7 +33,7 @@ func TestDashboardScalingInBrowser(t *testing.T) {
 	// Requests for /hold stay in flight until release closes, so the pool
 	// shows a utilization the page must follow.
 	release := make(chan struct{})
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
 			select {
 			case <-release:
@@ -45,23 +46,23 @@ func TestDashboardScalingInBrowser(t *testing.T) {
 	releaseAll := func() { released.Do(func() { close(release) }) }
 	t.Cleanup(releaseAll) // before the backend closes
 
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled = true
 	cfg.Outbound.AllowHTTP = true    // the test provider is plain http…
 	cfg.Outbound.AllowPrivate = true // …on loopback
-	s := startServer(t, cfg, nil, nil)
-	agentCfg := agentConfig(s, service(backend.URL))
+	s := servertest.Start(t, cfg, nil, nil)
+	agentCfg := servertest.AgentConfig(s, servertest.Service(backend.URL))
 	agentCfg.MaxConcurrent = 4
 	agentCfg.Scaling = &config.Scaling{URL: hook.URL + "/scale", Min: 1, Max: 3, ColdStart: 30 * time.Second,
 		TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: time.Minute}
-	startAgent(t, s, agentCfg)
+	servertest.StartAgent(t, s, agentCfg)
 
 	// Wait for the record through the API, so the page has one to show.
-	visitor := newVisitor(t, s)
-	poll(t, waitFor, func() (bool, string) {
-		req := newRequest(t, t.Context(), s, "GET", "admin.localhost", apitype.Prefix+"/scaling", nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		_, body := do(t, visitor, req)
+	visitor := servertest.NewVisitor(t, s)
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		req := servertest.NewRequest(t, t.Context(), s, "GET", "admin.localhost", apitype.Prefix+"/scaling", nil)
+		req.Header.Set("Authorization", "Bearer "+servertest.Token)
+		_, body := servertest.Do(t, visitor, req)
 		var recs []apitype.ScalingRecord
 		if err := json.Unmarshal([]byte(body), &recs); err != nil {
 			return false, fmt.Sprintf("GET /scaling = %s (%v)", body, err)
@@ -70,11 +71,11 @@ func TestDashboardScalingInBrowser(t *testing.T) {
 	})
 
 	b := newBrowser(t, 1280, 800)
-	b.login(t, s, testToken)
+	b.login(t, s, servertest.Token)
 	b.click(t, `nav a[href="/aperio/ui/scaling"]`, "#scaling-list")
 	row := b.text(t, "#scaling-list tbody tr")
 	provider := strings.TrimPrefix(hook.URL, "http://")
-	for _, want := range []string{appHost, provider, "1–3", "armed"} {
+	for _, want := range []string{servertest.AppHost, provider, "1–3", "armed"} {
 		if !strings.Contains(row, want) {
 			t.Errorf("the record's row %q lacks %q", row, want)
 		}
@@ -110,9 +111,9 @@ func TestDashboardScalingInBrowser(t *testing.T) {
 	const held = 3
 	done := make(chan error, held)
 	for range held {
-		req := newRequest(t, t.Context(), s, "GET", appHost, "/hold", nil)
+		req := servertest.NewRequest(t, t.Context(), s, "GET", servertest.AppHost, "/hold", nil)
 		go func() {
-			status, _, err := fetch(visitor, req)
+			status, _, err := servertest.Fetch(visitor, req)
 			if err == nil && status != http.StatusOK {
 				err = fmt.Errorf("status %d", status)
 			}
@@ -124,7 +125,7 @@ func TestDashboardScalingInBrowser(t *testing.T) {
 	b.screenshot(t, "scaling")
 	releaseAll()
 	for range held {
-		if err := wait(t, done, waitFor, "a held request"); err != nil {
+		if err := servertest.Wait(t, done, servertest.WaitFor, "a held request"); err != nil {
 			t.Errorf("held request: %v", err)
 		}
 	}

@@ -1,9 +1,10 @@
-package server_test
+package browser_test
 
 import (
 	"encoding/json"
 	"testing"
 
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 )
@@ -28,14 +29,14 @@ const headerRows = `(() => {
 // shown; the identity reads "master token".
 func TestDashboardHeaderOneRowInBrowser(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverConfig(t), nil, nil)
+	s := servertest.Start(t, servertest.Config(t), nil, nil)
 	b := newBrowser(t, 1280, 900)
-	b.login(t, s, testToken)
+	b.login(t, s, servertest.Token)
 	if got := b.text(t, "#identity"); got != "master token" {
 		t.Errorf("identity = %q, want %q", got, "master token")
 	}
 	for _, lang := range []string{"en", "de"} {
-		b.open(t, s.url+"/aperio/ui/lang?to="+lang+"&redirect=/aperio/ui/traffic", "main h1")
+		b.open(t, s.URL+"/aperio/ui/lang?to="+lang+"&redirect=/aperio/ui/traffic", "main h1")
 		var m struct{ Brand, First, Last, Logout, Height float64 }
 		raw := b.eval(t, headerRows)
 		if err := json.Unmarshal([]byte(raw), &m); err != nil || m.Brand == 0 || m.First == 0 || m.Last == 0 || m.Logout == 0 {
@@ -48,7 +49,7 @@ func TestDashboardHeaderOneRowInBrowser(t *testing.T) {
 		}
 		b.screenshot(t, "header-"+lang)
 	}
-	b.open(t, s.url+"/aperio/ui/lang?to=en&redirect=/aperio/", "main h1")
+	b.open(t, s.URL+"/aperio/ui/lang?to=en&redirect=/aperio/", "main h1")
 
 	// The Admin menu: closed, open on its summary, its links followed.
 	if b.eval(t, `document.querySelector("#nav-admin a[href='/aperio/ui/tokens']").checkVisibility()`) != "false" {
