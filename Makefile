@@ -143,7 +143,7 @@ images:
 e2e: vet
 	@mkdir -p $(BIN)
 	bash deploy/images/build.sh server provider postgres e2e-app e2e-oidc e2e-pebble >$(BIN)/e2e-images.env
-	cd test && E2E_IMAGES=$(abspath $(BIN))/e2e-images.env $(GO) test -tags e2e -count=1 -v -timeout 15m $$($(GO) list ./... | grep -v /test/integration/)
+	cd test && E2E_IMAGES=$(abspath $(BIN))/e2e-images.env $(GO) test -tags e2e -count=1 -v -timeout 15m $$($(GO) list -tags e2e ./... | grep -v /test/integration/)
 
 clean:
 	rm -rf $(BIN) dist
