@@ -122,11 +122,7 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		ex.IP = ip.String()
 	}
 
-	a := admission{set: rt.cur.Load(), ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, header: q.header}
-	if q.header != nil {
-		a.hostField = new(bool)
-		*a.hostField = hostFieldConflicts(&http.Request{Host: q.host, Header: q.header})
-	}
+	a := admission{set: rt.cur.Load(), ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, authority: q.host, header: q.header}
 	if ref := rt.admit(ctx, &a, nil); ref.kind != passed {
 		if refusalInfo[ref.kind].nothing {
 			return rt.explainNothing(&ex, a.path, ref, q.header)
@@ -346,6 +342,24 @@ func (rt *Router) predictPick(ex *explanation, p *pool) *ExplainClient {
 		}
 	}
 	return nil // unreachable: Explain calls it only with a free client
+}
+
+// record is the one place where an admission stage's verdict v becomes a
+// dry run's step: the stage's step name, v's outcome, and the detail
+// rendered here from v.why, in the state a is in once the stage ran. A
+// verdict without an outcome records nothing.
+func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
+	if v.outcome == "" {
+		return
+	}
+	var detail string
+	switch v.why {
+	case whyHostFieldDiffers:
+		detail = "the host field differs from :authority " + a.host
+	case whyHostFieldSame:
+		detail = "no host field, or the same as :authority"
+	}
+	ex.step(stageSteps[s], v.outcome, detail)
 }
 
 func (ex *explanation) step(name, outcome, detail string) {

@@ -189,8 +189,8 @@ type admission struct {
 
 	ex        *explanation // set: a dry run that records its steps here
 	now       time.Time    // a dry run's clock
-	method    string       // a dry run's method; empty: GET
-	hostField *bool        // a dry run's host field check; nil: no header given
+	method    string       // the request's method; empty: GET
+	authority string       // the request's host as it came (Request.Host), before its normal form
 	plan      *poolPlan    // a dry run's survey of the pool
 	host      string       // normal form
 	path      string       // the path's key once stageReserved passed (urlpath.Key)
@@ -199,7 +199,7 @@ type admission struct {
 	ip        netip.Addr   // the visitor; the zero Addr when unknown
 	p         *pool        // once stageRoute passed
 	rule      *policy.Rule // the route rule matched at stageRouteRule; nil: none
-	header    http.Header  // a dry run's request headers; nil: none given
+	header    http.Header  // the request's headers; nil: a dry run given none
 
 	set  *settings       // the router's configuration when the request came: one for all its stages
 	gate *gateEntry      // the bind's gate, once stageAccess ran
@@ -211,41 +211,96 @@ type admission struct {
 }
 
 // admit runs the admission stages in order and returns the first refusal.
-// rec is nil in a dry run. It switches on the stage rather than calling
+// rec is nil in a dry run. Each stage decides once and returns its
+// verdict; here alone the verdict becomes what the mode does with it: a
+// dry run records it as a step (explanation.record), and both modes stop
+// at the first refusal. It switches on the stage rather than calling
 // through a table of funcs: an indirect call would move the admission to
 // the heap, one allocation per request.
 func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Request) refusal {
 	for _, s := range admissionStages {
-		var ref refusal
+		var v verdict
 		switch s {
 		case stageReserved:
-			ref = rt.checkPath(a)
+			v.refusal = rt.checkPath(a)
 		case stageIPLimit:
-			ref = rt.checkIPLimit(a, rec)
+			v.refusal = rt.checkIPLimit(a, rec)
 		case stageMaintenance:
-			ref = rt.checkMaintenance(a)
+			v.refusal = rt.checkMaintenance(a)
 		case stageHostField:
-			ref = rt.checkHostField(a)
+			v = rt.checkHostField(a)
 		case stageHeaderNames:
-			ref = rt.checkHeaderNames(a)
+			v.refusal = rt.checkHeaderNames(a)
 		case stageRouteRule:
-			ref = rt.checkRouteRule(a)
+			v.refusal = rt.checkRouteRule(a)
 		case stageRoute:
-			ref = rt.checkRoute(ctx, a, rec)
+			v.refusal = rt.checkRoute(ctx, a, rec)
 		case stageBody:
-			ref = rt.checkBody(a)
+			v.refusal = rt.checkBody(a)
 		case stageAccess:
-			ref = rt.checkAccess(a, rec)
+			v.refusal = rt.checkAccess(a, rec)
 		case stageAllowedIPs:
-			ref = rt.checkAllowedIPs(a)
+			v.refusal = rt.checkAllowedIPs(a)
 		case stageRateLimit:
-			ref = rt.checkRateLimit(a, rec)
+			v.refusal = rt.checkRateLimit(a, rec)
 		}
-		if ref.kind != passed {
-			return ref
+		if a.ex != nil {
+			a.ex.record(rt, a, s, &v)
+		}
+		if v.kind != passed {
+			return v.refusal
 		}
 	}
 	return refusal{}
+}
+
+// verdict is what an admission stage decided, the same in the proxy and
+// in a dry run: the stage's rule is written once, in the stage. Only what
+// follows differs: the proxy answers the refusal (the zero refusal
+// passes), and a dry run records a step with the verdict's outcome and a
+// detail that explanation.record renders from why. The proxy builds no
+// text: the values a detail names ride in the verdict (n, name, q,
+// other), so that its verdicts cost no formatting and no allocation.
+type verdict struct {
+	refusal
+	outcome string       // a dry run's step outcome; "": the stage records no step
+	why     why          // what the step's detail says
+	n       [3]float64   // the figures the detail names (tokens left, burst, refill)
+	name    string       // a name the detail names (a header, another reading of the path)
+	q       *pool        // another bind the detail names
+	other   *policy.Rule // another route rule the detail names
+}
+
+// why is what a verdict's detail says; explanation.record renders it.
+type why uint8
+
+const (
+	whyNone             why = iota // no detail
+	whyHostFieldDiffers            // the host field differs from :authority
+	whyHostFieldSame               // no host field, or :authority's
+)
+
+// pass is a verdict that passes with a step of the given outcome.
+func pass(outcome string, w why) verdict { return verdict{outcome: outcome, why: w} }
+
+// stop is a verdict that refuses with k.
+func stop(k refusalKind, w why) verdict {
+	return verdict{refusal: refusal{kind: k}, outcome: OutcomeStop, why: w}
+}
+
+// stageSteps is each admission stage's step name in a dry run.
+var stageSteps = [...]string{
+	stageReserved:    StepReserved,
+	stageIPLimit:     StepIPLimit,
+	stageMaintenance: StepMaintenance,
+	stageHostField:   stepHostField,
+	stageHeaderNames: stepHeaderNames,
+	stageRouteRule:   StepRouteRule,
+	stageRoute:       StepRoute,
+	stageBody:        "", // a dry run has no body
+	stageAccess:      StepAccess,
+	stageAllowedIPs:  StepAllowedIPs,
+	stageRateLimit:   StepRateLimit,
 }
 
 // checkPath refuses paths that are aperio-server's own and paths with no
@@ -366,22 +421,14 @@ func maintenanceDetail(e *maintenanceEntry, now time.Time) string {
 
 // checkHostField refuses a request whose host field differs from its
 // :authority. A dry run given no headers passes without a step.
-func (rt *Router) checkHostField(a *admission) refusal {
-	if a.ex == nil {
-		if hostFieldConflicts(a.r) {
-			return refuseWith(refusedHostField)
-		}
-		return refusal{}
-	}
+func (rt *Router) checkHostField(a *admission) verdict {
 	switch {
-	case a.hostField == nil:
-	case *a.hostField:
-		a.ex.step(stepHostField, OutcomeStop, "the host field differs from :authority "+a.host)
-		return refuseWith(refusedHostField)
-	default:
-		a.ex.step(stepHostField, OutcomePass, "no host field, or the same as :authority")
+	case a.header == nil:
+		return verdict{}
+	case hostFieldConflicts(a.authority, a.header):
+		return stop(refusedHostField, whyHostFieldDiffers)
 	}
-	return refusal{}
+	return pass(OutcomePass, whyHostFieldSame)
 }
 
 // checkRoute matches the bind and refuses when nobody serves it, or its
