@@ -358,6 +358,12 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 		detail = "the host field differs from :authority " + a.host
 	case whyHostFieldSame:
 		detail = "no host field, or the same as :authority"
+	case whyNoVisitorIP:
+		detail = "no visitor ip given"
+	case whyNoTokenAdmits:
+		detail = "no client's token admits " + ex.IP + ": answered as if the bind did not exist"
+	case whyTokenAdmits:
+		detail = "a client's token admits " + ex.IP
 	}
 	ex.step(stageSteps[s], v.outcome, detail)
 }

@@ -240,7 +240,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageAccess:
 			v.refusal = rt.checkAccess(a, rec)
 		case stageAllowedIPs:
-			v.refusal = rt.checkAllowedIPs(a)
+			v = rt.checkAllowedIPs(a)
 		case stageRateLimit:
 			v.refusal = rt.checkRateLimit(a, rec)
 		}
@@ -278,6 +278,9 @@ const (
 	whyNone             why = iota // no detail
 	whyHostFieldDiffers            // the host field differs from :authority
 	whyHostFieldSame               // no host field, or :authority's
+	whyNoVisitorIP                 // a dry run given no visitor address
+	whyNoTokenAdmits               // no client's token admits the visitor
+	whyTokenAdmits                 // a client's token admits the visitor
 )
 
 // pass is a verdict that passes with a step of the given outcome.
@@ -639,23 +642,17 @@ func (rt *Router) explainAccess(a *admission, ge *gateEntry) refusal {
 
 // checkAllowedIPs refuses a visitor that no client's token admits, as if
 // the route did not exist, so that a blocked address learns nothing.
-func (rt *Router) checkAllowedIPs(a *admission) refusal {
-	if a.ex == nil {
-		if !a.p.admitsAny(a.ip) {
-			return refuseWith(refusedNoRoute)
-		}
-		return refusal{}
-	}
+//
+// A dry run given no visitor address skips it: it has nobody to judge,
+// where the proxy judges the unknown address like any other.
+func (rt *Router) checkAllowedIPs(a *admission) verdict {
 	switch {
-	case !a.ip.IsValid():
-		a.ex.step(StepAllowedIPs, OutcomeSkip, "no visitor ip given")
+	case a.ex != nil && !a.ip.IsValid():
+		return pass(OutcomeSkip, whyNoVisitorIP)
 	case !a.p.admitsAny(a.ip):
-		a.ex.step(StepAllowedIPs, OutcomeStop, "no client's token admits "+a.ex.IP+": answered as if the bind did not exist")
-		return refuseWith(refusedNoRoute)
-	default:
-		a.ex.step(StepAllowedIPs, OutcomePass, "a client's token admits "+a.ex.IP)
+		return stop(refusedNoRoute, whyNoTokenAdmits)
 	}
-	return refusal{}
+	return pass(OutcomePass, whyTokenAdmits)
 }
 
 // answer is the one place where a refusal becomes the visitor's response:
