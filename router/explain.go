@@ -364,6 +364,10 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 		detail = "no client's token admits " + ex.IP + ": answered as if the bind did not exist"
 	case whyTokenAdmits:
 		detail = "a client's token admits " + ex.IP
+	case whyNotInMaintenance:
+		detail = a.host + " is not in maintenance"
+	case whyInMaintenance:
+		detail = a.host + " is in maintenance" + maintenanceDetail(v.maint, a.now)
 	}
 	ex.step(stageSteps[s], v.outcome, detail)
 }

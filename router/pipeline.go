@@ -188,7 +188,7 @@ type admission struct {
 	body *countingBody
 
 	ex        *explanation // set: a dry run that records its steps here
-	now       time.Time    // a dry run's clock
+	now       time.Time    // a dry run's clock; zero: the proxy's, read when a stage needs it
 	method    string       // the request's method; empty: GET
 	authority string       // the request's host as it came (Request.Host), before its normal form
 	plan      *poolPlan    // a dry run's survey of the pool
@@ -226,7 +226,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageIPLimit:
 			v.refusal = rt.checkIPLimit(a, rec)
 		case stageMaintenance:
-			v.refusal = rt.checkMaintenance(a)
+			v = rt.checkMaintenance(a)
 		case stageHostField:
 			v = rt.checkHostField(a)
 		case stageHeaderNames:
@@ -281,6 +281,8 @@ const (
 	whyNoVisitorIP                 // a dry run given no visitor address
 	whyNoTokenAdmits               // no client's token admits the visitor
 	whyTokenAdmits                 // a client's token admits the visitor
+	whyNotInMaintenance            // the hostname is not in maintenance
+	whyInMaintenance               // the hostname is in maintenance (refusal.maint)
 )
 
 // pass is a verdict that passes with a step of the given outcome.
@@ -386,26 +388,21 @@ func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) refusal {
 
 // checkMaintenance refuses a hostname in maintenance: an entry of the
 // admin API's that has not ended, or an open window.
-func (rt *Router) checkMaintenance(a *admission) refusal {
+func (rt *Router) checkMaintenance(a *admission) verdict {
+	if m := rt.maintenance.Load(); m.empty() && len(a.set.windows) == 0 {
+		return pass(OutcomePass, whyNotInMaintenance) // no clock read when nothing is in maintenance
+	}
 	now := a.now
-	if a.ex == nil {
-		if m := rt.maintenance.Load(); m.empty() && len(a.set.windows) == 0 {
-			return refusal{} // no clock read when nothing is in maintenance
-		}
+	if now.IsZero() {
 		now = rt.now()
 	}
 	e := rt.inMaintenance(a.set, a.host, now)
-	if a.ex != nil {
-		if e != nil {
-			a.ex.step(StepMaintenance, OutcomeStop, a.host+" is in maintenance"+maintenanceDetail(e, now))
-		} else {
-			a.ex.step(StepMaintenance, OutcomePass, a.host+" is not in maintenance")
-		}
+	if e == nil {
+		return pass(OutcomePass, whyNotInMaintenance)
 	}
-	if e != nil {
-		return refusal{kind: refusedMaintenance, maint: e}
-	}
-	return refusal{}
+	v := stop(refusedMaintenance, whyInMaintenance)
+	v.maint = e
+	return v
 }
 
 // maintenanceDetail describes e for Explain: its reason and its end.
