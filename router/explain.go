@@ -364,6 +364,11 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 		detail = "no client's token admits " + ex.IP + ": answered as if the bind did not exist"
 	case whyTokenAdmits:
 		detail = "a client's token admits " + ex.IP
+	case whyNoIPLimit:
+		detail = "ip_limit_max is 0: no per-visitor limit"
+	case whyIPTokens:
+		l := a.set.ips
+		detail = fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", v.n[0], l.burst, l.burst, float64(l.refill))
 	case whyNotInMaintenance:
 		detail = a.host + " is not in maintenance"
 	case whyInMaintenance:

@@ -224,7 +224,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageReserved:
 			v.refusal = rt.checkPath(a)
 		case stageIPLimit:
-			v.refusal = rt.checkIPLimit(a, rec)
+			v = rt.checkIPLimit(a, rec)
 		case stageMaintenance:
 			v = rt.checkMaintenance(a)
 		case stageHostField:
@@ -283,6 +283,8 @@ const (
 	whyTokenAdmits                 // a client's token admits the visitor
 	whyNotInMaintenance            // the hostname is not in maintenance
 	whyInMaintenance               // the hostname is in maintenance (refusal.maint)
+	whyNoIPLimit                   // no per-visitor limit
+	whyIPTokens                    // the tokens left in the visitor's bucket (n[0])
 )
 
 // pass is a verdict that passes with a step of the given outcome.
@@ -358,32 +360,35 @@ func anyReserved(paths []string) bool {
 	return false
 }
 
-// checkIPLimit takes a token of the visitor's bucket (a dry run only reads
-// it).
-func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) refusal {
-	if a.ex == nil {
-		if a.set.ips != nil && !a.set.ips.allow(a.ip, time.Now()) {
-			// Only refusals pay for the match: it names the hostname in metrics.
-			rec.Routed = rt.table.Load().match(a.host, a.path) != nil
-			return refuseWith(refusedIP)
-		}
-		return refusal{}
-	}
+// checkIPLimit takes a token of the visitor's bucket and refuses when it
+// has none. A dry run takes nothing: it reads the tokens left, which its
+// step names. A dry run given no visitor address skips it: it has no
+// bucket to read, where the proxy's unknown visitor has one.
+func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) verdict {
+	l := a.set.ips
 	switch {
-	case a.set.ips == nil:
-		a.ex.step(StepIPLimit, OutcomeSkip, "ip_limit_max is 0: no per-visitor limit")
-	case !a.ip.IsValid():
-		a.ex.step(StepIPLimit, OutcomeSkip, "no visitor ip given")
-	default:
-		tokens := a.set.ips.tokens(a.ip, a.now)
-		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, a.set.ips.burst, a.set.ips.burst, float64(a.set.ips.refill))
-		if tokens < 1 {
-			a.ex.step(StepIPLimit, OutcomeStop, detail)
-			return refuseWith(refusedIP)
-		}
-		a.ex.step(StepIPLimit, OutcomePass, detail)
+	case l == nil:
+		return pass(OutcomeSkip, whyNoIPLimit)
+	case a.ex != nil && !a.ip.IsValid():
+		return pass(OutcomeSkip, whyNoVisitorIP)
 	}
-	return refusal{}
+	v := pass(OutcomePass, whyIPTokens)
+	var ok bool
+	if a.ex != nil {
+		v.n[0] = l.tokens(a.ip, a.now)
+		ok = v.n[0] >= 1
+	} else {
+		ok = l.allow(a.ip, time.Now())
+	}
+	if ok {
+		return v
+	}
+	if rec != nil {
+		// Only refusals pay for the match: it names the hostname in metrics.
+		rec.Routed = rt.table.Load().match(a.host, a.path) != nil
+	}
+	v.kind, v.outcome = refusedIP, OutcomeStop
+	return v
 }
 
 // checkMaintenance refuses a hostname in maintenance: an entry of the
