@@ -369,6 +369,19 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 	case whyIPTokens:
 		l := a.set.ips
 		detail = fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", v.n[0], l.burst, l.burst, float64(l.refill))
+	case whyUnderscoreRefused:
+		detail = "header " + v.name + " holds an underscore and underscore_headers is refuse"
+	case whyHeadersDropped:
+		for k := range a.header {
+			switch {
+			case !hasUnderscore(k):
+			case serverOwnedHeader(k):
+				ex.step(stageSteps[s], v.outcome, "header "+k+" is a spelling of a name the server owns: removed before the backend")
+			case a.set.underscore == underscoreDrop:
+				ex.step(stageSteps[s], v.outcome, "header "+k+" holds an underscore: removed before the backend (underscore_headers drop)")
+			}
+		}
+		return
 	case whyNotInMaintenance:
 		detail = a.host + " is not in maintenance"
 	case whyInMaintenance:

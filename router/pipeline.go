@@ -230,7 +230,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageHostField:
 			v = rt.checkHostField(a)
 		case stageHeaderNames:
-			v.refusal = rt.checkHeaderNames(a)
+			v = rt.checkHeaderNames(a)
 		case stageRouteRule:
 			v.refusal = rt.checkRouteRule(a)
 		case stageRoute:
@@ -275,16 +275,18 @@ type verdict struct {
 type why uint8
 
 const (
-	whyNone             why = iota // no detail
-	whyHostFieldDiffers            // the host field differs from :authority
-	whyHostFieldSame               // no host field, or :authority's
-	whyNoVisitorIP                 // a dry run given no visitor address
-	whyNoTokenAdmits               // no client's token admits the visitor
-	whyTokenAdmits                 // a client's token admits the visitor
-	whyNotInMaintenance            // the hostname is not in maintenance
-	whyInMaintenance               // the hostname is in maintenance (refusal.maint)
-	whyNoIPLimit                   // no per-visitor limit
-	whyIPTokens                    // the tokens left in the visitor's bucket (n[0])
+	whyNone              why = iota // no detail
+	whyHostFieldDiffers             // the host field differs from :authority
+	whyHostFieldSame                // no host field, or :authority's
+	whyNoVisitorIP                  // a dry run given no visitor address
+	whyNoTokenAdmits                // no client's token admits the visitor
+	whyTokenAdmits                  // a client's token admits the visitor
+	whyNotInMaintenance             // the hostname is not in maintenance
+	whyInMaintenance                // the hostname is in maintenance (refusal.maint)
+	whyNoIPLimit                    // no per-visitor limit
+	whyIPTokens                     // the tokens left in the visitor's bucket (n[0])
+	whyUnderscoreRefused            // header name's underscore refused (name)
+	whyHeadersDropped               // a step for each header name removed before the backend
 )
 
 // pass is a verdict that passes with a step of the given outcome.
