@@ -382,6 +382,15 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 			}
 		}
 		return
+	case whyNoRule:
+		detail = fmt.Sprintf("none of %d route rules matches", a.set.policy.Rules())
+	case whyRuleMatches:
+		detail = a.rule.Describe()
+	case whyRuleAmbiguous:
+		detail = "the path matches " + describeRule(a.rule) + ", but a backend that reads it as " + v.name + " gets " + v.other.Describe() + ": refused with 400"
+	case whyRouteTokens:
+		rule := a.rule
+		detail = fmt.Sprintf("%s of %s, keyed by %s: %.1f of %g tokens left (refill %g/s)", rule.LimitName(), rule.Name, rule.KeyName(), v.n[0], v.n[1], v.n[2])
 	case whyNotInMaintenance:
 		detail = a.host + " is not in maintenance"
 	case whyInMaintenance:

@@ -232,7 +232,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageHeaderNames:
 			v = rt.checkHeaderNames(a)
 		case stageRouteRule:
-			v.refusal = rt.checkRouteRule(a)
+			v = rt.checkRouteRule(a)
 		case stageRoute:
 			v.refusal = rt.checkRoute(ctx, a, rec)
 		case stageBody:
@@ -242,7 +242,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageAllowedIPs:
 			v = rt.checkAllowedIPs(a)
 		case stageRateLimit:
-			v.refusal = rt.checkRateLimit(a, rec)
+			v = rt.checkRateLimit(a, rec)
 		}
 		if a.ex != nil {
 			a.ex.record(rt, a, s, &v)
@@ -287,6 +287,10 @@ const (
 	whyIPTokens                     // the tokens left in the visitor's bucket (n[0])
 	whyUnderscoreRefused            // header name's underscore refused (name)
 	whyHeadersDropped               // a step for each header name removed before the backend
+	whyNoRule                       // no route rule matches
+	whyRuleMatches                  // a.rule matches
+	whyRuleAmbiguous                // another reading (name) matches another rule (other)
+	whyRouteTokens                  // the tokens left in a.rule's bucket, its burst and refill (n)
 )
 
 // pass is a verdict that passes with a step of the given outcome.
