@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/hostname"
-	"github.com/aperio-dev/aperio/internal/urlpath"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -391,6 +389,21 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 	case whyRouteTokens:
 		rule := a.rule
 		detail = fmt.Sprintf("%s of %s, keyed by %s: %.1f of %g tokens left (refill %g/s)", rule.LimitName(), rule.Name, rule.KeyName(), v.n[0], v.n[1], v.n[2])
+	case whyConnectPath:
+		detail = "CONNECT has no path: it matches / binds"
+	case whyReservedPath:
+		detail = a.path + " is aperio-server's own path on every hostname (/aperio/…): never proxied"
+	case whyBadPath:
+		detail = a.path + " is refused: it climbs above / or holds a dot segment (plain, encoded, with a ;parameter or an encoded slash around it), or a reading of it is aperio-server's own"
+	case whyPathNormal:
+		norm := a.u.EscapedPath()
+		detail = "not under /aperio/"
+		if norm != v.name || a.path != norm {
+			detail += "; the backend receives " + norm + ", matched as " + a.path
+		}
+		if len(a.other) > 0 {
+			detail += "; other backends read it as " + strings.Join(a.other, " or ") + ", which must name the same bind and route rule"
+		}
 	case whyNotInMaintenance:
 		detail = a.host + " is not in maintenance"
 	case whyInMaintenance:
@@ -482,16 +495,4 @@ func (l *ipLimiter) tokens(ip netip.Addr, now time.Time) float64 {
 		return float64(l.burst)
 	}
 	return b.TokensAt(now)
-}
-
-// explainPath returns what the proxy matches for a request target path as
-// a visitor sends it (escaped): its key, the keys of its other readings,
-// and its normal form (escaped), what the backend receives.
-func explainPath(target string) (key string, other []string, norm string, err error) {
-	u, err := url.ParseRequestURI(target)
-	if err != nil || u.Host != "" || u.Scheme != "" {
-		return "", nil, "", urlpath.ErrBadPath
-	}
-	key, other, err = normalizePath(&http.Request{URL: u})
-	return key, other, u.EscapedPath(), err
 }

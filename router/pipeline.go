@@ -195,7 +195,7 @@ type admission struct {
 	host      string       // normal form
 	path      string       // the path's key once stageReserved passed (urlpath.Key)
 	other     []string     // the keys of the path's other readings (urlpath.Readings); nil for nearly every path
-	norm      string       // a dry run's normal form of the path (escaped), once stageReserved passed
+	u         *url.URL     // the request's URL in its normal form, once stageReserved passed; nil for CONNECT
 	ip        netip.Addr   // the visitor; the zero Addr when unknown
 	p         *pool        // once stageRoute passed
 	rule      *policy.Rule // the route rule matched at stageRouteRule; nil: none
@@ -222,7 +222,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		var v verdict
 		switch s {
 		case stageReserved:
-			v.refusal = rt.checkPath(a)
+			v = rt.checkPath(a)
 		case stageIPLimit:
 			v = rt.checkIPLimit(a, rec)
 		case stageMaintenance:
@@ -291,6 +291,10 @@ const (
 	whyRuleMatches                  // a.rule matches
 	whyRuleAmbiguous                // another reading (name) matches another rule (other)
 	whyRouteTokens                  // the tokens left in a.rule's bucket, its burst and refill (n)
+	whyConnectPath                  // CONNECT has no path
+	whyReservedPath                 // a dry run's path is the server's own
+	whyBadPath                      // the path (a.path) has no safe normal form
+	whyPathNormal                   // the path as sent (name), its normal form (a.u) and key (a.path)
 )
 
 // pass is a verdict that passes with a step of the given outcome.
@@ -317,43 +321,38 @@ var stageSteps = [...]string{
 }
 
 // checkPath refuses paths that are aperio-server's own and paths with no
-// safe normal form, and leaves the normal form in a.path. CONNECT has no
-// path: it matches "/" binds.
-func (rt *Router) checkPath(a *admission) refusal {
-	if a.ex != nil && a.method == http.MethodConnect {
-		a.ex.step(StepReserved, OutcomePass, "CONNECT has no path: it matches / binds")
-		return refusal{}
+// safe normal form, and leaves the request's URL, rewritten to the normal
+// form, in a.u, its key in a.path and the keys of its other readings in
+// a.other. CONNECT has no path: it matches "/" binds.
+//
+// Only a dry run refuses the server's own paths as such (refusedReserved,
+// not proxied): it stands for the whole server, which answers them before
+// the router. The proxy is handed them only when called directly, and
+// refuses them as bad paths.
+func (rt *Router) checkPath(a *admission) verdict {
+	if a.method == http.MethodConnect {
+		return pass(OutcomePass, whyConnectPath)
 	}
-	if a.ex == nil {
-		if a.r.Method == http.MethodConnect {
-			return refusal{}
+	if a.ex != nil && Reserved(a.path) {
+		return stop(refusedReserved, whyReservedPath)
+	}
+	r := a.r
+	if r == nil {
+		// A dry run's path is a request target as a visitor sends it.
+		u, err := url.ParseRequestURI(a.path)
+		if err != nil || u.Host != "" || u.Scheme != "" {
+			return stop(refusedBadPath, whyBadPath)
 		}
-		path, other, err := normalizePath(a.r)
-		if err != nil || Reserved(path) || anyReserved(other) {
-			return refuseWith(refusedBadPath)
-		}
-		a.path, a.other = path, other
-		return refusal{}
+		r = &http.Request{URL: u}
 	}
-	if Reserved(a.path) {
-		a.ex.step(StepReserved, OutcomeStop, a.path+" is aperio-server's own path on every hostname (/aperio/…): never proxied")
-		return refuseWith(refusedReserved)
-	}
-	key, other, norm, err := explainPath(a.path)
+	key, other, err := normalizePath(r)
 	if err != nil || Reserved(key) || anyReserved(other) {
-		a.ex.step(StepReserved, OutcomeStop, a.path+" is refused: it climbs above / or holds a dot segment (plain, encoded, with a ;parameter or an encoded slash around it), or a reading of it is aperio-server's own")
-		return refuseWith(refusedBadPath)
+		return stop(refusedBadPath, whyBadPath)
 	}
-	detail := "not under /aperio/"
-	if norm != a.path || key != norm {
-		detail += "; the backend receives " + norm + ", matched as " + key
-	}
-	if len(other) > 0 {
-		detail += "; other backends read it as " + strings.Join(other, " or ") + ", which must name the same bind and route rule"
-	}
-	a.path, a.other, a.norm = key, other, norm
-	a.ex.step(StepReserved, OutcomePass, detail)
-	return refusal{}
+	v := pass(OutcomePass, whyPathNormal)
+	v.name = a.path // as the visitor sent it
+	a.path, a.other, a.u = key, other, r.URL
+	return v
 }
 
 // anyReserved reports whether one of paths is Reserved.
@@ -589,8 +588,8 @@ func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
 // escapedPath is a dry run's path as the backend receives it: its normal
 // form, or for CONNECT (no path) its key escaped.
 func (a *admission) escapedPath() string {
-	if a.norm != "" {
-		return a.norm
+	if a.u != nil {
+		return a.u.EscapedPath()
 	}
 	// The key keeps an encoded slash as "%2F": escaping it again must
 	// not turn it into "%252F".
@@ -630,9 +629,12 @@ func (rt *Router) explainAccess(a *admission, ge *gateEntry) refusal {
 	if method == "" {
 		method = http.MethodGet
 	}
-	u, err := url.ParseRequestURI(a.norm) // the normal form, as the proxy's gate sees it
-	if err != nil {
-		u = &url.URL{Path: a.path}
+	u := &url.URL{Path: a.path}
+	if a.u != nil {
+		// The normal form, as the proxy's gate sees it.
+		if nu, err := url.ParseRequestURI(a.u.EscapedPath()); err == nil {
+			u = nu
+		}
 	}
 	r := &http.Request{Method: method, Host: a.host, URL: u, Header: h}
 	d := ge.gate.Check(r, a.accessVisitor())
