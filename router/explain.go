@@ -350,6 +350,12 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 	if v.outcome == "" {
 		return
 	}
+	switch v.why {
+	case whyBindDown, whyPassthroughOnly, whyBindMatches:
+		// The bind's survey, before its step.
+		ex.Bind = a.p.pattern + a.p.path
+		rt.explainClients(ex, a.p, a.ip, a.escapedPath())
+	}
 	var detail string
 	switch v.why {
 	case whyHostFieldDiffers:
@@ -404,6 +410,17 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 		if len(a.other) > 0 {
 			detail += "; other backends read it as " + strings.Join(a.other, " or ") + ", which must name the same bind and route rule"
 		}
+	case whyNoBind:
+		detail = "no bind matches " + a.host + a.path
+	case whyBindDown:
+		detail = fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold)
+	case whyBindAmbiguous:
+		p, q := a.p, v.q
+		detail = fmt.Sprintf("%s%s matches bind %s%s, but a backend that reads the path otherwise names bind %s%s, which is not open to the visitor: refused with 400", a.host, a.path, p.pattern, p.path, q.pattern, q.path)
+	case whyPassthroughOnly:
+		detail = fmt.Sprintf("every client service of bind %s takes TLS passthrough: only a TLS connection whose SNI names the hostname reaches it, never an HTTP request (421)", ex.Bind)
+	case whyBindMatches:
+		detail = fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs))
 	case whyNotInMaintenance:
 		detail = a.host + " is not in maintenance"
 	case whyInMaintenance:

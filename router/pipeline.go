@@ -234,7 +234,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageRouteRule:
 			v = rt.checkRouteRule(a)
 		case stageRoute:
-			v.refusal = rt.checkRoute(ctx, a, rec)
+			v = rt.checkRoute(ctx, a, rec)
 		case stageBody:
 			v.refusal = rt.checkBody(a)
 		case stageAccess:
@@ -295,6 +295,11 @@ const (
 	whyReservedPath                 // a dry run's path is the server's own
 	whyBadPath                      // the path (a.path) has no safe normal form
 	whyPathNormal                   // the path as sent (name), its normal form (a.u) and key (a.path)
+	whyNoBind                       // no bind matches
+	whyBindDown                     // a.p lost its last client past client_down_threshold
+	whyBindAmbiguous                // another reading of the path names bind q
+	whyPassthroughOnly              // a.p takes TLS passthrough only
+	whyBindMatches                  // a.p serves the request
 )
 
 // pass is a verdict that passes with a step of the given outcome.
@@ -443,11 +448,13 @@ func (rt *Router) checkHostField(a *admission) verdict {
 
 // checkRoute matches the bind and refuses when nobody serves it, or its
 // last client left more than client_down_threshold ago and it is not
-// armed.
-func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.Request) refusal {
+// armed; then when another reading of the path names another bind not
+// open to the visitor (disagreeingBind), and when the bind takes TLS
+// passthrough only. rec is nil in a dry run, which records no telemetry.
+func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.Request) verdict {
 	p := rt.table.Load().match(a.host, a.path)
 	a.p = p
-	if a.ex == nil {
+	if rec != nil {
 		rec.Routed = p != nil
 		if rt.tracer != nil {
 			_, sp := rt.tracer.Start(ctx, telemetry.SpanRoute, trace.WithTimestamp(a.routeStart))
@@ -456,38 +463,24 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 			}
 			sp.End()
 		}
-		if p == nil || !rt.live(p) {
-			return refuseWith(refusedNoRoute)
-		}
-		if a.other != nil && rt.disagreeingBind(a, p) != nil {
-			return refuseWith(refusedAmbiguousPath)
-		}
-		if rt.AnyPassthrough() && p.allPassthrough() {
-			return refuseWith(refusedMisdirected)
-		}
-		return refusal{}
 	}
-	ex := a.ex
-	if p == nil {
-		ex.step(StepRoute, OutcomeStop, "no bind matches "+a.host+a.path)
-		return refuseWith(refusedNoRoute)
+	switch {
+	case p == nil:
+		return stop(refusedNoRoute, whyNoBind)
+	case !rt.live(p):
+		return stop(refusedNoRoute, whyBindDown)
 	}
-	if q := rt.disagreeingBind(a, p); q != nil {
-		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("%s%s matches bind %s%s, but a backend that reads the path otherwise names bind %s%s, which is not open to the visitor: refused with 400", a.host, a.path, p.pattern, p.path, q.pattern, q.path))
-		return refuseWith(refusedAmbiguousPath)
-	}
-	ex.Bind = p.pattern + p.path
-	rt.explainClients(ex, p, a.ip, a.escapedPath())
-	if !rt.live(p) {
-		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
-		return refuseWith(refusedNoRoute)
+	if a.other != nil {
+		if q := rt.disagreeingBind(a, p); q != nil {
+			v := stop(refusedAmbiguousPath, whyBindAmbiguous)
+			v.q = q
+			return v
+		}
 	}
 	if rt.AnyPassthrough() && p.allPassthrough() {
-		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("every client service of bind %s takes TLS passthrough: only a TLS connection whose SNI names the hostname reaches it, never an HTTP request (421)", ex.Bind))
-		return refuseWith(refusedMisdirected)
+		return stop(refusedMisdirected, whyPassthroughOnly)
 	}
-	ex.step(StepRoute, OutcomePass, fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs)))
-	return refusal{}
+	return pass(OutcomePass, whyBindMatches)
 }
 
 // disagreeingBind returns a bind that another reading of a's path names
