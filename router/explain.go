@@ -421,6 +421,20 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 		detail = fmt.Sprintf("every client service of bind %s takes TLS passthrough: only a TLS connection whose SNI names the hostname reaches it, never an HTTP request (421)", ex.Bind)
 	case whyBindMatches:
 		detail = fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs))
+	case whyGateOpen:
+		detail = "open: no auth methods, and default_access allow or public: true"
+	case whyGateIPs:
+		detail = "the service's allowed_ips or denied_ips refuse the visitor: answered as if the bind did not exist"
+	case whyGateOpenIPs:
+		detail = "open, and the service's IP rules admit the visitor"
+	case whyGateRemote:
+		detail = "the service's auth methods include jwt or forward, which call out: explain does not consult them; the rest assumes the visitor is admitted"
+	case whyGateAdmits:
+		detail = "admitted: " + v.name
+	case whyGateHides:
+		detail = v.name + ": answered as if the bind did not exist"
+	case whyGateRefuses:
+		detail = fmt.Sprintf("%d: %s", v.dec.Status, v.dec.Reason)
 	case whyNotInMaintenance:
 		detail = a.host + " is not in maintenance"
 	case whyInMaintenance:

@@ -238,7 +238,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageBody:
 			v.refusal = rt.checkBody(a)
 		case stageAccess:
-			v.refusal = rt.checkAccess(a, rec)
+			v = rt.checkAccess(a, rec)
 		case stageAllowedIPs:
 			v = rt.checkAllowedIPs(a)
 		case stageRateLimit:
@@ -300,6 +300,13 @@ const (
 	whyBindAmbiguous                // another reading of the path names bind q
 	whyPassthroughOnly              // a.p takes TLS passthrough only
 	whyBindMatches                  // a.p serves the request
+	whyGateOpen                     // the gate is open, without IP rules
+	whyGateIPs                      // the gate's IP rules refuse the visitor
+	whyGateOpenIPs                  // the gate is open, and its IP rules admit the visitor
+	whyGateRemote                   // the gate's methods call out: a dry run assumes it admits
+	whyGateAdmits                   // the gate admits, for a reason (name)
+	whyGateHides                    // the gate refuses unseen, for a reason (name)
+	whyGateRefuses                  // the gate refuses (refusal.dec)
 )
 
 // pass is a verdict that passes with a step of the given outcome.
@@ -544,8 +551,13 @@ func (rt *Router) checkBody(a *admission) refusal {
 // route, so that a closed service cannot be discovered; any other is the
 // gate's own answer (401, 403, a redirect, 503 when a method could not
 // decide). An open gate without IP rules costs one load and a branch.
-// rec is nil in a dry run.
-func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
+// rec is nil in a dry run, which keeps no decision and reports no denial.
+//
+// A dry run never calls out: a gate whose methods would (jwt, forward) is
+// described, not consulted, and the dry run goes on as if it admitted;
+// what the gate's IP rules or an open gate decide it tells without asking
+// the gate. Local methods (basic, bearer) judge the headers it was given.
+func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) verdict {
 	ge := a.p.gate.Load()
 	if ge == nil {
 		ge = a.set.defaultGate
@@ -553,29 +565,70 @@ func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
 		ge = ge.gateFor(a.set.cfg.Access.Default)
 	}
 	a.gate = ge
-	if a.ex != nil {
-		return rt.explainAccess(a, ge)
-	}
 	if ge.simple {
-		return refusal{}
+		return pass(OutcomePass, whyGateOpen)
 	}
-	d := ge.gate.Check(a.r, a.accessVisitor())
-	if d.Admitted {
-		a.dec = d
-		if d.Method != "" {
-			rec.AuthMethod, rec.AuthOutcome = d.Method, "admitted"
+	if a.ex != nil {
+		switch {
+		case !ge.ips.Admits(a.ip):
+			return stop(refusedAccessHidden, whyGateIPs)
+		case ge.gate.Open():
+			return pass(OutcomePass, whyGateOpenIPs)
+		case ge.remote:
+			return pass(OutcomeInfo, whyGateRemote)
 		}
-		return refusal{}
+	}
+	d := ge.gate.Check(a.gateRequest(), a.accessVisitor())
+	if d.Admitted {
+		v := pass(OutcomePass, whyGateAdmits)
+		v.name = d.Reason
+		if rec != nil {
+			a.dec = d
+			if d.Method != "" {
+				rec.AuthMethod, rec.AuthOutcome = d.Method, "admitted"
+			}
+		}
+		return v
 	}
 	// A copy for the refusal: taking d's address would move every
 	// request's decision to the heap, admitted ones too.
 	dp := new(access.Decision)
 	*dp = d
-	rt.denied(a, ge, dp, rec)
-	if d.Hidden {
-		return refuseWith(refusedAccessHidden)
+	if rec != nil {
+		rt.denied(a, ge, dp, rec)
 	}
-	return refusal{kind: refusedAccess, dec: dp}
+	if d.Hidden {
+		v := stop(refusedAccessHidden, whyGateHides)
+		v.name = d.Reason
+		return v
+	}
+	v := stop(refusedAccess, whyGateRefuses)
+	v.dec = dp
+	return v
+}
+
+// gateRequest is the request the gate judges: the proxy's, or for a dry
+// run one made of what it was given, its path in the normal form, as the
+// proxy's gate sees it.
+func (a *admission) gateRequest() *http.Request {
+	if a.r != nil {
+		return a.r
+	}
+	h := a.header
+	if h == nil {
+		h = http.Header{}
+	}
+	method := a.method
+	if method == "" {
+		method = http.MethodGet
+	}
+	u := &url.URL{Path: a.path}
+	if a.u != nil {
+		if nu, err := url.ParseRequestURI(a.u.EscapedPath()); err == nil {
+			u = nu
+		}
+	}
+	return &http.Request{Method: method, Host: a.host, URL: u, Header: h}
 }
 
 // escapedPath is a dry run's path as the backend receives it: its normal
@@ -592,55 +645,6 @@ func (a *admission) escapedPath() string {
 // accessVisitor is what the gate knows of the visitor.
 func (a *admission) accessVisitor() access.Visitor {
 	return access.Visitor{Addr: a.ip, HTTPS: a.v.Proto == "https", Host: a.host, Path: a.path}
-}
-
-// explainAccess is checkAccess's dry run. It never calls out: a gate whose
-// methods would (jwt, forward) is described, not consulted, and the dry
-// run goes on as if it admitted. Local methods (basic, bearer) judge the
-// headers the dry run was given.
-func (rt *Router) explainAccess(a *admission, ge *gateEntry) refusal {
-	ex := a.ex
-	switch {
-	case ge.simple:
-		ex.step(StepAccess, OutcomePass, "open: no auth methods, and default_access allow or public: true")
-		return refusal{}
-	case !ge.ips.Admits(a.ip):
-		ex.step(StepAccess, OutcomeStop, "the service's allowed_ips or denied_ips refuse the visitor: answered as if the bind did not exist")
-		return refuseWith(refusedAccessHidden)
-	case ge.gate.Open():
-		ex.step(StepAccess, OutcomePass, "open, and the service's IP rules admit the visitor")
-		return refusal{}
-	case ge.remote:
-		ex.step(StepAccess, OutcomeInfo, "the service's auth methods include jwt or forward, which call out: explain does not consult them; the rest assumes the visitor is admitted")
-		return refusal{}
-	}
-	h := a.header
-	if h == nil {
-		h = http.Header{}
-	}
-	method := a.method
-	if method == "" {
-		method = http.MethodGet
-	}
-	u := &url.URL{Path: a.path}
-	if a.u != nil {
-		// The normal form, as the proxy's gate sees it.
-		if nu, err := url.ParseRequestURI(a.u.EscapedPath()); err == nil {
-			u = nu
-		}
-	}
-	r := &http.Request{Method: method, Host: a.host, URL: u, Header: h}
-	d := ge.gate.Check(r, a.accessVisitor())
-	switch {
-	case d.Admitted:
-		ex.step(StepAccess, OutcomePass, "admitted: "+d.Reason)
-		return refusal{}
-	case d.Hidden:
-		ex.step(StepAccess, OutcomeStop, d.Reason+": answered as if the bind did not exist")
-		return refuseWith(refusedAccessHidden)
-	}
-	ex.step(StepAccess, OutcomeStop, fmt.Sprintf("%d: %s", d.Status, d.Reason))
-	return refusal{kind: refusedAccess, dec: &d}
 }
 
 // checkAllowedIPs refuses a visitor that no client's token admits, as if
