@@ -236,7 +236,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 		case stageRoute:
 			v = rt.checkRoute(ctx, a, rec)
 		case stageBody:
-			v.refusal = rt.checkBody(a)
+			v = rt.checkBody(a)
 		case stageAccess:
 			v = rt.checkAccess(a, rec)
 		case stageAllowedIPs:
@@ -522,10 +522,11 @@ func (rt *Router) openTo(a *admission, q *pool) bool {
 
 // checkBody refuses a declared body above max_body_size and wraps the
 // body so that it is bounded, paced and known to have been read. Explain
-// is given no body, so a dry run passes.
-func (rt *Router) checkBody(a *admission) refusal {
+// is given no body, so a dry run passes without a step: the one stage
+// with nothing to judge in a dry run.
+func (rt *Router) checkBody(a *admission) verdict {
 	if a.ex != nil {
-		return refusal{}
+		return verdict{}
 	}
 	r := a.r
 	maxBody := a.set.cfg.MaxBodyBytes
@@ -533,7 +534,7 @@ func (rt *Router) checkBody(a *admission) refusal {
 		maxBody = a.rule.MaxBodyBytes // the route's max_body_size
 	}
 	if maxBody > 0 && r.ContentLength > maxBody {
-		return refusal{kind: refusedBodyTooLarge, err: &http.MaxBytesError{Limit: maxBody}}
+		return verdict{refusal: refusal{kind: refusedBodyTooLarge, err: &http.MaxBytesError{Limit: maxBody}}}
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		rc := r.Body
@@ -543,7 +544,7 @@ func (rt *Router) checkBody(a *admission) refusal {
 		a.body = &countingBody{ReadCloser: rt.paceBody(a.set, a.w, rc, r.ContentLength)}
 		r.Body = a.body
 	}
-	return refusal{}
+	return verdict{}
 }
 
 // checkAccess asks the bind's gate (built once per announcement, see
