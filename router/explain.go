@@ -140,8 +140,12 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	if ref.kind == passed && ex.Verdict == "" {
 		_, ref = rt.takePermit(ctx, &a, nil, timeout, true, nil)
 		if ref.kind == passed && a.plan.pick != nil {
-			if ref = rt.checkConnect(&a, nil); ref.kind == passed {
-				ref = rt.takeSlot(&a, nil)
+			v := rt.checkConnect(&a, a.p.serviceOf(a.plan.pick))
+			ex.record(rt, &a, StepPermit, &v)
+			if ref = v.refusal; ref.kind == passed {
+				v = rt.takeSlot(&a)
+				ex.record(rt, &a, StepGlobal, &v)
+				ref = v.refusal
 			}
 		}
 	}
@@ -342,11 +346,11 @@ func (rt *Router) predictPick(ex *explanation, p *pool) *ExplainClient {
 	return nil // unreachable: Explain calls it only with a free client
 }
 
-// record is the one place where an admission stage's verdict v becomes a
-// dry run's step: the stage's step name, v's outcome, and the detail
-// rendered here from v.why, in the state a is in once the stage ran. A
-// verdict without an outcome records nothing.
-func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
+// record is the one place where a stage's verdict v becomes a dry run's
+// step: the stage's step name, v's outcome, and the detail rendered here
+// from v.why, in the state a is in once the stage ran. A verdict without
+// an outcome records nothing.
+func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict) {
 	if v.outcome == "" {
 		return
 	}
@@ -380,9 +384,9 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 			switch {
 			case !hasUnderscore(k):
 			case serverOwnedHeader(k):
-				ex.step(stageSteps[s], v.outcome, "header "+k+" is a spelling of a name the server owns: removed before the backend")
+				ex.step(step, v.outcome, "header "+k+" is a spelling of a name the server owns: removed before the backend")
 			case a.set.underscore == underscoreDrop:
-				ex.step(stageSteps[s], v.outcome, "header "+k+" holds an underscore: removed before the backend (underscore_headers drop)")
+				ex.step(step, v.outcome, "header "+k+" holds an underscore: removed before the backend (underscore_headers drop)")
 			}
 		}
 		return
@@ -435,12 +439,21 @@ func (ex *explanation) record(rt *Router, a *admission, s stage, v *verdict) {
 		detail = v.name + ": answered as if the bind did not exist"
 	case whyGateRefuses:
 		detail = fmt.Sprintf("%d: %s", v.dec.Status, v.dec.Reason)
+	case whyNoConnect:
+		detail = "client " + a.plan.pick.Name + " does not take CONNECT requests"
+	case whySlots:
+		max := int64(a.set.cfg.MaxConcurrentRequests)
+		if v.kind != passed {
+			detail = fmt.Sprintf("%d of max_concurrent_requests %d in flight", int64(v.n[0]), max)
+		} else {
+			detail = fmt.Sprintf("%d of %s in flight", int64(v.n[0]), limitText(max))
+		}
 	case whyNotInMaintenance:
 		detail = a.host + " is not in maintenance"
 	case whyInMaintenance:
 		detail = a.host + " is in maintenance" + maintenanceDetail(v.maint, a.now)
 	}
-	ex.step(stageSteps[s], v.outcome, detail)
+	ex.step(step, v.outcome, detail)
 }
 
 func (ex *explanation) step(name, outcome, detail string) {
@@ -498,15 +511,14 @@ func strategyName(st strategy) string {
 	}
 }
 
-// allowsConnect reports whether the service of p that c describes takes
-// CONNECT requests.
-func allowsConnect(p *pool, c *ExplainClient) bool {
+// serviceOf returns the service of p that c describes; nil when it left.
+func (p *pool) serviceOf(c *ExplainClient) *service {
 	for _, s := range *p.members.Load() {
 		if s.conn.ID() == c.ID && s.id == c.Service {
-			return s.allowConnect.Load()
+			return s
 		}
 	}
-	return false
+	return nil
 }
 
 func b2i(b bool) int {

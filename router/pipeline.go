@@ -245,7 +245,7 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 			v = rt.checkRateLimit(a, rec)
 		}
 		if a.ex != nil {
-			a.ex.record(rt, a, s, &v)
+			a.ex.record(rt, a, stageSteps[s], &v)
 		}
 		if v.kind != passed {
 			return v.refusal
@@ -307,6 +307,8 @@ const (
 	whyGateAdmits                   // the gate admits, for a reason (name)
 	whyGateHides                    // the gate refuses unseen, for a reason (name)
 	whyGateRefuses                  // the gate refuses (refusal.dec)
+	whyNoConnect                    // the predicted pick takes no CONNECT
+	whySlots                        // the requests in flight server-wide (n[0])
 )
 
 // pass is a verdict that passes with a step of the given outcome.
@@ -954,39 +956,34 @@ func (rt *Router) takePermit(ctx context.Context, a *admission, wt *waiter, time
 }
 
 // checkConnect refuses a CONNECT to a backend that does not take it (a
-// backend that is a forward proxy would be an open proxy), returning the
-// permit s holds. A dry run checks the predicted pick.
-func (rt *Router) checkConnect(a *admission, s *service) refusal {
-	if a.ex == nil {
-		if a.r.Method == http.MethodConnect && !s.allowConnect.Load() {
-			s.release()
-			return refuseWith(refusedConnect)
-		}
-		return refusal{}
+// backend that is a forward proxy would be an open proxy). s is the
+// service whose permit the request holds, a dry run's the predicted
+// pick's (nil: it left since the survey, and takes nothing).
+func (rt *Router) checkConnect(a *admission, s *service) verdict {
+	if a.method != http.MethodConnect || s != nil && s.allowConnect.Load() {
+		return verdict{}
 	}
-	if a.method == http.MethodConnect && !allowsConnect(a.p, a.plan.pick) {
-		a.ex.step(StepPermit, OutcomeStop, "client "+a.plan.pick.Name+" does not take CONNECT requests")
-		return refuseWith(refusedConnect)
-	}
-	return refusal{}
+	return stop(refusedConnect, whyNoConnect)
 }
 
-// takeSlot takes a server-wide slot for the request that holds s's permit,
-// or returns the permit and refuses. A dry run reads the count.
-func (rt *Router) takeSlot(a *admission, s *service) refusal {
-	if a.ex == nil {
-		if !rt.takeGlobal(a.set.cfg.MaxConcurrentRequests) {
-			s.release()
-			return refuseWith(refusedServerConcurrency)
-		}
-		return refusal{}
+// takeSlot takes a server-wide slot for the request, or refuses when
+// max_concurrent_requests are in flight. A dry run takes nothing: it
+// reads the count, which its step names.
+func (rt *Router) takeSlot(a *admission) verdict {
+	limit := a.set.cfg.MaxConcurrentRequests
+	v := pass(OutcomePass, whySlots)
+	var ok bool
+	if a.ex != nil {
+		n := rt.global.Load()
+		v.n[0] = float64(n)
+		ok = limit <= 0 || n < int64(limit)
+	} else {
+		ok = rt.takeGlobal(limit)
 	}
-	if max := int64(a.set.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
-		a.ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
-		return refuseWith(refusedServerConcurrency)
+	if !ok {
+		v.kind, v.outcome = refusedServerConcurrency, OutcomeStop
 	}
-	a.ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(a.set.cfg.MaxConcurrentRequests))))
-	return refusal{}
+	return v
 }
 
 // refusalReason is what the inspector records of ref: Explain's verdict
