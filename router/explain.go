@@ -134,9 +134,11 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	path = a.path
 
 	// The dispatch stages, dry: they predict what dispatch would do.
-	a.plan = &poolPlan{}
+	a.plan = &poolPlan{waitFor: "gateway_timeout"}
 	rt.checkPool(&a)
-	timeout, ref := rt.checkColdStart(ctx, &a, nil)
+	timeout, v := rt.checkColdStart(ctx, &a, &waiter{ip: ip})
+	ex.record(rt, &a, StepColdStart, &v)
+	ref := v.refusal
 	if ref.kind == passed && ex.Verdict == "" {
 		_, ref = rt.takePermit(ctx, &a, nil, timeout, true, nil)
 		if ref.kind == passed && a.plan.pick != nil {
@@ -448,6 +450,24 @@ func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict)
 		} else {
 			detail = fmt.Sprintf("%d of %s in flight", int64(v.n[0]), limitText(max))
 		}
+	case whyArmedElsewhere:
+		detail = "armed only by organizations whose clients do not serve the bind"
+	case whyNotArmed:
+		detail = "the bind has no armed scaling record"
+	case whyClientCanServe:
+		detail = "armed, but a client can serve the visitor"
+	case whyNoScaler:
+		detail = "armed, but autoscaling is off on this server"
+	case whyScalerWouldRefuse:
+		detail = "armed, but the scaler would refuse: " + v.name + "; the usual wait applies"
+	case whyHeldFull:
+		detail = fmt.Sprintf("%d requests waiting, scaling_max_held %d", int(v.n[0]), int(v.n[1]))
+	case whyColdStartHold:
+		what := "would call the provider"
+		if v.n[2] == 1 {
+			what = "would join the cold start under way"
+		}
+		detail = fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, v.name, v.wait, int(v.n[0]), int(v.n[1]))
 	case whyNotInMaintenance:
 		detail = a.host + " is not in maintenance"
 	case whyInMaintenance:

@@ -263,12 +263,13 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 // other), so that its verdicts cost no formatting and no allocation.
 type verdict struct {
 	refusal
-	outcome string       // a dry run's step outcome; "": the stage records no step
-	why     why          // what the step's detail says
-	n       [3]float64   // the figures the detail names (tokens left, burst, refill)
-	name    string       // a name the detail names (a header, another reading of the path)
-	q       *pool        // another bind the detail names
-	other   *policy.Rule // another route rule the detail names
+	outcome string        // a dry run's step outcome; "": the stage records no step
+	why     why           // what the step's detail says
+	n       [3]float64    // the figures the detail names (tokens left, burst, refill)
+	name    string        // a name the detail names (a header, another reading of the path)
+	q       *pool         // another bind the detail names
+	other   *policy.Rule  // another route rule the detail names
+	wait    time.Duration // a wait the detail names
 }
 
 // why is what a verdict's detail says; explanation.record renders it.
@@ -309,6 +310,13 @@ const (
 	whyGateRefuses                  // the gate refuses (refusal.dec)
 	whyNoConnect                    // the predicted pick takes no CONNECT
 	whySlots                        // the requests in flight server-wide (n[0])
+	whyArmedElsewhere               // armed only by organizations whose clients do not serve the bind
+	whyNotArmed                     // no armed scaling record
+	whyClientCanServe               // armed, but a client can serve the visitor
+	whyNoScaler                     // armed, but autoscaling is off
+	whyScalerWouldRefuse            // the scaler would refuse (name: why)
+	whyHeldFull                     // the held places are taken (n: queued, bound)
+	whyColdStartHold                // a start would be made or joined (n[2] 1), holding the request (name: detail; n: queued, bound; wait)
 )
 
 // pass is a verdict that passes with a step of the given outcome.
@@ -854,60 +862,82 @@ func (rt *Router) checkPool(a *admission) {
 // serve, at once (no gateway_timeout first), and makes wt a held waiter
 // bounded by cold_start. The request was never dispatched, so holding is
 // safe for every method. It returns how long the permit stage may wait.
-// A dry run asks the scaler's ColdStartPlanner instead, and refuses when
-// the held places are taken.
-func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) (time.Duration, refusal) {
-	p := a.p
-	if a.ex == nil {
-		if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
-			wt.abort = failed
-			wt.held, wt.maxHeld = true, a.set.cfg.MaxHeld
-			return budget, refusal{}
-		}
-		return a.set.cfg.GatewayTimeout, refusal{}
-	}
-	ex, pl := a.ex, a.plan
-	pl.waitFor = "gateway_timeout"
+// Whether a start is due (the bind armed for this server, no client that
+// accepts wt, a scaler) is decided here for both modes; then the proxy
+// asks the scaler for the start, and a dry run asks its ColdStartPlanner
+// what the start would do (planColdStart).
+func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) (time.Duration, verdict) {
+	p, wait := a.p, a.set.cfg.GatewayTimeout
 	d := p.driver()
 	switch {
 	case d == nil && p.armed.Load() != nil:
-		ex.step(StepColdStart, OutcomeSkip, "armed only by organizations whose clients do not serve the bind")
+		return wait, pass(OutcomeSkip, whyArmedElsewhere)
 	case d == nil:
-		ex.step(StepColdStart, OutcomeSkip, "the bind has no armed scaling record")
-	case pl.usable > 0:
-		ex.step(StepColdStart, OutcomeSkip, "armed, but a client can serve the visitor")
+		return wait, pass(OutcomeSkip, whyNotArmed)
+	case acceptsAny(p, wt):
+		return wait, pass(OutcomeSkip, whyClientCanServe)
 	case rt.cfg.Scaler == nil:
-		ex.step(StepColdStart, OutcomeSkip, "armed, but autoscaling is off on this server")
-	default:
-		join, detail, err := false, "", error(nil)
-		if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
-			join, detail, err = planner.PlanColdStart(ctx, d.org, p.pattern, p.path)
-		}
-		if detail != "" {
-			detail = " (" + detail + ")"
-		}
-		if err != nil {
-			ex.step(StepColdStart, OutcomeInfo, "armed, but the scaler would refuse: "+err.Error()+detail+"; the usual wait applies")
-			break
-		}
-		bound := maxWaiters
-		if a.set.cfg.MaxHeld > 0 {
-			bound = a.set.cfg.MaxHeld
-		}
-		if pl.queued >= bound {
-			ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", pl.queued, bound))
-			return 0, refuseWith(refusedHeldFull)
-		}
-		what, verdict := "would call the provider", "cold start: would call provider"
-		if join {
-			what, verdict = "would join the cold start under way", "cold start: would join the start under way"
-		}
-		ex.step(StepColdStart, OutcomeWait, fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, detail, d.coldStart, pl.queued, bound))
-		ex.Verdict = verdict
-		pl.waitFor = "cold_start"
-		return d.coldStart, refusal{}
+		return wait, pass(OutcomeSkip, whyNoScaler)
 	}
-	return a.set.cfg.GatewayTimeout, refusal{}
+	if a.ex != nil {
+		return rt.planColdStart(ctx, a, d, wait)
+	}
+	st, err := rt.cfg.Scaler.ColdStart(ctx, d.org, p.pattern, p.path)
+	if err != nil {
+		rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
+		return wait, verdict{} // a disarmed record: the usual wait applies
+	}
+	wt.abort = st.Failed()
+	wt.held, wt.maxHeld = true, a.set.cfg.MaxHeld
+	return d.coldStart, verdict{}
+}
+
+// acceptsAny reports whether a client of p's serving tier accepts w.
+func acceptsAny(p *pool, w *waiter) bool {
+	var arr [16]*service
+	for _, c := range p.candidates(arr[:0]) {
+		if w.accepts(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// planColdStart is checkColdStart's dry run once a start is due: it asks
+// the scaler's ColdStartPlanner (a Scaler without one is taken to start),
+// and refuses when the held places are taken. wait is the usual wait.
+func (rt *Router) planColdStart(ctx context.Context, a *admission, d *armedInfo, wait time.Duration) (time.Duration, verdict) {
+	join, detail, err := false, "", error(nil)
+	if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
+		join, detail, err = planner.PlanColdStart(ctx, d.org, a.p.pattern, a.p.path)
+	}
+	if detail != "" {
+		detail = " (" + detail + ")"
+	}
+	if err != nil {
+		v := pass(OutcomeInfo, whyScalerWouldRefuse)
+		v.name = err.Error() + detail
+		return wait, v
+	}
+	bound := maxWaiters
+	if a.set.cfg.MaxHeld > 0 {
+		bound = a.set.cfg.MaxHeld
+	}
+	queued := a.plan.queued
+	if queued >= bound {
+		v := stop(refusedHeldFull, whyHeldFull)
+		v.n[0], v.n[1] = float64(queued), float64(bound)
+		return 0, v
+	}
+	v := pass(OutcomeWait, whyColdStartHold)
+	v.name, v.n[0], v.n[1], v.wait = detail, float64(queued), float64(bound), d.coldStart
+	a.ex.Verdict = "cold start: would call provider"
+	if join {
+		v.n[2] = 1
+		a.ex.Verdict = "cold start: would join the start under way"
+	}
+	a.plan.waitFor = "cold_start"
+	return d.coldStart, v
 }
 
 // takePermit takes a permit on a client of the pool, waiting in the
