@@ -348,6 +348,23 @@ func (rt *Router) predictPick(ex *explanation, p *pool) *ExplainClient {
 	return nil // unreachable: Explain calls it only with a free client
 }
 
+// whyText is the detail of each why that names nothing but itself;
+// record renders the others.
+var whyText = [numWhys]string{
+	whyHostFieldSame:  "no host field, or the same as :authority",
+	whyNoVisitorIP:    "no visitor ip given",
+	whyNoIPLimit:      "ip_limit_max is 0: no per-visitor limit",
+	whyConnectPath:    "CONNECT has no path: it matches / binds",
+	whyGateOpen:       "open: no auth methods, and default_access allow or public: true",
+	whyGateIPs:        "the service's allowed_ips or denied_ips refuse the visitor: answered as if the bind did not exist",
+	whyGateOpenIPs:    "open, and the service's IP rules admit the visitor",
+	whyGateRemote:     "the service's auth methods include jwt or forward, which call out: explain does not consult them; the rest assumes the visitor is admitted",
+	whyArmedElsewhere: "armed only by organizations whose clients do not serve the bind",
+	whyNotArmed:       "the bind has no armed scaling record",
+	whyClientCanServe: "armed, but a client can serve the visitor",
+	whyNoScaler:       "armed, but autoscaling is off on this server",
+}
+
 // record is the one place where a stage's verdict v becomes a dry run's
 // step: the stage's step name, v's outcome, and the detail rendered here
 // from v.why, in the state a is in once the stage ran. A verdict without
@@ -362,20 +379,14 @@ func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict)
 		ex.Bind = a.p.pattern + a.p.path
 		rt.explainClients(ex, a.p, a.ip, a.escapedPath())
 	}
-	var detail string
+	detail := whyText[v.why]
 	switch v.why {
 	case whyHostFieldDiffers:
 		detail = "the host field differs from :authority " + a.host
-	case whyHostFieldSame:
-		detail = "no host field, or the same as :authority"
-	case whyNoVisitorIP:
-		detail = "no visitor ip given"
 	case whyNoTokenAdmits:
 		detail = "no client's token admits " + ex.IP + ": answered as if the bind did not exist"
 	case whyTokenAdmits:
 		detail = "a client's token admits " + ex.IP
-	case whyNoIPLimit:
-		detail = "ip_limit_max is 0: no per-visitor limit"
 	case whyIPTokens:
 		l := a.set.ips
 		detail = fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", v.n[0], l.burst, l.burst, float64(l.refill))
@@ -401,8 +412,6 @@ func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict)
 	case whyRouteTokens:
 		rule := a.rule
 		detail = fmt.Sprintf("%s of %s, keyed by %s: %.1f of %g tokens left (refill %g/s)", rule.LimitName(), rule.Name, rule.KeyName(), v.n[0], v.n[1], v.n[2])
-	case whyConnectPath:
-		detail = "CONNECT has no path: it matches / binds"
 	case whyReservedPath:
 		detail = a.path + " is aperio-server's own path on every hostname (/aperio/…): never proxied"
 	case whyBadPath:
@@ -427,14 +436,6 @@ func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict)
 		detail = fmt.Sprintf("every client service of bind %s takes TLS passthrough: only a TLS connection whose SNI names the hostname reaches it, never an HTTP request (421)", ex.Bind)
 	case whyBindMatches:
 		detail = fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs))
-	case whyGateOpen:
-		detail = "open: no auth methods, and default_access allow or public: true"
-	case whyGateIPs:
-		detail = "the service's allowed_ips or denied_ips refuse the visitor: answered as if the bind did not exist"
-	case whyGateOpenIPs:
-		detail = "open, and the service's IP rules admit the visitor"
-	case whyGateRemote:
-		detail = "the service's auth methods include jwt or forward, which call out: explain does not consult them; the rest assumes the visitor is admitted"
 	case whyGateAdmits:
 		detail = "admitted: " + v.name
 	case whyGateHides:
@@ -450,14 +451,6 @@ func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict)
 		} else {
 			detail = fmt.Sprintf("%d of %s in flight", int64(v.n[0]), limitText(max))
 		}
-	case whyArmedElsewhere:
-		detail = "armed only by organizations whose clients do not serve the bind"
-	case whyNotArmed:
-		detail = "the bind has no armed scaling record"
-	case whyClientCanServe:
-		detail = "armed, but a client can serve the visitor"
-	case whyNoScaler:
-		detail = "armed, but autoscaling is off on this server"
 	case whyScalerWouldRefuse:
 		detail = "armed, but the scaler would refuse: " + v.name + "; the usual wait applies"
 	case whyHeldFull:

@@ -317,6 +317,7 @@ const (
 	whyScalerWouldRefuse            // the scaler would refuse (name: why)
 	whyHeldFull                     // the held places are taken (n: queued, bound)
 	whyColdStartHold                // a start would be made or joined (n[2] 1), holding the request (name: detail; n: queued, bound; wait)
+	numWhys
 )
 
 // pass is a verdict that passes with a step of the given outcome.
