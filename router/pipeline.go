@@ -25,15 +25,24 @@ import (
 // A request's way through the server is an ordered list of stages. The
 // proxy runs them for real; Explain runs the same stages in a dry run that
 // reads state and changes nothing (no token, permit, slot, queue place or
-// cold start is taken). A stage either passes or returns a refusal, and
-// answer turns every refusal into the visitor's response.
+// cold start is taken). Each stage decides once, for both, and returns a
+// verdict: it passes or refuses. Only what follows differs: Explain
+// records the verdict as a step (explanation.record renders its detail),
+// the proxy stops at its refusal, and answer turns every refusal into the
+// visitor's response. Where a mode differs inside a stage, it is one
+// documented branch: what a dry run lacks (a body, a visitor address,
+// headers), a bucket the proxy takes from and a dry run only reads, a
+// gate or scaler a dry run must not call.
 //
 // The admission stages, in order, are listed in admissionStages; the
 // stages after them (pool and cold start, permits and queue, global slots,
 // dispatch, failover) wait or exchange, so the proxy runs them in dispatch
-// and Explain predicts them in explainDispatch, each refusing through the
-// same refusal kinds. Stale copies and fallback redirects end every
-// refusal of the "nothing can serve" kinds, in both modes.
+// and Explain after admit (explain): cold start, CONNECT and the global
+// slot return verdicts as the admission stages do; the pool survey is
+// Explain's alone, and the permit stage's wait in the pool's queue is
+// predicted from that survey. Every stage refuses through the same refusal
+// kinds. Stale copies and fallback redirects end every refusal of the
+// "nothing can serve" kinds, in both modes.
 
 // stage names one admission stage.
 type stage uint8
@@ -149,11 +158,11 @@ var refusalInfo = [numRefusalKinds]struct {
 	refusedOrgQuota:   {status: http.StatusTooManyRequests, limit: limitOrgQuota, explainText: "429 org-quota", setting: "org.monthly_max_bytes"},
 }
 
-// refusal is a stage's verdict: the zero refusal passes. err carries the
-// cause of refusedBodyTooLarge and refusedExchange, dec the gate's
-// answer of refusedAccess, maint the maintenance of refusedMaintenance,
-// rule the route rule of answeredByRule and refusedRouteLimit (with
-// retry, when its bucket has a token again).
+// refusal is the refusing part of a stage's verdict: the zero refusal
+// passes. err carries the cause of refusedBodyTooLarge and
+// refusedExchange, dec the gate's answer of refusedAccess, maint the
+// maintenance of refusedMaintenance, rule the route rule of answeredByRule
+// and refusedRouteLimit (with retry, when its bucket has a token again).
 type refusal struct {
 	kind  refusalKind
 	err   error
@@ -254,13 +263,14 @@ func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Reques
 	return refusal{}
 }
 
-// verdict is what an admission stage decided, the same in the proxy and
-// in a dry run: the stage's rule is written once, in the stage. Only what
-// follows differs: the proxy answers the refusal (the zero refusal
-// passes), and a dry run records a step with the verdict's outcome and a
-// detail that explanation.record renders from why. The proxy builds no
-// text: the values a detail names ride in the verdict (n, name, q,
-// other), so that its verdicts cost no formatting and no allocation.
+// verdict is what a stage decided, the same in the proxy and in a dry
+// run: the stage's rule is written once, in the stage. Only what follows
+// differs: the proxy answers the refusal (the zero refusal passes), and a
+// dry run records a step with the verdict's outcome and a detail that
+// explanation.record renders from why. The proxy builds no text: the
+// values a detail names ride in the verdict (n, name, q, other, wait), so
+// that its verdicts cost no formatting and no allocation
+// (TestAdmitAllocatesNothing).
 type verdict struct {
 	refusal
 	outcome string        // a dry run's step outcome; "": the stage records no step
