@@ -66,6 +66,32 @@ func TestAdmissionAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestAdmitAllocatesNothing pins the admission stages' cost in the proxy:
+// a stage's verdict carries the values a dry run's step would name, and
+// only a dry run renders its detail, so a request that passes every stage
+// (the ip bucket, a route rule with a rate limit, the bind, an open gate)
+// allocates nothing in admit.
+func TestAdmitAllocatesNothing(t *testing.T) {
+	rt := newRouter(t, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, Policy: policy.Config{
+		RateLimits: []policy.RateLimit{{Name: "api", Rate: 1 << 30, Burst: 1 << 30}},
+		Routes:     []policy.Route{{Path: "/api", Policy: &policy.RoutePolicy{RateLimit: "api"}}},
+	}})
+	rt.update(newConn("a", 1), ann(svc("", "app.test")))
+	r := httptest.NewRequest(http.MethodGet, "http://app.test/api/x", nil)
+	w := &discardWriter{h: http.Header{}}
+	var rec telemetry.Request
+	allocs := testing.AllocsPerRun(1000, func() {
+		a := admission{set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: "app.test", path: r.URL.Path}
+		a.ip = a.v.Addr
+		if ref := rt.admit(r.Context(), &a, &rec); ref.kind != passed {
+			t.Fatalf("admit(GET app.test/api/x) = refusal kind %d, want passed", ref.kind)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("admit allocates %v times per request, want 0", allocs)
+	}
+}
+
 // benchConn answers every request with the same small body, keeping
 // nothing, so a benchmark measures the router and not its fake.
 type benchConn struct{ fakeConn }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
-	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -143,29 +142,6 @@ func (rt *Router) SetArmed(binds []ArmedBind) {
 	if dirty {
 		rt.rebuildTableLocked(now)
 	}
-}
-
-// coldStart starts an instance for an armed pool that has no routable
-// client the visitor may use, and returns what the hold must watch and how
-// long it may last. ok is false when the pool is not armed or the scaler
-// refused (a disarmed record): the usual wait applies.
-func (rt *Router) coldStart(ctx context.Context, p *pool, w *waiter) (failed <-chan struct{}, budget time.Duration, ok bool) {
-	a := p.driver()
-	if a == nil || rt.cfg.Scaler == nil {
-		return nil, 0, false
-	}
-	var arr [16]*service
-	for _, c := range p.candidates(arr[:0]) {
-		if w.accepts(c) {
-			return nil, 0, false // someone can serve it: no cold start
-		}
-	}
-	st, err := rt.cfg.Scaler.ColdStart(ctx, a.org, p.pattern, p.path)
-	if err != nil {
-		rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
-		return nil, 0, false
-	}
-	return st.Failed(), a.coldStart, true
 }
 
 // poolOf returns the pool of pattern and path, or nil.

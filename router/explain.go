@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/hostname"
-	"github.com/aperio-dev/aperio/internal/urlpath"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -122,11 +120,7 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		ex.IP = ip.String()
 	}
 
-	a := admission{set: rt.cur.Load(), ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, header: q.header}
-	if q.header != nil {
-		a.hostField = new(bool)
-		*a.hostField = hostFieldConflicts(&http.Request{Host: q.host, Header: q.header})
-	}
+	a := admission{set: rt.cur.Load(), ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, authority: q.host, header: q.header}
 	if ref := rt.admit(ctx, &a, nil); ref.kind != passed {
 		if refusalInfo[ref.kind].nothing {
 			return rt.explainNothing(&ex, a.path, ref, q.header)
@@ -140,14 +134,20 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	path = a.path
 
 	// The dispatch stages, dry: they predict what dispatch would do.
-	a.plan = &poolPlan{}
+	a.plan = &poolPlan{waitFor: "gateway_timeout"}
 	rt.checkPool(&a)
-	timeout, ref := rt.checkColdStart(ctx, &a, nil)
+	timeout, v := rt.checkColdStart(ctx, &a, &waiter{ip: ip})
+	ex.record(rt, &a, StepColdStart, &v)
+	ref := v.refusal
 	if ref.kind == passed && ex.Verdict == "" {
 		_, ref = rt.takePermit(ctx, &a, nil, timeout, true, nil)
 		if ref.kind == passed && a.plan.pick != nil {
-			if ref = rt.checkConnect(&a, nil); ref.kind == passed {
-				ref = rt.takeSlot(&a, nil)
+			v := rt.checkConnect(&a, a.p.serviceOf(a.plan.pick))
+			ex.record(rt, &a, StepPermit, &v)
+			if ref = v.refusal; ref.kind == passed {
+				v = rt.takeSlot(&a)
+				ex.record(rt, &a, StepGlobal, &v)
+				ref = v.refusal
 			}
 		}
 	}
@@ -348,6 +348,127 @@ func (rt *Router) predictPick(ex *explanation, p *pool) *ExplainClient {
 	return nil // unreachable: Explain calls it only with a free client
 }
 
+// whyText is the detail of each why that names nothing but itself;
+// record renders the others.
+var whyText = [numWhys]string{
+	whyHostFieldSame:  "no host field, or the same as :authority",
+	whyNoVisitorIP:    "no visitor ip given",
+	whyNoIPLimit:      "ip_limit_max is 0: no per-visitor limit",
+	whyConnectPath:    "CONNECT has no path: it matches / binds",
+	whyGateOpen:       "open: no auth methods, and default_access allow or public: true",
+	whyGateIPs:        "the service's allowed_ips or denied_ips refuse the visitor: answered as if the bind did not exist",
+	whyGateOpenIPs:    "open, and the service's IP rules admit the visitor",
+	whyGateRemote:     "the service's auth methods include jwt or forward, which call out: explain does not consult them; the rest assumes the visitor is admitted",
+	whyArmedElsewhere: "armed only by organizations whose clients do not serve the bind",
+	whyNotArmed:       "the bind has no armed scaling record",
+	whyClientCanServe: "armed, but a client can serve the visitor",
+	whyNoScaler:       "armed, but autoscaling is off on this server",
+}
+
+// record is the one place where a stage's verdict v becomes a dry run's
+// step: the stage's step name, v's outcome, and the detail rendered here
+// from v.why, in the state a is in once the stage ran. A verdict without
+// an outcome records nothing.
+func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict) {
+	if v.outcome == "" {
+		return
+	}
+	switch v.why {
+	case whyBindDown, whyPassthroughOnly, whyBindMatches:
+		// The bind's survey, before its step.
+		ex.Bind = a.p.pattern + a.p.path
+		rt.explainClients(ex, a.p, a.ip, a.escapedPath())
+	}
+	detail := whyText[v.why]
+	switch v.why {
+	case whyHostFieldDiffers:
+		detail = "the host field differs from :authority " + a.host
+	case whyNoTokenAdmits:
+		detail = "no client's token admits " + ex.IP + ": answered as if the bind did not exist"
+	case whyTokenAdmits:
+		detail = "a client's token admits " + ex.IP
+	case whyIPTokens:
+		l := a.set.ips
+		detail = fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", v.n[0], l.burst, l.burst, float64(l.refill))
+	case whyUnderscoreRefused:
+		detail = "header " + v.name + " holds an underscore and underscore_headers is refuse"
+	case whyHeadersDropped:
+		for k := range a.header {
+			switch {
+			case !hasUnderscore(k):
+			case serverOwnedHeader(k):
+				ex.step(step, v.outcome, "header "+k+" is a spelling of a name the server owns: removed before the backend")
+			case a.set.underscore == underscoreDrop:
+				ex.step(step, v.outcome, "header "+k+" holds an underscore: removed before the backend (underscore_headers drop)")
+			}
+		}
+		return
+	case whyNoRule:
+		detail = fmt.Sprintf("none of %d route rules matches", a.set.policy.Rules())
+	case whyRuleMatches:
+		detail = a.rule.Describe()
+	case whyRuleAmbiguous:
+		detail = "the path matches " + describeRule(a.rule) + ", but a backend that reads it as " + v.name + " gets " + v.other.Describe() + ": refused with 400"
+	case whyRouteTokens:
+		rule := a.rule
+		detail = fmt.Sprintf("%s of %s, keyed by %s: %.1f of %g tokens left (refill %g/s)", rule.LimitName(), rule.Name, rule.KeyName(), v.n[0], v.n[1], v.n[2])
+	case whyReservedPath:
+		detail = a.path + " is aperio-server's own path on every hostname (/aperio/…): never proxied"
+	case whyBadPath:
+		detail = a.path + " is refused: it climbs above / or holds a dot segment (plain, encoded, with a ;parameter or an encoded slash around it), or a reading of it is aperio-server's own"
+	case whyPathNormal:
+		norm := a.u.EscapedPath()
+		detail = "not under /aperio/"
+		if norm != v.name || a.path != norm {
+			detail += "; the backend receives " + norm + ", matched as " + a.path
+		}
+		if len(a.other) > 0 {
+			detail += "; other backends read it as " + strings.Join(a.other, " or ") + ", which must name the same bind and route rule"
+		}
+	case whyNoBind:
+		detail = "no bind matches " + a.host + a.path
+	case whyBindDown:
+		detail = fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold)
+	case whyBindAmbiguous:
+		p, q := a.p, v.q
+		detail = fmt.Sprintf("%s%s matches bind %s%s, but a backend that reads the path otherwise names bind %s%s, which is not open to the visitor: refused with 400", a.host, a.path, p.pattern, p.path, q.pattern, q.path)
+	case whyPassthroughOnly:
+		detail = fmt.Sprintf("every client service of bind %s takes TLS passthrough: only a TLS connection whose SNI names the hostname reaches it, never an HTTP request (421)", ex.Bind)
+	case whyBindMatches:
+		detail = fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs))
+	case whyGateAdmits:
+		detail = "admitted: " + v.name
+	case whyGateHides:
+		detail = v.name + ": answered as if the bind did not exist"
+	case whyGateRefuses:
+		detail = fmt.Sprintf("%d: %s", v.dec.Status, v.dec.Reason)
+	case whyNoConnect:
+		detail = "client " + a.plan.pick.Name + " does not take CONNECT requests"
+	case whySlots:
+		max := int64(a.set.cfg.MaxConcurrentRequests)
+		if v.kind != passed {
+			detail = fmt.Sprintf("%d of max_concurrent_requests %d in flight", int64(v.n[0]), max)
+		} else {
+			detail = fmt.Sprintf("%d of %s in flight", int64(v.n[0]), limitText(max))
+		}
+	case whyScalerWouldRefuse:
+		detail = "armed, but the scaler would refuse: " + v.name + "; the usual wait applies"
+	case whyHeldFull:
+		detail = fmt.Sprintf("%d requests waiting, scaling_max_held %d", int(v.n[0]), int(v.n[1]))
+	case whyColdStartHold:
+		what := "would call the provider"
+		if v.n[2] == 1 {
+			what = "would join the cold start under way"
+		}
+		detail = fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, v.name, v.wait, int(v.n[0]), int(v.n[1]))
+	case whyNotInMaintenance:
+		detail = a.host + " is not in maintenance"
+	case whyInMaintenance:
+		detail = a.host + " is in maintenance" + maintenanceDetail(v.maint, a.now)
+	}
+	ex.step(step, v.outcome, detail)
+}
+
 func (ex *explanation) step(name, outcome, detail string) {
 	ex.Steps = append(ex.Steps, ExplainStep{Name: name, Outcome: outcome, Detail: detail})
 }
@@ -403,15 +524,14 @@ func strategyName(st strategy) string {
 	}
 }
 
-// allowsConnect reports whether the service of p that c describes takes
-// CONNECT requests.
-func allowsConnect(p *pool, c *ExplainClient) bool {
+// serviceOf returns the service of p that c describes; nil when it left.
+func (p *pool) serviceOf(c *ExplainClient) *service {
 	for _, s := range *p.members.Load() {
 		if s.conn.ID() == c.ID && s.id == c.Service {
-			return s.allowConnect.Load()
+			return s
 		}
 	}
-	return false
+	return nil
 }
 
 func b2i(b bool) int {
@@ -431,16 +551,4 @@ func (l *ipLimiter) tokens(ip netip.Addr, now time.Time) float64 {
 		return float64(l.burst)
 	}
 	return b.TokensAt(now)
-}
-
-// explainPath returns what the proxy matches for a request target path as
-// a visitor sends it (escaped): its key, the keys of its other readings,
-// and its normal form (escaped), what the backend receives.
-func explainPath(target string) (key string, other []string, norm string, err error) {
-	u, err := url.ParseRequestURI(target)
-	if err != nil || u.Host != "" || u.Scheme != "" {
-		return "", nil, "", urlpath.ErrBadPath
-	}
-	key, other, err = normalizePath(&http.Request{URL: u})
-	return key, other, u.EscapedPath(), err
 }

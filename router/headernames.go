@@ -92,40 +92,30 @@ func dropVisitorHeaders(h http.Header, trusted bool, act underscoreAction) {
 }
 
 // checkHeaderNames refuses, under underscore_headers refuse, a request
-// with a header name holding an underscore. A dry run given no headers
+// with a header name holding an underscore (its step names it). Otherwise
+// it passes, and a dry run notes the names the backend will not get
+// (dropVisitorHeaders), a step for each. A dry run given no headers
 // passes without a step.
-func (rt *Router) checkHeaderNames(a *admission) refusal {
-	act := a.set.underscore
-	if a.ex == nil {
-		if act == underscoreRefuse && anyUnderscore(a.r.Header) {
-			return refuseWith(refusedUnderscoreHeader)
-		}
-		return refusal{}
-	}
+func (rt *Router) checkHeaderNames(a *admission) verdict {
 	if a.header == nil {
-		return refusal{}
+		return verdict{}
 	}
-	for k := range a.header {
-		switch {
-		case !hasUnderscore(k):
-		case act == underscoreRefuse:
-			a.ex.step(stepHeaderNames, OutcomeStop, "header "+k+" holds an underscore and underscore_headers is refuse")
-			return refuseWith(refusedUnderscoreHeader)
-		case serverOwnedHeader(k):
-			a.ex.step(stepHeaderNames, OutcomeInfo, "header "+k+" is a spelling of a name the server owns: removed before the backend")
-		case act == underscoreDrop:
-			a.ex.step(stepHeaderNames, OutcomeInfo, "header "+k+" holds an underscore: removed before the backend (underscore_headers drop)")
+	if a.set.underscore == underscoreRefuse {
+		if k, ok := firstUnderscore(a.header); ok {
+			v := stop(refusedUnderscoreHeader, whyUnderscoreRefused)
+			v.name = k
+			return v
 		}
 	}
-	return refusal{}
+	return pass(OutcomeInfo, whyHeadersDropped)
 }
 
-// anyUnderscore reports whether a name of h holds an underscore.
-func anyUnderscore(h http.Header) bool {
+// firstUnderscore returns a name of h that holds an underscore, if any.
+func firstUnderscore(h http.Header) (string, bool) {
 	for k := range h {
 		if hasUnderscore(k) {
-			return true
+			return k, true
 		}
 	}
-	return false
+	return "", false
 }

@@ -9,11 +9,11 @@ import (
 // other than its :authority, which RFC 9113 §8.3.1 makes malformed: a
 // backend or cache could take the other one. net/http moves an HTTP/1
 // Host header into Request.Host, so only HTTP/2 requests keep one in
-// Header.
-func hostFieldConflicts(r *http.Request) bool {
-	v, ok := r.Header["Host"]
+// Header. authority is the request's Host and h its header.
+func hostFieldConflicts(authority string, h http.Header) bool {
+	v, ok := h["Host"]
 	if !ok {
 		return false
 	}
-	return len(v) != 1 || !strings.EqualFold(v[0], r.Host)
+	return len(v) != 1 || !strings.EqualFold(v[0], authority)
 }

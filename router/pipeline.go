@@ -25,15 +25,24 @@ import (
 // A request's way through the server is an ordered list of stages. The
 // proxy runs them for real; Explain runs the same stages in a dry run that
 // reads state and changes nothing (no token, permit, slot, queue place or
-// cold start is taken). A stage either passes or returns a refusal, and
-// answer turns every refusal into the visitor's response.
+// cold start is taken). Each stage decides once, for both, and returns a
+// verdict: it passes or refuses. Only what follows differs: Explain
+// records the verdict as a step (explanation.record renders its detail),
+// the proxy stops at its refusal, and answer turns every refusal into the
+// visitor's response. Where a mode differs inside a stage, it is one
+// documented branch: what a dry run lacks (a body, a visitor address,
+// headers), a bucket the proxy takes from and a dry run only reads, a
+// gate or scaler a dry run must not call.
 //
 // The admission stages, in order, are listed in admissionStages; the
 // stages after them (pool and cold start, permits and queue, global slots,
 // dispatch, failover) wait or exchange, so the proxy runs them in dispatch
-// and Explain predicts them in explainDispatch, each refusing through the
-// same refusal kinds. Stale copies and fallback redirects end every
-// refusal of the "nothing can serve" kinds, in both modes.
+// and Explain after admit (explain): cold start, CONNECT and the global
+// slot return verdicts as the admission stages do; the pool survey is
+// Explain's alone, and the permit stage's wait in the pool's queue is
+// predicted from that survey. Every stage refuses through the same refusal
+// kinds. Stale copies and fallback redirects end every refusal of the
+// "nothing can serve" kinds, in both modes.
 
 // stage names one admission stage.
 type stage uint8
@@ -149,11 +158,11 @@ var refusalInfo = [numRefusalKinds]struct {
 	refusedOrgQuota:   {status: http.StatusTooManyRequests, limit: limitOrgQuota, explainText: "429 org-quota", setting: "org.monthly_max_bytes"},
 }
 
-// refusal is a stage's verdict: the zero refusal passes. err carries the
-// cause of refusedBodyTooLarge and refusedExchange, dec the gate's
-// answer of refusedAccess, maint the maintenance of refusedMaintenance,
-// rule the route rule of answeredByRule and refusedRouteLimit (with
-// retry, when its bucket has a token again).
+// refusal is the refusing part of a stage's verdict: the zero refusal
+// passes. err carries the cause of refusedBodyTooLarge and
+// refusedExchange, dec the gate's answer of refusedAccess, maint the
+// maintenance of refusedMaintenance, rule the route rule of answeredByRule
+// and refusedRouteLimit (with retry, when its bucket has a token again).
 type refusal struct {
 	kind  refusalKind
 	err   error
@@ -188,18 +197,18 @@ type admission struct {
 	body *countingBody
 
 	ex        *explanation // set: a dry run that records its steps here
-	now       time.Time    // a dry run's clock
-	method    string       // a dry run's method; empty: GET
-	hostField *bool        // a dry run's host field check; nil: no header given
+	now       time.Time    // a dry run's clock; zero: the proxy's, read when a stage needs it
+	method    string       // the request's method; empty: GET
+	authority string       // the request's host as it came (Request.Host), before its normal form
 	plan      *poolPlan    // a dry run's survey of the pool
 	host      string       // normal form
 	path      string       // the path's key once stageReserved passed (urlpath.Key)
 	other     []string     // the keys of the path's other readings (urlpath.Readings); nil for nearly every path
-	norm      string       // a dry run's normal form of the path (escaped), once stageReserved passed
+	u         *url.URL     // the request's URL in its normal form, once stageReserved passed; nil for CONNECT
 	ip        netip.Addr   // the visitor; the zero Addr when unknown
 	p         *pool        // once stageRoute passed
 	rule      *policy.Rule // the route rule matched at stageRouteRule; nil: none
-	header    http.Header  // a dry run's request headers; nil: none given
+	header    http.Header  // the request's headers; nil: a dry run given none
 
 	set  *settings       // the router's configuration when the request came: one for all its stages
 	gate *gateEntry      // the bind's gate, once stageAccess ran
@@ -211,81 +220,172 @@ type admission struct {
 }
 
 // admit runs the admission stages in order and returns the first refusal.
-// rec is nil in a dry run. It switches on the stage rather than calling
+// rec is nil in a dry run. Each stage decides once and returns its
+// verdict; here alone the verdict becomes what the mode does with it: a
+// dry run records it as a step (explanation.record), and both modes stop
+// at the first refusal. It switches on the stage rather than calling
 // through a table of funcs: an indirect call would move the admission to
 // the heap, one allocation per request.
 func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Request) refusal {
 	for _, s := range admissionStages {
-		var ref refusal
+		var v verdict
 		switch s {
 		case stageReserved:
-			ref = rt.checkPath(a)
+			v = rt.checkPath(a)
 		case stageIPLimit:
-			ref = rt.checkIPLimit(a, rec)
+			v = rt.checkIPLimit(a, rec)
 		case stageMaintenance:
-			ref = rt.checkMaintenance(a)
+			v = rt.checkMaintenance(a)
 		case stageHostField:
-			ref = rt.checkHostField(a)
+			v = rt.checkHostField(a)
 		case stageHeaderNames:
-			ref = rt.checkHeaderNames(a)
+			v = rt.checkHeaderNames(a)
 		case stageRouteRule:
-			ref = rt.checkRouteRule(a)
+			v = rt.checkRouteRule(a)
 		case stageRoute:
-			ref = rt.checkRoute(ctx, a, rec)
+			v = rt.checkRoute(ctx, a, rec)
 		case stageBody:
-			ref = rt.checkBody(a)
+			v = rt.checkBody(a)
 		case stageAccess:
-			ref = rt.checkAccess(a, rec)
+			v = rt.checkAccess(a, rec)
 		case stageAllowedIPs:
-			ref = rt.checkAllowedIPs(a)
+			v = rt.checkAllowedIPs(a)
 		case stageRateLimit:
-			ref = rt.checkRateLimit(a, rec)
+			v = rt.checkRateLimit(a, rec)
 		}
-		if ref.kind != passed {
-			return ref
+		if a.ex != nil {
+			a.ex.record(rt, a, stageSteps[s], &v)
+		}
+		if v.kind != passed {
+			return v.refusal
 		}
 	}
 	return refusal{}
 }
 
+// verdict is what a stage decided, the same in the proxy and in a dry
+// run: the stage's rule is written once, in the stage. Only what follows
+// differs: the proxy answers the refusal (the zero refusal passes), and a
+// dry run records a step with the verdict's outcome and a detail that
+// explanation.record renders from why. The proxy builds no text: the
+// values a detail names ride in the verdict (n, name, q, other, wait), so
+// that its verdicts cost no formatting and no allocation
+// (TestAdmitAllocatesNothing).
+type verdict struct {
+	refusal
+	outcome string        // a dry run's step outcome; "": the stage records no step
+	why     why           // what the step's detail says
+	n       [3]float64    // the figures the detail names (tokens left, burst, refill)
+	name    string        // a name the detail names (a header, another reading of the path)
+	q       *pool         // another bind the detail names
+	other   *policy.Rule  // another route rule the detail names
+	wait    time.Duration // a wait the detail names
+}
+
+// why is what a verdict's detail says; explanation.record renders it.
+type why uint8
+
+const (
+	whyNone              why = iota // no detail
+	whyHostFieldDiffers             // the host field differs from :authority
+	whyHostFieldSame                // no host field, or :authority's
+	whyNoVisitorIP                  // a dry run given no visitor address
+	whyNoTokenAdmits                // no client's token admits the visitor
+	whyTokenAdmits                  // a client's token admits the visitor
+	whyNotInMaintenance             // the hostname is not in maintenance
+	whyInMaintenance                // the hostname is in maintenance (refusal.maint)
+	whyNoIPLimit                    // no per-visitor limit
+	whyIPTokens                     // the tokens left in the visitor's bucket (n[0])
+	whyUnderscoreRefused            // header name's underscore refused (name)
+	whyHeadersDropped               // a step for each header name removed before the backend
+	whyNoRule                       // no route rule matches
+	whyRuleMatches                  // a.rule matches
+	whyRuleAmbiguous                // another reading (name) matches another rule (other)
+	whyRouteTokens                  // the tokens left in a.rule's bucket, its burst and refill (n)
+	whyConnectPath                  // CONNECT has no path
+	whyReservedPath                 // a dry run's path is the server's own
+	whyBadPath                      // the path (a.path) has no safe normal form
+	whyPathNormal                   // the path as sent (name), its normal form (a.u) and key (a.path)
+	whyNoBind                       // no bind matches
+	whyBindDown                     // a.p lost its last client past client_down_threshold
+	whyBindAmbiguous                // another reading of the path names bind q
+	whyPassthroughOnly              // a.p takes TLS passthrough only
+	whyBindMatches                  // a.p serves the request
+	whyGateOpen                     // the gate is open, without IP rules
+	whyGateIPs                      // the gate's IP rules refuse the visitor
+	whyGateOpenIPs                  // the gate is open, and its IP rules admit the visitor
+	whyGateRemote                   // the gate's methods call out: a dry run assumes it admits
+	whyGateAdmits                   // the gate admits, for a reason (name)
+	whyGateHides                    // the gate refuses unseen, for a reason (name)
+	whyGateRefuses                  // the gate refuses (refusal.dec)
+	whyNoConnect                    // the predicted pick takes no CONNECT
+	whySlots                        // the requests in flight server-wide (n[0])
+	whyArmedElsewhere               // armed only by organizations whose clients do not serve the bind
+	whyNotArmed                     // no armed scaling record
+	whyClientCanServe               // armed, but a client can serve the visitor
+	whyNoScaler                     // armed, but autoscaling is off
+	whyScalerWouldRefuse            // the scaler would refuse (name: why)
+	whyHeldFull                     // the held places are taken (n: queued, bound)
+	whyColdStartHold                // a start would be made or joined (n[2] 1), holding the request (name: detail; n: queued, bound; wait)
+	numWhys
+)
+
+// pass is a verdict that passes with a step of the given outcome.
+func pass(outcome string, w why) verdict { return verdict{outcome: outcome, why: w} }
+
+// stop is a verdict that refuses with k.
+func stop(k refusalKind, w why) verdict {
+	return verdict{refusal: refusal{kind: k}, outcome: OutcomeStop, why: w}
+}
+
+// stageSteps is each admission stage's step name in a dry run.
+var stageSteps = [...]string{
+	stageReserved:    StepReserved,
+	stageIPLimit:     StepIPLimit,
+	stageMaintenance: StepMaintenance,
+	stageHostField:   stepHostField,
+	stageHeaderNames: stepHeaderNames,
+	stageRouteRule:   StepRouteRule,
+	stageRoute:       StepRoute,
+	stageBody:        "", // a dry run has no body
+	stageAccess:      StepAccess,
+	stageAllowedIPs:  StepAllowedIPs,
+	stageRateLimit:   StepRateLimit,
+}
+
 // checkPath refuses paths that are aperio-server's own and paths with no
-// safe normal form, and leaves the normal form in a.path. CONNECT has no
-// path: it matches "/" binds.
-func (rt *Router) checkPath(a *admission) refusal {
-	if a.ex != nil && a.method == http.MethodConnect {
-		a.ex.step(StepReserved, OutcomePass, "CONNECT has no path: it matches / binds")
-		return refusal{}
+// safe normal form, and leaves the request's URL, rewritten to the normal
+// form, in a.u, its key in a.path and the keys of its other readings in
+// a.other. CONNECT has no path: it matches "/" binds.
+//
+// Only a dry run refuses the server's own paths as such (refusedReserved,
+// not proxied): it stands for the whole server, which answers them before
+// the router. The proxy is handed them only when called directly, and
+// refuses them as bad paths.
+func (rt *Router) checkPath(a *admission) verdict {
+	if a.method == http.MethodConnect {
+		return pass(OutcomePass, whyConnectPath)
 	}
-	if a.ex == nil {
-		if a.r.Method == http.MethodConnect {
-			return refusal{}
+	if a.ex != nil && Reserved(a.path) {
+		return stop(refusedReserved, whyReservedPath)
+	}
+	r := a.r
+	if r == nil {
+		// A dry run's path is a request target as a visitor sends it.
+		u, err := url.ParseRequestURI(a.path)
+		if err != nil || u.Host != "" || u.Scheme != "" {
+			return stop(refusedBadPath, whyBadPath)
 		}
-		path, other, err := normalizePath(a.r)
-		if err != nil || Reserved(path) || anyReserved(other) {
-			return refuseWith(refusedBadPath)
-		}
-		a.path, a.other = path, other
-		return refusal{}
+		r = &http.Request{URL: u}
 	}
-	if Reserved(a.path) {
-		a.ex.step(StepReserved, OutcomeStop, a.path+" is aperio-server's own path on every hostname (/aperio/…): never proxied")
-		return refuseWith(refusedReserved)
-	}
-	key, other, norm, err := explainPath(a.path)
+	key, other, err := normalizePath(r)
 	if err != nil || Reserved(key) || anyReserved(other) {
-		a.ex.step(StepReserved, OutcomeStop, a.path+" is refused: it climbs above / or holds a dot segment (plain, encoded, with a ;parameter or an encoded slash around it), or a reading of it is aperio-server's own")
-		return refuseWith(refusedBadPath)
+		return stop(refusedBadPath, whyBadPath)
 	}
-	detail := "not under /aperio/"
-	if norm != a.path || key != norm {
-		detail += "; the backend receives " + norm + ", matched as " + key
-	}
-	if len(other) > 0 {
-		detail += "; other backends read it as " + strings.Join(other, " or ") + ", which must name the same bind and route rule"
-	}
-	a.path, a.other, a.norm = key, other, norm
-	a.ex.step(StepReserved, OutcomePass, detail)
-	return refusal{}
+	v := pass(OutcomePass, whyPathNormal)
+	v.name = a.path // as the visitor sent it
+	a.path, a.other, a.u = key, other, r.URL
+	return v
 }
 
 // anyReserved reports whether one of paths is Reserved.
@@ -298,56 +398,54 @@ func anyReserved(paths []string) bool {
 	return false
 }
 
-// checkIPLimit takes a token of the visitor's bucket (a dry run only reads
-// it).
-func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) refusal {
-	if a.ex == nil {
-		if a.set.ips != nil && !a.set.ips.allow(a.ip, time.Now()) {
-			// Only refusals pay for the match: it names the hostname in metrics.
-			rec.Routed = rt.table.Load().match(a.host, a.path) != nil
-			return refuseWith(refusedIP)
-		}
-		return refusal{}
-	}
+// checkIPLimit takes a token of the visitor's bucket and refuses when it
+// has none. A dry run takes nothing: it reads the tokens left, which its
+// step names. A dry run given no visitor address skips it: it has no
+// bucket to read, where the proxy's unknown visitor has one.
+func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) verdict {
+	l := a.set.ips
 	switch {
-	case a.set.ips == nil:
-		a.ex.step(StepIPLimit, OutcomeSkip, "ip_limit_max is 0: no per-visitor limit")
-	case !a.ip.IsValid():
-		a.ex.step(StepIPLimit, OutcomeSkip, "no visitor ip given")
-	default:
-		tokens := a.set.ips.tokens(a.ip, a.now)
-		detail := fmt.Sprintf("%.1f of %d tokens left (ip_limit_max %d, ip_limit_refill %g/s)", tokens, a.set.ips.burst, a.set.ips.burst, float64(a.set.ips.refill))
-		if tokens < 1 {
-			a.ex.step(StepIPLimit, OutcomeStop, detail)
-			return refuseWith(refusedIP)
-		}
-		a.ex.step(StepIPLimit, OutcomePass, detail)
+	case l == nil:
+		return pass(OutcomeSkip, whyNoIPLimit)
+	case a.ex != nil && !a.ip.IsValid():
+		return pass(OutcomeSkip, whyNoVisitorIP)
 	}
-	return refusal{}
+	v := pass(OutcomePass, whyIPTokens)
+	var ok bool
+	if a.ex != nil {
+		v.n[0] = l.tokens(a.ip, a.now)
+		ok = v.n[0] >= 1
+	} else {
+		ok = l.allow(a.ip, time.Now())
+	}
+	if ok {
+		return v
+	}
+	if rec != nil {
+		// Only refusals pay for the match: it names the hostname in metrics.
+		rec.Routed = rt.table.Load().match(a.host, a.path) != nil
+	}
+	v.kind, v.outcome = refusedIP, OutcomeStop
+	return v
 }
 
 // checkMaintenance refuses a hostname in maintenance: an entry of the
 // admin API's that has not ended, or an open window.
-func (rt *Router) checkMaintenance(a *admission) refusal {
+func (rt *Router) checkMaintenance(a *admission) verdict {
+	if m := rt.maintenance.Load(); m.empty() && len(a.set.windows) == 0 {
+		return pass(OutcomePass, whyNotInMaintenance) // no clock read when nothing is in maintenance
+	}
 	now := a.now
-	if a.ex == nil {
-		if m := rt.maintenance.Load(); m.empty() && len(a.set.windows) == 0 {
-			return refusal{} // no clock read when nothing is in maintenance
-		}
+	if now.IsZero() {
 		now = rt.now()
 	}
 	e := rt.inMaintenance(a.set, a.host, now)
-	if a.ex != nil {
-		if e != nil {
-			a.ex.step(StepMaintenance, OutcomeStop, a.host+" is in maintenance"+maintenanceDetail(e, now))
-		} else {
-			a.ex.step(StepMaintenance, OutcomePass, a.host+" is not in maintenance")
-		}
+	if e == nil {
+		return pass(OutcomePass, whyNotInMaintenance)
 	}
-	if e != nil {
-		return refusal{kind: refusedMaintenance, maint: e}
-	}
-	return refusal{}
+	v := stop(refusedMaintenance, whyInMaintenance)
+	v.maint = e
+	return v
 }
 
 // maintenanceDetail describes e for Explain: its reason and its end.
@@ -366,31 +464,25 @@ func maintenanceDetail(e *maintenanceEntry, now time.Time) string {
 
 // checkHostField refuses a request whose host field differs from its
 // :authority. A dry run given no headers passes without a step.
-func (rt *Router) checkHostField(a *admission) refusal {
-	if a.ex == nil {
-		if hostFieldConflicts(a.r) {
-			return refuseWith(refusedHostField)
-		}
-		return refusal{}
-	}
+func (rt *Router) checkHostField(a *admission) verdict {
 	switch {
-	case a.hostField == nil:
-	case *a.hostField:
-		a.ex.step(stepHostField, OutcomeStop, "the host field differs from :authority "+a.host)
-		return refuseWith(refusedHostField)
-	default:
-		a.ex.step(stepHostField, OutcomePass, "no host field, or the same as :authority")
+	case a.header == nil:
+		return verdict{}
+	case hostFieldConflicts(a.authority, a.header):
+		return stop(refusedHostField, whyHostFieldDiffers)
 	}
-	return refusal{}
+	return pass(OutcomePass, whyHostFieldSame)
 }
 
 // checkRoute matches the bind and refuses when nobody serves it, or its
 // last client left more than client_down_threshold ago and it is not
-// armed.
-func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.Request) refusal {
+// armed; then when another reading of the path names another bind not
+// open to the visitor (disagreeingBind), and when the bind takes TLS
+// passthrough only. rec is nil in a dry run, which records no telemetry.
+func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.Request) verdict {
 	p := rt.table.Load().match(a.host, a.path)
 	a.p = p
-	if a.ex == nil {
+	if rec != nil {
 		rec.Routed = p != nil
 		if rt.tracer != nil {
 			_, sp := rt.tracer.Start(ctx, telemetry.SpanRoute, trace.WithTimestamp(a.routeStart))
@@ -399,38 +491,24 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 			}
 			sp.End()
 		}
-		if p == nil || !rt.live(p) {
-			return refuseWith(refusedNoRoute)
-		}
-		if a.other != nil && rt.disagreeingBind(a, p) != nil {
-			return refuseWith(refusedAmbiguousPath)
-		}
-		if rt.AnyPassthrough() && p.allPassthrough() {
-			return refuseWith(refusedMisdirected)
-		}
-		return refusal{}
 	}
-	ex := a.ex
-	if p == nil {
-		ex.step(StepRoute, OutcomeStop, "no bind matches "+a.host+a.path)
-		return refuseWith(refusedNoRoute)
+	switch {
+	case p == nil:
+		return stop(refusedNoRoute, whyNoBind)
+	case !rt.live(p):
+		return stop(refusedNoRoute, whyBindDown)
 	}
-	if q := rt.disagreeingBind(a, p); q != nil {
-		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("%s%s matches bind %s%s, but a backend that reads the path otherwise names bind %s%s, which is not open to the visitor: refused with 400", a.host, a.path, p.pattern, p.path, q.pattern, q.path))
-		return refuseWith(refusedAmbiguousPath)
-	}
-	ex.Bind = p.pattern + p.path
-	rt.explainClients(ex, p, a.ip, a.escapedPath())
-	if !rt.live(p) {
-		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("bind %s lost its last client more than client_down_threshold (%s) ago and is not armed", ex.Bind, rt.cfg.DownThreshold))
-		return refuseWith(refusedNoRoute)
+	if a.other != nil {
+		if q := rt.disagreeingBind(a, p); q != nil {
+			v := stop(refusedAmbiguousPath, whyBindAmbiguous)
+			v.q = q
+			return v
+		}
 	}
 	if rt.AnyPassthrough() && p.allPassthrough() {
-		ex.step(StepRoute, OutcomeStop, fmt.Sprintf("every client service of bind %s takes TLS passthrough: only a TLS connection whose SNI names the hostname reaches it, never an HTTP request (421)", ex.Bind))
-		return refuseWith(refusedMisdirected)
+		return stop(refusedMisdirected, whyPassthroughOnly)
 	}
-	ex.step(StepRoute, OutcomePass, fmt.Sprintf("bind %s, %d client services, owned by %s", ex.Bind, len(ex.Clients), owners(ex.OrgIDs)))
-	return refusal{}
+	return pass(OutcomePass, whyBindMatches)
 }
 
 // disagreeingBind returns a bind that another reading of a's path names
@@ -465,10 +543,11 @@ func (rt *Router) openTo(a *admission, q *pool) bool {
 
 // checkBody refuses a declared body above max_body_size and wraps the
 // body so that it is bounded, paced and known to have been read. Explain
-// is given no body, so a dry run passes.
-func (rt *Router) checkBody(a *admission) refusal {
+// is given no body, so a dry run passes without a step: the one stage
+// with nothing to judge in a dry run.
+func (rt *Router) checkBody(a *admission) verdict {
 	if a.ex != nil {
-		return refusal{}
+		return verdict{}
 	}
 	r := a.r
 	maxBody := a.set.cfg.MaxBodyBytes
@@ -476,7 +555,7 @@ func (rt *Router) checkBody(a *admission) refusal {
 		maxBody = a.rule.MaxBodyBytes // the route's max_body_size
 	}
 	if maxBody > 0 && r.ContentLength > maxBody {
-		return refusal{kind: refusedBodyTooLarge, err: &http.MaxBytesError{Limit: maxBody}}
+		return verdict{refusal: refusal{kind: refusedBodyTooLarge, err: &http.MaxBytesError{Limit: maxBody}}}
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		rc := r.Body
@@ -486,7 +565,7 @@ func (rt *Router) checkBody(a *admission) refusal {
 		a.body = &countingBody{ReadCloser: rt.paceBody(a.set, a.w, rc, r.ContentLength)}
 		r.Body = a.body
 	}
-	return refusal{}
+	return verdict{}
 }
 
 // checkAccess asks the bind's gate (built once per announcement, see
@@ -494,8 +573,13 @@ func (rt *Router) checkBody(a *admission) refusal {
 // route, so that a closed service cannot be discovered; any other is the
 // gate's own answer (401, 403, a redirect, 503 when a method could not
 // decide). An open gate without IP rules costs one load and a branch.
-// rec is nil in a dry run.
-func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
+// rec is nil in a dry run, which keeps no decision and reports no denial.
+//
+// A dry run never calls out: a gate whose methods would (jwt, forward) is
+// described, not consulted, and the dry run goes on as if it admitted;
+// what the gate's IP rules or an open gate decide it tells without asking
+// the gate. Local methods (basic, bearer) judge the headers it was given.
+func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) verdict {
 	ge := a.p.gate.Load()
 	if ge == nil {
 		ge = a.set.defaultGate
@@ -503,36 +587,77 @@ func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) refusal {
 		ge = ge.gateFor(a.set.cfg.Access.Default)
 	}
 	a.gate = ge
-	if a.ex != nil {
-		return rt.explainAccess(a, ge)
-	}
 	if ge.simple {
-		return refusal{}
+		return pass(OutcomePass, whyGateOpen)
 	}
-	d := ge.gate.Check(a.r, a.accessVisitor())
-	if d.Admitted {
-		a.dec = d
-		if d.Method != "" {
-			rec.AuthMethod, rec.AuthOutcome = d.Method, "admitted"
+	if a.ex != nil {
+		switch {
+		case !ge.ips.Admits(a.ip):
+			return stop(refusedAccessHidden, whyGateIPs)
+		case ge.gate.Open():
+			return pass(OutcomePass, whyGateOpenIPs)
+		case ge.remote:
+			return pass(OutcomeInfo, whyGateRemote)
 		}
-		return refusal{}
+	}
+	d := ge.gate.Check(a.gateRequest(), a.accessVisitor())
+	if d.Admitted {
+		v := pass(OutcomePass, whyGateAdmits)
+		v.name = d.Reason
+		if rec != nil {
+			a.dec = d
+			if d.Method != "" {
+				rec.AuthMethod, rec.AuthOutcome = d.Method, "admitted"
+			}
+		}
+		return v
 	}
 	// A copy for the refusal: taking d's address would move every
 	// request's decision to the heap, admitted ones too.
 	dp := new(access.Decision)
 	*dp = d
-	rt.denied(a, ge, dp, rec)
-	if d.Hidden {
-		return refuseWith(refusedAccessHidden)
+	if rec != nil {
+		rt.denied(a, ge, dp, rec)
 	}
-	return refusal{kind: refusedAccess, dec: dp}
+	if d.Hidden {
+		v := stop(refusedAccessHidden, whyGateHides)
+		v.name = d.Reason
+		return v
+	}
+	v := stop(refusedAccess, whyGateRefuses)
+	v.dec = dp
+	return v
+}
+
+// gateRequest is the request the gate judges: the proxy's, or for a dry
+// run one made of what it was given, its path in the normal form, as the
+// proxy's gate sees it.
+func (a *admission) gateRequest() *http.Request {
+	if a.r != nil {
+		return a.r
+	}
+	h := a.header
+	if h == nil {
+		h = http.Header{}
+	}
+	method := a.method
+	if method == "" {
+		method = http.MethodGet
+	}
+	u := &url.URL{Path: a.path}
+	if a.u != nil {
+		if nu, err := url.ParseRequestURI(a.u.EscapedPath()); err == nil {
+			u = nu
+		}
+	}
+	return &http.Request{Method: method, Host: a.host, URL: u, Header: h}
 }
 
 // escapedPath is a dry run's path as the backend receives it: its normal
 // form, or for CONNECT (no path) its key escaped.
 func (a *admission) escapedPath() string {
-	if a.norm != "" {
-		return a.norm
+	if a.u != nil {
+		return a.u.EscapedPath()
 	}
 	// The key keeps an encoded slash as "%2F": escaping it again must
 	// not turn it into "%252F".
@@ -544,71 +669,19 @@ func (a *admission) accessVisitor() access.Visitor {
 	return access.Visitor{Addr: a.ip, HTTPS: a.v.Proto == "https", Host: a.host, Path: a.path}
 }
 
-// explainAccess is checkAccess's dry run. It never calls out: a gate whose
-// methods would (jwt, forward) is described, not consulted, and the dry
-// run goes on as if it admitted. Local methods (basic, bearer) judge the
-// headers the dry run was given.
-func (rt *Router) explainAccess(a *admission, ge *gateEntry) refusal {
-	ex := a.ex
-	switch {
-	case ge.simple:
-		ex.step(StepAccess, OutcomePass, "open: no auth methods, and default_access allow or public: true")
-		return refusal{}
-	case !ge.ips.Admits(a.ip):
-		ex.step(StepAccess, OutcomeStop, "the service's allowed_ips or denied_ips refuse the visitor: answered as if the bind did not exist")
-		return refuseWith(refusedAccessHidden)
-	case ge.gate.Open():
-		ex.step(StepAccess, OutcomePass, "open, and the service's IP rules admit the visitor")
-		return refusal{}
-	case ge.remote:
-		ex.step(StepAccess, OutcomeInfo, "the service's auth methods include jwt or forward, which call out: explain does not consult them; the rest assumes the visitor is admitted")
-		return refusal{}
-	}
-	h := a.header
-	if h == nil {
-		h = http.Header{}
-	}
-	method := a.method
-	if method == "" {
-		method = http.MethodGet
-	}
-	u, err := url.ParseRequestURI(a.norm) // the normal form, as the proxy's gate sees it
-	if err != nil {
-		u = &url.URL{Path: a.path}
-	}
-	r := &http.Request{Method: method, Host: a.host, URL: u, Header: h}
-	d := ge.gate.Check(r, a.accessVisitor())
-	switch {
-	case d.Admitted:
-		ex.step(StepAccess, OutcomePass, "admitted: "+d.Reason)
-		return refusal{}
-	case d.Hidden:
-		ex.step(StepAccess, OutcomeStop, d.Reason+": answered as if the bind did not exist")
-		return refuseWith(refusedAccessHidden)
-	}
-	ex.step(StepAccess, OutcomeStop, fmt.Sprintf("%d: %s", d.Status, d.Reason))
-	return refusal{kind: refusedAccess, dec: &d}
-}
-
 // checkAllowedIPs refuses a visitor that no client's token admits, as if
 // the route did not exist, so that a blocked address learns nothing.
-func (rt *Router) checkAllowedIPs(a *admission) refusal {
-	if a.ex == nil {
-		if !a.p.admitsAny(a.ip) {
-			return refuseWith(refusedNoRoute)
-		}
-		return refusal{}
-	}
+//
+// A dry run given no visitor address skips it: it has nobody to judge,
+// where the proxy judges the unknown address like any other.
+func (rt *Router) checkAllowedIPs(a *admission) verdict {
 	switch {
-	case !a.ip.IsValid():
-		a.ex.step(StepAllowedIPs, OutcomeSkip, "no visitor ip given")
+	case a.ex != nil && !a.ip.IsValid():
+		return pass(OutcomeSkip, whyNoVisitorIP)
 	case !a.p.admitsAny(a.ip):
-		a.ex.step(StepAllowedIPs, OutcomeStop, "no client's token admits "+a.ex.IP+": answered as if the bind did not exist")
-		return refuseWith(refusedNoRoute)
-	default:
-		a.ex.step(StepAllowedIPs, OutcomePass, "a client's token admits "+a.ex.IP)
+		return stop(refusedNoRoute, whyNoTokenAdmits)
 	}
-	return refusal{}
+	return pass(OutcomePass, whyTokenAdmits)
 }
 
 // answer is the one place where a refusal becomes the visitor's response:
@@ -800,60 +873,82 @@ func (rt *Router) checkPool(a *admission) {
 // serve, at once (no gateway_timeout first), and makes wt a held waiter
 // bounded by cold_start. The request was never dispatched, so holding is
 // safe for every method. It returns how long the permit stage may wait.
-// A dry run asks the scaler's ColdStartPlanner instead, and refuses when
-// the held places are taken.
-func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) (time.Duration, refusal) {
-	p := a.p
-	if a.ex == nil {
-		if failed, budget, ok := rt.coldStart(ctx, p, wt); ok {
-			wt.abort = failed
-			wt.held, wt.maxHeld = true, a.set.cfg.MaxHeld
-			return budget, refusal{}
-		}
-		return a.set.cfg.GatewayTimeout, refusal{}
-	}
-	ex, pl := a.ex, a.plan
-	pl.waitFor = "gateway_timeout"
+// Whether a start is due (the bind armed for this server, no client that
+// accepts wt, a scaler) is decided here for both modes; then the proxy
+// asks the scaler for the start, and a dry run asks its ColdStartPlanner
+// what the start would do (planColdStart).
+func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) (time.Duration, verdict) {
+	p, wait := a.p, a.set.cfg.GatewayTimeout
 	d := p.driver()
 	switch {
 	case d == nil && p.armed.Load() != nil:
-		ex.step(StepColdStart, OutcomeSkip, "armed only by organizations whose clients do not serve the bind")
+		return wait, pass(OutcomeSkip, whyArmedElsewhere)
 	case d == nil:
-		ex.step(StepColdStart, OutcomeSkip, "the bind has no armed scaling record")
-	case pl.usable > 0:
-		ex.step(StepColdStart, OutcomeSkip, "armed, but a client can serve the visitor")
+		return wait, pass(OutcomeSkip, whyNotArmed)
+	case acceptsAny(p, wt):
+		return wait, pass(OutcomeSkip, whyClientCanServe)
 	case rt.cfg.Scaler == nil:
-		ex.step(StepColdStart, OutcomeSkip, "armed, but autoscaling is off on this server")
-	default:
-		join, detail, err := false, "", error(nil)
-		if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
-			join, detail, err = planner.PlanColdStart(ctx, d.org, p.pattern, p.path)
-		}
-		if detail != "" {
-			detail = " (" + detail + ")"
-		}
-		if err != nil {
-			ex.step(StepColdStart, OutcomeInfo, "armed, but the scaler would refuse: "+err.Error()+detail+"; the usual wait applies")
-			break
-		}
-		bound := maxWaiters
-		if a.set.cfg.MaxHeld > 0 {
-			bound = a.set.cfg.MaxHeld
-		}
-		if pl.queued >= bound {
-			ex.step(StepColdStart, OutcomeStop, fmt.Sprintf("%d requests waiting, scaling_max_held %d", pl.queued, bound))
-			return 0, refuseWith(refusedHeldFull)
-		}
-		what, verdict := "would call the provider", "cold start: would call provider"
-		if join {
-			what, verdict = "would join the cold start under way", "cold start: would join the start under way"
-		}
-		ex.step(StepColdStart, OutcomeWait, fmt.Sprintf("%s%s and hold the request up to cold_start %s (%d of %d held places taken)", what, detail, d.coldStart, pl.queued, bound))
-		ex.Verdict = verdict
-		pl.waitFor = "cold_start"
-		return d.coldStart, refusal{}
+		return wait, pass(OutcomeSkip, whyNoScaler)
 	}
-	return a.set.cfg.GatewayTimeout, refusal{}
+	if a.ex != nil {
+		return rt.planColdStart(ctx, a, d, wait)
+	}
+	st, err := rt.cfg.Scaler.ColdStart(ctx, d.org, p.pattern, p.path)
+	if err != nil {
+		rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
+		return wait, verdict{} // a disarmed record: the usual wait applies
+	}
+	wt.abort = st.Failed()
+	wt.held, wt.maxHeld = true, a.set.cfg.MaxHeld
+	return d.coldStart, verdict{}
+}
+
+// acceptsAny reports whether a client of p's serving tier accepts w.
+func acceptsAny(p *pool, w *waiter) bool {
+	var arr [16]*service
+	for _, c := range p.candidates(arr[:0]) {
+		if w.accepts(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// planColdStart is checkColdStart's dry run once a start is due: it asks
+// the scaler's ColdStartPlanner (a Scaler without one is taken to start),
+// and refuses when the held places are taken. wait is the usual wait.
+func (rt *Router) planColdStart(ctx context.Context, a *admission, d *armedInfo, wait time.Duration) (time.Duration, verdict) {
+	join, detail, err := false, "", error(nil)
+	if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
+		join, detail, err = planner.PlanColdStart(ctx, d.org, a.p.pattern, a.p.path)
+	}
+	if detail != "" {
+		detail = " (" + detail + ")"
+	}
+	if err != nil {
+		v := pass(OutcomeInfo, whyScalerWouldRefuse)
+		v.name = err.Error() + detail
+		return wait, v
+	}
+	bound := maxWaiters
+	if a.set.cfg.MaxHeld > 0 {
+		bound = a.set.cfg.MaxHeld
+	}
+	queued := a.plan.queued
+	if queued >= bound {
+		v := stop(refusedHeldFull, whyHeldFull)
+		v.n[0], v.n[1] = float64(queued), float64(bound)
+		return 0, v
+	}
+	v := pass(OutcomeWait, whyColdStartHold)
+	v.name, v.n[0], v.n[1], v.wait = detail, float64(queued), float64(bound), d.coldStart
+	a.ex.Verdict = "cold start: would call provider"
+	if join {
+		v.n[2] = 1
+		a.ex.Verdict = "cold start: would join the start under way"
+	}
+	a.plan.waitFor = "cold_start"
+	return d.coldStart, v
 }
 
 // takePermit takes a permit on a client of the pool, waiting in the
@@ -902,39 +997,34 @@ func (rt *Router) takePermit(ctx context.Context, a *admission, wt *waiter, time
 }
 
 // checkConnect refuses a CONNECT to a backend that does not take it (a
-// backend that is a forward proxy would be an open proxy), returning the
-// permit s holds. A dry run checks the predicted pick.
-func (rt *Router) checkConnect(a *admission, s *service) refusal {
-	if a.ex == nil {
-		if a.r.Method == http.MethodConnect && !s.allowConnect.Load() {
-			s.release()
-			return refuseWith(refusedConnect)
-		}
-		return refusal{}
+// backend that is a forward proxy would be an open proxy). s is the
+// service whose permit the request holds, a dry run's the predicted
+// pick's (nil: it left since the survey, and takes nothing).
+func (rt *Router) checkConnect(a *admission, s *service) verdict {
+	if a.method != http.MethodConnect || s != nil && s.allowConnect.Load() {
+		return verdict{}
 	}
-	if a.method == http.MethodConnect && !allowsConnect(a.p, a.plan.pick) {
-		a.ex.step(StepPermit, OutcomeStop, "client "+a.plan.pick.Name+" does not take CONNECT requests")
-		return refuseWith(refusedConnect)
-	}
-	return refusal{}
+	return stop(refusedConnect, whyNoConnect)
 }
 
-// takeSlot takes a server-wide slot for the request that holds s's permit,
-// or returns the permit and refuses. A dry run reads the count.
-func (rt *Router) takeSlot(a *admission, s *service) refusal {
-	if a.ex == nil {
-		if !rt.takeGlobal(a.set.cfg.MaxConcurrentRequests) {
-			s.release()
-			return refuseWith(refusedServerConcurrency)
-		}
-		return refusal{}
+// takeSlot takes a server-wide slot for the request, or refuses when
+// max_concurrent_requests are in flight. A dry run takes nothing: it
+// reads the count, which its step names.
+func (rt *Router) takeSlot(a *admission) verdict {
+	limit := a.set.cfg.MaxConcurrentRequests
+	v := pass(OutcomePass, whySlots)
+	var ok bool
+	if a.ex != nil {
+		n := rt.global.Load()
+		v.n[0] = float64(n)
+		ok = limit <= 0 || n < int64(limit)
+	} else {
+		ok = rt.takeGlobal(limit)
 	}
-	if max := int64(a.set.cfg.MaxConcurrentRequests); max > 0 && rt.global.Load() >= max {
-		a.ex.step(StepGlobal, OutcomeStop, fmt.Sprintf("%d of max_concurrent_requests %d in flight", rt.global.Load(), max))
-		return refuseWith(refusedServerConcurrency)
+	if !ok {
+		v.kind, v.outcome = refusedServerConcurrency, OutcomeStop
 	}
-	a.ex.step(StepGlobal, OutcomePass, fmt.Sprintf("%d of %s in flight", rt.global.Load(), limitText(int64(a.set.cfg.MaxConcurrentRequests))))
-	return refusal{}
+	return v
 }
 
 // refusalReason is what the inspector records of ref: Explain's verdict

@@ -150,6 +150,23 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			host: "gone.test", want: http.StatusFound,
 		},
 		{
+			// The proxy finds the bind dead before it weighs the path's
+			// other readings: 502, not the 400 of an ambiguous path.
+			name: "dead bind, a reading of the path names a guarded bind",
+			setup: func(t *testing.T) *Router {
+				rt := newRouter(t, Config{DownThreshold: time.Minute})
+				root := newConn("root", 1)
+				rt.update(root, ann(svc("", "app.test")))
+				admin := svc("/admin", "app.test")
+				admin.Access = &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
+				rt.update(newConn("admin", 2), ann(admin))
+				rt.detach(root)
+				time.Sleep(2 * time.Minute) // the bubble's clock passes client_down_threshold
+				return rt
+			},
+			path: "/admin%2Fx", want: http.StatusBadGateway,
+		},
+		{
 			name: "allowed_ips refuses the visitor",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{})

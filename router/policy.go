@@ -1,7 +1,6 @@
 package router
 
 import (
-	"fmt"
 	"maps"
 	"math"
 	"net/http"
@@ -28,20 +27,18 @@ const (
 	StepRateLimit = apitype.StepRateLimit
 )
 
-// checkRouteRule matches the route rules. CONNECT has no path and is
-// never matched.
-func (rt *Router) checkRouteRule(a *admission) refusal {
+// checkRouteRule matches the route rules, leaving the match in a.rule.
+// CONNECT has no path and is never matched.
+func (rt *Router) checkRouteRule(a *admission) verdict {
 	if a.set.policy.Rules() == 0 {
-		return refusal{}
+		return verdict{}
 	}
 	method := a.method
-	if a.ex == nil {
-		method = a.r.Method
-	} else if method == "" {
+	if method == "" {
 		method = http.MethodGet
 	}
 	if method == http.MethodConnect {
-		return refusal{}
+		return verdict{}
 	}
 	rule := a.set.policy.Match(a.host, a.path, method)
 	a.rule = rule
@@ -50,26 +47,20 @@ func (rt *Router) checkRouteRule(a *admission) refusal {
 	// (a rate limit on /login skipped by "/login%2F").
 	for _, k := range a.other {
 		if other := a.set.policy.Match(a.host, k, method); other != nil && other != rule {
-			if a.ex != nil {
-				a.ex.step(StepRouteRule, OutcomeStop, "the path matches "+describeRule(rule)+", but a backend that reads it as "+k+" gets "+other.Describe()+": refused with 400")
-			}
-			return refuseWith(refusedAmbiguousPath)
+			v := stop(refusedAmbiguousPath, whyRuleAmbiguous)
+			v.name, v.other = k, other
+			return v
 		}
 	}
-	if a.ex != nil {
-		switch {
-		case rule == nil:
-			a.ex.step(StepRouteRule, OutcomePass, fmt.Sprintf("none of %d route rules matches", a.set.policy.Rules()))
-		case rule.Answers():
-			a.ex.step(StepRouteRule, OutcomeStop, rule.Describe())
-		default:
-			a.ex.step(StepRouteRule, OutcomePass, rule.Describe())
-		}
+	switch {
+	case rule == nil:
+		return pass(OutcomePass, whyNoRule)
+	case rule.Answers():
+		v := stop(answeredByRule, whyRuleMatches)
+		v.rule = rule
+		return v
 	}
-	if rule != nil && rule.Answers() {
-		return refusal{kind: answeredByRule, rule: rule}
-	}
-	return refusal{}
+	return pass(OutcomePass, whyRuleMatches)
 }
 
 // describeRule describes rule for explain, nil as no rule.
@@ -81,29 +72,32 @@ func describeRule(rule *policy.Rule) string {
 }
 
 // checkRateLimit takes a token of the request's bucket of its route's
-// rate limit (a dry run only reads it). It runs after access control, so
-// that a limit keyed by user sees the admitted one.
-func (rt *Router) checkRateLimit(a *admission, rec *telemetry.Request) refusal {
+// rate limit and refuses when it has none. A dry run takes nothing: it
+// reads the tokens left, which its step names. It runs after access
+// control, so that a limit keyed by user sees the admitted one (a dry run
+// admits nobody: a.dec is the proxy's).
+func (rt *Router) checkRateLimit(a *admission, rec *telemetry.Request) verdict {
 	rule := a.rule
 	if rule == nil || !rule.Limited() {
-		return refusal{}
+		return verdict{}
 	}
-	if a.ex == nil {
-		retry, ok := rule.Allow(time.Now(), policy.Visitor{Addr: a.ip, Header: a.r.Header, User: a.dec.User})
-		if !ok {
-			rec.Routed = true
-			return refusal{kind: refusedRouteLimit, rule: rule, retry: retry}
-		}
-		return refusal{}
+	vis := policy.Visitor{Addr: a.ip, Header: a.header, User: a.dec.User}
+	v := pass(OutcomePass, whyRouteTokens)
+	var ok bool
+	if a.ex != nil {
+		v.n[0], v.n[1], v.n[2] = rule.Tokens(a.now, vis)
+		ok = v.n[0] >= 1
+	} else {
+		v.retry, ok = rule.Allow(time.Now(), vis)
 	}
-	tokens, burst, rate := rule.Tokens(a.now, policy.Visitor{Addr: a.ip, Header: a.header})
-	detail := fmt.Sprintf("%s of %s, keyed by %s: %.1f of %g tokens left (refill %g/s)", rule.LimitName(), rule.Name, rule.KeyName(), tokens, burst, rate)
-	if tokens < 1 {
-		a.ex.step(StepRateLimit, OutcomeStop, detail)
-		return refusal{kind: refusedRouteLimit, rule: rule}
+	if ok {
+		return v
 	}
-	a.ex.step(StepRateLimit, OutcomePass, detail)
-	return refusal{}
+	if rec != nil {
+		rec.Routed = true
+	}
+	v.kind, v.outcome, v.rule = refusedRouteLimit, OutcomeStop, rule
+	return v
 }
 
 // refuseRoute answers 429 for a route's rate limit, naming the

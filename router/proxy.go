@@ -95,7 +95,7 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	if proxyHookForTest != nil {
 		proxyHookForTest(r)
 	}
-	a := admission{set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), host: host, path: r.URL.Path, ins: ir}
+	a := admission{set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: host, path: r.URL.Path, ins: ir}
 	if rt.tracer != nil {
 		a.routeStart = time.Now()
 	}
@@ -194,18 +194,21 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			s, ref = rt.takePermit(ctx, a, wt, timeout, wait, rec)
 		}
 		if ref.kind == passed {
-			ref = rt.checkTokenRate(a, s)
+			ref = rt.checkTokenRate(s)
 		}
 		if ref.kind == passed {
-			ref = rt.checkConnect(a, s)
+			ref = rt.checkConnect(a, s).refusal
 		}
 		if ref.kind == passed {
 			ref = rt.checkQuota(a, s, &counted)
 		}
 		if ref.kind == passed {
-			ref = rt.takeSlot(a, s)
+			ref = rt.takeSlot(a).refusal
 		}
 		if ref.kind != passed {
+			if s != nil {
+				s.release() // the permit a stage after takePermit refused with
+			}
 			rt.answer(w, r, rec, host, ref)
 			return
 		}
@@ -604,8 +607,7 @@ type boundCounter struct {
 
 // checkQuota finds the usage counter of s's token, organization and a's
 // bind (cached on s, else one map lookup in the meter's snapshot) into
-// *counted, and
-// refuses the request, releasing s's permit, when the token is over its
+// *counted, and refuses the request when the token is over its
 // daily_max_bytes or the organization over its monthly_max_bytes. Without
 // a meter it passes.
 func (rt *Router) checkQuota(a *admission, s *service, counted **usage.Counter) refusal {
@@ -631,6 +633,5 @@ func (rt *Router) checkQuota(a *admission, s *service, counted **usage.Counter) 
 		return refusal{}
 	}
 	*counted = nil
-	s.release()
 	return refusal{kind: kind}
 }

@@ -69,14 +69,10 @@ func (rt *Router) releaseTokenRateLocked(e *clientEntry) {
 }
 
 // checkTokenRate takes a request of the max_rps bucket of the token of the
-// client s, whose permit the request holds; an empty bucket returns the
-// permit and refuses with 429 token-rate. A dry run does not judge it.
-func (rt *Router) checkTokenRate(a *admission, s *service) refusal {
-	if a.ex != nil {
-		return refusal{}
-	}
+// client s, whose permit the request holds; an empty bucket refuses with
+// 429 token-rate. Only the proxy runs it: Explain does not predict it.
+func (rt *Router) checkTokenRate(s *service) refusal {
 	if lim := s.rate.Load(); lim != nil && !lim.Allow() {
-		s.release()
 		return refuseWith(refusedTokenRate)
 	}
 	return refusal{}
