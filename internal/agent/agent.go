@@ -413,10 +413,10 @@ func (a *Agent) announcement() tunnel.Announcement {
 			Secret:            s.Secret,
 			Min:               s.Min,
 			Max:               s.Max,
-			ColdStartMS:       s.ColdStart.Milliseconds(),
+			ColdStart:         s.ColdStart,
 			TargetUtilization: s.TargetUtilization,
-			WindowMS:          s.Window.Milliseconds(),
-			CooldownMS:        s.Cooldown.Milliseconds(),
+			Window:            s.Window,
+			Cooldown:          s.Cooldown,
 		}
 	}
 	return ann

@@ -239,10 +239,8 @@ func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 	sc := ann.Scaling
 	job := &declareJob{id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
 		URL: sc.URL, Secret: sc.Secret, Min: sc.Min, Max: sc.Max,
-		ColdStart:         time.Duration(sc.ColdStartMS) * time.Millisecond,
-		TargetUtilization: sc.TargetUtilization,
-		Window:            time.Duration(sc.WindowMS) * time.Millisecond,
-		Cooldown:          time.Duration(sc.CooldownMS) * time.Millisecond,
+		ColdStart: sc.ColdStart, TargetUtilization: sc.TargetUtilization,
+		Window: sc.Window, Cooldown: sc.Cooldown,
 	}}
 	seen := map[string]bool{}
 	for _, svc := range ann.Services {
