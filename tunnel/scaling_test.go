@@ -3,6 +3,7 @@ package tunnel
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -127,4 +128,85 @@ func FuzzScalingJSON(f *testing.F) {
 			t.Fatalf("round trip of %s = %+v, want %+v", b, again, s)
 		}
 	})
+}
+
+// TestScalingProblems pins each rule of a complete block: the field, the
+// rule and the words the server sends its clients.
+func TestScalingProblems(t *testing.T) {
+	ok := Scaling{URL: "https://p.example/scale", Max: 4}.WithDefaults()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("Validate(%+v) = %v, want nil", ok, err)
+	}
+	tests := []struct {
+		name  string
+		edit  func(*Scaling)
+		field string
+		rule  ScalingRule
+		msg   string
+	}{
+		{"no url", func(s *Scaling) { s.URL = "" }, "url", ScalingRequired, "url is required"},
+		{"long url", func(s *Scaling) { s.URL = "https://p.example/" + strings.Repeat("a", MaxScalingURLBytes) }, "url", ScalingTooLong, "url is longer than 2048 bytes"},
+		{"bad url", func(s *Scaling) { s.URL = "https://p.example/%zz" }, "url", ScalingUnparsable, "url does not parse"},
+		{"ftp url", func(s *Scaling) { s.URL = "ftp://p.example/" }, "url", ScalingScheme, "url must be https (or http where the server allows it)"},
+		{"relative url", func(s *Scaling) { s.URL = "/scale" }, "url", ScalingScheme, "url must be https (or http where the server allows it)"},
+		{"no host", func(s *Scaling) { s.URL = "https:///scale" }, "url", ScalingNoHost, "url has no host"},
+		{"credentials", func(s *Scaling) { s.URL = "https://u:pw@p.example/" }, "url", ScalingCredentials, "url must not carry credentials: set secret instead"},
+		{"long secret", func(s *Scaling) { s.Secret = strings.Repeat("s", MaxScalingSecretBytes+1) }, "secret", ScalingTooLong, "secret is longer than 4096 bytes"},
+		{"negative min", func(s *Scaling) { s.Min = -1 }, "min", ScalingNegative, "min -1 is negative"},
+		{"max below min", func(s *Scaling) { s.Min = 5 }, "max", ScalingBelowMin, "max 4 is below min 5"},
+		{"negative cold start", func(s *Scaling) { s.ColdStart = -time.Second }, "cold_start", ScalingNegative, "cold_start -1s is negative"},
+		{"cold start above max", func(s *Scaling) { s.ColdStart = MaxColdStart + time.Millisecond }, "cold_start", ScalingAboveMax, "cold_start 5m0.001s is above the maximum of 5m0s"},
+		{"zero target", func(s *Scaling) { s.TargetUtilization = 0 }, "target_utilization", ScalingOutOfRange, "target_utilization 0 is not in (0,1]"},
+		{"target above one", func(s *Scaling) { s.TargetUtilization = 1.01 }, "target_utilization", ScalingOutOfRange, "target_utilization 1.01 is not in (0,1]"},
+		{"NaN target", func(s *Scaling) { s.TargetUtilization = math.NaN() }, "target_utilization", ScalingOutOfRange, "target_utilization NaN is not in (0,1]"},
+		{"short window", func(s *Scaling) { s.Window = 999 * time.Millisecond }, "window", ScalingTooShort, "window 999ms is below 1s"},
+		{"zero cooldown", func(s *Scaling) { s.Cooldown = 0 }, "cooldown", ScalingTooShort, "cooldown 0s is below 1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := ok
+			tt.edit(&s)
+			ps := s.Problems()
+			if len(ps) != 1 || ps[0].Field != tt.field || ps[0].Rule != tt.rule || ps[0].Error() != tt.msg {
+				t.Fatalf("Problems(%+v) = %v, want one %s %s %q", s, ps, tt.field, tt.rule, tt.msg)
+			}
+			var se *ScalingError
+			if err := s.Validate(); !errors.As(err, &se) || err.Error() != tt.msg {
+				t.Errorf("Validate() = %v, want %q as a *ScalingError", err, tt.msg)
+			}
+		})
+	}
+	// A negative max is below any min of 0 or more, and both are said.
+	s := ok
+	s.Max = -1
+	if got, want := s.Validate().Error(), "max -1 is negative\nmax -1 is below min 0"; got != want {
+		t.Errorf("Validate(max -1) = %q, want %q", got, want)
+	}
+}
+
+// TestScalingDefaults: DefaultScaling is the documented defaults, a block
+// with only a URL gets them from WithDefaults and is then valid, and
+// WithDefaults keeps what a block sets.
+func TestScalingDefaults(t *testing.T) {
+	want := Scaling{ColdStart: 45 * time.Second, TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: time.Minute}
+	if got := DefaultScaling(); got != want {
+		t.Errorf("DefaultScaling() = %+v, want %+v", got, want)
+	}
+	got := Scaling{URL: "https://p.example/"}.WithDefaults()
+	want.URL, want.Max = "https://p.example/", 1
+	if got != want {
+		t.Errorf("WithDefaults() = %+v, want %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("Validate(%+v) = %v, want nil", got, err)
+	}
+	set := Scaling{URL: "https://p.example/", Min: 3, Max: 7, ColdStart: time.Second, TargetUtilization: 0.5, Window: 2 * time.Second, Cooldown: 3 * time.Second}
+	if got := set.WithDefaults(); got != set {
+		t.Errorf("WithDefaults(%+v) = %+v, want it unchanged", set, got)
+	}
+	for min, want := range map[int]int{0: 1, 1: 1, 5: 5, -1: 0} {
+		if got := (Scaling{Min: min}).WithDefaults().Max; got != want {
+			t.Errorf("WithDefaults(min %d).Max = %d, want %d", min, got, want)
+		}
+	}
 }
