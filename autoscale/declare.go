@@ -66,35 +66,10 @@ func (e *DeclarationError) Error() string {
 // Is makes errors.Is(err, ErrInvalid) hold.
 func (e *DeclarationError) Is(target error) bool { return target == ErrInvalid }
 
-// Declaration is a client's scaling block as announced. A zero field means
-// the default: Min 0 (scale to zero), Max tunnel.DefaultScalingMax(Min), ColdStart
-// DefaultColdStart, TargetUtilization DefaultTargetUtilization, Window
-// DefaultWindow, Cooldown DefaultCooldown.
-type Declaration struct {
-	// URL is the provider's hook: absolute, http or https (the fence
-	// decides at call time whether plain http is allowed), without
-	// user info.
-	URL string
-	// Secret is sent as "Authorization: Bearer"; "" sends none.
-	Secret string
-	// Min is the floor of a scale-in's desired capacity.
-	Min int
-	// Max is the ceiling the server never asks above, cold starts
-	// included; 0 means tunnel.DefaultScalingMax(Min).
-	Max int
-	// ColdStart is how long a visitor may be held; at most MaxColdStart.
-	ColdStart time.Duration
-	// TargetUtilization is in (0,1]: scale out at or above it, scale in
-	// below half of it.
-	TargetUtilization float64
-	// Window is how long utilization must stay at or above target before a
-	// scale-out (four of them below half the target before a scale-in);
-	// at least MinWindow.
-	Window time.Duration
-	// Cooldown is the minimum gap between two calls for one bind; at least
-	// MinWindow.
-	Cooldown time.Duration
-}
+// Declaration is a client's scaling block as announced: tunnel's one
+// scaling type, whose fields, defaults and rules it documents. A zero
+// field means the default (Scaling.WithDefaults).
+type Declaration = tunnel.Scaling
 
 // withDefaultMax returns r with Max set to tunnel.DefaultScalingMax(r.Min)
 // when it is 0: a record stored before max had a default still holds 0,
@@ -110,8 +85,8 @@ func withDefaultMax(r Record) Record {
 // sub-millisecond parts of durations (the store keeps milliseconds), and
 // checks the rules. The error is a *DeclarationError listing every
 // problem.
-func (d Declaration) Normalize() (Declaration, error) {
-	n, problems := d.normalize()
+func Normalize(d Declaration) (Declaration, error) {
+	n, problems := normalize(d)
 	if len(problems) > 0 {
 		return Declaration{}, &DeclarationError{Problems: problems}
 	}
@@ -121,13 +96,13 @@ func (d Declaration) Normalize() (Declaration, error) {
 // normalize is Normalize, returning the problems as text: tunnel's
 // defaults and rules (tunnel.Scaling), with a cold_start above the
 // maximum cut to it rather than refused.
-func (d Declaration) normalize() (Declaration, []string) {
-	d = Declaration(tunnel.Scaling(d).WithDefaults())
+func normalize(d Declaration) (Declaration, []string) {
+	d = d.WithDefaults()
 	d.ColdStart = min(d.ColdStart, MaxColdStart).Truncate(time.Millisecond)
 	d.Window = d.Window.Truncate(time.Millisecond)
 	d.Cooldown = d.Cooldown.Truncate(time.Millisecond)
 	var problems []string
-	for _, p := range tunnel.Scaling(d).Problems() {
+	for _, p := range d.Problems() {
 		problems = append(problems, p.Error())
 	}
 	return d, problems

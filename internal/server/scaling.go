@@ -237,11 +237,7 @@ func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 		armer = apitype.Master
 	}
 	sc := ann.Scaling
-	job := &declareJob{id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
-		URL: sc.URL, Secret: sc.Secret, Min: sc.Min, Max: sc.Max,
-		ColdStart: sc.ColdStart, TargetUtilization: sc.TargetUtilization,
-		Window: sc.Window, Cooldown: sc.Cooldown,
-	}}
+	job := &declareJob{id: id, session: s.ID(), armer: armer, block: *sc}
 	seen := map[string]bool{}
 	for _, svc := range ann.Services {
 		for _, h := range svc.Hostnames {
