@@ -5,39 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
-// Defaults and bounds of a scaling block (docs/autoscaling.md). The values
-// live in wire, which aperio-client applies too.
+// Defaults and bounds of a scaling block (docs/autoscaling.md). They are
+// tunnel's, where the scaling block's type and rules live: aperio-client
+// applies the same.
 const (
 	// DefaultColdStart is how long a visitor may be held while a cold
 	// start runs, when the block does not say.
-	DefaultColdStart = apitype.DefaultColdStart
+	DefaultColdStart = tunnel.DefaultColdStart
 	// MaxColdStart caps cold_start; a longer one is cut to it.
-	MaxColdStart = apitype.MaxColdStart
+	MaxColdStart = tunnel.MaxColdStart
 	// DefaultTargetUtilization is the scale-out threshold when the block
 	// does not say.
-	DefaultTargetUtilization = apitype.DefaultTargetUtilization
+	DefaultTargetUtilization = tunnel.DefaultTargetUtilization
 	// DefaultWindow is how long utilization must stay at or above target
 	// before a scale-out, when the block does not say.
-	DefaultWindow = apitype.DefaultWindow
+	DefaultWindow = tunnel.DefaultScalingWindow
 	// DefaultCooldown is the minimum gap between two calls for one bind,
 	// when the block does not say.
-	DefaultCooldown = apitype.DefaultCooldown
+	DefaultCooldown = tunnel.DefaultScalingCooldown
 	// MinWindow is the smallest window and cooldown accepted.
-	MinWindow = apitype.MinWindow
-
-	maxURLBytes    = 2048
-	maxSecretBytes = 4096
+	MinWindow = tunnel.MinScalingWindow
 )
 
 // ErrInvalid is matched (errors.Is) by every error reporting a scaling
@@ -70,51 +66,17 @@ func (e *DeclarationError) Error() string {
 // Is makes errors.Is(err, ErrInvalid) hold.
 func (e *DeclarationError) Is(target error) bool { return target == ErrInvalid }
 
-// Declaration is a client's scaling block as announced. A zero field means
-// the default: Min 0 (scale to zero), Max DefaultMax(Min), ColdStart
-// DefaultColdStart, TargetUtilization DefaultTargetUtilization, Window
-// DefaultWindow, Cooldown DefaultCooldown.
-type Declaration struct {
-	// URL is the provider's hook: absolute, http or https (the fence
-	// decides at call time whether plain http is allowed), without
-	// user info.
-	URL string
-	// Secret is sent as "Authorization: Bearer"; "" sends none.
-	Secret string
-	// Min is the floor of a scale-in's desired capacity.
-	Min int
-	// Max is the ceiling the server never asks above, cold starts
-	// included; 0 means DefaultMax(Min).
-	Max int
-	// ColdStart is how long a visitor may be held; at most MaxColdStart.
-	ColdStart time.Duration
-	// TargetUtilization is in (0,1]: scale out at or above it, scale in
-	// below half of it.
-	TargetUtilization float64
-	// Window is how long utilization must stay at or above target before a
-	// scale-out (four of them below half the target before a scale-in);
-	// at least MinWindow.
-	Window time.Duration
-	// Cooldown is the minimum gap between two calls for one bind; at least
-	// MinWindow.
-	Cooldown time.Duration
-}
+// Declaration is a client's scaling block as announced: tunnel's one
+// scaling type, whose fields, defaults and rules it documents. A zero
+// field means the default (Scaling.WithDefaults).
+type Declaration = tunnel.Scaling
 
-// DefaultMax is the ceiling of a block that declares no max: min, and at
-// least one. A cold start asks for max(1, min) instances, so no smaller
-// default could hold the rule that no call asks above max; and no larger
-// one is safe to assume, since the provider pays for every instance. With
-// it the server cold starts the service to that size and never scales it
-// out; a pool grown above it by other means is asked down to it when idle,
-// like any pool above its max.
-func DefaultMax(min int) int { return max(1, min) }
-
-// withDefaultMax returns r with Max set to DefaultMax(r.Min) when it is 0:
-// a record stored before max had a default still holds 0, and a call for
-// it must not say "max":0 next to a desired of 1 or more.
+// withDefaultMax returns r with Max set to tunnel.DefaultScalingMax(r.Min)
+// when it is 0: a record stored before max had a default still holds 0,
+// and a call for it must not say "max":0 next to a desired of 1 or more.
 func withDefaultMax(r Record) Record {
 	if r.Max <= 0 {
-		r.Max = DefaultMax(r.Min)
+		r.Max = tunnel.DefaultScalingMax(r.Min)
 	}
 	return r
 }
@@ -123,73 +85,25 @@ func withDefaultMax(r Record) Record {
 // sub-millisecond parts of durations (the store keeps milliseconds), and
 // checks the rules. The error is a *DeclarationError listing every
 // problem.
-func (d Declaration) Normalize() (Declaration, error) {
-	n, problems := d.normalize()
+func Normalize(d Declaration) (Declaration, error) {
+	n, problems := normalize(d)
 	if len(problems) > 0 {
 		return Declaration{}, &DeclarationError{Problems: problems}
 	}
 	return n, nil
 }
 
-// normalize is Normalize, returning the problems as text.
-func (d Declaration) normalize() (Declaration, []string) {
-	var problems []string
-	if d.ColdStart == 0 {
-		d.ColdStart = DefaultColdStart
-	}
-	if d.TargetUtilization == 0 {
-		d.TargetUtilization = DefaultTargetUtilization
-	}
-	if d.Window == 0 {
-		d.Window = DefaultWindow
-	}
-	if d.Cooldown == 0 {
-		d.Cooldown = DefaultCooldown
-	}
+// normalize is Normalize, returning the problems as text: tunnel's
+// defaults and rules (tunnel.Scaling), with a cold_start above the
+// maximum cut to it rather than refused.
+func normalize(d Declaration) (Declaration, []string) {
+	d = d.WithDefaults()
 	d.ColdStart = min(d.ColdStart, MaxColdStart).Truncate(time.Millisecond)
 	d.Window = d.Window.Truncate(time.Millisecond)
 	d.Cooldown = d.Cooldown.Truncate(time.Millisecond)
-
-	switch u, err := url.Parse(d.URL); {
-	case d.URL == "":
-		problems = append(problems, "url is required")
-	case len(d.URL) > maxURLBytes:
-		problems = append(problems, fmt.Sprintf("url is longer than %d bytes", maxURLBytes))
-	case err != nil:
-		problems = append(problems, "url does not parse")
-	case u.Scheme != "https" && u.Scheme != "http":
-		problems = append(problems, "url must be https (or http where the server allows it)")
-	case u.Host == "":
-		problems = append(problems, "url has no host")
-	case u.User != nil:
-		problems = append(problems, "url must not carry credentials: set secret instead")
-	}
-	if len(d.Secret) > maxSecretBytes {
-		problems = append(problems, fmt.Sprintf("secret is longer than %d bytes", maxSecretBytes))
-	}
-	if d.Min < 0 {
-		problems = append(problems, fmt.Sprintf("min %d is negative", d.Min))
-	}
-	if d.Max < 0 {
-		problems = append(problems, fmt.Sprintf("max %d is negative", d.Max))
-	}
-	if d.Max > 0 && d.Min > d.Max {
-		problems = append(problems, fmt.Sprintf("max %d is below min %d", d.Max, d.Min))
-	}
-	if d.Max == 0 && d.Min >= 0 {
-		d.Max = DefaultMax(d.Min)
-	}
-	if d.ColdStart < 0 {
-		problems = append(problems, fmt.Sprintf("cold_start %v is negative", d.ColdStart))
-	}
-	if t := d.TargetUtilization; math.IsNaN(t) || t <= 0 || t > 1 {
-		problems = append(problems, fmt.Sprintf("target_utilization %v is not in (0,1]", t))
-	}
-	if d.Window < MinWindow {
-		problems = append(problems, fmt.Sprintf("window %v is below %v", d.Window, MinWindow))
-	}
-	if d.Cooldown < MinWindow {
-		problems = append(problems, fmt.Sprintf("cooldown %v is below %v", d.Cooldown, MinWindow))
+	var problems []string
+	for _, p := range d.Problems() {
+		problems = append(problems, p.Error())
 	}
 	return d, problems
 }

@@ -26,7 +26,7 @@ func announce(host, session string, b Declaration) SessionDeclaration {
 // DefaultMax(0) = 1, cold_start 45s, target_utilization 0.8, window 15s,
 // cooldown 60s.
 func TestNormalizeAppliesDefaults(t *testing.T) {
-	got, err := Declaration{URL: "https://p.example/scale"}.Normalize()
+	got, err := Normalize(Declaration{URL: "https://p.example/scale"})
 	if err != nil {
 		t.Fatalf("Normalize() error %v", err)
 	}
@@ -47,7 +47,7 @@ func TestNormalizeDefaultMax(t *testing.T) {
 		{3, 0, 3},
 		{3, 8, 8},
 	} {
-		got, err := Declaration{URL: "https://p.example/scale", Min: tt.min, Max: tt.max}.Normalize()
+		got, err := Normalize(Declaration{URL: "https://p.example/scale", Min: tt.min, Max: tt.max})
 		if err != nil {
 			t.Fatalf("Normalize(min %d, max %d) error %v", tt.min, tt.max, err)
 		}
@@ -59,7 +59,7 @@ func TestNormalizeDefaultMax(t *testing.T) {
 
 // TestNormalizeCapsColdStartAtFiveMinutes proves the cold_start cap.
 func TestNormalizeCapsColdStartAtFiveMinutes(t *testing.T) {
-	got, err := Declaration{URL: "https://p.example/", ColdStart: time.Hour}.Normalize()
+	got, err := Normalize(Declaration{URL: "https://p.example/", ColdStart: time.Hour})
 	if err != nil {
 		t.Fatalf("Normalize() error %v", err)
 	}
@@ -96,7 +96,7 @@ func TestNormalizeRefusesInvalidBlocks(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := ok
 			tt.edit(&d)
-			_, err := d.Normalize()
+			_, err := Normalize(d)
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("Normalize(%+v) error = %v, want ErrInvalid", d, err)
 			}
@@ -108,12 +108,12 @@ func TestNormalizeRefusesInvalidBlocks(t *testing.T) {
 	t.Run("target of exactly one", func(t *testing.T) {
 		d := ok
 		d.TargetUtilization = 1
-		if _, err := d.Normalize(); err != nil {
+		if _, err := Normalize(d); err != nil {
 			t.Errorf("Normalize(target 1) error %v, want nil", err)
 		}
 	})
 	t.Run("every problem at once", func(t *testing.T) {
-		_, err := Declaration{Min: -1, Window: time.Millisecond}.Normalize()
+		_, err := Normalize(Declaration{Min: -1, Window: time.Millisecond})
 		var de *DeclarationError
 		if !errors.As(err, &de) || len(de.Problems) != 3 {
 			t.Errorf("Normalize() error = %v, want 3 problems (url, min, window)", err)
@@ -491,7 +491,7 @@ func TestDisarmDeletesAndHeartbeatRecreates(t *testing.T) {
 func TestPlanDeclare(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	const host = "app.example.com"
-	eff, err := block(host).Normalize()
+	eff, err := Normalize(block(host))
 	if err != nil {
 		t.Fatalf("Normalize() error %v", err)
 	}

@@ -128,7 +128,7 @@ func (c *Controller) validateDeclaration(a SessionDeclaration) (Declaration, err
 // remembers nothing: a client's declaration and an operator's (Arm) are
 // judged alike.
 func (c *Controller) checkBlock(hostname string, block Declaration) (Declaration, []string) {
-	d, problems := block.normalize()
+	d, problems := normalize(block)
 	if hostname == "" {
 		problems = append(problems, "hostname is empty")
 	}

@@ -224,18 +224,6 @@ type Concurrency struct {
 	Fixed   bool   `json:"fixed"`
 }
 
-// Scaling is the announced scaling block. Durations travel as milliseconds.
-type Scaling struct {
-	URL               string  `json:"url"`
-	Secret            string  `json:"secret,omitempty"`
-	Min               int     `json:"min"`
-	Max               int     `json:"max"`
-	ColdStartMS       int64   `json:"cold_start_ms"`
-	TargetUtilization float64 `json:"target_utilization"`
-	WindowMS          int64   `json:"window_ms"`
-	CooldownMS        int64   `json:"cooldown_ms"`
-}
-
 // message is the envelope of every control-stream frame.
 type message struct {
 	Type         string        `json:"type"`

@@ -408,16 +408,8 @@ func (a *Agent) announcement() tunnel.Announcement {
 		ann.Expose = append(ann.Expose, announceExpose(e))
 	}
 	if s := st.scaling; s != nil {
-		ann.Scaling = &tunnel.Scaling{
-			URL:               s.URL,
-			Secret:            s.Secret,
-			Min:               s.Min,
-			Max:               s.Max,
-			ColdStartMS:       s.ColdStart.Milliseconds(),
-			TargetUtilization: s.TargetUtilization,
-			WindowMS:          s.Window.Milliseconds(),
-			CooldownMS:        s.Cooldown.Milliseconds(),
-		}
+		sc := *s // config.Scaling is tunnel.Scaling: a copy, not the config's own
+		ann.Scaling = &sc
 	}
 	return ann
 }

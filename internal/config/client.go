@@ -5,13 +5,14 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/debughttp"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // ClientFile is the file aperio-client reads from its working directory when
@@ -46,24 +47,6 @@ func DefaultClient() Client {
 // MaxReloadDrain bounds reload_drain: a removed service's requests may hold
 // its drain no longer, whatever the setting says.
 const MaxReloadDrain = 10 * time.Minute
-
-// DefaultScaling returns the defaults of a scaling declaration, which apply
-// field by field to the fields a declaration leaves unset. URL is empty.
-func DefaultScaling() Scaling {
-	return Scaling{
-		ColdStart:         apitype.DefaultColdStart,
-		TargetUtilization: apitype.DefaultTargetUtilization,
-		Window:            apitype.DefaultWindow,
-		Cooldown:          apitype.DefaultCooldown,
-	}
-}
-
-// DefaultScalingMax is scaling.max when no surface sets it: scaling.min,
-// and at least one. A cold start asks for max(1, min) instances, so the
-// ceiling can be no lower, and no higher one is safe to assume: the server
-// cold starts the service to that size and never scales it out. The
-// server applies the same default to a block announced with max 0.
-func DefaultScalingMax(min int) int { return max(1, min) }
 
 // clientSettings is the client's table of top-level keys, in --print-config
 // order; services, the single-service keys and scaling have their own.
@@ -195,7 +178,7 @@ func singleSettings() []setting[Service] {
 func ClientKeys() []Key {
 	keys := keysOf(clientSettings(), ptr(DefaultClient()))
 	keys = append(keys, keysOf(singleSettings(), nil)...)
-	keys = append(keys, keysOf(scalingSettings(), ptr(DefaultScaling()))...)
+	keys = append(keys, keysOf(scalingSettings(), ptr(tunnel.DefaultScaling()))...)
 	ad := keysOf(adaptiveSettings(), newDefaultAdaptive())
 	for i := range ad {
 		if ad[i].Name == "adaptive_concurrency" {
@@ -296,14 +279,14 @@ func LoadClient(o ClientOptions) (Client, *Sources, error) {
 		}
 	}
 	if present(sc, layers...) {
-		s := DefaultScaling()
+		s := tunnel.DefaultScaling()
 		cfg.Scaling = &s
 		apply(l, cfg.Scaling, sc, layers, func() *Scaling {
-			s := DefaultScaling()
+			s := tunnel.DefaultScaling()
 			return &s
 		}, "")
 		if l.src.Of("scaling.max").Kind == SourceDefault {
-			cfg.Scaling.Max = DefaultScalingMax(cfg.Scaling.Min)
+			cfg.Scaling.Max = tunnel.DefaultScalingMax(cfg.Scaling.Min)
 		}
 	}
 	if present(ad, layers...) {
@@ -610,27 +593,7 @@ func (c Client) problems(src *Sources) []*Error {
 	v.adaptive("", c.Adaptive)
 
 	if sc := c.Scaling; sc != nil {
-		if sc.URL == "" {
-			v.add("scaling.url", "required when the scaling block is declared")
-		} else if msg := checkURL(sc.URL, hookSchemes...); msg != "" {
-			v.add("scaling.url", "%s", msg)
-		}
-		v.nonNegative("scaling.min", int64(sc.Min))
-		v.nonNegative("scaling.max", int64(sc.Max))
-		// An explicit max: 0 is below a positive min like any other value:
-		// only an unset max takes the default (DefaultScalingMax).
-		if sc.Max < sc.Min {
-			v.add("scaling.max", "%d is below scaling.min %d", sc.Max, sc.Min)
-		}
-		v.nonNegativeDuration("scaling.cold_start", sc.ColdStart)
-		if sc.ColdStart > apitype.MaxColdStart {
-			v.add("scaling.cold_start", "%s is above the maximum of %s", formatDuration(sc.ColdStart), formatDuration(apitype.MaxColdStart))
-		}
-		if !(sc.TargetUtilization > 0 && sc.TargetUtilization <= 1) {
-			v.add("scaling.target_utilization", "%g is outside (0, 1]", sc.TargetUtilization)
-		}
-		v.atLeastSecond("scaling.window", sc.Window)
-		v.atLeastSecond("scaling.cooldown", sc.Cooldown)
+		v.scaling(*sc)
 	}
 	v.oneOf("log_level", c.LogLevel, LogLevels)
 	v.oneOf("log_format", c.LogFormat, LogFormats)
@@ -673,10 +636,63 @@ func (v *checker) health(prefix string, h Health, parent *Health) {
 	}
 }
 
-func (v *checker) atLeastSecond(key string, d time.Duration) {
-	if d < apitype.MinWindow {
-		v.add(key, "%s is below the minimum of %s", formatDuration(d), formatDuration(apitype.MinWindow))
+// scaling reports the rules sc breaks (tunnel.Scaling.Problems) under
+// their scaling.* keys, in the config's words: they show the URL, which
+// the server's never do, and name the keys. An explicit max: 0 is below a
+// positive min like any other value: only an unset max takes the default
+// (tunnel.DefaultScalingMax).
+func (v *checker) scaling(sc Scaling) {
+	for _, p := range sc.Problems() {
+		key := "scaling." + p.Field
+		switch p.Rule {
+		case tunnel.ScalingRequired:
+			v.add(key, "required when the scaling block is declared")
+		case tunnel.ScalingUnparsable:
+			v.add(key, "%q is not a valid URL", sc.URL)
+		case tunnel.ScalingScheme:
+			v.add(key, "%q: scheme must be %s", sc.URL, orList(hookSchemes))
+		case tunnel.ScalingNoHost:
+			v.add(key, "%q has no host", sc.URL)
+		case tunnel.ScalingCredentials:
+			v.add(key, "must not carry credentials: set scaling.secret instead")
+		case tunnel.ScalingTooLong:
+			limit := tunnel.MaxScalingSecretBytes
+			if p.Field == "url" {
+				limit = tunnel.MaxScalingURLBytes
+			}
+			v.add(key, "is longer than %d bytes", limit)
+		case tunnel.ScalingNegative:
+			v.add(key, "must not be negative, got %s", scalingValue(sc, p.Field))
+		case tunnel.ScalingBelowMin:
+			v.add(key, "%d is below scaling.min %d", sc.Max, sc.Min)
+		case tunnel.ScalingAboveMax:
+			v.add(key, "%s is above the maximum of %s", scalingValue(sc, p.Field), formatDuration(tunnel.MaxColdStart))
+		case tunnel.ScalingOutOfRange:
+			v.add(key, "%g is outside (0, 1]", sc.TargetUtilization)
+		case tunnel.ScalingTooShort:
+			v.add(key, "%s is below the minimum of %s", scalingValue(sc, p.Field), formatDuration(tunnel.MinScalingWindow))
+		default:
+			v.add(key, "%s", p)
+		}
 	}
+}
+
+// scalingValue is the value of sc's field named by a
+// tunnel.ScalingError's Field, as the config's messages show it.
+func scalingValue(sc Scaling, field string) string {
+	switch field {
+	case "min":
+		return strconv.Itoa(sc.Min)
+	case "max":
+		return strconv.Itoa(sc.Max)
+	case "cold_start":
+		return formatDuration(sc.ColdStart)
+	case "window":
+		return formatDuration(sc.Window)
+	case "cooldown":
+		return formatDuration(sc.Cooldown)
+	}
+	return ""
 }
 
 // maxServiceName bounds services[].name: a handle, shown in lists and

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 const homeFile = "/home/u/.aperio.yaml"
@@ -408,7 +410,7 @@ scaling:
 	svc.Health = want.Health
 	svc.Concurrency = Concurrency{Mode: ConcurrencyFixed, Limit: 10, Why: "max_concurrent is set"}
 	want.Services = []Service{svc}
-	scaling := DefaultScaling()
+	scaling := tunnel.DefaultScaling()
 	scaling.URL = "https://api.provider.example/apps/web/scale"
 	scaling.Max = 8
 	scaling.Cooldown = 90 * time.Second
@@ -558,6 +560,18 @@ scaling:
 			"config: scaling.target_utilization (env APERIO_SCALING_TARGET_UTILIZATION): 1.5 is outside (0, 1]",
 			"config: scaling.window (env APERIO_SCALING_WINDOW): 500ms is below the minimum of 1s",
 			"config: scaling.cooldown (flag --scaling-cooldown): 500ms is below the minimum of 1s",
+		},
+	},
+	{
+		name: "scaling url with credentials, long secret",
+		in: clientCase{
+			env: withBase(map[string]string{"APERIO_TARGET": "1", "APERIO_HOSTNAME": "a.example.com",
+				"APERIO_SCALING_SECRET": strings.Repeat("s", 4097)}),
+			file: "scaling:\n  url: https://user:pw@provider.example/scale\n",
+		},
+		want: []string{
+			"config: scaling.url (aperio.yaml:2): must not carry credentials: set scaling.secret instead",
+			"config: scaling.secret (env APERIO_SCALING_SECRET): is longer than 4096 bytes",
 		},
 	},
 	{
@@ -836,7 +850,7 @@ func TestClientValidate(t *testing.T) {
 		}},
 		{"valid scaling", func() Client {
 			c := valid()
-			s := DefaultScaling()
+			s := tunnel.DefaultScaling()
 			s.URL, s.Min, s.Max = "https://p.example/scale", 1, 1
 			c.Scaling = &s
 			return c

@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/aperio-dev/aperio/tunnel"
+)
 
 // Client is the effective configuration of aperio-client. Each field names
 // its canonical key; DefaultClient holds every default.
@@ -65,7 +69,7 @@ type Client struct {
 	// A client may have expose entries and no service.
 	Expose []Expose
 	// Scaling is the scaling declaration (scaling.*). Nil when no surface sets
-	// any scaling field; otherwise DefaultScaling fills the fields left unset.
+	// any scaling field; otherwise tunnel.DefaultScaling fills the fields left unset.
 	Scaling *Scaling
 	// Adaptive is the default adaptive concurrency block of every service
 	// (adaptive_concurrency.*). Nil when no surface sets any of its fields;
@@ -323,33 +327,12 @@ type Concurrency struct {
 	Why string
 }
 
-// Scaling is a client's scaling declaration (autoscaling.md). DefaultScaling
-// holds the defaults of the fields a declaration leaves unset.
-type Scaling struct {
-	// URL is the http or https endpoint the server calls (scaling.url).
-	// Required when the block is declared.
-	URL string
-	// Secret is sent as Authorization: Bearer when set (scaling.secret).
-	// Secret.
-	Secret string
-	// Min is the lowest capacity asked for (scaling.min). Default 0: scale to
-	// zero, so a request can cold start the service.
-	Min int
-	// Max is the ceiling the server never asks to exceed, cold starts
-	// included (scaling.max). It is at least Min. Unset, LoadClient sets
-	// DefaultScalingMax(Min); 0 in a block built otherwise gets the same
-	// default from the server.
-	Max int
-	// ColdStart is how long a visitor may be held while the service starts
-	// (scaling.cold_start). Default 45s, at most 5m.
-	ColdStart time.Duration
-	// TargetUtilization is the utilization above which the server scales out
-	// (scaling.target_utilization). Default 0.8, in (0, 1].
-	TargetUtilization float64
-	// Window is how long utilization must stay above target before a scale
-	// out (scaling.window). Default 15s, at least 1s.
-	Window time.Duration
-	// Cooldown is the minimum gap between two calls for one bind
-	// (scaling.cooldown). Default 60s, at least 1s.
-	Cooldown time.Duration
-}
+// Scaling is a client's scaling declaration (autoscaling.md): the one
+// type the announcement carries, so its fields, defaults
+// (tunnel.DefaultScaling) and rules (tunnel.Scaling.Validate) are the
+// server's. LoadClient starts from tunnel.DefaultScaling, applies the
+// scaling.* keys (scaling.url, scaling.secret, scaling.min, scaling.max,
+// scaling.cold_start, scaling.target_utilization, scaling.window,
+// scaling.cooldown), and sets an unset scaling.max to
+// tunnel.DefaultScalingMax(Min).
+type Scaling = tunnel.Scaling

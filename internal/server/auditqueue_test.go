@@ -148,8 +148,8 @@ func TestScalingRefusalAckDoesNotWaitForAudit(t *testing.T) {
 	// An invalid block is refused before the controller reads the store,
 	// and a bind the token may not hold without asking it: the audit entry
 	// is the declarations' only store write.
-	block := &tunnel.Scaling{URL: h.hook.URL + "/hook", Min: 3, Max: 2, ColdStartMS: 1000,
-		TargetUtilization: 0.8, WindowMS: 1000, CooldownMS: 60_000}
+	block := &tunnel.Scaling{URL: h.hook.URL + "/hook", Min: 3, Max: 2, ColdStart: time.Second,
+		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
 	c := h.clientBlock(t, tok, block, true, "b.example.net")
 	c.announceNow(t)
 	poll(t, waitFor, func() (bool, string) {

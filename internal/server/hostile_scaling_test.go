@@ -286,7 +286,7 @@ func (h *scalingHarness) client(t *testing.T, token string, hosts ...string) *ra
 
 func (h *scalingHarness) clientWith(t *testing.T, token, hookPath string, healthy bool, hosts ...string) *rawClient {
 	t.Helper()
-	scaling := &tunnel.Scaling{URL: h.hook.URL + hookPath, ColdStartMS: 1000, TargetUtilization: 0.8, WindowMS: 1000, CooldownMS: 60_000}
+	scaling := &tunnel.Scaling{URL: h.hook.URL + hookPath, ColdStart: time.Second, TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
 	return h.clientBlock(t, token, scaling, healthy, hosts...)
 }
 

@@ -96,7 +96,7 @@ func TestInstanceRetired(t *testing.T) {
 			cfg := agentConfig(srv, service(startBackend(t, identityEcho()).URL))
 			cfg.Name = "web-7d9f8-" + strings.ReplaceAll(tt.name, " ", "-")
 			cfg.IdleTimeout, cfg.IdleAction, cfg.DrainTimeout = 300*time.Millisecond, action, 2*time.Second
-			sc := config.DefaultScaling()
+			sc := tunnel.DefaultScaling()
 			// Port 9 (discard) answers nothing: a call below min fails
 			// fast, which this test does not look at.
 			sc.URL, sc.Min, sc.Max = "http://127.0.0.1:9/scale", 1, 2

@@ -237,13 +237,7 @@ func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 		armer = apitype.Master
 	}
 	sc := ann.Scaling
-	job := &declareJob{id: id, session: s.ID(), armer: armer, block: autoscale.Declaration{
-		URL: sc.URL, Secret: sc.Secret, Min: sc.Min, Max: sc.Max,
-		ColdStart:         time.Duration(sc.ColdStartMS) * time.Millisecond,
-		TargetUtilization: sc.TargetUtilization,
-		Window:            time.Duration(sc.WindowMS) * time.Millisecond,
-		Cooldown:          time.Duration(sc.CooldownMS) * time.Millisecond,
-	}}
+	job := &declareJob{id: id, session: s.ID(), armer: armer, block: *sc}
 	seen := map[string]bool{}
 	for _, svc := range ann.Services {
 		for _, h := range svc.Hostnames {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/server"
@@ -18,8 +19,8 @@ func TestScalingDeclarationRefusedMinAboveMax(t *testing.T) {
 	t.Parallel()
 	h := newScalingHarness(t)
 	tok := h.token(t, h.orgB, "b.example.net")
-	block := &tunnel.Scaling{URL: h.hook.URL + "/hook", Min: 3, Max: 2, ColdStartMS: 1000,
-		TargetUtilization: 0.8, WindowMS: 1000, CooldownMS: 60_000}
+	block := &tunnel.Scaling{URL: h.hook.URL + "/hook", Min: 3, Max: 2, ColdStart: time.Second,
+		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
 	c := h.clientBlock(t, tok, block, true, "b.example.net")
 	c.announceNow(t)
 	c.announceNow(t) // a heartbeat repeats the refused declaration

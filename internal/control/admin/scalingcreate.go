@@ -12,7 +12,6 @@ import (
 	"unicode"
 
 	"github.com/aperio-dev/aperio/autoscale"
-	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/internal/urlpath"
 	"github.com/aperio-dev/aperio/store"
@@ -161,7 +160,7 @@ func (a *API) checkScalingRequest(req CreateScalingRequest) (host, path string, 
 		dst        *time.Duration
 		max        time.Duration // 0: none beyond autoscale's rules
 	}{
-		{"cold_start", req.ColdStart, &d.ColdStart, apitype.MaxColdStart},
+		{"cold_start", req.ColdStart, &d.ColdStart, autoscale.MaxColdStart},
 		{"window", req.Window, &d.Window, 0},
 		{"cooldown", req.Cooldown, &d.Cooldown, 0},
 	} {
