@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/server/servertest"
+	"github.com/gorilla/websocket"
 )
 
 // The harness runs the whole data path in one process (package
@@ -35,9 +36,10 @@ import (
 func TestMain(m *testing.M) { servertest.Main(m, nil) }
 
 const (
-	testToken = servertest.Token
-	appHost   = servertest.AppHost
-	waitFor   = servertest.WaitFor
+	testToken    = servertest.Token
+	appHost      = servertest.AppHost
+	waitFor      = servertest.WaitFor
+	metricsToken = servertest.MetricsToken
 )
 
 // testLogger shows every component's logs under -v and discards them
@@ -156,6 +158,16 @@ func startStackFor(t testing.TB, svc config.Service, cfg func(*server.Config), t
 	return startStackWith(t, svc, cfg, tlsOn, nil)
 }
 
+// kit returns st as servertest's Stack, for its helpers; st.agent may be
+// nil (a stack a test assembled from a server and a visitor).
+func (st *stack) kit() *servertest.Stack {
+	k := &servertest.Stack{Server: st.server.kit(), Visitor: st.visitor}
+	if st.agent != nil {
+		k.Agent = st.agent.kit
+	}
+	return k
+}
+
 // startStackWith is startStackFor with agentCfg, if not nil, applied to
 // the agent's configuration.
 func startStackWith(t testing.TB, svc config.Service, cfg func(*server.Config), tlsOn bool, agentCfg func(*config.Client)) *stack {
@@ -239,4 +251,80 @@ func wait[T any](t testing.TB, ch <-chan T, timeout time.Duration, what string) 
 func writeCert(t testing.TB) (certFile, keyFile string, roots *x509.CertPool) {
 	t.Helper()
 	return servertest.WriteCert(t)
+}
+
+// inspection is what inspectHandler saw of a request.
+type inspection = servertest.Inspection
+
+// inspectHandler answers every request with an inspection of it.
+func inspectHandler() http.Handler { return servertest.InspectHandler() }
+
+// identityEcho is a backend that answers with what it was told about the
+// visitor: the identity headers and whether Authorization reached it.
+func identityEcho() http.Handler { return servertest.IdentityEcho() }
+
+// headerEcho answers with the request headers it received as JSON, so a
+// test sees exactly what reached the backend.
+func headerEcho() http.Handler { return servertest.HeaderEcho() }
+
+// wsEcho is a backend that answers a WebSocket by echoing every message
+// with prefix, and sends the error that ended the connection to done
+// (nil: none is sent).
+func wsEcho(prefix string, done chan<- error) http.HandlerFunc {
+	return servertest.WSEcho(prefix, done)
+}
+
+// getWith sends GET / to host with headers and returns the response and
+// its body.
+func getWith(t testing.TB, st *stack, host string, header http.Header) (*http.Response, string) {
+	t.Helper()
+	return servertest.GetWith(t, st.kit(), host, header)
+}
+
+// basicHeader returns a header carrying user and password as basic
+// credentials.
+func basicHeader(user, password string) http.Header { return servertest.BasicAuth(user, password) }
+
+// edgeVisit sends GET path with Host host and the given headers to s and
+// returns the response and, when the echo backend answered, the headers it
+// saw.
+func edgeVisit(t testing.TB, c *http.Client, s *testServer, host, path string, h http.Header) (*http.Response, http.Header) {
+	t.Helper()
+	return servertest.EdgeVisit(t, c, s.kit(), host, path, h)
+}
+
+// wsDial opens a WebSocket to path at st's server for hostname appHost,
+// with ctx's deadline on the handshake and on every read and write after
+// it.
+func wsDial(t testing.TB, ctx context.Context, st *stack, path string) (*websocket.Conn, *http.Response) {
+	t.Helper()
+	return servertest.WSDial(t, ctx, st.kit(), path)
+}
+
+// wsClose sends a close frame with code and waits (up to 10 s) for the
+// peer's answer; it returns the error of the final read.
+func wsClose(c *websocket.Conn, code int, reason string) error {
+	return servertest.WSClose(c, code, reason)
+}
+
+// auditEvents lists the audit log's entries of kind event (newest first,
+// from the latest 1000) through the admin API.
+func auditEvents(t testing.TB, s *testServer, event string) []map[string]any {
+	t.Helper()
+	return servertest.AuditEvents(t, s.kit(), event)
+}
+
+// rotate rotates the share links' signing key through the admin API,
+// revoking the previous one if revoke is set.
+func rotate(t testing.TB, s *testServer, revoke bool) {
+	t.Helper()
+	servertest.RotateShareKeys(t, s.kit(), revoke)
+}
+
+// queued returns the requests waiting in the router's queues, as /metrics
+// reports them (aperio_requests_queued); s's MetricsToken must be
+// metricsToken.
+func queued(t testing.TB, c *http.Client, s *testServer) int {
+	t.Helper()
+	return servertest.Queued(t, c, s.kit())
 }

@@ -74,26 +74,6 @@ func hellos(t *testing.T, s *testServer, token string, announce func() tunnel.An
 	return up.Load(), lastErr
 }
 
-// auditEvents lists the audit log (newest first, up to 1000) through the
-// admin API.
-func auditEvents(t *testing.T, s *testServer, event string) []map[string]any {
-	t.Helper()
-	code, body := adminCall(t, newVisitor(t, s), s, "GET", "/audit?limit=1000", nil)
-	if code != http.StatusOK {
-		t.Fatalf("GET /aperio/api/audit = %d %s, want 200", code, body)
-	}
-	var all, out []map[string]any
-	if err := json.Unmarshal([]byte(body), &all); err != nil {
-		t.Fatalf("audit listing %q: %v", body, err)
-	}
-	for _, e := range all {
-		if e["event"] == event {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // TestHostileAuditGateway: a token holder cannot flood the audit log with
 // refused hellos nor write control characters into it, and the tunnel's
 // master-token check accepts the token and nothing near it.

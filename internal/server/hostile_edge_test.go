@@ -19,36 +19,6 @@ import (
 	"github.com/aperio-dev/aperio/internal/server"
 )
 
-// headerEcho answers with the request headers it received as JSON, so a
-// test sees exactly what reached the backend.
-func headerEcho() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Backend", "echo")
-		json.NewEncoder(w).Encode(r.Header)
-	})
-}
-
-// edgeVisit sends GET path with Host host and the given headers to s and
-// returns the status, the response and, when the echo backend answered,
-// the headers it saw.
-func edgeVisit(t testing.TB, c *http.Client, s *testServer, host, path string, h http.Header) (*http.Response, http.Header) {
-	t.Helper()
-	req := newRequest(t, t.Context(), s, http.MethodGet, host, path, nil)
-	for k, vv := range h {
-		req.Header[k] = vv
-	}
-	resp, body := do(t, c, req)
-	if resp.Header.Get("X-Backend") != "echo" {
-		return resp, nil
-	}
-	var seen http.Header
-	if err := json.Unmarshal([]byte(body), &seen); err != nil {
-		t.Fatalf("decode echoed headers %q: %v", body, err)
-	}
-	return resp, seen
-}
-
 func wantSeen(t testing.TB, seen http.Header, key, want string) {
 	t.Helper()
 	if seen == nil {

@@ -69,14 +69,6 @@ func shareToken(t *testing.T, s *testServer) string {
 	return u.Query().Get(access.ShareParam)
 }
 
-func rotate(t *testing.T, s *testServer, revoke bool) {
-	t.Helper()
-	code, body := adminCall(t, newVisitor(t, s), s, "POST", "/share/keys/rotate", map[string]bool{"revoke_previous": revoke})
-	if code != http.StatusOK {
-		t.Fatalf("POST /share/keys/rotate = %d %s, want 200", code, body)
-	}
-}
-
 // TestSigningKeysSharedByServers: three servers on one database publish
 // the same identity key set, also after one restarts; a share link minted
 // on one verifies on another; a plain rotation keeps it valid on both, a

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/agent"
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/server"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 )
 
 // These tests drive the router through real tunnels: several agents, each
@@ -98,13 +98,13 @@ func (g *gate) hold(name string, r *http.Request) {
 // release lets n held requests through.
 func (g *gate) release(t testing.TB, n int) {
 	t.Helper()
-	timer := time.NewTimer(waitFor)
+	timer := time.NewTimer(servertest.WaitFor)
 	defer timer.Stop()
 	for i := range n {
 		select {
 		case g.tokens <- struct{}{}:
 		case <-timer.C:
-			t.Fatalf("released %d of %d held requests: nobody took the rest within %v", i, n, waitFor)
+			t.Fatalf("released %d of %d held requests: nobody took the rest within %v", i, n, servertest.WaitFor)
 		}
 	}
 }
@@ -127,7 +127,7 @@ type origin struct {
 func startOrigin(t testing.TB, name string, g *gate) *origin {
 	t.Helper()
 	o := &origin{name: name}
-	o.url = startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	o.url = servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := o.inside.Add(1)
 		for p := o.peak.Load(); n > p; p = o.peak.Load() {
 			if o.peak.CompareAndSwap(p, n) {
@@ -159,55 +159,26 @@ func (o *origin) arrivals() []string {
 
 // getRequest builds a GET for path on host with a deadline well past any
 // wait these tests provoke.
-func getRequest(t testing.TB, s *testServer, host, path string) *http.Request {
+func getRequest(t testing.TB, s *servertest.Server, host, path string) *http.Request {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
-	return newRequest(t, ctx, s, http.MethodGet, host, path, nil)
-}
-
-// metricsToken opens /metrics on servers whose tests read the router's
-// queue through it.
-const metricsToken = "e2e-metrics-token"
-
-// queued returns the requests waiting in the router's queues, as /metrics
-// reports them (aperio_requests_queued).
-func queued(t testing.TB, c *http.Client, s *testServer) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req := newRequest(t, ctx, s, http.MethodGet, "aperio.internal", "/aperio/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+metricsToken)
-	a := roundTrip(c, req)
-	if a.err != nil || a.status != http.StatusOK {
-		t.Fatalf("GET /metrics = %v, want 200", a)
-	}
-	for line := range strings.Lines(a.body) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "aperio_requests_queued "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("GET /metrics: aperio_requests_queued %q: %v", v, err)
-			}
-			return int(n)
-		}
-	}
-	t.Fatalf("GET /metrics lacks aperio_requests_queued:\n%s", a.body)
-	return 0
+	return servertest.NewRequest(t, ctx, s, http.MethodGet, host, path, nil)
 }
 
 // sendQueued sends req from a new goroutine and returns once the router
 // counts n requests waiting, req the last of them to arrive, so that
 // requests sent one after another this way queue in that order.
-func sendQueued(t testing.TB, c *http.Client, s *testServer, req *http.Request, n int) <-chan answer {
+func sendQueued(t testing.TB, c *http.Client, s *servertest.Server, req *http.Request, n int) <-chan answer {
 	t.Helper()
 	ch := goRoundTrip(c, req)
-	poll(t, waitFor, func() (bool, string) {
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 		select {
 		case a := <-ch:
 			t.Fatalf("%s %s (Host %s) = %v, want it to wait in the queue", req.Method, req.URL.Path, req.Host, a)
 		default:
 		}
-		got := queued(t, c, s)
+		got := servertest.Queued(t, c, s)
 		return got == n, fmt.Sprintf("after %s %s (Host %s): %d requests queued, want %d", req.Method, req.URL.Path, req.Host, got, n)
 	})
 	return ch
@@ -222,36 +193,36 @@ func TestBurstUnderClientLimits(t *testing.T) {
 	t.Parallel()
 	const clients, limit, burst = 3, 2, 50
 	g := newGate(t)
-	scfg := serverConfig(t)
+	scfg := servertest.Config(t)
 	scfg.Router.GatewayTimeout = time.Minute // every request waits its turn, none is refused
 	scfg.Router.MaxConcurrentRequests = burst
 	scfg.Router.IPLimitMax = 10 * burst
-	srv := startServer(t, scfg, nil, nil)
+	srv := servertest.Start(t, scfg, nil, nil)
 	origins := make([]*origin, clients)
 	for i := range origins {
 		origins[i] = startOrigin(t, fmt.Sprintf("origin-%d", i), g)
-		cfg := agentConfig(srv, service(origins[i].url))
+		cfg := servertest.AgentConfig(srv, servertest.Service(origins[i].url))
 		// Both ways of announcing a limit: for the client, for the service.
 		if i%2 == 0 {
 			cfg.MaxConcurrent = limit
 		} else {
 			cfg.Services[0].MaxConcurrent = limit
 		}
-		startAgent(t, srv, cfg)
+		servertest.StartAgent(t, srv, cfg)
 	}
-	visitor := newVisitor(t, srv)
-	waitClients(t, visitor, srv, clients)
+	visitor := servertest.NewVisitor(t, srv)
+	servertest.WaitClients(t, visitor, srv, clients)
 
 	answers := make([]<-chan answer, burst)
 	for i := range answers {
-		answers[i] = goRoundTrip(visitor, getRequest(t, srv, appHost, "/hold"))
+		answers[i] = goRoundTrip(visitor, getRequest(t, srv, servertest.AppHost, "/hold"))
 	}
 	// Waves: let the requests through only once every permit of the pool
 	// is taken, so that each origin is pushed to its limit every time.
 	for released := 0; released < burst; {
 		wave := min(clients*limit, burst-released)
 		for range wave {
-			wait(t, g.entered, waitFor, fmt.Sprintf("a request reaching an origin (%d released so far)", released))
+			servertest.Wait(t, g.entered, servertest.WaitFor, fmt.Sprintf("a request reaching an origin (%d released so far)", released))
 		}
 		if wave == clients*limit {
 			for _, o := range origins {
@@ -265,7 +236,7 @@ func TestBurstUnderClientLimits(t *testing.T) {
 	}
 	servedBy := map[string]int{}
 	for i, ch := range answers {
-		a := wait(t, ch, waitFor, fmt.Sprintf("answer to request %d", i))
+		a := servertest.Wait(t, ch, servertest.WaitFor, fmt.Sprintf("answer to request %d", i))
 		if a.err != nil || a.status != http.StatusOK {
 			t.Errorf("request %d of the burst = %v, want 200", i, a)
 			continue
@@ -292,17 +263,17 @@ func TestClientConcurrencyQueue(t *testing.T) {
 	t.Run("429 after gateway_timeout", func(t *testing.T) {
 		g := newGate(t)
 		o := startOrigin(t, "only", g)
-		scfg := serverConfig(t)
+		scfg := servertest.Config(t)
 		scfg.Router.GatewayTimeout = 200 * time.Millisecond
-		srv := startServer(t, scfg, nil, nil)
-		startAgent(t, srv, agentConfig(srv, limitedService(o.url, appHost, 1)))
-		visitor := newVisitor(t, srv)
-		waitClients(t, visitor, srv, 1)
+		srv := servertest.Start(t, scfg, nil, nil)
+		servertest.StartAgent(t, srv, servertest.AgentConfig(srv, limitedService(o.url, servertest.AppHost, 1)))
+		visitor := servertest.NewVisitor(t, srv)
+		servertest.WaitClients(t, visitor, srv, 1)
 
-		holder := goRoundTrip(visitor, getRequest(t, srv, appHost, "/hold"))
-		wait(t, g.entered, waitFor, "the holding request reaching the origin")
+		holder := goRoundTrip(visitor, getRequest(t, srv, servertest.AppHost, "/hold"))
+		servertest.Wait(t, g.entered, servertest.WaitFor, "the holding request reaching the origin")
 		start := time.Now()
-		a := roundTrip(visitor, getRequest(t, srv, appHost, "/queued"))
+		a := roundTrip(visitor, getRequest(t, srv, servertest.AppHost, "/queued"))
 		if a.err != nil || a.status != http.StatusTooManyRequests {
 			t.Fatalf("GET /queued while the only permit is held = %v, want 429", a)
 		}
@@ -313,12 +284,12 @@ func TestClientConcurrencyQueue(t *testing.T) {
 			t.Errorf("GET /queued X-Aperio-Limit = %q, want %q", got, want)
 		}
 		g.release(t, 1)
-		if a := wait(t, holder, waitFor, "the holding request"); a.err != nil || a.status != http.StatusOK || a.body != "only" {
+		if a := servertest.Wait(t, holder, servertest.WaitFor, "the holding request"); a.err != nil || a.status != http.StatusOK || a.body != "only" {
 			t.Fatalf("GET /hold = %v, want 200 %q", a, "only")
 		}
 		// The refused request never reached the origin, and the permit
 		// came back.
-		if a := roundTrip(visitor, getRequest(t, srv, appHost, "/after")); a.err != nil || a.status != http.StatusOK {
+		if a := roundTrip(visitor, getRequest(t, srv, servertest.AppHost, "/after")); a.err != nil || a.status != http.StatusOK {
 			t.Fatalf("GET /after the holder finished = %v, want 200", a)
 		}
 		if got, want := o.arrivals(), []string{"/hold", "/after"}; !slices.Equal(got, want) {
@@ -330,21 +301,21 @@ func TestClientConcurrencyQueue(t *testing.T) {
 		const waiting = 5
 		g := newGate(t)
 		o := startOrigin(t, "only", g)
-		scfg := serverConfig(t)
+		scfg := servertest.Config(t)
 		scfg.Router.GatewayTimeout = time.Minute
-		scfg.MetricsToken = metricsToken
-		srv := startServer(t, scfg, nil, nil)
-		startAgent(t, srv, agentConfig(srv, limitedService(o.url, appHost, 1)))
-		visitor := newVisitor(t, srv)
-		waitClients(t, visitor, srv, 1)
+		scfg.MetricsToken = servertest.MetricsToken
+		srv := servertest.Start(t, scfg, nil, nil)
+		servertest.StartAgent(t, srv, servertest.AgentConfig(srv, limitedService(o.url, servertest.AppHost, 1)))
+		visitor := servertest.NewVisitor(t, srv)
+		servertest.WaitClients(t, visitor, srv, 1)
 
-		holder := goRoundTrip(visitor, getRequest(t, srv, appHost, "/hold"))
-		wait(t, g.entered, waitFor, "the holding request reaching the origin")
+		holder := goRoundTrip(visitor, getRequest(t, srv, servertest.AppHost, "/hold"))
+		servertest.Wait(t, g.entered, servertest.WaitFor, "the holding request reaching the origin")
 		var answers []<-chan answer
 		want := []string{"/hold"}
 		for i := range waiting {
 			path := fmt.Sprintf("/queued/%d", i)
-			answers = append(answers, sendQueued(t, visitor, srv, getRequest(t, srv, appHost, path), i+1))
+			answers = append(answers, sendQueued(t, visitor, srv, getRequest(t, srv, servertest.AppHost, path), i+1))
 			want = append(want, path)
 		}
 		// Nothing gets past the holder while it holds the only permit.
@@ -352,11 +323,11 @@ func TestClientConcurrencyQueue(t *testing.T) {
 			t.Fatalf("origin saw %q while the holder held the only permit, want %q", got, want[:1])
 		}
 		g.release(t, 1)
-		if a := wait(t, holder, waitFor, "the holding request"); a.err != nil || a.status != http.StatusOK {
+		if a := servertest.Wait(t, holder, servertest.WaitFor, "the holding request"); a.err != nil || a.status != http.StatusOK {
 			t.Fatalf("GET /hold = %v, want 200", a)
 		}
 		for i, ch := range answers {
-			if a := wait(t, ch, waitFor, fmt.Sprintf("queued request %d", i)); a.err != nil || a.status != http.StatusOK {
+			if a := servertest.Wait(t, ch, servertest.WaitFor, fmt.Sprintf("queued request %d", i)); a.err != nil || a.status != http.StatusOK {
 				t.Errorf("GET /queued/%d = %v, want 200", i, a)
 			}
 		}
@@ -374,17 +345,17 @@ func TestGlobalConcurrencyLimit(t *testing.T) {
 	const one, two = "one.test", "two.test"
 	g := newGate(t)
 	o := startOrigin(t, "origin", g)
-	scfg := serverConfig(t)
+	scfg := servertest.Config(t)
 	scfg.Router.MaxConcurrentRequests = 1
-	srv := startServer(t, scfg, nil, nil)
-	startAgent(t, srv, agentConfig(srv,
+	srv := servertest.Start(t, scfg, nil, nil)
+	servertest.StartAgent(t, srv, servertest.AgentConfig(srv,
 		config.Service{Target: o.url, Hostnames: []string{one}},
 		config.Service{Target: o.url, Hostnames: []string{two}}))
-	visitor := newVisitor(t, srv)
-	waitClients(t, visitor, srv, 1)
+	visitor := servertest.NewVisitor(t, srv)
+	servertest.WaitClients(t, visitor, srv, 1)
 
 	holder := goRoundTrip(visitor, getRequest(t, srv, one, "/hold"))
-	wait(t, g.entered, waitFor, "the holding request reaching the origin")
+	servertest.Wait(t, g.entered, servertest.WaitFor, "the holding request reaching the origin")
 	a := roundTrip(visitor, getRequest(t, srv, two, "/other"))
 	if a.err != nil || a.status != http.StatusTooManyRequests {
 		t.Fatalf("GET %s/other while %s holds the only global slot = %v, want 429", two, one, a)
@@ -393,7 +364,7 @@ func TestGlobalConcurrencyLimit(t *testing.T) {
 		t.Errorf("GET %s/other X-Aperio-Limit = %q, want %q", two, got, want)
 	}
 	g.release(t, 1)
-	if a := wait(t, holder, waitFor, "the holding request"); a.err != nil || a.status != http.StatusOK {
+	if a := servertest.Wait(t, holder, servertest.WaitFor, "the holding request"); a.err != nil || a.status != http.StatusOK {
 		t.Fatalf("GET %s/hold = %v, want 200", one, a)
 	}
 	if a := roundTrip(visitor, getRequest(t, srv, two, "/after")); a.err != nil || a.status != http.StatusOK {
@@ -407,20 +378,20 @@ func TestWaitingRequestHoldsNoGlobalSlot(t *testing.T) {
 	const waiting = 3
 	g := newGate(t)
 	o := startOrigin(t, "origin", g)
-	scfg := serverConfig(t)
+	scfg := servertest.Config(t)
 	scfg.Router.MaxConcurrentRequests = 2
 	scfg.Router.GatewayTimeout = time.Minute
-	scfg.MetricsToken = metricsToken
-	srv := startServer(t, scfg, nil, nil)
-	startAgent(t, srv, agentConfig(srv,
+	scfg.MetricsToken = servertest.MetricsToken
+	srv := servertest.Start(t, scfg, nil, nil)
+	servertest.StartAgent(t, srv, servertest.AgentConfig(srv,
 		limitedService(o.url, busy, 1),
 		config.Service{Target: o.url, Hostnames: []string{free}}))
-	visitor := newVisitor(t, srv)
-	waitClients(t, visitor, srv, 1)
+	visitor := servertest.NewVisitor(t, srv)
+	servertest.WaitClients(t, visitor, srv, 1)
 
 	// The holder takes busy's only permit and one of the two global slots.
 	holder := goRoundTrip(visitor, getRequest(t, srv, busy, "/hold"))
-	wait(t, g.entered, waitFor, "the holding request reaching the origin")
+	servertest.Wait(t, g.entered, servertest.WaitFor, "the holding request reaching the origin")
 	var waiters []<-chan answer
 	for i := range waiting {
 		waiters = append(waiters, sendQueued(t, visitor, srv, getRequest(t, srv, busy, fmt.Sprintf("/waiting/%d", i)), i+1))
@@ -441,11 +412,11 @@ func TestWaitingRequestHoldsNoGlobalSlot(t *testing.T) {
 		}
 	}
 	g.release(t, 1)
-	if a := wait(t, holder, waitFor, "the holding request"); a.err != nil || a.status != http.StatusOK {
+	if a := servertest.Wait(t, holder, servertest.WaitFor, "the holding request"); a.err != nil || a.status != http.StatusOK {
 		t.Fatalf("GET %s/hold = %v, want 200", busy, a)
 	}
 	for i, ch := range waiters {
-		if a := wait(t, ch, waitFor, "a waiting request"); a.err != nil || a.status != http.StatusOK {
+		if a := servertest.Wait(t, ch, servertest.WaitFor, "a waiting request"); a.err != nil || a.status != http.StatusOK {
 			t.Errorf("GET %s/waiting/%d = %v, want 200", busy, i, a)
 		}
 	}
@@ -455,16 +426,16 @@ func TestIPLimit(t *testing.T) {
 	t.Parallel()
 	const burst = 3
 	o := startOrigin(t, "origin", nil)
-	st := startStackFor(t, service(o.url), func(c *server.Config) {
+	st := servertest.StartStackFor(t, servertest.Service(o.url), func(c *server.Config) {
 		c.Router.IPLimitMax = burst + 1 // the client's tunnel handshake takes one token
 		c.Router.IPLimitRefill = 0.001  // one token every ~17 minutes: none within the test
 	}, false)
 	for i := range burst {
-		if a := roundTrip(st.visitor, getRequest(t, st.server, appHost, fmt.Sprintf("/%d", i))); a.err != nil || a.status != http.StatusOK {
+		if a := roundTrip(st.Visitor, getRequest(t, st.Server, servertest.AppHost, fmt.Sprintf("/%d", i))); a.err != nil || a.status != http.StatusOK {
 			t.Fatalf("GET /%d (within the burst of %d) = %v, want 200", i, burst, a)
 		}
 	}
-	a := roundTrip(st.visitor, getRequest(t, st.server, appHost, "/over"))
+	a := roundTrip(st.Visitor, getRequest(t, st.Server, servertest.AppHost, "/over"))
 	if a.err != nil || a.status != http.StatusTooManyRequests {
 		t.Fatalf("GET /over (request %d from 127.0.0.1) = %v, want 429", burst+1, a)
 	}
@@ -500,20 +471,20 @@ func TestDrainUnderSteadyLoad(t *testing.T) {
 func testDrainUnderSteadyLoad(t *testing.T, hold bool) {
 	const workers = 8
 	g := newGate(t)
-	scfg := serverConfig(t)
+	scfg := servertest.Config(t)
 	scfg.Router.IPLimitMax = 0 // the load would empty any bucket
-	srv := startServer(t, scfg, nil, nil)
+	srv := servertest.Start(t, scfg, nil, nil)
 	origins := map[string]*origin{}
-	agents := map[string]*testAgent{}
+	agents := map[string]*servertest.Agent{}
 	for _, name := range []string{"a", "b"} {
 		origins[name] = startOrigin(t, name, g)
-		agents[name] = startAgent(t, srv, agentConfig(srv, service(origins[name].url)))
+		agents[name] = servertest.StartAgent(t, srv, servertest.AgentConfig(srv, servertest.Service(origins[name].url)))
 	}
 	// One kept-alive connection per worker, not one per request.
 	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: workers}
 	t.Cleanup(tr.CloseIdleConnections)
 	visitor := &http.Client{Transport: tr}
-	waitClients(t, visitor, srv, 2)
+	servertest.WaitClients(t, visitor, srv, 2)
 
 	var (
 		failMu   sync.Mutex // guards failures
@@ -536,13 +507,13 @@ func testDrainUnderSteadyLoad(t *testing.T, hold bool) {
 				}
 				path := fmt.Sprintf("/load/%d/%d", w, i)
 				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.url+path, nil)
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
 				if err != nil {
 					cancel()
 					fail(fmt.Sprintf("GET %s: %v", path, err))
 					return
 				}
-				req.Host = appHost
+				req.Host = servertest.AppHost
 				if a := roundTrip(visitor, req); a.err != nil || a.status != http.StatusOK {
 					fail(fmt.Sprintf("GET %s = %v", path, a))
 				}
@@ -555,7 +526,7 @@ func testDrainUnderSteadyLoad(t *testing.T, hold bool) {
 		workerWG.Wait()
 	})
 	t.Cleanup(stopLoad)
-	poll(t, waitFor, func() (bool, string) {
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 		a, b := origins["a"].served.Load(), origins["b"].served.Load()
 		return a >= 20 && b >= 20, fmt.Sprintf("load served by a: %d, b: %d; want both at 20 or more", a, b)
 	})
@@ -563,17 +534,17 @@ func testDrainUnderSteadyLoad(t *testing.T, hold bool) {
 	drained, kept := "a", "b"
 	var holder <-chan answer
 	if hold {
-		holder = goRoundTrip(visitor, getRequest(t, srv, appHost, "/hold"))
-		if drained = wait(t, g.entered, waitFor, "the holding request reaching an origin"); drained == "b" {
+		holder = goRoundTrip(visitor, getRequest(t, srv, servertest.AppHost, "/hold"))
+		if drained = servertest.Wait(t, g.entered, servertest.WaitFor, "the holding request reaching an origin"); drained == "b" {
 			kept = "a"
 		}
 	}
 	runErr := make(chan error, 1)
-	go func() { runErr <- agents[drained].stop() }()
+	go func() { runErr <- agents[drained].Stop() }()
 
 	// Draining is in force once the load reaches only the other client.
 	lastDrained, keptAt := origins[drained].served.Load(), origins[kept].served.Load()
-	poll(t, waitFor, func() (bool, string) {
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 		d, k := origins[drained].served.Load(), origins[kept].served.Load()
 		if d != lastDrained {
 			lastDrained, keptAt = d, k
@@ -588,15 +559,15 @@ func testDrainUnderSteadyLoad(t *testing.T, hold bool) {
 		default:
 		}
 		g.release(t, 1)
-		if a := wait(t, holder, waitFor, "the in-flight request"); a.err != nil || a.status != http.StatusOK || a.body != drained {
+		if a := servertest.Wait(t, holder, servertest.WaitFor, "the in-flight request"); a.err != nil || a.status != http.StatusOK || a.body != drained {
 			t.Fatalf("in-flight GET /hold on the draining client = %v, want 200 %q", a, drained)
 		}
 	}
-	if err := wait(t, runErr, waitFor, "Run of the draining client"); err != nil {
+	if err := servertest.Wait(t, runErr, servertest.WaitFor, "Run of the draining client"); err != nil {
 		t.Fatalf("Run() of %s = %v, want nil", drained, err)
 	}
 	afterDrain := origins[kept].served.Load()
-	poll(t, waitFor, func() (bool, string) {
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 		n := origins[kept].served.Load() - afterDrain
 		return n >= 20, fmt.Sprintf("%s served %d requests since %s's Run returned, want 20", kept, n, drained)
 	})
@@ -622,15 +593,15 @@ func TestStandbyTakeoverAndHandBack(t *testing.T) {
 			io.WriteString(w, name)
 		})
 	}
-	srv := startServer(t, serverConfig(t), nil, nil)
-	primary := service(startBackend(t, named("primary", &primaryHealthy)).URL)
+	srv := servertest.Start(t, servertest.Config(t), nil, nil)
+	primary := servertest.Service(servertest.Backend(t, named("primary", &primaryHealthy)).URL)
 	primary.Health = config.Health{Endpoint: "/healthz", Interval: 50 * time.Millisecond, Timeout: time.Second, Threshold: 1}
-	startAgent(t, srv, agentConfig(srv, primary))
-	standbyCfg := agentConfig(srv, service(startBackend(t, named("standby", nil)).URL))
+	servertest.StartAgent(t, srv, servertest.AgentConfig(srv, primary))
+	standbyCfg := servertest.AgentConfig(srv, servertest.Service(servertest.Backend(t, named("standby", nil)).URL))
 	standbyCfg.Priority = 1
-	startAgent(t, srv, standbyCfg)
-	visitor := newVisitor(t, srv)
-	waitClients(t, visitor, srv, 2)
+	servertest.StartAgent(t, srv, standbyCfg)
+	visitor := servertest.NewVisitor(t, srv)
+	servertest.WaitClients(t, visitor, srv, 2)
 
 	steps := []struct {
 		name    string
@@ -645,15 +616,15 @@ func TestStandbyTakeoverAndHandBack(t *testing.T) {
 		primaryHealthy.Store(step.healthy)
 		// The switch follows the next probe; every answer meanwhile is a 200
 		// from one of the two.
-		poll(t, waitFor, func() (bool, string) {
-			status, body := get(t, visitor, srv, appHost, "/")
+		servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+			status, body := servertest.Get(t, visitor, srv, servertest.AppHost, "/")
 			if status != http.StatusOK {
 				t.Fatalf("%s: GET / = %d %q, want 200", step.name, status, body)
 			}
 			return body == step.want, fmt.Sprintf("%s: GET / served by %s, want %s", step.name, body, step.want)
 		})
 		for i := range 10 {
-			if status, body := get(t, visitor, srv, appHost, "/"); status != http.StatusOK || body != step.want {
+			if status, body := servertest.Get(t, visitor, srv, servertest.AppHost, "/"); status != http.StatusOK || body != step.want {
 				t.Fatalf("%s: GET / #%d = %d %q, want 200 %q", step.name, i, status, body, step.want)
 			}
 		}
@@ -663,36 +634,36 @@ func TestStandbyTakeoverAndHandBack(t *testing.T) {
 func TestLeastInflight(t *testing.T) {
 	t.Parallel()
 	g := newGate(t)
-	scfg := serverConfig(t)
+	scfg := servertest.Config(t)
 	scfg.Router.Strategy = "least-inflight"
-	srv := startServer(t, scfg, nil, nil)
+	srv := servertest.Start(t, scfg, nil, nil)
 	for _, name := range []string{"a", "b"} {
-		startAgent(t, srv, agentConfig(srv, service(startOrigin(t, name, g).url)))
+		servertest.StartAgent(t, srv, servertest.AgentConfig(srv, servertest.Service(startOrigin(t, name, g).url)))
 	}
-	visitor := newVisitor(t, srv)
-	waitClients(t, visitor, srv, 2)
+	visitor := servertest.NewVisitor(t, srv)
+	servertest.WaitClients(t, visitor, srv, 2)
 
-	holder := goRoundTrip(visitor, getRequest(t, srv, appHost, "/hold"))
-	busy := wait(t, g.entered, waitFor, "the slow request reaching an origin")
+	holder := goRoundTrip(visitor, getRequest(t, srv, servertest.AppHost, "/hold"))
+	busy := servertest.Wait(t, g.entered, servertest.WaitFor, "the slow request reaching an origin")
 	idle := "a"
 	if busy == "a" {
 		idle = "b"
 	}
 	for i := range 10 {
-		if status, body := get(t, visitor, srv, appHost, fmt.Sprintf("/next/%d", i)); status != http.StatusOK || body != idle {
+		if status, body := servertest.Get(t, visitor, srv, servertest.AppHost, fmt.Sprintf("/next/%d", i)); status != http.StatusOK || body != idle {
 			t.Fatalf("GET /next/%d while %s holds a slow request = %d %q, want 200 from %s", i, busy, status, body, idle)
 		}
 	}
 	g.release(t, 1)
-	if a := wait(t, holder, waitFor, "the slow request"); a.err != nil || a.status != http.StatusOK || a.body != busy {
+	if a := servertest.Wait(t, holder, servertest.WaitFor, "the slow request"); a.err != nil || a.status != http.StatusOK || a.body != busy {
 		t.Fatalf("GET /hold = %v, want 200 %q", a, busy)
 	}
 }
 
-// startCrashableAgent runs an agent like startAgent and returns crash,
-// which cuts its tunnel connections the way its process dying would, and
-// keeps it from reconnecting. Its backend stays up.
-func startCrashableAgent(t testing.TB, s *testServer, cfg config.Client) (crash func()) {
+// startCrashableAgent runs an agent like servertest.StartAgent and returns
+// crash, which cuts its tunnel connections the way its process dying would,
+// and keeps it from reconnecting. Its backend stays up.
+func startCrashableAgent(t testing.TB, s *servertest.Server, cfg config.Client) (crash func()) {
 	t.Helper()
 	var (
 		mu      sync.Mutex // guards conns and crashed
@@ -711,7 +682,7 @@ func startCrashableAgent(t testing.TB, s *testServer, cfg config.Client) (crash 
 		}
 		return c, err
 	}
-	a, err := agent.New(cfg, agent.Options{Logger: testLogger(), DialServer: dial})
+	a, err := agent.New(cfg, agent.Options{Logger: servertest.Logger(), DialServer: dial})
 	if err != nil {
 		t.Fatalf("agent.New() = %v, want nil", err)
 	}
@@ -720,7 +691,7 @@ func startCrashableAgent(t testing.TB, s *testServer, cfg config.Client) (crash 
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := wait(t, done, waitFor, "Run of the crashed agent"); err != nil {
+		if err := servertest.Wait(t, done, servertest.WaitFor, "Run of the crashed agent"); err != nil {
 			t.Errorf("agent Run() = %v, want nil", err)
 		}
 	})
@@ -748,35 +719,35 @@ func TestQueueMovesToStandbyWhenPrimaryDies(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.failover, func(t *testing.T) {
 			g := newGate(t)
-			scfg := serverConfig(t)
+			scfg := servertest.Config(t)
 			// Far longer than the test may take: a queued request that is
 			// not handed on when its client dies would wait all of it.
 			scfg.Router.GatewayTimeout = time.Minute
-			scfg.MetricsToken = metricsToken
+			scfg.MetricsToken = servertest.MetricsToken
 			scfg.Router.Failover = tc.failover
-			srv := startServer(t, scfg, nil, nil)
+			srv := servertest.Start(t, scfg, nil, nil)
 			primary := startOrigin(t, "primary", g)
-			crash := startCrashableAgent(t, srv, agentConfig(srv, limitedService(primary.url, appHost, 1)))
-			standbyCfg := agentConfig(srv, service(startOrigin(t, "standby", nil).url))
+			crash := startCrashableAgent(t, srv, servertest.AgentConfig(srv, limitedService(primary.url, servertest.AppHost, 1)))
+			standbyCfg := servertest.AgentConfig(srv, servertest.Service(startOrigin(t, "standby", nil).url))
 			standbyCfg.Priority = 1
-			startAgent(t, srv, standbyCfg)
-			visitor := newVisitor(t, srv)
-			waitClients(t, visitor, srv, 2)
+			servertest.StartAgent(t, srv, standbyCfg)
+			visitor := servertest.NewVisitor(t, srv)
+			servertest.WaitClients(t, visitor, srv, 2)
 
-			holder := goRoundTrip(visitor, getRequest(t, srv, appHost, "/hold"))
-			if got := wait(t, g.entered, waitFor, "the holding request reaching an origin"); got != "primary" {
+			holder := goRoundTrip(visitor, getRequest(t, srv, servertest.AppHost, "/hold"))
+			if got := servertest.Wait(t, g.entered, servertest.WaitFor, "the holding request reaching an origin"); got != "primary" {
 				t.Fatalf("GET /hold reached %s, want primary", got)
 			}
 			// The primary is at its limit: the next request queues for it,
 			// standbys taking nothing while a primary is routable.
-			queuedAnswer := sendQueued(t, visitor, srv, getRequest(t, srv, appHost, "/queued"), 1)
+			queuedAnswer := sendQueued(t, visitor, srv, getRequest(t, srv, servertest.AppHost, "/queued"), 1)
 			crash()
-			if a := wait(t, holder, waitFor, "the request in flight on the dead primary"); a.err != nil || a.status != tc.wantHolder {
+			if a := servertest.Wait(t, holder, servertest.WaitFor, "the request in flight on the dead primary"); a.err != nil || a.status != tc.wantHolder {
 				t.Errorf("GET /hold in flight when the primary died = %v, want %d", a, tc.wantHolder)
 			} else if a.status == http.StatusOK && a.body != "standby" {
 				t.Errorf("GET /hold failed over to %q, want standby", a.body)
 			}
-			if a := wait(t, queuedAnswer, waitFor, "the request queued for the dead primary"); a.err != nil || a.status != http.StatusOK || a.body != "standby" {
+			if a := servertest.Wait(t, queuedAnswer, servertest.WaitFor, "the request queued for the dead primary"); a.err != nil || a.status != http.StatusOK || a.body != "standby" {
 				t.Errorf("GET /queued, waiting when the primary died = %v, want 200 %q", a, "standby")
 			}
 			if got := primary.arrivals(); !slices.Equal(got, []string{"/hold"}) {

@@ -17,6 +17,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/edge/acme"
 	"github.com/aperio-dev/aperio/internal/edge/acme/acmetest"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 )
 
 // TestAutomaticTLSEndToEnd runs the server with acme: against Pebble on
@@ -31,7 +32,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	t.Parallel()
 	tlsPort, httpPort := acmetest.FreePort(t), acmetest.FreePort(t)
 	p := acmetest.Start(t, httpPort, tlsPort, time.Hour)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Port = tlsPort
 	cfg.ACME = acme.DefaultConfig()
 	cfg.ACME.Email = "ops@example.com"
@@ -43,7 +44,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, cfg, ln, p.Roots)
+	srv := servertest.Start(t, cfg, ln, p.Roots)
 	port := strconv.Itoa(tlsPort)
 	// Every name resolves to the server, as DNS would send it there.
 	toServer := func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -51,13 +52,13 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+p)
 	}
 
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "app says hi")
 	}))
 	a, err := agent.New(config.Client{
-		ServerURL: "https://tunnel.test:" + port, Token: testToken, Name: "acme", DrainTimeout: 5 * time.Second,
-		Services: []config.Service{{Target: backend.URL, Hostnames: []string{appHost}}},
-	}, agent.Options{Logger: testLogger(), DialServer: toServer, TLSConfig: &tls.Config{RootCAs: p.Roots}, StatusSocket: config.StatusSocketOff})
+		ServerURL: "https://tunnel.test:" + port, Token: servertest.Token, Name: "acme", DrainTimeout: 5 * time.Second,
+		Services: []config.Service{{Target: backend.URL, Hostnames: []string{servertest.AppHost}}},
+	}, agent.Options{Logger: servertest.Logger(), DialServer: toServer, TLSConfig: &tls.Config{RootCAs: p.Roots}, StatusSocket: config.StatusSocketOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,9 +74,9 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 
 	// The tunnel is up once the client is listed; its TLS handshake
 	// for tunnel.test verified against Pebble's root.
-	poll(t, 60*time.Second, func() (bool, string) {
+	servertest.Poll(t, 60*time.Second, func() (bool, string) {
 		req, _ := http.NewRequest(http.MethodGet, "https://tunnel.test:"+port+"/aperio/api/clients", nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Authorization", "Bearer "+servertest.Token)
 		resp, err := visitor.Do(req)
 		if err != nil {
 			return false, err.Error()
@@ -86,7 +87,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 		return len(list) == 1, "clients " + strconv.Itoa(len(list))
 	})
 
-	resp, err := visitor.Get("https://" + appHost + ":" + port + "/")
+	resp, err := visitor.Get("https://" + servertest.AppHost + ":" + port + "/")
 	if err != nil {
 		t.Fatalf("first HTTPS request for app.test: %v", err)
 	}
@@ -95,7 +96,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != "app says hi" {
 		t.Fatalf("app.test over automatic TLS: %d %q", resp.StatusCode, body)
 	}
-	if leaf := resp.TLS.PeerCertificates[0]; len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != appHost {
+	if leaf := resp.TLS.PeerCertificates[0]; len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != servertest.AppHost {
 		t.Errorf("app.test served a certificate for %v", leaf.DNSNames)
 	}
 
@@ -105,7 +106,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	// acme.on_demand_grace, get a certificate).
 	mint, _ := json.Marshal(map[string]any{"name": "wild", "hostnames": []string{"*.w.test"}})
 	req, _ := http.NewRequest(http.MethodPost, "https://tunnel.test:"+port+"/aperio/api/tokens", bytes.NewReader(mint))
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Authorization", "Bearer "+servertest.Token)
 	req.Header.Set("Content-Type", "application/json")
 	var minted struct {
 		Token string `json:"token"`
@@ -134,7 +135,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	wild, err := agent.New(config.Client{
 		ServerURL: "https://tunnel.test:" + port, Token: minted.Token, Name: "wild", DrainTimeout: 5 * time.Second,
 		Services: []config.Service{{Target: backend.URL, Hostnames: []string{"z1.w.test"}}},
-	}, agent.Options{Logger: testLogger(), DialServer: toServer, TLSConfig: &tls.Config{RootCAs: p.Roots}, StatusSocket: config.StatusSocketOff})
+	}, agent.Options{Logger: servertest.Logger(), DialServer: toServer, TLSConfig: &tls.Config{RootCAs: p.Roots}, StatusSocket: config.StatusSocketOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	wildDone := make(chan error, 1)
 	go func() { wildDone <- wild.Run(wctx) }()
 	t.Cleanup(func() { stopWild(); <-wildDone })
-	poll(t, 30*time.Second, func() (bool, string) {
+	servertest.Poll(t, 30*time.Second, func() (bool, string) {
 		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", "127.0.0.1:"+port, &tls.Config{ServerName: "z1.w.test", RootCAs: p.Roots})
 		if err != nil {
 			return false, err.Error()
@@ -158,7 +159,7 @@ func TestAutomaticTLSEndToEnd(t *testing.T) {
 	}
 
 	// The HTTP port redirects to HTTPS on the public port.
-	hresp, err := visitor.Get("http://" + appHost + ":" + strconv.Itoa(httpPort) + "/a?b=c")
+	hresp, err := visitor.Get("http://" + servertest.AppHost + ":" + strconv.Itoa(httpPort) + "/a?b=c")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 )
 
 // TestExpiredTokenReleasesScalingRecords: a record armed only by a token
@@ -14,16 +15,16 @@ import (
 // scaling_record_ttl.
 func TestExpiredTokenReleasesScalingRecords(t *testing.T) {
 	t.Parallel()
-	hook := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) }))
-	cfg := serverConfig(t)
+	hook := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) }))
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	cfg.Router.IPLimitMax = 0 // the test polls the admin API faster than a visitor's bucket refills
-	srv := startServer(t, cfg, nil, nil)
-	visitor := newVisitor(t, srv)
+	srv := servertest.Start(t, cfg, nil, nil)
+	visitor := servertest.NewVisitor(t, srv)
 
 	expires := time.Now().Add(4 * time.Second).UTC()
-	status, body := adminCall(t, visitor, srv, "POST", "/tokens", map[string]any{
-		"name": "short", "hostnames": []string{appHost}, "expires_at": expires.Format(time.RFC3339Nano),
+	status, body := servertest.AdminCall(t, visitor, srv, "POST", "/tokens", map[string]any{
+		"name": "short", "hostnames": []string{servertest.AppHost}, "expires_at": expires.Format(time.RFC3339Nano),
 	})
 	if status != http.StatusCreated {
 		t.Fatalf("POST /tokens = %d %s, want 201", status, body)
@@ -32,17 +33,17 @@ func TestExpiredTokenReleasesScalingRecords(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &tok); err != nil {
 		t.Fatal(err)
 	}
-	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
+	ac := servertest.AgentConfig(srv, servertest.Service(servertest.Backend(t, http.NotFoundHandler()).URL))
 	ac.Token = tok.Token
 	ac.Scaling = &config.Scaling{URL: hook.URL, Max: 1, ColdStart: time.Minute,
 		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
-	startAgent(t, srv, ac)
+	servertest.StartAgent(t, srv, ac)
 
 	type record struct {
 		ID string `json:"id"`
 	}
 	records := func() []record {
-		status, body := adminCall(t, visitor, srv, "GET", "/scaling", nil)
+		status, body := servertest.AdminCall(t, visitor, srv, "GET", "/scaling", nil)
 		if status != http.StatusOK {
 			t.Fatalf("GET /scaling = %d %s", status, body)
 		}
@@ -52,14 +53,14 @@ func TestExpiredTokenReleasesScalingRecords(t *testing.T) {
 		}
 		return rs
 	}
-	poll(t, waitFor, func() (bool, string) {
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 		return len(records()) == 1, "want the record the token's client declared"
 	})
 	if time.Now().After(expires) {
 		t.Fatalf("the client declared its record after the token expired: the test's margin is too small")
 	}
 	// The TTL is 30 days: only the expiry can remove the record now.
-	poll(t, time.Until(expires)+10*time.Second, func() (bool, string) {
+	servertest.Poll(t, time.Until(expires)+10*time.Second, func() (bool, string) {
 		rs := records()
 		return len(rs) == 0, "scaling records after the token expired: want none"
 	})

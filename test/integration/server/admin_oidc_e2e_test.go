@@ -14,6 +14,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/internal/server"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/aperio-dev/aperio/internal/testkit/oidctest"
 )
 
@@ -22,7 +23,7 @@ import (
 // default user) to the default organization as admin.
 func adminOIDCConfig(t *testing.T, op *oidctest.Provider) server.Config {
 	t.Helper()
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Outbound = outbound.Policy{AllowHTTP: true, AllowPrivate: true} // the provider is on loopback
 	cfg.OIDC = server.OIDCConfig{Issuer: op.Issuer(), ClientID: op.ClientID, ClientSecret: op.ClientSecret}
 	cfg.AdminOIDC = true
@@ -40,18 +41,18 @@ func adminOIDCConfig(t *testing.T, op *oidctest.Provider) server.Config {
 func TestAdminOIDCEndToEnd(t *testing.T) {
 	t.Parallel()
 	op := oidctest.Start(t)
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "cookie="+r.Header.Get("Cookie"))
 	}))
 	cfg := adminOIDCConfig(t, op)
 	cfg.AdminHosts = []string{"ops.test"} // the operator made the app's hostname an admin host
-	srv := startServer(t, cfg, nil, nil)
-	startAgent(t, srv, agentConfig(srv, config.Service{Target: backend.URL, Hostnames: []string{"ops.test"}}))
-	waitClients(t, newVisitor(t, srv), srv, 1)
-	_, port, _ := net.SplitHostPort(srv.addr)
+	srv := servertest.Start(t, cfg, nil, nil)
+	servertest.StartAgent(t, srv, servertest.AgentConfig(srv, config.Service{Target: backend.URL, Hostnames: []string{"ops.test"}}))
+	servertest.WaitClients(t, servertest.NewVisitor(t, srv), srv, 1)
+	_, port, _ := net.SplitHostPort(srv.Addr)
 	base := "http://ops.test:" + port
 
-	b := oidctest.Browser(t, srv.addr)
+	b := oidctest.Browser(t, srv.Addr)
 	call := func(method, path, body, csrf string) (int, string) {
 		t.Helper()
 		var rd io.Reader
@@ -107,9 +108,9 @@ func TestAdminOIDCEndToEnd(t *testing.T) {
 		t.Errorf("login of an unmapped user = %d, want 403", status)
 	}
 
-	req := newRequest(t, t.Context(), srv, "GET", "anything.test", "/aperio/metrics", nil)
+	req := servertest.NewRequest(t, t.Context(), srv, "GET", "anything.test", "/aperio/metrics", nil)
 	req.Header.Set("Authorization", "Bearer m-token")
-	_, metrics := do(t, newVisitor(t, srv), req)
+	_, metrics := servertest.Do(t, servertest.NewVisitor(t, srv), req)
 	for _, want := range []string{
 		`aperio_auth_total{method="admin_oidc",outcome="admitted"} 1`,
 		`aperio_auth_total{method="admin_oidc",outcome="denied"} 1`,
@@ -144,14 +145,14 @@ func TestAdminOIDCChargedToIPBucket(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := adminOIDCConfig(t, op)
 			cfg.Router.IPLimitMax, cfg.Router.IPLimitRefill = 4, 0.0001
-			st := startStackFor(t, service(startBackend(t, headerEcho()).URL), func(c *server.Config) { *c = mergeAdminOIDC(*c, cfg) }, false)
+			st := servertest.StartStackFor(t, servertest.Service(servertest.Backend(t, servertest.HeaderEcho()).URL), func(c *server.Config) { *c = mergeAdminOIDC(*c, cfg) }, false)
 			// The login's redirect to the provider is the answer.
-			c := *st.visitor
+			c := *st.Visitor
 			c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 			// The agent's handshake took one token of the bucket.
 			var last *http.Response
 			for range 4 {
-				last, _ = edgeVisit(t, &c, st.server, "ops.localhost", tc.path, tc.h)
+				last, _ = servertest.EdgeVisit(t, &c, st.Server, "ops.localhost", tc.path, tc.h)
 			}
 			limited := last.StatusCode == http.StatusTooManyRequests && strings.HasPrefix(last.Header.Get("X-Aperio-Limit"), "ip;")
 			if limited != tc.charged {
@@ -173,7 +174,7 @@ func mergeAdminOIDC(c, from server.Config) server.Config {
 // configuration error.
 func TestAdminOIDCNeedsProvider(t *testing.T) {
 	t.Parallel()
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.AdminOIDC = true
 	err := cfg.Validate()
 	if err == nil || !strings.Contains(err.Error(), "admin_oidc needs the oidc: block") {

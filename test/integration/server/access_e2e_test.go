@@ -1,10 +1,8 @@
 package server_test
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,33 +18,8 @@ import (
 	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/internal/passhash"
 	"github.com/aperio-dev/aperio/internal/server"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 )
-
-// identityEcho is a backend that answers with what it was told about the
-// visitor: the identity headers and whether Authorization reached it.
-func identityEcho() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Identity", r.Header.Get("X-Aperio-Identity"))
-		fmt.Fprintf(w, "user=%s auth=%s authorization=%q", r.Header.Get("X-Aperio-User"), r.Header.Get("X-Aperio-Auth"), r.Header.Get("Authorization"))
-	})
-}
-
-// getWith sends GET / to host with headers and returns the response and
-// its body.
-func getWith(t *testing.T, st *stack, host string, header http.Header) (*http.Response, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req := newRequest(t, ctx, st.server, http.MethodGet, host, "/", nil)
-	for k, vv := range header {
-		req.Header[k] = vv
-	}
-	return do(t, st.visitor, req)
-}
-
-func basicHeader(user, password string) http.Header {
-	return http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))}}
-}
 
 // TestAccessBasicEndToEnd: a real client announces a basic-protected
 // service; the server answers 401 with a challenge without the password
@@ -59,20 +32,20 @@ func TestAccessBasicEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := service(startBackend(t, identityEcho()).URL)
+	svc := servertest.Service(servertest.Backend(t, servertest.IdentityEcho()).URL)
 	svc.Auth = &config.Auth{Basic: &config.BasicAuth{Realm: "staff", Users: map[string]string{"ann": hash}}}
-	st := startStackFor(t, svc, nil, false)
+	st := servertest.StartStackFor(t, svc, nil, false)
 
-	resp, _ := getWith(t, st, appHost, nil)
+	resp, _ := servertest.GetWith(t, st, servertest.AppHost, nil)
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `Basic realm="staff"`) {
 		t.Fatalf("no credentials = %d, WWW-Authenticate %q; want 401 with the realm", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 	}
-	if resp, _ := getWith(t, st, appHost, basicHeader("ann", "wrong")); resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := servertest.GetWith(t, st, servertest.AppHost, servertest.BasicAuth("ann", "wrong")); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("wrong password = %d, want 401", resp.StatusCode)
 	}
-	h := basicHeader("ann", "correct horse")
+	h := servertest.BasicAuth("ann", "correct horse")
 	h.Set("X-Aperio-User", "root")
-	resp, body := getWith(t, st, appHost, h)
+	resp, body := servertest.GetWith(t, st, servertest.AppHost, h)
 	if resp.StatusCode != http.StatusOK || body != `user=ann auth=basic authorization=""` {
 		t.Fatalf("right password = %d %q, want 200 with user=ann auth=basic and no Authorization", resp.StatusCode, body)
 	}
@@ -83,25 +56,25 @@ func TestAccessBasicEndToEnd(t *testing.T) {
 // public one is served.
 func TestAccessDenyHidesService(t *testing.T) {
 	t.Parallel()
-	backend := startBackend(t, identityEcho())
+	backend := servertest.Backend(t, servertest.IdentityEcho())
 	closed := config.Service{Target: backend.URL, Hostnames: []string{"closed.test"}}
 	open := config.Service{Target: backend.URL, Hostnames: []string{"open.test"}, Public: true}
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.DefaultAccess = "deny"
-	srv := startServer(t, cfg, nil, nil)
-	startAgent(t, srv, agentConfig(srv, closed, open))
-	visitor := newVisitor(t, srv)
-	waitClients(t, visitor, srv, 1)
-	st := &stack{server: srv, visitor: visitor}
+	srv := servertest.Start(t, cfg, nil, nil)
+	servertest.StartAgent(t, srv, servertest.AgentConfig(srv, closed, open))
+	visitor := servertest.NewVisitor(t, srv)
+	servertest.WaitClients(t, visitor, srv, 1)
+	st := &servertest.Stack{Server: srv, Visitor: visitor}
 
-	r1, b1 := getWith(t, st, "closed.test", nil)
-	r2, b2 := getWith(t, st, "unclaimed.test", nil)
+	r1, b1 := servertest.GetWith(t, st, "closed.test", nil)
+	r2, b2 := servertest.GetWith(t, st, "unclaimed.test", nil)
 	b1 = strings.ReplaceAll(b1, "closed.test", "HOST")
 	b2 = strings.ReplaceAll(b2, "unclaimed.test", "HOST")
 	if r1.StatusCode != r2.StatusCode || b1 != b2 || r1.StatusCode != http.StatusBadGateway {
 		t.Fatalf("closed service = %d %q, unclaimed host = %d %q; want the same 502", r1.StatusCode, b1, r2.StatusCode, b2)
 	}
-	if r, body := getWith(t, st, "open.test", nil); r.StatusCode != http.StatusOK || !strings.HasPrefix(body, "user= auth=") {
+	if r, body := servertest.GetWith(t, st, "open.test", nil); r.StatusCode != http.StatusOK || !strings.HasPrefix(body, "user= auth=") {
 		t.Fatalf("public service = %d %q, want 200 without identity", r.StatusCode, body)
 	}
 }
@@ -116,7 +89,7 @@ func jwksOrigin(t *testing.T, pub ed25519.PublicKey, kid string) (url string, fe
 		t.Fatal(err)
 	}
 	n := make(chan struct{}, 100)
-	srv := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	srv := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		n <- struct{}{}
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(body)
@@ -154,18 +127,18 @@ func TestAccessJWTThroughFence(t *testing.T) {
 		return jwt.Claims{Issuer: "https://idp.test/", Audience: jwt.Audience{aud}, Subject: "ann", Expiry: jwt.NewNumericDate(now.Add(time.Hour)), IssuedAt: jwt.NewNumericDate(now)}
 	}
 	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
-	svc := service(startBackend(t, identityEcho()).URL)
+	svc := servertest.Service(servertest.Backend(t, servertest.IdentityEcho()).URL)
 	svc.Auth = &config.Auth{JWT: &config.JWTAuth{JWKSURL: jwksURL, Issuer: "https://idp.test/", Audience: []string{"app"}}}
 
 	t.Run("fence admits the key server", func(t *testing.T) {
-		st := startStackFor(t, svc, func(c *server.Config) {
+		st := servertest.StartStackFor(t, svc, func(c *server.Config) {
 			c.Outbound = outbound.Policy{AllowHTTP: true, AllowPrivate: true}
 		}, false)
-		resp, body := getWith(t, st, appHost, bearer(signJWT(t, priv, "k1", claims("app"))))
+		resp, body := servertest.GetWith(t, st, servertest.AppHost, bearer(signJWT(t, priv, "k1", claims("app"))))
 		if resp.StatusCode != http.StatusOK || body != `user=ann auth=jwt authorization=""` {
 			t.Fatalf("good token = %d %q, want 200 for ann by jwt", resp.StatusCode, body)
 		}
-		if resp, _ := getWith(t, st, appHost, bearer(signJWT(t, priv, "k1", claims("other")))); resp.StatusCode != http.StatusUnauthorized {
+		if resp, _ := servertest.GetWith(t, st, servertest.AppHost, bearer(signJWT(t, priv, "k1", claims("other")))); resp.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("token for another audience = %d, want 401", resp.StatusCode)
 		}
 		if fetches() == 0 {
@@ -174,10 +147,10 @@ func TestAccessJWTThroughFence(t *testing.T) {
 	})
 	t.Run("fence refuses the key server", func(t *testing.T) {
 		before := fetches()
-		st := startStackFor(t, svc, func(c *server.Config) {
+		st := servertest.StartStackFor(t, svc, func(c *server.Config) {
 			c.Outbound = outbound.Policy{AllowHTTP: true} // no private addresses: loopback refused
 		}, false)
-		resp, _ := getWith(t, st, appHost, bearer(signJWT(t, priv, "k1", claims("app"))))
+		resp, _ := servertest.GetWith(t, st, servertest.AppHost, bearer(signJWT(t, priv, "k1", claims("app"))))
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			t.Fatalf("token while the key set is out of reach = %d, want 503 (fail closed)", resp.StatusCode)
 		}
@@ -192,7 +165,7 @@ func TestAccessJWTThroughFence(t *testing.T) {
 // is what the visitor gets.
 func TestAccessForwardEndToEnd(t *testing.T) {
 	t.Parallel()
-	auth := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	auth := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Token good" {
 			w.Header().Set("Content-Type", "text/plain")
 			w.WriteHeader(http.StatusForbidden)
@@ -202,16 +175,16 @@ func TestAccessForwardEndToEnd(t *testing.T) {
 		w.Header().Set("Remote-User", "bob")
 		w.WriteHeader(http.StatusOK)
 	}))
-	svc := service(startBackend(t, identityEcho()).URL)
+	svc := servertest.Service(servertest.Backend(t, servertest.IdentityEcho()).URL)
 	svc.Auth = &config.Auth{Forward: &config.ForwardAuth{URL: auth.URL + "/verify", UserHeader: "Remote-User", CopyHeaders: []string{"Remote-User"}}}
-	st := startStackFor(t, svc, func(c *server.Config) {
+	st := servertest.StartStackFor(t, svc, func(c *server.Config) {
 		c.Outbound = outbound.Policy{AllowHTTP: true, AllowPrivate: true}
 	}, false)
-	resp, body := getWith(t, st, appHost, http.Header{"Authorization": {"Token bad"}})
+	resp, body := servertest.GetWith(t, st, servertest.AppHost, http.Header{"Authorization": {"Token bad"}})
 	if resp.StatusCode != http.StatusForbidden || body != "go away" {
 		t.Fatalf("refused by the auth service = %d %q, want its 403 and body", resp.StatusCode, body)
 	}
-	resp, body = getWith(t, st, appHost, http.Header{"Authorization": {"Token good"}})
+	resp, body = servertest.GetWith(t, st, servertest.AppHost, http.Header{"Authorization": {"Token good"}})
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(body, "user=bob auth=forward") {
 		t.Fatalf("admitted by the auth service = %d %q, want 200 for bob by forward", resp.StatusCode, body)
 	}
@@ -226,13 +199,13 @@ func TestAccessIdentityJWKS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := service(startBackend(t, identityEcho()).URL)
+	svc := servertest.Service(servertest.Backend(t, servertest.IdentityEcho()).URL)
 	svc.Auth = &config.Auth{Basic: &config.BasicAuth{Users: map[string]string{"ann": hash}}}
 	svc.IdentityJWT = true
 	cfg := func(c *server.Config) { c.DefaultAccess = "deny" }
-	st := startStackFor(t, svc, cfg, false)
+	st := servertest.StartStackFor(t, svc, cfg, false)
 
-	code, body := get(t, st.visitor, st.server, "anything.test", "/aperio/.well-known/jwks.json")
+	code, body := servertest.Get(t, st.Visitor, st.Server, "anything.test", "/aperio/.well-known/jwks.json")
 	if code != http.StatusOK {
 		t.Fatalf("GET jwks.json = %d %q, want 200", code, body)
 	}
@@ -240,7 +213,7 @@ func TestAccessIdentityJWKS(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &set); err != nil || len(set.Keys) != 1 {
 		t.Fatalf("jwks.json = %q (%v), want one key", body, err)
 	}
-	resp, _ := getWith(t, st, appHost, basicHeader("ann", "pw-for-identity"))
+	resp, _ := servertest.GetWith(t, st, servertest.AppHost, servertest.BasicAuth("ann", "pw-for-identity"))
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET with the password = %d, want 200", resp.StatusCode)
 	}
@@ -255,8 +228,8 @@ func TestAccessIdentityJWKS(t *testing.T) {
 	if err := tok.Claims(set.Keys[0].Key, &c); err != nil {
 		t.Fatalf("identity token does not verify against jwks.json: %v", err)
 	}
-	if err := c.ValidateWithLeeway(jwt.Expected{Issuer: server.IdentityIssuer, AnyAudience: jwt.Audience{appHost}, Time: time.Now()}, 0); err != nil || c.Subject != "ann" || c.Auth != "basic" {
-		t.Fatalf("identity claims = %+v (%v), want sub ann, aperio_auth basic, aud %s", c, err, appHost)
+	if err := c.ValidateWithLeeway(jwt.Expected{Issuer: server.IdentityIssuer, AnyAudience: jwt.Audience{servertest.AppHost}, Time: time.Now()}, 0); err != nil || c.Subject != "ann" || c.Auth != "basic" {
+		t.Fatalf("identity claims = %+v (%v), want sub ann, aperio_auth basic, aud %s", c, err, servertest.AppHost)
 	}
 }
 
@@ -269,32 +242,32 @@ func TestAccessAuditAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := service(startBackend(t, identityEcho()).URL)
+	svc := servertest.Service(servertest.Backend(t, servertest.IdentityEcho()).URL)
 	svc.Auth = &config.Auth{Basic: &config.BasicAuth{Users: map[string]string{"ann": hash}}}
-	st := startStackFor(t, svc, func(c *server.Config) { c.MetricsToken = "m-token" }, false)
+	st := servertest.StartStackFor(t, svc, func(c *server.Config) { c.MetricsToken = "m-token" }, false)
 
-	if resp, _ := getWith(t, st, appHost, basicHeader("ann", "secret-guess")); resp.StatusCode != http.StatusUnauthorized {
+	if resp, _ := servertest.GetWith(t, st, servertest.AppHost, servertest.BasicAuth("ann", "secret-guess")); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("wrong password = %d, want 401", resp.StatusCode)
 	}
-	if resp, _ := getWith(t, st, appHost, basicHeader("ann", "pw-metrics")); resp.StatusCode != http.StatusOK {
+	if resp, _ := servertest.GetWith(t, st, servertest.AppHost, servertest.BasicAuth("ann", "pw-metrics")); resp.StatusCode != http.StatusOK {
 		t.Fatalf("right password = %d, want 200", resp.StatusCode)
 	}
 	var entries []map[string]any
-	poll(t, 10*time.Second, func() (bool, string) {
-		entries = auditEvents(t, st.server, "auth_denied")
+	servertest.Poll(t, 10*time.Second, func() (bool, string) {
+		entries = servertest.AuditEvents(t, st.Server, "auth_denied")
 		return len(entries) == 1, fmt.Sprintf("%d auth_denied entries, want 1", len(entries))
 	})
 	detail, _ := entries[0]["detail"].(string)
-	if !strings.Contains(detail, appHost+"/ from 127.0.0.1, auth basic, answered 401") || strings.Contains(detail, "secret-guess") {
+	if !strings.Contains(detail, servertest.AppHost+"/ from 127.0.0.1, auth basic, answered 401") || strings.Contains(detail, "secret-guess") {
 		t.Fatalf("auth_denied detail = %q, want the host, visitor, method and status, never the password", detail)
 	}
 
 	// The counters are added once a request's handler returns, which may
 	// be a moment after the visitor has its answer: poll.
-	poll(t, 10*time.Second, func() (bool, string) {
-		req := newRequest(t, t.Context(), st.server, "GET", "anything.test", "/aperio/metrics", nil)
+	servertest.Poll(t, 10*time.Second, func() (bool, string) {
+		req := servertest.NewRequest(t, t.Context(), st.Server, "GET", "anything.test", "/aperio/metrics", nil)
 		req.Header.Set("Authorization", "Bearer m-token")
-		_, body := do(t, st.visitor, req)
+		_, body := servertest.Do(t, st.Visitor, req)
 		for _, want := range []string{
 			`aperio_auth_total{method="basic",outcome="denied"} 1`,
 			`aperio_auth_total{method="basic",outcome="admitted"} 1`,
@@ -319,11 +292,11 @@ func TestAccessShareLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := service(startBackend(t, identityEcho()).URL)
+	svc := servertest.Service(servertest.Backend(t, servertest.IdentityEcho()).URL)
 	svc.Auth = &config.Auth{Basic: &config.BasicAuth{Users: map[string]string{"ann": hash}}}
-	st := startStackFor(t, svc, nil, false)
+	st := servertest.StartStackFor(t, svc, nil, false)
 
-	code, body := adminCall(t, st.visitor, st.server, "POST", "/share", map[string]string{"hostname": appHost, "path": "/docs", "ttl": "1h"})
+	code, body := servertest.AdminCall(t, st.Visitor, st.Server, "POST", "/share", map[string]string{"hostname": servertest.AppHost, "path": "/docs", "ttl": "1h"})
 	if code != http.StatusCreated {
 		t.Fatalf("POST /share = %d %s, want 201", code, body)
 	}
@@ -334,16 +307,16 @@ func TestAccessShareLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	u, err := neturl.Parse(link.URL)
-	if err != nil || u.Host != appHost || u.Path != "/docs" || u.Query().Get("aperio_share") == "" {
-		t.Fatalf("share URL = %q, want %s/docs with aperio_share", link.URL, appHost)
+	if err != nil || u.Host != servertest.AppHost || u.Path != "/docs" || u.Query().Get("aperio_share") == "" {
+		t.Fatalf("share URL = %q, want %s/docs with aperio_share", link.URL, servertest.AppHost)
 	}
-	noRedirect := &http.Client{Transport: st.visitor.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	noRedirect := &http.Client{Transport: st.Visitor.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	visit := func(path string, cookie *http.Cookie) (*http.Response, string) {
-		req := newRequest(t, t.Context(), st.server, http.MethodGet, appHost, path, nil)
+		req := servertest.NewRequest(t, t.Context(), st.Server, http.MethodGet, servertest.AppHost, path, nil)
 		if cookie != nil {
 			req.AddCookie(cookie)
 		}
-		return do(t, noRedirect, req)
+		return servertest.Do(t, noRedirect, req)
 	}
 	resp, _ := visit(u.RequestURI(), nil)
 	var cookie *http.Cookie
@@ -366,20 +339,20 @@ func TestAccessShareLink(t *testing.T) {
 	if resp, _ := visit("/docs/page", &http.Cookie{Name: "aperio_share", Value: tampered}); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a tampered token = %d, want 401", resp.StatusCode)
 	}
-	if got := auditEvents(t, st.server, "share_created"); len(got) != 1 || strings.Contains(fmt.Sprint(got[0]), u.Query().Get("aperio_share")) {
+	if got := servertest.AuditEvents(t, st.Server, "share_created"); len(got) != 1 || strings.Contains(fmt.Sprint(got[0]), u.Query().Get("aperio_share")) {
 		t.Fatalf("share_created entries = %v, want one without the token", got)
 	}
 	// A plain rotation keeps the cookie valid; one that revokes refuses
 	// it at the next request.
-	rotate(t, st.server, false)
+	servertest.RotateShareKeys(t, st.Server, false)
 	if resp, _ := visit("/docs/page", &http.Cookie{Name: "aperio_share", Value: cookie.Value}); resp.StatusCode != http.StatusOK {
 		t.Fatalf("the cookie after a plain rotation = %d, want 200", resp.StatusCode)
 	}
-	rotate(t, st.server, true)
+	servertest.RotateShareKeys(t, st.Server, true)
 	if resp, _ := visit("/docs/page", &http.Cookie{Name: "aperio_share", Value: cookie.Value}); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("the cookie after a rotation with revoke = %d, want 401", resp.StatusCode)
 	}
-	if got := auditEvents(t, st.server, "share_key_rotated"); len(got) != 2 {
+	if got := servertest.AuditEvents(t, st.Server, "share_key_rotated"); len(got) != 2 {
 		t.Fatalf("share_key_rotated entries = %v, want 2", got)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/server"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/gorilla/websocket"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -27,47 +28,14 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// inspection is what the inspect backend saw of a request.
-type inspection struct {
-	Method         string `json:"method"`
-	Host           string `json:"host"`
-	RequestURI     string `json:"request_uri"`
-	ForwardedFor   string `json:"x_forwarded_for"`
-	ForwardedProto string `json:"x_forwarded_proto"`
-	ForwardedHost  string `json:"x_forwarded_host"`
-	Body           string `json:"body"`
-}
-
-// inspectHandler answers every request with an inspection of it.
-func inspectHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Backend", "inspect")
-		json.NewEncoder(w).Encode(inspection{
-			Method:         r.Method,
-			Host:           r.Host,
-			RequestURI:     r.RequestURI,
-			ForwardedFor:   r.Header.Get("X-Forwarded-For"),
-			ForwardedProto: r.Header.Get("X-Forwarded-Proto"),
-			ForwardedHost:  r.Header.Get("X-Forwarded-Host"),
-			Body:           string(b),
-		})
-	})
-}
-
 // decodeInspection checks that resp came from the inspect backend and
 // returns what it saw.
-func decodeInspection(t testing.TB, resp *http.Response, body string) inspection {
+func decodeInspection(t testing.TB, resp *http.Response, body string) servertest.Inspection {
 	t.Helper()
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Backend") != "inspect" {
 		t.Fatalf("%s %s = %d (X-Backend %q) %q, want 200 from the backend", resp.Request.Method, resp.Request.URL, resp.StatusCode, resp.Header.Get("X-Backend"), body)
 	}
-	var got inspection
+	var got servertest.Inspection
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatalf("%s %s body %q: %v", resp.Request.Method, resp.Request.URL, body, err)
 	}
@@ -78,7 +46,7 @@ func TestHTTP1(t *testing.T) {
 	t.Parallel()
 	for _, scheme := range []string{"http", "https"} {
 		t.Run(scheme, func(t *testing.T) {
-			st := startStackFor(t, service(startBackend(t, inspectHandler()).URL), nil, scheme == "https")
+			st := servertest.StartStackFor(t, servertest.Service(servertest.Backend(t, servertest.InspectHandler()).URL), nil, scheme == "https")
 			tests := []struct {
 				name   string
 				method string
@@ -86,21 +54,21 @@ func TestHTTP1(t *testing.T) {
 				path   string
 				body   string
 				header http.Header
-				want   inspection
+				want   servertest.Inspection
 			}{{
-				name: "GET", method: "GET", host: appHost, path: "/items?id=7",
-				want: inspection{Method: "GET", Host: appHost, RequestURI: "/items?id=7", ForwardedFor: "127.0.0.1", ForwardedProto: scheme, ForwardedHost: appHost},
+				name: "GET", method: "GET", host: servertest.AppHost, path: "/items?id=7",
+				want: servertest.Inspection{Method: "GET", Host: servertest.AppHost, RequestURI: "/items?id=7", ForwardedFor: "127.0.0.1", ForwardedProto: scheme, ForwardedHost: servertest.AppHost},
 			}, {
 				name: "GET keeps Host port and case", method: "GET", host: "App.Test:8443", path: "/",
-				want: inspection{Method: "GET", Host: "App.Test:8443", RequestURI: "/", ForwardedFor: "127.0.0.1", ForwardedProto: scheme, ForwardedHost: "App.Test:8443"},
+				want: servertest.Inspection{Method: "GET", Host: "App.Test:8443", RequestURI: "/", ForwardedFor: "127.0.0.1", ForwardedProto: scheme, ForwardedHost: "App.Test:8443"},
 			}, {
-				name: "POST", method: "POST", host: appHost, path: "/submit", body: "name=aperio&n=1",
-				want: inspection{Method: "POST", Host: appHost, RequestURI: "/submit", ForwardedFor: "127.0.0.1", ForwardedProto: scheme, ForwardedHost: appHost, Body: "name=aperio&n=1"},
+				name: "POST", method: "POST", host: servertest.AppHost, path: "/submit", body: "name=aperio&n=1",
+				want: servertest.Inspection{Method: "POST", Host: servertest.AppHost, RequestURI: "/submit", ForwardedFor: "127.0.0.1", ForwardedProto: scheme, ForwardedHost: servertest.AppHost, Body: "name=aperio&n=1"},
 			}, {
 				// 127.0.0.1 is no trusted proxy: what it claims is dropped.
-				name: "POST drops an untrusted X-Forwarded-For", method: "POST", host: appHost, path: "/submit", body: "x",
+				name: "POST drops an untrusted X-Forwarded-For", method: "POST", host: servertest.AppHost, path: "/submit", body: "x",
 				header: http.Header{"X-Forwarded-For": {"203.0.113.7"}},
-				want:   inspection{Method: "POST", Host: appHost, RequestURI: "/submit", ForwardedFor: "127.0.0.1", ForwardedProto: scheme, ForwardedHost: appHost, Body: "x"},
+				want:   servertest.Inspection{Method: "POST", Host: servertest.AppHost, RequestURI: "/submit", ForwardedFor: "127.0.0.1", ForwardedProto: scheme, ForwardedHost: servertest.AppHost, Body: "x"},
 			}}
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
@@ -108,11 +76,11 @@ func TestHTTP1(t *testing.T) {
 					if tc.body != "" {
 						body = strings.NewReader(tc.body)
 					}
-					req := newRequest(t, t.Context(), st.server, tc.method, tc.host, tc.path, body)
+					req := servertest.NewRequest(t, t.Context(), st.Server, tc.method, tc.host, tc.path, body)
 					for k, vv := range tc.header {
 						req.Header[k] = vv
 					}
-					resp, rb := do(t, st.visitor, req)
+					resp, rb := servertest.Do(t, st.Visitor, req)
 					if resp.ProtoMajor != 1 {
 						t.Errorf("%s %s proto = %s, want HTTP/1.1", tc.method, tc.path, resp.Proto)
 					}
@@ -137,14 +105,14 @@ func TestHTTP2(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := startStackFor(t, service(startBackend(t, inspectHandler()).URL), nil, tc.tls)
+			st := servertest.StartStackFor(t, servertest.Service(servertest.Backend(t, servertest.InspectHandler()).URL), nil, tc.tls)
 			p := new(http.Protocols)
 			if tc.tls {
 				p.SetHTTP2(true)
 			} else {
 				p.SetUnencryptedHTTP2(true)
 			}
-			tr := &http.Transport{Protocols: p, TLSClientConfig: st.server.tlsClientConfig()}
+			tr := &http.Transport{Protocols: p, TLSClientConfig: st.Server.TLSClientConfig()}
 			t.Cleanup(tr.CloseIdleConnections)
 			visitor := &http.Client{Transport: tr}
 			for _, method := range []string{"GET", "POST"} {
@@ -154,11 +122,11 @@ func TestHTTP2(t *testing.T) {
 					wantBody = "over h2"
 					body = strings.NewReader(wantBody)
 				}
-				resp, rb := do(t, visitor, newRequest(t, t.Context(), st.server, method, appHost, "/h2", body))
+				resp, rb := servertest.Do(t, visitor, servertest.NewRequest(t, t.Context(), st.Server, method, servertest.AppHost, "/h2", body))
 				if resp.ProtoMajor != 2 {
 					t.Errorf("%s /h2 proto = %s, want HTTP/2", method, resp.Proto)
 				}
-				want := inspection{Method: method, Host: appHost, RequestURI: "/h2", ForwardedFor: "127.0.0.1", ForwardedProto: tc.proto, ForwardedHost: appHost, Body: wantBody}
+				want := servertest.Inspection{Method: method, Host: servertest.AppHost, RequestURI: "/h2", ForwardedFor: "127.0.0.1", ForwardedProto: tc.proto, ForwardedHost: servertest.AppHost, Body: wantBody}
 				if got := decodeInspection(t, resp, rb); got != want {
 					t.Errorf("%s /h2: backend saw %+v, want %+v", method, got, want)
 				}
@@ -170,12 +138,12 @@ func TestHTTP2(t *testing.T) {
 func TestWebSocket(t *testing.T) {
 	t.Parallel()
 	backendDone := make(chan error, 1)
-	echo := wsEcho("echo: ", backendDone)
-	st := startStack(t, echo, nil)
+	echo := servertest.WSEcho("echo: ", backendDone)
+	st := servertest.StartStack(t, echo, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
-	c, resp := wsDial(t, ctx, st, "/socket")
+	c, resp := servertest.WSDial(t, ctx, st, "/socket")
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("websocket.Dial status = %d, want 101", resp.StatusCode)
 	}
@@ -210,10 +178,10 @@ func TestWebSocket(t *testing.T) {
 			t.Fatalf("pipelined Read() = %v, %d bytes, %v, want %v, the echo of %d bytes", typ, len(got), err, m.typ, len(m.data))
 		}
 	}
-	if err := wsClose(c, websocket.CloseNormalClosure, "bye"); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+	if err := servertest.WSClose(c, websocket.CloseNormalClosure, "bye"); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
 		t.Fatalf("visitor's close = %v, want the backend's answer with a normal closure", err)
 	}
-	err := wait(t, backendDone, 10*time.Second, "backend end of the WebSocket")
+	err := servertest.Wait(t, backendDone, 10*time.Second, "backend end of the WebSocket")
 	if !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
 		t.Fatalf("backend read after the visitor's close = %v, want a normal closure", err)
 	}
@@ -251,13 +219,13 @@ func TestGRPC(t *testing.T) {
 	t.Parallel()
 	addr, hs := startGRPCBackend(t)
 	hs.SetServingStatus("watched", healthpb.HealthCheckResponse_NOT_SERVING)
-	st := startStackFor(t, service("h2c://"+addr), nil, false)
+	st := servertest.StartStackFor(t, servertest.Service("h2c://"+addr), nil, false)
 
-	cc, err := grpc.NewClient("passthrough:///"+st.server.addr,
+	cc, err := grpc.NewClient("passthrough:///"+st.Server.Addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithAuthority(appHost))
+		grpc.WithAuthority(servertest.AppHost))
 	if err != nil {
-		t.Fatalf("grpc.NewClient(%s) = %v", st.server.addr, err)
+		t.Fatalf("grpc.NewClient(%s) = %v", st.Server.Addr, err)
 	}
 	t.Cleanup(func() {
 		if err := cc.Close(); err != nil {
@@ -333,10 +301,10 @@ func TestServerSentEvents(t *testing.T) {
 		}
 		io.WriteString(w, "event: tick\ndata: two\n\n")
 	})
-	st := startStack(t, sse, nil)
+	st := servertest.StartStack(t, sse, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	resp, err := st.visitor.Do(newRequest(t, ctx, st.server, "GET", appHost, "/events", nil))
+	resp, err := st.Visitor.Do(servertest.NewRequest(t, ctx, st.Server, "GET", servertest.AppHost, "/events", nil))
 	if err != nil {
 		t.Fatalf("GET /events: %v", err)
 	}
@@ -389,7 +357,7 @@ func TestMaxBodySize(t *testing.T) {
 		}
 		h.done <- err
 	})
-	st := startStack(t, backend, func(c *server.Config) { c.Router.MaxBodyBytes = limit })
+	st := servertest.StartStack(t, backend, func(c *server.Config) { c.Router.MaxBodyBytes = limit })
 
 	tests := []struct {
 		name    string
@@ -415,17 +383,17 @@ func TestMaxBodySize(t *testing.T) {
 				// the request, so it is seen starting and never completing.
 				body = &gatedReader{first: payload[:limit/2], gate: h.started, rest: strings.NewReader(payload[limit/2:]), ctx: ctx}
 			}
-			req := newRequest(t, ctx, st.server, "POST", appHost, "/upload", body)
+			req := servertest.NewRequest(t, ctx, st.Server, "POST", servertest.AppHost, "/upload", body)
 			if tc.chunked {
 				req.ContentLength = -1
 			}
-			resp, rb := do(t, st.visitor, req)
+			resp, rb := servertest.Do(t, st.Visitor, req)
 			if resp.StatusCode != tc.want {
 				t.Fatalf("POST %d bytes (chunked %v) = %d %q, want %d", tc.size, tc.chunked, resp.StatusCode, rb, tc.want)
 			}
 			switch {
 			case tc.want == http.StatusOK:
-				if err := wait(t, h.done, 10*time.Second, "backend read"); err != nil || rb != fmt.Sprint(tc.size) {
+				if err := servertest.Wait(t, h.done, 10*time.Second, "backend read"); err != nil || rb != fmt.Sprint(tc.size) {
 					t.Fatalf("backend read %q bytes, %v, want %d, nil", rb, err, tc.size)
 				}
 			case !tc.chunked:
@@ -440,7 +408,7 @@ func TestMaxBodySize(t *testing.T) {
 					t.Errorf("413 body = %q, want the bound without the setting's name", rb)
 				}
 			default:
-				if err := wait(t, h.done, 10*time.Second, "backend read"); err == nil {
+				if err := servertest.Wait(t, h.done, 10*time.Second, "backend read"); err == nil {
 					t.Fatalf("backend read the whole oversized body, want its read to fail")
 				}
 			}
@@ -478,13 +446,13 @@ func TestResponseTimeout(t *testing.T) {
 		<-r.Context().Done()
 		close(cancelled)
 	})
-	st := startStack(t, slow, func(c *server.Config) { c.Tunnel.ResponseHeaderTimeout = 200 * time.Millisecond })
-	status, body := get(t, st.visitor, st.server, appHost, "/slow")
-	if status != http.StatusGatewayTimeout || body != "aperio: "+appHost+" did not answer in time\n" {
+	st := servertest.StartStack(t, slow, func(c *server.Config) { c.Tunnel.ResponseHeaderTimeout = 200 * time.Millisecond })
+	status, body := servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/slow")
+	if status != http.StatusGatewayTimeout || body != "aperio: "+servertest.AppHost+" did not answer in time\n" {
 		t.Fatalf("GET /slow = %d %q, want 504 saying the app did not answer in time (no setting named)", status, body)
 	}
 	// The abandoned request does not linger at the backend.
-	wait(t, cancelled, 10*time.Second, "backend request cancelled after the timeout")
+	servertest.Wait(t, cancelled, 10*time.Second, "backend request cancelled after the timeout")
 }
 
 func TestVisitorCancellation(t *testing.T) {
@@ -513,8 +481,8 @@ func TestVisitorCancellation(t *testing.T) {
 				<-r.Context().Done()
 				close(cancelled)
 			})
-			st := startStack(t, slow, nil)
-			visitor := st.visitor
+			st := servertest.StartStack(t, slow, nil)
+			visitor := st.Visitor
 			if tc.h2c {
 				p := new(http.Protocols)
 				p.SetUnencryptedHTTP2(true)
@@ -528,27 +496,27 @@ func TestVisitorCancellation(t *testing.T) {
 			if tc.body != "" {
 				body = strings.NewReader(tc.body)
 			}
-			req := newRequest(t, ctx, st.server, tc.method, appHost, "/slow", body)
+			req := servertest.NewRequest(t, ctx, st.Server, tc.method, servertest.AppHost, "/slow", body)
 			errc := make(chan error, 1)
 			go func() {
-				_, _, err := fetch(visitor, req)
+				_, _, err := servertest.Fetch(visitor, req)
 				errc <- err
 			}()
-			if got := wait(t, started, 10*time.Second, "request reaching the backend"); got != tc.body {
+			if got := servertest.Wait(t, started, 10*time.Second, "request reaching the backend"); got != tc.body {
 				t.Fatalf("backend read body %q, want %q", got, tc.body)
 			}
 			cancel()
-			if err := wait(t, errc, 10*time.Second, "visitor request"); !errors.Is(err, context.Canceled) {
+			if err := servertest.Wait(t, errc, 10*time.Second, "visitor request"); !errors.Is(err, context.Canceled) {
 				t.Fatalf("%s /slow after cancel = %v, want context.Canceled", tc.method, err)
 			}
-			wait(t, cancelled, 10*time.Second, "backend r.Context() ending after the visitor left")
+			servertest.Wait(t, cancelled, 10*time.Second, "backend r.Context() ending after the visitor left")
 		})
 	}
 }
 
 func TestUnknownHostname(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, inspectHandler(), func(c *server.Config) {
+	st := servertest.StartStack(t, servertest.InspectHandler(), func(c *server.Config) {
 		// Long enough that answering after it would fail the bound below:
 		// an unknown name must not wait for a client to show up.
 		c.Router.GatewayTimeout = time.Minute
@@ -559,12 +527,12 @@ func TestUnknownHostname(t *testing.T) {
 	}{
 		{host: "other.test", name: "other.test"},
 		{host: "Other.Test:8080", name: "other.test"},
-		{host: "sub." + appHost, name: "sub." + appHost},
+		{host: "sub." + servertest.AppHost, name: "sub." + servertest.AppHost},
 	}
 	for _, tc := range tests {
 		t.Run(tc.host, func(t *testing.T) {
 			start := time.Now()
-			status, body := get(t, st.visitor, st.server, tc.host, "/")
+			status, body := servertest.Get(t, st.Visitor, st.Server, tc.host, "/")
 			if status != http.StatusBadGateway || !strings.Contains(body, tc.name) {
 				t.Fatalf("GET / (Host %s) = %d %q, want 502 naming %s", tc.host, status, body, tc.name)
 			}
@@ -577,34 +545,34 @@ func TestUnknownHostname(t *testing.T) {
 
 func TestReconnectAfterServerRestart(t *testing.T) {
 	t.Parallel()
-	backend := startBackend(t, inspectHandler())
-	cfg := serverConfig(t)
-	first := startServer(t, cfg, nil, nil)
-	ag := startAgent(t, first, agentConfig(first, service(backend.URL)))
-	visitor := newVisitor(t, first)
-	waitClients(t, visitor, first, 1)
-	if status, body := get(t, visitor, first, appHost, "/before"); status != http.StatusOK {
+	backend := servertest.Backend(t, servertest.InspectHandler())
+	cfg := servertest.Config(t)
+	first := servertest.Start(t, cfg, nil, nil)
+	ag := servertest.StartAgent(t, first, servertest.AgentConfig(first, servertest.Service(backend.URL)))
+	visitor := servertest.NewVisitor(t, first)
+	servertest.WaitClients(t, visitor, first, 1)
+	if status, body := servertest.Get(t, visitor, first, servertest.AppHost, "/before"); status != http.StatusOK {
 		t.Fatalf("GET /before = %d %q, want 200", status, body)
 	}
 
-	if err := first.stop(); err != nil {
+	if err := first.Stop(); err != nil {
 		t.Fatalf("first Serve() = %v, want nil", err)
 	}
-	ln, err := net.Listen("tcp", first.addr)
+	ln, err := net.Listen("tcp", first.Addr)
 	if err != nil {
-		t.Fatalf("listen again on %s: %v", first.addr, err)
+		t.Fatalf("listen again on %s: %v", first.Addr, err)
 	}
-	second := startServer(t, cfg, ln, nil)
+	second := servertest.Start(t, cfg, ln, nil)
 	// Stop the agent while the second server is still up, so its drain
 	// reaches a server.
 	t.Cleanup(func() {
-		if err := ag.stop(); err != nil {
+		if err := ag.Stop(); err != nil {
 			t.Errorf("agent Run() = %v, want nil", err)
 		}
 	})
-	visitor2 := newVisitor(t, second)
-	waitClients(t, visitor2, second, 1)
-	resp, body := do(t, visitor2, newRequest(t, t.Context(), second, "GET", appHost, "/after", nil))
+	visitor2 := servertest.NewVisitor(t, second)
+	servertest.WaitClients(t, visitor2, second, 1)
+	resp, body := servertest.Do(t, visitor2, servertest.NewRequest(t, t.Context(), second, "GET", servertest.AppHost, "/after", nil))
 	if got := decodeInspection(t, resp, body); got.RequestURI != "/after" {
 		t.Fatalf("GET /after reached the backend as %q, want /after", got.RequestURI)
 	}
@@ -612,15 +580,15 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 
 func TestStopWhileDisconnected(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, inspectHandler(), nil)
-	if err := st.server.stop(); err != nil {
+	st := servertest.StartStack(t, servertest.InspectHandler(), nil)
+	if err := st.Server.Stop(); err != nil {
 		t.Fatalf("Serve() = %v, want nil", err)
 	}
 	// No server is left to acknowledge the draining flag, so there is
 	// nothing to wait for: not drain_timeout (30 s), not the 5 s allowed
 	// for a server's ack.
 	start := time.Now()
-	if err := st.agent.stop(); err != nil {
+	if err := st.Agent.Stop(); err != nil {
 		t.Fatalf("Run() = %v, want nil", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
@@ -645,10 +613,10 @@ func TestDrainOnShutdown(t *testing.T) {
 	})
 	// A short gateway_timeout: while its only client drains, a new request
 	// waits that long for another client, then gets 504.
-	st := startStack(t, slow, func(c *server.Config) { c.Router.GatewayTimeout = 200 * time.Millisecond })
+	st := servertest.StartStack(t, slow, func(c *server.Config) { c.Router.GatewayTimeout = 200 * time.Millisecond })
 	// One request first, so the drain also has to cope with a pooled,
 	// idle stream.
-	if status, body := get(t, st.visitor, st.server, appHost, "/warm"); status != http.StatusOK || body != "done /warm" {
+	if status, body := servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/warm"); status != http.StatusOK || body != "done /warm" {
 		t.Fatalf("GET /warm = %d %q, want 200 %q", status, body, "done /warm")
 	}
 
@@ -658,19 +626,19 @@ func TestDrainOnShutdown(t *testing.T) {
 		err    error
 	}
 	slowDone := make(chan result, 1)
-	slowReq := newRequest(t, t.Context(), st.server, "GET", appHost, "/slow", nil)
+	slowReq := servertest.NewRequest(t, t.Context(), st.Server, "GET", servertest.AppHost, "/slow", nil)
 	go func() {
-		status, body, err := fetch(st.visitor, slowReq)
+		status, body, err := servertest.Fetch(st.Visitor, slowReq)
 		slowDone <- result{status, body, err}
 	}()
-	wait(t, started, 10*time.Second, "slow request reaching the backend")
+	servertest.Wait(t, started, 10*time.Second, "slow request reaching the backend")
 
 	runErr := make(chan error, 1)
-	go func() { runErr <- st.agent.stop() }()
+	go func() { runErr <- st.Agent.Stop() }()
 	// Draining is in force once new requests no longer reach the client:
 	// they wait for another one and time out.
-	poll(t, waitFor, func() (bool, string) {
-		status, body := get(t, st.visitor, st.server, appHost, "/new")
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		status, body := servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/new")
 		return status == http.StatusGatewayTimeout, fmt.Sprintf("GET /new while draining = %d %q, want 504", status, body)
 	})
 	select {
@@ -679,19 +647,19 @@ func TestDrainOnShutdown(t *testing.T) {
 	default:
 	}
 	close(release)
-	if got := wait(t, slowDone, 10*time.Second, "slow request"); got.err != nil || got.status != http.StatusOK || got.body != "done /slow" {
+	if got := servertest.Wait(t, slowDone, 10*time.Second, "slow request"); got.err != nil || got.status != http.StatusOK || got.body != "done /slow" {
 		t.Fatalf("in-flight GET /slow = %d %q, %v, want 200 %q", got.status, got.body, got.err, "done /slow")
 	}
 	// drain_timeout is 30 s: returning well before it means the drain
 	// ended because nothing was in flight any more.
-	if err := wait(t, runErr, 10*time.Second, "Run returning after the drain"); err != nil {
+	if err := servertest.Wait(t, runErr, 10*time.Second, "Run returning after the drain"); err != nil {
 		t.Fatalf("Run() = %v, want nil", err)
 	}
-	waitClients(t, st.visitor, st.server, 0)
+	servertest.WaitClients(t, st.Visitor, st.Server, 0)
 	// Within client_down_threshold of its client leaving, the hostname
 	// waits for it to come back (here: gateway_timeout, then 504).
-	if status, body := get(t, st.visitor, st.server, appHost, "/after"); status != http.StatusGatewayTimeout || !strings.Contains(body, appHost) {
-		t.Fatalf("GET /after the client left = %d %q, want 504 naming %s", status, body, appHost)
+	if status, body := servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/after"); status != http.StatusGatewayTimeout || !strings.Contains(body, servertest.AppHost) {
+		t.Fatalf("GET /after the client left = %d %q, want 504 naming %s", status, body, servertest.AppHost)
 	}
 }
 
@@ -707,10 +675,10 @@ func TestHealthProbes(t *testing.T) {
 		}
 		io.WriteString(w, "app")
 	})
-	svc := service(startBackend(t, h).URL)
+	svc := servertest.Service(servertest.Backend(t, h).URL)
 	svc.Health = config.Health{Endpoint: "/healthz", Interval: 50 * time.Millisecond, Timeout: time.Second, Threshold: 1}
 	// With no healthy client, a request waits gateway_timeout for one.
-	st := startStackFor(t, svc, func(c *server.Config) { c.Router.GatewayTimeout = 200 * time.Millisecond }, false)
+	st := servertest.StartStackFor(t, svc, func(c *server.Config) { c.Router.GatewayTimeout = 200 * time.Millisecond }, false)
 
 	steps := []struct {
 		name    string
@@ -723,12 +691,12 @@ func TestHealthProbes(t *testing.T) {
 	}
 	for _, step := range steps {
 		healthy.Store(step.healthy)
-		poll(t, waitFor, func() (bool, string) {
-			status, body := get(t, st.visitor, st.server, appHost, "/")
+		servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+			status, body := servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/")
 			return status == step.want, fmt.Sprintf("%s: GET / = %d %q, want %d", step.name, status, body, step.want)
 		})
 		// The tunnel stays up whatever the backend's health.
-		if got := health(t, st.visitor, st.server).ConnectedClients; got != 1 {
+		if got := servertest.Health(t, st.Visitor, st.Server).ConnectedClients; got != 1 {
 			t.Fatalf("%s: connected_clients = %d, want 1", step.name, got)
 		}
 	}
@@ -747,9 +715,9 @@ func TestHealthEndpoints(t *testing.T) {
 		}
 		io.WriteString(w, "finished")
 	})
-	st := startStack(t, slow, nil)
+	st := servertest.StartStack(t, slow, nil)
 
-	status, body := get(t, st.visitor, st.server, "any.host", "/aperio/health")
+	status, body := servertest.Get(t, st.Visitor, st.Server, "any.host", "/aperio/health")
 	if status != http.StatusOK {
 		t.Fatalf("GET /aperio/health = %d %q, want 200", status, body)
 	}
@@ -783,34 +751,34 @@ func TestHealthEndpoints(t *testing.T) {
 		{path: "/aperio/readyz", wantStatus: http.StatusOK, wantBody: ""},
 	}
 	for _, p := range probes {
-		if status, body := get(t, st.visitor, st.server, "any.host", p.path); status != p.wantStatus || body != p.wantBody {
+		if status, body := servertest.Get(t, st.Visitor, st.Server, "any.host", p.path); status != p.wantStatus || body != p.wantBody {
 			t.Errorf("GET %s = %d %q, want %d %q", p.path, status, body, p.wantStatus, p.wantBody)
 		}
 	}
 
 	// Hold a visitor request open so that shutdown stays in progress.
 	slowDone := make(chan error, 1)
-	slowReq := newRequest(t, t.Context(), st.server, "GET", appHost, "/slow", nil)
+	slowReq := servertest.NewRequest(t, t.Context(), st.Server, "GET", servertest.AppHost, "/slow", nil)
 	go func() {
-		status, body, err := fetch(st.visitor, slowReq)
+		status, body, err := servertest.Fetch(st.Visitor, slowReq)
 		if err == nil && (status != http.StatusOK || body != "finished") {
 			err = fmt.Errorf("status %d, body %q, want 200 %q", status, body, "finished")
 		}
 		slowDone <- err
 	}()
-	wait(t, started, 10*time.Second, "slow request reaching the backend")
+	servertest.Wait(t, started, 10*time.Second, "slow request reaching the backend")
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- st.server.stop() }()
+	go func() { serveErr <- st.Server.Stop() }()
 
 	// The listener closes as shutdown begins, so readyz is asked through
 	// the gateway's handler: the same code a connection still open (or a
 	// second listener) would reach.
 	readyz := func() (int, string) {
 		rec := httptest.NewRecorder()
-		st.server.gw.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/aperio/readyz", nil))
+		st.Server.Gateway.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/aperio/readyz", nil))
 		return rec.Code, rec.Body.String()
 	}
-	poll(t, waitFor, func() (bool, string) {
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 		status, body := readyz()
 		return status == http.StatusServiceUnavailable, fmt.Sprintf("readyz during shutdown = %d %q, want 503", status, body)
 	})
@@ -820,10 +788,10 @@ func TestHealthEndpoints(t *testing.T) {
 	default:
 	}
 	close(release)
-	if err := wait(t, slowDone, 10*time.Second, "in-flight request"); err != nil {
+	if err := servertest.Wait(t, slowDone, 10*time.Second, "in-flight request"); err != nil {
 		t.Fatalf("in-flight GET /slow during shutdown: %v", err)
 	}
-	if err := wait(t, serveErr, 20*time.Second, "Serve returning"); err != nil {
+	if err := servertest.Wait(t, serveErr, 20*time.Second, "Serve returning"); err != nil {
 		t.Fatalf("Serve() = %v, want nil", err)
 	}
 	if status, _ := readyz(); status != http.StatusServiceUnavailable {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 )
 
 // TestAdminKeySessionEndToEnd: with admin_oidc off, a browser logs in
@@ -18,23 +19,23 @@ import (
 // token on a POST, never reaches the app's backend, and ends at logout.
 func TestAdminKeySessionEndToEnd(t *testing.T) {
 	t.Parallel()
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("cookie=" + r.Header.Get("Cookie")))
 	}))
 	// The operator made the app's hostname an admin host.
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.AdminHosts = []string{"ops.test"}
-	srv := startServer(t, cfg, nil, nil)
-	startAgent(t, srv, agentConfig(srv, config.Service{Target: backend.URL, Hostnames: []string{"ops.test"}}))
-	c := newVisitor(t, srv)
-	waitClients(t, c, srv, 1)
+	srv := servertest.Start(t, cfg, nil, nil)
+	servertest.StartAgent(t, srv, servertest.AgentConfig(srv, config.Service{Target: backend.URL, Hostnames: []string{"ops.test"}}))
+	c := servertest.NewVisitor(t, srv)
+	servertest.WaitClients(t, c, srv, 1)
 	noFollow := *c
 	noFollow.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-	form := url.Values{"key": {testToken}, "redirect": {admin.Prefix + "/whoami"}}.Encode()
-	req := newRequest(t, t.Context(), srv, http.MethodPost, "ops.test", admin.KeySessionPath, strings.NewReader(form))
+	form := url.Values{"key": {servertest.Token}, "redirect": {admin.Prefix + "/whoami"}}.Encode()
+	req := servertest.NewRequest(t, t.Context(), srv, http.MethodPost, "ops.test", admin.KeySessionPath, strings.NewReader(form))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, body := do(t, &noFollow, req)
+	resp, body := servertest.Do(t, &noFollow, req)
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != admin.Prefix+"/whoami" {
 		t.Fatalf("key login = %d Location %q %s, want 303 to whoami", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
@@ -49,7 +50,7 @@ func TestAdminKeySessionEndToEnd(t *testing.T) {
 	}
 	call := func(method, path, body, csrf string) (int, string) {
 		t.Helper()
-		req := newRequest(t, t.Context(), srv, method, "ops.test", path, strings.NewReader(body))
+		req := servertest.NewRequest(t, t.Context(), srv, method, "ops.test", path, strings.NewReader(body))
 		req.AddCookie(cookie)
 		req.AddCookie(&http.Cookie{Name: "app", Value: "1"})
 		if csrf != "" {
@@ -58,7 +59,7 @@ func TestAdminKeySessionEndToEnd(t *testing.T) {
 		if body != "" {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		resp, data := do(t, c, req)
+		resp, data := servertest.Do(t, c, req)
 		return resp.StatusCode, data
 	}
 	status, data := call(http.MethodGet, admin.Prefix+"/whoami", "", "")

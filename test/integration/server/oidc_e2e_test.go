@@ -12,6 +12,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/internal/server"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/aperio-dev/aperio/internal/testkit/oidctest"
 	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
 )
@@ -25,22 +26,22 @@ import (
 func TestAccessOIDCEndToEnd(t *testing.T) {
 	t.Parallel()
 	op := oidctest.Start(t)
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "user="+r.Header.Get("X-Aperio-User")+" auth="+r.Header.Get("X-Aperio-Auth")+" cookie="+r.Header.Get("Cookie"))
 	}))
 	allowed := config.Service{Target: backend.URL, Hostnames: []string{"wiki.test"},
 		Auth: &config.Auth{OIDC: &config.OIDCAuth{AllowedDomains: []string{"example.com"}}}}
 	refused := config.Service{Target: backend.URL, Hostnames: []string{"ops.test"},
 		Auth: &config.Auth{OIDC: &config.OIDCAuth{AllowedEmails: []string{"someone@else.test"}}}}
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Outbound = outbound.Policy{AllowHTTP: true, AllowPrivate: true} // the provider is on loopback
 	cfg.OIDC = server.OIDCConfig{Issuer: op.Issuer(), ClientID: op.ClientID, ClientSecret: op.ClientSecret}
-	srv := startServer(t, cfg, nil, nil)
-	startAgent(t, srv, agentConfig(srv, allowed, refused))
-	waitClients(t, newVisitor(t, srv), srv, 1)
-	_, port, _ := net.SplitHostPort(srv.addr)
+	srv := servertest.Start(t, cfg, nil, nil)
+	servertest.StartAgent(t, srv, servertest.AgentConfig(srv, allowed, refused))
+	servertest.WaitClients(t, servertest.NewVisitor(t, srv), srv, 1)
+	_, port, _ := net.SplitHostPort(srv.Addr)
 
-	b := oidctest.Browser(t, srv.addr)
+	b := oidctest.Browser(t, srv.Addr)
 	get := func(c *http.Client, url string, html bool) (*http.Response, string) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
@@ -84,8 +85,8 @@ func TestAccessOIDCEndToEnd(t *testing.T) {
 }
 
 // newVisitorFor is a cookieless client that reaches *.test at s.
-func newVisitorFor(t *testing.T, s *testServer) *http.Client {
-	c := oidctest.Browser(t, s.addr)
+func newVisitorFor(t *testing.T, s *servertest.Server) *http.Client {
+	c := oidctest.Browser(t, s.Addr)
 	c.Jar = nil
 	return c
 }
@@ -98,18 +99,18 @@ func newVisitorFor(t *testing.T, s *testServer) *http.Client {
 func TestOIDCLogoutEndsSessionEverywhere(t *testing.T) {
 	t.Parallel()
 	op := oidctest.Start(t)
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "user="+r.Header.Get("X-Aperio-User"))
 	}))
 	svc := config.Service{Target: backend.URL, Hostnames: []string{"wiki.test"},
 		Auth: &config.Auth{OIDC: &config.OIDCAuth{AllowedDomains: []string{"example.com"}}}}
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Outbound = outbound.Policy{AllowHTTP: true, AllowPrivate: true} // the provider is on loopback
 	cfg.OIDC = server.OIDCConfig{Issuer: op.Issuer(), ClientID: op.ClientID, ClientSecret: op.ClientSecret}
-	srv := startServer(t, cfg, nil, nil)
-	startAgent(t, srv, agentConfig(srv, svc))
-	waitClients(t, newVisitor(t, srv), srv, 1)
-	_, port, _ := net.SplitHostPort(srv.addr)
+	srv := servertest.Start(t, cfg, nil, nil)
+	servertest.StartAgent(t, srv, servertest.AgentConfig(srv, svc))
+	servertest.WaitClients(t, servertest.NewVisitor(t, srv), srv, 1)
+	_, port, _ := net.SplitHostPort(srv.Addr)
 	wiki := "http://wiki.test:" + port
 	wikiURL, _ := url.Parse(wiki)
 
@@ -134,7 +135,7 @@ func TestOIDCLogoutEndsSessionEverywhere(t *testing.T) {
 	// login returns a browser logged in as jane and a copy of its cookie.
 	login := func() (*http.Client, string) {
 		t.Helper()
-		b := oidctest.Browser(t, srv.addr)
+		b := oidctest.Browser(t, srv.Addr)
 		if resp, body := send(b, "GET", wiki+"/", "", nil); resp.StatusCode != http.StatusOK || body != "user=jane.doe@example.com" {
 			t.Fatalf("login = %d %q", resp.StatusCode, body)
 		}
@@ -174,10 +175,10 @@ func TestOIDCLogoutEndsSessionEverywhere(t *testing.T) {
 
 	// An operator ends every session of jane on wiki.test.
 	_, second := login()
-	req := newRequest(t, t.Context(), srv, "POST", srv.addr, "/aperio/api/oidc/sessions/revoke", strings.NewReader(`{"hostname":"wiki.test","email":"jane.doe@example.com"}`))
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	req := servertest.NewRequest(t, t.Context(), srv, "POST", srv.Addr, "/aperio/api/oidc/sessions/revoke", strings.NewReader(`{"hostname":"wiki.test","email":"jane.doe@example.com"}`))
+	req.Header.Set("Authorization", "Bearer "+servertest.Token)
 	req.Header.Set("Content-Type", "application/json")
-	if resp, body := do(t, newVisitor(t, srv), req); resp.StatusCode != http.StatusOK {
+	if resp, body := servertest.Do(t, servertest.NewVisitor(t, srv), req); resp.StatusCode != http.StatusOK {
 		t.Fatalf("POST /oidc/sessions/revoke = %d %s", resp.StatusCode, body)
 	}
 	if got := withCopy(second); got != http.StatusFound {
