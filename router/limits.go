@@ -72,16 +72,6 @@ func (rt *Router) refuse(w http.ResponseWriter, r *http.Request, rec *telemetry.
 	rt.writePage(w, r, host, visitorAnswer{status: http.StatusTooManyRequests, reason: "too many requests: try again in a moment"})
 }
 
-// RateLimited returns the number of 429 answers by kind, every kind
-// present (zeros included), for metrics.
-func (rt *Router) RateLimited() map[string]int64 {
-	out := make(map[string]int64, numLimitKinds)
-	for k := range numLimitKinds {
-		out[limitInfo[k].kind] = rt.limited[k].Load()
-	}
-	return out
-}
-
 // takeGlobal takes a server-wide slot, or reports that none is free.
 func (rt *Router) takeGlobal(limit int) bool {
 	max := int64(limit)
@@ -101,12 +91,6 @@ func (rt *Router) takeGlobal(limit int) bool {
 }
 
 func (rt *Router) releaseGlobal() { rt.global.Add(-1) }
-
-// InFlight returns the proxied requests in flight now.
-func (rt *Router) InFlight() int64 { return rt.global.Load() }
-
-// Held returns the requests held for a cold start now.
-func (rt *Router) Held() int64 { return rt.held.Load() }
 
 // ipLimiter is the per-visitor token bucket. Its table is bounded: past
 // maxIPs entries, buckets that have refilled completely (visitors that went

@@ -86,10 +86,6 @@ func (rt *Router) eject(s *service) {
 	rt.log.Info("client ejected", logkey.ClientID, s.conn.ID(), logkey.Service, s.id, logkey.Until, until, logkey.Ejections, k)
 }
 
-// OutlierEjections returns how many times a client service was ejected
-// since the router started (aperio_outlier_ejections_total).
-func (rt *Router) OutlierEjections() int64 { return rt.ejectionsTotal.Load() }
-
 // Weight returns the weight conn's service balances with (its announced
 // weight, clamped), or 0 when it has no such service.
 func (rt *Router) Weight(conn Conn, serviceID string) int {

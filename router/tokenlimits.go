@@ -154,7 +154,3 @@ func (rt *Router) takeWS(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 }
-
-// WebSockets returns the WebSocket relays open (or being opened) now and
-// the upgrades refused by max_ws_connections since start, for metrics.
-func (rt *Router) WebSockets() (open, refused int64) { return rt.wsOpen.Load(), rt.wsRefused.Load() }
