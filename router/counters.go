@@ -36,14 +36,14 @@ type LimitCount struct {
 // metrics callback and the admin API rather than the request path.
 func (rt *Router) Counters() Counters {
 	c := Counters{
-		InFlight:          rt.global.Load(),
+		InFlight:          rt.limits.global.Load(),
 		Held:              rt.held.Load(),
-		WebSocketsOpen:    rt.wsOpen.Load(),
-		WebSocketsRefused: rt.wsRefused.Load(),
+		WebSocketsOpen:    rt.limits.wsOpen.Load(),
+		WebSocketsRefused: rt.limits.wsRefused.Load(),
 		OutlierEjections:  rt.ejectionsTotal.Load(),
 	}
 	for k := range numLimitKinds {
-		c.RateLimited[k] = LimitCount{Kind: limitInfo[k].kind, N: rt.limited[k].Load()}
+		c.RateLimited[k] = LimitCount{Kind: limitInfo[k].kind, N: rt.limits.limited[k].Load()}
 	}
 	return c
 }

@@ -164,8 +164,8 @@ func TestExplainVerdicts(t *testing.T) {
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{MaxConcurrentRequests: 1})
 				rt.update(newConn("a", 1), limited(2, "app.test"))
-				rt.takeGlobal(rt.cfg.MaxConcurrentRequests)
-				t.Cleanup(rt.releaseGlobal)
+				rt.limits.takeGlobal(rt.cfg.MaxConcurrentRequests)
+				t.Cleanup(rt.limits.releaseGlobal)
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "429 server-concurrency", status: 429, step: StepGlobal, outcome: OutcomeStop,

@@ -166,9 +166,9 @@ type Router struct {
 	log      *slog.Logger
 	strategy strategy
 	failover failoverPolicy
-	global   atomic.Int64 // proxied requests in flight
-	held     atomic.Int64 // requests held for a cold start
-	tracer   trace.Tracer // nil when tracing is off
+	limits   *admissionLimits // max_concurrent_requests, max_streams_per_ip, max_ws_connections, the 429 counts
+	held     atomic.Int64     // requests held for a cold start
+	tracer   trace.Tracer     // nil when tracing is off
 	// cur is the configuration Reconfigure replaces (limits, policy,
 	// pages, windows, fallbacks, default_access); never nil after New.
 	cur atomic.Pointer[settings]
@@ -187,8 +187,6 @@ type Router struct {
 	maintenance           atomic.Pointer[hostMap[*maintenanceEntry]] // the entries of maintenance mode
 	owners                atomic.Pointer[ownership]                  // nil until SetOwnership: not enforced
 
-	limited [numLimitKinds]atomic.Int64 // 429s by kind
-
 	affinityKey    []byte       // signs aperio_affinity values
 	replayKept     atomic.Int64 // request body bytes kept for replay
 	ejectionsTotal atomic.Int64 // outlier ejections
@@ -201,13 +199,10 @@ type Router struct {
 	poolSeq uint64
 	rates   map[string]*tokenRate // max_rps buckets by token ID, while a client of the token is attached
 
-	streams *ipStreams   // concurrent requests per visitor address; nil: max_streams_per_ip off
-	wsOpen  atomic.Int64 // WebSocket relays open or being opened
 	// passthroughs counts the attached services with tls_passthrough, so
 	// that a TLS handshake skips the passthrough lookup while there is
 	// none (AnyPassthrough).
 	passthroughs atomic.Int64
-	wsRefused    atomic.Int64 // upgrades refused by max_ws_connections
 }
 
 // clientEntry is the control-plane record of one connected client.
@@ -260,9 +255,7 @@ func New(cfg Config) (*Router, error) {
 		pools:   make(map[poolKey]*pool),
 		members: make(map[poolKey]map[*clientEntry][]*service),
 		rates:   make(map[string]*tokenRate),
-	}
-	if cfg.MaxStreamsPerIP > 0 {
-		rt.streams = newIPStreams(cfg.MaxStreamsPerIP)
+		limits:  newAdmissionLimits(cfg),
 	}
 	switch cfg.Strategy {
 	case "", "round-robin":

@@ -2,14 +2,8 @@ package router
 
 import (
 	"math"
-	"net/http"
-	"net/netip"
-	"sync"
 
 	"golang.org/x/time/rate"
-
-	"github.com/aperio-dev/aperio/internal/hostname"
-	"github.com/aperio-dev/aperio/internal/telemetry"
 )
 
 // tokenRate is the max_rps bucket of one token, shared by every client of
@@ -76,81 +70,4 @@ func (rt *Router) checkTokenRate(s *service) refusal {
 		return refuseWith(refusedTokenRate)
 	}
 	return refusal{}
-}
-
-// ipStreams counts the proxied requests in flight per visitor address. An
-// address has an entry only while it has requests in flight, so the map
-// holds at most as many entries as requests in flight.
-type ipStreams struct {
-	max int32
-
-	mu sync.Mutex // guards n
-	n  map[netip.Addr]int32
-}
-
-func newIPStreams(max int) *ipStreams {
-	return &ipStreams{max: int32(min(max, math.MaxInt32)), n: make(map[netip.Addr]int32)}
-}
-
-// take counts one more request of ip, or reports that ip has max already.
-func (l *ipStreams) take(ip netip.Addr) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n[ip] >= l.max {
-		return false
-	}
-	l.n[ip]++
-	return true
-}
-
-// release counts one request of ip less.
-func (l *ipStreams) release(ip netip.Addr) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n[ip] <= 1 {
-		delete(l.n, ip)
-		return
-	}
-	l.n[ip]--
-}
-
-// takeStream counts a visitor's request against max_streams_per_ip, or
-// answers 429 streams-per-ip and reports false. The caller releases a
-// taken stream with releaseStream.
-func (rt *Router) takeStream(w http.ResponseWriter, r *http.Request, rec *telemetry.Request, ip netip.Addr) bool {
-	if rt.streams == nil || rt.streams.take(ip) {
-		return true
-	}
-	rt.refuse(w, r, rec, limitStreamsPerIP)
-	return false
-}
-
-func (rt *Router) releaseStream(ip netip.Addr) {
-	if rt.streams != nil {
-		rt.streams.release(ip)
-	}
-}
-
-// takeWS reserves one of max_ws_connections for an upgrade request, or
-// answers 503 with Retry-After and reports false. The caller releases a
-// taken one with rt.wsOpen.Add(-1) once the relay (or the answer that
-// was no upgrade) is over.
-func (rt *Router) takeWS(w http.ResponseWriter, r *http.Request) bool {
-	max := int64(rt.cfg.MaxWSConnections)
-	if max <= 0 {
-		rt.wsOpen.Add(1)
-		return true
-	}
-	for {
-		cur := rt.wsOpen.Load()
-		if cur >= max {
-			rt.wsRefused.Add(1)
-			w.Header()["Retry-After"] = retryAfterOne
-			rt.writePage(w, r, hostname.Normalize(r.Host), visitorAnswer{status: http.StatusServiceUnavailable, reason: "too many WebSocket connections: try again in a moment"})
-			return false
-		}
-		if rt.wsOpen.CompareAndSwap(cur, cur+1) {
-			return true
-		}
-	}
 }

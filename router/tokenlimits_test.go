@@ -190,10 +190,10 @@ func TestStreamsPerIP(t *testing.T) {
 	if rec := visitFrom(rt, "app.test", "/", "198.51.100.1"); rec.Code != 200 {
 		t.Errorf("request after the others ended = %d, want 200", rec.Code)
 	}
-	rt.streams.mu.Lock()
-	defer rt.streams.mu.Unlock()
-	if len(rt.streams.n) != 0 {
-		t.Errorf("streams table = %v after every request ended, want empty", rt.streams.n)
+	rt.limits.streams.mu.Lock()
+	defer rt.limits.streams.mu.Unlock()
+	if len(rt.limits.streams.n) != 0 {
+		t.Errorf("streams table = %v after every request ended, want empty", rt.limits.streams.n)
 	}
 }
 
