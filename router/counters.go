@@ -40,7 +40,7 @@ func (rt *Router) Counters() Counters {
 		Held:              rt.held.Load(),
 		WebSocketsOpen:    rt.limits.wsOpen.Load(),
 		WebSocketsRefused: rt.limits.wsRefused.Load(),
-		OutlierEjections:  rt.ejectionsTotal.Load(),
+		OutlierEjections:  rt.outliers.total.Load(),
 	}
 	for k := range numLimitKinds {
 		c.RateLimited[k] = LimitCount{Kind: limitInfo[k].kind, N: rt.limits.limited[k].Load()}

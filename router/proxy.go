@@ -310,7 +310,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		if span != nil {
 			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 		}
-		rt.observe(s, resp.StatusCode)
+		rt.outliers.observe(s, resp.StatusCode)
 		if !retried && rt.retryOn(resp.StatusCode) && idempotent(r.Method) && (body == nil || kept != nil) {
 			// Once, and only to a client that has a permit free now: a
 			// retry must not queue, or the first answer would be lost.

@@ -187,10 +187,9 @@ type Router struct {
 	maintenance           atomic.Pointer[hostMap[*maintenanceEntry]] // the entries of maintenance mode
 	owners                atomic.Pointer[ownership]                  // nil until SetOwnership: not enforced
 
-	affinityKey    []byte       // signs aperio_affinity values
-	replayKept     atomic.Int64 // request body bytes kept for replay
-	ejectionsTotal atomic.Int64 // outlier ejections
-	ejectMu        sync.Mutex   // makes an ejection's bound check and the ejection one step
+	affinityKey []byte       // signs aperio_affinity values
+	replayKept  atomic.Int64 // request body bytes kept for replay
+	outliers    *outliers    // passive outlier ejection
 
 	mu      sync.Mutex // guards the following fields and table swaps
 	clients map[Conn]*clientEntry
@@ -248,14 +247,15 @@ func New(cfg Config) (*Router, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rt := &Router{
-		cfg:     cfg,
-		log:     log,
-		tracer:  cfg.Tracer,
-		clients: make(map[Conn]*clientEntry),
-		pools:   make(map[poolKey]*pool),
-		members: make(map[poolKey]map[*clientEntry][]*service),
-		rates:   make(map[string]*tokenRate),
-		limits:  newAdmissionLimits(cfg),
+		cfg:      cfg,
+		log:      log,
+		tracer:   cfg.Tracer,
+		clients:  make(map[Conn]*clientEntry),
+		pools:    make(map[poolKey]*pool),
+		members:  make(map[poolKey]map[*clientEntry][]*service),
+		rates:    make(map[string]*tokenRate),
+		limits:   newAdmissionLimits(cfg),
+		outliers: newOutliers(cfg, log),
 	}
 	switch cfg.Strategy {
 	case "", "round-robin":
