@@ -196,7 +196,7 @@ type Router struct {
 	pools   map[poolKey]*pool
 	members map[poolKey]map[*clientEntry][]*service // who serves each pool
 	poolSeq uint64
-	rates   map[string]*tokenRate // max_rps buckets by token ID, while a client of the token is attached
+	rates   tokenRates // max_rps buckets by token ID, while a client of the token is attached
 
 	// passthroughs counts the attached services with tls_passthrough, so
 	// that a TLS handshake skips the passthrough lookup while there is
@@ -253,7 +253,7 @@ func New(cfg Config) (*Router, error) {
 		clients:  make(map[Conn]*clientEntry),
 		pools:    make(map[poolKey]*pool),
 		members:  make(map[poolKey]map[*clientEntry][]*service),
-		rates:    make(map[string]*tokenRate),
+		rates:    make(tokenRates),
 		limits:   newAdmissionLimits(cfg),
 		outliers: newOutliers(cfg, log),
 	}
@@ -554,7 +554,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		}
 	}
 	e.retry = retry
-	lim := rt.tokenRateLocked(e, e.rights)
+	lim := rt.rates.holdLocked(e, e.rights)
 	for id, s := range e.services {
 		if !seen[id] {
 			s.gone.Store(true)
@@ -610,7 +610,7 @@ func (rt *Router) detach(conn Conn) {
 		s.gone.Store(true)
 		rt.setPassthroughLocked(s, false)
 	}
-	rt.releaseTokenRateLocked(e)
+	rt.rates.releaseLocked(e)
 	rt.rebindLocked(e, nil)
 	delete(rt.clients, conn)
 	rt.mu.Unlock()

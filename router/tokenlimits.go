@@ -18,26 +18,32 @@ type tokenRate struct {
 // one request.
 func rpsBurst(rps float64) int { return max(1, int(math.Ceil(rps))) }
 
-// tokenRateLocked returns the max_rps bucket e's clients take from under
+// tokenRates are the max_rps buckets by token ID, each kept while a
+// client of the token is attached. It has no lock of its own: Router.mu
+// guards it (and the clientEntry.rateToken its methods move), and its
+// methods expect it held.
+type tokenRates map[string]*tokenRate
+
+// holdLocked returns the max_rps bucket e's clients take from under
 // rights r, creating it or changing its rate as the token's setting says,
 // and moves e's reference to it; nil when the token has no max_rps (and
-// for the master token, which is never limited). rt.mu is held.
-func (rt *Router) tokenRateLocked(e *clientEntry, r rights) *rate.Limiter {
+// for the master token, which is never limited). Router.mu is held.
+func (rs tokenRates) holdLocked(e *clientEntry, r rights) *rate.Limiter {
 	if r.master || r.tokenID == "" || r.maxRPS <= 0 {
-		rt.releaseTokenRateLocked(e)
+		rs.releaseLocked(e)
 		return nil
 	}
 	if e.rateToken != r.tokenID {
-		rt.releaseTokenRateLocked(e)
-		tr := rt.rates[r.tokenID]
+		rs.releaseLocked(e)
+		tr := rs[r.tokenID]
 		if tr == nil {
 			tr = &tokenRate{lim: rate.NewLimiter(rate.Limit(r.maxRPS), rpsBurst(r.maxRPS)), rps: r.maxRPS}
-			rt.rates[r.tokenID] = tr
+			rs[r.tokenID] = tr
 		}
 		tr.refs++
 		e.rateToken = r.tokenID
 	}
-	tr := rt.rates[r.tokenID]
+	tr := rs[r.tokenID]
 	if tr.rps != r.maxRPS {
 		// An edited token: a fresh bucket at the new rate (a full one,
 		// as at the first connection), which each client of the token on
@@ -48,15 +54,15 @@ func (rt *Router) tokenRateLocked(e *clientEntry, r rights) *rate.Limiter {
 	return tr.lim
 }
 
-// releaseTokenRateLocked drops e's reference on its token's bucket, which
-// goes with the last one. rt.mu is held.
-func (rt *Router) releaseTokenRateLocked(e *clientEntry) {
+// releaseLocked drops e's reference on its token's bucket, which goes
+// with the last one. Router.mu is held.
+func (rs tokenRates) releaseLocked(e *clientEntry) {
 	if e.rateToken == "" {
 		return
 	}
-	if tr := rt.rates[e.rateToken]; tr != nil {
+	if tr := rs[e.rateToken]; tr != nil {
 		if tr.refs--; tr.refs <= 0 {
-			delete(rt.rates, e.rateToken)
+			delete(rs, e.rateToken)
 		}
 	}
 	e.rateToken = ""
