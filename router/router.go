@@ -347,7 +347,7 @@ func (rt *Router) poolRefusedLocked(e *clientEntry, r rights, ann *tunnel.Announ
 			hosts = exactPatterns(r.allowed)
 		}
 		for _, h := range hosts {
-			if rt.rightsRefusalLocked(r, h, sa.Path) == "" && rt.poolRefusalLocked(e, r, h, sa.Path) != "" {
+			if r.refusal(rt.owners.Load(), h, sa.Path) == "" && rt.poolRefusalLocked(e, r, h, sa.Path) != "" {
 				return true
 			}
 		}
