@@ -308,8 +308,8 @@ func TestOutlierEjection(t *testing.T) {
 		for range 6 { // round-robin: three answers of each
 			visit(t, rt, "GET", "", "")
 		}
-		if n := rt.OutlierEjections(); n != 1 {
-			t.Fatalf("OutlierEjections() = %d, want 1", n)
+		if n := rt.Counters().OutlierEjections; n != 1 {
+			t.Fatalf("Counters().OutlierEjections = %d, want 1", n)
 		}
 		until := rt.EjectedUntil(bad, "0")
 		if want := time.Now().Add(time.Minute); !until.Equal(want) {
@@ -375,7 +375,7 @@ func TestOutlierMaxEjectedPercent(t *testing.T) {
 	for range 5 {
 		visit(t, rt, "GET", "", "")
 	}
-	if n := rt.OutlierEjections(); n != 0 {
+	if n := rt.Counters().OutlierEjections; n != 0 {
 		t.Fatalf("a pool of one ejected its only client (%d ejections)", n)
 	}
 	if resp := visit(t, rt, "GET", "", ""); resp.StatusCode != http.StatusServiceUnavailable {
@@ -413,8 +413,8 @@ func TestOutlierEjectionConcurrent(t *testing.T) {
 	if ejected != 2 {
 		t.Errorf("%d of 4 clients ejected, want 2 (outlier_max_ejected_percent 50)", ejected)
 	}
-	if n := rt.OutlierEjections(); n != 2 {
-		t.Errorf("OutlierEjections() = %d, want 2", n)
+	if n := rt.Counters().OutlierEjections; n != 2 {
+		t.Errorf("Counters().OutlierEjections = %d, want 2", n)
 	}
 }
 

@@ -203,8 +203,8 @@ func TestClientConcurrency429(t *testing.T) {
 	}
 	close(g.release)
 	first.wait(t)
-	if got := rt.RateLimited()["client-concurrency"]; got != 1 {
-		t.Fatalf("RateLimited()[client-concurrency] = %d, want 1", got)
+	if got := rt.Counters().rateLimitedForTest("client-concurrency"); got != 1 {
+		t.Fatalf("Counters() 429s of client-concurrency = %d, want 1", got)
 	}
 }
 
@@ -267,9 +267,15 @@ func TestIPLimit(t *testing.T) {
 	if rec.Code != 200 {
 		t.Fatalf("another visitor's first request = %d, want 200", rec.Code)
 	}
-	kinds := rt.RateLimited()
-	if len(kinds) != int(numLimitKinds) || kinds["ip"] != 1 || kinds["server-concurrency"] != 0 || kinds["streams-per-ip"] != 0 {
-		t.Fatalf("RateLimited() = %v, want all %d kinds with ip 1", kinds, numLimitKinds)
+	c := rt.Counters()
+	for k, l := range c.RateLimited {
+		want := int64(0)
+		if l.Kind == "ip" {
+			want = 1
+		}
+		if l.Kind != limitInfo[k].kind || l.N != want {
+			t.Errorf("Counters().RateLimited[%d] = %+v, want {%s %d}", k, l, limitInfo[k].kind, want)
+		}
 	}
 }
 
@@ -525,4 +531,17 @@ func TestAnnouncedLimitResizesAtOnce(t *testing.T) {
 			t.Fatalf("peak in flight = %d, want 4 (the raised limit, never more)", pk)
 		}
 	})
+}
+
+// TestCountersAllocatesNothing pins Counters' cost for the metrics
+// callback: atomic loads into a value, no map.
+func TestCountersAllocatesNothing(t *testing.T) {
+	rt := newRouter(t, Config{})
+	var c Counters
+	if allocs := testing.AllocsPerRun(100, func() { c = rt.Counters() }); allocs != 0 {
+		t.Fatalf("Counters() allocates %v times, want 0", allocs)
+	}
+	if c.RateLimited[limitIP].Kind != "ip" {
+		t.Errorf("Counters().RateLimited[limitIP].Kind = %q, want ip", c.RateLimited[limitIP].Kind)
+	}
 }

@@ -1,6 +1,9 @@
 package router
 
 import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -25,9 +28,30 @@ func (s *service) ejected() bool {
 	return u != 0 && time.Now().UnixNano() < u
 }
 
+// outliers is passive outlier ejection: its settings, the lock that
+// keeps ejections within outlier_max_ejected_percent, and the count of
+// ejections. A service's own streak and ejection live on the service
+// (fails, ejections, ejectedUntil); a pool's members are read from the
+// pool's snapshot, so no Router lock is needed. Safe for concurrent use.
+type outliers struct {
+	consecutive int           // outlier_consecutive_5xx; zero or less turns ejection off
+	base        time.Duration // outlier_ejection_time, the first ejection's
+	maxPercent  int           // outlier_max_ejected_percent, 0..100
+	log         *slog.Logger
+
+	mu    sync.Mutex   // makes an ejection's bound check and the ejection one step
+	total atomic.Int64 // ejections since the router started
+}
+
+// newOutliers returns the outlier ejection of cfg's outlier_* settings,
+// logging ejections to log.
+func newOutliers(cfg Config, log *slog.Logger) *outliers {
+	return &outliers{consecutive: cfg.OutlierConsecutive5xx, base: cfg.OutlierEjectionTime, maxPercent: cfg.OutlierMaxEjectedPercent, log: log}
+}
+
 // observe records the status of an answer of s for outlier ejection.
-func (rt *Router) observe(s *service, status int) {
-	n := rt.cfg.OutlierConsecutive5xx
+func (o *outliers) observe(s *service, status int) {
+	n := o.consecutive
 	if n <= 0 {
 		return
 	}
@@ -46,16 +70,16 @@ func (rt *Router) observe(s *service, status int) {
 	if s.fails.Add(1) < int64(n) {
 		return
 	}
-	rt.eject(s)
+	o.eject(s)
 }
 
 // eject takes s out of rotation unless that would eject more than
 // outlier_max_ejected_percent of one of its pools. One mutex makes the
 // count and the ejection one step, so concurrent failures cannot together
 // pass the bound.
-func (rt *Router) eject(s *service) {
-	rt.ejectMu.Lock()
-	defer rt.ejectMu.Unlock()
+func (o *outliers) eject(s *service) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if s.ejected() {
 		return
 	}
@@ -68,13 +92,13 @@ func (rt *Router) eject(s *service) {
 					out++
 				}
 			}
-			if out*100 > rt.cfg.OutlierMaxEjectedPercent*len(ms) {
+			if out*100 > o.maxPercent*len(ms) {
 				return
 			}
 		}
 	}
 	k := s.ejections.Add(1)
-	base := rt.cfg.OutlierEjectionTime
+	base := o.base
 	d := base * maxEjectionFactor
 	if k <= 4 { // 2^3 = 8 < 10 <= 2^4: beyond the fourth, the cap
 		d = min(base<<(k-1), d)
@@ -82,13 +106,9 @@ func (rt *Router) eject(s *service) {
 	until := time.Now().Add(d)
 	s.ejectedUntil.Store(until.UnixNano())
 	s.fails.Store(0)
-	rt.ejectionsTotal.Add(1)
-	rt.log.Info("client ejected", logkey.ClientID, s.conn.ID(), logkey.Service, s.id, logkey.Until, until, logkey.Ejections, k)
+	o.total.Add(1)
+	o.log.Info("client ejected", logkey.ClientID, s.conn.ID(), logkey.Service, s.id, logkey.Until, until, logkey.Ejections, k)
 }
-
-// OutlierEjections returns how many times a client service was ejected
-// since the router started (aperio_outlier_ejections_total).
-func (rt *Router) OutlierEjections() int64 { return rt.ejectionsTotal.Load() }
 
 // Weight returns the weight conn's service balances with (its announced
 // weight, clamped), or 0 when it has no such service.

@@ -164,24 +164,24 @@ func mayBindPath(prefixes []string, path string) bool {
 // "": the token's hostnames, then ownership, then the pool's members, which
 // must all be of e's organization.
 func (rt *Router) refusalLocked(e *clientEntry, r rights, host, path string) string {
-	if why := rt.rightsRefusalLocked(r, host, path); why != "" {
+	if why := r.refusal(rt.owners.Load(), host, path); why != "" {
 		return why
 	}
 	return rt.poolRefusalLocked(e, r, host, path)
 }
 
-// rightsRefusalLocked returns why rights r may not bind host at path
-// whoever else serves it (the token's hostnames and paths, the hostname
-// ownership of organizations), or "": a refusal that lasts until an
-// operator changes the token or the ownership.
-func (rt *Router) rightsRefusalLocked(r rights, host, path string) string {
+// refusal returns why rights r may not bind host at path whoever else
+// serves it (the token's hostnames and paths, the hostname ownership o of
+// organizations; nil: not enforced), or "": a refusal that lasts until an
+// operator changes the token or the ownership. It reads no Router state.
+func (r rights) refusal(o *ownership, host, path string) string {
 	if !r.master && !mayBind(r.allowed, host) {
 		return "may not bind " + host + ": not one of the token's hostnames"
 	}
 	if !r.master && !mayBindPath(r.paths, path) {
 		return "may not bind " + host + pathOrRoot(path) + ": not under the token's paths"
 	}
-	return rt.owners.Load().refusal(r.org, host)
+	return o.refusal(r.org, host)
 }
 
 // poolRefusalLocked returns why e (of rights r) may not join the pool of

@@ -1015,11 +1015,11 @@ func (rt *Router) takeSlot(a *admission) verdict {
 	v := pass(OutcomePass, whySlots)
 	var ok bool
 	if a.ex != nil {
-		n := rt.global.Load()
+		n := rt.limits.global.Load()
 		v.n[0] = float64(n)
 		ok = limit <= 0 || n < int64(limit)
 	} else {
-		ok = rt.takeGlobal(limit)
+		ok = rt.limits.takeGlobal(limit)
 	}
 	if !ok {
 		v.kind, v.outcome = refusedServerConcurrency, OutcomeStop

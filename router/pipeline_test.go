@@ -185,8 +185,8 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{MaxConcurrentRequests: 1})
 				rt.update(newConn("a", 1), limited(2, "app.test"))
-				rt.takeGlobal(rt.cfg.MaxConcurrentRequests)
-				t.Cleanup(rt.releaseGlobal)
+				rt.limits.takeGlobal(rt.cfg.MaxConcurrentRequests)
+				t.Cleanup(rt.limits.releaseGlobal)
 				return rt
 			},
 			want: http.StatusTooManyRequests,

@@ -105,7 +105,7 @@ func (rt *Router) checkRateLimit(a *admission, rec *telemetry.Request) verdict {
 // no setting), counts it and records it in rec. Retry-After is the wait
 // until the visitor's bucket has a token again.
 func (rt *Router) refuseRoute(w http.ResponseWriter, r *http.Request, rec *telemetry.Request, host string, ref refusal) {
-	rt.limited[limitRoute].Add(1)
+	rt.limits.count(limitRoute)
 	rec.Limit = limitInfo[limitRoute].kind
 	h := w.Header()
 	h["X-Aperio-Limit"] = []string{"route; setting=" + ref.rule.LimitName()}

@@ -105,8 +105,8 @@ func TestRouteRuleRateLimit(t *testing.T) {
 	if w := send("k2"); w.Code != 200 {
 		t.Errorf("another key's request = %d, want 200", w.Code)
 	}
-	if n := rt.RateLimited()["route"]; n != 1 {
-		t.Errorf("RateLimited()[route] = %d, want 1", n)
+	if n := rt.Counters().rateLimitedForTest("route"); n != 1 {
+		t.Errorf("Counters() 429s of route = %d, want 1", n)
 	}
 }
 

@@ -105,16 +105,19 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 		rt.answer(w, r, rec, a.host, ref)
 		return
 	}
-	if !rt.takeStream(w, r, rec, a.ip) {
+	if !rt.limits.takeStream(a.ip) {
+		rt.refuse(w, r, rec, limitStreamsPerIP)
 		return
 	}
-	defer rt.releaseStream(a.ip)
+	defer rt.limits.releaseStream(a.ip)
 	upgrade := tunnel.IsUpgrade(r.Header)
 	if upgrade {
-		if !rt.takeWS(w, r) {
+		if !rt.limits.takeWS() {
+			w.Header()["Retry-After"] = retryAfterOne
+			rt.writePage(w, r, host, visitorAnswer{status: http.StatusServiceUnavailable, reason: "too many WebSocket connections: try again in a moment"})
 			return
 		}
-		defer rt.wsOpen.Add(-1)
+		defer rt.limits.releaseWS()
 	}
 	prepareOutbound(r, &a.v, upgrade, a.set.underscore)
 	if err := a.gate.gate.PrepareUpstream(r.Header, a.accessVisitor(), a.dec); err != nil {
@@ -226,7 +229,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 				span.SetStatus(codes.Error, "exchange failed")
 				span.End()
 			}
-			rt.releaseGlobal()
+			rt.limits.releaseGlobal()
 			if errors.Is(err, tunnel.ErrSessionClosed) && sessionEnded(s.conn) {
 				// Not detached yet, but over: its permit must not pass to a
 				// queued request, which would fail on it in turn. Detach
@@ -283,7 +286,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			if span != nil {
 				span.End()
 			}
-			rt.releaseGlobal()
+			rt.limits.releaseGlobal()
 			s.release()
 			rt.quotaCut(counted, v, host, "request body")
 			rt.answer(w, r, rec, host, quotaRefusal(v))
@@ -299,7 +302,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 				span.RecordError(berr)
 				span.End()
 			}
-			rt.releaseGlobal()
+			rt.limits.releaseGlobal()
 			s.release()
 			rt.answer(w, r, rec, host, refusal{kind: refusedExchange, err: berr})
 			return
@@ -307,7 +310,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		if span != nil {
 			span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 		}
-		rt.observe(s, resp.StatusCode)
+		rt.outliers.observe(s, resp.StatusCode)
 		if !retried && rt.retryOn(resp.StatusCode) && idempotent(r.Method) && (body == nil || kept != nil) {
 			// Once, and only to a client that has a permit free now: a
 			// retry must not queue, or the first answer would be lost.
@@ -316,7 +319,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 				if span != nil {
 					span.End()
 				}
-				rt.releaseGlobal()
+				rt.limits.releaseGlobal()
 				s.release()
 				rt.log.Debug("retrying on 5xx", logkey.Hostname, host, logkey.From, s.conn.ID(), logkey.Status, resp.StatusCode)
 				retried, next = true, other
@@ -345,7 +348,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			rec.Limit = v.String()
 			rec.Aborted = resp.StatusCode != http.StatusSwitchingProtocols // an upgraded stream is closed already
 		}
-		rt.releaseGlobal()
+		rt.limits.releaseGlobal()
 		s.release()
 		return
 	}

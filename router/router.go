@@ -166,9 +166,9 @@ type Router struct {
 	log      *slog.Logger
 	strategy strategy
 	failover failoverPolicy
-	global   atomic.Int64 // proxied requests in flight
-	held     atomic.Int64 // requests held for a cold start
-	tracer   trace.Tracer // nil when tracing is off
+	limits   *admissionLimits // max_concurrent_requests, max_streams_per_ip, max_ws_connections, the 429 counts
+	held     atomic.Int64     // requests held for a cold start
+	tracer   trace.Tracer     // nil when tracing is off
 	// cur is the configuration Reconfigure replaces (limits, policy,
 	// pages, windows, fallbacks, default_access); never nil after New.
 	cur atomic.Pointer[settings]
@@ -187,27 +187,21 @@ type Router struct {
 	maintenance           atomic.Pointer[hostMap[*maintenanceEntry]] // the entries of maintenance mode
 	owners                atomic.Pointer[ownership]                  // nil until SetOwnership: not enforced
 
-	limited [numLimitKinds]atomic.Int64 // 429s by kind
-
-	affinityKey    []byte       // signs aperio_affinity values
-	replayKept     atomic.Int64 // request body bytes kept for replay
-	ejectionsTotal atomic.Int64 // outlier ejections
-	ejectMu        sync.Mutex   // makes an ejection's bound check and the ejection one step
+	affinityKey []byte       // signs aperio_affinity values
+	replayKept  atomic.Int64 // request body bytes kept for replay
+	outliers    *outliers    // passive outlier ejection
 
 	mu      sync.Mutex // guards the following fields and table swaps
 	clients map[Conn]*clientEntry
 	pools   map[poolKey]*pool
 	members map[poolKey]map[*clientEntry][]*service // who serves each pool
 	poolSeq uint64
-	rates   map[string]*tokenRate // max_rps buckets by token ID, while a client of the token is attached
+	rates   tokenRates // max_rps buckets by token ID, while a client of the token is attached
 
-	streams *ipStreams   // concurrent requests per visitor address; nil: max_streams_per_ip off
-	wsOpen  atomic.Int64 // WebSocket relays open or being opened
 	// passthroughs counts the attached services with tls_passthrough, so
 	// that a TLS handshake skips the passthrough lookup while there is
 	// none (AnyPassthrough).
 	passthroughs atomic.Int64
-	wsRefused    atomic.Int64 // upgrades refused by max_ws_connections
 }
 
 // clientEntry is the control-plane record of one connected client.
@@ -253,16 +247,15 @@ func New(cfg Config) (*Router, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rt := &Router{
-		cfg:     cfg,
-		log:     log,
-		tracer:  cfg.Tracer,
-		clients: make(map[Conn]*clientEntry),
-		pools:   make(map[poolKey]*pool),
-		members: make(map[poolKey]map[*clientEntry][]*service),
-		rates:   make(map[string]*tokenRate),
-	}
-	if cfg.MaxStreamsPerIP > 0 {
-		rt.streams = newIPStreams(cfg.MaxStreamsPerIP)
+		cfg:      cfg,
+		log:      log,
+		tracer:   cfg.Tracer,
+		clients:  make(map[Conn]*clientEntry),
+		pools:    make(map[poolKey]*pool),
+		members:  make(map[poolKey]map[*clientEntry][]*service),
+		rates:    make(tokenRates),
+		limits:   newAdmissionLimits(cfg),
+		outliers: newOutliers(cfg, log),
 	}
 	switch cfg.Strategy {
 	case "", "round-robin":
@@ -354,7 +347,7 @@ func (rt *Router) poolRefusedLocked(e *clientEntry, r rights, ann *tunnel.Announ
 			hosts = exactPatterns(r.allowed)
 		}
 		for _, h := range hosts {
-			if rt.rightsRefusalLocked(r, h, sa.Path) == "" && rt.poolRefusalLocked(e, r, h, sa.Path) != "" {
+			if r.refusal(rt.owners.Load(), h, sa.Path) == "" && rt.poolRefusalLocked(e, r, h, sa.Path) != "" {
 				return true
 			}
 		}
@@ -561,7 +554,7 @@ func (rt *Router) updateLocked(conn Conn, ann *tunnel.Announcement, r rights, fo
 		}
 	}
 	e.retry = retry
-	lim := rt.tokenRateLocked(e, e.rights)
+	lim := rt.rates.holdLocked(e, e.rights)
 	for id, s := range e.services {
 		if !seen[id] {
 			s.gone.Store(true)
@@ -617,7 +610,7 @@ func (rt *Router) detach(conn Conn) {
 		s.gone.Store(true)
 		rt.setPassthroughLocked(s, false)
 	}
-	rt.releaseTokenRateLocked(e)
+	rt.rates.releaseLocked(e)
 	rt.rebindLocked(e, nil)
 	delete(rt.clients, conn)
 	rt.mu.Unlock()

@@ -34,8 +34,8 @@ func TestTokenRate(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("X-Aperio-Limit") != "token-rate; setting=token.max_rps" || rec.Header().Get("Retry-After") != "1" {
 		t.Fatalf("second request of the token (another client, another visitor) = %d %v, want 429 token-rate with Retry-After 1", rec.Code, rec.Header())
 	}
-	if got := rt.RateLimited()["token-rate"]; got != 1 {
-		t.Errorf("RateLimited()[token-rate] = %d, want 1", got)
+	if got := rt.Counters().rateLimitedForTest("token-rate"); got != 1 {
+		t.Errorf("Counters() 429s of token-rate = %d, want 1", got)
 	}
 	// The permit went back: the client is not left busy.
 	if p := rt.table.Load().match("two.test", "/"); p == nil || (*p.members.Load())[0].inflight.Load() != 0 {
@@ -190,10 +190,10 @@ func TestStreamsPerIP(t *testing.T) {
 	if rec := visitFrom(rt, "app.test", "/", "198.51.100.1"); rec.Code != 200 {
 		t.Errorf("request after the others ended = %d, want 200", rec.Code)
 	}
-	rt.streams.mu.Lock()
-	defer rt.streams.mu.Unlock()
-	if len(rt.streams.n) != 0 {
-		t.Errorf("streams table = %v after every request ended, want empty", rt.streams.n)
+	rt.limits.streams.mu.Lock()
+	defer rt.limits.streams.mu.Unlock()
+	if len(rt.limits.streams.n) != 0 {
+		t.Errorf("streams table = %v after every request ended, want empty", rt.limits.streams.n)
 	}
 }
 
@@ -224,8 +224,8 @@ func TestMaxWSConnections(t *testing.T) {
 	if code := upgrade("198.51.100.2"); code != http.StatusServiceUnavailable {
 		t.Errorf("second upgrade with max_ws_connections 1 = %d, want 503 with Retry-After", code)
 	}
-	if open, refused := rt.WebSockets(); open != 1 || refused != 1 {
-		t.Errorf("WebSockets() = %d open, %d refused; want 1, 1", open, refused)
+	if c := rt.Counters(); c.WebSocketsOpen != 1 || c.WebSocketsRefused != 1 {
+		t.Errorf("Counters() WebSockets = %d open, %d refused; want 1, 1", c.WebSocketsOpen, c.WebSocketsRefused)
 	}
 	// Plain requests are not counted.
 	close(g.release)
@@ -233,7 +233,7 @@ func TestMaxWSConnections(t *testing.T) {
 		t.Errorf("plain request = %d, want 200", rec.Code)
 	}
 	<-done
-	if open, _ := rt.WebSockets(); open != 0 {
-		t.Errorf("WebSockets() open = %d after the upgrade ended, want 0", open)
+	if open := rt.Counters().WebSocketsOpen; open != 0 {
+		t.Errorf("Counters().WebSocketsOpen = %d after the upgrade ended, want 0", open)
 	}
 }

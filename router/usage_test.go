@@ -82,8 +82,8 @@ func TestTokenQuota(t *testing.T) {
 			t.Errorf("token-quota 429 has Retry-After %q, want none", got)
 		}
 	}
-	if got := rt.RateLimited()["token-quota"]; got != 2 {
-		t.Errorf("RateLimited()[token-quota] = %d, want 2", got)
+	if got := rt.Counters().rateLimitedForTest("token-quota"); got != 2 {
+		t.Errorf("Counters() 429s of token-quota = %d, want 2", got)
 	}
 	if tok, _ := m.QuotaCuts(); tok != 1 {
 		t.Errorf("QuotaCuts() token = %d, want 1 (the body that crossed it)", tok)

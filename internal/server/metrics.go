@@ -87,14 +87,15 @@ func (g *Gateway) registerMetrics() error {
 		dirOut = metric.WithAttributes(attribute.String("direction", "out"))
 	)
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for kind, n := range g.router.RateLimited() {
-			o.ObserveInt64(limited, n, metric.WithAttributes(attribute.String("limit", kind)))
+		c := g.router.Counters()
+		for _, l := range c.RateLimited {
+			o.ObserveInt64(limited, l.N, metric.WithAttributes(attribute.String("limit", l.Kind)))
 		}
 		o.ObserveInt64(clients, int64(g.tunnels.RoutedSessions()))
-		o.ObserveInt64(inflight, g.router.InFlight())
+		o.ObserveInt64(inflight, c.InFlight)
 		o.ObserveInt64(queued, int64(g.router.Queued()))
-		o.ObserveInt64(held, g.router.Held())
-		o.ObserveInt64(ejections, g.router.OutlierEjections())
+		o.ObserveInt64(held, c.Held)
+		o.ObserveInt64(ejections, c.OutlierEjections)
 		in, out := g.tunnels.Bytes()
 		o.ObserveInt64(tunnelBytes, in, dirIn)
 		o.ObserveInt64(tunnelBytes, out, dirOut)
