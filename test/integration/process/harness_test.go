@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"context"
@@ -95,10 +95,6 @@ func buildBinaries(t *testing.T) string {
 	t.Helper()
 	return procs.Binaries(t)
 }
-
-// TestMain builds the binaries once for the package's process tests
-// (procs), not once per test.
-func TestMain(m *testing.M) { procs.Main(m) }
 
 // startAndFind starts cmd and returns the first submatch of re in its
 // stderr, waiting up to 20 s (startLogged and wait).

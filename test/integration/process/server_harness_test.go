@@ -1,4 +1,4 @@
-package main
+package process_test
 
 import (
 	"bufio"
@@ -15,9 +15,6 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
-
-// TestMain builds the binaries once for the package's process tests.
-func TestMain(m *testing.M) { procs.Main(m) }
 
 // binaries returns the directory holding aperio-server and aperio-client.
 func binaries(t *testing.T) string {
