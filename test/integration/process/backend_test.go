@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestProcessesBackendSettings runs the real binaries: one client serves
@@ -24,7 +26,7 @@ import (
 // every request goes to the second client.
 func TestProcessesBackendSettings(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 
 	type seen struct{ uri, host, prefix string }
 	seenAPI := make(chan seen, 16)

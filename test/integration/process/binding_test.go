@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestProcessesBinding runs the real binaries through the binding rules:
@@ -24,7 +25,7 @@ import (
 // client without dropping its tunnel.
 func TestProcessesBinding(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	backend := func(name string) string {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, name)

@@ -14,18 +14,6 @@ import (
 	"testing"
 )
 
-// replaceFile writes content to a temporary file beside name and renames
-// it over name, as editors and ConfigMap updates do: a reader never sees
-// it half written.
-func replaceFile(t *testing.T, name, content string) {
-	t.Helper()
-	tmp := name + ".tmp"
-	writeFile(t, tmp, content)
-	if err := os.Rename(tmp, name); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // reloadClient starts a client whose aperio.yaml is head (server, name and
 // top-level keys) followed by services, and returns it with its log and
 // the path of its file once its tunnel is up.
@@ -150,7 +138,7 @@ func TestProcessReloadServices(t *testing.T) {
 	if e, ok := clientEntry(f.clients(t, base), "reloader", "gone.test"); !ok || !e.Draining || e.Healthy || e.Inflight != 1 {
 		t.Fatalf("server's entry of gone.test while its request is in flight = %+v, %v; want listed, draining, unhealthy, 1 in flight", e, ok)
 	}
-	if cli.count(withdrawn) != 0 {
+	if cli.count(0, withdrawn) != 0 {
 		t.Fatal("removed service withdrawn with a request in flight")
 	}
 	releaseSlow()
@@ -174,7 +162,7 @@ func TestProcessReloadServices(t *testing.T) {
 	if code, body := get("added.test", "/"); code != 200 || body != "added" {
 		t.Errorf("added.test after the removal = %d %q, want 200 added", code, body)
 	}
-	if cli.count(regexp.MustCompile(`msg="tunnel connected"`)) != 1 {
+	if cli.count(0, regexp.MustCompile(`msg="tunnel connected"`)) != 1 {
 		t.Error("the tunnel reconnected during the reloads, want one session throughout")
 	}
 }
@@ -197,7 +185,7 @@ func TestProcessReloadBadEdit(t *testing.T) {
 	replaceFile(t, file, head+"services: [\n")
 	cli.wait(t, failed)
 	replaceFile(t, file, head+"services:\n  - {target: ftp://nowhere, hostname: keep.test}\n")
-	waitFor(t, "the second bad edit logged", func() bool { return cli.count(failed) == 2 })
+	waitFor(t, "the second bad edit logged", func() bool { return cli.count(0, failed) == 2 })
 	if code, body := get("keep.test"); code != 200 || body != "keep" {
 		t.Fatalf("keep.test after bad edits = %d %q, want 200 keep (the running configuration)", code, body)
 	}

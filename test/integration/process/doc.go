@@ -9,8 +9,9 @@
 // public TCP ports and TLS passthrough, debug_listen, explain,
 // autoscaling, and two servers on one PostgreSQL database.
 // internal/testkit/procs builds both binaries once for the whole package
-// (TestMain). Tests that call a command's own functions stay in
-// cmd/aperio-server and cmd/aperio-client.
+// (TestMain), and harness_test.go holds the one set of helpers that
+// start, watch and stop them. Tests that call a command's own functions
+// stay in cmd/aperio-server and cmd/aperio-client.
 //
 // The package has no code of its own; its tests run in plain go test
 // (make test runs them), or alone with

@@ -1,12 +1,19 @@
 package process_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestProcessDrainedByServer: the real binaries; an operator's POST
@@ -44,4 +51,71 @@ func TestProcessDrainedByServer(t *testing.T) {
 		t.Fatalf("client exit code after the server's drain = %d, want 0", code)
 	}
 	waitFor(t, "the server lists no client", func() bool { return len(f.clients(t, base)) == 0 })
+}
+
+// TestProcessesDrainOnSIGTERM runs the real binaries: a SIGTERMed client
+// stops taking requests, finishes the one in flight and exits 0; a
+// SIGTERMed server exits 0.
+func TestProcessesDrainOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	bin := procs.Binaries(t)
+
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "done "+r.URL.Path)
+	}))
+	t.Cleanup(backend.Close)
+
+	server := startServer(t, bin, "APERIO_SERVER_TOKEN=proc-token-0123456789",
+		// While the only client drains, a new request waits this long for
+		// another client, then gets 504.
+		"APERIO_GATEWAY_TIMEOUT=200ms")
+	base := server.url
+
+	client := exec.Command(filepath.Join(bin, "aperio-client"), strings.TrimPrefix(backend.URL, "http://"),
+		"--hostname", "proc.test", "--server-url", base, "--server-token", "proc-token-0123456789")
+	client.Dir = t.TempDir()
+	client.Env = append(os.Environ(), "HOME="+client.Dir)
+	startAndFind(t, client, regexp.MustCompile(`msg="tunnel connected"`))
+
+	get := func(path string) (int, string) {
+		return getHost(t, http.DefaultClient, base, "proc.test", path)
+	}
+	waitFor(t, "the hostname answers 200", func() bool { code, _ := get("/"); return code == 200 })
+
+	type result struct {
+		code int
+		body string
+	}
+	slow := make(chan result, 1)
+	go func() {
+		code, body := get("/slow")
+		slow <- result{code, body}
+	}()
+	<-entered
+	if err := client.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// While it drains, new requests are not sent to it: they wait for
+	// another client and time out.
+	waitFor(t, "new requests stop reaching the draining client", func() bool { code, _ := get("/"); return code == 504 })
+	close(release)
+	if r := <-slow; r.code != 200 || r.body != "done /slow" {
+		t.Fatalf("in-flight request during drain = %d %q, want 200 %q", r.code, r.body, "done /slow")
+	}
+	if code := waitExit(t, client); code != 0 {
+		t.Fatalf("client exit code after SIGTERM = %d, want 0", code)
+	}
+
+	if err := server.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, server.cmd); code != 0 {
+		t.Fatalf("server exit code after SIGTERM = %d, want 0", code)
+	}
 }

@@ -66,7 +66,7 @@ func TestProcessesClientExplainsItself(t *testing.T) {
 	} else {
 		t.Logf("client with a refused token exited 1 after %v", d.Round(time.Millisecond))
 	}
-	if n := badLog.count(regexp.MustCompile(`msg="tunnel refused"`)); n != 3 {
+	if n := badLog.count(0, regexp.MustCompile(`msg="tunnel refused"`)); n != 3 {
 		t.Errorf("client with a refused token logged %d refusals before giving up, want 3", n)
 	}
 
@@ -78,13 +78,13 @@ func TestProcessesClientExplainsItself(t *testing.T) {
 		defer close(exited)
 		forever.Process.Wait() // the cleanup's Kill ends it
 	}()
-	waitFor(t, "four refusals", func() bool { return foreverLog.count(regexp.MustCompile(`msg="tunnel refused"`)) >= 4 })
+	waitFor(t, "four refusals", func() bool { return foreverLog.count(0, regexp.MustCompile(`msg="tunnel refused"`)) >= 4 })
 	select {
 	case <-exited:
 		t.Fatal("client with --retry-forever exited after four refusals, want it still running")
 	default:
 	}
-	if n := foreverLog.count(regexp.MustCompile(`giving up`)); n != 0 {
+	if n := foreverLog.count(0, regexp.MustCompile(`giving up`)); n != 0 {
 		t.Errorf("client with --retry-forever logged giving up %d times, want none", n)
 	}
 
@@ -174,17 +174,4 @@ func (f fleet) mintToken(t *testing.T, base string, hostnames ...string) string 
 		t.Fatalf("POST /tokens = %d, %v, want 201 with a token", resp.StatusCode, err)
 	}
 	return minted.Token
-}
-
-// count returns how many lines so far match re.
-func (l *processLog) count(re *regexp.Regexp) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		if re.MatchString(line) {
-			n++
-		}
-	}
-	return n
 }

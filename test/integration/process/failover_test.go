@@ -1,9 +1,7 @@
 package process_test
 
 import (
-	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestProcessesFailoverOnSIGKILL runs the real binaries: a server with
@@ -26,7 +26,7 @@ import (
 // gets 502.
 func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 
 	tests := []struct {
 		name   string
@@ -228,69 +228,4 @@ func TestProcessesFailoverOnSIGKILL(t *testing.T) {
 			}
 		})
 	}
-}
-
-// processLog is the stderr of a process started by startLogged, line by
-// line.
-type processLog struct {
-	mu    sync.Mutex // guards lines
-	lines []string
-}
-
-// startLogged starts cmd, records its stderr, and kills it at cleanup if
-// it is still running.
-func startLogged(t *testing.T, cmd *exec.Cmd) *processLog {
-	t.Helper()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	l := &processLog{}
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			l.mu.Lock()
-			l.lines = append(l.lines, sc.Text())
-			l.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			if err := cmd.Process.Kill(); err != nil {
-				t.Errorf("kill %s: %v", filepath.Base(cmd.Path), err)
-			}
-			<-scanned // Wait closes the pipe: read it to the end first
-			cmd.Wait()
-		}
-		if t.Failed() {
-			l.mu.Lock()
-			t.Logf("%s stderr:\n%s", filepath.Base(cmd.Path), strings.Join(l.lines, "\n"))
-			l.mu.Unlock()
-		}
-	})
-	return l
-}
-
-// wait returns the first submatch of re (or the match, if re has no
-// group) in the earliest line that matches, waiting for one up to 20 s.
-func (l *processLog) wait(t *testing.T, re *regexp.Regexp) string {
-	t.Helper()
-	var found string
-	waitFor(t, fmt.Sprintf("a log line matching %q", re), func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for _, line := range l.lines {
-			if m := re.FindStringSubmatch(line); m != nil {
-				found = m[len(m)-1]
-				return true
-			}
-		}
-		return false
-	})
-	return found
 }

@@ -11,10 +11,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 	"github.com/aperio-dev/aperio/store/storetest"
 )
 
@@ -24,7 +24,7 @@ import (
 // disconnects the client from both within one heartbeat.
 func TestTwoServersShareTokens(t *testing.T) {
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "hello from the app")
 	}))
@@ -153,36 +153,5 @@ func TestTwoServersShareTokens(t *testing.T) {
 	}
 	waitFor(t, "the client logs the refusal of its revoked token", func() bool {
 		return strings.Contains(logs.String(), "token revoked")
-	})
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// startLogging starts cmd with its stderr captured into w.
-func startLogging(t *testing.T, cmd *exec.Cmd, w io.Writer) {
-	t.Helper()
-	cmd.Stderr = w
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
 	})
 }

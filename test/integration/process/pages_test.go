@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestProcessesErrorPagesAndMaintenanceTTL runs the real binaries: the
@@ -19,7 +21,7 @@ import (
 // holds, and the entry ends by itself.
 func TestProcessesErrorPagesAndMaintenanceTTL(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "app "+r.URL.Path)
 	}))

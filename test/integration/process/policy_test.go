@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestProcessesTrafficPolicy runs the real binaries with a traffic
@@ -18,7 +20,7 @@ import (
 // rule, which the server's rule overrides.
 func TestProcessesTrafficPolicy(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	backend := http.NewServeMux()
 	backend.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Server", "backend/1.0")
@@ -126,10 +128,3 @@ services:
 
 // noRedirect is a client that returns redirects instead of following them.
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-
-func writeFile(t *testing.T, name, content string) {
-	t.Helper()
-	if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // scalingMaster is the master token of the servers these tests start; the
@@ -212,7 +214,7 @@ func leave(t *testing.T, cmd *exec.Cmd) {
 // every request is answered by the backend.
 func TestScalingColdStartFromZero(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	target := echoBackend(t)
 	// 200 requests from one address: raise the per-visitor bucket.
 	base := scalingServer(t, bin, "APERIO_SCALING_ALLOW_HTTP=1", "APERIO_SCALING_ALLOW_PRIVATE=1", "APERIO_IP_LIMIT_MAX=1000")
@@ -365,7 +367,7 @@ func liveClients(t testing.TB, base string) int {
 // server kills nothing: both clients are still connected afterwards.
 func TestScalingOutThenIn(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	// A backend whose /busy requests stay in flight until the test lets
 	// them go, so the pool is saturated for as long as the test says.
 	release := make(chan struct{})
@@ -479,7 +481,7 @@ func TestScalingOutThenIn(t *testing.T) {
 // (2+4+8+16) after the first.
 func TestScalingBreakerRearmsOnClientRestart(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	target := echoBackend(t)
 	// A disarmed record takes the usual wait for a client; keep it short.
 	base := scalingServer(t, bin, "APERIO_SCALING_ALLOW_HTTP=1", "APERIO_SCALING_ALLOW_PRIVATE=1",
@@ -594,7 +596,7 @@ func TestScalingBreakerRearmsOnClientRestart(t *testing.T) {
 // hook is never called.
 func TestScalingFenceRefusesLoopbackHTTP(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	target := echoBackend(t)
 	base := scalingServer(t, bin)
 

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestProcessNotifiesSystemd runs the server as systemd runs a Type=notify
@@ -16,7 +18,7 @@ import (
 // it serves (readyz answers 200 the moment the datagram arrives, without a
 // retry) and STOPPING=1 on SIGTERM.
 func TestProcessNotifiesSystemd(t *testing.T) {
-	bin := binaries(t)
+	bin := procs.Binaries(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "notify")
 	manager, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
@@ -29,7 +31,7 @@ func TestProcessNotifiesSystemd(t *testing.T) {
 	cmd := exec.Command(filepath.Join(bin, "aperio-server"), "--config", s.file)
 	cmd.Dir = s.dir
 	cmd.Env = append(processEnv(), "NOTIFY_SOCKET="+sock)
-	p := startProc(t, cmd)
+	p := startLogged(t, cmd)
 
 	read := func() string {
 		t.Helper()
@@ -61,7 +63,7 @@ func TestProcessNotifiesSystemd(t *testing.T) {
 	if got := read(); got != "STOPPING=1" {
 		t.Errorf("notification on SIGTERM %q, want STOPPING=1", got)
 	}
-	if code := p.waitExit(t); code != 0 {
+	if code := waitExit(t, p.cmd); code != 0 {
 		t.Errorf("server exited %d after SIGTERM, want 0", code)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/server"
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 	"github.com/aperio-dev/aperio/internal/testkit/testcert"
 )
 
@@ -53,7 +54,7 @@ func splitKeys(s string) []string {
 // request admitted before it finish on the old settings (its answer
 // carries the old header) while new requests see the new ones.
 func TestProcessReloadLiveSettings(t *testing.T) {
-	bin := binaries(t)
+	bin := procs.Binaries(t)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
@@ -77,11 +78,11 @@ func TestProcessReloadLiveSettings(t *testing.T) {
 		"--hostname", "live.test", "--server-url", s.base, "--server-token", reloadMaster)
 	client.Dir = t.TempDir()
 	client.Env = append(processEnv(), "HOME="+client.Dir)
-	startProc(t, client).waitLine(t, 0, regexp.MustCompile(`msg="tunnel connected"`))
+	startLogged(t, client).waitLine(t, 0, regexp.MustCompile(`msg="tunnel connected"`))
 
 	c := &http.Client{Transport: &http.Transport{Proxy: nil}}
 	t.Cleanup(c.CloseIdleConnections)
-	waitUntil(t, "live.test answers 200", func() bool {
+	waitFor(t, "live.test answers 200", func() bool {
 		resp, _ := get(t, c, "GET", s.base+"/", "live.test", nil, nil)
 		return resp.StatusCode == http.StatusOK
 	})
@@ -147,11 +148,11 @@ func TestProcessReloadLiveSettings(t *testing.T) {
 	// it is.
 	from = s.mark()
 	s.write(t, "aperio-server.yaml", liveConfig("v3", 1<<20, 50, "error"))
-	waitUntil(t, "GET /fixed answers fixed v3", func() bool {
+	waitFor(t, "GET /fixed answers fixed v3", func() bool {
 		_, got := get(t, c, "GET", s.base+"/fixed", "live.test", nil, nil)
 		return got == "fixed v3"
 	})
-	waitUntil(t, "the v3 reload audited", func() bool { return len(audit(t, s, c, server.EventConfigReloaded)) == 2 })
+	waitFor(t, "the v3 reload audited", func() bool { return len(audit(t, s, c, server.EventConfigReloaded)) == 2 })
 	if n := s.count(from, reloadedAny); n != 0 {
 		t.Errorf("%d info lines of a reload under log_level error, want none", n)
 	}
@@ -204,7 +205,7 @@ func fixedRoute(body string) string {
 // config_reload_failed; fixing the file (still watched) applies it, and
 // a file newly included is watched from then on.
 func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
-	bin := binaries(t)
+	bin := procs.Binaries(t)
 	s := newReloadServer(t)
 	s.write(t, "aperio-server.yaml", "include: [routes.yaml]\n")
 	s.write(t, "routes.yaml", fixedRoute("good"))
@@ -255,9 +256,9 @@ func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 	s.write(t, "aperio-server.yaml", "include: [routes.yaml]\n")
 	from = s.mark()
 	s.write(t, "routes.yaml", fixedRoute("better"))
-	waitUntil(t, "GET /fixed answers better", func() bool { return fixed() == "better" })
+	waitFor(t, "GET /fixed answers better", func() bool { return fixed() == "better" })
 	s.waitLine(t, from, regexp.MustCompile(`msg="configuration reloaded" .*applied=routes `))
-	waitUntil(t, "the fixed edit audited", func() bool {
+	waitFor(t, "the fixed edit audited", func() bool {
 		es := audit(t, s, c, server.EventConfigReloaded)
 		return len(es) > 0 && strings.Contains(es[0].Detail, "applied: routes;")
 	})
@@ -282,7 +283,7 @@ func TestProcessReloadBrokenEditKeepsOld(t *testing.T) {
 // audited with the reason SIGHUP) and the server keeps serving; SIGTERM
 // still ends it with exit 0.
 func TestProcessReloadOnSIGHUP(t *testing.T) {
-	bin := binaries(t)
+	bin := procs.Binaries(t)
 	s := startReloadServer(t, bin, "http", fixedRoute("up"))
 	c := &http.Client{Transport: &http.Transport{Proxy: nil}}
 	t.Cleanup(c.CloseIdleConnections)
@@ -307,7 +308,7 @@ func TestProcessReloadOnSIGHUP(t *testing.T) {
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := s.waitExit(t); code != 0 {
+	if code := waitExit(t, s.cmd); code != 0 {
 		t.Fatalf("exit code after SIGHUP twice then SIGTERM = %d, want 0", code)
 	}
 }
@@ -316,7 +317,7 @@ func TestProcessReloadOnSIGHUP(t *testing.T) {
 // names) are served to the next handshake, while a connection opened
 // before keeps working on the certificate it got.
 func TestProcessReloadSwapsCertificate(t *testing.T) {
-	bin := binaries(t)
+	bin := procs.Binaries(t)
 	ca := testcert.NewCA(t, "reload test CA")
 	leaf := func() testcert.Cert {
 		return ca.Issue(t, testcert.Leaf{CommonName: "127.0.0.1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Usage: x509.ExtKeyUsageServerAuth})

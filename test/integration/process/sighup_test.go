@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestProcessesReloadOnSIGHUP: SIGHUP makes neither binary exit; the
@@ -20,7 +22,7 @@ import (
 // 32 characters) master token.
 func TestProcessesReloadOnSIGHUP(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "up")
 	}))
@@ -64,7 +66,7 @@ func TestProcessesReloadOnSIGHUP(t *testing.T) {
 		}
 		p.log.wait(t, p.line)
 	}
-	if n := cli.count(regexp.MustCompile(`msg="tunnel connected"`)); n != 1 {
+	if n := cli.count(0, regexp.MustCompile(`msg="tunnel connected"`)); n != 1 {
 		t.Fatalf("client tunnel connections after SIGHUP = %d, want 1 (a reload keeps the tunnel)", n)
 	}
 	if code := get(); code != 200 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/aperio-dev/aperio/internal/agent"
+	"github.com/aperio-dev/aperio/internal/testkit/procs"
 )
 
 // TestStatusRequireConnected: a client whose tunnel to a real server is
@@ -16,7 +17,7 @@ import (
 // fails.
 func TestStatusRequireConnected(t *testing.T) {
 	t.Parallel()
-	bin := buildBinaries(t)
+	bin := procs.Binaries(t)
 	base, stop := startServerProcess(t, bin)
 
 	dir := t.TempDir()
