@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/server/servertest"
+	"github.com/aperio-dev/aperio/tunnel"
 	"github.com/gorilla/websocket"
 )
 
@@ -327,4 +328,34 @@ func rotate(t testing.TB, s *testServer, revoke bool) {
 func queued(t testing.TB, c *http.Client, s *testServer) int {
 	t.Helper()
 	return servertest.Queued(t, c, s.kit())
+}
+
+// nopForwarder answers nothing: the hostile tunnels never get a request.
+type nopForwarder = servertest.NopForwarder
+
+// announcing returns an announcement of one service on hostname, from a
+// client called name.
+func announcing(name, hostname string) func() tunnel.Announcement {
+	return servertest.Announcing(name, hostname)
+}
+
+// hellos dials s with token and announce, reconnecting at once after each
+// refusal, until n sessions ended; it returns how many connected and the
+// last error a session ended with.
+func hellos(t testing.TB, s *testServer, token string, announce func() tunnel.Announcement, n int64) (connected int64, last error) {
+	t.Helper()
+	return servertest.Hellos(t, s.kit(), token, announce, n)
+}
+
+// h2cTransport returns a transport speaking HTTP/2 with prior knowledge
+// over plain TCP, closed at cleanup.
+func h2cTransport(t testing.TB) *http.Transport { return servertest.H2CTransport(t) }
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct{ servertest.SyncBuffer }
+
+// lines decodes the JSON lines written so far.
+func (s *syncBuffer) lines(t testing.TB) []map[string]any {
+	t.Helper()
+	return s.Lines(t)
 }

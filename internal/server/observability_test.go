@@ -5,7 +5,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -93,37 +92,6 @@ func (rc *otlpReceiver) trace(traceID string) []*tracepb.Span {
 		if hex.EncodeToString(s.TraceId) == traceID {
 			out = append(out, s)
 		}
-	}
-	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines decodes the JSON lines written so far.
-func (s *syncBuffer) lines(t testing.TB) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("access log line %q is not JSON: %v", l, err)
-		}
-		out = append(out, m)
 	}
 	return out
 }

@@ -145,3 +145,13 @@ func Queued(t testing.TB, c *http.Client, s *Server) int {
 	t.Fatalf("GET /metrics lacks aperio_requests_queued:\n%s", body)
 	return 0
 }
+
+// H2CTransport returns a transport speaking HTTP/2 with prior knowledge
+// over plain TCP (h2c), whose idle connections are closed at cleanup.
+func H2CTransport(t testing.TB) *http.Transport {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: p}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
