@@ -71,22 +71,6 @@ func load(t *testing.T, srv *testServer, workers int) (stop func()) {
 	return stop
 }
 
-// listClients reads GET /aperio/api/clients.
-func listClients(t *testing.T, srv *testServer) []admin.ClientInfo {
-	t.Helper()
-	req := newRequest(t, t.Context(), srv, "GET", "admin.localhost", "/aperio/api/clients", nil)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, body := do(t, newVisitor(t, srv), req)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /clients = %d %s", resp.StatusCode, body)
-	}
-	var cs []admin.ClientInfo
-	if err := json.Unmarshal([]byte(body), &cs); err != nil {
-		t.Fatalf("GET /clients body %q: %v", body, err)
-	}
-	return cs
-}
-
 // scalingHook records the reasons of the calls it receives.
 func scalingHook(t *testing.T) (*httptest.Server, chan string) {
 	calls := make(chan string, 16)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/agent"
 	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -358,4 +359,10 @@ type syncBuffer struct{ servertest.SyncBuffer }
 func (s *syncBuffer) lines(t testing.TB) []map[string]any {
 	t.Helper()
 	return s.Lines(t)
+}
+
+// listClients reads GET /aperio/api/clients.
+func listClients(t testing.TB, srv *testServer) []admin.ClientInfo {
+	t.Helper()
+	return servertest.ListClients(t, srv.kit())
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/server"
 )
 
@@ -143,6 +144,24 @@ func AdminCall(t testing.TB, c *http.Client, s *Server, method, path string, bod
 	}
 	resp, b := Do(t, c, req)
 	return resp.StatusCode, b
+}
+
+// ListClients reads GET /aperio/api/clients on s with the master token,
+// over a fresh visitor, and fails the test unless it answers 200 with a
+// list of clients.
+func ListClients(t testing.TB, s *Server) []admin.ClientInfo {
+	t.Helper()
+	req := NewRequest(t, t.Context(), s, "GET", "admin.localhost", "/aperio/api/clients", nil)
+	req.Header.Set("Authorization", "Bearer "+Token)
+	resp, body := Do(t, NewVisitor(t, s), req)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /clients = %d %s", resp.StatusCode, body)
+	}
+	var cs []admin.ClientInfo
+	if err := json.Unmarshal([]byte(body), &cs); err != nil {
+		t.Fatalf("GET /clients body %q: %v", body, err)
+	}
+	return cs
 }
 
 // HealthReport is the body of /aperio/health.
