@@ -366,3 +366,9 @@ func listClients(t testing.TB, srv *testServer) []admin.ClientInfo {
 	t.Helper()
 	return servertest.ListClients(t, srv.kit())
 }
+
+// scrapeMetrics fetches /metrics with token.
+func scrapeMetrics(t testing.TB, c *http.Client, s *testServer, token string) string {
+	t.Helper()
+	return servertest.ScrapeMetrics(t, c, s.kit(), token)
+}
