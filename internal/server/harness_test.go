@@ -372,3 +372,23 @@ func scrapeMetrics(t testing.TB, c *http.Client, s *testServer, token string) st
 	t.Helper()
 	return servertest.ScrapeMetrics(t, c, s.kit(), token)
 }
+
+// okForwarder answers every forwarded request 200 "http up".
+type okForwarder = servertest.OKForwarder
+
+// adminClient calls the admin API of a test server with the master token.
+type adminClient struct{ servertest.AdminClient }
+
+func newAdminClient(t testing.TB, srv *testServer) adminClient {
+	return adminClient{servertest.NewAdminClient(t, srv.kit())}
+}
+
+func (a adminClient) get(t testing.TB, path string) (int, string) {
+	t.Helper()
+	return a.Get(t, path)
+}
+
+func (a adminClient) getJSON(t testing.TB, path string, out any) {
+	t.Helper()
+	a.GetJSON(t, path, out)
+}

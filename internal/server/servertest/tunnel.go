@@ -3,7 +3,9 @@ package servertest
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,4 +78,16 @@ func Hellos(t testing.TB, s *Server, token string, announce func() tunnel.Announ
 	mu.Lock()
 	defer mu.Unlock()
 	return up.Load(), lastErr
+}
+
+// OKForwarder is a tunnel.Forwarder that answers every request 200 with
+// the body "http up", for a client whose HTTP side a test does not
+// measure. Its zero value is ready to use.
+type OKForwarder struct{}
+
+// Forward answers 200 "http up".
+func (OKForwarder) Forward(ctx context.Context, service string, req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	io.WriteString(rec, "http up")
+	return rec.Result(), nil
 }
