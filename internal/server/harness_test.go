@@ -14,7 +14,6 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/agent"
 	"github.com/aperio-dev/aperio/internal/config"
-	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -105,14 +104,6 @@ type testAgent struct {
 	exited <-chan struct{}
 	// agent is the client itself, for its Status.
 	agent *agent.Agent
-}
-
-// waitExit waits up to timeout for Run to return on its own (a drain or
-// an idle retirement) and returns its result; it fails the test if Run
-// is still going.
-func (ta *testAgent) waitExit(t testing.TB, timeout time.Duration) error {
-	t.Helper()
-	return ta.kit.WaitExit(t, timeout)
 }
 
 // agentConfig returns a client configuration holding one tunnel to s and
@@ -247,20 +238,6 @@ func wait[T any](t testing.TB, ch <-chan T, timeout time.Duration, what string) 
 	return servertest.Wait(t, ch, timeout, what)
 }
 
-// writeCert writes a self-signed certificate for 127.0.0.1, localhost and
-// appHost into a temporary directory and returns the file names and a pool
-// trusting it.
-func writeCert(t testing.TB) (certFile, keyFile string, roots *x509.CertPool) {
-	t.Helper()
-	return servertest.WriteCert(t)
-}
-
-// inspection is what inspectHandler saw of a request.
-type inspection = servertest.Inspection
-
-// inspectHandler answers every request with an inspection of it.
-func inspectHandler() http.Handler { return servertest.InspectHandler() }
-
 // identityEcho is a backend that answers with what it was told about the
 // visitor: the identity headers and whether Authorization reached it.
 func identityEcho() http.Handler { return servertest.IdentityEcho() }
@@ -359,12 +336,6 @@ type syncBuffer struct{ servertest.SyncBuffer }
 func (s *syncBuffer) lines(t testing.TB) []map[string]any {
 	t.Helper()
 	return s.Lines(t)
-}
-
-// listClients reads GET /aperio/api/clients.
-func listClients(t testing.TB, srv *testServer) []admin.ClientInfo {
-	t.Helper()
-	return servertest.ListClients(t, srv.kit())
 }
 
 // scrapeMetrics fetches /metrics with token.
