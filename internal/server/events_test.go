@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,69 +18,6 @@ import (
 	"github.com/aperio-dev/aperio/internal/passhash"
 	"github.com/aperio-dev/aperio/tunnel"
 )
-
-// verifiedReceiver keeps the event names of the deliveries webhook.Verify
-// accepts, and the reasons of those it refuses.
-type verifiedReceiver struct {
-	secret string
-	mu     sync.Mutex // guards the following fields
-	kinds  []string
-	bodies []string // the verified deliveries' bodies, in kinds' order
-	bad    []string
-}
-
-func (v *verifiedReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err == nil {
-		err = webhook.Verify(v.secret, r.Header, body, time.Now())
-	}
-	var p struct {
-		Event string `json:"event"`
-	}
-	if err == nil {
-		err = json.Unmarshal(body, &p)
-	}
-	if err == nil && p.Event != r.Header.Get(webhook.HeaderEvent) {
-		err = errors.New("body names " + p.Event)
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if err != nil {
-		v.bad = append(v.bad, r.Header.Get(webhook.HeaderEvent)+": "+err.Error())
-		return
-	}
-	v.kinds = append(v.kinds, p.Event)
-	v.bodies = append(v.bodies, string(body))
-}
-
-// bodiesOf returns the verified bodies of the deliveries of kind.
-func (v *verifiedReceiver) bodiesOf(kind string) []string {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var out []string
-	for i, k := range v.kinds {
-		if k == kind {
-			out = append(out, v.bodies[i])
-		}
-	}
-	return out
-}
-
-func (v *verifiedReceiver) count(kind string) int {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.countLocked(kind)
-}
-
-func (v *verifiedReceiver) countLocked(kind string) int {
-	n := 0
-	for _, k := range v.kinds {
-		if k == kind {
-			n++
-		}
-	}
-	return n
-}
 
 // TestEventsThroughServer triggers each event a server emits by itself
 // through its real code path (a client attaching, refused and leaving, the
@@ -93,7 +29,7 @@ func (v *verifiedReceiver) countLocked(kind string) int {
 func TestEventsThroughServer(t *testing.T) {
 	t.Parallel()
 	secret := webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("thirty-two bytes of a signing key"))
-	rcv := &verifiedReceiver{secret: secret}
+	rcv := &servertest.VerifiedReceiver{Secret: secret}
 	hooks := httptest.NewServer(rcv)
 	t.Cleanup(hooks.Close)
 
@@ -165,23 +101,22 @@ func TestEventsThroughServer(t *testing.T) {
 	}
 	poll(t, waitFor, func() (bool, string) {
 		for k, n := range want {
-			if got := rcv.count(k); got < n {
+			if got := rcv.Count(k); got < n {
 				return false, fmt.Sprintf("%d verified %s deliveries, want %d", got, k, n)
 			}
 		}
 		return true, ""
 	})
-	rcv.mu.Lock()
-	defer rcv.mu.Unlock()
-	if len(rcv.bad) > 0 {
-		t.Errorf("deliveries Verify refused: %q", rcv.bad)
+	counts, refused := rcv.Verified()
+	if len(refused) > 0 {
+		t.Errorf("deliveries Verify refused: %q", refused)
 	}
 	for k, n := range want {
-		if got := rcv.countLocked(k); got != n {
+		if got := counts[k]; got != n {
 			t.Errorf("%d %s deliveries, want %d", got, k, n)
 		}
 	}
-	for _, k := range rcv.kinds {
+	for k := range counts {
 		if !slices.Contains(apitype.WebhookEvents(), k) {
 			t.Errorf("delivered %q, which no subscription can name", k)
 		}

@@ -162,35 +162,6 @@ func TestStreamEndToEnd(t *testing.T) {
 	}
 }
 
-// adminClient calls the admin API of a test server with the master token.
-type adminClient struct {
-	c   *http.Client
-	srv *testServer
-}
-
-func newAdminClient(t testing.TB, srv *testServer) adminClient {
-	return adminClient{c: newVisitor(t, srv), srv: srv}
-}
-
-func (a adminClient) get(t testing.TB, path string) (int, string) {
-	t.Helper()
-	req := newRequest(t, t.Context(), a.srv, http.MethodGet, "127.0.0.1", apitype.Prefix+path, nil)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, body := do(t, a.c, req)
-	return resp.StatusCode, body
-}
-
-func (a adminClient) getJSON(t testing.TB, path string, out any) {
-	t.Helper()
-	status, body := a.get(t, path)
-	if status != http.StatusOK {
-		t.Fatalf("GET %s = %d %s, want 200", path, status, body)
-	}
-	if err := json.Unmarshal([]byte(body), out); err != nil {
-		t.Fatalf("GET %s: %v in %s", path, err, body)
-	}
-}
-
 // TestStreamManySubscribers follows the stream with 100 subscribers, half
 // of which never read, and one more whose writer is stuck, while 500
 // visitor requests go through: every request succeeds, and each reading

@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/server"
 	"github.com/aperio-dev/aperio/internal/server/servertest"
+	"github.com/aperio-dev/aperio/tunnel"
 	"github.com/gorilla/websocket"
 )
 
@@ -103,14 +104,6 @@ type testAgent struct {
 	exited <-chan struct{}
 	// agent is the client itself, for its Status.
 	agent *agent.Agent
-}
-
-// waitExit waits up to timeout for Run to return on its own (a drain or
-// an idle retirement) and returns its result; it fails the test if Run
-// is still going.
-func (ta *testAgent) waitExit(t testing.TB, timeout time.Duration) error {
-	t.Helper()
-	return ta.kit.WaitExit(t, timeout)
 }
 
 // agentConfig returns a client configuration holding one tunnel to s and
@@ -245,20 +238,6 @@ func wait[T any](t testing.TB, ch <-chan T, timeout time.Duration, what string) 
 	return servertest.Wait(t, ch, timeout, what)
 }
 
-// writeCert writes a self-signed certificate for 127.0.0.1, localhost and
-// appHost into a temporary directory and returns the file names and a pool
-// trusting it.
-func writeCert(t testing.TB) (certFile, keyFile string, roots *x509.CertPool) {
-	t.Helper()
-	return servertest.WriteCert(t)
-}
-
-// inspection is what inspectHandler saw of a request.
-type inspection = servertest.Inspection
-
-// inspectHandler answers every request with an inspection of it.
-func inspectHandler() http.Handler { return servertest.InspectHandler() }
-
 // identityEcho is a backend that answers with what it was told about the
 // visitor: the identity headers and whether Authorization reached it.
 func identityEcho() http.Handler { return servertest.IdentityEcho() }
@@ -327,4 +306,60 @@ func rotate(t testing.TB, s *testServer, revoke bool) {
 func queued(t testing.TB, c *http.Client, s *testServer) int {
 	t.Helper()
 	return servertest.Queued(t, c, s.kit())
+}
+
+// nopForwarder answers nothing: the hostile tunnels never get a request.
+type nopForwarder = servertest.NopForwarder
+
+// announcing returns an announcement of one service on hostname, from a
+// client called name.
+func announcing(name, hostname string) func() tunnel.Announcement {
+	return servertest.Announcing(name, hostname)
+}
+
+// hellos dials s with token and announce, reconnecting at once after each
+// refusal, until n sessions ended; it returns how many connected and the
+// last error a session ended with.
+func hellos(t testing.TB, s *testServer, token string, announce func() tunnel.Announcement, n int64) (connected int64, last error) {
+	t.Helper()
+	return servertest.Hellos(t, s.kit(), token, announce, n)
+}
+
+// h2cTransport returns a transport speaking HTTP/2 with prior knowledge
+// over plain TCP, closed at cleanup.
+func h2cTransport(t testing.TB) *http.Transport { return servertest.H2CTransport(t) }
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
+type syncBuffer struct{ servertest.SyncBuffer }
+
+// lines decodes the JSON lines written so far.
+func (s *syncBuffer) lines(t testing.TB) []map[string]any {
+	t.Helper()
+	return s.Lines(t)
+}
+
+// scrapeMetrics fetches /metrics with token.
+func scrapeMetrics(t testing.TB, c *http.Client, s *testServer, token string) string {
+	t.Helper()
+	return servertest.ScrapeMetrics(t, c, s.kit(), token)
+}
+
+// okForwarder answers every forwarded request 200 "http up".
+type okForwarder = servertest.OKForwarder
+
+// adminClient calls the admin API of a test server with the master token.
+type adminClient struct{ servertest.AdminClient }
+
+func newAdminClient(t testing.TB, srv *testServer) adminClient {
+	return adminClient{servertest.NewAdminClient(t, srv.kit())}
+}
+
+func (a adminClient) get(t testing.TB, path string) (int, string) {
+	t.Helper()
+	return a.Get(t, path)
+}
+
+func (a adminClient) getJSON(t testing.TB, path string, out any) {
+	t.Helper()
+	a.GetJSON(t, path, out)
 }

@@ -1,11 +1,9 @@
 package server_test
 
 import (
-	"context"
 	"errors"
-	"net"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,29 +18,7 @@ import (
 // cleanup, after the server stops).
 func startServerOn(t testing.TB, cfg server.Config, db *store.DB) *testServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := server.New(context.Background(), cfg, server.Options{Logger: testLogger(), Store: db})
-	if err != nil {
-		ln.Close()
-		t.Fatalf("gateway.New() = %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Serve(ctx, ln) }()
-	s := &testServer{gw: gw, addr: ln.Addr().String(), url: "http://" + ln.Addr().String()}
-	s.stop = sync.OnceValue(func() error {
-		cancel()
-		return wait(t, done, cfg.ShutdownTimeout+20*time.Second, "Serve returning")
-	})
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("Serve() = %v, want nil", err)
-		}
-	})
-	return s
+	return fromKit(servertest.StartOn(t, cfg, db))
 }
 
 // openStoreOn opens the store at the PostgreSQL dsn, closed at cleanup
@@ -56,16 +32,7 @@ func openStoreOn(t testing.TB, dsn string) *store.DB {
 // servers started later stop).
 func openStoreWith(t testing.TB, cfg store.Config) *store.DB {
 	t.Helper()
-	db, err := store.Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			t.Errorf("store Close() = %v", err)
-		}
-	})
-	return db
+	return servertest.OpenStore(t, cfg)
 }
 
 // TestDisarmSeenByEveryServer runs two servers on one PostgreSQL database:

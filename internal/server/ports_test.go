@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -27,15 +26,6 @@ func (f tcpForwarder) ForwardRaw(ctx context.Context, h tunnel.RawHeader) (io.Re
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", f.addr)
-}
-
-// okForwarder answers every forwarded request 200 "http up".
-type okForwarder struct{}
-
-func (okForwarder) Forward(ctx context.Context, service string, req *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	io.WriteString(rec, "http up")
-	return rec.Result(), nil
 }
 
 // TestExposedTCPPortEndToEnd: through a real gateway and tunnel, an

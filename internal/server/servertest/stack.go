@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/config"
+	"github.com/aperio-dev/aperio/internal/control/admin"
+	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/server"
 )
 
@@ -143,6 +145,60 @@ func AdminCall(t testing.TB, c *http.Client, s *Server, method, path string, bod
 	}
 	resp, b := Do(t, c, req)
 	return resp.StatusCode, b
+}
+
+// AdminClient calls the admin API of a server at 127.0.0.1 (paths below
+// apitype.Prefix) with the master token Token, over its own visitor. Its
+// methods may be called from the test's goroutine only (they fail the
+// test).
+type AdminClient struct {
+	c *http.Client
+	s *Server
+}
+
+// NewAdminClient returns an AdminClient for s.
+func NewAdminClient(t testing.TB, s *Server) AdminClient {
+	return AdminClient{c: NewVisitor(t, s), s: s}
+}
+
+// Get sends GET path and returns the status and body.
+func (a AdminClient) Get(t testing.TB, path string) (int, string) {
+	t.Helper()
+	req := NewRequest(t, t.Context(), a.s, http.MethodGet, "127.0.0.1", apitype.Prefix+path, nil)
+	req.Header.Set("Authorization", "Bearer "+Token)
+	resp, body := Do(t, a.c, req)
+	return resp.StatusCode, body
+}
+
+// GetJSON sends GET path and decodes its body into out; it fails the test
+// unless the answer is 200 with JSON that fits out.
+func (a AdminClient) GetJSON(t testing.TB, path string, out any) {
+	t.Helper()
+	status, body := a.Get(t, path)
+	if status != http.StatusOK {
+		t.Fatalf("GET %s = %d %s, want 200", path, status, body)
+	}
+	if err := json.Unmarshal([]byte(body), out); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, body)
+	}
+}
+
+// ListClients reads GET /aperio/api/clients on s with the master token,
+// over a fresh visitor, and fails the test unless it answers 200 with a
+// list of clients.
+func ListClients(t testing.TB, s *Server) []admin.ClientInfo {
+	t.Helper()
+	req := NewRequest(t, t.Context(), s, "GET", "admin.localhost", "/aperio/api/clients", nil)
+	req.Header.Set("Authorization", "Bearer "+Token)
+	resp, body := Do(t, NewVisitor(t, s), req)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /clients = %d %s", resp.StatusCode, body)
+	}
+	var cs []admin.ClientInfo
+	if err := json.Unmarshal([]byte(body), &cs); err != nil {
+		t.Fatalf("GET /clients body %q: %v", body, err)
+	}
+	return cs
 }
 
 // HealthReport is the body of /aperio/health.

@@ -145,3 +145,27 @@ func Queued(t testing.TB, c *http.Client, s *Server) int {
 	t.Fatalf("GET /metrics lacks aperio_requests_queued:\n%s", body)
 	return 0
 }
+
+// H2CTransport returns a transport speaking HTTP/2 with prior knowledge
+// over plain TCP (h2c), whose idle connections are closed at cleanup.
+func H2CTransport(t testing.TB) *http.Transport {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: p}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// ScrapeMetrics fetches /aperio/metrics from s over c with token as the
+// bearer token and returns the exposition; it fails the test unless the
+// answer is 200.
+func ScrapeMetrics(t testing.TB, c *http.Client, s *Server, token string) string {
+	t.Helper()
+	req := NewRequest(t, t.Context(), s, "GET", "anything.test", "/aperio/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, body := Do(t, c, req)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics = %d %q, want 200", resp.StatusCode, body)
+	}
+	return body
+}

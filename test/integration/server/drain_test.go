@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"testing"
 )
@@ -15,7 +16,7 @@ func TestOperatorDrainsClient(t *testing.T) {
 	t.Parallel()
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
-	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	st := servertest.StartStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		entered <- struct{}{}
 		select {
 		case <-release:
@@ -23,7 +24,7 @@ func TestOperatorDrainsClient(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	}), nil)
-	cs := listClients(t, st.server)
+	cs := servertest.ListClients(t, st.Server)
 	if len(cs) != 1 {
 		t.Fatalf("GET /clients = %+v, want one client", cs)
 	}
@@ -36,16 +37,16 @@ func TestOperatorDrainsClient(t *testing.T) {
 	}
 	answered := make(chan result, 1)
 	go func() {
-		req := newRequest(t, t.Context(), st.server, "GET", appHost, "/slow", nil)
-		status, body, err := fetch(st.visitor, req)
+		req := servertest.NewRequest(t, t.Context(), st.Server, "GET", servertest.AppHost, "/slow", nil)
+		status, body, err := servertest.Fetch(st.Visitor, req)
 		answered <- result{status, body, err}
 	}()
-	wait(t, entered, waitFor, "the slow request at the backend")
+	servertest.Wait(t, entered, servertest.WaitFor, "the slow request at the backend")
 
 	drain := func() int {
-		req := newRequest(t, t.Context(), st.server, "POST", "admin.localhost", "/aperio/api/clients/"+id+"/drain", nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, body := do(t, newVisitor(t, st.server), req)
+		req := servertest.NewRequest(t, t.Context(), st.Server, "POST", "admin.localhost", "/aperio/api/clients/"+id+"/drain", nil)
+		req.Header.Set("Authorization", "Bearer "+servertest.Token)
+		resp, body := servertest.Do(t, servertest.NewVisitor(t, st.Server), req)
 		if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotFound {
 			t.Fatalf("POST /clients/%s/drain = %d %s, want 204 or 404", id, resp.StatusCode, body)
 		}
@@ -61,30 +62,30 @@ func TestOperatorDrainsClient(t *testing.T) {
 	// draining while its request is still held.
 	// Polled in process: GET /clients every 20 ms would meet the
 	// visitor rate limit.
-	poll(t, waitFor, func() (bool, string) {
-		cs := st.server.gw.Clients()
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		cs := st.Server.Gateway.Clients()
 		return len(cs) == 1 && cs[0].Draining, fmt.Sprintf("clients = %+v, want the one draining", cs)
 	})
-	if cs := listClients(t, st.server); len(cs) != 1 || !cs[0].Draining {
+	if cs := servertest.ListClients(t, st.Server); len(cs) != 1 || !cs[0].Draining {
 		t.Fatalf("GET /clients during the drain = %+v, want the client draining", cs)
 	}
 	select {
-	case <-st.agent.exited:
-		t.Fatalf("agent Run returned %v with a request in flight", st.agent.kit.Err())
+	case <-st.Agent.Exited():
+		t.Fatalf("agent Run returned %v with a request in flight", st.Agent.Err())
 	default:
 	}
 	close(release)
-	if r := wait(t, answered, waitFor, "the slow request's answer"); r.err != nil || r.status != http.StatusOK || r.body != "slow done" {
+	if r := servertest.Wait(t, answered, servertest.WaitFor, "the slow request's answer"); r.err != nil || r.status != http.StatusOK || r.body != "slow done" {
 		t.Fatalf("in-flight request during the drain = %d %q (%v), want 200 slow done", r.status, r.body, r.err)
 	}
-	if err := st.agent.waitExit(t, waitFor); err != nil {
+	if err := st.Agent.WaitExit(t, servertest.WaitFor); err != nil {
 		t.Fatalf("agent Run() = %v after the server asked it to drain, want nil", err)
 	}
-	poll(t, waitFor, func() (bool, string) {
-		cs := st.server.gw.Clients()
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		cs := st.Server.Gateway.Clients()
 		return len(cs) == 0, fmt.Sprintf("clients = %+v after the drain, want none", cs)
 	})
-	if cs := listClients(t, st.server); len(cs) != 0 {
+	if cs := servertest.ListClients(t, st.Server); len(cs) != 0 {
 		t.Fatalf("GET /clients after the drain = %+v, want none", cs)
 	}
 	if got := drain(); got != http.StatusNotFound {

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"crypto/tls"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -24,17 +25,17 @@ func withHeader(cfg *server.Config, value string) {
 func TestReloadAppliesLiveKeys(t *testing.T) {
 	t.Parallel()
 	var cfg server.Config
-	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
+	st := servertest.StartStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
 		withHeader(c, "old")
 		c.Router.MaxBodyBytes = 4
 		cfg = *c
 	})
 	headerNow := func() string {
-		resp, _ := do(t, st.visitor, newRequest(t, context.Background(), st.server, "GET", appHost, "/", nil))
+		resp, _ := servertest.Do(t, st.Visitor, servertest.NewRequest(t, context.Background(), st.Server, "GET", servertest.AppHost, "/", nil))
 		return resp.Header.Get("X-Config")
 	}
 	postStatus := func() int {
-		resp, _ := do(t, st.visitor, newRequest(t, context.Background(), st.server, "POST", appHost, "/", strings.NewReader("0123456789")))
+		resp, _ := servertest.Do(t, st.Visitor, servertest.NewRequest(t, context.Background(), st.Server, "POST", servertest.AppHost, "/", strings.NewReader("0123456789")))
 		return resp.StatusCode
 	}
 	if got := headerNow(); got != "old" {
@@ -48,7 +49,7 @@ func TestReloadAppliesLiveKeys(t *testing.T) {
 	next.Router.MaxBodyBytes = 1 << 20
 	next.Port = 1 // needs a restart
 	next.Store.DataDir = t.TempDir()
-	applied, restart, err := st.server.gw.Reload(next)
+	applied, restart, err := st.Server.Gateway.Reload(next)
 	if err != nil {
 		t.Fatalf("Reload() = %v, want nil", err)
 	}
@@ -67,7 +68,7 @@ func TestReloadAppliesLiveKeys(t *testing.T) {
 		t.Fatalf("POST of 10 bytes after max_body_size 1MiB = %d, want 200", got)
 	}
 	// A second reload of the same file changes nothing, and still counts.
-	applied, restart, err = st.server.gw.Reload(next)
+	applied, restart, err = st.Server.Gateway.Reload(next)
 	if err != nil || len(applied) != 0 || !slices.Equal(restart, []string{"port", "data_dir"}) {
 		t.Fatalf("Reload(same) = %v, %v, %v; want nothing applied, port and data_dir still needing a restart", applied, restart, err)
 	}
@@ -78,23 +79,23 @@ func TestReloadAppliesLiveKeys(t *testing.T) {
 func TestReloadRefusedKeepsOld(t *testing.T) {
 	t.Parallel()
 	var cfg server.Config
-	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
+	st := servertest.StartStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
 		withHeader(c, "old")
 		cfg = *c
 	})
 	bad := cfg
 	withHeader(&bad, "new")
 	bad.Router.Policy.Routes = []policy.Route{{Policy: &policy.RoutePolicy{RateLimit: "missing"}}}
-	if _, _, err := st.server.gw.Reload(bad); err == nil {
+	if _, _, err := st.Server.Gateway.Reload(bad); err == nil {
 		t.Fatal("Reload(a route naming no rate limit) = nil, want an error")
 	}
 	bad = cfg
 	withHeader(&bad, "new")
 	bad.Token = ""
-	if _, _, err := st.server.gw.Reload(bad); err == nil {
+	if _, _, err := st.Server.Gateway.Reload(bad); err == nil {
 		t.Fatal("Reload(no token) = nil, want an error")
 	}
-	resp, _ := do(t, st.visitor, newRequest(t, context.Background(), st.server, "GET", appHost, "/", nil))
+	resp, _ := servertest.Do(t, st.Visitor, servertest.NewRequest(t, context.Background(), st.Server, "GET", servertest.AppHost, "/", nil))
 	if got := resp.Header.Get("X-Config"); got != "old" {
 		t.Fatalf("X-Config after refused reloads = %q, want old", got)
 	}
@@ -105,20 +106,20 @@ func TestReloadRefusedKeepsOld(t *testing.T) {
 func TestReloadSwapsCertificate(t *testing.T) {
 	t.Parallel()
 	var cfg server.Config
-	st := startStackFor(t, service(startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})).URL), func(c *server.Config) { cfg = *c }, true)
+	st := servertest.StartStackFor(t, servertest.Service(servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})).URL), func(c *server.Config) { cfg = *c }, true)
 	leaf := func(c *http.Client) (raw []byte, reused bool) {
 		var got []byte
 		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
-		req := newRequest(t, httptrace.WithClientTrace(context.Background(), trace), st.server, "GET", appHost, "/", nil)
-		resp, _ := do(t, c, req)
+		req := servertest.NewRequest(t, httptrace.WithClientTrace(context.Background(), trace), st.Server, "GET", servertest.AppHost, "/", nil)
+		resp, _ := servertest.Do(t, c, req)
 		if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 {
 			t.Fatal("answer without a TLS peer certificate")
 		}
 		got = resp.TLS.PeerCertificates[0].Raw
 		return got, reused
 	}
-	before, _ := leaf(st.visitor)
-	certFile, keyFile, roots := writeCert(t)
+	before, _ := leaf(st.Visitor)
+	certFile, keyFile, roots := servertest.WriteCert(t)
 	for _, f := range [][2]string{{certFile, cfg.TLSCert}, {keyFile, cfg.TLSKey}} {
 		b, err := os.ReadFile(f[0])
 		if err != nil {
@@ -128,14 +129,14 @@ func TestReloadSwapsCertificate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	applied, _, err := st.server.gw.Reload(cfg)
+	applied, _, err := st.Server.Gateway.Reload(cfg)
 	if err != nil {
 		t.Fatalf("Reload() = %v, want nil", err)
 	}
 	if !slices.Contains(applied, "tls certificate") {
 		t.Fatalf("Reload() applied = %v, want tls certificate", applied)
 	}
-	same, reused := leaf(st.visitor)
+	same, reused := leaf(st.Visitor)
 	if !reused || string(same) != string(before) {
 		t.Fatalf("open connection after the swap: reused %v, same certificate %v; want the connection kept, with its certificate", reused, string(same) == string(before))
 	}
@@ -149,7 +150,7 @@ func TestReloadSwapsCertificate(t *testing.T) {
 	if err := os.WriteFile(cfg.TLSCert, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.server.gw.Reload(cfg); err == nil {
+	if _, _, err := st.Server.Gateway.Reload(cfg); err == nil {
 		t.Fatal("Reload(a broken certificate file) = nil, want an error")
 	}
 	fresh.CloseIdleConnections()

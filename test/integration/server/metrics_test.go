@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"net/http"
 	"strings"
@@ -11,23 +12,23 @@ import (
 
 func TestMetricsEndpoint(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, inspectHandler(), func(c *server.Config) {
+	st := servertest.StartStack(t, servertest.InspectHandler(), func(c *server.Config) {
 		c.MetricsToken = "m-token"
 		c.ScalingEnabled = true
 		c.Router.IPLimitMax = 2 // the client's tunnel handshake takes one token
 		c.Router.IPLimitRefill = 0.0001
 	})
 	// The first request passes, the second is refused by the ip bucket.
-	get(t, st.visitor, st.server, appHost, "/one")
-	if status, _ := get(t, st.visitor, st.server, appHost, "/two"); status != http.StatusTooManyRequests {
+	servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/one")
+	if status, _ := servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/two"); status != http.StatusTooManyRequests {
 		t.Fatalf("second request with ip_limit_max 2 after a handshake = %d, want 429", status)
 	}
 	scrape := func(token string) (int, string) {
-		req := newRequest(t, t.Context(), st.server, "GET", "anything.test", "/aperio/metrics", nil)
+		req := servertest.NewRequest(t, t.Context(), st.Server, "GET", "anything.test", "/aperio/metrics", nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := st.visitor.Do(req)
+		resp, err := st.Visitor.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,8 +67,8 @@ func TestMetricsEndpoint(t *testing.T) {
 
 func TestMetricsOffWithoutToken(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, inspectHandler(), nil)
-	status, _ := get(t, st.visitor, st.server, appHost, "/aperio/metrics")
+	st := servertest.StartStack(t, servertest.InspectHandler(), nil)
+	status, _ := servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/aperio/metrics")
 	if status != http.StatusNotFound {
 		t.Fatalf("GET /aperio/metrics with metrics_token unset = %d, want 404", status)
 	}

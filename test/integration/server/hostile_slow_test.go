@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"net"
 	"net/http"
@@ -29,17 +30,17 @@ func TestHostileSlow(t *testing.T) {
 		name string
 		cfg  func(*server.Config)
 		// stack starts the case's stack; nil means one agent publishing
-		// hostileBackend as appHost.
-		stack func(t *testing.T, cfg func(*server.Config)) *stack
-		run   func(t *testing.T, s *stack)
+		// hostileBackend as servertest.AppHost.
+		stack func(t *testing.T, cfg func(*server.Config)) *servertest.Stack
+		run   func(t *testing.T, s *servertest.Stack)
 	}{
 		{
 			name: "guard/slowloris/slow-reader-frees-slot",
 			cfg:  pacing,
-			run: func(t *testing.T, s *stack) {
-				c := dialRaw(t, s.server)
+			run: func(t *testing.T, s *servertest.Stack) {
+				c := dialRaw(t, s.Server)
 				c.SetReadBuffer(4096)
-				writeRaw(t, c, "GET /big HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+				writeRaw(t, c, "GET /big HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\n\r\n")
 				// c never reads: its response pins the only slot until the
 				// write deadline frees it.
 				probeUntilOK(t, s)
@@ -48,10 +49,10 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name: "guard/slowloris/h2c-slow-reader-frees-slot",
 			cfg:  pacing,
-			run: func(t *testing.T, s *stack) {
+			run: func(t *testing.T, s *servertest.Stack) {
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
-				resp, err := h2cTransport(t).RoundTrip(newRequest(t, ctx, s.server, http.MethodGet, appHost, "/big", nil))
+				resp, err := servertest.H2CTransport(t).RoundTrip(servertest.NewRequest(t, ctx, s.Server, http.MethodGet, servertest.AppHost, "/big", nil))
 				if err != nil {
 					t.Fatalf("h2c GET /big: %v", err)
 				}
@@ -64,9 +65,9 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name: "guard/slowloris/stalled-uploader-frees-slot",
 			cfg:  pacing,
-			run: func(t *testing.T, s *stack) {
-				c := dialRaw(t, s.server)
-				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 1000000\r\n\r\n0123456789")
+			run: func(t *testing.T, s *servertest.Stack) {
+				c := dialRaw(t, s.Server)
+				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nContent-Length: 1000000\r\n\r\n0123456789")
 				if got := readStatus(t, c); got != http.StatusRequestTimeout {
 					t.Errorf("stalled upload: status %d, want 408", got)
 				}
@@ -76,9 +77,9 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name: "guard/slowloris/trickle-uploader-frees-slot",
 			cfg:  pacing,
-			run: func(t *testing.T, s *stack) {
-				c := dialRaw(t, s.server)
-				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 1000000\r\n\r\n")
+			run: func(t *testing.T, s *servertest.Stack) {
+				c := dialRaw(t, s.Server)
+				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nContent-Length: 1000000\r\n\r\n")
 				// One byte every 50 ms: never idle for visitor_idle_timeout,
 				// far below visitor_min_bytes_per_second.
 				trickle(t, c, 50*time.Millisecond)
@@ -91,10 +92,10 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name: "guard/slowloris/quiet-sse-backend-outlives-idle-timeout",
 			cfg:  pacing,
-			run: func(t *testing.T, s *stack) {
-				ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+			run: func(t *testing.T, s *servertest.Stack) {
+				ctx, cancel := context.WithTimeout(t.Context(), servertest.WaitFor)
 				defer cancel()
-				resp, body := do(t, s.visitor, newRequest(t, ctx, s.server, http.MethodGet, appHost, "/sse", nil))
+				resp, body := servertest.Do(t, s.Visitor, servertest.NewRequest(t, ctx, s.Server, http.MethodGet, servertest.AppHost, "/sse", nil))
 				if resp.StatusCode != http.StatusOK || body != "data: 1\n\ndata: 2\n\n" {
 					t.Errorf("GET /sse = %d %q, want 200 with both events", resp.StatusCode, body)
 				}
@@ -103,11 +104,11 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name: "guard/slowloris/tunnel-silent-after-upgrade-dropped",
 			cfg:  func(c *server.Config) { c.Tunnel.HandshakeTimeout = 200 * time.Millisecond },
-			run: func(t *testing.T, s *stack) {
-				c := dialRaw(t, s.server)
+			run: func(t *testing.T, s *servertest.Stack) {
+				c := dialRaw(t, s.Server)
 				writeRaw(t, c, "GET /aperio/tunnel HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
 					"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"+
-					"Sec-WebSocket-Protocol: aperio-tunnel.v1\r\nAuthorization: Bearer "+testToken+"\r\n\r\n")
+					"Sec-WebSocket-Protocol: aperio-tunnel.v1\r\nAuthorization: Bearer "+servertest.Token+"\r\n\r\n")
 				if got := readStatus(t, c); got != http.StatusSwitchingProtocols {
 					t.Fatalf("tunnel upgrade: status %d, want 101", got)
 				}
@@ -120,26 +121,26 @@ func TestHostileSlow(t *testing.T) {
 			name:  "guard/flood",
 			cfg:   func(c *server.Config) { c.MaxConnectionsPerIP = 4 },
 			stack: startBareServer,
-			run: func(t *testing.T, s *stack) {
+			run: func(t *testing.T, s *servertest.Stack) {
 				// No agent and no client of the harness: every connection
 				// from 127.0.0.1 is one of these.
-				const probe = "GET /aperio/healthz HTTP/1.1\r\nHost: " + appHost + "\r\n\r\n"
+				const probe = "GET /aperio/healthz HTTP/1.1\r\nHost: " + servertest.AppHost + "\r\n\r\n"
 				var held []net.Conn
 				for range 4 {
-					c := dialRaw(t, s.server)
+					c := dialRaw(t, s.Server)
 					writeRaw(t, c, probe)
 					if got := readStatus(t, c); got != http.StatusOK {
 						t.Fatalf("connection within the cap: status %d, want 200", got)
 					}
 					held = append(held, c)
 				}
-				over := dialRaw(t, s.server)
+				over := dialRaw(t, s.Server)
 				writeRaw(t, over, probe)
 				expectClosed(t, over)
 				held[0].Close()
 				// Its slot comes back: a new connection is served again.
-				poll(t, waitFor, func() (bool, string) {
-					status, err := rawStatus(s.server, probe)
+				servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+					status, err := rawStatus(s.Server, probe)
 					return status == http.StatusOK, fmt.Sprintf("after closing one: status %d, err %v", status, err)
 				})
 			},
@@ -151,12 +152,12 @@ func TestHostileSlow(t *testing.T) {
 				c.TrustedProxies = []string{"127.0.0.1/32"}
 			},
 			stack: startBareServer,
-			run: func(t *testing.T, s *stack) {
+			run: func(t *testing.T, s *servertest.Stack) {
 				// A trusted proxy carries many visitors on its connections:
 				// the per-address cap does not apply to it.
-				const probe = "GET /aperio/healthz HTTP/1.1\r\nHost: " + appHost + "\r\n\r\n"
+				const probe = "GET /aperio/healthz HTTP/1.1\r\nHost: " + servertest.AppHost + "\r\n\r\n"
 				for i := range 5 {
-					c := dialRaw(t, s.server)
+					c := dialRaw(t, s.Server)
 					writeRaw(t, c, probe)
 					if got := readStatus(t, c); got != http.StatusOK {
 						t.Fatalf("connection %d from a trusted proxy: status %d, want 200", i+1, got)
@@ -167,9 +168,9 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name: "guard/slowloris",
 			cfg:  func(c *server.Config) { c.ReadHeaderTimeout = 200 * time.Millisecond },
-			run: func(t *testing.T, s *stack) {
-				c := dialRaw(t, s.server)
-				writeRaw(t, c, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-Slow: ")
+			run: func(t *testing.T, s *servertest.Stack) {
+				c := dialRaw(t, s.Server)
+				writeRaw(t, c, "GET / HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nX-Slow: ")
 				trickle(t, c, 50*time.Millisecond)
 				// Well before net/http's 10s default.
 				expectClosedWithin(t, c, 3*time.Second)
@@ -178,32 +179,32 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name: "guard/oversize/head",
 			cfg:  func(c *server.Config) { c.MaxHeaderBytes = 4 << 10 },
-			run: func(t *testing.T, s *stack) {
-				expectRaw(t, s, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-Big: "+strings.Repeat("a", 16<<10)+"\r\n\r\n",
+			run: func(t *testing.T, s *servertest.Stack) {
+				expectRaw(t, s, "GET / HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nX-Big: "+strings.Repeat("a", 16<<10)+"\r\n\r\n",
 					http.StatusRequestHeaderFieldsTooLarge)
 			},
 		},
 		{
 			name: "guard/oversize/body",
 			cfg:  func(c *server.Config) { c.Router.MaxBodyBytes = 1000 },
-			run: func(t *testing.T, s *stack) {
-				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 5000\r\n\r\n"+strings.Repeat("a", 5000),
+			run: func(t *testing.T, s *servertest.Stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nContent-Length: 5000\r\n\r\n"+strings.Repeat("a", 5000),
 					http.StatusRequestEntityTooLarge)
 			},
 		},
 		{
 			name: "guard/oversize/chunked-body",
 			cfg:  func(c *server.Config) { c.Router.MaxBodyBytes = 1000 },
-			run: func(t *testing.T, s *stack) {
-				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n"+strings.Repeat("a", 5000)+"\r\n0\r\n\r\n",
+			run: func(t *testing.T, s *servertest.Stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n"+strings.Repeat("a", 5000)+"\r\n0\r\n\r\n",
 					http.StatusRequestEntityTooLarge)
 			},
 		},
 		{
 			name: "guard/smuggling/cl-te",
-			run: func(t *testing.T, s *stack) {
-				c := dialRaw(t, s.server)
-				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+			run: func(t *testing.T, s *servertest.Stack) {
+				c := dialRaw(t, s.Server)
+				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
 				if got := readStatus(t, c); got != http.StatusBadRequest {
 					t.Errorf("CL+TE: status %d, want 400", got)
 				}
@@ -215,14 +216,14 @@ func TestHostileSlow(t *testing.T) {
 			// request, after a chunked and a Content-Length body, is the one
 			// refused.
 			name: "guard/smuggling/cl-te-pipelined",
-			run: func(t *testing.T, s *stack) {
-				c := dialRaw(t, s.server)
+			run: func(t *testing.T, s *servertest.Stack) {
+				c := dialRaw(t, s.Server)
 				// A body that looks like headers must not be read as one.
 				decoy := "Transfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n"
-				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nX-T: 1\r\n\r\n"+
-					"POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: "+strconv.Itoa(len(decoy))+"\r\n\r\n"+decoy+
-					"POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\ncontent-length: 4\r\n\r\n0\r\n\r\n")
-				if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+				writeRaw(t, c, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nX-T: 1\r\n\r\n"+
+					"POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nContent-Length: "+strconv.Itoa(len(decoy))+"\r\n\r\n"+decoy+
+					"POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nTransfer-Encoding: chunked\r\ncontent-length: 4\r\n\r\n0\r\n\r\n")
+				if err := c.SetReadDeadline(time.Now().Add(servertest.WaitFor)); err != nil {
 					t.Fatal(err)
 				}
 				br := bufio.NewReader(c)
@@ -247,8 +248,8 @@ func TestHostileSlow(t *testing.T) {
 		},
 		{
 			name: "guard/smuggling/duplicate-cl",
-			run: func(t *testing.T, s *stack) {
-				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", http.StatusBadRequest)
+			run: func(t *testing.T, s *servertest.Stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", http.StatusBadRequest)
 			},
 		},
 		{
@@ -256,34 +257,34 @@ func TestHostileSlow(t *testing.T) {
 			// replacing obs-fold with SP); the backend must see one clean
 			// header and the connection must stay in step.
 			name: "guard/smuggling/obs-fold",
-			run: func(t *testing.T, s *stack) {
-				expectEcho(t, s, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-A: a\r\n b\r\n\r\n", "a b", "")
+			run: func(t *testing.T, s *servertest.Stack) {
+				expectEcho(t, s, "GET / HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nX-A: a\r\n b\r\n\r\n", "a b", "")
 			},
 		},
 		{
 			// A bare LF ends a header line (RFC 9112 §2.2 permits it); the
 			// backend sees two separate headers, re-serialized with CRLF.
 			name: "guard/smuggling/bare-lf-header",
-			run: func(t *testing.T, s *stack) {
-				expectEcho(t, s, "GET / HTTP/1.1\r\nHost: "+appHost+"\r\nX-A: a\nX-B: b\r\n\r\n", "a", "b")
+			run: func(t *testing.T, s *servertest.Stack) {
+				expectEcho(t, s, "GET / HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nX-A: a\nX-B: b\r\n\r\n", "a", "b")
 			},
 		},
 		{
 			name: "guard/smuggling/chunk-bare-lf",
-			run: func(t *testing.T, s *stack) {
-				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
+			run: func(t *testing.T, s *servertest.Stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
 			},
 		},
 		{
 			name: "guard/smuggling/chunk-length-overflow",
-			run: func(t *testing.T, s *stack) {
-				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+appHost+"\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
+			run: func(t *testing.T, s *servertest.Stack) {
+				expectRaw(t, s, "POST /upload HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nhello\r\n0\r\n\r\n", http.StatusBadRequest)
 			},
 		},
 		{
 			name:  "guard/path/dot-segments-land-where-normalized",
 			stack: startSplitStack,
-			run: func(t *testing.T, s *stack) {
+			run: func(t *testing.T, s *servertest.Stack) {
 				for _, c := range []struct{ path, backend, uri string }{
 					{"/api/../admin", "root", "/admin"},
 					{"/api/%2e%2e/admin", "root", "/admin"},
@@ -294,7 +295,7 @@ func TestHostileSlow(t *testing.T) {
 					{"/api/a%2Fb?q=/../%2e", "api", "/api/a%2Fb?q=/../%2e"},
 					{"/api/%20x", "api", "/api/%20x"},
 				} {
-					resp := rawResponse(t, s.server, "GET "+c.path+" HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+					resp := rawResponse(t, s.Server, "GET "+c.path+" HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\n\r\n")
 					if got, uri := resp.Header.Get("X-Backend"), resp.Header.Get("X-Got-URI"); resp.StatusCode != http.StatusOK || got != c.backend || uri != c.uri {
 						t.Errorf("GET %s: status %d, backend %q got %q; want 200, %q got %q", c.path, resp.StatusCode, got, uri, c.backend, c.uri)
 					}
@@ -304,7 +305,7 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name:  "guard/path/paths-that-escape-are-refused",
 			stack: startSplitStack,
-			run: func(t *testing.T, s *stack) {
+			run: func(t *testing.T, s *servertest.Stack) {
 				for _, path := range []string{
 					"/..",
 					"/../admin",
@@ -315,7 +316,7 @@ func TestHostileSlow(t *testing.T) {
 					"/api/..%5Cadmin",
 					"/x/../aperio/api/orgs",
 				} {
-					resp := rawResponse(t, s.server, "GET "+path+" HTTP/1.1\r\nHost: "+appHost+"\r\n\r\n")
+					resp := rawResponse(t, s.Server, "GET "+path+" HTTP/1.1\r\nHost: "+servertest.AppHost+"\r\n\r\n")
 					if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Backend") != "" {
 						t.Errorf("GET %s: status %d from backend %q, want 400 from the server", path, resp.StatusCode, resp.Header.Get("X-Backend"))
 					}
@@ -325,8 +326,8 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name:  "guard/connect/h2c-connect-refused",
 			stack: connectStack(false),
-			run: func(t *testing.T, s *stack) {
-				if status := h2cConnect(t, s.server); status != http.StatusMethodNotAllowed {
+			run: func(t *testing.T, s *servertest.Stack) {
+				if status := h2cConnect(t, s.Server); status != http.StatusMethodNotAllowed {
 					t.Errorf("h2c CONNECT = %d, want 405", status)
 				}
 			},
@@ -334,8 +335,8 @@ func TestHostileSlow(t *testing.T) {
 		{
 			name:  "guard/connect/h2c-connect-opt-in",
 			stack: connectStack(true),
-			run: func(t *testing.T, s *stack) {
-				if status := h2cConnect(t, s.server); status != http.StatusOK {
+			run: func(t *testing.T, s *servertest.Stack) {
+				if status := h2cConnect(t, s.Server); status != http.StatusOK {
 					t.Errorf("h2c CONNECT to allow_connect service = %d, want the backend's 200", status)
 				}
 			},
@@ -346,8 +347,8 @@ func TestHostileSlow(t *testing.T) {
 			t.Parallel() // each case has its own gateway, agent and backend
 			start := tc.stack
 			if start == nil {
-				start = func(t *testing.T, cfg func(*server.Config)) *stack {
-					return startStack(t, hostileBackend(t), cfg)
+				start = func(t *testing.T, cfg func(*server.Config)) *servertest.Stack {
+					return servertest.StartStack(t, hostileBackend(t), cfg)
 				}
 			}
 			s := start(t, func(c *server.Config) {
@@ -364,59 +365,59 @@ func TestHostileSlow(t *testing.T) {
 }
 
 // startBareServer starts a gateway alone: no agent, no harness client.
-func startBareServer(t *testing.T, cfg func(*server.Config)) *stack {
+func startBareServer(t *testing.T, cfg func(*server.Config)) *servertest.Stack {
 	t.Helper()
-	scfg := serverConfig(t)
+	scfg := servertest.Config(t)
 	cfg(&scfg)
-	return &stack{server: startServer(t, scfg, nil, nil)}
+	return &servertest.Stack{Server: servertest.Start(t, scfg, nil, nil)}
 }
 
-// startSplitStack starts one agent publishing two services on appHost:
+// startSplitStack starts one agent publishing two services on servertest.AppHost:
 // "api" on the prefix /api and "root" on the rest. Each backend names
 // itself in X-Backend and echoes the request target in X-Got-URI.
-func startSplitStack(t *testing.T, cfg func(*server.Config)) *stack {
+func startSplitStack(t *testing.T, cfg func(*server.Config)) *servertest.Stack {
 	t.Helper()
 	echo := func(name string) string {
-		return startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		return servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Backend", name)
 			w.Header().Set("X-Got-URI", r.RequestURI)
 		})).URL
 	}
-	api := config.Service{Target: echo("api"), Hostnames: []string{appHost}, Path: "/api"}
-	root := config.Service{Target: echo("root"), Hostnames: []string{appHost}}
-	scfg := serverConfig(t)
+	api := config.Service{Target: echo("api"), Hostnames: []string{servertest.AppHost}, Path: "/api"}
+	root := config.Service{Target: echo("root"), Hostnames: []string{servertest.AppHost}}
+	scfg := servertest.Config(t)
 	cfg(&scfg)
-	srv := startServer(t, scfg, nil, nil)
-	ag := startAgent(t, srv, agentConfig(srv, api, root))
-	visitor := newVisitor(t, srv)
-	waitClients(t, visitor, srv, 1)
-	return &stack{server: srv, agent: ag, visitor: visitor}
+	srv := servertest.Start(t, scfg, nil, nil)
+	ag := servertest.StartAgent(t, srv, servertest.AgentConfig(srv, api, root))
+	visitor := servertest.NewVisitor(t, srv)
+	servertest.WaitClients(t, visitor, srv, 1)
+	return &servertest.Stack{Server: srv, Agent: ag, Visitor: visitor}
 }
 
 // connectStack returns a stack starter publishing a backend that answers
 // CONNECT with 200, with allow_connect as given.
-func connectStack(allow bool) func(t *testing.T, cfg func(*server.Config)) *stack {
-	return func(t *testing.T, cfg func(*server.Config)) *stack {
+func connectStack(allow bool) func(t *testing.T, cfg func(*server.Config)) *servertest.Stack {
+	return func(t *testing.T, cfg func(*server.Config)) *servertest.Stack {
 		t.Helper()
-		b := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodConnect {
 				http.Error(w, "want CONNECT", http.StatusBadRequest)
 			}
 		}))
-		svc := service(b.URL)
+		svc := servertest.Service(b.URL)
 		svc.AllowConnect = allow
-		return startStackFor(t, svc, cfg, false)
+		return servertest.StartStackFor(t, svc, cfg, false)
 	}
 }
 
-// h2cConnect sends an HTTP/2 (prior knowledge) CONNECT for appHost:80 to s
+// h2cConnect sends an HTTP/2 (prior knowledge) CONNECT for servertest.AppHost:80 to s
 // and returns the status.
-func h2cConnect(t *testing.T, s *testServer) int {
+func h2cConnect(t *testing.T, s *servertest.Server) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	ctx, cancel := context.WithTimeout(t.Context(), servertest.WaitFor)
 	defer cancel()
-	req := newRequest(t, ctx, s, http.MethodConnect, appHost+":80", "", nil)
-	resp, err := h2cTransport(t).RoundTrip(req)
+	req := servertest.NewRequest(t, ctx, s, http.MethodConnect, servertest.AppHost+":80", "", nil)
+	resp, err := servertest.H2CTransport(t).RoundTrip(req)
 	if err != nil {
 		t.Fatalf("h2c CONNECT: %v", err)
 	}
@@ -427,22 +428,12 @@ func h2cConnect(t *testing.T, s *testServer) int {
 	return resp.StatusCode
 }
 
-// h2cTransport returns a transport speaking HTTP/2 with prior knowledge
-// over plain TCP, closed at cleanup.
-func h2cTransport(t testing.TB) *http.Transport {
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: p}
-	t.Cleanup(tr.CloseIdleConnections)
-	return tr
-}
-
 // rawResponse sends raw on a new connection and returns the answer.
-func rawResponse(t testing.TB, s *testServer, raw string) *http.Response {
+func rawResponse(t testing.TB, s *servertest.Server, raw string) *http.Response {
 	t.Helper()
 	c := dialRaw(t, s)
 	writeRaw(t, c, raw)
-	if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+	if err := c.SetReadDeadline(time.Now().Add(servertest.WaitFor)); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -499,12 +490,12 @@ func hostileBackend(t testing.TB) http.Handler {
 }
 
 // probeUntilOK polls GET / until it answers 200: the slot is free again.
-func probeUntilOK(t *testing.T, s *stack) {
+func probeUntilOK(t *testing.T, s *servertest.Stack) {
 	t.Helper()
-	poll(t, waitFor, func() (bool, string) {
-		ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(t.Context(), servertest.WaitFor)
 		defer cancel()
-		status, body, err := fetch(s.visitor, newRequest(t, ctx, s.server, http.MethodGet, appHost, "/", nil))
+		status, body, err := servertest.Fetch(s.Visitor, servertest.NewRequest(t, ctx, s.Server, http.MethodGet, servertest.AppHost, "/", nil))
 		return status == http.StatusOK, fmt.Sprintf("probe GET / = %d %q %v, want 200", status, body, err)
 	})
 }
@@ -512,11 +503,11 @@ func probeUntilOK(t *testing.T, s *stack) {
 // expectEcho sends raw twice on one connection (the second copy checks
 // that the connection stayed in step) and checks that each answer is 200
 // and that the backend saw the X-A and X-B values given.
-func expectEcho(t testing.TB, s *stack, raw, wantA, wantB string) {
+func expectEcho(t testing.TB, s *servertest.Stack, raw, wantA, wantB string) {
 	t.Helper()
-	c := dialRaw(t, s.server)
+	c := dialRaw(t, s.Server)
 	writeRaw(t, c, raw+raw)
-	if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+	if err := c.SetReadDeadline(time.Now().Add(servertest.WaitFor)); err != nil {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(c)
@@ -535,11 +526,11 @@ func expectEcho(t testing.TB, s *stack, raw, wantA, wantB string) {
 }
 
 // dialRaw opens a TCP connection to s, closed at cleanup.
-func dialRaw(t testing.TB, s *testServer) *net.TCPConn {
+func dialRaw(t testing.TB, s *servertest.Server) *net.TCPConn {
 	t.Helper()
-	c, err := net.Dial("tcp", s.addr)
+	c, err := net.Dial("tcp", s.Addr)
 	if err != nil {
-		t.Fatalf("dial %s: %v", s.addr, err)
+		t.Fatalf("dial %s: %v", s.Addr, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c.(*net.TCPConn)
@@ -555,7 +546,7 @@ func writeRaw(t testing.TB, c net.Conn, raw string) {
 // readStatus reads one response head from c and returns its status.
 func readStatus(t testing.TB, c net.Conn) int {
 	t.Helper()
-	if err := c.SetReadDeadline(time.Now().Add(waitFor)); err != nil {
+	if err := c.SetReadDeadline(time.Now().Add(servertest.WaitFor)); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -566,10 +557,10 @@ func readStatus(t testing.TB, c net.Conn) int {
 }
 
 // expectClosed fails unless the server closes c (after any answer) within
-// waitFor.
+// servertest.WaitFor.
 func expectClosed(t testing.TB, c net.Conn) {
 	t.Helper()
-	expectClosedWithin(t, c, waitFor)
+	expectClosedWithin(t, c, servertest.WaitFor)
 }
 
 // expectClosedWithin fails unless the server closes c within d.
@@ -611,13 +602,13 @@ func trickle(t testing.TB, c net.Conn, interval time.Duration) {
 }
 
 // rawStatus sends raw on a new connection and returns the answer's status.
-func rawStatus(s *testServer, raw string) (int, error) {
-	c, err := net.Dial("tcp", s.addr)
+func rawStatus(s *servertest.Server, raw string) (int, error) {
+	c, err := net.Dial("tcp", s.Addr)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(waitFor)); err != nil {
+	if err := c.SetDeadline(time.Now().Add(servertest.WaitFor)); err != nil {
 		return 0, err
 	}
 	if _, err := io.WriteString(c, raw); err != nil {
@@ -631,9 +622,9 @@ func rawStatus(s *testServer, raw string) (int, error) {
 }
 
 // expectRaw sends raw on a new connection and checks the status.
-func expectRaw(t testing.TB, s *stack, raw string, want int) {
+func expectRaw(t testing.TB, s *servertest.Stack, raw string, want int) {
 	t.Helper()
-	status, err := rawStatus(s.server, raw)
+	status, err := rawStatus(s.Server, raw)
 	if err != nil || status != want {
 		t.Errorf("raw request %.60q: status %d, err %v; want %d", raw, status, err, want)
 	}

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"net/url"
 	"strings"
@@ -21,7 +22,7 @@ import (
 // tenant's backend cannot set the server's cookies either.
 func TestAdminHostsKeepTenantsOut(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	st := servertest.StartStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, c := range []string{
 			"aperio_admin_session=planted; Path=/",
 			"__Host-aperio_session=planted; Path=/; Secure",
@@ -34,29 +35,29 @@ func TestAdminHostsKeepTenantsOut(t *testing.T) {
 		}
 		w.Write([]byte("app"))
 	}), func(c *server.Config) { c.MetricsToken = "m-token" })
-	srv, c := st.server, st.visitor
+	srv, c := st.Server, st.Visitor
 	noFollow := *c
 	noFollow.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	send := func(method, host, path, body string, edit func(*http.Request)) (*http.Response, string) {
 		t.Helper()
-		req := newRequest(t, t.Context(), srv, method, host, path, strings.NewReader(body))
+		req := servertest.NewRequest(t, t.Context(), srv, method, host, path, strings.NewReader(body))
 		if body != "" {
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		}
 		if edit != nil {
 			edit(req)
 		}
-		return do(t, &noFollow, req)
+		return servertest.Do(t, &noFollow, req)
 	}
-	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+testToken) }
-	login := url.Values{"key": {testToken}, "redirect": {admin.Prefix + "/whoami"}}.Encode()
+	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+servertest.Token) }
+	login := url.Values{"key": {servertest.Token}, "redirect": {admin.Prefix + "/whoami"}}.Encode()
 
 	// The attack: the key login and the API on the tenant's hostname.
 	for _, tc := range []struct {
 		name, method, path, body string
 		edit                     func(*http.Request)
 	}{
-		{"key login", http.MethodPost, admin.KeySessionPath, login, func(r *http.Request) { r.Header.Set("Origin", "http://"+appHost) }},
+		{"key login", http.MethodPost, admin.KeySessionPath, login, func(r *http.Request) { r.Header.Set("Origin", "http://"+servertest.AppHost) }},
 		{"whoami with the master token", http.MethodGet, admin.Prefix + "/whoami", "", bearer},
 		{"token minting", http.MethodPost, admin.Prefix + "/tokens", `{"name":"stolen","hostnames":["a.test"]}`, bearer},
 		{"api root", http.MethodGet, admin.Prefix, "", bearer},
@@ -66,7 +67,7 @@ func TestAdminHostsKeepTenantsOut(t *testing.T) {
 		{"admin oidc login", http.MethodGet, "/aperio/admin/login", "", nil},
 		{"admin logout", http.MethodPost, "/aperio/admin/logout", "", nil},
 	} {
-		for _, host := range []string{appHost, "APP.test:80", "app.test."} {
+		for _, host := range []string{servertest.AppHost, "APP.test:80", "app.test."} {
 			resp, body := send(tc.method, host, tc.path, tc.body, tc.edit)
 			if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "admin_hosts") || resp.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s on %s = %d %q, want a JSON 404 naming admin_hosts", tc.name, host, resp.StatusCode, body)
@@ -78,11 +79,11 @@ func TestAdminHostsKeepTenantsOut(t *testing.T) {
 	}
 
 	// On the server's address the same login works, as before.
-	resp, body := send(http.MethodPost, srv.addr, admin.KeySessionPath, login, nil)
+	resp, body := send(http.MethodPost, srv.Addr, admin.KeySessionPath, login, nil)
 	if resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("key login on %s = %d %s, want 303", srv.addr, resp.StatusCode, body)
+		t.Fatalf("key login on %s = %d %s, want 303", srv.Addr, resp.StatusCode, body)
 	}
-	for _, host := range []string{srv.addr, "localhost", "ops.localhost:8080", "[::1]:8080", "127.0.0.1"} {
+	for _, host := range []string{srv.Addr, "localhost", "ops.localhost:8080", "[::1]:8080", "127.0.0.1"} {
 		if resp, body := send(http.MethodGet, host, admin.Prefix+"/whoami", "", bearer); resp.StatusCode != http.StatusOK {
 			t.Errorf("whoami on %s = %d %s, want 200", host, resp.StatusCode, body)
 		}
@@ -102,14 +103,14 @@ func TestAdminHostsKeepTenantsOut(t *testing.T) {
 		{"/aperio/auth/login", nil, http.StatusNotFound}, // no service of app.test requires a login
 		{"/aperio/tunnel", nil, 0}, // not an upgrade: refused by the tunnel endpoint itself
 	} {
-		resp, body := send(http.MethodGet, appHost, tc.path, "", tc.edit)
+		resp, body := send(http.MethodGet, servertest.AppHost, tc.path, "", tc.edit)
 		if strings.Contains(body, "admin_hosts") || (tc.want != 0 && resp.StatusCode != tc.want) {
-			t.Errorf("%s on %s = %d %q, want %d from its own handler", tc.path, appHost, resp.StatusCode, body, tc.want)
+			t.Errorf("%s on %s = %d %q, want %d from its own handler", tc.path, servertest.AppHost, resp.StatusCode, body, tc.want)
 		}
 	}
 
 	// The app's own cookie passes; the server's namespace does not.
-	resp, body = send(http.MethodGet, appHost, "/", "", nil)
+	resp, body = send(http.MethodGet, servertest.AppHost, "/", "", nil)
 	if got := resp.Header.Values("Set-Cookie"); resp.StatusCode != http.StatusOK || len(got) != 1 || got[0] != "app=1; Path=/" {
 		t.Errorf("app answer = %d %q with Set-Cookie %q, want only the app's own cookie", resp.StatusCode, body, got)
 	}
@@ -120,36 +121,36 @@ func TestAdminHostsKeepTenantsOut(t *testing.T) {
 // addresses and localhost no longer do.
 func TestAdminHostsSetting(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, func() server.Config {
-		c := serverConfig(t)
+	srv := servertest.Start(t, func() server.Config {
+		c := servertest.Config(t)
 		c.AdminHosts = []string{"admin.test", "*.ops.test", "192.0.2.1"}
 		return c
 	}(), nil, nil)
-	c := newVisitor(t, srv)
+	c := servertest.NewVisitor(t, srv)
 	for host, want := range map[string]int{
 		"admin.test":      http.StatusOK,
 		"ADMIN.test:443":  http.StatusOK,
 		"a.ops.test":      http.StatusOK,
 		"192.0.2.1:8080":  http.StatusOK,
 		"ops.test":        http.StatusNotFound,
-		srv.addr:          http.StatusNotFound,
+		srv.Addr:          http.StatusNotFound,
 		"localhost":       http.StatusNotFound,
 		"x.localhost":     http.StatusNotFound,
 		"evil-admin.test": http.StatusNotFound,
 	} {
-		req := newRequest(t, t.Context(), srv, http.MethodGet, host, admin.Prefix+"/whoami", nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		if resp, body := do(t, c, req); resp.StatusCode != want {
+		req := servertest.NewRequest(t, t.Context(), srv, http.MethodGet, host, admin.Prefix+"/whoami", nil)
+		req.Header.Set("Authorization", "Bearer "+servertest.Token)
+		if resp, body := servertest.Do(t, c, req); resp.StatusCode != want {
 			t.Errorf("whoami on %s = %d %s, want %d", host, resp.StatusCode, body, want)
 		}
 	}
 	// A bad entry refuses the configuration, naming it.
-	bad := serverConfig(t)
+	bad := servertest.Config(t)
 	bad.AdminHosts = []string{"admin.test", "http://x", "*"}
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "admin_hosts") || !strings.Contains(err.Error(), `"http://x"`) || !strings.Contains(err.Error(), `"*"`) {
 		t.Errorf("Validate(admin_hosts with bad entries) = %v, want an error naming admin_hosts and each bad entry", err)
 	}
-	many := serverConfig(t)
+	many := servertest.Config(t)
 	many.AdminHosts = make([]string, server.MaxAdminHosts+1)
 	for i := range many.AdminHosts {
 		many.AdminHosts[i] = "a.test"

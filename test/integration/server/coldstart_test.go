@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,7 @@ import (
 // whose handler starts a new client, and every held request is served.
 func TestColdStartFromZero(t *testing.T) {
 	t.Parallel()
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), 400)
@@ -33,7 +34,7 @@ func TestColdStartFromZero(t *testing.T) {
 	var calls atomic.Int64
 	var bodyMu sync.Mutex
 	var hookBody map[string]any
-	var srv2 *testServer // set before any hook call can arrive
+	var srv2 *servertest.Server // set before any hook call can arrive
 	var started sync.Once
 	var agentCfg config.Client
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -42,39 +43,39 @@ func TestColdStartFromZero(t *testing.T) {
 		json.NewDecoder(r.Body).Decode(&hookBody)
 		bodyMu.Unlock()
 		started.Do(func() {
-			startAgent(t, srv2, withServer(agentCfg, srv2))
+			servertest.StartAgent(t, srv2, withServer(agentCfg, srv2))
 		})
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	t.Cleanup(hook.Close)
 
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled = true
 	cfg.Outbound.AllowHTTP = true    // the test provider is plain http…
 	cfg.Outbound.AllowPrivate = true // …on loopback
-	srv1 := startServer(t, cfg, nil, nil)
-	agentCfg = agentConfig(srv1, service(backend.URL))
+	srv1 := servertest.Start(t, cfg, nil, nil)
+	agentCfg = servertest.AgentConfig(srv1, servertest.Service(backend.URL))
 	agentCfg.MaxConcurrent = 4
 	agentCfg.Scaling = &config.Scaling{URL: hook.URL + "/scale", Min: 0, Max: 3, ColdStart: 30 * time.Second,
 		TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: time.Minute}
-	first := startAgent(t, srv1, agentCfg)
-	visitor := newVisitor(t, srv1)
-	waitClients(t, visitor, srv1, 1)
-	if err := first.stop(); err != nil {
+	first := servertest.StartAgent(t, srv1, agentCfg)
+	visitor := servertest.NewVisitor(t, srv1)
+	servertest.WaitClients(t, visitor, srv1, 1)
+	if err := first.Stop(); err != nil {
 		t.Fatalf("first client Run() = %v, want nil", err)
 	}
-	if err := srv1.stop(); err != nil {
+	if err := srv1.Stop(); err != nil {
 		t.Fatalf("first server Serve() = %v, want nil", err)
 	}
 
 	// A new server on the same store: nothing is connected, the record is.
-	srv2 = startServer(t, cfg, nil, nil)
-	visitor2 := newVisitor(t, srv2)
+	srv2 = servertest.Start(t, cfg, nil, nil)
+	visitor2 := servertest.NewVisitor(t, srv2)
 
 	// Explain first: it must predict the cold start and not make it.
-	req := newRequest(t, t.Context(), srv2, "GET", "admin.localhost", "/aperio/api/explain?host="+appHost+"&path=/r&ip=203.0.113.9", nil)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, body := do(t, visitor2, req)
+	req := servertest.NewRequest(t, t.Context(), srv2, "GET", "admin.localhost", "/aperio/api/explain?host="+servertest.AppHost+"&path=/r&ip=203.0.113.9", nil)
+	req.Header.Set("Authorization", "Bearer "+servertest.Token)
+	resp, body := servertest.Do(t, visitor2, req)
 	var ex struct {
 		Verdict string `json:"verdict"`
 	}
@@ -97,14 +98,14 @@ func TestColdStartFromZero(t *testing.T) {
 		if i%4 == 0 {
 			method, body = "POST", strings.NewReader(strings.Repeat("x", 1000))
 		}
-		req := newRequest(t, t.Context(), srv2, method, appHost, fmt.Sprint("/r", i), body)
+		req := servertest.NewRequest(t, t.Context(), srv2, method, servertest.AppHost, fmt.Sprint("/r", i), body)
 		go func() {
-			status, b, err := fetch(visitor2, req)
+			status, b, err := servertest.Fetch(visitor2, req)
 			results <- result{status, b, err}
 		}()
 	}
 	for range burst {
-		r := wait(t, results, 60*time.Second, "a held request")
+		r := servertest.Wait(t, results, 60*time.Second, "a held request")
 		if r.err != nil || r.status != http.StatusOK || !strings.HasPrefix(r.body, "GET /r") && !strings.HasSuffix(r.body, " 1000") {
 			t.Fatalf("held request = %d %q, %v, want 200 from the started instance (POST bodies intact)", r.status, r.body, r.err)
 		}
@@ -115,14 +116,14 @@ func TestColdStartFromZero(t *testing.T) {
 	}
 	bodyMu.Lock()
 	defer bodyMu.Unlock()
-	if hookBody["reason"] != "cold_start" || hookBody["hostname"] != appHost || hookBody["desired"] != 1.0 || hookBody["current"] != 0.0 {
-		t.Fatalf("hook body = %v, want a cold_start for %s from 0 to 1", hookBody, appHost)
+	if hookBody["reason"] != "cold_start" || hookBody["hostname"] != servertest.AppHost || hookBody["desired"] != 1.0 || hookBody["current"] != 0.0 {
+		t.Fatalf("hook body = %v, want a cold_start for %s from 0 to 1", hookBody, servertest.AppHost)
 	}
 }
 
 // withServer points a client configuration at s.
-func withServer(c config.Client, s *testServer) config.Client {
-	c.ServerURL = s.url
+func withServer(c config.Client, s *servertest.Server) config.Client {
+	c.ServerURL = s.URL
 	return c
 }
 
@@ -132,7 +133,7 @@ func withServer(c config.Client, s *testServer) config.Client {
 func TestScaleOutThenIn(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/busy" {
 			<-release
 		}
@@ -151,39 +152,39 @@ func TestScaleOutThenIn(t *testing.T) {
 	}))
 	t.Cleanup(hook.Close)
 
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
-	srv := startServer(t, cfg, nil, nil)
-	visitor := newVisitor(t, srv)
-	ac := agentConfig(srv, service(backend.URL))
+	srv := servertest.Start(t, cfg, nil, nil)
+	visitor := servertest.NewVisitor(t, srv)
+	ac := servertest.AgentConfig(srv, servertest.Service(backend.URL))
 	ac.MaxConcurrent = 2
 	ac.Scaling = &config.Scaling{URL: hook.URL, Min: 1, Max: 3, ColdStart: 30 * time.Second,
 		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Second}
 	// Two instances of the same service, so there is one to give back.
-	startAgent(t, srv, ac)
+	servertest.StartAgent(t, srv, ac)
 	second := ac
 	second.Name = "e2e-2"
-	startAgent(t, srv, second)
-	waitClients(t, visitor, srv, 2)
+	servertest.StartAgent(t, srv, second)
+	servertest.WaitClients(t, visitor, srv, 2)
 
 	// Saturate: 4 requests in flight on a capacity of 4 (utilization 1.0).
 	done := make(chan struct{}, 4)
 	for range 4 {
-		req := newRequest(t, t.Context(), srv, "GET", appHost, "/busy", nil)
+		req := servertest.NewRequest(t, t.Context(), srv, "GET", servertest.AppHost, "/busy", nil)
 		go func() {
-			fetch(visitor, req)
+			servertest.Fetch(visitor, req)
 			done <- struct{}{}
 		}()
 	}
-	out := wait(t, calls, 20*time.Second, "a scale_out call")
+	out := servertest.Wait(t, calls, 20*time.Second, "a scale_out call")
 	if out.Reason != "scale_out" || out.Current != 2 || out.Desired != 3 {
 		t.Fatalf("call under saturation = %+v, want scale_out from 2 to 3", out)
 	}
 	close(release)
 	for range 4 {
-		wait(t, done, 10*time.Second, "a busy request finishing")
+		servertest.Wait(t, done, 10*time.Second, "a busy request finishing")
 	}
-	in := wait(t, calls, 30*time.Second, "a scale_in call")
+	in := servertest.Wait(t, calls, 30*time.Second, "a scale_in call")
 	if in.Reason != "scale_in" || in.Current != 2 || in.Desired != 1 {
 		t.Fatalf("call after load stopped = %+v, want scale_in from 2 to 1", in)
 	}
@@ -195,27 +196,27 @@ func TestScalingAPIThroughServer(t *testing.T) {
 	t.Parallel()
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(hook.Close)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
-	srv := startServer(t, cfg, nil, nil)
-	visitor := newVisitor(t, srv)
-	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
+	srv := servertest.Start(t, cfg, nil, nil)
+	visitor := servertest.NewVisitor(t, srv)
+	ac := servertest.AgentConfig(srv, servertest.Service(servertest.Backend(t, http.NotFoundHandler()).URL))
 	ac.Scaling = &config.Scaling{URL: hook.URL, Secret: "very-secret", Max: 2, ColdStart: time.Minute,
 		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Second}
-	startAgent(t, srv, ac)
-	waitClients(t, visitor, srv, 1)
+	servertest.StartAgent(t, srv, ac)
+	servertest.WaitClients(t, visitor, srv, 1)
 
 	api := func(method, path string) (int, string) {
-		req := newRequest(t, t.Context(), srv, method, "admin.localhost", "/aperio/api"+path, nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, body := do(t, visitor, req)
+		req := servertest.NewRequest(t, t.Context(), srv, method, "admin.localhost", "/aperio/api"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+servertest.Token)
+		resp, body := servertest.Do(t, visitor, req)
 		return resp.StatusCode, body
 	}
 	var list []struct {
 		ID, Hostname  string
 		Authenticated bool
 	}
-	poll(t, 5*time.Second, func() (bool, string) {
+	servertest.Poll(t, 5*time.Second, func() (bool, string) {
 		code, body := api("GET", "/scaling")
 		if code != 200 || strings.Contains(body, "very-secret") {
 			t.Fatalf("GET /scaling = %d %s, want 200 without the secret", code, body)
@@ -224,8 +225,8 @@ func TestScalingAPIThroughServer(t *testing.T) {
 		json.Unmarshal([]byte(body), &list)
 		return len(list) == 1, "GET /scaling = " + body + ", want one record"
 	})
-	if list[0].Hostname != appHost || !list[0].Authenticated {
-		t.Fatalf("scaling record = %+v, want %s with authenticated true", list[0], appHost)
+	if list[0].Hostname != servertest.AppHost || !list[0].Authenticated {
+		t.Fatalf("scaling record = %+v, want %s with authenticated true", list[0], servertest.AppHost)
 	}
 	if code, body := api("DELETE", "/scaling/"+list[0].ID); code != http.StatusNoContent {
 		t.Fatalf("DELETE /scaling/%s = %d %s, want 204", list[0].ID, code, body)
@@ -243,21 +244,21 @@ func TestDeclareAndLeaveAtOnce(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	t.Cleanup(hook.Close)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	cfg.Router.GatewayTimeout = 100 * time.Millisecond
-	srv := startServer(t, cfg, nil, nil)
-	visitor := newVisitor(t, srv)
-	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
+	srv := servertest.Start(t, cfg, nil, nil)
+	visitor := servertest.NewVisitor(t, srv)
+	ac := servertest.AgentConfig(srv, servertest.Service(servertest.Backend(t, http.NotFoundHandler()).URL))
 	ac.Scaling = &config.Scaling{URL: hook.URL, Max: 1, ColdStart: 200 * time.Millisecond,
 		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
-	ag := startAgent(t, srv, ac)
-	waitClients(t, visitor, srv, 1)
-	if err := ag.stop(); err != nil {
+	ag := servertest.StartAgent(t, srv, ac)
+	servertest.WaitClients(t, visitor, srv, 1)
+	if err := ag.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitClients(t, visitor, srv, 0)
-	status, _ := get(t, visitor, srv, appHost, "/")
+	servertest.WaitClients(t, visitor, srv, 0)
+	status, _ := servertest.Get(t, visitor, srv, servertest.AppHost, "/")
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("provider calls after declare-and-leave = %d (request answered %d), want 1", n, status)
 	}

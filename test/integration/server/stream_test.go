@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -149,7 +150,7 @@ func TestStreamingBoundedMemory(t *testing.T) {
 			http.NotFound(w, r)
 		}
 	})
-	st := startStack(t, backend, func(c *server.Config) { c.Router.MaxBodyBytes = 2 * size })
+	st := servertest.StartStack(t, backend, func(c *server.Config) { c.Router.MaxBodyBytes = 2 * size })
 
 	tests := []struct {
 		name   string
@@ -167,7 +168,7 @@ func TestStreamingBoundedMemory(t *testing.T) {
 			if tc.method == "POST" {
 				body = &patternReader{n: size}
 			}
-			req := newRequest(t, ctx, st.server, tc.method, appHost, tc.path, body)
+			req := servertest.NewRequest(t, ctx, st.Server, tc.method, servertest.AppHost, tc.path, body)
 			req.ContentLength = 0
 			if body != nil {
 				req.ContentLength = size
@@ -177,7 +178,7 @@ func TestStreamingBoundedMemory(t *testing.T) {
 			base := inUse()
 			peak := sampleMemory(t)
 			start := time.Now()
-			resp, err := st.visitor.Do(req)
+			resp, err := st.Visitor.Do(req)
 			if err != nil {
 				t.Fatalf("%s %s: %v", tc.method, tc.path, err)
 			}

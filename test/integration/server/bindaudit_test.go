@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,10 +17,10 @@ import (
 // no more than the per-token budget of 60 a minute.
 func TestBindRefusedAudit(t *testing.T) {
 	t.Parallel()
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Router.IPLimitMax = 0 // every session comes from loopback
-	s := startServer(t, cfg, nil, nil)
-	code, body := adminCall(t, newVisitor(t, s), s, "POST", "/tokens", map[string]any{"name": "q", "hostnames": []string{"q.test"}})
+	s := servertest.Start(t, cfg, nil, nil)
+	code, body := servertest.AdminCall(t, servertest.NewVisitor(t, s), s, "POST", "/tokens", map[string]any{"name": "q", "hostnames": []string{"q.test"}})
 	if code != http.StatusCreated {
 		t.Fatalf("POST /aperio/api/tokens = %d %s, want 201", code, body)
 	}
@@ -33,11 +34,11 @@ func TestBindRefusedAudit(t *testing.T) {
 	}
 	const sessions = 90 // above the budget of 60
 	for i := range sessions {
-		ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+		ctx, cancel := context.WithTimeout(t.Context(), servertest.WaitFor)
 		connected := false
 		c, err := tunnel.NewClient(tunnel.ClientConfig{
-			URL: s.url, Token: minted.Token, Announce: announce, Forwarder: nopForwarder{},
-			Logger: testLogger(),
+			URL: s.URL, Token: minted.Token, Announce: announce, Forwarder: servertest.NopForwarder{},
+			Logger: servertest.Logger(),
 			Jitter: func() float64 { return 0 },
 			OnConnect: func(string) {
 				connected = true
@@ -54,7 +55,7 @@ func TestBindRefusedAudit(t *testing.T) {
 			t.Fatalf("session %d: Run() = %v, connected %v; want connected with its allowed bind", i, err, connected)
 		}
 	}
-	got := auditEvents(t, s, "client_bind_refused")
+	got := servertest.AuditEvents(t, s, "client_bind_refused")
 	if len(got) == 0 || len(got) > 60 {
 		t.Fatalf("%d sessions with a refused bind wrote %d client_bind_refused entries, want 1 to 60", sessions, len(got))
 	}

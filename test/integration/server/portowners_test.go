@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
+	"github.com/aperio-dev/aperio/store"
 	"io"
 	"net"
 	"net/http"
@@ -22,9 +24,9 @@ import (
 
 // apiOK calls the admin API with the master token and decodes a 2xx
 // answer into out (when not nil).
-func apiOK(t *testing.T, visitor *http.Client, s *testServer, method, path string, body, out any) {
+func apiOK(t *testing.T, visitor *http.Client, s *servertest.Server, method, path string, body, out any) {
 	t.Helper()
-	status, b := adminCall(t, visitor, s, method, path, body)
+	status, b := servertest.AdminCall(t, visitor, s, method, path, body)
 	if status/100 != 2 {
 		t.Fatalf("%s %s = %d %s, want 2xx", method, path, status, b)
 	}
@@ -46,19 +48,19 @@ type portClient struct {
 	stop     func()
 }
 
-func startPortClient(t *testing.T, s *testServer, token, label string, port int) *portClient {
+func startPortClient(t *testing.T, s *servertest.Server, token, label string, port int) *portClient {
 	t.Helper()
 	backend := echotest.TCP(t)
 	pc := &portClient{statuses: make(chan []tunnel.ExposeStatus, 64)}
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
-		URL: s.url, Token: token, Forwarder: okForwarder{}, RawForwarder: labelForwarder{label: label, addr: backend},
+		URL: s.URL, Token: token, Forwarder: servertest.OKForwarder{}, RawForwarder: labelForwarder{label: label, addr: backend},
 		Announce: func() tunnel.Announcement {
 			return tunnel.Announcement{Name: label, InstanceID: "i-" + label, Expose: []tunnel.Expose{
 				{Name: "db", Protocol: tunnel.ExposeTCP, RemotePort: port},
 				{Name: fmt.Sprint("m", pc.marker.Load()), Protocol: tunnel.ExposeTCP, RemotePort: 1},
 			}}
 		},
-		Logger: testLogger(),
+		Logger: servertest.Logger(),
 		Jitter: func() float64 { return 0 },
 		OnExposed: func(st []tunnel.ExposeStatus) {
 			select {
@@ -131,7 +133,7 @@ func (c labelConn) Read(p []byte) (int, error) {
 // waitPortClosed waits until nothing accepts on port.
 func waitPortClosed(t *testing.T, port int, when string) {
 	t.Helper()
-	poll(t, 10*time.Second, func() (bool, string) {
+	servertest.Poll(t, 10*time.Second, func() (bool, string) {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err != nil {
 			return true, ""
@@ -174,12 +176,12 @@ func whoAnswers(t *testing.T, port int) string {
 func TestPortTakeoverRefused(t *testing.T) {
 	t.Parallel()
 	port := acmetest.FreePort(t)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Host = "127.0.0.1"
 	cfg.TCPPortRange = []string{fmt.Sprint(port)}
 	cfg.Tunnel.DownThreshold = 600 * time.Millisecond // a heartbeat every 200 ms
-	s := startServer(t, cfg, nil, nil)
-	visitor := newVisitor(t, s)
+	s := servertest.Start(t, cfg, nil, nil)
+	visitor := servertest.NewVisitor(t, s)
 	var a, b apitype.Org
 	apiOK(t, visitor, s, "POST", "/orgs", map[string]any{"name": "a"}, &a)
 	apiOK(t, visitor, s, "POST", "/orgs", map[string]any{"name": "b"}, &b)
@@ -192,7 +194,7 @@ func TestPortTakeoverRefused(t *testing.T) {
 	apiOK(t, visitor, s, "PUT", "/orgs/"+a.ID+"/ports", map[string]any{"ports": spec}, nil)
 	apiOK(t, visitor, s, "POST", "/tokens", map[string]any{"name": "a-ports", "org_id": a.ID, "allow_tcp_ports": spec}, &ta)
 	// b may not mint one now.
-	if status, body := adminCall(t, visitor, s, "POST", "/tokens", map[string]any{"name": "b2", "org_id": b.ID, "allow_tcp_ports": spec}); status != http.StatusForbidden {
+	if status, body := servertest.AdminCall(t, visitor, s, "POST", "/tokens", map[string]any{"name": "b2", "org_id": b.ID, "allow_tcp_ports": spec}); status != http.StatusForbidden {
 		t.Errorf("minting b a token for a's port = %d %s, want 403", status, body)
 	}
 
@@ -216,7 +218,7 @@ func TestPortTakeoverRefused(t *testing.T) {
 		}
 	}
 	var listed []apitype.PortInfo
-	newAdminClient(t, s).getJSON(t, "/ports", &listed)
+	servertest.NewAdminClient(t, s).GetJSON(t, "/ports", &listed)
 	if len(listed) != 0 {
 		t.Fatalf("GET /ports while a is away = %+v, want none open", listed)
 	}
@@ -228,7 +230,7 @@ func TestPortTakeoverRefused(t *testing.T) {
 			t.Fatalf("a visitor of port %d reaches %q after a came back, want A", port, who)
 		}
 	}
-	newAdminClient(t, s).getJSON(t, "/ports", &listed)
+	servertest.NewAdminClient(t, s).GetJSON(t, "/ports", &listed)
 	if len(listed) != 1 || listed[0].OrgID != a.ID || listed[0].OwnerOrgID != a.ID {
 		t.Errorf("GET /ports = %+v, want the port held and owned by a", listed)
 	}
@@ -244,20 +246,20 @@ func TestPortOwnershipAcrossServers(t *testing.T) {
 	t.Parallel()
 	dsn := storetest.PostgresDSN(t) // skips, naming the variable, without PostgreSQL
 	port := acmetest.FreePort(t)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Host = "127.0.0.1"
 	cfg.Store.DatabaseURL = dsn
 	cfg.TCPPortRange = []string{fmt.Sprint(port)}
-	a := startServerOn(t, cfg, openStoreOn(t, dsn))
-	sb := startServer(t, cfg, nil, nil)
+	a := servertest.StartOn(t, cfg, servertest.OpenStore(t, store.Config{DatabaseURL: dsn}))
+	sb := servertest.Start(t, cfg, nil, nil)
 
-	c := startPortClient(t, sb, testToken, "DEFAULT", port)
+	c := startPortClient(t, sb, servertest.Token, "DEFAULT", port)
 	c.waitStatus(t, "open on B", func(st tunnel.ExposeStatus) bool { return st.Port == port && st.Error == "" })
 	if who := whoAnswers(t, port); who != "DEFAULT" {
 		t.Fatalf("a visitor reaches %q, want DEFAULT", who)
 	}
 
-	visitor := newVisitor(t, a)
+	visitor := servertest.NewVisitor(t, a)
 	var other apitype.Org
 	apiOK(t, visitor, a, "POST", "/orgs", map[string]any{"name": "owner"}, &other)
 	start := time.Now()
@@ -266,7 +268,7 @@ func TestPortOwnershipAcrossServers(t *testing.T) {
 	t.Logf("PUT on A closed the port on B within %v", time.Since(start).Round(time.Millisecond))
 	c.waitStatus(t, "refused on B", func(st tunnel.ExposeStatus) bool { return strings.Contains(st.Error, "owned by another organization") })
 	var listed []apitype.PortInfo
-	newAdminClient(t, sb).getJSON(t, "/ports", &listed)
+	servertest.NewAdminClient(t, sb).GetJSON(t, "/ports", &listed)
 	if len(listed) != 0 {
 		t.Errorf("server B's GET /ports = %+v, want none", listed)
 	}

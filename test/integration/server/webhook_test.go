@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"encoding/json"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -115,13 +116,13 @@ func TestWebhooksThroughServer(t *testing.T) {
 	t.Cleanup(hook.Close)
 
 	clock := &skipClock{}
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true // loopback http receivers
 	cfg.Scaling.Now, cfg.Store.Now = clock.Now, clock.Now
-	srv := startServer(t, cfg, nil, nil)
-	visitor := newVisitor(t, srv)
+	srv := servertest.Start(t, cfg, nil, nil)
+	visitor := servertest.NewVisitor(t, srv)
 
-	status, body := adminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
+	status, body := servertest.AdminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
 		"url": rcv.srv.URL + "/aperio-events", "secret": secret,
 		"events": []string{"scaling_requested", "scaling_failed", "scaling_disarmed"},
 	})
@@ -130,15 +131,15 @@ func TestWebhooksThroughServer(t *testing.T) {
 	}
 
 	// A client declares the bind and leaves: every request is a cold start.
-	ac := agentConfig(srv, service(startBackend(t, http.NotFoundHandler()).URL))
+	ac := servertest.AgentConfig(srv, servertest.Service(servertest.Backend(t, http.NotFoundHandler()).URL))
 	ac.Scaling = &config.Scaling{URL: hook.URL, Max: 1, ColdStart: time.Second,
 		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Second}
-	ag := startAgent(t, srv, ac)
-	waitClients(t, visitor, srv, 1)
-	if err := ag.stop(); err != nil {
+	ag := servertest.StartAgent(t, srv, ac)
+	servertest.WaitClients(t, visitor, srv, 1)
+	if err := ag.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitClients(t, visitor, srv, 0)
+	servertest.WaitClients(t, visitor, srv, 0)
 
 	// Visitors keep asking until the breaker trips: one accepted call,
 	// then five failures. waits[i] is the wait after the (i+1)th call: the
@@ -167,7 +168,7 @@ func TestWebhooksThroughServer(t *testing.T) {
 		// one now would only wait out its timeout, nothing being armed.
 		if got["scaling_failed"] < 5 {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-			if _, _, err := fetch(visitor, newRequest(t, ctx, srv, "GET", appHost, "/", nil)); err != nil && ctx.Err() == nil {
+			if _, _, err := servertest.Fetch(visitor, servertest.NewRequest(t, ctx, srv, "GET", servertest.AppHost, "/", nil)); err != nil && ctx.Err() == nil {
 				t.Logf("visitor request: %v", err)
 			}
 			cancel()
@@ -179,7 +180,7 @@ func TestWebhooksThroughServer(t *testing.T) {
 		case <-rcv.arrived:
 		}
 	}
-	if err := srv.stop(); err != nil {
+	if err := srv.Stop(); err != nil {
 		t.Fatalf("Serve() = %v, want nil", err)
 	}
 	if got := rcv.counts(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -192,8 +193,8 @@ func TestWebhooksThroughServer(t *testing.T) {
 		if !hmac.Equal([]byte(d.signature), []byte(mac)) {
 			t.Errorf("%s delivery signature %q does not verify with the secret (want %q)", d.event, d.signature, mac)
 		}
-		if d.payload.Event != d.event || d.payload.Hostname != appHost || d.payload.OrgID == "" || d.payload.Detail.RecordID == "" {
-			t.Errorf("%s delivery payload = %+v, want the event, %s, its org and record", d.event, d.payload, appHost)
+		if d.payload.Event != d.event || d.payload.Hostname != servertest.AppHost || d.payload.OrgID == "" || d.payload.Detail.RecordID == "" {
+			t.Errorf("%s delivery payload = %+v, want the event, %s, its org and record", d.event, d.payload, servertest.AppHost)
 		}
 		if d.payload.Detail.Reason != "cold_start" {
 			t.Errorf("%s delivery reason = %q, want cold_start", d.event, d.payload.Detail.Reason)
@@ -217,18 +218,18 @@ func TestWebhooksThroughServer(t *testing.T) {
 func TestWebhookTestThroughServer(t *testing.T) {
 	t.Parallel()
 	rcv := startWebhookReceiver(t)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true // a loopback http receiver
-	srv := startServer(t, cfg, nil, nil)
-	visitor := newVisitor(t, srv)
-	status, body := adminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
+	srv := servertest.Start(t, cfg, nil, nil)
+	visitor := servertest.NewVisitor(t, srv)
+	status, body := servertest.AdminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
 		"url": rcv.srv.URL + "/hook", "events": []string{"scaling_failed"},
 	})
 	var wh struct{ ID string }
 	if status != http.StatusCreated || json.Unmarshal([]byte(body), &wh) != nil {
 		t.Fatalf("POST /aperio/api/webhooks = %d %s, want 201", status, body)
 	}
-	status, body = adminCall(t, visitor, srv, "POST", "/webhooks/"+wh.ID+"/test", nil)
+	status, body = servertest.AdminCall(t, visitor, srv, "POST", "/webhooks/"+wh.ID+"/test", nil)
 	var sent struct {
 		ID, Status string
 	}
@@ -238,7 +239,7 @@ func TestWebhookTestThroughServer(t *testing.T) {
 	if got := rcv.counts(); got["ping"] != 1 {
 		t.Errorf("receiver got %v, want one ping", got)
 	}
-	status, body = adminCall(t, visitor, srv, "GET", "/webhooks/"+wh.ID+"/deliveries", nil)
+	status, body = servertest.AdminCall(t, visitor, srv, "GET", "/webhooks/"+wh.ID+"/deliveries", nil)
 	if status != http.StatusOK || !strings.Contains(body, `"id":"`+sent.ID+`"`) || !strings.Contains(body, `"status":"delivered"`) {
 		t.Errorf("GET /webhooks/%s/deliveries = %d %s, want the test delivery", wh.ID, status, body)
 	}

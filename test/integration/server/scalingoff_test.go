@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,12 +12,12 @@ import (
 // 404 on disarm) rather than call a nil controller.
 func TestScalingAPIWithScalingOff(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, serverConfig(t), nil, nil)
-	visitor := newVisitor(t, srv)
+	srv := servertest.Start(t, servertest.Config(t), nil, nil)
+	visitor := servertest.NewVisitor(t, srv)
 	api := func(method, path string) (int, string) {
-		req := newRequest(t, t.Context(), srv, method, "admin.localhost", "/aperio/api"+path, nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, body := do(t, visitor, req)
+		req := servertest.NewRequest(t, t.Context(), srv, method, "admin.localhost", "/aperio/api"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+servertest.Token)
+		resp, body := servertest.Do(t, visitor, req)
 		return resp.StatusCode, body
 	}
 	if code, body := api("GET", "/scaling"); code != http.StatusOK || strings.TrimSpace(body) != "[]" {

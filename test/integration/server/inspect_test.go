@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"net/http"
 	"strings"
@@ -42,7 +43,7 @@ func (b *inspectBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.mu.Unlock()
 	switch r.URL.Path {
 	case "/socket":
-		wsEcho("echo: ", nil)(w, r)
+		servertest.WSEcho("echo: ", nil)(w, r)
 	case "/stream":
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "data: one\n\n")
@@ -66,9 +67,9 @@ func (b *inspectBackend) saw() []backendSaw {
 	return append([]backendSaw(nil), b.got...)
 }
 
-func inspectCall[T any](t *testing.T, st *stack, method, path string, body any, want int) T {
+func inspectCall[T any](t *testing.T, st *servertest.Stack, method, path string, body any, want int) T {
 	t.Helper()
-	code, out := adminCall(t, st.visitor, st.server, method, path, body)
+	code, out := servertest.AdminCall(t, st.Visitor, st.Server, method, path, body)
 	if code != want {
 		t.Fatalf("%s %s = %d %s, want %d", method, path, code, out, want)
 	}
@@ -89,8 +90,8 @@ func inspectCall[T any](t *testing.T, st *stack, method, path string, body any, 
 func TestInspectThroughServer(t *testing.T) {
 	t.Parallel()
 	b := &inspectBackend{release: make(chan struct{})}
-	st := startStack(t, b, func(c *server.Config) { c.Router.MaxBodyBytes = 4096 })
-	capture := inspectCall[apitype.InspectCapture](t, st, "PUT", "/inspect/"+appHost, map[string]any{"body_bytes": 1024, "max_requests": 50}, http.StatusOK)
+	st := servertest.StartStack(t, b, func(c *server.Config) { c.Router.MaxBodyBytes = 4096 })
+	capture := inspectCall[apitype.InspectCapture](t, st, "PUT", "/inspect/"+servertest.AppHost, map[string]any{"body_bytes": 1024, "max_requests": 50}, http.StatusOK)
 	if capture.State != apitype.InspectRecording || capture.BodyBytes != 1024 {
 		t.Fatalf("PUT /inspect = %+v", capture)
 	}
@@ -99,9 +100,9 @@ func TestInspectThroughServer(t *testing.T) {
 
 	// A body of 3000 bytes: 1024 kept, 3000 reach the backend.
 	big := strings.Repeat("abcdefghij", 300)
-	req := newRequest(t, ctx, st.server, "POST", appHost, "/echo?x=1", strings.NewReader(big))
+	req := servertest.NewRequest(t, ctx, st.Server, "POST", servertest.AppHost, "/echo?x=1", strings.NewReader(big))
 	req.Header.Set("Authorization", "Bearer visitor-secret")
-	resp, _ := do(t, st.visitor, req)
+	resp, _ := servertest.Do(t, st.Visitor, req)
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("POST /echo = %d, want 201", resp.StatusCode)
 	}
@@ -109,16 +110,16 @@ func TestInspectThroughServer(t *testing.T) {
 		t.Fatalf("backend saw %+v, want one request with %d bytes", saw, len(big))
 	}
 	// A refusal: over max_body_size.
-	resp, _ = do(t, st.visitor, newRequest(t, ctx, st.server, "POST", appHost, "/echo", strings.NewReader(strings.Repeat("x", 5000))))
+	resp, _ = servertest.Do(t, st.Visitor, servertest.NewRequest(t, ctx, st.Server, "POST", servertest.AppHost, "/echo", strings.NewReader(strings.Repeat("x", 5000))))
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("oversized POST = %d, want 413", resp.StatusCode)
 	}
 	// Another hostname: nothing captured.
-	get(t, st.visitor, st.server, "other.test", "/")
+	servertest.Get(t, st.Visitor, st.Server, "other.test", "/")
 
 	// Streaming: the first event arrives before the backend sends the
 	// second.
-	sresp, err := st.visitor.Do(newRequest(t, ctx, st.server, "GET", appHost, "/stream", nil))
+	sresp, err := st.Visitor.Do(servertest.NewRequest(t, ctx, st.Server, "GET", servertest.AppHost, "/stream", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,18 +135,18 @@ func TestInspectThroughServer(t *testing.T) {
 		t.Fatalf("rest of the stream = %q, %v", rest, err)
 	}
 
-	sums := inspectCall[[]apitype.InspectSummary](t, st, "GET", "/inspect/"+appHost+"/requests", nil, http.StatusOK)
+	sums := inspectCall[[]apitype.InspectSummary](t, st, "GET", "/inspect/"+servertest.AppHost+"/requests", nil, http.StatusOK)
 	if len(sums) != 3 {
 		t.Fatalf("captured %d requests, want 3 (POST, 413, stream): %+v", len(sums), sums)
 	}
 	if sums[0].URL != "/stream" || sums[1].Status != http.StatusRequestEntityTooLarge || sums[2].URL != "/echo?x=1" {
 		t.Fatalf("summaries = %+v", sums)
 	}
-	stream := inspectCall[apitype.InspectEntry](t, st, "GET", "/inspect/"+appHost+"/requests/"+sums[0].ID, nil, http.StatusOK)
+	stream := inspectCall[apitype.InspectEntry](t, st, "GET", "/inspect/"+servertest.AppHost+"/requests/"+sums[0].ID, nil, http.StatusOK)
 	if stream.Response.Text == nil || *stream.Response.Text != "data: one\n\ndata: two\n\n" {
 		t.Errorf("captured stream = %v, want both events", stream.Response.Text)
 	}
-	e := inspectCall[apitype.InspectEntry](t, st, "GET", "/inspect/"+appHost+"/requests/"+sums[2].ID, nil, http.StatusOK)
+	e := inspectCall[apitype.InspectEntry](t, st, "GET", "/inspect/"+servertest.AppHost+"/requests/"+sums[2].ID, nil, http.StatusOK)
 	if len(e.Request.Body) != 1024 || e.Request.BodySize != int64(len(big)) || !e.Request.BodyTruncated {
 		t.Errorf("request body: %d bytes kept of %d, truncated %t; want 1024 of %d", len(e.Request.Body), e.Request.BodySize, e.Request.BodyTruncated, len(big))
 	}
@@ -159,18 +160,18 @@ func TestInspectThroughServer(t *testing.T) {
 		t.Errorf("timeline %+v lacks dispatch or response head", e.Timeline)
 	}
 	// A truncated body is not replayed.
-	code, out := adminCall(t, st.visitor, st.server, "POST", "/inspect/"+appHost+"/requests/"+e.ID+"/replay", nil)
+	code, out := servertest.AdminCall(t, st.Visitor, st.Server, "POST", "/inspect/"+servertest.AppHost+"/requests/"+e.ID+"/replay", nil)
 	if code != http.StatusConflict || !strings.Contains(out, "not captured whole") {
 		t.Errorf("replay of a truncated body = %d %s, want 409", code, out)
 	}
 
 	// A small POST, replayed.
-	resp, _ = do(t, st.visitor, newRequest(t, ctx, st.server, "POST", appHost, "/echo", strings.NewReader("small body")))
+	resp, _ = servertest.Do(t, st.Visitor, servertest.NewRequest(t, ctx, st.Server, "POST", servertest.AppHost, "/echo", strings.NewReader("small body")))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("small POST = %d", resp.StatusCode)
 	}
-	orig := inspectCall[[]apitype.InspectSummary](t, st, "GET", "/inspect/"+appHost+"/requests", nil, http.StatusOK)[0]
-	rep := inspectCall[apitype.InspectReplay](t, st, "POST", "/inspect/"+appHost+"/requests/"+orig.ID+"/replay", nil, http.StatusOK)
+	orig := inspectCall[[]apitype.InspectSummary](t, st, "GET", "/inspect/"+servertest.AppHost+"/requests", nil, http.StatusOK)[0]
+	rep := inspectCall[apitype.InspectReplay](t, st, "POST", "/inspect/"+servertest.AppHost+"/requests/"+orig.ID+"/replay", nil, http.StatusOK)
 	if rep.Status != http.StatusCreated || rep.ID == "" || rep.ID == orig.ID {
 		t.Fatalf("replay = %+v, want 201 and a new id", rep)
 	}
@@ -179,14 +180,14 @@ func TestInspectThroughServer(t *testing.T) {
 	if last.body != "small body" || last.path != "/echo" || last.replay != "" {
 		t.Errorf("backend saw the replay as %+v, want the same body and path, no X-Aperio-Replay", last)
 	}
-	re := inspectCall[apitype.InspectEntry](t, st, "GET", "/inspect/"+appHost+"/requests/"+rep.ID, nil, http.StatusOK)
+	re := inspectCall[apitype.InspectEntry](t, st, "GET", "/inspect/"+servertest.AppHost+"/requests/"+rep.ID, nil, http.StatusOK)
 	if re.ReplayOf != orig.ID || re.Request.Header["X-Aperio-Replay"][0] != orig.ID || re.Response.Status != http.StatusCreated {
 		t.Errorf("replay entry: replay_of %q header %v status %d", re.ReplayOf, re.Request.Header["X-Aperio-Replay"], re.Response.Status)
 	}
-	if evs := auditEvents(t, st.server, "inspect_replay"); len(evs) != 1 || evs[0]["hostname"] != appHost || evs[0]["actor"] == "" {
-		t.Errorf("inspect_replay audit entries = %v, want one for %s with its actor", evs, appHost)
+	if evs := servertest.AuditEvents(t, st.Server, "inspect_replay"); len(evs) != 1 || evs[0]["hostname"] != servertest.AppHost || evs[0]["actor"] == "" {
+		t.Errorf("inspect_replay audit entries = %v, want one for %s with its actor", evs, servertest.AppHost)
 	}
-	if evs := auditEvents(t, st.server, "inspect_start"); len(evs) != 1 {
+	if evs := servertest.AuditEvents(t, st.Server, "inspect_start"); len(evs) != 1 {
 		t.Errorf("inspect_start audit entries = %v, want one", evs)
 	}
 
@@ -194,11 +195,11 @@ func TestInspectThroughServer(t *testing.T) {
 	testCapturedWebSocket(t, st)
 
 	// Stopped: no capture, no replay.
-	inspectCall[struct{}](t, st, "DELETE", "/inspect/"+appHost, nil, http.StatusNoContent)
-	if evs := auditEvents(t, st.server, "inspect_stop"); len(evs) != 1 {
+	inspectCall[struct{}](t, st, "DELETE", "/inspect/"+servertest.AppHost, nil, http.StatusNoContent)
+	if evs := servertest.AuditEvents(t, st.Server, "inspect_stop"); len(evs) != 1 {
 		t.Errorf("inspect_stop audit entries = %v, want one", evs)
 	}
-	code, out = adminCall(t, st.visitor, st.server, "POST", "/inspect/"+appHost+"/requests/"+orig.ID+"/replay", nil)
+	code, out = servertest.AdminCall(t, st.Visitor, st.Server, "POST", "/inspect/"+servertest.AppHost+"/requests/"+orig.ID+"/replay", nil)
 	if code != http.StatusNotFound {
 		t.Errorf("replay without a capture = %d %s, want 404", code, out)
 	}
@@ -209,11 +210,11 @@ func TestInspectThroughServer(t *testing.T) {
 
 // testCapturedWebSocket opens a WebSocket to the stack's backend, which
 // answers /socket by echoing, on a hostname under capture.
-func testCapturedWebSocket(t *testing.T, st *stack) {
+func testCapturedWebSocket(t *testing.T, st *servertest.Stack) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	c, resp := wsDial(t, ctx, st, "/socket")
+	c, resp := servertest.WSDial(t, ctx, st, "/socket")
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("status %d, want 101", resp.StatusCode)
 	}
@@ -226,11 +227,11 @@ func testCapturedWebSocket(t *testing.T, st *stack) {
 			t.Fatalf("Read = %d bytes, %v, want the echo", len(got), err)
 		}
 	}
-	if err := wsClose(c, websocket.CloseNormalClosure, ""); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+	if err := servertest.WSClose(c, websocket.CloseNormalClosure, ""); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
 		t.Fatalf("close = %v, want the backend's normal closure", err)
 	}
-	poll(t, waitFor, func() (bool, string) {
-		sums := inspectCall[[]apitype.InspectSummary](t, st, "GET", "/inspect/"+appHost+"/requests", nil, http.StatusOK)
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		sums := inspectCall[[]apitype.InspectSummary](t, st, "GET", "/inspect/"+servertest.AppHost+"/requests", nil, http.StatusOK)
 		return len(sums) > 0 && sums[0].URL == "/socket" && sums[0].Status == http.StatusSwitchingProtocols, "the WebSocket's entry with 101"
 	})
 }

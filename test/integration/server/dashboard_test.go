@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,11 +14,11 @@ import (
 // forged session cookie still is.
 func TestDashboardAnonymousVisitIsNoFailedLogin(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverConfig(t), nil, nil)
+	s := servertest.Start(t, servertest.Config(t), nil, nil)
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	failed := func() int {
-		req, _ := http.NewRequest(http.MethodGet, s.url+"/aperio/api/audit?event=login_failed", nil)
-		req.Header.Set("Authorization", "Bearer "+testToken)
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/aperio/api/audit?event=login_failed", nil)
+		req.Header.Set("Authorization", "Bearer "+servertest.Token)
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -30,7 +31,7 @@ func TestDashboardAnonymousVisitIsNoFailedLogin(t *testing.T) {
 		return len(entries)
 	}
 	for _, p := range []string{"/aperio/", "/aperio/ui/tokens", "/aperio/ui/audit?event=x"} {
-		resp, err := c.Get(s.url + p)
+		resp, err := c.Get(s.URL + p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +43,7 @@ func TestDashboardAnonymousVisitIsNoFailedLogin(t *testing.T) {
 	if n := failed(); n != 0 {
 		t.Errorf("anonymous visits wrote %d login_failed entries, want 0", n)
 	}
-	req, _ := http.NewRequest(http.MethodGet, s.url+"/aperio/", nil)
+	req, _ := http.NewRequest(http.MethodGet, s.URL+"/aperio/", nil)
 	req.AddCookie(&http.Cookie{Name: "aperio_admin_session", Value: strings.Repeat("A", 43)})
 	resp, err := c.Do(req)
 	if err != nil {

@@ -5,8 +5,8 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -97,52 +97,9 @@ func (rc *otlpReceiver) trace(traceID string) []*tracepb.Span {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines decodes the JSON lines written so far.
-func (s *syncBuffer) lines(t testing.TB) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("access log line %q is not JSON: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // traceparentRe parses a W3C traceparent: version, trace id, parent id,
 // flags.
 var traceparentRe = regexp.MustCompile(`^00-([0-9a-f]{32})-([0-9a-f]{16})-0[01]$`)
-
-// scrapeMetrics fetches /metrics with token.
-func scrapeMetrics(t testing.TB, c *http.Client, s *testServer, token string) string {
-	t.Helper()
-	req := newRequest(t, t.Context(), s, "GET", "anything.test", "/aperio/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, body := do(t, c, req)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics = %d %q, want 200", resp.StatusCode, body)
-	}
-	return body
-}
 
 // TestObservabilityEndToEnd scripts traffic through a real server, tunnel
 // and client: three requests served at once, one held for a cold start
@@ -164,7 +121,7 @@ func TestObservabilityEndToEnd(t *testing.T) {
 		t.Fatalf("NewTracing() = %v", err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		ctx, cancel := context.WithTimeout(context.Background(), servertest.WaitFor)
 		defer cancel()
 		if err := tracing.Shutdown(ctx); err != nil {
 			t.Errorf("tracing Shutdown() = %v", err)
@@ -173,62 +130,62 @@ func TestObservabilityEndToEnd(t *testing.T) {
 
 	var tpMu sync.Mutex
 	traceparents := map[string]string{} // path → traceparent the backend saw
-	backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tpMu.Lock()
 		traceparents[r.URL.Path] = r.Header.Get("Traceparent")
 		tpMu.Unlock()
 		io.WriteString(w, "served "+r.URL.Path)
 	}))
 
-	var srv *testServer
+	var srv *servertest.Server
 	var agentCfg config.Client
 	var startOnce sync.Once
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		startOnce.Do(func() { startAgent(t, srv, agentCfg) })
+		startOnce.Do(func() { servertest.StartAgent(t, srv, agentCfg) })
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	t.Cleanup(hook.Close)
 
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	cfg.MetricsToken = "m-token"
 	// Two tunnel handshakes and four requests take a token each: the fifth
 	// request is refused.
 	cfg.Router.IPLimitMax, cfg.Router.IPLimitRefill = 6, 0.0001
-	access := &syncBuffer{}
-	srv = startServerWith(t, cfg, nil, nil, server.Options{
-		Logger:         testLogger(),
+	access := &servertest.SyncBuffer{}
+	srv = servertest.StartWith(t, cfg, nil, nil, server.Options{
+		Logger:         servertest.Logger(),
 		AccessLog:      slog.New(slog.NewJSONHandler(access, nil)),
 		TracerProvider: tracing.Provider(),
 	})
-	agentCfg = agentConfig(srv, service(backend.URL))
+	agentCfg = servertest.AgentConfig(srv, servertest.Service(backend.URL))
 	agentCfg.MaxConcurrent = 4
 	agentCfg.Scaling = &config.Scaling{URL: hook.URL + "/scale", Min: 0, Max: 2, ColdStart: 30 * time.Second,
 		TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: time.Minute}
-	visitor := newVisitor(t, srv)
+	visitor := servertest.NewVisitor(t, srv)
 
-	first := startAgent(t, srv, agentCfg)
-	waitClients(t, visitor, srv, 1)
+	first := servertest.StartAgent(t, srv, agentCfg)
+	servertest.WaitClients(t, visitor, srv, 1)
 	for _, p := range []string{"/ok/1", "/ok/2", "/ok/3"} {
-		if status, body := get(t, visitor, srv, appHost, p); status != http.StatusOK {
+		if status, body := servertest.Get(t, visitor, srv, servertest.AppHost, p); status != http.StatusOK {
 			t.Fatalf("GET %s = %d %q, want 200", p, status, body)
 		}
 	}
-	if err := first.stop(); err != nil {
+	if err := first.Stop(); err != nil {
 		t.Fatalf("first client Run() = %v", err)
 	}
-	waitClients(t, visitor, srv, 0)
+	servertest.WaitClients(t, visitor, srv, 0)
 
-	// Nobody serves appHost now: the request is held, the hook starts a
+	// Nobody serves servertest.AppHost now: the request is held, the hook starts a
 	// client, and the request is served by it.
-	resp, body := do(t, visitor, newRequest(t, t.Context(), srv, "GET", appHost, "/cold", nil))
+	resp, body := servertest.Do(t, visitor, servertest.NewRequest(t, t.Context(), srv, "GET", servertest.AppHost, "/cold", nil))
 	if resp.StatusCode != http.StatusOK || body != "served /cold" {
 		t.Fatalf("GET /cold = %d %q, want 200 from the started client", resp.StatusCode, body)
 	}
 	if st := resp.Header.Get("Server-Timing"); !strings.HasPrefix(st, "aperio-hold;dur=") {
 		t.Errorf("GET /cold Server-Timing = %q, want aperio-hold;dur=…", st)
 	}
-	resp, _ = do(t, visitor, newRequest(t, t.Context(), srv, "GET", appHost, "/limited", nil))
+	resp, _ = servertest.Do(t, visitor, servertest.NewRequest(t, t.Context(), srv, "GET", servertest.AppHost, "/limited", nil))
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("fifth request = %d, want 429 from ip_limit_max 4", resp.StatusCode)
 	}
@@ -236,8 +193,8 @@ func TestObservabilityEndToEnd(t *testing.T) {
 	// A request is recorded after its answer left: metrics first, then
 	// its access line, then its span. Once the fifth line is written,
 	// every figure below is final.
-	poll(t, waitFor, func() (bool, string) {
-		n := len(access.lines(t))
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		n := len(access.Lines(t))
 		return n >= 5, fmt.Sprintf("%d access lines, want 5", n)
 	})
 	// The hook call is counted when its answer arrives, and the hook
@@ -245,12 +202,12 @@ func TestObservabilityEndToEnd(t *testing.T) {
 	// request can be served, and all five lines written, before the
 	// server has read that answer.
 	coldCall := `aperio_scaling_calls_total{outcome="accepted",reason="cold_start"} 1` + "\n"
-	poll(t, waitFor, func() (bool, string) {
-		return strings.Contains(scrapeMetrics(t, visitor, srv, "m-token"), coldCall), "the cold-start hook call is not counted"
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		return strings.Contains(servertest.ScrapeMetrics(t, visitor, srv, "m-token"), coldCall), "the cold-start hook call is not counted"
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		m := scrapeMetrics(t, visitor, srv, "m-token")
+		m := servertest.ScrapeMetrics(t, visitor, srv, "m-token")
 		for _, want := range []string{
 			`aperio_requests_total{hostname="app.test",status_class="2xx"} 4`,
 			`aperio_requests_total{hostname="app.test",status_class="4xx"} 1`,
@@ -318,7 +275,7 @@ func TestObservabilityEndToEnd(t *testing.T) {
 		traceID, parentID := backendTrace(t, "/cold")
 		want := []string{telemetry.SpanRequest, telemetry.SpanRoute, telemetry.SpanColdHold, telemetry.SpanScalingHook, telemetry.SpanDispatch}
 		var spans []*tracepb.Span
-		poll(t, waitFor, func() (bool, string) {
+		servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 			spans = receiver.trace(traceID)
 			return len(spans) >= len(want), spanNames(spans)
 		})
@@ -354,7 +311,7 @@ func TestObservabilityEndToEnd(t *testing.T) {
 	t.Run("trace of a request served at once", func(t *testing.T) {
 		traceID, _ := backendTrace(t, "/ok/2")
 		var spans []*tracepb.Span
-		poll(t, waitFor, func() (bool, string) {
+		servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 			spans = receiver.trace(traceID)
 			return len(spans) >= 3, spanNames(spans)
 		})
@@ -364,7 +321,7 @@ func TestObservabilityEndToEnd(t *testing.T) {
 	})
 
 	t.Run("access log", func(t *testing.T) {
-		lines := access.lines(t)
+		lines := access.Lines(t)
 		byPath := map[string]map[string]any{}
 		for _, l := range lines {
 			if l["logger"] != "access" {
@@ -379,7 +336,7 @@ func TestObservabilityEndToEnd(t *testing.T) {
 			t.Errorf("access log = %d lines, want 5 (one per proxied request)", len(lines))
 		}
 		cold := byPath["/cold"]
-		if cold == nil || cold["status"] != 200.0 || cold["hostname"] != appHost || cold["client_id"] == "" ||
+		if cold == nil || cold["status"] != 200.0 || cold["hostname"] != servertest.AppHost || cold["client_id"] == "" ||
 			cold["hold_ms"].(float64) <= 0 || cold["queue_wait_ms"] != 0.0 || cold["bytes"] != float64(len("served /cold")) {
 			t.Errorf("access line of /cold = %v, want status 200, a client_id, hold_ms > 0, queue_wait_ms 0, bytes %d", cold, len("served /cold"))
 		}
@@ -410,25 +367,25 @@ func TestServerTimingQueueWait(t *testing.T) {
 		t.Run("server_timing="+strconv.FormatBool(on), func(t *testing.T) {
 			arrived := make(chan struct{}, 1)
 			release := make(chan struct{})
-			backend := startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			backend := servertest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/slow" {
 					arrived <- struct{}{}
 					<-release
 				}
 				io.WriteString(w, "ok")
 			}))
-			cfg := serverConfig(t)
+			cfg := servertest.Config(t)
 			cfg.MetricsToken = "m-token"
 			cfg.ServerTiming = on
 			cfg.AccessLog = on
-			access := &syncBuffer{}
-			srv := startServerWith(t, cfg, nil, nil, server.Options{Logger: testLogger(),
+			access := &servertest.SyncBuffer{}
+			srv := servertest.StartWith(t, cfg, nil, nil, server.Options{Logger: servertest.Logger(),
 				AccessLog: slog.New(slog.NewJSONHandler(access, nil))})
-			ac := agentConfig(srv, service(backend.URL))
+			ac := servertest.AgentConfig(srv, servertest.Service(backend.URL))
 			ac.MaxConcurrent = 1
-			startAgent(t, srv, ac)
-			visitor := newVisitor(t, srv)
-			waitClients(t, visitor, srv, 1)
+			servertest.StartAgent(t, srv, ac)
+			visitor := servertest.NewVisitor(t, srv)
+			servertest.WaitClients(t, visitor, srv, 1)
 
 			type answer struct {
 				resp *http.Response
@@ -436,7 +393,7 @@ func TestServerTimingQueueWait(t *testing.T) {
 			}
 			send := func(path string) <-chan answer {
 				ch := make(chan answer, 1)
-				req := newRequest(t, t.Context(), srv, "GET", appHost, path, nil)
+				req := servertest.NewRequest(t, t.Context(), srv, "GET", servertest.AppHost, path, nil)
 				go func() {
 					resp, err := visitor.Do(req)
 					if err == nil {
@@ -448,15 +405,15 @@ func TestServerTimingQueueWait(t *testing.T) {
 				return ch
 			}
 			slow := send("/slow")
-			wait(t, arrived, waitFor, "the slow request at the backend")
+			servertest.Wait(t, arrived, servertest.WaitFor, "the slow request at the backend")
 			queued := send("/queued")
-			poll(t, waitFor, func() (bool, string) {
-				m := scrapeMetrics(t, visitor, srv, "m-token")
+			servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+				m := servertest.ScrapeMetrics(t, visitor, srv, "m-token")
 				return strings.Contains(m, "aperio_requests_queued 1\n"), "aperio_requests_queued is not 1"
 			})
 			close(release)
-			a := wait(t, slow, waitFor, "the slow answer")
-			b := wait(t, queued, waitFor, "the queued answer")
+			a := servertest.Wait(t, slow, servertest.WaitFor, "the slow answer")
+			b := servertest.Wait(t, queued, servertest.WaitFor, "the queued answer")
 			if a.err != nil || b.err != nil {
 				t.Fatalf("answers: slow %v, queued %v", a.err, b.err)
 			}
@@ -472,24 +429,24 @@ func TestServerTimingQueueWait(t *testing.T) {
 			}
 			// Each request is recorded after its answer left: metrics
 			// first, then the access line.
-			poll(t, waitFor, func() (bool, string) {
-				m := scrapeMetrics(t, visitor, srv, "m-token")
+			servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+				m := servertest.ScrapeMetrics(t, visitor, srv, "m-token")
 				return strings.Contains(m, `aperio_request_duration_seconds_count{hostname="app.test"} 2`+"\n"), "2 requests not yet recorded"
 			})
 			var lines []map[string]any
 			if on {
-				poll(t, waitFor, func() (bool, string) {
-					lines = access.lines(t)
+				servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+					lines = access.Lines(t)
 					return len(lines) >= 2, fmt.Sprintf("%d access lines, want 2", len(lines))
 				})
 			}
 			if !on {
-				if lines = access.lines(t); len(lines) != 0 {
+				if lines = access.Lines(t); len(lines) != 0 {
 					t.Errorf("access_log off: %d access lines, want none", len(lines))
 				}
 				return
 			}
-			m := scrapeMetrics(t, visitor, srv, "m-token")
+			m := servertest.ScrapeMetrics(t, visitor, srv, "m-token")
 			if want := `aperio_queue_wait_seconds_count{hostname="app.test"} 1`; !strings.Contains(m, want+"\n") {
 				t.Errorf("/metrics lacks %q", want)
 			}

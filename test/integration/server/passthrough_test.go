@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"net"
 	"net/http"
@@ -56,7 +57,7 @@ func (d *rawDialer) ForwardRaw(ctx context.Context, h tunnel.RawHeader) (io.Read
 
 // startPassthroughClient connects a tunnel client whose service "0"
 // binds passHost with tls_passthrough (and access as given).
-func startPassthroughClient(t *testing.T, s *testServer, fwd tunnel.RawForwarder, acc *tunnel.Access) {
+func startPassthroughClient(t *testing.T, s *servertest.Server, fwd tunnel.RawForwarder, acc *tunnel.Access) {
 	t.Helper()
 	startPassthroughService(t, s, fwd, tunnel.Service{ID: "0", Hostnames: []string{passHost}, Healthy: true, TLSPassthrough: true, Access: acc})
 }
@@ -64,20 +65,20 @@ func startPassthroughClient(t *testing.T, s *testServer, fwd tunnel.RawForwarder
 // startPassthroughService connects a tunnel client announcing svc, its
 // raw streams to fwd, its HTTP requests to fwd too when it is a
 // tunnel.Forwarder (else they fail).
-func startPassthroughService(t *testing.T, s *testServer, fwd tunnel.RawForwarder, svc tunnel.Service) {
+func startPassthroughService(t *testing.T, s *servertest.Server, fwd tunnel.RawForwarder, svc tunnel.Service) {
 	t.Helper()
-	var hf tunnel.Forwarder = nopForwarder{}
+	var hf tunnel.Forwarder = servertest.NopForwarder{}
 	if f, ok := fwd.(tunnel.Forwarder); ok {
 		hf = f
 	}
 	connected := make(chan struct{}, 1)
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
-		URL: s.url, Token: testToken, Forwarder: hf, RawForwarder: fwd,
-		TLSConfig: s.tlsClientConfig(),
+		URL: s.URL, Token: servertest.Token, Forwarder: hf, RawForwarder: fwd,
+		TLSConfig: s.TLSClientConfig(),
 		Announce: func() tunnel.Announcement {
 			return tunnel.Announcement{Name: "pass", InstanceID: "i-pass", Services: []tunnel.Service{svc}}
 		},
-		Logger: testLogger(),
+		Logger: servertest.Logger(),
 		Jitter: func() float64 { return 0 },
 		OnConnect: func(string) {
 			select {
@@ -93,14 +94,14 @@ func startPassthroughService(t *testing.T, s *testServer, fwd tunnel.RawForwarde
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	wait(t, connected, 10*time.Second, "the passthrough client to connect")
+	servertest.Wait(t, connected, 10*time.Second, "the passthrough client to connect")
 }
 
 // httpsGet makes one HTTP/1.1 request over TLS to the gateway with sni,
 // trusting roots, and returns the body.
-func httpsGet(t *testing.T, s *testServer, sni string, roots *x509.CertPool) (string, error) {
+func httpsGet(t *testing.T, s *servertest.Server, sni string, roots *x509.CertPool) (string, error) {
 	t.Helper()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.addr, &tls.Config{ServerName: sni, RootCAs: roots, NextProtos: []string{"http/1.1"}})
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.Addr, &tls.Config{ServerName: sni, RootCAs: roots, NextProtos: []string{"http/1.1"}})
 	if err != nil {
 		return "", err
 	}
@@ -118,7 +119,7 @@ func httpsGet(t *testing.T, s *testServer, sni string, roots *x509.CertPool) (st
 
 func tlsServerConfig(t *testing.T) (cfgFn func() (string, string), roots *x509.CertPool) {
 	t.Helper()
-	certFile, keyFile, roots := writeCert(t)
+	certFile, keyFile, roots := servertest.WriteCert(t)
 	return func() (string, string) { return certFile, keyFile }, roots
 }
 
@@ -128,10 +129,10 @@ func tlsServerConfig(t *testing.T) (cfgFn func() (string, string), roots *x509.C
 func TestTLSPassthroughBySNI(t *testing.T) {
 	t.Parallel()
 	backendAddr, backendRoots := tlsBackend(t)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	files, serverRoots := tlsServerConfig(t)
 	cfg.TLSCert, cfg.TLSKey = files()
-	s := startServer(t, cfg, nil, serverRoots)
+	s := servertest.Start(t, cfg, nil, serverRoots)
 	fwd := &rawDialer{addr: backendAddr}
 	startPassthroughClient(t, s, fwd, &tunnel.Access{Public: true})
 
@@ -149,9 +150,9 @@ func TestTLSPassthroughBySNI(t *testing.T) {
 		t.Fatal("the passthrough hostname verified against the server's own CA")
 	}
 	// Another hostname on the same port is the server's TLS.
-	conn, err := tls.Dial("tcp", s.addr, &tls.Config{ServerName: appHost, RootCAs: serverRoots})
+	conn, err := tls.Dial("tcp", s.Addr, &tls.Config{ServerName: servertest.AppHost, RootCAs: serverRoots})
 	if err != nil {
-		t.Fatalf("terminated handshake for %s: %v", appHost, err)
+		t.Fatalf("terminated handshake for %s: %v", servertest.AppHost, err)
 	}
 	conn.Close()
 	if n := fwd.taken.Load(); n != 2 {
@@ -178,13 +179,13 @@ func TestTLSPassthroughRefusals(t *testing.T) {
 		"needs a login":       {acc: &tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"u": hash}}}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg := serverConfig(t)
+			cfg := servertest.Config(t)
 			files, serverRoots := tlsServerConfig(t)
 			cfg.TLSCert, cfg.TLSKey = files()
 			if tc.deny {
 				cfg.DefaultAccess = "deny"
 			}
-			s := startServer(t, cfg, nil, serverRoots)
+			s := servertest.Start(t, cfg, nil, serverRoots)
 			fwd := &rawDialer{addr: backendAddr}
 			startPassthroughClient(t, s, fwd, tc.acc)
 			// The bind is in the route table once the client saw its
@@ -194,8 +195,8 @@ func TestTLSPassthroughRefusals(t *testing.T) {
 				t.Fatal("refused visitor completed a TLS handshake")
 			}
 			// The same server terminates other hostnames as usual.
-			if err := handshake(s, appHost); err != nil {
-				t.Fatalf("handshake for %s: %v", appHost, err)
+			if err := handshake(s, servertest.AppHost); err != nil {
+				t.Fatalf("handshake for %s: %v", servertest.AppHost, err)
 			}
 			if n := fwd.taken.Load(); n != 0 {
 				t.Fatalf("client took %d raw streams, want 0", n)
@@ -206,8 +207,8 @@ func TestTLSPassthroughRefusals(t *testing.T) {
 
 // handshake reports whether a TLS handshake for sni with the gateway
 // completes, whoever's certificate it shows.
-func handshake(s *testServer, sni string) error {
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.addr, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
+func handshake(s *servertest.Server, sni string) error {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.Addr, &tls.Config{ServerName: sni, InsecureSkipVerify: true})
 	if err == nil {
 		conn.Close()
 	}
@@ -219,13 +220,13 @@ func handshake(s *testServer, sni string) error {
 func TestTLSPassthroughHoldsPermits(t *testing.T) {
 	t.Parallel()
 	backendAddr, backendRoots := tlsBackend(t)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	files, serverRoots := tlsServerConfig(t)
 	cfg.TLSCert, cfg.TLSKey = files()
-	s := startServer(t, cfg, nil, serverRoots)
+	s := servertest.Start(t, cfg, nil, serverRoots)
 	fwd := &rawDialer{addr: backendAddr}
 	startPassthroughService(t, s, fwd, tunnel.Service{ID: "0", Hostnames: []string{passHost}, Healthy: true, TLSPassthrough: true, MaxConcurrent: 1, Access: &tunnel.Access{Public: true}})
-	held, err := tls.Dial("tcp", s.addr, &tls.Config{ServerName: passHost, RootCAs: backendRoots})
+	held, err := tls.Dial("tcp", s.Addr, &tls.Config{ServerName: passHost, RootCAs: backendRoots})
 	if err != nil {
 		t.Fatalf("first connection: %v", err)
 	}
@@ -234,7 +235,7 @@ func TestTLSPassthroughHoldsPermits(t *testing.T) {
 	}
 	held.Close()
 	// The permit returns when the relay ends, a moment after the close.
-	poll(t, 10*time.Second, func() (bool, string) {
+	servertest.Poll(t, 10*time.Second, func() (bool, string) {
 		_, err := httpsGet(t, s, passHost, backendRoots)
 		return err == nil, "a connection after the first one closed"
 	})
@@ -260,19 +261,19 @@ func (d *httpCountingDialer) Forward(_ context.Context, _ string, req *http.Requ
 func TestTLSPassthroughNoHTTP(t *testing.T) {
 	t.Parallel()
 	backendAddr, _ := tlsBackend(t)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	files, serverRoots := tlsServerConfig(t)
 	cfg.TLSCert, cfg.TLSKey = files()
-	s := startServer(t, cfg, nil, serverRoots)
+	s := servertest.Start(t, cfg, nil, serverRoots)
 	fwd := &httpCountingDialer{rawDialer: rawDialer{addr: backendAddr}}
 	startPassthroughClient(t, s, fwd, &tunnel.Access{Public: true})
 	for _, tc := range []struct {
 		name, sni string
 		h2        bool
 	}{
-		{"h1 another SNI", appHost, false},
+		{"h1 another SNI", servertest.AppHost, false},
 		{"h1 no SNI", "", false},
-		{"h2 another SNI", appHost, true},
+		{"h2 another SNI", servertest.AppHost, true},
 		{"h2 no SNI", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -285,7 +286,7 @@ func TestTLSPassthroughNoHTTP(t *testing.T) {
 			}
 			tr := &http.Transport{TLSClientConfig: tlsCfg, Protocols: p}
 			t.Cleanup(tr.CloseIdleConnections)
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+s.addr+"/", nil)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+s.Addr+"/", nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,17 +44,17 @@ type retiredPayload struct {
 
 // retiredStack starts a server whose webhook subscription receives
 // instance_retired and client_disconnected, verified, in rcv.
-func retiredStack(t *testing.T) (*verifiedReceiver, *testServer, *http.Client) {
+func retiredStack(t *testing.T) (*servertest.VerifiedReceiver, *servertest.Server, *http.Client) {
 	t.Helper()
 	secret := webhook.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("thirty-two bytes of a signing key"))
-	rcv := &verifiedReceiver{secret: secret}
+	rcv := &servertest.VerifiedReceiver{Secret: secret}
 	hooks := httptest.NewServer(rcv)
 	t.Cleanup(hooks.Close)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true // loopback receiver and provider
-	srv := startServer(t, cfg, nil, nil)
-	visitor := newVisitor(t, srv)
-	if status, body := adminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
+	srv := servertest.Start(t, cfg, nil, nil)
+	visitor := servertest.NewVisitor(t, srv)
+	if status, body := servertest.AdminCall(t, visitor, srv, "POST", "/webhooks", map[string]any{
 		"url": hooks.URL, "secret": secret, "events": []string{apitype.EventInstanceRetired, apitype.EventClientDisconnected},
 	}); status != http.StatusCreated {
 		t.Fatalf("POST /webhooks = %d %s, want 201", status, body)
@@ -64,10 +65,10 @@ func retiredStack(t *testing.T) (*verifiedReceiver, *testServer, *http.Client) {
 // waitDisconnected waits for n verified client_disconnected deliveries:
 // the events of a session are queued in order, so an instance_retired
 // offered before its session ended has been delivered by then.
-func waitDisconnected(t *testing.T, rcv *verifiedReceiver, n int) {
+func waitDisconnected(t *testing.T, rcv *servertest.VerifiedReceiver, n int) {
 	t.Helper()
-	poll(t, waitFor, func() (bool, string) {
-		got := rcv.count(apitype.EventClientDisconnected)
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		got := rcv.Count(apitype.EventClientDisconnected)
 		return got >= n, fmt.Sprintf("%d client_disconnected deliveries, want %d", got, n)
 	})
 }
@@ -93,7 +94,7 @@ func TestInstanceRetired(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rcv, srv, visitor := retiredStack(t)
-			cfg := agentConfig(srv, service(startBackend(t, identityEcho()).URL))
+			cfg := servertest.AgentConfig(srv, servertest.Service(servertest.Backend(t, servertest.IdentityEcho()).URL))
 			cfg.Name = "web-7d9f8-" + strings.ReplaceAll(tt.name, " ", "-")
 			cfg.IdleTimeout, cfg.IdleAction, cfg.DrainTimeout = 300*time.Millisecond, action, 2*time.Second
 			sc := tunnel.DefaultScaling()
@@ -101,7 +102,7 @@ func TestInstanceRetired(t *testing.T) {
 			// fast, which this test does not look at.
 			sc.URL, sc.Min, sc.Max = "http://127.0.0.1:9/scale", 1, 2
 			cfg.Scaling = &sc
-			a, err := agent.New(cfg, agent.Options{Logger: testLogger(), TLSConfig: srv.tlsClientConfig(), StatusSocket: config.StatusSocketOff,
+			a, err := agent.New(cfg, agent.Options{Logger: servertest.Logger(), TLSConfig: srv.TLSClientConfig(), StatusSocket: config.StatusSocketOff,
 				RetiredWait: tt.retiredWait})
 			if err != nil {
 				t.Fatal(err)
@@ -112,7 +113,7 @@ func TestInstanceRetired(t *testing.T) {
 			go func() { done <- a.Run(ctx) }()
 
 			waitDisconnected(t, rcv, 1)
-			bodies := rcv.bodiesOf(apitype.EventInstanceRetired)
+			bodies := rcv.BodiesOf(apitype.EventInstanceRetired)
 			if len(bodies) != 1 {
 				t.Fatalf("instance_retired deliveries = %d, want 1: %q", len(bodies), bodies)
 			}
@@ -121,21 +122,21 @@ func TestInstanceRetired(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := p.Detail
-			if p.Event != apitype.EventInstanceRetired || p.Hostname != appHost || d.Reason != "idle" || d.IdleAction != action ||
+			if p.Event != apitype.EventInstanceRetired || p.Hostname != servertest.AppHost || d.Reason != "idle" || d.IdleAction != action ||
 				d.Name != cfg.Name || d.InstanceID == "" || d.ClientID == "" || d.Min == nil || *d.Min != 1 ||
-				len(d.Binds) != 1 || d.Binds[0].Hostname != appHost {
+				len(d.Binds) != 1 || d.Binds[0].Hostname != servertest.AppHost {
 				t.Fatalf("instance_retired = %s\nwant hostname %s, reason idle, idle_action %s, name %s, an instance and client id, min 1, binds [%s]",
-					bodies[0], appHost, action, cfg.Name, appHost)
+					bodies[0], servertest.AppHost, action, cfg.Name, servertest.AppHost)
 			}
-			waitClients(t, visitor, srv, 0)
+			servertest.WaitClients(t, visitor, srv, 0)
 
 			if action == config.IdleActionExit || tt.retiredWait > 0 {
-				if err := wait(t, done, waitFor, "Run to end after the retirement"); !errors.Is(err, agent.ErrIdle) {
+				if err := servertest.Wait(t, done, servertest.WaitFor, "Run to end after the retirement"); !errors.Is(err, agent.ErrIdle) {
 					t.Fatalf("Run() = %v, want ErrIdle", err)
 				}
 				return
 			}
-			poll(t, waitFor, func() (bool, string) {
+			servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 				st := a.Status()
 				return st.Retired == "idle" && st.Connected() == 0, fmt.Sprintf("status retired %q, %d tunnels up; want idle, 0", st.Retired, st.Connected())
 			})
@@ -145,10 +146,10 @@ func TestInstanceRetired(t *testing.T) {
 			default:
 			}
 			cancel() // SIGTERM
-			if err := wait(t, done, waitFor, "Run to end after its signal"); !errors.Is(err, agent.ErrIdle) {
+			if err := servertest.Wait(t, done, servertest.WaitFor, "Run to end after its signal"); !errors.Is(err, agent.ErrIdle) {
 				t.Fatalf("Run() after the signal = %v, want ErrIdle", err)
 			}
-			if n := len(rcv.bodiesOf(apitype.EventInstanceRetired)); n != 1 {
+			if n := len(rcv.BodiesOf(apitype.EventInstanceRetired)); n != 1 {
 				t.Errorf("instance_retired deliveries = %d, want 1", n)
 			}
 		})
@@ -163,7 +164,7 @@ func TestInstanceRetired(t *testing.T) {
 func TestInstanceRetiredHostile(t *testing.T) {
 	t.Parallel()
 	rcv, srv, visitor := retiredStack(t)
-	status, body := adminCall(t, visitor, srv, "POST", "/tokens", map[string]any{"name": "retire", "hostnames": []string{"mine.test"}})
+	status, body := servertest.AdminCall(t, visitor, srv, "POST", "/tokens", map[string]any{"name": "retire", "hostnames": []string{"mine.test"}})
 	if status != http.StatusCreated {
 		t.Fatalf("POST /tokens = %d %s, want 201", status, body)
 	}
@@ -189,7 +190,7 @@ func TestInstanceRetiredHostile(t *testing.T) {
 		session(t, srv, tok.Token, announce(c.draining, c.retiring), c.sends)
 		waitDisconnected(t, rcv, i+1)
 	}
-	bodies := rcv.bodiesOf(apitype.EventInstanceRetired)
+	bodies := rcv.BodiesOf(apitype.EventInstanceRetired)
 	if len(bodies) != 1 {
 		t.Fatalf("instance_retired deliveries = %d, want 1 (the draining idle session's, once): %q", len(bodies), bodies)
 	}
@@ -204,14 +205,14 @@ func TestInstanceRetiredHostile(t *testing.T) {
 
 // session holds one tunnel session to s with token and announce, sends
 // the announcement sends times (each waits for its ack), and ends it.
-func session(t *testing.T, s *testServer, token string, announce func() tunnel.Announcement, sends int) {
+func session(t *testing.T, s *servertest.Server, token string, announce func() tunnel.Announcement, sends int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitFor)
+	ctx, cancel := context.WithTimeout(t.Context(), servertest.WaitFor)
 	defer cancel()
 	up := make(chan struct{})
 	var once sync.Once
 	c, err := tunnel.NewClient(tunnel.ClientConfig{
-		URL: s.url, Token: token, Announce: announce, Forwarder: nopForwarder{}, Logger: testLogger(),
+		URL: s.URL, Token: token, Announce: announce, Forwarder: servertest.NopForwarder{}, Logger: servertest.Logger(),
 		OnConnect: func(string) { once.Do(func() { close(up) }) },
 	})
 	if err != nil {
@@ -219,12 +220,12 @@ func session(t *testing.T, s *testServer, token string, announce func() tunnel.A
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
-	wait(t, up, waitFor, "the session to connect")
+	servertest.Wait(t, up, servertest.WaitFor, "the session to connect")
 	for range sends {
 		if err := c.AnnounceNow(ctx); err != nil {
 			t.Fatalf("AnnounceNow() = %v", err)
 		}
 	}
 	cancel()
-	wait(t, ran, waitFor, "the session to end")
+	servertest.Wait(t, ran, servertest.WaitFor, "the session to end")
 }

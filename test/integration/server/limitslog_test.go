@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"log/slog"
 	"testing"
 
@@ -25,15 +26,15 @@ func TestStartupLogsLimits(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := serverConfig(t)
+			cfg := servertest.Config(t)
 			tt.set(&cfg)
-			logs := &syncBuffer{}
-			srv := startServerWith(t, cfg, nil, nil, server.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-			if err := srv.stop(); err != nil {
+			logs := &servertest.SyncBuffer{}
+			srv := servertest.StartWith(t, cfg, nil, nil, server.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+			if err := srv.Stop(); err != nil {
 				t.Fatal(err)
 			}
 			var got []any
-			for _, l := range logs.lines(t) {
+			for _, l := range logs.Lines(t) {
 				if l["msg"] == "limits in effect (docs/limits.md)" {
 					got = append(got, l["limits"])
 				}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -51,40 +52,24 @@ func (b *kneeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "ok")
 }
 
-// load keeps workers requests in flight against appHost until the test
+// load keeps workers requests in flight against servertest.AppHost until the test
 // ends or stop is called.
-func load(t *testing.T, srv *testServer, workers int) (stop func()) {
+func load(t *testing.T, srv *servertest.Server, workers int) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	visitor := newVisitor(t, srv)
+	visitor := servertest.NewVisitor(t, srv)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				req := newRequest(t, ctx, srv, "GET", appHost, "/work", nil)
-				fetch(visitor, req)
+				req := servertest.NewRequest(t, ctx, srv, "GET", servertest.AppHost, "/work", nil)
+				servertest.Fetch(visitor, req)
 			}
 		})
 	}
 	stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(stop)
 	return stop
-}
-
-// listClients reads GET /aperio/api/clients.
-func listClients(t *testing.T, srv *testServer) []admin.ClientInfo {
-	t.Helper()
-	req := newRequest(t, t.Context(), srv, "GET", "admin.localhost", "/aperio/api/clients", nil)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	resp, body := do(t, newVisitor(t, srv), req)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /clients = %d %s", resp.StatusCode, body)
-	}
-	var cs []admin.ClientInfo
-	if err := json.Unmarshal([]byte(body), &cs); err != nil {
-		t.Fatalf("GET /clients body %q: %v", body, err)
-	}
-	return cs
 }
 
 // scalingHook records the reasons of the calls it receives.
@@ -125,24 +110,24 @@ func TestAdaptiveLimitDrivesScaleOut(t *testing.T) {
 func testLearntLimitScalesOut(t *testing.T, ad config.Adaptive) {
 	backend := &kneeBackend{knee: 4}
 	hook, calls := scalingHook(t)
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	cfg.Router.IPLimitMax, cfg.Router.IPLimitRefill = 1_000_000, 1_000_000 // one visitor makes all the load
 	// Heartbeats every 200s: only the prompt announcement of a changed
 	// limit can bring it to the server within the polls below.
 	cfg.Tunnel.DownThreshold = 10 * time.Minute
-	srv := startServer(t, cfg, nil, nil)
-	ac := agentConfig(srv, service(startBackend(t, backend).URL))
+	srv := servertest.Start(t, cfg, nil, nil)
+	ac := servertest.AgentConfig(srv, servertest.Service(servertest.Backend(t, backend).URL))
 	ac.Adaptive = &ad
 	ac.Scaling = &config.Scaling{URL: hook.URL, Min: 1, Max: 3, ColdStart: 30 * time.Second,
 		TargetUtilization: 0.8, Window: time.Second, Cooldown: time.Minute}
-	startAgent(t, srv, ac)
-	waitClients(t, newVisitor(t, srv), srv, 1)
+	servertest.StartAgent(t, srv, ac)
+	servertest.WaitClients(t, servertest.NewVisitor(t, srv), srv, 1)
 
 	stop := load(t, srv, 16)
 	var learnt int
-	poll(t, waitFor, func() (bool, string) {
-		cs := listClients(t, srv)
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
+		cs := servertest.ListClients(t, srv)
 		if len(cs) != 1 || cs[0].Concurrency == nil {
 			t.Fatalf("GET /clients = %+v, want one client with a concurrency snapshot", cs)
 		}
@@ -159,14 +144,14 @@ func testLearntLimitScalesOut(t *testing.T, ad config.Adaptive) {
 	select {
 	case reason = <-calls:
 	case <-timeout.C:
-		cs := listClients(t, srv)
+		cs := servertest.ListClients(t, srv)
 		t.Fatalf("no scaling call within 30s; concurrency %+v; backend in flight %d, peak %d, 503s %d", cs[0].Concurrency, backend.inflight.Load(), backend.peak.Load(), backend.over.Load())
 	}
 	stop()
 	if reason != "scale_out" {
 		t.Fatalf("scaling call reason = %q, want scale_out", reason)
 	}
-	final := listClients(t, srv)[0].Concurrency.Desired
+	final := servertest.ListClients(t, srv)[0].Concurrency.Desired
 	t.Logf("%s: limit %d when polled, %d at the end (knee 4); backend peak %d in flight, %d answers were 503", ad.Mode, learnt, final, backend.peak.Load(), backend.over.Load())
 	if ad.Mode == "aimd" {
 		// AIMD halves on every 503, so it stays near the knee however
@@ -203,23 +188,23 @@ func testLearntLimitScalesOut(t *testing.T, ad config.Adaptive) {
 func TestFixedLimitIgnoresTheBackend(t *testing.T) {
 	t.Parallel()
 	backend := &kneeBackend{knee: 4}
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.Router.IPLimitMax, cfg.Router.IPLimitRefill = 1_000_000, 1_000_000
-	srv := startServer(t, cfg, nil, nil)
-	ac := agentConfig(srv, service(startBackend(t, backend).URL))
+	srv := servertest.Start(t, cfg, nil, nil)
+	ac := servertest.AgentConfig(srv, servertest.Service(servertest.Backend(t, backend).URL))
 	ac.MaxConcurrent = 6
-	startAgent(t, srv, ac)
-	waitClients(t, newVisitor(t, srv), srv, 1)
+	servertest.StartAgent(t, srv, ac)
+	servertest.WaitClients(t, servertest.NewVisitor(t, srv), srv, 1)
 
 	stop := load(t, srv, 16)
-	poll(t, waitFor, func() (bool, string) {
+	servertest.Poll(t, servertest.WaitFor, func() (bool, string) {
 		return backend.over.Load() >= 50 && backend.peak.Load() >= 6, "fewer than 50 503s yet"
 	})
 	stop()
 	if p := backend.peak.Load(); p != 6 {
 		t.Errorf("backend peak in flight = %d, want exactly the fixed limit 6", p)
 	}
-	cs := listClients(t, srv)
+	cs := servertest.ListClients(t, srv)
 	want := admin.Concurrency{Mode: "fixed", Desired: 6, Min: 6, Max: 6, Fixed: true}
 	if len(cs) != 1 || cs[0].Concurrency == nil || *cs[0].Concurrency != want || cs[0].MaxConcurrent != 6 {
 		t.Fatalf("GET /clients = %+v, want one client with %+v", cs, want)

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"log/slog"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ import (
 // some.
 func TestWarnsOrgsWithoutHostnames(t *testing.T) {
 	t.Parallel()
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	db := openStoreAt(t, cfg.Store.DataDir)
 	for _, name := range []string{"bare-one", "bare-two", "owning"} {
 		o, err := db.CreateOrg(t.Context(), name)
@@ -29,10 +30,10 @@ func TestWarnsOrgsWithoutHostnames(t *testing.T) {
 			}
 		}
 	}
-	logs := &syncBuffer{}
-	startServerWith(t, cfg, nil, nil, server.Options{Store: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	logs := &servertest.SyncBuffer{}
+	servertest.StartWith(t, cfg, nil, nil, server.Options{Store: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	var warned []string
-	for _, l := range logs.lines(t) {
+	for _, l := range logs.Lines(t) {
 		if msg, _ := l["msg"].(string); strings.Contains(msg, "without hostname patterns") && l["level"] == "WARN" {
 			warned = append(warned, fmt.Sprint(l["orgs"]))
 		}
@@ -48,7 +49,7 @@ func TestWarnsOrgsWithoutHostnames(t *testing.T) {
 // and stays quiet about those that own ports or hold no such token.
 func TestWarnsOrgsWithoutPorts(t *testing.T) {
 	t.Parallel()
-	cfg := serverConfig(t)
+	cfg := servertest.Config(t)
 	cfg.TCPPortRange = []string{"20000-20099"}
 	db := openStoreAt(t, cfg.Store.DataDir)
 	for i, name := range []string{"portless", "owning", "no-port-tokens"} {
@@ -72,10 +73,10 @@ func TestWarnsOrgsWithoutPorts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	logs := &syncBuffer{}
-	startServerWith(t, cfg, nil, nil, server.Options{Store: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	logs := &servertest.SyncBuffer{}
+	servertest.StartWith(t, cfg, nil, nil, server.Options{Store: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	var warned []string
-	for _, l := range logs.lines(t) {
+	for _, l := range logs.Lines(t) {
 		if msg, _ := l["msg"].(string); strings.Contains(msg, "without ports may open no public port") && l["level"] == "WARN" {
 			warned = append(warned, fmt.Sprint(l["orgs"]))
 		}
@@ -89,5 +90,5 @@ func TestWarnsOrgsWithoutPorts(t *testing.T) {
 // the servers started later stop).
 func openStoreAt(t *testing.T, dir string) *store.DB {
 	t.Helper()
-	return openStoreWith(t, store.Config{DataDir: dir})
+	return servertest.OpenStore(t, store.Config{DataDir: dir})
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"io"
 	"log/slog"
 	"net"
@@ -31,7 +32,7 @@ import (
 func TestHostileTunnelGateway(t *testing.T) {
 	t.Parallel()
 	arrived := make(chan struct{}, 1)
-	inspect := inspectHandler()
+	inspect := servertest.InspectHandler()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/upload" {
 			inspect.ServeHTTP(w, r)
@@ -42,7 +43,7 @@ func TestHostileTunnelGateway(t *testing.T) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 		}
 	})
-	st := startStack(t, h, nil)
+	st := servertest.StartStack(t, h, nil)
 	tests := []struct {
 		name       string
 		fields     [][2]string // request header fields, pseudo-headers first
@@ -52,30 +53,30 @@ func TestHostileTunnelGateway(t *testing.T) {
 	}{
 		{
 			name:       "guard/host/h2-absolute-path-other-host",
-			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "http://internal.test/secret?q=1"}},
-			wantStatus: http.StatusOK, wantHost: appHost, wantURI: "/secret?q=1",
+			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", servertest.AppHost}, {":path", "http://internal.test/secret?q=1"}},
+			wantStatus: http.StatusOK, wantHost: servertest.AppHost, wantURI: "/secret?q=1",
 		},
 		{
 			name:       "guard/host/h2-host-equal-to-authority",
-			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "/h2"}, {"host", appHost}},
-			wantStatus: http.StatusOK, wantHost: appHost, wantURI: "/h2",
+			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", servertest.AppHost}, {":path", "/h2"}, {"host", servertest.AppHost}},
+			wantStatus: http.StatusOK, wantHost: servertest.AppHost, wantURI: "/h2",
 		},
 		{
 			name:       "guard/host/h2-host-differs-from-authority",
-			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", appHost}, {":path", "/h2"}, {"host", "internal.test"}},
+			fields:     [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", servertest.AppHost}, {":path", "/h2"}, {"host", "internal.test"}},
 			wantStatus: http.StatusBadRequest,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := rawH2Request(t, st.server.addr, tc.fields)
+			status, body := rawH2Request(t, st.Server.Addr, tc.fields)
 			if status != tc.wantStatus {
 				t.Fatalf("h2 request %v = %d %q, want %d", tc.fields, status, body, tc.wantStatus)
 			}
 			if status != http.StatusOK {
 				return
 			}
-			var got inspection
+			var got servertest.Inspection
 			if err := json.Unmarshal([]byte(body), &got); err != nil {
 				t.Fatalf("h2 request %v: body %q: %v", tc.fields, body, err)
 			}
@@ -86,9 +87,9 @@ func TestHostileTunnelGateway(t *testing.T) {
 	}
 	t.Run("guard/failure/visitor-leaves-mid-body", func(t *testing.T) {
 		for range 5 {
-			leaveMidBody(t, st.server.addr, arrived)
+			leaveMidBody(t, st.Server.Addr, arrived)
 		}
-		if status, body := get(t, st.visitor, st.server, appHost, "/after"); status != http.StatusOK {
+		if status, body := servertest.Get(t, st.Visitor, st.Server, servertest.AppHost, "/after"); status != http.StatusOK {
 			t.Fatalf("GET after visitors left mid-body = %d %q, want 200", status, body)
 		}
 	})
@@ -104,10 +105,10 @@ func leaveMidBody(t *testing.T, addr string, arrived <-chan struct{}) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := fmt.Fprintf(conn, "POST /upload HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\npartial body", appHost); err != nil {
+	if _, err := fmt.Fprintf(conn, "POST /upload HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\npartial body", servertest.AppHost); err != nil {
 		t.Fatal(err)
 	}
-	wait(t, arrived, 10*time.Second, "upload reaching the backend")
+	servertest.Wait(t, arrived, 10*time.Second, "upload reaching the backend")
 }
 
 // rawH2Request sends one h2c prior-knowledge request with exactly fields
@@ -261,10 +262,10 @@ func readControlFrame(t *testing.T, r io.Reader) map[string]any {
 // startEvilClient connects a hand-written tunnel client to s publishing
 // evilHost, and hands every stream the server opens to serve. It returns
 // the client's yamux session and control stream.
-func startEvilClient(t *testing.T, s *testServer, serve func(st *yamux.Stream)) (*yamux.Session, *yamux.Stream) {
+func startEvilClient(t *testing.T, s *servertest.Server, serve func(st *yamux.Stream)) (*yamux.Session, *yamux.Stream) {
 	t.Helper()
 	d := websocket.Dialer{Subprotocols: []string{"aperio-tunnel.v1"}}
-	ws, resp, err := d.DialContext(t.Context(), "ws://"+s.addr+"/aperio/tunnel", http.Header{"Authorization": {"Bearer " + testToken}})
+	ws, resp, err := d.DialContext(t.Context(), "ws://"+s.Addr+"/aperio/tunnel", http.Header{"Authorization": {"Bearer " + servertest.Token}})
 	if err != nil {
 		t.Fatalf("tunnel upgrade: %v", err)
 	}
@@ -339,13 +340,13 @@ func TestTunnelStreamCapWarning(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &syncBuffer{}
-			cfg := serverConfig(t)
+			logs := &servertest.SyncBuffer{}
+			cfg := servertest.Config(t)
 			cfg.Router.MaxConcurrentRequests = 100
 			cfg.Tunnel.MaxStreams = tc.maxStreams
-			startServerWith(t, cfg, nil, nil, server.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+			servertest.StartWith(t, cfg, nil, nil, server.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 			warned := false
-			for _, l := range logs.lines(t) {
+			for _, l := range logs.Lines(t) {
 				if l["level"] == "WARN" && strings.Contains(fmt.Sprint(l["msg"]), "tunnel_max_streams") {
 					warned = true
 				}
@@ -361,25 +362,25 @@ func TestTunnelStreamCapWarning(t *testing.T) {
 // hand-written tunnel client; each starts its own server.
 func hostileClientCases(t *testing.T) {
 	t.Run("guard/oversize/oversized-response-head-answers-502", func(t *testing.T) {
-		st := startStack(t, inspectHandler(), func(c *server.Config) { c.Tunnel.MaxHeaderBytes = 32 << 10 })
-		startEvilClient(t, st.server, answerWithHead(40<<10))
-		waitClients(t, st.visitor, st.server, 2)
-		if status, body := get(t, st.visitor, st.server, evilHost, "/"); status != http.StatusBadGateway {
+		st := servertest.StartStack(t, servertest.InspectHandler(), func(c *server.Config) { c.Tunnel.MaxHeaderBytes = 32 << 10 })
+		startEvilClient(t, st.Server, answerWithHead(40<<10))
+		servertest.WaitClients(t, st.Visitor, st.Server, 2)
+		if status, body := servertest.Get(t, st.Visitor, st.Server, evilHost, "/"); status != http.StatusBadGateway {
 			t.Fatalf("GET from a client sending a 40 KiB head over tunnel_max_header_bytes 32KiB = %d %q, want 502", status, body)
 		}
 	})
 	t.Run("guard/oversize/head-under-the-bound-passes", func(t *testing.T) {
-		st := startStack(t, inspectHandler(), func(c *server.Config) { c.Tunnel.MaxHeaderBytes = 64 << 10 })
-		startEvilClient(t, st.server, answerWithHead(40<<10))
-		waitClients(t, st.visitor, st.server, 2)
-		if status, body := get(t, st.visitor, st.server, evilHost, "/"); status != http.StatusOK || body != "ok" {
+		st := servertest.StartStack(t, servertest.InspectHandler(), func(c *server.Config) { c.Tunnel.MaxHeaderBytes = 64 << 10 })
+		startEvilClient(t, st.Server, answerWithHead(40<<10))
+		servertest.WaitClients(t, st.Visitor, st.Server, 2)
+		if status, body := servertest.Get(t, st.Visitor, st.Server, evilHost, "/"); status != http.StatusOK || body != "ok" {
 			t.Fatalf("GET from a client sending a 40 KiB head under tunnel_max_header_bytes 64KiB = %d %q, want 200 ok", status, body)
 		}
 	})
 	t.Run("guard/protocol/client-opened-stream-ends-session", func(t *testing.T) {
-		st := startStack(t, inspectHandler(), nil)
-		mux, ctrl := startEvilClient(t, st.server, func(*yamux.Stream) {})
-		waitClients(t, st.visitor, st.server, 2)
+		st := servertest.StartStack(t, servertest.InspectHandler(), nil)
+		mux, ctrl := startEvilClient(t, st.Server, func(*yamux.Stream) {})
+		servertest.WaitClients(t, st.Visitor, st.Server, 2)
 		s, err := mux.OpenStream()
 		if err != nil {
 			t.Fatal(err)
@@ -388,6 +389,6 @@ func hostileClientCases(t *testing.T) {
 		if m := readControlFrame(t, ctrl); m["type"] != "goaway" || !strings.Contains(fmt.Sprint(m["reason"]), "opened a stream") {
 			t.Fatalf("answer to a client-opened stream = %v, want goaway naming the violation", m)
 		}
-		wait(t, mux.CloseChan(), 10*time.Second, "the server ending the session")
+		servertest.Wait(t, mux.CloseChan(), 10*time.Second, "the server ending the session")
 	})
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,7 @@ import (
 func TestReloadIsAtomicPerRequest(t *testing.T) {
 	t.Parallel()
 	var a server.Config
-	st := startStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
+	st := servertest.StartStack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(c *server.Config) {
 		withHeader(c, "a")
 		a = *c
 	})
@@ -35,7 +36,7 @@ func TestReloadIsAtomicPerRequest(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for !stop.Load() {
-				resp, err := st.visitor.Do(newRequest(t, context.Background(), st.server, "GET", appHost, "/", nil))
+				resp, err := st.Visitor.Do(servertest.NewRequest(t, context.Background(), st.Server, "GET", servertest.AppHost, "/", nil))
 				if err != nil {
 					continue // a connection the reload's edge closed: not a torn answer
 				}
@@ -56,13 +57,13 @@ func TestReloadIsAtomicPerRequest(t *testing.T) {
 		if i%2 == 0 {
 			next = b
 		}
-		if _, _, err := st.server.gw.Reload(next); err != nil {
+		if _, _, err := st.Server.Gateway.Reload(next); err != nil {
 			stop.Store(true)
 			wg.Wait()
 			t.Fatalf("Reload %d: %v", i, err)
 		}
 	}
-	if _, _, err := st.server.gw.Reload(a); err != nil {
+	if _, _, err := st.Server.Gateway.Reload(a); err != nil {
 		t.Fatal(err)
 	}
 	stop.Store(true)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"github.com/aperio-dev/aperio/internal/server/servertest"
 	"strings"
 	"testing"
 
@@ -15,13 +16,13 @@ import (
 // refused at its handshake rather than shown.
 func TestClientsShowVersion(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverConfig(t), nil, nil)
+	s := servertest.Start(t, servertest.Config(t), nil, nil)
 	connect := func(name, version string) error {
 		t.Helper()
 		first := make(chan error, 1) // nil on connecting, the error of a refused handshake
 		ctx, cancel := context.WithCancel(t.Context())
 		c, err := tunnel.NewClient(tunnel.ClientConfig{
-			URL: s.url, Token: testToken, Forwarder: nopForwarder{}, Logger: testLogger(),
+			URL: s.URL, Token: servertest.Token, Forwarder: servertest.NopForwarder{}, Logger: servertest.Logger(),
 			Announce: func() tunnel.Announcement {
 				return tunnel.Announcement{Name: name, InstanceID: "i-" + name, Version: version,
 					Services: []tunnel.Service{{ID: "0", Hostnames: []string{name + ".test"}, Healthy: true}}}
@@ -63,7 +64,7 @@ func TestClientsShowVersion(t *testing.T) {
 		t.Fatalf("client announcing no version: %v", err)
 	}
 	got := map[string]string{}
-	for _, c := range listClients(t, s) {
+	for _, c := range servertest.ListClients(t, s) {
 		got[c.Name] = c.Version
 	}
 	if v, ok := got["current"]; !ok || v != "v1.4.0-rc.1" {
