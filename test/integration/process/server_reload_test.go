@@ -17,7 +17,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/server"
@@ -181,17 +180,16 @@ func audit(t *testing.T, s *reloadServer, c *http.Client, event string) []apityp
 // waitAudit waits for at least n audit entries of event and returns them
 // all: the entry is written through the events queue after the log line
 // a test waits on, so it may come a moment later. It returns what is
-// there after the wait, so a test still sees one entry too many.
+// there once n have come, so a test still sees one entry too many; it
+// fails the test when n do not come within the poll.
 func waitAudit(t *testing.T, s *reloadServer, c *http.Client, event string, n int) []apitype.AuditEntry {
 	t.Helper()
 	var es []apitype.AuditEntry
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if es = audit(t, s, c, event); len(es) >= n || time.Now().After(deadline) {
-			return es
-		}
-		time.Sleep(20 * time.Millisecond) // polling a process from outside: nothing to wait on
-	}
+	waitFor(t, fmt.Sprintf("%d %s audit entries", n, event), func() bool {
+		es = audit(t, s, c, event)
+		return len(es) >= n
+	})
+	return es
 }
 
 // fixedRoute is an included file's route rule answering body at /fixed.
