@@ -358,6 +358,10 @@ type bind struct {
 	queued      *item     // the decision waiting for a slot
 	running     *item     // the call in flight
 	start       *Start    // the latest cold start flight
+	// routableAt is when a sample last found the pool routable (zero:
+	// never since this controller started). A recorded call older than
+	// it is not joined (acceptedColdStart).
+	routableAt time.Time
 
 	// writing counts the store writes of the record in progress (a
 	// declaration, a call's outcome), and landed is Controller.writes
@@ -561,8 +565,8 @@ func (c *Controller) applyLocked(b *bind, r Record, rearm bool) {
 // honourLocked takes the call state r carries, whichever server (or an
 // earlier run of this one) stored it: no call before its NextCallAt, none
 // to its provider before its PenaltyUntil, and a cold start accepted less
-// than cold_start ago is a flight later requests join, as if this server
-// had made the call. It only ever delays: a later state this controller
+// than cold_start ago, whose pool this server has not seen routable since,
+// is a flight later requests join, as if this server had made the call. It only ever delays: a later state this controller
 // holds wins.
 func (c *Controller) honourLocked(b *bind, r *Record, now time.Time) {
 	// r's times are the store's clock: each is converted to this
@@ -590,7 +594,7 @@ func (c *Controller) honourLocked(b *bind, r *Record, now time.Time) {
 		}
 	}
 	storeNow := c.storeTimeLocked(now)
-	if at := c.localLocked(acceptedColdStart(r, storeNow)); !at.IsZero() && (b.start == nil || b.start.resolved && b.start.succeededAt.Before(at)) {
+	if at := c.localLocked(acceptedColdStart(r, storeNow, c.storeTimeLocked(b.routableAt))); !at.IsZero() && (b.start == nil || b.start.resolved && b.start.succeededAt.Before(at)) {
 		s := newStart()
 		s.resolveAtLocked(nil, at)
 		b.start = s
@@ -606,7 +610,7 @@ func (c *Controller) honourLocked(b *bind, r *Record, now time.Time) {
 	// A cold start waiting for another server's call ends with that
 	// call, once the store has it.
 	if it := b.queued; it != nil && it.leased && r.LastCallAt != nil && !c.localLocked(*r.LastCallAt).Before(it.since) {
-		if p := planLease(leaseIn{reason: it.d.reason, rec: *r, since: c.storeTimeLocked(it.since), now: storeNow}); p.wait.IsZero() {
+		if p := planLease(leaseIn{reason: it.d.reason, rec: *r, since: c.storeTimeLocked(it.since), now: storeNow, routable: c.storeTimeLocked(b.routableAt)}); p.wait.IsZero() {
 			c.settleLocked(it, c.localPlanLocked(p))
 		}
 	}
@@ -629,9 +633,16 @@ func recordedCallError(r *Record) *CallError {
 // has just restarted, its clients not reconnected yet) waits for them
 // instead of calling a cold start whose desired capacity would be lower
 // than what runs.
-func acceptedColdStart(r *Record, now time.Time) time.Time {
+//
+// routable is when this server last saw the pool routable, on the same
+// clock as now (zero: not since it started). A call the pool was routable
+// after is over, whatever its age: its instances came, and the pool is
+// empty again because they left (retired idle, or died). Joining it would
+// hold requests for an instance nobody is starting, for the rest of
+// cold_start.
+func acceptedColdStart(r *Record, now, routable time.Time) time.Time {
 	if r.LastCallAt == nil || (r.LastReason != string(ReasonColdStart) && r.LastReason != string(ReasonScaleOut)) || r.LastStatus < 200 || r.LastStatus > 299 ||
-		now.Sub(*r.LastCallAt) >= r.ColdStart {
+		now.Sub(*r.LastCallAt) >= r.ColdStart || routable.After(*r.LastCallAt) {
 		return time.Time{}
 	}
 	return *r.LastCallAt

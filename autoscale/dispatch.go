@@ -523,7 +523,7 @@ func (c *Controller) lease(ctx context.Context, it *item) bool {
 		c.signal()
 		return false
 	}
-	p := c.localPlanLocked(planLease(leaseIn{reason: it.d.reason, rec: rec, held: held, since: c.storeTimeLocked(it.since), now: c.storeTimeLocked(now)}))
+	p := c.localPlanLocked(planLease(leaseIn{reason: it.d.reason, rec: rec, held: held, since: c.storeTimeLocked(it.since), now: c.storeTimeLocked(now), routable: c.storeTimeLocked(b.routableAt)}))
 	if b.rec != nil && b.rec.ID == rec.ID {
 		// The store's call state is newer than the bind's: take it (the
 		// breaker and the declaration wait for the next reload).
@@ -628,6 +628,9 @@ type leaseIn struct {
 	// since is when the decision was queued.
 	since time.Time
 	now   time.Time
+	// routable is when this server last saw the pool routable (zero:
+	// not since it started).
+	routable time.Time
 }
 
 // leasePlan is what becomes of a decision refused its lease.
@@ -654,7 +657,8 @@ type leasePlan struct {
 // sampled decision is dropped: the sampler decides afresh after the call.
 // When the record's own state refused: a disarmed record ends the
 // decision with ErrDisarmed; a cold start accepted less than cold_start
-// ago is joined (the instance is on its way); a failed call ends a cold
+// ago, whose pool this server has not seen routable since, is joined (the
+// instance is on its way); a failed call ends a cold
 // start with that call's error, as its backoff would; any other cold
 // start waits for the cooldown, backoff or penalty to end.
 func planLease(in leaseIn) leasePlan {
@@ -677,7 +681,7 @@ func planLease(in leaseIn) leasePlan {
 	case in.reason != ReasonColdStart:
 		return leasePlan{why: "another server called", nextAllowed: next}
 	}
-	if at := acceptedColdStart(&r, in.now); !at.IsZero() {
+	if at := acceptedColdStart(&r, in.now, in.routable); !at.IsZero() {
 		return leasePlan{acceptedAt: at, why: "another server's cold start is under way", nextAllowed: next}
 	}
 	if r.LastCallAt != nil && (r.LastStatus < 200 || r.LastStatus > 299) {

@@ -285,6 +285,51 @@ func TestInstanceDiedColdStartsAgain(t *testing.T) {
 	})
 }
 
+// TestReloadedCallAfterInstanceLeftColdStartsAgain: a call another server
+// recorded while this server's pool was routable, taken in by a reload
+// after the pool emptied, is not a flight to join: the instances it
+// concerned came and left. The next request calls (the docker-compose step
+// restart_server_right_after_cold_start_call held its burst 30 s with no
+// call: every reload made a recorded call a fresh flight to join, until
+// cold_start after it).
+func TestReloadedCallAfterInstanceLeftColdStartsAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := rec("app.example.com")
+		r.ColdStart, r.Cooldown = time.Minute, 2*time.Second
+		h := newHarness(t, []Record{r})
+		h.pool.set("app.example.com", func(el time.Duration) PoolStats {
+			if el >= 2*time.Second && el < 8*time.Second {
+				return pool(1, 0)
+			}
+			return PoolStats{}
+		})
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		advance(3 * time.Second)
+		// Another server's scale out, accepted while the instance runs;
+		// this server reads it at its next periodic reload.
+		h.store.mu.Lock()
+		for _, sr := range h.store.recs {
+			at := time.Now()
+			sr.LastCallAt, sr.LastReason, sr.LastStatus, sr.NextCallAt = &at, string(ReasonScaleOut), 202, new(at.Add(r.Cooldown))
+		}
+		h.store.mu.Unlock()
+		advance(DefaultRefreshInterval - 3*time.Second + time.Second)
+		if n := len(h.caller.made()); n != 1 {
+			t.Fatalf("calls before the pool emptied = %d, want the first cold start only", n)
+		}
+		if _, err := h.c.ColdStart(context.Background(), testOrg, "app.example.com", ""); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		want := DefaultRefreshInterval + time.Second
+		if got := h.callTimes(); len(got) != 2 || got[1] != want {
+			t.Errorf("calls at %v, want a second cold start at once (%v), not a join of the reloaded scale out", got, want)
+		}
+	})
+}
+
 // TestPlanLease: what a decision refused its lease does.
 func TestPlanLease(t *testing.T) {
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -339,6 +384,21 @@ func TestPlanLease(t *testing.T) {
 	}
 }
 
+// TestPlanLeaseAfterInstanceLeft: a cold start refused its lease by a
+// recorded cold start's cooldown does not join that call when this server
+// saw the pool routable after it (its instance came and left): it waits
+// for the cooldown and calls.
+func TestPlanLeaseAfterInstanceLeft(t *testing.T) {
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := rec("app.example.com")
+	r.LastCallAt, r.LastReason, r.LastStatus, r.NextCallAt = new(now.Add(-20*time.Second)), "cold_start", 202, new(now.Add(time.Second))
+	got := planLease(leaseIn{reason: ReasonColdStart, rec: r, since: now.Add(-time.Second), now: now, routable: now.Add(-3 * time.Second)})
+	if !got.wait.Equal(now.Add(time.Second)) || !got.acceptedAt.IsZero() || got.err != nil {
+		t.Errorf("planLease() = wait %v, accepted %v, err %v, why %q; want to wait for the cooldown (%v) and call",
+			got.wait, got.acceptedAt, got.err, got.why, now.Add(time.Second))
+	}
+}
+
 // TestAcceptedCallToJoin: a server whose pool is empty joins (waits for)
 // an accepted cold start or scale out another server recorded less than
 // cold_start ago, and calls otherwise (the docker-compose step
@@ -353,17 +413,29 @@ func TestAcceptedCallToJoin(t *testing.T) {
 		reason Reason
 		at     *time.Time
 		status int
-		join   bool
+		// routable is when the pool was last seen routable; nil: never.
+		routable *time.Time
+		join     bool
 	}{
-		{"cold start accepted", ReasonColdStart, ago(10 * time.Second), 202, true},
-		{"scale out accepted", ReasonScaleOut, ago(10 * time.Second), 202, true},
-		{"scale in", ReasonScaleIn, ago(10 * time.Second), 202, false},
-		{"scale out refused", ReasonScaleOut, ago(10 * time.Second), 500, false},
-		{"scale out too long ago", ReasonScaleOut, ago(2 * time.Minute), 202, false},
-		{"no call", ReasonColdStart, nil, 0, false},
+		{"cold start accepted", ReasonColdStart, ago(10 * time.Second), 202, nil, true},
+		{"scale out accepted", ReasonScaleOut, ago(10 * time.Second), 202, nil, true},
+		{"scale in", ReasonScaleIn, ago(10 * time.Second), 202, nil, false},
+		{"scale out refused", ReasonScaleOut, ago(10 * time.Second), 500, nil, false},
+		{"scale out too long ago", ReasonScaleOut, ago(2 * time.Minute), 202, nil, false},
+		{"no call", ReasonColdStart, nil, 0, nil, false},
+		// The docker-compose step restart_server_right_after_cold_start_call
+		// held its burst 30 s with no call: the instance of a cold start
+		// accepted 40 s before had come, served and retired idle.
+		{"cold start whose instance came and left", ReasonColdStart, ago(40 * time.Second), 202, ago(5 * time.Second), false},
+		{"scale out the pool was routable after", ReasonScaleOut, ago(10 * time.Second), 202, ago(9 * time.Second), false},
+		{"cold start, routable only before it", ReasonColdStart, ago(10 * time.Second), 202, ago(11 * time.Second), true},
 	} {
 		r := Record{ColdStart: time.Minute, LastCallAt: tc.at, LastReason: string(tc.reason), LastStatus: tc.status}
-		if got := !acceptedColdStart(&r, now).IsZero(); got != tc.join {
+		var routable time.Time
+		if tc.routable != nil {
+			routable = *tc.routable
+		}
+		if got := !acceptedColdStart(&r, now, routable).IsZero(); got != tc.join {
 			t.Errorf("%s: join = %v, want %v", tc.name, got, tc.join)
 		}
 	}

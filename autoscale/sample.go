@@ -289,8 +289,11 @@ func awaitsInstance(s *Start) bool {
 // both stretches afresh; one the full queue refused leaves them, so the
 // next sample tries again.
 func (c *Controller) observeLocked(b *bind, st PoolStats, now time.Time) {
-	if awaitsInstance(b.start) && st.Routable > 0 {
-		b.start.served = true
+	if st.Routable > 0 {
+		b.routableAt = now
+		if awaitsInstance(b.start) {
+			b.start.served = true
+		}
 	}
 	c.pointLocked(b, st, now)
 	p := planSample(sampleIn{
