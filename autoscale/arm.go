@@ -86,9 +86,7 @@ func (c *Controller) Arm(ctx context.Context, a OperatorDeclaration) (v View, cr
 	if err == nil {
 		p = declarePlan{write: true, rearm: true, rec: Record{
 			OrgID: a.OrgID, Hostname: a.Hostname, Path: a.Path,
-			URL: d.URL, Secret: d.Secret, Min: d.Min, Max: d.Max,
-			ColdStart: d.ColdStart, Window: d.Window, Cooldown: d.Cooldown,
-			TargetUtilization: d.TargetUtilization,
+			Scaling: d,
 		}}
 		got, _, err = c.store.DeclareScaling(ctx, p.rec, a.Armer, true)
 	}

@@ -377,7 +377,7 @@ func TestPlanOutcome(t *testing.T) {
 			in:   in(func(o *outcomeIn) { o.rec = nil }),
 			want: outcomePlan{
 				outcome: outcome{at: now, d: d, status: 202,
-					rec: Record{ID: "scl_1", OrgID: key.org, Hostname: key.host, Min: 1, Max: 10}},
+					rec: Record{ID: "scl_1", OrgID: key.org, Hostname: key.host, Scaling: Declaration{Min: 1, Max: 10}}},
 				ok:          true,
 				nextAllowed: now.Add(time.Minute),
 			},
@@ -388,7 +388,7 @@ func TestPlanOutcome(t *testing.T) {
 				o.status, o.rec = 500, armed(func(r *Record) { r.ID, r.ConsecutiveFailures = "scl_2", 3 })
 			}),
 			want: outcomePlan{
-				outcome: failed(Record{ID: "scl_1", OrgID: key.org, Hostname: key.host, Min: 1, Max: 10, ConsecutiveFailures: 1},
+				outcome: failed(Record{ID: "scl_1", OrgID: key.org, Hostname: key.host, Scaling: Declaration{Min: 1, Max: 10}, ConsecutiveFailures: 1},
 					500, nil, false, false),
 				nextAllowed: now.Add(2 * time.Minute),
 				retry:       &d,

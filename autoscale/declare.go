@@ -110,9 +110,7 @@ func normalize(d Declaration) (Declaration, []string) {
 
 // declares reports whether r holds exactly declaration d.
 func declares(r *Record, d Declaration) bool {
-	return r.URL == d.URL && r.Secret == d.Secret && r.Min == d.Min && r.Max == d.Max &&
-		r.ColdStart == d.ColdStart && r.TargetUtilization == d.TargetUtilization &&
-		r.Window == d.Window && r.Cooldown == d.Cooldown
+	return r.Scaling == d
 }
 
 // SessionDeclaration is one client session declaring a scaling block for
@@ -410,10 +408,8 @@ func planDeclare(in declareIn) declarePlan {
 		write: true,
 		rec: Record{
 			OrgID: in.key.org, Hostname: in.key.host, Path: in.key.path,
-			URL: eff.URL, Secret: eff.Secret, Min: eff.Min, Max: eff.Max,
-			ColdStart: eff.ColdStart, Window: eff.Window, Cooldown: eff.Cooldown,
-			TargetUtilization: eff.TargetUtilization,
-			Conflict:          conflict,
+			Scaling:  eff,
+			Conflict: conflict,
 		},
 		rearm: rearm,
 	}

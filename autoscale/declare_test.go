@@ -502,10 +502,9 @@ func TestPlanDeclare(t *testing.T) {
 	stored := func(edit func(*Record)) *Record {
 		r := Record{
 			ID: "scl_1", OrgID: testOrg, Hostname: host,
-			URL: eff.URL, Secret: eff.Secret, Min: eff.Min, Max: eff.Max,
-			ColdStart: eff.ColdStart, Window: eff.Window, Cooldown: eff.Cooldown,
-			TargetUtilization: eff.TargetUtilization,
-			ArmedBy:           []string{"tok_a"}, UpdatedAt: now.Add(-time.Second),
+			Scaling: Declaration{URL: eff.URL, Secret: eff.Secret, Min: eff.Min, Max: eff.Max, ColdStart: eff.ColdStart, Window: eff.Window, Cooldown: eff.Cooldown, TargetUtilization: eff.TargetUtilization},
+
+			ArmedBy: []string{"tok_a"}, UpdatedAt: now.Add(-time.Second),
 		}
 		if edit != nil {
 			edit(&r)
@@ -516,9 +515,9 @@ func TestPlanDeclare(t *testing.T) {
 	write := func(d Declaration, conflict bool) Record {
 		return Record{
 			OrgID: testOrg, Hostname: host,
-			URL: d.URL, Secret: d.Secret, Min: d.Min, Max: d.Max,
-			ColdStart: d.ColdStart, Window: d.Window, Cooldown: d.Cooldown,
-			TargetUtilization: d.TargetUtilization, Conflict: conflict,
+			Scaling: Declaration{URL: d.URL, Secret: d.Secret, Min: d.Min, Max: d.Max, ColdStart: d.ColdStart, Window: d.Window, Cooldown: d.Cooldown, TargetUtilization: d.TargetUtilization},
+
+			Conflict: conflict,
 		}
 	}
 	in := func(edit func(*declareIn)) declareIn {

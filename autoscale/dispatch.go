@@ -871,7 +871,7 @@ func planOutcome(in outcomeIn) outcomePlan {
 		}
 		p.rec = Record{
 			ID: in.recordID, OrgID: in.key.org, Hostname: in.key.host, Path: in.key.path,
-			Min: in.body.Min, Max: in.body.Max, ConsecutiveFailures: failures,
+			Scaling: Declaration{Min: in.body.Min, Max: in.body.Max}, ConsecutiveFailures: failures,
 		}
 	}
 	p.nextAllowed = in.now.Add(backoff(in.cooldown, failures))

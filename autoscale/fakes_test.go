@@ -567,9 +567,7 @@ func newHarness(t *testing.T, recs []Record, opts ...option) *harness {
 // max 10.
 func rec(host string) Record {
 	return Record{
-		OrgID: testOrg, Hostname: host, URL: "https://hooks.example/" + host, Secret: "s3cret-" + host,
-		Min: 0, Max: 10, ColdStart: DefaultColdStart, TargetUtilization: 0.8,
-		Window: 15 * time.Second, Cooldown: 60 * time.Second,
+		OrgID: testOrg, Hostname: host, Scaling: Declaration{URL: "https://hooks.example/" + host, Secret: "s3cret-" + host, Min: 0, Max: 10, ColdStart: DefaultColdStart, TargetUtilization: 0.8, Window: 15 * time.Second, Cooldown: 60 * time.Second},
 	}
 }
 

@@ -430,7 +430,7 @@ func TestAcceptedCallToJoin(t *testing.T) {
 		{"scale out the pool was routable after", ReasonScaleOut, ago(10 * time.Second), 202, ago(9 * time.Second), false},
 		{"cold start, routable only before it", ReasonColdStart, ago(10 * time.Second), 202, ago(11 * time.Second), true},
 	} {
-		r := Record{ColdStart: time.Minute, LastCallAt: tc.at, LastReason: string(tc.reason), LastStatus: tc.status}
+		r := Record{Scaling: Declaration{ColdStart: time.Minute}, LastCallAt: tc.at, LastReason: string(tc.reason), LastStatus: tc.status}
 		var routable time.Time
 		if tc.routable != nil {
 			routable = *tc.routable

@@ -179,7 +179,7 @@ func TestScaleInSkippedAtMinOrOneInstance(t *testing.T) {
 // max (max 0: cold starts only), scale-in one below current but never
 // below min or one and never above max, cold start one or min.
 func TestDesiredBounds(t *testing.T) {
-	r := func(min, max int) *Record { return &Record{Min: min, Max: max} }
+	r := func(min, max int) *Record { return &Record{Scaling: Declaration{Min: min, Max: max}} }
 	type result struct {
 		desired int
 		ok      bool

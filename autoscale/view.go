@@ -105,9 +105,7 @@ func (c *Controller) List(ctx context.Context, orgID string) ([]View, error) {
 // record: no ID, disarmed, with the reason.
 func refusedView(k bindKey, rf refusal, st PoolStats) View {
 	d := rf.decl
-	v := newView(Record{OrgID: k.org, Hostname: k.host, Path: k.path, URL: d.URL, Secret: d.Secret,
-		Min: d.Min, Max: d.Max, ColdStart: d.ColdStart, TargetUtilization: d.TargetUtilization,
-		Window: d.Window, Cooldown: d.Cooldown, Disarmed: true}, st)
+	v := newView(Record{OrgID: k.org, Hostname: k.host, Path: k.path, Scaling: d, Disarmed: true}, st)
 	v.Refused = rf.reason
 	return v
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/tunnel"
 	"math"
 	"reflect"
 	"slices"
@@ -1404,17 +1405,10 @@ func calls(db *store.DB, f fixtures) []call {
 // declaration is a valid scaling declaration for a bind.
 func declaration(orgID, hostname, path string) store.ScalingRecord {
 	return store.ScalingRecord{
-		OrgID:             orgID,
-		Hostname:          hostname,
-		Path:              path,
-		URL:               "https://api.provider.example/apps/web/scale",
-		Secret:            "s3cret",
-		Min:               0,
-		Max:               8,
-		ColdStart:         45 * time.Second,
-		Window:            15 * time.Second,
-		Cooldown:          time.Minute,
-		TargetUtilization: 0.8,
+		OrgID:    orgID,
+		Hostname: hostname,
+		Path:     path,
+		Scaling:  tunnel.Scaling{URL: "https://api.provider.example/apps/web/scale", Secret: "s3cret", Min: 0, Max: 8, ColdStart: 45 * time.Second, Window: 15 * time.Second, Cooldown: time.Minute, TargetUtilization: 0.8},
 	}
 }
 

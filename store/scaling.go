@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // ScalingRecord is a persisted autoscaling declaration for one bind
@@ -33,21 +35,16 @@ type ScalingRecord struct {
 	// means none.
 	Path string
 
-	// URL is the hook the controller calls.
-	URL string
-	// Secret is sent as the hook's bearer token; "" means none. The store
-	// keeps and returns it as given: keeping it out of API responses and
-	// logs is the caller's job.
-	Secret string
-	// Min and Max bound the desired capacity the controller asks for
-	// (instances). The store keeps them as given.
-	Min, Max int
-	// ColdStart, Window and Cooldown are kept to the millisecond: finer
-	// parts are dropped on the way in.
-	ColdStart, Window, Cooldown time.Duration
-	// TargetUtilization is the fraction of capacity in use above which the
-	// pool scales out. NaN and infinities are refused.
-	TargetUtilization float64
+	// Scaling is the declaration, as the announcing client (or the admin
+	// API) gave it: the one Go type of a scaling block, whose fields the
+	// record promotes (r.URL, r.Min, ...). The store keeps it as given,
+	// except that ColdStart, Window and Cooldown are kept to the
+	// millisecond (finer parts are dropped on the way in) and a
+	// TargetUtilization that is NaN or infinite is refused. The Secret is
+	// returned as stored: keeping it out of API responses and logs is the
+	// caller's job. Validating the block (tunnel.Scaling.Validate) is the
+	// caller's job too: the store holds what its callers checked.
+	tunnel.Scaling
 
 	// ArmedBy lists the IDs of the tokens that announced the record ("master"
 	// for the master token), in the order they first did, without
@@ -92,15 +89,12 @@ type ScalingRecord struct {
 	UpdatedAt time.Time
 }
 
-// equalDeclaration reports whether a and b declare the same thing: URL,
-// Secret, Min, Max, ColdStart, Window, Cooldown and TargetUtilization.
+// equalDeclaration reports whether a and b declare the same thing: their
+// Scaling blocks are equal.
 // Conflict is not part of it: it is the caller's verdict on a declaration,
 // not something a client declares.
 func equalDeclaration(a, b ScalingRecord) bool {
-	return a.URL == b.URL && a.Secret == b.Secret &&
-		a.Min == b.Min && a.Max == b.Max &&
-		a.ColdStart == b.ColdStart && a.Window == b.Window && a.Cooldown == b.Cooldown &&
-		a.TargetUtilization == b.TargetUtilization
+	return a.Scaling == b.Scaling
 }
 
 // mergeScaling applies the declaration in d, made by armer at d.UpdatedAt,
@@ -110,10 +104,7 @@ func equalDeclaration(a, b ScalingRecord) bool {
 func mergeScaling(old, d ScalingRecord, armer string, rearm bool) (rec ScalingRecord, changed bool) {
 	rec = old
 	changed = !equalDeclaration(old, d)
-	rec.URL, rec.Secret = d.URL, d.Secret
-	rec.Min, rec.Max = d.Min, d.Max
-	rec.ColdStart, rec.Window, rec.Cooldown = d.ColdStart, d.Window, d.Cooldown
-	rec.TargetUtilization = d.TargetUtilization
+	rec.Scaling = d.Scaling
 	rec.Conflict = d.Conflict
 	rec.ArmedBy = list(old.ArmedBy)
 	if !slices.Contains(rec.ArmedBy, armer) {
@@ -162,23 +153,19 @@ func (db *DB) DeclareScaling(ctx context.Context, r ScalingRecord, armer string,
 	}
 	now := stamp(db.now())
 	fresh := ScalingRecord{
-		ID:                newID("scl"),
-		OrgID:             r.OrgID,
-		Hostname:          r.Hostname,
-		Path:              r.Path,
-		URL:               r.URL,
-		Secret:            r.Secret,
-		Min:               r.Min,
-		Max:               r.Max,
-		ColdStart:         r.ColdStart.Truncate(time.Millisecond),
-		Window:            r.Window.Truncate(time.Millisecond),
-		Cooldown:          r.Cooldown.Truncate(time.Millisecond),
-		TargetUtilization: r.TargetUtilization,
-		ArmedBy:           []string{armer},
-		Conflict:          r.Conflict,
-		CreatedAt:         now,
-		UpdatedAt:         now,
+		ID:        newID("scl"),
+		OrgID:     r.OrgID,
+		Hostname:  r.Hostname,
+		Path:      r.Path,
+		Scaling:   r.Scaling,
+		ArmedBy:   []string{armer},
+		Conflict:  r.Conflict,
+		CreatedAt: now,
+		UpdatedAt: now,
 	}
+	fresh.ColdStart = fresh.ColdStart.Truncate(time.Millisecond)
+	fresh.Window = fresh.Window.Truncate(time.Millisecond)
+	fresh.Cooldown = fresh.Cooldown.Truncate(time.Millisecond)
 	rec, changed, err = db.b.declareScaling(ctx, fresh, armer, rearm)
 	if err != nil {
 		return ScalingRecord{}, false, db.fail(fmt.Sprintf("declare scaling for %s%s", r.Hostname, r.Path), err)

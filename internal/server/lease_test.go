@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"github.com/aperio-dev/aperio/tunnel"
 	"net"
 	"net/http"
 	"sync"
@@ -77,8 +78,7 @@ func clusterOnHosts(t *testing.T, n int, hook string, hosts []string, edit ...fu
 		t.Fatal(err)
 	}
 	for _, h := range hosts {
-		if _, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: h, URL: hook,
-			Max: 1, ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}, "master", true); err != nil {
+		if _, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: h, Scaling: tunnel.Scaling{URL: hook, Max: 1, ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}}, "master", true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -295,8 +295,7 @@ func TestNewRecordArmedAtOnceOnEveryServer(t *testing.T) {
 	cfg.ScalingEnabled, cfg.Outbound.AllowHTTP, cfg.Outbound.AllowPrivate = true, true, true
 	declare := func(host string) store.ScalingRecord {
 		t.Helper()
-		rec, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: host, URL: "http://127.0.0.1:1/",
-			ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}, "master", true)
+		rec, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: host, Scaling: tunnel.Scaling{URL: "http://127.0.0.1:1/", ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}}, "master", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -375,8 +374,7 @@ func TestChangeBetweenNewAndServeNotMissed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: "gone.test", URL: "http://127.0.0.1:1/",
-		ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}, "master", true)
+	rec, _, err := db.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: "gone.test", Scaling: tunnel.Scaling{URL: "http://127.0.0.1:1/", ColdStart: time.Minute, Window: time.Second, Cooldown: time.Minute, TargetUtilization: 0.8}}, "master", true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"errors"
 	"github.com/aperio-dev/aperio/internal/server/servertest"
+	"github.com/aperio-dev/aperio/tunnel"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -56,8 +57,7 @@ func TestDisarmSeenByEveryServer(t *testing.T) {
 	}
 	declare := func(host string) store.ScalingRecord {
 		t.Helper()
-		rec, _, err := dbA.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: host, URL: hook.URL,
-			Max: 1, ColdStart: time.Minute, Window: time.Second, Cooldown: time.Second, TargetUtilization: 0.8}, "master", true)
+		rec, _, err := dbA.DeclareScaling(ctx, store.ScalingRecord{OrgID: org.ID, Hostname: host, Scaling: tunnel.Scaling{URL: hook.URL, Max: 1, ColdStart: time.Minute, Window: time.Second, Cooldown: time.Second, TargetUtilization: 0.8}}, "master", true)
 		if err != nil {
 			t.Fatalf("DeclareScaling(%s) = %v", host, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/aperio-dev/aperio/tunnel"
 	"maps"
 	"net/http"
 	"slices"
@@ -289,8 +290,7 @@ func TestScalingWithController(t *testing.T) {
 	recs := map[string]store.ScalingRecord{}
 	for _, org := range []string{a, b} {
 		r, _, err := f.db.DeclareScaling(ctx, store.ScalingRecord{
-			OrgID: org, Hostname: "app.example.com", URL: "https://provider.example/scale", Secret: secrets[org],
-			Min: 0, Max: 4, ColdStart: 45 * time.Second, Window: 15 * time.Second, Cooldown: time.Minute, TargetUtilization: 0.8,
+			OrgID: org, Hostname: "app.example.com", Scaling: tunnel.Scaling{URL: "https://provider.example/scale", Secret: secrets[org], Min: 0, Max: 4, ColdStart: 45 * time.Second, Window: 15 * time.Second, Cooldown: time.Minute, TargetUtilization: 0.8},
 		}, "master", true)
 		if err != nil {
 			t.Fatalf("DeclareScaling(%s): %v", org, err)
@@ -493,8 +493,7 @@ func TestScalingDetailWithController(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	r, _, err := f.db.DeclareScaling(ctx, store.ScalingRecord{
-		OrgID: f.org(t, "a"), Hostname: "app.example.com", URL: "https://provider.example/scale",
-		Min: 0, Max: 4, ColdStart: 45 * time.Second, Window: 15 * time.Second, Cooldown: time.Minute, TargetUtilization: 0.8,
+		OrgID: f.org(t, "a"), Hostname: "app.example.com", Scaling: tunnel.Scaling{URL: "https://provider.example/scale", Min: 0, Max: 4, ColdStart: 45 * time.Second, Window: 15 * time.Second, Cooldown: time.Minute, TargetUtilization: 0.8},
 	}, "master", true)
 	if err != nil {
 		t.Fatalf("DeclareScaling: %v", err)

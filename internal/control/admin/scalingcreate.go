@@ -15,6 +15,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/internal/urlpath"
 	"github.com/aperio-dev/aperio/store"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // EventScalingDeclaredByOperator is POST /scaling: a person declared a
@@ -31,8 +32,6 @@ const (
 	// maxScalingPathBytes bounds path, as a client's announcement is
 	// bounded.
 	maxScalingPathBytes = 1024
-	// maxScalingURLBytes bounds url, as a client's block is bounded.
-	maxScalingURLBytes = 2048
 	// maxScalingDurationBytes bounds a duration's text ("1m30s").
 	maxScalingDurationBytes = 32
 	// maxScalingInstances bounds min and max: far above any pool, low
@@ -129,8 +128,8 @@ func (a *API) checkScalingRequest(req CreateScalingRequest) (host, path string, 
 		problems = append(problems, pathProblem)
 	}
 	switch {
-	case len(req.URL) > maxScalingURLBytes:
-		problems = append(problems, fmt.Sprintf("url is longer than %d bytes", maxScalingURLBytes))
+	case len(req.URL) > tunnel.MaxScalingURLBytes:
+		problems = append(problems, fmt.Sprintf("url is longer than %d bytes", tunnel.MaxScalingURLBytes))
 	default:
 		problems = append(problems, a.checkWebhookURL(req.URL)...)
 	}
