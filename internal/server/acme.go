@@ -211,21 +211,18 @@ func (a *acmeAsk) audit(o acme.Order) {
 // automatic TLS places (a new name or a renewal).
 const EventCertificateOrdered = "certificate_ordered"
 
-// acmeRegistry tells the ask check of every change of a session's binds.
-type acmeRegistry struct {
-	tunnel.Registry
-	ask *acmeAsk
-}
-
-func (r acmeRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
-	notices := r.Registry.Update(ctx, s)
-	r.ask.seen(s)
-	return notices
-}
-
-func (r acmeRegistry) Detach(ctx context.Context, s *tunnel.Session) {
-	r.ask.left(s)
-	r.Registry.Detach(ctx, s)
+// acmeHook tells the ask check of every change of a session's binds: the
+// "acme" session hook. A session's names leave the check before the
+// router forgets its binds.
+func acmeHook(ask *acmeAsk) sessionHook {
+	return sessionHook{
+		name: "acme",
+		updated: func(_ context.Context, s *tunnel.Session) []string {
+			ask.seen(s)
+			return nil
+		},
+		leaving: func(_ context.Context, s *tunnel.Session) { ask.left(s) },
+	}
 }
 
 // newACME builds the manager when acme is enabled; nil otherwise.

@@ -117,9 +117,8 @@ func parsePrefixes(tokenID, field string, cidrs []string) ([]netip.Prefix, error
 
 // auditingRegistry emits client_refused, within a per-token budget (see
 // refusalBudget), client_connected and client_disconnected, and audits
-// refused binds.
+// refused binds: the "audit" session hook.
 type auditingRegistry struct {
-	tunnel.Registry
 	events *events.Emitter
 	log    *slog.Logger
 	budget *refusalBudget
@@ -129,14 +128,19 @@ type auditingRegistry struct {
 	retired *retirements
 }
 
-func (r auditingRegistry) Attach(ctx context.Context, s *tunnel.Session) error {
-	err := r.Registry.Attach(ctx, s)
-	if err != nil {
-		r.refused(ctx, s.Identity(), s.Announcement().Name, s.RemoteAddr(), err)
-		return err
+// hook returns the auditing's part in a session's life.
+func (r auditingRegistry) hook() sessionHook {
+	return sessionHook{
+		name: "audit",
+		refused: func(ctx context.Context, s *tunnel.Session, err error) {
+			r.refused(ctx, s.Identity(), s.Announcement().Name, s.RemoteAddr(), err)
+		},
+		attached: func(_ context.Context, s *tunnel.Session) {
+			r.events.Offer(sessionEvent(apitype.EventClientConnected, s))
+		},
+		updated: r.update,
+		left:    r.leave,
 	}
-	r.events.Offer(sessionEvent(apitype.EventClientConnected, s))
-	return nil
 }
 
 // sessionEvent is the client_connected or client_disconnected event of

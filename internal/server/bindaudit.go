@@ -61,13 +61,12 @@ func (b *bindAudits) forget(s *tunnel.Session) {
 	b.mu.Unlock()
 }
 
-// Update applies the announcement, then audits the session's refused
-// binds when they changed (see EventClientBindRefused). The entry is
-// offered to the events queue, not written: Update runs before the
+// update audits the session's refused binds, once the router applied its
+// announcement, when they changed (see EventClientBindRefused). The entry
+// is offered to the events queue, not written: it runs before the
 // handshake's welcome or the heartbeat's ack, which never wait for the
-// store.
-func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
-	notices := r.Registry.Update(ctx, s)
+// store. It has no notice for the client.
+func (r auditingRegistry) update(ctx context.Context, s *tunnel.Session) []string {
 	if r.retired != nil {
 		if ev, ok := r.retired.check(s); ok {
 			r.events.Offer(ev)
@@ -75,11 +74,11 @@ func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []strin
 		}
 	}
 	if r.binds == nil {
-		return notices
+		return nil
 	}
 	refused, changed := r.binds.changed(s)
 	if !changed {
-		return notices
+		return nil
 	}
 	id := s.Identity()
 	actor := store.ClientActor(id.TokenID)
@@ -89,7 +88,7 @@ func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []strin
 			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, s.RemoteAddr())
 	}
 	if !ok {
-		return notices
+		return nil
 	}
 	named := refused
 	more := ""
@@ -101,13 +100,12 @@ func (r auditingRegistry) Update(ctx context.Context, s *tunnel.Session) []strin
 		detail += fmt.Sprintf(" (%d earlier changes of this token over budget, not audited)", leftOut)
 	}
 	r.events.Offer(events.Event{Kind: EventClientBindRefused, OrgID: id.OrgID, Actor: actor, Detail: detail})
-	return notices
+	return nil
 }
 
-// Detach forgets the session's refused binds and emits
-// client_disconnected.
-func (r auditingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
-	r.Registry.Detach(ctx, s)
+// leave forgets the session's refused binds and emits
+// client_disconnected, once the router forgot the session.
+func (r auditingRegistry) leave(_ context.Context, s *tunnel.Session) {
 	if r.binds != nil {
 		r.binds.forget(s)
 	}

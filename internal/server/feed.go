@@ -29,23 +29,18 @@ func (v trafficView) Held(keep func(string) bool) int                    { retur
 
 // streamRegistry publishes each session that attached and detached as a
 // client event of the live stream, and counts nothing when nobody
-// follows it.
+// follows it: the "stream" session hook.
 type streamRegistry struct {
-	tunnel.Registry
 	hub *telemetry.Hub
 }
 
-func (r streamRegistry) Attach(ctx context.Context, s *tunnel.Session) error {
-	err := r.Registry.Attach(ctx, s)
-	if err == nil {
-		r.publish(s, apitype.ClientConnected)
+// hook returns the live stream's part in a session's life.
+func (r streamRegistry) hook() sessionHook {
+	return sessionHook{
+		name:     "stream",
+		attached: func(_ context.Context, s *tunnel.Session) { r.publish(s, apitype.ClientConnected) },
+		left:     func(_ context.Context, s *tunnel.Session) { r.publish(s, apitype.ClientDisconnected) },
 	}
-	return err
-}
-
-func (r streamRegistry) Detach(ctx context.Context, s *tunnel.Session) {
-	r.Registry.Detach(ctx, s)
-	r.publish(s, apitype.ClientDisconnected)
 }
 
 func (r streamRegistry) publish(s *tunnel.Session, event string) {

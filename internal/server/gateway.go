@@ -78,8 +78,11 @@ type Gateway struct {
 	log     *slog.Logger
 	router  *router.Router
 	tunnels *tunnel.Server
-	srv     *http.Server
-	started time.Time
+	// sessions is the tunnel server's registry: the router, then the
+	// session hooks in their declared order (sessionHooks).
+	sessions sessionChain
+	srv      *http.Server
+	started  time.Time
 
 	metrics *telemetry.Metrics
 	stats   *telemetry.Stats // the admin API's figures per hostname
@@ -248,12 +251,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := g.loadOwnership(ctx); err != nil {
 		return nil, err
 	}
-	var registry tunnel.Registry = rt
+	var scaling *scalingRegistry
 	if cfg.ScalingEnabled {
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
-		registry = g.newScalingRegistry(rt, log)
+		r := g.newScalingRegistry(rt, log)
+		scaling = &r
 		if err := g.armed.reload(ctx); err != nil {
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
 		}
@@ -263,25 +267,23 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	tc := cfg.Tunnel
 	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usageLimits}
-	// Admission (client_allowed_ips, max_connections, max_clients) comes
-	// before the router and after the audit of refusals.
-	admission := newAdmissionRegistry(registry, g.db, log)
+	admission := newAdmissionRegistry(g.db, log)
 	admission.limits = g.usageLimits
-	registry = admission
 	if g.ports, err = g.newPorts(cfg, log); err != nil {
 		return nil, err
 	}
 	if err := g.loadPortOwnership(ctx); err != nil {
 		return nil, err
 	}
-	registry = portsRegistry{Registry: registry, ports: g.ports}
 	if cfg.ACME.Enabled() {
 		// Automatic TLS follows which names are bound (acme.go).
 		g.acmeAsk = newACMEAsk(g, rt, cfg.ACME.OnDemandGrace)
-		registry = acmeRegistry{Registry: registry, ask: g.acmeAsk}
 	}
-	tc.Registry = streamRegistry{hub: g.hub, Registry: auditingRegistry{Registry: registry, events: g.events, log: log, budget: newRefusalBudget(time.Now),
-		binds: newBindAudits(rt, time.Now), retired: newRetirements(rt, g.hub)}}
+	g.sessions = sessionChain{router: rt, hooks: sessionHooks(scaling, admission, g.ports, g.acmeAsk,
+		auditingRegistry{events: g.events, log: log, budget: newRefusalBudget(time.Now),
+			binds: newBindAudits(rt, time.Now), retired: newRetirements(rt, g.hub)},
+		streamRegistry{hub: g.hub})}
+	tc.Registry = g.sessions
 	tc.Logger = log
 	ts, err := tunnel.NewServer(tc)
 	if err != nil {
@@ -635,4 +637,34 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 
 // servesTLS reports whether the public port speaks TLS: with tls_cert or
 // with automatic TLS.
+// sessionHooks is the order in which the features take part in a tunnel
+// session's life, after the router (see sessionHook): the one place it is
+// declared. scaling and ask are nil when autoscaling or automatic TLS is
+// off.
+//
+//   - scaling: declarations of the binds the router accepted (it reads
+//     the router's binds of the announcement, so it comes right after it);
+//   - admission: client_allowed_ips, max_connections, max_clients, checked
+//     before the router sees a session and released after it left;
+//   - ports: the session's expose entries, applied after its binds,
+//     released before the router forgets it;
+//   - acme: the names the ask check allows, learnt after the binds and
+//     forgotten before the router forgets them;
+//   - audit: client_connected, client_refused (for a refusal by any step
+//     above), refused binds, instance_retired, client_disconnected, once
+//     every step above is done;
+//   - stream: the live stream's client events, last, so that a follower
+//     never sees a session the audit log has not.
+func sessionHooks(scaling *scalingRegistry, admission *admissionRegistry, pm *ports.Manager, ask *acmeAsk, audit auditingRegistry, stream streamRegistry) []sessionHook {
+	var hooks []sessionHook
+	if scaling != nil {
+		hooks = append(hooks, scaling.hook())
+	}
+	hooks = append(hooks, admission.hook(), portsHook(pm))
+	if ask != nil {
+		hooks = append(hooks, acmeHook(ask))
+	}
+	return append(hooks, audit.hook(), stream.hook())
+}
+
 func (g *Gateway) servesTLS() bool { return g.cfg.TLSCert != "" || g.acme != nil }

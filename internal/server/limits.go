@@ -25,9 +25,9 @@ const orgLookupTimeout = 5 * time.Second
 // address outside the token's client_allowed_ips, one session more than
 // the token's max_connections or the organization's max_clients. The
 // counts are this server's sessions (servers sharing a database count
-// apart). The master token is never limited. Safe for concurrent use.
+// apart). The master token is never limited. It is the "admission"
+// session hook. Safe for concurrent use.
 type admissionRegistry struct {
-	tunnel.Registry
 	db  *store.DB
 	log *slog.Logger
 	// limits, when set, learns the monthly_max_bytes of the organization
@@ -39,16 +39,24 @@ type admissionRegistry struct {
 	byOrg   map[string]int
 }
 
-func newAdmissionRegistry(next tunnel.Registry, db *store.DB, log *slog.Logger) *admissionRegistry {
-	return &admissionRegistry{Registry: next, db: db, log: log, byToken: make(map[string]int), byOrg: make(map[string]int)}
+func newAdmissionRegistry(db *store.DB, log *slog.Logger) *admissionRegistry {
+	return &admissionRegistry{db: db, log: log, byToken: make(map[string]int), byOrg: make(map[string]int)}
 }
 
-// Attach refuses a session its limits forbid, with a reason the client
-// reads, or counts it and passes it on.
-func (a *admissionRegistry) Attach(ctx context.Context, s *tunnel.Session) error {
+// hook returns the admission's part in a session's life: a session is
+// counted before the router sees it, and uncounted once the router has
+// forgotten it (or refused it).
+func (a *admissionRegistry) hook() sessionHook {
+	return sessionHook{name: "admission", admit: a.admit, unadmit: a.uncount,
+		left: func(_ context.Context, s *tunnel.Session) { a.uncount(s) }}
+}
+
+// admit refuses a session its limits forbid, with a reason the client
+// reads, or counts it.
+func (a *admissionRegistry) admit(ctx context.Context, s *tunnel.Session) error {
 	id := s.Identity()
 	if id.TokenID == "" {
-		return a.Registry.Attach(ctx, s)
+		return nil
 	}
 	if err := clientIPRefusal(id, s.RemoteAddr()); err != nil {
 		return err
@@ -63,19 +71,11 @@ func (a *admissionRegistry) Attach(ctx context.Context, s *tunnel.Session) error
 		return fmt.Errorf("the organization's limits cannot be checked right now; retry later")
 	}
 	a.limits.setOrg(org)
-	if err := a.take(id, org.Limits.MaxClients); err != nil {
-		return err
-	}
-	if err := a.Registry.Attach(ctx, s); err != nil {
-		a.release(id)
-		return err
-	}
-	return nil
+	return a.take(id, org.Limits.MaxClients)
 }
 
-// Detach forgets the session's place in the counts.
-func (a *admissionRegistry) Detach(ctx context.Context, s *tunnel.Session) {
-	a.Registry.Detach(ctx, s)
+// uncount forgets the session's place in the counts.
+func (a *admissionRegistry) uncount(s *tunnel.Session) {
 	if id := s.Identity(); id.TokenID != "" {
 		a.release(id)
 	}

@@ -20,28 +20,25 @@ import (
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
-// portsRegistry admits each session's expose entries (ports.Manager) in
-// Update, after the registry it wraps, and answers them with
-// Session.SetExposed before the welcome or the ack is written. A refused
-// entry never refuses the session. Attach admits nothing: the tunnel
-// server calls Update right after it, before the welcome, so the notice
-// of an entry refused at connect reaches the client with the welcome
-// (the manager sends each refusal's notice once, to the first caller).
-type portsRegistry struct {
-	tunnel.Registry
-	ports *ports.Manager
-}
-
-func (r portsRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
-	notices := r.Registry.Update(ctx, s)
-	st, more := r.ports.Apply(ctx, s.ID(), rawSession{s})
-	s.SetExposed(st)
-	return append(notices, more...)
-}
-
-func (r portsRegistry) Detach(ctx context.Context, s *tunnel.Session) {
-	r.ports.Release(ctx, s.ID(), s.Identity())
-	r.Registry.Detach(ctx, s)
+// portsHook is the "ports" session hook: it admits each session's expose
+// entries (ports.Manager) after the router applied its announcement, and
+// answers them with Session.SetExposed before the welcome or the ack is
+// written. A refused entry never refuses the session. It admits nothing
+// at attach: the tunnel server calls Update right after Attach, before
+// the welcome, so the notice of an entry refused at connect reaches the
+// client with the welcome (the manager sends each refusal's notice once,
+// to the first caller). A session's ports are released before the router
+// forgets it.
+func portsHook(m *ports.Manager) sessionHook {
+	return sessionHook{
+		name: "ports",
+		updated: func(ctx context.Context, s *tunnel.Session) []string {
+			st, notices := m.Apply(ctx, s.ID(), rawSession{s})
+			s.SetExposed(st)
+			return notices
+		},
+		leaving: func(ctx context.Context, s *tunnel.Session) { m.Release(ctx, s.ID(), s.Identity()) },
+	}
 }
 
 // rawSession adapts a tunnel session to ports.Session.

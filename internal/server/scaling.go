@@ -26,7 +26,8 @@ import (
 )
 
 // scalingRegistry passes the announced scaling block to the controller,
-// one declaration per service bind, and tells it when sessions end.
+// one declaration per service bind, and tells it when sessions end: the
+// "scaling" session hook, the first after the router.
 //
 // A block is declared only for the binds the router accepted for the
 // session (router.Bound), checked on every announcement, heartbeats
@@ -38,11 +39,10 @@ import (
 //
 // The declarations write to the store, so they run on a per-session
 // declarer rather than on the session's control loop: the routing update
-// is applied before Update returns, the store writes at most wait later,
+// is applied before the chain's Update returns, the store writes at most wait later,
 // and a slow store delays no heartbeat's ack past wait. Their audit
 // entries write nothing there: they are offered to the events queue.
 type scalingRegistry struct {
-	tunnel.Registry
 	ctl *autoscale.Controller
 	rt  *router.Router
 	// arm reloads the router's armed binds from the store; concurrent
@@ -73,13 +73,18 @@ type scalingRegistry struct {
 // newScalingRegistry wraps the router with the scaling declarations of g's
 // controller.
 func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
-	r := scalingRegistry{Registry: rt, ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
+	r := scalingRegistry{ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
 		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
 		events: g.events, audited: &sessionBinds{}, auditBudget: newRefusalBudget(time.Now),
 		wait: declareWait(g.cfg.Tunnel.DownThreshold)}
 	r.declarers.declare = r.declare
 	g.declares = &r.declarers.stats
 	return r
+}
+
+// hook returns the scaling declarations' part in a session's life.
+func (r scalingRegistry) hook() sessionHook {
+	return sessionHook{name: "scaling", updated: r.update, left: r.leave}
 }
 
 // declareWait is how long an ack waits for the scaling declarations of
@@ -179,17 +184,16 @@ func (sb *sessionBinds) forget(session string) {
 // for the session.
 var errNotBound = errors.New("the hostname is not bound by this session")
 
-// Update applies the announcement to the router, then hands its
+// update, once the router applied the announcement, hands its
 // declarations to the session's declarer and waits for them at most
 // r.wait, so a slow store never holds up the heartbeat's ack. Their
 // notices go with this ack when they are done in time, and with a later
 // one otherwise: each ack carries the notices of the latest declarations
 // that ran.
-func (r scalingRegistry) Update(ctx context.Context, s *tunnel.Session) []string {
-	notices := r.Registry.Update(ctx, s)
+func (r scalingRegistry) update(ctx context.Context, s *tunnel.Session) []string {
 	job := r.plan(s)
 	if job == nil {
-		return notices
+		return nil
 	}
 	d := r.declarers.get(ctx, s.ID())
 	done := d.submit(job)
@@ -201,7 +205,7 @@ func (r scalingRegistry) Update(ctx context.Context, s *tunnel.Session) []string
 		r.declarers.stats.late.Add(1)
 	case <-ctx.Done():
 	}
-	return slices.Concat(notices, d.lastNotices())
+	return d.lastNotices()
 }
 
 // declareBind is one distinct bind of an announcement, and whether the
@@ -478,11 +482,10 @@ func (ds *declarers) close(session string) {
 	}
 }
 
-// Detach takes the session out of the router at once, then waits for its
+// leave, once the router has taken the session out, waits for its
 // declarations (see declarer.close) before it leaves the controller, so a
 // declaration still running cannot bring a departed session back.
-func (r scalingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
-	r.Registry.Detach(ctx, s)
+func (r scalingRegistry) leave(_ context.Context, s *tunnel.Session) {
 	r.declarers.close(s.ID())
 	r.ctl.Leave(s.ID())
 	r.armed.forget(s.ID())
