@@ -95,13 +95,13 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	if proxyHookForTest != nil {
 		proxyHookForTest(r)
 	}
-	a := admission{set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: host, path: r.URL.Path, ins: ir}
+	a := admission{rt: rt, set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: host, path: r.URL.Path, ins: ir}
 	if rt.tracer != nil {
 		a.routeStart = time.Now()
 	}
 	a.ip = a.v.Addr
 	rec.Hostname = a.host
-	if ref := rt.admit(r.Context(), &a, rec); ref.kind != passed {
+	if ref := a.admit(r.Context(), rec); ref.kind != passed {
 		rt.answer(w, r, rec, a.host, ref)
 		return
 	}
@@ -137,12 +137,12 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 
 // live reports whether p may still serve: it has members, or lost its last
 // one less than DownThreshold ago (requests then wait for its return).
-func (rt *Router) live(p *pool) bool {
+func (rg *Registry) live(p *pool) bool {
 	if len(*p.members.Load()) > 0 || p.armed.Load() != nil {
 		return true
 	}
 	at := p.emptiedAt.Load()
-	return at != 0 && time.Since(time.Unix(0, at)) < rt.cfg.DownThreshold
+	return at != 0 && time.Since(time.Unix(0, at)) < rg.downThreshold
 }
 
 // dispatch runs the dispatch stages for a request that passed admission:
@@ -159,7 +159,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 	}
 	wt := &waiter{ip: visitor, affinity: affinity}
 	wait := true
-	kept, err := rt.keepBody(a)
+	kept, err := a.keepBody()
 	if err != nil {
 		rt.answer(w, r, rec, host, refusal{kind: refusedExchange, err: err})
 		return
@@ -182,8 +182,8 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			counted.Record(max(in, 0), max(rec.Bytes+flowed.out-flowed.chargedOut, 0))
 		}
 	}()
-	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
-	var next *service                           // a permit taken for a retry on 5xx
+	timeout, _ := a.checkColdStart(ctx, wt) // the proxy's cold start refuses nothing
+	var next *service                       // a permit taken for a retry on 5xx
 	retried := false
 	for jumps := 0; ; jumps++ {
 		if kept != nil {
@@ -194,19 +194,19 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		if next != nil {
 			s, next = next, nil
 		} else {
-			s, ref = rt.takePermit(ctx, a, wt, timeout, wait, rec)
+			s, ref = a.takePermit(ctx, wt, timeout, wait, rec)
 		}
 		if ref.kind == passed {
-			ref = rt.checkTokenRate(s)
+			ref = checkTokenRate(s)
 		}
 		if ref.kind == passed {
-			ref = rt.checkConnect(a, s).refusal
+			ref = a.checkConnect(s).refusal
 		}
 		if ref.kind == passed {
-			ref = rt.checkQuota(a, s, &counted)
+			ref = a.checkQuota(s, &counted)
 		}
 		if ref.kind == passed {
-			ref = rt.takeSlot(a).refusal
+			ref = a.takeSlot().refusal
 		}
 		if ref.kind != passed {
 			if s != nil {
@@ -613,15 +613,15 @@ type boundCounter struct {
 // *counted, and refuses the request when the token is over its
 // daily_max_bytes or the organization over its monthly_max_bytes. Without
 // a meter it passes.
-func (rt *Router) checkQuota(a *admission, s *service, counted **usage.Counter) refusal {
-	if rt.cfg.Usage == nil {
+func (a *admission) checkQuota(s *service, counted **usage.Counter) refusal {
+	if a.rt.cfg.Usage == nil {
 		return refusal{}
 	}
 	var c *usage.Counter
 	if b := s.counted.Load(); b != nil && b.pattern == a.p.pattern {
 		c = b.c
 	} else {
-		c = rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
+		c = a.rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
 		s.counted.Store(&boundCounter{pattern: a.p.pattern, c: c})
 	}
 	*counted = c
