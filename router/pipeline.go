@@ -19,6 +19,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/visitor/access"
 	"github.com/aperio-dev/aperio/internal/visitor/inspect"
 	"github.com/aperio-dev/aperio/internal/visitor/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -997,6 +998,40 @@ func (a *admission) takePermit(ctx context.Context, wt *waiter, timeout time.Dur
 	return nil, refusal{}
 }
 
+// takeClient runs the dispatch stages of one attempt after the cold
+// start, in order: permit and queue (takePermit; s, when set, is a permit
+// already taken, for a retry on 5xx), the max_rps of the client's token,
+// CONNECT, the byte quotas (which leave the usage counter in *counted),
+// the global slot. It returns the service whose permit the request holds
+// and a global slot, or the first refusal, having released the permit a
+// stage after takePermit refused with. Only the proxy runs it: a dry run
+// predicts these stages one by one (explain).
+func (a *admission) takeClient(ctx context.Context, s *service, wt *waiter, timeout time.Duration, wait bool, rec *telemetry.Request, counted **usage.Counter) (*service, refusal) {
+	var ref refusal
+	if s == nil {
+		s, ref = a.takePermit(ctx, wt, timeout, wait, rec)
+	}
+	if ref.kind == passed {
+		ref = checkTokenRate(s)
+	}
+	if ref.kind == passed {
+		ref = a.checkConnect(s).refusal
+	}
+	if ref.kind == passed {
+		ref = a.checkQuota(s, counted)
+	}
+	if ref.kind == passed {
+		ref = a.takeSlot().refusal
+	}
+	if ref.kind != passed {
+		if s != nil {
+			s.release() // the permit a stage after takePermit refused with
+		}
+		return nil, ref
+	}
+	return s, ref
+}
+
 // checkConnect refuses a CONNECT to a backend that does not take it (a
 // backend that is a forward proxy would be an open proxy). s is the
 // service whose permit the request holds, a dry run's the predicted
@@ -1026,6 +1061,43 @@ func (a *admission) takeSlot() verdict {
 		v.kind, v.outcome = refusedServerConcurrency, OutcomeStop
 	}
 	return v
+}
+
+// boundCounter is a service's usage counter for one bind pattern.
+type boundCounter struct {
+	pattern string
+	c       *usage.Counter
+}
+
+// checkQuota finds the usage counter of s's token, organization and a's
+// bind (cached on s, else one map lookup in the meter's snapshot) into
+// *counted, and refuses the request when the token is over its
+// daily_max_bytes or the organization over its monthly_max_bytes. Without
+// a meter it passes.
+func (a *admission) checkQuota(s *service, counted **usage.Counter) refusal {
+	if a.rt.cfg.Usage == nil {
+		return refusal{}
+	}
+	var c *usage.Counter
+	if b := s.counted.Load(); b != nil && b.pattern == a.p.pattern {
+		c = b.c
+	} else {
+		c = a.rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
+		s.counted.Store(&boundCounter{pattern: a.p.pattern, c: c})
+	}
+	*counted = c
+	kind := passed
+	switch c.Check() {
+	case usage.TokenQuota:
+		kind = refusedTokenQuota
+	case usage.OrgQuota:
+		kind = refusedOrgQuota
+	}
+	if kind == passed {
+		return refusal{}
+	}
+	*counted = nil
+	return refusal{kind: kind}
 }
 
 // refusalReason is what the inspector records of ref: Explain's verdict

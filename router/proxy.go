@@ -135,16 +135,6 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	rt.dispatch(&a, rec)
 }
 
-// live reports whether p may still serve: it has members, or lost its last
-// one less than DownThreshold ago (requests then wait for its return).
-func (rg *Registry) live(p *pool) bool {
-	if len(*p.members.Load()) > 0 || p.armed.Load() != nil {
-		return true
-	}
-	at := p.emptiedAt.Load()
-	return at != 0 && time.Since(time.Unix(0, at)) < rg.downThreshold
-}
-
 // dispatch runs the dispatch stages for a request that passed admission:
 // cold start, permit and queue, CONNECT, global slot, then the exchange,
 // re-dispatching per the failover policy.
@@ -189,29 +179,9 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 		if kept != nil {
 			r.Body = &replayBody{Reader: bytes.NewReader(kept)}
 		}
-		var s *service
-		var ref refusal
-		if next != nil {
-			s, next = next, nil
-		} else {
-			s, ref = a.takePermit(ctx, wt, timeout, wait, rec)
-		}
-		if ref.kind == passed {
-			ref = checkTokenRate(s)
-		}
-		if ref.kind == passed {
-			ref = a.checkConnect(s).refusal
-		}
-		if ref.kind == passed {
-			ref = a.checkQuota(s, &counted)
-		}
-		if ref.kind == passed {
-			ref = a.takeSlot().refusal
-		}
+		s, ref := a.takeClient(ctx, next, wt, timeout, wait, rec, &counted)
+		next = nil
 		if ref.kind != passed {
-			if s != nil {
-				s.release() // the permit a stage after takePermit refused with
-			}
 			rt.answer(w, r, rec, host, ref)
 			return
 		}
@@ -600,41 +570,4 @@ func (c *countingWriter) WriteString(s string) (int, error) {
 	n, err := io.WriteString(c.w, s)
 	c.n += int64(n)
 	return n, err
-}
-
-// boundCounter is a service's usage counter for one bind pattern.
-type boundCounter struct {
-	pattern string
-	c       *usage.Counter
-}
-
-// checkQuota finds the usage counter of s's token, organization and a's
-// bind (cached on s, else one map lookup in the meter's snapshot) into
-// *counted, and refuses the request when the token is over its
-// daily_max_bytes or the organization over its monthly_max_bytes. Without
-// a meter it passes.
-func (a *admission) checkQuota(s *service, counted **usage.Counter) refusal {
-	if a.rt.cfg.Usage == nil {
-		return refusal{}
-	}
-	var c *usage.Counter
-	if b := s.counted.Load(); b != nil && b.pattern == a.p.pattern {
-		c = b.c
-	} else {
-		c = a.rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
-		s.counted.Store(&boundCounter{pattern: a.p.pattern, c: c})
-	}
-	*counted = c
-	kind := passed
-	switch c.Check() {
-	case usage.TokenQuota:
-		kind = refusedTokenQuota
-	case usage.OrgQuota:
-		kind = refusedOrgQuota
-	}
-	if kind == passed {
-		return refusal{}
-	}
-	*counted = nil
-	return refusal{kind: kind}
 }

@@ -29,7 +29,7 @@ import (
 // one declaration per service bind, and tells it when sessions end.
 //
 // A block is declared only for the binds the router accepted for the
-// session (router.Bound), checked on every announcement, heartbeats
+// session (router.Registry.Bound), checked on every announcement, heartbeats
 // included: never for a hostname the token may not bind, nor for a
 // wildcard wider than the token's patterns. Refused binds, invalid blocks
 // and declarations over the record caps are answered with a notice to the
@@ -493,7 +493,7 @@ func (r scalingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
 type poolView struct{ reg *router.Registry }
 
 // Pool reports the figures of the pool only to the organization whose
-// record drives it (router.Drives): another organization's record, armed
+// record drives it (router.Registry.Drives): another organization's record, armed
 // over overlapping token scopes, must not scale on, nor learn, the load of
 // a pool it does not serve. To it the pool looks empty and unmeasurable,
 // so it is never scaled out or in.
