@@ -68,14 +68,6 @@ type ColdStartPlanner interface {
 	PlanColdStart(ctx context.Context, orgID, hostname, path string) (join bool, detail string, err error)
 }
 
-// Reserved reports whether path belongs to aperio-server itself on every
-// hostname (everything under /aperio/): such a request is answered by the
-// server and never proxied. Every other path, /metrics included, is the
-// app's.
-func Reserved(path string) bool {
-	return strings.HasPrefix(path, "/aperio/")
-}
-
 // Explain walks what the router would do now with a request for host and
 // path from visitor ip (the zero Addr: unknown), running the proxy's
 // stages in their dry run, and says why. It takes no permit, no token of the

@@ -390,16 +390,6 @@ func (a *admission) checkPath() verdict {
 	return v
 }
 
-// anyReserved reports whether one of paths is Reserved.
-func anyReserved(paths []string) bool {
-	for _, p := range paths {
-		if Reserved(p) {
-			return true
-		}
-	}
-	return false
-}
-
 // checkIPLimit takes a token of the visitor's bucket and refuses when it
 // has none. A dry run takes nothing: it reads the tokens left, which its
 // step names. A dry run given no visitor address skips it: it has no
@@ -474,6 +464,19 @@ func (a *admission) checkHostField() verdict {
 		return stop(refusedHostField, whyHostFieldDiffers)
 	}
 	return pass(OutcomePass, whyHostFieldSame)
+}
+
+// hostFieldConflicts reports whether an HTTP/2 request carries a host field
+// other than its :authority, which RFC 9113 §8.3.1 makes malformed: a
+// backend or cache could take the other one. net/http moves an HTTP/1
+// Host header into Request.Host, so only HTTP/2 requests keep one in
+// Header. authority is the request's Host and h its header.
+func hostFieldConflicts(authority string, h http.Header) bool {
+	v, ok := h["Host"]
+	if !ok {
+		return false
+	}
+	return len(v) != 1 || !strings.EqualFold(v[0], authority)
 }
 
 // checkRoute matches the bind and refuses when nobody serves it, or its
@@ -1030,6 +1033,16 @@ func (a *admission) takeClient(ctx context.Context, s *service, wt *waiter, time
 		return nil, ref
 	}
 	return s, ref
+}
+
+// checkTokenRate takes a request of the max_rps bucket of the token of the
+// client s, whose permit the request holds; an empty bucket refuses with
+// 429 token-rate. Only the proxy runs it: Explain does not predict it.
+func checkTokenRate(s *service) refusal {
+	if lim := s.rate.Load(); lim != nil && !lim.Allow() {
+		return refuseWith(refusedTokenRate)
+	}
+	return refusal{}
 }
 
 // checkConnect refuses a CONNECT to a backend that does not take it (a

@@ -640,17 +640,7 @@ func (rg *Registry) Inflight(conn Conn, serviceID string) int64 {
 // Queued returns the requests waiting in every pool's queue for a
 // client's permit, for metrics. It locks each pool briefly.
 func (rg *Registry) Queued() int {
-	rg.mu.Lock()
-	pools := make([]*pool, 0, len(rg.pools))
-	for _, p := range rg.pools {
-		pools = append(pools, p)
-	}
-	rg.mu.Unlock()
-	n := 0
-	for _, p := range pools {
-		n += p.queued()
-	}
-	return n
+	return rg.QueuedOn(func(string) bool { return true })
 }
 
 // QueuedOn returns the requests waiting now (queued for a permit or held

@@ -67,13 +67,3 @@ func (rs tokenRates) releaseLocked(e *clientEntry) {
 	}
 	e.rateToken = ""
 }
-
-// checkTokenRate takes a request of the max_rps bucket of the token of the
-// client s, whose permit the request holds; an empty bucket refuses with
-// 429 token-rate. Only the proxy runs it: Explain does not predict it.
-func checkTokenRate(s *service) refusal {
-	if lim := s.rate.Load(); lim != nil && !lim.Allow() {
-		return refuseWith(refusedTokenRate)
-	}
-	return refusal{}
-}
