@@ -187,8 +187,10 @@ func (ref refusal) status() int {
 	return refusalInfo[ref.kind].status
 }
 
-// admission is one request on its way through the stages. In a dry run
-// (ex set) there is no request: r and w are nil. The request's record is
+// admission is one request on its way through the stages, which are its
+// methods (admit runs the admission stages, takeClient the dispatch
+// stages of one attempt). In a dry run (ex set) there is no request: r
+// and w are nil. The request's record is
 // passed beside it, not kept in it: escape analysis does not tell fields
 // apart, and a record kept here would leave the caller's stack.
 type admission struct {

@@ -70,8 +70,8 @@ type scalingRegistry struct {
 	wait time.Duration
 }
 
-// newScalingRegistry wraps the router with the scaling declarations of g's
-// controller.
+// newScalingRegistry wraps the router's registry with the scaling
+// declarations of g's controller.
 func (g *Gateway) newScalingRegistry(reg *router.Registry, log *slog.Logger) scalingRegistry {
 	r := scalingRegistry{Registry: reg, ctl: g.ctl, reg: reg, arm: g.armed.reload, log: log, armed: &sessionBinds{},
 		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
@@ -489,7 +489,7 @@ func (r scalingRegistry) Detach(ctx context.Context, s *tunnel.Session) {
 	r.audited.forget(s.ID())
 }
 
-// poolView gives the controller the router's live figures.
+// poolView gives the controller the live figures of the router's registry.
 type poolView struct{ reg *router.Registry }
 
 // Pool reports the figures of the pool only to the organization whose
