@@ -250,9 +250,9 @@ func authOutcome(d *access.Decision) string {
 
 // denied records a refusal of the gate ge in rec and tells the Denied
 // hook, if any.
-func (rt *Router) denied(a *admission, ge *gateEntry, d *access.Decision, rec *telemetry.Request) {
+func (a *admission) denied(ge *gateEntry, d *access.Decision, rec *telemetry.Request) {
 	rec.AuthMethod, rec.AuthOutcome = ge.methods, authOutcome(d)
-	hook := rt.cfg.Access.Denied
+	hook := a.rt.cfg.Access.Denied
 	if hook == nil {
 		return
 	}

@@ -69,7 +69,7 @@ func lastRequest(t *testing.T, c *fakeConn) *http.Request {
 func TestAccessUpstreamIdentity(t *testing.T) {
 	rt := newRouter(t, Config{})
 	conn := newConn("a", 1)
-	rt.update(conn, accessAnn(&tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}))
+	rt.reg.update(conn, accessAnn(&tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}))
 	req := httptest.NewRequest("GET", "/x", nil)
 	req.Host = "app.test"
 	req.RemoteAddr = "203.0.113.7:1234"
@@ -95,7 +95,7 @@ func TestAccessUpstreamIdentity(t *testing.T) {
 
 	open := newRouter(t, Config{})
 	oc := newConn("b", 1)
-	open.update(oc, ann(svc("", "app.test")))
+	open.reg.update(oc, ann(svc("", "app.test")))
 	req = httptest.NewRequest("GET", "/x", nil)
 	req.Host = "app.test"
 	req.Header.Set("Authorization", "Bearer app-token")
@@ -112,7 +112,7 @@ func TestAccessUpstreamIdentity(t *testing.T) {
 func TestAccessRefusalAnswer(t *testing.T) {
 	rt := newRouter(t, Config{})
 	conn := newConn("a", 1)
-	rt.update(conn, accessAnn(&tunnel.Access{Basic: &tunnel.BasicAuth{Realm: "staff", Users: map[string]string{"ann": testBcrypt(t, "pw")}}}))
+	rt.reg.update(conn, accessAnn(&tunnel.Access{Basic: &tunnel.BasicAuth{Realm: "staff", Users: map[string]string{"ann": testBcrypt(t, "pw")}}}))
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Host = "app.test"
 	req.Header.Set("Authorization", basicAuth("ann", "wrong"))
@@ -134,7 +134,7 @@ func TestAccessRefusalAnswer(t *testing.T) {
 // claimed.
 func TestAccessHiddenLikeUnknownHost(t *testing.T) {
 	rt := newRouter(t, Config{Access: AccessConfig{Default: access.Deny}})
-	rt.update(newConn("a", 1), ann(svc("", "closed.test")))
+	rt.reg.update(newConn("a", 1), ann(svc("", "closed.test")))
 	answer := func(host string) (int, http.Header, string) {
 		req := httptest.NewRequest("GET", "/", nil)
 		req.Host = host
@@ -157,13 +157,13 @@ func TestAccessBindAgreement(t *testing.T) {
 	rt := newRouter(t, Config{})
 	bearer := &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
 	first := newConn("a", 1)
-	rt.update(first, accessAnn(bearer))
+	rt.reg.update(first, accessAnn(bearer))
 	second := newConn("b", 2)
-	notices := rt.update(second, ann(svc("", "app.test"))) // no access block: open
+	notices := rt.reg.update(second, ann(svc("", "app.test"))) // no access block: open
 	if len(notices) != 1 || !strings.Contains(notices[0], "app.test is served by another client with other access settings") {
 		t.Fatalf("notices = %q, want the access disagreement", notices)
 	}
-	p := rt.table.Load().match("app.test", "/")
+	p := rt.reg.table.Load().match("app.test", "/")
 	if n := len(*p.members.Load()); n != 1 {
 		t.Fatalf("members = %d, want 1 (the disagreeing client left out)", n)
 	}
@@ -172,8 +172,8 @@ func TestAccessBindAgreement(t *testing.T) {
 	}
 	// The same announcement again is applied again, not skipped: once the
 	// first client leaves, the bind is the second's.
-	rt.detach(first)
-	if notices := rt.update(second, ann(svc("", "app.test"))); len(notices) != 0 {
+	rt.reg.detach(first)
+	if notices := rt.reg.update(second, ann(svc("", "app.test"))); len(notices) != 0 {
 		t.Fatalf("notices after the first client left = %q, want none", notices)
 	}
 	if code := serveOnce(t, rt, "GET", "app.test", "/", ""); code != http.StatusOK {
@@ -181,7 +181,7 @@ func TestAccessBindAgreement(t *testing.T) {
 	}
 	// An agreeing client joins.
 	third := newConn("c", 3)
-	if notices := rt.update(third, ann(svc("", "app.test"))); len(notices) != 0 {
+	if notices := rt.reg.update(third, ann(svc("", "app.test"))); len(notices) != 0 {
 		t.Fatalf("agreeing client's notices = %q, want none", notices)
 	}
 }
@@ -192,15 +192,15 @@ func TestAccessGateBuiltOnce(t *testing.T) {
 	rt := newRouter(t, Config{})
 	conn := newConn("a", 1)
 	a := &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
-	rt.update(conn, accessAnn(a))
-	p := rt.table.Load().match("app.test", "/")
+	rt.reg.update(conn, accessAnn(a))
+	p := rt.reg.table.Load().match("app.test", "/")
 	g1 := p.gate.Load()
 	again := *a
-	rt.update(conn, accessAnn(&again))
+	rt.reg.update(conn, accessAnn(&again))
 	if g2 := p.gate.Load(); g2 != g1 {
 		t.Fatal("the same access block rebuilt the gate")
 	}
-	rt.update(conn, accessAnn(&tunnel.Access{Public: true}))
+	rt.reg.update(conn, accessAnn(&tunnel.Access{Public: true}))
 	if g3 := p.gate.Load(); g3 == g1 || !g3.simple {
 		t.Fatalf("a changed access block kept the old gate (simple %v)", g3.simple)
 	}
@@ -225,7 +225,7 @@ func TestAccessBlockRefusedByServer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rt := newRouter(t, Config{})
-			notices := rt.update(newConn("a", 1), accessAnn(tt.a))
+			notices := rt.reg.update(newConn("a", 1), accessAnn(tt.a))
 			if len(notices) != 1 || !strings.Contains(notices[0], "service 0: access refused") || !strings.Contains(notices[0], tt.want) {
 				t.Fatalf("notices = %q, want the service's access refused naming %q", notices, tt.want)
 			}
@@ -245,7 +245,7 @@ func TestAccessIdentityToken(t *testing.T) {
 	}
 	rt := newRouter(t, Config{Access: AccessConfig{Identity: signer}})
 	conn := newConn("a", 1)
-	rt.update(conn, accessAnn(&tunnel.Access{IdentityJWT: true, Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}))
+	rt.reg.update(conn, accessAnn(&tunnel.Access{IdentityJWT: true, Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}))
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Host = "app.test"
 	req.RemoteAddr = netip.AddrPortFrom(visitor, 1).String()
@@ -269,7 +269,7 @@ func TestAccessRecordAndDenied(t *testing.T) {
 	var got []AccessDenial
 	cfg := Config{Access: AccessConfig{Default: access.Deny, Denied: func(d AccessDenial) { got = append(got, d) }}}
 	rt := newRouter(t, cfg)
-	rt.update(newConn("a", 1), ann(
+	rt.reg.update(newConn("a", 1), ann(
 		tunnel.Service{Hostnames: []string{"open.test"}, Access: &tunnel.Access{Public: true}},
 		tunnel.Service{Hostnames: []string{"closed.test"}},
 		tunnel.Service{Hostnames: []string{"app.test"}, Access: &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}},

@@ -72,9 +72,9 @@ func TestArmedBindsKeyedByOrg(t *testing.T) {
 			rt := newRouter(t, Config{Scaler: sc, GatewayTimeout: 10 * time.Millisecond})
 			if tt.member != "" {
 				member := &orgConn{newConn("c", 1), tunnel.Identity{TokenID: "tok_" + tt.member, OrgID: tt.member}}
-				rt.update(member, unhealthy("app.test"))
+				rt.reg.update(member, unhealthy("app.test"))
 			}
-			rt.SetArmed(tt.binds)
+			rt.reg.SetArmed(tt.binds)
 			rec := serveAsync(rt, "app.test", "/").wait(t)
 			got := sc.calls()
 			if len(got) != len(tt.want) || (len(got) > 0 && got[0] != tt.want[0]) {
@@ -86,22 +86,22 @@ func TestArmedBindsKeyedByOrg(t *testing.T) {
 
 func TestArmedByAndBound(t *testing.T) {
 	rt := newRouter(t, Config{})
-	rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "App.Test", Path: "/api"}})
-	if !rt.ArmedBy("org_a", "app.test", "/api") || rt.ArmedBy("org_b", "app.test", "/api") || !rt.Armed("app.test", "/api") {
+	rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "App.Test", Path: "/api"}})
+	if !rt.reg.ArmedBy("org_a", "app.test", "/api") || rt.reg.ArmedBy("org_b", "app.test", "/api") || !rt.reg.Armed("app.test", "/api") {
 		t.Fatalf("ArmedBy(org_a), ArmedBy(org_b), Armed = %v, %v, %v, want true, false, true",
-			rt.ArmedBy("org_a", "app.test", "/api"), rt.ArmedBy("org_b", "app.test", "/api"), rt.Armed("app.test", "/api"))
+			rt.reg.ArmedBy("org_a", "app.test", "/api"), rt.reg.ArmedBy("org_b", "app.test", "/api"), rt.reg.Armed("app.test", "/api"))
 	}
 	c := newConn("c", 1)
-	rt.updateAs(c, ann(svc("", "app.test", "victim.test", "*.test")), rights{allowed: []string{"app.test"}})
+	rt.reg.updateAs(c, ann(svc("", "app.test", "victim.test", "*.test")), rights{allowed: []string{"app.test"}})
 	for _, tt := range []struct {
 		host string
 		want bool
 	}{{"app.test", true}, {"APP.test", true}, {"victim.test", false}, {"*.test", false}} {
-		if got := rt.Bound(c, tt.host, ""); got != tt.want {
+		if got := rt.reg.Bound(c, tt.host, ""); got != tt.want {
 			t.Errorf("Bound(%s) = %v, want %v", tt.host, got, tt.want)
 		}
 	}
-	if rt.Bound(newConn("other", 2), "app.test", "") {
+	if rt.reg.Bound(newConn("other", 2), "app.test", "") {
 		t.Errorf("Bound(unknown conn) = true, want false")
 	}
 }
@@ -111,8 +111,8 @@ func TestArmedByAndBound(t *testing.T) {
 func TestExplainArmedByAnotherOrg(t *testing.T) {
 	rt := newRouter(t, Config{Scaler: &planScaler{}, GatewayTimeout: time.Second})
 	member := &orgConn{newConn("c", 1), tunnel.Identity{TokenID: "tok_a", OrgID: "org_a"}}
-	rt.update(member, unhealthy("app.test"))
-	rt.SetArmed([]ArmedBind{{OrgID: "org_b", Pattern: "app.test", ColdStart: time.Minute}})
+	rt.reg.update(member, unhealthy("app.test"))
+	rt.reg.SetArmed([]ArmedBind{{OrgID: "org_b", Pattern: "app.test", ColdStart: time.Minute}})
 	ex := rt.Explain(t.Context(), "app.test", "/", visitor)
 	const want = "armed only by organizations whose clients do not serve the bind"
 	found := false

@@ -116,8 +116,8 @@ func cookiePair(line string) string {
 func TestWeightedSplit(t *testing.T) {
 	rt := newRouter(t, Config{})
 	a, b := newStatusConn("a", 1), newStatusConn("b", 2)
-	rt.update(a, instAnn("ia", tunnel.Service{Weight: 9}))
-	rt.update(b, instAnn("ib", tunnel.Service{Weight: 1}))
+	rt.reg.update(a, instAnn("ia", tunnel.Service{Weight: 9}))
+	rt.reg.update(b, instAnn("ib", tunnel.Service{Weight: 1}))
 	seq := ""
 	for range 100 {
 		seq += servedBy(t, visit(t, rt, "GET", "", ""))
@@ -146,14 +146,14 @@ func TestWeightClamped(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.announced), func(t *testing.T) {
 			c := newStatusConn(fmt.Sprint("w", tt.announced), 1)
-			notices := rt.update(c, instAnn("i", tunnel.Service{Weight: tt.announced}))
-			if got := rt.Weight(c, "0"); got != tt.want {
+			notices := rt.reg.update(c, instAnn("i", tunnel.Service{Weight: tt.announced}))
+			if got := rt.reg.Weight(c, "0"); got != tt.want {
 				t.Errorf("Weight(%d) = %d, want %d", tt.announced, got, tt.want)
 			}
 			if got := strings.Contains(strings.Join(notices, "\n"), "weight"); got != tt.notice {
 				t.Errorf("notice about weight for %d = %v (%q), want %v", tt.announced, got, notices, tt.notice)
 			}
-			rt.detach(c)
+			rt.reg.detach(c)
 		})
 	}
 }
@@ -161,8 +161,8 @@ func TestWeightClamped(t *testing.T) {
 func TestSticky(t *testing.T) {
 	rt := newRouter(t, Config{Strategy: "sticky"})
 	a, b := newStatusConn("a", 1), newStatusConn("b", 2)
-	rt.update(a, instAnn("ia", tunnel.Service{}))
-	rt.update(b, instAnn("ib", tunnel.Service{}))
+	rt.reg.update(a, instAnn("ia", tunnel.Service{}))
+	rt.reg.update(b, instAnn("ib", tunnel.Service{}))
 
 	first := visit(t, rt, "GET", "", "")
 	who := servedBy(t, first)
@@ -222,7 +222,7 @@ func TestSticky(t *testing.T) {
 	if who == "b" {
 		gone, other = b, a
 	}
-	rt.detach(gone)
+	rt.reg.detach(gone)
 	resp := visit(t, rt, "GET", "", cookie)
 	if got := servedBy(t, resp); got != other.id {
 		t.Fatalf("after %s left, served by %s, want %s", gone.id, got, other.id)
@@ -238,7 +238,7 @@ func TestSticky(t *testing.T) {
 
 func TestStickySecureOverHTTPS(t *testing.T) {
 	rt := newRouter(t, Config{Strategy: "sticky"})
-	rt.update(newStatusConn("a", 1), instAnn("ia", tunnel.Service{}))
+	rt.reg.update(newStatusConn("a", 1), instAnn("ia", tunnel.Service{}))
 	r := httptest.NewRequest("GET", "https://app.example.com/", nil)
 	r.TLS = &tls.ConnectionState{}
 	w := httptest.NewRecorder()
@@ -251,8 +251,8 @@ func TestStickySecureOverHTTPS(t *testing.T) {
 func TestStickyPerServiceOverride(t *testing.T) {
 	rt := newRouter(t, Config{}) // the server round-robins
 	a, b := newStatusConn("a", 1), newStatusConn("b", 2)
-	rt.update(a, instAnn("ia", tunnel.Service{LBStrategy: "sticky"}))
-	rt.update(b, instAnn("ib", tunnel.Service{LBStrategy: "sticky"}))
+	rt.reg.update(a, instAnn("ia", tunnel.Service{LBStrategy: "sticky"}))
+	rt.reg.update(b, instAnn("ib", tunnel.Service{LBStrategy: "sticky"}))
 	first := visit(t, rt, "GET", "", "")
 	who, cookie := servedBy(t, first), cookiePair(affinityOf(first))
 	if cookie == "" {
@@ -264,7 +264,7 @@ func TestStickyPerServiceOverride(t *testing.T) {
 		}
 	}
 	c := newStatusConn("c", 3)
-	notices := rt.update(c, instAnn("ic", tunnel.Service{LBStrategy: "bogus"}))
+	notices := rt.reg.update(c, instAnn("ic", tunnel.Service{LBStrategy: "bogus"}))
 	if !strings.Contains(strings.Join(notices, "\n"), "lb_strategy") {
 		t.Errorf("notices for an unknown lb_strategy = %q, want one naming it", notices)
 	}
@@ -275,7 +275,7 @@ func TestStickyPerServiceOverride(t *testing.T) {
 func TestStickyConcurrent(t *testing.T) {
 	rt := newRouter(t, Config{Strategy: "sticky"})
 	for i, id := range []string{"a", "b", "c"} {
-		rt.update(newStatusConn(id, i), instAnn("i"+id, tunnel.Service{}))
+		rt.reg.update(newStatusConn(id, i), instAnn("i"+id, tunnel.Service{}))
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
@@ -303,15 +303,15 @@ func TestOutlierEjection(t *testing.T) {
 		rt := newRouter(t, Config{OutlierConsecutive5xx: 3, OutlierEjectionTime: time.Minute, OutlierMaxEjectedPercent: 50})
 		bad, good := newStatusConn("bad", 1), newStatusConn("good", 2)
 		bad.status.Store(http.StatusInternalServerError)
-		rt.update(bad, instAnn("ibad", tunnel.Service{}))
-		rt.update(good, instAnn("igood", tunnel.Service{}))
+		rt.reg.update(bad, instAnn("ibad", tunnel.Service{}))
+		rt.reg.update(good, instAnn("igood", tunnel.Service{}))
 		for range 6 { // round-robin: three answers of each
 			visit(t, rt, "GET", "", "")
 		}
 		if n := rt.Counters().OutlierEjections; n != 1 {
 			t.Fatalf("Counters().OutlierEjections = %d, want 1", n)
 		}
-		until := rt.EjectedUntil(bad, "0")
+		until := rt.reg.EjectedUntil(bad, "0")
 		if want := time.Now().Add(time.Minute); !until.Equal(want) {
 			t.Errorf("EjectedUntil = %v, want %v", until, want)
 		}
@@ -331,13 +331,13 @@ func TestOutlierEjection(t *testing.T) {
 
 		// Back after the time; still failing: ejected again for twice as long.
 		time.Sleep(time.Minute)
-		if !rt.EjectedUntil(bad, "0").IsZero() {
+		if !rt.reg.EjectedUntil(bad, "0").IsZero() {
 			t.Fatal("still ejected after outlier_ejection_time")
 		}
 		for range 6 {
 			visit(t, rt, "GET", "", "")
 		}
-		if got, want := rt.EjectedUntil(bad, "0"), time.Now().Add(2*time.Minute); !got.Equal(want) {
+		if got, want := rt.reg.EjectedUntil(bad, "0"), time.Now().Add(2*time.Minute); !got.Equal(want) {
 			t.Errorf("second EjectedUntil = %v, want %v (doubled)", got, want)
 		}
 		// Capped at ten times.
@@ -347,7 +347,7 @@ func TestOutlierEjection(t *testing.T) {
 				visit(t, rt, "GET", "", "")
 			}
 		}
-		if got, want := rt.EjectedUntil(bad, "0"), time.Now().Add(10*time.Minute); !got.Equal(want) {
+		if got, want := rt.reg.EjectedUntil(bad, "0"), time.Now().Add(10*time.Minute); !got.Equal(want) {
 			t.Errorf("capped EjectedUntil = %v, want %v", got, want)
 		}
 
@@ -361,7 +361,7 @@ func TestOutlierEjection(t *testing.T) {
 		for range 6 {
 			visit(t, rt, "GET", "", "")
 		}
-		if got, want := rt.EjectedUntil(bad, "0"), time.Now().Add(time.Minute); !got.Equal(want) {
+		if got, want := rt.reg.EjectedUntil(bad, "0"), time.Now().Add(time.Minute); !got.Equal(want) {
 			t.Errorf("after healing, EjectedUntil = %v, want %v", got, want)
 		}
 	})
@@ -371,7 +371,7 @@ func TestOutlierMaxEjectedPercent(t *testing.T) {
 	rt := newRouter(t, Config{OutlierConsecutive5xx: 2, OutlierEjectionTime: time.Hour, OutlierMaxEjectedPercent: 50})
 	lone := newStatusConn("lone", 1)
 	lone.status.Store(http.StatusServiceUnavailable)
-	rt.update(lone, instAnn("il", tunnel.Service{}))
+	rt.reg.update(lone, instAnn("il", tunnel.Service{}))
 	for range 5 {
 		visit(t, rt, "GET", "", "")
 	}
@@ -392,7 +392,7 @@ func TestOutlierEjectionConcurrent(t *testing.T) {
 	for i := range 4 {
 		c := newStatusConn(fmt.Sprint("c", i), i)
 		c.status.Store(http.StatusInternalServerError)
-		rt.update(c, instAnn(c.id, tunnel.Service{}))
+		rt.reg.update(c, instAnn(c.id, tunnel.Service{}))
 		conns = append(conns, c)
 	}
 	var wg sync.WaitGroup
@@ -406,7 +406,7 @@ func TestOutlierEjectionConcurrent(t *testing.T) {
 	wg.Wait()
 	ejected := 0
 	for _, c := range conns {
-		if !rt.EjectedUntil(c, "0").IsZero() {
+		if !rt.reg.EjectedUntil(c, "0").IsZero() {
 			ejected++
 		}
 	}
@@ -424,8 +424,8 @@ func TestFailoverReplaysBody(t *testing.T) {
 		rt := newRouter(t, cfg)
 		dead, live := newStatusConn("dead", 1), newStatusConn("live", 2)
 		dead.fail.Store(true)
-		rt.update(dead, instAnn("id", tunnel.Service{}))
-		rt.update(live, instAnn("il", tunnel.Service{}))
+		rt.reg.update(dead, instAnn("id", tunnel.Service{}))
+		rt.reg.update(live, instAnn("il", tunnel.Service{}))
 		return rt, dead, live
 	}
 	t.Run("replayed", func(t *testing.T) {
@@ -491,8 +491,8 @@ func TestRetryOn5xx(t *testing.T) {
 	rt := newRouter(t, Config{RetryOn5xx: []int{503}, FailoverReplayMaxBody: 1024})
 	flaky, fine := newStatusConn("flaky", 1), newStatusConn("fine", 2)
 	flaky.status.Store(http.StatusServiceUnavailable)
-	rt.update(flaky, instAnn("if", tunnel.Service{}))
-	rt.update(fine, instAnn("ig", tunnel.Service{}))
+	rt.reg.update(flaky, instAnn("if", tunnel.Service{}))
+	rt.reg.update(fine, instAnn("ig", tunnel.Service{}))
 	for range 4 {
 		resp := visit(t, rt, "PUT", "data", "")
 		if resp.StatusCode != http.StatusOK || servedBy(t, resp) != "fine" {
@@ -539,9 +539,9 @@ func TestTiersUnderEveryStrategy(t *testing.T) {
 					w = 5
 				}
 				primary, standby, deeper := newStatusConn("primary", 3), newStatusConn("standby", 1), newStatusConn("deeper", 2)
-				rt.update(standby, instAnn("is", tunnel.Service{Priority: 1, Weight: w}))
-				rt.update(deeper, instAnn("id", tunnel.Service{Priority: 2}))
-				rt.update(primary, instAnn("ip", tunnel.Service{}))
+				rt.reg.update(standby, instAnn("is", tunnel.Service{Priority: 1, Weight: w}))
+				rt.reg.update(deeper, instAnn("id", tunnel.Service{Priority: 2}))
+				rt.reg.update(primary, instAnn("ip", tunnel.Service{}))
 				for range 6 {
 					if got := servedBy(t, visit(t, rt, "GET", "", "")); got != "primary" {
 						t.Fatalf("served by %s while the primary is routable", got)
@@ -549,7 +549,7 @@ func TestTiersUnderEveryStrategy(t *testing.T) {
 				}
 				down := instAnn("ip", tunnel.Service{})
 				down.Services[0].Healthy = false
-				rt.update(primary, down)
+				rt.reg.update(primary, down)
 				for range 6 {
 					if got := servedBy(t, visit(t, rt, "GET", "", "")); got != "standby" {
 						t.Fatalf("served by %s with the primary down, want standby (priority 1)", got)

@@ -34,16 +34,16 @@ func BenchmarkAdmission(b *testing.B) {
 			hosts[h] = fmt.Sprintf("www.tenant%d.example.com", h)
 		}
 		for c := range 10 {
-			rt.update(newConn(fmt.Sprintf("c%d-%d", h, c), h*10+c), limited(100, pattern))
+			rt.reg.update(newConn(fmt.Sprintf("c%d-%d", h, c), h*10+c), limited(100, pattern))
 		}
 	}
-	if n := rt.ConnectedClients(); n != 10000 {
+	if n := rt.reg.ConnectedClients(); n != 10000 {
 		b.Fatalf("ConnectedClients() = %d, want 10000", n)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		p := rt.table.Load().match(hosts[i%len(hosts)], "/index.html")
+		p := rt.reg.table.Load().match(hosts[i%len(hosts)], "/index.html")
 		s, _ := p.tryAcquire(rt.strategy, nil)
 		if s == nil {
 			b.Fatal("no permit")
@@ -54,10 +54,10 @@ func BenchmarkAdmission(b *testing.B) {
 
 func TestAdmissionAllocatesNothing(t *testing.T) {
 	rt := newRouter(t, Config{})
-	rt.update(newConn("a", 1), limited(10, "*.example.com"))
-	rt.update(newConn("b", 2), limited(10, "*.example.com"))
+	rt.reg.update(newConn("a", 1), limited(10, "*.example.com"))
+	rt.reg.update(newConn("b", 2), limited(10, "*.example.com"))
 	allocs := testing.AllocsPerRun(1000, func() {
-		p := rt.table.Load().match("www.example.com", "/")
+		p := rt.reg.table.Load().match("www.example.com", "/")
 		s, _ := p.tryAcquire(rt.strategy, nil)
 		s.release()
 	})
@@ -76,14 +76,14 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 		RateLimits: []policy.RateLimit{{Name: "api", Rate: 1 << 30, Burst: 1 << 30}},
 		Routes:     []policy.Route{{Path: "/api", Policy: &policy.RoutePolicy{RateLimit: "api"}}},
 	}})
-	rt.update(newConn("a", 1), ann(svc("", "app.test")))
+	rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 	r := httptest.NewRequest(http.MethodGet, "http://app.test/api/x", nil)
 	w := &discardWriter{h: http.Header{}}
 	var rec telemetry.Request
 	allocs := testing.AllocsPerRun(1000, func() {
-		a := admission{set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: "app.test", path: r.URL.Path}
+		a := admission{rt: rt, set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: "app.test", path: r.URL.Path}
 		a.ip = a.v.Addr
-		if ref := rt.admit(r.Context(), &a, &rec); ref.kind != passed {
+		if ref := a.admit(r.Context(), &rec); ref.kind != passed {
 			t.Fatalf("admit(GET app.test/api/x) = refusal kind %d, want passed", ref.kind)
 		}
 	})
@@ -135,7 +135,7 @@ func benchRouter(b *testing.B, tracer trace.Tracer) *Router {
 // benchRouterWith is benchRouter with a traffic policy.
 func benchRouterWith(b *testing.B, tracer trace.Tracer, pc policy.Config) *Router {
 	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100, Tracer: tracer, Policy: pc})
-	rt.update(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"))
+	rt.reg.update(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"))
 	return rt
 }
 
@@ -205,7 +205,7 @@ func BenchmarkServeHTTPGated(b *testing.B) {
 			rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100})
 			a := limited(100, "app.example.com")
 			a.Services[0].Access = tc.access
-			rt.update(&benchConn{fakeConn{id: "c1", at: epoch}}, a)
+			rt.reg.update(&benchConn{fakeConn{id: "c1", at: epoch}}, a)
 			req := httptest.NewRequest(http.MethodGet, "http://app.example.com/index.html", nil)
 			w := &statusWriter{}
 			b.ReportAllocs()

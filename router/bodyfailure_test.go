@@ -27,7 +27,7 @@ func (c *bodyReaderConn) RoundTrip(req *http.Request, service string) (*http.Res
 func TestBodyFailureBeatsTheAnswer(t *testing.T) {
 	rt := newRouter(t, Config{})
 	conn := &bodyReaderConn{fakeConn: *newConn("c", 1)}
-	rt.update(conn, ann(svc("", "app.test")))
+	rt.reg.update(conn, ann(svc("", "app.test")))
 	srv := httptest.NewServer(rt)
 	t.Cleanup(srv.Close)
 

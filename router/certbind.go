@@ -8,23 +8,23 @@ import (
 // exact name or a wildcard pattern covering it, with a live member in
 // the pool (a catch-all bind names no hostname and does not count), and
 // that client's organization. Automatic TLS asks it before obtaining a
-// certificate on demand. It takes the router's lock.
-func (rt *Router) BoundOrg(host string) (string, bool) {
+// certificate on demand. It takes the registry's lock.
+func (rg *Registry) BoundOrg(host string) (string, bool) {
 	host = hostname.Normalize(host)
-	t := rt.table.Load()
+	t := rg.table.Load()
 	if t == nil {
 		return "", false
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if org, ok := rt.liveOrgLocked(t.exact[host]); ok {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if org, ok := rg.liveOrgLocked(t.exact[host]); ok {
 		return org, true
 	}
 	for i := 1; i < len(host); i++ {
 		if host[i] != '.' {
 			continue
 		}
-		if org, ok := rt.liveOrgLocked(t.wildcard[host[i:]]); ok {
+		if org, ok := rg.liveOrgLocked(t.wildcard[host[i:]]); ok {
 			return org, true
 		}
 	}
@@ -32,9 +32,9 @@ func (rt *Router) BoundOrg(host string) (string, bool) {
 }
 
 // liveOrgLocked returns the organization of a client serving one of ps.
-func (rt *Router) liveOrgLocked(ps hostPools) (string, bool) {
+func (rg *Registry) liveOrgLocked(ps hostPools) (string, bool) {
 	for _, p := range ps {
-		for e, ss := range rt.members[poolKey{pattern: p.pattern, path: p.path}] {
+		for e, ss := range rg.members[poolKey{pattern: p.pattern, path: p.path}] {
 			if len(ss) > 0 && !e.disabled {
 				return e.rights.org, true
 			}
@@ -46,10 +46,10 @@ func (rt *Router) liveOrgLocked(ps hostPools) (string, bool) {
 // BoundPatterns returns the hostname patterns conn's services are bound
 // to now (exact names and wildcards; no catch-all), and conn's
 // organization; nothing when conn is not attached.
-func (rt *Router) BoundPatterns(conn Conn) (string, []string) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	e := rt.clients[conn]
+func (rg *Registry) BoundPatterns(conn Conn) (string, []string) {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	e := rg.clients[conn]
 	if e == nil {
 		return "", nil
 	}

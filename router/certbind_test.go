@@ -11,9 +11,9 @@ import (
 func TestBoundOrg(t *testing.T) {
 	rt := newRouter(t, Config{CatchAll: true})
 	a := newConn("a", 1)
-	rt.updateAs(a, ann(svc("", "app.test"), svc("/api", "*.w.test")), rights{master: true, org: "org_a"})
+	rt.reg.updateAs(a, ann(svc("", "app.test"), svc("/api", "*.w.test")), rights{master: true, org: "org_a"})
 	catch := newConn("catch", 2)
-	rt.updateAs(catch, ann(svc("")), rights{master: true, catchAll: true, org: "org_c"})
+	rt.reg.updateAs(catch, ann(svc("")), rights{master: true, catchAll: true, org: "org_c"})
 	for _, tc := range []struct {
 		host, org string
 		ok        bool
@@ -25,30 +25,30 @@ func TestBoundOrg(t *testing.T) {
 		{"w.test", "", false},
 		{"random.test", "", false}, // the catch-all serves it, but names no hostname
 	} {
-		if org, ok := rt.BoundOrg(tc.host); org != tc.org || ok != tc.ok {
+		if org, ok := rt.reg.BoundOrg(tc.host); org != tc.org || ok != tc.ok {
 			t.Errorf("BoundOrg(%q) = %q, %v; want %q, %v", tc.host, org, ok, tc.org, tc.ok)
 		}
 	}
-	org, patterns := rt.BoundPatterns(a)
+	org, patterns := rt.reg.BoundPatterns(a)
 	slices.Sort(patterns)
 	if org != "org_a" || !slices.Equal(patterns, []string{"*.w.test", "app.test"}) {
 		t.Errorf("BoundPatterns(a) = %q, %v", org, patterns)
 	}
-	if _, patterns := rt.BoundPatterns(catch); len(patterns) != 0 {
+	if _, patterns := rt.reg.BoundPatterns(catch); len(patterns) != 0 {
 		t.Errorf("BoundPatterns(catch-all) = %v, want none", patterns)
 	}
-	if err := rt.SetDisabled("a", true); err != nil {
+	if err := rt.reg.SetDisabled("a", true); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rt.BoundOrg("app.test"); ok {
+	if _, ok := rt.reg.BoundOrg("app.test"); ok {
 		t.Error("a disabled client's name is bound")
 	}
-	rt.SetDisabled("a", false)
-	rt.detach(a)
-	if _, ok := rt.BoundOrg("app.test"); ok {
+	rt.reg.SetDisabled("a", false)
+	rt.reg.detach(a)
+	if _, ok := rt.reg.BoundOrg("app.test"); ok {
 		t.Error("a name is bound after its client left")
 	}
-	if _, patterns := rt.BoundPatterns(a); patterns != nil {
+	if _, patterns := rt.reg.BoundPatterns(a); patterns != nil {
 		t.Errorf("BoundPatterns(gone) = %v", patterns)
 	}
 }

@@ -98,7 +98,7 @@ var errColdStartFailed = errors.New("router: cold start failed")
 // (after a restart, or long after the last client left) so their requests
 // can be held; pools that are no longer armed fall back to the usual
 // rules.
-func (rt *Router) SetArmed(binds []ArmedBind) {
+func (rg *Registry) SetArmed(binds []ArmedBind) {
 	now := time.Now()
 	sets := make(map[poolKey]*armedSet, len(binds))
 	for _, b := range binds {
@@ -117,51 +117,51 @@ func (rt *Router) SetArmed(binds []ArmedBind) {
 			set.first = a
 		}
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
 	dirty := false
 	for k, set := range sets {
-		p := rt.pools[k]
+		p := rg.pools[k]
 		if p == nil {
-			rt.poolSeq++
-			p = &pool{seq: rt.poolSeq, pattern: k.pattern, path: k.path}
+			rg.poolSeq++
+			p = &pool{seq: rg.poolSeq, pattern: k.pattern, path: k.path}
 			none := []*service{}
 			p.members.Store(&none)
 			p.emptiedAt.Store(now.UnixNano())
-			rt.pools[k] = p
+			rg.pools[k] = p
 			dirty = true
 		}
 		p.armed.Store(set)
 	}
-	for k, p := range rt.pools {
+	for k, p := range rg.pools {
 		if sets[k] == nil && p.armed.Load() != nil {
 			p.armed.Store(nil)
 			dirty = true
 		}
 	}
 	if dirty {
-		rt.rebuildTableLocked(now)
+		rg.rebuildTableLocked(now)
 	}
 }
 
 // poolOf returns the pool of pattern and path, or nil.
-func (rt *Router) poolOf(pattern, path string) *pool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return rt.pools[poolKey{pattern: hostname.Normalize(pattern), path: path}]
+func (rg *Registry) poolOf(pattern, path string) *pool {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	return rg.pools[poolKey{pattern: hostname.Normalize(pattern), path: path}]
 }
 
 // Armed reports whether the bind of pattern and path is armed by any
 // organization.
-func (rt *Router) Armed(pattern, path string) bool {
-	p := rt.poolOf(pattern, path)
+func (rg *Registry) Armed(pattern, path string) bool {
+	p := rg.poolOf(pattern, path)
 	return p != nil && p.armed.Load() != nil
 }
 
 // ArmedBy reports whether orgID holds an armed record for the bind of
 // pattern and path.
-func (rt *Router) ArmedBy(orgID, pattern, path string) bool {
-	p := rt.poolOf(pattern, path)
+func (rg *Registry) ArmedBy(orgID, pattern, path string) bool {
+	p := rg.poolOf(pattern, path)
 	if p == nil {
 		return false
 	}
@@ -172,8 +172,8 @@ func (rt *Router) ArmedBy(orgID, pattern, path string) bool {
 // Drives reports whether orgID's record is the one that may cold start the
 // bind of pattern and path now (see SetArmed): false when the bind is not
 // armed, or armed for another organization's pool.
-func (rt *Router) Drives(orgID, pattern, path string) bool {
-	p := rt.poolOf(pattern, path)
+func (rg *Registry) Drives(orgID, pattern, path string) bool {
+	p := rg.poolOf(pattern, path)
 	if p == nil {
 		return false
 	}
@@ -185,10 +185,10 @@ func (rt *Router) Drives(orgID, pattern, path string) bool {
 // pattern and path: whether the router accepted that bind for conn (a
 // hostname its token may not bind is never accepted). It is safe for
 // concurrent use.
-func (rt *Router) Bound(conn Conn, pattern, path string) bool {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	e := rt.clients[conn]
+func (rg *Registry) Bound(conn Conn, pattern, path string) bool {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	e := rg.clients[conn]
 	return e != nil && e.keys[poolKey{pattern: hostname.Normalize(pattern), path: path}]
 }
 

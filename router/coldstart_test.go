@@ -30,7 +30,7 @@ func (f *fakeScaler) Failed() <-chan struct{} { return f.failed }
 func armedRouter(t *testing.T, sc *fakeScaler, allowed ...netip.Prefix) *Router {
 	t.Helper()
 	rt := newRouter(t, Config{Scaler: sc, GatewayTimeout: 10 * time.Millisecond, MaxHeld: 3})
-	rt.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "app.test", ColdStart: time.Minute, AllowedIPs: allowed}})
+	rt.reg.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "app.test", ColdStart: time.Minute, AllowedIPs: allowed}})
 	return rt
 }
 
@@ -42,7 +42,7 @@ func TestColdStartHoldsUntilAClientAnnounces(t *testing.T) {
 		for range 3 {
 			held = append(held, serveAsync(rt, "app.test", "/"))
 		}
-		p := rt.table.Load().match("app.test", "/")
+		p := rt.reg.table.Load().match("app.test", "/")
 		waitQueued(t, p, 3)
 		// The bound on held requests: the fourth is refused at once.
 		if rec := serveAsync(rt, "app.test", "/").wait(t); rec.Code != 503 || rec.Header().Get("Retry-After") == "" {
@@ -51,7 +51,7 @@ func TestColdStartHoldsUntilAClientAnnounces(t *testing.T) {
 		// A new instance with max_concurrent 1 announces: it takes the held
 		// requests one at a time, never more than its limit.
 		g := newGateConn("new", 1)
-		rt.update(g, limited(1, "app.test"))
+		rt.reg.update(g, limited(1, "app.test"))
 		for range 3 {
 			recv(t, g.entered, "a held request reaching the new instance")
 			if n := g.inflight.Load(); n > 1 {
@@ -75,7 +75,7 @@ func TestColdStartFailureReleasesAtOnce(t *testing.T) {
 		sc := newFakeScaler()
 		rt := armedRouter(t, sc)
 		res := serveAsync(rt, "app.test", "/")
-		p := rt.table.Load().match("app.test", "/")
+		p := rt.reg.table.Load().match("app.test", "/")
 		waitQueued(t, p, 1)
 		start := time.Now()
 		close(sc.failed)
@@ -102,7 +102,7 @@ func TestNoColdStartForRefusedVisitor(t *testing.T) {
 func TestNoColdStartInMaintenance(t *testing.T) {
 	sc := newFakeScaler()
 	rt := armedRouter(t, sc)
-	rt.SetMaintenance([]Maintenance{{Hostname: "app.test"}})
+	rt.reg.SetMaintenance([]Maintenance{{Hostname: "app.test"}})
 	rec := serveAsync(rt, "app.test", "/").wait(t)
 	if rec.Code != 503 || sc.calls.Load() != 0 {
 		t.Fatalf("armed bind in maintenance = %d with %d cold starts, want 503 and none", rec.Code, sc.calls.Load())
@@ -112,7 +112,7 @@ func TestNoColdStartInMaintenance(t *testing.T) {
 func TestDisarmedBindIsNotHeld(t *testing.T) {
 	sc := newFakeScaler()
 	rt := armedRouter(t, sc)
-	rt.SetArmed(nil)
+	rt.reg.SetArmed(nil)
 	rec := serveAsync(rt, "app.test", "/").wait(t)
 	if rec.Code != 502 || sc.calls.Load() != 0 {
 		t.Fatalf("request for a disarmed bind nobody serves = %d with %d cold starts, want 502 and none", rec.Code, sc.calls.Load())
@@ -123,15 +123,15 @@ func TestMaxHeldAboveTheQueueBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sc := newFakeScaler()
 		rt := newRouter(t, Config{Scaler: sc, GatewayTimeout: 10 * time.Millisecond, MaxHeld: maxWaiters + 100})
-		rt.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "app.test", ColdStart: time.Minute}})
+		rt.reg.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "app.test", ColdStart: time.Minute}})
 		const n = maxWaiters + 50 // more than an ordinary queue takes
 		var held []*served
 		for range n {
 			held = append(held, serveAsync(rt, "app.test", "/"))
 		}
-		p := rt.table.Load().match("app.test", "/")
+		p := rt.reg.table.Load().match("app.test", "/")
 		waitQueued(t, p, n)
-		rt.update(newConn("new", 1), limited(0, "app.test"))
+		rt.reg.update(newConn("new", 1), limited(0, "app.test"))
 		for _, h := range held {
 			if rec := h.wait(t); rec.Code != 200 {
 				t.Fatalf("one of %d held requests = %d, want 200 (scaling_max_held %d)", n, rec.Code, maxWaiters+100)

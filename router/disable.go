@@ -16,17 +16,17 @@ var ErrNoClient = errors.New("router: no such client")
 // one). Enabling it routes to it again at once. The state lasts for the
 // session: a reconnecting client is a new client, enabled. It returns
 // ErrNoClient when no client has that id, and is safe for concurrent use.
-func (rt *Router) SetDisabled(id string, disabled bool) error {
-	rt.mu.Lock()
+func (rg *Registry) SetDisabled(id string, disabled bool) error {
+	rg.mu.Lock()
 	var e *clientEntry
-	for c, ce := range rt.clients {
+	for c, ce := range rg.clients {
 		if c.ID() == id {
 			e = ce
 			break
 		}
 	}
 	if e == nil {
-		rt.mu.Unlock()
+		rg.mu.Unlock()
 		return ErrNoClient
 	}
 	e.disabled = disabled
@@ -35,15 +35,15 @@ func (rt *Router) SetDisabled(id string, disabled bool) error {
 	}
 	touched := make([]*pool, 0, len(e.keys))
 	for k := range e.keys {
-		if p := rt.pools[k]; p != nil {
+		if p := rg.pools[k]; p != nil {
 			touched = append(touched, p)
 		}
 	}
-	rt.mu.Unlock()
+	rg.mu.Unlock()
 	// Requests queued for a permit may now be served by it (enabled) or
 	// must look elsewhere (disabled).
 	for _, p := range touched {
-		p.wake(rt.strategy)
+		p.wake(rg.strategy)
 	}
 	return nil
 }
@@ -61,10 +61,10 @@ type BindState struct {
 
 // Binds returns conn's bind state; the zero value when conn is not
 // attached. It is safe for concurrent use.
-func (rt *Router) Binds(conn Conn) BindState {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	e := rt.clients[conn]
+func (rg *Registry) Binds(conn Conn) BindState {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	e := rg.clients[conn]
 	if e == nil {
 		return BindState{}
 	}

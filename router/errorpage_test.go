@@ -145,7 +145,7 @@ func TestOperatorErrorPages(t *testing.T) {
 	}
 	until := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 	rt := newRouter(t, Config{ErrorPages: pages, Now: func() time.Time { return until.Add(-time.Hour) }})
-	rt.SetMaintenance([]Maintenance{{Hostname: "*.example.com", Reason: `<script>alert("x")</script>`, Until: until}, {Hostname: "other.test"}})
+	rt.reg.SetMaintenance([]Maintenance{{Hostname: "*.example.com", Reason: `<script>alert("x")</script>`, Until: until}, {Hostname: "other.test"}})
 	tests := []struct {
 		host, requestID string
 		status          int
@@ -169,7 +169,7 @@ func TestOperatorErrorPages(t *testing.T) {
 	}
 	// The wildcard's reason is escaped where the template shows it.
 	rt2 := newRouter(t, Config{ErrorPages: []ErrorPage{{Status: 503, HTML: "{reason}|{until}"}}, Now: func() time.Time { return until.Add(-time.Hour) }})
-	rt2.SetMaintenance([]Maintenance{{Hostname: "*.example.com", Reason: `<script>alert("x")</script>`, Until: until}})
+	rt2.reg.SetMaintenance([]Maintenance{{Hostname: "*.example.com", Reason: `<script>alert("x")</script>`, Until: until}})
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Host = "a.example.com"
 	r.Header.Set("Accept", "text/html")
@@ -279,8 +279,8 @@ func TestMaintenanceWildcardAndTTL(t *testing.T) {
 	now := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	rt := newRouter(t, Config{Now: clock})
-	rt.update(newConn("a", 1), ann(svc("", "*.example.com", "example.com")))
-	rt.SetMaintenance([]Maintenance{
+	rt.reg.update(newConn("a", 1), ann(svc("", "*.example.com", "example.com")))
+	rt.reg.SetMaintenance([]Maintenance{
 		{Hostname: "*.example.com", Reason: "upgrade", Until: now.Add(90 * time.Second)},
 		{Hostname: "keep.example.com", Until: now.Add(-time.Second)}, // ended: the wildcard applies
 		{Hostname: "exact.example.com"},                              // no end: wins over the wildcard
@@ -374,7 +374,7 @@ func TestMaintenanceWindowAcrossDST(t *testing.T) {
 	// Through the router, with its clock.
 	now := at("2026-03-07T23:30:00-05:00")
 	rt := newRouter(t, Config{MaintenanceWindows: []MaintenanceWindow{w}, Now: func() time.Time { return now }})
-	rt.update(newConn("a", 1), ann(svc("", "app.test")))
+	rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Host = "app.test"
 	rec := httptest.NewRecorder()

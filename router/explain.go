@@ -68,14 +68,6 @@ type ColdStartPlanner interface {
 	PlanColdStart(ctx context.Context, orgID, hostname, path string) (join bool, detail string, err error)
 }
 
-// Reserved reports whether path belongs to aperio-server itself on every
-// hostname (everything under /aperio/): such a request is answered by the
-// server and never proxied. Every other path, /metrics included, is the
-// app's.
-func Reserved(path string) bool {
-	return strings.HasPrefix(path, "/aperio/")
-}
-
 // Explain walks what the router would do now with a request for host and
 // path from visitor ip (the zero Addr: unknown), running the proxy's
 // stages in their dry run, and says why. It takes no permit, no token of the
@@ -120,8 +112,8 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		ex.IP = ip.String()
 	}
 
-	a := admission{set: rt.cur.Load(), ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, authority: q.host, header: q.header}
-	if ref := rt.admit(ctx, &a, nil); ref.kind != passed {
+	a := admission{rt: rt, set: rt.cur.Load(), ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, authority: q.host, header: q.header}
+	if ref := a.admit(ctx, nil); ref.kind != passed {
 		if refusalInfo[ref.kind].nothing {
 			return rt.explainNothing(&ex, a.path, ref, q.header)
 		}
@@ -135,17 +127,17 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 
 	// The dispatch stages, dry: they predict what dispatch would do.
 	a.plan = &poolPlan{waitFor: "gateway_timeout"}
-	rt.checkPool(&a)
-	timeout, v := rt.checkColdStart(ctx, &a, &waiter{ip: ip})
+	a.checkPool()
+	timeout, v := a.checkColdStart(ctx, &waiter{ip: ip})
 	ex.record(rt, &a, StepColdStart, &v)
 	ref := v.refusal
 	if ref.kind == passed && ex.Verdict == "" {
-		_, ref = rt.takePermit(ctx, &a, nil, timeout, true, nil)
+		_, ref = a.takePermit(ctx, nil, timeout, true, nil)
 		if ref.kind == passed && a.plan.pick != nil {
-			v := rt.checkConnect(&a, a.p.serviceOf(a.plan.pick))
+			v := a.checkConnect(a.p.serviceOf(a.plan.pick))
 			ex.record(rt, &a, StepPermit, &v)
 			if ref = v.refusal; ref.kind == passed {
-				v = rt.takeSlot(&a)
+				v = a.takeSlot()
 				ex.record(rt, &a, StepGlobal, &v)
 				ref = v.refusal
 			}
@@ -254,24 +246,7 @@ func (rt *Router) explainClients(ex *explanation, p *pool, ip netip.Addr, escape
 	var arr [16]*service
 	cands := p.candidates(arr[:0])
 	w := &waiter{ip: ip}
-	names := make(map[Conn]string, len(ms))
-	forwarded := make(map[*service]string, len(ms))
-	rt.mu.Lock()
-	for _, s := range ms {
-		e := rt.clients[s.conn]
-		if e == nil {
-			continue
-		}
-		names[s.conn] = e.ann.Name
-		for i := range e.ann.Services {
-			if as := &e.ann.Services[i]; as.ID == s.id {
-				if fwd, _, err := as.ForwardedPath(escaped); err == nil {
-					forwarded[s] = fwd
-				}
-			}
-		}
-	}
-	rt.mu.Unlock()
+	names, forwarded := rt.reg.announced(ms, escaped)
 	orgs := map[string]bool{}
 	if a := p.driver(); a != nil && a.org != "" {
 		orgs[a.org] = true

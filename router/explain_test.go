@@ -50,7 +50,7 @@ var visitor = netip.MustParseAddr("203.0.113.7")
 // them on cleanup.
 func saturate(t *testing.T, rt *Router, host string) {
 	t.Helper()
-	p := rt.table.Load().match(host, "/")
+	p := rt.reg.table.Load().match(host, "/")
 	var taken []*service
 	for {
 		s, _ := p.tryAcquire(rt.strategy, nil)
@@ -91,7 +91,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "path climbing above root",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("/api", "app.test")))
+				rt.reg.update(newConn("a", 1), ann(svc("/api", "app.test")))
 				return rt, "app.test", "/api/%2e%2e/%2e%2e/etc", visitor
 			},
 			verdict: "refused with 400", status: 400, step: StepReserved, outcome: OutcomeStop,
@@ -100,7 +100,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "dot segments leave the bind",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("/api", "app.test")))
+				rt.reg.update(newConn("a", 1), ann(svc("/api", "app.test")))
 				return rt, "app.test", "/api/%2e%2e/admin", visitor
 			},
 			verdict: "502 no client", status: 502, step: StepFallback, outcome: OutcomeSkip,
@@ -109,7 +109,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "ip limited",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
+				rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 				rt.cur.Load().ips.allow(visitor, time.Now()) // the visitor spent its one token
 				return rt, "app.test", "/", visitor
 			},
@@ -119,8 +119,8 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "maintenance",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				rt.SetMaintenance([]Maintenance{{Hostname: "APP.test"}})
+				rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
+				rt.reg.SetMaintenance([]Maintenance{{Hostname: "APP.test"}})
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "503 maintenance", status: 503, step: StepMaintenance, outcome: OutcomeStop,
@@ -129,7 +129,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "unknown host",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
+				rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 				return rt, "nope.test", "/", visitor
 			},
 			verdict: "502 no client", status: 502, step: StepFallback, outcome: OutcomeSkip,
@@ -145,7 +145,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "allowed_ips refuses the visitor",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{})
-				rt.updateAs(newConn("a", 1), ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+				rt.reg.updateAs(newConn("a", 1), ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "502 no client", status: 502, step: StepFallback, outcome: OutcomeSkip,
@@ -154,7 +154,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "free permit: dispatch",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{GatewayTimeout: time.Second})
-				rt.update(newConn("a", 1), limited(2, "app.test"))
+				rt.reg.update(newConn("a", 1), limited(2, "app.test"))
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "dispatch to client t (a)", status: 0, step: StepGlobal, outcome: OutcomePass,
@@ -163,7 +163,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "free permit but the server is full",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{MaxConcurrentRequests: 1})
-				rt.update(newConn("a", 1), limited(2, "app.test"))
+				rt.reg.update(newConn("a", 1), limited(2, "app.test"))
 				rt.limits.takeGlobal(rt.cfg.MaxConcurrentRequests)
 				t.Cleanup(rt.limits.releaseGlobal)
 				return rt, "app.test", "/", visitor
@@ -174,7 +174,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "saturated pool: queue",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{GatewayTimeout: time.Minute})
-				rt.update(newConn("a", 1), limited(1, "app.test"))
+				rt.reg.update(newConn("a", 1), limited(1, "app.test"))
 				saturate(t, rt, "app.test")
 				return rt, "app.test", "/", visitor
 			},
@@ -185,7 +185,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "saturated pool, no waiting",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), limited(1, "app.test"))
+				rt.reg.update(newConn("a", 1), limited(1, "app.test"))
 				saturate(t, rt, "app.test")
 				return rt, "app.test", "/", visitor
 			},
@@ -195,7 +195,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "no clients, armed: cold start",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{Scaler: &planScaler{}, GatewayTimeout: time.Second, MaxHeld: 3})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "cold start: would call provider", status: 0, step: StepColdStart, outcome: OutcomeWait,
@@ -206,7 +206,7 @@ func TestExplainVerdicts(t *testing.T) {
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{Scaler: &planScaler{join: true}, MaxHeld: 3,
 					Fallbacks: []Fallback{{Hostname: "app.test", URL: "https://status.example.com/"}}})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "cold start: would join", status: 0, step: StepColdStart, outcome: OutcomeWait,
@@ -216,7 +216,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "no clients, armed but disarmed: the usual wait",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{Scaler: &planScaler{err: errors.New("autoscale: scaling record disarmed")}, GatewayTimeout: 10 * time.Second})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "wait for a client behind 0", status: 0, step: StepPermit, outcome: OutcomeWait,
@@ -226,7 +226,7 @@ func TestExplainVerdicts(t *testing.T) {
 			name: "armed, visitor refused by the armers' allowed_ips",
 			setup: func(t *testing.T) (*Router, string, string, netip.Addr) {
 				rt := newRouter(t, Config{Scaler: &planScaler{}})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: time.Minute, AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: time.Minute, AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
 				return rt, "app.test", "/", visitor
 			},
 			verdict: "502 no client", status: 502, step: StepFallback, outcome: OutcomeSkip,
@@ -254,8 +254,8 @@ func TestExplainVerdicts(t *testing.T) {
 func TestExplainQueueLength(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newRouter(t, Config{GatewayTimeout: time.Minute})
-		rt.update(newConn("a", 1), limited(1, "app.test"))
-		p := rt.table.Load().match("app.test", "/")
+		rt.reg.update(newConn("a", 1), limited(1, "app.test"))
+		p := rt.reg.table.Load().match("app.test", "/")
 		s, _ := p.tryAcquire(rt.strategy, nil)
 		queued := []*served{serveAsync(rt, "app.test", "/1"), serveAsync(rt, "app.test", "/2")}
 		waitQueued(t, p, 2)
@@ -280,13 +280,13 @@ func TestExplainClientsAndOwners(t *testing.T) {
 	a := &orgConn{newConn("a", 1), tunnel.Identity{TokenID: "tok_a", OrgID: "org_a"}}
 	b := &orgConn{newConn("b", 2), tunnel.Identity{TokenID: "tok_b", OrgID: "org_a"}}
 	master := newConn("m", 3)
-	rt.updateAs(a, limited(1, "app.test"), rights{allowed: []string{"app.test"}, org: "org_a"})
+	rt.reg.updateAs(a, limited(1, "app.test"), rights{allowed: []string{"app.test"}, org: "org_a"})
 	standby := limited(0, "app.test")
 	standby.Services[0].Priority = 1
-	rt.updateAs(b, standby, rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, org: "org_a"})
+	rt.reg.updateAs(b, standby, rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, org: "org_a"})
 	down := ann(svc("", "app.test"))
 	down.Services[0].Healthy = false
-	rt.update(master, down)
+	rt.reg.update(master, down)
 
 	ex := rt.Explain(t.Context(), "app.test", "/", visitor)
 	if got, want := strings.Join(ex.OrgIDs, ","), "org_a"; got != want {
@@ -323,10 +323,10 @@ func TestExplainChangesNothing(t *testing.T) {
 	rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001, GatewayTimeout: time.Second,
 		MaxConcurrentRequests: 5, Scaler: sc, Cache: cache, MaxHeld: 2,
 		Fallbacks: []Fallback{{Hostname: "cold.test", URL: "https://status.example.com/"}}})
-	rt.update(newConn("a", 1), limited(1, "app.test"))
-	rt.update(newConn("b", 2), limited(1, "app.test"))
-	rt.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "cold.test", ColdStart: time.Minute}})
-	p := rt.table.Load().match("app.test", "/")
+	rt.reg.update(newConn("a", 1), limited(1, "app.test"))
+	rt.reg.update(newConn("b", 2), limited(1, "app.test"))
+	rt.reg.SetArmed([]ArmedBind{{OrgID: "org", Pattern: "cold.test", ColdStart: time.Minute}})
+	p := rt.reg.table.Load().match("app.test", "/")
 
 	type snapshot struct {
 		counters Counters
@@ -336,7 +336,7 @@ func TestExplainChangesNothing(t *testing.T) {
 		cache    stale.Stats
 	}
 	snap := func() snapshot {
-		return snapshot{counters: rt.Counters(), queued: int64(rt.Queued()),
+		return snapshot{counters: rt.Counters(), queued: int64(rt.reg.Queued()),
 			next: p.next.Load(), calls: sc.calls.Load(), cache: cache.Stats()}
 	}
 	before := snap()
@@ -375,7 +375,7 @@ func FuzzExplain(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	rt.update(newConn("a", 1), limited(1, "app.test", "*.test"))
+	rt.reg.update(newConn("a", 1), limited(1, "app.test", "*.test"))
 	f.Fuzz(func(t *testing.T, host, path, ip string) {
 		addr, _ := netip.ParseAddr(ip) // an invalid ip means "none given"
 		ex := rt.Explain(t.Context(), host, path, addr)
@@ -394,7 +394,7 @@ func TestExplainPredictsThePick(t *testing.T) {
 			for i, id := range []string{"a", "b", "c"} {
 				a := limited(5, "app.test")
 				a.Name = id
-				rt.update(newConn(id, i), a)
+				rt.reg.update(newConn(id, i), a)
 			}
 			for i := range 7 {
 				ex := rt.Explain(t.Context(), "app.test", "/", visitor)
@@ -415,15 +415,15 @@ func TestExplainPredictsThePick(t *testing.T) {
 // changes, for the race detector.
 func TestExplainDuringTraffic(t *testing.T) {
 	rt := newRouter(t, Config{GatewayTimeout: time.Second, IPLimitMax: 1000, IPLimitRefill: 1000})
-	rt.update(newConn("a", 1), limited(2, "app.test"))
+	rt.reg.update(newConn("a", 1), limited(2, "app.test"))
 	done := make(chan struct{})
 	var reqs []*served
 	go func() {
 		defer close(done)
 		for i := range 50 {
 			c := newConn(fmt.Sprint("x", i), 10+i)
-			rt.update(c, limited(1, "app.test"))
-			rt.detach(c)
+			rt.reg.update(c, limited(1, "app.test"))
+			rt.reg.detach(c)
 		}
 	}()
 	for range 50 {
@@ -447,8 +447,8 @@ func TestExplainForwardedPath(t *testing.T) {
 	rt := newRouter(t, Config{})
 	trim := svc("/api", "app.test")
 	trim.TrimBind = true
-	rt.update(newConn("a", 1), ann(trim))
-	rt.update(newConn("b", 2), ann(svc("/api", "app.test")))
+	rt.reg.update(newConn("a", 1), ann(trim))
+	rt.reg.update(newConn("b", 2), ann(svc("/api", "app.test")))
 	tests := []struct{ path, a, b string }{
 		{"/api/users", "/users", "/api/users"},
 		{"/api", "/", "/api"},

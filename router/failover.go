@@ -85,24 +85,24 @@ func (b *countingBody) Read(p []byte) (int, error) {
 // bound caps the server's memory, not one request's. A body of unknown
 // length (chunked) always streams. The read is paced like the body's own
 // (visitor_idle_timeout); its error is the visitor's.
-func (rt *Router) keepBody(a *admission) ([]byte, error) {
-	max, r := rt.cfg.FailoverReplayMaxBody, a.r
+func (a *admission) keepBody() ([]byte, error) {
+	max, r := a.rt.cfg.FailoverReplayMaxBody, a.r
 	if a.body == nil || max <= 0 || r.ContentLength <= 0 || r.ContentLength > max {
 		return nil, nil
 	}
-	resend := (rt.failover != failoverFail && (rt.cfg.FailoverAllMethods || idempotent(r.Method))) ||
-		(len(rt.cfg.RetryOn5xx) > 0 && idempotent(r.Method))
+	resend := (a.rt.failover != failoverFail && (a.rt.cfg.FailoverAllMethods || idempotent(r.Method))) ||
+		(len(a.rt.cfg.RetryOn5xx) > 0 && idempotent(r.Method))
 	if !resend {
 		return nil, nil
 	}
 	n := r.ContentLength
-	if rt.replayKept.Add(n) > max {
-		rt.replayKept.Add(-n)
+	if a.rt.replayKept.Add(n) > max {
+		a.rt.replayKept.Add(-n)
 		return nil, nil
 	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(a.body, buf); err != nil {
-		rt.replayKept.Add(-n)
+		a.rt.replayKept.Add(-n)
 		if bf := bodyFailure(r); bf != nil {
 			err = bf
 		} else if errors.Is(err, io.ErrUnexpectedEOF) {

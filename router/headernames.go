@@ -96,7 +96,7 @@ func dropVisitorHeaders(h http.Header, trusted bool, act underscoreAction) {
 // it passes, and a dry run notes the names the backend will not get
 // (dropVisitorHeaders), a step for each. A dry run given no headers
 // passes without a step.
-func (rt *Router) checkHeaderNames(a *admission) verdict {
+func (a *admission) checkHeaderNames() verdict {
 	if a.header == nil {
 		return verdict{}
 	}

@@ -32,7 +32,7 @@ func TestReservedHeaderSpellings(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				rt := newRouter(t, Config{UnderscoreHeaders: act})
 				c := newConn("a", 1)
-				rt.update(c, ann(svc("", "app.test")))
+				rt.reg.update(c, ann(svc("", "app.test")))
 				var proxies []netip.Prefix
 				if trusted {
 					proxies = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
@@ -87,7 +87,7 @@ func TestExplainHeaderNames(t *testing.T) {
 		{"drop", OutcomeInfo, 0},
 	} {
 		rt := newRouter(t, Config{UnderscoreHeaders: tc.act})
-		rt.update(newConn("a", 1), ann(svc("", "app.test")))
+		rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 		ex := rt.explain(context.Background(), explainQuery{host: "app.test", path: "/", header: http.Header{"My_Header": {"x"}}})
 		i := slices.IndexFunc(ex.Steps, func(s ExplainStep) bool { return s.Name == stepHeaderNames })
 		if i < 0 || ex.Steps[i].Outcome != tc.outcome || ex.Status != tc.status {

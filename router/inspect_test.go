@@ -42,7 +42,7 @@ func TestInspectCapture(t *testing.T) {
 	in := newInspector(t)
 	rt := newRouter(t, Config{Inspector: in, IPLimitMax: 2, IPLimitRefill: 0.0001})
 	c := &readingConn{fakeConn: newConn("cli", 1), bodies: make(chan string, 8)}
-	rt.update(c, ann(svc("", "app.test", "other.test")))
+	rt.reg.update(c, ann(svc("", "app.test", "other.test")))
 	if _, err := in.Start("app.test", inspect.Options{InspectRequest: apitype.InspectRequest{BodyBytes: 16}}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestInspectCapture(t *testing.T) {
 func TestInspectNoCaptureAllocs(t *testing.T) {
 	measure := func(in *inspect.Inspector) float64 {
 		rt := newRouter(t, Config{Inspector: in})
-		rt.update(newConn("c", 1), ann(svc("", "app.test")))
+		rt.reg.update(newConn("c", 1), ann(svc("", "app.test")))
 		req := httptest.NewRequest("GET", "/", nil)
 		req.Host = "app.test"
 		rec := httptest.NewRecorder()

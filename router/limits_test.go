@@ -103,7 +103,7 @@ func TestQueueDrainsInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newRouter(t, Config{GatewayTimeout: time.Minute})
 		g := newGateConn("a", 1)
-		rt.update(g, limited(1, "app.test"))
+		rt.reg.update(g, limited(1, "app.test"))
 
 		first := serveAsync(rt, "app.test", "/0")
 		recv(t, g.entered, "first request")
@@ -111,7 +111,7 @@ func TestQueueDrainsInOrder(t *testing.T) {
 		for i := 1; i <= 5; i++ {
 			waiting = append(waiting, serveAsync(rt, "app.test", fmt.Sprintf("/%d", i)))
 			// Enqueue strictly one after another.
-			p := rt.table.Load().match("app.test", "/")
+			p := rt.reg.table.Load().match("app.test", "/")
 			waitQueued(t, p, i)
 		}
 		for i := 1; i <= 5; i++ {
@@ -151,7 +151,7 @@ func TestLimitNeverExceededUnderBurst(t *testing.T) {
 		for i := range 3 {
 			g := newGateConn(fmt.Sprint("c", i), i)
 			conns = append(conns, g)
-			rt.update(g, limited(2, "app.test"))
+			rt.reg.update(g, limited(2, "app.test"))
 		}
 		var reqs []*served
 		for i := range 50 {
@@ -191,7 +191,7 @@ func TestLimitNeverExceededUnderBurst(t *testing.T) {
 func TestClientConcurrency429(t *testing.T) {
 	rt := newRouter(t, Config{GatewayTimeout: 50 * time.Millisecond})
 	g := newGateConn("a", 1)
-	rt.update(g, limited(1, "app.test"))
+	rt.reg.update(g, limited(1, "app.test"))
 	first := serveAsync(rt, "app.test", "/hold")
 	recv(t, g.entered, "first request")
 	rec := serveAsync(rt, "app.test", "/late").wait(t)
@@ -212,14 +212,14 @@ func TestWaitingHoldsNoGlobalSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newRouter(t, Config{GatewayTimeout: time.Minute, MaxConcurrentRequests: 2})
 		busy := newGateConn("busy", 1)
-		rt.update(busy, limited(1, "busy.test"))
+		rt.reg.update(busy, limited(1, "busy.test"))
 		other := newGateConn("other", 2)
-		rt.update(other, limited(10, "other.test"))
+		rt.reg.update(other, limited(10, "other.test"))
 
 		holding := serveAsync(rt, "busy.test", "/1") // takes a global slot
 		recv(t, busy.entered, "first busy request")
 		waiting := serveAsync(rt, "busy.test", "/2") // waits for busy's permit
-		p := rt.table.Load().match("busy.test", "/")
+		p := rt.reg.table.Load().match("busy.test", "/")
 		waitQueued(t, p, 1)
 		// The waiting request holds no slot, so this one gets the second.
 		third := serveAsync(rt, "other.test", "/3")
@@ -241,7 +241,7 @@ func TestWaitingHoldsNoGlobalSlot(t *testing.T) {
 
 func TestIPLimit(t *testing.T) {
 	rt := newRouter(t, Config{IPLimitMax: 2, IPLimitRefill: 0.001})
-	rt.update(newConn("a", 1), ann(svc("", "app.test")))
+	rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 	codes := []int{}
 	var last *httptest.ResponseRecorder
 	for range 3 {
@@ -293,9 +293,9 @@ func TestStrategies(t *testing.T) {
 			rt := newRouter(t, Config{Strategy: tt.strategy})
 			var got []string
 			for i, id := range []string{"a", "b", "c"} {
-				rt.update(newConn(id, i), limited(2, "app.test"))
+				rt.reg.update(newConn(id, i), limited(2, "app.test"))
 			}
-			p := rt.table.Load().match("app.test", "/")
+			p := rt.reg.table.Load().match("app.test", "/")
 			for range 4 {
 				s, _ := p.tryAcquire(rt.strategy, nil)
 				got = append(got, s.conn.ID())
@@ -314,10 +314,10 @@ func TestStandbyOnlyWithoutRoutablePrimary(t *testing.T) {
 	rt := newRouter(t, Config{})
 	primary := newConn("primary", 1)
 	standby := newConn("standby", 2)
-	rt.update(primary, ann(svc("", "app.test")))
+	rt.reg.update(primary, ann(svc("", "app.test")))
 	sb := ann(svc("", "app.test"))
 	sb.Services[0].Priority = 1
-	rt.update(standby, sb)
+	rt.reg.update(standby, sb)
 
 	for range 4 {
 		if id := pickID(t, rt, "app.test"); id != "primary" {
@@ -326,11 +326,11 @@ func TestStandbyOnlyWithoutRoutablePrimary(t *testing.T) {
 	}
 	sick := ann(svc("", "app.test"))
 	sick.Services[0].Healthy = false
-	rt.update(primary, sick)
+	rt.reg.update(primary, sick)
 	if id := pickID(t, rt, "app.test"); id != "standby" {
 		t.Fatalf("pick with the primary unhealthy = %s, want standby", id)
 	}
-	rt.update(primary, ann(svc("", "app.test")))
+	rt.reg.update(primary, ann(svc("", "app.test")))
 	if id := pickID(t, rt, "app.test"); id != "primary" {
 		t.Fatalf("pick after the primary recovered = %s, want primary (hand back)", id)
 	}
@@ -373,11 +373,11 @@ func TestFailover(t *testing.T) {
 			rt := newRouter(t, Config{Failover: tt.policy, FailoverAllMethods: tt.allMethods, FailoverMaxJumps: 2, FailoverWindow: time.Minute, GatewayTimeout: time.Second})
 			bad := &flakyConn{fakeConn: fakeConn{id: "bad", at: epoch}, failures: 100}
 			good := newConn("good", 5)
-			rt.update(bad, ann(svc("", "app.test")))
-			rt.update(good, ann(svc("", "app.test")))
+			rt.reg.update(bad, ann(svc("", "app.test")))
+			rt.reg.update(good, ann(svc("", "app.test")))
 			// Round-robin from a fresh cursor starts at the second member;
 			// point it at the bad one first.
-			rt.table.Load().match("app.test", "/").next.Store(1)
+			rt.reg.table.Load().match("app.test", "/").next.Store(1)
 			req := httptest.NewRequest(tt.method, "/", nil)
 			req.Host = "app.test"
 			rec := httptest.NewRecorder()
@@ -395,20 +395,20 @@ func TestFailoverWaitsForSameInstance(t *testing.T) {
 		first := &flakyConn{fakeConn: fakeConn{id: "s1", at: epoch}, failures: 1}
 		a := ann(svc("", "app.test"))
 		a.InstanceID = "proc-1"
-		rt.update(first, a)
+		rt.reg.update(first, a)
 		res := serveAsync(rt, "app.test", "/")
 		// The request failed on s1 and now waits for proc-1 to come back.
-		p := rt.table.Load().match("app.test", "/")
+		p := rt.reg.table.Load().match("app.test", "/")
 		waitQueued(t, p, 1)
-		rt.detach(first)
+		rt.reg.detach(first)
 		// Another instance does not take it...
 		other := ann(svc("", "app.test"))
 		other.InstanceID = "proc-2"
-		rt.update(newConn("s-other", 2), other)
+		rt.reg.update(newConn("s-other", 2), other)
 		// ...the same instance on a new connection does.
 		again := ann(svc("", "app.test"))
 		again.InstanceID = "proc-1"
-		rt.update(newConn("s2", 3), again)
+		rt.reg.update(newConn("s2", 3), again)
 		rec := res.wait(t)
 		if rec.Code != 200 || rec.Body.String() != "s2/0" {
 			t.Fatalf("request after its client reconnected = %d %q, want 200 from s2", rec.Code, rec.Body.String())
@@ -418,8 +418,8 @@ func TestFailoverWaitsForSameInstance(t *testing.T) {
 
 func TestMaintenanceAndFallbacks(t *testing.T) {
 	rt := newRouter(t, Config{Fallbacks: []Fallback{{Hostname: "gone.test", URL: "https://status.example.com/"}}})
-	rt.update(newConn("a", 1), ann(svc("", "app.test")))
-	rt.SetMaintenance([]Maintenance{{Hostname: "App.Test"}})
+	rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
+	rt.reg.SetMaintenance([]Maintenance{{Hostname: "App.Test"}})
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Host = "app.test"
 	rec := httptest.NewRecorder()
@@ -427,7 +427,7 @@ func TestMaintenanceAndFallbacks(t *testing.T) {
 	if rec.Code != 503 || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("request in maintenance = %d (Retry-After %q), want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
 	}
-	rt.SetMaintenance(nil)
+	rt.reg.SetMaintenance(nil)
 	rec = httptest.NewRecorder()
 	rt.ServeHTTP(rec, req)
 	if rec.Code != 200 {
@@ -446,12 +446,12 @@ func TestRecentlyServedHostnameWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newRouter(t, Config{GatewayTimeout: time.Minute, DownThreshold: time.Minute})
 		c := newConn("a", 1)
-		rt.update(c, ann(svc("", "app.test")))
-		rt.detach(c)
+		rt.reg.update(c, ann(svc("", "app.test")))
+		rt.reg.detach(c)
 		res := serveAsync(rt, "app.test", "/")
-		p := rt.table.Load().match("app.test", "/")
+		p := rt.reg.table.Load().match("app.test", "/")
 		waitQueued(t, p, 1)
-		rt.update(newConn("b", 2), ann(svc("", "app.test")))
+		rt.reg.update(newConn("b", 2), ann(svc("", "app.test")))
 		if rec := res.wait(t); rec.Code != 200 || rec.Body.String() != "b/0" {
 			t.Fatalf("request held for a returning client = %d %q, want 200 from b", rec.Code, rec.Body.String())
 		}
@@ -462,8 +462,8 @@ func TestRecentlyServedHostnameWaits(t *testing.T) {
 	// request; a bubble's clock would stand still.
 	old := newRouter(t, Config{GatewayTimeout: time.Minute, DownThreshold: time.Nanosecond})
 	c2 := newConn("a", 1)
-	old.update(c2, ann(svc("", "app.test")))
-	old.detach(c2)
+	old.reg.update(c2, ann(svc("", "app.test")))
+	old.reg.detach(c2)
 	start := time.Now()
 	rec := serveAsync(old, "app.test", "/").wait(t)
 	if rec.Code != 502 || time.Since(start) > 5*time.Second {
@@ -479,8 +479,8 @@ func TestAnnouncedLimitResizesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newRouter(t, Config{GatewayTimeout: time.Minute})
 		g := newGateConn("a", 1)
-		rt.update(g, limited(2, "app.test"))
-		p := func() *pool { return rt.table.Load().match("app.test", "/") }
+		rt.reg.update(g, limited(2, "app.test"))
+		p := func() *pool { return rt.reg.table.Load().match("app.test", "/") }
 
 		var reqs []*served
 		for i := range 5 {
@@ -490,14 +490,14 @@ func TestAnnouncedLimitResizesAtOnce(t *testing.T) {
 		recv(t, g.entered, "second request")
 		waitQueued(t, p(), 3)
 
-		rt.update(g, limited(4, "app.test")) // raised: two waiters go at once
+		rt.reg.update(g, limited(4, "app.test")) // raised: two waiters go at once
 		recv(t, g.entered, "a waiter admitted by the raise")
 		recv(t, g.entered, "another waiter admitted by the raise")
 		if q, n := p().queued(), g.inflight.Load(); q != 1 || n != 4 {
 			t.Fatalf("after raising to 4: queued %d, in flight %d; want 1 and 4", q, n)
 		}
 
-		rt.update(g, limited(1, "app.test")) // lowered below what is in flight
+		rt.reg.update(g, limited(1, "app.test")) // lowered below what is in flight
 		finished := func() int {
 			n := 0
 			for _, r := range reqs {

@@ -55,19 +55,19 @@ func retryAfter(now, until time.Time) string {
 
 // SetMaintenance replaces the entries of maintenance mode (the admin
 // API's); the configured windows stay. Safe for concurrent use.
-func (rt *Router) SetMaintenance(ms []Maintenance) {
+func (rg *Registry) SetMaintenance(ms []Maintenance) {
 	m := &hostMap[*maintenanceEntry]{}
 	for _, x := range ms {
 		m.set(hostname.Normalize(x.Hostname), &maintenanceEntry{reason: x.Reason, until: x.Until})
 	}
-	rt.maintenance.Store(m)
+	rg.maintenance.Store(m)
 }
 
 // inMaintenance returns the maintenance host is in at now, or nil: an
 // active exact entry, else the most specific active wildcard entry, else
 // an open window of set.
 func (rt *Router) inMaintenance(set *settings, host string, now time.Time) *maintenanceEntry {
-	m := rt.maintenance.Load()
+	m := rt.reg.maintenance.Load()
 	if e, ok := m.exact[host]; ok && e.activeAt(now) {
 		return e
 	}

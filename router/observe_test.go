@@ -12,7 +12,7 @@ import (
 // went through, for metrics, the access log and spans.
 func TestProxyRecordsFacts(t *testing.T) {
 	rt := newRouter(t, Config{IPLimitMax: 2, IPLimitRefill: 0.0001})
-	rt.update(newConn("c1", 1), limited(10, "app.example.com"))
+	rt.reg.update(newConn("c1", 1), limited(10, "app.example.com"))
 	proxy := func(host, remote string) (telemetry.Request, int) {
 		var rec telemetry.Request
 		req := httptest.NewRequest("GET", "http://"+host+"/x", nil)

@@ -86,16 +86,16 @@ func (c *captured) Write(p []byte) (int, error) {
 // host: the allow rules of the service that requires oidc there (its
 // bind for "/", else an exact bind of host under a path), and false when
 // no service of host requires oidc: its login routes then do not exist.
-func (rt *Router) OIDCVisit(host string, secure bool) (oidc.Visit, bool) {
+func (rg *Registry) OIDCVisit(host string, secure bool) (oidc.Visit, bool) {
 	host = hostname.Normalize(host)
-	if p := rt.table.Load().match(host, "/"); p != nil {
+	if p := rg.table.Load().match(host, "/"); p != nil {
 		if ge := p.gate.Load(); ge != nil && ge.oidc != nil {
 			return oidc.Visit{Host: host, Secure: secure, Policy: ge.oidc}, true
 		}
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	for k, p := range rt.pools {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	for k, p := range rg.pools {
 		if k.pattern != host {
 			continue
 		}

@@ -112,10 +112,10 @@ func (o *outliers) eject(s *service) {
 
 // Weight returns the weight conn's service balances with (its announced
 // weight, clamped), or 0 when it has no such service.
-func (rt *Router) Weight(conn Conn, serviceID string) int {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if e := rt.clients[conn]; e != nil {
+func (rg *Registry) Weight(conn Conn, serviceID string) int {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if e := rg.clients[conn]; e != nil {
 		if s := e.services[serviceID]; s != nil {
 			return int(s.weight.Load())
 		}
@@ -125,10 +125,10 @@ func (rt *Router) Weight(conn Conn, serviceID string) int {
 
 // EjectedUntil returns when the ejection of conn's service ends, or the
 // zero time when it is not ejected now.
-func (rt *Router) EjectedUntil(conn Conn, serviceID string) time.Time {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if e := rt.clients[conn]; e != nil {
+func (rg *Registry) EjectedUntil(conn Conn, serviceID string) time.Time {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if e := rg.clients[conn]; e != nil {
 		if s := e.services[serviceID]; s != nil && s.ejected() {
 			return time.Unix(0, s.ejectedUntil.Load())
 		}

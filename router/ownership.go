@@ -60,8 +60,8 @@ func (o *ownership) refusal(org, host string) string {
 // Armed scaling records are judged with it too, so that a record declared
 // before its hostname was assigned to another organization never drives
 // that organization's pool. It is safe for concurrent use.
-func (rt *Router) Owns(org, host string) bool {
-	return rt.owners.Load().refusal(org, host) == ""
+func (rg *Registry) Owns(org, host string) bool {
+	return rg.owners.Load().refusal(org, host) == ""
 }
 
 // SetOwnership replaces the hostname ownership binds are checked against,
@@ -71,41 +71,41 @@ func (rt *Router) Owns(org, host string) bool {
 // ownership is not enforced (every bind the token allows is accepted);
 // binds into a pool that already has members of another organization are
 // refused either way. It is safe for concurrent use.
-func (rt *Router) SetOwnership(o Ownership) {
+func (rg *Registry) SetOwnership(o Ownership) {
 	counts := make(map[string]int)
 	for _, org := range o.Patterns {
 		counts[org]++
 	}
-	rt.owners.Store(&ownership{owners: hostname.NewOwners(o.Patterns), counts: counts, defaultOrg: o.DefaultOrg})
-	rt.mu.Lock()
-	conns := make([]Conn, 0, len(rt.clients))
-	for c := range rt.clients {
+	rg.owners.Store(&ownership{owners: hostname.NewOwners(o.Patterns), counts: counts, defaultOrg: o.DefaultOrg})
+	rg.mu.Lock()
+	conns := make([]Conn, 0, len(rg.clients))
+	for c := range rg.clients {
 		conns = append(conns, c)
 	}
-	rt.mu.Unlock()
+	rg.mu.Unlock()
 	for _, c := range conns {
-		rt.reapply(c)
+		rg.reapply(c)
 	}
 	// The catch-all serving a hostname depends on who owns it.
-	rt.mu.Lock()
-	rt.rebuildTableLocked(time.Now())
-	rt.mu.Unlock()
+	rg.mu.Lock()
+	rg.rebuildTableLocked(time.Now())
+	rg.mu.Unlock()
 }
 
 // reapply applies conn's current announcement again, as if it had changed,
 // with its rights. The announcement is read and re-applied under one hold
 // of the lock, so that a heartbeat's newer one is never replaced by an
 // older.
-func (rt *Router) reapply(conn Conn) {
-	rt.mu.Lock()
+func (rg *Registry) reapply(conn Conn) {
+	rg.mu.Lock()
 	var touched []*pool
-	if e := rt.clients[conn]; e != nil {
-		_, touched = rt.updateLocked(conn, e.ann, e.rights, true)
+	if e := rg.clients[conn]; e != nil {
+		_, touched = rg.updateLocked(conn, e.ann, e.rights, true)
 	}
-	rt.mu.Unlock()
-	rt.syncTable()
+	rg.mu.Unlock()
+	rg.syncTable()
 	for _, p := range touched {
-		p.wake(rt.strategy)
+		p.wake(rg.strategy)
 	}
 }
 
@@ -163,11 +163,11 @@ func mayBindPath(prefixes []string, path string) bool {
 // refusalLocked returns why e (of rights r) may not bind host at path, or
 // "": the token's hostnames, then ownership, then the pool's members, which
 // must all be of e's organization.
-func (rt *Router) refusalLocked(e *clientEntry, r rights, host, path string) string {
-	if why := r.refusal(rt.owners.Load(), host, path); why != "" {
+func (rg *Registry) refusalLocked(e *clientEntry, r rights, host, path string) string {
+	if why := r.refusal(rg.owners.Load(), host, path); why != "" {
 		return why
 	}
-	return rt.poolRefusalLocked(e, r, host, path)
+	return rg.poolRefusalLocked(e, r, host, path)
 }
 
 // refusal returns why rights r may not bind host at path whoever else
@@ -187,10 +187,10 @@ func (r rights) refusal(o *ownership, host, path string) string {
 // poolRefusalLocked returns why e (of rights r) may not join the pool of
 // host at path now, or "": another organization's clients serve it, a
 // refusal that passes once they leave.
-func (rt *Router) poolRefusalLocked(e *clientEntry, r rights, host, path string) string {
+func (rg *Registry) poolRefusalLocked(e *clientEntry, r rights, host, path string) string {
 	// A connection that names no organization (only tests make them)
 	// shares any pool.
-	for other := range rt.members[poolKey{pattern: hostname.Normalize(host), path: path}] {
+	for other := range rg.members[poolKey{pattern: hostname.Normalize(host), path: path}] {
 		if other != e && other.rights.org != r.org && other.rights.org != "" && r.org != "" {
 			return fmt.Sprintf("bind %s%s is served by another organization's clients", host, path)
 		}

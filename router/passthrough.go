@@ -74,15 +74,15 @@ const (
 
 // AnyPassthrough reports whether some attached service takes TLS
 // passthrough; while none does, handshakes skip PassthroughFor.
-func (rt *Router) AnyPassthrough() bool { return rt.passthroughs.Load() > 0 }
+func (rg *Registry) AnyPassthrough() bool { return rg.passthroughs.Load() > 0 }
 
 // setPassthroughLocked sets s's tls_passthrough flag and keeps the count.
-func (rt *Router) setPassthroughLocked(s *service, on bool) {
+func (rg *Registry) setPassthroughLocked(s *service, on bool) {
 	if s.passthrough.Swap(on) != on {
 		if on {
-			rt.passthroughs.Add(1)
+			rg.passthroughs.Add(1)
 		} else {
-			rt.passthroughs.Add(-1)
+			rg.passthroughs.Add(-1)
 		}
 	}
 }
@@ -94,11 +94,11 @@ func (rt *Router) setPassthroughLocked(s *service, on bool) {
 // are candidates; the lowest priority tier with a free permit wins,
 // round-robin within it.
 func (rt *Router) PassthroughFor(host string, ip netip.Addr) (PassthroughRoute, int) {
-	if !rt.AnyPassthrough() || host == "" {
+	if !rt.reg.AnyPassthrough() || host == "" {
 		return PassthroughRoute{}, PassthroughNo
 	}
 	host = hostname.Normalize(host)
-	p := rt.table.Load().match(host, "/")
+	p := rt.reg.table.Load().match(host, "/")
 	if p == nil {
 		return PassthroughRoute{}, PassthroughNo
 	}

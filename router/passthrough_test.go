@@ -16,7 +16,7 @@ func TestPassthroughOnlyBindAnswers421(t *testing.T) {
 	pass := svc("", "vault.test")
 	pass.TLSPassthrough = true
 	c := newConn("vault", 1)
-	rt.update(c, ann(pass))
+	rt.reg.update(c, ann(pass))
 	w := httptest.NewRecorder()
 	rt.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://vault.test/", nil))
 	if w.Code != http.StatusMisdirectedRequest || len(c.got) != 0 {
@@ -27,7 +27,7 @@ func TestPassthroughOnlyBindAnswers421(t *testing.T) {
 		t.Errorf("explain vault.test = %d, steps %+v; want 421 at the route step", ex.Status, ex.Steps)
 	}
 	// A terminated member joins the bind: HTTP has somewhere to go.
-	rt.update(newConn("web", 2), ann(svc("", "vault.test")))
+	rt.reg.update(newConn("web", 2), ann(svc("", "vault.test")))
 	w = httptest.NewRecorder()
 	rt.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://vault.test/", nil))
 	if w.Code == http.StatusMisdirectedRequest {

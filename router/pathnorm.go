@@ -32,6 +32,24 @@ import (
 // Requests whose path is plain (nearly all) cost one scan and no
 // allocation.
 
+// Reserved reports whether path belongs to aperio-server itself on every
+// hostname (everything under /aperio/): such a request is answered by the
+// server and never proxied. Every other path, /metrics included, is the
+// app's.
+func Reserved(path string) bool {
+	return strings.HasPrefix(path, "/aperio/")
+}
+
+// anyReserved reports whether one of paths is Reserved.
+func anyReserved(paths []string) bool {
+	for _, p := range paths {
+		if Reserved(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // normalizePath rewrites r's path to its normal form, keeping
 // r.URL.Path, r.URL.RawPath and r.RequestURI consistent, and returns its
 // key and, for a path with other readings, their keys. The error is

@@ -80,8 +80,8 @@ func TestNormalizePath(t *testing.T) {
 func TestNormalizedPathsMatchInsideBind(t *testing.T) {
 	rt := newRouter(t, Config{})
 	api, root := newConn("api", 0), newConn("root", 1)
-	rt.update(api, ann(svc("/api", "app.test")))
-	rt.update(root, ann(svc("", "app.test")))
+	rt.reg.update(api, ann(svc("/api", "app.test")))
+	rt.reg.update(root, ann(svc("", "app.test")))
 	for _, c := range []struct{ target, want string }{
 		{"/api/../admin", "root/0"},
 		{"/api/%2e%2e/admin", "root/0"},

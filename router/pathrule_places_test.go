@@ -40,13 +40,13 @@ func placesRouter(t *testing.T) (*Router, *fakeConn, string) {
 	root := svc("", "app.test")
 	root.Access = &tunnel.Access{Public: true}
 	rootConn := newConn("root", 1)
-	rt.update(rootConn, ann(root))
+	rt.reg.update(rootConn, ann(root))
 	admin := svc("/admin", "app.test")
 	admin.Access = bearer
-	rt.update(newConn("admin", 2), ann(admin))
+	rt.reg.update(newConn("admin", 2), ann(admin))
 	docs := svc("", "docs.test")
 	docs.Access = bearer
-	rt.update(newConn("docs", 3), ann(docs))
+	rt.reg.update(newConn("docs", 3), ann(docs))
 	return rt, rootConn, tok
 }
 

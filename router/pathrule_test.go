@@ -149,7 +149,7 @@ func diffRouter(t testing.TB) *Router {
 			s.Access = &tunnel.Access{Public: true}
 		}
 		i++
-		rt.update(newConn(b, i), ann(s))
+		rt.reg.update(newConn(b, i), ann(s))
 	}
 	return rt
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/visitor/access"
 	"github.com/aperio-dev/aperio/internal/visitor/inspect"
 	"github.com/aperio-dev/aperio/internal/visitor/policy"
+	"github.com/aperio-dev/aperio/internal/visitor/usage"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -186,11 +187,14 @@ func (ref refusal) status() int {
 	return refusalInfo[ref.kind].status
 }
 
-// admission is one request on its way through the stages. In a dry run
-// (ex set) there is no request: r and w are nil. The request's record is
+// admission is one request on its way through the stages, which are its
+// methods (admit runs the admission stages, takeClient the dispatch
+// stages of one attempt). In a dry run (ex set) there is no request: r
+// and w are nil. The request's record is
 // passed beside it, not kept in it: escape analysis does not tell fields
 // apart, and a record kept here would leave the caller's stack.
 type admission struct {
+	rt   *Router // the router the request came to; its stages read it
 	w    http.ResponseWriter
 	r    *http.Request
 	v    Visitor
@@ -226,35 +230,35 @@ type admission struct {
 // at the first refusal. It switches on the stage rather than calling
 // through a table of funcs: an indirect call would move the admission to
 // the heap, one allocation per request.
-func (rt *Router) admit(ctx context.Context, a *admission, rec *telemetry.Request) refusal {
+func (a *admission) admit(ctx context.Context, rec *telemetry.Request) refusal {
 	for _, s := range admissionStages {
 		var v verdict
 		switch s {
 		case stageReserved:
-			v = rt.checkPath(a)
+			v = a.checkPath()
 		case stageIPLimit:
-			v = rt.checkIPLimit(a, rec)
+			v = a.checkIPLimit(rec)
 		case stageMaintenance:
-			v = rt.checkMaintenance(a)
+			v = a.checkMaintenance()
 		case stageHostField:
-			v = rt.checkHostField(a)
+			v = a.checkHostField()
 		case stageHeaderNames:
-			v = rt.checkHeaderNames(a)
+			v = a.checkHeaderNames()
 		case stageRouteRule:
-			v = rt.checkRouteRule(a)
+			v = a.checkRouteRule()
 		case stageRoute:
-			v = rt.checkRoute(ctx, a, rec)
+			v = a.checkRoute(ctx, rec)
 		case stageBody:
-			v = rt.checkBody(a)
+			v = a.checkBody()
 		case stageAccess:
-			v = rt.checkAccess(a, rec)
+			v = a.checkAccess(rec)
 		case stageAllowedIPs:
-			v = rt.checkAllowedIPs(a)
+			v = a.checkAllowedIPs()
 		case stageRateLimit:
-			v = rt.checkRateLimit(a, rec)
+			v = a.checkRateLimit(rec)
 		}
 		if a.ex != nil {
-			a.ex.record(rt, a, stageSteps[s], &v)
+			a.ex.record(a.rt, a, stageSteps[s], &v)
 		}
 		if v.kind != passed {
 			return v.refusal
@@ -362,7 +366,7 @@ var stageSteps = [...]string{
 // not proxied): it stands for the whole server, which answers them before
 // the router. The proxy is handed them only when called directly, and
 // refuses them as bad paths.
-func (rt *Router) checkPath(a *admission) verdict {
+func (a *admission) checkPath() verdict {
 	if a.method == http.MethodConnect {
 		return pass(OutcomePass, whyConnectPath)
 	}
@@ -388,21 +392,11 @@ func (rt *Router) checkPath(a *admission) verdict {
 	return v
 }
 
-// anyReserved reports whether one of paths is Reserved.
-func anyReserved(paths []string) bool {
-	for _, p := range paths {
-		if Reserved(p) {
-			return true
-		}
-	}
-	return false
-}
-
 // checkIPLimit takes a token of the visitor's bucket and refuses when it
 // has none. A dry run takes nothing: it reads the tokens left, which its
 // step names. A dry run given no visitor address skips it: it has no
 // bucket to read, where the proxy's unknown visitor has one.
-func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) verdict {
+func (a *admission) checkIPLimit(rec *telemetry.Request) verdict {
 	l := a.set.ips
 	switch {
 	case l == nil:
@@ -423,7 +417,7 @@ func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) verdict {
 	}
 	if rec != nil {
 		// Only refusals pay for the match: it names the hostname in metrics.
-		rec.Routed = rt.table.Load().match(a.host, a.path) != nil
+		rec.Routed = a.rt.reg.table.Load().match(a.host, a.path) != nil
 	}
 	v.kind, v.outcome = refusedIP, OutcomeStop
 	return v
@@ -431,15 +425,15 @@ func (rt *Router) checkIPLimit(a *admission, rec *telemetry.Request) verdict {
 
 // checkMaintenance refuses a hostname in maintenance: an entry of the
 // admin API's that has not ended, or an open window.
-func (rt *Router) checkMaintenance(a *admission) verdict {
-	if m := rt.maintenance.Load(); m.empty() && len(a.set.windows) == 0 {
+func (a *admission) checkMaintenance() verdict {
+	if m := a.rt.reg.maintenance.Load(); m.empty() && len(a.set.windows) == 0 {
 		return pass(OutcomePass, whyNotInMaintenance) // no clock read when nothing is in maintenance
 	}
 	now := a.now
 	if now.IsZero() {
-		now = rt.now()
+		now = a.rt.now()
 	}
-	e := rt.inMaintenance(a.set, a.host, now)
+	e := a.rt.inMaintenance(a.set, a.host, now)
 	if e == nil {
 		return pass(OutcomePass, whyNotInMaintenance)
 	}
@@ -464,7 +458,7 @@ func maintenanceDetail(e *maintenanceEntry, now time.Time) string {
 
 // checkHostField refuses a request whose host field differs from its
 // :authority. A dry run given no headers passes without a step.
-func (rt *Router) checkHostField(a *admission) verdict {
+func (a *admission) checkHostField() verdict {
 	switch {
 	case a.header == nil:
 		return verdict{}
@@ -474,18 +468,31 @@ func (rt *Router) checkHostField(a *admission) verdict {
 	return pass(OutcomePass, whyHostFieldSame)
 }
 
+// hostFieldConflicts reports whether an HTTP/2 request carries a host field
+// other than its :authority, which RFC 9113 §8.3.1 makes malformed: a
+// backend or cache could take the other one. net/http moves an HTTP/1
+// Host header into Request.Host, so only HTTP/2 requests keep one in
+// Header. authority is the request's Host and h its header.
+func hostFieldConflicts(authority string, h http.Header) bool {
+	v, ok := h["Host"]
+	if !ok {
+		return false
+	}
+	return len(v) != 1 || !strings.EqualFold(v[0], authority)
+}
+
 // checkRoute matches the bind and refuses when nobody serves it, or its
 // last client left more than client_down_threshold ago and it is not
 // armed; then when another reading of the path names another bind not
 // open to the visitor (disagreeingBind), and when the bind takes TLS
 // passthrough only. rec is nil in a dry run, which records no telemetry.
-func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.Request) verdict {
-	p := rt.table.Load().match(a.host, a.path)
+func (a *admission) checkRoute(ctx context.Context, rec *telemetry.Request) verdict {
+	p := a.rt.reg.table.Load().match(a.host, a.path)
 	a.p = p
 	if rec != nil {
 		rec.Routed = p != nil
-		if rt.tracer != nil {
-			_, sp := rt.tracer.Start(ctx, telemetry.SpanRoute, trace.WithTimestamp(a.routeStart))
+		if a.rt.tracer != nil {
+			_, sp := a.rt.tracer.Start(ctx, telemetry.SpanRoute, trace.WithTimestamp(a.routeStart))
 			if p != nil {
 				sp.SetAttributes(attribute.String("aperio.bind", p.pattern+p.path))
 			}
@@ -495,17 +502,17 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 	switch {
 	case p == nil:
 		return stop(refusedNoRoute, whyNoBind)
-	case !rt.live(p):
+	case !a.rt.reg.live(p):
 		return stop(refusedNoRoute, whyBindDown)
 	}
 	if a.other != nil {
-		if q := rt.disagreeingBind(a, p); q != nil {
+		if q := a.disagreeingBind(p); q != nil {
 			v := stop(refusedAmbiguousPath, whyBindAmbiguous)
 			v.q = q
 			return v
 		}
 	}
-	if rt.AnyPassthrough() && p.allPassthrough() {
+	if a.rt.reg.AnyPassthrough() && p.allPassthrough() {
 		return stop(refusedMisdirected, whyPassthroughOnly)
 	}
 	return pass(OutcomePass, whyBindMatches)
@@ -518,10 +525,10 @@ func (rt *Router) checkRoute(ctx context.Context, a *admission, rec *telemetry.R
 // refused. Another reading that names no bind, or an open one, takes
 // nothing away (p's gate is at least as strict as open). Only paths
 // with a ";" or an encoded slash have other readings.
-func (rt *Router) disagreeingBind(a *admission, p *pool) *pool {
-	t := rt.table.Load()
+func (a *admission) disagreeingBind(p *pool) *pool {
+	t := a.rt.reg.table.Load()
 	for _, k := range a.other {
-		if q := t.match(a.host, k); q != nil && q != p && !rt.openTo(a, q) {
+		if q := t.match(a.host, k); q != nil && q != p && !a.openTo(q) {
 			return q
 		}
 	}
@@ -531,7 +538,7 @@ func (rt *Router) disagreeingBind(a *admission, p *pool) *pool {
 // openTo reports whether q admits a's visitor without a credential: its
 // gate is open with no IP rules, and a client's token admits the
 // visitor's address.
-func (rt *Router) openTo(a *admission, q *pool) bool {
+func (a *admission) openTo(q *pool) bool {
 	ge := q.gate.Load()
 	if ge == nil {
 		ge = a.set.defaultGate
@@ -545,7 +552,7 @@ func (rt *Router) openTo(a *admission, q *pool) bool {
 // body so that it is bounded, paced and known to have been read. Explain
 // is given no body, so a dry run passes without a step: the one stage
 // with nothing to judge in a dry run.
-func (rt *Router) checkBody(a *admission) verdict {
+func (a *admission) checkBody() verdict {
 	if a.ex != nil {
 		return verdict{}
 	}
@@ -562,7 +569,7 @@ func (rt *Router) checkBody(a *admission) verdict {
 		if maxBody > 0 {
 			rc = http.MaxBytesReader(a.w, rc, maxBody)
 		}
-		a.body = &countingBody{ReadCloser: rt.paceBody(a.set, a.w, rc, r.ContentLength)}
+		a.body = &countingBody{ReadCloser: a.rt.paceBody(a.set, a.w, rc, r.ContentLength)}
 		r.Body = a.body
 	}
 	return verdict{}
@@ -579,7 +586,7 @@ func (rt *Router) checkBody(a *admission) verdict {
 // described, not consulted, and the dry run goes on as if it admitted;
 // what the gate's IP rules or an open gate decide it tells without asking
 // the gate. Local methods (basic, bearer) judge the headers it was given.
-func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) verdict {
+func (a *admission) checkAccess(rec *telemetry.Request) verdict {
 	ge := a.p.gate.Load()
 	if ge == nil {
 		ge = a.set.defaultGate
@@ -617,7 +624,7 @@ func (rt *Router) checkAccess(a *admission, rec *telemetry.Request) verdict {
 	dp := new(access.Decision)
 	*dp = d
 	if rec != nil {
-		rt.denied(a, ge, dp, rec)
+		a.denied(ge, dp, rec)
 	}
 	if d.Hidden {
 		v := stop(refusedAccessHidden, whyGateHides)
@@ -674,7 +681,7 @@ func (a *admission) accessVisitor() access.Visitor {
 //
 // A dry run given no visitor address skips it: it has nobody to judge,
 // where the proxy judges the unknown address like any other.
-func (rt *Router) checkAllowedIPs(a *admission) verdict {
+func (a *admission) checkAllowedIPs() verdict {
 	switch {
 	case a.ex != nil && !a.ip.IsValid():
 		return pass(OutcomeSkip, whyNoVisitorIP)
@@ -841,7 +848,7 @@ type poolPlan struct {
 
 // checkPool surveys the pool for a dry run; the proxy has nothing to do
 // here.
-func (rt *Router) checkPool(a *admission) {
+func (a *admission) checkPool() {
 	if a.ex == nil {
 		return
 	}
@@ -877,7 +884,7 @@ func (rt *Router) checkPool(a *admission) {
 // accepts wt, a scaler) is decided here for both modes; then the proxy
 // asks the scaler for the start, and a dry run asks its ColdStartPlanner
 // what the start would do (planColdStart).
-func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) (time.Duration, verdict) {
+func (a *admission) checkColdStart(ctx context.Context, wt *waiter) (time.Duration, verdict) {
 	p, wait := a.p, a.set.cfg.GatewayTimeout
 	d := p.driver()
 	switch {
@@ -887,15 +894,15 @@ func (rt *Router) checkColdStart(ctx context.Context, a *admission, wt *waiter) 
 		return wait, pass(OutcomeSkip, whyNotArmed)
 	case acceptsAny(p, wt):
 		return wait, pass(OutcomeSkip, whyClientCanServe)
-	case rt.cfg.Scaler == nil:
+	case a.rt.cfg.Scaler == nil:
 		return wait, pass(OutcomeSkip, whyNoScaler)
 	}
 	if a.ex != nil {
-		return rt.planColdStart(ctx, a, d, wait)
+		return a.planColdStart(ctx, d, wait)
 	}
-	st, err := rt.cfg.Scaler.ColdStart(ctx, d.org, p.pattern, p.path)
+	st, err := a.rt.cfg.Scaler.ColdStart(ctx, d.org, p.pattern, p.path)
 	if err != nil {
-		rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
+		a.rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
 		return wait, verdict{} // a disarmed record: the usual wait applies
 	}
 	wt.abort = st.Failed()
@@ -917,9 +924,9 @@ func acceptsAny(p *pool, w *waiter) bool {
 // planColdStart is checkColdStart's dry run once a start is due: it asks
 // the scaler's ColdStartPlanner (a Scaler without one is taken to start),
 // and refuses when the held places are taken. wait is the usual wait.
-func (rt *Router) planColdStart(ctx context.Context, a *admission, d *armedInfo, wait time.Duration) (time.Duration, verdict) {
+func (a *admission) planColdStart(ctx context.Context, d *armedInfo, wait time.Duration) (time.Duration, verdict) {
 	join, detail, err := false, "", error(nil)
-	if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
+	if planner, ok := a.rt.cfg.Scaler.(ColdStartPlanner); ok {
 		join, detail, err = planner.PlanColdStart(ctx, d.org, a.p.pattern, a.p.path)
 	}
 	if detail != "" {
@@ -956,16 +963,16 @@ func (rt *Router) planColdStart(ctx context.Context, a *admission, d *armedInfo,
 // is routable, and records the wait in rec. It never holds a global slot
 // while it waits. A dry run predicts the pick (plan.pick), or the wait it
 // would make (ex.Verdict, ex.AfterWait), or the refusal.
-func (rt *Router) takePermit(ctx context.Context, a *admission, wt *waiter, timeout time.Duration, wait bool, rec *telemetry.Request) (*service, refusal) {
+func (a *admission) takePermit(ctx context.Context, wt *waiter, timeout time.Duration, wait bool, rec *telemetry.Request) (*service, refusal) {
 	if a.ex == nil {
 		if wt.held {
-			rt.held.Add(1)
+			a.rt.held.Add(1)
 		}
-		s, err := a.p.acquire(ctx, rt.strategy, timeout, wait, wt)
+		s, err := a.p.acquire(ctx, a.rt.strategy, timeout, wait, wt)
 		if wt.held {
-			rt.held.Add(-1)
+			a.rt.held.Add(-1)
 		}
-		rt.recordWait(ctx, wt, rec)
+		a.rt.recordWait(ctx, wt, rec)
 		if err != nil {
 			return nil, acquireRefusal(a.p, err)
 		}
@@ -974,8 +981,8 @@ func (rt *Router) takePermit(ctx context.Context, a *admission, wt *waiter, time
 	ex, pl := a.ex, a.plan
 	switch {
 	case pl.free > 0:
-		pl.pick = rt.predictPick(ex, a.p)
-		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s; serving tier: priority %d)", pl.pick.Name, pl.pick.Inflight, limitText(pl.pick.Limit), strategyName(a.p.effective(rt.strategy)), pl.pick.Priority))
+		pl.pick = a.rt.predictPick(ex, a.p)
+		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s; serving tier: priority %d)", pl.pick.Name, pl.pick.Inflight, limitText(pl.pick.Limit), strategyName(a.p.effective(a.rt.strategy)), pl.pick.Priority))
 	case pl.usable > 0 && timeout <= 0:
 		ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
 		return nil, refuseWith(refusedClientConcurrency)
@@ -996,11 +1003,55 @@ func (rt *Router) takePermit(ctx context.Context, a *admission, wt *waiter, time
 	return nil, refusal{}
 }
 
+// takeClient runs the dispatch stages of one attempt after the cold
+// start, in order: permit and queue (takePermit; s, when set, is a permit
+// already taken, for a retry on 5xx), the max_rps of the client's token,
+// CONNECT, the byte quotas (which leave the usage counter in *counted),
+// the global slot. It returns the service whose permit the request holds
+// and a global slot, or the first refusal, having released the permit a
+// stage after takePermit refused with. Only the proxy runs it: a dry run
+// predicts these stages one by one (explain).
+func (a *admission) takeClient(ctx context.Context, s *service, wt *waiter, timeout time.Duration, wait bool, rec *telemetry.Request, counted **usage.Counter) (*service, refusal) {
+	var ref refusal
+	if s == nil {
+		s, ref = a.takePermit(ctx, wt, timeout, wait, rec)
+	}
+	if ref.kind == passed {
+		ref = checkTokenRate(s)
+	}
+	if ref.kind == passed {
+		ref = a.checkConnect(s).refusal
+	}
+	if ref.kind == passed {
+		ref = a.checkQuota(s, counted)
+	}
+	if ref.kind == passed {
+		ref = a.takeSlot().refusal
+	}
+	if ref.kind != passed {
+		if s != nil {
+			s.release() // the permit a stage after takePermit refused with
+		}
+		return nil, ref
+	}
+	return s, ref
+}
+
+// checkTokenRate takes a request of the max_rps bucket of the token of the
+// client s, whose permit the request holds; an empty bucket refuses with
+// 429 token-rate. Only the proxy runs it: Explain does not predict it.
+func checkTokenRate(s *service) refusal {
+	if lim := s.rate.Load(); lim != nil && !lim.Allow() {
+		return refuseWith(refusedTokenRate)
+	}
+	return refusal{}
+}
+
 // checkConnect refuses a CONNECT to a backend that does not take it (a
 // backend that is a forward proxy would be an open proxy). s is the
 // service whose permit the request holds, a dry run's the predicted
 // pick's (nil: it left since the survey, and takes nothing).
-func (rt *Router) checkConnect(a *admission, s *service) verdict {
+func (a *admission) checkConnect(s *service) verdict {
 	if a.method != http.MethodConnect || s != nil && s.allowConnect.Load() {
 		return verdict{}
 	}
@@ -1010,21 +1061,58 @@ func (rt *Router) checkConnect(a *admission, s *service) verdict {
 // takeSlot takes a server-wide slot for the request, or refuses when
 // max_concurrent_requests are in flight. A dry run takes nothing: it
 // reads the count, which its step names.
-func (rt *Router) takeSlot(a *admission) verdict {
+func (a *admission) takeSlot() verdict {
 	limit := a.set.cfg.MaxConcurrentRequests
 	v := pass(OutcomePass, whySlots)
 	var ok bool
 	if a.ex != nil {
-		n := rt.limits.global.Load()
+		n := a.rt.limits.global.Load()
 		v.n[0] = float64(n)
 		ok = limit <= 0 || n < int64(limit)
 	} else {
-		ok = rt.limits.takeGlobal(limit)
+		ok = a.rt.limits.takeGlobal(limit)
 	}
 	if !ok {
 		v.kind, v.outcome = refusedServerConcurrency, OutcomeStop
 	}
 	return v
+}
+
+// boundCounter is a service's usage counter for one bind pattern.
+type boundCounter struct {
+	pattern string
+	c       *usage.Counter
+}
+
+// checkQuota finds the usage counter of s's token, organization and a's
+// bind (cached on s, else one map lookup in the meter's snapshot) into
+// *counted, and refuses the request when the token is over its
+// daily_max_bytes or the organization over its monthly_max_bytes. Without
+// a meter it passes.
+func (a *admission) checkQuota(s *service, counted **usage.Counter) refusal {
+	if a.rt.cfg.Usage == nil {
+		return refusal{}
+	}
+	var c *usage.Counter
+	if b := s.counted.Load(); b != nil && b.pattern == a.p.pattern {
+		c = b.c
+	} else {
+		c = a.rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
+		s.counted.Store(&boundCounter{pattern: a.p.pattern, c: c})
+	}
+	*counted = c
+	kind := passed
+	switch c.Check() {
+	case usage.TokenQuota:
+		kind = refusedTokenQuota
+	case usage.OrgQuota:
+		kind = refusedOrgQuota
+	}
+	if kind == passed {
+		return refusal{}
+	}
+	*counted = nil
+	return refusal{kind: kind}
 }
 
 // refusalReason is what the inspector records of ref: Explain's verdict

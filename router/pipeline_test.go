@@ -42,7 +42,7 @@ type pipelineCase struct {
 func serving(cfg Config, a *tunnel.Announcement) func(t *testing.T) *Router {
 	return func(t *testing.T) *Router {
 		rt := newRouter(t, cfg)
-		rt.update(newConn("a", 1), a)
+		rt.reg.update(newConn("a", 1), a)
 		return rt
 	}
 }
@@ -84,11 +84,11 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 		conn := newConn("a", 1)
 		a := ann(svc("", "app.test"))
 		a.Services[0].Resilience = true
-		rt.update(conn, a)
+		rt.reg.update(conn, a)
 		if code := serveOnce(t, rt, "GET", "app.test", "/page", ""); code != http.StatusOK {
 			t.Fatalf("GET /page while up = %d, want 200", code)
 		}
-		rt.detach(conn)
+		rt.reg.detach(conn)
 		return rt
 	}
 	tests := []pipelineCase{
@@ -111,7 +111,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "ip limit", setting: "ip_limit_max",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
+				rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 				rt.cur.Load().ips.allow(visitor, time.Now()) // the visitor spent its one token
 				return rt
 			},
@@ -121,8 +121,8 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "maintenance",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
-				rt.SetMaintenance([]Maintenance{{Hostname: "app.test"}})
+				rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
+				rt.reg.SetMaintenance([]Maintenance{{Hostname: "app.test"}})
 				return rt
 			},
 			want: http.StatusServiceUnavailable,
@@ -156,11 +156,11 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{DownThreshold: time.Minute})
 				root := newConn("root", 1)
-				rt.update(root, ann(svc("", "app.test")))
+				rt.reg.update(root, ann(svc("", "app.test")))
 				admin := svc("/admin", "app.test")
 				admin.Access = &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
-				rt.update(newConn("admin", 2), ann(admin))
-				rt.detach(root)
+				rt.reg.update(newConn("admin", 2), ann(admin))
+				rt.reg.detach(root)
 				time.Sleep(2 * time.Minute) // the bubble's clock passes client_down_threshold
 				return rt
 			},
@@ -170,7 +170,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "allowed_ips refuses the visitor",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{})
-				rt.updateAs(newConn("a", 1), ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+				rt.reg.updateAs(newConn("a", 1), ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 				return rt
 			},
 			want: http.StatusBadGateway,
@@ -184,7 +184,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "free permit but the server is full", setting: "max_concurrent_requests",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{MaxConcurrentRequests: 1})
-				rt.update(newConn("a", 1), limited(2, "app.test"))
+				rt.reg.update(newConn("a", 1), limited(2, "app.test"))
 				rt.limits.takeGlobal(rt.cfg.MaxConcurrentRequests)
 				t.Cleanup(rt.limits.releaseGlobal)
 				return rt
@@ -195,7 +195,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "saturated pool, no waiting", setting: "max_concurrent",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{})
-				rt.update(newConn("a", 1), limited(1, "app.test"))
+				rt.reg.update(newConn("a", 1), limited(1, "app.test"))
 				saturate(t, rt, "app.test")
 				return rt
 			},
@@ -205,7 +205,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "saturated pool: queue, then 429 client-concurrency", setting: "gateway_timeout",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{GatewayTimeout: time.Minute})
-				rt.update(newConn("a", 1), limited(1, "app.test"))
+				rt.reg.update(newConn("a", 1), limited(1, "app.test"))
 				saturate(t, rt, "app.test")
 				return rt
 			},
@@ -222,8 +222,8 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 				rt := newRouter(t, Config{GatewayTimeout: 10 * time.Second, DownThreshold: time.Minute,
 					Fallbacks: []Fallback{{Hostname: "app.test", URL: "https://status.example.com/"}}})
 				conn := newConn("a", 1)
-				rt.update(conn, ann(svc("", "app.test")))
-				rt.detach(conn)
+				rt.reg.update(conn, ann(svc("", "app.test")))
+				rt.reg.detach(conn)
 				return rt
 			},
 			want: http.StatusFound,
@@ -232,7 +232,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "armed: cold start held, then 504", setting: "cold_start",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{}, GatewayTimeout: time.Second, MaxHeld: 3})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt
 			},
 			want: http.StatusGatewayTimeout,
@@ -242,7 +242,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{join: true}, MaxHeld: 3,
 					Fallbacks: []Fallback{{Hostname: "app.test", URL: "https://status.example.com/"}}})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt
 			},
 			want: http.StatusFound,
@@ -251,7 +251,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "armed, the start fails: 504", setting: "cold_start",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &orgScaler{}, MaxHeld: 3})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt
 			},
 			want: http.StatusGatewayTimeout,
@@ -260,7 +260,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "armed, held places taken: 503", setting: "scaling_max_held",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{}, MaxHeld: 1})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				// One request takes the one held place; the bubble's clock
 				// runs its hold out once the test is done.
 				done := make(chan int, 1)
@@ -279,7 +279,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "armed, disarmed by the scaler: the usual wait, then 504", setting: "gateway_timeout",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{err: errors.New("autoscale: scaling record disarmed")}, GatewayTimeout: 10 * time.Second})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: 45 * time.Second}})
 				return rt
 			},
 			want: http.StatusGatewayTimeout,
@@ -288,7 +288,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 			name: "armed, visitor refused by the armers' allowed_ips",
 			setup: func(t *testing.T) *Router {
 				rt := newRouter(t, Config{Scaler: &planScaler{}})
-				rt.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: time.Minute, AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
+				rt.reg.SetArmed([]ArmedBind{{OrgID: "org_a", Pattern: "app.test", ColdStart: time.Minute, AllowedIPs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
 				return rt
 			},
 			want: http.StatusBadGateway,
@@ -388,7 +388,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 					RateLimits: []policy.RateLimit{{Name: "other", Rate: 1}, {Name: "api", Rate: 0.001, Burst: 1}},
 					Routes:     []policy.Route{{Path: "/api", Policy: &policy.RoutePolicy{RateLimit: "api"}}},
 				}})
-				rt.update(newConn("a", 1), ann(svc("", "app.test")))
+				rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 				if code := serveOnce(t, rt, "GET", "app.test", "/api", ""); code != http.StatusOK {
 					t.Fatalf("the first request = %d, want 200", code)
 				}
@@ -410,7 +410,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 				rt := newRouter(t, Config{})
 				a := ann(svc("", "app.test"))
 				a.Services[0].AllowConnect = true
-				rt.update(newConn("a", 1), a)
+				rt.reg.update(newConn("a", 1), a)
 				return rt
 			},
 			method: http.MethodConnect, want: http.StatusOK,

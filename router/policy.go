@@ -29,7 +29,7 @@ const (
 
 // checkRouteRule matches the route rules, leaving the match in a.rule.
 // CONNECT has no path and is never matched.
-func (rt *Router) checkRouteRule(a *admission) verdict {
+func (a *admission) checkRouteRule() verdict {
 	if a.set.policy.Rules() == 0 {
 		return verdict{}
 	}
@@ -76,7 +76,7 @@ func describeRule(rule *policy.Rule) string {
 // reads the tokens left, which its step names. It runs after access
 // control, so that a limit keyed by user sees the admitted one (a dry run
 // admits nobody: a.dec is the proxy's).
-func (rt *Router) checkRateLimit(a *admission, rec *telemetry.Request) verdict {
+func (a *admission) checkRateLimit(rec *telemetry.Request) verdict {
 	rule := a.rule
 	if rule == nil || !rule.Limited() {
 		return verdict{}

@@ -17,7 +17,7 @@ func policyRouter(t *testing.T, pc policy.Config) (*Router, *fakeConn) {
 	t.Helper()
 	rt := newRouter(t, Config{Policy: pc, MaxBodyBytes: 1 << 20})
 	c := newConn("a", 1)
-	rt.update(c, ann(svc("", "app.test")))
+	rt.reg.update(c, ann(svc("", "app.test")))
 	return rt, c
 }
 
@@ -144,7 +144,7 @@ func TestServiceHeaders(t *testing.T) {
 		Remove: []string{"Content-Type"},
 	}
 	c := newConn("a", 1)
-	notices := rt.update(c, a)
+	notices := rt.reg.update(c, a)
 	if len(notices) != 2 || !strings.Contains(strings.Join(notices, "\n"), "Transfer-Encoding is a hop-by-hop or framing header") {
 		t.Errorf("notices = %q, want two naming Transfer-Encoding and X-Aperio-User", notices)
 	}
@@ -155,7 +155,7 @@ func TestServiceHeaders(t *testing.T) {
 		t.Errorf("answer's headers = %v; want the server's X-Frame-Options, the service's Cache-Control, no Content-Type", h)
 	}
 	// A new announcement without headers drops them.
-	rt.update(c, ann(svc("", "app.test")))
+	rt.reg.update(c, ann(svc("", "app.test")))
 	w = httptest.NewRecorder()
 	rt.ServeHTTP(w, httptest.NewRequest("GET", "http://app.test/", nil))
 	if w.Header().Get("Cache-Control") != "" {

@@ -16,7 +16,7 @@ import (
 // limiter. It outlives announcements (a health flip or a new limit updates
 // it in place), so permits taken before a change are returned to the same
 // counter after it. Hot-path fields are atomics; the rest is written only
-// under Router.mu.
+// under Registry.mu.
 type service struct {
 	conn     Conn
 	id       string // service id within its client
@@ -40,11 +40,11 @@ type service struct {
 	// allowConnect is set when the service takes CONNECT requests.
 	allowConnect atomic.Bool
 	// passthrough is set when the service takes TLS connections for its
-	// hostnames untouched (tls_passthrough); written under Router.mu
-	// through setPassthroughLocked, which keeps Router.passthroughs.
+	// hostnames untouched (tls_passthrough); written under Registry.mu
+	// through setPassthroughLocked, which keeps Registry.passthroughs.
 	passthrough atomic.Bool
 	// allowedIPs are the visitors its token admits; empty admits all. Set
-	// under Router.mu before the service is published in a pool.
+	// under Registry.mu before the service is published in a pool.
 	allowedIPs []netip.Prefix
 	// tokenID and org are the session's token ("" for the master token)
 	// and organization, which usage is counted against; set before the
@@ -74,7 +74,7 @@ type service struct {
 	ejections    atomic.Int64
 
 	pools atomic.Pointer[[]*pool] // pools this service serves, for permit hand-off
-	// gate is the service's access gate, rebuilt under Router.mu only when
+	// gate is the service's access gate, rebuilt under Registry.mu only when
 	// its announced access block changes.
 	gate atomic.Pointer[gateEntry]
 	// headers are the response header rules the service announced, as

@@ -95,13 +95,13 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	if proxyHookForTest != nil {
 		proxyHookForTest(r)
 	}
-	a := admission{set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: host, path: r.URL.Path, ins: ir}
+	a := admission{rt: rt, set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: host, path: r.URL.Path, ins: ir}
 	if rt.tracer != nil {
 		a.routeStart = time.Now()
 	}
 	a.ip = a.v.Addr
 	rec.Hostname = a.host
-	if ref := rt.admit(r.Context(), &a, rec); ref.kind != passed {
+	if ref := a.admit(r.Context(), rec); ref.kind != passed {
 		rt.answer(w, r, rec, a.host, ref)
 		return
 	}
@@ -135,16 +135,6 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	rt.dispatch(&a, rec)
 }
 
-// live reports whether p may still serve: it has members, or lost its last
-// one less than DownThreshold ago (requests then wait for its return).
-func (rt *Router) live(p *pool) bool {
-	if len(*p.members.Load()) > 0 || p.armed.Load() != nil {
-		return true
-	}
-	at := p.emptiedAt.Load()
-	return at != 0 && time.Since(time.Unix(0, at)) < rt.cfg.DownThreshold
-}
-
 // dispatch runs the dispatch stages for a request that passed admission:
 // cold start, permit and queue, CONNECT, global slot, then the exchange,
 // re-dispatching per the failover policy.
@@ -159,7 +149,7 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 	}
 	wt := &waiter{ip: visitor, affinity: affinity}
 	wait := true
-	kept, err := rt.keepBody(a)
+	kept, err := a.keepBody()
 	if err != nil {
 		rt.answer(w, r, rec, host, refusal{kind: refusedExchange, err: err})
 		return
@@ -182,36 +172,16 @@ func (rt *Router) dispatch(a *admission, rec *telemetry.Request) {
 			counted.Record(max(in, 0), max(rec.Bytes+flowed.out-flowed.chargedOut, 0))
 		}
 	}()
-	timeout, _ := rt.checkColdStart(ctx, a, wt) // the proxy's cold start refuses nothing
-	var next *service                           // a permit taken for a retry on 5xx
+	timeout, _ := a.checkColdStart(ctx, wt) // the proxy's cold start refuses nothing
+	var next *service                       // a permit taken for a retry on 5xx
 	retried := false
 	for jumps := 0; ; jumps++ {
 		if kept != nil {
 			r.Body = &replayBody{Reader: bytes.NewReader(kept)}
 		}
-		var s *service
-		var ref refusal
-		if next != nil {
-			s, next = next, nil
-		} else {
-			s, ref = rt.takePermit(ctx, a, wt, timeout, wait, rec)
-		}
-		if ref.kind == passed {
-			ref = rt.checkTokenRate(s)
-		}
-		if ref.kind == passed {
-			ref = rt.checkConnect(a, s).refusal
-		}
-		if ref.kind == passed {
-			ref = rt.checkQuota(a, s, &counted)
-		}
-		if ref.kind == passed {
-			ref = rt.takeSlot(a).refusal
-		}
+		s, ref := a.takeClient(ctx, next, wt, timeout, wait, rec, &counted)
+		next = nil
 		if ref.kind != passed {
-			if s != nil {
-				s.release() // the permit a stage after takePermit refused with
-			}
 			rt.answer(w, r, rec, host, ref)
 			return
 		}
@@ -600,41 +570,4 @@ func (c *countingWriter) WriteString(s string) (int, error) {
 	n, err := io.WriteString(c.w, s)
 	c.n += int64(n)
 	return n, err
-}
-
-// boundCounter is a service's usage counter for one bind pattern.
-type boundCounter struct {
-	pattern string
-	c       *usage.Counter
-}
-
-// checkQuota finds the usage counter of s's token, organization and a's
-// bind (cached on s, else one map lookup in the meter's snapshot) into
-// *counted, and refuses the request when the token is over its
-// daily_max_bytes or the organization over its monthly_max_bytes. Without
-// a meter it passes.
-func (rt *Router) checkQuota(a *admission, s *service, counted **usage.Counter) refusal {
-	if rt.cfg.Usage == nil {
-		return refusal{}
-	}
-	var c *usage.Counter
-	if b := s.counted.Load(); b != nil && b.pattern == a.p.pattern {
-		c = b.c
-	} else {
-		c = rt.cfg.Usage.Counter(s.tokenID, s.org, a.p.pattern)
-		s.counted.Store(&boundCounter{pattern: a.p.pattern, c: c})
-	}
-	*counted = c
-	kind := passed
-	switch c.Check() {
-	case usage.TokenQuota:
-		kind = refusedTokenQuota
-	case usage.OrgQuota:
-		kind = refusedOrgQuota
-	}
-	if kind == passed {
-		return refusal{}
-	}
-	*counted = nil
-	return refusal{kind: kind}
 }

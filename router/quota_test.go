@@ -61,7 +61,7 @@ func quotaServer(t *testing.T, limit int64, total int, h2 bool) (*httptest.Serve
 	m, _ := newUsageMeter(t, limit)
 	rt := newRouter(t, Config{Usage: m})
 	c := &streamConn{fakeConn: newConn("a", 1), total: total, chunk: 16 << 10}
-	rt.updateAs(c, ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, org: "org_a", tokenID: "tok_a"})
+	rt.reg.updateAs(c, ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, org: "org_a", tokenID: "tok_a"})
 	if err := m.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}

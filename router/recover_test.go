@@ -12,7 +12,7 @@ import (
 func TestProxyRecoversPanic(t *testing.T) {
 	recovery.AllowForTest(t)
 	rt := newRouter(t, Config{})
-	rt.update(newConn("a", 0), ann(svc("", "app.test")))
+	rt.reg.update(newConn("a", 0), ann(svc("", "app.test")))
 	SetProxyHookForTest(t, func(r *http.Request) {
 		if r.URL.Path == "/boom" {
 			panic("boom")

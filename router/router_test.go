@@ -82,7 +82,7 @@ func newRouter(t testing.TB, cfg Config) *Router {
 // pickID takes and returns a permit on the next member of host's pool.
 func pickID(t testing.TB, rt *Router, host string) string {
 	t.Helper()
-	p := rt.table.Load().match(host, "/")
+	p := rt.reg.table.Load().match(host, "/")
 	if p == nil {
 		return ""
 	}
@@ -96,11 +96,11 @@ func pickID(t testing.TB, rt *Router, host string) string {
 
 func TestMatch(t *testing.T) {
 	rt := newRouter(t, Config{})
-	rt.update(newConn("exact", 1), ann(svc("", "app.example.com")))
-	rt.update(newConn("api", 2), ann(svc("/api", "app.example.com")))
-	rt.update(newConn("apiv2", 3), ann(svc("/api/v2", "app.example.com")))
-	rt.update(newConn("wild", 4), ann(svc("", "*.example.com")))
-	rt.update(newConn("deepwild", 5), ann(svc("", "*.eu.example.com")))
+	rt.reg.update(newConn("exact", 1), ann(svc("", "app.example.com")))
+	rt.reg.update(newConn("api", 2), ann(svc("/api", "app.example.com")))
+	rt.reg.update(newConn("apiv2", 3), ann(svc("/api/v2", "app.example.com")))
+	rt.reg.update(newConn("wild", 4), ann(svc("", "*.example.com")))
+	rt.reg.update(newConn("deepwild", 5), ann(svc("", "*.eu.example.com")))
 	tests := []struct {
 		host, path, want string
 	}{
@@ -117,7 +117,7 @@ func TestMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.host+tt.path, func(t *testing.T) {
-			p := rt.table.Load().match(tt.host, tt.path)
+			p := rt.reg.table.Load().match(tt.host, tt.path)
 			got := ""
 			if p != nil {
 				got = (*p.members.Load())[0].conn.ID()
@@ -132,11 +132,11 @@ func TestMatch(t *testing.T) {
 func TestRoundRobinSkipsUnroutable(t *testing.T) {
 	rt := newRouter(t, Config{})
 	a, b, c := newConn("a", 1), newConn("b", 2), newConn("c", 3)
-	rt.update(a, ann(svc("", "app.test")))
-	rt.update(b, ann(svc("", "app.test")))
+	rt.reg.update(a, ann(svc("", "app.test")))
+	rt.reg.update(b, ann(svc("", "app.test")))
 	draining := ann(svc("", "app.test"))
 	draining.Draining = true
-	rt.update(c, draining)
+	rt.reg.update(c, draining)
 
 	counts := map[string]int{}
 	for range 10 {
@@ -148,8 +148,8 @@ func TestRoundRobinSkipsUnroutable(t *testing.T) {
 
 	unhealthy := ann(svc("", "app.test"))
 	unhealthy.Services[0].Healthy = false
-	rt.update(a, unhealthy)
-	rt.update(b, unhealthy)
+	rt.reg.update(a, unhealthy)
+	rt.reg.update(b, unhealthy)
 	if id := pickID(t, rt, "app.test"); id != "" {
 		t.Fatalf("pick with every member unhealthy or draining = %s, want none", id)
 	}
@@ -163,11 +163,11 @@ func TestServiceDrainingSkipped(t *testing.T) {
 	rt := newRouter(t, Config{})
 	a, b := newConn("a", 1), newConn("b", 2)
 	both := ann(svc("", "app.test"), svc("", "other.test"))
-	rt.update(a, both)
-	rt.update(b, ann(svc("", "app.test")))
+	rt.reg.update(a, both)
+	rt.reg.update(b, ann(svc("", "app.test")))
 	removing := ann(svc("", "app.test"), svc("", "other.test"))
 	removing.Services[0].Draining = true
-	rt.update(a, removing)
+	rt.reg.update(a, removing)
 	for range 4 {
 		if id := pickID(t, rt, "app.test"); id != "b" {
 			t.Fatalf("pick for app.test with a's service draining = %q, want b", id)
@@ -176,7 +176,7 @@ func TestServiceDrainingSkipped(t *testing.T) {
 	if id := pickID(t, rt, "other.test"); id != "a" {
 		t.Fatalf("pick for other.test = %q, want a (its service is not draining)", id)
 	}
-	rt.update(a, both)
+	rt.reg.update(a, both)
 	counts := map[string]int{}
 	for range 4 {
 		counts[pickID(t, rt, "app.test")]++
@@ -189,21 +189,21 @@ func TestServiceDrainingSkipped(t *testing.T) {
 func TestUpdateIsIdempotent(t *testing.T) {
 	rt := newRouter(t, Config{})
 	c := newConn("a", 1)
-	rt.update(c, ann(svc("", "app.test")))
-	before := rt.table.Load()
-	rt.update(c, ann(svc("", "app.test")))
-	if rt.table.Load() != before {
+	rt.reg.update(c, ann(svc("", "app.test")))
+	before := rt.reg.table.Load()
+	rt.reg.update(c, ann(svc("", "app.test")))
+	if rt.reg.table.Load() != before {
 		t.Fatal("an unchanged announcement rebuilt the table, want the same snapshot")
 	}
-	rt.update(c, ann(svc("", "app.test", "www.app.test")))
-	if rt.table.Load() == before {
+	rt.reg.update(c, ann(svc("", "app.test", "www.app.test")))
+	if rt.reg.table.Load() == before {
 		t.Fatal("a changed announcement kept the old table, want a rebuild")
 	}
-	if rt.table.Load().match("www.app.test", "/") == nil {
+	if rt.reg.table.Load().match("www.app.test", "/") == nil {
 		t.Fatal("new hostname not routable after update")
 	}
-	rt.detach(c)
-	if pickID(t, rt, "app.test") != "" || rt.ConnectedClients() != 0 {
+	rt.reg.detach(c)
+	if pickID(t, rt, "app.test") != "" || rt.reg.ConnectedClients() != 0 {
 		t.Fatal("detached client still routable")
 	}
 }
@@ -211,13 +211,13 @@ func TestUpdateIsIdempotent(t *testing.T) {
 func TestServeHTTP(t *testing.T) {
 	rt := newRouter(t, Config{MaxBodyBytes: 10})
 	ok := newConn("ok", 1)
-	rt.update(ok, ann(svc("", "App.Test")))
+	rt.reg.update(ok, ann(svc("", "App.Test")))
 	broken := newConn("broken", 2)
 	broken.err = fmt.Errorf("wrapped: %w", tunnel.ErrSessionClosed)
-	rt.update(broken, ann(svc("", "broken.test")))
+	rt.reg.update(broken, ann(svc("", "broken.test")))
 	slow := newConn("slow", 3)
 	slow.err = tunnel.ErrResponseTimeout
-	rt.update(slow, ann(svc("", "slow.test")))
+	rt.reg.update(slow, ann(svc("", "slow.test")))
 
 	tests := []struct {
 		name, host, body string
@@ -250,7 +250,7 @@ func TestServeHTTP(t *testing.T) {
 func TestOutboundHeaders(t *testing.T) {
 	rt := newRouter(t, Config{})
 	c := newConn("a", 1)
-	rt.update(c, ann(svc("", "app.test")))
+	rt.reg.update(c, ann(svc("", "app.test")))
 	req := httptest.NewRequest("GET", "/x", nil)
 	req.Host = "app.test"
 	req.RemoteAddr = "203.0.113.7:5555"
@@ -319,7 +319,7 @@ func TestMayBind(t *testing.T) {
 func TestTokenScopes(t *testing.T) {
 	rt := newRouter(t, Config{})
 	allowed := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}
-	notices := rt.updateAs(newConn("scoped", 1), ann(svc("", "app.test", "other.test")), rights{allowed: []string{"app.test"}, allowedIPs: allowed})
+	notices := rt.reg.updateAs(newConn("scoped", 1), ann(svc("", "app.test", "other.test")), rights{allowed: []string{"app.test"}, allowedIPs: allowed})
 	if len(notices) != 1 || !strings.Contains(notices[0], "other.test") {
 		t.Fatalf("notices for a hostname the token may not bind = %v, want one naming other.test", notices)
 	}
@@ -351,7 +351,7 @@ func TestStatsCountOnlyRoutablePrimaries(t *testing.T) {
 		a.Services[0].Priority = priority
 		a.Services[0].Healthy = healthy
 		a.Draining = draining
-		rt.update(c, a)
+		rt.reg.update(c, a)
 		return c
 	}
 	add("a", "i-a", 10, 0, true, false)
@@ -360,9 +360,9 @@ func TestStatsCountOnlyRoutablePrimaries(t *testing.T) {
 	add("standby", "i-s", 10, 1, true, false)
 	add("sick", "i-x", 10, 0, false, false)
 	add("leaving", "i-y", 10, 0, true, true)
-	p := rt.table.Load().match("app.test", "/")
+	p := rt.reg.table.Load().match("app.test", "/")
 	s, _ := p.tryAcquire(rt.strategy, nil)
-	got := rt.Stats("App.Test", "")
+	got := rt.reg.Stats("App.Test", "")
 	want := PoolStats{Instances: 2, Capacity: 25, Inflight: 1, Routable: 4}
 	if got != want {
 		t.Fatalf("Stats() = %+v, want %+v (standby, unhealthy and draining are not capacity)", got, want)

@@ -51,7 +51,7 @@ func scaleRouter(b *testing.B, n int) (*Router, []string, float64) {
 	runtime.ReadMemStats(&before)
 	rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100})
 	for c, a := range anns {
-		rt.update(&benchConn{fakeConn{id: fmt.Sprint("c", c), at: epoch}}, a)
+		rt.reg.update(&benchConn{fakeConn{id: fmt.Sprint("c", c), at: epoch}}, a)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -82,7 +82,7 @@ func BenchmarkLookupHostnames(b *testing.B) {
 			b.Run("match", func(b *testing.B) {
 				b.ReportAllocs()
 				for i := 0; b.Loop(); i++ {
-					if rt.table.Load().match(visits[i%len(visits)], "/index.html") == nil {
+					if rt.reg.table.Load().match(visits[i%len(visits)], "/index.html") == nil {
 						b.Fatalf("no pool for %s", visits[i%len(visits)])
 					}
 				}
@@ -96,7 +96,7 @@ func BenchmarkLookupHostnames(b *testing.B) {
 				hot := visits[:min(len(visits), 1000)]
 				b.ReportAllocs()
 				for i := 0; b.Loop(); i++ {
-					if rt.table.Load().match(hot[i%len(hot)], "/index.html") == nil {
+					if rt.reg.table.Load().match(hot[i%len(hot)], "/index.html") == nil {
 						b.Fatalf("no pool for %s", hot[i%len(hot)])
 					}
 				}
@@ -127,8 +127,8 @@ func TestScaleHostnamesServe(t *testing.T) {
 	for i := range 2 * wildcardEvery {
 		pattern, visit := scaleHostnames(i)
 		rt := newRouter(t, Config{})
-		rt.update(newConn("c", 1), limited(1, pattern))
-		if rt.table.Load().match(visit, "/") == nil {
+		rt.reg.update(newConn("c", 1), limited(1, pattern))
+		if rt.reg.table.Load().match(visit, "/") == nil {
 			t.Errorf("%s does not serve %s", pattern, visit)
 		}
 	}

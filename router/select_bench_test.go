@@ -19,9 +19,9 @@ func selectCases(tb testing.TB) []struct {
 		rt := newRouter(tb, Config{Strategy: strategy})
 		for i, w := range weights {
 			c := newStatusConn(fmt.Sprint("c", i), i)
-			rt.update(c, instAnn(fmt.Sprint("inst", i), tunnel.Service{Weight: w}))
+			rt.reg.update(c, instAnn(fmt.Sprint("inst", i), tunnel.Service{Weight: w}))
 		}
-		return rt, rt.table.Load().match("app.example.com", "/")
+		return rt, rt.reg.table.Load().match("app.example.com", "/")
 	}
 	pick := func(rt *Router, p *pool, h http.Header) func() {
 		return func() {
@@ -39,7 +39,7 @@ func selectCases(tb testing.TB) []struct {
 	rr, rrp := build("round-robin", 1, 1, 1, 1)
 	wr, wrp := build("round-robin", 5, 1, 3, 1)
 	st, stp := build("sticky", 1, 1, 1, 1)
-	h := http.Header{"Cookie": {"theme=dark; " + AffinityCookie + "=" + affinityValue(st.affinityKey, "inst2") + "; lang=en"}}
+	h := http.Header{"Cookie": {"theme=dark; " + AffinityCookie + "=" + affinityValue(st.reg.affinityKey, "inst2") + "; lang=en"}}
 	return []struct {
 		name string
 		run  func()

@@ -38,7 +38,7 @@ func headerPolicy(value string) policy.Config {
 func TestReconfigureIsAtomicPerRequest(t *testing.T) {
 	rt := newRouter(t, Config{Policy: headerPolicy("old")})
 	c := &heldConn{fakeConn: newConn("a", 1), entered: make(chan struct{}, 1), release: make(chan struct{})}
-	rt.update(c, ann(svc("", "app.test")))
+	rt.reg.update(c, ann(svc("", "app.test")))
 
 	var wg sync.WaitGroup
 	first := httptest.NewRecorder()
@@ -63,7 +63,7 @@ func TestReconfigureIsAtomicPerRequest(t *testing.T) {
 
 func TestReconfigureLimitsAndFallbacks(t *testing.T) {
 	rt := newRouter(t, Config{MaxBodyBytes: 4})
-	rt.update(newConn("a", 1), ann(svc("", "app.test")))
+	rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 	post := func() int {
 		w := httptest.NewRecorder()
 		rt.ServeHTTP(w, httptest.NewRequest("POST", "http://app.test/", strings.NewReader("0123456789")))
@@ -96,7 +96,7 @@ func TestReconfigureLimitsAndFallbacks(t *testing.T) {
 // changes nothing; fields Reconfigure does not apply are ignored.
 func TestReconfigureRefusedKeepsOld(t *testing.T) {
 	rt := newRouter(t, Config{MaxBodyBytes: 4, Strategy: "round-robin"})
-	rt.update(newConn("a", 1), ann(svc("", "app.test")))
+	rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 	if err := rt.Reconfigure(Config{MaxBodyBytes: -1}); err == nil {
 		t.Fatal("Reconfigure(max_body_size -1) = nil, want an error")
 	}
@@ -118,7 +118,7 @@ func TestReconfigureRefusedKeepsOld(t *testing.T) {
 // were keeps the visitors' buckets (an emptied bucket stays empty).
 func TestReconfigureKeepsBuckets(t *testing.T) {
 	rt := newRouter(t, Config{IPLimitMax: 1, IPLimitRefill: 0.001})
-	rt.update(newConn("a", 1), ann(svc("", "app.test")))
+	rt.reg.update(newConn("a", 1), ann(svc("", "app.test")))
 	get := func() int {
 		w := httptest.NewRecorder()
 		rt.ServeHTTP(w, httptest.NewRequest("GET", "http://app.test/", nil))
@@ -154,7 +154,7 @@ func TestReconfigureDefaultAccessReachesAnnouncedBlocks(t *testing.T) {
 	public.Access = &tunnel.Access{Public: true}
 	bearer := svc("", "bearer.test")
 	bearer.Access = &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
-	rt.update(newConn("a", 1), ann(ipOnly, public, bearer))
+	rt.reg.update(newConn("a", 1), ann(ipOnly, public, bearer))
 	want := func(step string, codes map[string]int) {
 		t.Helper()
 		for host, code := range codes {

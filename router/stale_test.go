@@ -20,7 +20,7 @@ func TestServeStaleThenFallbackThen504(t *testing.T) {
 	conn := newConn("a", 1)
 	a := ann(svc("", "app.test"))
 	a.Services[0].Resilience = true
-	rt.update(conn, a)
+	rt.reg.update(conn, a)
 
 	get := func(path string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", path, nil)
@@ -43,7 +43,7 @@ func TestServeStaleThenFallbackThen504(t *testing.T) {
 	if rec := get("/other"); rec.Code != 502 {
 		t.Fatalf("GET /other with the client failing = %d, want 502 (failover off, nothing stored)", rec.Code)
 	}
-	rt.detach(conn)
+	rt.reg.detach(conn)
 	if rec := get("/page"); rec.Code != 200 || rec.Header().Get(stale.StaleHeader) != "1" {
 		t.Fatalf("GET /page after the client left = %d, want the stale copy", rec.Code)
 	}
@@ -53,11 +53,11 @@ func TestServeStaleThenFallbackThen504(t *testing.T) {
 	// Without resilience nothing is recorded.
 	plain := newRouter(t, Config{Cache: c, GatewayTimeout: 20 * time.Millisecond, DownThreshold: time.Minute})
 	pc := newConn("p", 1)
-	plain.update(pc, ann(svc("", "plain.test")))
+	plain.reg.update(pc, ann(svc("", "plain.test")))
 	req := httptest.NewRequest("GET", "/x", nil)
 	req.Host = "plain.test"
 	plain.ServeHTTP(httptest.NewRecorder(), req)
-	plain.detach(pc)
+	plain.reg.detach(pc)
 	rec = httptest.NewRecorder()
 	plain.ServeHTTP(rec, req)
 	if rec.Code != 504 {

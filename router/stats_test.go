@@ -21,7 +21,7 @@ func TestStatsCapacityWithUnlimitedClient(t *testing.T) {
 		open := newGateConn("open", 1)
 		openAnn := ann(svc("", "app.test"))
 		openAnn.InstanceID = "open"
-		rt.update(open, openAnn)
+		rt.reg.update(open, openAnn)
 		var reqs []*served
 		for i := range 9 {
 			reqs = append(reqs, serveAsync(rt, "app.test", fmt.Sprint("/", i)))
@@ -30,9 +30,9 @@ func TestStatsCapacityWithUnlimitedClient(t *testing.T) {
 		idle := newGateConn("idle", 2)
 		idleAnn := limited(10, "app.test")
 		idleAnn.InstanceID = "idle"
-		rt.update(idle, idleAnn)
+		rt.reg.update(idle, idleAnn)
 
-		st := rt.Stats("app.test", "")
+		st := rt.reg.Stats("app.test", "")
 		if st.Capacity != 0 || st.Inflight != 9 || st.Instances != 2 || st.Routable != 2 {
 			t.Fatalf("Stats with an unlimited client = %+v, want capacity 0 (not measurable), inflight 9, 2 instances, 2 routable", st)
 		}
@@ -43,8 +43,8 @@ func TestStatsCapacityWithUnlimitedClient(t *testing.T) {
 		learnt.InstanceID = "open"
 		learnt.Services[0].MaxConcurrent = 12
 		learnt.Services[0].Concurrency = &tunnel.Concurrency{Mode: "aimd", Desired: 12, Min: 1, Max: 100}
-		rt.update(open, learnt)
-		if st := rt.Stats("app.test", ""); st.Capacity != 22 || st.Inflight != 9 {
+		rt.reg.update(open, learnt)
+		if st := rt.reg.Stats("app.test", ""); st.Capacity != 22 || st.Inflight != 9 {
 			t.Fatalf("Stats once the learnt limit is announced = %+v, want capacity 22 (12 + 10), inflight 9", st)
 		}
 
@@ -54,8 +54,8 @@ func TestStatsCapacityWithUnlimitedClient(t *testing.T) {
 		sbAnn := ann(svc("", "app.test"))
 		sbAnn.InstanceID = "standby"
 		sbAnn.Services[0].Priority = 1
-		rt.update(standby, sbAnn)
-		if st := rt.Stats("app.test", ""); st.Capacity != 22 || st.Routable != 3 {
+		rt.reg.update(standby, sbAnn)
+		if st := rt.reg.Stats("app.test", ""); st.Capacity != 22 || st.Routable != 3 {
 			t.Fatalf("Stats with an unlimited standby client = %+v, want capacity 22, 3 routable", st)
 		}
 
@@ -76,8 +76,8 @@ func TestQueuedOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := newRouter(t, Config{GatewayTimeout: time.Minute})
 		a, b := newGateConn("a", 1), newGateConn("b", 2)
-		rt.update(a, limited(1, "a.test"))
-		rt.update(b, limited(1, "b.test"))
+		rt.reg.update(a, limited(1, "a.test"))
+		rt.reg.update(b, limited(1, "b.test"))
 		var reqs []*served
 		reqs = append(reqs, serveAsync(rt, "a.test", "/0"))
 		recv(t, a.entered, "a's first request")
@@ -98,7 +98,7 @@ func TestQueuedOn(t *testing.T) {
 			{"b", func(h string) bool { return h == "b.test" }, 1},
 			{"none", func(string) bool { return false }, 0},
 		} {
-			if got := rt.QueuedOn(tt.keep); got != tt.want {
+			if got := rt.reg.QueuedOn(tt.keep); got != tt.want {
 				t.Errorf("QueuedOn(%s) = %d, want %d", tt.name, got, tt.want)
 			}
 		}

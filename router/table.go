@@ -140,3 +140,13 @@ func buildTable(pools []*pool, o *ownership) *table {
 func sortPools(ps hostPools) {
 	sort.Slice(ps, func(i, j int) bool { return len(ps[i].path) > len(ps[j].path) })
 }
+
+// live reports whether p may still serve: it has members, or lost its last
+// one less than DownThreshold ago (requests then wait for its return).
+func (rg *Registry) live(p *pool) bool {
+	if len(*p.members.Load()) > 0 || p.armed.Load() != nil {
+		return true
+	}
+	at := p.emptiedAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < rg.downThreshold
+}

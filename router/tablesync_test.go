@@ -19,8 +19,8 @@ func TestConcurrentUpdatesRoutable(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			host := fmt.Sprintf("c%d.scale.test", i)
-			rt.update(newConn(fmt.Sprint("c", i), i), limited(1, host))
-			if rt.table.Load().match(host, "/") == nil {
+			rt.reg.update(newConn(fmt.Sprint("c", i), i), limited(1, host))
+			if rt.reg.table.Load().match(host, "/") == nil {
 				errs <- host
 			}
 		}()
@@ -30,14 +30,14 @@ func TestConcurrentUpdatesRoutable(t *testing.T) {
 	for host := range errs {
 		t.Errorf("%s not routable when its update returned", host)
 	}
-	rt.mu.Lock()
-	want, built := rt.tableWant, rt.tableBuilt
-	rt.mu.Unlock()
+	rt.reg.mu.Lock()
+	want, built := rt.reg.tableWant, rt.reg.tableBuilt
+	rt.reg.mu.Unlock()
 	if built != want {
 		t.Errorf("the table holds change %d of %d", built, want)
 	}
 	for i := range clients {
-		if rt.table.Load().match(fmt.Sprintf("c%d.scale.test", i), "/") == nil {
+		if rt.reg.table.Load().match(fmt.Sprintf("c%d.scale.test", i), "/") == nil {
 			t.Fatalf("c%d.scale.test missing from the final table", i)
 		}
 	}
@@ -46,23 +46,23 @@ func TestConcurrentUpdatesRoutable(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rt.detach(rt.connByID(t, fmt.Sprint("c", i)))
+			rt.reg.detach(rt.reg.connByID(t, fmt.Sprint("c", i)))
 		}()
 	}
 	wg.Wait()
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.tableBuilt != rt.tableWant || len(rt.clients) != 0 {
-		t.Errorf("after detaching all: table at change %d of %d, %d clients left", rt.tableBuilt, rt.tableWant, len(rt.clients))
+	rt.reg.mu.Lock()
+	defer rt.reg.mu.Unlock()
+	if rt.reg.tableBuilt != rt.reg.tableWant || len(rt.reg.clients) != 0 {
+		t.Errorf("after detaching all: table at change %d of %d, %d clients left", rt.reg.tableBuilt, rt.reg.tableWant, len(rt.reg.clients))
 	}
 }
 
 // connByID returns the attached conn with id.
-func (rt *Router) connByID(t *testing.T, id string) Conn {
+func (rg *Registry) connByID(t *testing.T, id string) Conn {
 	t.Helper()
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	for c := range rt.clients {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	for c := range rg.clients {
 		if c.ID() == id {
 			return c
 		}

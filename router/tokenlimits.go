@@ -19,7 +19,7 @@ type tokenRate struct {
 func rpsBurst(rps float64) int { return max(1, int(math.Ceil(rps))) }
 
 // tokenRates are the max_rps buckets by token ID, each kept while a
-// client of the token is attached. It has no lock of its own: Router.mu
+// client of the token is attached. It has no lock of its own: Registry.mu
 // guards it (and the clientEntry.rateToken its methods move), and its
 // methods expect it held.
 type tokenRates map[string]*tokenRate
@@ -27,7 +27,7 @@ type tokenRates map[string]*tokenRate
 // holdLocked returns the max_rps bucket e's clients take from under
 // rights r, creating it or changing its rate as the token's setting says,
 // and moves e's reference to it; nil when the token has no max_rps (and
-// for the master token, which is never limited). Router.mu is held.
+// for the master token, which is never limited). Registry.mu is held.
 func (rs tokenRates) holdLocked(e *clientEntry, r rights) *rate.Limiter {
 	if r.master || r.tokenID == "" || r.maxRPS <= 0 {
 		rs.releaseLocked(e)
@@ -55,7 +55,7 @@ func (rs tokenRates) holdLocked(e *clientEntry, r rights) *rate.Limiter {
 }
 
 // releaseLocked drops e's reference on its token's bucket, which goes
-// with the last one. Router.mu is held.
+// with the last one. Registry.mu is held.
 func (rs tokenRates) releaseLocked(e *clientEntry) {
 	if e.rateToken == "" {
 		return
@@ -66,14 +66,4 @@ func (rs tokenRates) releaseLocked(e *clientEntry) {
 		}
 	}
 	e.rateToken = ""
-}
-
-// checkTokenRate takes a request of the max_rps bucket of the token of the
-// client s, whose permit the request holds; an empty bucket refuses with
-// 429 token-rate. Only the proxy runs it: Explain does not predict it.
-func (rt *Router) checkTokenRate(s *service) refusal {
-	if lim := s.rate.Load(); lim != nil && !lim.Allow() {
-		return refuseWith(refusedTokenRate)
-	}
-	return refusal{}
 }

@@ -23,9 +23,9 @@ func TestTokenRate(t *testing.T) {
 	// One request per 1000 s: the burst of 1, and nothing refills during
 	// the test however slow the machine.
 	tok := rights{tokenID: "tok_1", maxRPS: 0.001, allowed: []string{"app.test", "two.test"}}
-	rt.updateAs(newConn("a", 1), ann(svc("", "app.test")), tok)
-	rt.updateAs(newConn("b", 2), ann(svc("", "two.test")), tok) // another client of the same token
-	rt.update(newConn("m", 3), ann(svc("", "master.test")))
+	rt.reg.updateAs(newConn("a", 1), ann(svc("", "app.test")), tok)
+	rt.reg.updateAs(newConn("b", 2), ann(svc("", "two.test")), tok) // another client of the same token
+	rt.reg.update(newConn("m", 3), ann(svc("", "master.test")))
 
 	if rec := visitFrom(rt, "app.test", "/", "198.51.100.1"); rec.Code != 200 {
 		t.Fatalf("first request of the token = %d, want 200", rec.Code)
@@ -38,7 +38,7 @@ func TestTokenRate(t *testing.T) {
 		t.Errorf("Counters() 429s of token-rate = %d, want 1", got)
 	}
 	// The permit went back: the client is not left busy.
-	if p := rt.table.Load().match("two.test", "/"); p == nil || (*p.members.Load())[0].inflight.Load() != 0 {
+	if p := rt.reg.table.Load().match("two.test", "/"); p == nil || (*p.members.Load())[0].inflight.Load() != 0 {
 		t.Error("a token-rate refusal kept the client's permit")
 	}
 	for i := range 5 {
@@ -49,8 +49,8 @@ func TestTokenRate(t *testing.T) {
 
 	// An edit of the token reaches its clients at their next update.
 	tok.maxRPS = 1000
-	rt.updateAs(findConn(rt, "a"), rt.clients[findConn(rt, "a")].ann, tok)
-	rt.updateAs(findConn(rt, "b"), rt.clients[findConn(rt, "b")].ann, tok)
+	rt.reg.updateAs(findConn(rt, "a"), rt.reg.clients[findConn(rt, "a")].ann, tok)
+	rt.reg.updateAs(findConn(rt, "b"), rt.reg.clients[findConn(rt, "b")].ann, tok)
 	for i := range 5 {
 		if rec := visitFrom(rt, "two.test", "/", "198.51.100.2"); rec.Code != 200 {
 			t.Fatalf("request %d after max_rps was raised = %d, want 200", i, rec.Code)
@@ -60,11 +60,11 @@ func TestTokenRate(t *testing.T) {
 	tok.maxRPS = 0
 	for _, id := range []string{"a", "b"} {
 		c := findConn(rt, id)
-		rt.updateAs(c, rt.clients[c].ann, tok)
+		rt.reg.updateAs(c, rt.reg.clients[c].ann, tok)
 	}
-	rt.mu.Lock()
-	n := len(rt.rates)
-	rt.mu.Unlock()
+	rt.reg.mu.Lock()
+	n := len(rt.reg.rates)
+	rt.reg.mu.Unlock()
 	if n != 0 {
 		t.Errorf("rates kept = %d after max_rps was cleared, want 0", n)
 	}
@@ -72,9 +72,9 @@ func TestTokenRate(t *testing.T) {
 
 // findConn returns the attached connection with id.
 func findConn(rt *Router, id string) Conn {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	for c := range rt.clients {
+	rt.reg.mu.Lock()
+	defer rt.reg.mu.Unlock()
+	for c := range rt.reg.clients {
 		if c.ID() == id {
 			return c
 		}
@@ -86,20 +86,20 @@ func TestTokenRateReleasedOnDetach(t *testing.T) {
 	rt := newRouter(t, Config{})
 	tok := rights{tokenID: "tok_1", maxRPS: 5, allowed: []string{"app.test"}}
 	a, b := newConn("a", 1), newConn("b", 2)
-	rt.updateAs(a, ann(svc("", "app.test")), tok)
-	rt.updateAs(b, ann(svc("", "app.test")), tok)
-	rt.detach(a)
-	rt.mu.Lock()
-	kept := rt.rates["tok_1"]
-	rt.mu.Unlock()
+	rt.reg.updateAs(a, ann(svc("", "app.test")), tok)
+	rt.reg.updateAs(b, ann(svc("", "app.test")), tok)
+	rt.reg.detach(a)
+	rt.reg.mu.Lock()
+	kept := rt.reg.rates["tok_1"]
+	rt.reg.mu.Unlock()
 	if kept == nil || kept.refs != 1 {
 		t.Fatalf("rates[tok_1] after one of two clients left = %+v, want one reference", kept)
 	}
-	rt.detach(b)
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if len(rt.rates) != 0 {
-		t.Errorf("rates after the last client left = %d, want 0", len(rt.rates))
+	rt.reg.detach(b)
+	rt.reg.mu.Lock()
+	defer rt.reg.mu.Unlock()
+	if len(rt.reg.rates) != 0 {
+		t.Errorf("rates after the last client left = %d, want 0", len(rt.reg.rates))
 	}
 }
 
@@ -107,7 +107,7 @@ func TestTokenPaths(t *testing.T) {
 	rt := newRouter(t, Config{})
 	tok := rights{tokenID: "tok_1", allowed: []string{"app.test"}, paths: []string{"/api"}}
 	c := newConn("a", 1)
-	notices := rt.updateAs(c, ann(svc("/api", "app.test"), svc("/apix", "app.test"), svc("", "app.test")), tok)
+	notices := rt.reg.updateAs(c, ann(svc("/api", "app.test"), svc("/apix", "app.test"), svc("", "app.test")), tok)
 	if len(notices) != 2 || !strings.Contains(strings.Join(notices, "|"), "not under the token's paths") {
 		t.Fatalf("notices = %q, want /apix and / refused as not under the token's paths", notices)
 	}
@@ -118,13 +118,13 @@ func TestTokenPaths(t *testing.T) {
 		t.Errorf("GET /other (bind refused) = %d, want 502", rec.Code)
 	}
 	// The attach refusal names it when nothing may be bound.
-	err := rt.attachRefusal("t", tok, ann(svc("/admin", "app.test")))
+	err := rt.reg.attachRefusal("t", tok, ann(svc("/admin", "app.test")))
 	if err == nil || !strings.Contains(err.Error(), "not under the token's paths") {
 		t.Errorf("attachRefusal(/admin) = %v, want a refusal naming the paths", err)
 	}
 	// The token loses /api: the bind goes at the next update.
 	tok.paths = []string{"/v2"}
-	rt.updateAs(c, rt.clients[c].ann, tok)
+	rt.reg.updateAs(c, rt.reg.clients[c].ann, tok)
 	if rec := visitFrom(rt, "app.test", "/api/v1", "198.51.100.1"); rec.Code != http.StatusBadGateway {
 		t.Errorf("GET /api/v1 after the token's paths changed = %d, want 502", rec.Code)
 	}
@@ -156,7 +156,7 @@ func TestMayBindPath(t *testing.T) {
 func TestStreamsPerIP(t *testing.T) {
 	rt := newRouter(t, Config{MaxStreamsPerIP: 2, GatewayTimeout: time.Minute})
 	g := newGateConn("g", 1)
-	rt.update(g, limited(0, "app.test"))
+	rt.reg.update(g, limited(0, "app.test"))
 	done := make(chan int, 2)
 	for range 2 {
 		go func() { done <- visitFrom(rt, "app.test", "/", "198.51.100.1").Code }()
@@ -200,7 +200,7 @@ func TestStreamsPerIP(t *testing.T) {
 func TestMaxWSConnections(t *testing.T) {
 	rt := newRouter(t, Config{MaxWSConnections: 1, GatewayTimeout: time.Minute})
 	g := newGateConn("g", 1)
-	rt.update(g, limited(0, "app.test"))
+	rt.reg.update(g, limited(0, "app.test"))
 	upgrade := func(ip string) int {
 		req := httptest.NewRequest("GET", "/ws", nil)
 		req.Host = "app.test"

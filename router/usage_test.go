@@ -59,7 +59,7 @@ func TestTokenQuota(t *testing.T) {
 	}
 	rt := newRouter(t, Config{Usage: m})
 	c := &readingConn{fakeConn: newConn("a", 1), bodies: make(chan string, 10)}
-	rt.updateAs(c, ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, org: "org_a", tokenID: "tok_a"})
+	rt.reg.updateAs(c, ann(svc("", "app.test")), rights{allowed: []string{"app.test"}, org: "org_a", tokenID: "tok_a"})
 	if err := m.Flush(t.Context()); err != nil { // learns the limit
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestTokenQuota(t *testing.T) {
 	}
 	// The master token's clients are counted, never refused.
 	mc := &readingConn{fakeConn: newConn("m", 2), bodies: make(chan string, 10)}
-	rt.update(mc, ann(svc("", "master.test")))
+	rt.reg.update(mc, ann(svc("", "master.test")))
 	for range 3 {
 		rec := httptest.NewRecorder()
 		rt.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "http://master.test/", strings.NewReader(strings.Repeat("x", 600))))
@@ -112,7 +112,7 @@ func TestTokenQuota(t *testing.T) {
 // org_a, and m (nil: none) counting its requests.
 func usageBenchRouter(tb testing.TB, m *usage.Meter) *Router {
 	rt := newRouter(tb, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100, Usage: m})
-	rt.updateAs(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"),
+	rt.reg.updateAs(&benchConn{fakeConn{id: "c1", at: epoch}}, limited(100, "app.example.com"),
 		rights{allowed: []string{"app.example.com"}, org: "org_a", tokenID: "tok_a"})
 	return rt
 }

@@ -181,7 +181,7 @@ func newAPIServer(t *testing.T) *apiServer {
 	if err != nil {
 		t.Fatalf("router.New: %v", err)
 	}
-	rt.SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
+	rt.Registry().SetMaintenance([]router.Maintenance{{Hostname: "down.example.com"}})
 	api, err := admin.New(admin.Config{MasterToken: testMaster, Store: db, Clients: s.clients, Disabler: s.clients, Drainer: s.clients, Scaling: s.scaling, Explainer: rt, Shares: cliShares{},
 		Traffic: cliTraffic{s.stats}, Stream: s.stream, Webhooks: &cliSender{db: db}})
 	if err != nil {

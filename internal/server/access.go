@@ -128,7 +128,7 @@ func (g *Gateway) serveAuth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
 		return
 	}
-	visit, ok := g.router.OIDCVisit(r.Host, router.VisitorOf(r).Proto == "https")
+	visit, ok := g.registry.OIDCVisit(r.Host, router.VisitorOf(r).Proto == "https")
 	if !ok {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no service of this hostname requires a login"})
 		return

@@ -29,21 +29,21 @@ const maxBindsNamed = 10
 // a heartbeat repeating them writes nothing. It is safe for concurrent
 // use.
 type bindAudits struct {
-	rt     *router.Router
+	reg    *router.Registry
 	budget *refusalBudget
 
 	mu   sync.Mutex // guards last
 	last map[*tunnel.Session]string
 }
 
-func newBindAudits(rt *router.Router, now func() time.Time) *bindAudits {
-	return &bindAudits{rt: rt, budget: newRefusalBudget(now), last: make(map[*tunnel.Session]string)}
+func newBindAudits(reg *router.Registry, now func() time.Time) *bindAudits {
+	return &bindAudits{reg: reg, budget: newRefusalBudget(now), last: make(map[*tunnel.Session]string)}
 }
 
 // changed returns s's refused binds and whether they differ from the last
 // seen, and records them.
 func (b *bindAudits) changed(s *tunnel.Session) ([]string, bool) {
-	refused := b.rt.Binds(s).Refused
+	refused := b.reg.Binds(s).Refused
 	key := strings.Join(refused, "\n")
 	b.mu.Lock()
 	defer b.mu.Unlock()

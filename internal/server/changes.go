@@ -234,7 +234,7 @@ func (g *Gateway) loadMaintenance(ctx context.Context) error {
 			entries[i].Until = *m.ExpiresAt
 		}
 	}
-	g.router.SetMaintenance(entries)
+	g.registry.SetMaintenance(entries)
 	return nil
 }
 
@@ -313,7 +313,7 @@ func accessWords(a *tunnel.Access) []string {
 // SetClientDisabled implements admin.ClientDisabler: the router's kill
 // switch.
 func (g *Gateway) SetClientDisabled(id string, disabled bool) error {
-	err := g.router.SetDisabled(id, disabled)
+	err := g.registry.SetDisabled(id, disabled)
 	if errors.Is(err, router.ErrNoClient) {
 		return fmt.Errorf("%w: %w", admin.ErrNoClient, err)
 	}
@@ -341,14 +341,14 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 			continue // mid-handshake: listed once its hostnames are served
 		}
 		ann := s.Announcement()
-		binds := g.router.Binds(s)
+		binds := g.registry.Binds(s)
 		for _, svc := range ann.Services {
 			var cc *admin.Concurrency
 			if c := svc.Concurrency; c != nil {
 				cc = &admin.Concurrency{Mode: c.Mode, Desired: c.Desired, Min: c.Min, Max: c.Max, Fixed: c.Fixed}
 			}
 			var ejected *time.Time
-			if t := g.router.EjectedUntil(s, svc.ID); !t.IsZero() {
+			if t := g.registry.EjectedUntil(s, svc.ID); !t.IsZero() {
 				ejected = &t
 			}
 			out = append(out, admin.ClientInfo{
@@ -365,12 +365,12 @@ func (g *Gateway) Clients() []admin.ClientInfo {
 				Priority:      svc.Priority,
 				MaxConcurrent: svc.MaxConcurrent,
 				Concurrency:   cc,
-				Inflight:      int(g.router.Inflight(s, svc.ID)),
+				Inflight:      int(g.registry.Inflight(s, svc.ID)),
 				Healthy:       svc.Healthy,
 				Draining:      ann.Draining || svc.Draining,
 				ConnectedAt:   s.ConnectedAt(),
 				RemoteAddr:    s.RemoteAddr(),
-				Weight:        g.router.Weight(s, svc.ID),
+				Weight:        g.registry.Weight(s, svc.ID),
 				EjectedUntil:  ejected,
 			})
 		}

@@ -22,7 +22,7 @@ func (g *Gateway) ColdStartForTest(ctx context.Context, orgID, hostname, path st
 // ArmedForTest reports whether the router holds the bind armed, that is
 // whether the gateway's last reload of the scaling records found it armed.
 func (g *Gateway) ArmedForTest(hostname, path string) bool {
-	return g.router.Armed(hostname, path)
+	return g.registry.Armed(hostname, path)
 }
 
 // ArmedLoadsForTest returns how many times the server has loaded the
@@ -35,7 +35,7 @@ func (g *Gateway) ArmedLoadsForTest() int64 {
 // DrivesForTest reports whether orgID's record would drive a cold start of
 // the bind now.
 func (g *Gateway) DrivesForTest(orgID, hostname, path string) bool {
-	return g.router.Drives(orgID, hostname, path)
+	return g.registry.Drives(orgID, hostname, path)
 }
 
 // MetricsAddrForTest returns the metrics listener's address, or "" when

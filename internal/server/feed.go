@@ -21,11 +21,11 @@ import (
 // router's queues.
 type trafficView struct {
 	stats *telemetry.Stats
-	rt    *router.Router
+	reg   *router.Registry
 }
 
 func (v trafficView) Read(keep func(string) bool) telemetry.StatsReading { return v.stats.Read(keep) }
-func (v trafficView) Held(keep func(string) bool) int                    { return v.rt.QueuedOn(keep) }
+func (v trafficView) Held(keep func(string) bool) int                    { return v.reg.QueuedOn(keep) }
 
 // streamRegistry publishes each session that attached and detached as a
 // client event of the live stream, and counts nothing when nobody

@@ -73,13 +73,14 @@ type Options struct {
 type Gateway struct {
 	// ports are the public TCP and UDP ports of expose entries
 	// (tcp_port_range); refusing every entry when the range is empty.
-	ports   *ports.Manager
-	cfg     Config
-	log     *slog.Logger
-	router  *router.Router
-	tunnels *tunnel.Server
-	// sessions is the tunnel server's registry: the router, then the
-	// session hooks in their declared order (sessionHooks).
+	ports    *ports.Manager
+	cfg      Config
+	log      *slog.Logger
+	router   *router.Router
+	registry *router.Registry // router's: its clients, pools and route table
+	tunnels  *tunnel.Server
+	// sessions is the tunnel server's registry: the router's registry,
+	// then the session hooks in their declared order (sessionHooks).
 	sessions sessionChain
 	srv      *http.Server
 	started  time.Time
@@ -246,6 +247,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.router = rt
+	g.registry = rt.Registry()
 	// Ownership first: armed scaling records are judged by it.
 	g.defaultOrg = org.ID
 	if err := g.loadOwnership(ctx); err != nil {
@@ -256,7 +258,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
-		r := g.newScalingRegistry(rt, log)
+		r := g.newScalingRegistry(g.registry, log)
 		scaling = &r
 		if err := g.armed.reload(ctx); err != nil {
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
@@ -277,11 +279,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	if cfg.ACME.Enabled() {
 		// Automatic TLS follows which names are bound (acme.go).
-		g.acmeAsk = newACMEAsk(g, rt, cfg.ACME.OnDemandGrace)
+		g.acmeAsk = newACMEAsk(g, g.registry, cfg.ACME.OnDemandGrace)
 	}
-	g.sessions = sessionChain{router: rt, hooks: sessionHooks(scaling, admission, g.ports, g.acmeAsk,
+	g.sessions = sessionChain{router: g.registry, hooks: sessionHooks(scaling, admission, g.ports, g.acmeAsk,
 		auditingRegistry{events: g.events, log: log, budget: newRefusalBudget(time.Now),
-			binds: newBindAudits(rt, time.Now), retired: newRetirements(rt, g.hub)},
+			binds: newBindAudits(g.registry, time.Now), retired: newRetirements(g.registry, g.hub)},
 		streamRegistry{hub: g.hub})}
 	tc.Registry = g.sessions
 	tc.Logger = log
@@ -337,7 +339,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
-		Traffic: trafficView{stats: g.stats, rt: rt}, Stream: g.hub})
+		Traffic: trafficView{stats: g.stats, reg: g.registry}, Stream: g.hub})
 	if err != nil {
 		return nil, err
 	}

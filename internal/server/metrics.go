@@ -93,7 +93,7 @@ func (g *Gateway) registerMetrics() error {
 		}
 		o.ObserveInt64(clients, int64(g.tunnels.RoutedSessions()))
 		o.ObserveInt64(inflight, c.InFlight)
-		o.ObserveInt64(queued, int64(g.router.Queued()))
+		o.ObserveInt64(queued, int64(g.registry.Queued()))
 		o.ObserveInt64(held, c.Held)
 		o.ObserveInt64(ejections, c.OutlierEjections)
 		in, out := g.tunnels.Bytes()

@@ -25,7 +25,7 @@ func (g *Gateway) loadOwnership(ctx context.Context) error {
 	for _, h := range hs {
 		m[h.Pattern] = h.OrgID
 	}
-	g.router.SetOwnership(router.Ownership{Patterns: m, DefaultOrg: g.defaultOrg})
+	g.registry.SetOwnership(router.Ownership{Patterns: m, DefaultOrg: g.defaultOrg})
 	return nil
 }
 

@@ -155,7 +155,7 @@ func (g *Gateway) passthroughHello(hi *tls.ClientHelloInfo) error {
 	if !ok {
 		return nil
 	}
-	if !g.router.AnyPassthrough() || hi.ServerName == "" {
+	if !g.registry.AnyPassthrough() || hi.ServerName == "" {
 		c.stop()
 		return nil
 	}

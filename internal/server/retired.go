@@ -21,15 +21,15 @@ import (
 // the client's decision; the event only tells who removes the process.
 // It is safe for concurrent use.
 type retirements struct {
-	rt  *router.Router
+	reg *router.Registry
 	hub *telemetry.Hub // the live stream's: a "retired" client event
 
 	mu   sync.Mutex // guards seen
 	seen map[*tunnel.Session]bool
 }
 
-func newRetirements(rt *router.Router, hub *telemetry.Hub) *retirements {
-	return &retirements{rt: rt, hub: hub, seen: make(map[*tunnel.Session]bool)}
+func newRetirements(reg *router.Registry, hub *telemetry.Hub) *retirements {
+	return &retirements{reg: reg, hub: hub, seen: make(map[*tunnel.Session]bool)}
 }
 
 // publish shows ev, the retirement of s, on the live stream as a client
@@ -78,7 +78,7 @@ func (r *retirements) check(s *tunnel.Session) (events.Event, bool) {
 	for _, svc := range ann.Services {
 		for _, h := range svc.Hostnames {
 			b := retiredBind{Hostname: h, Path: svc.Path}
-			if len(binds) == maxBindsNamed || slices.Contains(binds, b) || !r.rt.Bound(s, h, svc.Path) {
+			if len(binds) == maxBindsNamed || slices.Contains(binds, b) || !r.reg.Bound(s, h, svc.Path) {
 				continue
 			}
 			binds = append(binds, b)

@@ -30,7 +30,7 @@ import (
 // "scaling" session hook, the first after the router.
 //
 // A block is declared only for the binds the router accepted for the
-// session (router.Bound), checked on every announcement, heartbeats
+// session (router.Registry.Bound), checked on every announcement, heartbeats
 // included: never for a hostname the token may not bind, nor for a
 // wildcard wider than the token's patterns. Refused binds, invalid blocks
 // and declarations over the record caps are answered with a notice to the
@@ -44,7 +44,7 @@ import (
 // entries write nothing there: they are offered to the events queue.
 type scalingRegistry struct {
 	ctl *autoscale.Controller
-	rt  *router.Router
+	reg *router.Registry
 	// arm reloads the router's armed binds from the store; concurrent
 	// callers share reloads (see armLoader).
 	arm func(ctx context.Context) error
@@ -70,10 +70,10 @@ type scalingRegistry struct {
 	wait time.Duration
 }
 
-// newScalingRegistry wraps the router with the scaling declarations of g's
-// controller.
-func (g *Gateway) newScalingRegistry(rt *router.Router, log *slog.Logger) scalingRegistry {
-	r := scalingRegistry{ctl: g.ctl, rt: rt, arm: g.armed.reload, log: log, armed: &sessionBinds{},
+// newScalingRegistry builds the scaling declarations of g's controller
+// over the router's registry.
+func (g *Gateway) newScalingRegistry(reg *router.Registry, log *slog.Logger) scalingRegistry {
+	r := scalingRegistry{ctl: g.ctl, reg: reg, arm: g.armed.reload, log: log, armed: &sessionBinds{},
 		refusals: newRefusalLog(), declarers: &declarers{log: log, m: make(map[string]*declarer)},
 		events: g.events, audited: &sessionBinds{}, auditBudget: newRefusalBudget(time.Now),
 		wait: declareWait(g.cfg.Tunnel.DownThreshold)}
@@ -250,7 +250,7 @@ func (r scalingRegistry) plan(s *tunnel.Session) *declareJob {
 				continue
 			}
 			seen[key] = true
-			job.binds = append(job.binds, declareBind{hostname: h, path: svc.Path, bound: r.rt.Bound(s, h, svc.Path)})
+			job.binds = append(job.binds, declareBind{hostname: h, path: svc.Path, bound: r.reg.Bound(s, h, svc.Path)})
 		}
 	}
 	return job
@@ -290,7 +290,7 @@ func (r scalingRegistry) declare(ctx context.Context, job *declareJob) []string 
 		// than at the next debounced reload, so a client that declares
 		// and leaves straight away can still be cold started. One
 		// reload covers every new bind of the announcement.
-		if r.armed.first(job.session, b.hostname+"\x00"+b.path) && !r.rt.ArmedBy(job.id.OrgID, b.hostname, b.path) {
+		if r.armed.first(job.session, b.hostname+"\x00"+b.path) && !r.reg.ArmedBy(job.id.OrgID, b.hostname, b.path) {
 			arm = true
 		}
 	}
@@ -492,19 +492,19 @@ func (r scalingRegistry) leave(_ context.Context, s *tunnel.Session) {
 	r.audited.forget(s.ID())
 }
 
-// poolView gives the controller the router's live figures.
-type poolView struct{ rt *router.Router }
+// poolView gives the controller the live figures of the router's registry.
+type poolView struct{ reg *router.Registry }
 
 // Pool reports the figures of the pool only to the organization whose
-// record drives it (router.Drives): another organization's record, armed
+// record drives it (router.Registry.Drives): another organization's record, armed
 // over overlapping token scopes, must not scale on, nor learn, the load of
 // a pool it does not serve. To it the pool looks empty and unmeasurable,
 // so it is never scaled out or in.
 func (v poolView) Pool(orgID, hostname, path string) autoscale.PoolStats {
-	if !v.rt.Drives(orgID, hostname, path) {
+	if !v.reg.Drives(orgID, hostname, path) {
 		return autoscale.PoolStats{}
 	}
-	st := v.rt.Stats(hostname, path)
+	st := v.reg.Stats(hostname, path)
 	return autoscale.PoolStats{Instances: st.Instances, Capacity: st.Capacity, Inflight: st.Inflight, Routable: st.Routable}
 }
 
@@ -542,7 +542,7 @@ func (g *Gateway) newController() error {
 	g.expiry = newArmerExpiry()
 	g.armed = &armLoader{load: g.loadArmed}
 	sc := g.cfg.Scaling
-	sc.Store, sc.Pool, sc.Logger = g.db, poolView{g.router}, g.log
+	sc.Store, sc.Pool, sc.Logger = g.db, poolView{g.registry}, g.log
 	sc.Events = streamEvents{next: g.hooks, hub: g.hub, stats: g.stats}
 	sc.Caller = observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer}
 	sc.DeclareRefresh = declareRefresh(sc.DeclareRefresh, g.cfg.ScalingRecordTTL)
@@ -653,7 +653,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 				expiring[armer] = *t.ExpiresAt
 			}
 		}
-		if rec.Disarmed || !g.router.Owns(rec.OrgID, rec.Hostname) {
+		if rec.Disarmed || !g.registry.Owns(rec.OrgID, rec.Hostname) {
 			continue
 		}
 		// A record none of whose armers may bind the hostname (declared
@@ -674,7 +674,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 		binds = append(binds, router.ArmedBind{OrgID: rec.OrgID, Pattern: rec.Hostname, Path: rec.Path,
 			ColdStart: rec.ColdStart, AllowedIPs: allowed})
 	}
-	g.router.SetArmed(binds)
+	g.registry.SetArmed(binds)
 	g.armed.known.Store(&known)
 	g.expiry.set(expiring)
 	return nil

@@ -27,8 +27,8 @@ func explainFixture(t *testing.T) (f *fixture, keyA, keyB admin.MintedKey) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.SetArmed([]router.ArmedBind{{OrgID: a, Pattern: "cold.example.com", ColdStart: time.Minute}})
-	rt.SetMaintenance([]router.Maintenance{{Hostname: "web.a.example.com"}})
+	rt.Registry().SetArmed([]router.ArmedBind{{OrgID: a, Pattern: "cold.example.com", ColdStart: time.Minute}})
+	rt.Registry().SetMaintenance([]router.Maintenance{{Hostname: "web.a.example.com"}})
 	g := *f
 	g.url = g.serve(t, admin.Config{Explainer: rt})
 	return &g, keyA, keyB
