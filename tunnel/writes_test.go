@@ -1,15 +1,19 @@
 package tunnel
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/testkit/memnet"
+	"github.com/gorilla/websocket"
 )
 
 // writeCounter counts the Write calls made on the connections it wraps:
@@ -153,5 +157,62 @@ func TestMuxConnSmallFrameAllocs(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestWSCarrierServerSend sends from the server's end of a WebSocket
+// tunnel, where a batch goes through WriteMessage's fast path: a batch
+// smaller than the write buffer, one larger (the rest leaves beside the
+// buffer in the same message), and a header with its body. Each arrives
+// as one binary message with its bytes in order.
+func TestWSCarrierServerSend(t *testing.T) {
+	srvCar := make(chan *wsCarrier, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := upgrader.Upgrade(w, r, nil)
+		if err != nil {
+			t.Errorf("upgrade: %v", err)
+			return
+		}
+		srvCar <- &wsCarrier{ws: ws}
+	}))
+	t.Cleanup(srv.Close)
+	peer, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	car := <-srvCar
+	t.Cleanup(func() { car.close(); peer.Close() })
+	fill := func(n int, seed byte) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = seed + byte(i%251)
+		}
+		return b
+	}
+	tests := []struct {
+		name       string
+		head, body []byte
+	}{
+		{"small batch", nil, fill(300, 1)},
+		{"batch past the write buffer", nil, fill(wsBufferSize+directMin, 2)},
+		{"header and body", fill(yamuxHeaderSize, 3), fill(40<<10, 4)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { done <- car.send(tt.head, tt.body) }()
+			peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+			typ, msg, err := peer.ReadMessage()
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("send: %v", err)
+			}
+			want := append(append([]byte{}, tt.head...), tt.body...)
+			if typ != websocket.BinaryMessage || !bytes.Equal(msg, want) {
+				t.Fatalf("message of type %d, %d bytes; want binary, the %d bytes sent", typ, len(msg), len(want))
+			}
+		})
 	}
 }
