@@ -11,7 +11,7 @@ VERSION ?= $(shell sh scripts/version.sh)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -s -w -X github.com/aperio-dev/aperio/internal/buildinfo.version=$(VERSION) -X github.com/aperio-dev/aperio/internal/buildinfo.commit=$(COMMIT)
 
-.PHONY: all build test vet demo bench bench-ab bench-scaling bench-tcp bench-scale-clients bench-scale-visitors bench-scale-held bench-scale-hostnames clean images e2e fuzz release packages
+.PHONY: all build test vet demo bench bench-ab bench-syscalls bench-scaling bench-tcp bench-scale-clients bench-scale-visitors bench-scale-held bench-scale-hostnames clean images e2e fuzz release packages
 
 all: build
 
@@ -104,6 +104,12 @@ soak:
 # make bench-ab BASE=<rev> [PKG=./router] [BENCH='^BenchmarkServeHTTP$'] [RUNS=10]
 bench-ab:
 	bash bench/ab.sh "$(BASE)" "$(or $(PKG),./router)" "$(or $(BENCH),^BenchmarkServeHTTP$$)" "$(or $(RUNS),10)"
+
+# Syscalls per proxied request of aperio-server and aperio-client, before
+# and after a change, alternating, in one run (#43):
+# make bench-syscalls BASE=<rev> [ROUNDS=2] [N=5000]
+bench-syscalls:
+	bash bench/syscalls.sh "$(BASE)" "$(or $(ROUNDS),2)" "$(or $(N),5000)"
 
 # Autoscaling with real processes: release latency of held requests and
 # provider calls per cold start with 2 and 3 servers on one PostgreSQL

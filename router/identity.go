@@ -112,6 +112,9 @@ type visitorContext struct {
 	context.Context
 	v   Visitor
 	set *settings
+	// reqID backs the X-Request-Id value Resolve sets: the header's
+	// slice shares this allocation instead of one of its own (#43).
+	reqID [1]string
 }
 
 func (c *visitorContext) Value(key any) any {
@@ -203,7 +206,8 @@ func (e *Edge) Resolve(r *http.Request) *http.Request {
 	}
 	if v.RequestID == "" {
 		v.RequestID = e.newRequestID()
-		h[HeaderRequestID] = []string{v.RequestID}
+		vc.reqID[0] = v.RequestID
+		h[HeaderRequestID] = vc.reqID[:]
 	}
 	r = r.WithContext(vc)
 	if v.Addr != v.Peer {

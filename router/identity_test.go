@@ -177,3 +177,22 @@ func BenchmarkEdgeResolve(b *testing.B) {
 		})
 	}
 }
+
+// TestEdgeResolveAllocs pins what resolving a visitor costs: the visitor
+// context, the request's copy and the request id, whose X-Request-Id
+// value shares the context's allocation (#43; four before).
+func TestEdgeResolveAllocs(t *testing.T) {
+	e := NewEdge(nil, "")
+	req := httptest.NewRequest("GET", "http://app.test/", nil)
+	req.RemoteAddr = "203.0.113.7:1000"
+	var id string
+	allocs := testing.AllocsPerRun(100, func() {
+		id = VisitorOf(e.Resolve(req)).RequestID
+	})
+	if got := req.Header.Get(HeaderRequestID); got != id || id == "" {
+		t.Fatalf("X-Request-Id = %q, want the visitor's id %q", got, id)
+	}
+	if allocs > 3 {
+		t.Errorf("Resolve: %v allocations per request, want at most 3", allocs)
+	}
+}

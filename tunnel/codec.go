@@ -175,7 +175,9 @@ func (c *bodyCopier) copy() error {
 			}
 			written += int64(n)
 			buf.Filled(n)
-			if c.flushEach {
+			// At the body's end the final flush below sends this chunk
+			// with the terminating one, at once: one frame, not two.
+			if c.flushEach && rerr != io.EOF {
 				if err := c.bw.Flush(); err != nil {
 					return err
 				}

@@ -604,3 +604,69 @@ func TestBodyAllowed(t *testing.T) {
 		})
 	}
 }
+
+// writeLog records each Write it is given, as one syscall would send it.
+type writeLog struct{ writes []string }
+
+func (l *writeLog) Write(p []byte) (int, error) {
+	l.writes = append(l.writes, string(p))
+	return len(p), nil
+}
+
+// scriptedReader returns its reads in turn; before each one after the
+// first it calls before, so a test can see what was written by then.
+type scriptedReader struct {
+	reads  []scriptedRead
+	before func(i int)
+	i      int
+}
+
+type scriptedRead struct {
+	data string
+	err  error
+}
+
+func (r *scriptedReader) Read(p []byte) (int, error) {
+	if r.i > 0 && r.before != nil {
+		r.before(r.i)
+	}
+	rd := r.reads[r.i]
+	r.i++
+	return copy(p, rd.data), rd.err
+}
+
+// TestBodyCopierChunkWrites: a streamed body leaves chunk by chunk, each
+// written out before the next read; a last chunk read together with the
+// body's end leaves in one write with the terminating chunk (#43), where
+// it took two.
+func TestBodyCopierChunkWrites(t *testing.T) {
+	tests := []struct {
+		name  string
+		reads []scriptedRead
+		want  []string
+	}{
+		{"end with the last chunk", []scriptedRead{{"abc", io.EOF}}, []string{"3\r\nabc\r\n0\r\n\r\n"}},
+		{"end alone", []scriptedRead{{"abc", nil}, {"", io.EOF}}, []string{"3\r\nabc\r\n", "0\r\n\r\n"}},
+		{"stream", []scriptedRead{{"a", nil}, {"bc", nil}, {"d", io.EOF}}, []string{"1\r\na\r\n", "2\r\nbc\r\n", "1\r\nd\r\n0\r\n\r\n"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var log writeLog
+			src := &scriptedReader{reads: tt.reads}
+			src.before = func(i int) {
+				// Every chunk read so far is on the wire: nothing waits in
+				// the buffer for more.
+				if len(log.writes) != i {
+					t.Errorf("before read %d: %d writes, want %d", i, len(log.writes), i)
+				}
+			}
+			bc := &bodyCopier{bw: bufio.NewWriter(&log), src: src, length: -1, flushEach: true}
+			if err := bc.copy(); err != nil {
+				t.Fatalf("copy() = %v", err)
+			}
+			if diff := cmp.Diff(tt.want, log.writes); diff != "" {
+				t.Errorf("writes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -136,6 +136,13 @@ func startServer(t testing.TB, kind string, srv *Server) (url string, dial func(
 
 func startPair(t testing.TB, kind string, fwd Forwarder, mutate func(*ServerConfig, *ClientConfig)) *pair {
 	t.Helper()
+	return startPairWith(t, kind, fwd, mutate, startServer)
+}
+
+// startPairWith is startPair with the tunnel server run by start instead
+// of startServer (a test that watches the connection wraps it).
+func startPairWith(t testing.TB, kind string, fwd Forwarder, mutate func(*ServerConfig, *ClientConfig), start func(testing.TB, string, *Server) (string, func(context.Context, string, string) (net.Conn, error), *tls.Config)) *pair {
+	t.Helper()
 	reg := newFakeRegistry()
 	scfg := ServerConfig{Auth: tokenAuth{}, Registry: reg, DownThreshold: 15 * time.Second, Logger: testLogger(t)}
 	ccfg := ClientConfig{
@@ -162,7 +169,7 @@ func startPair(t testing.TB, kind string, fwd Forwarder, mutate func(*ServerConf
 	if err != nil {
 		t.Fatal(err)
 	}
-	url, dial, tlsConf := startServer(t, kind, srv)
+	url, dial, tlsConf := start(t, kind, srv)
 	ccfg.URL, ccfg.DialContext, ccfg.TLSConfig = url, dial, tlsConf
 	c, err := NewClient(ccfg)
 	if err != nil {

@@ -59,6 +59,10 @@ type muxConn struct {
 	closed  bool
 	// flushing is set while a flusher goroutine runs (at most one).
 	flushing bool
+	// flushFn is c.flush, bound once: "go c.flush()" would allocate the
+	// bound method for every goroutine it starts, one per small frame
+	// sent to an idle connection (each request, at low concurrency).
+	flushFn func()
 
 	closeOnce sync.Once
 
@@ -82,6 +86,7 @@ const maxSpare = 16 << 10
 func newMuxConn(car carrier) *muxConn {
 	c := &muxConn{car: car}
 	c.idle.L = &c.wmu
+	c.flushFn = c.flush
 	return c
 }
 
@@ -132,7 +137,7 @@ func (c *muxConn) Write(p []byte) (int, error) {
 	c.held = isDataHeader(p)
 	if !c.held && !c.flushing { // a header waits for its body: the next Write
 		c.flushing = true
-		go c.flush()
+		go c.flushFn()
 	}
 	return len(p), nil
 }

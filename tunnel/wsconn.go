@@ -73,8 +73,13 @@ func wsReadError(err error) error {
 	return err
 }
 
-// send writes head and body as one binary message.
+// send writes head and body as one binary message. A body alone (every
+// batch of small frames) goes through WriteMessage, which on the server's
+// end writes without allocating a message writer.
 func (c *wsCarrier) send(head, body []byte) error {
+	if len(head) == 0 {
+		return c.ws.WriteMessage(websocket.BinaryMessage, body)
+	}
 	w, err := c.ws.NextWriter(websocket.BinaryMessage)
 	if err != nil {
 		return err

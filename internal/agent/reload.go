@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/agent/limiter"
@@ -316,39 +317,53 @@ func (a *Agent) retireLocked(svc *service) {
 }
 
 // countBody makes resp's body end the request's count in svc.inflight
-// when it is closed. A 101 answer's body stays a ReadWriteCloser.
+// when it is closed. A 101 answer's body stays a ReadWriteCloser. The
+// count is ended once however often the body is closed; it costs one
+// allocation per request, the wrapper (a sync.OnceFunc cost three more).
 func (svc *service) countBody(resp *http.Response) *http.Response {
-	done := sync.OnceFunc(func() { svc.inflight.Add(-1) })
 	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
-		resp.Body = &countedConn{ReadWriteCloser: rwc, done: done}
+		resp.Body = &countedConn{ReadWriteCloser: rwc, count: inflightCount{svc: svc}}
 		return resp
 	}
 	if resp.Body == nil {
-		done()
+		svc.inflight.Add(-1)
 		return resp
 	}
-	resp.Body = &countedBody{ReadCloser: resp.Body, done: done}
+	resp.Body = &countedBody{ReadCloser: resp.Body, count: inflightCount{svc: svc}}
 	return resp
+}
+
+// inflightCount is one request's count in svc.inflight, ended once.
+type inflightCount struct {
+	svc   *service
+	ended atomic.Bool
+}
+
+// end ends the count; calls after the first do nothing.
+func (c *inflightCount) end() {
+	if c.ended.CompareAndSwap(false, true) {
+		c.svc.inflight.Add(-1)
+	}
 }
 
 // countedBody is a response body whose Close ends its request's count.
 type countedBody struct {
 	io.ReadCloser
-	done func()
+	count inflightCount
 }
 
 func (b *countedBody) Close() error {
-	defer b.done()
+	defer b.count.end()
 	return b.ReadCloser.Close()
 }
 
 // countedConn is countedBody for the connection of an upgrade.
 type countedConn struct {
 	io.ReadWriteCloser
-	done func()
+	count inflightCount
 }
 
 func (c *countedConn) Close() error {
-	defer c.done()
+	defer c.count.end()
 	return c.ReadWriteCloser.Close()
 }

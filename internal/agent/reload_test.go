@@ -272,6 +272,30 @@ func TestCountBodyKeepsUpgrade(t *testing.T) {
 	}
 }
 
+// TestCountBodyOnce: a response body's count ends on its first Close
+// only, and wrapping the body costs one allocation per request (#43).
+func TestCountBodyOnce(t *testing.T) {
+	svc := &service{}
+	svc.inflight.Add(1)
+	resp := svc.countBody(&http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("ok"))})
+	resp.Body.Close()
+	resp.Body.Close()
+	if n := svc.inflight.Load(); n != 0 {
+		t.Fatalf("inflight after two Closes = %d, want 0", n)
+	}
+	body := io.NopCloser(strings.NewReader(""))
+	allocs := testing.AllocsPerRun(100, func() {
+		svc.inflight.Add(1)
+		svc.countBody(&http.Response{StatusCode: http.StatusOK, Body: body}).Body.Close()
+	})
+	if allocs > 1 {
+		t.Errorf("countBody: %v allocations per response, want at most 1", allocs)
+	}
+	if n := svc.inflight.Load(); n != 0 {
+		t.Fatalf("inflight after the runs = %d, want 0", n)
+	}
+}
+
 // rwc is a ReadWriteCloser that counts what is written to it.
 type rwc struct{ written int }
 
