@@ -18,6 +18,7 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/edge/acme"
+	"github.com/aperio-dev/aperio/internal/edge/listen"
 	"github.com/aperio-dev/aperio/internal/hostname"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/router"
@@ -292,7 +293,7 @@ func (g *Gateway) serveACMEHTTP() (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: acme.http_port: listen %s: %w", addr, err)
 	}
-	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP})
+	ln = listen.Chain(ln, listen.Config{MaxPerIP: g.cfg.MaxConnectionsPerIP})
 	srv := &http.Server{
 		Handler:           g.acme.HTTPHandler(),
 		ReadHeaderTimeout: 10 * time.Second,

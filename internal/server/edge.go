@@ -1,13 +1,9 @@
 package server
 
 import (
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
-	"time"
-
-	"github.com/pires/go-proxyproto"
 
 	"github.com/aperio-dev/aperio/internal/config"
 	"github.com/aperio-dev/aperio/internal/control/admin"
@@ -21,10 +17,6 @@ import (
 // /metrics.
 const metricsPath = "/aperio/metrics"
 
-// proxyHeaderTimeout bounds the wait for a PROXY protocol header on a new
-// connection; a peer that sends none in time is dropped.
-const proxyHeaderTimeout = 5 * time.Second
-
 // edge is what the gateway decides about a request before any handler:
 // who the visitor is, whether it is refused, and what of /aperio/ it may
 // reach. Immutable after newEdge.
@@ -34,7 +26,6 @@ type edge struct {
 	denied       []netip.Prefix
 	adminAllowed []netip.Prefix // empty: everyone
 	adminHosts   adminHosts     // where the operators' pages answer
-	proxyTimeout time.Duration
 	// settings is the router's live settings published with this edge:
 	// admit pins each request to them, so that a reload, which swaps
 	// both, is seen whole or not at all by every request.
@@ -42,7 +33,7 @@ type edge struct {
 }
 
 func newEdge(cfg Config) (*edge, error) {
-	e := &edge{proxyTimeout: proxyHeaderTimeout}
+	e := &edge{}
 	var err error
 	if e.trusted, err = config.ParsePrefixes(cfg.TrustedProxies); err != nil {
 		return nil, err
@@ -147,27 +138,4 @@ func hasAdminSession(r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// wrapListener puts PROXY protocol (v1 and v2) on ln when proxy_protocol
-// is on. A trusted peer's header, when it sends one, names the
-// connection's source; it must arrive in one piece within proxyTimeout,
-// and a malformed one closes the connection. Any other peer's connection
-// is not examined at all (no read, no wait): a PROXY header from it is
-// just a malformed HTTP request, answered 400 and closed, so it can never
-// name a source, and no untrusted peer can make RemoteAddr block.
-func (e *edge) wrapListener(ln net.Listener, on bool) net.Listener {
-	if !on {
-		return ln
-	}
-	return &proxyproto.Listener{
-		Listener:          ln,
-		ReadHeaderTimeout: e.proxyTimeout,
-		ConnPolicy: func(o proxyproto.ConnPolicyOptions) (proxyproto.Policy, error) {
-			if ta, ok := o.Upstream.(*net.TCPAddr); ok && inAny(e.trusted, ta.AddrPort().Addr().Unmap()) {
-				return proxyproto.USE, nil
-			}
-			return proxyproto.SKIP, nil
-		},
-	}
 }

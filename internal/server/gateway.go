@@ -30,6 +30,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/webhook"
 	"github.com/aperio-dev/aperio/internal/debughttp"
 	"github.com/aperio-dev/aperio/internal/edge/acme"
+	"github.com/aperio-dev/aperio/internal/edge/listen"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/internal/ports"
@@ -358,9 +359,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := g.registerACMEMetrics(); err != nil {
 		return nil, err
 	}
-	tlsConfig := serverTLSConfig(g.getCertificate)
+	tlsConfig := listen.TLSConfig(g.getCertificate)
 	if g.acme != nil {
-		tlsConfig = g.acme.TLSConfig(serverTLSConfig(nil))
+		tlsConfig = g.acme.TLSConfig(listen.TLSConfig(nil))
 	}
 	tlsConfig = g.withPassthrough(tlsConfig)
 	g.srv = &http.Server{
@@ -370,7 +371,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		MaxHeaderBytes:    int(cfg.MaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		TLSConfig:         tlsConfig,
-		ConnContext:       framingContext,
+		ConnContext:       listen.FramingContext,
 	}
 	if !g.servesTLS() {
 		p := new(http.Protocols)
@@ -385,7 +386,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 // Handler returns the handler of the public port.
 func (g *Gateway) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if refuseSmuggled(w, r) {
+		if listen.RefuseSmuggled(w, r) {
 			return
 		}
 		edge := g.edge.Load() // one for the whole request
@@ -555,19 +556,18 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			g.db.Close()
 		}
 	}()
-	// Connections are counted per TCP peer before anything reads from
-	// them (a PROXY header from a trusted proxy may take seconds to come),
-	// and the framing follower sees the bytes after the PROXY header.
-	// trusted_proxies and proxy_protocol need a restart: Reload keeps
-	// them, so the first edge's are every edge's.
+	// The connection cap, PROXY protocol, and the framing guard (plain)
+	// or the ClientHello record for TLS passthrough by SNI (TLS,
+	// passthrough.go). trusted_proxies and proxy_protocol need a restart:
+	// Reload keeps them, so the first edge's are every edge's.
 	first := g.edge.Load()
-	ln = limitConns(ln, connLimitConfig{MaxPerIP: g.cfg.MaxConnectionsPerIP, Exempt: first.resolve.Trusts}) // a trusted proxy carries many visitors
-	ln = first.wrapListener(ln, g.cfg.ProxyProtocol)
-	if !g.servesTLS() {
-		ln = framingListener{ln}
-	} else {
-		ln = helloListener{ln} // TLS passthrough by SNI (passthrough.go)
-	}
+	ln = listen.Chain(ln, listen.Config{
+		MaxPerIP:      g.cfg.MaxConnectionsPerIP,
+		Trusted:       first.resolve.Trusts,
+		ProxyProtocol: g.cfg.ProxyProtocol,
+		Framing:       !g.servesTLS(),
+		Hello:         g.servesTLS(),
+	})
 	// The debug listener (debug_listen: pprof and runtime metrics on a
 	// loopback address, nothing of it on the public port) closes last.
 	if g.cfg.DebugListen != "" {

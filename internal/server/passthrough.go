@@ -9,127 +9,29 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aperio-dev/aperio/internal/edge/listen"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
-// TLS passthrough by SNI. Every connection of the TLS port is a helloConn
-// that records what the visitor sent until crypto/tls has parsed the
-// ClientHello and called GetConfigForClient. There the SNI is looked up
-// (router.PassthroughFor): a hostname whose service takes passthrough
-// gets the connection as it is, the recorded bytes first, over a raw
-// stream to its client; every other handshake goes on untouched. The
-// relay runs inside GetConfigForClient, on the connection's own
-// goroutine, so nothing waits on it and http.Server's shutdown, which
-// closes the connection, ends it. The hello itself is bounded by the
-// handshake deadline http.Server sets (read_header_timeout) and by
-// maxHelloRecord.
-
-// maxHelloRecord bounds what a helloConn keeps: a ClientHello with every
-// extension fits in a few KiB; one above this is never passed through.
-const maxHelloRecord = 64 << 10
+// TLS passthrough by SNI. Every connection of the TLS port is a
+// listen.HelloConn that records what the visitor sent until crypto/tls has
+// parsed the ClientHello and called GetConfigForClient. There the SNI is
+// looked up (router.PassthroughFor): a hostname whose service takes
+// passthrough gets the connection as it is, the recorded bytes first,
+// over a raw stream to its client; every other handshake goes on
+// untouched. The relay runs inside GetConfigForClient, on the
+// connection's own goroutine, so nothing waits on it and http.Server's
+// shutdown, which closes the connection, ends it.
 
 // errPassedThrough ends the handshake of a connection that was passed
 // through; errPassthroughRefused that of one refused.
 var (
 	errPassedThrough      = errors.New("gateway: connection passed through to its client")
 	errPassthroughRefused = errors.New("gateway: passthrough refused")
-	errConnTaken          = errors.New("gateway: connection taken for passthrough")
 )
-
-// helloListener wraps each accepted connection in a helloConn.
-type helloListener struct{ net.Listener }
-
-func (l helloListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &helloConn{Conn: c}, nil
-}
-
-// helloConn records the bytes read until stop, and, once taken, keeps
-// crypto/tls off the connection: its reads and writes fail and its
-// deadlines are ignored, while Close still closes it. The record is only
-// touched by the goroutine that runs the handshake (its reads, then
-// GetConfigForClient); the state is atomic because a close or a write may
-// come from elsewhere. After the handshake a read costs one atomic load.
-type helloConn struct {
-	net.Conn
-	state atomic.Int32 // helloRecording, helloPlain or helloTaken
-	rec   []byte
-}
-
-const (
-	helloRecording int32 = iota
-	helloPlain
-	helloTaken
-)
-
-func (c *helloConn) Read(p []byte) (int, error) {
-	switch c.state.Load() {
-	case helloPlain:
-		return c.Conn.Read(p)
-	case helloTaken:
-		return 0, errConnTaken
-	}
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		if len(c.rec)+n > maxHelloRecord {
-			c.stop()
-		} else {
-			c.rec = append(c.rec, p[:n]...)
-		}
-	}
-	return n, err
-}
-
-func (c *helloConn) Write(p []byte) (int, error) {
-	if c.state.Load() == helloTaken {
-		return 0, errConnTaken
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *helloConn) SetDeadline(t time.Time) error {
-	if c.state.Load() == helloTaken {
-		return nil
-	}
-	return c.Conn.SetDeadline(t)
-}
-
-func (c *helloConn) SetReadDeadline(t time.Time) error {
-	if c.state.Load() == helloTaken {
-		return nil
-	}
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *helloConn) SetWriteDeadline(t time.Time) error {
-	if c.state.Load() == helloTaken {
-		return nil
-	}
-	return c.Conn.SetWriteDeadline(t)
-}
-
-// stop ends the recording: the handshake is terminated here.
-func (c *helloConn) stop() {
-	c.state.CompareAndSwap(helloRecording, helloPlain)
-	c.rec = nil
-}
-
-// take hands the connection over and returns what was read so far, or
-// false when the record overflowed.
-func (c *helloConn) take() ([]byte, bool) {
-	if !c.state.CompareAndSwap(helloRecording, helloTaken) {
-		return nil, false
-	}
-	rec := c.rec
-	c.rec = nil
-	return rec, true
-}
 
 // withPassthrough returns cfg with the SNI lookup in front of its own
 // GetConfigForClient (none today).
@@ -151,30 +53,30 @@ func (g *Gateway) withPassthrough(cfg *tls.Config) *tls.Config {
 // a passthrough service, and returns an error that ends the handshake;
 // nil lets the handshake go on.
 func (g *Gateway) passthroughHello(hi *tls.ClientHelloInfo) error {
-	c, ok := hi.Conn.(*helloConn)
+	c, ok := hi.Conn.(*listen.HelloConn)
 	if !ok {
 		return nil
 	}
 	if !g.registry.AnyPassthrough() || hi.ServerName == "" {
-		c.stop()
+		c.Stop()
 		return nil
 	}
 	visitor := addrPortOf(c.RemoteAddr())
 	route, outcome := g.router.PassthroughFor(hi.ServerName, visitor.Addr())
 	switch outcome {
 	case router.PassthroughNo:
-		c.stop()
+		c.Stop()
 		return nil
 	case router.PassthroughOK:
 	default:
-		c.stop()
+		c.Stop()
 		return errPassthroughRefused
 	}
 	defer route.Release()
 	if e := g.edge.Load(); len(e.denied) > 0 && inAny(e.denied, visitor.Addr()) {
 		return errPassthroughRefused
 	}
-	rec, ok := c.take()
+	rec, ok := c.Take()
 	if !ok {
 		return errPassthroughRefused
 	}
@@ -189,7 +91,7 @@ func (g *Gateway) passthroughHello(hi *tls.ClientHelloInfo) error {
 
 // relayPassthrough opens the raw stream, sends the recorded hello and
 // relays until either side ends; it closes the visitor's connection.
-func (g *Gateway) relayPassthrough(c *helloConn, sess *tunnel.Session, route router.PassthroughRoute, sni string, visitor netip.AddrPort, rec []byte) {
+func (g *Gateway) relayPassthrough(c *listen.HelloConn, sess *tunnel.Session, route router.PassthroughRoute, sni string, visitor netip.AddrPort, rec []byte) {
 	defer c.Conn.Close()
 	defer recovery.Recover(g.log, "tls passthrough")
 	c.Conn.SetDeadline(time.Time{})

@@ -1,4 +1,4 @@
-package server
+package listen
 
 import (
 	"context"
@@ -270,20 +270,21 @@ func (l framingListener) Accept() (net.Conn, error) {
 
 type framedConnKey struct{}
 
-// framingContext is the http.Server's ConnContext: it lets handlers reach
-// their connection's framedConn.
-func framingContext(ctx context.Context, c net.Conn) context.Context {
+// FramingContext is the http.Server's ConnContext for a listener of
+// Chain with Framing: it lets handlers reach their connection's
+// framedConn. Other connections' ctx is returned as it is.
+func FramingContext(ctx context.Context, c net.Conn) context.Context {
 	if fc, ok := c.(*framedConn); ok {
 		return context.WithValue(ctx, framedConnKey{}, fc)
 	}
 	return ctx
 }
 
-// refuseSmuggled answers 400 and closes the connection when r's head had
+// RefuseSmuggled answers 400 and closes the connection when r's head had
 // both Content-Length and Transfer-Encoding; it reports whether it did.
 // Every HTTP/1 request on a framed connection must pass through it once,
-// in order.
-func refuseSmuggled(w http.ResponseWriter, r *http.Request) bool {
+// in order; on any other connection it does nothing and returns false.
+func RefuseSmuggled(w http.ResponseWriter, r *http.Request) bool {
 	fc, ok := r.Context().Value(framedConnKey{}).(*framedConn)
 	if !ok || r.ProtoMajor != 1 || !fc.smuggled() {
 		return false

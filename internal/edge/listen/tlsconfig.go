@@ -1,4 +1,4 @@
-package server
+package listen
 
 import "crypto/tls"
 
@@ -14,9 +14,11 @@ var aeadSuites = []uint16{
 	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
-// serverTLSConfig is the public port's TLS configuration (used only when
-// tls_cert is set): TLS 1.2 at least, AEAD suites only, the certificate
-// from get (called per handshake, so that a reload replaces it).
-func serverTLSConfig(get func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
+// TLSConfig returns a new TLS configuration for the public port (used
+// only when it serves TLS: tls_cert, or the base acme builds on): TLS 1.2
+// at least, AEAD suites only, the certificate from get (called per
+// handshake, so that a reload replaces it; nil leaves GetCertificate
+// unset).
+func TLSConfig(get func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: aeadSuites, GetCertificate: get}
 }
