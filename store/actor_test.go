@@ -39,7 +39,8 @@ func TestActorSpellings(t *testing.T) {
 // TestAuditKeepsActor: an entry's actor is stored and listed exactly as
 // built, and the actor filter finds it by its spelling, on each backend.
 func TestAuditKeepsActor(t *testing.T) {
-	for name, fresh := range map[string]func(testing.TB) store.Config{"sqlite": storetest.SQLite, "postgres": storetest.Postgres} {
+	t.Parallel()
+	for name, fresh := range map[string]func(testing.TB) store.Config{"sqlite": storetest.MigratedSQLite, "postgres": storetest.MigratedPostgres} {
 		t.Run(name, func(t *testing.T) {
 			db := storetest.Open(t, fresh(t))
 			for _, a := range []store.Actor{store.TokenActor("tok_1"), store.AdminKeyActor("ak_1"), store.OIDCActor("jane@example.com"), store.MasterActor} {

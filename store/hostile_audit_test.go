@@ -60,8 +60,14 @@ func legacyStore(t testing.TB, cfg store.Config, version int64) *sql.DB {
 
 // hostileAuditBackend is one dialect for TestHostileAudit.
 type hostileAuditBackend struct {
-	name  string
+	name string
+	// fresh returns the Config of a new database with the schema current:
+	// a copy of one migrated once (storetest's Migrated*), as migrating
+	// each test's own from empty cost most of the test's time.
 	fresh func(testing.TB) store.Config
+	// empty returns the Config of a new database without even the
+	// schema, for the tests that migrate it themselves.
+	empty func(testing.TB) store.Config
 	// dropInsertGuard removes only the trigger that refuses unchained
 	// inserts, as someone with DDL rights on the database could.
 	dropInsertGuard string
@@ -80,16 +86,17 @@ const forgedInsert = `INSERT INTO audit (at, org_id, event, actor, hostname, det
 // refused by the database or reported by VerifyAudit, on every dialect,
 // and nothing the store does on open or verify makes them look genuine.
 func TestHostileAudit(t *testing.T) {
+	t.Parallel()
 	backends := []hostileAuditBackend{
 		{
-			name: store.BackendSQLite, fresh: storetest.SQLite,
+			name: store.BackendSQLite, fresh: storetest.MigratedSQLite, empty: storetest.SQLite,
 			dropInsertGuard: `DROP TRIGGER audit_chained_insert`,
 			dropGuards:      []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`, `DROP TRIGGER audit_chained_insert`},
 			blob:            func(b []byte) string { return fmt.Sprintf("X'%x'", b) },
 			at:              func(t time.Time) string { return "'" + t.UTC().Format("2006-01-02T15:04:05.000000Z") + "'" },
 		},
 		{
-			name: store.BackendPostgres, fresh: storetest.Postgres,
+			name: store.BackendPostgres, fresh: storetest.MigratedPostgres, empty: storetest.Postgres,
 			dropInsertGuard: `ALTER TABLE audit DISABLE TRIGGER audit_chained_insert`,
 			dropGuards:      []string{`ALTER TABLE audit DISABLE TRIGGER USER`},
 			blob:            func(b []byte) string { return fmt.Sprintf(`'\x%x'::bytea`, b) },
@@ -214,7 +221,7 @@ func TestHostileAudit(t *testing.T) {
 		}},
 		{"guard/audit/legacy-backfill-once", func(t *testing.T, b hostileAuditBackend) {
 			ctx := t.Context()
-			cfg := b.fresh(t)
+			cfg := b.empty(t)
 			legacy := legacyStore(t, cfg, 3)
 			if _, err := legacy.ExecContext(ctx, `INSERT INTO audit (at, org_id, event, actor, hostname, detail) VALUES ('2031-01-01T00:00:00.000000Z', '', 'legacy', 'master', '', 'old')`); err != nil {
 				t.Fatalf("raw legacy INSERT = %v", err)

@@ -3,11 +3,18 @@ package store_test
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aperio-dev/aperio/store"
 )
+
+// revocationBounds is held by a test while it has lowered the OIDC
+// revocation bounds (store.SetRevocationBoundsForTest, package variables):
+// TestSQLite and TestPostgres run at once, and each runs this test. The
+// equivalence script reads the bounds too: its tests run alone.
+var revocationBounds sync.Mutex
 
 // testOIDCRevocations: revocations are stored, listed per hostname and
 // announced; a user's logouts beyond the bound become one revocation of
@@ -15,6 +22,8 @@ import (
 // session of the hostname, and a wider revocation takes the narrower ones
 // of its user or hostname in; none is ever narrowed. Expired ones go.
 func testOIDCRevocations(t *testing.T, b backend) {
+	revocationBounds.Lock()
+	defer revocationBounds.Unlock()
 	defer store.SetRevocationBoundsForTest(3, 6)()
 	ctx := t.Context()
 	clk := newClock()

@@ -32,6 +32,7 @@ func needPostgres(t *testing.T) {
 
 func TestPostgres(t *testing.T) {
 	needPostgres(t)
+	t.Parallel()
 	testStore(t, backend{name: store.BackendPostgres, fresh: storetest.MigratedPostgres, empty: storetest.Postgres, shared: true,
 		dropAuditGuards: []string{`ALTER TABLE audit DISABLE TRIGGER USER`},
 		blob:            func(b []byte) string { return fmt.Sprintf(`'\x%x'::bytea`, b) }})
@@ -58,6 +59,7 @@ func rawPostgres(t *testing.T, dsn string) *pgx.Conn {
 // and each migration is recorded once.
 func TestPostgresConcurrentOpen(t *testing.T) {
 	needPostgres(t)
+	t.Parallel()
 	dsn := storetest.PostgresDSN(t)
 	const servers = 4
 	var (
@@ -101,7 +103,8 @@ func TestPostgresConcurrentOpen(t *testing.T) {
 
 func TestPostgresTruncateRefused(t *testing.T) {
 	needPostgres(t)
-	cfg := storetest.Postgres(t)
+	t.Parallel()
+	cfg := storetest.MigratedPostgres(t)
 	db := storetest.Open(t, cfg)
 	e, err := db.AppendAudit(t.Context(), store.AuditEntry{Event: "token_minted"})
 	if err != nil {
@@ -118,6 +121,7 @@ func TestPostgresTruncateRefused(t *testing.T) {
 
 func TestPostgresSchema(t *testing.T) {
 	needPostgres(t)
+	t.Parallel()
 	cfg := storetest.Postgres(t)
 	storetest.Open(t, cfg)
 	conn := rawPostgres(t, cfg.DatabaseURL)
@@ -207,6 +211,7 @@ func (p *privatePostgres) run(t *testing.T, sub string) {
 // works, the listener reconnects and subscribers are told to resync.
 func TestPostgresUnavailable(t *testing.T) {
 	needPostgres(t)
+	t.Parallel()
 	pg := startPrivatePostgres(t)
 	cfg := store.Config{DatabaseURL: storetest.CreateDatabase(t, pg.dsn), Logger: storetest.Logger()}
 	db := storetest.Open(t, cfg)

@@ -21,6 +21,7 @@ import (
 // second of CPU under -race, paid once instead of once a test. The tests
 // of migrating open empty ones (empty).
 func TestSQLite(t *testing.T) {
+	t.Parallel()
 	testStore(t, backend{name: store.BackendSQLite, fresh: storetest.MigratedSQLite, empty: storetest.SQLite,
 		dropAuditGuards: []string{`DROP TRIGGER audit_no_update`, `DROP TRIGGER audit_no_delete`, `DROP TRIGGER audit_chained_insert`},
 		blob:            func(b []byte) string { return fmt.Sprintf("X'%x'", b) }})
@@ -82,6 +83,7 @@ func rawSQLite(t *testing.T, dataDir string) *sql.DB {
 }
 
 func TestSQLiteFile(t *testing.T) {
+	t.Parallel()
 	// A data dir that does not exist yet, with characters a URI or a
 	// query string would misread.
 	dir := filepath.Join(t.TempDir(), "da ta?x=1#frag%20", "nested")
@@ -117,7 +119,8 @@ func TestSQLiteDataDirIsAFile(t *testing.T) {
 // connection (another process, as far as the store can tell): a write fails
 // instead of slipping through, and works once the lock goes.
 func TestSQLiteLockedWriteWaits(t *testing.T) {
-	cfg := storetest.SQLite(t)
+	t.Parallel()
+	cfg := storetest.MigratedSQLite(t)
 	db := storetest.Open(t, cfg)
 	raw := rawSQLite(t, cfg.DataDir)
 	conn, err := raw.Conn(t.Context())
@@ -146,6 +149,7 @@ func TestSQLiteLockedWriteWaits(t *testing.T) {
 }
 
 func TestSQLiteSchema(t *testing.T) {
+	t.Parallel()
 	cfg := storetest.SQLite(t)
 	storetest.Open(t, cfg)
 	rows, err := rawSQLite(t, cfg.DataDir).QueryContext(t.Context(),

@@ -18,6 +18,7 @@ import (
 // finish; the statements they ran are cached afterwards, and a repeat
 // prepares nothing new.
 func TestStmtCacheUnderLoad(t *testing.T) {
+	t.Parallel()
 	db := storetest.Open(t, storetest.MigratedSQLite(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -91,6 +91,9 @@ func startServer(t *testing.T, p acmetest.Pebble, db *store.DB, c Config, tlsPor
 	return s
 }
 
+// openStore opens the SQLite store in dir; tests pass a copy of a
+// migrated database (storetest.MigratedDataDir), as none tests migrating
+// and migrating an empty one costs about half a second of CPU under -race.
 func openStore(t *testing.T, dir string) *store.DB {
 	t.Helper()
 	return openStoreConfig(t, store.Config{DataDir: dir})
@@ -115,7 +118,7 @@ func TestPebbleIssuesOnDemand(t *testing.T) {
 		t.Run(ch, func(t *testing.T) {
 			tlsPort, httpPort := acmetest.FreePort(t), acmetest.FreePort(t)
 			p := acmetest.Start(t, httpPort, tlsPort, time.Hour)
-			db := openStore(t, t.TempDir())
+			db := openStore(t, storetest.MigratedDataDir(t))
 			c := DefaultConfig()
 			c.Challenges = []string{ch}
 			c.Email = "ops@example.com"
@@ -179,9 +182,9 @@ func TestPebbleTwoServersOneCertificate(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			var cfg store.Config
 			if backend == "sqlite" {
-				cfg = store.Config{DataDir: t.TempDir()}
+				cfg = storetest.MigratedSQLite(t)
 			} else {
-				cfg = storetest.Postgres(t)
+				cfg = storetest.MigratedPostgres(t)
 			}
 			tlsA, httpA, tlsB := acmetest.FreePort(t), acmetest.FreePort(t), acmetest.FreePort(t)
 			p := acmetest.Start(t, httpA, tlsA, time.Hour)
@@ -221,14 +224,21 @@ func TestPebbleTwoServersOneCertificate(t *testing.T) {
 	}
 }
 
-// TestPebbleRenewsWithoutDropping: with Pebble issuing 30-second
+// TestPebbleRenewsWithoutDropping: with Pebble issuing short-lived
 // certificates, the manager renews before expiry, no handshake fails
 // meanwhile, a connection opened on the first certificate keeps working,
 // and new handshakes get the new one.
 func TestPebbleRenewsWithoutDropping(t *testing.T) {
+	// The certificate's life is what the test waits for: the renewal
+	// window opens after two thirds of it (certmagic's ratio), or once
+	// less than five RenewCheckIntervals (5 s) are left, whichever comes
+	// first. 12 s keeps both before expiry and the renewal order (well
+	// under a second on an idle machine) several seconds of room; 30 s
+	// made the test wait 20 s.
+	const validity = 12 * time.Second
 	tlsPort, httpPort := acmetest.FreePort(t), acmetest.FreePort(t)
-	p := acmetest.Start(t, httpPort, tlsPort, 30*time.Second)
-	db := openStore(t, t.TempDir())
+	p := acmetest.Start(t, httpPort, tlsPort, validity)
+	db := openStore(t, storetest.MigratedDataDir(t))
 	s := startServer(t, p, db, DefaultConfig(), tlsPort, httpPort, "app.test")
 	conn, first, err := acmetest.Visit(t, tlsPort, "app.test", p.Roots)
 	if err != nil {
@@ -236,20 +246,23 @@ func TestPebbleRenewsWithoutDropping(t *testing.T) {
 	}
 	defer conn.Close()
 	// An on-demand certificate is renewed by the handshakes that find it
-	// in its renewal window (the last third of its life): visitors keep
-	// coming, and one of them starts the renewal while being served the
-	// current certificate.
-	deadline := time.Now().Add(40 * time.Second)
+	// in its renewal window: visitors keep coming, one every half second
+	// (the traffic, not a wait: without handshakes nothing renews), and
+	// one of them starts the renewal while being served the current
+	// certificate.
+	visitor := time.NewTicker(500 * time.Millisecond)
+	defer visitor.Stop()
+	deadline := time.Now().Add(validity * 4 / 3)
 	for s.m.Stats().Issued < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no renewal within 40 s of a 30 s certificate: %+v", s.m.Stats())
+			t.Fatalf("no renewal within %v of a %v certificate: %+v", validity*4/3, validity, s.m.Stats())
 		}
 		if c, _, err := acmetest.Visit(t, tlsPort, "app.test", p.Roots); err != nil {
 			t.Fatalf("a handshake while the certificate is valid failed: %v", err)
 		} else {
 			c.Close()
 		}
-		time.Sleep(500 * time.Millisecond) // a visitor every half second
+		<-visitor.C
 	}
 	c2, second, err := acmetest.Visit(t, tlsPort, "app.test", p.Roots)
 	if err != nil {
@@ -269,7 +282,7 @@ func TestPebbleRenewsWithoutDropping(t *testing.T) {
 // names the public port, and refuses a Host that is not a hostname
 // (no open redirect to whatever a visitor writes).
 func TestHTTPPortRedirects(t *testing.T) {
-	m, err := New(DefaultConfig(), Options{Storage: NewStorage(openStore(t, t.TempDir())), Allowed: allowAll, PublicPort: 8443})
+	m, err := New(DefaultConfig(), Options{Storage: NewStorage(openStore(t, storetest.MigratedDataDir(t))), Allowed: allowAll, PublicPort: 8443})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +335,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	bad := DefaultConfig()
 	bad.CARoot = os.DevNull
-	if _, err := New(bad, Options{Storage: NewStorage(openStore(t, t.TempDir())), Allowed: allowAll}); err == nil || !strings.Contains(err.Error(), "acme.ca_root") {
+	if _, err := New(bad, Options{Storage: NewStorage(openStore(t, storetest.MigratedDataDir(t))), Allowed: allowAll}); err == nil || !strings.Contains(err.Error(), "acme.ca_root") {
 		t.Errorf("a ca_root without a certificate: %v", err)
 	}
 }

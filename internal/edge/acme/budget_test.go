@@ -13,6 +13,8 @@ import (
 	"github.com/caddyserver/certmagic"
 
 	"github.com/aperio-dev/aperio/internal/testkit/testcert"
+
+	"github.com/aperio-dev/aperio/store/storetest"
 )
 
 // fakeClock is a settable clock.
@@ -43,7 +45,7 @@ func budgetManager(t *testing.T) (*Manager, *fakeClock, *[]Order, *int) {
 	var orders []Order
 	asked := 0
 	m, err := New(DefaultConfig(), Options{
-		Storage: NewStorage(openStore(t, t.TempDir())),
+		Storage: NewStorage(openStore(t, storetest.MigratedDataDir(t))),
 		Allowed: func(_ context.Context, name string) (string, error) {
 			asked++
 			if strings.HasPrefix(name, "unbound") {

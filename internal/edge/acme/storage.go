@@ -69,8 +69,15 @@ func (s *Storage) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-// Exists implements certmagic.Storage: a value or a directory.
+// Exists implements certmagic.Storage: a value or a directory. A value is
+// looked up by its key first: ACMEList matches its prefix with a pattern
+// no index serves, a scan of every stored key, which storedFor made once
+// per note of an organization (500 notes: 500 scans of 1000 keys, half a
+// minute under the race detector). Only a key that is no value is listed.
 func (s *Storage) Exists(ctx context.Context, key string) bool {
+	if _, err := s.db.ACMEGet(ctx, key); err == nil {
+		return true
+	}
 	items, err := s.db.ACMEList(ctx, key)
 	return err == nil && len(items) > 0
 }

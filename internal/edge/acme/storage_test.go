@@ -6,7 +6,10 @@ import (
 	"io/fs"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/aperio-dev/aperio/store/storetest"
 )
 
 // TestStorageSemantics: the adapter behaves as certmagic expects of a
@@ -15,7 +18,7 @@ import (
 // directories, Delete takes a directory whole.
 func TestStorageSemantics(t *testing.T) {
 	ctx := context.Background()
-	s := NewStorage(openStore(t, t.TempDir()))
+	s := NewStorage(openStore(t, storetest.MigratedDataDir(t)))
 	if _, err := s.Load(ctx, "nope"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Load(missing) = %v, want fs.ErrNotExist", err)
 	}
@@ -56,38 +59,43 @@ func TestStorageSemantics(t *testing.T) {
 }
 
 // TestStorageLockWaits: a second storage (another server) waits for the
-// lock until the first unlocks, and gives up when its context ends.
+// lock until the first unlocks, and gives up when its context ends. It
+// runs in a synctest bubble: the waits (the lock's one-second poll, the
+// deadline of 1.5 s) pass in fake time, and the stores' goroutines, opened
+// inside, end with it.
 func TestStorageLockWaits(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	a, b := NewStorage(openStore(t, dir)), NewStorage(openStore(t, dir))
-	if err := a.Lock(ctx, "issue_cert_app.test"); err != nil {
-		t.Fatal(err)
-	}
-	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-	defer cancel()
-	if err := b.Lock(short, "issue_cert_app.test"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Lock while held = %v, want the context's deadline", err)
-	}
-	got := make(chan error, 1)
-	go func() { got <- b.Lock(ctx, "issue_cert_app.test") }()
-	select {
-	case err := <-got:
-		t.Fatalf("b took the lock while a held it: %v", err)
-	case <-time.After(200 * time.Millisecond): // b is polling: it must still be waiting
-	}
-	if err := a.Unlock(ctx, "issue_cert_app.test"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		dir := storetest.MigratedDataDir(t)
+		a, b := NewStorage(openStore(t, dir)), NewStorage(openStore(t, dir))
+		if err := a.Lock(ctx, "issue_cert_app.test"); err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("b did not take the released lock")
-	}
-	if err := b.Unlock(ctx, "issue_cert_app.test"); err != nil {
-		t.Fatal(err)
-	}
+		short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		if err := b.Lock(short, "issue_cert_app.test"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock while held = %v, want the context's deadline", err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- b.Lock(ctx, "issue_cert_app.test") }()
+		select {
+		case err := <-got:
+			t.Fatalf("b took the lock while a held it: %v", err)
+		case <-time.After(200 * time.Millisecond): // b is polling: it must still be waiting
+		}
+		if err := a.Unlock(ctx, "issue_cert_app.test"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("b did not take the released lock")
+		}
+		if err := b.Unlock(ctx, "issue_cert_app.test"); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
