@@ -232,10 +232,10 @@ func TestPebbleRenewsWithoutDropping(t *testing.T) {
 	// The certificate's life is what the test waits for: the renewal
 	// window opens after two thirds of it (certmagic's ratio), or once
 	// less than five RenewCheckIntervals (5 s) are left, whichever comes
-	// first. 12 s keeps both before expiry and the renewal order (well
-	// under a second on an idle machine) several seconds of room; 30 s
-	// made the test wait 20 s.
-	const validity = 12 * time.Second
+	// first. 24 s opens it at 16 s and leaves the renewal order (well
+	// under a second on an idle machine) 8 s before expiry, room for a
+	// loaded CI run; 30 s made the test wait 20 s, 12 s left only 5 s.
+	const validity = 24 * time.Second
 	tlsPort, httpPort := acmetest.FreePort(t), acmetest.FreePort(t)
 	p := acmetest.Start(t, httpPort, tlsPort, validity)
 	db := openStore(t, storetest.MigratedDataDir(t))
