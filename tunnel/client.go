@@ -143,7 +143,7 @@ type Client struct {
 	jitter  func() float64
 	nudge   chan chan error // announce now; the reply arrives with the ack
 	poke    chan struct{}   // announce soon; nobody waits (capacity 1)
-	streams sync.WaitGroup  // request goroutines of every session
+	streams sync.WaitGroup  // every session's accept loop and request goroutines
 	active  atomic.Int64    // requests being served now
 	// connected is set while a session's control loop runs, the only
 	// receiver of nudge.
@@ -463,7 +463,16 @@ func (c *Client) handshake(ctx context.Context, announce func() Announcement, se
 		return mux, nil, nil, fmt.Errorf("tunnel: open control stream: %w", err)
 	}
 	if serve {
-		go c.acceptLoop(ctx, mux)
+		// The loop is counted in c.streams here, by the goroutine whose
+		// Run waits for them, so that its own Add of each stream never
+		// takes the count up from zero concurrently with that Wait (which
+		// could return before a stream accepted at the session's end), and
+		// so that Run also waits for the loop itself.
+		c.streams.Add(1)
+		go func() {
+			defer c.streams.Done()
+			c.acceptLoop(ctx, mux)
+		}()
 	}
 	ann := announce()
 	deadline := time.Now().Add(HandshakeTimeout)
