@@ -123,12 +123,3 @@ func (c sessionChain) Detach(ctx context.Context, s *tunnel.Session) {
 		}
 	}
 }
-
-// names returns the hooks' names, in list order.
-func (c sessionChain) names() []string {
-	out := make([]string, len(c.hooks))
-	for i, h := range c.hooks {
-		out[i] = h.name
-	}
-	return out
-}
