@@ -127,7 +127,7 @@ func TestSessionsRefusalNoticesCapped(t *testing.T) {
 		s.bound = func(host string) bool { return host == "ok.test" }
 		notices := ss.Update(t.Context(), s)
 		if len(notices) != maxScalingNotices+1 {
-			t.Fatalf("Update() = %d notices, want %d and a count: %q", len(notices), maxScalingNotices+1, notices)
+			t.Fatalf("Update() = %d notices, want %d (the cap, then a count)", len(notices), maxScalingNotices+1)
 		}
 		if want := "scaling declaration for h0.flood.test refused: " + errNotBound.Error(); notices[0] != want {
 			t.Errorf("first notice = %q, want %q", notices[0], want)
