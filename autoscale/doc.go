@@ -10,7 +10,10 @@
 // It decides and records; it does not route, hold requests, or speak HTTP.
 // The router supplies the live pool figures (PoolView) and holds visitors
 // on a Start; the server supplies the fenced HTTP client (Caller), the
-// store (Store) and the webhook fan-out (Events).
+// store (Store) and the webhook fan-out (Events). Sessions is the
+// declaration protocol with tunnel sessions: the server hands it each
+// announcement the router applied and each session's end, and it declares
+// the scaling blocks to the Controller and answers refusals.
 //
 // Every time rule reads the time package directly; the tests run them in a
 // testing/synctest bubble, so no test sleeps on a real clock.

@@ -115,13 +115,13 @@ func parsePrefixes(tokenID, field string, cidrs []string) ([]netip.Prefix, error
 	return out, nil
 }
 
-// auditingRegistry emits client_refused, within a per-token budget (see
-// refusalBudget), client_connected and client_disconnected, and audits
+// auditHook emits client_refused, within a per-token budget (see
+// events.RefusalBudget), client_connected and client_disconnected, and audits
 // refused binds: the "audit" session hook.
-type auditingRegistry struct {
+type auditHook struct {
 	events *events.Emitter
 	log    *slog.Logger
-	budget *refusalBudget
+	budget *events.RefusalBudget
 	binds  *bindAudits // nil: refused binds are not audited
 	// retired reports idle retirements (instance_retired); nil: not
 	// reported.
@@ -129,7 +129,7 @@ type auditingRegistry struct {
 }
 
 // hook returns the auditing's part in a session's life.
-func (r auditingRegistry) hook() sessionHook {
+func (r auditHook) hook() sessionHook {
 	return sessionHook{
 		name: "audit",
 		refused: func(ctx context.Context, s *tunnel.Session, err error) {
@@ -170,12 +170,12 @@ func sessionEvent(kind string, s *tunnel.Session) events.Event {
 // refused emits the refusal of a client called name, from remote, when
 // the budget of its token admits it. It blocks for the audit write, at
 // most the emitter's audit timeout.
-func (r auditingRegistry) refused(ctx context.Context, id tunnel.Identity, name, remote string, why error) {
+func (r auditHook) refused(ctx context.Context, id tunnel.Identity, name, remote string, why error) {
 	actor := store.ClientActor(id.TokenID)
-	ok, leftOut, first := r.budget.admit(actor.String())
+	ok, leftOut, first := r.budget.Admit(actor.String())
 	if first {
 		r.log.Warn("refused clients over budget, not auditing the rest of this minute",
-			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, remote)
+			logkey.Actor, actor, logkey.Limit, events.MaxRefusalAudits, logkey.RemoteAddr, remote)
 	}
 	if !ok {
 		return

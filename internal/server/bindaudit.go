@@ -30,14 +30,14 @@ const maxBindsNamed = 10
 // use.
 type bindAudits struct {
 	reg    *router.Registry
-	budget *refusalBudget
+	budget *events.RefusalBudget
 
 	mu   sync.Mutex // guards last
 	last map[*tunnel.Session]string
 }
 
 func newBindAudits(reg *router.Registry, now func() time.Time) *bindAudits {
-	return &bindAudits{reg: reg, budget: newRefusalBudget(now), last: make(map[*tunnel.Session]string)}
+	return &bindAudits{reg: reg, budget: events.NewRefusalBudget(now), last: make(map[*tunnel.Session]string)}
 }
 
 // changed returns s's refused binds and whether they differ from the last
@@ -66,7 +66,7 @@ func (b *bindAudits) forget(s *tunnel.Session) {
 // is offered to the events queue, not written: it runs before the
 // handshake's welcome or the heartbeat's ack, which never wait for the
 // store. It has no notice for the client.
-func (r auditingRegistry) update(ctx context.Context, s *tunnel.Session) []string {
+func (r auditHook) update(ctx context.Context, s *tunnel.Session) []string {
 	if r.retired != nil {
 		if ev, ok := r.retired.check(s); ok {
 			r.events.Offer(ev)
@@ -82,10 +82,10 @@ func (r auditingRegistry) update(ctx context.Context, s *tunnel.Session) []strin
 	}
 	id := s.Identity()
 	actor := store.ClientActor(id.TokenID)
-	ok, leftOut, first := r.binds.budget.admit(actor.String())
+	ok, leftOut, first := r.binds.budget.Admit(actor.String())
 	if first {
 		r.log.Warn("refused binds over budget, not auditing the rest of this minute",
-			logkey.Actor, actor, logkey.Limit, maxRefusalAudits, logkey.RemoteAddr, s.RemoteAddr())
+			logkey.Actor, actor, logkey.Limit, events.MaxRefusalAudits, logkey.RemoteAddr, s.RemoteAddr())
 	}
 	if !ok {
 		return nil
@@ -105,7 +105,7 @@ func (r auditingRegistry) update(ctx context.Context, s *tunnel.Session) []strin
 
 // leave forgets the session's refused binds and emits
 // client_disconnected, once the router forgot the session.
-func (r auditingRegistry) leave(_ context.Context, s *tunnel.Session) {
+func (r auditHook) leave(_ context.Context, s *tunnel.Session) {
 	if r.binds != nil {
 		r.binds.forget(s)
 	}

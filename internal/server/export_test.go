@@ -55,7 +55,7 @@ func (g *Gateway) DebugAddrForTest() string {
 // DeclarationsLateForTest returns how many heartbeat acks went before
 // their announcement's scaling declarations were done.
 func (g *Gateway) DeclarationsLateForTest() int64 {
-	return g.declares.late.Load()
+	return g.declares.Stats().Late
 }
 
 // RecheckTokensForTest re-reads the token of every session and disconnects

@@ -27,15 +27,15 @@ type trafficView struct {
 func (v trafficView) Read(keep func(string) bool) telemetry.StatsReading { return v.stats.Read(keep) }
 func (v trafficView) Held(keep func(string) bool) int                    { return v.reg.QueuedOn(keep) }
 
-// streamRegistry publishes each session that attached and detached as a
+// streamHook publishes each session that attached and detached as a
 // client event of the live stream, and counts nothing when nobody
 // follows it: the "stream" session hook.
-type streamRegistry struct {
+type streamHook struct {
 	hub *telemetry.Hub
 }
 
 // hook returns the live stream's part in a session's life.
-func (r streamRegistry) hook() sessionHook {
+func (r streamHook) hook() sessionHook {
 	return sessionHook{
 		name:     "stream",
 		attached: func(_ context.Context, s *tunnel.Session) { r.publish(s, apitype.ClientConnected) },
@@ -43,7 +43,7 @@ func (r streamRegistry) hook() sessionHook {
 	}
 }
 
-func (r streamRegistry) publish(s *tunnel.Session, event string) {
+func (r streamHook) publish(s *tunnel.Session, event string) {
 	if !r.hub.Active() {
 		return
 	}

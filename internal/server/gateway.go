@@ -126,9 +126,10 @@ type Gateway struct {
 	// expiry times the release of scaling records armed by tokens that
 	// expire; nil unless scaling is on.
 	expiry *armerExpiry
-	// declares counts the scaling declarations that did not hold up a
-	// heartbeat's ack; nil unless scaling is on.
-	declares *declareStats
+	// declares is autoscale's declaration protocol with the sessions, the
+	// "scaling" session hook's; its Stats count the declarations that did
+	// not hold up a heartbeat's ack. nil unless scaling is on.
+	declares *autoscale.Sessions
 	ownStore bool // New opened db, so Serve closes it
 	// defaultOrg is the ID of the "default" organization: the master
 	// token's clients belong to it (see router.Ownership).
@@ -254,13 +255,15 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := g.loadOwnership(ctx); err != nil {
 		return nil, err
 	}
-	var scaling *scalingRegistry
+	var scaling *scalingHook
 	if cfg.ScalingEnabled {
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
-		r := g.newScalingRegistry(g.registry, log)
-		scaling = &r
+		if scaling, err = newScalingHook(g.ctl, g.registry, g.armed.reload, g.events, log, cfg.Tunnel.DownThreshold); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.declares = scaling.decl
 		if err := g.armed.reload(ctx); err != nil {
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
 		}
@@ -270,7 +273,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	tc := cfg.Tunnel
 	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usageLimits}
-	admission := newAdmissionRegistry(g.db, log)
+	admission := newAdmissionHook(g.db, log)
 	admission.limits = g.usageLimits
 	if g.ports, err = g.newPorts(cfg, log); err != nil {
 		return nil, err
@@ -283,9 +286,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		g.acmeAsk = newACMEAsk(g, g.registry, cfg.ACME.OnDemandGrace)
 	}
 	g.sessions = sessionChain{router: g.registry, hooks: sessionHooks(scaling, admission, g.ports, g.acmeAsk,
-		auditingRegistry{events: g.events, log: log, budget: newRefusalBudget(time.Now),
+		auditHook{events: g.events, log: log, budget: events.NewRefusalBudget(time.Now),
 			binds: newBindAudits(g.registry, time.Now), retired: newRetirements(g.registry, g.hub)},
-		streamRegistry{hub: g.hub})}
+		streamHook{hub: g.hub})}
 	tc.Registry = g.sessions
 	tc.Logger = log
 	ts, err := tunnel.NewServer(tc)
@@ -657,7 +660,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 //     every step above is done;
 //   - stream: the live stream's client events, last, so that a follower
 //     never sees a session the audit log has not.
-func sessionHooks(scaling *scalingRegistry, admission *admissionRegistry, pm *ports.Manager, ask *acmeAsk, audit auditingRegistry, stream streamRegistry) []sessionHook {
+func sessionHooks(scaling *scalingHook, admission *admissionHook, pm *ports.Manager, ask *acmeAsk, audit auditHook, stream streamHook) []sessionHook {
 	var hooks []sessionHook
 	if scaling != nil {
 		hooks = append(hooks, scaling.hook())

@@ -20,14 +20,14 @@ import (
 // handshake.
 const orgLookupTimeout = 5 * time.Second
 
-// admissionRegistry refuses the handshakes a token's or its
+// admissionHook refuses the handshakes a token's or its
 // organization's limits forbid, before the router sees them: a client
 // address outside the token's client_allowed_ips, one session more than
 // the token's max_connections or the organization's max_clients. The
 // counts are this server's sessions (servers sharing a database count
 // apart). The master token is never limited. It is the "admission"
 // session hook. Safe for concurrent use.
-type admissionRegistry struct {
+type admissionHook struct {
 	db  *store.DB
 	log *slog.Logger
 	// limits, when set, learns the monthly_max_bytes of the organization
@@ -39,21 +39,21 @@ type admissionRegistry struct {
 	byOrg   map[string]int
 }
 
-func newAdmissionRegistry(db *store.DB, log *slog.Logger) *admissionRegistry {
-	return &admissionRegistry{db: db, log: log, byToken: make(map[string]int), byOrg: make(map[string]int)}
+func newAdmissionHook(db *store.DB, log *slog.Logger) *admissionHook {
+	return &admissionHook{db: db, log: log, byToken: make(map[string]int), byOrg: make(map[string]int)}
 }
 
 // hook returns the admission's part in a session's life: a session is
 // counted before the router sees it, and uncounted once the router has
 // forgotten it (or refused it).
-func (a *admissionRegistry) hook() sessionHook {
+func (a *admissionHook) hook() sessionHook {
 	return sessionHook{name: "admission", admit: a.admit, unadmit: a.uncount,
 		left: func(_ context.Context, s *tunnel.Session) { a.uncount(s) }}
 }
 
 // admit refuses a session its limits forbid, with a reason the client
 // reads, or counts it.
-func (a *admissionRegistry) admit(ctx context.Context, s *tunnel.Session) error {
+func (a *admissionHook) admit(ctx context.Context, s *tunnel.Session) error {
 	id := s.Identity()
 	if id.TokenID == "" {
 		return nil
@@ -75,14 +75,14 @@ func (a *admissionRegistry) admit(ctx context.Context, s *tunnel.Session) error 
 }
 
 // uncount forgets the session's place in the counts.
-func (a *admissionRegistry) uncount(s *tunnel.Session) {
+func (a *admissionHook) uncount(s *tunnel.Session) {
 	if id := s.Identity(); id.TokenID != "" {
 		a.release(id)
 	}
 }
 
 // take counts one session of id's token and organization, or refuses it.
-func (a *admissionRegistry) take(id tunnel.Identity, maxClients int) error {
+func (a *admissionHook) take(id tunnel.Identity, maxClients int) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if id.MaxConnections > 0 && a.byToken[id.TokenID] >= id.MaxConnections {
@@ -96,7 +96,7 @@ func (a *admissionRegistry) take(id tunnel.Identity, maxClients int) error {
 	return nil
 }
 
-func (a *admissionRegistry) release(id tunnel.Identity) {
+func (a *admissionHook) release(id tunnel.Identity) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	decrement(a.byToken, id.TokenID)

@@ -153,8 +153,9 @@ func (g *Gateway) registerScalingMetrics(m metric.Meter) error {
 		return err
 	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		o.ObserveInt64(coalesced, g.declares.coalesced.Load())
-		o.ObserveInt64(late, g.declares.late.Load())
+		st := g.declares.Stats()
+		o.ObserveInt64(coalesced, st.Coalesced)
+		o.ObserveInt64(late, st.Late)
 		views, err := g.ctl.List(ctx, "")
 		if err != nil {
 			return err

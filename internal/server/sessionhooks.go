@@ -17,7 +17,7 @@ import (
 // list would: the steps that come after the router run in list order, the
 // steps that come before it in reverse list order.
 type sessionHook struct {
-	// name names the hook in tests and logs.
+	// name names the hook; TestSessionHookOrder pins the order by it.
 	name string
 	// admit runs before the router's Attach (in reverse list order); an
 	// error refuses the session, and its text is sent to the client.
@@ -122,13 +122,4 @@ func (c sessionChain) Detach(ctx context.Context, s *tunnel.Session) {
 			h.left(ctx, s)
 		}
 	}
-}
-
-// names returns the hooks' names, in list order.
-func (c sessionChain) names() []string {
-	out := make([]string, len(c.hooks))
-	for i, h := range c.hooks {
-		out[i] = h.name
-	}
-	return out
 }

@@ -122,12 +122,18 @@ func TestSessionChainOrder(t *testing.T) {
 // take part in a session's life (sessionHooks), with every feature on and
 // with autoscaling and automatic TLS off.
 func TestSessionHookOrder(t *testing.T) {
-	names := func(hs []sessionHook) []string { return sessionChain{hooks: hs}.names() }
-	all := sessionHooks(&scalingRegistry{}, newAdmissionRegistry(nil, nil), nil, &acmeAsk{}, auditingRegistry{}, streamRegistry{})
+	names := func(hs []sessionHook) []string {
+		out := make([]string, len(hs))
+		for i, h := range hs {
+			out[i] = h.name
+		}
+		return out
+	}
+	all := sessionHooks(&scalingHook{}, newAdmissionHook(nil, nil), nil, &acmeAsk{}, auditHook{}, streamHook{})
 	if got, want := names(all), []string{"scaling", "admission", "ports", "acme", "audit", "stream"}; !slices.Equal(got, want) {
 		t.Errorf("session hooks = %q, want %q", got, want)
 	}
-	some := sessionHooks(nil, newAdmissionRegistry(nil, nil), nil, nil, auditingRegistry{}, streamRegistry{})
+	some := sessionHooks(nil, newAdmissionHook(nil, nil), nil, nil, auditHook{}, streamHook{})
 	if got, want := names(some), []string{"admission", "ports", "audit", "stream"}; !slices.Equal(got, want) {
 		t.Errorf("session hooks without autoscaling and ACME = %q, want %q", got, want)
 	}

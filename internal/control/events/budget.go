@@ -1,19 +1,21 @@
-package server
+package events
 
 import (
 	"sync"
 	"time"
 )
 
-// Budget of client_refused audit entries. A holder of a valid client token
-// can have its hello refused as fast as it can reconnect; each refusal
-// would otherwise add a permanent entry to the append-only audit log.
+// Budget of refusal audit entries (client_refused, client_bind_refused,
+// scaling_refused). A holder of a valid client token can have its hello
+// refused as fast as it can reconnect, or announce refused binds on every
+// heartbeat; each refusal would otherwise add a permanent entry to the
+// append-only audit log.
 const (
-	// maxRefusalAudits bounds the client_refused entries written per
+	// MaxRefusalAudits bounds the refusals a RefusalBudget admits per
 	// actor (client token, or the master token) per minute. Refusals
-	// over it are counted, logged once per window, and reported in the
-	// actor's next audited refusal.
-	maxRefusalAudits = 60
+	// over it are counted, logged once per window by the caller, and
+	// reported in the actor's next audited refusal.
+	MaxRefusalAudits = 60
 	// maxRefusalActors bounds the windows tracked at once, the shared
 	// overflow window included. Actors are
 	// authenticated tokens, so the set is small; past the bound, stale
@@ -24,9 +26,11 @@ const (
 	refusalOverflow = "\x00overflow"
 )
 
-// refusalBudget counts refusals per actor in fixed one-minute windows. It
-// is safe for concurrent use.
-type refusalBudget struct {
+// RefusalBudget counts refusals per actor in fixed one-minute windows and
+// admits MaxRefusalAudits of them per window to the audit log. It is safe
+// for concurrent use; its memory is bounded whatever the actors (at most
+// 4096 windows).
+type RefusalBudget struct {
 	now func() time.Time
 
 	mu     sync.Mutex // guards actors
@@ -41,14 +45,16 @@ type refusalWindow struct {
 	warned     bool      // the window's first suppression was logged
 }
 
-func newRefusalBudget(now func() time.Time) *refusalBudget {
-	return &refusalBudget{now: now, actors: make(map[string]*refusalWindow)}
+// NewRefusalBudget returns an empty budget whose windows are timed by now
+// (time.Now outside tests).
+func NewRefusalBudget(now func() time.Time) *RefusalBudget {
+	return &RefusalBudget{now: now, actors: make(map[string]*refusalWindow)}
 }
 
-// admit counts one refusal of actor. It reports whether to audit it, how
+// Admit counts one refusal of actor. It reports whether to audit it, how
 // many of actor's refusals were left out before it (reset once reported),
 // and whether this is the first one left out in the window (to log once).
-func (b *refusalBudget) admit(actor string) (ok bool, leftOut int, first bool) {
+func (b *RefusalBudget) Admit(actor string) (ok bool, leftOut int, first bool) {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -69,7 +75,7 @@ func (b *refusalBudget) admit(actor string) (ok bool, leftOut int, first bool) {
 	if now.Sub(w.start) >= time.Minute || now.Before(w.start) {
 		w.start, w.n, w.warned = now, 0, false
 	}
-	if w.n >= maxRefusalAudits {
+	if w.n >= MaxRefusalAudits {
 		w.suppressed++
 		first = !w.warned
 		w.warned = true
@@ -81,7 +87,7 @@ func (b *refusalBudget) admit(actor string) (ok bool, leftOut int, first bool) {
 }
 
 // pruneLocked drops the windows that ended with nothing left to report.
-func (b *refusalBudget) pruneLocked(now time.Time) {
+func (b *RefusalBudget) pruneLocked(now time.Time) {
 	for a, w := range b.actors {
 		if now.Sub(w.start) >= time.Minute && w.suppressed == 0 {
 			delete(b.actors, a)

@@ -1,4 +1,4 @@
-package server
+package autoscale
 
 import (
 	"context"
@@ -168,8 +168,7 @@ func TestDeclareRefusalDoesNotWaitForAudit(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		ran := make(chan error, 1)
 		go func() { ran <- em.Run(ctx) }()
-		r := scalingRegistry{log: slog.New(slog.DiscardHandler), refusals: newRefusalLog(), armed: &sessionBinds{},
-			events: em, audited: &sessionBinds{}, auditBudget: newRefusalBudget(time.Now)}
+		r := newTestSessions(t, newHarness(t, nil).c, fakeArmed{}, em)
 		// Binds the router refused for the session: refused without the
 		// controller, so the audit entry is the job's only store write.
 		job := &declareJob{id: tunnel.Identity{OrgID: "org-1", TokenID: "tok-1"}, session: "s-1", armer: "tok-1",
