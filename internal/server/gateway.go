@@ -133,6 +133,12 @@ type Gateway struct {
 	// defaultOrg is the ID of the "default" organization: the master
 	// token's clients belong to it (see router.Ownership).
 	defaultOrg string
+	// mirror keeps the router's and the ports' copies of the store's
+	// ownership and maintenance in step with it.
+	mirror storeMirror
+	// tokens keeps the sessions true to their tokens: revocations,
+	// edits, rotations, expiry and its warnings.
+	tokens tokenSessions
 	// metricsHandler serves /aperio/metrics on every hostname (404 unless
 	// metrics_token is set, and when metrics_listen moves it elsewhere).
 	metricsHandler http.Handler
@@ -251,7 +257,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	g.registry = rt.Registry()
 	// Ownership first: armed scaling records are judged by it.
 	g.defaultOrg = org.ID
-	if err := g.loadOwnership(ctx); err != nil {
+	g.mirror = storeMirror{db: g.db, registry: g.registry, defaultOrg: org.ID, log: log}
+	if err := g.mirror.loadOwnership(ctx); err != nil {
 		return nil, err
 	}
 	var scaling *scalingRegistry
@@ -259,6 +266,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
+		g.mirror.armed = g.armed
 		r := g.newScalingRegistry(g.registry, log)
 		scaling = &r
 		if err := g.armed.reload(ctx); err != nil {
@@ -275,7 +283,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.ports, err = g.newPorts(cfg, log); err != nil {
 		return nil, err
 	}
-	if err := g.loadPortOwnership(ctx); err != nil {
+	g.mirror.ports = g.ports
+	if err := g.mirror.loadPortOwnership(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.ACME.Enabled() {
@@ -293,6 +302,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.tunnels = ts
+	g.tokens = tokenSessions{db: g.db, tunnels: ts, events: g.events, log: log}
 	if err := g.registerMetrics(); err != nil {
 		return nil, err
 	}
@@ -338,7 +348,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g, Webhooks: g.hooks, Logger: log,
+	clients := clientControl{tunnels: g.tunnels, registry: g.registry}
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: clients, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: clients, Drainer: clients, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, reg: g.registry}, Stream: g.hub})
 	if err != nil {
@@ -348,11 +359,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.ui, err = dashboard.New(dashboard.Config{API: g.api, Login: api.LoginHandler(), HasSession: hasAdminSession, OIDC: adminLogin != nil, Logger: log}); err != nil {
 		return nil, err
 	}
-	if err := g.loadMaintenance(ctx); err != nil {
+	if err := g.mirror.loadMaintenance(ctx); err != nil {
 		return nil, err
 	}
-	g.warnUnowned(ctx)
-	g.warnPortless(ctx)
+	g.mirror.warnUnowned(ctx)
+	g.mirror.warnPortless(ctx)
 	if g.acme, err = g.newACME(); err != nil {
 		return nil, err
 	}
@@ -363,7 +374,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.acme != nil {
 		tlsConfig = g.acme.TLSConfig(listen.TLSConfig(nil))
 	}
-	tlsConfig = g.withPassthrough(tlsConfig)
+	tlsConfig = passthrough{router: rt, registry: g.registry, edge: &g.edge, idle: cfg.Router.VisitorIdleTimeout, log: log}.wrap(tlsConfig)
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -537,7 +548,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	// for the server's lifetime; those still queued at shutdown are
 	// abandoned.
 	loop("event queue stopped", g.events.Run)
-	loop("", forever(g.expiryWarnLoop))
+	loop("", forever(g.tokens.warnLoop))
 	// Rotations made by other servers reach this one through the change
 	// feed, and at least every signing.DefaultRefresh.
 	if g.acme != nil {
