@@ -62,10 +62,8 @@ func (g *Gateway) watchChanges(ctx context.Context, changes <-chan store.Change)
 			g.expiry.resetTimer(expire)
 			continue
 		case <-sweep.C:
-			if g.denylist != nil {
-				// Revocations past their sessions' expiry leave memory.
-				g.reloadRevocations(ctx, "")
-			}
+			// Revocations past their sessions' expiry leave memory.
+			g.access.ReloadRevocations(ctx, "")
 			if g.ctl != nil && g.cfg.ScalingRecordTTL > 0 {
 				ids, err := g.db.DeleteStaleScalingRecords(ctx, time.Now().Add(-g.cfg.ScalingRecordTTL))
 				if err != nil {
@@ -118,9 +116,7 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 	case store.ChangeOrgHostnames:
 		g.mirror.reloadOwnership(ctx)
 	case store.ChangeOIDCRevoked:
-		if g.denylist != nil {
-			g.reloadRevocations(ctx, ch.Hostname)
-		}
+		g.access.ReloadRevocations(ctx, ch.Hostname)
 	case store.ChangeOrgPorts:
 		g.mirror.reloadPortOwnership(ctx)
 	case store.ChangeResync:
@@ -130,9 +126,7 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		g.mirror.reloadPortOwnership(ctx)
 		g.tokens.recheck(ctx)
 		g.usageLimits.reloadAll(ctx)
-		if g.denylist != nil {
-			g.reloadRevocations(ctx, "")
-		}
+		g.access.ReloadRevocations(ctx, "")
 	}
 }
 

@@ -80,7 +80,7 @@ func (g *Gateway) ColdStartDoneForTest(ctx context.Context, orgID, hostname, pat
 func (g *Gateway) SharesForTest() interface {
 	Verify(string) (access.ShareLink, error)
 } {
-	return g.shares
+	return g.access.shares
 }
 
 // StreamDroppedForTest returns the live stream's events dropped so far,

@@ -39,7 +39,6 @@ import (
 	"github.com/aperio-dev/aperio/internal/visitor/access"
 	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
 	"github.com/aperio-dev/aperio/internal/visitor/inspect"
-	"github.com/aperio-dev/aperio/internal/visitor/signing"
 	"github.com/aperio-dev/aperio/internal/visitor/stale"
 	"github.com/aperio-dev/aperio/internal/visitor/usage"
 	"github.com/aperio-dev/aperio/router"
@@ -91,17 +90,12 @@ type Gateway struct {
 	// hub is the admin API's live stream; Serve closes it first at
 	// shutdown, so that no follower holds the server's Shutdown.
 	hub    *telemetry.Hub
-	calls  *callCounts     // scaling hook calls by reason and outcome
-	tracer trace.Tracer    // nil when tracing is off
-	proxy  http.Handler    // the router, observed: visitors' requests
-	signer *access.Signer  // signs the identity tokens backends receive
-	shares *access.Keyring // share links, keys per organization
-	keys   *signing.Keys   // the store's signing keys behind signer and shares
-	oidc   *oidc.Provider  // the oidc: block's provider; nil without one
-	// denylist holds the OIDC session revocations in force (logouts, and
-	// sessions an admin ended), loaded from the store at start and
-	// followed through its change feed.
-	denylist *oidc.Denylist
+	calls  *callCounts  // scaling hook calls by reason and outcome
+	tracer trace.Tracer // nil when tracing is off
+	proxy  http.Handler // the router, observed: visitors' requests
+	// access is visitor access control's server side: signing keys,
+	// share links, the OIDC provider and its revocations.
+	access *visitorAccess
 	// events is the emit path of the gateway's own events (client
 	// connections and refusals, auth_denied, token_expiring,
 	// config_reloaded): each audited, then handed to hooks. Its queue
@@ -246,7 +240,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	rc.Usage = g.usage
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
 	rc.CatchAll = !cfg.RequireHostnameBind
-	if rc.Access, err = g.accessConfig(ctx); err != nil {
+	if g.access, err = newVisitorAccess(ctx, cfg, g.db, g.fence, g.events, log); err != nil {
+		return nil, err
+	}
+	if rc.Access, err = g.access.routerConfig(cfg, g.fence); err != nil {
 		return nil, err
 	}
 	rt, err := router.New(rc)
@@ -255,6 +252,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.router = rt
 	g.registry = rt.Registry()
+	g.access.registry = g.registry
 	// Ownership first: armed scaling records are judged by it.
 	g.defaultOrg = org.ID
 	g.mirror = storeMirror{db: g.db, registry: g.registry, defaultOrg: org.ID, log: log}
@@ -340,7 +338,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		}
 		g.cert.Store(cert)
 	}
-	adminLogin, err := g.adminLogin()
+	adminLogin, err := g.access.adminLogin(cfg, g.metrics.Meter())
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +347,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
 	}
 	clients := clientControl{tunnels: g.tunnels, registry: g.registry}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: clients, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: clients, Drainer: clients, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g, Webhooks: g.hooks, Logger: log,
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: clients, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: clients, Drainer: clients, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.access.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g.access, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, reg: g.registry}, Stream: g.hub})
 	if err != nil {
@@ -422,13 +420,13 @@ func (g *Gateway) Handler() http.Handler {
 		if strings.HasPrefix(p, oidc.AuthPrefix) {
 			// The login of a protected hostname: on that hostname, no
 			// admin credential.
-			g.serveAuth(w, r)
+			g.access.serveAuth(w, r)
 			return
 		}
 		if p == access.JWKSPath {
 			// Public on every hostname: backends verify identity tokens
 			// with it.
-			g.serveJWKS(w, r)
+			g.access.serveJWKS(w, r)
 			return
 		}
 		if !adminHost && adminPath(p) {
@@ -554,7 +552,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if g.acme != nil {
 		loop("", forever(g.acme.Run))
 	}
-	loop("", forever(g.keys.Run))
+	loop("", forever(g.access.keys.Run))
 	// Usage is flushed for the server's lifetime and once more after the
 	// visitors' requests finished (stopWatch runs after Shutdown), before
 	// the store closes.
