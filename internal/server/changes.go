@@ -108,9 +108,9 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		g.releaseArmer(ctx, ch.ID, "revoked")
 	case store.ChangeTokenUpdated:
 		g.tokens.refresh(ctx, ch.ID)
-		g.usageLimits.refresh(ctx, usageMiss{id: ch.ID})
+		g.usage.limits.refresh(ctx, usageMiss{id: ch.ID})
 	case store.ChangeOrgLimits:
-		g.usageLimits.refresh(ctx, usageMiss{org: true, id: ch.OrgID})
+		g.usage.limits.refresh(ctx, usageMiss{org: true, id: ch.OrgID})
 	case store.ChangeMaintenanceSet, store.ChangeMaintenanceCleared:
 		g.mirror.reloadMaintenance(ctx)
 	case store.ChangeOrgHostnames:
@@ -125,7 +125,7 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 		g.mirror.reloadOwnership(ctx)
 		g.mirror.reloadPortOwnership(ctx)
 		g.tokens.recheck(ctx)
-		g.usageLimits.reloadAll(ctx)
+		g.usage.limits.reloadAll(ctx)
 		g.access.ReloadRevocations(ctx, "")
 	}
 }

@@ -104,7 +104,7 @@ func (g *Gateway) WarnExpiringForTest(ctx context.Context) { g.tokens.warnExpiri
 // FlushUsageForTest writes the usage meter's counts to the store now and
 // refreshes its quotas, as its loop does every usage_flush_interval.
 func (g *Gateway) FlushUsageForTest(ctx context.Context) error {
-	return g.usage.Flush(ctx)
+	return g.usage.meter.Flush(ctx)
 }
 
 // RoutedForTest reports whether a request for host passes the route step

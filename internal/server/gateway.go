@@ -40,7 +40,6 @@ import (
 	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
 	"github.com/aperio-dev/aperio/internal/visitor/inspect"
 	"github.com/aperio-dev/aperio/internal/visitor/stale"
-	"github.com/aperio-dev/aperio/internal/visitor/usage"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -106,11 +105,10 @@ type Gateway struct {
 	ui     *dashboard.UI // the dashboard under /aperio/, a client of api
 	db     *store.DB
 	// usage counts visitor bytes per token, organization and bind and
-	// enforces the byte quotas of usageLimits.
-	usage       *usage.Meter
-	usageLimits *usageLimits
-	ctl         *autoscale.Controller // nil unless scaling is on
-	armed       *armLoader            // loads the router's armed binds; nil unless scaling is on
+	// enforces the byte quotas.
+	usage *metering
+	ctl   *autoscale.Controller // nil unless scaling is on
+	armed *armLoader            // loads the router's armed binds; nil unless scaling is on
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *outbound.Client
@@ -234,10 +232,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if rc.Inspector, err = inspect.New(cfg.Inspect); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if err := g.newMeter(); err != nil {
+	if g.usage, err = newMetering(cfg, g.db, g.events, log); err != nil {
 		return nil, err
 	}
-	rc.Usage = g.usage
+	rc.Usage = g.usage.meter
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
 	rc.CatchAll = !cfg.RequireHostnameBind
 	if g.access, err = newVisitorAccess(ctx, cfg, g.db, g.fence, g.events, log); err != nil {
@@ -275,9 +273,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", logkey.TunnelMaxStreams, cfg.Tunnel.MaxStreams, logkey.MaxConcurrentRequests, cfg.Router.MaxConcurrentRequests)
 	}
 	tc := cfg.Tunnel
-	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usageLimits}
+	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usage.limits}
 	admission := newAdmissionRegistry(g.db, log)
-	admission.limits = g.usageLimits
+	admission.limits = g.usage.limits
 	if g.ports, err = g.newPorts(cfg, log); err != nil {
 		return nil, err
 	}
@@ -556,7 +554,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	// Usage is flushed for the server's lifetime and once more after the
 	// visitors' requests finished (stopWatch runs after Shutdown), before
 	// the store closes.
-	loop("", forever(g.runUsage))
+	loop("", forever(g.usage.run))
 	defer func() {
 		stopWatch()
 		loops.Wait()
