@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"
+	"github.com/aperio-dev/aperio/internal/outbound"
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/internal/visitor/access"
 	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
@@ -29,30 +31,60 @@ import (
 // backends (identity_jwt).
 const IdentityIssuer = "aperio"
 
-// accessConfig returns the router's side of visitor access control:
-// default_access, the identity signer and share keyring of the signing
-// keys kept in the store (shared by every server on the database), and
-// the outbound client of the jwt and forward methods, under the same
-// fence as scaling hooks and webhooks (never http.DefaultClient).
-func (g *Gateway) accessConfig(ctx context.Context) (router.AccessConfig, error) {
-	posture, err := g.cfg.posture()
-	if err != nil {
-		return router.AccessConfig{}, err
-	}
-	g.keys, err = signing.New(ctx, signing.Config{
-		Store: g.db, MasterToken: g.cfg.Token, Issuer: IdentityIssuer,
-		IdentityRotation: g.cfg.IdentityKeyRotation, Logger: g.log,
+// visitorAccess is the server's side of visitor access control: the
+// signing keys kept in the store (shared by every server on the
+// database) with the identity signer and share keyring they back, the
+// oidc: block's provider and its session revocations, the login routes
+// of hostnames that require oidc, the JWKS of identity tokens, and the
+// audit of refusals.
+type visitorAccess struct {
+	db     *store.DB
+	log    *slog.Logger
+	events *events.Emitter
+	keys   *signing.Keys   // the store's signing keys behind signer and shares
+	signer *access.Signer  // signs the identity tokens backends receive
+	shares *access.Keyring // share links, keys per organization
+	oidc   *oidc.Provider  // the oidc: block's provider; nil without one
+	// denylist holds the OIDC session revocations in force (logouts, and
+	// sessions an admin ended), loaded from the store at start and
+	// followed through its change feed; nil without an oidc: block.
+	denylist *oidc.Denylist
+	// registry answers which service of a hostname requires a login; set
+	// once the router exists.
+	registry *router.Registry
+}
+
+// newVisitorAccess loads the signing keys and, with an oidc: block, the
+// provider's discovery (through fence, so an unreachable provider fails
+// the start) and the revocations in force.
+func newVisitorAccess(ctx context.Context, cfg Config, db *store.DB, fence *outbound.Client, ev *events.Emitter, log *slog.Logger) (*visitorAccess, error) {
+	va := &visitorAccess{db: db, log: log, events: ev}
+	var err error
+	va.keys, err = signing.New(ctx, signing.Config{
+		Store: db, MasterToken: cfg.Token, Issuer: IdentityIssuer,
+		IdentityRotation: cfg.IdentityKeyRotation, Logger: log,
 	})
 	if err != nil {
-		return router.AccessConfig{}, fmt.Errorf("gateway: signing keys (servers sharing a database must share server.token): %w", err)
+		return nil, fmt.Errorf("gateway: signing keys (servers sharing a database must share server.token): %w", err)
 	}
-	signer := g.keys.Signer()
-	g.signer = signer
-	g.shares = g.keys.Shares()
-	if g.oidc, err = g.oidcProvider(ctx); err != nil {
+	va.signer = va.keys.Signer()
+	va.shares = va.keys.Shares()
+	if va.oidc, err = va.oidcProvider(ctx, cfg, fence); err != nil {
+		return nil, err
+	}
+	return va, nil
+}
+
+// routerConfig returns the router's side of visitor access control:
+// default_access, the identity signer, the share keyring, the provider,
+// and the outbound client of the jwt and forward methods, under the same
+// fence as scaling hooks and webhooks (never http.DefaultClient).
+func (va *visitorAccess) routerConfig(cfg Config, fence *outbound.Client) (router.AccessConfig, error) {
+	posture, err := cfg.posture()
+	if err != nil {
 		return router.AccessConfig{}, err
 	}
-	return router.AccessConfig{Default: posture, Identity: signer, Shares: g.shares, OIDC: g.oidc, Client: g.fence.HTTPClient(), Denied: g.authDenied}, nil
+	return router.AccessConfig{Default: posture, Identity: va.signer, Shares: va.shares, OIDC: va.oidc, Client: fence.HTTPClient(), Denied: va.authDenied}, nil
 }
 
 // oidcInfo is the HKDF context of the OIDC cookies' key.
@@ -64,26 +96,26 @@ const oidcStartTimeout = 30 * time.Second
 // oidcProvider returns the server's OpenID Connect provider, nil without
 // an oidc: block. It fetches the provider's discovery document through
 // the outbound fence, so an unreachable provider fails the start.
-func (g *Gateway) oidcProvider(ctx context.Context) (*oidc.Provider, error) {
-	o := g.cfg.OIDC
+func (va *visitorAccess) oidcProvider(ctx context.Context, cfg Config, fence *outbound.Client) (*oidc.Provider, error) {
+	o := cfg.OIDC
 	if o.Issuer == "" {
 		return nil, nil
 	}
-	key, err := hkdf.Key(sha256.New, []byte(g.cfg.Token), nil, oidcInfo, 32)
+	key, err := hkdf.Key(sha256.New, []byte(cfg.Token), nil, oidcInfo, 32)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: oidc key: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, oidcStartTimeout)
 	defer cancel()
-	g.denylist = new(oidc.Denylist)
-	if err := g.reloadRevocations(ctx, ""); err != nil {
+	va.denylist = new(oidc.Denylist)
+	if err := va.reloadRevocations(ctx, ""); err != nil {
 		return nil, fmt.Errorf("gateway: oidc session revocations: %w", err)
 	}
 	p, err := oidc.New(ctx, oidc.Config{
 		Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: o.ClientSecret, Scopes: o.Scopes, RedirectURL: o.RedirectURL,
-		HTTPClient: g.fence.HTTPClient(), Keys: []oidc.Key{{ID: 1, Secret: key}},
-		AllowHTTP: g.cfg.Outbound.AllowHTTP, Logger: g.log,
-		Denylist: g.denylist, Revoker: storeRevoker{g.db},
+		HTTPClient: fence.HTTPClient(), Keys: []oidc.Key{{ID: 1, Secret: key}},
+		AllowHTTP: cfg.Outbound.AllowHTTP, Logger: va.log,
+		Denylist: va.denylist, Revoker: storeRevoker{va.db},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: oidc: %w", err)
@@ -94,23 +126,23 @@ func (g *Gateway) oidcProvider(ctx context.Context) (*oidc.Provider, error) {
 // adminLogin returns the admin API's login (admin_oidc) on the server's
 // provider, nil when it is off, with its logins counted in
 // aperio_auth_total{method="admin_oidc"}.
-func (g *Gateway) adminLogin() (*admin.OIDCConfig, error) {
-	if !g.cfg.AdminOIDC {
+func (va *visitorAccess) adminLogin(cfg Config, meter metric.Meter) (*admin.OIDCConfig, error) {
+	if !cfg.AdminOIDC {
 		return nil, nil
 	}
-	if g.oidc == nil {
+	if va.oidc == nil {
 		return nil, errors.New("gateway: admin_oidc needs the oidc: block")
 	}
-	counter, err := telemetry.AuthCounter(g.metrics.Meter())
+	counter, err := telemetry.AuthCounter(meter)
 	if err != nil {
 		return nil, err
 	}
-	roles := make([]admin.OIDCRole, len(g.cfg.AdminOIDCRoles))
-	for i, r := range g.cfg.AdminOIDCRoles {
+	roles := make([]admin.OIDCRole, len(cfg.AdminOIDCRoles))
+	for i, r := range cfg.AdminOIDCRoles {
 		roles[i] = r.Entry()
 	}
 	method := attribute.String("method", "admin_oidc")
-	return &admin.OIDCConfig{Provider: g.oidc, Roles: roles, Count: func(outcome string) {
+	return &admin.OIDCConfig{Provider: va.oidc, Roles: roles, Count: func(outcome string) {
 		// The outcome is one of admin's three constants, never the
 		// visitor's.
 		counter.Add(context.Background(), 1, metric.WithAttributes(method, attribute.String("outcome", outcome)))
@@ -123,17 +155,17 @@ const adminLoginPrefix = "/aperio/admin/"
 
 // serveAuth answers the login routes under /aperio/auth/ of a hostname
 // whose service requires oidc; 404 elsewhere.
-func (g *Gateway) serveAuth(w http.ResponseWriter, r *http.Request) {
-	if g.oidc == nil {
+func (va *visitorAccess) serveAuth(w http.ResponseWriter, r *http.Request) {
+	if va.oidc == nil {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
 		return
 	}
-	visit, ok := g.registry.OIDCVisit(r.Host, router.VisitorOf(r).Proto == "https")
+	visit, ok := va.registry.OIDCVisit(r.Host, router.VisitorOf(r).Proto == "https")
 	if !ok {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no service of this hostname requires a login"})
 		return
 	}
-	g.oidc.ServeAuth(w, r, visit)
+	va.oidc.ServeAuth(w, r, visit)
 }
 
 // shareMinter is the admin API's side of the share keyring: it mints
@@ -170,13 +202,13 @@ func (m shareMinter) RotateKey(ctx context.Context, orgID string, revokePrevious
 
 // serveJWKS answers GET and HEAD of access.JWKSPath with the identity
 // signer's public key set, on every hostname and without auth.
-func (g *Gateway) serveJWKS(w http.ResponseWriter, r *http.Request) {
+func (va *visitorAccess) serveJWKS(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	body := g.signer.JWKS()
+	body := va.signer.JWKS()
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "public, max-age=300")
@@ -192,7 +224,7 @@ func (g *Gateway) serveJWKS(w http.ResponseWriter, r *http.Request) {
 // hostname each events.DefaultSampleInterval, the rest counted in the
 // next) and queues without waiting: a visitor can be refused as fast as
 // it can send requests, and each audit entry is permanent.
-func (g *Gateway) authDenied(d router.AccessDenial) {
+func (va *visitorAccess) authDenied(d router.AccessDenial) {
 	answer := "answered as no route"
 	if d.Status != 0 {
 		answer = "answered " + strconv.Itoa(d.Status)
@@ -209,7 +241,7 @@ func (g *Gateway) authDenied(d router.AccessDenial) {
 	if len(detail) > maxAuditDetail {
 		detail = detail[:maxAuditDetail] + "…"
 	}
-	g.events.Offer(events.Event{Kind: apitype.EventAuthDenied, OrgID: d.OrgID, Actor: store.VisitorActor, Hostname: d.Host, Detail: detail,
+	va.events.Offer(events.Event{Kind: apitype.EventAuthDenied, OrgID: d.OrgID, Actor: store.VisitorActor, Hostname: d.Host, Detail: detail,
 		Fields: map[string]any{"path": path, "visitor": visitor, "methods": d.Methods, "status": d.Status, "reason": d.Reason}})
 }
 

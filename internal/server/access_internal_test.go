@@ -47,15 +47,15 @@ func testAuthAuditSampled(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	g := &Gateway{events: events.New(events.Config{Audit: audit, Now: clock, Queue: 8})}
+	va := &visitorAccess{events: events.New(events.Config{Audit: audit, Now: clock, Queue: 8})}
 	d := router.AccessDenial{OrgID: "org-1", Host: "app.test", Path: "/" + strings.Repeat("x", 4000), Visitor: netip.MustParseAddr("203.0.113.7"), Methods: "basic", Status: 401, Reason: "basic: wrong password"}
 	const flood = 1000
 	for range flood {
-		g.authDenied(d) // Run is not running: a queued event would block here if Offer waited
+		va.authDenied(d) // Run is not running: a queued event would block here if Offer waited
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- g.events.Run(ctx) }()
+	go func() { done <- va.events.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -78,7 +78,7 @@ func testAuthAuditSampled(t *testing.T) {
 	mu.Lock()
 	now = now.Add(events.DefaultSampleInterval)
 	mu.Unlock()
-	g.authDenied(d)
+	va.authDenied(d)
 	es = waitEntries(2)
 	if want := "(999 more refusals since the last entry, not audited)"; !strings.Contains(es[1].Detail, want) {
 		t.Errorf("second entry's detail = %q, want it to say %s", es[1].Detail, want)

@@ -7,12 +7,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"github.com/aperio-dev/aperio/internal/portspec"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/portspec"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"

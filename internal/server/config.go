@@ -3,9 +3,10 @@ package server
 import (
 	"errors"
 	"fmt"
+	"time"
+
 	"github.com/aperio-dev/aperio/internal/ports"
 	"github.com/aperio-dev/aperio/internal/portspec"
-	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/config"

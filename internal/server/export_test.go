@@ -61,7 +61,7 @@ func (g *Gateway) DeclarationsLateForTest() int64 {
 // RecheckTokensForTest re-reads the token of every session and disconnects
 // the sessions of revoked ones, as the server does after a resync.
 func (g *Gateway) RecheckTokensForTest(ctx context.Context) {
-	g.recheckTokens(ctx)
+	g.tokens.recheck(ctx)
 }
 
 // ColdStartDoneForTest asks the server's controller for a cold start of
@@ -80,7 +80,7 @@ func (g *Gateway) ColdStartDoneForTest(ctx context.Context, orgID, hostname, pat
 func (g *Gateway) SharesForTest() interface {
 	Verify(string) (access.ShareLink, error)
 } {
-	return g.shares
+	return g.access.shares
 }
 
 // StreamDroppedForTest returns the live stream's events dropped so far,
@@ -99,12 +99,12 @@ func (g *Gateway) StallForTest() (*telemetry.Subscription, error) {
 
 // WarnExpiringForTest runs one check of expiring tokens now, as the
 // minute's tick does.
-func (g *Gateway) WarnExpiringForTest(ctx context.Context) { g.warnExpiring(ctx, time.Now()) }
+func (g *Gateway) WarnExpiringForTest(ctx context.Context) { g.tokens.warnExpiring(ctx, time.Now()) }
 
 // FlushUsageForTest writes the usage meter's counts to the store now and
 // refreshes its quotas, as its loop does every usage_flush_interval.
 func (g *Gateway) FlushUsageForTest(ctx context.Context) error {
-	return g.usage.Flush(ctx)
+	return g.usage.meter.Flush(ctx)
 }
 
 // RoutedForTest reports whether a request for host passes the route step

@@ -39,9 +39,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/visitor/access"
 	"github.com/aperio-dev/aperio/internal/visitor/access/oidc"
 	"github.com/aperio-dev/aperio/internal/visitor/inspect"
-	"github.com/aperio-dev/aperio/internal/visitor/signing"
 	"github.com/aperio-dev/aperio/internal/visitor/stale"
-	"github.com/aperio-dev/aperio/internal/visitor/usage"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
@@ -91,17 +89,12 @@ type Gateway struct {
 	// hub is the admin API's live stream; Serve closes it first at
 	// shutdown, so that no follower holds the server's Shutdown.
 	hub    *telemetry.Hub
-	calls  *callCounts     // scaling hook calls by reason and outcome
-	tracer trace.Tracer    // nil when tracing is off
-	proxy  http.Handler    // the router, observed: visitors' requests
-	signer *access.Signer  // signs the identity tokens backends receive
-	shares *access.Keyring // share links, keys per organization
-	keys   *signing.Keys   // the store's signing keys behind signer and shares
-	oidc   *oidc.Provider  // the oidc: block's provider; nil without one
-	// denylist holds the OIDC session revocations in force (logouts, and
-	// sessions an admin ended), loaded from the store at start and
-	// followed through its change feed.
-	denylist *oidc.Denylist
+	calls  *callCounts  // scaling hook calls by reason and outcome
+	tracer trace.Tracer // nil when tracing is off
+	proxy  http.Handler // the router, observed: visitors' requests
+	// access is visitor access control's server side: signing keys,
+	// share links, the OIDC provider and its revocations.
+	access *visitorAccess
 	// events is the emit path of the gateway's own events (client
 	// connections and refusals, auth_denied, token_expiring,
 	// config_reloaded): each audited, then handed to hooks. Its queue
@@ -112,11 +105,10 @@ type Gateway struct {
 	ui     *dashboard.UI // the dashboard under /aperio/, a client of api
 	db     *store.DB
 	// usage counts visitor bytes per token, organization and bind and
-	// enforces the byte quotas of usageLimits.
-	usage       *usage.Meter
-	usageLimits *usageLimits
-	ctl         *autoscale.Controller // nil unless scaling is on
-	armed       *armLoader            // loads the router's armed binds; nil unless scaling is on
+	// enforces the byte quotas.
+	usage *metering
+	ctl   *autoscale.Controller // nil unless scaling is on
+	armed *armLoader            // loads the router's armed binds; nil unless scaling is on
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *outbound.Client
@@ -134,6 +126,12 @@ type Gateway struct {
 	// defaultOrg is the ID of the "default" organization: the master
 	// token's clients belong to it (see router.Ownership).
 	defaultOrg string
+	// mirror keeps the router's and the ports' copies of the store's
+	// ownership and maintenance in step with it.
+	mirror storeMirror
+	// tokens keeps the sessions true to their tokens: revocations,
+	// edits, rotations, expiry and its warnings.
+	tokens tokenSessions
 	// metricsHandler serves /aperio/metrics on every hostname (404 unless
 	// metrics_token is set, and when metrics_listen moves it elsewhere).
 	metricsHandler http.Handler
@@ -235,13 +233,16 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if rc.Inspector, err = inspect.New(cfg.Inspect); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if err := g.newMeter(); err != nil {
+	if g.usage, err = newMetering(cfg, g.db, g.events, log); err != nil {
 		return nil, err
 	}
-	rc.Usage = g.usage
+	rc.Usage = g.usage.meter
 	rc.DownThreshold = cfg.Tunnel.DownThreshold
 	rc.CatchAll = !cfg.RequireHostnameBind
-	if rc.Access, err = g.accessConfig(ctx); err != nil {
+	if g.access, err = newVisitorAccess(ctx, cfg, g.db, g.fence, g.events, log); err != nil {
+		return nil, err
+	}
+	if rc.Access, err = g.access.routerConfig(cfg, g.fence); err != nil {
 		return nil, err
 	}
 	rt, err := router.New(rc)
@@ -250,9 +251,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.router = rt
 	g.registry = rt.Registry()
+	g.access.registry = g.registry
 	// Ownership first: armed scaling records are judged by it.
 	g.defaultOrg = org.ID
-	if err := g.loadOwnership(ctx); err != nil {
+	g.mirror = storeMirror{db: g.db, registry: g.registry, defaultOrg: org.ID, log: log}
+	if err := g.mirror.loadOwnership(ctx); err != nil {
 		return nil, err
 	}
 	var scaling *scalingHook
@@ -260,6 +263,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		if err := g.newController(); err != nil {
 			return nil, err
 		}
+		g.mirror.armed = g.armed
 		if scaling, err = newScalingHook(g.ctl, g.registry, g.armed.reload, g.events, log, cfg.Tunnel.DownThreshold); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
@@ -272,13 +276,14 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		log.Warn("tunnel_max_streams is not above max_concurrent_requests: one client cannot carry every request the server admits", logkey.TunnelMaxStreams, cfg.Tunnel.MaxStreams, logkey.MaxConcurrentRequests, cfg.Router.MaxConcurrentRequests)
 	}
 	tc := cfg.Tunnel
-	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usageLimits}
+	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usage.limits}
 	admission := newAdmissionHook(g.db, log)
-	admission.limits = g.usageLimits
+	admission.limits = g.usage.limits
 	if g.ports, err = g.newPorts(cfg, log); err != nil {
 		return nil, err
 	}
-	if err := g.loadPortOwnership(ctx); err != nil {
+	g.mirror.ports = g.ports
+	if err := g.mirror.loadPortOwnership(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.ACME.Enabled() {
@@ -296,6 +301,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.tunnels = ts
+	g.tokens = tokenSessions{db: g.db, tunnels: ts, events: g.events, log: log}
 	if err := g.registerMetrics(); err != nil {
 		return nil, err
 	}
@@ -333,7 +339,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		}
 		g.cert.Store(cert)
 	}
-	adminLogin, err := g.adminLogin()
+	adminLogin, err := g.access.adminLogin(cfg, g.metrics.Meter())
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +347,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
 	}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: g, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: g, Drainer: g, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g, Webhooks: g.hooks, Logger: log,
+	clients := clientControl{tunnels: g.tunnels, registry: g.registry}
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: clients, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: clients, Drainer: clients, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.access.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g.access, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, reg: g.registry}, Stream: g.hub})
 	if err != nil {
@@ -351,11 +358,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.ui, err = dashboard.New(dashboard.Config{API: g.api, Login: api.LoginHandler(), HasSession: hasAdminSession, OIDC: adminLogin != nil, Logger: log}); err != nil {
 		return nil, err
 	}
-	if err := g.loadMaintenance(ctx); err != nil {
+	if err := g.mirror.loadMaintenance(ctx); err != nil {
 		return nil, err
 	}
-	g.warnUnowned(ctx)
-	g.warnPortless(ctx)
+	g.mirror.warnUnowned(ctx)
+	g.mirror.warnPortless(ctx)
 	if g.acme, err = g.newACME(); err != nil {
 		return nil, err
 	}
@@ -366,7 +373,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if g.acme != nil {
 		tlsConfig = g.acme.TLSConfig(listen.TLSConfig(nil))
 	}
-	tlsConfig = g.withPassthrough(tlsConfig)
+	tlsConfig = passthrough{router: rt, registry: g.registry, edge: &g.edge, idle: cfg.Router.VisitorIdleTimeout, log: log}.wrap(tlsConfig)
 	g.srv = &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -414,13 +421,13 @@ func (g *Gateway) Handler() http.Handler {
 		if strings.HasPrefix(p, oidc.AuthPrefix) {
 			// The login of a protected hostname: on that hostname, no
 			// admin credential.
-			g.serveAuth(w, r)
+			g.access.serveAuth(w, r)
 			return
 		}
 		if p == access.JWKSPath {
 			// Public on every hostname: backends verify identity tokens
 			// with it.
-			g.serveJWKS(w, r)
+			g.access.serveJWKS(w, r)
 			return
 		}
 		if !adminHost && adminPath(p) {
@@ -540,17 +547,17 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	// for the server's lifetime; those still queued at shutdown are
 	// abandoned.
 	loop("event queue stopped", g.events.Run)
-	loop("", forever(g.expiryWarnLoop))
+	loop("", forever(g.tokens.warnLoop))
 	// Rotations made by other servers reach this one through the change
 	// feed, and at least every signing.DefaultRefresh.
 	if g.acme != nil {
 		loop("", forever(g.acme.Run))
 	}
-	loop("", forever(g.keys.Run))
+	loop("", forever(g.access.keys.Run))
 	// Usage is flushed for the server's lifetime and once more after the
 	// visitors' requests finished (stopWatch runs after Shutdown), before
 	// the store closes.
-	loop("", forever(g.runUsage))
+	loop("", forever(g.usage.run))
 	defer func() {
 		stopWatch()
 		loops.Wait()

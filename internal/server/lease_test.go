@@ -3,12 +3,13 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"github.com/aperio-dev/aperio/tunnel"
 	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/tunnel"
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/server"

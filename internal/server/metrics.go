@@ -113,7 +113,7 @@ func (g *Gateway) registerMetrics() error {
 	if err != nil {
 		return err
 	}
-	if err := g.registerUsageMetric(m); err != nil {
+	if err := g.usage.registerMetric(m); err != nil {
 		return err
 	}
 	if g.ctl == nil {

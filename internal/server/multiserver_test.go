@@ -2,12 +2,13 @@ package server_test
 
 import (
 	"errors"
-	"github.com/aperio-dev/aperio/internal/server/servertest"
-	"github.com/aperio-dev/aperio/tunnel"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aperio-dev/aperio/internal/server/servertest"
+	"github.com/aperio-dev/aperio/tunnel"
 
 	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/server"

@@ -35,28 +35,28 @@ func revocationsOf(rs []store.OIDCRevocation) []oidc.Revocation {
 // ReloadRevocations implements admin.RevocationFollower: POST
 // /oidc/sessions/revoke puts the revocation in force here before it
 // answers.
-func (g *Gateway) ReloadRevocations(ctx context.Context, host string) error {
-	if g.denylist == nil {
+func (va *visitorAccess) ReloadRevocations(ctx context.Context, host string) error {
+	if va.denylist == nil {
 		return nil
 	}
-	return g.reloadRevocations(ctx, host)
+	return va.reloadRevocations(ctx, host)
 }
 
 // reloadRevocations reads the revocations of host ("" for every
 // hostname) into the denylist. A failure keeps what the denylist holds
 // (a revocation is never dropped by an outage) and is logged.
-func (g *Gateway) reloadRevocations(ctx context.Context, host string) error {
+func (va *visitorAccess) reloadRevocations(ctx context.Context, host string) error {
 	ctx, cancel := context.WithTimeout(ctx, revocationLoadTimeout)
 	defer cancel()
-	rs, err := g.db.OIDCRevocations(ctx, host, time.Now())
+	rs, err := va.db.OIDCRevocations(ctx, host, time.Now())
 	if err != nil {
-		g.log.Error("oidc session revocations not loaded", logkey.Hostname, host, logkey.Err, err)
+		va.log.Error("oidc session revocations not loaded", logkey.Hostname, host, logkey.Err, err)
 		return err
 	}
 	if host == "" {
-		g.denylist.Replace(revocationsOf(rs))
+		va.denylist.Replace(revocationsOf(rs))
 	} else {
-		g.denylist.ReplaceHost(host, revocationsOf(rs))
+		va.denylist.ReplaceHost(host, revocationsOf(rs))
 	}
 	return nil
 }

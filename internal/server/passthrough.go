@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -33,12 +34,25 @@ var (
 	errPassthroughRefused = errors.New("gateway: passthrough refused")
 )
 
-// withPassthrough returns cfg with the SNI lookup in front of its own
+// passthrough passes TLS connections through by SNI, as above.
+type passthrough struct {
+	router   *router.Router
+	registry *router.Registry
+	// edge is the gateway's current edge (Reload replaces it): its
+	// denied_ips refuse a visitor here too.
+	edge *atomic.Pointer[edge]
+	// idle ends a relay that moved nothing for this long
+	// (visitor_idle_timeout).
+	idle time.Duration
+	log  *slog.Logger
+}
+
+// wrap returns cfg with the SNI lookup in front of its own
 // GetConfigForClient (none today).
-func (g *Gateway) withPassthrough(cfg *tls.Config) *tls.Config {
+func (p passthrough) wrap(cfg *tls.Config) *tls.Config {
 	next := cfg.GetConfigForClient
 	cfg.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
-		if err := g.passthroughHello(hi); err != nil {
+		if err := p.hello(hi); err != nil {
 			return nil, err
 		}
 		if next != nil {
@@ -49,20 +63,20 @@ func (g *Gateway) withPassthrough(cfg *tls.Config) *tls.Config {
 	return cfg
 }
 
-// passthroughHello passes hi's connection through when its SNI routes to
+// hello passes hi's connection through when its SNI routes to
 // a passthrough service, and returns an error that ends the handshake;
 // nil lets the handshake go on.
-func (g *Gateway) passthroughHello(hi *tls.ClientHelloInfo) error {
+func (p passthrough) hello(hi *tls.ClientHelloInfo) error {
 	c, ok := hi.Conn.(*listen.HelloConn)
 	if !ok {
 		return nil
 	}
-	if !g.registry.AnyPassthrough() || hi.ServerName == "" {
+	if !p.registry.AnyPassthrough() || hi.ServerName == "" {
 		c.Stop()
 		return nil
 	}
 	visitor := addrPortOf(c.RemoteAddr())
-	route, outcome := g.router.PassthroughFor(hi.ServerName, visitor.Addr())
+	route, outcome := p.router.PassthroughFor(hi.ServerName, visitor.Addr())
 	switch outcome {
 	case router.PassthroughNo:
 		c.Stop()
@@ -73,7 +87,7 @@ func (g *Gateway) passthroughHello(hi *tls.ClientHelloInfo) error {
 		return errPassthroughRefused
 	}
 	defer route.Release()
-	if e := g.edge.Load(); len(e.denied) > 0 && inAny(e.denied, visitor.Addr()) {
+	if e := p.edge.Load(); len(e.denied) > 0 && inAny(e.denied, visitor.Addr()) {
 		return errPassthroughRefused
 	}
 	rec, ok := c.Take()
@@ -85,15 +99,15 @@ func (g *Gateway) passthroughHello(hi *tls.ClientHelloInfo) error {
 		c.Conn.Close()
 		return errPassthroughRefused
 	}
-	g.relayPassthrough(c, sess, route, hi.ServerName, visitor, rec)
+	p.relay(c, sess, route, hi.ServerName, visitor, rec)
 	return errPassedThrough
 }
 
-// relayPassthrough opens the raw stream, sends the recorded hello and
+// relay opens the raw stream, sends the recorded hello and
 // relays until either side ends; it closes the visitor's connection.
-func (g *Gateway) relayPassthrough(c *listen.HelloConn, sess *tunnel.Session, route router.PassthroughRoute, sni string, visitor netip.AddrPort, rec []byte) {
+func (p passthrough) relay(c *listen.HelloConn, sess *tunnel.Session, route router.PassthroughRoute, sni string, visitor netip.AddrPort, rec []byte) {
 	defer c.Conn.Close()
-	defer recovery.Recover(g.log, "tls passthrough")
+	defer recovery.Recover(p.log, "tls passthrough")
 	c.Conn.SetDeadline(time.Time{})
 	ctx, cancel := context.WithTimeout(context.Background(), tunnel.RawOpenTimeout)
 	h := tunnel.RawHeader{Kind: tunnel.RawTLS, Name: route.Service, Hostname: sni}
@@ -106,14 +120,14 @@ func (g *Gateway) relayPassthrough(c *listen.HelloConn, sess *tunnel.Session, ro
 	raw, err := sess.OpenRaw(ctx, h)
 	cancel()
 	if err != nil {
-		g.log.Info("tls passthrough failed", logkey.Hostname, sni, logkey.Err, err)
+		p.log.Info("tls passthrough failed", logkey.Hostname, sni, logkey.Err, err)
 		return
 	}
 	if _, err := raw.Write(rec); err != nil {
 		raw.Close()
 		return
 	}
-	opts := tunnel.RelayOptions{Idle: g.cfg.Router.VisitorIdleTimeout, Log: g.log}
+	opts := tunnel.RelayOptions{Idle: p.idle, Log: p.log}
 	var cut atomic.Bool
 	if u := route.Usage; u != nil {
 		// Charged as they flow: a connection opened under a byte quota
@@ -132,7 +146,7 @@ func (g *Gateway) relayPassthrough(c *listen.HelloConn, sess *tunnel.Session, ro
 		u.Record(0, 0)
 		if cut.Load() {
 			u.Cut(u.Check())
-			g.log.Info("tls passthrough cut at quota", logkey.Hostname, sni)
+			p.log.Info("tls passthrough cut at quota", logkey.Hostname, sni)
 		}
 	}
 }

@@ -83,7 +83,7 @@ func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error)
 		UDPIdle:    cfg.UDPIdleTimeout,
 		ListenHost: cfg.Host, Logger: log}
 	if g.usage != nil {
-		pc.Usage = portUsage(g.usage)
+		pc.Usage = portUsage(g.usage.meter)
 	}
 	emitter := g.events
 	pc.Audit = func(_ context.Context, e ports.AuditEntry) {

@@ -275,29 +275,40 @@ func (l *usageLimits) run(ctx context.Context) {
 	}
 }
 
-// newMeter creates the usage meter over the store, with the quotas of
-// limits; every quota first reached is audited (quotaExceeded).
-func (g *Gateway) newMeter() error {
-	g.usageLimits = newUsageLimits(g.db, g.log)
-	m, err := usage.New(usage.Config{Store: meterStore{g.db}, Limits: g.usageLimits, FlushInterval: g.cfg.UsageFlushInterval,
-		Exceeded: g.quotaExceeded, Logger: g.log})
-	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
-	}
-	g.usage = m
-	return nil
+// metering is usage accounting on this server: the meter counting
+// visitor bytes per token, organization and bind over the store, the
+// quotas it enforces (limits), and the audit of every quota first
+// reached (quotaExceeded).
+type metering struct {
+	meter  *usage.Meter
+	limits *usageLimits
+	db     *store.DB
+	events *events.Emitter
+	log    *slog.Logger
 }
 
-// runUsage runs the meter's flushes and the quota reader until ctx ends;
+// newMetering creates the usage meter over db, with the quotas db holds.
+func newMetering(cfg Config, db *store.DB, ev *events.Emitter, log *slog.Logger) (*metering, error) {
+	mt := &metering{limits: newUsageLimits(db, log), db: db, events: ev, log: log}
+	m, err := usage.New(usage.Config{Store: meterStore{db}, Limits: mt.limits, FlushInterval: cfg.UsageFlushInterval,
+		Exceeded: mt.quotaExceeded, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	mt.meter = m
+	return mt, nil
+}
+
+// run runs the meter's flushes and the quota reader until ctx ends;
 // the meter flushes once more then, so that a shutdown loses nothing the
 // store takes. Serve cancels ctx after the visitors' requests finished.
-func (g *Gateway) runUsage(ctx context.Context) {
+func (mt *metering) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		defer recovery.Recover(g.log, "usage limits")
-		g.usageLimits.run(ctx)
+		defer recovery.Recover(mt.log, "usage limits")
+		mt.limits.run(ctx)
 	})
-	g.usage.Run(ctx)
+	mt.meter.Run(ctx)
 	wg.Wait()
 }
 
@@ -306,21 +317,21 @@ func (g *Gateway) runUsage(ctx context.Context) {
 // The meter calls it once per period on this server; servers sharing the
 // store skip an entry another one wrote for the same period first (a
 // check, not a claim: two flushing at the same instant may both write).
-func (g *Gateway) quotaExceeded(ctx context.Context, kind, id string) {
+func (mt *metering) quotaExceeded(ctx context.Context, kind, id string) {
 	// The meter's flusher calls this: a panic here must not end the
 	// flushes, nor the server.
-	defer recovery.Recover(g.log, "quota exceeded audit")
+	defer recovery.Recover(mt.log, "quota exceeded audit")
 	now := time.Now().UTC()
 	var org, setting string
 	var limit int64
 	var since time.Time
 	switch kind {
 	case "token":
-		q, _ := g.usageLimits.token(id)
+		q, _ := mt.limits.token(id)
 		org, setting, limit = q.org, "daily_max_bytes", q.daily
 		since = time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 	default:
-		org, setting, limit = id, "monthly_max_bytes", g.usageLimits.org(id)
+		org, setting, limit = id, "monthly_max_bytes", mt.limits.org(id)
 		since = time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	}
 	// The entry's detail opens with its subject (events.QuotaExceeded
@@ -328,13 +339,13 @@ func (g *Gateway) quotaExceeded(ctx context.Context, kind, id string) {
 	// the entry another one wrote.
 	subject, tokenID, used := "organization "+id+" ", "", limit
 	if kind == "token" {
-		subject, tokenID, used = "token "+id+" ", id, max(limit, g.usage.TokenUsed(id))
+		subject, tokenID, used = "token "+id+" ", id, max(limit, mt.meter.TokenUsed(id))
 	}
 	ctx, cancel := context.WithTimeout(ctx, usageReadTimeout)
 	defer cancel()
-	prior, err := g.db.QueryAudit(ctx, store.AuditQuery{OrgID: org, Event: EventQuotaExceeded, Since: since, Limit: store.MaxAuditLimit})
+	prior, err := mt.db.QueryAudit(ctx, store.AuditQuery{OrgID: org, Event: EventQuotaExceeded, Since: since, Limit: store.MaxAuditLimit})
 	if err != nil {
-		g.log.Error("audit read failed", logkey.Event, EventQuotaExceeded, logkey.Err, err)
+		mt.log.Error("audit read failed", logkey.Event, EventQuotaExceeded, logkey.Err, err)
 	}
 	for _, e := range prior {
 		if strings.HasPrefix(e.Detail, subject) {
@@ -342,7 +353,7 @@ func (g *Gateway) quotaExceeded(ctx context.Context, kind, id string) {
 		}
 	}
 	// One emit path: audited, then delivered to quota_exceeded webhooks.
-	g.events.Emit(ctx, events.QuotaExceeded(events.Quota{OrgID: org, TokenID: tokenID, Limit: setting, UsedBytes: used, MaxBytes: limit, At: now}))
+	mt.events.Emit(ctx, events.QuotaExceeded(events.Quota{OrgID: org, TokenID: tokenID, Limit: setting, UsedBytes: used, MaxBytes: limit, At: now}))
 }
 
 // meterStore adapts the store's usage calls to usage.Store.
@@ -388,9 +399,9 @@ func (l tokenLabels) label(id string) string {
 	return id
 }
 
-// registerUsageMetric exposes the meter's per-token bytes, read at
+// registerMetric exposes the meter's per-token bytes, read at
 // collection time: the request path pays nothing for the metric.
-func (g *Gateway) registerUsageMetric(m metric.Meter) error {
+func (mt *metering) registerMetric(m metric.Meter) error {
 	bytes, err := m.Int64ObservableCounter(metricTokenBytes,
 		metric.WithDescription("Visitor bytes through each token's clients (token is the token ID, master for the master token; past the first 100 tokens, other), by direction: in from visitors, out to them."))
 	if err != nil {
@@ -408,7 +419,7 @@ func (g *Gateway) registerUsageMetric(m metric.Meter) error {
 		mu.Lock()
 		defer mu.Unlock()
 		by := map[string]*sums{}
-		g.usage.TokenBytes(func(id string, in, out int64) {
+		mt.meter.TokenBytes(func(id string, in, out int64) {
 			label := labels.label(id)
 			s := by[label]
 			if s == nil {
@@ -423,7 +434,7 @@ func (g *Gateway) registerUsageMetric(m metric.Meter) error {
 			o.ObserveInt64(bytes, s.in, metric.WithAttributes(tok, attribute.String("direction", "in")))
 			o.ObserveInt64(bytes, s.out, metric.WithAttributes(tok, attribute.String("direction", "out")))
 		}
-		tokCuts, orgCuts := g.usage.QuotaCuts()
+		tokCuts, orgCuts := mt.meter.QuotaCuts()
 		o.ObserveInt64(cuts, tokCuts, metric.WithAttributes(attribute.String("limit", usage.TokenQuota.String())))
 		o.ObserveInt64(cuts, orgCuts, metric.WithAttributes(attribute.String("limit", usage.OrgQuota.String())))
 		return nil

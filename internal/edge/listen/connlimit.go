@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 )
 
 // connLimitConfig configures the per-address connection cap of the public
@@ -25,8 +24,7 @@ type connLimitConfig struct {
 // returned wrapper). Safe for concurrent use.
 type connLimitListener struct {
 	net.Listener
-	cfg     connLimitConfig
-	refused atomic.Int64 // connections closed at accept
+	cfg connLimitConfig
 
 	mu   sync.Mutex // guards open
 	open map[netip.Addr]int
@@ -53,7 +51,6 @@ func (l *connLimitListener) Accept() (net.Conn, error) {
 			return c, nil
 		}
 		if !l.take(ip) {
-			l.refused.Add(1)
 			c.Close()
 			continue
 		}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/logkey"
@@ -11,33 +12,50 @@ import (
 	"github.com/aperio-dev/aperio/store"
 )
 
+// storeMirror keeps what the router and the public ports copy from the
+// store in step with it: hostname ownership, port ownership and
+// maintenance. New loads each once (a failure stops the server), the
+// change feed reloads them (a failure is logged and the copy kept), and
+// the startup warnings about organizations that own nothing come from
+// here.
+type storeMirror struct {
+	db       *store.DB
+	registry *router.Registry
+	ports    *ports.Manager
+	// defaultOrg is the ID of the default organization, the one the
+	// master token's clients belong to.
+	defaultOrg string
+	// armed reloads the router's armed binds, which ownership judges;
+	// nil while autoscaling is off.
+	armed *armLoader
+	log   *slog.Logger
+}
+
 // loadOwnership makes the router's hostname ownership match the store.
-// defaultOrg is the ID of the default organization, the one the master
-// token's clients belong to.
-func (g *Gateway) loadOwnership(ctx context.Context) error {
+func (m *storeMirror) loadOwnership(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	hs, err := g.db.ListOrgHostnames(ctx, "")
+	hs, err := m.db.ListOrgHostnames(ctx, "")
 	if err != nil {
 		return err
 	}
-	m := make(map[string]string, len(hs))
+	patterns := make(map[string]string, len(hs))
 	for _, h := range hs {
-		m[h.Pattern] = h.OrgID
+		patterns[h.Pattern] = h.OrgID
 	}
-	g.registry.SetOwnership(router.Ownership{Patterns: m, DefaultOrg: g.defaultOrg})
+	m.registry.SetOwnership(router.Ownership{Patterns: patterns, DefaultOrg: m.defaultOrg})
 	return nil
 }
 
-func (g *Gateway) reloadOwnership(ctx context.Context) {
-	if err := g.loadOwnership(ctx); err != nil {
-		g.log.Error("hostname ownership reload failed", logkey.Err, err)
+func (m *storeMirror) reloadOwnership(ctx context.Context) {
+	if err := m.loadOwnership(ctx); err != nil {
+		m.log.Error("hostname ownership reload failed", logkey.Err, err)
 		return
 	}
 	// Armed records are judged by ownership too (loadArmed).
-	if g.armed != nil {
-		if err := g.armed.reload(ctx); err != nil {
-			g.log.Error("armed binds reload failed", logkey.Err, err)
+	if m.armed != nil {
+		if err := m.armed.reload(ctx); err != nil {
+			m.log.Error("armed binds reload failed", logkey.Err, err)
 		}
 	}
 }
@@ -71,38 +89,38 @@ func OrgsWithoutHostnames(ctx context.Context, db *store.DB, defaultOrgName stri
 
 // warnUnowned logs a warning when organizations besides the default one
 // own no hostname pattern.
-func (g *Gateway) warnUnowned(ctx context.Context) {
-	names, err := OrgsWithoutHostnames(ctx, g.db, "default")
+func (m *storeMirror) warnUnowned(ctx context.Context) {
+	names, err := OrgsWithoutHostnames(ctx, m.db, "default")
 	if err != nil {
-		g.log.Warn("cannot check organizations for hostname patterns", logkey.Err, err)
+		m.log.Warn("cannot check organizations for hostname patterns", logkey.Err, err)
 		return
 	}
 	if len(names) > 0 {
-		g.log.Warn("organizations without hostname patterns may mint no token and bind no hostname; assign them with PUT /aperio/api/orgs/{id}/hostnames",
+		m.log.Warn("organizations without hostname patterns may mint no token and bind no hostname; assign them with PUT /aperio/api/orgs/{id}/hostnames",
 			logkey.Count, len(names), logkey.Orgs, names)
 	}
 }
 
 // loadPortOwnership makes the public ports' ownership match the store:
 // ports.Manager refuses a port another organization owns, even free.
-func (g *Gateway) loadPortOwnership(ctx context.Context) error {
+func (m *storeMirror) loadPortOwnership(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ps, err := g.db.ListOrgPorts(ctx, "")
+	ps, err := m.db.ListOrgPorts(ctx, "")
 	if err != nil {
 		return err
 	}
-	o := ports.Ownership{Ranges: make(map[string][]portspec.Range), DefaultOrg: g.defaultOrg}
+	o := ports.Ownership{Ranges: make(map[string][]portspec.Range), DefaultOrg: m.defaultOrg}
 	for _, p := range ps {
 		o.Ranges[p.OrgID] = append(o.Ranges[p.OrgID], p.Range)
 	}
-	g.ports.SetOwnership(ctx, o)
+	m.ports.SetOwnership(ctx, o)
 	return nil
 }
 
-func (g *Gateway) reloadPortOwnership(ctx context.Context) {
-	if err := g.loadPortOwnership(ctx); err != nil {
-		g.log.Error("port ownership reload failed", logkey.Err, err)
+func (m *storeMirror) reloadPortOwnership(ctx context.Context) {
+	if err := m.loadPortOwnership(ctx); err != nil {
+		m.log.Error("port ownership reload failed", logkey.Err, err)
 	}
 }
 
@@ -147,17 +165,42 @@ func OrgsWithoutPorts(ctx context.Context, db *store.DB, defaultOrgName string) 
 // warnPortless logs a warning, on a server with public ports, when
 // organizations besides the default one hold tokens for ports but own
 // none.
-func (g *Gateway) warnPortless(ctx context.Context) {
-	if g.ports == nil || !g.ports.Enabled() {
+func (m *storeMirror) warnPortless(ctx context.Context) {
+	if m.ports == nil || !m.ports.Enabled() {
 		return
 	}
-	names, err := OrgsWithoutPorts(ctx, g.db, "default")
+	names, err := OrgsWithoutPorts(ctx, m.db, "default")
 	if err != nil {
-		g.log.Warn("cannot check organizations for public ports", logkey.Err, err)
+		m.log.Warn("cannot check organizations for public ports", logkey.Err, err)
 		return
 	}
 	if len(names) > 0 {
-		g.log.Warn("organizations without ports may open no public port, whatever their tokens' allow_tcp_ports; assign them with PUT /aperio/api/orgs/{id}/ports",
+		m.log.Warn("organizations without ports may open no public port, whatever their tokens' allow_tcp_ports; assign them with PUT /aperio/api/orgs/{id}/ports",
 			logkey.Count, len(names), logkey.Orgs, names)
 	}
+}
+
+func (m *storeMirror) reloadMaintenance(ctx context.Context) {
+	if err := m.loadMaintenance(ctx); err != nil {
+		m.log.Error("maintenance reload failed", logkey.Err, err)
+	}
+}
+
+// loadMaintenance makes the router's maintenance set match the store.
+func (m *storeMirror) loadMaintenance(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ms, err := m.db.ListMaintenance(ctx)
+	if err != nil {
+		return err
+	}
+	entries := make([]router.Maintenance, len(ms))
+	for i, e := range ms {
+		entries[i] = router.Maintenance{Hostname: e.Hostname, Reason: e.Reason}
+		if e.ExpiresAt != nil {
+			entries[i].Until = *e.ExpiresAt
+		}
+	}
+	m.registry.SetMaintenance(entries)
+	return nil
 }
