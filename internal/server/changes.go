@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
-	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/logkey"
 	"github.com/aperio-dev/aperio/store"
 )
@@ -32,8 +31,8 @@ func (g *Gateway) watchChanges(ctx context.Context, changes <-chan store.Change)
 	// this one started) reached no subscriber here. Re-read now, with the
 	// subscription in place, so that nothing is missed.
 	g.applyChange(ctx, store.Change{Kind: store.ChangeResync})
-	if g.ctl != nil {
-		if err := g.armed.reload(ctx); err != nil {
+	if g.scaler != nil {
+		if err := g.scaler.armed.reload(ctx); err != nil {
 			g.log.Error("scaling records reload failed", logkey.Err, err)
 		}
 	}
@@ -46,36 +45,31 @@ func (g *Gateway) watchChanges(ctx context.Context, changes <-chan store.Change)
 	expire.Stop()
 	defer expire.Stop()
 	var expiriesChanged <-chan struct{} // nil, never ready, without scaling
-	if g.expiry != nil {
-		expiriesChanged = g.expiry.changed
+	if g.scaler != nil {
+		expiriesChanged = g.scaler.expiry.changed
 	}
 	for {
 		select {
 		case <-expiriesChanged:
-			g.expiry.resetTimer(expire)
+			g.scaler.expiry.resetTimer(expire)
 			continue
 		case <-expire.C:
-			for _, id := range g.expiry.due(time.Now()) {
+			for _, id := range g.scaler.expiry.due(time.Now()) {
 				g.tokens.disconnect(id, "token expired")
-				g.releaseArmer(ctx, id, "expired")
+				g.scaler.releaseArmer(ctx, id, "expired")
 			}
-			g.expiry.resetTimer(expire)
+			g.scaler.expiry.resetTimer(expire)
 			continue
 		case <-sweep.C:
 			// Revocations past their sessions' expiry leave memory.
 			g.access.ReloadRevocations(ctx, "")
-			if g.ctl != nil && g.cfg.ScalingRecordTTL > 0 {
-				ids, err := g.db.DeleteStaleScalingRecords(ctx, time.Now().Add(-g.cfg.ScalingRecordTTL))
-				if err != nil {
-					g.log.Error("scaling record sweep failed", logkey.Err, err)
-				} else if len(ids) > 0 {
-					g.log.Info("scaling records expired", logkey.Count, len(ids))
-				}
+			if g.scaler != nil {
+				g.scaler.sweep(ctx)
 			}
 			continue
 		case <-reload.C:
 			pending = false
-			if err := g.armed.reload(ctx); err != nil {
+			if err := g.scaler.armed.reload(ctx); err != nil {
 				g.log.Error("scaling records reload failed", logkey.Err, err)
 			}
 			continue
@@ -85,10 +79,10 @@ func (g *Gateway) watchChanges(ctx context.Context, changes <-chan store.Change)
 				return
 			}
 			switch {
-			case g.ctl == nil || !scalingChange(ch.Kind):
-			case ch.Kind == store.ChangeScalingUpdated && !g.armed.knows(ch.ID) && time.Since(lastAtOnce) >= time.Second:
+			case g.scaler == nil || !scalingChange(ch.Kind):
+			case ch.Kind == store.ChangeScalingUpdated && !g.scaler.armed.knows(ch.ID) && time.Since(lastAtOnce) >= time.Second:
 				lastAtOnce = time.Now()
-				if err := g.armed.reload(ctx); err != nil {
+				if err := g.scaler.armed.reload(ctx); err != nil {
 					g.log.Error("scaling records reload failed", logkey.Err, err)
 				}
 			case !pending:
@@ -105,7 +99,7 @@ func (g *Gateway) applyChange(ctx context.Context, ch store.Change) {
 	switch ch.Kind {
 	case store.ChangeTokenRevoked:
 		g.tokens.disconnect(ch.ID, "token revoked")
-		g.releaseArmer(ctx, ch.ID, "revoked")
+		g.scaler.releaseArmer(ctx, ch.ID, "revoked")
 	case store.ChangeTokenUpdated:
 		g.tokens.refresh(ctx, ch.ID)
 		g.usage.limits.refresh(ctx, usageMiss{id: ch.ID})
@@ -138,32 +132,6 @@ func scalingChange(kind string) bool {
 		return true
 	}
 	return false
-}
-
-// releaseArmer takes a revoked or expired token off every scaling record:
-// a record goes with the last token that armed it. Every server sharing
-// the store may do it for the same token; the second changes nothing.
-func (g *Gateway) releaseArmer(ctx context.Context, tokenID, why string) {
-	if g.ctl == nil {
-		return
-	}
-	ids, err := g.db.ReleaseScalingArmer(ctx, tokenID)
-	if err != nil {
-		g.log.Error("releasing a token's scaling records failed", logkey.TokenID, tokenID, logkey.Reason, why, logkey.Err, err)
-		return
-	}
-	if len(ids) > 0 {
-		g.log.Info("scaling records released", logkey.TokenID, tokenID, logkey.Reason, why, logkey.Count, len(ids))
-	}
-}
-
-// adminScaling is the autoscaler as admin.Config.Scaling takes it: nil
-// while autoscaling is off, never an interface holding a nil controller.
-func (g *Gateway) adminScaling() admin.Scaling {
-	if g.ctl == nil {
-		return nil
-	}
-	return armingScaling{Controller: g.ctl, arm: g.armed.reload, log: g.log}
 }
 
 // armingScaling is the controller as the admin API uses it: a record an

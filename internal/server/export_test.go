@@ -15,7 +15,7 @@ import (
 // joins) a flight: how a test sees which records the controller knows and
 // which it holds disarmed.
 func (g *Gateway) ColdStartForTest(ctx context.Context, orgID, hostname, path string) error {
-	_, err := g.ctl.ColdStart(ctx, orgID, hostname, path)
+	_, err := g.scaler.ctl.ColdStart(ctx, orgID, hostname, path)
 	return err
 }
 
@@ -29,7 +29,7 @@ func (g *Gateway) ArmedForTest(hostname, path string) bool {
 // router's armed binds from the store (each load reads every scaling
 // record and its armers' tokens).
 func (g *Gateway) ArmedLoadsForTest() int64 {
-	return g.armed.loads.Load()
+	return g.scaler.armed.loads.Load()
 }
 
 // DrivesForTest reports whether orgID's record would drive a cold start of
@@ -55,7 +55,7 @@ func (g *Gateway) DebugAddrForTest() string {
 // DeclarationsLateForTest returns how many heartbeat acks went before
 // their announcement's scaling declarations were done.
 func (g *Gateway) DeclarationsLateForTest() int64 {
-	return g.declares.Stats().Late
+	return g.scaler.hook.decl.Stats().Late
 }
 
 // RecheckTokensForTest re-reads the token of every session and disconnects
@@ -68,7 +68,7 @@ func (g *Gateway) RecheckTokensForTest(ctx context.Context) {
 // the bind, as ColdStartForTest does, and returns the flight's Done
 // channel with a function returning the flight's error once it is done.
 func (g *Gateway) ColdStartDoneForTest(ctx context.Context, orgID, hostname, path string) (<-chan struct{}, func() error, error) {
-	s, err := g.ctl.ColdStart(ctx, orgID, hostname, path)
+	s, err := g.scaler.ctl.ColdStart(ctx, orgID, hostname, path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,5 +124,5 @@ func (g *Gateway) RoutedForTest(host string) bool {
 // JoinsColdStartForTest reports whether a cold start of the bind would now
 // join one under way (or in its cooldown) rather than call.
 func (g *Gateway) JoinsColdStartForTest(ctx context.Context, orgID, hostname, path string) bool {
-	return g.ctl.PlanColdStart(ctx, orgID, hostname, path).Join
+	return g.scaler.ctl.PlanColdStart(ctx, orgID, hostname, path).Join
 }

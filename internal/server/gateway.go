@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/aperio-dev/aperio/autoscale"
 	"github.com/aperio-dev/aperio/internal/buildinfo"
 	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/control/dashboard"
@@ -107,21 +106,14 @@ type Gateway struct {
 	// usage counts visitor bytes per token, organization and bind and
 	// enforces the byte quotas.
 	usage *metering
-	ctl   *autoscale.Controller // nil unless scaling is on
-	armed *armLoader            // loads the router's armed binds; nil unless scaling is on
+	// scaler is the autoscaler; nil unless scaling is on.
+	scaler *autoscaling
 	// fence is the outbound policy of every call the server makes to a
 	// URL someone else chose: scaling hooks and webhooks alike.
 	fence *outbound.Client
 	// hooks delivers the controller's events and the admin API's
 	// maintenance changes to webhooks.
-	hooks *webhook.Dispatcher
-	// expiry times the release of scaling records armed by tokens that
-	// expire; nil unless scaling is on.
-	expiry *armerExpiry
-	// declares is autoscale's declaration protocol with the sessions, the
-	// "scaling" session hook's; its Stats count the declarations that did
-	// not hold up a heartbeat's ack. nil unless scaling is on.
-	declares *autoscale.Sessions
+	hooks    *webhook.Dispatcher
 	ownStore bool // New opened db, so Serve closes it
 	// defaultOrg is the ID of the "default" organization: the master
 	// token's clients belong to it (see router.Ownership).
@@ -260,15 +252,14 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	var scaling *scalingHook
 	if cfg.ScalingEnabled {
-		if err := g.newController(); err != nil {
+		g.scaler, err = newAutoscaling(cfg, scalingWiring{db: g.db, reg: g.registry, events: g.events, hooks: g.hooks, hub: g.hub,
+			stats: g.stats, fence: g.fence, calls: g.calls, tracer: g.tracer, defaultOrg: org.ID, log: log})
+		if err != nil {
 			return nil, err
 		}
-		g.mirror.armed = g.armed
-		if scaling, err = newScalingHook(g.ctl, g.registry, g.armed.reload, g.events, log, cfg.Tunnel.DownThreshold); err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-		g.declares = scaling.decl
-		if err := g.armed.reload(ctx); err != nil {
+		g.mirror.armed = g.scaler.armed
+		scaling = g.scaler.hook
+		if err := g.scaler.armed.reload(ctx); err != nil {
 			return nil, fmt.Errorf("gateway: scaling records: %w", err)
 		}
 	}
@@ -348,7 +339,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
 	}
 	clients := clientControl{tunnels: g.tunnels, registry: g.registry}
-	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: clients, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: clients, Drainer: clients, Scaling: g.adminScaling(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.access.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g.access, Webhooks: g.hooks, Logger: log,
+	api, err := admin.New(admin.Config{MasterToken: cfg.Token, Store: g.db, Clients: clients, Ports: gatewayPorts{g}, TCPPortRange: tcpRange, Disabler: clients, Drainer: clients, Scaling: g.scaler.admin(), Outbound: g.fence, Explainer: rt, Shares: shareMinter{g.access.keys}, OIDC: adminLogin, Events: g.hooks, Subscriptions: g.hooks, Revocations: g.access, Webhooks: g.hooks, Logger: log,
 		Inspector: rc.Inspector, Replay: g.proxy,
 		Traffic: trafficView{stats: g.stats, reg: g.registry}, Stream: g.hub})
 	if err != nil {
@@ -535,8 +526,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	// first re-read (changes.go) follows a subscription already in place.
 	changes := g.db.Subscribe(wctx)
 	loop("", forever(func(ctx context.Context) { g.watchChanges(ctx, changes) }))
-	if g.ctl != nil {
-		loop("autoscaling stopped", g.ctl.Run)
+	if g.scaler != nil {
+		loop("autoscaling stopped", g.scaler.ctl.Run)
 	}
 	// Webhook deliveries run for the server's lifetime; those still
 	// queued or retrying at shutdown are abandoned.

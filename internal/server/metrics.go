@@ -116,17 +116,17 @@ func (g *Gateway) registerMetrics() error {
 	if err := g.usage.registerMetric(m); err != nil {
 		return err
 	}
-	if g.ctl == nil {
+	if g.scaler == nil {
 		return nil
 	}
-	return g.registerScalingMetrics(m)
+	return g.scaler.registerMetrics(m)
 }
 
-// registerScalingMetrics exposes each scaling record's live pool: one
+// registerMetrics exposes each scaling record's live pool: one
 // series per record (records are declared by clients, one per bind, so
 // their number is bounded by the binds), and the counts of declarations
 // kept off the heartbeat's ack.
-func (g *Gateway) registerScalingMetrics(m metric.Meter) error {
+func (a *autoscaling) registerMetrics(m metric.Meter) error {
 	util, err := m.Float64ObservableGauge(metricUtilization,
 		metric.WithDescription("Permits in use over capacity of each scaling record's pool, the figure scale-out and scale-in compare with target_utilization; absent while capacity is 0."))
 	if err != nil {
@@ -153,10 +153,10 @@ func (g *Gateway) registerScalingMetrics(m metric.Meter) error {
 		return err
 	}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		st := g.declares.Stats()
+		st := a.hook.decl.Stats()
 		o.ObserveInt64(coalesced, st.Coalesced)
 		o.ObserveInt64(late, st.Late)
-		views, err := g.ctl.List(ctx, "")
+		views, err := a.ctl.List(ctx, "")
 		if err != nil {
 			return err
 		}

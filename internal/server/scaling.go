@@ -13,11 +13,17 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/autoscale"
+	"github.com/aperio-dev/aperio/internal/control/admin"
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"
+	"github.com/aperio-dev/aperio/internal/control/webhook"
+	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/outbound"
+	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/router"
 	"github.com/aperio-dev/aperio/store"
 	"github.com/aperio-dev/aperio/tunnel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // scalingHook is autoscale's declaration protocol with tunnel sessions
@@ -90,8 +96,11 @@ func (v poolView) Pool(orgID, hostname, path string) autoscale.PoolStats {
 // built after the router (it reads the router's pools).
 type lazyScaler struct{ g *Gateway }
 
+// ctl is the controller, once New built it.
+func (l lazyScaler) ctl() *autoscale.Controller { return l.g.scaler.ctl }
+
 func (l lazyScaler) ColdStart(ctx context.Context, org, host, path string) (router.ColdStart, error) {
-	st, err := l.g.ctl.ColdStart(ctx, org, host, path)
+	st, err := l.ctl().ColdStart(ctx, org, host, path)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +110,7 @@ func (l lazyScaler) ColdStart(ctx context.Context, org, host, path string) (rout
 // PlanColdStart lets the router explain a cold start without starting one
 // (router.ColdStartPlanner).
 func (l lazyScaler) PlanColdStart(ctx context.Context, org, host, path string) (bool, string, error) {
-	p := l.g.ctl.PlanColdStart(ctx, org, host, path)
+	p := l.ctl().PlanColdStart(ctx, org, host, path)
 	var detail []string
 	if !p.NextAllowed.IsZero() {
 		detail = append(detail, "cooldown or backoff until "+p.NextAllowed.UTC().Format(time.RFC3339))
@@ -112,21 +121,100 @@ func (l lazyScaler) PlanColdStart(ctx context.Context, org, host, path string) (
 	return p.Join, strings.Join(detail, ", "), p.Err
 }
 
-// newController builds the autoscaling controller: hooks go out through
-// the outbound fence with the operator's policy, and its events go to the
-// subscribed webhooks through the same fence.
-func (g *Gateway) newController() error {
+// autoscaling is the autoscaler as this server runs it: the controller,
+// the router's armed binds loaded from the store's records, the expiry of
+// the tokens that arm them, and the declaration protocol of the "scaling"
+// session hook. The gateway holds nil while autoscaling is off.
+type autoscaling struct {
+	ctl    *autoscale.Controller
+	armed  *armLoader   // loads the router's armed binds
+	expiry *armerExpiry // times the release of records armed by tokens that expire
+	hook   *scalingHook // declarations per bind, from each announcement
+	db     *store.DB
+	reg    *router.Registry
+	log    *slog.Logger
+	// recordTTL is scaling_record_ttl: records nothing re-announced for
+	// this long are swept (zero: never).
+	recordTTL time.Duration
+}
+
+// scalingWiring is what the autoscaler takes from the rest of the server.
+type scalingWiring struct {
+	db         *store.DB
+	reg        *router.Registry
+	events     *events.Emitter     // queues the refusals' audit entries
+	hooks      *webhook.Dispatcher // delivers the controller's events
+	hub        *telemetry.Hub      // the admin API's live stream
+	stats      *telemetry.Stats
+	fence      *outbound.Client // hooks go out through it, with the operator's policy
+	calls      *callCounts
+	tracer     trace.Tracer // nil when tracing is off
+	defaultOrg string
+	log        *slog.Logger
+}
+
+// newAutoscaling builds the controller and its declaration protocol:
+// hooks go out through the outbound fence with the operator's policy, and
+// its events go to the subscribed webhooks through the same fence. The
+// armed binds are loaded by the caller (armed.reload), once ownership is.
+func newAutoscaling(cfg Config, w scalingWiring) (*autoscaling, error) {
+	a := &autoscaling{expiry: newArmerExpiry(), db: w.db, reg: w.reg, log: w.log, recordTTL: cfg.ScalingRecordTTL}
+	a.armed = &armLoader{load: a.loadArmed}
+	sc := cfg.Scaling
+	sc.Store, sc.Pool, sc.Logger = w.db, poolView{w.reg}, w.log
+	sc.Events = streamEvents{next: w.hooks, hub: w.hub, stats: w.stats}
+	sc.Caller = observedCaller{next: autoscale.NewHTTPCaller(w.fence), counts: w.calls, tracer: w.tracer}
+	sc.DeclareRefresh = declareRefresh(sc.DeclareRefresh, cfg.ScalingRecordTTL)
+	sc.DefaultOrgID, sc.Policy = w.defaultOrg, w.fence
 	var err error
-	g.expiry = newArmerExpiry()
-	g.armed = &armLoader{load: g.loadArmed}
-	sc := g.cfg.Scaling
-	sc.Store, sc.Pool, sc.Logger = g.db, poolView{g.registry}, g.log
-	sc.Events = streamEvents{next: g.hooks, hub: g.hub, stats: g.stats}
-	sc.Caller = observedCaller{next: autoscale.NewHTTPCaller(g.fence), counts: g.calls, tracer: g.tracer}
-	sc.DeclareRefresh = declareRefresh(sc.DeclareRefresh, g.cfg.ScalingRecordTTL)
-	sc.DefaultOrgID, sc.Policy = g.defaultOrg, g.fence
-	g.ctl, err = autoscale.New(sc)
-	return err
+	if a.ctl, err = autoscale.New(sc); err != nil {
+		return nil, err
+	}
+	if a.hook, err = newScalingHook(a.ctl, w.reg, a.armed.reload, w.events, w.log, cfg.Tunnel.DownThreshold); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	return a, nil
+}
+
+// releaseArmer takes a revoked or expired token off every scaling record:
+// a record goes with the last token that armed it. Every server sharing
+// the store may do it for the same token; the second changes nothing.
+// Nothing to do while autoscaling is off (a nil a).
+func (a *autoscaling) releaseArmer(ctx context.Context, tokenID, why string) {
+	if a == nil {
+		return
+	}
+	ids, err := a.db.ReleaseScalingArmer(ctx, tokenID)
+	if err != nil {
+		a.log.Error("releasing a token's scaling records failed", logkey.TokenID, tokenID, logkey.Reason, why, logkey.Err, err)
+		return
+	}
+	if len(ids) > 0 {
+		a.log.Info("scaling records released", logkey.TokenID, tokenID, logkey.Reason, why, logkey.Count, len(ids))
+	}
+}
+
+// sweep deletes the records nothing re-announced for scaling_record_ttl.
+func (a *autoscaling) sweep(ctx context.Context) {
+	if a.recordTTL <= 0 {
+		return
+	}
+	ids, err := a.db.DeleteStaleScalingRecords(ctx, time.Now().Add(-a.recordTTL))
+	if err != nil {
+		a.log.Error("scaling record sweep failed", logkey.Err, err)
+	} else if len(ids) > 0 {
+		a.log.Info("scaling records expired", logkey.Count, len(ids))
+	}
+}
+
+// admin is the autoscaler as admin.Config.Scaling takes it: nil while
+// autoscaling is off (a nil a), never an interface holding a nil
+// controller.
+func (a *autoscaling) admin() admin.Scaling {
+	if a == nil {
+		return nil
+	}
+	return armingScaling{Controller: a.ctl, arm: a.armed.reload, log: a.log}
 }
 
 // declareRefresh is how often an unchanged declaration is written again:
@@ -187,11 +275,11 @@ func (l *armLoader) reload(ctx context.Context) error {
 // loadArmed replaces the router's armed binds with the store's armed records,
 // each admitting the visitors its armers' tokens admit, and hands the
 // expiry of every token that arms a record, disarmed ones included, to
-// g.expiry.
-func (g *Gateway) loadArmed(ctx context.Context) error {
+// a.expiry.
+func (a *autoscaling) loadArmed(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	recs, err := g.db.ListScalingRecords(ctx, "")
+	recs, err := a.db.ListScalingRecords(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -201,7 +289,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 		if t, ok := tokens[id]; ok {
 			return t, nil
 		}
-		t, err := g.db.Token(ctx, "", id)
+		t, err := a.db.Token(ctx, "", id)
 		if err != nil {
 			return store.Token{}, err
 		}
@@ -209,8 +297,8 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 		return t, nil
 	}
 	// The first record declared for a bind takes precedence in the router.
-	slices.SortStableFunc(recs, func(a, b store.ScalingRecord) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	slices.SortStableFunc(recs, func(x, y store.ScalingRecord) int {
+		return cmp.Or(x.CreatedAt.Compare(y.CreatedAt), strings.Compare(x.ID, y.ID))
 	})
 	var binds []router.ArmedBind
 	expiring := make(map[string]time.Time)
@@ -231,7 +319,7 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 				expiring[armer] = *t.ExpiresAt
 			}
 		}
-		if rec.Disarmed || !g.registry.Owns(rec.OrgID, rec.Hostname) {
+		if rec.Disarmed || !a.reg.Owns(rec.OrgID, rec.Hostname) {
 			continue
 		}
 		// A record none of whose armers may bind the hostname (declared
@@ -252,9 +340,9 @@ func (g *Gateway) loadArmed(ctx context.Context) error {
 		binds = append(binds, router.ArmedBind{OrgID: rec.OrgID, Pattern: rec.Hostname, Path: rec.Path,
 			ColdStart: rec.ColdStart, AllowedIPs: allowed})
 	}
-	g.registry.SetArmed(binds)
-	g.armed.known.Store(&known)
-	g.expiry.set(expiring)
+	a.reg.SetArmed(binds)
+	a.armed.known.Store(&known)
+	a.expiry.set(expiring)
 	return nil
 }
 
