@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -42,11 +43,12 @@ const acmeGoneBound = 100000
 // a name a token could bind some day (security probe F4). Without
 // on_demand, the exact names of live tokens are obtained up front.
 type acmeAsk struct {
-	g     *Gateway
-	binds bindView // the router
-	grace time.Duration
-	now   func() time.Time
-	gen   atomic.Uint64 // bumped whenever a session's bound names change
+	db     *store.DB       // the live tokens' names (Names)
+	events *events.Emitter // audits the orders
+	binds  bindView        // the router
+	grace  time.Duration
+	now    func() time.Time
+	gen    atomic.Uint64 // bumped whenever a session's bound names change
 
 	mu sync.Mutex // guards the following fields
 	// bound is each session's bound patterns, as last seen.
@@ -75,8 +77,8 @@ type goneBind struct {
 	at  time.Time
 }
 
-func newACMEAsk(g *Gateway, binds bindView, grace time.Duration) *acmeAsk {
-	return &acmeAsk{g: g, binds: binds, grace: grace, now: time.Now, bound: make(map[router.Conn]boundNames), gone: make(map[string]goneBind)}
+func newACMEAsk(db *store.DB, ev *events.Emitter, binds bindView, grace time.Duration) *acmeAsk {
+	return &acmeAsk{db: db, events: ev, binds: binds, grace: grace, now: time.Now, bound: make(map[router.Conn]boundNames), gone: make(map[string]goneBind)}
 }
 
 // Generation is acme.Options.Generation.
@@ -180,7 +182,7 @@ func (a *acmeAsk) Names(ctx context.Context) ([]acme.Name, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	toks, err := a.g.db.ListTokens(ctx, "")
+	toks, err := a.db.ListTokens(ctx, "")
 	if err != nil {
 		return a.tokens, err
 	}
@@ -205,7 +207,7 @@ func (a *acmeAsk) audit(o acme.Order) {
 	if o.Renewal {
 		detail = "renewal ordered"
 	}
-	a.g.events.Offer(events.Event{Kind: EventCertificateOrdered, Actor: store.ServerActor, OrgID: o.Org, Hostname: o.Name, Detail: detail})
+	a.events.Offer(events.Event{Kind: EventCertificateOrdered, Actor: store.ServerActor, OrgID: o.Org, Hostname: o.Name, Detail: detail})
 }
 
 // EventCertificateOrdered is the audit event of each certificate order
@@ -227,19 +229,18 @@ func acmeHook(ask *acmeAsk) sessionHook {
 }
 
 // newACME builds the manager when acme is enabled; nil otherwise.
-func (g *Gateway) newACME() (*acme.Manager, error) {
-	if !g.cfg.ACME.Enabled() {
+func newACME(cfg Config, db *store.DB, ask *acmeAsk, log *slog.Logger) (*acme.Manager, error) {
+	if !cfg.ACME.Enabled() {
 		return nil, nil
 	}
-	ask := g.acmeAsk
-	m, err := acme.New(g.cfg.ACME, acme.Options{
-		Storage:    acme.NewStorage(g.db),
+	m, err := acme.New(cfg.ACME, acme.Options{
+		Storage:    acme.NewStorage(db),
 		Allowed:    ask.Allowed,
 		Names:      ask.Names,
 		Generation: ask.Generation,
 		Audit:      ask.audit,
-		PublicPort: g.cfg.Port,
-		Logger:     g.log,
+		PublicPort: cfg.Port,
+		Logger:     log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -249,11 +250,10 @@ func (g *Gateway) newACME() (*acme.Manager, error) {
 
 // registerACMEMetrics exports the automatic TLS counters: orders by kind
 // (new, renewal) and refusals by reason (acme.Refused*).
-func (g *Gateway) registerACMEMetrics() error {
-	if g.acme == nil {
+func registerACMEMetrics(m metric.Meter, mgr *acme.Manager) error {
+	if mgr == nil {
 		return nil
 	}
-	m := g.metrics.Meter()
 	orders, err := m.Int64ObservableCounter(metricACMEOrders,
 		metric.WithDescription("Certificate orders automatic TLS placed, by kind (new, renewal); each is audited as certificate_ordered."))
 	if err != nil {
@@ -265,7 +265,7 @@ func (g *Gateway) registerACMEMetrics() error {
 		return err
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		st := g.acme.Stats()
+		st := mgr.Stats()
 		o.ObserveInt64(orders, st.Orders, metric.WithAttributes(attribute.String("kind", "new")))
 		o.ObserveInt64(orders, st.Renewals, metric.WithAttributes(attribute.String("kind", "renewal")))
 		for reason, n := range st.Refused {
@@ -284,18 +284,18 @@ const (
 
 // serveACMEHTTP serves acme.http_port: HTTP-01 challenges and the
 // redirect to HTTPS. It returns a function that stops it.
-func (g *Gateway) serveACMEHTTP() (stop func(), err error) {
-	if g.acme == nil || g.cfg.ACME.HTTPPort == 0 {
+func serveACMEHTTP(cfg Config, mgr *acme.Manager, log *slog.Logger) (stop func(), err error) {
+	if mgr == nil || cfg.ACME.HTTPPort == 0 {
 		return func() {}, nil
 	}
-	addr := net.JoinHostPort(g.cfg.Host, strconv.Itoa(g.cfg.ACME.HTTPPort))
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.ACME.HTTPPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: acme.http_port: listen %s: %w", addr, err)
 	}
-	ln = listen.Chain(ln, listen.Config{MaxPerIP: g.cfg.MaxConnectionsPerIP})
+	ln = listen.Chain(ln, listen.Config{MaxPerIP: cfg.MaxConnectionsPerIP})
 	srv := &http.Server{
-		Handler:           g.acme.HTTPHandler(),
+		Handler:           mgr.HTTPHandler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -306,10 +306,10 @@ func (g *Gateway) serveACMEHTTP() (stop func(), err error) {
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			g.log.Error("acme http listener stopped", logkey.Err, err)
+			log.Error("acme http listener stopped", logkey.Err, err)
 		}
 	}()
-	g.log.Info("acme http listening", logkey.Addr, ln.Addr().String())
+	log.Info("acme http listening", logkey.Addr, ln.Addr().String())
 	return func() {
 		srv.Close()
 		<-done

@@ -46,7 +46,7 @@ func TestACMEAskGrace(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	binds := fakeBinds{}
-	a := newACMEAsk(nil, binds, time.Hour)
+	a := newACMEAsk(nil, nil, binds, time.Hour)
 	a.now = func() time.Time { return now }
 	allowed := func(name string) (string, bool) {
 		org, err := a.Allowed(context.Background(), name)
@@ -89,7 +89,7 @@ func TestACMEAskGrace(t *testing.T) {
 		}
 	}
 	// No grace: allowed only while bound.
-	b := newACMEAsk(nil, binds, 0)
+	b := newACMEAsk(nil, nil, binds, 0)
 	binds[c] = []string{"app.test"}
 	b.seen(c)
 	delete(binds, c)

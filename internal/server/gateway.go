@@ -270,7 +270,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	tc.Auth = &tokenAuth{master: []byte(cfg.Token), db: g.db, defaultOrg: org.ID, now: time.Now, limits: g.usage.limits}
 	admission := newAdmissionHook(g.db, log)
 	admission.limits = g.usage.limits
-	if g.ports, err = g.newPorts(cfg, log); err != nil {
+	if g.ports, err = newPorts(cfg, g.usage.meter, g.events, log); err != nil {
 		return nil, err
 	}
 	g.mirror.ports = g.ports
@@ -279,7 +279,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	if cfg.ACME.Enabled() {
 		// Automatic TLS follows which names are bound (acme.go).
-		g.acmeAsk = newACMEAsk(g, g.registry, cfg.ACME.OnDemandGrace)
+		g.acmeAsk = newACMEAsk(g.db, g.events, g.registry, cfg.ACME.OnDemandGrace)
 	}
 	g.sessions = sessionChain{router: g.registry, hooks: sessionHooks(scaling, admission, g.ports, g.acmeAsk,
 		auditHook{events: g.events, log: log, budget: events.NewRefusalBudget(time.Now),
@@ -296,7 +296,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	if err := g.registerMetrics(); err != nil {
 		return nil, err
 	}
-	if err := g.registerPortMetrics(); err != nil {
+	if err := registerPortMetrics(g.metrics.Meter(), g.ports); err != nil {
 		return nil, err
 	}
 	obs := telemetry.ObserverConfig{Meter: g.metrics.Meter(), AccessLogIPs: cfg.AccessLogIPs, ServerTiming: cfg.ServerTiming, Tracer: g.tracer,
@@ -354,10 +354,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	g.mirror.warnUnowned(ctx)
 	g.mirror.warnPortless(ctx)
-	if g.acme, err = g.newACME(); err != nil {
+	if g.acme, err = newACME(cfg, g.db, g.acmeAsk, log); err != nil {
 		return nil, err
 	}
-	if err := g.registerACMEMetrics(); err != nil {
+	if err := registerACMEMetrics(g.metrics.Meter(), g.acme); err != nil {
 		return nil, err
 	}
 	tlsConfig := listen.TLSConfig(g.getCertificate)
@@ -584,7 +584,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		return merr
 	}
 	defer stopMetrics()
-	stopACME, aerr := g.serveACMEHTTP()
+	stopACME, aerr := serveACMEHTTP(g.cfg, g.acme, g.log)
 	if aerr != nil {
 		return aerr
 	}

@@ -73,7 +73,7 @@ func portUsage(m *usage.Meter) func(tokenID, orgID, name string) ports.Counter {
 // before the heartbeat's ack, so it must not wait for the store), its bytes into usage and quotas, its TCP connections
 // end after visitor_idle_timeout without a byte (10 minutes when unset),
 // or port_first_byte_timeout when the visitor has sent nothing yet.
-func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error) {
+func newPorts(cfg Config, meter *usage.Meter, emitter *events.Emitter, log *slog.Logger) (*ports.Manager, error) {
 	rs, err := portspec.ParseList(cfg.TCPPortRange)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: tcp_port_range: %w", err)
@@ -82,10 +82,9 @@ func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error)
 		MaxTCPConnectionsPerIP: cfg.PortMaxConnectionsPerIP, TCPFirstByte: cfg.PortFirstByteTimeout,
 		UDPIdle:    cfg.UDPIdleTimeout,
 		ListenHost: cfg.Host, Logger: log}
-	if g.usage != nil {
-		pc.Usage = portUsage(g.usage.meter)
+	if meter != nil {
+		pc.Usage = portUsage(meter)
 	}
-	emitter := g.events
 	pc.Audit = func(_ context.Context, e ports.AuditEntry) {
 		emitter.Offer(events.Event{Kind: e.Action, OrgID: e.OrgID, Actor: store.ClientActor(e.TokenID), Detail: e.Detail})
 	}
@@ -97,15 +96,14 @@ func (g *Gateway) newPorts(cfg Config, log *slog.Logger) (*ports.Manager, error)
 const metricTCPConnections = "aperio.tcp_connections"
 
 // registerPortMetrics observes aperio_tcp_connections{port, protocol}.
-func (g *Gateway) registerPortMetrics() error {
-	m := g.metrics.Meter()
+func registerPortMetrics(m metric.Meter, pm *ports.Manager) error {
 	conns, err := m.Int64ObservableGauge(metricTCPConnections,
 		metric.WithDescription("Visitor connections (tcp) or flows (udp) open on a public port."))
 	if err != nil {
 		return err
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		for _, p := range g.ports.Snapshot() {
+		for _, p := range pm.Snapshot() {
 			o.ObserveInt64(conns, p.Open, metric.WithAttributes(attribute.Int("port", p.Port), attribute.String("protocol", p.Protocol)))
 		}
 		return nil
