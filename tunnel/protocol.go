@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/hostname"
@@ -355,10 +354,8 @@ func decodeMessage(body []byte) (*message, error) {
 // Bounds on one announcement, so that a hostile client cannot make the
 // server hold or index an unbounded route table.
 const (
-	maxServices   = 256
-	maxHostnames  = 1024 // over all services
-	maxExpose     = 64   // expose entries of one client
-	maxAllowedIPs = 64   // allowed_ips of one expose entry
+	maxServices  = 256
+	maxHostnames = 1024 // over all services
 )
 
 // MaxVersionLen bounds Announcement.Version: a semantic version with its
@@ -415,31 +412,12 @@ func (a *Announcement) Validate() error {
 	if total > maxHostnames {
 		errs = append(errs, fmt.Errorf("announcement: %d hostnames, at most %d", total, maxHostnames))
 	}
-	if len(a.Expose) > maxExpose {
-		errs = append(errs, fmt.Errorf("announcement: %d expose entries, at most %d", len(a.Expose), maxExpose))
-	}
-	names := make(map[string]bool, len(a.Expose))
-	for i, e := range a.Expose {
-		if e.Name == "" || len(e.Name) > 63 || !printable(e.Name) || names[e.Name] {
-			errs = append(errs, fmt.Errorf("announcement: expose %d: name empty, duplicate, longer than 63 bytes or not printable", i))
+	for _, p := range CheckExpose(a.Expose) {
+		if p.Field == "" {
+			errs = append(errs, fmt.Errorf("announcement: expose: %s", p.Msg))
+			continue
 		}
-		names[e.Name] = true
-		if e.Protocol != ExposeTCP && e.Protocol != ExposeUDP {
-			errs = append(errs, fmt.Errorf("announcement: expose %d: protocol %q, want tcp or udp", i, e.Protocol))
-		}
-		if e.RemotePort < 0 || e.RemotePort > 65535 {
-			errs = append(errs, fmt.Errorf("announcement: expose %d: remote_port %d out of range", i, e.RemotePort))
-		}
-		if len(e.AllowedIPs) > maxAllowedIPs {
-			errs = append(errs, fmt.Errorf("announcement: expose %d: %d allowed_ips, at most %d", i, len(e.AllowedIPs), maxAllowedIPs))
-		}
-		for _, ip := range e.AllowedIPs {
-			if _, err := netip.ParsePrefix(ip); err != nil {
-				if _, err := netip.ParseAddr(ip); err != nil {
-					errs = append(errs, fmt.Errorf("announcement: expose %d: allowed_ips entry %.64q is not an IP or CIDR prefix", i, ip))
-				}
-			}
-		}
+		errs = append(errs, fmt.Errorf("announcement: expose %d: %s: %s", p.Index, p.Field, p.Msg))
 	}
 	return errors.Join(errs...)
 }

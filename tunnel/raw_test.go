@@ -417,11 +417,11 @@ func TestExposedReachesClient(t *testing.T) {
 
 func TestExposeValidation(t *testing.T) {
 	ok := Expose{Name: "ssh", Protocol: ExposeTCP, RemotePort: 2222, AllowedIPs: []string{"10.0.0.0/8", "192.0.2.1", "::1"}}
-	long := make([]string, maxAllowedIPs+1)
+	long := make([]string, MaxExposeAllowedIPs+1)
 	for i := range long {
 		long[i] = "10.0.0.1"
 	}
-	many := make([]Expose, maxExpose+1)
+	many := make([]Expose, MaxExpose+1)
 	for i := range many {
 		many[i] = Expose{Name: "e" + strconv.Itoa(i), Protocol: ExposeTCP}
 	}
@@ -439,11 +439,35 @@ func TestExposeValidation(t *testing.T) {
 		"too many ips":    {[]Expose{{Name: "x", Protocol: ExposeTCP, AllowedIPs: long}}, false},
 		"too many":        {many, false},
 		"control in name": {[]Expose{{Name: "a\x1bb", Protocol: ExposeTCP}}, false},
+		"space in name":   {[]Expose{{Name: "a b", Protocol: ExposeTCP}}, false},
+		"port twice":      {[]Expose{{Name: "a", Protocol: ExposeTCP, RemotePort: 2222}, {Name: "b", Protocol: ExposeTCP, RemotePort: 2222}}, false},
+		"port per proto":  {[]Expose{{Name: "a", Protocol: ExposeTCP, RemotePort: 53}, {Name: "b", Protocol: ExposeUDP, RemotePort: 53}}, true},
+		"two auto ports":  {[]Expose{{Name: "a", Protocol: ExposeTCP}, {Name: "b", Protocol: ExposeTCP}}, true},
 	} {
 		a := testAnnouncement()
 		a.Expose = tc.entries
 		if err := a.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v, want ok=%v", name, err, tc.ok)
+		}
+	}
+}
+
+// TestExposeProblemsBounded: what a hostile client sends is quoted in
+// the refusal at most in part, whatever its length.
+func TestExposeProblemsBounded(t *testing.T) {
+	huge := strings.Repeat("x", 1<<16)
+	a := testAnnouncement()
+	a.Expose = []Expose{{Name: huge, Protocol: huge, AllowedIPs: []string{huge}}}
+	err := a.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil for a hostile expose entry")
+	}
+	if n := len(err.Error()); n > 600 {
+		t.Fatalf("Validate() error is %d bytes, want the hostile fields cut: %.200s", n, err)
+	}
+	for _, want := range []string{"name: longer than 63 bytes", "protocol: ", "allowed_ips: "} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %.300v, want it to say %q", err, want)
 		}
 	}
 }

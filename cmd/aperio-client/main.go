@@ -23,6 +23,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/exitcode"
 	"github.com/aperio-dev/aperio/internal/logging"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 func main() {
@@ -126,7 +127,7 @@ func newQuickPortCommand(protocol string, stdout, stderr io.Writer) *cobra.Comma
 		file        string
 		checkConfig bool
 		printConfig bool
-		e           = config.Expose{Protocol: protocol}
+		e           = config.Expose{Expose: tunnel.Expose{Protocol: protocol}}
 	)
 	cmd := &cobra.Command{
 		Use:   protocol + " PORT|HOST:PORT",

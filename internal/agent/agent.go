@@ -415,9 +415,7 @@ func (a *Agent) announcement() tunnel.Announcement {
 }
 
 // announceExpose is the expose entry e as the announcement declares it.
-func announceExpose(e config.Expose) tunnel.Expose {
-	return tunnel.Expose{Name: e.Name, Protocol: e.Protocol, RemotePort: e.RemotePort, AllowedIPs: e.AllowedIPs}
-}
+func announceExpose(e config.Expose) tunnel.Expose { return e.Expose }
 
 // announce is svc as the announcement declares it (config, the limiter's
 // figures, health and draining); top is the client's priority, which a

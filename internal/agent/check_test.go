@@ -208,9 +208,9 @@ func TestCheckNoticesAndExpose(t *testing.T) {
 		{Name: "heavy", Target: app.URL, Hostnames: []string{"warn.test"}},
 	}
 	cfg.Expose = []config.Expose{
-		{Name: "ssh", Protocol: config.ExposeTCP, Target: open, RemotePort: 20005},
-		{Name: "far", Protocol: config.ExposeTCP, Target: dead, RemotePort: 20999},
-		{Name: "dns", Protocol: config.ExposeUDP, Target: "127.0.0.1:53", RemotePort: 20006},
+		{Expose: tunnel.Expose{Name: "ssh", Protocol: config.ExposeTCP, RemotePort: 20005}, Target: open},
+		{Expose: tunnel.Expose{Name: "far", Protocol: config.ExposeTCP, RemotePort: 20999}, Target: dead},
+		{Expose: tunnel.Expose{Name: "dns", Protocol: config.ExposeUDP, RemotePort: 20006}, Target: "127.0.0.1:53"},
 	}
 	a, err := New(cfg, Options{DialServer: ln.Dial})
 	if err != nil {

@@ -122,7 +122,7 @@ func TestForwardRawTCPProxyV2(t *testing.T) {
 		io.WriteString(c, "bye")
 		got <- seen{src, string(body), err}
 	}()
-	a := exposeAgent(t, config.Expose{Name: "db", Protocol: "tcp", Target: ln.Addr().String(), ProxyProtocol: "v2"})
+	a := exposeAgent(t, config.Expose{Expose: tunnel.Expose{Name: "db", Protocol: "tcp"}, Target: ln.Addr().String(), ProxyProtocol: "v2"})
 	conn, err := a.ForwardRaw(t.Context(), tunnel.RawHeader{Kind: tunnel.RawTCP, Name: "db", Port: 2222, Visitor: "198.51.100.9:40000", Local: "192.0.2.1:2222"})
 	if err != nil {
 		t.Fatalf("ForwardRaw: %v", err)
@@ -154,7 +154,7 @@ func TestForwardRawRefusals(t *testing.T) {
 	deadAddr := dead.Addr().String()
 	dead.Close()
 	cfg := clientConfig("http://127.0.0.1:1")
-	cfg.Expose = []config.Expose{{Name: "ssh", Protocol: "tcp", Target: echotest.TCP(t)}, {Name: "gone", Protocol: "tcp", Target: deadAddr}}
+	cfg.Expose = []config.Expose{{Expose: tunnel.Expose{Name: "ssh", Protocol: "tcp"}, Target: echotest.TCP(t)}, {Expose: tunnel.Expose{Name: "gone", Protocol: "tcp"}, Target: deadAddr}}
 	a := newAgent(t, cfg)
 	for _, tc := range []struct {
 		h    tunnel.RawHeader
@@ -182,7 +182,7 @@ func TestForwardRawRefusals(t *testing.T) {
 // TestForwardRawUDP: framed datagrams written in arbitrary pieces reach
 // the target one datagram per frame, and its answers come back framed.
 func TestForwardRawUDP(t *testing.T) {
-	a := exposeAgent(t, config.Expose{Name: "dns", Protocol: "udp", Target: echotest.UDP(t)})
+	a := exposeAgent(t, config.Expose{Expose: tunnel.Expose{Name: "dns", Protocol: "udp"}, Target: echotest.UDP(t)})
 	conn, err := a.ForwardRaw(t.Context(), tunnel.RawHeader{Kind: tunnel.RawUDP, Name: "dns", Port: 5353, Visitor: "198.51.100.9:40000"})
 	if err != nil {
 		t.Fatalf("ForwardRaw: %v", err)
@@ -259,7 +259,7 @@ func TestExposedStatus(t *testing.T) {
 func TestExposeAnnouncedAndReloaded(t *testing.T) {
 	cfg := clientConfig("https://127.0.0.1:8443")
 	cfg.Services[0].TLSPassthrough = true
-	cfg.Expose = []config.Expose{{Name: "ssh", Protocol: "tcp", Target: "127.0.0.1:22", RemotePort: 2222, AllowedIPs: []string{"10.0.0.0/8"}}}
+	cfg.Expose = []config.Expose{{Expose: tunnel.Expose{Name: "ssh", Protocol: "tcp", RemotePort: 2222, AllowedIPs: []string{"10.0.0.0/8"}}, Target: "127.0.0.1:22"}}
 	a := newAgent(t, cfg)
 	ann := a.announcement()
 	if len(ann.Expose) != 1 || ann.Expose[0].Name != "ssh" || ann.Expose[0].Protocol != "tcp" || ann.Expose[0].RemotePort != 2222 || len(ann.Expose[0].AllowedIPs) != 1 {
@@ -269,7 +269,7 @@ func TestExposeAnnouncedAndReloaded(t *testing.T) {
 		t.Fatalf("announced services = %+v, want tls_passthrough", ann.Services)
 	}
 	next := cfg
-	next.Expose = []config.Expose{{Name: "dns", Protocol: "udp", Target: "127.0.0.1:53"}}
+	next.Expose = []config.Expose{{Expose: tunnel.Expose{Name: "dns", Protocol: "udp"}, Target: "127.0.0.1:53"}}
 	if err := a.Apply(next); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}

@@ -3,34 +3,26 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/netip"
-	"strconv"
 	"strings"
-	"unicode"
+
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // Expose is one public TCP or UDP port the client asks its servers for
 // (an entry of expose:). Visitors' connections to the port reach the
-// client as raw streams, which it connects to Target.
+// client as raw streams, which it connects to Target. The embedded
+// tunnel.Expose is the entry as the server reads it (name, protocol,
+// remote_port, allowed_ips), checked by tunnel.CheckExpose here and on
+// the server alike. The loader defaults Name to PROTOCOL-REMOTE_PORT
+// (tcp-2222), or PROTOCOL-auto-N for the N-th entry (from 1) that lets
+// the server pick its port.
 type Expose struct {
-	// Name identifies the entry in logs, status and the server's port
-	// list (name): printable, at most 63 bytes, unique. The loader
-	// defaults it to PROTOCOL-REMOTE_PORT (tcp-2222), or PROTOCOL-auto-N
-	// for the N-th entry (from 1) that lets the server pick its port.
-	Name string
-	// Protocol is tcp or udp (protocol); default tcp.
-	Protocol string
+	tunnel.Expose
 	// Target is where visitors' connections go, host:port (target). The
 	// loader turns a bare port (22) into 127.0.0.1:22: an address, not
 	// localhost, so that a UDP target is reached on the family it
 	// listens on.
 	Target string
-	// RemotePort is the public port asked for (remote_port); 0 lets the
-	// server allocate one from its tcp_port_range and report it.
-	RemotePort int
-	// AllowedIPs are the visitor addresses or CIDR prefixes admitted
-	// (allowed_ips); empty admits all that the server's own rules admit.
-	AllowedIPs []string
 	// ProxyProtocol is "v2" to send the target a PROXY protocol v2 header
 	// with the visitor's address before the connection's bytes
 	// (proxy_protocol); empty sends none. TCP only.
@@ -47,13 +39,6 @@ var exposeProtocols = []string{ExposeTCP, ExposeUDP}
 
 // ProxyProtocolV2 is the one proxy_protocol value.
 const ProxyProtocolV2 = "v2"
-
-// maxExpose bounds the entries of expose: (the tunnel's bound too), and
-// maxExposeName the length of a name.
-const (
-	maxExpose     = 64
-	maxExposeName = 63
-)
 
 // exposeSettings is the table of the keys of one entry of expose:. Like
 // a service's keys they are file-only.
@@ -74,7 +59,7 @@ func exposeSettings() []setting[Expose] {
 }
 
 // DefaultExpose is an entry before its keys apply.
-func DefaultExpose() Expose { return Expose{Protocol: ExposeTCP} }
+func DefaultExpose() Expose { return Expose{Expose: tunnel.Expose{Protocol: ExposeTCP}} }
 
 // normalizeRawTarget turns a bare port into 127.0.0.1:PORT and checks
 // that anything else is host:port.
@@ -121,54 +106,30 @@ func defaultExposeNames(list []Expose) {
 	}
 }
 
-// expose checks the expose entries of c.
+// expose checks the expose entries of c: what the server reads of them
+// by the server's own rules (tunnel.CheckExpose), then what stays here
+// (target, proxy_protocol).
 func (v *checker) expose(list []Expose) {
-	if len(list) > maxExpose {
-		v.add("expose", "%d entries, at most %d", len(list), maxExpose)
+	entries := make([]tunnel.Expose, len(list))
+	for i, e := range list {
+		entries[i] = e.Expose
+	}
+	for _, p := range tunnel.CheckExpose(entries) {
+		if p.Field == "" {
+			v.add("expose", "%s", p.Msg)
+			continue
+		}
+		v.add(fmt.Sprintf("expose[%d].%s", p.Index, p.Field), "%s", p.Msg)
+	}
+	if len(list) > tunnel.MaxExpose {
 		return
 	}
-	names := make(map[string]int)
-	ports := make(map[string]int) // protocol/remote_port → index
 	for i, e := range list {
 		p := fmt.Sprintf("expose[%d].", i)
-		switch {
-		case len(e.Name) > maxExposeName:
-			v.add(p+"name", "longer than %d bytes", maxExposeName)
-		case strings.ContainsFunc(e.Name, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }):
-			v.add(p+"name", "%q holds spaces or control characters", e.Name)
-		default:
-			if j, dup := names[e.Name]; dup {
-				v.add(p+"name", "%q is already the name of expose[%d]: give each entry a name of its own", e.Name, j)
-			} else {
-				names[e.Name] = i
-			}
-		}
-		v.oneOf(p+"protocol", e.Protocol, exposeProtocols)
 		if e.Target == "" {
 			v.add(p+"target", "required: the local address visitors reach (a port or host:port)")
 		} else if msg := checkRawTarget(e.Target); msg != "" {
 			v.add(p+"target", "%s", msg)
-		}
-		if e.RemotePort < 0 || e.RemotePort > 65535 {
-			v.add(p+"remote_port", "must be within 0..65535, got %d", e.RemotePort)
-		} else if e.RemotePort > 0 {
-			k := e.Protocol + "/" + strconv.Itoa(e.RemotePort)
-			if j, dup := ports[k]; dup {
-				v.add(p+"remote_port", "%s port %d is already asked for by expose[%d]", e.Protocol, e.RemotePort, j)
-			}
-			ports[k] = i
-		}
-		if len(e.AllowedIPs) > maxAccessEntries {
-			v.add(p+"allowed_ips", "%d entries, at most %d", len(e.AllowedIPs), maxAccessEntries)
-		} else {
-			for _, a := range e.AllowedIPs {
-				if _, err := netip.ParsePrefix(a); err == nil {
-					continue
-				}
-				if _, err := netip.ParseAddr(a); err != nil {
-					v.add(p+"allowed_ips", "%q is neither an address nor a CIDR prefix", a)
-				}
-			}
 		}
 		if e.ProxyProtocol != "" {
 			v.oneOf(p+"proxy_protocol", e.ProxyProtocol, []string{ProxyProtocolV2})

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // loadClientFile loads file as aperio.yaml, with files as its includes.
@@ -48,10 +50,10 @@ func TestExposeLoaded(t *testing.T) {
 		t.Fatalf("services = %v, want none", c.Services)
 	}
 	want := []Expose{
-		{Name: "tcp-2222", Protocol: "tcp", Target: "127.0.0.1:22", RemotePort: 2222, AllowedIPs: []string{"203.0.113.0/24", "2001:db8::1"}, ProxyProtocol: "v2"},
-		{Name: "udp-auto-1", Protocol: "udp", Target: "dns.internal:53"},
-		{Name: "game", Protocol: "udp", Target: "[::1]:27015", RemotePort: 27015},
-		{Name: "tcp-auto-2", Protocol: "tcp", Target: "127.0.0.1:5432"},
+		{Expose: tunnel.Expose{Name: "tcp-2222", Protocol: "tcp", RemotePort: 2222, AllowedIPs: []string{"203.0.113.0/24", "2001:db8::1"}}, Target: "127.0.0.1:22", ProxyProtocol: "v2"},
+		{Expose: tunnel.Expose{Name: "udp-auto-1", Protocol: "udp"}, Target: "dns.internal:53"},
+		{Expose: tunnel.Expose{Name: "game", Protocol: "udp", RemotePort: 27015}, Target: "[::1]:27015"},
+		{Expose: tunnel.Expose{Name: "tcp-auto-2", Protocol: "tcp"}, Target: "127.0.0.1:5432"},
 	}
 	if len(c.Expose) != len(want) {
 		t.Fatalf("expose = %+v", c.Expose)
@@ -91,7 +93,7 @@ func TestExposeIncludesConcatenate(t *testing.T) {
 // TestExposeHostile checks that every bad entry is refused with the key
 // and the reason, and nothing panics.
 func TestExposeHostile(t *testing.T) {
-	many := "expose:\n" + strings.Repeat("  - {target: 22}\n", maxExpose+1)
+	many := "expose:\n" + strings.Repeat("  - {target: 22}\n", tunnel.MaxExpose+1)
 	for _, tc := range []struct {
 		name, body string
 		want       string
@@ -115,6 +117,10 @@ func TestExposeHostile(t *testing.T) {
 		{"entry not a mapping", "expose:\n  - 22\n", "expected a mapping of port settings"},
 		{"unknown key", "expose:\n  - {target: 22, remote: 1}\n", "expose[0].remote"},
 		{"too many", many, "entries, at most 64"},
+		// The server refuses an announcement past 64 (tunnel.CheckExpose):
+		// the loader says so first, instead of a client refused at connect.
+		{"too many ips", "expose:\n  - {target: 22, allowed_ips: [" + strings.TrimSuffix(strings.Repeat("10.0.0.1, ", 65), ", ") + "]}\n", "expose[0].allowed_ips (aperio.yaml:5): 65 entries, at most 64"},
+		{"control name", "expose:\n  - {target: 22, name: \"a\\x7fb\"}\n", "spaces or control characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantLoadError(t, exposeHead+tc.body, tc.want) })
 	}

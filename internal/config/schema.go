@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/aperio-dev/aperio/tunnel"
 )
 
 // The configuration files' JSON Schema (draft 2020-12), generated from the
@@ -219,7 +221,7 @@ func ClientSchema() ([]byte, error) {
 	return Schema("aperio-client configuration (aperio.yaml)", top, map[string]any{
 		"include":  IncludeSchema(),
 		"services": map[string]any{"type": "array", "description": "the services this client publishes", "items": item},
-		"expose":   map[string]any{"type": "array", "maxItems": maxExpose, "description": "public TCP and UDP ports this client asks for", "items": objectOf(keysOf(exposeSettings(), ptr(DefaultExpose())))},
+		"expose":   map[string]any{"type": "array", "maxItems": tunnel.MaxExpose, "description": "public TCP and UDP ports this client asks for", "items": objectOf(keysOf(exposeSettings(), ptr(DefaultExpose())))},
 	})
 }
 
