@@ -123,8 +123,9 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 // answered sooner and pay no watcher: no goroutine, no hand-off to it when
 // the next request arrives (#43). A request abandoned earlier has its
 // backend request cancelled when the delay ends, so its cost is bounded by
-// the delay, and a response timeout shorter than the delay (rare) may
-// read as a visitor who left (abandonCause).
+// the delay; with a response timeout under about 22 ms (timeoutShare of
+// it within the delay), a visitor who left early reads as a timeout
+// (abandonCause).
 const abandonWatchDelay = 20 * time.Millisecond
 
 // abandonWatch notices, on one data stream, that the server abandoned the
