@@ -15,9 +15,14 @@
 # write syscalls of both processes from /proc/PID/io (syscr, syscw: every
 # read and write, the runtime's eventfd wake-ups included), once under
 # `strace -f -c` (if installed) for the count of each kind (read with its
-# EAGAINs, write, futex, epoll_pwait). It prints one line per row and
+# EAGAINs, write, futex, epoll_pwait). The first pass also reads, per
+# process, the CPU time (utime + stime from /proc/PID/stat, in µs) and,
+# from each process's debug_listen /debug/metrics, the goroutines it
+# created (/sched/goroutines-created:goroutines) and the heap objects it
+# allocated (/gc/heap/allocs:objects). It prints one line per row and
 # process, divided by N. Counts are what a shared machine's load barely
-# moves; req/s is printed beside them and is not a result.
+# moves (CPU time less so); req/s is printed beside them and is not a
+# result.
 #
 # Everything listens on 127.0.0.1; an EXIT trap stops what it started.
 set -euo pipefail
@@ -58,6 +63,17 @@ TOKEN=bench-master-token-0123456789abcdef
 BPORT=$("$RC" port)
 "$RC" backend "127.0.0.1:$BPORT" & PIDS+=($!)
 
+# cpu PID prints the utime + stime of PID in clock ticks.
+cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# rt PORT prints "goroutines-created heap-allocs" of the process whose
+# debug_listen is 127.0.0.1:PORT.
+rt() {
+	curl -sf --max-time 5 "http://127.0.0.1:$1/debug/metrics" |
+		jq -r '[."/sched/goroutines-created:goroutines", ."/gc/heap/allocs:objects"] | map(. // 0) | @tsv'
+}
+# us A B prints the clock ticks B-A in µs per request.
+us() { awk -v a="$1" -v b="$2" -v n="$N" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (b - a) * 1e6 / hz / n }'; }
+
 # io PID prints "syscr syscw" of PID.
 io() { awk '/^syscr/ { r = $2 } /^syscw/ { w = $2 } END { print r, w }' "/proc/$1/io"; }
 # per A B prints (B-A)/N with two decimals.
@@ -67,14 +83,17 @@ per() { awk -v a="$1" -v b="$2" -v n="$N" 'BEGIN { printf "%.2f", (b - a) / n }'
 # request goes through; it sets SP, CP and SPORT.
 start() {
 	SPORT=$("$RC" port)
+	SDBG=$("$RC" port)
+	CDBG=$("$RC" port)
 	rm -rf "$TMP/data" && mkdir -p "$TMP/data"
 	env APERIO_SERVER_TOKEN=$TOKEN APERIO_HOST=127.0.0.1 APERIO_PORT="$SPORT" APERIO_DATA_DIR="$TMP/data" \
+		APERIO_DEBUG_LISTEN="127.0.0.1:$SDBG" \
 		APERIO_LOG_LEVEL=warn APERIO_MAX_CONCURRENT_REQUESTS=1000 \
 		APERIO_IP_LIMIT_MAX=100000000 APERIO_IP_LIMIT_REFILL=100000000 \
 		"$TMP/$1/aperio-server" >"$TMP/$1-server.log" 2>&1 &
 	SP=$!
 	PIDS+=("$SP")
-	env APERIO_SERVER_TOKEN=$TOKEN "$TMP/$1/aperio-client" "127.0.0.1:$BPORT" --hostname bench.local \
+	env APERIO_SERVER_TOKEN=$TOKEN APERIO_DEBUG_LISTEN="127.0.0.1:$CDBG" "$TMP/$1/aperio-client" "127.0.0.1:$BPORT" --hostname bench.local \
 		--server-url "http://127.0.0.1:$SPORT" --max-concurrent 256 --log-level warn >"$TMP/$1-client.log" 2>&1 &
 	CP=$!
 	PIDS+=("$CP")
@@ -111,13 +130,22 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			read -r path c <<<"$row"
 			url="http://127.0.0.1:$SPORT$path"
 			"$RC" load "$url" bench.local 500 "$c" >/dev/null
+			read -r sg0 sa0 < <(rt "$SDBG")
+			read -r cg0 ca0 < <(rt "$CDBG")
 			read -r sr0 sw0 < <(io "$SP")
 			read -r cr0 cw0 < <(io "$CP")
+			st0=$(cpu "$SP") ct0=$(cpu "$CP")
 			read -r _ rps _ < <("$RC" load "$url" bench.local "$N" "$c")
+			st1=$(cpu "$SP") ct1=$(cpu "$CP")
 			read -r sr1 sw1 < <(io "$SP")
 			read -r cr1 cw1 < <(io "$CP")
+			read -r sg1 sa1 < <(rt "$SDBG")
+			read -r cg1 ca1 < <(rt "$CDBG")
 			printf 'round=%d build=%s path=%s c=%s req/s=%s proc server: read=%s write=%s; client: read=%s write=%s\n' \
 				"$r" "$b" "$path" "$c" "$rps" "$(per "$sr0" "$sr1")" "$(per "$sw0" "$sw1")" "$(per "$cr0" "$cr1")" "$(per "$cw0" "$cw1")"
+			printf 'round=%d build=%s path=%s c=%s runtime server: cpu_us=%s goroutines=%s allocs=%s; client: cpu_us=%s goroutines=%s allocs=%s\n' \
+				"$r" "$b" "$path" "$c" "$(us "$st0" "$st1")" "$(per "$sg0" "$sg1")" "$(per "$sa0" "$sa1")" \
+				"$(us "$ct0" "$ct1")" "$(per "$cg0" "$cg1")" "$(per "$ca0" "$ca1")"
 			[[ -n $STRACE ]] || continue
 			traced "$b" "$SP" "$TMP/st-server"
 			t1=$TP

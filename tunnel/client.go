@@ -145,6 +145,9 @@ type Client struct {
 	poke    chan struct{}   // announce soon; nobody waits (capacity 1)
 	streams sync.WaitGroup  // every session's accept loop and request goroutines
 	active  atomic.Int64    // requests being served now
+	// watched counts the requests still running after abandonWatchDelay,
+	// whose streams a watch looked at.
+	watched atomic.Int64
 	// connected is set while a session's control loop runs, the only
 	// receiver of nudge.
 	connected atomic.Bool
@@ -716,6 +719,7 @@ func closeReason(acks <-chan ackMsg) error {
 func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
 	lim := newHeadLimiter(st, c.cfg.MaxHeaderBytes)
 	br := bufio.NewReaderSize(lim, 4096)
+	w := newAbandonWatch(c, br)
 	// A raw stream (raw.go) says so in its first byte, which no request
 	// starts with; it never carries a request.
 	if b, err := br.Peek(1); err == nil && b[0] == rawMagic {
@@ -735,7 +739,7 @@ func (c *Client) serveStream(ctx context.Context, st *yamux.Stream) {
 			}
 			return
 		}
-		if !c.serveOne(ctx, st, br, req) {
+		if !c.serveOne(ctx, st, br, w, req) {
 			return
 		}
 	}

@@ -17,7 +17,7 @@ import (
 
 // serveOne answers one request read from a data stream and reports whether
 // the stream can carry the next one.
-func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reader, req *http.Request) bool {
+func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reader, w *abandonWatch, req *http.Request) bool {
 	// The request counts as in flight until its response is written, not
 	// while the stream then waits for its next request: a pooled stream
 	// can wait indefinitely, and counting it would hold every drain until
@@ -55,32 +55,17 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 	// Once the request (and its body, if any) has been read, the server
 	// sends nothing on the stream until the response is complete; reading
 	// EOF (or anything) early means it abandoned the request. Before the
-	// body's end, a failing body read tells the same; after it, only this
-	// peek does (a POST whose backend is slow to answer, a gRPC stream).
-	var next chan error
+	// body's end, a failing body read tells the same; after it, only w's
+	// watch does (a POST whose backend is slow to answer, a gRPC stream),
+	// for a request still running after abandonWatchDelay.
 	if !upgrade {
-		next = make(chan error, 1)
-		go func() {
-			defer recovery.Recover(c.log, "tunnel stream peek")
-			if body != nil {
-				select {
-				case <-body.eof: // the body's reader is done with br
-				case <-rctx.Done():
-					next <- rctx.Err()
-					return
-				}
-			}
-			_, err := br.Peek(1)
-			if err != nil {
-				abandoned()
-			}
-			next <- err
-		}()
+		w.arm(rctx, body, abandoned)
 	}
 	req = req.WithContext(rctx)
 	resp, err := c.cfg.Forwarder.Forward(rctx, service, req)
 	if err != nil {
 		if rctx.Err() != nil {
+			w.disarm()
 			return false // the server abandoned it; nobody reads an answer
 		}
 		// Visitors see a generic text: the error names internal addresses.
@@ -90,9 +75,11 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 	bw := getWriter(st)
 	defer putWriter(bw)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		w.disarm()
 		return c.serveUpgrade(st, br, bw, resp)
 	}
 	if err := writeResponse(bw, req, resp); err != nil {
+		w.disarm()
 		resp.Body.Close()
 		return false
 	}
@@ -110,20 +97,110 @@ func (c *Client) serveOne(ctx context.Context, st *yamux.Stream, br *bufio.Reade
 		select {
 		case <-body.closed:
 		case <-t.C:
+			w.disarm()
 			return false
 		}
 		if _, err := bufpool.Copy(io.Discard, body); err != nil {
+			w.disarm()
 			return false
 		}
 	}
 	c.active.Add(-1)
 	counted = false
-	if next == nil {
+	if upgrade {
 		// An upgrade request the backend refused: the server never reuses
 		// such a stream, and nothing here watches it for the next request.
 		return false
 	}
-	return <-next == nil
+	// A request answered before the watch started leaves the stream to
+	// its reader, the next ReadRequest; one the watch saw through waits
+	// for its verdict: the next request's first byte, or the stream's end.
+	return w.disarm() || <-w.next == nil
+}
+
+// abandonWatchDelay is how long the client serves a request before it
+// watches the stream for the server abandoning it. Most requests are
+// answered sooner and pay no watcher: no goroutine, no hand-off to it when
+// the next request arrives (#43). A request abandoned earlier has its
+// backend request cancelled when the delay ends, so its cost is bounded by
+// the delay; with a response timeout under about 22 ms (timeoutShare of
+// it within the delay), a visitor who left early reads as a timeout
+// (abandonCause).
+const abandonWatchDelay = 20 * time.Millisecond
+
+// abandonWatch notices, on one data stream, that the server abandoned the
+// request in flight once its body (if any) was read: the server sends
+// nothing more until the response is complete, so reading anything early
+// (EOF, most often) means it gave up. serveOne arms it for each request;
+// if the request is still running after abandonWatchDelay, a goroutine
+// (the timer's) peeks at the stream and reports on next. Its fields are
+// used by the stream's serving goroutine and, while it runs, the watch;
+// the zero value is not usable, see newAbandonWatch.
+type abandonWatch struct {
+	c     *Client
+	br    *bufio.Reader
+	timer *time.Timer // runs watch; made by the first arm, reset by later ones
+	// next receives the watch's verdict: nil once the next request's first
+	// byte is in, or why the request or the stream ended. It has room for
+	// one, and the serving goroutine takes it before it arms again.
+	next chan error
+
+	mu sync.Mutex // guards the following fields: the request armed for
+	// ctx is the request's context; body its body (nil for none) and
+	// abandoned what ends it when the server abandoned it.
+	ctx       context.Context
+	body      *requestBody
+	abandoned func()
+}
+
+func newAbandonWatch(c *Client, br *bufio.Reader) *abandonWatch {
+	return &abandonWatch{c: c, br: br, next: make(chan error, 1)}
+}
+
+// arm starts the delay after which the request is watched: ctx is its
+// context, body its body (nil for none) and abandoned what is called if
+// the server abandons it. Only the stream's serving goroutine calls it,
+// after the previous request's disarm.
+func (w *abandonWatch) arm(ctx context.Context, body *requestBody, abandoned func()) {
+	w.mu.Lock()
+	w.ctx, w.body, w.abandoned = ctx, body, abandoned
+	w.mu.Unlock()
+	if w.timer == nil {
+		w.timer = time.AfterFunc(abandonWatchDelay, w.watch)
+		return
+	}
+	w.timer.Reset(abandonWatchDelay)
+}
+
+// disarm stops the delay and reports whether it stopped it before the
+// watch started: if it did not, the watch runs (or ran) and reports on
+// next. It reports false if nothing was ever armed. A stream whose
+// request ends without reuse may leave a watch running; it ends when the
+// stream does.
+func (w *abandonWatch) disarm() bool { return w.timer != nil && w.timer.Stop() }
+
+// watch waits for the request body's end, then peeks at the stream: an
+// error is the server abandoning the request (or the stream ending), a
+// byte the next request.
+func (w *abandonWatch) watch() {
+	defer recovery.Recover(w.c.log, "tunnel stream peek")
+	w.c.watched.Add(1)
+	w.mu.Lock()
+	ctx, body, abandoned := w.ctx, w.body, w.abandoned
+	w.mu.Unlock()
+	if body != nil {
+		select {
+		case <-body.eof: // the body's reader is done with br
+		case <-ctx.Done():
+			w.next <- ctx.Err()
+			return
+		}
+	}
+	_, err := w.br.Peek(1)
+	if err != nil {
+		abandoned()
+	}
+	w.next <- err
 }
 
 // abandonCause is why a request the server abandoned after elapsed ended:
