@@ -459,7 +459,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return errors.New("autoscale: Run called twice")
 	}
 	defer close(c.done)
-	defer c.stopOwnerOnce()
+	defer c.endOwner()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c.wg.Go(func() {

@@ -86,8 +86,8 @@ func (c *Controller) signalReload() {
 	}
 }
 
-// stopOwnerOnce stops the owner and waits for it to exit. It is idempotent.
-func (c *Controller) stopOwnerOnce() {
+// endOwner stops the owner and waits for it to exit. It is idempotent.
+func (c *Controller) endOwner() {
 	c.stopping.Do(func() { close(c.stopOwner) })
 	<-c.ownerDone
 }
@@ -95,14 +95,19 @@ func (c *Controller) stopOwnerOnce() {
 // Close stops the controller: a Run in progress returns (as when its ctx
 // ends), and the owner goroutine New started exits; a controller that was
 // never Run must be closed, or its owner goroutine stays. Every call after
-// Close answers ErrClosed (or a zero answer where there is no error to
-// return). Close is idempotent, safe for concurrent use, and returns once
-// the controller's goroutines have exited.
+// Close answers at once: ErrClosed, or where there is no error to return
+// a zero answer (Metrics: the figures the controller stopped with). Close
+// is idempotent and safe for concurrent use; it returns once the
+// controller's goroutines have exited, and always nil (the error is
+// io.Closer's).
 func (c *Controller) Close() error {
 	c.closing.Do(func() { close(c.quit) })
 	if c.started.CompareAndSwap(false, true) {
-		// Run never ran and now never will: stop the owner here.
-		c.stopOwnerOnce()
+		// Run never ran and now never will: stop the owner here, keeping
+		// the figures for Metrics.
+		// An error here is a panic the owner recovered and logged.
+		_ = c.do(context.Background(), func() { c.final = c.metricsLocked() })
+		c.endOwner()
 		close(c.done)
 		return nil
 	}
