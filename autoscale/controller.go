@@ -788,11 +788,29 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	if err := c.awaitLoaded(ctx); err != nil {
 		return nil, err
 	}
-	c.learn(ctx, orgID, hostname, path)
-	var s *Start
-	var err error
-	if derr := c.do(ctx, func() { s, err = c.coldStartLocked(ctx, orgID, hostname, path) }); derr != nil {
+	// One request to the owner for a bind it knows; for one it does not,
+	// the store is read (learn) and the owner asked again.
+	var (
+		s       *Start
+		err     error
+		unknown bool   // the first request found no record
+		mark    uint64 // Controller.writes when it did
+	)
+	decide := func() {
+		if !unknown && !c.closed && c.lookupLocked(orgID, hostname, path) == nil {
+			unknown, mark = true, c.writes
+			return
+		}
+		s, err = c.coldStartLocked(ctx, orgID, hostname, path)
+	}
+	if derr := c.do(ctx, decide); derr != nil {
 		return nil, derr
+	}
+	if unknown {
+		c.learn(ctx, orgID, hostname, path, mark)
+		if derr := c.do(ctx, decide); derr != nil {
+			return nil, derr
+		}
 	}
 	return s, err
 }
@@ -836,16 +854,9 @@ const learnTimeout = 2 * time.Second
 // controller learns of it; whichever of the two reloads lands first, a
 // visitor held in between still cold starts the bind rather than waiting
 // for a client nobody calls. Concurrent callers for one bind share one
-// read; a failed read is left to the next reload.
-func (c *Controller) learn(ctx context.Context, orgID, hostname, path string) {
-	var known bool
-	var mark uint64
-	if c.do(ctx, func() {
-		known = c.closed || c.lookupLocked(orgID, hostname, path) != nil
-		mark = c.writes
-	}) != nil || known {
-		return
-	}
+// read; a failed read is left to the next reload. mark is
+// Controller.writes when the owner found no record for the bind.
+func (c *Controller) learn(ctx context.Context, orgID, hostname, path string, mark uint64) {
 	key := orgID + "\x00" + hostname + "\x00" + path
 	v, _, _ := c.learning.Do(key, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), learnTimeout)
