@@ -59,20 +59,19 @@ func (c *Controller) Arm(ctx context.Context, a OperatorDeclaration) (v View, cr
 		return View{}, false, errors.New("autoscale: arm: empty organization or armer")
 	}
 	k := bindKey{a.OrgID, a.Hostname, a.Path}
-	c.mu.Lock()
-	b, res, err := c.takeTurnLocked(ctx, k, a.Armer)
 	var stored *Record
-	if err == nil && b.rec != nil {
-		r := *b.rec
-		stored = &r
-	}
-	c.mu.Unlock()
+	b, res, err := c.takeTurn(ctx, k, a.Armer, func(b *bind) {
+		if b.rec != nil {
+			r := *b.rec
+			stored = &r
+		}
+	})
 	if err != nil {
 		return View{}, false, fmt.Errorf("autoscale: arm %s%s: %w", a.Hostname, a.Path, err)
 	}
 	t := declareTurn{b: b, res: res}
 
-	// The store, outside the lock, as Declare does.
+	// The store, off the owner, as Declare does.
 	if stored == nil {
 		r, rerr := c.store.ScalingRecordByBind(ctx, a.OrgID, a.Hostname, a.Path)
 		switch {

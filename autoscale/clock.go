@@ -71,9 +71,8 @@ func (c *Controller) measureClock(ctx context.Context) {
 		}
 		return
 	}
-	c.mu.Lock()
-	c.setOffsetLocked(t, before, after)
-	c.mu.Unlock()
+	// Not taken when ctx ended: the controller is stopping.
+	_ = c.do(ctx, func() { c.setOffsetLocked(t, before, after) })
 }
 
 // storeTimeLocked is local, a time of this server's clock, on the

@@ -165,7 +165,7 @@ type Config struct {
 	// records in a record's history (see History): when it is made, and
 	// again when its outcome is known; a held decision repeated by later
 	// samples is told once. It is called from one goroutine of Run's, in
-	// order, never under the controller's mutex: decisions wait for it
+	// order, never by the controller's owner goroutine: decisions wait for it
 	// in a buffer of DecisionBuffer, and one that finds the buffer full
 	// is not told (counted in Metrics.DecisionsDropped), so a slow
 	// OnDecision never holds the controller up. nil tells no one.
@@ -266,20 +266,25 @@ func (cfg Config) Validate() error {
 }
 
 // Controller makes the autoscaling decisions for every record. Declare,
-// Leave, ColdStart, List, Disarm, History and Metrics are safe for
-// concurrent use; sampling and calls happen only while Run runs.
+// Arm, Leave, ColdStart, PlanColdStart, List, Disarm, History and Metrics
+// are safe for concurrent use; sampling and calls happen only while Run
+// runs. After Run returns (or Close), they answer ErrClosed, or a zero
+// answer where they return no error (Metrics: the last figures).
 //
 // All decision state (the records it knows, each bind's samples, cooldown
-// and breaker, the call queue, host penalties, the token bucket) is guarded
-// by one mutex, never held across a store, pool or caller call.
+// and breaker, the call queue, host penalties, the token bucket) has one
+// owner: a goroutine New starts, which only ever runs short requests that
+// neither block nor do I/O (owner.go). The methods, the loops and the
+// workers that call hooks and write the store send it requests and wait
+// for the reply; the store, pool and caller are called off the owner.
 //
 // The decisions about a bind are pure functions of its state, the event
 // and the time, which return the new state and the effects (a record to
 // write, a call to queue, a flight to join, an outcome to record and
 // emit): planDeclare, planSample, planColdStart, planRequeue, planLease,
-// planOutcome and planReload. The methods are shells: they read the state
-// under the mutex, plan, apply the plan, and perform its I/O outside the
-// mutex.
+// planOutcome and planReload. The methods are shells: a request to the
+// owner reads the state, plans and applies the plan, and the caller or a
+// worker performs its I/O off the owner.
 //
 // Servers sharing the store call once per decision: each call first takes
 // the record's lease in the store (lease, dispatch.go), and the state
@@ -299,13 +304,24 @@ type Controller struct {
 
 	started atomic.Bool
 	loaded  chan struct{}                // closed once Run's first load of records is done
-	done    chan struct{}                // closed when Run returns
+	done    chan struct{}                // closed when Run returns (or Close ran without Run)
 	wake    chan struct{}                // 1-buffered: the dispatcher has work
 	reload  chan struct{}                // 1-buffered: reload records soon
 	notes   chan apitype.ScalingDecision // decisions for Config.OnDecision; nil without one
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup               // Run's loops and workers
 
-	mu           sync.Mutex // guards the following fields
+	reqs      chan request  // requests for the owner (owner.go); unbuffered
+	stopOwner chan struct{} // closed to stop the owner
+	ownerDone chan struct{} // closed when the owner has exited
+	quit      chan struct{} // closed by Close
+	stopping  sync.Once     // closes stopOwner
+	closing   sync.Once     // closes quit
+	// final are the metrics as the owner left them, for Metrics after it
+	// stopped; written by the owner's last request, read after ownerDone.
+	final Metrics
+
+	// The following fields are the decision state: only the owner
+	// goroutine (owner.go) reads or writes them.
 	binds        map[bindKey]*bind
 	byBind       map[hostPath][]*bind  // the binds of every organization for a hostname and path
 	byID         map[string]*bind      // binds with a record, by record ID
@@ -336,7 +352,7 @@ type bindKey struct{ org, host, path string }
 type hostPath struct{ host, path string }
 
 // bind is everything the controller knows about one bind. All fields are
-// guarded by Controller.mu.
+// owned by the controller's owner goroutine.
 type bind struct {
 	key bindKey
 
@@ -377,7 +393,9 @@ type bind struct {
 	releases uint64
 }
 
-// New returns a controller. It does no I/O; Run loads the records.
+// New returns a controller. It does no I/O; it starts the goroutine that
+// owns the controller's state (owner.go), which the end of Run stops, or
+// Close when Run is never called. Run loads the records.
 func New(cfg Config) (*Controller, error) {
 	var errs []error
 	if cfg.Store == nil {
@@ -397,7 +415,11 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.OnDecision != nil {
 		notes = make(chan apitype.ScalingDecision, DecisionBuffer)
 	}
-	return &Controller{
+	c := &Controller{
+		reqs:         make(chan request),
+		stopOwner:    make(chan struct{}),
+		ownerDone:    make(chan struct{}),
+		quit:         make(chan struct{}),
 		notes:        notes,
 		cfg:          cfg,
 		store:        cfg.Store,
@@ -416,19 +438,37 @@ func New(cfg Config) (*Controller, error) {
 		hosts:        map[string]*hostState{},
 		hostCalls:    map[string]int{},
 		bucket:       newBucket(cfg.MaxCallsPerMinute, nowOf(cfg)),
-	}, nil
+	}
+	go c.ownerLoop()
+	return c, nil
 }
 
 // Run loads the records, then samples pools, makes calls and reloads
 // records until ctx ends. It returns nil after ctx ends, once every
 // goroutine it started has exited; calls in flight are cancelled (their
 // outcome is not recorded) and pending cold starts fail with ErrClosed. A
-// second Run returns an error at once.
+// second Run returns an error at once, and so does a Run after Close
+// (ErrClosed). Close ends Run as ctx's end does.
 func (c *Controller) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
+		select {
+		case <-c.quit:
+			return ErrClosed
+		default:
+		}
 		return errors.New("autoscale: Run called twice")
 	}
 	defer close(c.done)
+	defer c.endOwner()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.wg.Go(func() {
+		select {
+		case <-c.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
 	// The first load is a best effort: if the store is down, cold starts
 	// answer ErrNoRecord until the next reload rather than holding
 	// visitors on a database outage.
@@ -448,12 +488,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	<-ctx.Done()
 	c.wg.Wait()
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	for len(c.queue) > 0 {
-		c.dropLocked(c.queue[0], ErrClosed, "controller stopped")
-	}
+	// The owner's last request: what is still queued fails, and the
+	// figures stay readable for Metrics once the owner has stopped.
+	// An error here is a panic the owner recovered and logged.
+	_ = c.do(context.Background(), func() {
+		c.closed = true
+		for len(c.queue) > 0 {
+			c.dropLocked(c.queue[0], ErrClosed, "controller stopped")
+		}
+		c.final = c.metricsLocked()
+	})
 	return nil
 }
 
@@ -672,14 +716,14 @@ type Start struct {
 	failed chan struct{}
 	err    error // written once, before failed is closed
 
-	resolved bool // guarded by Controller.mu
+	resolved bool // owned by the controller's owner goroutine
 	// succeededAt is when the call was accepted (zero until then, or after
-	// a failure); guarded by Controller.mu.
+	// a failure); owned by the controller's owner goroutine.
 	succeededAt time.Time
 	// served is set once the pool was seen routable after the call was
 	// accepted: the instance came. Should the pool be empty again, the
 	// next request makes a new call (within the cooldown) rather than
-	// wait for an instance that came and went. Guarded by Controller.mu.
+	// wait for an instance that came and went. Owned by the controller's owner goroutine.
 	served bool
 	// parent is the span of the request that asked for the cold start
 	// (invalid when tracing is off): the hook call's span joins its trace.
@@ -744,9 +788,35 @@ func (c *Controller) ColdStart(ctx context.Context, orgID, hostname, path string
 	if err := c.awaitLoaded(ctx); err != nil {
 		return nil, err
 	}
-	c.learn(ctx, orgID, hostname, path)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// One request to the owner for a bind it knows; for one it does not,
+	// the store is read (learn) and the owner asked again.
+	var (
+		s       *Start
+		err     error
+		unknown bool   // the first request found no record
+		mark    uint64 // Controller.writes when it did
+	)
+	decide := func() {
+		if !unknown && !c.closed && c.lookupLocked(orgID, hostname, path) == nil {
+			unknown, mark = true, c.writes
+			return
+		}
+		s, err = c.coldStartLocked(ctx, orgID, hostname, path)
+	}
+	if derr := c.do(ctx, decide); derr != nil {
+		return nil, derr
+	}
+	if unknown {
+		c.learn(ctx, orgID, hostname, path, mark)
+		if derr := c.do(ctx, decide); derr != nil {
+			return nil, derr
+		}
+	}
+	return s, err
+}
+
+// coldStartLocked is ColdStart's decision, on the owner.
+func (c *Controller) coldStartLocked(ctx context.Context, orgID, hostname, path string) (*Start, error) {
 	b, p := c.planColdStartLocked(orgID, hostname, path, c.now())
 	switch {
 	case errors.Is(p.Err, ErrQueueFull):
@@ -784,15 +854,9 @@ const learnTimeout = 2 * time.Second
 // controller learns of it; whichever of the two reloads lands first, a
 // visitor held in between still cold starts the bind rather than waiting
 // for a client nobody calls. Concurrent callers for one bind share one
-// read; a failed read is left to the next reload.
-func (c *Controller) learn(ctx context.Context, orgID, hostname, path string) {
-	c.mu.Lock()
-	known := c.closed || c.lookupLocked(orgID, hostname, path) != nil
-	mark := c.writes
-	c.mu.Unlock()
-	if known {
-		return
-	}
+// read; a failed read is left to the next reload. mark is
+// Controller.writes when the owner found no record for the bind.
+func (c *Controller) learn(ctx context.Context, orgID, hostname, path string, mark uint64) {
 	key := orgID + "\x00" + hostname + "\x00" + path
 	v, _, _ := c.learning.Do(key, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), learnTimeout)
@@ -807,8 +871,13 @@ func (c *Controller) learn(ctx context.Context, orgID, hostname, path string) {
 	if r == nil || orgID != "" && r.OrgID != orgID {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// Failing, the read is left to the next reload as well.
+	_ = c.do(context.WithoutCancel(ctx), func() { c.learnedLocked(r, mark) })
+}
+
+// learnedLocked takes r, read by learn since write mark, as a reload
+// would.
+func (c *Controller) learnedLocked(r *Record, mark uint64) {
 	k := bindKey{r.OrgID, r.Hostname, r.Path}
 	b := c.binds[k]
 	// The rule of refresh against stale reads: a bind written, or with a
@@ -960,9 +1029,10 @@ func (c *Controller) PlanColdStart(ctx context.Context, orgID, hostname, path st
 	if err := c.awaitLoaded(ctx); err != nil {
 		return ColdStartPlan{Err: err}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, p := c.planColdStartLocked(orgID, hostname, path, c.now())
+	var p coldStartPlan
+	if err := c.do(ctx, func() { _, p = c.planColdStartLocked(orgID, hostname, path, c.now()) }); err != nil {
+		return ColdStartPlan{Err: err}
+	}
 	return p.ColdStartPlan
 }
 
@@ -987,10 +1057,18 @@ type Metrics struct {
 	DecisionsDropped uint64
 }
 
-// Metrics returns the current figures. It does not block.
+// Metrics returns the current figures; once the controller has stopped,
+// the figures it stopped with. It waits only for the owner's reply.
 func (c *Controller) Metrics() Metrics {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	var m Metrics
+	if err := c.do(context.Background(), func() { m = c.metricsLocked() }); errors.Is(err, ErrClosed) {
+		return c.final // written before the owner stopped, read after
+	}
+	return m
+}
+
+// metricsLocked returns the current figures.
+func (c *Controller) metricsLocked() Metrics {
 	m := c.metrics
 	m.InFlight = c.inflight
 	m.Queued = len(c.queue)
@@ -1034,26 +1112,23 @@ func (c *Controller) changeLoop(ctx context.Context, changes <-chan store.Change
 			// Another server's call ended and released its lease: a
 			// decision waiting on that lease tries again now, and the
 			// reload brings the call's cooldown to every bind.
-			c.leaseReleased(ch.ID)
+			c.leaseReleased(ctx, ch.ID)
 		case store.ChangeScalingUpdated:
 			// An update of a record this server holds disarmed may be
 			// its re-arming by a client of another server: reload, or
 			// cold starts stay refused until the periodic reload.
-			c.mu.Lock()
-			b := c.byID[ch.ID]
-			known := b != nil && (b.rec == nil || !b.rec.Disarmed)
-			c.mu.Unlock()
-			if known {
+			var known bool
+			if c.do(ctx, func() {
+				b := c.byID[ch.ID]
+				known = b != nil && (b.rec == nil || !b.rec.Disarmed)
+			}) != nil || known {
 				continue
 			}
 		case store.ChangeScalingDeleted, store.ChangeScalingDisarmed, store.ChangeResync:
 		default:
 			continue
 		}
-		select {
-		case c.reload <- struct{}{}:
-		default:
-		}
+		c.signalReload()
 	}
 }
 
@@ -1073,9 +1148,10 @@ func (c *Controller) landLocked(b *bind) {
 // itself when it lands.
 func (c *Controller) refresh(ctx context.Context) {
 	c.measureClock(ctx)
-	c.mu.Lock()
-	mark := c.writes
-	c.mu.Unlock()
+	var mark uint64
+	if c.do(ctx, func() { mark = c.writes }) != nil {
+		return
+	}
 
 	recs, err := c.store.ListScalingRecords(ctx, "")
 	if err != nil {
@@ -1084,9 +1160,13 @@ func (c *Controller) refresh(ctx context.Context) {
 		}
 		return
 	}
+	// Not taken when ctx ended: the controller is stopping.
+	_ = c.do(ctx, func() { c.reloadLocked(recs, mark) })
+}
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// reloadLocked applies what planReload keeps of recs, listed since write
+// mark.
+func (c *Controller) reloadLocked(recs []Record, mark uint64) {
 	known := make(map[bindKey]bindStatus, len(c.binds))
 	for k, b := range c.binds {
 		known[k] = bindStatus{

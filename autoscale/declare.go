@@ -174,7 +174,7 @@ func (c *Controller) Declare(ctx context.Context, a SessionDeclaration) error {
 		return fmt.Errorf("autoscale: declare %s%s: %w", a.Hostname, a.Path, err)
 	}
 
-	// The store, outside the lock: the record is read only when the
+	// The store, off the owner: the record is read only when the
 	// controller does not know it, and written only when the plan says so.
 	p, got, err := declarePlan{}, Record{}, error(nil)
 	if t.in.stored == nil {
@@ -217,72 +217,108 @@ type declareTurn struct {
 
 // beginDeclare admits a's declaration d (the caps, decided in memory),
 // waits for the bind's turn, registers the announcing session and takes
-// what planDeclare reads, under one lock once the turn is free. The turn
+// what planDeclare reads, on the owner once the turn is free. The turn
 // must be ended with endDeclare. It fails with the caps' errors, or ctx's
-// while it waits.
+// while it waits, or ErrClosed.
 func (c *Controller) beginDeclare(ctx context.Context, a SessionDeclaration, d Declaration) (declareTurn, error) {
 	k := bindKey{a.OrgID, a.Hostname, a.Path}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, res, err := c.takeTurnLocked(ctx, k, a.Armer)
+	var t declareTurn
+	_, res, err := c.takeTurn(ctx, k, a.Armer, func(b *bind) {
+		s := b.sessions[a.Session]
+		if s == nil {
+			c.seq++
+			s = &announcer{order: c.seq}
+			b.sessions[a.Session] = s
+			c.sessionBinds[a.Session] = append(c.sessionBinds[a.Session], k)
+		}
+		s.decl = d
+		eff, conflict := b.effectiveLocked()
+		t = declareTurn{b: b, s: s, in: declareIn{
+			key: k, armer: a.Armer, eff: eff, conflict: conflict, newSession: !s.declared,
+			refresh: c.cfg.DeclareRefresh,
+		}}
+		if b.rec != nil {
+			r := *b.rec
+			t.in.stored = &r
+		}
+	})
 	if err != nil {
 		return declareTurn{}, err
 	}
-
-	s := b.sessions[a.Session]
-	if s == nil {
-		c.seq++
-		s = &announcer{order: c.seq}
-		b.sessions[a.Session] = s
-		c.sessionBinds[a.Session] = append(c.sessionBinds[a.Session], k)
-	}
-	s.decl = d
-	eff, conflict := b.effectiveLocked()
-	t := declareTurn{b: b, s: s, res: res, in: declareIn{
-		key: k, armer: a.Armer, eff: eff, conflict: conflict, newSession: !s.declared,
-		refresh: c.cfg.DeclareRefresh,
-	}}
-	if b.rec != nil {
-		r := *b.rec
-		t.in.stored = &r
-	}
+	t.res = res
 	return t, nil
 }
 
-// takeTurnLocked admits armer's declaration for k (the caps, decided in
-// memory, see admitLocked), then waits for the bind's turn, with c.mu held
-// except while it waits. It returns the bind, its turn taken and a write
-// counted in progress, and the claim on the caps; endDeclare ends both. It
-// fails with the caps' errors, or ctx's while it waits.
-func (c *Controller) takeTurnLocked(ctx context.Context, k bindKey, armer string) (*bind, reservation, error) {
-	// Refused before the bind is remembered: a flood of names over the
-	// caps leaves nothing behind.
-	res, err := c.admitLocked(k, armer)
-	if err != nil {
-		return nil, reservation{}, err
-	}
-	b := c.binds[k]
-	if b == nil {
-		b = c.newBindLocked(k)
-	}
-	b.declaring++ // keeps b from gcLocked while it waits and until endDeclare
-	for b.turn != nil {
-		turn := b.turn
-		c.mu.Unlock()
-		select {
-		case <-turn:
-			c.mu.Lock()
-		case <-ctx.Done():
-			c.mu.Lock()
-			c.quota.releaseLocked(&res)
-			b.declaring--
-			c.gcLocked(b)
-			return nil, reservation{}, ctx.Err()
+// takeTurn admits armer's declaration for k (the caps, decided in memory,
+// see admitLocked), then waits for the bind's turn: on the owner while it
+// checks, off it while it waits. Once the turn is its own it runs then(b)
+// on the owner, in the same request. It returns the bind, its turn taken
+// and a write counted in progress, and the claim on the caps; endDeclare
+// ends both. It fails with the caps' errors, ctx's while it waits, or
+// ErrClosed once the controller stopped.
+func (c *Controller) takeTurn(ctx context.Context, k bindKey, armer string, then func(*bind)) (*bind, reservation, error) {
+	var (
+		b        *bind
+		res      reservation
+		err      error
+		admitted bool // b.declaring counts this call, res holds its claim
+		took     bool // b.turn is this call's
+	)
+	for {
+		var turn chan struct{}
+		derr := c.do(ctx, func() {
+			if !admitted {
+				// Refused before the bind is remembered: a flood of
+				// names over the caps leaves nothing behind.
+				if res, err = c.admitLocked(k, armer); err != nil {
+					return
+				}
+				if b = c.binds[k]; b == nil {
+					b = c.newBindLocked(k)
+				}
+				b.declaring++ // keeps b from gcLocked while it waits and until endDeclare
+				admitted = true
+			}
+			if b.turn != nil {
+				turn = b.turn
+				return
+			}
+			b.turn = make(chan struct{})
+			b.writing++
+			took = true
+			then(b)
+		})
+		switch {
+		case derr == nil && err != nil:
+			return nil, reservation{}, err
+		case derr == nil && turn == nil:
+			return b, res, nil
+		case derr == nil:
+			select {
+			case <-turn:
+				continue
+			case <-ctx.Done():
+				derr = ctx.Err()
+			case <-c.ownerDone:
+				derr = ErrClosed
+			}
 		}
+		// Given up (or then panicked): undo what this call holds. A
+		// stopped owner holds nothing anyone waits for.
+		if admitted {
+			_ = c.do(context.WithoutCancel(ctx), func() {
+				if took {
+					close(b.turn)
+					b.turn = nil
+					b.writing--
+				}
+				c.quota.releaseLocked(&res)
+				b.declaring--
+				c.gcLocked(b)
+			})
+		}
+		return nil, reservation{}, derr
 	}
-	b.turn = make(chan struct{})
-	b.writing++
-	return b, res, nil
 }
 
 // endDeclare applies the outcome of a turn's plan p, under one lock: the
@@ -291,8 +327,12 @@ func (c *Controller) takeTurnLocked(ctx context.Context, k bindKey, armer string
 // claim on the caps goes in the same critical section as the record that
 // now counts itself, so the caps never count it twice. It ends the turn.
 func (c *Controller) endDeclare(t declareTurn, p declarePlan, got Record, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// Failing, the owner has stopped: nobody waits for the turn.
+	_ = c.do(context.Background(), func() { c.endDeclareLocked(t, p, got, err) })
+}
+
+// endDeclareLocked is endDeclare, on the owner.
+func (c *Controller) endDeclareLocked(t declareTurn, p declarePlan, got Record, err error) {
 	b := t.b
 	if err == nil {
 		if t.s != nil {
@@ -446,12 +486,16 @@ func (b *bind) effectiveLocked() (Declaration, bool) {
 
 // Leave forgets a client session: it no longer counts for conflicts, and
 // if it announces again it is a new session. Call it when the session
-// ends. The records it armed stay. Leave is safe for concurrent use and
-// does not block.
+// ends. The records it armed stay. Leave is safe for concurrent use; it
+// waits only for the owner's reply.
 func (c *Controller) Leave(session string) {
 	c.refused.leave(session)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// Failing, the owner has stopped: there is nothing left to forget.
+	_ = c.do(context.Background(), func() { c.leaveLocked(session) })
+}
+
+// leaveLocked is Leave, on the owner.
+func (c *Controller) leaveLocked(session string) {
 	for _, k := range c.sessionBinds[session] {
 		if b := c.binds[k]; b != nil {
 			delete(b.sessions, session)

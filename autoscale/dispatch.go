@@ -16,6 +16,7 @@ import (
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/control/events"
 	"github.com/aperio-dev/aperio/internal/logkey"
+	"github.com/aperio-dev/aperio/internal/recovery"
 	"github.com/aperio-dev/aperio/store"
 )
 
@@ -246,43 +247,59 @@ func (c *Controller) dispatchLoop(ctx context.Context) {
 // call starts, so deferred decisions spend no token.
 func (c *Controller) dispatch(ctx context.Context) time.Duration {
 	for {
+		var (
+			it   *item
+			wait time.Duration
+			stop bool
+		)
 		now := c.now()
-		c.mu.Lock()
-		if c.inflight >= MaxInFlight {
-			c.mu.Unlock()
-			return 0
-		}
-		it, next := c.pickLocked(now)
-		if it == nil {
-			c.mu.Unlock()
-			if next.IsZero() {
-				return 0
+		if c.do(ctx, func() {
+			if c.inflight >= MaxInFlight {
+				stop = true
+				return
 			}
-			return next.Sub(now)
+			var next time.Time
+			if it, next = c.pickLocked(now); it == nil {
+				stop = true
+				if !next.IsZero() {
+					wait = next.Sub(now)
+				}
+				return
+			}
+			if w := c.bucket.wait(now); w > 0 {
+				stop, wait = true, w
+			}
+		}) != nil {
+			return 0 // stopping
 		}
-		if w := c.bucket.wait(now); w > 0 {
-			c.mu.Unlock()
-			return w
+		if stop {
+			return wait
 		}
-		k := it.b.key
-		c.mu.Unlock()
 
-		// Re-evaluate against the pool as it is now, read without the lock.
+		// Re-evaluate against the pool as it is now, read off the owner.
+		k := it.b.key
 		st := c.pool.Pool(k.org, k.host, k.path)
 
-		c.mu.Lock()
-		now = c.now()
-		if it.b.queued != it || !c.eligibleLocked(it, now) {
-			c.mu.Unlock()
-			continue
+		var start bool
+		if c.do(ctx, func() {
+			now := c.now()
+			if it.b.queued != it || !c.eligibleLocked(it, now) {
+				return
+			}
+			if !c.reevaluateLocked(it, st) || !c.bucket.take(now) {
+				return
+			}
+			c.startLocked(it)
+			start = true
+		}) != nil {
+			return 0 // stopping
 		}
-		if !c.reevaluateLocked(it, st) || !c.bucket.take(now) {
-			c.mu.Unlock()
-			continue
+		if start {
+			c.wg.Go(func() {
+				defer recovery.Recover(c.log, "autoscale call")
+				c.callHook(ctx, it)
+			})
 		}
-		c.startLocked(it)
-		c.mu.Unlock()
-		c.wg.Go(func() { c.callHook(ctx, it) })
 	}
 }
 
@@ -483,8 +500,18 @@ func (c *Controller) lease(ctx context.Context, it *item) bool {
 	after := c.now()
 	cancel()
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// Run waits for its workers before it stops the owner: this reply
+	// always comes.
+	var take bool
+	if c.do(context.Background(), func() { take = c.leasedLocked(ctx, it, held, rec, ok, err, before, after) }) != nil {
+		return false
+	}
+	return take
+}
+
+// leasedLocked applies the answer of lease's store call, which ran from
+// before to after: it reports whether the call is to be made.
+func (c *Controller) leasedLocked(ctx context.Context, it *item, held store.ScalingLease, rec Record, ok bool, err error, before, after time.Time) bool {
 	switch {
 	case err == nil && ok:
 		// Taking over a dead holder's lease of the same decision keeps
@@ -600,20 +627,19 @@ func (c *Controller) requeueLocked(it *item) {
 // server: a decision deferred on that record's lease tries again now (it
 // then finds the call's cooldown and joins it, or takes the lease), and
 // the records are reloaded for the call state.
-func (c *Controller) leaseReleased(id string) {
-	c.mu.Lock()
-	if b := c.byID[id]; b != nil {
-		b.releases++
-		if b.queued != nil && !b.queued.leaseUntil.IsZero() {
-			b.queued.leaseUntil = time.Time{}
-			c.signal()
+func (c *Controller) leaseReleased(ctx context.Context, id string) {
+	if c.do(ctx, func() {
+		if b := c.byID[id]; b != nil {
+			b.releases++
+			if b.queued != nil && !b.queued.leaseUntil.IsZero() {
+				b.queued.leaseUntil = time.Time{}
+				c.signal()
+			}
 		}
+	}) != nil {
+		return // stopping
 	}
-	c.mu.Unlock()
-	select {
-	case c.reload <- struct{}{}:
-	default:
-	}
+	c.signalReload()
 }
 
 // leaseIn is what planLease reads: a decision the store refused the lease
@@ -717,34 +743,54 @@ func (c *Controller) callHook(ctx context.Context, it *item) {
 		// places its span in the trace of the request that asked for it.
 		cctx = trace.ContextWithSpanContext(cctx, it.start.parent)
 	}
-	status, retryAfter, err := c.caller.Call(cctx, it.call)
+	status, retryAfter, err := c.safeCall(cctx, it.call)
 	cancel()
 	now := c.now()
 
-	c.mu.Lock()
-	if ctx.Err() != nil {
-		// Shutting down: the call's fate is unknown, so it counts neither
-		// as a success nor as a failure.
-		c.endCallLocked(it)
-		c.endNoteLocked(it.b, it.note, now, apitype.ScalingOutcomeDropped, 0, ErrClosed.Error(), false)
-		if it.start != nil {
-			it.start.resolveAtLocked(ErrClosed, c.now())
+	// Run waits for its workers before it stops the owner: these
+	// replies always come.
+	var o outcome
+	stopped := false
+	if c.do(context.Background(), func() {
+		if ctx.Err() != nil {
+			// Shutting down: the call's fate is unknown, so it counts
+			// neither as a success nor as a failure.
+			stopped = true
+			c.endCallLocked(it)
+			c.endNoteLocked(it.b, it.note, now, apitype.ScalingOutcomeDropped, 0, ErrClosed.Error(), false)
+			if it.start != nil {
+				it.start.resolveAtLocked(ErrClosed, c.now())
+			}
+			c.gcLocked(it.b)
+			return
 		}
-		c.gcLocked(it.b)
-		c.mu.Unlock()
+		o = c.finishLocked(it, status, retryAfter, err, now)
+	}) != nil || stopped {
 		return
 	}
-	o := c.finishLocked(it, status, retryAfter, err, now)
-	c.mu.Unlock()
 	c.signal()
-
+	// The write ends even when record panics (the worker's root recovers
+	// it): a bind counted writing would ignore every reload.
+	defer func() {
+		_ = c.do(context.Background(), func() {
+			it.b.writing--
+			c.landLocked(it.b)
+			c.gcLocked(it.b)
+		})
+	}()
 	c.record(ctx, o)
+}
 
-	c.mu.Lock()
-	it.b.writing--
-	c.landLocked(it.b)
-	c.gcLocked(it.b)
-	c.mu.Unlock()
+// errCallPanic is the error of a hook call whose Caller panicked.
+var errCallPanic = errors.New("autoscale: hook call panicked")
+
+// safeCall is c.caller.Call, with a panic in the Caller recovered, logged
+// and counted (internal/recovery) and taken as a failed call: the call's
+// state on the owner (its slot, the bind's flight) still ends.
+func (c *Controller) safeCall(ctx context.Context, call HookCall) (status int, retryAfter time.Duration, err error) {
+	err = errCallPanic // kept only when Call panics: Recover returns normally
+	defer recovery.Recover(c.log, "autoscale hook call")
+	return c.caller.Call(ctx, call)
 }
 
 // finishLocked applies a call's answer: politeness, then what

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
+	"github.com/aperio-dev/aperio/internal/recovery"
 )
 
 // What the controller remembers of each record, for GET /scaling/{id} and
@@ -47,7 +48,8 @@ const (
 // error text per decision (the reasons are constants), so under 14 KiB: a
 // server holding N records spends at most N × 14 KiB on them (1.4 MiB for
 // the 100 records one organization may hold by default). It belongs to one
-// record ID and is dropped with it. Guarded by Controller.mu.
+// record ID and is dropped with it. Owned by the controller's owner
+// goroutine.
 type history struct {
 	recordID  string
 	decisions [HistoryDecisions]histDecision
@@ -268,9 +270,16 @@ func (c *Controller) noteLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case d := <-c.notes:
-			c.cfg.OnDecision(d)
+			c.tell(d)
 		}
 	}
+}
+
+// tell hands d to Config.OnDecision; a panic in it is recovered, logged
+// and counted (internal/recovery), and the next decision is told.
+func (c *Controller) tell(d apitype.ScalingDecision) {
+	defer recovery.Recover(c.log, "autoscale OnDecision")
+	c.cfg.OnDecision(d)
 }
 
 // History is what the controller remembers of one record: for GET
@@ -287,11 +296,17 @@ type History struct {
 }
 
 // History returns what the controller remembers of record id; both lists
-// are empty, never nil, when it remembers nothing. It copies under the
-// controller's mutex and does no I/O; it is safe for concurrent use.
+// are empty, never nil, when it remembers nothing or has stopped. The
+// owner copies it, without I/O; it is safe for concurrent use.
 func (c *Controller) History(id string) History {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	out := History{Decisions: []apitype.ScalingDecision{}, Series: []apitype.ScalingPoint{}}
+	// Failing, the owner has stopped: it remembers nothing.
+	_ = c.do(context.Background(), func() { out = c.copyHistoryLocked(id) })
+	return out
+}
+
+// copyHistoryLocked is History, on the owner.
+func (c *Controller) copyHistoryLocked(id string) History {
 	out := History{Decisions: []apitype.ScalingDecision{}, Series: []apitype.ScalingPoint{}}
 	b := c.byID[id]
 	if b == nil || b.hist == nil || b.hist.recordID != id {

@@ -16,8 +16,8 @@ const masterArmer = apitype.Master
 // armer, plus the creations in flight, so that a declaration over
 // Config.MaxRecordsPerOrg or Config.MaxRecordsPerToken is refused in
 // memory, before any store access. A flood of fresh hostnames therefore
-// costs a map lookup per name once the caps are reached. Guarded by
-// Controller.mu.
+// costs a map lookup per name once the caps are reached. Owned by the
+// controller's owner goroutine.
 type quota struct {
 	orgs, armers       map[string]int // records known
 	orgsHeld, armsHeld map[string]int // reservations of Declare calls in flight

@@ -125,14 +125,33 @@ func (c *Controller) sampleLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		bs, stats = c.sample(bs[:0], stats[:0])
+		bs, stats = c.sample(ctx, bs[:0], stats[:0])
 	}
 }
 
 // sample takes one sample of every armed record with a scaling range and
 // makes the decisions that are due. The slices are reused across calls.
-func (c *Controller) sample(bs []*bind, stats []PoolStats) ([]*bind, []PoolStats) {
-	c.mu.Lock()
+func (c *Controller) sample(ctx context.Context, bs []*bind, stats []PoolStats) ([]*bind, []PoolStats) {
+	if c.do(ctx, func() { bs = c.sampledLocked(bs) }) != nil {
+		return bs, stats
+	}
+	// The pool is read off the owner: the router may call ColdStart
+	// while holding its own lock, and waits for the owner.
+	for _, b := range bs {
+		stats = append(stats, c.pool.Pool(b.key.org, b.key.host, b.key.path))
+	}
+	now := c.now()
+	// Not taken when ctx ended: the controller is stopping.
+	_ = c.do(ctx, func() {
+		for i, b := range bs {
+			c.observeLocked(b, stats[i], now)
+		}
+	})
+	return bs, stats
+}
+
+// sampledLocked appends to bs the binds to sample now.
+func (c *Controller) sampledLocked(bs []*bind) []*bind {
 	for _, b := range c.binds {
 		if b.rec != nil && !b.rec.Disarmed && b.rec.Max > 0 {
 			bs = append(bs, b)
@@ -144,19 +163,7 @@ func (c *Controller) sample(bs []*bind, stats []PoolStats) ([]*bind, []PoolStats
 			}
 		}
 	}
-	c.mu.Unlock()
-	// The pool is read without the lock: the router may call ColdStart
-	// while holding its own.
-	for _, b := range bs {
-		stats = append(stats, c.pool.Pool(b.key.org, b.key.host, b.key.path))
-	}
-	now := c.now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, b := range bs {
-		c.observeLocked(b, stats[i], now)
-	}
-	return bs, stats
+	return bs
 }
 
 // sampleIn is what planSample reads: one bind's sampling state, its new
@@ -279,7 +286,7 @@ func holdReason(reason Reason, failing bool) string {
 // awaitsInstance reports whether s is a cold start the provider accepted
 // whose instance has not been seen yet: its pool is sampled, so that an
 // instance that comes and dies does not leave later requests joining it.
-// Guarded by Controller.mu.
+// Run on the controller's owner goroutine.
 func awaitsInstance(s *Start) bool {
 	return s != nil && s.resolved && s.err == nil && !s.served
 }

@@ -133,13 +133,14 @@ func (c *Controller) Disarm(ctx context.Context, orgID, id string) error {
 
 // forgetRecord drops record id from memory: it was deleted.
 func (c *Controller) forgetRecord(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if b := c.byID[id]; b != nil {
-		c.setRecLocked(b, nil)
-		c.landLocked(b)
-		c.gcLocked(b)
-	}
+	// Failing, the owner has stopped: there is nothing left to forget.
+	_ = c.do(context.Background(), func() {
+		if b := c.byID[id]; b != nil {
+			c.setRecLocked(b, nil)
+			c.landLocked(b)
+			c.gcLocked(b)
+		}
+	})
 }
 
 // MarshalJSON encodes v as the API's scaling record, apitype.ScalingRecord:

@@ -36,6 +36,11 @@ func TestArmingScalingReloadsArmedBinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := ctl.Close(); err != nil {
+			t.Errorf("Close = %v", err)
+		}
+	})
 	reloads := 0
 	s := armingScaling{Controller: ctl, arm: func(context.Context) error { reloads++; return nil }, log: slog.New(slog.DiscardHandler)}
 	d := autoscale.OperatorDeclaration{OrgID: org.ID, Hostname: "app.test", Armer: "key:key_1",
