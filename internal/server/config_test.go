@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -65,5 +66,27 @@ func TestValidateRefusesBadSettings(t *testing.T) {
 	}
 	if _, err := server.New(t.Context(), cfg, server.Options{}); err == nil {
 		t.Error("gateway.New(bad config) error = nil")
+	}
+}
+
+// TestNewFailsCleanly: a New that fails after it built the autoscaling
+// controller (here on a certificate file that is not there) stops the
+// controller's owner goroutine; the package's TestMain leak check fails
+// the run otherwise.
+func TestNewFailsCleanly(t *testing.T) {
+	t.Parallel()
+	cfg := serverConfig(t)
+	cfg.ScalingEnabled = true
+	dir := t.TempDir()
+	cfg.TLSCert, cfg.TLSKey = filepath.Join(dir, "missing.crt"), filepath.Join(dir, "missing.key")
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate() = %v, want the missing files found only by New", err)
+	}
+	g, err := server.New(t.Context(), cfg, server.Options{Logger: testLogger()})
+	if err == nil {
+		t.Fatalf("New() with missing certificate files = %v, nil error", g)
+	}
+	if !strings.Contains(err.Error(), "missing.crt") {
+		t.Errorf("New() = %v, want it to name the certificate file", err)
 	}
 }

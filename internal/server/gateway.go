@@ -175,7 +175,15 @@ func New(ctx context.Context, cfg Config, opts Options) (*Gateway, error) {
 	}
 	ok := false
 	defer func() {
-		if !ok && g.ownStore {
+		if ok {
+			return
+		}
+		if g.scaler != nil {
+			// Its owner goroutine runs from New on; Serve's Run would
+			// have ended it.
+			g.scaler.ctl.Close()
+		}
+		if g.ownStore {
 			g.db.Close()
 		}
 	}()

@@ -171,6 +171,7 @@ func newAutoscaling(cfg Config, w scalingWiring) (*autoscaling, error) {
 		return nil, err
 	}
 	if a.hook, err = newScalingHook(a.ctl, w.reg, a.armed.reload, w.events, w.log, cfg.Tunnel.DownThreshold); err != nil {
+		a.ctl.Close() // its owner goroutine runs from New on
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	return a, nil
