@@ -257,7 +257,7 @@ func (d *dryRun) consult(ge *gateEntry, r *http.Request, vis access.Visitor) (ac
 // coldStart is checkColdStart's dry run once a start is due: it asks
 // the scaler's ColdStartPlanner (a Scaler without one is taken to start),
 // and refuses when the held places are taken. wait is the usual wait.
-func (d *dryRun) coldStart(ctx context.Context, rt *Router, set *settings, p *pool, arm *armedInfo, _ *waiter, wait time.Duration) (time.Duration, verdict) {
+func (d *dryRun) coldStart(ctx context.Context, rt *Router, set *settings, p *pool, arm *armedInfo, wait time.Duration) (time.Duration, verdict, ColdStart) {
 	join, detail, err := false, "", error(nil)
 	if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
 		join, detail, err = planner.PlanColdStart(ctx, arm.org, p.pattern, p.path)
@@ -268,7 +268,7 @@ func (d *dryRun) coldStart(ctx context.Context, rt *Router, set *settings, p *po
 	if err != nil {
 		v := pass(OutcomeInfo, whyScalerWouldRefuse)
 		v.name = err.Error() + detail
-		return wait, v
+		return wait, v, nil
 	}
 	bound := maxWaiters
 	if set.cfg.MaxHeld > 0 {
@@ -278,7 +278,7 @@ func (d *dryRun) coldStart(ctx context.Context, rt *Router, set *settings, p *po
 	if queued >= bound {
 		v := stop(refusedHeldFull, whyHeldFull)
 		v.n[0], v.n[1] = float64(queued), float64(bound)
-		return 0, v
+		return 0, v, nil
 	}
 	v := pass(OutcomeWait, whyColdStartHold)
 	v.name, v.n[0], v.n[1], v.wait = detail, float64(queued), float64(bound), arm.coldStart
@@ -288,7 +288,7 @@ func (d *dryRun) coldStart(ctx context.Context, rt *Router, set *settings, p *po
 		d.ex.Verdict = "cold start: would join the start under way"
 	}
 	d.plan.waitFor = "cold_start"
-	return arm.coldStart, v
+	return arm.coldStart, v, nil // a dry run starts nothing: nobody is held
 }
 
 // survey is a dry run's pool step: it counts the client services by what

@@ -253,10 +253,12 @@ type mode interface {
 	// consult asks gate ge about the visitor of r; a verdict with an
 	// outcome is the mode's own answer, given without asking the gate.
 	consult(ge *gateEntry, r *http.Request, vis access.Visitor) (access.Decision, verdict)
-	// coldStart starts (or plans) an instance for p, armed by arm, making
-	// wt a held waiter, and returns the permit stage's wait (wait: the
-	// usual one, kept when no start is made).
-	coldStart(ctx context.Context, rt *Router, set *settings, p *pool, arm *armedInfo, wt *waiter, wait time.Duration) (time.Duration, verdict)
+	// coldStart starts (or plans) an instance for p, armed by arm, and
+	// returns the permit stage's wait (wait: the usual one, kept when no
+	// start is made) and the start the request is held for (nil: none).
+	// It takes no waiter: one passed through an interface would move
+	// every proxied request's waiter to the heap.
+	coldStart(ctx context.Context, rt *Router, set *settings, p *pool, arm *armedInfo, wait time.Duration) (time.Duration, verdict, ColdStart)
 }
 
 // proxyMode is the proxy's mode: it takes, waits and calls. Its zero
@@ -282,15 +284,13 @@ func (proxyMode) consult(ge *gateEntry, r *http.Request, vis access.Visitor) (ac
 	return ge.gate.Check(r, vis), verdict{}
 }
 
-func (proxyMode) coldStart(ctx context.Context, rt *Router, set *settings, p *pool, arm *armedInfo, wt *waiter, wait time.Duration) (time.Duration, verdict) {
+func (proxyMode) coldStart(ctx context.Context, rt *Router, _ *settings, p *pool, arm *armedInfo, wait time.Duration) (time.Duration, verdict, ColdStart) {
 	st, err := rt.cfg.Scaler.ColdStart(ctx, arm.org, p.pattern, p.path)
 	if err != nil {
 		rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
-		return wait, verdict{} // a disarmed record: the usual wait applies
+		return wait, verdict{}, nil // a disarmed record: the usual wait applies
 	}
-	wt.abort = st.Failed()
-	wt.held, wt.maxHeld = true, set.cfg.MaxHeld
-	return arm.coldStart, verdict{}
+	return arm.coldStart, verdict{}, st
 }
 
 // admit runs the admission stages in order for the proxy and returns the
@@ -905,7 +905,12 @@ func (a *admission) checkColdStart(ctx context.Context, wt *waiter) (time.Durati
 	case a.rt.cfg.Scaler == nil:
 		return wait, pass(OutcomeSkip, whyNoScaler)
 	}
-	return a.mode.coldStart(ctx, a.rt, a.set, p, d, wt, wait)
+	next, v, st := a.mode.coldStart(ctx, a.rt, a.set, p, d, wait)
+	if st != nil {
+		wt.abort = st.Failed()
+		wt.held, wt.maxHeld = true, a.set.cfg.MaxHeld
+	}
+	return next, v
 }
 
 // acceptsAny reports whether a client of p's serving tier accepts w.
