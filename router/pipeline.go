@@ -222,9 +222,9 @@ type admission struct {
 }
 
 // mode is what an admission does with what it would consume: the proxy
-// (proxyMode) takes tokens, a slot and a permit, waits, asks the gate and
-// the scaler; a dry run (*dryRun, explain.go) only reads them, waits for
-// nothing, calls out to nobody and narrates. It is chosen once, where the
+// (proxyMode) takes tokens and a slot, asks the gate and the scaler; a dry
+// run (*dryRun, explain.go) only reads them, calls out to nobody and
+// narrates. It is chosen once, where the
 // admission is made (Router.proxy, Router.explain): that is the one place
 // where the proxy and a dry run part. The stages have one body each and
 // ask the mode only for the act that differs. Beyond these acts a dry run
