@@ -81,7 +81,7 @@ func TestAdmitAllocatesNothing(t *testing.T) {
 	w := &discardWriter{h: http.Header{}}
 	var rec telemetry.Request
 	allocs := testing.AllocsPerRun(1000, func() {
-		a := admission{rt: rt, set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: "app.test", path: r.URL.Path}
+		a := admission{rt: rt, mode: proxyMode{}, set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: "app.test", path: r.URL.Path}
 		a.ip = a.v.Addr
 		if ref := a.admit(r.Context(), &rec); ref.kind != passed {
 			t.Fatalf("admit(GET app.test/api/x) = refusal kind %d, want passed", ref.kind)

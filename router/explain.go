@@ -12,6 +12,8 @@ import (
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/hostname"
+	"github.com/aperio-dev/aperio/internal/visitor/access"
+	"github.com/aperio-dev/aperio/internal/visitor/policy"
 	"github.com/aperio-dev/aperio/tunnel"
 )
 
@@ -112,8 +114,9 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 		ex.IP = ip.String()
 	}
 
-	a := admission{rt: rt, set: rt.cur.Load(), ex: &ex, now: now, host: host, path: path, ip: ip, method: q.method, authority: q.host, header: q.header}
-	if ref := a.admit(ctx, nil); ref.kind != passed {
+	dr := &dryRun{ex: &ex, plan: poolPlan{waitFor: "gateway_timeout"}}
+	a := admission{rt: rt, set: rt.cur.Load(), mode: dr, now: now, host: host, path: path, ip: ip, method: q.method, authority: q.host, header: q.header}
+	if ref := dr.admit(ctx, &a); ref.kind != passed {
 		if refusalInfo[ref.kind].nothing {
 			return rt.explainNothing(&ex, a.path, ref, q.header)
 		}
@@ -126,19 +129,19 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	path = a.path
 
 	// The dispatch stages, dry: they predict what dispatch would do.
-	a.plan = &poolPlan{waitFor: "gateway_timeout"}
-	a.checkPool()
+	pl := &dr.plan
+	dr.survey(&a)
 	timeout, v := a.checkColdStart(ctx, &waiter{ip: ip})
-	ex.record(rt, &a, StepColdStart, &v)
+	dr.record(&a, StepColdStart, &v)
 	ref := v.refusal
 	if ref.kind == passed && ex.Verdict == "" {
-		_, ref = a.takePermit(ctx, nil, timeout, true, nil)
-		if ref.kind == passed && a.plan.pick != nil {
-			v := a.checkConnect(a.p.serviceOf(a.plan.pick))
-			ex.record(rt, &a, StepPermit, &v)
+		ref = dr.permit(&a, timeout)
+		if ref.kind == passed && pl.pick != nil {
+			v := a.checkConnect(a.p.serviceOf(pl.pick))
+			dr.record(&a, StepPermit, &v)
 			if ref = v.refusal; ref.kind == passed {
 				v = a.takeSlot()
-				ex.record(rt, &a, StepGlobal, &v)
+				dr.record(&a, StepGlobal, &v)
 				ref = v.refusal
 			}
 		}
@@ -146,20 +149,204 @@ func (rt *Router) explain(ctx context.Context, q explainQuery) Explanation {
 	if ref.kind != passed {
 		return rt.explainRefusal(&ex, ref, q.header)
 	}
-	if pick := a.plan.pick; pick != nil {
+	if pick := pl.pick; pick != nil {
 		return ex.end(fmt.Sprintf("dispatch to client %s (%s)", pick.Name, pick.ID), 0)
 	}
-	ex.Setting = a.plan.waitFor
+	ex.Setting = pl.waitFor
 	if ex.AfterWait != "" {
 		return ex.end(ex.Verdict, 0) // queued behind busy clients
 	}
 	// Waiting for a client to appear: what the visitor gets if none does.
-	if a.plan.candidates > 0 {
+	if pl.candidates > 0 {
 		ex.AfterWait = "429 client-concurrency (clients are connected, none can serve the visitor)"
 	} else {
-		ex.AfterWait = rt.fallbackText(host, path, a.plan.waitFor, timeout)
+		ex.AfterWait = rt.fallbackText(host, path, pl.waitFor, timeout)
 	}
 	return ex.end(ex.Verdict, 0)
+}
+
+// dryRun is Explain's mode: it reads what the proxy would take, waits
+// for nothing, calls out to nobody and records every verdict as a step of
+// ex (record). plan is its survey of the pool, made at its pool step.
+type dryRun struct {
+	ex   *explanation
+	plan poolPlan
+}
+
+// poolPlan is what a dry run learns of the pool at its pool step: the
+// client services by what they can do for the visitor, the queue, the
+// wait that applies, and the client the permit stage would pick.
+type poolPlan struct {
+	routable, candidates, usable, free int
+	queued, held                       int
+	waitFor                            string // the setting that bounds the wait
+	pick                               *ExplainClient
+}
+
+// admit runs the admission stages as the proxy does (admission.run), in
+// front of them what the server does before the router (front), and
+// records each verdict as a step; it returns the first refusal.
+func (d *dryRun) admit(ctx context.Context, a *admission) refusal {
+	if v := d.front(a); v.kind != passed {
+		d.record(a, stageSteps[stageReserved], &v)
+		return v.refusal
+	}
+	for _, s := range admissionStages {
+		if s == stageBody {
+			continue // a dry run is given no body: nothing to judge
+		}
+		v := a.run(ctx, s, nil)
+		d.record(a, stageSteps[s], &v)
+		if v.kind != passed {
+			return v.refusal
+		}
+	}
+	return refusal{}
+}
+
+// front is what the server does before the router, for which a dry run
+// stands: it answers its own paths (/aperio/…) itself, never proxied. The
+// proxy is handed them only when called directly (checkPath).
+func (d *dryRun) front(a *admission) verdict {
+	if a.method != http.MethodConnect && Reserved(a.path) {
+		return stop(refusedReserved, whyReservedPath)
+	}
+	return verdict{}
+}
+
+// judges reports whether ip was given: a dry run without a visitor
+// address has no bucket to read and nobody to judge.
+func (d *dryRun) judges(ip netip.Addr) bool { return ip.IsValid() }
+
+// ipToken reads the tokens in ip's bucket, taking none.
+func (d *dryRun) ipToken(l *ipLimiter, ip netip.Addr, now time.Time) (float64, bool) {
+	left := l.tokens(ip, now)
+	return left, left >= 1
+}
+
+// routeToken reads the tokens, burst and refill of vis's bucket of rule's
+// rate limit, taking none.
+func (d *dryRun) routeToken(rule *policy.Rule, now time.Time, vis policy.Visitor) ([3]float64, time.Duration, bool) {
+	var n [3]float64
+	n[0], n[1], n[2] = rule.Tokens(now, vis)
+	return n, 0, n[0] >= 1
+}
+
+// slot reads the server-wide slots in flight, taking none.
+func (d *dryRun) slot(l *admissionLimits, limit int) (int64, bool) {
+	n := l.global.Load()
+	return n, limit <= 0 || n < int64(limit)
+}
+
+// consult never calls out: a gate whose methods would (jwt, forward) is
+// described, not consulted, and the dry run goes on as if it admitted;
+// what the gate's IP rules or an open gate decide it tells without asking
+// the gate. Local methods (basic, bearer) judge the headers it was given.
+func (d *dryRun) consult(ge *gateEntry, r *http.Request, vis access.Visitor) (access.Decision, verdict) {
+	switch {
+	case !ge.ips.Admits(vis.Addr):
+		return access.Decision{}, stop(refusedAccessHidden, whyGateIPs)
+	case ge.gate.Open():
+		return access.Decision{}, pass(OutcomePass, whyGateOpenIPs)
+	case ge.remote:
+		return access.Decision{}, pass(OutcomeInfo, whyGateRemote)
+	}
+	return ge.gate.Check(r, vis), verdict{}
+}
+
+// coldStart is checkColdStart's dry run once a start is due: it asks
+// the scaler's ColdStartPlanner (a Scaler without one is taken to start),
+// and refuses when the held places are taken. wait is the usual wait.
+func (d *dryRun) coldStart(ctx context.Context, rt *Router, set *settings, p *pool, arm *armedInfo, wait time.Duration) (time.Duration, verdict, ColdStart) {
+	join, detail, err := false, "", error(nil)
+	if planner, ok := rt.cfg.Scaler.(ColdStartPlanner); ok {
+		join, detail, err = planner.PlanColdStart(ctx, arm.org, p.pattern, p.path)
+	}
+	if detail != "" {
+		detail = " (" + detail + ")"
+	}
+	if err != nil {
+		v := pass(OutcomeInfo, whyScalerWouldRefuse)
+		v.name = err.Error() + detail
+		return wait, v, nil
+	}
+	bound := maxWaiters
+	if set.cfg.MaxHeld > 0 {
+		bound = set.cfg.MaxHeld
+	}
+	queued := d.plan.queued
+	if queued >= bound {
+		v := stop(refusedHeldFull, whyHeldFull)
+		v.n[0], v.n[1] = float64(queued), float64(bound)
+		return 0, v, nil
+	}
+	v := pass(OutcomeWait, whyColdStartHold)
+	v.name, v.n[0], v.n[1], v.wait = detail, float64(queued), float64(bound), arm.coldStart
+	d.ex.Verdict = "cold start: would call provider"
+	if join {
+		v.n[2] = 1
+		d.ex.Verdict = "cold start: would join the start under way"
+	}
+	d.plan.waitFor = "cold_start"
+	return arm.coldStart, v, nil // a dry run starts nothing: nobody is held
+}
+
+// survey is a dry run's pool step: it counts the client services by what
+// they can do for the visitor and the pool's queue into plan, and narrates
+// them, with the outliers ejected.
+func (d *dryRun) survey(a *admission) {
+	ex, pl, p := d.ex, &d.plan, a.p
+	for i := range ex.Clients {
+		c := &ex.Clients[i]
+		pl.routable += b2i(c.Routable)
+		pl.candidates += b2i(c.Candidate)
+		pl.usable += b2i(c.Candidate && c.Admits)
+		pl.free += b2i(c.Candidate && c.Admits && c.Free)
+	}
+	p.mu.Lock()
+	pl.queued = len(p.waiters)
+	for _, w := range p.waiters {
+		pl.held += b2i(w.held)
+	}
+	p.mu.Unlock()
+	ex.step(StepPool, OutcomeInfo, fmt.Sprintf("%d client services, %d routable, %d in the serving tier, %d of those admit the visitor, %d with a free permit; %d waiting in the queue (%d held for a cold start)",
+		len(ex.Clients), pl.routable, pl.candidates, pl.usable, pl.free, pl.queued, pl.held))
+	for _, s := range *p.members.Load() {
+		if s.ejected() {
+			ex.step(StepPool, OutcomeInfo, fmt.Sprintf("client %s service %s is ejected as an outlier until %s (outlier_consecutive_5xx answers of 5xx in a row)",
+				s.conn.ID(), s.id, time.Unix(0, s.ejectedUntil.Load()).UTC().Format(time.RFC3339)))
+		}
+	}
+}
+
+// permit is a dry run's permit stage, which the proxy takes in takePermit
+// and may wait for: it predicts from the survey the pick (plan.pick), or
+// the wait the proxy would make (ex.Verdict, ex.AfterWait), or the
+// refusal.
+func (d *dryRun) permit(a *admission, timeout time.Duration) refusal {
+	ex, pl := d.ex, &d.plan
+	switch {
+	case pl.free > 0:
+		pl.pick = a.rt.predictPick(ex, a.p)
+		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s; serving tier: priority %d)", pl.pick.Name, pl.pick.Inflight, limitText(pl.pick.Limit), strategyName(a.p.effective(a.rt.strategy)), pl.pick.Priority))
+	case pl.usable > 0 && timeout <= 0:
+		ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
+		return refuseWith(refusedClientConcurrency)
+	case pl.usable > 0 && pl.queued >= maxWaiters:
+		ex.step(StepPermit, OutcomeStop, fmt.Sprintf("every client is at its limit and the queue is full (%d of %d)", pl.queued, maxWaiters))
+		return refuseWith(refusedClientConcurrency)
+	case pl.usable > 0:
+		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("every client that could serve is at its limit: would queue behind %d of at most %d, up to gateway_timeout %s", pl.queued, maxWaiters, timeout))
+		ex.Verdict = fmt.Sprintf("queue behind %d", pl.queued)
+		ex.AfterWait = "429 client-concurrency when no permit frees within gateway_timeout"
+	case timeout <= 0:
+		ex.step(StepPermit, OutcomeStop, "no client can take the request and gateway_timeout is 0: no waiting")
+		return refuseWith(refusedClientConcurrency)
+	default:
+		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("no client can take the request now: would wait up to gateway_timeout %s for one (behind %d)", timeout, pl.queued))
+		ex.Verdict = fmt.Sprintf("wait for a client behind %d", pl.queued)
+	}
+	return refusal{}
 }
 
 // explainNothing ends ex the way answer answers a refusal of the "nothing
@@ -344,7 +531,8 @@ var whyText = [numWhys]string{
 // step: the stage's step name, v's outcome, and the detail rendered here
 // from v.why, in the state a is in once the stage ran. A verdict without
 // an outcome records nothing.
-func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict) {
+func (d *dryRun) record(a *admission, step string, v *verdict) {
+	ex, rt := d.ex, a.rt
 	if v.outcome == "" {
 		return
 	}
@@ -418,7 +606,7 @@ func (ex *explanation) record(rt *Router, a *admission, step string, v *verdict)
 	case whyGateRefuses:
 		detail = fmt.Sprintf("%d: %s", v.dec.Status, v.dec.Reason)
 	case whyNoConnect:
-		detail = "client " + a.plan.pick.Name + " does not take CONNECT requests"
+		detail = "client " + d.plan.pick.Name + " does not take CONNECT requests"
 	case whySlots:
 		max := int64(a.set.cfg.MaxConcurrentRequests)
 		if v.kind != passed {

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -28,12 +27,12 @@ import (
 // reads state and changes nothing (no token, permit, slot, queue place or
 // cold start is taken). Each stage decides once, for both, and returns a
 // verdict: it passes or refuses. Only what follows differs: Explain
-// records the verdict as a step (explanation.record renders its detail),
-// the proxy stops at its refusal, and answer turns every refusal into the
-// visitor's response. Where a mode differs inside a stage, it is one
-// documented branch: what a dry run lacks (a body, a visitor address,
-// headers), a bucket the proxy takes from and a dry run only reads, a
-// gate or scaler a dry run must not call.
+// records the verdict as a step (dryRun.record renders its detail), the
+// proxy stops at its refusal, and answer turns every refusal into the
+// visitor's response. No stage asks which of the two runs it: what it
+// would consume (a token, a slot, the gate, the scaler) it asks of the
+// admission's mode, chosen once where the admission is made; what a dry
+// run lacks (a body, a visitor address, headers) is absent from its input.
 //
 // The admission stages, in order, are listed in admissionStages; the
 // stages after them (pool and cold start, permits and queue, global slots,
@@ -189,8 +188,8 @@ func (ref refusal) status() int {
 
 // admission is one request on its way through the stages, which are its
 // methods (admit runs the admission stages, takeClient the dispatch
-// stages of one attempt). In a dry run (ex set) there is no request: r
-// and w are nil. The request's record is
+// stages of one attempt). In a dry run (mode a *dryRun) there is no
+// request: r and w are nil. The request's record is
 // passed beside it, not kept in it: escape analysis does not tell fields
 // apart, and a record kept here would leave the caller's stack.
 type admission struct {
@@ -200,11 +199,10 @@ type admission struct {
 	v    Visitor
 	body *countingBody
 
-	ex        *explanation // set: a dry run that records its steps here
+	mode      mode         // what the stages take, wait for and call: the proxy's (proxyMode) or a dry run's (*dryRun)
 	now       time.Time    // a dry run's clock; zero: the proxy's, read when a stage needs it
 	method    string       // the request's method; empty: GET
 	authority string       // the request's host as it came (Request.Host), before its normal form
-	plan      *poolPlan    // a dry run's survey of the pool
 	host      string       // normal form
 	path      string       // the path's key once stageReserved passed (urlpath.Key)
 	other     []string     // the keys of the path's other readings (urlpath.Readings); nil for nearly every path
@@ -223,55 +221,127 @@ type admission struct {
 	ins *inspect.Recording // the inspector's recording of the request; nil: not captured
 }
 
-// admit runs the admission stages in order and returns the first refusal.
-// rec is nil in a dry run. Each stage decides once and returns its
-// verdict; here alone the verdict becomes what the mode does with it: a
-// dry run records it as a step (explanation.record), and both modes stop
-// at the first refusal. It switches on the stage rather than calling
-// through a table of funcs: an indirect call would move the admission to
-// the heap, one allocation per request.
+// mode is what an admission does with what it would consume: the proxy
+// (proxyMode) takes tokens and a slot, asks the gate and the scaler; a dry
+// run (*dryRun, explain.go) only reads them, calls out to nobody and
+// narrates. It is chosen once, where the
+// admission is made (Router.proxy, Router.explain): that is the one place
+// where the proxy and a dry run part. The stages have one body each and
+// ask the mode only for the act that differs. Beyond these acts a dry run
+// differs in what it runs, in dryRun alone: it stands for the server in
+// front of the router (dryRun.front), it has no body to judge, and it
+// predicts the permit stage from a survey of the pool instead of queueing
+// (dryRun.permit).
+//
+// Its methods take nothing that lives on the proxy's stack (not the
+// admission, not the request's record): an interface call would move it
+// to the heap.
+type mode interface {
+	// judges reports whether the stages that judge the visitor's address
+	// can judge ip: the proxy judges any, the unknown one too.
+	judges(ip netip.Addr) bool
+	// ipToken takes a token of ip's bucket in l, reporting whether it had
+	// one and the tokens it had (a dry run's; the proxy reports 0).
+	ipToken(l *ipLimiter, ip netip.Addr, now time.Time) (left float64, ok bool)
+	// routeToken takes a token of vis's bucket of rule's rate limit,
+	// reporting whether it had one, the wait until it has one again (the
+	// proxy's) or its tokens, burst and refill (a dry run's).
+	routeToken(rule *policy.Rule, now time.Time, vis policy.Visitor) (n [3]float64, retry time.Duration, ok bool)
+	// slot takes a server-wide slot under limit, reporting whether one was
+	// free and the slots taken (a dry run's; the proxy reports 0).
+	slot(l *admissionLimits, limit int) (inFlight int64, ok bool)
+	// consult asks gate ge about the visitor of r; a verdict with an
+	// outcome is the mode's own answer, given without asking the gate.
+	consult(ge *gateEntry, r *http.Request, vis access.Visitor) (access.Decision, verdict)
+	// coldStart starts (or plans) an instance for p, armed by arm, and
+	// returns the permit stage's wait (wait: the usual one, kept when no
+	// start is made) and the start the request is held for (nil: none).
+	// It takes no waiter: one passed through an interface would move
+	// every proxied request's waiter to the heap.
+	coldStart(ctx context.Context, rt *Router, set *settings, p *pool, arm *armedInfo, wait time.Duration) (time.Duration, verdict, ColdStart)
+}
+
+// proxyMode is the proxy's mode: it takes, waits and calls. Its zero
+// size makes it free to put in the mode interface.
+type proxyMode struct{}
+
+func (proxyMode) judges(netip.Addr) bool { return true }
+
+func (proxyMode) ipToken(l *ipLimiter, ip netip.Addr, _ time.Time) (float64, bool) {
+	return 0, l.allow(ip, time.Now())
+}
+
+func (proxyMode) routeToken(rule *policy.Rule, _ time.Time, vis policy.Visitor) ([3]float64, time.Duration, bool) {
+	retry, ok := rule.Allow(time.Now(), vis)
+	return [3]float64{}, retry, ok
+}
+
+func (proxyMode) slot(l *admissionLimits, limit int) (int64, bool) {
+	return 0, l.takeGlobal(limit)
+}
+
+func (proxyMode) consult(ge *gateEntry, r *http.Request, vis access.Visitor) (access.Decision, verdict) {
+	return ge.gate.Check(r, vis), verdict{}
+}
+
+func (proxyMode) coldStart(ctx context.Context, rt *Router, _ *settings, p *pool, arm *armedInfo, wait time.Duration) (time.Duration, verdict, ColdStart) {
+	st, err := rt.cfg.Scaler.ColdStart(ctx, arm.org, p.pattern, p.path)
+	if err != nil {
+		rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
+		return wait, verdict{}, nil // a disarmed record: the usual wait applies
+	}
+	return arm.coldStart, verdict{}, st
+}
+
+// admit runs the admission stages in order for the proxy and returns the
+// first refusal. A dry run runs the same stages through the same run, and
+// records each verdict as a step (dryRun.admit).
 func (a *admission) admit(ctx context.Context, rec *telemetry.Request) refusal {
 	for _, s := range admissionStages {
-		var v verdict
-		switch s {
-		case stageReserved:
-			v = a.checkPath()
-		case stageIPLimit:
-			v = a.checkIPLimit(rec)
-		case stageMaintenance:
-			v = a.checkMaintenance()
-		case stageHostField:
-			v = a.checkHostField()
-		case stageHeaderNames:
-			v = a.checkHeaderNames()
-		case stageRouteRule:
-			v = a.checkRouteRule()
-		case stageRoute:
-			v = a.checkRoute(ctx, rec)
-		case stageBody:
-			v = a.checkBody()
-		case stageAccess:
-			v = a.checkAccess(rec)
-		case stageAllowedIPs:
-			v = a.checkAllowedIPs()
-		case stageRateLimit:
-			v = a.checkRateLimit(rec)
-		}
-		if a.ex != nil {
-			a.ex.record(a.rt, a, stageSteps[s], &v)
-		}
-		if v.kind != passed {
+		if v := a.run(ctx, s, rec); v.kind != passed {
 			return v.refusal
 		}
 	}
 	return refusal{}
 }
 
+// run runs the admission stage s and returns its verdict, the same for
+// the proxy and a dry run; rec is nil in a dry run. It switches on the
+// stage rather than calling through a table of funcs: an indirect call
+// would move the admission to the heap, one allocation per request.
+func (a *admission) run(ctx context.Context, s stage, rec *telemetry.Request) verdict {
+	switch s {
+	case stageReserved:
+		return a.checkPath()
+	case stageIPLimit:
+		return a.checkIPLimit(rec)
+	case stageMaintenance:
+		return a.checkMaintenance()
+	case stageHostField:
+		return a.checkHostField()
+	case stageHeaderNames:
+		return a.checkHeaderNames()
+	case stageRouteRule:
+		return a.checkRouteRule()
+	case stageRoute:
+		return a.checkRoute(ctx, rec)
+	case stageBody:
+		return a.checkBody()
+	case stageAccess:
+		return a.checkAccess(rec)
+	case stageAllowedIPs:
+		return a.checkAllowedIPs()
+	case stageRateLimit:
+		return a.checkRateLimit(rec)
+	}
+	return verdict{}
+}
+
 // verdict is what a stage decided, the same in the proxy and in a dry
 // run: the stage's rule is written once, in the stage. Only what follows
 // differs: the proxy answers the refusal (the zero refusal passes), and a
 // dry run records a step with the verdict's outcome and a detail that
-// explanation.record renders from why. The proxy builds no text: the
+// dryRun.record renders from why. The proxy builds no text: the
 // values a detail names ride in the verdict (n, name, q, other, wait), so
 // that its verdicts cost no formatting and no allocation
 // (TestAdmitAllocatesNothing).
@@ -286,7 +356,7 @@ type verdict struct {
 	wait    time.Duration // a wait the detail names
 }
 
-// why is what a verdict's detail says; explanation.record renders it.
+// why is what a verdict's detail says; dryRun.record renders it.
 type why uint8
 
 const (
@@ -362,16 +432,12 @@ var stageSteps = [...]string{
 // form, in a.u, its key in a.path and the keys of its other readings in
 // a.other. CONNECT has no path: it matches "/" binds.
 //
-// Only a dry run refuses the server's own paths as such (refusedReserved,
-// not proxied): it stands for the whole server, which answers them before
-// the router. The proxy is handed them only when called directly, and
-// refuses them as bad paths.
+// The server answers its own paths before the router (a dry run does so
+// in dryRun.front, standing for the whole server): the proxy is handed
+// them only when called directly, and refuses them here as bad paths.
 func (a *admission) checkPath() verdict {
 	if a.method == http.MethodConnect {
 		return pass(OutcomePass, whyConnectPath)
-	}
-	if a.ex != nil && Reserved(a.path) {
-		return stop(refusedReserved, whyReservedPath)
 	}
 	r := a.r
 	if r == nil {
@@ -392,27 +458,21 @@ func (a *admission) checkPath() verdict {
 	return v
 }
 
-// checkIPLimit takes a token of the visitor's bucket and refuses when it
-// has none. A dry run takes nothing: it reads the tokens left, which its
-// step names. A dry run given no visitor address skips it: it has no
-// bucket to read, where the proxy's unknown visitor has one.
+// checkIPLimit takes a token of the visitor's bucket (a dry run reads the
+// tokens left, which its step names: mode.ipToken) and refuses when it has
+// none. A visitor the mode cannot judge (a dry run given no address) skips
+// it.
 func (a *admission) checkIPLimit(rec *telemetry.Request) verdict {
 	l := a.set.ips
 	switch {
 	case l == nil:
 		return pass(OutcomeSkip, whyNoIPLimit)
-	case a.ex != nil && !a.ip.IsValid():
+	case !a.mode.judges(a.ip):
 		return pass(OutcomeSkip, whyNoVisitorIP)
 	}
 	v := pass(OutcomePass, whyIPTokens)
 	var ok bool
-	if a.ex != nil {
-		v.n[0] = l.tokens(a.ip, a.now)
-		ok = v.n[0] >= 1
-	} else {
-		ok = l.allow(a.ip, time.Now())
-	}
-	if ok {
+	if v.n[0], ok = a.mode.ipToken(l, a.ip, a.now); ok {
 		return v
 	}
 	if rec != nil {
@@ -550,12 +610,9 @@ func (a *admission) openTo(q *pool) bool {
 
 // checkBody refuses a declared body above max_body_size and wraps the
 // body so that it is bounded, paced and known to have been read. Explain
-// is given no body, so a dry run passes without a step: the one stage
-// with nothing to judge in a dry run.
+// is given no body: a dry run does not run this stage (dryRun.admit), the
+// one stage with nothing to judge in a dry run.
 func (a *admission) checkBody() verdict {
-	if a.ex != nil {
-		return verdict{}
-	}
 	r := a.r
 	maxBody := a.set.cfg.MaxBodyBytes
 	if a.rule != nil && a.rule.MaxBodyBytes > 0 {
@@ -581,11 +638,8 @@ func (a *admission) checkBody() verdict {
 // gate's own answer (401, 403, a redirect, 503 when a method could not
 // decide). An open gate without IP rules costs one load and a branch.
 // rec is nil in a dry run, which keeps no decision and reports no denial.
-//
-// A dry run never calls out: a gate whose methods would (jwt, forward) is
-// described, not consulted, and the dry run goes on as if it admitted;
-// what the gate's IP rules or an open gate decide it tells without asking
-// the gate. Local methods (basic, bearer) judge the headers it was given.
+// The gate is consulted through the mode: a dry run never calls out, and
+// may tell what the gate decides without asking it (dryRun.consult).
 func (a *admission) checkAccess(rec *telemetry.Request) verdict {
 	ge := a.p.gate.Load()
 	if ge == nil {
@@ -597,17 +651,10 @@ func (a *admission) checkAccess(rec *telemetry.Request) verdict {
 	if ge.simple {
 		return pass(OutcomePass, whyGateOpen)
 	}
-	if a.ex != nil {
-		switch {
-		case !ge.ips.Admits(a.ip):
-			return stop(refusedAccessHidden, whyGateIPs)
-		case ge.gate.Open():
-			return pass(OutcomePass, whyGateOpenIPs)
-		case ge.remote:
-			return pass(OutcomeInfo, whyGateRemote)
-		}
+	d, told := a.mode.consult(ge, a.gateRequest(), a.accessVisitor())
+	if told.outcome != "" {
+		return told // decided without asking the gate
 	}
-	d := ge.gate.Check(a.gateRequest(), a.accessVisitor())
 	if d.Admitted {
 		v := pass(OutcomePass, whyGateAdmits)
 		v.name = d.Reason
@@ -679,11 +726,11 @@ func (a *admission) accessVisitor() access.Visitor {
 // checkAllowedIPs refuses a visitor that no client's token admits, as if
 // the route did not exist, so that a blocked address learns nothing.
 //
-// A dry run given no visitor address skips it: it has nobody to judge,
-// where the proxy judges the unknown address like any other.
+// A visitor the mode cannot judge (a dry run given no address) skips it;
+// the proxy judges the unknown address like any other.
 func (a *admission) checkAllowedIPs() verdict {
 	switch {
-	case a.ex != nil && !a.ip.IsValid():
+	case !a.mode.judges(a.ip):
 		return pass(OutcomeSkip, whyNoVisitorIP)
 	case !a.p.admitsAny(a.ip):
 		return stop(refusedNoRoute, whyNoTokenAdmits)
@@ -833,57 +880,18 @@ func acquireRefusal(p *pool, err error) refusal {
 
 // The dispatch stages follow the admission stages: pool (a dry run's
 // survey), cold start, permit and queue, CONNECT, global slot. dispatch
-// runs them for real, again after a failover; a dry run predicts them,
-// reading what it needs from the poolPlan its pool stage filled in.
-
-// poolPlan is what a dry run learns of the pool at its pool stage: the
-// client services by what they can do for the visitor, the queue, the
-// wait that applies, and the client the permit stage would pick.
-type poolPlan struct {
-	routable, candidates, usable, free int
-	queued, held                       int
-	waitFor                            string // the setting that bounds the wait
-	pick                               *ExplainClient
-}
-
-// checkPool surveys the pool for a dry run; the proxy has nothing to do
-// here.
-func (a *admission) checkPool() {
-	if a.ex == nil {
-		return
-	}
-	ex, pl, p := a.ex, a.plan, a.p
-	for i := range ex.Clients {
-		c := &ex.Clients[i]
-		pl.routable += b2i(c.Routable)
-		pl.candidates += b2i(c.Candidate)
-		pl.usable += b2i(c.Candidate && c.Admits)
-		pl.free += b2i(c.Candidate && c.Admits && c.Free)
-	}
-	p.mu.Lock()
-	pl.queued = len(p.waiters)
-	for _, w := range p.waiters {
-		pl.held += b2i(w.held)
-	}
-	p.mu.Unlock()
-	ex.step(StepPool, OutcomeInfo, fmt.Sprintf("%d client services, %d routable, %d in the serving tier, %d of those admit the visitor, %d with a free permit; %d waiting in the queue (%d held for a cold start)",
-		len(ex.Clients), pl.routable, pl.candidates, pl.usable, pl.free, pl.queued, pl.held))
-	for _, s := range *p.members.Load() {
-		if s.ejected() {
-			ex.step(StepPool, OutcomeInfo, fmt.Sprintf("client %s service %s is ejected as an outlier until %s (outlier_consecutive_5xx answers of 5xx in a row)",
-				s.conn.ID(), s.id, time.Unix(0, s.ejectedUntil.Load()).UTC().Format(time.RFC3339)))
-		}
-	}
-}
+// runs them for real, again after a failover; a dry run predicts them
+// (Router.explain), reading what it needs from its survey of the pool
+// (dryRun.survey).
 
 // checkColdStart starts an instance for an armed bind with nobody to
 // serve, at once (no gateway_timeout first), and makes wt a held waiter
 // bounded by cold_start. The request was never dispatched, so holding is
 // safe for every method. It returns how long the permit stage may wait.
 // Whether a start is due (the bind armed for this server, no client that
-// accepts wt, a scaler) is decided here for both modes; then the proxy
-// asks the scaler for the start, and a dry run asks its ColdStartPlanner
-// what the start would do (planColdStart).
+// accepts wt, a scaler) is decided here for both modes; then the mode
+// starts it: the proxy asks the scaler (proxyMode.coldStart), a dry run
+// its ColdStartPlanner what the start would do (dryRun.coldStart).
 func (a *admission) checkColdStart(ctx context.Context, wt *waiter) (time.Duration, verdict) {
 	p, wait := a.p, a.set.cfg.GatewayTimeout
 	d := p.driver()
@@ -897,17 +905,12 @@ func (a *admission) checkColdStart(ctx context.Context, wt *waiter) (time.Durati
 	case a.rt.cfg.Scaler == nil:
 		return wait, pass(OutcomeSkip, whyNoScaler)
 	}
-	if a.ex != nil {
-		return a.planColdStart(ctx, d, wait)
+	next, v, st := a.mode.coldStart(ctx, a.rt, a.set, p, d, wait)
+	if st != nil {
+		wt.abort = st.Failed()
+		wt.held, wt.maxHeld = true, a.set.cfg.MaxHeld
 	}
-	st, err := a.rt.cfg.Scaler.ColdStart(ctx, d.org, p.pattern, p.path)
-	if err != nil {
-		a.rt.log.Debug("no cold start", logkey.Hostname, p.pattern, logkey.Path, p.path, logkey.Err, err)
-		return wait, verdict{} // a disarmed record: the usual wait applies
-	}
-	wt.abort = st.Failed()
-	wt.held, wt.maxHeld = true, a.set.cfg.MaxHeld
-	return d.coldStart, verdict{}
+	return next, v
 }
 
 // acceptsAny reports whether a client of p's serving tier accepts w.
@@ -921,86 +924,24 @@ func acceptsAny(p *pool, w *waiter) bool {
 	return false
 }
 
-// planColdStart is checkColdStart's dry run once a start is due: it asks
-// the scaler's ColdStartPlanner (a Scaler without one is taken to start),
-// and refuses when the held places are taken. wait is the usual wait.
-func (a *admission) planColdStart(ctx context.Context, d *armedInfo, wait time.Duration) (time.Duration, verdict) {
-	join, detail, err := false, "", error(nil)
-	if planner, ok := a.rt.cfg.Scaler.(ColdStartPlanner); ok {
-		join, detail, err = planner.PlanColdStart(ctx, d.org, a.p.pattern, a.p.path)
-	}
-	if detail != "" {
-		detail = " (" + detail + ")"
-	}
-	if err != nil {
-		v := pass(OutcomeInfo, whyScalerWouldRefuse)
-		v.name = err.Error() + detail
-		return wait, v
-	}
-	bound := maxWaiters
-	if a.set.cfg.MaxHeld > 0 {
-		bound = a.set.cfg.MaxHeld
-	}
-	queued := a.plan.queued
-	if queued >= bound {
-		v := stop(refusedHeldFull, whyHeldFull)
-		v.n[0], v.n[1] = float64(queued), float64(bound)
-		return 0, v
-	}
-	v := pass(OutcomeWait, whyColdStartHold)
-	v.name, v.n[0], v.n[1], v.wait = detail, float64(queued), float64(bound), d.coldStart
-	a.ex.Verdict = "cold start: would call provider"
-	if join {
-		v.n[2] = 1
-		a.ex.Verdict = "cold start: would join the start under way"
-	}
-	a.plan.waitFor = "cold_start"
-	return d.coldStart, v
-}
-
 // takePermit takes a permit on a client of the pool, waiting in the
 // pool's FIFO queue up to timeout when all are busy or (with wait) none
 // is routable, and records the wait in rec. It never holds a global slot
-// while it waits. A dry run predicts the pick (plan.pick), or the wait it
-// would make (ex.Verdict, ex.AfterWait), or the refusal.
+// while it waits. Only the proxy takes a permit: a dry run never waits,
+// and predicts this stage from its survey of the pool (dryRun.permit).
 func (a *admission) takePermit(ctx context.Context, wt *waiter, timeout time.Duration, wait bool, rec *telemetry.Request) (*service, refusal) {
-	if a.ex == nil {
-		if wt.held {
-			a.rt.held.Add(1)
-		}
-		s, err := a.p.acquire(ctx, a.rt.strategy, timeout, wait, wt)
-		if wt.held {
-			a.rt.held.Add(-1)
-		}
-		a.rt.recordWait(ctx, wt, rec)
-		if err != nil {
-			return nil, acquireRefusal(a.p, err)
-		}
-		return s, refusal{}
+	if wt.held {
+		a.rt.held.Add(1)
 	}
-	ex, pl := a.ex, a.plan
-	switch {
-	case pl.free > 0:
-		pl.pick = a.rt.predictPick(ex, a.p)
-		ex.step(StepPermit, OutcomePass, fmt.Sprintf("client %s has a free permit (%d of %s in flight; lb_strategy %s; serving tier: priority %d)", pl.pick.Name, pl.pick.Inflight, limitText(pl.pick.Limit), strategyName(a.p.effective(a.rt.strategy)), pl.pick.Priority))
-	case pl.usable > 0 && timeout <= 0:
-		ex.step(StepPermit, OutcomeStop, "every client that could serve is at its limit and gateway_timeout is 0: no waiting")
-		return nil, refuseWith(refusedClientConcurrency)
-	case pl.usable > 0 && pl.queued >= maxWaiters:
-		ex.step(StepPermit, OutcomeStop, fmt.Sprintf("every client is at its limit and the queue is full (%d of %d)", pl.queued, maxWaiters))
-		return nil, refuseWith(refusedClientConcurrency)
-	case pl.usable > 0:
-		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("every client that could serve is at its limit: would queue behind %d of at most %d, up to gateway_timeout %s", pl.queued, maxWaiters, timeout))
-		ex.Verdict = fmt.Sprintf("queue behind %d", pl.queued)
-		ex.AfterWait = "429 client-concurrency when no permit frees within gateway_timeout"
-	case timeout <= 0:
-		ex.step(StepPermit, OutcomeStop, "no client can take the request and gateway_timeout is 0: no waiting")
-		return nil, refuseWith(refusedClientConcurrency)
-	default:
-		ex.step(StepPermit, OutcomeWait, fmt.Sprintf("no client can take the request now: would wait up to gateway_timeout %s for one (behind %d)", timeout, pl.queued))
-		ex.Verdict = fmt.Sprintf("wait for a client behind %d", pl.queued)
+	s, err := a.p.acquire(ctx, a.rt.strategy, timeout, wait, wt)
+	if wt.held {
+		a.rt.held.Add(-1)
 	}
-	return nil, refusal{}
+	a.rt.recordWait(ctx, wt, rec)
+	if err != nil {
+		return nil, acquireRefusal(a.p, err)
+	}
+	return s, refusal{}
 }
 
 // takeClient runs the dispatch stages of one attempt after the cold
@@ -1058,20 +999,13 @@ func (a *admission) checkConnect(s *service) verdict {
 	return stop(refusedConnect, whyNoConnect)
 }
 
-// takeSlot takes a server-wide slot for the request, or refuses when
-// max_concurrent_requests are in flight. A dry run takes nothing: it
-// reads the count, which its step names.
+// takeSlot takes a server-wide slot for the request (a dry run reads the
+// count, which its step names: mode.slot), or refuses when
+// max_concurrent_requests are in flight.
 func (a *admission) takeSlot() verdict {
-	limit := a.set.cfg.MaxConcurrentRequests
 	v := pass(OutcomePass, whySlots)
-	var ok bool
-	if a.ex != nil {
-		n := a.rt.limits.global.Load()
-		v.n[0] = float64(n)
-		ok = limit <= 0 || n < int64(limit)
-	} else {
-		ok = a.rt.limits.takeGlobal(limit)
-	}
+	n, ok := a.mode.slot(a.rt.limits, a.set.cfg.MaxConcurrentRequests)
+	v.n[0] = float64(n)
 	if !ok {
 		v.kind, v.outcome = refusedServerConcurrency, OutcomeStop
 	}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/aperio-dev/aperio/internal/control/apitype"
 	"github.com/aperio-dev/aperio/internal/telemetry"
@@ -72,8 +71,8 @@ func describeRule(rule *policy.Rule) string {
 }
 
 // checkRateLimit takes a token of the request's bucket of its route's
-// rate limit and refuses when it has none. A dry run takes nothing: it
-// reads the tokens left, which its step names. It runs after access
+// rate limit (a dry run reads the tokens left, which its step names:
+// mode.routeToken) and refuses when it has none. It runs after access
 // control, so that a limit keyed by user sees the admitted one (a dry run
 // admits nobody: a.dec is the proxy's).
 func (a *admission) checkRateLimit(rec *telemetry.Request) verdict {
@@ -84,13 +83,7 @@ func (a *admission) checkRateLimit(rec *telemetry.Request) verdict {
 	vis := policy.Visitor{Addr: a.ip, Header: a.header, User: a.dec.User}
 	v := pass(OutcomePass, whyRouteTokens)
 	var ok bool
-	if a.ex != nil {
-		v.n[0], v.n[1], v.n[2] = rule.Tokens(a.now, vis)
-		ok = v.n[0] >= 1
-	} else {
-		v.retry, ok = rule.Allow(time.Now(), vis)
-	}
-	if ok {
+	if v.n, v.retry, ok = a.mode.routeToken(rule, a.now, vis); ok {
 		return v
 	}
 	if rec != nil {

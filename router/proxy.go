@@ -95,7 +95,7 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, rec *telemetry.R
 	if proxyHookForTest != nil {
 		proxyHookForTest(r)
 	}
-	a := admission{rt: rt, set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: host, path: r.URL.Path, ins: ir}
+	a := admission{rt: rt, mode: proxyMode{}, set: rt.settingsOf(r), w: w, r: r, v: VisitorOf(r), method: r.Method, authority: r.Host, header: r.Header, host: host, path: r.URL.Path, ins: ir}
 	if rt.tracer != nil {
 		a.routeStart = time.Now()
 	}
