@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/aperio-dev/aperio/internal/telemetry"
 	"github.com/aperio-dev/aperio/internal/visitor/access"
@@ -164,12 +163,12 @@ func (ac *AccessConfig) buildGateUnder(spec *tunnel.Access, def access.Posture) 
 			au.JWT = &access.JWTConfig{
 				JWKSURL: j.JWKSURL, Client: ac.Client, Issuer: j.Issuer, Audience: j.Audience, Claims: j.Claims,
 				Header: j.Header, Cookie: j.Cookie, Algorithms: j.Algorithms, UserClaim: j.UserClaim,
-				Leeway: millis(j.LeewayMS), CacheTTL: millis(j.CacheTTLMS), RefreshInterval: millis(j.RefreshIntervalMS), Timeout: millis(j.TimeoutMS),
+				Leeway: j.Leeway, CacheTTL: j.CacheTTL, RefreshInterval: j.RefreshInterval, Timeout: j.Timeout,
 			}
 		}
 		if f := spec.Forward; f != nil {
 			e.remote = true
-			au.Forward = &access.ForwardConfig{URL: f.URL, Client: ac.Client, CopyHeaders: f.CopyHeaders, UserHeader: f.UserHeader, Timeout: millis(f.TimeoutMS), CacheTTL: millis(f.CacheTTLMS)}
+			au.Forward = &access.ForwardConfig{URL: f.URL, Client: ac.Client, CopyHeaders: f.CopyHeaders, UserHeader: f.UserHeader, Timeout: f.Timeout, CacheTTL: f.CacheTTL}
 		}
 		var om *oidcMethod
 		if o := spec.OIDC; o != nil {
@@ -214,8 +213,6 @@ func (ac *AccessConfig) buildGateUnder(spec *tunnel.Access, def access.Posture) 
 	e.simple = g.Open() && (spec == nil || len(spec.AllowedIPs)+len(spec.DeniedIPs) == 0)
 	return e, nil
 }
-
-func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // accessNotice is the notice for a service whose access block the server
 // refused: one line, bounded, naming the service.

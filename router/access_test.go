@@ -69,7 +69,7 @@ func lastRequest(t *testing.T, c *fakeConn) *http.Request {
 func TestAccessUpstreamIdentity(t *testing.T) {
 	rt := newRouter(t, Config{})
 	conn := newConn("a", 1)
-	rt.reg.update(conn, accessAnn(&tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}))
+	rt.reg.update(conn, accessAnn(&tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}))
 	req := httptest.NewRequest("GET", "/x", nil)
 	req.Host = "app.test"
 	req.RemoteAddr = "203.0.113.7:1234"
@@ -112,7 +112,7 @@ func TestAccessUpstreamIdentity(t *testing.T) {
 func TestAccessRefusalAnswer(t *testing.T) {
 	rt := newRouter(t, Config{})
 	conn := newConn("a", 1)
-	rt.reg.update(conn, accessAnn(&tunnel.Access{Basic: &tunnel.BasicAuth{Realm: "staff", Users: map[string]string{"ann": testBcrypt(t, "pw")}}}))
+	rt.reg.update(conn, accessAnn(&tunnel.Access{Auth: tunnel.Auth{Basic: &tunnel.BasicAuth{Realm: "staff", Users: map[string]string{"ann": testBcrypt(t, "pw")}}}}))
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Host = "app.test"
 	req.Header.Set("Authorization", basicAuth("ann", "wrong"))
@@ -155,7 +155,7 @@ func TestAccessHiddenLikeUnknownHost(t *testing.T) {
 // bind keeps the first client's gate meanwhile.
 func TestAccessBindAgreement(t *testing.T) {
 	rt := newRouter(t, Config{})
-	bearer := &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
+	bearer := &tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}
 	first := newConn("a", 1)
 	rt.reg.update(first, accessAnn(bearer))
 	second := newConn("b", 2)
@@ -191,7 +191,7 @@ func TestAccessBindAgreement(t *testing.T) {
 func TestAccessGateBuiltOnce(t *testing.T) {
 	rt := newRouter(t, Config{})
 	conn := newConn("a", 1)
-	a := &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
+	a := &tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}
 	rt.reg.update(conn, accessAnn(a))
 	p := rt.reg.table.Load().match("app.test", "/")
 	g1 := p.gate.Load()
@@ -216,11 +216,11 @@ func TestAccessBlockRefusedByServer(t *testing.T) {
 		a    *tunnel.Access
 		want string
 	}{
-		{"jwt without outbound client", &tunnel.Access{JWT: &tunnel.JWTAuth{JWKSURL: "https://idp.test/jwks", Issuer: "i", Audience: []string{"a"}}}, "outbound client"},
-		{"oidc without provider", &tunnel.Access{OIDC: &tunnel.OIDCAuth{Groups: []string{"ops"}}}, "no oidc: provider"},
-		{"not a hash", &tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": "hunter2"}}}, "ann"},
+		{"jwt without outbound client", &tunnel.Access{Auth: tunnel.Auth{JWT: &tunnel.JWTAuth{JWKSURL: "https://idp.test/jwks", Issuer: "i", Audience: []string{"a"}}}}, "outbound client"},
+		{"oidc without provider", &tunnel.Access{Auth: tunnel.Auth{OIDC: &tunnel.OIDCAuth{Groups: []string{"ops"}}}}, "no oidc: provider"},
+		{"not a hash", &tunnel.Access{Auth: tunnel.Auth{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": "hunter2"}}}}, "ann"},
 		{"bad cidr", &tunnel.Access{AllowedIPs: []string{"10.0.0.0/99"}}, "10.0.0.0/99"},
-		{"identity without signer", &tunnel.Access{IdentityJWT: true, Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}, "identity_jwt"},
+		{"identity without signer", &tunnel.Access{IdentityJWT: true, Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}, "identity_jwt"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,7 +245,7 @@ func TestAccessIdentityToken(t *testing.T) {
 	}
 	rt := newRouter(t, Config{Access: AccessConfig{Identity: signer}})
 	conn := newConn("a", 1)
-	rt.reg.update(conn, accessAnn(&tunnel.Access{IdentityJWT: true, Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}))
+	rt.reg.update(conn, accessAnn(&tunnel.Access{IdentityJWT: true, Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}))
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Host = "app.test"
 	req.RemoteAddr = netip.AddrPortFrom(visitor, 1).String()
@@ -272,7 +272,7 @@ func TestAccessRecordAndDenied(t *testing.T) {
 	rt.reg.update(newConn("a", 1), ann(
 		tunnel.Service{Hostnames: []string{"open.test"}, Access: &tunnel.Access{Public: true}},
 		tunnel.Service{Hostnames: []string{"closed.test"}},
-		tunnel.Service{Hostnames: []string{"app.test"}, Access: &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}},
+		tunnel.Service{Hostnames: []string{"app.test"}, Access: &tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}},
 	))
 	serve := func(host, authz string) telemetry.Request {
 		req := httptest.NewRequest("GET", "/p", nil)

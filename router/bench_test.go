@@ -198,8 +198,8 @@ func BenchmarkServeHTTPGated(b *testing.B) {
 		access *tunnel.Access
 		authz  string
 	}{
-		{"bearer", &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}, "Bearer " + testKey},
-		{"basic", &tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(b, "pw")}}}, basicAuth("ann", "pw")},
+		{"bearer", &tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}, "Bearer " + testKey},
+		{"basic", &tunnel.Access{Auth: tunnel.Auth{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(b, "pw")}}}}, basicAuth("ann", "pw")},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rt := newRouter(b, Config{IPLimitMax: 1 << 30, IPLimitRefill: 1 << 30, MaxConcurrentRequests: 100})

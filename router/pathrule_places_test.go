@@ -36,7 +36,7 @@ func placesRouter(t *testing.T) (*Router, *fakeConn, string) {
 		},
 	}
 	rt := newRouter(t, Config{Policy: pc, Access: AccessConfig{Shares: keys}})
-	bearer := &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
+	bearer := &tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}
 	root := svc("", "app.test")
 	root.Access = &tunnel.Access{Public: true}
 	rootConn := newConn("root", 1)

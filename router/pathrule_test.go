@@ -144,7 +144,7 @@ func diffRouter(t testing.TB) *Router {
 			s = svc("", "app.test")
 		}
 		if gated {
-			s.Access = &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
+			s.Access = &tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}
 		} else {
 			s.Access = &tunnel.Access{Public: true}
 		}

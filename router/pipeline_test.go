@@ -158,7 +158,7 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 				root := newConn("root", 1)
 				rt.reg.update(root, ann(svc("", "app.test")))
 				admin := svc("/admin", "app.test")
-				admin.Access = &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
+				admin.Access = &tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}
 				rt.reg.update(newConn("admin", 2), ann(admin))
 				rt.reg.detach(root)
 				time.Sleep(2 * time.Minute) // the bubble's clock passes client_down_threshold
@@ -310,12 +310,12 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 		},
 		{
 			name:  "access: basic without credentials: 401",
-			setup: serving(Config{}, accessAnn(&tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(t, "s3cret")}}})),
+			setup: serving(Config{}, accessAnn(&tunnel.Access{Auth: tunnel.Auth{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(t, "s3cret")}}}})),
 			want:  http.StatusUnauthorized,
 		},
 		{
 			name:   "access: basic with the right password: admitted",
-			setup:  serving(Config{}, accessAnn(&tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(t, "s3cret")}}})),
+			setup:  serving(Config{}, accessAnn(&tunnel.Access{Auth: tunnel.Auth{Basic: &tunnel.BasicAuth{Users: map[string]string{"ann": testBcrypt(t, "s3cret")}}}})),
 			header: http.Header{"Authorization": {basicAuth("ann", "s3cret")}},
 			want:   http.StatusOK,
 		},
@@ -341,13 +341,13 @@ func TestExplainAgreesWithProxy(t *testing.T) {
 		},
 		{
 			name:   "access: bearer admitted",
-			setup:  serving(Config{Access: AccessConfig{Default: access.Deny}}, accessAnn(&tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}})),
+			setup:  serving(Config{Access: AccessConfig{Default: access.Deny}}, accessAnn(&tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}})),
 			header: http.Header{"Authorization": {"Bearer " + testKey}},
 			want:   http.StatusOK,
 		},
 		{
 			name:   "access: bearer with a wrong key: 401",
-			setup:  serving(Config{}, accessAnn(&tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}})),
+			setup:  serving(Config{}, accessAnn(&tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}})),
 			header: http.Header{"Authorization": {"Bearer " + testKey + "x"}},
 			want:   http.StatusUnauthorized,
 		},

@@ -153,7 +153,7 @@ func TestReconfigureDefaultAccessReachesAnnouncedBlocks(t *testing.T) {
 	public := svc("", "public.test")
 	public.Access = &tunnel.Access{Public: true}
 	bearer := svc("", "bearer.test")
-	bearer.Access = &tunnel.Access{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}
+	bearer.Access = &tunnel.Access{Auth: tunnel.Auth{Bearer: &tunnel.BearerAuth{Keys: map[string]string{"ci": testKeyDigest}}}}
 	rt.reg.update(newConn("a", 1), ann(ipOnly, public, bearer))
 	want := func(step string, codes map[string]int) {
 		t.Helper()

@@ -199,8 +199,10 @@ func TestMissedHeartbeatsDropClient(t *testing.T) {
 
 func FuzzDecodeMessage(f *testing.F) {
 	ann := testAnnouncement()
+	gated := accessAnnouncement(&accessWireValue)
 	for _, m := range []*message{
 		{Type: msgHello, Version: 1, Announcement: &ann},
+		{Type: msgHello, Version: 1, Announcement: &gated},
 		{Type: msgHeartbeat, Seq: 3, Announcement: &ann},
 		{Type: msgAck, Seq: 3, Notices: []string{"x"}},
 		{Type: msgRefused, Reason: "no"},

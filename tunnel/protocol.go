@@ -403,11 +403,7 @@ func (a *Announcement) Validate() error {
 		if c := svc.Concurrency; c != nil && (c.Desired < 0 || c.Min < 0 || c.Max < 0 || len(c.Mode) > 32) {
 			errs = append(errs, fmt.Errorf("announcement: service %s: invalid concurrency %+v", svc.ID, *c))
 		}
-		if svc.Access != nil {
-			if err := svc.Access.validate(svc.ID); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs = append(errs, svc.Access.validate(svc.ID)...)
 	}
 	if total > maxHostnames {
 		errs = append(errs, fmt.Errorf("announcement: %d hostnames, at most %d", total, maxHostnames))

@@ -258,15 +258,15 @@ func (s *Scaling) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	coldStart, err := millis("cold_start_ms", w.ColdStartMS)
+	coldStart, err := millis("scaling", "cold_start_ms", w.ColdStartMS)
 	if err != nil {
 		return err
 	}
-	window, err := millis("window_ms", w.WindowMS)
+	window, err := millis("scaling", "window_ms", w.WindowMS)
 	if err != nil {
 		return err
 	}
-	cooldown, err := millis("cooldown_ms", w.CooldownMS)
+	cooldown, err := millis("scaling", "cooldown_ms", w.CooldownMS)
 	if err != nil {
 		return err
 	}
@@ -278,12 +278,12 @@ func (s *Scaling) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// millis is ms milliseconds as a Duration, or an error naming key when
-// ms*1e6 nanoseconds overflows int64.
-func millis(key string, ms int64) (time.Duration, error) {
+// millis is ms milliseconds as a Duration, or an error naming the block
+// and key when ms*1e6 nanoseconds overflows int64.
+func millis(block, key string, ms int64) (time.Duration, error) {
 	const perMS = int64(time.Millisecond)
 	if ms > math.MaxInt64/perMS || ms < math.MinInt64/perMS {
-		return 0, fmt.Errorf("tunnel: scaling: %s %d is out of range", key, ms)
+		return 0, fmt.Errorf("tunnel: %s: %s %d is out of range", block, key, ms)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -450,7 +450,7 @@ func (svc *service) announce(top int) tunnel.Service {
 		Weight:       svc.cfg.Weight,
 		LBStrategy:   svc.cfg.LBStrategy,
 		Concurrency:  cc,
-		Access:       announceAccess(svc.cfg),
+		Access:       svc.cfg.Access(),
 		Headers:      announceHeaders(svc.cfg.Headers),
 
 		TLSPassthrough: svc.cfg.TLSPassthrough,
@@ -553,8 +553,6 @@ func (a *Agent) service(id string) *service {
 	return nil
 }
 
-// announceAccess is the access block of sc as the server receives it;
-// nil when sc sets none, so the server's default_access decides.
 // announceHeaders is the announcement of a service's response header
 // rules; nil for none.
 func announceHeaders(h *config.HeaderRules) *tunnel.HeaderRules {
@@ -562,36 +560,4 @@ func announceHeaders(h *config.HeaderRules) *tunnel.HeaderRules {
 		return nil
 	}
 	return &tunnel.HeaderRules{Set: h.Set, Add: h.Add, Remove: h.Remove}
-}
-
-func announceAccess(sc config.Service) *tunnel.Access {
-	if !sc.Public && sc.Auth == nil && len(sc.AllowedIPs) == 0 && len(sc.DeniedIPs) == 0 && !sc.IdentityJWT {
-		return nil
-	}
-	a := &tunnel.Access{Public: sc.Public, AllowedIPs: sc.AllowedIPs, DeniedIPs: sc.DeniedIPs, IdentityJWT: sc.IdentityJWT}
-	au := sc.Auth
-	if au == nil {
-		return a
-	}
-	if b := au.Basic; b != nil {
-		a.Basic = &tunnel.BasicAuth{Realm: b.Realm, Users: b.Users}
-	}
-	if b := au.Bearer; b != nil {
-		a.Bearer = &tunnel.BearerAuth{Keys: b.Keys}
-	}
-	if j := au.JWT; j != nil {
-		a.JWT = &tunnel.JWTAuth{
-			JWKSURL: j.JWKSURL, Issuer: j.Issuer, Audience: j.Audience, Claims: j.Claims,
-			Header: j.Header, Cookie: j.Cookie, Algorithms: j.Algorithms, UserClaim: j.UserClaim,
-			LeewayMS: j.Leeway.Milliseconds(), CacheTTLMS: j.CacheTTL.Milliseconds(),
-			RefreshIntervalMS: j.RefreshInterval.Milliseconds(), TimeoutMS: j.Timeout.Milliseconds(),
-		}
-	}
-	if f := au.Forward; f != nil {
-		a.Forward = &tunnel.ForwardAuth{URL: f.URL, CopyHeaders: f.CopyHeaders, UserHeader: f.UserHeader, TimeoutMS: f.Timeout.Milliseconds(), CacheTTLMS: f.CacheTTL.Milliseconds()}
-	}
-	if o := au.OIDC; o != nil {
-		a.OIDC = &tunnel.OIDCAuth{AllowedEmails: o.AllowedEmails, AllowedDomains: o.AllowedDomains, Groups: o.Groups}
-	}
-	return a
 }

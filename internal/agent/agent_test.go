@@ -496,7 +496,7 @@ func TestRunRetiresWhenIdle(t *testing.T) {
 }
 
 // TestAnnouncementCarriesAccess checks that a service's access settings
-// reach the announcement, durations in milliseconds, and that a service
+// reach the announcement, durations as they were loaded, and that a service
 // without any announces none.
 func TestAnnouncementCarriesAccess(t *testing.T) {
 	cfg := clientConfig("http://backend.test")
@@ -510,7 +510,7 @@ func TestAnnouncementCarriesAccess(t *testing.T) {
 		JWT:   &config.JWTAuth{JWKSURL: "https://idp/jwks", Issuer: "i", Audience: []string{"a"}, Timeout: 3 * time.Second},
 	}
 	got := newAgent(t, cfg).announcement().Services[0].Access
-	if got == nil || got.AllowedIPs[0] != "10.0.0.0/8" || !got.IdentityJWT || got.Basic.Realm != "staff" || got.Basic.Users["ann"] != "$2b$..." || got.JWT.TimeoutMS != 3000 || got.Bearer != nil {
+	if got == nil || got.AllowedIPs[0] != "10.0.0.0/8" || !got.IdentityJWT || got.Basic.Realm != "staff" || got.Basic.Users["ann"] != "$2b$..." || got.JWT.Timeout != 3*time.Second || got.Bearer != nil {
 		t.Fatalf("Access = %+v, want the service's settings", got)
 	}
 }

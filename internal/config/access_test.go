@@ -95,6 +95,11 @@ func TestClientAccessRefused(t *testing.T) {
 		{"public with auth", "    public: true\n    auth:\n      bearer:\n        keys:\n          ci: " + strings.Repeat("0f", 32) + "\n", "services[0].public (aperio.yaml:7): cannot be combined with auth"},
 		{"bad cidr", "    allowed_ips: [10.0.0.0/33]\n", "services[0].allowed_ips (aperio.yaml:7): \"10.0.0.0/33\" is neither"},
 		{"identity without auth", "    identity_jwt: true\n", "services[0].identity_jwt (aperio.yaml:7): needs an auth: block"},
+		// The server's own bounds, which the loader once let through.
+		{"oidc past the server's bound", "    auth:\n      oidc:\n        allowed_domains: [" + strings.Repeat("example.com, ", 256) + "example.com]\n", "services[0].auth.oidc.allowed_domains: 257 entries, at most 256"},
+		{"issuer not printable", "    auth:\n      jwt:\n        jwks_url: https://x/jwks\n        issuer: \"i\\u202e\"\n        audience: [a]\n", "services[0].auth.jwt.issuer: longer than 1024 bytes or not printable"},
+		{"long realm", "    auth:\n      basic:\n        realm: " + strings.Repeat("r", 129) + "\n        users:\n          ann: \"" + testArgon + "\"\n", "services[0].auth.basic.realm: longer than 128 bytes"},
+		{"bearer key name with a tab", "    auth:\n      bearer:\n        keys:\n          \"c\\ti\": " + strings.Repeat("0f", 32) + "\n", `services[0].auth.bearer.keys: key "c\ti": a name is 1 to 256 printable bytes`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

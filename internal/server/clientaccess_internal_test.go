@@ -19,10 +19,10 @@ func TestAccessWords(t *testing.T) {
 		"none":   {nil, []string{}},
 		"empty":  {&tunnel.Access{}, []string{}},
 		"public": {&tunnel.Access{Public: true}, []string{apitype.AccessPublic}},
-		"basic behind an allowlist": {&tunnel.Access{AllowedIPs: []string{"10.0.0.0/8"}, Basic: &tunnel.BasicAuth{Users: map[string]string{"ana": "$argon2id$secret"}}},
+		"basic behind an allowlist": {&tunnel.Access{AllowedIPs: []string{"10.0.0.0/8"}, Auth: tunnel.Auth{Basic: &tunnel.BasicAuth{Users: map[string]string{"ana": "$argon2id$secret"}}}},
 			[]string{apitype.AccessAllowedIPs, apitype.AccessBasic}},
-		"every part": {&tunnel.Access{AllowedIPs: []string{"10.0.0.1"}, DeniedIPs: []string{"10.0.0.2"}, Basic: &tunnel.BasicAuth{}, Bearer: &tunnel.BearerAuth{},
-			JWT: &tunnel.JWTAuth{}, Forward: &tunnel.ForwardAuth{}, OIDC: &tunnel.OIDCAuth{}},
+		"every part": {&tunnel.Access{AllowedIPs: []string{"10.0.0.1"}, DeniedIPs: []string{"10.0.0.2"}, Auth: tunnel.Auth{Basic: &tunnel.BasicAuth{}, Bearer: &tunnel.BearerAuth{},
+			JWT: &tunnel.JWTAuth{}, Forward: &tunnel.ForwardAuth{}, OIDC: &tunnel.OIDCAuth{}}},
 			[]string{apitype.AccessAllowedIPs, apitype.AccessDeniedIPs, apitype.AccessBasic, apitype.AccessBearer, apitype.AccessJWT, apitype.AccessForward, apitype.AccessOIDC}},
 	} {
 		got := accessWords(c.in)

@@ -176,7 +176,7 @@ func TestTLSPassthroughRefusals(t *testing.T) {
 	}{
 		"default_access deny": {acc: nil, deny: true},
 		"denied_ips":          {acc: &tunnel.Access{Public: true, DeniedIPs: []string{"127.0.0.0/8"}}},
-		"needs a login":       {acc: &tunnel.Access{Basic: &tunnel.BasicAuth{Users: map[string]string{"u": hash}}}},
+		"needs a login":       {acc: &tunnel.Access{Auth: tunnel.Auth{Basic: &tunnel.BasicAuth{Users: map[string]string{"u": hash}}}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := servertest.Config(t)
